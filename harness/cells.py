@@ -1,0 +1,169 @@
+"""Pieces shared by several methods, written once: the reset-after GRU step, straight-through
+binarisation, the hard sigmoid.
+
+GRU convention (METHODS.md 2.3 [DECISION]: reset-after, one bias per gate), gate order r, z, n as
+in PyTorch/cuDNN so the fused kernel computes the same function::
+
+    r = sigmoid(W_ir x + b_r + W_hr h)
+    z = sigmoid(W_iz x + b_z + W_hz h)
+    n = tanh(W_in x + b_n + r * (W_hn h))
+    h' = (1 - z) * n + z * h
+
+``z`` here is S-SA's ``1 - z`` (an equivalent reparametrisation, as in the SA-RNN code). Every gate
+of unit i reads only row i of each matrix, so per-unit skipping is exactly realisable.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class GRUWeights(nn.Module):
+    """Parameters of one reset-after GRU cell: ``weight_ih [3D, V]``, ``weight_hh [3D, D]``,
+    ``bias [3D]`` (3D(D+V+1) parameters, METHODS.md 2.3).
+
+    Args:
+        input_size: V.
+        hidden_size: D.
+        bound: weights ~ U(-bound, bound); default 1/sqrt(D) (PyTorch's nn.GRU).
+        gate_bias: if given, the initial bias of the r and z gates (Skip RNN's TF code uses 1.0).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bound: float | None = None,
+        gate_bias: float | None = None,
+    ) -> None:
+        super().__init__()
+        D, V = hidden_size, input_size
+        self.hidden_size = D
+        self.weight_ih = nn.Parameter(torch.empty(3 * D, V))
+        self.weight_hh = nn.Parameter(torch.empty(3 * D, D))
+        self.bias = nn.Parameter(torch.zeros(3 * D))
+        # A zero recurrent bias so the fused kernel (which takes two) computes the one-bias cell.
+        self.register_buffer("zero_bias", torch.zeros(3 * D), persistent=False)
+        b = 1.0 / math.sqrt(D) if bound is None else bound
+        with torch.no_grad():
+            self.weight_ih.uniform_(-b, b)
+            self.weight_hh.uniform_(-b, b)
+            self.bias.uniform_(-b, b)
+            if gate_bias is not None:
+                self.bias[: 2 * D] = gate_bias
+
+    def input_proj(self, x: Tensor) -> Tensor:
+        """``W_i x + b`` for every step at once: ``[B, T, V] -> [B, T, 3D]``."""
+        return torch.nn.functional.linear(x, self.weight_ih, self.bias)
+
+    def step(self, xp_t: Tensor, h: Tensor) -> Tensor:
+        """Candidate state ``h~_t [B, D]`` from the projected input ``xp_t [B, 3D]`` and ``h``."""
+        return gru_step(xp_t, h, self.weight_hh)
+
+    def fused(self, x: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+        """Whole-sequence dense GRU through torch's fused kernel (same function as ``step``)."""
+        params = [self.weight_ih, self.weight_hh, self.bias, self.zero_bias]
+        out, hn = torch.gru(x, h0.unsqueeze(0), params, True, 1, 0.0, self.training, False, True)
+        return out, hn[0]
+
+
+def gru_step(xp_t: Tensor, h: Tensor, weight_hh: Tensor) -> Tensor:
+    """Reset-after GRU candidate: ``xp_t [B, 3D]`` (input projection incl. bias), ``h [B, D]``."""
+    hp = h @ weight_hh.t()  # [B, 3D]
+    xr, xz, xn = xp_t.chunk(3, -1)
+    hr, hz, hn = hp.chunk(3, -1)
+    r = torch.sigmoid(xr + hr)  # S-SA eq. 1
+    z = torch.sigmoid(xz + hz)  # S-SA eq. 2
+    n = torch.tanh(xn + r * hn)  # S-SA eq. 3, reset applied after the matmul
+    return (1 - z) * n + z * h  # S-SA eq. 4 with z -> 1 - z
+
+
+def gru_macs_per_unit(input_size: int, hidden_size: int) -> int:
+    """MACs per updated unit of the GRU cell: one row of each of the three gate matrices."""
+    return 3 * (hidden_size + input_size)
+
+
+class _BinarizeSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, p: Tensor, threshold: float) -> Tensor:  # noqa: D102
+        return (p > threshold).to(p.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None]:  # noqa: D102
+        return g, None
+
+
+def binarize_ste(p: Tensor, threshold: float = 0.5) -> Tensor:
+    """``1[p > threshold]`` forward, identity gradient backward (straight-through estimator)."""
+    return _BinarizeSTE.apply(p, threshold)
+
+
+class _RoundSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, p: Tensor) -> Tensor:  # noqa: D102
+        return torch.round(p)  # half to even, like TF's round (Skip RNN pitfall)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> Tensor:  # noqa: D102
+        return g
+
+
+def round_ste(p: Tensor) -> Tensor:
+    """``round(p)`` forward (0.5 -> 0), identity gradient backward."""
+    return _RoundSTE.apply(p)
+
+
+def hard_sigmoid(v: Tensor, slope: float) -> Tensor:
+    """``clip((slope * v + 1) / 2, 0, 1)`` as in the SA-RNN code (``hardSigma``)."""
+    return torch.clamp((slope * v + 1.0) / 2.0, 0.0, 1.0)
+
+
+def masked_update(u: Tensor, new: Tensor, old: Tensor) -> Tensor:
+    """``u * new + (1 - u) * old`` where u is {0,1}; units with u = 0 are exact copies of ``old``.
+
+    For finite values ``0 * new + 1 * old == old`` exactly in floating point, so the copy is
+    bit-exact, and the product keeps the straight-through gradient ``dL/du = dL/dh * (new - old)``.
+    """
+    return u * new + (1 - u) * old
+
+
+class LSTMWeights(nn.Module):
+    """Parameters of one LSTM cell without peepholes (METHODS.md 2.2): ``weight_ih [4D, V]``,
+    ``weight_hh [4D, D]``, one ``bias [4D]`` (4D(D+V+1) parameters), gate order i, f, g, o as in
+    PyTorch. Weights ~ U(+-1/sqrt(D)); forget-gate bias initialised to ``forget_bias``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 1.0) -> None:
+        super().__init__()
+        D, V = hidden_size, input_size
+        self.hidden_size = D
+        self.weight_ih = nn.Parameter(torch.empty(4 * D, V))
+        self.weight_hh = nn.Parameter(torch.empty(4 * D, D))
+        self.bias = nn.Parameter(torch.empty(4 * D))
+        self.register_buffer("zero_bias", torch.zeros(4 * D), persistent=False)
+        b = 1.0 / math.sqrt(D)
+        with torch.no_grad():
+            for p in (self.weight_ih, self.weight_hh, self.bias):
+                p.uniform_(-b, b)
+            self.bias[D : 2 * D] = forget_bias  # [DECISION] METHODS.md 2.2: forget bias 1
+
+    def input_proj(self, x: Tensor) -> Tensor:
+        """``W_i x + b`` for every step: ``[B, T, V] -> [B, T, 4D]``."""
+        return torch.nn.functional.linear(x, self.weight_ih, self.bias)
+
+    def step(self, xp_t: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        """One LSTM step (S-EI eqs. 3-5) from the projected input: returns ``(h~, c~)``."""
+        gates = xp_t + h @ self.weight_hh.t()  # [B, 4D]
+        i, f, g, o = gates.chunk(4, -1)
+        c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c_new), c_new
+
+    def fused(self, x: Tensor, h0: Tensor, c0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Whole-sequence dense LSTM through torch's fused kernel (same function as ``step``)."""
+        params = [self.weight_ih, self.weight_hh, self.bias, self.zero_bias]
+        hx = (h0.unsqueeze(0), c0.unsqueeze(0))
+        out, hn, cn = torch.lstm(x, hx, params, True, 1, 0.0, self.training, False, True)
+        return out, hn[0], cn[0]

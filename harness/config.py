@@ -1,0 +1,319 @@
+"""Frozen configuration dataclasses, presets, and typed ``key=value`` overrides.
+
+A run is fully described by a ``RunConfig``: method, task, seed, preset, the trainer settings, the
+model wrapper settings, the method's knobs and the task's knobs. Its ``run_id`` is a hash of all of
+them, so a store can resume a sweep and a drift gate can match runs across commits.
+
+Overrides (``--set key=value``) name a field as ``section.field`` or as a bare ``field`` when only
+one section has it; sections are ``train``, ``model``, ``method`` and ``task``. Values are coerced
+to the field's declared type; an unknown key lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import ConfigError
+
+PRESETS = ("smoke", "quick", "paper")
+SECTIONS = ("train", "model", "method", "task")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of the one training loop (``harness.train``).
+
+    Attributes:
+        epochs: passes over the training split.
+        batch_size: training batch size.
+        lr: Adam learning rate.
+        clip: global gradient-norm clip (0 disables).
+        weight_decay: Adam L2 weight decay.
+        eval_batch_size: batch size for validation and test passes.
+        patience: stop after this many epochs without validation improvement (0: never).
+        max_train_batches: cap on training batches per epoch (0: no cap).
+    """
+
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 1e-3
+    clip: float = 1.0
+    weight_decay: float = 0.0
+    eval_batch_size: int = 256
+    patience: int = 0
+    max_train_batches: int = 0
+
+    def __post_init__(self) -> None:
+        _positive(self, "epochs", "batch_size", "eval_batch_size")
+        if not self.lr > 0:
+            raise ConfigError(f"train.lr must be positive (got {self.lr})")
+        _non_negative(self, "clip", "weight_decay", "patience", "max_train_batches")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Settings of the generic wrapper around a method (``harness.model.SeqModel``).
+
+    Attributes:
+        hidden_size: D of every layer.
+        num_layers: stacked layers of the method.
+        embed_size: embedding size for token inputs (0: same as hidden_size).
+        tie_embeddings: share the embedding with the output layer when sizes allow.
+    """
+
+    hidden_size: int = 32
+    num_layers: int = 1
+    embed_size: int = 0
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        _positive(self, "hidden_size", "num_layers")
+        _non_negative(self, "embed_size")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A task's settings for one preset: trainer, model, task knobs, and per-method overrides
+    (``{"rnn": {"hidden_size": 20}}``, keys in any section)."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: dict[str, Any] = field(default_factory=dict)
+    methods: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines one run."""
+
+    method: str
+    task: str
+    seed: int
+    preset: str
+    train: TrainConfig
+    model: ModelConfig
+    method_cfg: Any
+    task_cfg: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every resolved value."""
+        return {
+            "method": self.method,
+            "task": self.task,
+            "seed": self.seed,
+            "preset": self.preset,
+            "train": dataclasses.asdict(self.train),
+            "model": dataclasses.asdict(self.model),
+            "method_cfg": dataclasses.asdict(self.method_cfg),
+            "task_cfg": dataclasses.asdict(self.task_cfg),
+        }
+
+    @property
+    def run_id(self) -> str:
+        """Hash of the fully resolved config (16 hex digits)."""
+        return config_hash(self.to_dict())
+
+    @property
+    def variant_id(self) -> str:
+        """Hash of the config without the seed: runs that differ only by seed share it."""
+        d = self.to_dict()
+        d.pop("seed")
+        return config_hash(d)
+
+
+def config_hash(d: dict[str, Any]) -> str:
+    """Stable short hash of a JSON-serialisable dict."""
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --- typed overrides -----------------------------------------------------------------------------
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """Coerce ``value`` (a string from the CLI or a Python value) to the annotated type ``tp``."""
+    if isinstance(tp, str):  # postponed annotations
+        tp = eval(tp, {"typing": typing, "Any": Any})  # noqa: S307 - our own dataclass annotations
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return coerce(value, args[0], key)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        s = str(value).strip().lower()
+        if s in ("1", "true", "yes", "on"):
+            return True
+        if s in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"'{key}' expects true/false, got '{value}'")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"'{key}' expects an integer, got '{value}'")
+        if isinstance(value, int):
+            return value
+        try:
+            f = float(str(value))
+        except ValueError:
+            raise ConfigError(f"'{key}' expects an integer, got '{value}'") from None
+        if not f.is_integer():
+            raise ConfigError(f"'{key}' expects an integer, got '{value}'")
+        return int(f)
+    if tp is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"'{key}' expects a number, got '{value}'") from None
+    if tp is str:
+        return str(value)
+    raise ConfigError(f"'{key}' has a type ({tp}) that cannot be set from the command line")
+
+
+def _fields(obj_or_cls: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls))
+    return {f.name: hints[f.name] for f in dataclasses.fields(obj_or_cls)}
+
+
+def apply_overrides(sections: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``{key: value}`` overrides to a dict of frozen config dataclasses by section.
+
+    Args:
+        sections: ``{"train": TrainConfig(...), "model": ..., "method": ..., "task": ...}``.
+        overrides: keys ``section.field`` or a bare ``field`` owned by exactly one section.
+
+    Returns:
+        A new dict of sections with the overrides applied (types coerced, values validated).
+    """
+    changes: dict[str, dict[str, Any]] = {s: {} for s in sections}
+    for key, value in overrides.items():
+        sec, fld = _locate(sections, key)
+        changes[sec][fld] = coerce(value, _fields(sections[sec])[fld], key)
+    out = {}
+    for sec, obj in sections.items():
+        if not changes[sec]:
+            out[sec] = obj
+            continue
+        try:
+            out[sec] = dataclasses.replace(obj, **changes[sec])
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{sec}: {e}") from None
+    return out
+
+
+def _locate(sections: dict[str, Any], key: str) -> tuple[str, str]:
+    if "." in key:
+        sec, fld = key.split(".", 1)
+        if sec not in sections:
+            raise ConfigError(f"Unknown config section '{sec}' in '{key}'. Sections: {list(sections)}")
+        if fld not in _fields(sections[sec]):
+            raise ConfigError(
+                f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}"
+            )
+        return sec, fld
+    owners = [s for s, obj in sections.items() if key in _fields(obj)]
+    if not owners:
+        raise ConfigError(f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}")
+    if len(owners) > 1:
+        raise ConfigError(
+            f"Key '{key}' is ambiguous; write one of: {', '.join(f'{s}.{key}' for s in owners)}"
+        )
+    return owners[0], key
+
+
+def valid_keys(sections: dict[str, Any]) -> list[str]:
+    """Every settable ``section.field`` key."""
+    return [f"{s}.{f}" for s, obj in sections.items() for f in _fields(obj)]
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """Parse ``["a=1", "train.lr=0.01"]`` into a dict; a malformed item is a ConfigError."""
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"--set expects key=value, got '{item}'")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not v > 0:
+            raise ConfigError(f"{n} must be positive (got {v})")
+
+
+def _non_negative(obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if v < 0:
+            raise ConfigError(f"{n} must be >= 0 (got {v})")
+
+
+def resolve(
+    method: str,
+    task: str,
+    seed: int,
+    preset: str,
+    overrides: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Build the fully resolved RunConfig: task preset, then its per-method overrides, then
+    the user's overrides (which win)."""
+    from harness.method import build_config
+    from harness.registry import METHODS, TASKS
+
+    if preset not in PRESETS:
+        raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
+    task_cls = TASKS.get(task)
+    method_cls = METHODS.get(method)
+    p = task_cls.preset(preset)
+    sections = {
+        "train": p.train,
+        "model": p.model,
+        "method": build_config(method_cls.config_cls, {}),
+        "task": build_config(task_cls.config_cls, dict(p.task)),
+    }
+    sections = apply_overrides(sections, p.methods.get(method, {}))
+    sections = apply_overrides(sections, overrides or {})
+    return RunConfig(
+        method=method,
+        task=task,
+        seed=int(seed),
+        preset=preset,
+        train=sections["train"],
+        model=sections["model"],
+        method_cfg=sections["method"],
+        task_cfg=sections["task"],
+    )
+
+
+def from_dict(d: dict[str, Any]) -> RunConfig:
+    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
+    from harness.method import build_config
+    from harness.registry import METHODS, TASKS
+
+    try:
+        return RunConfig(
+            method=d["method"],
+            task=d["task"],
+            seed=int(d["seed"]),
+            preset=d["preset"],
+            train=TrainConfig(**d["train"]),
+            model=ModelConfig(**d["model"]),
+            method_cfg=build_config(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
+            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
+        )
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"malformed run config: {e}") from None

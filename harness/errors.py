@@ -1,0 +1,21 @@
+"""Errors the CLI turns into one clear line and exit code 2 (bad input), never a traceback."""
+
+
+class HarnessError(Exception):
+    """Bad input or a missing resource: shown to the user as one line, exit code 2."""
+
+
+class ConfigError(HarnessError):
+    """An unknown, ill-typed or out-of-range configuration value."""
+
+
+class DataError(HarnessError):
+    """A dataset file that is missing, unreadable or corrupt."""
+
+
+class RecordError(HarnessError):
+    """A results store that cannot be read or written."""
+
+
+class DivergedError(RuntimeError):
+    """Training produced a non-finite loss; the run is recorded as failed and the sweep goes on."""

@@ -1,0 +1,195 @@
+"""The method interface: every RNN in the benchmark is a ``Method``.
+
+A method maps a batch of sequences ``x [B, T, V]`` to a ``SeqOut``: the outputs, the binary update
+mask (METHODS.md 1.1), optionally the per-unit depth (highway family), an auxiliary loss (budget
+penalties, already weighted) and per-sequence diagnostics. Its ``cost(V)`` states the analytic
+multiply-accumulate counts of its cell as a ``StepCost``; the harness does the sums
+(``harness.flops``). One convention everywhere: 1 MAC = 2 FLOPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from harness.errors import ConfigError
+
+
+@dataclass
+class SeqOut:
+    """What a method returns for a batch of sequences.
+
+    Attributes:
+        outputs: hidden outputs, ``[B, T, D]``.
+        mask: update mask u, ``[B, T, D]``, values in {0, 1}: 1 where a unit got a newly computed
+            value (soft updates ceiled). May carry a straight-through gradient.
+        depth: micro-steps that changed each unit, ``[B, T, D]`` (depth-adaptive methods), or None.
+        aux_loss: scalar auxiliary loss (budget penalty), already weighted by the method's lambda.
+        extras: per-sequence diagnostics ``{name: [B]}`` averaged over the test set into records.
+        state: the final recurrent state (for carrying state across windows), or None.
+    """
+
+    outputs: Tensor
+    mask: Tensor
+    depth: Tensor | None = None
+    aux_loss: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+    state: Any = None
+
+
+@dataclass
+class StepOut:
+    """One step of a method: new output ``h [B, D]``, new state, mask ``[B, D]``, depth ``[B, D]``."""
+
+    h: Tensor
+    state: Any
+    mask: Tensor
+    depth: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Analytic MACs of one step of a cell with hidden size D (METHODS.md 1.2, 1.4).
+
+    Effective MACs of step t, with ``k_t`` updated units and executed depth ``R_t``::
+
+        always + per_unit * k_t + per_active_step * 1[k_t > 0] + per_layer * R_t
+
+    Dense MACs are the same with every unit updated and ``R_t = max_depth``.
+
+    Attributes:
+        hidden_size: D.
+        always: decision network run at every step (SA-RNN coordinator, VC scheduler, alpha_t).
+        per_unit: one row of every gate matrix, input and recurrent part, per updated unit.
+        per_active_step: charged once in a step where any unit updates (e.g. SkipRNN's Delta-u
+            projection; the highway input projections).
+        per_layer: charged per executed micro-step (highway layer).
+        max_depth: the depth of the dense computation (R_max or L); 1 for one-layer cells.
+        fvcore_uncounted: MACs per dense step that are elementwise products (diagonal weights),
+            which the analytic model charges but fvcore does not count.
+    """
+
+    hidden_size: int
+    always: int = 0
+    per_unit: int = 0
+    per_active_step: int = 0
+    per_layer: int = 0
+    max_depth: int = 1
+    fvcore_uncounted: int = 0
+
+    def dense_step(self) -> int:
+        """MACs of one step with every unit updated at full depth."""
+        return (
+            self.always
+            + self.per_unit * self.hidden_size
+            + self.per_active_step
+            + self.per_layer * self.max_depth
+        )
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    """Config of a method with no knobs beyond the hidden size."""
+
+
+class Method(nn.Module):
+    """Base class of every registered method.
+
+    Subclasses set ``config_cls`` (a frozen dataclass of their knobs), implement ``cost`` and either
+    ``init_state`` + ``step`` (then ``forward`` is the step loop) or their own ``forward``.
+
+    Args:
+        input_size: V.
+        hidden_size: D.
+        cfg: an instance of ``config_cls`` (defaults when None).
+    """
+
+    name: ClassVar[str] = "?"
+    config_cls: ClassVar[type] = NoConfig
+    has_depth: ClassVar[bool] = False
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: Any = None) -> None:
+        super().__init__()
+        if int(input_size) <= 0 or int(hidden_size) <= 0:
+            raise ConfigError(
+                f"{self.name}: input_size and hidden_size must be positive "
+                f"(got {input_size}, {hidden_size})"
+            )
+        self.input_size = int(input_size)
+        self.hidden_size = int(hidden_size)
+        self.cfg = cfg if cfg is not None else self.config_cls()
+        self.epoch = 0
+
+    # --- compute trace -------------------------------------------------------------------------
+    def cost(self) -> StepCost:
+        """Analytic per-step MACs (paper-effective accounting, METHODS.md 1.2)."""
+        raise NotImplementedError
+
+    def exact_step_macs(self, out: SeqOut) -> Tensor | None:
+        """Per-step MACs ``[B, T]`` a sparse implementation could realise, where it differs from
+        the paper-effective count (METHODS.md 1.2 item 3); None when they agree."""
+        return None
+
+    # --- recurrence ----------------------------------------------------------------------------
+    def init_state(self, batch_size: int, ref: Tensor) -> Any:
+        """Initial state for a batch (``ref`` gives device and dtype)."""
+        raise NotImplementedError
+
+    def step(self, x_t: Tensor, state: Any, t: int) -> StepOut:
+        """One step: ``x_t [B, V]``, state -> StepOut."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state: Any = None) -> SeqOut:
+        """Sequence forward ``x [B, T, V] -> SeqOut``; by default the step loop."""
+        return self.step_loop(x, state)
+
+    def step_loop(self, x: Tensor, state: Any = None) -> SeqOut:
+        """Run ``step`` over time and stack the results; the reference for fast paths."""
+        if state is None:
+            state = self.init_state(x.shape[0], x)
+        hs, masks, depths = [], [], []
+        extras: dict[str, list[Tensor]] = {}
+        for t in range(x.shape[1]):
+            so = self.step(x[:, t], state, t)
+            state = so.state
+            hs.append(so.h)
+            masks.append(so.mask)
+            if so.depth is not None:
+                depths.append(so.depth)
+            for k, v in so.extras.items():
+                extras.setdefault(k, []).append(v)
+        out = SeqOut(
+            outputs=torch.stack(hs, 1),
+            mask=torch.stack(masks, 1),
+            depth=torch.stack(depths, 1) if depths else None,
+            extras={k: torch.stack(v, 1).mean(1) for k, v in extras.items()},
+            state=state,
+        )
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def aux_loss(self, out: SeqOut) -> Tensor | None:
+        """Weighted budget penalty from a finished sequence pass (None: no penalty)."""
+        return None
+
+    # --- trainer hooks -------------------------------------------------------------------------
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Called by the trainer before each epoch (0-based): annealing schedules live here."""
+        self.epoch = epoch
+
+
+def build_config(cls: type, values: dict[str, Any]) -> Any:
+    """Instantiate a config dataclass, turning bad values into ConfigError."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {unknown} for {cls.__name__}; valid: {sorted(names)}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{cls.__name__}: {e}") from None

@@ -1,0 +1,85 @@
+"""The generic model wrapper: input embedding, stacked layers of one method, read-out.
+
+Methods only map ``[B, T, V] -> [B, T, D]``; everything around them (token embeddings tied to the
+output layer, stacking, last-step or every-step read-out) is done here once, for every method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from harness.config import ModelConfig
+from harness.method import Method, SeqOut
+from harness.task import Task
+
+
+@dataclass
+class ModelOut:
+    """Predictions plus the per-layer compute traces and the summed auxiliary loss."""
+
+    pred: Tensor
+    layers: list[SeqOut]
+    aux_loss: Tensor | None
+
+
+class SeqModel(nn.Module):
+    """``[embedding] -> method layer x num_layers -> linear read-out``.
+
+    Args:
+        method_cls: the registered Method class.
+        method_cfg: its config instance.
+        task: the task (gives input/output sizes, token inputs, read-out mode).
+        model_cfg: hidden size, layers, embedding.
+    """
+
+    def __init__(self, method_cls: type, method_cfg, task: Task, model_cfg: ModelConfig) -> None:
+        super().__init__()
+        D = model_cfg.hidden_size
+        self.readout_mode = task.readout
+        self.embed: nn.Embedding | None = None
+        in_size = task.input_size
+        if task.token_input:
+            E = model_cfg.embed_size or D
+            self.embed = nn.Embedding(task.input_size, E)
+            in_size = E
+        self.layers = nn.ModuleList(
+            method_cls(in_size if i == 0 else D, D, method_cfg) for i in range(model_cfg.num_layers)
+        )
+        self.readout = nn.Linear(D, task.output_size)
+        self.tied = bool(
+            model_cfg.tie_embeddings
+            and self.embed is not None
+            and self.embed.embedding_dim == D
+            and self.embed.num_embeddings == task.output_size
+        )
+        if self.tied:
+            self.readout.weight = self.embed.weight
+
+    @property
+    def methods(self) -> list[Method]:
+        return list(self.layers)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> ModelOut:
+        h = self.embed(x) if self.embed is not None else x
+        traces: list[SeqOut] = []
+        for layer in self.layers:
+            out = layer(h, lengths)
+            traces.append(out)
+            h = out.outputs
+        if self.readout_mode == "last":
+            B, T = h.shape[:2]
+            idx = (lengths - 1) if lengths is not None else torch.full((B,), T - 1, device=h.device)
+            h = h[torch.arange(B, device=h.device), idx.long()]
+        pred = self.readout(h)
+        aux = [o.aux_loss for o in traces if o.aux_loss is not None]
+        return ModelOut(pred, traces, torch.stack(aux).sum() if aux else None)
+
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        for layer in self.layers:
+            layer.on_epoch_start(epoch, num_epochs)
+
+    def method_param_count(self) -> int:
+        return sum(p.numel() for p in self.layers.parameters())

@@ -1,0 +1,120 @@
+"""Name -> class registries for methods and tasks.
+
+Methods (``baselines/``) and tasks (``tasks/``) register themselves with a decorator; the harness
+looks them up by name and never imports one directly. ``load_plugins()`` imports the two packages,
+whose ``__init__`` modules import every file explicitly, so a file nobody imported cannot silently
+miss its registration (tests check that every file registered under its own name).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import importlib
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from harness.errors import HarnessError
+
+_KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class UnknownNameError(HarnessError):
+    """A name that no registry entry matches."""
+
+
+class Registry:
+    """A kebab-case name -> object registry with "did you mean" lookup.
+
+    Args:
+        kind: what the registry holds, used in messages ("method", "task").
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, Any] = {}
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        """Decorator registering ``obj`` under ``name`` and setting ``obj.name``."""
+        if not _KEY.match(name):
+            raise ValueError(f"{self.kind} key {name!r} is not kebab-case")
+
+        def deco(obj: Any) -> Any:
+            if name in self._items and self._items[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} registered twice")
+            obj.name = name
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def get(self, name: str) -> Any:
+        """The object registered as ``name``; raises UnknownNameError with suggestions."""
+        load_plugins()
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownNameError(self._unknown(name)) from None
+
+    def _unknown(self, name: str) -> str:
+        avail = sorted(self._items)
+        close = difflib.get_close_matches(name.replace("_", "-").lower(), avail, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return f"Unknown {self.kind} '{name}'.{hint} Available: {', '.join(avail)}"
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Registered names matching a glob, sorted; ``all`` means ``*``."""
+        load_plugins()
+        pattern = "*" if pattern == "all" else pattern
+        return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
+
+    def resolve(self, spec: str | Iterable[str]) -> list[str]:
+        """Expand comma-separated names and globs, keeping order and dropping repeats.
+
+        A plain name that is not registered, or a glob that matches nothing, is an error.
+        """
+        parts = spec.split(",") if isinstance(spec, str) else list(spec)
+        out: list[str] = []
+        for part in (p.strip() for p in parts):
+            if not part:
+                continue
+            if any(c in part for c in "*?[") or part == "all":
+                found = self.names(part)
+                if not found:
+                    raise UnknownNameError(
+                        f"No {self.kind} matches '{part}'. Available: {', '.join(self.names())}"
+                    )
+            else:
+                self.get(part)
+                found = [part]
+            out.extend(n for n in found if n not in out)
+        if not out:
+            raise UnknownNameError(f"No {self.kind} given. Available: {', '.join(self.names())}")
+        return out
+
+    def __contains__(self, name: str) -> bool:
+        load_plugins()
+        return name in self._items
+
+    def items(self) -> list[tuple[str, Any]]:
+        load_plugins()
+        return sorted(self._items.items())
+
+
+METHODS = Registry("method")
+TASKS = Registry("task")
+register_method = METHODS.register
+register_task = TASKS.register
+
+_loaded = False
+
+
+def load_plugins() -> None:
+    """Import the ``baselines`` and ``tasks`` packages once, which registers everything."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for pkg in ("baselines", "tasks"):
+        importlib.import_module(pkg)
