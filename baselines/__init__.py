@@ -1,4 +1,16 @@
 """The methods. Every file is imported here explicitly so that it registers itself
 (a test checks that each file registers under the key matching its file name)."""
 
-from baselines import gru, lstm, rnn  # noqa: F401
+from baselines import (  # noqa: F401
+    clockwork_rnn,
+    ei_rehn,
+    gru,
+    hsg,
+    lstm,
+    phased_lstm,
+    random_updates,
+    rhn,
+    rnn,
+    srehn,
+    srhn,
+)

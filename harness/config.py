@@ -216,11 +216,11 @@ def _locate(sections: dict[str, Any], key: str) -> tuple[str, str]:
     if "." in key:
         sec, fld = key.split(".", 1)
         if sec not in sections:
-            raise ConfigError(f"Unknown config section '{sec}' in '{key}'. Sections: {list(sections)}")
-        if fld not in _fields(sections[sec]):
             raise ConfigError(
-                f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}"
+                f"Unknown config section '{sec}' in '{key}'. Sections: {list(sections)}"
             )
+        if fld not in _fields(sections[sec]):
+            raise ConfigError(f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}")
         return sec, fld
     owners = [s for s, obj in sections.items() if key in _fields(obj)]
     if not owners:
@@ -317,3 +317,27 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
         )
     except (KeyError, TypeError) as e:
         raise ConfigError(f"malformed run config: {e}") from None
+
+
+def default_sections(method: str, task: str) -> dict[str, Any]:
+    """The default config sections of a (method, task) pair, for key lookups."""
+    from harness.method import build_config
+    from harness.registry import METHODS, TASKS
+
+    return {
+        "train": TrainConfig(),
+        "model": ModelConfig(),
+        "method": build_config(METHODS.get(method).config_cls, {}),
+        "task": build_config(TASKS.get(task).config_cls, {}),
+    }
+
+
+def accepts(method: str, task: str, key: str) -> bool:
+    """Whether an override key names a field of this (method, task) pair."""
+    try:
+        _locate(default_sections(method, task), key)
+        return True
+    except ConfigError as e:
+        if "ambiguous" in str(e):
+            raise
+        return False

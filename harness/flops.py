@@ -24,7 +24,10 @@ from harness.method import Method, SeqOut, StepCost
 from harness.metrics import valid_steps
 
 FLOPS_PER_MAC = 2
-UNIT_NOTE = "1 MAC = 2 FLOPs; MACs/FLOPs per sequence; biases, nonlinearities, embeddings and read-out not charged"
+UNIT_NOTE = (
+    "1 MAC = 2 FLOPs; MACs/FLOPs per sequence; "
+    "biases, nonlinearities, embeddings and read-out not charged"
+)
 
 
 def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:
@@ -59,7 +62,7 @@ def sequence_macs(method: Method, out: SeqOut, lengths: Tensor | None = None) ->
     }
 
 
-# --- fvcore ----------------------------------------------------------------------------------------
+# --- fvcore ---------------------------------------------------------------------------------
 
 
 def _rnn_handle(gates: int):

@@ -43,7 +43,7 @@ class SeqOut:
 
 @dataclass
 class StepOut:
-    """One step of a method: new output ``h [B, D]``, new state, mask ``[B, D]``, depth ``[B, D]``."""
+    """One step: new output ``h [B, D]``, new state, mask ``[B, D]``, depth ``[B, D]``."""
 
     h: Tensor
     state: Any

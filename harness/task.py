@@ -44,7 +44,7 @@ class Batch:
 
 @dataclass
 class Split:
-    """One split held as tensors; ``y`` is ``[N]`` (last-step labels), ``[N, O]`` or ``[N, T, ...]``."""
+    """One split held as tensors; ``y`` is ``[N]`` (labels), ``[N, O]`` or ``[N, T, ...]``."""
 
     x: Tensor
     y: Tensor
@@ -65,7 +65,8 @@ class Split:
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         for i in range(0, n, batch_size):
             idx = order[i : i + batch_size]
-            yield Batch(self.x[idx], self.y[idx], None if self.lengths is None else self.lengths[idx])
+            lengths = None if self.lengths is None else self.lengths[idx]
+            yield Batch(self.x[idx], self.y[idx], lengths)
 
 
 @dataclass

@@ -76,7 +76,7 @@ def _presets() -> dict[str, Preset]:
     return {
         "smoke": Preset(
             train=TrainConfig(epochs=2, batch_size=20, lr=0.01, eval_batch_size=500),
-            model=ModelConfig(hidden_size=8),
+            model=ModelConfig(hidden_size=10),
             task={"n_train": 120, "n_val": 40, "n_test": 40},
         ),
         "quick": Preset(

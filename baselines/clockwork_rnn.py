@@ -1,0 +1,158 @@
+"""Clockwork RNN: tanh RNN whose units are split into modules that update on fixed clocks.
+
+Paper: Koutník, Greff, Gomez, Schmidhuber, "A Clockwork RNN", ICML 2014,
+https://arxiv.org/abs/1402.3511; a baseline of S-SA (Hartvigsen et al., CIKM 2020). Spec:
+METHODS.md 2.5. The D units form g modules of k = D / g units, module j (1-based, sorted by
+period) with period ``T_j = base^(j-1)``::
+
+    module j active at step t  iff  (t + phase) mod T_j == 0
+    h_{t,i} = tanh((W_H h_{t-1})_i + (W_I x_t)_i + b_i)   if module(i) active   (eq. 1)
+    h_{t,i} = h_{t-1,i}                                    otherwise
+    W_H block upper-triangular: module j reads modules j' >= j (same or slower)
+
+Parameters: ``weight_ih [D, V]``, ``weight_hh [D, D]``, ``bias [D]``. ``weight_hh`` is stored as a
+full D x D tensor multiplied by a fixed block-triangular 0/1 mask in every forward, so the
+entries below the diagonal blocks get zero gradient and (initialised to 0) stay 0 under Adam and
+weight decay. The harness's parameter count (``numel``) therefore INCLUDES those D^2 - k^2 g(g+1)/2
+frozen zeros; ``free_parameter_count()`` gives the paper's count, D V + k^2 g(g+1)/2 + D.
+
+Differences from the paper:
+- [DECISION] METHODS.md 2.5: 10 modules x 5 units, periods 3^(j-1), t counted from 0 (every module
+  fires at t = 0) by default; ``num_modules``, ``base`` and ``phase`` are config (``phase = 1``
+  gives the ``(t+1) mod T`` convention of pranv/clockwork_rnn). [INFERRED] layout that reproduces
+  S-SA's Skip % (81.2 / 80.7 / 82.4 for T = 17 / 15 / 25).
+- D must be divisible by ``num_modules`` (equal modules); otherwise a ConfigError lists the
+  valid module counts.
+- The clock is part of the state ``(h, clock [B])``: a state carried across windows (language
+  modelling) keeps counting time instead of restarting the schedule at every window.
+- Initialisation U(+-1/sqrt(D)) (PyTorch RNNCell default, as ToruOwO/clockwork-rnn-pytorch); the
+  initial state is zero (pranv learns h_0); the read-out is the harness's generic one.
+- The forward is a masked dense implementation; paper-effective MACs charge k |A_t| (D+V)
+  (METHODS.md 1.4); ``exact_step_macs`` gives the structural count sum_{j in A_t} k (V + k (g-j+1)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.cells import masked_update
+from harness.errors import ConfigError
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+_MAX_PERIOD = 2**62  # periods are int64
+
+
+@dataclass(frozen=True)
+class ClockworkConfig:
+    """Knobs of the Clockwork RNN.
+
+    Attributes:
+        num_modules: g; the hidden size must be a multiple of it (k = D / g units per module).
+        base: periods are ``base^(j-1)`` for modules j = 1..g (integer >= 1; 1 gives a dense RNN).
+        phase: module j is active at step t (from 0) iff ``(t + phase) mod T_j == 0``.
+    """
+
+    num_modules: int = 10
+    base: int = 3
+    phase: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_modules < 1:
+            raise ConfigError(f"clockwork-rnn: num_modules must be >= 1 (got {self.num_modules})")
+        if self.base < 1:
+            raise ConfigError(f"clockwork-rnn: base must be >= 1 (got {self.base})")
+        if self.phase < 0:
+            raise ConfigError(f"clockwork-rnn: phase must be >= 0 (got {self.phase})")
+        if self.base ** (self.num_modules - 1) >= _MAX_PERIOD:
+            raise ConfigError(
+                f"clockwork-rnn: the slowest period base^(num_modules-1) = "
+                f"{self.base}^{self.num_modules - 1} does not fit in int64; use fewer modules"
+            )
+
+
+@register_method("clockwork-rnn")
+class ClockworkRNN(Method):
+    """Clockwork RNN; state ``(h [B, D], clock [B] int64)``, mask u = 1[module active]."""
+
+    config_cls = ClockworkConfig
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: ClockworkConfig | None = None):
+        super().__init__(input_size, hidden_size, cfg)
+        D, V, g = self.hidden_size, self.input_size, self.cfg.num_modules
+        if D % g:
+            divisors = [d for d in range(1, D + 1) if D % d == 0]
+            raise ConfigError(
+                f"clockwork-rnn: hidden_size {D} is not divisible by num_modules {g} (every "
+                f"module has D / num_modules units); set num_modules to one of {divisors}, "
+                f"e.g. --set num_modules={max(d for d in divisors if d <= g)}, "
+                f"or a hidden_size that is a multiple of {g}"
+            )
+        self.num_modules, self.module_size = g, D // g
+        module = torch.arange(D) // self.module_size  # [D] 0-based module of each unit
+        self.register_buffer("periods", self.cfg.base**module, persistent=False)  # [D] int64
+        tri = (module[None, :] >= module[:, None]).float()  # [D, D] row i reads column i'
+        self.register_buffer("hh_mask", tri, persistent=False)
+        self.weight_ih = nn.Parameter(torch.empty(D, V))
+        self.weight_hh = nn.Parameter(torch.empty(D, D))
+        self.bias = nn.Parameter(torch.empty(D))
+        b = 1.0 / math.sqrt(D)
+        with torch.no_grad():
+            for p in (self.weight_ih, self.weight_hh, self.bias):
+                p.uniform_(-b, b)
+            self.weight_hh.mul_(self.hh_mask)  # frozen zeros below the diagonal blocks
+
+    def free_parameter_count(self) -> int:
+        """Trainable entries as the paper counts them: D V + k^2 g (g+1) / 2 + D."""
+        D, V, g, k = self.hidden_size, self.input_size, self.num_modules, self.module_size
+        return D * V + k * k * g * (g + 1) // 2 + D
+
+    def cost(self) -> StepCost:
+        D, V = self.hidden_size, self.input_size
+        return StepCost(D, per_unit=D + V)  # paper-effective: k |A_t| (D+V)
+
+    def exact_step_macs(self, out: SeqOut) -> Tensor:
+        """Structural MACs ``[B, T]``: an active module j reads V inputs and k (g - j + 1) units."""
+        g, k, V = self.num_modules, self.module_size, self.input_size
+        active = (out.mask.detach()[..., ::k] > 0).double()  # [B, T, g] first unit of each module
+        j = torch.arange(1, g + 1, device=active.device, dtype=torch.float64)  # [g] 1-based
+        return active @ (k * (V + k * (g - j + 1)))  # [B, T]
+
+    def active_mask(self, clock: Tensor, steps: int, dtype: torch.dtype) -> Tensor:
+        """``u [B, steps, D]``: 1 where the unit's module fires at times ``clock + 0..steps-1``."""
+        t = clock[:, None] + torch.arange(steps, device=clock.device)  # [B, steps]
+        return ((t[..., None] + self.cfg.phase) % self.periods == 0).to(dtype)  # [B, steps, D]
+
+    def init_state(self, batch_size: int, ref: Tensor) -> tuple[Tensor, Tensor]:
+        h = ref.new_zeros(batch_size, self.hidden_size)
+        return h, torch.zeros(batch_size, dtype=torch.long, device=ref.device)
+
+    def _step(self, xp_t: Tensor, h: Tensor, u: Tensor, w_hh: Tensor) -> Tensor:
+        h_new = torch.tanh(xp_t + F.linear(h, w_hh))  # [B, D] eq. 1, all units (masked dense)
+        return masked_update(u, h_new, h)  # inactive modules are exact copies
+
+    def step(self, x_t: Tensor, state: tuple[Tensor, Tensor], t: int) -> StepOut:
+        h, clock = state
+        u = self.active_mask(clock, 1, h.dtype)[:, 0]  # [B, D]
+        xp_t = F.linear(x_t, self.weight_ih, self.bias)  # [B, D]
+        h = self._step(xp_t, h, u, self.weight_hh * self.hh_mask)
+        return StepOut(h, (h, clock + 1), u)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        B, T = x.shape[:2]
+        h, clock = self.init_state(B, x) if state is None else state
+        u = self.active_mask(clock, T, x.dtype)  # [B, T, D], input-independent
+        xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
+        w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
+        hs = []
+        for t in range(T):
+            h = self._step(xp[:, t], h, u[:, t], w_hh)
+            hs.append(h)
+        out = SeqOut(torch.stack(hs, 1), u, state=(h, clock + T))
+        out.aux_loss = self.aux_loss(out)
+        return out

@@ -1,0 +1,150 @@
+"""EI-REHN: Early Improving Recurrent Elastic Highway Network (depth-adaptive highway RNN).
+
+Paper: Park & Yoo, "Early Improving Recurrent Elastic Highway Network",
+https://arxiv.org/abs/1708.04116 (S-EI), eqs. 9-22 and Algorithm 1; METHODS.md 2.14. Per step,
+from ``h^0 = h_{t-1}`` and learned ``s^0, g^0, z^0``, for r = 1..R_t::
+
+    alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1]);  d^r = max(beta + e^alpha - e^{(alpha+alpha_t) r}, 0)
+    z^r    = tanh(W_zh s^{r-1} + W_zg g^{r-1} + W_zz z^{r-1} + b_z)            eq. 18
+    w^r_B  = P_B z^r;  gbar^r_B = sigmoid(Pbar_B z^r + bbar_B)                  eqs. 19-21
+    a^r_B  = gbar * (W^{r-1}_B h^{r-1}) + (1 - gbar) * (w^r_B * h^{r-1}) + W_xB x_t 1[r=1] + b_B
+    W^r_B  = W^{r-1}_B + diag(w^r_B)                                             eq. 17
+    s^r = tanh(a^r_s);  g^r = sigmoid(a^r_g);  gate = d^r * g^r                  eqs. 9, 22
+    h^r = gate * s^r + (1 - gate) * h^{r-1}                                      eq. 10
+
+with ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``, ``L_ti = ln(beta_i + e^alpha_i)/(alpha_i +
+alpha_ti)``: Algorithm 1's "while ||g^r||_1 > 0 and r <= R_max". Branches B in {s, g}.
+Parameters (METHODS.md 2.14(f), reproduces S-EI's counts):
+``D(D+V+1) + 2D + 2[D^2 + DV + D + 2D D_z + D] + [2D D_z + D_z^2 + D_z] + [2D + D_z]``.
+
+Differences from the paper:
+- [DECISION] METHODS.md 2.14(f): s^0, g^0, z^0 (undefined in the paper) are learned vectors;
+  D_z = ceil(D/2) ([INFERRED] from Tables 1-2; ``dz`` knob, 0 = ceil(D/2)).
+- [DECISION] METHODS.md 4 item 6: W^r accumulated additively (eq. 17) with eq. 22's gated mix
+  applied at use. Computed as ``gbar * (W^0 h) + (gbar * sum_{k<r} w^k + (1 - gbar) * w^r) * h``:
+  one D x D product and one diagonal (elementwise) product per branch and layer.
+- [DECISION] METHODS.md 2.14(e): halting checked before computing layer r (Algorithm 1 as printed
+  computes one discarded layer more); identical outputs. ``step`` runs ``max_b R_t`` layers of the
+  batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified gate (layers
+  past R_t are exact copies of h), so the traced dense graph is input-independent.
+- [DECISION] METHODS.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (zeros leave the
+  network dead: d^1 = -0.80 < 0 for every unit). Other weights U(+-1/sqrt(D)) (``init_bound``),
+  b_s, bbar 0, b_g = ``gate_bias`` (0); the learned initial vectors start at 0.
+- R_max = 10 by default (``r_max``; METHODS.md 2.14(j): 10 synthetic, 5 HAR, 2-5 PTB).
+- [DECISION] METHODS.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
+- Mask ``u = 1[d^1 > 0]``, depth ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (METHODS.md 2.14(h)).
+  MACs are layer-level (2.14(i)); a per-unit count is not realisable, since the hypernetwork
+  reads all of s^r and g^r.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.errors import ConfigError
+from harness.highway import (
+    ElasticConfig,
+    ElasticGate,
+    elastic_penalty,
+    highway_mix,
+    run_sequence,
+    weight_bound,
+)
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+
+@dataclass(frozen=True)
+class EIREHNConfig(ElasticConfig):
+    """Elastic knobs (r_max, gate_bias, lam_d, init_bound) plus the hypernetwork size D_z."""
+
+    dz: int = 0  # 0: ceil(D / 2)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dz < 0:
+            raise ConfigError(f"EIREHNConfig: dz must be >= 0 (got {self.dz})")
+
+
+@register_method("ei-rehn")
+class EIREHN(Method):
+    """Elastic highway layers with hypernetwork-generated diagonal weights."""
+
+    config_cls = EIREHNConfig
+    has_depth = True
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: EIREHNConfig | None = None) -> None:
+        super().__init__(input_size, hidden_size, cfg)
+        c, D, V = self.cfg, hidden_size, input_size
+        self.dz = Dz = c.dz or math.ceil(D / 2)
+        b = weight_bound(c.init_bound, D)
+        self.elastic = ElasticGate(V, D, c.r_max, b)  # W_a, alpha_hat, beta_hat
+        # Branches stacked as rows [s; g]; P rows [P_s; P_g; Pbar_s; Pbar_g].
+        self.weight_x = nn.Parameter(torch.empty(2 * D, V).uniform_(-b, b))  # W_x,B
+        self.weight0 = nn.Parameter(torch.empty(2 * D, D).uniform_(-b, b))  # W^0_B
+        self.bias = nn.Parameter(torch.cat([torch.zeros(D), torch.full((D,), c.gate_bias)]))
+        self.proj = nn.Parameter(torch.empty(4 * D, Dz).uniform_(-b, b))  # P_B, Pbar_B
+        self.mix_bias = nn.Parameter(torch.zeros(2 * D))  # bbar_B
+        self.hyper = nn.Linear(2 * D + Dz, Dz)  # [W_zh, W_zg, W_zz], b_z
+        with torch.no_grad():
+            self.hyper.weight.uniform_(-b, b)
+            self.hyper.bias.uniform_(-b, b)
+        self.s0 = nn.Parameter(torch.zeros(D))
+        self.g0 = nn.Parameter(torch.zeros(D))
+        self.z0 = nn.Parameter(torch.zeros(Dz))
+
+    def cost(self) -> StepCost:
+        D, V, Dz, R = self.hidden_size, self.input_size, self.dz, self.cfg.r_max
+        # per layer: two W^0 h products, P and Pbar projections, hypernetwork, two diagonal products
+        layer = 2 * D * D + 6 * D * Dz + Dz * Dz + 2 * D
+        return StepCost(
+            D,
+            always=D * (D + V),  # alpha_t
+            per_active_step=2 * D * V,  # input terms of s^1 and g^1
+            per_layer=layer,
+            max_depth=R,
+            fvcore_uncounted=2 * D * R,
+        )
+
+    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
+        return ref.new_zeros(batch_size, self.hidden_size)
+
+    def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
+        tr = self.elastic(h, x_t)  # d [B, R_max, D], n [B, D], mask [B, D], R [B]
+        layers = int(tr.R.max()) if adaptive else self.cfg.r_max
+        B, D = h.shape
+        if layers > 0:
+            xp = F.linear(x_t, self.weight_x).view(B, 2, D)  # W_x,B x_t, layer 1 only
+            s, g, z = self.s0.expand(B, D), self.g0.expand(B, D), self.z0.expand(B, self.dz)
+            acc = h.new_zeros(B, 2, D)  # sum_{k<r} w^k_B, so W^{r-1}_B = W^0_B + diag(acc)
+            bias, mix_bias = self.bias.view(2, D), self.mix_bias.view(2, D)
+            for r in range(layers):
+                z = torch.tanh(self.hyper(torch.cat([s, g, z], -1)))  # eq. 18 [B, Dz]
+                w, m = F.linear(z, self.proj).view(B, 4, D).split(2, 1)  # [B, 2, D] each
+                gbar = torch.sigmoid(m + mix_bias)  # eq. 21
+                diag = gbar * acc + (1 - gbar) * w  # eqs. 17, 22 folded into one diagonal
+                a = gbar * F.linear(h, self.weight0).view(B, 2, D) + diag * h[:, None] + bias
+                if r == 0:
+                    a = a + xp
+                s, g = torch.tanh(a[:, 0]), torch.sigmoid(a[:, 1])  # eqs. 19, 20
+                h = highway_mix(tr.d[:, r] * g, s, h)  # eqs. 9, 10
+                acc = acc + w  # eq. 17
+        extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
+        return StepOut(h, h, tr.mask, tr.n, extras)
+
+    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
+        return self._advance(x_t, state, adaptive=True)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        h0 = self.init_state(x.shape[0], x) if state is None else state
+        out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=False), x, h0)
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def aux_loss(self, out: SeqOut) -> Tensor | None:
+        return elastic_penalty(out, self.cfg.lam_d)

@@ -1,0 +1,143 @@
+"""Phased LSTM: an LSTM whose units update only while a per-unit periodic time gate is open.
+
+Paper: Neil, Pfeiffer, Liu, "Phased LSTM: Accelerating Recurrent Network Training for Long or
+Event-based Sequences", NeurIPS 2016, https://arxiv.org/abs/1610.09513; a baseline of S-SA
+(Hartvigsen et al., CIKM 2020). Spec: METHODS.md 2.6. Unit i has a period P_i, a shift s_i and an
+open ratio r_on,i (all trainable); with timestamp tau_t::
+
+    phi_{t,i} = ((tau_t - s_i) mod P_i) / P_i                                      eq. 6
+    k_{t,i} = 2 phi / r_on  if phi < r_on / 2;  2 - 2 phi / r_on  if phi < r_on;  alpha phi  else
+                                                                                  eq. 7
+    (h~_t, c~_t) = LSTM(x_t, h_{t-1}, c_{t-1})                                     eqs. 8, 10
+    c_t = k_t * c~_t + (1 - k_t) * c_{t-1}                                         eq. 9
+    h_t = k_t * h~_t + (1 - k_t) * h_{t-1}                                         eq. 11
+
+Update mask u = 1[k > 0] (the ceiling rule, METHODS.md 1.1). In eval the leak alpha is 0, so units
+outside their open phase are exact copies; in training the leak makes u = 1 almost everywhere.
+
+Differences from the paper:
+- [DECISION] METHODS.md 2.6: tau_t = t, the integer step index (S-SA gives no timestamps). The clock
+  is part of the state ``(h, c, clock [B])``, so a state carried across windows keeps counting.
+- [DECISION] METHODS.md 2.6: r_on = 0.3 at initialisation (S-SA's 69-70% Skip implies it; the
+  paper's tasks used 0.05), P = exp(U(ln 2, ln 20)), s ~ U(0, P), all three trainable; leak
+  alpha = 1e-3 in training and 0 in eval (as the Theano original's deterministic mode).
+- [DECISION] METHODS.md 2.2: the LSTM cell has no peepholes and a forget-gate bias of 1
+  (``harness.cells.LSTMWeights``, U(+-1/sqrt(D)) weights); the paper's code has peepholes.
+- METHODS.md 2.6 pitfall: periods below 2 steps alias with integer timestamps, so the forward uses
+  P clamped to >= ``min_period`` (2) and r_on clamped to [1e-3, 1]; the stored parameters are not
+  changed (a clamped value gets no gradient through the clamp).
+- The shift enters as ``tau - s`` as in the paper and TF contrib (the Theano / PyTorch code use
+  ``tau + s``; equivalent since s is learned). phi is computed in float64, so long clocks keep
+  their phase.
+- MACs: 4 k_t (D+V) (each unit's gates use only its own rows); the O(D) time gate is not charged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from harness.cells import LSTMWeights
+from harness.errors import ConfigError
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+_R_ON_MIN = 1e-3
+
+
+@dataclass(frozen=True)
+class PhasedLSTMConfig:
+    """Knobs of Phased LSTM.
+
+    Attributes:
+        r_on: initial open ratio of every unit, in (0, 1] (trainable).
+        period_low: periods are initialised as exp(U(ln period_low, ln period_high)) steps.
+        period_high: see ``period_low``.
+        leak: alpha, the closed-phase slope in training (eval always uses 0).
+        min_period: the forward clamps periods to at least this many steps.
+    """
+
+    r_on: float = 0.3
+    period_low: float = 2.0
+    period_high: float = 20.0
+    leak: float = 1e-3
+    min_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not _R_ON_MIN <= self.r_on <= 1.0:
+            raise ConfigError(f"phased-lstm: r_on must be in [{_R_ON_MIN}, 1] (got {self.r_on})")
+        if not 0 < self.min_period <= self.period_low <= self.period_high:
+            raise ConfigError(
+                "phased-lstm: need 0 < min_period <= period_low <= period_high (got "
+                f"{self.min_period}, {self.period_low}, {self.period_high})"
+            )
+        if not 0.0 <= self.leak < 1.0:
+            raise ConfigError(f"phased-lstm: leak must be in [0, 1) (got {self.leak})")
+
+
+@register_method("phased-lstm")
+class PhasedLSTM(Method):
+    """Phased LSTM; state ``(h [B, D], c [B, D], clock [B] int64)``, mask u = 1[k > 0]."""
+
+    config_cls = PhasedLSTMConfig
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: PhasedLSTMConfig | None = None):
+        super().__init__(input_size, hidden_size, cfg)
+        D, c = self.hidden_size, self.cfg
+        self.cell = LSTMWeights(input_size, hidden_size, forget_bias=1.0)
+        lo, hi = math.log(c.period_low), math.log(c.period_high)
+        period = torch.empty(D).uniform_(lo, hi).exp()  # [D]
+        self.period = nn.Parameter(period)
+        self.shift = nn.Parameter(torch.rand(D) * period)  # s ~ U(0, P)
+        self.r_on = nn.Parameter(torch.full((D,), float(c.r_on)))
+
+    def cost(self) -> StepCost:
+        D, V = self.hidden_size, self.input_size
+        return StepCost(D, per_unit=4 * (D + V))  # 4 k_t (D+V); time gate O(D), not charged
+
+    def leak(self) -> float:
+        """alpha: the configured leak in training, 0 in eval (so closed units are exact copies)."""
+        return float(self.cfg.leak) if self.training else 0.0
+
+    def time_gate(self, clock: Tensor, steps: int) -> Tensor:
+        """Openness ``k [B, steps, D]`` at timestamps ``tau = clock + 0..steps-1``."""
+        tau = (clock[:, None] + torch.arange(steps, device=clock.device)).double()  # [B, steps]
+        P = self.period.clamp(min=self.cfg.min_period)  # [D]
+        r = self.r_on.clamp(_R_ON_MIN, 1.0)  # [D]
+        phi = torch.remainder(tau[..., None] - self.shift.double(), P.double())  # [B, steps, D]
+        phi = (phi / P.double()).to(P.dtype)  # eq. 6
+        rising = 2 * phi / r
+        open_k = torch.where(phi < r / 2, rising, 2 - rising)
+        return torch.where(phi < r, open_k, self.leak() * phi)  # eq. 7
+
+    def init_state(self, batch_size: int, ref: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = ref.new_zeros(batch_size, self.hidden_size)
+        return z, z, torch.zeros(batch_size, dtype=torch.long, device=ref.device)
+
+    def _step(self, xp_t: Tensor, h: Tensor, c: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        h_tilde, c_tilde = self.cell.step(xp_t, h, c)  # [B, D] each, eqs. 8, 10
+        c_new = k * c_tilde + (1 - k) * c  # eq. 9; k = 0 leaves an exact copy
+        h_new = k * h_tilde + (1 - k) * h  # eq. 11
+        return h_new, c_new
+
+    def step(self, x_t: Tensor, state: tuple[Tensor, Tensor, Tensor], t: int) -> StepOut:
+        h, c, clock = state
+        k = self.time_gate(clock, 1)[:, 0]  # [B, D]
+        h, c = self._step(self.cell.input_proj(x_t), h, c, k)
+        return StepOut(h, (h, c, clock + 1), (k > 0).to(h.dtype))
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        B, T = x.shape[:2]
+        h, c, clock = self.init_state(B, x) if state is None else state
+        k = self.time_gate(clock, T)  # [B, T, D], input-independent
+        xp = self.cell.input_proj(x)  # [B, T, 4D]
+        hs = []
+        for t in range(T):
+            h, c = self._step(xp[:, t], h, c, k[:, t])
+            hs.append(h)
+        out = SeqOut(torch.stack(hs, 1), (k > 0).to(x.dtype), state=(h, c, clock + T))
+        out.aux_loss = self.aux_loss(out)
+        return out

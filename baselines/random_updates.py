@@ -1,0 +1,119 @@
+"""Random Updates: a GRU whose units update at random (fixed probability), in training and test.
+
+Paper: the "Random Updates" baseline of S-SA, Hartvigsen et al., "Learning to Selectively Update
+State Neurons in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058
+(per-unit, per-step Bernoulli updates, "similar to Zoneout but kept at test time"; Zoneout:
+Krueger et al. 2017, https://arxiv.org/abs/1606.01305). Spec: METHODS.md 2.4::
+
+    h~_t = GRU(h_{t-1}, x_t)                        S-SA eqs. 1-4
+    u_{t,i} ~ Bernoulli(1 - p_skip), i.i.d. over units, steps and sequences
+    h_t = u_t * h~_t + (1 - u_t) * h_{t-1}
+
+Differences from the paper:
+- [DECISION] METHODS.md 1.3 / 2.3: the shared reset-after GRU cell (``harness.cells.GRUWeights``),
+  so per-unit skipping is exactly realisable and the effective MACs 3 k_t (D+V) are exact.
+- [DECISION] METHODS.md 2.4: the test-time RNG is fixed. In eval mode the mask comes from a
+  generator seeded with ``eval_seed`` and re-seeded at step 0 of every forward (or step loop), so
+  evaluating the same batch twice gives the same masks and outputs. The draws are made per batch,
+  so a sequence's eval mask depends on its position in the eval batch (fixed for a fixed batch
+  size and data order). Training draws from the global torch RNG (seeded by the trainer).
+- S-SA does not state p_skip per run everywhere; the default 0.76 is its Seizures / Twitter value
+  (0.89 Yahoo; 0.25 / 0.5 / 0.9 adding task): set it with ``--set p_skip=...``.
+- The unsampled candidate is still computed by the dense forward (a masked dense implementation);
+  the effective MACs charge only the sampled rows (METHODS.md 1.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from harness.cells import GRUWeights, gru_macs_per_unit, masked_update
+from harness.errors import ConfigError
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+
+@dataclass(frozen=True)
+class RandomUpdatesConfig:
+    """Knobs of Random Updates.
+
+    Attributes:
+        p_skip: probability that a unit keeps its previous value at a step (S-SA: 0.76 Seizures
+            and Twitter, 0.89 Yahoo, 0.25 / 0.5 / 0.9 adding). Must be in [0, 1).
+        eval_seed: seed of the eval-mode mask generator, re-seeded at the start of every forward.
+    """
+
+    p_skip: float = 0.76
+    eval_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p_skip < 1.0:
+            raise ConfigError(f"random-updates: p_skip must be in [0, 1) (got {self.p_skip})")
+        if self.eval_seed < 0:
+            raise ConfigError(f"random-updates: eval_seed must be >= 0 (got {self.eval_seed})")
+
+
+@register_method("random-updates")
+class RandomUpdates(Method):
+    """GRU with i.i.d. Bernoulli(1 - p_skip) per-unit update masks; no decision network.
+
+    The state is ``h [B, D]``. The sequence forward projects all inputs at once and then runs the
+    same per-step code as ``step`` (same RNG draws in the same order, so it equals the step loop).
+    """
+
+    config_cls = RandomUpdatesConfig
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: RandomUpdatesConfig | None = None):
+        super().__init__(input_size, hidden_size, cfg)
+        self.cell = GRUWeights(input_size, hidden_size)
+        self._eval_gen: torch.Generator | None = None
+
+    def cost(self) -> StepCost:
+        D, V = self.hidden_size, self.input_size
+        return StepCost(D, per_unit=gru_macs_per_unit(V, D))  # 3 k_t (D+V), no decision network
+
+    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
+        return ref.new_zeros(batch_size, self.hidden_size)
+
+    def sample_mask(self, batch_size: int, ref: Tensor, t: int) -> Tensor:
+        """``u_t [B, D]`` in {0, 1} with P(u = 1) = 1 - p_skip.
+
+        Training: the global torch RNG. Eval: a private generator, re-seeded with ``eval_seed``
+        at ``t == 0`` so every eval forward sees the same mask sequence.
+        """
+        gen = None
+        if not self.training:
+            if t == 0 or self._eval_gen is None:
+                self._eval_gen = torch.Generator(device=ref.device)
+                self._eval_gen.manual_seed(int(self.cfg.eval_seed))
+            gen = self._eval_gen
+        r = torch.rand(
+            batch_size, self.hidden_size, generator=gen, device=ref.device, dtype=ref.dtype
+        )  # [B, D]
+        return (r >= self.cfg.p_skip).to(ref.dtype)  # P(r >= p) = 1 - p
+
+    def _step(self, xp_t: Tensor, h: Tensor, t: int) -> StepOut:
+        """One step from the projected input ``xp_t [B, 3D]``."""
+        u = self.sample_mask(h.shape[0], h, t)  # [B, D]
+        h_tilde = self.cell.step(xp_t, h)  # [B, D] S-SA eqs. 1-4
+        h_new = masked_update(u, h_tilde, h)  # units with u = 0 are exact copies
+        return StepOut(h_new, h_new, u)
+
+    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
+        return self._step(self.cell.input_proj(x_t), state, t)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        h = self.init_state(x.shape[0], x) if state is None else state
+        xp = self.cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
+        hs, masks = [], []
+        for t in range(x.shape[1]):
+            so = self._step(xp[:, t], h, t)
+            h = so.h
+            hs.append(h)
+            masks.append(so.mask)
+        out = SeqOut(torch.stack(hs, 1), torch.stack(masks, 1), state=h)  # [B, T, D] each
+        out.aux_loss = self.aux_loss(out)
+        return out

@@ -1,0 +1,95 @@
+"""SREHN: shared-weight RHN with S-EI's elastic gate, the second ablation step of S-EI 4.1.
+
+Paper: Park & Yoo, "Early Improving Recurrent Elastic Highway Network",
+https://arxiv.org/abs/1708.04116, section 4.1 and eqs. 9-15; METHODS.md 2.13, 2.14(a, b, e). The
+SRHN layer (``baselines/srhn.py``) with the highway update replaced by the elastic one::
+
+    alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1])                         eq. 14
+    alpha = softplus(alpha_hat),  beta = sigmoid(beta_hat)            eqs. 11, 12
+    d^r   = max(beta + e^alpha - e^{(alpha + alpha_t) r}, 0)          eq. 13
+    s^r, tau^r = tanh / sigmoid of (shared R h^{r-1} + b + W x_t 1[r=1])
+    g^r   = d^r * tau^r;   h^r = g^r * s^r + (1 - g^r) * h^{r-1}      eqs. 9, 10
+
+for r = 1..R_t with ``R_t = min(R_max, max_i(ceil(L_ti) - 1))`` (Algorithm 1's halting rule,
+computed before any layer runs). Parameters: SRHN + ``D(D+V+1) + 2D``.
+
+Differences from the paper:
+- [DECISION] METHODS.md 2.14(e): halting checked before computing layer r (Algorithm 1 as printed
+  computes one discarded layer more); the outputs are identical. ``step`` runs ``max_b R_t``
+  layers of the batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified
+  gate (layers past R_t are exact copies), so the traced dense graph is input-independent.
+- [DECISION] METHODS.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (with zeros the
+  network is dead on arrival: d^1 < 0 everywhere). Other weights U(+-1/sqrt(D)); the content gate
+  tau starts at bias ``gate_bias`` = 0, the same as EI-REHN's g-hat branch (S-EI gives neither;
+  the elastic gate already supplies the carry bias that RHN's -2 provides).
+- R_max = 10 by default (``r_max``), the synthetic data's R_max (METHODS.md 2.14(j)).
+- [DECISION] METHODS.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
+- Coupled carry (METHODS.md 2.10 [INFERRED]). Mask ``u = 1[d^1 > 0]``, depth
+  ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (METHODS.md 1.1, 2.14(h)).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from harness.highway import (
+    CoupledHighway,
+    ElasticConfig,
+    ElasticGate,
+    elastic_penalty,
+    run_sequence,
+    weight_bound,
+)
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+
+@register_method("srehn")
+class SREHN(Method):
+    """Shared-weight coupled RHN whose gate is scaled by the elastic gate d^r."""
+
+    config_cls = ElasticConfig
+    has_depth = True
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: ElasticConfig | None = None) -> None:
+        super().__init__(input_size, hidden_size, cfg)
+        c = self.cfg
+        bound = weight_bound(c.init_bound, hidden_size)
+        self.elastic = ElasticGate(input_size, hidden_size, c.r_max, bound)
+        self.cell = CoupledHighway(
+            input_size, hidden_size, c.r_max, shared=True, transform_bias=c.gate_bias, bound=bound
+        )
+
+    def cost(self) -> StepCost:
+        D, V = self.hidden_size, self.input_size
+        # alpha_t every step; 2DV once any unit is active; 2D^2 per executed layer (2.14(i))
+        return StepCost(
+            D,
+            always=D * (D + V),
+            per_active_step=2 * D * V,
+            per_layer=2 * D * D,
+            max_depth=self.cfg.r_max,
+        )
+
+    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
+        return ref.new_zeros(batch_size, self.hidden_size)
+
+    def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
+        tr = self.elastic(h, x_t)  # d [B, R_max, D], n [B, D], mask [B, D], R [B]
+        layers = int(tr.R.max()) if adaptive else self.cfg.r_max
+        if layers > 0:
+            h = self.cell(self.cell.input_proj(x_t), h, tr.d[:, :layers])  # [B, D]
+        extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
+        return StepOut(h, h, tr.mask, tr.n, extras)
+
+    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
+        return self._advance(x_t, state, adaptive=True)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        h0 = self.init_state(x.shape[0], x) if state is None else state
+        out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=False), x, h0)
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def aux_loss(self, out: SeqOut) -> Tensor | None:
+        return elastic_penalty(out, self.cfg.lam_d)

@@ -1,0 +1,5 @@
+import torch
+
+
+def pytest_configure(config):
+    torch.manual_seed(0)

@@ -1,0 +1,411 @@
+"""The ``harness`` command line: list, run, report, flops, data.
+
+Bad input (unknown names, bad ``--set`` values, missing data, unwritable output, malformed
+records) gives one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, HarnessError
+
+EPILOG_RUN = """examples:
+  harness run --tasks all --preset smoke
+  harness run --tasks adding --methods 'gru,sa-*' --seeds 0-4 --preset quick
+  harness run --tasks synthetic --methods ei-rehn --set r_max=5 --set train.lr=0.005
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"0-4"``, ``"0,2,5"`` or ``"3"`` -> list of seeds."""
+    seeds: list[int] = []
+    try:
+        for part in spec.split(","):
+            part = part.strip()
+            if "-" in part[1:]:
+                a, b = part.split("-", 1) if not part.startswith("-") else (part, "")
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                seeds += range(lo, hi + 1)
+            elif part:
+                seeds.append(int(part))
+    except ValueError:
+        raise ConfigError(f"--seeds expects e.g. 0-4 or 0,1,2; got '{spec}'") from None
+    if not seeds:
+        raise ConfigError(f"--seeds expects e.g. 0-4 or 0,1,2; got '{spec}'")
+    return list(dict.fromkeys(seeds))
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+# --- list ----------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.registry import METHODS, TASKS
+
+    def first_line(obj: Any) -> str:
+        doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    if args.what in ("methods", "all"):
+        print("methods:")
+        for name, cls in METHODS.items():
+            print(f"  {name:16s} {first_line(cls)}")
+    if args.what in ("tasks", "all"):
+        print("tasks:")
+        for name, cls in TASKS.items():
+            arrow = "higher" if cls.higher_is_better else "lower"
+            print(f"  {name:16s} [{cls.kind}, {cls.primary} ({arrow} is better)] {first_line(cls)}")
+    return 0
+
+
+# --- run -----------------------------------------------------------------------------------------
+
+
+def build_configs(
+    methods: list[str], tasks: list[str], seeds: list[int], preset: str, overrides: dict[str, str]
+) -> list:
+    """Resolve every (task, method, seed) config. An override applies to the pairs that have the
+    key (``lam`` reaches SA-RNN, not GRU); a key no selected pair has is an error."""
+    from harness import config
+
+    cfgs, used = [], set()
+    for t in tasks:
+        for m in methods:
+            ov = {k: v for k, v in overrides.items() if config.accepts(m, t, k)}
+            used |= set(ov)
+            cfgs += [config.resolve(m, t, s, preset, ov) for s in seeds]
+    unused = [k for k in overrides if k not in used]
+    if unused:
+        keys = sorted(
+            {
+                k
+                for t in tasks
+                for m in methods
+                for k in config.valid_keys(config.default_sections(m, t))
+            }
+        )
+        raise ConfigError(
+            f"Unknown key '{unused[0]}' for the selected methods and tasks. "
+            f"Valid keys: {', '.join(keys)}"
+        )
+    return cfgs
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness import config
+    from harness.executors import LocalExecutor
+    from harness.registry import METHODS, TASKS
+    from harness.results import Store, store_path
+
+    console = _console()
+    tasks = TASKS.resolve(args.tasks)
+    methods = METHODS.resolve(args.methods)
+    seeds = parse_seeds(args.seeds)
+    overrides = config.parse_set(args.set or [])
+    store = Store(store_path(args.out))
+    store.check_writable()
+
+    runnable, no_data = [], []
+    for t in tasks:
+        status = TASKS.get(t)(None, args.data_dir).data_status()
+        if status and status.get("status") != "found":
+            no_data.append((t, status))
+        else:
+            runnable.append(t)
+    cfgs = build_configs(methods, runnable, seeds, args.preset, overrides) if runnable else []
+    done = set() if args.force else store.recorded_ids()
+    todo = [c for c in cfgs if c.run_id not in done]
+    console.print(
+        f"{len(cfgs)} runs: {len(cfgs) - len(todo)} already recorded in {store.path}, "
+        f"{len(todo)} to run"
+    )
+
+    failed = 0
+    if todo:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        executor = LocalExecutor(args.data_dir, args.device)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            bar = progress.add_task("running", total=len(todo))
+            for cfg, rec in zip(todo, executor.map(todo), strict=True):
+                store.append(rec)
+                progress.advance(bar)
+                progress.console.print(_summary(cfg, rec))
+                failed += rec["status"] != "ok"
+    for t, st in no_data:
+        console.print(f"[yellow]skipped task '{t}': {st.get('detail') or st.get('status')}[/]")
+    if not args.no_report:
+        _write_leaderboard([str(store.path)], Path(args.report), console)
+    if failed:
+        console.print(f"[red]{failed} run(s) failed; see the records in {store.path}[/]")
+    return 1 if failed else 0
+
+
+def _summary(cfg, rec: dict[str, Any]) -> str:
+    head = f"{cfg.method:>15s} | {cfg.task:<12s} seed {cfg.seed}"
+    if rec["status"] != "ok":
+        return f"[red]✗ {head}: {rec['error']}[/]"
+    m = rec["metrics"]
+    primary = rec["primary"]
+    extra = f" skip {m['skip_pct']:.1f}%"
+    if "mean_depth" in m:
+        extra += f" depth {m['mean_depth']:.2f}"
+    return (
+        f"✓ {head}: {primary} {m.get(primary, float('nan')):.4g}{extra} "
+        f"({rec['time']['train_s']:.1f}s)"
+    )
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def _write_leaderboard(sources: list[str], out: Path, console) -> None:
+    from harness.report import leaderboard_markdown
+    from harness.results import load
+
+    records, problems = load(sources)
+    for p in problems:
+        console.print(f"[yellow]warning: {p}[/]")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(leaderboard_markdown(records, sources, problems))
+    except OSError as e:
+        raise HarnessError(f"cannot write report {out}: {e.strerror or e}") from None
+    console.print(f"wrote {out}")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    sources = args.records or ["results/runs.jsonl"]
+    _write_leaderboard(sources, Path(args.out), _console())
+    return 0
+
+
+# --- flops ---------------------------------------------------------------------------------------
+
+
+def cmd_flops(args: argparse.Namespace) -> int:
+    import torch
+
+    from harness import config
+    from harness.flops import FLOPS_PER_MAC, UNIT_NOTE, dense_sequence_macs, sequence_macs
+    from harness.registry import METHODS
+    from harness.train import build
+
+    methods = METHODS.resolve(args.methods)
+    overrides = config.parse_set(args.set or [])
+    rows = []
+    for cfg in build_configs(methods, [args.task], [0], args.preset, overrides):
+        task, model = build(cfg, args.data_dir)
+        x = task.splits(0).test.x[: args.batch]
+        model.eval()
+        with torch.no_grad():
+            out = model(x)
+        T = x.shape[1]
+        row = {
+            "method": cfg.method,
+            "task": cfg.task,
+            "preset": cfg.preset,
+            "seq_len": T,
+            "params_total": sum(p.numel() for p in model.parameters()),
+            "params_method": model.method_param_count(),
+            "macs_dense_fvcore": 0,
+            "macs_dense": 0.0,
+            "macs_effective": 0.0,
+        }
+        for layer, trace in zip(model.methods, out.layers, strict=True):
+            row["macs_dense_fvcore"] += dense_sequence_macs(layer, T)
+            macs = sequence_macs(layer, trace)
+            row["macs_dense"] += float(macs["dense"].mean())
+            row["macs_effective"] += float(macs["effective"].mean())
+        for k in ("dense_fvcore", "dense", "effective"):
+            row[f"flops_{k}"] = FLOPS_PER_MAC * row[f"macs_{k}"]
+        rows.append(row)
+    if args.json:
+        print(json.dumps({"unit": UNIT_NOTE, "rows": rows}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"MACs/FLOPs per sequence, fresh models ({UNIT_NOTE})")
+    for col in (
+        "method",
+        "T",
+        "params",
+        "dense MACs (fvcore)",
+        "dense MACs",
+        "effective MACs",
+        "effective FLOPs",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            r["method"],
+            str(r["seq_len"]),
+            str(r["params_total"]),
+            f"{r['macs_dense_fvcore']:.4g}",
+            f"{r['macs_dense']:.4g}",
+            f"{r['macs_effective']:.4g}",
+            f"{r['flops_effective']:.4g}",
+        )
+    Console().print(table)
+    return 0
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from harness import data
+
+    rows = data.status_rows(args.data_dir, verify=args.action == "verify")
+    if args.tasks:
+        from harness.registry import TASKS
+
+        wanted = set(TASKS.resolve(args.tasks))
+        rows = [r for r in rows if r["task"] in wanted]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"datasets under {data.data_root(args.data_dir)}")
+    for col in ("task", "dataset", "status", "path", "source"):
+        table.add_column(col)
+    for r in rows:
+        color = "green" if r["status"] == "found" else "red"
+        table.add_row(
+            r["task"],
+            r["dataset"],
+            f"[{color}]{r['status']}[/]",
+            str(r["path"]),
+            r.get("source", ""),
+        )
+    Console().print(table)
+    bad = [r for r in rows if r["status"] != "found"]
+    for r in bad:
+        sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
+    return 2 if bad else 0
+
+
+# --- parser --------------------------------------------------------------------------------------
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="harness",
+        description="Benchmark harness for conditional-computation RNNs.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="run 'harness COMMAND --help' for a command's options and examples",
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("list", help="registered methods and tasks")
+    s.add_argument("what", nargs="?", choices=["methods", "tasks", "all"], default="all")
+    s.set_defaults(func=cmd_list)
+
+    s = sub.add_parser(
+        "run",
+        help="train and test methods on tasks; write records + leaderboard",
+        epilog=EPILOG_RUN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--tasks", default="all", help="comma-separated names or globs, or 'all'")
+    s.add_argument("--methods", default="all", help="comma-separated names or globs, or 'all'")
+    s.add_argument("--seeds", default="0", help="e.g. 0-4 or 0,1,2 (default 0)")
+    s.add_argument("--preset", default="smoke", help="smoke | quick | paper (default smoke)")
+    s.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config field (train.lr=0.01, hidden_size=64, lam=1e-3)",
+    )
+    s.add_argument("--out", default="results", help="records directory or .jsonl file")
+    s.add_argument("--report", default="reports/LEADERBOARD.md", help="leaderboard to write")
+    s.add_argument("--no-report", action="store_true", help="do not write the leaderboard")
+    s.add_argument("--force", action="store_true", help="rerun runs already recorded")
+    s.add_argument("--data-dir", default=None, help="dataset root (else $HARNESS_DATA_DIR)")
+    s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser(
+        "report",
+        help="leaderboard from records",
+        epilog="example:\n  harness report results/runs.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("records", nargs="*", help="records files or directories")
+    s.add_argument("--out", default="reports/LEADERBOARD.md")
+    s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser(
+        "flops",
+        help="dense/effective MACs and params of fresh models",
+        epilog="example:\n  harness flops --methods gru,lstm --task adding --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--methods", default="all")
+    s.add_argument("--task", default="adding")
+    s.add_argument("--preset", default="smoke")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.add_argument("--batch", type=int, default=16, help="test sequences for effective MACs")
+    s.add_argument("--data-dir", default=None)
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_flops)
+
+    s = sub.add_parser(
+        "data",
+        help="dataset status and checksums",
+        epilog="examples:\n  harness data list\n  harness data verify --tasks ptb",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("action", choices=["list", "verify"])
+    s.add_argument("--tasks", default=None)
+    s.add_argument("--data-dir", default=None)
+    s.set_defaults(func=cmd_data)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``harness`` console script."""
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HarnessError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted; finished runs are recorded\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Pieces shared by the highway family (RHN, HSG, SRHN, SREHN, EI-REHN), written once.
+
+- ``CoupledHighway``: the RHN layer stack with a coupled carry gate (METHODS.md 2.10), per-layer or
+  shared (SRHN, 2.12) weights; the input enters only at layer 1. With an elastic gate ``d`` it runs
+  the SREHN update ``g^r = d^r * tau^r`` (2.13).
+- ``ElasticGate``: S-EI's local rate ``alpha_t`` (eq. 14) and elastic gate ``d^r`` (eqs. 11-13) for
+  every layer at once, plus the depth trace: ``n_{t,i} = #{r : d^r_{t,i} > 0}``, mask
+  ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (METHODS.md 1.1, 2.14(e, h)).
+- ``run_sequence``: the step loop over a precomputed sequence, stacked like ``Method.step_loop``.
+- The initialisation constants ([DECISION]s of METHODS.md 2.10, 2.11, 2.14(g)).
+
+Every ``r``-loop here runs a fixed number of layers unless told otherwise; a rectified gate of 0
+turns a layer into an exact copy (``0 * s + 1 * h == h``), so running more layers than ``R_t``
+changes nothing (METHODS.md 2.14(e)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.errors import ConfigError
+from harness.method import SeqOut, StepOut
+
+TRANSFORM_BIAS = -2.0  # RHN transform-gate bias, rhn_train.py PTB value (METHODS.md 2.10)
+HSG_GATE_BIAS = -2.0  # [DECISION] METHODS.md 2.11: the seed's value was lost; closed at start
+ALPHA_HAT_INIT = -3.0  # [DECISION] METHODS.md 2.14(g): alpha = softplus(-3) = 0.049
+BETA_HAT_INIT = 3.0  # beta = sigmoid(3) = 0.953
+RATE_BIAS_INIT = -3.0  # bias of W_a: alpha_t ~ sigmoid(-3) = 0.047 -> d^1 ~ 0.90, depth ~ 7
+EXP_CAP = 50.0  # e^50 >> beta + e^alpha: d is 0 there anyway; the cap keeps exp and grads finite
+
+
+def _non_negative(name: str, **values: float) -> None:
+    for k, v in values.items():
+        if v < 0:
+            raise ConfigError(f"{name}: {k} must be >= 0 (got {v})")
+
+
+@dataclass(frozen=True)
+class HighwayConfig:
+    """Knobs of the fixed-depth highway methods (RHN, SRHN).
+
+    Attributes:
+        depth: L, highway layers per step.
+        transform_bias: initial bias of the transform gate tau (carry-biased when negative).
+        init_bound: weights ~ U(+-init_bound); 0 means 1/sqrt(D) (PyTorch's default scale).
+            The RHN reference code uses 0.04.
+    """
+
+    depth: int = 5
+    transform_bias: float = TRANSFORM_BIAS
+    init_bound: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ConfigError(f"{type(self).__name__}: depth must be >= 1 (got {self.depth})")
+        _non_negative(type(self).__name__, init_bound=self.init_bound)
+
+
+@dataclass(frozen=True)
+class ElasticConfig:
+    """Knobs of the elastic-gate methods (SREHN, EI-REHN).
+
+    Attributes:
+        r_max: R_max, the most highway layers per step (and the dense depth).
+        gate_bias: initial bias of the content gate (SREHN's tau, EI-REHN's g-hat branch).
+        lam_d: weight of the optional compute penalty ``lam_d * sum_{t,i} d^1`` (0: off).
+        init_bound: weights ~ U(+-init_bound); 0 means 1/sqrt(D).
+    """
+
+    r_max: int = 10
+    gate_bias: float = 0.0
+    lam_d: float = 0.0
+    init_bound: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.r_max < 1:
+            raise ConfigError(f"{type(self).__name__}: r_max must be >= 1 (got {self.r_max})")
+        _non_negative(type(self).__name__, lam_d=self.lam_d, init_bound=self.init_bound)
+
+
+def weight_bound(init_bound: float, hidden_size: int) -> float:
+    """The uniform init bound: ``init_bound``, or 1/sqrt(D) when it is 0."""
+    return init_bound if init_bound > 0 else 1.0 / math.sqrt(hidden_size)
+
+
+def highway_mix(g: Tensor, s: Tensor, h: Tensor) -> Tensor:
+    """``g * s + (1 - g) * h`` (S-EI eq. 8 with coupled carry, eq. 10); exact copy where g = 0."""
+    return g * s + (1 - g) * h
+
+
+class CoupledHighway(nn.Module):
+    """RHN layer stack with coupled carry: ``weight_x [2D, V]`` (s and tau input weights, layer 1
+    only), ``weight_h [L', 2D, D]`` and ``bias [L', 2D]`` with L' = depth, or 1 when ``shared``.
+    Parameters: ``2DV + 2L'D^2 + 2L'D`` (METHODS.md 2.10, 2.12).
+
+    Args:
+        input_size: V.
+        hidden_size: D.
+        depth: L (layers run by ``forward`` when no elastic gate is given).
+        shared: one set of recurrent weights for every layer (SRHN).
+        transform_bias: initial bias of tau.
+        bound: weights ~ U(+-bound); other biases 0 (as ``theano_rhn.py``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        depth: int,
+        shared: bool = False,
+        transform_bias: float = TRANSFORM_BIAS,
+        bound: float | None = None,
+    ) -> None:
+        super().__init__()
+        D, V = hidden_size, input_size
+        self.depth, self.shared = depth, shared
+        n = 1 if shared else depth
+        b = 1.0 / math.sqrt(D) if bound is None else bound
+        self.weight_x = nn.Parameter(torch.empty(2 * D, V).uniform_(-b, b))
+        self.weight_h = nn.Parameter(torch.empty(n, 2 * D, D).uniform_(-b, b))
+        self.bias = nn.Parameter(torch.zeros(n, 2 * D))
+        with torch.no_grad():
+            self.bias[:, D:] = transform_bias  # rows D.. are the transform gate tau
+
+    def input_proj(self, x: Tensor) -> Tensor:
+        """``[W_H; W_T] x``: ``[..., V] -> [..., 2D]`` (no bias; each layer adds its own)."""
+        return F.linear(x, self.weight_x)
+
+    def transform(self, r: int, h: Tensor, xp: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Layer ``r`` (0-based) candidate ``s`` and transform gate ``tau``, each ``[B, D]``."""
+        k = 0 if self.shared else r
+        a = F.linear(h, self.weight_h[k], self.bias[k])  # [B, 2D]
+        if xp is not None:
+            a = a + xp  # the input enters at the first layer only
+        s, tau = a.chunk(2, -1)
+        return torch.tanh(s), torch.sigmoid(tau)  # S-EI eqs. 6, 7
+
+    def forward(self, xp: Tensor, h: Tensor, d: Tensor | None = None) -> Tensor:
+        """Run the stack from ``h [B, D]`` with the projected input ``xp [B, 2D]``.
+
+        Without ``d``: ``depth`` RHN layers, ``g = tau``. With an elastic gate ``d [B, R, D]``:
+        R layers with ``g^r = d^r * tau^r`` (SREHN, METHODS.md 2.13).
+        """
+        layers = self.depth if d is None else d.shape[1]
+        for r in range(layers):
+            s, tau = self.transform(r, h, xp if r == 0 else None)
+            g = tau if d is None else d[:, r] * tau  # [B, D]
+            h = highway_mix(g, s, h)  # S-EI eq. 8 (coupled carry c = 1 - tau)
+        return h
+
+
+@dataclass
+class ElasticTrace:
+    """The elastic gate of one step: ``d [B, R_max, D]``, per-unit depth ``n [B, D]`` (float),
+    update mask ``u = 1[d^1 > 0]`` ``[B, D]`` and executed depth ``R [B]`` (long)."""
+
+    d: Tensor
+    n: Tensor
+    mask: Tensor
+    R: Tensor
+
+
+class ElasticGate(nn.Module):
+    """S-EI's elastic gate: ``W_a`` on ``[h; x; 1]`` (D(D+V+1)) and the learned ``alpha_hat``,
+    ``beta_hat`` (2D), initialised per METHODS.md 2.14(g) so that the network starts alive.
+
+    Args:
+        input_size: V.
+        hidden_size: D.
+        r_max: R_max.
+        bound: weights of W_a ~ U(+-bound).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, r_max: int, bound: float) -> None:
+        super().__init__()
+        D = hidden_size
+        self.r_max = r_max
+        self.rate = nn.Linear(D + input_size, D)
+        self.alpha_hat = nn.Parameter(torch.full((D,), ALPHA_HAT_INIT))
+        self.beta_hat = nn.Parameter(torch.full((D,), BETA_HAT_INIT))
+        with torch.no_grad():
+            self.rate.weight.uniform_(-bound, bound)
+            self.rate.bias.fill_(RATE_BIAS_INIT)
+        self.register_buffer("steps", torch.arange(1, r_max + 1).float(), persistent=False)
+
+    def rates(self, h: Tensor, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``alpha [D]``, ``beta [D]`` and the local rate ``alpha_t [B, D]`` (eqs. 11, 12, 14)."""
+        alpha = F.softplus(self.alpha_hat)  # eq. 11
+        beta = torch.sigmoid(self.beta_hat)  # eq. 12
+        alpha_t = torch.sigmoid(self.rate(torch.cat([h, x], -1)))  # eq. 14
+        return alpha, beta, alpha_t
+
+    def forward(self, h: Tensor, x: Tensor) -> ElasticTrace:
+        """The gate of every layer ``r = 1..R_max`` and its depth trace, from ``h_{t-1}, x_t``."""
+        alpha, beta, alpha_t = self.rates(h, x)
+        expo = (alpha + alpha_t)[:, None, :] * self.steps[None, :, None]  # [B, R_max, D]
+        d = torch.relu(beta + alpha.exp() - expo.clamp(max=EXP_CAP).exp())  # eq. 13
+        # d decreases in r, so the layers with d > 0 are a prefix: n counts them (1.1, 2.14(h)).
+        n = (d.detach() > 0).sum(1)  # [B, D]
+        R = n.amax(-1)  # [B] = min(R_max, max_i(ceil(L_ti) - 1))
+        return ElasticTrace(d, n.to(h.dtype), (n > 0).to(h.dtype), R)
+
+
+def active_limit(alpha: Tensor, beta: Tensor, alpha_t: Tensor) -> Tensor:
+    """``L_{t,i} = ln(beta + e^alpha) / (alpha + alpha_t)``: unit i is active at layer r iff
+    ``r < L_{t,i}`` (METHODS.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``."""
+    return torch.log(beta + alpha.exp()) / (alpha + alpha_t)
+
+
+def elastic_penalty(out: SeqOut, lam_d: float, key: str = "elastic_d1_mean") -> Tensor | None:
+    """``lam_d * sum_{t,i} d^1_{t,i}`` averaged over the batch ([DECISION] METHODS.md 2.14(k)),
+    from the per-sequence mean of d^1 the elastic methods put in ``extras[key]``; None when off."""
+    if lam_d <= 0:
+        return None
+    T, D = out.outputs.shape[1:]
+    return lam_d * (out.extras[key] * (T * D)).mean()
+
+
+def run_sequence(step_fn: Callable[[Tensor, Any], StepOut], xs: Tensor, state: Any) -> SeqOut:
+    """Apply ``step_fn(xs[:, t], state)`` over time and stack as ``Method.step_loop`` does
+    (extras averaged over time); the caller sets ``aux_loss``."""
+    hs, masks, depths = [], [], []
+    extras: dict[str, list[Tensor]] = {}
+    for t in range(xs.shape[1]):
+        so = step_fn(xs[:, t], state)
+        state = so.state
+        hs.append(so.h)
+        masks.append(so.mask)
+        depths.append(so.depth)
+        for k, v in so.extras.items():
+            extras.setdefault(k, []).append(v)
+    return SeqOut(
+        outputs=torch.stack(hs, 1),
+        mask=torch.stack(masks, 1),
+        depth=torch.stack(depths, 1) if depths and depths[0] is not None else None,
+        extras={k: torch.stack(v, 1).mean(1) for k, v in extras.items()},
+        state=state,
+    )

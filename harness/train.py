@@ -1,0 +1,236 @@
+"""The one training and evaluation loop, shared by every method and task.
+
+Adam with global-norm gradient clipping; validation after every epoch; the test metrics reported
+are those of the parameters from the epoch with the best validation primary metric (the rule is
+named in every record). A non-finite loss ends the run as failed, with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness import env
+from harness.config import RunConfig
+from harness.errors import DivergedError, HarnessError
+from harness.flops import FLOPS_PER_MAC, sequence_macs
+from harness.metrics import depth_stats, geometric_mean, skip_fraction
+from harness.model import SeqModel
+from harness.registry import METHODS, TASKS
+from harness.task import Split, Task
+
+SCHEMA_VERSION = 1
+
+
+def set_seed(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``auto`` (CUDA when available)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device cuda requested but no CUDA device is available")
+    if device not in ("cpu", "cuda"):
+        raise HarnessError(f"Unknown device '{device}'. Use cpu, cuda or auto")
+    return torch.device(device)
+
+
+def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
+    """Instantiate the task and a freshly initialised model (seeded by ``cfg.seed``)."""
+    task = TASKS.get(cfg.task)(cfg.task_cfg, data_dir)
+    set_seed(cfg.seed)
+    model = SeqModel(METHODS.get(cfg.method), cfg.method_cfg, task, cfg.model)
+    return task, model
+
+
+@dataclass
+class EvalResult:
+    """Metrics of one pass over a split: task metrics, compute trace, MACs, diagnostics."""
+
+    metrics: dict[str, float]
+    macs: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def evaluate(model: SeqModel, task: Task, split: Split, batch_size: int, device) -> EvalResult:
+    """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs, all
+    averaged over the split's sequences (Skip % per sequence over its true length, METHODS.md 1.1).
+    """
+    model.eval()
+    stats: dict[str, list[float]] = {}
+    sums: dict[str, float] = {}
+    n_seq = 0
+    for batch in split.batches(batch_size):
+        batch = batch.to(device)
+        out = model(batch.x, batch.lengths)
+        for k, (s, c) in task.batch_stats(out.pred, batch).items():
+            acc = stats.setdefault(k, [0.0, 0.0])
+            acc[0] += s
+            acc[1] += c
+        B = batch.x.shape[0]
+        n_seq += B
+        per_seq: dict[str, torch.Tensor] = {}
+        units = sum(layer.hidden_size for layer in model.methods)
+        skipped = sum(
+            skip_fraction(o.mask, batch.lengths) * layer.hidden_size
+            for o, layer in zip(out.layers, model.methods, strict=True)
+        )
+        per_seq["skip"] = skipped / units
+        for o, layer in zip(out.layers, model.methods, strict=True):
+            for k, v in sequence_macs(layer, o, batch.lengths).items():
+                per_seq[f"macs_{k}"] = per_seq.get(f"macs_{k}", 0) + v
+            if o.depth is not None:
+                for k, v in depth_stats(o.depth, layer.cost().max_depth, batch.lengths).items():
+                    per_seq[k] = per_seq.get(k, 0) + v / len(model.methods)
+            for k, v in o.extras.items():
+                per_seq[f"diag_{k}"] = per_seq.get(f"diag_{k}", 0) + v.float() / len(model.methods)
+        for k, v in per_seq.items():
+            sums[k] = sums.get(k, 0.0) + float(v.double().sum())
+    metrics = task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+    mean = {k: v / max(n_seq, 1) for k, v in sums.items()}
+    metrics["skip_pct"] = 100.0 * mean["skip"]
+    if "depth_skip" in mean:
+        metrics["depth_skip_pct"] = 100.0 * mean["depth_skip"]
+        metrics["mean_depth"] = mean["mean_depth"]
+    if task.kind == "classification" and "accuracy" in metrics:
+        metrics["geo_mean"] = geometric_mean(metrics["accuracy"], metrics["skip_pct"])
+    macs = {k[5:]: v for k, v in mean.items() if k.startswith("macs_")}
+    diags = {k[5:]: v for k, v in mean.items() if k.startswith("diag_")}
+    return EvalResult(metrics, macs, diags)
+
+
+def _better(new: float, best: float | None, higher: bool) -> bool:
+    if new is None or math.isnan(new):
+        return False
+    return best is None or (new > best if higher else new < best)
+
+
+def train_model(
+    cfg: RunConfig, task: Task, model: SeqModel, splits, device
+) -> tuple[list[dict[str, Any]], int, float]:
+    """Train with Adam; returns (history, best epoch, train seconds), leaving the best-validation
+    parameters loaded. Raises DivergedError on a non-finite loss."""
+    tc = cfg.train
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history: list[dict[str, Any]] = []
+    best_val, best_epoch, best_state, stale = None, -1, None, 0
+    train_s = 0.0
+    for epoch in range(tc.epochs):
+        model.on_epoch_start(epoch, tc.epochs)
+        model.train()
+        t0 = time.perf_counter()
+        losses = []
+        for i, batch in enumerate(splits.train.batches(tc.batch_size, True, gen)):
+            if tc.max_train_batches and i >= tc.max_train_batches:
+                break
+            batch = batch.to(device)
+            out = model(batch.x, batch.lengths)
+            loss = task.loss(out.pred, batch)
+            total = loss if out.aux_loss is None else loss + out.aux_loss
+            if not torch.isfinite(total):
+                raise DivergedError(f"non-finite loss ({total.item()}) at epoch {epoch}, batch {i}")
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            if tc.clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, tc.clip)
+            opt.step()
+            losses.append(loss.item())
+        train_s += time.perf_counter() - t0
+        val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics
+        v = val.get(task.primary, float("nan"))
+        history.append(
+            {"epoch": epoch, "train_loss": float(np.mean(losses)), f"val_{task.primary}": v}
+        )
+        if _better(v, best_val, task.higher_is_better):
+            best_val, best_epoch, stale = v, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+            if tc.patience and stale >= tc.patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return history, best_epoch, train_s
+
+
+def selection_rule(task: Task) -> str:
+    d = "highest" if task.higher_is_better else "lowest"
+    return f"test metrics at the epoch with the {d} validation {task.primary}"
+
+
+def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
+
+    Bad input (unknown names, missing data) raises HarnessError; a run that fails while training
+    (divergence, a runtime error) is returned as a failed record so a sweep can go on.
+    """
+    dev = resolve_device(device)
+    started = datetime.now(timezone.utc)
+    rec: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "run_id": cfg.run_id,
+        "variant_id": cfg.variant_id,
+        "method": cfg.method,
+        "task": cfg.task,
+        "seed": cfg.seed,
+        "preset": cfg.preset,
+        "config": cfg.to_dict(),
+        "env": env.environment(dev),
+        "time": {"start": started.isoformat(timespec="seconds")},
+    }
+    task, model = build(cfg, data_dir)
+    splits = task.splits(cfg.seed)
+    model.to(dev)
+    rec["primary"] = task.primary
+    rec["higher_is_better"] = task.higher_is_better
+    rec["selection"] = selection_rule(task)
+    rec["params"] = {
+        "total": sum(p.numel() for p in model.parameters()),
+        "method": model.method_param_count(),
+    }
+    rec["data"] = dict(splits.info)
+    try:
+        history, best_epoch, train_s = train_model(cfg, task, model, splits, dev)
+        t0 = time.perf_counter()
+        test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev)
+        eval_s = time.perf_counter() - t0
+        val = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev)
+        rec.update(
+            status="ok",
+            error=None,
+            best_epoch=best_epoch,
+            epochs_run=len(history),
+            history=history,
+            metrics=test.metrics,
+            val_metrics=val.metrics,
+            macs=test.macs,
+            flops={k: FLOPS_PER_MAC * v for k, v in test.macs.items()},
+            diagnostics=test.diagnostics,
+        )
+        rec["time"].update(train_s=train_s, eval_s=eval_s)
+    except (KeyboardInterrupt, HarnessError):
+        raise
+    except DivergedError as e:
+        rec.update(status="failed", error=f"diverged: {e}")
+    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        rec.update(status="failed", error=f"{type(e).__name__}: {e} ({tb.filename}:{tb.lineno})")
+    rec["time"]["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return rec

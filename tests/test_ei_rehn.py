@@ -1,0 +1,255 @@
+"""EI-REHN and SREHN (METHODS.md 2.13, 2.14): the batched cells against a literal per-sequence
+Algorithm 1 (same h_t and R_t, including R_t = 0 and R_t = R_max; same gradients), the
+initialisation trap, parameter counts against S-EI Tables 1-2, and MACs on hand-built depths."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from baselines.ei_rehn import EIREHN, EIREHNConfig
+from baselines.srehn import SREHN
+from harness.errors import ConfigError
+from harness.flops import fvcore_macs, sequence_macs
+from harness.highway import ElasticConfig, active_limit
+from harness.method import SeqOut
+
+R_MAX = 6
+
+
+def reference_ei_rehn(m: EIREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """Algorithm 1 for one sequence ``xs [T, V]``, written literally: W^r kept as D x D matrices
+    (eq. 17 with diag), the loop runs while ||g^r||_1 > 0 and r <= R_max, checked before layer r
+    updates h. Returns h_t ``[T, D]`` and R_t per step."""
+    D = m.hidden_size
+    el = m.elastic
+    alpha, beta = F.softplus(el.alpha_hat), torch.sigmoid(el.beta_hat)  # eqs. 11, 12
+    Wx = {"s": m.weight_x[:D], "g": m.weight_x[D:]}
+    b = {"s": m.bias[:D], "g": m.bias[D:]}
+    P = {"s": m.proj[:D], "g": m.proj[D : 2 * D]}
+    Pbar = {"s": m.proj[2 * D : 3 * D], "g": m.proj[3 * D :]}
+    bbar = {"s": m.mix_bias[:D], "g": m.mix_bias[D:]}
+    Wzh, Wzg = m.hyper.weight[:, :D], m.hyper.weight[:, D : 2 * D]
+    Wzz, bz = m.hyper.weight[:, 2 * D :], m.hyper.bias
+    h, hs, Rs = torch.zeros(D, dtype=xs.dtype), [], []
+    for x in xs:
+        alpha_t = torch.sigmoid(el.rate.weight @ torch.cat([h, x]) + el.rate.bias)  # eq. 14
+        W = {"s": m.weight0[:D], "g": m.weight0[D:]}  # W^0_B
+        s_prev, g_prev, z = m.s0, m.g0, m.z0
+        r, R = 1, 0
+        while r <= m.cfg.r_max:
+            d = torch.clamp(beta + torch.exp(alpha) - torch.exp((alpha + alpha_t) * r), min=0)
+            z_r = torch.tanh(Wzh @ s_prev + Wzg @ g_prev + Wzz @ z + bz)  # eq. 18
+            a, w = {}, {}
+            for B in ("s", "g"):
+                w[B] = P[B] @ z_r  # eq. 19
+                gbar = torch.sigmoid(Pbar[B] @ z_r + bbar[B])  # eq. 21
+                xin = Wx[B] @ x if r == 1 else 0.0
+                a[B] = gbar * (W[B] @ h) + (1 - gbar) * (torch.diag(w[B]) @ h) + xin + b[B]
+            g_hat = torch.sigmoid(a["g"])
+            g = d * g_hat  # eq. 9
+            if g.abs().sum() == 0:  # halting, before layer r changes anything
+                break
+            s = torch.tanh(a["s"])
+            h = g * s + (1 - g) * h  # eq. 10
+            for B in ("s", "g"):
+                W[B] = W[B] + torch.diag(w[B])  # eq. 17
+            s_prev, g_prev, z = s, g_hat, z_r
+            R, r = r, r + 1
+        hs.append(h)
+        Rs.append(R)
+    return torch.stack(hs), Rs
+
+
+def reference_srehn(m: SREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """SREHN, Algorithm 1 literally: shared R_H, R_T, b; g^r = d^r * tau^r."""
+    D = m.hidden_size
+    el, c = m.elastic, m.cell
+    alpha, beta = F.softplus(el.alpha_hat), torch.sigmoid(el.beta_hat)
+    W_H, W_T = c.weight_x[:D], c.weight_x[D:]
+    R_H, R_T, b_H, b_T = c.weight_h[0, :D], c.weight_h[0, D:], c.bias[0, :D], c.bias[0, D:]
+    h, hs, Rs = torch.zeros(D, dtype=xs.dtype), [], []
+    for x in xs:
+        alpha_t = torch.sigmoid(el.rate.weight @ torch.cat([h, x]) + el.rate.bias)
+        r, R = 1, 0
+        while r <= m.cfg.r_max:
+            d = torch.clamp(beta + torch.exp(alpha) - torch.exp((alpha + alpha_t) * r), min=0)
+            tau = torch.sigmoid((W_T @ x if r == 1 else 0.0) + R_T @ h + b_T)
+            g = d * tau
+            if g.abs().sum() == 0:
+                break
+            s = torch.tanh((W_H @ x if r == 1 else 0.0) + R_H @ h + b_H)
+            h = g * s + (1 - g) * h
+            R, r = r, r + 1
+        hs.append(h)
+        Rs.append(R)
+    return torch.stack(hs), Rs
+
+
+def _crafted_input(V: int) -> torch.Tensor:
+    """Input feature 0 drives alpha_t (W_a column set to +8 below): +2 -> alpha_t ~ 1, nothing
+    active (R_t = 0); -2 -> alpha_t ~ 0, R_t = R_max; values near 0.2 give depths in between."""
+    torch.manual_seed(3)
+    x = 0.5 * torch.randn(3, 6, V, dtype=torch.float64)
+    x[:, :, 0] = torch.tensor(
+        [[2.0, 2.0, -2.0, 0.2, 2.0, 0.3], [-2.0, 0.25, 2.0, -2.0, 0.15, 0.1], [0.2] * 6]
+    )
+    return x
+
+
+def _craft(m: nn.Module) -> None:
+    with torch.no_grad():
+        m.elastic.rate.weight[:, m.hidden_size] = 8.0  # the column of input feature 0
+
+
+def _grads(m: nn.Module, out: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+    m.zero_grad()
+    (out * w).sum().backward()
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in m.parameters()]
+
+
+@pytest.mark.parametrize("cls, reference", [(EIREHN, reference_ei_rehn), (SREHN, reference_srehn)])
+def test_batched_matches_algorithm_1(cls, reference) -> None:
+    torch.manual_seed(4)
+    V, D = 3, 4
+    cfg = EIREHNConfig(r_max=R_MAX) if cls is EIREHN else ElasticConfig(r_max=R_MAX)
+    m = cls(V, D, cfg).double()
+    _craft(m)
+    x = _crafted_input(V)
+    refs = [reference(m, x[b]) for b in range(x.shape[0])]
+    ref_h = torch.stack([h for h, _ in refs])
+    ref_R = torch.tensor([R for _, R in refs])
+    assert (ref_R == 0).any() and (ref_R == R_MAX).any()
+    assert ((ref_R > 0) & (ref_R < R_MAX)).any()
+    # R_t = 0 skips the whole step: h_t is an exact copy of h_{t-1}
+    b, t = [int(i) for i in (ref_R[:, 1:] == 0).nonzero()[0]]
+    assert torch.equal(ref_h[b, t + 1], ref_h[b, t])
+
+    out, loop = m(x), m.step_loop(x)  # fixed R_max layers; batched early exit at max_b R_t
+    for o in (out, loop):
+        torch.testing.assert_close(o.outputs, ref_h, rtol=0, atol=1e-12)
+        assert torch.equal(o.depth.amax(-1).long(), ref_R)
+        assert torch.equal(o.mask, (o.depth > 0).double())
+    # the closed form R_t = min(R_max, max_i(ceil(L_ti) - 1)) with L_ti from eq. 13
+    h_prev = torch.cat([torch.zeros_like(ref_h[:, :1]), ref_h[:, :-1]], 1)
+    alpha, beta, alpha_t = m.elastic.rates(h_prev.reshape(-1, D), x.reshape(-1, V))
+    L = active_limit(alpha, beta, alpha_t).reshape(3, 6, D)
+    closed = torch.clamp((torch.ceil(L) - 1).amax(-1), max=R_MAX).long()
+    assert torch.equal(closed, ref_R)
+    # gradients of the batched forward equal those of Algorithm 1
+    w = torch.randn_like(ref_h)
+    ref_again = torch.stack([reference(m, x[b])[0] for b in range(x.shape[0])])
+    for g, gr in zip(_grads(m, out.outputs, w), _grads(m, ref_again, w), strict=True):
+        torch.testing.assert_close(g, gr, rtol=1e-9, atol=1e-12)
+
+
+def test_alive_at_default_init_and_dead_trap() -> None:
+    torch.manual_seed(5)
+    x = 0.1 * torch.randn(4, 6, 2)
+    y = torch.randn(4, 6, 8)
+    m = EIREHN(2, 8)
+    assert torch.allclose(F.softplus(m.elastic.alpha_hat), torch.tensor(0.0486), atol=1e-4)
+    out = m(x)
+    d1 = out.mask.mean().item()
+    assert d1 > 0.9, f"d^1 > 0 for only {d1:.0%} of units at the default init"
+    assert 5 <= out.depth.amax(-1).float().mean() <= 8  # about 7 active layers (2.14(g) table)
+    F.mse_loss(out.outputs, y).backward()
+    for name, p in m.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    # METHODS.md 2.14(g): alpha_hat = beta_hat = 0 and a zero W_a bias give d^1 = -0.80 < 0
+    dead = EIREHN(2, 8)
+    with torch.no_grad():
+        dead.elastic.alpha_hat.zero_()
+        dead.elastic.beta_hat.zero_()
+        dead.elastic.rate.bias.zero_()
+    out = dead(x)
+    assert torch.all(out.mask == 0) and torch.all(out.depth == 0)
+    assert torch.all(out.outputs == 0)  # h never leaves h_0 = 0
+    F.mse_loss(out.outputs, y).backward()
+    for name, p in dead.named_parameters():
+        assert p.grad is None or torch.all(p.grad == 0), name  # max(., 0) blocks every gradient
+
+
+def _count(*modules: nn.Module) -> int:
+    return sum(p.numel() for mod in modules for p in mod.parameters())
+
+
+@pytest.mark.parametrize("D, expected", [(10, 807), (15, 1732), (20, 2862)])
+def test_param_count_synthetic(D: int, expected: int) -> None:
+    m = EIREHN(2, D)  # S-EI Table 1: V = 2, 2-d read-out, D_z = ceil(D/2) = 5 / 8 / 10
+    assert m.dz == math.ceil(D / 2)
+    assert _count(m, nn.Linear(D, 2)) == expected
+
+
+@pytest.mark.parametrize("D, expected", [(32, 8102), (40, 12126), (48, 16950)])
+def test_param_count_har(D: int, expected: int) -> None:
+    # S-EI Table 2: ONE EI-REHN layer, V = 9, 6-way read-out, plus the unexplained +10*D term
+    # every HAR count carries (PAPER_RESULTS.md 2.6), added as a constant and not modelled.
+    assert _count(EIREHN(9, D), nn.Linear(D, 6)) + 10 * D == expected
+
+
+def test_srehn_params_and_config() -> None:
+    D, V = 20, 2
+    srhn = 2 * D * V + 2 * D * D + 2 * D
+    assert _count(SREHN(V, D)) == srhn + D * (D + V + 1) + 2 * D  # METHODS.md 2.13
+    assert EIREHN(V, 7, EIREHNConfig(dz=3)).dz == 3
+    with pytest.raises(ConfigError):
+        EIREHNConfig(dz=-1)
+    with pytest.raises(ConfigError):
+        ElasticConfig(r_max=0)
+
+
+@pytest.mark.parametrize("cls", [EIREHN, SREHN])
+def test_effective_macs_on_hand_built_depths(cls) -> None:
+    D, V, T = 4, 3, 3
+    m = cls(V, D, EIREHNConfig(r_max=5) if cls is EIREHN else ElasticConfig(r_max=5))
+    if cls is EIREHN:
+        Dz = m.dz
+        layer = 2 * D * D + 6 * D * Dz + Dz * Dz + 2 * D  # METHODS.md 2.14(i)
+    else:
+        layer = 2 * D * D
+    always, active = D * (D + V), 2 * D * V
+    c = m.cost()
+    assert (c.always, c.per_active_step, c.per_layer, c.max_depth) == (always, active, layer, 5)
+    depth = torch.tensor(
+        [[[0, 0, 0, 0], [1, 3, 0, 2], [5, 5, 5, 5]], [[2, 2, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]]
+    ).float()
+    out = SeqOut(torch.zeros(2, T, D), (depth > 0).float(), depth)
+    step = [
+        [always, always + active + 3 * layer, always + active + 5 * layer],
+        [always + active + 2 * layer, always, always],
+    ]
+    macs = sequence_macs(m, out, lengths=torch.tensor([3, 2]))
+    assert macs["effective"].tolist() == [sum(step[0]), sum(step[1][:2])]
+    assert torch.equal(macs["exact"], macs["effective"])
+    assert macs["dense"].tolist() == [3 * c.dense_step(), 2 * c.dense_step()]
+    assert c.dense_step() == always + active + 5 * layer
+
+
+@pytest.mark.parametrize("cls", [EIREHN, SREHN])
+def test_fvcore_counts_dense_minus_diagonal_products(cls) -> None:
+    m, x = cls(3, 5), torch.randn(2, 4, 3)
+    c = m.cost()
+    assert c.fvcore_uncounted == (2 * 5 * c.max_depth if cls is EIREHN else 0)
+    assert fvcore_macs(m, x)[0] == (c.dense_step() - c.fvcore_uncounted) * 4 * 2
+
+
+@pytest.mark.parametrize("cls", [EIREHN, SREHN])
+def test_compute_penalty(cls) -> None:
+    torch.manual_seed(6)
+    x = torch.randn(2, 5, 3)
+    assert cls(3, 4)(x).aux_loss is None  # off by default (S-EI has no compute term)
+    cfg = EIREHNConfig(lam_d=0.01) if cls is EIREHN else ElasticConfig(lam_d=0.01)
+    m = cls(3, 4, cfg)
+    out = m(x)
+    h_prev = torch.cat([torch.zeros(2, 1, 4), out.outputs[:, :-1]], 1).detach()
+    alpha, beta, alpha_t = m.elastic.rates(h_prev, x)
+    d1 = torch.relu(beta + alpha.exp() - (alpha + alpha_t).exp())  # [B, T, D]
+    torch.testing.assert_close(out.aux_loss, 0.01 * d1.sum((1, 2)).mean())
+    torch.testing.assert_close(m.step_loop(x).aux_loss, out.aux_loss)
+    out.aux_loss.backward()
+    assert m.elastic.beta_hat.grad.abs().sum() > 0

@@ -1,0 +1,84 @@
+"""Generic task tests, parametrized over every registered task whose data is available."""
+
+import pkgutil
+
+import pytest
+import torch
+
+import tasks
+from harness import config
+from harness.registry import TASKS
+from harness.task import Batch
+
+NAMES = TASKS.names()
+
+
+def available(name):
+    t = TASKS.get(name)()
+    st = t.data_status()
+    return st is None or st.get("status") == "found"
+
+
+def test_every_file_registers_its_own_key():
+    for mod in pkgutil.iter_modules(tasks.__path__):
+        key = mod.name.replace("_", "-")
+        assert key in TASKS, f"tasks/{mod.name}.py is not registered"
+        assert TASKS.get(key).__module__ == f"tasks.{mod.name}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_presets_resolve(name):
+    cls = TASKS.get(name)
+    assert set(cls.presets) >= {"smoke", "quick", "paper"}
+    assert cls.kind in ("classification", "regression", "lm")
+    assert cls.readout in ("last", "every")
+    for p in ("smoke", "quick", "paper"):
+        config.resolve("gru", name, 0, p)
+
+
+GENERATED = [n for n in NAMES if TASKS.get(n)().data_status() is None]
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_generated_task_splits_are_deterministic_and_shaped(name):
+    rc = config.resolve("gru", name, 0, "smoke")
+    t = TASKS.get(name)(rc.task_cfg)
+    a, b = t.splits(0), t.splits(0)
+    for sa, sb in [(a.train, b.train), (a.val, b.val), (a.test, b.test)]:
+        assert torch.equal(sa.x, sb.x) and torch.equal(sa.y, sb.y)
+        assert sa.x.dtype == torch.float32 and sa.x.shape[-1] == t.input_size
+    assert len(a.train) == rc.task_cfg.n_train and len(a.test) == rc.task_cfg.n_test
+    if t.readout == "every":
+        assert a.test.y.shape[:2] == a.test.x.shape[:2] and a.test.y.shape[-1] == t.output_size
+    else:
+        assert a.test.y.shape == (len(a.test), t.output_size)
+    # A perfect predictor scores the best value of the primary metric.
+    batch = Batch(a.test.x, a.test.y)
+    m = t.finalize(t.batch_stats(a.test.y.clone(), batch))
+    assert m[t.primary] == 0.0
+
+
+def test_adding_targets_are_the_two_marked_values():
+    import numpy as np
+
+    from tasks.adding import generate
+
+    x, y = generate(50, 30, np.random.default_rng(0))
+    assert (x[:, :, 1].sum(1) == 2).all()
+    np.testing.assert_allclose(y[:, 0], (x[:, :, 0] * x[:, :, 1]).sum(1))
+    assert ((x[:, :, 0] >= 0) & (x[:, :, 0] < 1)).all()
+
+
+def test_synthetic_follows_algorithm_2():
+    import numpy as np
+
+    from tasks.synthetic import SyntheticConfig, generate
+
+    cfg = SyntheticConfig()
+    x, R = generate(2000, cfg, np.random.default_rng(0))
+    assert x.shape == (2000, 21, 2) and R.min() >= 1
+    assert R.max() > cfg.r_max  # as printed, ||h||^2 up to 2 lets R_t exceed R_max (pitfall a)
+    clipped = generate(200, SyntheticConfig(clip_depth=True), np.random.default_rng(0))[1]
+    assert clipped.max() <= cfg.r_max
+    # x_t scales with R_t / R_max and each component is a tanh
+    assert (np.abs(x) <= R[..., None] / cfg.r_max + 1e-12).all()
