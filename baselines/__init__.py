@@ -11,6 +11,9 @@ from baselines import (  # noqa: F401
     random_updates,
     rhn,
     rnn,
+    sa_rnn,
+    skip_rnn,
     srehn,
     srhn,
+    vc_rnn,
 )

@@ -10,6 +10,10 @@ Three numbers per method and sequence (METHODS.md 1.2):
 - ``exact``: what a sparse implementation could realise, where the method says it differs.
 
 Biases, nonlinearities, elementwise gating, embeddings and the read-out are not charged.
+
+Note for method authors: fvcore counts a jit trace, which drops computation that feeds no output
+(e.g. a decision projection computed after the last step), while FlopCounterMode counts every
+executed op; compute such terms where they are used so both counters agree.
 """
 
 from __future__ import annotations

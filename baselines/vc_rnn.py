@@ -1,0 +1,148 @@
+"""VC-RNN (Variable Computation RNN) in its GRU form: a scalar scheduler picks how many leading
+hidden units are recomputed at each step.
+
+Paper: Jernite, Grave, Joulin & Mikolov, "Variable Computation in Recurrent Neural Networks",
+ICLR 2017, https://arxiv.org/abs/1611.06188; used as a baseline by S-SA (Hartvigsen et al.,
+CIKM 2020, https://doi.org/10.1145/3340531.3412058). Equations as restated in METHODS.md 2.7
+(the VC paper itself could not be consulted, so no equation numbers are given)::
+
+    m_t = sigmoid(w_h . h_{t-1} + w_x . x_t + b)                 scheduler, a scalar per sequence
+    e_{t,i} = Thr_eps(sigmoid(lam * (m_t * D - i))),  i = 1..D   soft mask over the units
+    h_t = e_t * GRU(e_t * h_{t-1}, x_t) + (1 - e_t) * h_{t-1}     partial update
+    loss += gamma * sum_t |m_t - m_target|                        (mean over the batch)
+
+``Thr_eps(v)`` is 1 above ``1 - eps``, 0 below ``eps`` and ``v`` between; the update mask is
+``u = 1[e > 0]`` (a soft update counts as an update, METHODS.md 1.1).
+
+Differences from the paper:
+- [DECISION] METHODS.md 2.3: the reset-after GRU shared by all GRU-based methods.
+- [DECISION] METHODS.md 2.7: the input is masked to its first dims (``e_t * x_t``) only when
+  V = D; when V != D it is not masked.
+- [DECISION] METHODS.md 2.7: the sharpness ``lam`` ramps linearly from ``sharpness_start`` (0.1)
+  at the first epoch to ``sharpness_end`` (20, a soft band under one unit wide) at the last;
+  evaluation always uses ``sharpness_end``, so Skip % is reported at the final, sharp mask
+  (METHODS.md 4.1). eps = 0.01.
+- The scheduler is initialised to zero (m = 0.5 at the start), as in the third-party PyTorch code.
+- The target proportion ``m_target`` = 0.34 is inferred from S-SA's 66% Skip; ``gamma`` (the
+  weight of the L1 pull) is not given by S-SA and defaults to 1e-2 here.
+- Cost: the paper-effective count (S-SA's convention) charges ``3(D+V)`` per updated unit plus the
+  scheduler ``D+V`` at every step. ``exact_step_macs`` gives the VC-structural count, where the
+  updated units read only the first ``k_t`` state dims: ``3 k_t (k_t + V) + (D+V)`` (with ``V``
+  replaced by ``k_t`` when the input is masked too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.cells import GRUWeights, gru_macs_per_unit, masked_update
+from harness.errors import ConfigError
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+
+@dataclass(frozen=True)
+class VCRNNConfig:
+    """Knobs of VC-GRU.
+
+    Attributes:
+        m_target: target update proportion m-bar of the L1 pull.
+        gamma: weight of the L1 pull ``gamma * sum_t |m_t - m_target|``.
+        sharpness_start: mask sharpness ``lam`` at the first training epoch.
+        sharpness_end: sharpness at the last training epoch and at evaluation.
+        eps: threshold of ``Thr_eps``.
+    """
+
+    m_target: float = 0.34
+    gamma: float = 1e-2
+    sharpness_start: float = 0.1
+    sharpness_end: float = 20.0
+    eps: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.m_target <= 1.0:
+            raise ConfigError(f"vc-rnn: m_target must be in (0, 1] (got {self.m_target})")
+        if self.gamma < 0:
+            raise ConfigError(f"vc-rnn: gamma must be >= 0 (got {self.gamma})")
+        if not (self.sharpness_start > 0 and self.sharpness_end > 0):
+            raise ConfigError("vc-rnn: sharpness_start and sharpness_end must be positive")
+        if not 0.0 < self.eps < 0.5:
+            raise ConfigError(f"vc-rnn: eps must be in (0, 0.5) (got {self.eps})")
+
+
+def threshold_eps(v: Tensor, eps: float) -> Tensor:
+    """``Thr_eps``: 1 above ``1 - eps``, 0 below ``eps``, ``v`` (and its gradient) in between."""
+    return torch.where(
+        v > 1 - eps, torch.ones_like(v), torch.where(v < eps, torch.zeros_like(v), v)
+    )
+
+
+@register_method("vc-rnn")
+class VCRNN(Method):
+    """VC-GRU: a GRU whose leading ``~m_t D`` units are updated, the others copied."""
+
+    config_cls = VCRNNConfig
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: VCRNNConfig | None = None) -> None:
+        super().__init__(input_size, hidden_size, cfg)
+        D, V = self.hidden_size, self.input_size
+        self.cell = GRUWeights(V, D)
+        self.sched_h = nn.Parameter(torch.zeros(1, D))  # w_h
+        self.sched_x = nn.Parameter(torch.zeros(1, V))  # w_x
+        self.sched_b = nn.Parameter(torch.zeros(1))  # b
+        self.mask_input = V == D
+        self.register_buffer("unit_index", torch.arange(1, D + 1).float(), persistent=False)
+        self.sharpness = self.cfg.sharpness_start
+
+    # --- schedule ------------------------------------------------------------------------------
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        super().on_epoch_start(epoch, num_epochs)
+        c = self.cfg
+        frac = epoch / max(num_epochs - 1, 1)
+        self.sharpness = c.sharpness_start + (c.sharpness_end - c.sharpness_start) * min(frac, 1.0)
+
+    def current_sharpness(self) -> float:
+        """The ramped sharpness while training; the final one at evaluation."""
+        return self.sharpness if self.training else self.cfg.sharpness_end
+
+    # --- cost ----------------------------------------------------------------------------------
+    def cost(self) -> StepCost:
+        D, V = self.hidden_size, self.input_size
+        return StepCost(D, always=D + V, per_unit=gru_macs_per_unit(V, D))
+
+    def exact_step_macs(self, out: SeqOut) -> Tensor:
+        """VC-structural MACs ``[B, T]``: the updated units are the first ``k_t``, and read only
+        the first ``k_t`` state dims (and input dims when the input is masked)."""
+        D, V = self.hidden_size, self.input_size
+        k = (out.mask.detach() > 0).sum(-1).double()  # [B, T]
+        v_read = k if self.mask_input else V
+        return 3 * k * (k + v_read) + (D + V)
+
+    # --- recurrence ----------------------------------------------------------------------------
+    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
+        return ref.new_zeros(batch_size, self.hidden_size)
+
+    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
+        h = state  # [B, D]
+        D = self.hidden_size
+        logit = F.linear(h, self.sched_h) + F.linear(x_t, self.sched_x, self.sched_b)  # [B, 1]
+        m = torch.sigmoid(logit)  # [B, 1] scheduler
+        soft = torch.sigmoid(self.current_sharpness() * (m * D - self.unit_index))  # [B, D]
+        e = threshold_eps(soft, self.cfg.eps)  # [B, D] soft mask, 0 on skipped units
+        x_in = e * x_t if self.mask_input else x_t  # [B, V]
+        cand = self.cell.step(self.cell.input_proj(x_in), e * h)  # GRU(h-bar, x-bar), [B, D]
+        # e in [0, 1]: the same product as a {0,1} mask, so e = 0 leaves an exact copy of h.
+        h_new = masked_update(e, cand, h)  # [B, D]
+        u = (e > 0).to(h.dtype)  # [B, D] ceiling rule
+        m1 = m.squeeze(-1)  # [B]
+        extras = {"m": m1, "m_dev": (m1 - self.cfg.m_target).abs()}
+        return StepOut(h_new, h_new, u, extras=extras)
+
+    def aux_loss(self, out: SeqOut) -> Tensor | None:
+        """``gamma * sum_t |m_t - m_target|``, mean over the batch (``m_dev`` is the time mean)."""
+        T = out.mask.shape[1]
+        return self.cfg.gamma * T * out.extras["m_dev"].mean()
