@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, HarnessError
+from harness.sweep import parse_grid
 
 EPILOG_RUN = """examples:
   harness run --tasks all --preset smoke
   harness run --tasks adding --methods 'gru,sa-*' --seeds 0-4 --preset quick
-  harness run --tasks synthetic --methods ei-rehn --set r_max=5 --set train.lr=0.005
+  harness run --tasks synthetic --methods ei-rehn --set method.r_max=5 --set train.lr=0.005
+  harness run --tasks seizures --methods sa-rnn,skip-rnn --grid lam=0,1e-4,1e-3,1e-2 \\
+      --seeds 0-2 --match-skip 76
 """
 
 
@@ -80,19 +83,31 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_configs(
-    methods: list[str], tasks: list[str], seeds: list[int], preset: str, overrides: dict[str, str]
+    methods: list[str],
+    tasks: list[str],
+    seeds: list[int],
+    preset: str,
+    overrides: dict[str, str],
+    grid: dict[str, list[str]] | None = None,
 ) -> list:
-    """Resolve every (task, method, seed) config. An override applies to the pairs that have the
-    key (``lam`` reaches SA-RNN, not GRU); a key no selected pair has is an error."""
+    """Resolve every (task, method, grid point, seed) config. An override or grid key applies to
+    the pairs that have it (``lam`` reaches SA-RNN, not GRU); a key no selected pair has is an
+    error. Configs that resolve identically (a grid key a method lacks) are run once."""
     from harness import config
+    from harness.sweep import expand_grid
 
-    cfgs, used = [], set()
+    cfgs, used, seen = [], set(), set()
     for t in tasks:
         for m in methods:
-            ov = {k: v for k, v in overrides.items() if config.accepts(m, t, k)}
-            used |= set(ov)
-            cfgs += [config.resolve(m, t, s, preset, ov) for s in seeds]
-    unused = [k for k in overrides if k not in used]
+            for point in expand_grid(grid or {}):
+                ov = {k: v for k, v in {**overrides, **point}.items() if config.accepts(m, t, k)}
+                used |= set(ov)
+                for s in seeds:
+                    cfg = config.resolve(m, t, s, preset, ov)
+                    if cfg.run_id not in seen:
+                        seen.add(cfg.run_id)
+                        cfgs.append(cfg)
+    unused = [k for k in [*overrides, *(grid or {})] if k not in used]
     if unused:
         keys = sorted(
             {
@@ -120,8 +135,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     methods = METHODS.resolve(args.methods)
     seeds = parse_seeds(args.seeds)
     overrides = config.parse_set(args.set or [])
+    grid = parse_grid(args.grid or [])
     store = Store(store_path(args.out))
     store.check_writable()
+    if args.threads < 0:
+        raise ConfigError(f"--threads must be >= 0 (got {args.threads})")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     runnable, no_data = [], []
     for t in tasks:
@@ -130,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             no_data.append((t, status))
         else:
             runnable.append(t)
-    cfgs = build_configs(methods, runnable, seeds, args.preset, overrides) if runnable else []
+    cfgs = build_configs(methods, runnable, seeds, args.preset, overrides, grid) if runnable else []
     done = set() if args.force else store.recorded_ids()
     todo = [c for c in cfgs if c.run_id not in done]
     console.print(
@@ -167,6 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]skipped task '{t}': {st.get('detail') or st.get('status')}[/]")
     if not args.no_report:
         _write_leaderboard([str(store.path)], Path(args.report), console)
+    if args.match_skip is not None:
+        _print_match_skip(store, cfgs, args.match_skip, list(grid), console)
     if failed:
         console.print(f"[red]{failed} run(s) failed; see the records in {store.path}[/]")
     return 1 if failed else 0
@@ -185,6 +209,80 @@ def _summary(cfg, rec: dict[str, Any]) -> str:
         f"✓ {head}: {primary} {m.get(primary, float('nan')):.4g}{extra} "
         f"({rec['time']['train_s']:.1f}s)"
     )
+
+
+def _print_match_skip(store, cfgs, target: float, swept: list[str], console) -> None:
+    """Per method, the swept variant whose Skip % is nearest ``target`` (among this sweep's runs)."""
+    from rich.table import Table
+
+    from harness.sweep import match_skip
+
+    ids = {c.run_id for c in cfgs}
+    records = [r for r in store.read()[0] if r["run_id"] in ids]
+    table = Table(title=f"variants nearest Skip {target:g} %")
+    for col in ("task", "method", *swept, "Skip %", "metric", "seeds", "candidates"):
+        table.add_column(col)
+    for row in match_skip(records, target, swept):
+        primary = next(
+            k
+            for k in row
+            if k
+            not in (
+                "task",
+                "preset",
+                "method",
+                "variant_id",
+                "skip_pct",
+                "seeds",
+                "candidates",
+                "values",
+            )
+        )
+        table.add_row(
+            row["task"],
+            row["method"],
+            *[str(row["values"][k]) for k in swept],
+            f"{row['skip_pct']:.1f}",
+            f"{primary} {row[primary]:.4g}",
+            str(row["seeds"]),
+            str(row["candidates"]),
+        )
+    console.print(table)
+
+
+# --- compare -------------------------------------------------------------------------------------
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness.compare import compare, load_strict, markdown, parse_tolerances
+
+    res = compare(
+        load_strict(args.reference), load_strict(args.current), parse_tolerances(args.tol or [])
+    )
+    console = _console()
+    if res.drifted:
+        table = Table(title="drifted measures")
+        for col in ("run", "measure", "reference", "current", "tolerance"):
+            table.add_column(col)
+        for d in res.drifted:
+            table.add_row(d.label, d.measure, str(d.reference), str(d.current), d.tolerance)
+        console.print(table)
+    for title, rows in (("missing from current", res.missing), ("new in current", res.new)):
+        for r in rows:
+            console.print(f"{title}: {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}")
+    verdict = "[green]PASS[/]" if res.ok else "[red]FAIL[/]"
+    console.print(
+        f"{verdict}: {res.matched} matched, {len(res.drifted)} drifted, "
+        f"{len(res.missing)} missing, {len(res.new)} new"
+    )
+    if args.markdown:
+        try:
+            Path(args.markdown).write_text(markdown(res, args.reference, args.current))
+        except OSError as e:
+            raise HarnessError(f"cannot write {args.markdown}: {e.strerror or e}") from None
+    return 0 if res.ok else 1
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -288,12 +386,12 @@ def cmd_flops(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     from harness import data
 
-    rows = data.status_rows(args.data_dir, verify=args.action == "verify")
+    tasks = None
     if args.tasks:
         from harness.registry import TASKS
 
-        wanted = set(TASKS.resolve(args.tasks))
-        rows = [r for r in rows if r["task"] in wanted]
+        tasks = TASKS.resolve(args.tasks)
+    rows = data.status_rows(args.data_dir, verify=args.action == "verify", tasks=tasks)
     from rich.console import Console
     from rich.table import Table
 
@@ -310,7 +408,8 @@ def cmd_data(args: argparse.Namespace) -> int:
             r.get("source", ""),
         )
     Console().print(table)
-    bad = [r for r in rows if r["status"] != "found"]
+    # Missing data is an error when that dataset was asked for; corrupt data always is.
+    bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
     for r in bad:
         sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
     return 2 if bad else 0
@@ -354,7 +453,45 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="rerun runs already recorded")
     s.add_argument("--data-dir", default=None, help="dataset root (else $HARNESS_DATA_DIR)")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+    s.add_argument(
+        "--grid",
+        action="append",
+        metavar="KEY=V1,V2,...",
+        help="sweep a config field over values (repeatable: cartesian product)",
+    )
+    s.add_argument(
+        "--match-skip",
+        type=float,
+        default=None,
+        metavar="TARGET",
+        help="after the sweep, show per method the variant with Skip %% nearest TARGET",
+    )
+    s.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads per run (default 1; 0 = torch's default)",
+    )
     s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser(
+        "compare",
+        help="drift gate: current records vs a reference",
+        epilog="example:\n  harness compare results/reference/smoke.jsonl "
+        "results/runs.jsonl --markdown drift.md\n"
+        "exit codes: 0 no drift, 1 drift or missing runs, 2 bad input",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("reference")
+    s.add_argument("current")
+    s.add_argument(
+        "--tol",
+        action="append",
+        metavar="MEASURE=ABS[:REL]",
+        help="tolerance for a measure or prefix (metrics.mse=1e-3, macs=0:1e-2)",
+    )
+    s.add_argument("--markdown", default=None, help="also write the comparison as Markdown")
+    s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser(
         "report",

@@ -59,25 +59,49 @@ def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
 
 @dataclass
 class EvalResult:
-    """Metrics of one pass over a split: task metrics, compute trace, MACs, diagnostics."""
+    """Metrics of one pass over a split: task metrics, compute trace, MACs, diagnostics, and
+    (when traced) the update pattern of the first sequence and the histogram of executed depth."""
 
     metrics: dict[str, float]
     macs: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, float] = field(default_factory=dict)
+    trace: dict[str, Any] = field(default_factory=dict)
+
+
+def pack_mask(mask: torch.Tensor) -> list[str]:
+    """A ``[T, D]`` {0,1} mask as one hex string per step (bit i of the row = unit i)."""
+    rows = []
+    for row in (mask.detach().cpu() > 0).tolist():
+        bits = "".join("1" if b else "0" for b in row)
+        width = (len(bits) + 3) // 4
+        rows.append(format(int(bits[::-1], 2), f"0{width}x") if bits else "")
+    return rows
+
+
+def unpack_mask(rows: list[str], units: int) -> list[list[int]]:
+    """Inverse of ``pack_mask``: ``[T][D]`` lists of 0/1."""
+    return [[(int(r, 16) >> i) & 1 for i in range(units)] for r in rows]
 
 
 @torch.no_grad()
-def evaluate(model: SeqModel, task: Task, split: Split, batch_size: int, device) -> EvalResult:
+def evaluate(
+    model: SeqModel, task: Task, split: Split, batch_size: int, device, trace: bool = False
+) -> EvalResult:
     """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs, all
     averaged over the split's sequences (Skip % per sequence over its true length, METHODS.md 1.1).
+    With ``trace``, also keep the first sequence's per-layer update mask and, for depth models,
+    the histogram of executed depth R_t over every step of every sequence.
     """
     model.eval()
     stats: dict[str, list[float]] = {}
     sums: dict[str, float] = {}
     n_seq = 0
+    traced: dict[str, Any] = {}
     for batch in split.batches(batch_size):
         batch = batch.to(device)
         out = model(batch.x, batch.lengths)
+        if trace:
+            _trace(out, batch, traced)
         for k, (s, c) in task.batch_stats(out.pred, batch).items():
             acc = stats.setdefault(k, [0.0, 0.0])
             acc[0] += s
@@ -111,7 +135,27 @@ def evaluate(model: SeqModel, task: Task, split: Split, batch_size: int, device)
         metrics["geo_mean"] = geometric_mean(metrics["accuracy"], metrics["skip_pct"])
     macs = {k[5:]: v for k, v in mean.items() if k.startswith("macs_")}
     diags = {k[5:]: v for k, v in mean.items() if k.startswith("diag_")}
-    return EvalResult(metrics, macs, diags)
+    return EvalResult(metrics, macs, diags, traced)
+
+
+def _trace(out, batch, traced: dict[str, Any]) -> None:
+    """Accumulate the first sequence's masks and the R_t histogram (see ``evaluate``)."""
+    if "first_mask" not in traced:
+        T = int(batch.lengths[0]) if batch.lengths is not None else batch.x.shape[1]
+        traced["first_mask"] = [pack_mask(o.mask[0, :T]) for o in out.layers]
+        traced["units"] = [o.mask.shape[-1] for o in out.layers]
+    hist = traced.setdefault("depth_hist", {})
+    for o in out.layers:
+        if o.depth is None:
+            continue
+        R = o.depth.amax(-1)  # [B, T]
+        if batch.lengths is not None:
+            valid = torch.arange(R.shape[1], device=R.device)[None] < batch.lengths[:, None]
+            R = R[valid]
+        for r, c in zip(*torch.unique(R.long(), return_counts=True), strict=True):
+            hist[str(int(r))] = hist.get(str(int(r)), 0) + int(c)
+    if not hist:
+        traced.pop("depth_hist")
 
 
 def _better(new: float, best: float | None, higher: bool) -> bool:
@@ -209,7 +253,7 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
     try:
         history, best_epoch, train_s = train_model(cfg, task, model, splits, dev)
         t0 = time.perf_counter()
-        test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev)
+        test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
         eval_s = time.perf_counter() - t0
         val = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev)
         rec.update(
@@ -223,6 +267,7 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
             macs=test.macs,
             flops={k: FLOPS_PER_MAC * v for k, v in test.macs.items()},
             diagnostics=test.diagnostics,
+            trace=test.trace,
         )
         rec["time"].update(train_s=train_s, eval_s=eval_s)
     except (KeyboardInterrupt, HarnessError):

@@ -1,3 +1,10 @@
 """The tasks. Every file is imported here explicitly so that it registers itself."""
 
-from tasks import adding, synthetic  # noqa: F401
+from tasks import (  # noqa: F401
+    adding,
+    ptb,
+    seizures,
+    synthetic,
+    twitter_buzz,
+    yahoo,
+)

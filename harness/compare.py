@@ -1,0 +1,160 @@
+"""The drift gate: current records against a committed reference, with a tolerance per measure.
+
+Runs are matched by run id (the hash of the resolved config). For each matched pair every test
+metric, MAC/FLOP count and parameter count is compared: parameter counts and dense MACs/FLOPs
+exactly; effective MACs/FLOPs with a small relative tolerance (a mask can flip on the last bit of
+a float across CPUs); metrics with a small absolute plus relative tolerance (CPU runs are
+deterministic for a fixed thread count). A status change is drift. Reference runs absent from the
+current records are reported as missing (also a failure); current runs absent from the reference
+are listed as new (not a failure).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.results import latest, load
+
+DEFAULT_TOLERANCES = {
+    "params": (0.0, 0.0),  # (absolute, relative)
+    "macs.dense": (0.0, 0.0),
+    "flops.dense": (0.0, 0.0),
+    "macs": (0.0, 1e-3),
+    "flops": (0.0, 1e-3),
+    "metrics": (1e-4, 1e-4),
+}
+
+
+@dataclass
+class Drift:
+    run_id: str
+    label: str
+    measure: str
+    reference: Any
+    current: Any
+    tolerance: str
+
+
+@dataclass
+class Comparison:
+    drifted: list[Drift] = field(default_factory=list)
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    new: list[dict[str, Any]] = field(default_factory=list)
+    matched: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifted and not self.missing
+
+
+def label(r: dict[str, Any]) -> str:
+    return f"{r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}"
+
+
+def _tolerance(measure: str, tols: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    best = ""
+    for key in tols:  # the most specific prefix wins: "metrics.mse" over "metrics"
+        if (measure == key or measure.startswith(key + ".")) and len(key) > len(best):
+            best = key
+    return tols.get(best, (0.0, 0.0))
+
+
+def _measures(r: dict[str, Any]) -> dict[str, Any]:
+    out = {f"metrics.{k}": v for k, v in (r.get("metrics") or {}).items()}
+    out.update({f"macs.{k}": v for k, v in (r.get("macs") or {}).items()})
+    out.update({f"flops.{k}": v for k, v in (r.get("flops") or {}).items()})
+    out.update({f"params.{k}": v for k, v in (r.get("params") or {}).items()})
+    return out
+
+
+def _differs(a: Any, b: Any, tol: tuple[float, float]) -> bool:
+    if a is None or b is None:
+        return a is not b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if math.isnan(a) or math.isnan(b):
+            return not (math.isnan(a) and math.isnan(b))
+        return abs(a - b) > tol[0] + tol[1] * abs(a)
+    return a != b
+
+
+def compare(
+    reference: list[dict[str, Any]],
+    current: list[dict[str, Any]],
+    tolerances: dict[str, tuple[float, float]] | None = None,
+) -> Comparison:
+    """Compare two record lists (the latest record of each run id counts)."""
+    tols = {**DEFAULT_TOLERANCES, **(tolerances or {})}
+    ref = {r["run_id"]: r for r in latest(reference)}
+    cur = {r["run_id"]: r for r in latest(current)}
+    res = Comparison()
+    res.missing = [ref[k] for k in ref if k not in cur]
+    res.new = [cur[k] for k in cur if k not in ref]
+    for k in ref.keys() & cur.keys():
+        a, b = ref[k], cur[k]
+        res.matched += 1
+        if a.get("status") != b.get("status"):
+            res.drifted.append(Drift(k, label(a), "status", a.get("status"), b.get("status"), "="))
+            continue
+        ma, mb = _measures(a), _measures(b)
+        for m in sorted(ma.keys() | mb.keys()):
+            tol = _tolerance(m, tols)
+            if _differs(ma.get(m), mb.get(m), tol):
+                res.drifted.append(
+                    Drift(k, label(a), m, ma.get(m), mb.get(m), f"abs {tol[0]:g} rel {tol[1]:g}")
+                )
+    res.drifted.sort(key=lambda d: (d.label, d.measure))
+    return res
+
+
+def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
+    """``["metrics.mse=1e-3", "macs=0:1e-2"]`` -> {measure: (abs, rel)} (``abs`` or ``abs:rel``)."""
+    out = {}
+    for item in items:
+        try:
+            key, val = item.split("=", 1)
+            a, _, r = val.partition(":")
+            out[key.strip()] = (float(a), float(r or 0.0))
+        except ValueError:
+            raise HarnessError(
+                f"--tol expects MEASURE=ABS or MEASURE=ABS:REL, got '{item}'"
+            ) from None
+    return out
+
+
+def load_strict(path: str) -> list[dict[str, Any]]:
+    """Records of a store; for the gate a malformed line is bad input, not a warning."""
+    records, problems = load([path])
+    if problems:
+        raise HarnessError(f"{problems[0]} (the drift gate needs well-formed records)")
+    return records
+
+
+def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
+    """The comparison as Markdown."""
+    verdict = "PASS" if res.ok else "FAIL"
+    lines = [
+        f"# Drift gate: {verdict}",
+        "",
+        f"Reference `{ref_path}` vs current `{cur_path}`: {res.matched} matched runs, "
+        f"{len(res.drifted)} drifted measures, {len(res.missing)} missing, {len(res.new)} new.",
+        "",
+    ]
+    if res.drifted:
+        lines += [
+            "## Drifted",
+            "",
+            "| run | measure | reference | current | tolerance |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {d.label} | {d.measure} | {d.reference} | {d.current} | {d.tolerance} |"
+            for d in res.drifted
+        ]
+        lines.append("")
+    for title, rows in (("Missing from current", res.missing), ("New in current", res.new)):
+        if rows:
+            lines += [f"## {title}", ""] + [f"- {label(r)} ({r['run_id']})" for r in rows] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""Epileptic seizure detection from single-channel EEG, as set up in S-SA (Table 1).
+
+Paper (S-SA): Hartvigsen, Sen, Kong, Rundensteiner, "Learning to Selectively Update State Neurons
+in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058, section 4.1. Data: UCI
+388 "Epileptic Seizure Recognition" (Wu & Fokoue 2017), cut from the Bonn EEG sets A-E
+(Andrzejak et al., Phys. Rev. E 64, 061907, 2001).
+
+Sources, in this order (knob ``source``, default ``auto``), under ``<root>/epileptic_seizure/``:
+1. the UCI CSV in its official layout, ``data.csv`` or ``Epileptic Seizure Recognition.csv``
+   (or ``.gz``): a header ``<id>,X1..X178,y`` and 11,500 rows, ``y`` = 1 for a seizure;
+2. else the Bonn recordings ``bonn_eeg/{Z,O,N,F,S}/*.txt`` (4,097 samples each), each cut into
+   23 consecutive 178-sample pieces (the last 3 samples unused) exactly as the CSV was made:
+   11,500 series with the same contents, in another order; set S is the seizure class.
+``Splits.info["source"]`` records which one was read.
+
+S-SA's preprocessing: keep the 2,300 seizure series and sample as many non-seizure ones (4,600),
+centre each series (subtract its mean over all 178 samples), then average chunks of 10 samples:
+178 // 10 = 17 steps, the trailing 8 samples dropped. V = 1, binary classification (2 logits,
+cross-entropy), last-step read-out, accuracy in percent.
+
+Differences from the paper:
+- The balancing sample and the 80/10/10 split are both drawn from the run seed (S-SA repeats
+  random splits 10 times and does not say whether the negatives were redrawn); the split is
+  stratified, so train, validation and test are each balanced.
+- S-SA's "11,800" series are read as UCI's 11,500 (2,300 per class; the seizure count matches).
+- Cross-entropy over 2 logits stands in for S-SA's binary cross-entropy (an equivalent loss).
+- Epochs (50) and batch size (32) of the paper preset are [INFERRED]; S-SA states neither.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.config import ModelConfig, Preset, TrainConfig
+from harness.data import (
+    CorruptDataError,
+    MissingDataError,
+    balanced_splits,
+    cached,
+    data_root,
+    find_file,
+    read_text,
+    status,
+)
+from harness.errors import ConfigError
+from harness.registry import register_task
+from harness.task import Splits, Task
+
+SOURCE = "https://archive.ics.uci.edu/dataset/388/epileptic+seizure+recognition"
+BONN_SOURCE = (
+    "https://www.ukbonn.de/epileptologie/arbeitsgruppen/ag-lehnertz-neurophysik/downloads/"
+)
+CSV_NAMES = ("data.csv", "Epileptic Seizure Recognition.csv")
+BONN_SETS = ("Z", "O", "N", "F", "S")  # UCI y = 5, 4, 3, 2, 1; S (y = 1) is the seizure set
+SERIES_LEN, PIECES = 178, 23
+# manifest_digest of the 500 Bonn files (epileptic_seizure/SHA256SUMS).
+BONN_SHA256 = {"bonn_eeg/*/*": "77845819d1d90e33588bda0dbb42d72d7b6a44b8275953184e63337e4158b0e6"}
+
+
+@dataclass(frozen=True)
+class SeizuresConfig:
+    source: str = "auto"  # auto (CSV if present, else Bonn) | csv | bonn
+    chunk: int = 10  # samples averaged into one step
+    max_series: int = 0  # keep at most this many balanced series (0: all 4,600)
+
+    def __post_init__(self) -> None:
+        if self.source not in ("auto", "csv", "bonn"):
+            raise ConfigError(f"seizures: source must be auto, csv or bonn (got {self.source!r})")
+        if not 1 <= self.chunk <= SERIES_LEN or self.max_series < 0:
+            raise ConfigError("seizures: chunk must be in 1..178 and max_series >= 0")
+
+
+def parse_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The UCI CSV: ``x [N, 178]`` and ``y [N]`` in 1..5."""
+    rows = list(csv.reader(io.StringIO(read_text(path))))
+    if not rows:
+        raise CorruptDataError(f"corrupt data file {path}: empty")
+    header = [h.strip().strip('"') for h in rows[0]]
+    try:
+        cols = [header.index(f"X{k}") for k in range(1, SERIES_LEN + 1)]
+        ycol = header.index("y")
+        data = np.array([[float(r[c]) for c in (*cols, ycol)] for r in rows[1:] if r])
+    except (ValueError, IndexError) as e:
+        raise CorruptDataError(
+            f"corrupt data file {path}: expected header <id>,X1..X178,y and numeric rows ({e})"
+        ) from None
+    y = data[:, -1].astype(np.int64)
+    if len(data) == 0 or not np.isin(y, [1, 2, 3, 4, 5]).all():
+        raise CorruptDataError(f"corrupt data file {path}: no rows, or labels outside 1..5")
+    return data[:, :-1], y
+
+
+def parse_bonn(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The Bonn sets cut UCI-style: ``x [N, 178]`` and UCI labels ``y [N]`` (S -> 1, Z -> 5)."""
+    xs, ys = [], []
+    for label, name in zip((5, 4, 3, 2, 1), BONN_SETS, strict=True):
+        files = sorted(p for p in (folder / name).glob("*") if p.suffix.lower() in (".txt", ".gz"))
+        if not files:
+            raise MissingDataError(
+                f"missing data: no {name}*.txt recordings in {folder / name}. Get the Bonn sets "
+                f"from {BONN_SOURCE} or the UCI CSV from {SOURCE}."
+            )
+        for f in files:
+            try:
+                v = np.array(read_text(f).split(), dtype=np.float64)
+            except ValueError:
+                raise CorruptDataError(f"corrupt data file {f}: not one number per line") from None
+            if len(v) < PIECES * SERIES_LEN:
+                raise CorruptDataError(f"corrupt data file {f}: {len(v)} samples, expected 4,097")
+            xs.append(v[: PIECES * SERIES_LEN].reshape(PIECES, SERIES_LEN))
+            ys.append(np.full(PIECES, label))
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def preprocess(x: np.ndarray, chunk: int) -> np.ndarray:
+    """Centre each series, then mean of each ``chunk``-sample piece: ``[N, 178] -> [N, T, 1]``."""
+    x = x - x.mean(1, keepdims=True)
+    T = x.shape[1] // chunk  # 17; the trailing 178 mod 10 = 8 samples are dropped
+    return x[:, : T * chunk].reshape(len(x), T, chunk).mean(2)[..., None]
+
+
+def _presets() -> dict[str, Preset]:
+    return {
+        "smoke": Preset(
+            train=TrainConfig(epochs=2, batch_size=32, lr=1e-2, eval_batch_size=500),
+            model=ModelConfig(hidden_size=8),
+            task={"max_series": 400},
+        ),
+        "quick": Preset(
+            train=TrainConfig(epochs=15, batch_size=32, lr=1e-3, eval_batch_size=500),
+            model=ModelConfig(hidden_size=50),
+            methods={"sa-rnn": {"lam": 2e-4}},
+        ),
+        # S-SA section 4.1 / Table 1: D = 50, Adam 1e-3, SA-RNN lambda = 2e-4.
+        "paper": Preset(
+            train=TrainConfig(epochs=50, batch_size=32, lr=1e-3, eval_batch_size=500),
+            model=ModelConfig(hidden_size=50),
+            methods={"sa-rnn": {"lam": 2e-4}},
+        ),
+    }
+
+
+@register_task("seizures")
+class Seizures(Task):
+    """Seizure vs non-seizure EEG series, S-SA's balanced 17-step version (accuracy %)."""
+
+    kind = "classification"
+    readout = "last"
+    primary = "accuracy"
+    higher_is_better = True
+    config_cls = SeizuresConfig
+    presets = _presets()
+    description = "Epileptic seizure EEG (UCI 388 / Bonn), balanced, 17 steps (accuracy %)"
+
+    @property
+    def folder(self) -> Path:
+        return data_root(self.data_dir) / "epileptic_seizure"
+
+    @property
+    def input_size(self) -> int:
+        return 1
+
+    @property
+    def output_size(self) -> int:
+        return 2
+
+    def raw(self) -> tuple[np.ndarray, np.ndarray, str]:
+        """The 11,500 raw series, UCI labels and a description of the source used (cached)."""
+        if self.cfg.source in ("auto", "csv"):
+            for name in CSV_NAMES:
+                try:
+                    path = find_file(self.folder / name)
+                except MissingDataError:
+                    continue
+                x, y = cached("seizures-csv", [path], lambda p=path: parse_csv(p))
+                return x, y, f"uci-csv: {path}"
+            if self.cfg.source == "csv":
+                raise MissingDataError(
+                    f"missing data file {self.folder / CSV_NAMES[0]} (or "
+                    f"'{CSV_NAMES[1]}', or .gz). Get it from {SOURCE}."
+                )
+        bonn = self.folder / "bonn_eeg"
+        if not bonn.is_dir():
+            raise MissingDataError(
+                f"missing data: neither the UCI CSV {self.folder / CSV_NAMES[0]} nor the Bonn "
+                f"sets {bonn}/{{Z,O,N,F,S}}. Get the CSV from {SOURCE} or the sets from "
+                f"{BONN_SOURCE}."
+            )
+        files = sorted(p for p in bonn.glob("*/*") if p.is_file())
+        x, y = cached("seizures-bonn", files, lambda: parse_bonn(bonn))
+        return x, y, f"bonn-eeg: {bonn}"
+
+    def splits(self, seed: int) -> Splits:
+        x, y, source = self.raw()
+        labels = (y == 1).astype(np.int64)  # seizure vs the four other sets
+        out = balanced_splits(preprocess(x, self.cfg.chunk), labels, seed, self.cfg.max_series)
+        out.info.update(source=source, series=len(x))
+        return out
+
+    def data_status(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+
+        def check() -> str:
+            x, y, source = self.raw()
+            found["bonn"] = source.startswith("bonn")
+            return f"{len(x):,} series x {x.shape[1]} ({(y == 1).sum():,} seizure) from {source}"
+
+        row = status("epileptic_seizure", self.folder, SOURCE, check)
+        if found.get("bonn"):
+            row["sha256"] = BONN_SHA256
+        return row
