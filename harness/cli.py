@@ -21,6 +21,8 @@ EPILOG_RUN = """examples:
   harness run --tasks synthetic --methods ei-rehn --set method.r_max=5 --set train.lr=0.005
   harness run --tasks seizures --methods sa-rnn,skip-rnn --grid lam=0,1e-4,1e-3,1e-2 \\
       --seeds 0-2 --match-skip 76
+  harness run --tasks all --seeds 0-4 --workers 8
+  harness run --tasks all --preset paper --executor ray --ray-address ray://head:10001
 """
 
 
@@ -126,7 +128,6 @@ def build_configs(
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness import config
-    from harness.executors import LocalExecutor
     from harness.registry import METHODS, TASKS
     from harness.results import Store, store_path
 
@@ -140,10 +141,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     store.check_writable()
     if args.threads < 0:
         raise ConfigError(f"--threads must be >= 0 (got {args.threads})")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
 
     runnable, no_data = [], []
     for t in tasks:
@@ -170,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             TimeElapsedColumn,
         )
 
-        executor = LocalExecutor(args.data_dir, args.device)
+        executor = make_executor(args)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -180,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             transient=False,
         ) as progress:
             bar = progress.add_task("running", total=len(todo))
-            for cfg, rec in zip(todo, executor.map(todo), strict=True):
+            for cfg, rec in executor.map(todo):
                 store.append(rec)
                 progress.advance(bar)
                 progress.console.print(_summary(cfg, rec))
@@ -194,6 +191,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         console.print(f"[red]{failed} run(s) failed; see the records in {store.path}[/]")
     return 1 if failed else 0
+
+
+def make_executor(args: argparse.Namespace):
+    """The executor the run flags ask for."""
+    from harness.executors import LocalExecutor, RayExecutor
+
+    if args.executor == "ray":
+        return RayExecutor(args.ray_address, args.data_dir, args.device, args.threads)
+    if args.executor != "local":
+        raise ConfigError(f"Unknown executor '{args.executor}'. Use local or ray")
+    return LocalExecutor(args.data_dir, args.device, args.workers, args.threads)
 
 
 def _summary(cfg, rec: dict[str, Any]) -> str:
@@ -212,7 +220,7 @@ def _summary(cfg, rec: dict[str, Any]) -> str:
 
 
 def _print_match_skip(store, cfgs, target: float, swept: list[str], console) -> None:
-    """Per method, the swept variant whose Skip % is nearest ``target`` (among this sweep's runs)."""
+    """Per method, the swept variant with Skip % nearest ``target`` (among this sweep's runs)."""
     from rich.table import Table
 
     from harness.sweep import match_skip
@@ -471,6 +479,13 @@ def make_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="torch CPU threads per run (default 1; 0 = torch's default)",
+    )
+    s.add_argument(
+        "--workers", type=int, default=1, help="local executor: processes, one torch thread each"
+    )
+    s.add_argument("--executor", default="local", help="local (default) or ray")
+    s.add_argument(
+        "--ray-address", default=None, help="Ray cluster address (default: a local Ray instance)"
     )
     s.set_defaults(func=cmd_run)
 

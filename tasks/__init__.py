@@ -2,6 +2,7 @@
 
 from tasks import (  # noqa: F401
     adding,
+    har,
     ptb,
     seizures,
     synthetic,

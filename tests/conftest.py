@@ -11,6 +11,18 @@ if "HARNESS_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Derived-data caches (e.g. rebuilt HAR windows) go to a per-session directory, not ~/.cache."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

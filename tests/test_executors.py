@@ -1,0 +1,46 @@
+"""Executors give the same records as a serial run (only timings and order may differ)."""
+
+import pytest
+
+from harness import config
+from harness.compare import compare
+from harness.executors import LocalExecutor
+
+CONFIGS = [
+    config.resolve(m, "adding", s, "smoke") for m in ("gru", "sa-rnn") for s in (0, 1)
+]
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return [rec for _, rec in LocalExecutor(workers=1).map(CONFIGS)]
+
+
+def _same(a, b):
+    res = compare(a, b)
+    assert res.matched == len(CONFIGS) and res.ok, res.drifted
+
+
+def test_process_pool_matches_serial(serial):
+    pooled = [rec for _, rec in LocalExecutor(workers=2).map(CONFIGS)]
+    _same(serial, pooled)
+    assert {r["env"]["threads"] for r in pooled} == {1}
+
+
+def test_ray_matches_serial(serial):
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    from harness.executors import RayExecutor
+
+    ex = RayExecutor()  # starts a real local Ray instance
+    try:
+        recs = [rec for _, rec in ex.map(CONFIGS)]
+    finally:
+        ex.shutdown()
+    _same(serial, recs)
+
+
+def test_bad_workers_is_an_error():
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError):
+        LocalExecutor(workers=0)
