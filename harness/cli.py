@@ -150,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             runnable.append(t)
     cfgs = build_configs(methods, runnable, seeds, args.preset, overrides, grid) if runnable else []
+    validate(cfgs, args.data_dir)
     done = set() if args.force else store.recorded_ids()
     todo = [c for c in cfgs if c.run_id not in done]
     console.print(
@@ -191,6 +192,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         console.print(f"[red]{failed} run(s) failed; see the records in {store.path}[/]")
     return 1 if failed else 0
+
+
+def validate(cfgs: list, data_dir: str | None) -> None:
+    """Build each distinct model once so a bad combination (e.g. a hidden size a method cannot
+    take) is reported before any run starts, not in the middle of a sweep."""
+    from harness.train import build
+
+    seen = set()
+    for cfg in cfgs:
+        if cfg.variant_id not in seen:
+            seen.add(cfg.variant_id)
+            try:
+                build(cfg, data_dir)
+            except HarnessError as e:
+                raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
 
 
 def make_executor(args: argparse.Namespace):
@@ -388,6 +404,56 @@ def cmd_flops(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- bench -------------------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from harness import config
+
+    command = "harness bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "harness bench"
+    if args.speedup:
+        return _bench_speedup(args, command)
+    from harness.bench import run_bench
+
+    paths = run_bench(
+        args.methods,
+        args.task,
+        args.preset,
+        args.device,
+        args.out,
+        report=args.report,
+        overrides=config.parse_set(args.set or []),
+        rounds=args.rounds,
+        warmup=args.warmup,
+        threads=args.threads,
+        data_dir=args.data_dir,
+        command=command,
+    )
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _bench_speedup(args: argparse.Namespace, command: str) -> int:
+    """Realized speedup of the skipping methods' fast inference paths (reports/SPEEDUP.md)."""
+    import torch
+
+    from harness.speedup import measure_speedups, speedup_markdown
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cuda" if args.device == "cuda" else "cpu"
+    rows = measure_speedups(seq_len=args.seq_len, device=device)
+    out = Path(args.report if args.report != "reports/TIMING.md" else "reports/SPEEDUP.md")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(speedup_markdown(rows, command, device))
+    except OSError as e:
+        raise HarnessError(f"cannot write {out}: {e.strerror or e}") from None
+    print(out)
+    return 0
+
+
 # --- data ----------------------------------------------------------------------------------------
 
 
@@ -532,6 +598,33 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", default=None)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_flops)
+
+    s = sub.add_parser(
+        "bench",
+        help="timing suite (pytest-benchmark) -> timing records + leaderboard; or --speedup",
+        epilog="examples:\n  harness bench --methods all --task adding --preset smoke\n"
+        "  harness bench --speedup   # realized speedup of the fast inference paths\n"
+        "timings are advisory, never a pass/fail gate",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--methods", default="all")
+    s.add_argument("--task", default="adding")
+    s.add_argument("--preset", default="smoke")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.add_argument("--device", default="auto", help="cpu | cuda | auto (CPU, plus CUDA if present)")
+    s.add_argument("--out", default=".benchmarks", help="pytest-benchmark JSON + timing records")
+    s.add_argument("--report", default="reports/TIMING.md")
+    s.add_argument("--rounds", type=int, default=10)
+    s.add_argument("--warmup", type=int, default=2)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--data-dir", default=None)
+    s.add_argument(
+        "--speedup",
+        action="store_true",
+        help="measure realized speedups instead (writes reports/SPEEDUP.md)",
+    )
+    s.add_argument("--seq-len", type=int, default=50, help="--speedup: sequence length")
+    s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser(
         "data",

@@ -24,7 +24,7 @@ DEFAULT_TOLERANCES = {
     "flops.dense": (0.0, 0.0),
     "macs": (0.0, 1e-3),
     "flops": (0.0, 1e-3),
-    "metrics": (1e-4, 1e-4),
+    "metrics": (1e-6, 1e-4),
 }
 
 

@@ -226,18 +226,27 @@ def _presets() -> dict[str, Preset]:
     return {
         "smoke": Preset(
             train=TrainConfig(epochs=2, batch_size=100, lr=0.01, eval_batch_size=500),
-            model=ModelConfig(hidden_size=8, num_layers=2),
+            model=ModelConfig(hidden_size=10, num_layers=2),
             task={"max_train": 200, "max_val": 100, "max_test": 100},
         ),
         "quick": Preset(
             train=TrainConfig(epochs=10, batch_size=100, lr=0.0025, eval_batch_size=1000),
             model=ModelConfig(hidden_size=32, num_layers=2),
             task={"max_train": 2000, "max_val": 500},
+            methods={"clockwork-rnn": {"num_modules": 8}},  # 8 modules of 4 units
         ),
         # S-EI section 4.2: Adam 0.0025, batch 200, 100 epochs, 2 stacked layers, D = 32.
         "paper": Preset(
             train=TrainConfig(epochs=100, batch_size=200, lr=0.0025, eval_batch_size=1000),
             model=ModelConfig(hidden_size=32, num_layers=2),
+            # S-EI Table 2, best row per model: RNN 32, LSTM 32, RHN 32 (L=1), EI-REHN 48 with
+            # one layer (its parameter counts imply one), R_max 5 (METHODS.md 2.14(j) DECISION).
+            methods={
+                "rhn": {"method.depth": 1},
+                "ei-rehn": {"hidden_size": 48, "num_layers": 1, "method.r_max": 5},
+                "srehn": {"method.r_max": 5},
+                "clockwork-rnn": {"num_modules": 8},
+            },
         ),
     }
 

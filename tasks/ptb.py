@@ -106,17 +106,19 @@ def _presets() -> dict[str, Preset]:
     return {
         "smoke": Preset(
             train=TrainConfig(epochs=1, batch_size=16, lr=1e-2, eval_batch_size=256),
-            model=ModelConfig(hidden_size=16),
+            model=ModelConfig(hidden_size=20),
             task={"max_tokens": 4000, "bptt": 20},
         ),
         "quick": Preset(
             train=TrainConfig(epochs=3, batch_size=32, lr=3e-3, eval_batch_size=256),
             model=ModelConfig(hidden_size=128),
             task={"max_tokens": 100_000},
+            methods={"clockwork-rnn": {"num_modules": 8}},  # 10 modules do not divide D
         ),
         "paper": Preset(
             train=TrainConfig(epochs=40, batch_size=20, lr=1e-3, eval_batch_size=256),
             model=ModelConfig(hidden_size=256, embed_size=256, tie_embeddings=False),
+            methods={"clockwork-rnn": {"num_modules": 8}},  # 10 modules do not divide D
         ),
     }
 

@@ -95,7 +95,7 @@ def _presets() -> dict[str, Preset]:
     return {
         "smoke": Preset(
             train=TrainConfig(epochs=2, batch_size=32, lr=1e-2, eval_batch_size=500),
-            model=ModelConfig(hidden_size=8),
+            model=ModelConfig(hidden_size=10),
             task={"max_series": 200},
         ),
         "quick": Preset(

@@ -119,3 +119,44 @@ def test_diverging_run_is_recorded_as_failed_and_sweep_goes_on(tmp_path):
     assert failed and all("non-finite loss" in r["error"] for r in failed)
     assert p.returncode == 1
     assert "Failed runs" in Path(tmp_path / "reports/LEADERBOARD.md").read_text()
+
+
+def test_compare_exit_codes_and_markdown(tmp_path):
+    harness("run", "--tasks", "adding", "--methods", "gru", "--out", "a.jsonl", "--no-report",
+            cwd=tmp_path, check=True)
+    recs = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    p = harness("compare", "a.jsonl", "a.jsonl", "--markdown", "d.md", cwd=tmp_path)
+    assert p.returncode == 0 and "PASS" in (tmp_path / "d.md").read_text()
+    recs[0]["metrics"]["mse"] += 0.5
+    (tmp_path / "b.jsonl").write_text(json.dumps(recs[0]) + "\n")
+    p = harness("compare", "a.jsonl", "b.jsonl", "--markdown", "d.md", cwd=tmp_path)
+    assert p.returncode == 1 and "metrics.mse" in (tmp_path / "d.md").read_text()
+    (tmp_path / "c.jsonl").write_text("{broken\n")
+    p = harness("compare", "a.jsonl", "c.jsonl", cwd=tmp_path)
+    assert p.returncode == 2 and "malformed" in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+def test_run_skips_tasks_without_data_and_runs_the_rest(tmp_path):
+    p = harness("run", "--tasks", "ptb,adding", "--methods", "gru", "--data-dir",
+                str(tmp_path / "empty"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "skipped task 'ptb'" in p.stderr and "ptb.train.txt" in p.stderr
+    recs = (tmp_path / "results" / "runs.jsonl").read_text().splitlines()
+    assert len(recs) == 1 and json.loads(recs[0])["task"] == "adding"
+
+
+def test_grid_expands_into_runs_and_matches_skip(tmp_path):
+    p = harness("run", "--tasks", "adding", "--methods", "sa-rnn,gru", "--grid",
+                "lam=0,1e-2,1", "--match-skip", "75", cwd=tmp_path, check=True)
+    recs = [json.loads(x) for x in (tmp_path / "results/runs.jsonl").read_text().splitlines()]
+    lams = sorted(r["config"]["method_cfg"]["lam"] for r in recs if r["method"] == "sa-rnn")
+    assert lams == [0.0, 1e-2, 1.0]
+    assert sum(r["method"] == "gru" for r in recs) == 1  # gru has no lam: one run
+    assert "variants nearest Skip 75" in p.stderr
+
+
+def test_invalid_method_task_combination_fails_before_running(tmp_path):
+    p = harness("run", "--tasks", "adding", "--methods", "gru,clockwork-rnn", "--set",
+                "hidden_size=12", cwd=tmp_path)
+    assert p.returncode == 2 and "not divisible" in p.stderr
+    assert not (tmp_path / "results" / "runs.jsonl").read_text().strip()
