@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import io
 import os
+import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -170,6 +171,41 @@ def cached(name: str, files: list[Path], load: Callable[[], Any]) -> Any:
             _CACHE.clear()
         _CACHE[key] = load()
     return _CACHE[key]
+
+
+def disk_cached(
+    subdir: str, name: str, files: list[Path], build: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], str]:
+    """Arrays derived from data files, cached on disk under ``cache_dir()/subdir``.
+
+    The key is ``name`` (include a pipeline version in it) plus every source file's name and
+    sha256, so a changed file or pipeline rebuilds. Returns the arrays and ``"hit"`` or
+    ``"built"``; an unreadable entry is rebuilt and an unwritable cache only warns.
+    """
+    import zipfile
+
+    import numpy as np
+
+    h = hashlib.sha256(f"{name}\n".encode())
+    for p in files:
+        h.update(f"{p.name} {sha256(p)}\n".encode())
+    path = cache_dir() / subdir / f"{name}-{h.hexdigest()[:20]}.npz"
+    if path.is_file():
+        try:
+            with np.load(path) as z:
+                return {k: z[k] for k in z.files}, "hit"
+        except (OSError, ValueError, zipfile.BadZipFile):
+            pass
+    arrays = build()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:  # a read-only cache costs time on the next run, not this run
+        warnings.warn(f"could not write the cache {path}: {e}", stacklevel=2)
+    return arrays, "built"
 
 
 # --- status rows (``harness data list|verify``) ---------------------------------------------------

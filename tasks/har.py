@@ -27,11 +27,6 @@ Differences from the paper:
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import os
-import warnings
-import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +36,7 @@ import numpy as np
 import torch
 
 from harness.config import ModelConfig, Preset, TrainConfig
-from harness.data import cache_dir, data_root, find_file, sha256
+from harness.data import data_root, disk_cached, find_file, verify_sha256
 from harness.errors import ConfigError, DataError
 from harness.registry import register_task
 from harness.task import Split, Splits, Task
@@ -184,42 +179,7 @@ def rebuild_hapt(folder: Path) -> dict[str, np.ndarray]:
     }
 
 
-def cached(name: str, files: list[Path], build: Any) -> tuple[dict[str, np.ndarray], str]:
-    """``build()``'s arrays, from the cache if the source files are unchanged; and "hit"/"built"."""
-    h = hashlib.sha256(f"{name} v{PIPELINE_VERSION}\n".encode())
-    for p in files:
-        h.update(f"{p.name} {sha256(p)}\n".encode())
-    path = cache_dir() / "har" / f"{name}-v{PIPELINE_VERSION}-{h.hexdigest()[:20]}.npz"
-    if path.is_file():
-        try:
-            with np.load(path) as z:
-                return {k: z[k] for k in z.files}, "hit"
-        except (OSError, ValueError, zipfile.BadZipFile):
-            pass  # an unreadable cache entry is rebuilt
-    arrays = build()
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except OSError as e:  # a read-only cache costs time on the next run, not this run
-        warnings.warn(f"har: could not write the cache {path}: {e}", stacklevel=2)
-    return arrays, "built"
-
-
-def hapt_digest(folder: Path) -> str:
-    """The content digest compared with ``HAPT_RAW_DIGEST`` (every RawData file, unpacked)."""
-    sums = {}
-    for p in (folder / "RawData").iterdir():
-        if p.name.endswith((".txt", ".txt.gz")):
-            try:
-                data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-            except (OSError, EOFError, zlib.error) as e:
-                raise DataError(f"corrupt data file {p}: {e}") from None
-            sums[p.name.removesuffix(".gz")] = hashlib.sha256(data).hexdigest()
-    manifest = "".join(f"{sums[n]}  RawData/{n}\n" for n in sorted(sums))
-    return hashlib.sha256(manifest.encode()).hexdigest()
+CW8 = {"num_modules": 8}  # Clockwork: 10 modules do not divide D = 32
 
 
 def _presets() -> dict[str, Preset]:
@@ -233,20 +193,15 @@ def _presets() -> dict[str, Preset]:
             train=TrainConfig(epochs=10, batch_size=100, lr=0.0025, eval_batch_size=1000),
             model=ModelConfig(hidden_size=32, num_layers=2),
             task={"max_train": 2000, "max_val": 500},
-            methods={"clockwork-rnn": {"num_modules": 8}},  # 8 modules of 4 units
+            methods={"clockwork-rnn": CW8},
         ),
         # S-EI section 4.2: Adam 0.0025, batch 200, 100 epochs, 2 stacked layers, D = 32.
         "paper": Preset(
             train=TrainConfig(epochs=100, batch_size=200, lr=0.0025, eval_batch_size=1000),
             model=ModelConfig(hidden_size=32, num_layers=2),
-            # S-EI Table 2, best row per model: RNN 32, LSTM 32, RHN 32 (L=1), EI-REHN 48 with
-            # one layer (its parameter counts imply one), R_max 5 (METHODS.md 2.14(j) DECISION).
-            methods={
-                "rhn": {"method.depth": 1},
-                "ei-rehn": {"hidden_size": 48, "num_layers": 1, "method.r_max": 5},
-                "srehn": {"method.r_max": 5},
-                "clockwork-rnn": {"num_modules": 8},
-            },
+            # S-EI Table 2's best rows: RHN L=1; EI-REHN 48, one layer, R_max 5 (METHODS 2.14(j)).
+            methods={"rhn": {"depth": 1}, "srehn": {"method.r_max": 5}, "clockwork-rnn": CW8,
+                     "ei-rehn": {"hidden_size": 48, "num_layers": 1, "method.r_max": 5}},
         ),
     }
 
@@ -295,11 +250,12 @@ class HAR(Task):
     def load(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The full train/test arrays (via the cache) and facts about where they came from."""
         source, folder = self.locate()
+        key = f"{source}-v{PIPELINE_VERSION}"
         if source == "uci-har":
-            files = uci_files(folder, "train") + uci_files(folder, "test")
-            arrays, hit = cached(source, [find_file(p) for p in files], lambda: load_uci(folder))
+            files = [find_file(p) for p in uci_files(folder, "train") + uci_files(folder, "test")]
+            arrays, hit = disk_cached("har", key, files, lambda: load_uci(folder))
         else:
-            arrays, hit = cached(source, hapt_files(folder), lambda: rebuild_hapt(folder))
+            arrays, hit = disk_cached("har", key, hapt_files(folder), lambda: rebuild_hapt(folder))
         return arrays, {"source": source, "path": str(folder), "cache": hit}
 
     def splits(self, seed: int) -> Splits:
@@ -344,13 +300,6 @@ class HAR(Task):
             return status
         status.update(source=HAPT_URL, detail="UCI HAR windows rebuilt from HAPT raw data")
         if verify:
-            try:
-                if hapt_digest(folder) != HAPT_RAW_DIGEST:
-                    raise DataError(
-                        f"HAPT RawData in {folder} does not match the known checksums (run "
-                        f"`sha256sum -c SHA256SUMS` there, or get it again from {HAPT_URL})"
-                    )
-                status["detail"] += "; RawData sha256 verified"
-            except DataError as e:
-                status.update(status="corrupt", detail=str(e))
+            st, detail = verify_sha256(folder, {"RawData/*": HAPT_RAW_DIGEST})
+            status.update(status=st, detail=status["detail"] + "; " + detail)
         return status
