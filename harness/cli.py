@@ -329,7 +329,28 @@ def _write_leaderboard(sources: list[str], out: Path, console) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     sources = args.records or ["results/runs.jsonl"]
-    _write_leaderboard(sources, Path(args.out), _console())
+    console = _console()
+    if not args.paper:
+        _write_leaderboard(sources, Path(args.out), console)
+        return 0
+    from harness.paper import write_paper_report
+    from harness.results import load
+
+    records, problems = load(sources)
+    for p in problems:
+        console.print(f"[yellow]warning: {p}[/]")
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    paths = write_paper_report(
+        records,
+        sources,
+        args.out_dir,
+        tasks=[args.task] if args.task else None,
+        presets=[args.preset] if args.preset else None,
+        formats=formats,
+        figures=not args.no_figures,
+    )
+    for p in paths:
+        print(p)
     return 0
 
 
@@ -577,11 +598,22 @@ def make_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "report",
         help="leaderboard from records",
-        epilog="example:\n  harness report results/runs.jsonl",
+        epilog="examples:\n  harness report results/runs.jsonl\n"
+        "  harness report results/runs.jsonl --paper --task adding --preset quick",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("records", nargs="*", help="records files or directories")
     s.add_argument("--out", default="reports/LEADERBOARD.md")
+    s.add_argument(
+        "--paper",
+        action="store_true",
+        help="paper tables (md/tex), figures, paper-vs-harness and significance",
+    )
+    s.add_argument("--out-dir", default="reports/paper", help="--paper: output directory")
+    s.add_argument("--task", default=None, help="--paper: only this task")
+    s.add_argument("--preset", default=None, help="--paper: only this preset")
+    s.add_argument("--formats", default="md,tex", help="--paper: table formats")
+    s.add_argument("--no-figures", action="store_true", help="--paper: tables only")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser(

@@ -1,0 +1,230 @@
+"""The paper-style report (harness.paper, harness.figures) on hand-made records."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import ttest_ind
+
+from harness.errors import HarnessError
+from harness.figures import mask_figure, mask_image, pareto_front
+from harness.paper import (
+    aggregate,
+    main_table,
+    paper_vs_harness,
+    render_md,
+    render_tex,
+    runs_frame,
+    welch_p,
+    write_paper_report,
+)
+from harness.paper_results import tables_for
+from harness.train import pack_mask
+
+KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]
+
+
+def rec(
+    method,
+    seed,
+    task="seizures",
+    primary="accuracy",
+    higher=True,
+    flops=1e4,
+    hidden=8,
+    trace=None,
+    status="ok",
+    **values,
+):
+    """A minimal ok record; ``values`` are metrics, except the method config field ``lam``."""
+    method_cfg = {k: values.pop(k) for k in ("lam", "p_skip") if k in values}
+    vid = f"{method}-{method_cfg}-{hidden}"
+    return {
+        "schema": 1,
+        "run_id": f"{vid}-{seed}",
+        "variant_id": vid,
+        "method": method,
+        "task": task,
+        "seed": seed,
+        "preset": "smoke",
+        "status": status,
+        "primary": primary,
+        "higher_is_better": higher,
+        "selection": f"test metrics at the best validation {primary}",
+        "config": {
+            "method_cfg": method_cfg,
+            "model": {"hidden_size": hidden},
+            "train": {"lr": 0.01},
+            "task_cfg": {},
+        },
+        "env": {"git_sha": "abcdef1234567", "device_name": "cpu (test)", "torch": "2.x"},
+        "metrics": values,
+        "flops": {"effective": flops, "dense": 2 * flops},
+        "params": {"total": 100},
+        "trace": trace or {},
+    }
+
+
+def table(records):
+    runs = runs_frame(records)
+    agg = aggregate(runs, KEYS, ["gru", "sa-rnn"])
+    primary, higher = records[0]["primary"], records[0]["higher_is_better"]
+    return agg, main_table(agg, primary, higher)
+
+
+def col(titles, rows, start):
+    j = next(i for i, t in enumerate(titles) if t.startswith(start))
+    return [r[j] for r in rows]
+
+
+def test_mean_std_and_seed_counts():
+    recs = [rec("gru", s, accuracy=a, skip_pct=0.0) for s, a in enumerate([80.0, 82.0, 84.0])]
+    recs += [rec("sa-rnn", 0, accuracy=70.0, skip_pct=50.0, lam=1e-3)]
+    recs += [rec("gru", 5, status="failed")]  # not tabulated
+    _, (titles, rows) = table(recs)
+    assert [t for t, _ in col(titles, rows, "Method")] == ["gru", "sa-rnn"]
+    assert [t for t, _ in col(titles, rows, "Seeds")] == ["3", "1"]
+    assert [t for t, _ in col(titles, rows, "Accuracy")] == ["82.0 ± 2.0", "70.0"]
+
+
+def test_bold_marks_the_best_value_direction_aware():
+    recs = [rec("gru", s, accuracy=90.0 + s, skip_pct=0.0, flops=2e4) for s in (0, 1)]
+    recs += [rec("sa-rnn", s, accuracy=80.0, skip_pct=60.0 + s, flops=1e4, lam=0.0) for s in (0, 1)]
+    _, (titles, rows) = table(recs)
+    assert [b for _, b in col(titles, rows, "Accuracy")] == [True, False]  # higher is better
+    assert [b for _, b in col(titles, rows, "FLOPs")] == [False, True]  # lower is better
+    assert [b for _, b in col(titles, rows, "Skip")] == [False, True]
+    md, tex = render_md(titles, rows), render_tex(titles, rows, "t")
+    assert "**90.5 ± 0.7**" in md and r"\textbf{90.5 $\pm$ 0.7}" in tex
+    assert "Skip \\%" in tex and "$\\times 10^{" not in tex  # 2e4 needs no unit
+    # Regression: lower MSE is bold; every row tied -> nothing bold.
+    recs = [
+        rec("rnn", s, "synthetic", "mse", False, mse=m, skip_pct=0.0)
+        for s, m in [(0, 2e-3), (1, 2e-3)]
+    ]
+    recs += [rec("lstm", s, "synthetic", "mse", False, mse=1e-3, skip_pct=0.0) for s in (0, 1)]
+    _, (titles, rows) = table(recs)
+    assert "MSE (×10^-3) ↓" in titles
+    assert [t for t, _ in col(titles, rows, "Method")] == ["lstm", "rnn"]
+    assert col(titles, rows, "MSE") == [("1.00 ± 0.00", True), ("2.00 ± 0.00", False)]
+    assert not any(b for _, b in col(titles, rows, "# params"))
+
+
+def test_pareto_front_on_hand_made_points():
+    xs = [10.0, 20.0, 30.0, 25.0, 5.0, math.nan]
+    ys = [0.9, 0.8, 0.5, 0.4, 0.9, 1.0]
+    # Skip-like x (higher better) and accuracy-like y (higher better): (5, .9) is dominated by
+    # (10, .9); (25, .4) by (30, .5); the NaN point never counts.
+    assert pareto_front(xs, ys, True, True) == [0, 1, 2]
+    # FLOPs-like x (lower better), MSE-like y (lower better).
+    # (10, .9) is dominated by (5, .9); (30, .5) by (25, .4).
+    assert pareto_front(xs, ys, False, False) == [4, 1, 3]
+
+
+def test_welch_p_value_and_na_for_one_seed():
+    a, b = [80.0, 82.0, 85.0], [70.0, 75.0]
+    assert welch_p(a, b) == pytest.approx(ttest_ind(a, b, equal_var=False).pvalue)
+    assert welch_p(a, [70.0]) is None
+    recs = [rec("gru", s, accuracy=v, skip_pct=0.0) for s, v in enumerate(a)]
+    recs += [rec("sa-rnn", s, accuracy=v, skip_pct=50.0, lam=0.0) for s, v in enumerate(b)]
+    recs += [rec("sa-rnn", 0, accuracy=60.0, skip_pct=70.0, lam=1e-2)]
+    _, (titles, rows) = table(recs)
+    p = [t for t, _ in col(titles, rows, "p vs best")]
+    assert p[0] == "best"
+    assert p[1] == f"{ttest_ind(b, a, equal_var=False).pvalue:.2g}"
+    assert p[2] == "n/a"
+    assert [t for t, _ in col(titles, rows, "Variant")] == ["", "lam=0", "lam=0.01"]
+
+
+def test_heatmap_reads_the_packed_mask():
+    g = torch.Generator().manual_seed(0)
+    masks = [(torch.rand(7, 13, generator=g) > 0.5).float(), torch.eye(7)[:, :5]]  # [T, D]
+    trace = {"first_mask": [pack_mask(m) for m in masks], "units": [13, 5]}
+    want = np.concatenate([m.numpy().T for m in masks])  # [units, T]: layers stacked
+    np.testing.assert_array_equal(mask_image(rec("sa-rnn", 0, trace=trace)), want)
+    fig = mask_figure({"sa-rnn": rec("sa-rnn", 0, trace=trace), "gru": rec("gru", 0)})
+    assert len(fig.axes) == 1  # a method without a trace gets no panel
+    np.testing.assert_array_equal(np.asarray(fig.axes[0].images[0].get_array()), want)
+
+
+def test_paper_vs_harness_rows_hold_paper_and_ours():
+    recs = [
+        rec("sa-rnn", s, accuracy=70.0 + s, skip_pct=75.0, geo_mean=72.0, lam=lam, hidden=50)
+        for s in (0, 1)
+        for lam in (2e-4, 1e-2)
+    ]
+    recs[1]["metrics"]["accuracy"] = 99.0  # the lam=1e-2 variant is better but not the match
+    recs += [rec("gru", 0, accuracy=85.0, skip_pct=0.0, geo_mean=0.0, hidden=8)]
+    agg, _ = table(recs)
+    titles, rows = paper_vs_harness(tables_for("seizures")[0], agg, "accuracy", True)
+    by_label = {r[0][0]: [t for t, _ in r] for r in rows}
+    sa = dict(zip(titles, by_label["SA-RNN"], strict=True))
+    assert sa["Paper: Accuracy %"] == "81.6 ± 0.6" and sa["Ours: Accuracy %"] == "70.5 ± 0.7"
+    assert sa["Paper: FLOPs (×10^4)"] == "6.40" and sa["Ours: FLOPs (×10^4)"] == "1.00 ± 0.00"
+    assert sa["Ours: config (paper value if different)"] == "hidden_size=50, lam=0.0002"
+    assert sa["Ours: seeds"] == "2"
+    gru = dict(zip(titles, by_label["GRU"], strict=True))
+    assert gru["Paper: Accuracy %"] == "84.7 ± 0.8" and gru["Ours: Accuracy %"] == "85.0"
+    assert gru["Ours: config (paper value if different)"] == "hidden_size=8 (paper 50)"
+    assert by_label["CW-RNN"][2] == "–" and by_label["CW-RNN"][-1] == "0"  # not run
+
+
+def test_files_are_produced(tmp_path):
+    mask = {"first_mask": [pack_mask(torch.eye(4)[:, :3])], "units": [3]}
+    recs = [
+        rec("gru", s, accuracy=80.0 + s, skip_pct=0.0, geo_mean=0.0, trace=mask) for s in (0, 1)
+    ]
+    recs += [
+        rec(
+            "sa-rnn",
+            s,
+            accuracy=75.0 + s,
+            skip_pct=lam * 1e4,
+            geo_mean=60.0,
+            lam=lam,
+            flops=1e4 * (1 - lam * 50),
+            trace=mask,
+        )
+        for s in (0, 1)
+        for lam in (0.0, 1e-3)
+    ]
+    recs += [
+        rec(
+            "ei-rehn",
+            0,
+            accuracy=70.0,
+            skip_pct=20.0,
+            trace={**mask, "depth_hist": {"3": 5, "4": 7}},
+        )
+    ]
+    paths = write_paper_report(recs, ["recs.jsonl"], tmp_path)
+    names = {p.relative_to(tmp_path).as_posix() for p in paths}
+    assert {"paper_seizures_smoke.md", "paper_seizures_smoke.tex"} <= names
+    for kind in ("tradeoff", "masks", "lambda", "depth"):
+        assert {f"figures/seizures_smoke_{kind}.{ext}" for ext in ("png", "pdf")} <= names
+    assert all(p.stat().st_size > 0 for p in paths)
+    md = (tmp_path / "paper_seizures_smoke.md").read_text()
+    assert "Generated by `harness report` from `recs.jsonl`" in md and "abcdef1234" in md
+    assert "## S-SA Table 1 vs harness" in md and "](figures/seizures_smoke_masks.png)" in md
+    tex = (tmp_path / "paper_seizures_smoke.tex").read_text()
+    assert tex.count(r"\begin{tabular}") == 2 and r"\includegraphics" in tex
+    only = write_paper_report(recs, ["r"], tmp_path / "b", formats=("md",), figures=False)
+    assert [p.name for p in only] == ["paper_seizures_smoke.md"]
+    with pytest.raises(HarnessError, match="no ok runs"):
+        write_paper_report(recs, ["r"], tmp_path, tasks=["adding"])
+    with pytest.raises(HarnessError, match="cannot write"):  # one line for the CLI, no traceback
+        write_paper_report(recs, ["r"], tmp_path / "paper_seizures_smoke.md", figures=False)
+
+
+def test_variants_are_labelled_by_the_config_values_that_vary():
+    recs = [rec("gru", 0, accuracy=80.0, skip_pct=0.0, hidden=h) for h in (8, 16)]
+    _, (titles, rows) = table(recs)
+    assert [t for t, _ in col(titles, rows, "Variant")] == ["hidden_size=8", "hidden_size=16"]
+    # S-EI layout: D_h is a column of its own, so it is not repeated as a variant label.
+    recs = [rec("rnn", 0, "synthetic", "mse", False, mse=1e-3, hidden=h) for h in (30, 20)]
+    _, (titles, rows) = table(recs)
+    assert "Variant" not in titles
+    assert [t for t, _ in col(titles, rows, "D_h")] == ["20", "30"]
