@@ -41,7 +41,8 @@ def test_run_writes_records_and_leaderboard_then_resumes(tmp_path):
     assert "8 already recorded" in p.stderr
     assert len((tmp_path / "results" / "runs.jsonl").read_text().splitlines()) == 8
     p = harness(*args[:3], "--methods", "gru", "--seeds", "0", "--force", cwd=tmp_path, check=True)
-    assert len((tmp_path / "results" / "runs.jsonl").read_text().splitlines()) == 9
+    # --force reruns gru seed 0 on both tasks and appends; nothing earlier is rewritten
+    assert len((tmp_path / "results" / "runs.jsonl").read_text().splitlines()) == 10
 
 
 @pytest.mark.parametrize(
