@@ -41,8 +41,8 @@ def fmt(mean: float, std: float | None = None, n: int = 1, digits: int = 4) -> s
         return "–"
 
     def f(x: float) -> str:
-        if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e5):
-            return f"{x:.3g}" if abs(x) >= 1e5 else f"{x:.{digits - 1}e}"
+        if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e4):
+            return f"{x:.3g}" if abs(x) >= 1e4 else f"{x:.{digits - 1}e}"
         return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{max(digits - 2, 1)}f}"
 
     if n > 1 and std is not None and not math.isnan(std):
@@ -168,7 +168,7 @@ def leaderboard_markdown(
     parts = [header(records, sources, "Leaderboard")]
     for (task, preset), df in leaderboard_rows(records).items():
         parts.append(f"## {task} ({preset} preset)\n")
-        parts.append(df.to_markdown(index=False) + "\n")
+        parts.append(df.to_markdown(index=False, disable_numparse=True) + "\n")
     failed = [r for r in latest(records) if r.get("status") != "ok"]
     if failed:
         parts.append("## Failed runs\n")
