@@ -29,6 +29,9 @@ Differences from the paper:
   initial state is zero (pranv learns h_0); the read-out is the harness's generic one.
 - The forward is a masked dense implementation; paper-effective MACs charge k |A_t| (D+V)
   (METHODS.md 1.4); ``exact_step_macs`` gives the structural count sum_{j in A_t} k (V + k (g-j+1)).
+  ``fast_forward`` (inference) computes only the active rows: the active modules are the fastest
+  ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
+  rows (the paper-effective count), not only the nonzero upper-triangular blocks.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.cells import masked_update
+from harness.cells import cached_pack, masked_update
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -154,5 +157,36 @@ class ClockworkRNN(Method):
             h = self._step(xp[:, t], h, u[:, t], w_hh)
             hs.append(h)
         out = SeqOut(torch.stack(hs, 1), u, state=(h, clock + T))
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def _pack(self) -> Tensor:
+        """``[W_H * mask, W_I, b]``, ``[D, D + V + 1]``: row i is everything unit i reads."""
+        return torch.cat([self.weight_hh * self.hh_mask, self.weight_ih, self.bias[:, None]], 1)
+
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference computing only the active modules' rows, ``tanh([W_H W_I b][:n] [h; x_t; 1])``.
+
+        A module is active when its period divides t + phase, so every faster module (whose
+        period divides this one's) is active too: the active units are a prefix ``[:n_t]`` and
+        their rows are a slice of one cached ``[D, D + V + 1]`` matrix. The clock starts at 0.
+        """
+        B, T, _ = x.shape
+        h, clock = self.init_state(B, x)
+        k, t = self.module_size, torch.arange(T, device=x.device)
+        active = (t[:, None] + self.cfg.phase) % self.periods[::k] == 0  # [T, g] per module
+        counts = (active.sum(1) * k).tolist()  # [T] n_t, active units (a prefix)
+        params = (self.weight_hh, self.weight_ih, self.bias)
+        w = cached_pack(self, "_fast_rows", params, self._pack)  # [D, D + V + 1]
+        xs = torch.cat([x, x.new_ones(B, T, 1)], -1).unbind(1)  # T x [B, V + 1]
+        hs = []
+        for t, n in enumerate(counts):
+            if n:
+                z = torch.cat([h, xs[t]], 1)  # [B, D + V + 1]
+                h = torch.cat([torch.tanh(F.linear(z, w[:n])), h[:, n:]], 1)  # eq. 1, rows :n
+            hs.append(h)
+        u = active.repeat_interleave(k, 1).to(x.dtype)  # [T, D]
+        out = SeqOut(torch.stack(hs, 1), u.expand(B, -1, -1).contiguous(), state=(h, clock + T))
         out.aux_loss = self.aux_loss(out)
         return out

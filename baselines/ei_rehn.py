@@ -146,5 +146,15 @@ class EIREHN(Method):
         out.aux_loss = self.aux_loss(out)
         return out
 
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference that stops each step at the halting depth ``max_b R_t`` (Algorithm 1) instead
+        of running ``r_max`` layers; the skipped layers are exact copies in ``forward``, so the
+        outputs are the same. Eval semantics."""
+        h0 = self.init_state(x.shape[0], x)
+        out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=True), x, h0)
+        out.aux_loss = self.aux_loss(out)
+        return out
+
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         return elastic_penalty(out, self.cfg.lam_d)

@@ -50,5 +50,6 @@ class RNN(Method):
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         h0 = self.init_state(x.shape[0], x) if state is None else state
         params = [self.weight_ih, self.weight_hh, self.bias, self.zero_bias]
-        out, hn = torch.rnn_tanh(x, h0.unsqueeze(0), params, True, 1, 0.0, self.training, False, True)
+        hx = h0.unsqueeze(0)
+        out, hn = torch.rnn_tanh(x, hx, params, True, 1, 0.0, self.training, False, True)
         return SeqOut(out, torch.ones_like(out), state=hn[0])

@@ -105,6 +105,37 @@ class SkipRNN(Method):
         mask = u.expand(-1, self.hidden_size)  # [B, D], keeps the straight-through gradient
         return StepOut(h_new, (h_new, u_tilde, du), mask)
 
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference running the GRU and the ``w_p`` projection only for the sequences that update
+        at a step (a skipped step of every sequence costs a few elementwise ops on ``[B, 1]``).
+        Eval semantics; equals ``eval()(x)`` up to matmul rounding."""
+        B, T, _ = x.shape
+        h, u_tilde, du = self.init_state(B, x)  # [B, D], [B, 1], [B, 1]
+        xs = x.unbind(1)
+        hs, us = [], []
+        for t in range(T):
+            u_prev = torch.round(u_tilde)  # [B, 1] u_{t-1}
+            rows = u_prev.view(-1).nonzero().view(-1)
+            if rows.numel():  # eq. 4 only where the previous step updated
+                p = torch.sigmoid(F.linear(h.index_select(0, rows), self.w_p, self.b_p))
+                du = du.index_copy(0, rows, p)  # [B, 1]
+            grow = u_tilde + torch.minimum(du, 1 - u_tilde)
+            u_tilde = torch.where(u_prev > 0, du, grow)  # [B, 1] eq. 5
+            u = torch.round(u_tilde)  # [B, 1] eq. 2
+            rows = u.view(-1).nonzero().view(-1)
+            if 0 < rows.numel() < B:  # eq. 3 for the updating sequences only
+                h_rows, x_rows = h.index_select(0, rows), xs[t].index_select(0, rows)
+                h = h.index_copy(0, rows, self.cell.step(self.cell.input_proj(x_rows), h_rows))
+            elif rows.numel():
+                h = self.cell.step(self.cell.input_proj(xs[t]), h)
+            hs.append(h)
+            us.append(u)
+        mask = torch.stack(us, 1).expand(-1, -1, self.hidden_size).contiguous()  # [B, T, D]
+        out = SeqOut(torch.stack(hs, 1), mask, state=(h, u_tilde, du))
+        out.aux_loss = self.aux_loss(out)
+        return out
+
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         """Budget ``lam * sum_t u_t`` per sequence, mean over the batch (binary u, STE grad)."""
         return self.cfg.lam * out.mask[..., 0].sum(1).mean()

@@ -28,7 +28,8 @@ Differences from the paper:
 - Cost: the paper-effective count (S-SA's convention) charges ``3(D+V)`` per updated unit plus the
   scheduler ``D+V`` at every step. ``exact_step_macs`` gives the VC-structural count, where the
   updated units read only the first ``k_t`` state dims: ``3 k_t (k_t + V) + (D+V)`` (with ``V``
-  replaced by ``k_t`` when the input is masked too).
+  replaced by ``k_t`` when the input is masked too). ``forward`` computes every unit and masks;
+  ``fast_forward`` (inference) computes only that VC-structural part: rows and columns ``[:k]``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.cells import GRUWeights, gru_macs_per_unit, masked_update
+from harness.cells import (
+    GRUWeights,
+    cached_pack,
+    gru_macs_per_unit,
+    gru_rows,
+    masked_update,
+    pack_gru_rows,
+)
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -141,6 +149,52 @@ class VCRNN(Method):
         m1 = m.squeeze(-1)  # [B]
         extras = {"m": m1, "m_dev": (m1 - self.cfg.m_target).abs()}
         return StepOut(h_new, h_new, u, extras=extras)
+
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference computing only the VC-structural part of each step: the updated units are a
+        prefix ``[:k_t]`` (the soft mask decreases in i) and the masked state ``e * h`` is 0
+        beyond it, so the GRU runs on rows and columns ``[:k_t]`` of the cached unit-major
+        weights, views without copies. For batch > 1, ``k_t`` is the largest over the batch (the
+        union of prefixes) and the per-sequence ``e`` masks the rest. Eval sharpness."""
+        B, T, _ = x.shape
+        D = self.hidden_size
+        cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
+        hh, ih = cached_pack(self, "_fast_gru", cell_params, lambda: pack_gru_rows(self.cell))
+        # The state is kept as columns, h [D, B], so that the prefix of units is rows [:k].
+        sched_x = F.linear(x, self.sched_x, self.sched_b).permute(1, 2, 0).unbind(0)  # T x [1, B]
+        xs = x.permute(1, 2, 0).unbind(0)  # T x [V, B]
+        xs1 = torch.cat([x, x.new_ones(B, T, 1)], -1).permute(1, 2, 0).unbind(0)  # T x [V+1, B]
+        index = self.unit_index[:, None]  # [D, 1]
+        h = x.new_zeros(D, B)
+        hs, us, ms = [], [], []
+        for t in range(T):
+            m = torch.sigmoid(torch.mm(self.sched_h, h) + sched_x[t])  # [1, B] scheduler
+            soft = torch.sigmoid(self.cfg.sharpness_end * (m * D - index))  # [D, B]
+            e = threshold_eps(soft, self.cfg.eps)  # [D, B]
+            u = e > 0  # [D, B] a prefix of the units in every column
+            k = int(u.sum(0).max())
+            if k:
+                e_k, h_k = e[:k], h[:k]  # [k, B]
+                h_bar = e_k * h_k  # 0 beyond k: only columns [:k] of W_h are read
+                hp = torch.mm(hh[:k, :, :k].reshape(3 * k, k), h_bar)  # [3k, B], a view of hh
+                if self.mask_input:  # x-bar = e * x is 0 beyond k too
+                    w_i, b_i = ih[:k, :, :k].reshape(3 * k, k), ih[:k, :, -1].reshape(3 * k, 1)
+                    xp = torch.addmm(b_i, w_i, e_k * xs[t][:k])  # [3k, B]
+                else:
+                    xp = torch.mm(ih[:k].view(3 * k, -1), xs1[t])  # [3k, B]
+                cand = gru_rows(hp.view(k, 3, B), xp.view(k, 3, B), h_bar)  # GRU(h-bar, x-bar)
+                h = torch.cat([masked_update(e_k, cand, h_k), h[k:]], 0)  # [D, B]
+            hs.append(h)
+            us.append(u)
+            ms.append(m[0])
+        m_all = torch.stack(ms, 1)  # [B, T]
+        extras = {"m": m_all.mean(1), "m_dev": (m_all - self.cfg.m_target).abs().mean(1)}
+        outputs = torch.stack(hs).permute(2, 0, 1).contiguous()  # [B, T, D]
+        mask = torch.stack(us).permute(2, 0, 1).to(x.dtype, memory_format=torch.contiguous_format)
+        out = SeqOut(outputs, mask, extras=extras, state=outputs[:, -1])
+        out.aux_loss = self.aux_loss(out)
+        return out
 
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         """``gamma * sum_t |m_t - m_target|``, mean over the batch (``m_dev`` is the time mean)."""

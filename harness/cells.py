@@ -16,6 +16,8 @@ of unit i reads only row i of each matrix, so per-unit skipping is exactly reali
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -167,3 +169,46 @@ class LSTMWeights(nn.Module):
         hx = (h0.unsqueeze(0), c0.unsqueeze(0))
         out, hn, cn = torch.lstm(x, hx, params, True, 1, 0.0, self.training, False, True)
         return out, hn[0], cn[0]
+
+
+# --- inference fast paths (``Method.fast_forward``) ---------------------------------------------
+
+
+def cached_pack(
+    owner: nn.Module, name: str, params: tuple[Tensor, ...], build: Callable[[], Any]
+) -> Any:
+    """``build()`` (under no_grad), cached on ``owner`` as attribute ``name`` until one of
+    ``params`` changes storage, dtype or version (in-place updates by optimizers,
+    ``load_state_dict`` and ``no_grad`` edits bump it; edits through ``.data`` do not), so a fast
+    path repacks its weights once, not at every call."""
+    key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+    hit = owner.__dict__.get(name)
+    if hit is None or hit[0] != key:
+        with torch.no_grad():
+            hit = (key, build())
+        owner.__dict__[name] = hit
+    return hit[1]
+
+
+def pack_gru_rows(cell: GRUWeights) -> tuple[Tensor, Tensor]:
+    """Unit-major copies of a GRU cell: ``hh [D, 3, D]`` (row ``[i, g]`` is gate g's recurrent row
+    of unit i) and ``ih [D, 3, V + 1]`` (input row, bias last). One unit's three gate rows are
+    adjacent in memory, so a set of units is gathered with one ``index_select`` (a prefix is a
+    slice) and multiplied with ``h`` and ``[x_t, 1]`` as contiguous ``[3k, .]`` matrices."""
+    D = cell.hidden_size
+    hh = cell.weight_hh.detach().view(3, D, D).transpose(0, 1).contiguous()
+    ih = torch.cat([cell.weight_ih, cell.bias[:, None]], 1).detach()  # [3D, V + 1]
+    return hh, ih.view(3, D, -1).transpose(0, 1).contiguous()
+
+
+def gru_rows(hp: Tensor, xp: Tensor, h_rows: Tensor) -> Tensor:
+    """Reset-after GRU candidate of k units from their unit-major projections ``hp = W_h h`` and
+    ``xp = W_i x + b``, each ``[k, 3, B]`` (gates r, z, n), and previous values ``h_rows [k, B]``
+    (the state as columns, so that units are rows). The equations of ``gru_step`` in fewer ops
+    (``addcmul``, ``lerp``), for per-step overhead; they agree with it to rounding."""
+    hr, hz, hn = hp.unbind(1)  # [k, B] each
+    xr, xz, xn = xp.unbind(1)
+    r = torch.sigmoid(xr + hr)  # S-SA eq. 1
+    z = torch.sigmoid(xz + hz)  # S-SA eq. 2
+    n = torch.tanh(torch.addcmul(xn, r, hn))  # S-SA eq. 3
+    return torch.lerp(n, h_rows, z)  # S-SA eq. 4 with z -> 1 - z: (1 - z) n + z h

@@ -177,6 +177,22 @@ class Method(nn.Module):
         """Weighted budget penalty from a finished sequence pass (None: no penalty)."""
         return None
 
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference-only forward (eval semantics, no autograd) that really skips the work the
+        mask marks as skipped, for measuring realised speedups (``harness.speedup``).
+
+        Returns the same outputs and mask as ``self.eval()(x)`` up to matmul rounding. This
+        default IS that dense masked forward (training mode restored afterwards); skipping
+        methods override it and ``tests/test_fast_paths.py`` checks them against it.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return self(x)
+        finally:
+            self.train(was_training)
+
     # --- trainer hooks -------------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
         """Called by the trainer before each epoch (0-based): annealing schedules live here."""

@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
-    """Derived-data caches (e.g. rebuilt HAR windows) go to a per-session directory, not ~/.cache."""
+    """Derived-data caches (e.g. rebuilt HAR windows) go to a per-session dir, not ~/.cache."""
     old = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     yield

@@ -26,7 +26,7 @@ def ref_gru(m, x):
         for t in range(x.shape[1]):
             new = []
             for i in range(D):
-                def row(g, i=i, t=t, s=s):
+                def row(g, i=i, t=t, s=s, h=h):
                     k = g * D + i
                     return (Wi[k] * x[s, t]).sum() + b[k], sum(Wh[k, j] * h[j] for j in range(D))
                 (xr, hr), (xz, hz), (xn, hn) = row(0), row(1), row(2)
