@@ -23,48 +23,12 @@ Differences from the paper:
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
-from harness.highway import CoupledHighway, HighwayConfig, run_sequence, weight_bound
-from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.highway import FixedDepthHighway
 from harness.registry import register_method
 
 
 @register_method("rhn")
-class RHN(Method):
+class RHN(FixedDepthHighway):
     """Depth-L coupled RHN; every step runs all L layers."""
 
-    config_cls = HighwayConfig
-    has_depth = True
-
-    def __init__(self, input_size: int, hidden_size: int, cfg: HighwayConfig | None = None) -> None:
-        super().__init__(input_size, hidden_size, cfg)
-        c = self.cfg
-        self.cell = CoupledHighway(
-            input_size,
-            hidden_size,
-            c.depth,
-            shared=False,
-            transform_bias=c.transform_bias,
-            bound=weight_bound(c.init_bound, hidden_size),
-        )
-
-    def cost(self) -> StepCost:
-        D, V, L = self.hidden_size, self.input_size, self.cfg.depth
-        # 2DV (input rows of s and tau, layer 1) + 2D^2 per layer = 2D(D+V) + 2(L-1)D^2
-        return StepCost(D, per_active_step=2 * D * V, per_layer=2 * D * D, max_depth=L)
-
-    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
-        return ref.new_zeros(batch_size, self.hidden_size)
-
-    def _advance(self, xp_t: Tensor, h: Tensor) -> StepOut:
-        h = self.cell(xp_t, h)  # [B, D] = h^L
-        return StepOut(h, h, torch.ones_like(h), torch.full_like(h, float(self.cfg.depth)))
-
-    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
-        return self._advance(self.cell.input_proj(x_t), state)
-
-    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
-        h0 = self.init_state(x.shape[0], x) if state is None else state
-        return run_sequence(self._advance, self.cell.input_proj(x), h0)  # [B, T, 2D] projected
+    shared = False

@@ -19,14 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from harness.method import SeqOut, StepOut
+from harness.method import Method, SeqOut, StepCost, StepOut
 
 TRANSFORM_BIAS = -2.0  # RHN transform-gate bias, rhn_train.py PTB value (METHODS.md 2.10)
 HSG_GATE_BIAS = -2.0  # [DECISION] METHODS.md 2.11: the seed's value was lost; closed at start
@@ -243,3 +243,43 @@ def run_sequence(step_fn: Callable[[Tensor, Any], StepOut], xs: Tensor, state: A
         extras={k: torch.stack(v, 1).mean(1) for k, v in extras.items()},
         state=state,
     )
+
+
+class FixedDepthHighway(Method):
+    """Base of RHN and SRHN: a coupled highway stack of ``depth`` layers run in full at every step
+    (mask 1, depth L everywhere). Subclasses set ``shared`` (one weight set for all layers)."""
+
+    config_cls = HighwayConfig
+    has_depth = True
+    shared: ClassVar[bool] = False
+
+    def __init__(self, input_size: int, hidden_size: int, cfg: HighwayConfig | None = None) -> None:
+        super().__init__(input_size, hidden_size, cfg)
+        c = self.cfg
+        self.cell = CoupledHighway(
+            input_size,
+            hidden_size,
+            c.depth,
+            shared=self.shared,
+            transform_bias=c.transform_bias,
+            bound=weight_bound(c.init_bound, hidden_size),
+        )
+
+    def cost(self) -> StepCost:
+        D, V, L = self.hidden_size, self.input_size, self.cfg.depth
+        # 2DV (input rows of s and tau, layer 1) + 2D^2 per layer = 2D(D+V) + 2(L-1)D^2
+        return StepCost(D, per_active_step=2 * D * V, per_layer=2 * D * D, max_depth=L)
+
+    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
+        return ref.new_zeros(batch_size, self.hidden_size)
+
+    def _advance(self, xp_t: Tensor, h: Tensor) -> StepOut:
+        h = self.cell(xp_t, h)  # [B, D] = h^L
+        return StepOut(h, h, torch.ones_like(h), torch.full_like(h, float(self.cfg.depth)))
+
+    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
+        return self._advance(self.cell.input_proj(x_t), state)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        h0 = self.init_state(x.shape[0], x) if state is None else state
+        return run_sequence(self._advance, self.cell.input_proj(x), h0)  # [B, T, 2D] projected
