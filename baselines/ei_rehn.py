@@ -50,12 +50,12 @@ from harness.errors import ConfigError
 from harness.highway import (
     ElasticConfig,
     ElasticGate,
-    elastic_penalty,
+    ElasticHighway,
     highway_mix,
     run_sequence,
     weight_bound,
 )
-from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.method import SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
 
@@ -72,11 +72,10 @@ class EIREHNConfig(ElasticConfig):
 
 
 @register_method("ei-rehn")
-class EIREHN(Method):
+class EIREHN(ElasticHighway):
     """Elastic highway layers with hypernetwork-generated diagonal weights."""
 
     config_cls = EIREHNConfig
-    has_depth = True
 
     def __init__(self, input_size: int, hidden_size: int, cfg: EIREHNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
@@ -111,9 +110,6 @@ class EIREHN(Method):
             fvcore_uncounted=2 * D * R,
         )
 
-    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
-        return ref.new_zeros(batch_size, self.hidden_size)
-
     def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
         tr = self.elastic(h, x_t)  # d [B, R_max, D], n [B, D], mask [B, D], R [B]
         layers = int(tr.R.max()) if adaptive else self.cfg.r_max
@@ -137,15 +133,6 @@ class EIREHN(Method):
         extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
         return StepOut(h, h, tr.mask, tr.n, extras)
 
-    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
-        return self._advance(x_t, state, adaptive=True)
-
-    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
-        h0 = self.init_state(x.shape[0], x) if state is None else state
-        out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=False), x, h0)
-        out.aux_loss = self.aux_loss(out)
-        return out
-
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
         """Inference that stops each step at the halting depth ``max_b R_t`` (Algorithm 1) instead
@@ -155,6 +142,3 @@ class EIREHN(Method):
         out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=True), x, h0)
         out.aux_loss = self.aux_loss(out)
         return out
-
-    def aux_loss(self, out: SeqOut) -> Tensor | None:
-        return elastic_penalty(out, self.cfg.lam_d)

@@ -36,20 +36,17 @@ from harness.highway import (
     CoupledHighway,
     ElasticConfig,
     ElasticGate,
-    elastic_penalty,
-    run_sequence,
+    ElasticHighway,
     weight_bound,
 )
-from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.method import StepCost, StepOut
 from harness.registry import register_method
 
 
 @register_method("srehn")
-class SREHN(Method):
+class SREHN(ElasticHighway):
     """Shared-weight coupled RHN whose gate is scaled by the elastic gate d^r."""
 
-    config_cls = ElasticConfig
-    has_depth = True
 
     def __init__(self, input_size: int, hidden_size: int, cfg: ElasticConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
@@ -71,9 +68,6 @@ class SREHN(Method):
             max_depth=self.cfg.r_max,
         )
 
-    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
-        return ref.new_zeros(batch_size, self.hidden_size)
-
     def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
         tr = self.elastic(h, x_t)  # d [B, R_max, D], n [B, D], mask [B, D], R [B]
         layers = int(tr.R.max()) if adaptive else self.cfg.r_max
@@ -81,15 +75,3 @@ class SREHN(Method):
             h = self.cell(self.cell.input_proj(x_t), h, tr.d[:, :layers])  # [B, D]
         extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
         return StepOut(h, h, tr.mask, tr.n, extras)
-
-    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
-        return self._advance(x_t, state, adaptive=True)
-
-    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
-        h0 = self.init_state(x.shape[0], x) if state is None else state
-        out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=False), x, h0)
-        out.aux_loss = self.aux_loss(out)
-        return out
-
-    def aux_loss(self, out: SeqOut) -> Tensor | None:
-        return elastic_penalty(out, self.cfg.lam_d)

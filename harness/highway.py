@@ -283,3 +283,31 @@ class FixedDepthHighway(Method):
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         h0 = self.init_state(x.shape[0], x) if state is None else state
         return run_sequence(self._advance, self.cell.input_proj(x), h0)  # [B, T, 2D] projected
+
+
+class ElasticHighway(Method):
+    """Base of SREHN and EI-REHN. Subclasses implement ``_advance(x_t, h, adaptive)``: with
+    ``adaptive`` it runs max over the batch of R_t layers (Algorithm 1, halting checked before each
+    layer); without, the fixed ``r_max`` layers, which give the same h_t because the rectified
+    gate makes every later layer a copy (METHODS.md 2.14(e)) and keep the traced graph static."""
+
+    config_cls = ElasticConfig
+    has_depth = True
+
+    def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
+        return ref.new_zeros(batch_size, self.hidden_size)
+
+    def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
+        raise NotImplementedError
+
+    def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
+        return self._advance(x_t, state, adaptive=True)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        h0 = self.init_state(x.shape[0], x) if state is None else state
+        out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=False), x, h0)
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def aux_loss(self, out: SeqOut) -> Tensor | None:
+        return elastic_penalty(out, self.cfg.lam_d)  # METHODS.md 2.14(k), off when lam_d = 0
