@@ -312,33 +312,40 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # --- report --------------------------------------------------------------------------------------
 
 
-def _write_leaderboard(sources: list[str], out: Path, console) -> None:
+def _write_leaderboard(sources: list[str], out: Path, console, warn: bool = True) -> list[str]:
+    """Write the leaderboard; return the malformed-line messages (listed in the report too)."""
     from harness.report import leaderboard_markdown
     from harness.results import load
 
     records, problems = load(sources)
-    for p in problems:
+    for p in problems if warn else ():
         console.print(f"[yellow]warning: {p}[/]")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(leaderboard_markdown(records, sources, problems))
     except OSError as e:
         raise HarnessError(f"cannot write report {out}: {e.strerror or e}") from None
-    console.print(f"wrote {out}")
+    print(f"wrote {out}")
+    return problems
+
+
+def _malformed(problems: list[str]) -> HarnessError:
+    more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
+    return HarnessError(f"{problems[0]}{more}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     sources = args.records or ["results/runs.jsonl"]
     console = _console()
     if not args.paper:
-        _write_leaderboard(sources, Path(args.out), console)
+        problems = _write_leaderboard(sources, Path(args.out), console, warn=False)
+        if problems:  # the report is written without them; the input is still bad
+            raise _malformed(problems)
         return 0
     from harness.paper import write_paper_report
     from harness.results import load
 
     records, problems = load(sources)
-    for p in problems:
-        console.print(f"[yellow]warning: {p}[/]")
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     paths = write_paper_report(
         records,
@@ -351,6 +358,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     for p in paths:
         print(p)
+    if problems:
+        raise _malformed(problems)
     return 0
 
 

@@ -73,15 +73,19 @@ def test_report_warns_about_malformed_lines_and_keeps_going(tmp_path):
     store = tmp_path / "results" / "runs.jsonl"
     with open(store, "a") as f:
         f.write("{not json\n")
-    p = harness("report", str(store), "--out", "board.md", cwd=tmp_path, check=True)
-    assert "runs.jsonl:2: malformed record skipped" in p.stderr
-    assert "malformed" in (tmp_path / "board.md").read_text()
+    p = harness("report", str(store), "--out", "board.md", cwd=tmp_path)
+    assert p.returncode == 2, "a malformed records file is bad input"
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "runs.jsonl:2: malformed record skipped" in err[0]
+    board = (tmp_path / "board.md").read_text()  # the good records are still reported
+    assert "malformed" in board and "## adding (smoke preset)" in board
 
 
 def test_report_on_a_wholly_malformed_file_fails_cleanly(tmp_path):
-    (tmp_path / "x.jsonl").write_text("garbage\n")
+    (tmp_path / "x.jsonl").write_text("garbage\nworse\n")
     p = harness("report", "x.jsonl", "--out", "b.md", cwd=tmp_path)
-    assert p.returncode == 0 and "x.jsonl:1: malformed record skipped" in p.stderr
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    assert "x.jsonl:1: malformed record skipped" in p.stderr and "1 more" in p.stderr
 
 
 def test_list_and_flops_json(tmp_path):
@@ -123,8 +127,18 @@ def test_diverging_run_is_recorded_as_failed_and_sweep_goes_on(tmp_path):
 
 
 def test_compare_exit_codes_and_markdown(tmp_path):
-    harness("run", "--tasks", "adding", "--methods", "gru", "--out", "a.jsonl", "--no-report",
-            cwd=tmp_path, check=True)
+    harness(
+        "run",
+        "--tasks",
+        "adding",
+        "--methods",
+        "gru",
+        "--out",
+        "a.jsonl",
+        "--no-report",
+        cwd=tmp_path,
+        check=True,
+    )
     recs = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     p = harness("compare", "a.jsonl", "a.jsonl", "--markdown", "d.md", cwd=tmp_path)
     assert p.returncode == 0 and "PASS" in (tmp_path / "d.md").read_text()
@@ -138,8 +152,16 @@ def test_compare_exit_codes_and_markdown(tmp_path):
 
 
 def test_run_skips_tasks_without_data_and_runs_the_rest(tmp_path):
-    p = harness("run", "--tasks", "ptb,adding", "--methods", "gru", "--data-dir",
-                str(tmp_path / "empty"), cwd=tmp_path)
+    p = harness(
+        "run",
+        "--tasks",
+        "ptb,adding",
+        "--methods",
+        "gru",
+        "--data-dir",
+        str(tmp_path / "empty"),
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "skipped task 'ptb'" in p.stderr and "ptb.train.txt" in p.stderr
     recs = (tmp_path / "results" / "runs.jsonl").read_text().splitlines()
@@ -147,8 +169,19 @@ def test_run_skips_tasks_without_data_and_runs_the_rest(tmp_path):
 
 
 def test_grid_expands_into_runs_and_matches_skip(tmp_path):
-    p = harness("run", "--tasks", "adding", "--methods", "sa-rnn,gru", "--grid",
-                "lam=0,1e-2,1", "--match-skip", "75", cwd=tmp_path, check=True)
+    p = harness(
+        "run",
+        "--tasks",
+        "adding",
+        "--methods",
+        "sa-rnn,gru",
+        "--grid",
+        "lam=0,1e-2,1",
+        "--match-skip",
+        "75",
+        cwd=tmp_path,
+        check=True,
+    )
     recs = [json.loads(x) for x in (tmp_path / "results/runs.jsonl").read_text().splitlines()]
     lams = sorted(r["config"]["method_cfg"]["lam"] for r in recs if r["method"] == "sa-rnn")
     assert lams == [0.0, 1e-2, 1.0]
@@ -157,7 +190,15 @@ def test_grid_expands_into_runs_and_matches_skip(tmp_path):
 
 
 def test_invalid_method_task_combination_fails_before_running(tmp_path):
-    p = harness("run", "--tasks", "adding", "--methods", "gru,clockwork-rnn", "--set",
-                "hidden_size=12", cwd=tmp_path)
+    p = harness(
+        "run",
+        "--tasks",
+        "adding",
+        "--methods",
+        "gru,clockwork-rnn",
+        "--set",
+        "hidden_size=12",
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and "not divisible" in p.stderr
     assert not (tmp_path / "results" / "runs.jsonl").read_text().strip()
