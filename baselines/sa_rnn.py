@@ -54,6 +54,7 @@ from harness.cells import (
     pack_gru_rows,
 )
 from harness.errors import ConfigError
+from harness.kernels import sarnn_kernel
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -132,12 +133,22 @@ class SARNN(Method):
         independent decisions, were no faster than the dense step). Gathering a row costs about
         two row-products at batch 1, so above ``k = D B / (B + 2)`` units (a third of them at
         batch 1) the step multiplies all rows in place instead.
+        At batch 1 on CPU the whole loop runs in the fused kernel of ``harness.kernels`` when it
+        can be built (same computation, no gather copies, no per-step dispatch).
         Eval semantics; equals ``eval()(x)`` up to matmul rounding.
         """
         B, T, _ = x.shape
         D = self.hidden_size
         cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
         hh, ih, buf_h, buf_i = cached_pack(self, "_fast_gru", cell_params, self._pack)
+        kernel = sarnn_kernel() if B == 1 and x.device.type == "cpu" else None
+        if kernel is not None:  # fused C++ loop: reads only the updated rows, once
+            coord = F.linear(x[0], self.w_i, self.b_u)  # [T, D]
+            xs = torch.cat([x[0], x.new_ones(T, 1)], -1)  # [T, V+1]
+            h, u = kernel(hh, ih, self.w_u, coord, xs, x.new_zeros(D), float(self.slope))
+            out = SeqOut(h[None], u[None], state=h[None, -1])
+            out.aux_loss = self.aux_loss(out)
+            return out
         every = torch.arange(D, device=x.device)
         # The state is kept as columns, h [D, B]: units are rows, gathered and copied contiguously.
         coord_x = F.linear(x, self.w_i, self.b_u).permute(1, 2, 0).unbind(0)  # T x [D, B]

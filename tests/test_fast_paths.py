@@ -183,3 +183,29 @@ def test_speedup_main_writes_the_report(tmp_path):
         torch.set_num_threads(threads)
     text = out.read_text()
     assert "python -m harness.speedup --out" in text and "| skip-rnn | 8 | 1 | 50 |" in text
+
+
+def test_sa_rnn_fused_kernel_and_fallback_agree_with_dense(monkeypatch):
+    """At batch 1 the fused C++ kernel runs (where it builds); with it disabled the PyTorch path
+    runs; both equal the dense eval forward (masks exactly, outputs to rounding)."""
+    import baselines.sa_rnn as sa
+    from harness.kernels import sarnn_kernel
+    from harness.speedup import build_at_skip
+
+    built = build_at_skip("sa-rnn", 3, 64, 0.8, 30)
+    model = (built[0] if isinstance(built, tuple) else built).double().eval()
+    x = torch.randn(1, 30, 3, dtype=torch.float64)
+    dense = model(x)
+    calls = []
+    kernel = sarnn_kernel()
+    if kernel is not None:
+        monkeypatch.setattr(sa, "sarnn_kernel", lambda: lambda *a: calls.append(1) or kernel(*a))
+        fused = model.fast_forward(x)
+        assert calls, "the fused kernel was not used at batch 1"
+        assert torch.equal(fused.mask, dense.mask)
+        torch.testing.assert_close(fused.outputs, dense.outputs, rtol=0, atol=1e-10)
+    monkeypatch.setattr(sa, "sarnn_kernel", lambda: None)
+    fallback = model.fast_forward(x)
+    assert torch.equal(fallback.mask, dense.mask)
+    torch.testing.assert_close(fallback.outputs, dense.outputs, rtol=0, atol=1e-10)
+    assert 0.6 < 1 - dense.mask.mean().item() < 0.95  # a real mix of skips
