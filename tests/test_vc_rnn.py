@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from reference import ref_gru
 
 from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.config import resolve
@@ -13,19 +14,6 @@ from harness.errors import ConfigError
 from harness.flops import sequence_macs
 from harness.method import SeqOut
 from harness.metrics import skip_fraction
-
-
-def ref_gru(cell, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """Reset-after GRU candidate of one sequence at one step, computed unit by unit."""
-    D = h.shape[0]
-    Wi, Wh, b = cell.weight_ih, cell.weight_hh, cell.bias
-    out = []
-    for i in range(D):
-        r = torch.sigmoid(Wi[i] @ x + b[i] + Wh[i] @ h)
-        z = torch.sigmoid(Wi[D + i] @ x + b[D + i] + Wh[D + i] @ h)
-        n = torch.tanh(Wi[2 * D + i] @ x + b[2 * D + i] + r * (Wh[2 * D + i] @ h))
-        out.append((1 - z) * n + z * h[i])
-    return torch.stack(out)
 
 
 def ref_vc_rnn(m: VCRNN, x: torch.Tensor, sharpness: float, cfg: VCRNNConfig):
