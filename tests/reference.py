@@ -20,3 +20,27 @@ def ref_gru(cell, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         n = torch.tanh(Wi[2 * D + i] @ x + b[2 * D + i] + r * (Wh[2 * D + i] @ h))
         out.append((1 - z) * n + z * h[i])
     return torch.stack(out)
+
+
+def assert_grads_match(
+    model: torch.nn.Module,
+    got: torch.Tensor,
+    want: torch.Tensor,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    allow_unused: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Assert that two scalar losses have the same gradient for every parameter of ``model``
+    (``got`` from the method, ``want`` from its reference); return ``got``'s gradients by name.
+    ``got``'s graph is kept for further gradients. With ``allow_unused`` a parameter that a loss
+    does not reach counts as a zero gradient; otherwise it is an error."""
+    names, params = zip(*model.named_parameters(), strict=True)
+    g = torch.autograd.grad(got, params, retain_graph=True, allow_unused=allow_unused)
+    g_ref = torch.autograd.grad(want, params, allow_unused=allow_unused)
+    out = {}
+    for name, p, a, b in zip(names, params, g, g_ref, strict=True):
+        a = torch.zeros_like(p) if a is None else a
+        b = torch.zeros_like(p) if b is None else b
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=name)
+        out[name] = a
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference import ref_gru, ste
+from reference import assert_grads_match, ref_gru, ste
 
 from baselines.sa_rnn import SARNN, SARNNConfig
 from harness import train
@@ -58,13 +58,10 @@ def test_matches_reference_outputs_and_gradients():
     assert torch.equal(out.mask, ref_mask)
     torch.testing.assert_close(out.outputs, ref_out, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(out.aux_loss, ref_aux, rtol=1e-12, atol=1e-12)
-    params = list(m.parameters())
-    g = torch.autograd.grad((out.outputs * w).sum() + out.aux_loss, params, retain_graph=True)
-    g_ref = torch.autograd.grad((ref_out * w).sum() + ref_aux, params)
-    for (name, _), a, b in zip(m.named_parameters(), g, g_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+    named = assert_grads_match(
+        m, (out.outputs * w).sum() + out.aux_loss, (ref_out * w).sum() + ref_aux
+    )
     # the straight-through path reaches every coordinator parameter, from the task and the budget
-    named = dict(zip([n for n, _ in m.named_parameters()], g, strict=True))
     for name in ("w_u", "w_i", "b_u"):
         assert named[name].abs().sum() > 0, name
     (g_b,) = torch.autograd.grad(out.aux_loss, [m.b_u])

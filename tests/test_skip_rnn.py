@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from reference import ref_gru, ste
+from reference import assert_grads_match, ref_gru, ste
 
 from baselines.skip_rnn import SkipRNN, SkipRNNConfig
 from harness import train
@@ -64,13 +64,9 @@ def test_matches_reference_outputs_and_gradients():
     assert torch.equal(out.mask, ref_u.unsqueeze(-1).expand(-1, -1, 3))
     torch.testing.assert_close(out.outputs, ref_out, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(out.aux_loss, ref_aux, rtol=1e-12, atol=1e-12)
-    names = [n for n, _ in m.named_parameters()]
-    params = list(m.parameters())
-    g = torch.autograd.grad((out.outputs * w).sum() + out.aux_loss, params, retain_graph=True)
-    g_ref = torch.autograd.grad((ref_out * w).sum() + ref_aux, params)
-    for name, a, b in zip(names, g, g_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
-    grads = dict(zip(names, g, strict=True))
+    grads = assert_grads_match(
+        m, (out.outputs * w).sum() + out.aux_loss, (ref_out * w).sum() + ref_aux
+    )
     for name in ("w_p", "b_p", "h0"):  # the STE path reaches the gate; h_0 is learned
         assert grads[name].abs().sum() > 0, name
     g_budget = torch.autograd.grad(out.aux_loss, [m.b_p])[0]
