@@ -36,11 +36,18 @@ def git_state() -> tuple[str | None, bool | None]:
         return None, None
 
 
+@functools.lru_cache(maxsize=4)
 def device_name(device: torch.device) -> str:
-    """A human-readable device name (the GPU model, or the CPU architecture)."""
+    """A human-readable device name: the GPU model, or the CPU model (architecture if unknown)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.machine()})"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"cpu ({line.split(':', 1)[1].strip()})"
+    except OSError:
+        pass
+    return f"cpu ({platform.processor() or platform.machine()})"
 
 
 def environment(device: torch.device) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def load(paths: Iterable[str | os.PathLike]) -> tuple[list[dict[str, Any]], list
     """Records and problems from several stores (files or ``--out`` directories)."""
     records, problems = [], []
     for p in paths:
-        path = store_path(p) if Path(p).is_dir() or Path(p).suffix != ".jsonl" else Path(p)
+        path = store_path(p)
         if not path.exists():
             raise RecordError(f"no records file at {path}")
         r, pr = Store(path).read()

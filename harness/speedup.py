@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import shlex
 import statistics
 import sys
@@ -44,10 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.env import git_state
+from harness.env import device_name, git_state
 from harness.flops import UNIT_NOTE, sequence_macs
 from harness.method import Method, SeqOut
 from harness.registry import METHODS
+from harness.timing import synchronize
 
 METHOD_NAMES = ("sa-rnn", "skip-rnn", "clockwork-rnn", "vc-rnn", "ei-rehn")
 
@@ -128,11 +128,6 @@ def achieved_skip(out: SeqOut, method: Method) -> float:
     return 1.0 - (out.mask > 0).double().mean().item()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def interleaved_times(
     dense: Callable[[], Any],
     fast: Callable[[], Any],
@@ -154,11 +149,11 @@ def interleaved_times(
 
     def timed(f: Callable[[], Any]) -> float:
         f()  # untimed: bring this path's working set back into the caches
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(block):
             f()
-        _sync(device)
+        synchronize(device)
         return (time.perf_counter() - t0) / block
 
     for _ in range(warmup):
@@ -242,21 +237,11 @@ def measure_one(model: Method, x: Tensor, budget_s: float = 3.0) -> dict[str, An
     }
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str = "cpu") -> str:
     """A generated Markdown report of ``measure_speedups`` rows, with a header naming the device,
     torch version, thread count, commit and the command that produced it."""
     dev = torch.device(device)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({_cpu_name()})"
+    name = device_name(dev)
     sha, dirty = git_state()
     commit = "unknown" if sha is None else sha[:12] + (" (dirty)" if dirty else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
