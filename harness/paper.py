@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 from harness.paper_results import PaperTable, tables_for
-from harness.results import latest
+from harness.results import flat_config, latest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,15 +75,6 @@ class Column:
     higher: bool | None = None
     scale: int = 0
     kind: str = "num"  # num | int | solved
-
-
-def flat_config(rec: dict[str, Any]) -> dict[str, Any]:
-    """Method and model fields by name, trainer and task fields as ``train.x`` / ``task.x``."""
-    c = rec["config"]
-    out = {**c.get("method_cfg", {}), **c.get("model", {})}
-    out.update({f"train.{k}": v for k, v in c.get("train", {}).items()})
-    out.update({f"task.{k}": v for k, v in c.get("task_cfg", {}).items()})
-    return out
 
 
 def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.flops import UNIT_NOTE
 from harness.metrics import mean_std
-from harness.results import latest
+from harness.results import flat_config, latest
 
 # (column title, metric key, higher is better); None direction means "no arrow".
 TRACE_COLUMNS = [
@@ -56,19 +56,10 @@ def _arrow(higher: bool | None) -> str:
 
 def _variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
     """The config fields (other than seed) that vary among a method's runs in one table."""
-
-    def flat(r: dict[str, Any]) -> dict[str, Any]:
-        c = r["config"]
-        out = {f"{k}": v for k, v in c.get("method_cfg", {}).items()}
-        out.update({f"train.{k}": v for k, v in c.get("train", {}).items()})
-        out.update({f"model.{k}": v for k, v in c.get("model", {}).items()})
-        out.update({f"task.{k}": v for k, v in c.get("task_cfg", {}).items()})
-        return out
-
-    flats = [flat(r) for r in all_method_runs]
+    flats = [flat_config(r) for r in all_method_runs]
     varying = sorted(k for k in flats[0] if len({repr(f.get(k)) for f in flats}) > 1)
-    here = flat(group[0])
-    return ", ".join(f"{k.removeprefix('model.')}={here.get(k)}" for k in varying)
+    here = flat_config(group[0])
+    return ", ".join(f"{k}={here.get(k)}" for k in varying)
 
 
 def leaderboard_rows(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], pd.DataFrame]:

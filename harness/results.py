@@ -111,6 +111,16 @@ class Store:
         return {r["run_id"] for r in self.read()[0]}
 
 
+def flat_config(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record's resolved config as one flat dict: method and model fields by name, trainer and
+    task fields as ``train.x`` / ``task.x`` (the keys ``--set`` and ``--grid`` accept)."""
+    c = rec["config"]
+    out = {**c.get("method_cfg", {}), **c.get("model", {})}
+    out.update({f"train.{k}": v for k, v in c.get("train", {}).items()})
+    out.update({f"task.{k}": v for k, v in c.get("task_cfg", {}).items()})
+    return out
+
+
 def latest(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The last record of each run id (a ``--force`` rerun supersedes the earlier line)."""
     by_id: dict[str, dict[str, Any]] = {}

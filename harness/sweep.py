@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.metrics import mean_std
-from harness.results import latest
+from harness.results import flat_config, latest
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -57,12 +57,7 @@ def match_skip(
         _, skip, vid, runs = min(scored, key=lambda s: (s[0], s[2]))
         primary = runs[0]["primary"]
         metric, _ = mean_std([r["metrics"].get(primary) for r in runs])
-        cfg = runs[0]["config"]
-        flat = {
-            **cfg["method_cfg"],
-            **{f"train.{k}": v for k, v in cfg["train"].items()},
-            **cfg["model"],
-        }
+        flat = flat_config(runs[0])
         rows.append(
             {
                 "task": task,
