@@ -166,15 +166,16 @@ def _better(new: float, best: float | None, higher: bool) -> bool:
 
 def train_model(
     cfg: RunConfig, task: Task, model: SeqModel, splits, device
-) -> tuple[list[dict[str, Any]], int, float]:
-    """Train with Adam; returns (history, best epoch, train seconds), leaving the best-validation
+) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
+    """Train with Adam; returns (history, best epoch, train seconds, the validation metrics of the
+    best epoch or None if no epoch had a finite one), leaving the best-validation
     parameters loaded. Raises DivergedError on a non-finite loss."""
     tc = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     history: list[dict[str, Any]] = []
-    best_val, best_epoch, best_state, stale = None, -1, None, 0
+    best_val, best_epoch, best_state, best_metrics, stale = None, -1, None, None, 0
     train_s = 0.0
     for epoch in range(tc.epochs):
         model.on_epoch_start(epoch, tc.epochs)
@@ -203,7 +204,7 @@ def train_model(
             {"epoch": epoch, "train_loss": float(np.mean(losses)), f"val_{task.primary}": v}
         )
         if _better(v, best_val, task.higher_is_better):
-            best_val, best_epoch, stale = v, epoch, 0
+            best_val, best_epoch, best_metrics, stale = v, epoch, val, 0
             best_state = copy.deepcopy(model.state_dict())
         else:
             stale += 1
@@ -211,7 +212,7 @@ def train_model(
                 break
     if best_state is not None:
         model.load_state_dict(best_state)
-    return history, best_epoch, train_s
+    return history, best_epoch, train_s, best_metrics
 
 
 def selection_rule(task: Task) -> str:
@@ -251,11 +252,12 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
     }
     rec["data"] = dict(splits.info)
     try:
-        history, best_epoch, train_s = train_model(cfg, task, model, splits, dev)
+        history, best_epoch, train_s, val_metrics = train_model(cfg, task, model, splits, dev)
         t0 = time.perf_counter()
         test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
         eval_s = time.perf_counter() - t0
-        val = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev)
+        if val_metrics is None:  # no finite validation value: report the final parameters'
+            val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
         rec.update(
             status="ok",
             error=None,
@@ -263,7 +265,7 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
             epochs_run=len(history),
             history=history,
             metrics=test.metrics,
-            val_metrics=val.metrics,
+            val_metrics=val_metrics,
             macs=test.macs,
             flops={k: FLOPS_PER_MAC * v for k, v in test.macs.items()},
             diagnostics=test.diagnostics,
