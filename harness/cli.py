@@ -53,6 +53,15 @@ def parse_seeds(spec: str) -> list[int]:
     return list(dict.fromkeys(seeds))
 
 
+def write_report(path: Path, text: str) -> None:
+    """Write a generated file (creating its folder); an OSError becomes one HarnessError line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise HarnessError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def _console():
     from rich.console import Console
 
@@ -302,10 +311,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"{len(res.missing)} missing, {len(res.new)} new"
     )
     if args.markdown:
-        try:
-            Path(args.markdown).write_text(markdown(res, args.reference, args.current))
-        except OSError as e:
-            raise HarnessError(f"cannot write {args.markdown}: {e.strerror or e}") from None
+        write_report(Path(args.markdown), markdown(res, args.reference, args.current))
     return 0 if res.ok else 1
 
 
@@ -320,11 +326,7 @@ def _write_leaderboard(sources: list[str], out: Path, console, warn: bool = True
     records, problems = load(sources)
     for p in problems if warn else ():
         console.print(f"[yellow]warning: {p}[/]")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(leaderboard_markdown(records, sources, problems))
-    except OSError as e:
-        raise HarnessError(f"cannot write report {out}: {e.strerror or e}") from None
+    write_report(out, leaderboard_markdown(records, sources, problems))
     print(f"wrote {out}")
     return problems
 
@@ -475,11 +477,7 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     device = "cuda" if args.device == "cuda" else "cpu"
     rows = measure_speedups(seq_len=args.seq_len, device=device)
     out = Path(args.report if args.report != "reports/TIMING.md" else "reports/SPEEDUP.md")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(speedup_markdown(rows, command, device))
-    except OSError as e:
-        raise HarnessError(f"cannot write {out}: {e.strerror or e}") from None
+    write_report(out, speedup_markdown(rows, command, device))
     print(out)
     return 0
 
