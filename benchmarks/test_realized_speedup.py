@@ -1,11 +1,11 @@
 """SA-RNN inference on CPU: the dense masked forward against ``fast_forward`` at D = 1024, batch 1,
 90 % skip (advisory; never a pass/fail gate on speed).
 
-The model is untrained with its coordinator bias set for 90 % skip (``harness.speedup``). The
-ratio dense / fast comes from interleaved rounds (a block of dense calls, a block of fast
-calls, ...; median of per-round ratios) so that load from other processes hits both sides alike; it is stored in extra_info
-next to the FLOP reduction and the fraction of it realised. pytest-benchmark's table times each
-side on its own too. Runs on one thread (the fast path's many small ops suffer most from
+The model is untrained with its coordinator bias set for 90 % skip (``harness.speedup``). The ratio
+dense / fast comes from interleaved rounds (a block of dense calls, a block of fast calls, ...;
+median of per-round ratios) so that load from other processes hits both sides alike; it is stored in
+extra_info next to the FLOP reduction and the fraction of it realised. pytest-benchmark's table
+times each side on its own too. Runs on one thread (the fast path's many small ops suffer most from
 OpenMP contention on a shared machine); the thread count is recorded in extra_info.
 """
 
