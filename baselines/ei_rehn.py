@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from harness.highway import (
+from baselines._highway import (
     ElasticConfig,
     ElasticGate,
     ElasticHighway,

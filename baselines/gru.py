@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.cells import GRUWeights, gru_macs_per_unit
+from baselines._cells import GRUWeights, gru_macs_per_unit
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from harness.highway import (
+from baselines._highway import (
     HSG_GATE_BIAS,
     CoupledHighway,
     HighwayConfig,

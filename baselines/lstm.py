@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.cells import LSTMWeights
+from baselines._cells import LSTMWeights
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 

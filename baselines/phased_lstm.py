@@ -22,7 +22,7 @@ Differences from the paper:
   paper's tasks used 0.05), P = exp(U(ln 2, ln 20)), s ~ U(0, P), all three trainable; leak
   alpha = 1e-3 in training and 0 in eval (as the Theano original's deterministic mode).
 - [DECISION] METHODS.md 2.2: the LSTM cell has no peepholes and a forget-gate bias of 1
-  (``harness.cells.LSTMWeights``, U(+-1/sqrt(D)) weights); the paper's code has peepholes.
+  (``baselines._cells.LSTMWeights``, U(+-1/sqrt(D)) weights); the paper's code has peepholes.
 - METHODS.md 2.6 pitfall: periods below 2 steps alias with integer timestamps, so the forward uses
   P clamped to >= ``min_period`` (2) and r_on clamped to [1e-3, 1]; the stored parameters are not
   changed (a clamped value gets no gradient through the clamp).
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from harness.cells import LSTMWeights
+from baselines._cells import LSTMWeights
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method

@@ -10,7 +10,7 @@ Krueger et al. 2017, https://arxiv.org/abs/1606.01305). Spec: METHODS.md 2.4::
     h_t = u_t * h~_t + (1 - u_t) * h_{t-1}
 
 Differences from the paper:
-- [DECISION] METHODS.md 1.3 / 2.3: the shared reset-after GRU cell (``harness.cells.GRUWeights``),
+- [DECISION] METHODS.md 1.3 / 2.3: the shared reset-after GRU cell (``baselines._cells.GRUWeights``),
   so per-unit skipping is exactly realisable and the effective MACs 3 k_t (D+V) are exact.
 - [DECISION] METHODS.md 2.4: the test-time RNG is fixed. In eval mode the mask comes from a
   generator seeded with ``eval_seed`` and re-seeded at step 0 of every forward (or step loop), so
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from harness.cells import GRUWeights, gru_macs_per_unit, masked_update
+from baselines._cells import GRUWeights, gru_macs_per_unit, masked_update
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method

@@ -23,7 +23,7 @@ Differences from the paper:
 
 from __future__ import annotations
 
-from harness.highway import FixedDepthHighway
+from baselines._highway import FixedDepthHighway
 from harness.registry import register_method
 
 

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.cells import (
+from baselines._cells import (
     GRUWeights,
     binarize_ste,
     cached_pack,
@@ -54,7 +54,7 @@ from harness.cells import (
     pack_gru_rows,
 )
 from harness.errors import ConfigError
-from harness.kernels import sarnn_kernel
+from baselines._kernels import sarnn_kernel
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -133,7 +133,7 @@ class SARNN(Method):
         independent decisions, were no faster than the dense step). Gathering a row costs about
         two row-products at batch 1, so above ``k = D B / (B + 2)`` units (a third of them at
         batch 1) the step multiplies all rows in place instead.
-        At batch 1 on CPU the whole loop runs in the fused kernel of ``harness.kernels`` when it
+        At batch 1 on CPU the whole loop runs in the fused kernel of ``baselines._kernels`` when it
         can be built (same computation, no gather copies, no per-step dispatch).
         Eval semantics; equals ``eval()(x)`` up to matmul rounding.
         """

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.cells import GRUWeights, gru_macs_per_unit, masked_update, round_ste
+from baselines._cells import GRUWeights, gru_macs_per_unit, masked_update, round_ste
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from harness.highway import (
+from baselines._highway import (
     CoupledHighway,
     ElasticConfig,
     ElasticGate,

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.cells import (
+from baselines._cells import (
     GRUWeights,
     cached_pack,
     gru_macs_per_unit,

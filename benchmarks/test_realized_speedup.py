@@ -1,7 +1,7 @@
 """SA-RNN inference on CPU: the dense masked forward against ``fast_forward`` at D = 1024, batch 1,
 90 % skip (advisory; never a pass/fail gate on speed).
 
-The model is untrained with its coordinator bias set for 90 % skip (``harness.speedup``). The ratio
+The model is untrained with its coordinator bias set for 90 % skip (``harness.bench.speedup``). The ratio
 dense / fast comes from interleaved rounds (a block of dense calls, a block of fast calls, ...;
 median of per-round ratios) so that load from other processes hits both sides alike; it is stored in
 extra_info next to the FLOP reduction and the fraction of it realised. pytest-benchmark's table
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.flops import sequence_macs
-from harness.speedup import achieved_skip, build_at_skip, interleaved_times
+from harness.bench.speedup import achieved_skip, build_at_skip, interleaved_times
 
 D, B, T, V, SKIP = 1024, 1, 50, 8, 0.9
 

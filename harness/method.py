@@ -179,7 +179,7 @@ class Method(nn.Module):
 
     def fast_forward(self, x: Tensor) -> SeqOut:
         """Inference-only forward (eval semantics, no autograd) that really skips the work the
-        mask marks as skipped, for measuring realised speedups (``harness.speedup``).
+        mask marks as skipped, for measuring realised speedups (``harness.bench.speedup``).
 
         Returns the same outputs and mask as ``self.eval()(x)`` up to matmul rounding. This
         default IS that dense masked forward (training mode restored afterwards); skipping

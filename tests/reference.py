@@ -1,11 +1,11 @@
 """Literal reference computations shared by the method tests: written independently of the
-harness (no ``harness.cells``), unit by unit, so they share no code with what they check."""
+harness (no ``baselines._cells``), unit by unit, so they share no code with what they check."""
 
 import torch
 
 
 def ste(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
-    """Value of ``hard``, gradient of ``soft`` (written independently of harness.cells)."""
+    """Value of ``hard``, gradient of ``soft`` (written independently of baselines._cells)."""
     return soft + (hard - soft).detach()
 
 

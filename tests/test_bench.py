@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from harness import bench, timing
+from harness import timing
+from harness.bench import suite as bench
 from harness.errors import ConfigError, HarnessError
 from harness.results import REQUIRED, Store
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness import config, train
-from harness.compare import compare, parse_tolerances
+from harness.reporting.compare import compare, parse_tolerances
 from harness.errors import HarnessError
 
 CFGS = [config.resolve(m, "synthetic", 0, "smoke") for m in ("gru", "lstm")]
@@ -24,7 +24,7 @@ def test_unchanged_rerun_passes(reference):
 
 def test_changed_init_fails_the_gate(reference, monkeypatch):
     import baselines.lstm as lstm_mod
-    from harness.cells import LSTMWeights
+    from baselines._cells import LSTMWeights
 
     class ZeroForgetBias(LSTMWeights):  # the mutation: forget bias 0 instead of 1
         def __init__(self, *a, **k):

@@ -16,7 +16,7 @@ from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.srehn import SREHN
 from harness.errors import ConfigError
 from harness.flops import fvcore_macs, sequence_macs
-from harness.highway import ElasticConfig, active_limit
+from baselines._highway import ElasticConfig, active_limit
 from harness.method import SeqOut
 
 R_MAX = 6

@@ -3,7 +3,7 @@
 import pytest
 
 from harness import config
-from harness.compare import compare
+from harness.reporting.compare import compare
 from harness.executors import LocalExecutor
 
 CONFIGS = [

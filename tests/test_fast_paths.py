@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from baselines.sa_rnn import update_decision
-from harness.cells import hard_sigmoid
+from baselines._cells import hard_sigmoid
 from harness.registry import METHODS
-from harness.speedup import (
+from harness.bench.speedup import (
     achieved_skip,
     build_at_skip,
     main,
@@ -182,15 +182,15 @@ def test_speedup_main_writes_the_report(tmp_path):
     finally:
         torch.set_num_threads(threads)
     text = out.read_text()
-    assert "python -m harness.speedup --out" in text and "| skip-rnn | 8 | 1 | 50 |" in text
+    assert "python -m harness.bench.speedup --out" in text and "| skip-rnn | 8 | 1 | 50 |" in text
 
 
 def test_sa_rnn_fused_kernel_and_fallback_agree_with_dense(monkeypatch):
     """At batch 1 the fused C++ kernel runs (where it builds); with it disabled the PyTorch path
     runs; both equal the dense eval forward (masks exactly, outputs to rounding)."""
     import baselines.sa_rnn as sa
-    from harness.kernels import sarnn_kernel
-    from harness.speedup import build_at_skip
+    from baselines._kernels import sarnn_kernel
+    from harness.bench.speedup import build_at_skip
 
     built = build_at_skip("sa-rnn", 3, 64, 0.8, 30)
     model = (built[0] if isinstance(built, tuple) else built).double().eval()

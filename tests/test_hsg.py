@@ -9,7 +9,7 @@ from reference import assert_grads_match
 from baselines.hsg import HSG, HSGConfig
 from baselines.rhn import RHN
 from harness.flops import fvcore_macs, sequence_macs
-from harness.highway import HighwayConfig
+from baselines._highway import HighwayConfig
 
 
 def reference_hsg(m: HSG, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""The paper-style report (harness.paper, harness.figures) on hand-made records."""
+"""The paper-style report (harness.reporting.paper, harness.reporting.figures) on hand-made records."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from scipy.stats import ttest_ind
 
 from harness.errors import HarnessError
-from harness.figures import mask_figure, mask_image, pareto_front
-from harness.paper import (
+from harness.reporting.figures import mask_figure, mask_image, pareto_front
+from harness.reporting.paper import (
     aggregate,
     main_table,
     paper_vs_harness,
@@ -21,7 +21,7 @@ from harness.paper import (
     welch_p,
     write_paper_report,
 )
-from harness.paper_results import tables_for
+from harness.reporting.published import tables_for
 from harness.train import pack_mask
 
 KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]

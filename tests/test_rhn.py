@@ -11,7 +11,7 @@ from torch import nn
 from baselines.rhn import RHN
 from harness.errors import ConfigError
 from harness.flops import fvcore_macs, sequence_macs
-from harness.highway import HighwayConfig
+from baselines._highway import HighwayConfig
 from harness.metrics import depth_stats, skip_fraction
 
 

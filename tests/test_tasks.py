@@ -1,11 +1,10 @@
 """Generic task tests, parametrized over every registered task whose data is available."""
 
-import pkgutil
 
 import pytest
 import torch
+from plugins import registration_problems
 
-import tasks
 from harness import config
 from harness.registry import TASKS
 from harness.task import Batch
@@ -20,10 +19,7 @@ def available(name):
 
 
 def test_every_file_registers_its_own_key():
-    for mod in pkgutil.iter_modules(tasks.__path__):
-        key = mod.name.replace("_", "-")
-        assert key in TASKS, f"tasks/{mod.name}.py is not registered"
-        assert TASKS.get(key).__module__ == f"tasks.{mod.name}"
+    assert registration_problems("tasks", "TASKS") == []
 
 
 @pytest.mark.parametrize("name", NAMES)

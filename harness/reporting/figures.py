@@ -1,4 +1,4 @@
-"""Figures of the paper report (``harness.paper``), PNG and PDF, with seaborn on matplotlib's Agg.
+"""Figures of the paper report (``harness.reporting.paper``), PNG and PDF, with seaborn on matplotlib's Agg.
 
 - ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, one point per method
   variant (mean over seeds), each method's Pareto front drawn as a line (S-SA Figs. 4/5 style).
@@ -189,11 +189,11 @@ def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
 def report_figures(
     runs: pd.DataFrame, agg: pd.DataFrame, primary: str, higher: bool, title: str, stem: Path
 ) -> list[tuple[str, list[Path]]]:
-    """Draw and save the figures that apply to one (task, preset) of ``harness.paper``.
+    """Draw and save the figures that apply to one (task, preset) of ``harness.reporting.paper``.
 
     Args:
-        runs: one row per run (``harness.paper.runs_frame``); agg: one row per variant
-            (``harness.paper.aggregate``, with ``records`` and ``label``).
+        runs: one row per run (``harness.reporting.paper.runs_frame``); agg: one row per variant
+            (``harness.reporting.paper.aggregate``, with ``records`` and ``label``).
         primary, higher, title: the primary metric, its direction and axis title.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
 

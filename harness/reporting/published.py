@@ -1,4 +1,4 @@
-"""The seed papers' numbers, as data, for the "paper vs harness" tables of ``harness.paper``.
+"""The seed papers' numbers, as data, for the "paper vs harness" tables of ``harness.reporting.paper``.
 
 Transcribed from ``/work/shared/design/PAPER_RESULTS.md`` (itself checked against the papers):
 - S-SA: Hartvigsen et al., "Learning to Selectively Update State Neurons in Recurrent Networks",

@@ -289,7 +289,7 @@ def _print_match_skip(store, cfgs, target: float, swept: list[str], console) -> 
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness.compare import compare, load_strict, markdown, parse_tolerances
+    from harness.reporting.compare import compare, load_strict, markdown, parse_tolerances
 
     res = compare(
         load_strict(args.reference), load_strict(args.current), parse_tolerances(args.tol or [])
@@ -320,7 +320,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _write_leaderboard(sources: list[str], out: Path, console, warn: bool = True) -> list[str]:
     """Write the leaderboard; return the malformed-line messages (listed in the report too)."""
-    from harness.report import leaderboard_markdown
+    from harness.reporting.leaderboard import leaderboard_markdown
     from harness.results import load
 
     records, problems = load(sources)
@@ -344,7 +344,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if problems:  # the report is written without them; the input is still bad
             raise _malformed(problems)
         return 0
-    from harness.paper import write_paper_report
+    from harness.reporting.paper import write_paper_report
     from harness.results import load
 
     records, problems = load(sources)
@@ -445,7 +445,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     command = "harness bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "harness bench"
     if args.speedup:
         return _bench_speedup(args, command)
-    from harness.bench import run_bench
+    from harness.bench.suite import run_bench
 
     paths = run_bench(
         args.methods,
@@ -470,7 +470,7 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     """Realized speedup of the skipping methods' fast inference paths (reports/SPEEDUP.md)."""
     import torch
 
-    from harness.speedup import measure_speedups, speedup_markdown
+    from harness.bench.speedup import measure_speedups, speedup_markdown
 
     if args.threads:
         torch.set_num_threads(args.threads)

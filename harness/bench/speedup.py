@@ -245,11 +245,11 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
     sha, dirty = git_state()
     commit = "unknown" if sha is None else sha[:12] + (" (dirty)" if dirty else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    from harness.kernels import sarnn_kernel
+    from baselines._kernels import sarnn_kernel
 
     kernel = "used" if sarnn_kernel() is not None else "unavailable (PyTorch fallback)"
     lines = [
-        "<!-- Generated file: do not edit. Produced by harness.speedup.speedup_markdown. -->",
+        "<!-- Generated file: do not edit. Produced by harness.bench.speedup.speedup_markdown. -->",
         "# Realised speedups of the skipping methods' fast inference paths",
         "",
         f"Generated {stamp} by `{command}`.",
@@ -290,9 +290,9 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m harness.speedup [--out reports/SPEEDUP.md] [--threads 1] ...``: measure every
+    """``python -m harness.bench.speedup [--out reports/SPEEDUP.md] [--threads 1] ...``: measure every
     default configuration and write the generated report, its own command line in the header."""
-    ap = argparse.ArgumentParser(prog="python -m harness.speedup", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m harness.bench.speedup", description=main.__doc__)
     ap.add_argument("--out", default="reports/SPEEDUP.md")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", nargs="+", default=list(METHOD_NAMES))
@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = measure_speedups(
         a.methods, a.skips, a.hidden, a.batches, a.seq_len, a.device, budget_s=a.budget
     )
-    command = shlex.join(["python", "-m", "harness.speedup", *argv])
+    command = shlex.join(["python", "-m", "harness.bench.speedup", *argv])
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(speedup_markdown(rows, command, a.device))
     print(f"wrote {a.out}")

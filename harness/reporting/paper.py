@@ -1,7 +1,7 @@
 """Paper-style reports: the seed papers' tables and figures, regenerated from run records.
 
 Per (task, preset), ``write_paper_report`` writes ``paper_<task>_<preset>.md`` / ``.tex`` and
-figures (``harness.figures``):
+figures (``harness.reporting.figures``):
 - the main table, in the layout of the seed paper that reports the task: S-SA Tables 1-3 for
   classification (√(Acc×Skip), Skip %, accuracy, effective FLOPs), S-SA Table 4 for ``adding``
   (solved, MSE, Skip %, FLOPs), S-EI Table 1 otherwise (D_h, # params, metric). One row per
@@ -10,9 +10,9 @@ figures (``harness.figures``):
   mean per column is bold (direction-aware; nothing is bold where every row ties);
 - a significance column: each variant against the best one on the primary metric, Welch's t-test
   over seeds (``n/a`` with fewer than 2 seeds on a side, or zero variance on both);
-- one "paper vs harness" table per seed table covering the task (``harness.paper_results``):
+- one "paper vs harness" table per seed table covering the task (``harness.reporting.published``):
   each paper row beside the harness variant of that method matching most of the paper's config.
-The header (``harness.report.header``) names the records, commits, devices, FLOP unit and the
+The header (``harness.reporting.leaderboard.header``) names the records, commits, devices, FLOP unit and the
 rule that chose each test metric. pandas and scipy are imported inside the functions.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
-from harness.paper_results import PaperTable, tables_for
+from harness.reporting.published import PaperTable, tables_for
 from harness.results import flat_config, latest
 
 if TYPE_CHECKING:
@@ -429,8 +429,8 @@ def _write(
     figures: bool,
 ) -> list[Path]:
     """One report per (task, preset) of ``runs``; see ``write_paper_report``."""
-    from harness.figures import report_figures
-    from harness.report import header
+    from harness.reporting.figures import report_figures
+    from harness.reporting.leaderboard import header
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

@@ -1,0 +1,72 @@
+"""Registration checks shared by the method and task tests.
+
+A module nobody imported never registers (the "Unknown model" trap). The check runs in a fresh
+interpreter that imports only the package, so a module imported by some test file at collection
+time cannot hide a missing line in the package's ``__init__``; modules whose names start with an
+underscore hold shared pieces and register nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from importlib import import_module
+from pathlib import Path
+
+PROBE = """
+import json, sys
+import {pkg}
+from harness.registry import {registry}
+print(json.dumps({{k: v.__module__ for k, v in {registry}._items.items()}}))
+"""
+
+
+def public_modules(pkg: str) -> list[str]:
+    """The package's module files that must register (no leading underscore)."""
+    path = import_module(pkg).__path__
+    return sorted(m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_"))
+
+
+def imported_by_init(pkg: str) -> set[str]:
+    """Module names the package's ``__init__.py`` imports (``from pkg import a, b``)."""
+    tree = ast.parse(Path(import_module(pkg).__file__).read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == pkg:
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name.split(".", 1)[1] for a in node.names if a.name.startswith(pkg + ".")}
+    return names
+
+
+def registered_in_fresh_process(pkg: str, registry: str) -> dict[str, str]:
+    """``{key: module}`` registered by importing ``pkg`` alone in a new interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(pkg=pkg, registry=registry)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def registration_problems(pkg: str, registry: str) -> list[str]:
+    """Every way the package's files and its registry disagree, as messages (empty: all good)."""
+    files = public_modules(pkg)
+    problems = [] if files else [f"no module files found in {pkg}/"]
+    imported = imported_by_init(pkg)
+    problems += [f"{pkg}/__init__.py does not import {m}" for m in files if m not in imported]
+    registered = registered_in_fresh_process(pkg, registry)
+    for mod in files:
+        key = mod.replace("_", "-")
+        if key not in registered:
+            problems.append(f"{pkg}/{mod}.py does not register '{key}' when {pkg} is imported")
+        elif registered[key] != f"{pkg}.{mod}":
+            problems.append(f"'{key}' is registered from {registered[key]}, not {pkg}.{mod}")
+    extra = sorted(set(registered) - {m.replace("_", "-") for m in files})
+    problems += [f"'{k}' is registered but matches no file name" for k in extra]
+    return problems
