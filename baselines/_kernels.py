@@ -2,98 +2,63 @@
 
 In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
 and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
-realised speedup near a third of its FLOP reduction. The kernel here runs SA-RNN's whole
-inference sequence in C++, reading only the updated units' rows, once, with no per-step dispatch.
+realised speedup near a third of its FLOP reduction. The kernel in ``csrc/sarnn.cpp`` runs SA-RNN's
+whole inference sequence in C++, reading only the updated units' rows, once, with no per-step
+dispatch.
 
-It is compiled on first use with ``torch.utils.cpp_extension.load_inline`` (g++ and ninja) into
-the harness cache directory. Where it cannot be built, or with ``HARNESS_NO_KERNELS=1``,
-``sarnn_kernel()`` returns None and callers fall back to their PyTorch path, which computes the
-same thing. Floating-point contraction is off so that the update decisions round exactly like
-PyTorch's elementwise ops; dot products are vectorised reductions (``omp simd``), summed in a
-different order than BLAS, so outputs agree to rounding, as the PyTorch fast path does. The build
-uses ``-march=native``: the compiled module lives in this machine's cache only.
+It is compiled on first use (never at import) with ``torch.utils.cpp_extension.load``, which needs
+a C++ compiler and ninja (the ``kernels`` extra). Where it cannot be built, or with
+``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` returns None and callers fall back to their PyTorch
+path, which computes the same thing. Floating-point contraction is off so that the update
+decisions round exactly like PyTorch's elementwise ops; dot products are vectorised reductions
+(``omp simd``), summed in a different order than BLAS, so outputs agree to rounding, as the
+PyTorch fast path does.
+
+The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
+directory is keyed by a digest of the source, the flags, the torch version and this CPU's model
+and instruction-set flags: a cache shared by the nodes of a cluster holds one build per kind of
+CPU, and a node never loads a binary built for another (which would die with SIGILL).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import platform
 import warnings
+from pathlib import Path
 from typing import Any
 
-VERSION = 2
+CSRC = Path(__file__).resolve().parent / "csrc"
+CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp-simd", "-march=native")
 
-_SARNN_SRC = r"""
-#include <torch/extension.h>
-#include <cmath>
-#include <limits>
 
-// SA-RNN inference for one sequence (batch 1), eval semantics.
-// hh [D, 3, D] and ih [D, 3, V+1] are unit-major GRU rows (gates r, z, n; input rows end in the
-// bias); w_u [D]; coord [T, D] = W_i x_t + b_u; xs [T, V+1] = [x_t, 1]; h0 [D].
-// Returns outputs [T, D] and the update mask [T, D] (same dtype).
-template <typename scalar_t>
-static void run(const scalar_t* hh, const scalar_t* ih, const scalar_t* wu, const scalar_t* coord,
-                const scalar_t* xs, const scalar_t* h0, scalar_t* out, scalar_t* mask,
-                int64_t T, int64_t D, int64_t V1, scalar_t slope) {
-  std::vector<scalar_t> h(h0, h0 + D), hn(D);
-  std::vector<int64_t> idx(D);
-  const scalar_t half_eps = std::numeric_limits<scalar_t>::epsilon() / 2;
-  for (int64_t t = 0; t < T; ++t) {
-    const scalar_t* c = coord + t * D;
-    const scalar_t* x = xs + t * V1;
-    int64_t k = 0;
-    for (int64_t i = 0; i < D; ++i) {  // eqs. 5, 6: u = hard_sigmoid(...) > 0.5
-      scalar_t v = wu[i] * h[i];
-      v = v + c[i];
-      scalar_t s = slope * v;
-      bool u = s > half_eps;
-      mask[t * D + i] = u ? scalar_t(1) : scalar_t(0);
-      hn[i] = h[i];
-      if (u) idx[k++] = i;
-    }
-    for (int64_t q = 0; q < k; ++q) {  // eq. 7: updated units get the GRU candidate
-      const int64_t i = idx[q];
-      scalar_t hp[3], xp[3];
-      for (int g = 0; g < 3; ++g) {
-        const scalar_t* wr = hh + (i * 3 + g) * D;
-        const scalar_t* wi = ih + (i * 3 + g) * V1;
-        scalar_t a = 0, b = 0;
-        const scalar_t* hv = h.data();
-#pragma omp simd reduction(+ : a)
-        for (int64_t j = 0; j < D; ++j) a += wr[j] * hv[j];
-#pragma omp simd reduction(+ : b)
-        for (int64_t j = 0; j < V1; ++j) b += wi[j] * x[j];
-        hp[g] = a;
-        xp[g] = b;
-      }
-      scalar_t r = scalar_t(1) / (scalar_t(1) + std::exp(-(xp[0] + hp[0])));
-      scalar_t z = scalar_t(1) / (scalar_t(1) + std::exp(-(xp[1] + hp[1])));
-      scalar_t n = std::tanh(xp[2] + r * hp[2]);
-      hn[i] = n + z * (h[i] - n);  // (1 - z) n + z h
-    }
-    h.swap(hn);
-    std::copy(h.begin(), h.end(), out + t * D);
-  }
-}
+def cpu_identity() -> str:
+    """The CPU's architecture, model and instruction-set flags (what ``-march=native`` targets)."""
+    parts = [platform.machine()]
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key = line.split(":", 1)[0].strip()
+            if key in ("model name", "flags", "Features", "CPU part"):
+                parts.append(line.split(":", 1)[1].strip())
+            if len(parts) >= 3 and not line.strip():
+                break  # the first processor's block is enough
+    except OSError:
+        parts.append(platform.processor())
+    return "\n".join(parts)
 
-std::vector<at::Tensor> sarnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor wu,
-                                       at::Tensor coord, at::Tensor xs, at::Tensor h0,
-                                       double slope) {
-  hh = hh.contiguous(); ih = ih.contiguous(); wu = wu.contiguous();
-  coord = coord.contiguous(); xs = xs.contiguous(); h0 = h0.contiguous();
-  const int64_t T = coord.size(0), D = coord.size(1), V1 = xs.size(1);
-  auto out = at::empty({T, D}, coord.options());
-  auto mask = at::empty({T, D}, coord.options());
-  AT_DISPATCH_FLOATING_TYPES(coord.scalar_type(), "sarnn_sequence", [&] {
-    run<scalar_t>(hh.data_ptr<scalar_t>(), ih.data_ptr<scalar_t>(), wu.data_ptr<scalar_t>(),
-                  coord.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(),
-                  out.data_ptr<scalar_t>(), mask.data_ptr<scalar_t>(), T, D, V1,
-                  static_cast<scalar_t>(slope));
-  });
-  return {out, mask};
-}
-"""
+
+def build_key(source: Path) -> str:
+    """A digest of everything a compiled binary depends on: source, flags, torch, CPU."""
+    import torch
+
+    h = hashlib.sha256()
+    for part in (source.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode()):
+        h.update(part)
+        h.update(b"\0")
+    h.update(cpu_identity().encode())
+    return h.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,24 +67,25 @@ def sarnn_kernel() -> Any:
     if os.environ.get("HARNESS_NO_KERNELS"):
         return None
     try:
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import load
 
         from harness.data import cache_dir
 
-        build = cache_dir() / "kernels" / f"v{VERSION}"
+        source = CSRC / "sarnn.cpp"
+        key = build_key(source)
+        build = cache_dir() / "kernels" / f"sarnn-{key}"
         build.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            mod = load_inline(
-                name=f"harness_sarnn_v{VERSION}",
-                cpp_sources=_SARNN_SRC,
-                functions=["sarnn_sequence"],
+            mod = load(
+                name=f"harness_sarnn_{key}",
+                sources=[str(source)],
                 # exact rounding for the decisions; SIMD reductions only where the pragma says
-                extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp-simd", "-march=native"],
+                extra_cflags=list(CFLAGS),
                 build_directory=str(build),
                 verbose=False,
             )
         return mod.sarnn_sequence
-    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, ...: use the PyTorch path
+    except Exception as e:  # no compiler, no ninja, ...: use the PyTorch path
         warnings.warn(f"fused SA-RNN kernel unavailable, using the PyTorch path: {e}", stacklevel=2)
         return None
