@@ -98,6 +98,7 @@ class Registry:
         return name in self._items
 
     def items(self) -> list[tuple[str, Any]]:
+        """Every ``(name, registered object)`` pair, sorted by name."""
         load_plugins()
         return sorted(self._items.items())
 
@@ -106,6 +107,9 @@ METHODS = Registry("method")
 TASKS = Registry("task")
 register_method = METHODS.register
 register_task = TASKS.register
+
+# The packages whose modules register the methods and the tasks (their __init__ imports each).
+PLUGIN_PACKAGES = {"method": "baselines", "task": "tasks"}
 
 _loaded = False
 
@@ -116,5 +120,5 @@ def load_plugins() -> None:
     if _loaded:
         return
     _loaded = True
-    for pkg in ("baselines", "tasks"):
+    for pkg in PLUGIN_PACKAGES.values():
         importlib.import_module(pkg)

@@ -1,4 +1,5 @@
-"""The drift gate: unchanged reruns pass, a deliberately changed method fails, bad input is 2."""
+"""The drift gate: unchanged reruns pass, a deliberately changed method fails, bad input is 2,
+a changed torch or device is named."""
 
 import json
 
@@ -6,8 +7,8 @@ import pytest
 import torch
 
 from harness import config, train
-from harness.reporting.compare import compare, parse_tolerances
 from harness.errors import HarnessError
+from harness.reporting.compare import compare, environment_differences, markdown, parse_tolerances
 
 CFGS = [config.resolve(m, "synthetic", 0, "smoke") for m in ("gru", "lstm")]
 
@@ -59,3 +60,40 @@ def test_tolerances_are_per_measure(reference):
     assert compare(reference, cur, parse_tolerances(["metrics.mse=0:0.02"])).ok
     with pytest.raises(HarnessError):
         parse_tolerances(["metrics.mse"])
+
+
+def env_rec(run_id, torch_version, device, mse=1.0):
+    return {
+        "run_id": run_id,
+        "method": "m",
+        "task": "t",
+        "preset": "p",
+        "seed": 0,
+        "status": "ok",
+        "metrics": {"mse": mse},
+        "env": {"torch": torch_version, "device_name": device},
+    }
+
+
+def test_environment_differences_are_named():
+    ref = [env_rec("a", "2.13.0+cpu", "cpu (AMD EPYC 7B13)")]
+    same = [env_rec("a", "2.13.0+cpu", "cpu (AMD EPYC 7B13)")]
+    assert environment_differences(ref, same) == []
+    res = compare(ref, same)
+    assert res.environment == [] and "Environment" not in markdown(res, "ref", "cur")
+    cur = [env_rec("a", "2.11.0", "NVIDIA H100 80GB HBM3")]
+    lines = [
+        "torch: reference 2.13.0+cpu, current 2.11.0",
+        "device: reference cpu (AMD EPYC 7B13), current NVIDIA H100 80GB HBM3",
+    ]
+    assert environment_differences(ref, cur) == lines
+    res = compare(ref, cur)
+    assert res.ok and res.environment == lines  # an explanation of drift, not a failure
+    md = markdown(res, "ref.jsonl", "cur.jsonl")
+    assert "## Environment differs\n\n" + "".join(f"- {x}\n" for x in lines) in md
+    # A record without an env counts as "unknown"; a side with several values lists them all.
+    cur = [env_rec("a", "2.13.0+cpu", "cpu (x86_64)"), {**env_rec("b", "", ""), "env": {}}]
+    assert environment_differences(ref, cur) == [
+        "torch: reference 2.13.0+cpu, current 2.13.0+cpu / unknown",
+        "device: reference cpu (AMD EPYC 7B13), current cpu (x86_64) / unknown",
+    ]

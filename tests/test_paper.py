@@ -1,4 +1,5 @@
-"""The paper-style report (harness.reporting.paper, harness.reporting.figures) on hand-made records."""
+"""The paper-style report (harness.reporting.paper, harness.reporting.figures) on hand-made
+records."""
 
 from __future__ import annotations
 
@@ -228,3 +229,38 @@ def test_variants_are_labelled_by_the_config_values_that_vary():
     _, (titles, rows) = table(recs)
     assert "Variant" not in titles
     assert [t for t, _ in col(titles, rows, "D_h")] == ["20", "30"]
+
+
+MY_TABLE = """
+[papers.Mine]
+cite = "My own runs"
+
+[[table]]
+key = "Mine 1"
+task = "seizures"
+title = "My table 1"
+source = { paper = "Mine", where = "Table 1" }
+columns = ["accuracy"]
+
+[[table.row]]
+method = "sa-rnn"
+label = "SA-RNN, mine"
+values = { accuracy = 77.7 }
+"""
+
+
+def test_a_users_published_file_replaces_the_shipped_one(tmp_path):
+    recs = [rec("gru", 0, accuracy=80.0, skip_pct=0.0, geo_mean=0.0)]
+    recs += [rec("sa-rnn", 0, accuracy=70.0, skip_pct=50.0, geo_mean=59.2, lam=1e-3)]
+    mine = tmp_path / "mine.toml"
+    mine.write_text(MY_TABLE, encoding="utf-8")
+    (path,) = write_paper_report(recs, ["r"], tmp_path, formats=("md",), figures=False)
+    assert "## S-SA Table 1 vs harness" in path.read_text()
+    (path,) = write_paper_report(
+        recs, ["r"], tmp_path, formats=("md",), figures=False, published=mine
+    )
+    md = path.read_text()
+    assert "## My table 1 vs harness" in md and "S-SA Table 1" not in md
+    assert "| SA-RNN, mine | 77.7 " in md
+    # Methods of the published table lead the main table.
+    assert md.index("| sa-rnn ") < md.index("| gru ")

@@ -1,0 +1,1 @@
+"""Reports from run records: leaderboards, paper-style tables and figures, the drift gate."""

@@ -6,7 +6,8 @@ exactly; effective MACs/FLOPs with a small relative tolerance (a mask can flip o
 a float across CPUs); metrics with a small absolute plus relative tolerance (CPU runs are
 deterministic for a fixed thread count). A status change is drift. Reference runs absent from the
 current records are reported as missing (also a failure); current runs absent from the reference
-are listed as new (not a failure).
+are listed as new (not a failure). A different torch version or device between the two sets of
+records is reported too (it explains drift; it is not a failure by itself).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ DEFAULT_TOLERANCES = {
 
 @dataclass
 class Drift:
+    """One measure of one run that differs beyond its tolerance (or a changed status)."""
+
     run_id: str
     label: str
     measure: str
@@ -40,17 +43,22 @@ class Drift:
 
 @dataclass
 class Comparison:
+    """The outcome of the drift gate: drifted measures, missing and new runs, environment."""
+
     drifted: list[Drift] = field(default_factory=list)
     missing: list[dict[str, Any]] = field(default_factory=list)
     new: list[dict[str, Any]] = field(default_factory=list)
     matched: int = 0
+    environment: list[str] = field(default_factory=list)  # environment_differences(...)
 
     @property
     def ok(self) -> bool:
+        """Whether the gate passes: nothing drifted and no reference run is missing."""
         return not self.drifted and not self.missing
 
 
 def label(r: dict[str, Any]) -> str:
+    """A record's run as ``method/task/preset/seedN``, for the report."""
     return f"{r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}"
 
 
@@ -80,6 +88,37 @@ def _differs(a: Any, b: Any, tol: tuple[float, float]) -> bool:
     return a != b
 
 
+# (record env key, name in the report)
+ENV_FIELDS = (("torch", "torch"), ("device_name", "device"))
+
+
+def environment_differences(
+    reference: list[dict[str, Any]], current: list[dict[str, Any]]
+) -> list[str]:
+    """The environment fields (torch version, device) that differ between two record sets.
+
+    One line per differing field, e.g. ``torch: reference 2.13.0+cpu, current 2.11.0``; empty
+    when they agree.
+
+    Args:
+        reference: the reference run records (the latest record of each run id counts); a
+            record without the field counts as ``unknown``.
+        current: the current run records, read the same way.
+
+    Returns:
+        The lines, torch first; a side with several values lists them all, joined by `` / ``.
+    """
+    lines = []
+    for key, name in ENV_FIELDS:
+        ref, cur = (
+            sorted({str((r.get("env") or {}).get(key) or "unknown") for r in latest(recs)})
+            for recs in (reference, current)
+        )
+        if ref != cur:
+            lines.append(f"{name}: reference {' / '.join(ref)}, current {' / '.join(cur)}")
+    return lines
+
+
 def compare(
     reference: list[dict[str, Any]],
     current: list[dict[str, Any]],
@@ -89,7 +128,7 @@ def compare(
     tols = {**DEFAULT_TOLERANCES, **(tolerances or {})}
     ref = {r["run_id"]: r for r in latest(reference)}
     cur = {r["run_id"]: r for r in latest(current)}
-    res = Comparison()
+    res = Comparison(environment=environment_differences(reference, current))
     res.missing = [ref[k] for k in ref if k not in cur]
     res.new = [cur[k] for k in cur if k not in ref]
     for k in ref.keys() & cur.keys():
@@ -142,6 +181,8 @@ def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
         f"{len(res.drifted)} drifted measures, {len(res.missing)} missing, {len(res.new)} new.",
         "",
     ]
+    if res.environment:
+        lines += ["## Environment differs", ""] + [f"- {e}" for e in res.environment] + [""]
     if res.drifted:
         lines += [
             "## Drifted",

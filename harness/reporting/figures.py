@@ -1,4 +1,6 @@
-"""Figures of the paper report (``harness.reporting.paper``), PNG and PDF, with seaborn on matplotlib's Agg.
+"""Figures of the paper report (``harness.reporting.paper``), saved as PNG and PDF.
+
+They are drawn with seaborn on matplotlib's Agg backend.
 
 - ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, one point per method
   variant (mean over seeds), each method's Pareto front drawn as a line (S-SA Figs. 4/5 style).
@@ -6,6 +8,10 @@
   black = update (S-SA Fig. 3 style), read from the packed masks the trainer records.
 - ``lambda_figure``: metric and Skip % vs the budget weight lam for methods swept over lam.
 - ``depth_figure``: the histogram of executed depth R_t of depth-adaptive methods.
+
+Which figures a report gets follows from its records alone: masks where a method's trace holds
+them, the lam plot where a method was run at several lam, the depth histogram where traces hold
+one; no method or task is singled out by name.
 
 matplotlib, seaborn and pandas are imported inside the functions (``import harness`` stays
 light). Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot's global
@@ -20,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from harness.reporting.text import arrow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,7 +101,8 @@ def tradeoff_figure(agg: pd.DataFrame, primary: str, higher: bool, metric_title:
 
     Args:
         agg: one row per variant with columns ``method``, ``primary``, ``skip_pct``, ``flops``.
-        primary, higher: the metric key and its direction.
+        primary: the primary metric's key (its column in ``agg``).
+        higher: whether higher values of the metric are better (sets the Pareto fronts).
         metric_title: axis label of the metric.
     """
     sns = _setup()
@@ -115,7 +124,7 @@ def tradeoff_figure(agg: pd.DataFrame, primary: str, higher: bool, metric_title:
             if len(idx) > 1:
                 ax.plot(g[x].iloc[idx], g[primary].iloc[idx], color=palette[method], lw=1)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(metric_title + (" ↑" if higher else " ↓"))
+        ax.set_ylabel(metric_title + arrow(higher))
         if x == "flops" and (agg[x] > 0).all():
             ax.set_xscale("log")
     axes[0].get_legend().remove()
@@ -149,6 +158,8 @@ def lambda_figure(runs: pd.DataFrame, primary: str, metric_title: str) -> Figure
     Args:
         runs: one row per run with ``line`` (method and other varying values), ``lam``,
             ``primary`` and ``skip_pct``.
+        primary: the primary metric's key (its column in ``runs``).
+        metric_title: axis label of the metric.
     """
     sns = _setup()
     from matplotlib.figure import Figure
@@ -192,9 +203,12 @@ def report_figures(
     """Draw and save the figures that apply to one (task, preset) of ``harness.reporting.paper``.
 
     Args:
-        runs: one row per run (``harness.reporting.paper.runs_frame``); agg: one row per variant
-            (``harness.reporting.paper.aggregate``, with ``records`` and ``label``).
-        primary, higher, title: the primary metric, its direction and axis title.
+        runs: one row per run (``harness.reporting.paper.runs_frame``).
+        agg: one row per variant (``harness.reporting.paper.aggregate``, with ``records`` and
+            ``label``).
+        primary: the primary metric's key.
+        higher: whether higher values of the primary metric are better.
+        title: the primary metric's title, for axes and captions.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
 
     Returns:

@@ -2,18 +2,20 @@
 
 Per (task, preset), ``write_paper_report`` writes ``paper_<task>_<preset>.md`` / ``.tex`` and
 figures (``harness.reporting.figures``):
-- the main table, in the layout of the seed paper that reports the task: S-SA Tables 1-3 for
-  classification (√(Acc×Skip), Skip %, accuracy, effective FLOPs), S-SA Table 4 for ``adding``
-  (solved, MSE, Skip %, FLOPs), S-EI Table 1 otherwise (D_h, # params, metric). One row per
-  method variant (runs differing only by seed), labelled by the config values that vary among a
-  method's variants; cells are mean ± sample std over seeds, the seed count is shown, the best
-  mean per column is bold (direction-aware; nothing is bold where every row ties);
+- the main table, in the layout of the seed paper that reports this kind of task, chosen from the
+  task's primary metric: S-SA Tables 1-3 for accuracy (√(Acc×Skip), Skip %, accuracy, effective
+  FLOPs), S-SA Table 4 for an MSE task that records ``solved`` (solved, MSE, Skip %, FLOPs),
+  S-EI Table 1 otherwise (D_h, # params, metric). One row per method variant (runs differing only
+  by seed), labelled by the config values that vary among a method's variants; cells are
+  mean ± sample std over seeds, the seed count is shown, the best mean per column is bold
+  (direction-aware; nothing is bold where every row ties);
 - a significance column: each variant against the best one on the primary metric, Welch's t-test
   over seeds (``n/a`` with fewer than 2 seeds on a side, or zero variance on both);
-- one "paper vs harness" table per seed table covering the task (``harness.reporting.published``):
+- one "paper vs harness" table per published table of the task (``harness.reporting.published``):
   each paper row beside the harness variant of that method matching most of the paper's config.
-The header (``harness.reporting.leaderboard.header``) names the records, commits, devices, FLOP unit and the
-rule that chose each test metric. pandas and scipy are imported inside the functions.
+  Methods that a published table lists come first in the main table, in its order.
+The header (``harness.reporting.text.header``) names the records, commits, devices, FLOP unit and
+the rule that chose each test metric. pandas and scipy are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -28,23 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 from harness.reporting.published import PaperTable, tables_for
+from harness.reporting.text import TITLES, arrow, fmt_p, fmt_pm, header
 from harness.results import flat_config, latest
 
 if TYPE_CHECKING:
     import pandas as pd
 
 Cell = tuple[str, bool]  # (text, bold)
-TITLES = {
-    "geo_mean": "√(Acc×Skip)",
-    "skip_pct": "Skip %",
-    "accuracy": "Accuracy %",
-    "solved": "Solved",
-    "mse": "MSE",
-    "perplexity": "Perplexity",
-    "flops": "FLOPs",
-    "params": "# params",
-    "hidden_size": "D_h",
-}
 TEX_SYMBOLS = r"\% \_ \# \& $\pm$ $\uparrow$ $\downarrow$ $\lambda$ -- $\times$"
 KEYS = "geo_mean skip_pct accuracy solved mse perplexity flops params hidden_size".split()
 TEX_FIGURE = r"""\begin{figure}[ht]\centering
@@ -101,9 +93,12 @@ def _sort_key(v: Any) -> tuple[int, Any]:
 
 
 def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per variant: ``method``, ``label`` (the config values that vary among the method's
-    variants; ``parts`` by key), ``seeds``, ``config``, ``records``, and per key ``k`` the mean,
-    ``k_std`` (sample std, 0 for one seed), ``k_vals`` (per seed). Methods in ``order`` first."""
+    """Aggregate runs over seeds into one row per method variant.
+
+    Each row has ``method``, ``label`` (the config values that vary among the method's variants;
+    ``parts`` by key), ``seeds``, ``config``, ``records``, and per key ``k`` the mean, ``k_std``
+    (sample std, 0 for one seed), ``k_vals`` (per seed). Methods in ``order`` come first.
+    """
     import pandas as pd
 
     rows = []
@@ -152,24 +147,6 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
         return float(ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def _decimals(x: float) -> int:
-    return 0 if x == 0 or abs(x) >= 100 else max(0, 2 - math.floor(math.log10(abs(x))))
-
-
-def fmt_pm(mean: float, std: float | None = None, n: int = 1) -> str:
-    """3 significant digits (integers kept whole); ``± std`` to the same decimals when n > 1."""
-    if mean is None or math.isnan(mean):
-        return "–"
-    if mean != 0 and abs(mean) < 1e-3:
-        return f"{mean:.2e}" + (f" ± {std:.1e}" if n > 1 and std is not None else "")
-    d = _decimals(mean)
-    return f"{mean:.{d}f}" + (f" ± {std:.{d}f}" if n > 1 and std is not None else "")
-
-
-def fmt_p(p: float | None) -> str:
-    return "n/a" if p is None or math.isnan(p) else f"{p:.2g}"
-
-
 def _unit(values: Sequence[float], large: bool) -> int:
     """Power of ten for a column: values like S-SA's 25.7 x10^4, or S-EI's 0.47 x10^-3."""
     finite = [abs(v) for v in values if not math.isnan(v) and v != 0]
@@ -205,7 +182,7 @@ def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
             flops,
         ]
     s = _unit(agg[primary], False)
-    title = _scaled(TITLES.get(primary, primary), s) + (" ↑" if higher else " ↓")
+    title = _scaled(TITLES.get(primary, primary), s) + arrow(higher)
     return [
         Column("D_h", "hidden_size", kind="int"),
         Column("# params", "params", kind="int"),
@@ -259,9 +236,11 @@ def main_table(agg: pd.DataFrame, primary: str, higher: bool) -> tuple[list[str]
 
 
 def match_variant(row: Any, agg: pd.DataFrame, primary: str, higher: bool) -> tuple[Any, str]:
-    """The harness variant of the paper row's method matching most of its config (then: nearest
-    in log scale, best primary mean), and a text naming its config with the paper's where
-    they differ."""
+    """The harness variant of the paper row's method that best matches the row's config.
+
+    The variant matching most of the config wins (then: nearest in log scale, best primary
+    mean); it comes with a text naming its config, with the paper's where they differ.
+    """
     cand = agg[agg["method"] == row.method]
     if cand.empty:
         return None, "not run"
@@ -345,7 +324,7 @@ def tex_escape(s: str) -> str:
 
 
 def render_tex(titles: list[str], rows: list[list[Cell]], caption: str) -> str:
-    """A booktabs ``table`` environment; bold cells as ``\\textbf{x}``."""
+    r"""A booktabs ``table`` environment; bold cells as ``\\textbf{x}``."""
     lines = [" & ".join(tex_escape(t) for t in titles)]
     lines += [
         " & ".join(rf"\textbf{{{tex_escape(t)}}}" if b else tex_escape(t) for t, b in r)
@@ -386,6 +365,7 @@ def write_paper_report(
     presets: Sequence[str] | None = None,
     formats: Sequence[str] = ("md", "tex"),
     figures: bool = True,
+    published: str | Path | None = None,
 ) -> list[Path]:
     """Write the paper-style report of every chosen (task, preset) with ok runs.
 
@@ -393,9 +373,12 @@ def write_paper_report(
         records: run records (any status; failed runs are counted, not tabulated).
         sources: the records files, named in the header.
         out_dir: directory for ``paper_<task>_<preset>.{md,tex}`` and ``figures/``.
-        tasks, presets: restrict to these (None: all in the records).
+        tasks: restrict to these tasks (None: all in the records).
+        presets: restrict to these presets (None: all in the records).
         formats: any of ``md``, ``tex``.
         figures: also draw the figures (PNG and PDF).
+        published: the published-results file to compare with (None: the shipped one; see
+            ``harness.reporting.published.load_tables``).
 
     Returns:
         The paths written. Raises HarnessError if nothing matches the selection.
@@ -413,7 +396,7 @@ def write_paper_report(
             f"{list(presets or ['all'])} in {', '.join(sources)}"
         )
     try:
-        return _write(records, runs, sources, Path(out_dir), formats, figures)
+        return _write(records, runs, sources, Path(out_dir), formats, figures, published)
     except OSError as e:
         raise HarnessError(
             f"cannot write the paper report to {out_dir}: {e.strerror or e}"
@@ -427,16 +410,16 @@ def _write(
     out: Path,
     formats: Sequence[str],
     figures: bool,
+    published: str | Path | None,
 ) -> list[Path]:
     """One report per (task, preset) of ``runs``; see ``write_paper_report``."""
     from harness.reporting.figures import report_figures
-    from harness.reporting.leaderboard import header
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for (task, preset), t_runs in runs.groupby(["task", "preset"]):
         primary, higher = t_runs["primary"].iloc[0], bool(t_runs["higher"].iloc[0])
-        papers = tables_for(task)
+        papers = tables_for(task, published)
         order = list(dict.fromkeys(r.method for t in papers for r in t.rows))
         agg = aggregate(t_runs, list(dict.fromkeys([primary, *KEYS])), order)
         seeds = ", ".join(map(str, sorted(t_runs["seed"].unique())))
