@@ -190,3 +190,30 @@ class ClockworkRNN(Method):
         out = SeqOut(torch.stack(hs, 1), u.expand(B, -1, -1).contiguous(), state=(h, clock + T))
         out.aux_loss = self.aux_loss(out)
         return out
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[ClockworkRNN, str]:
+        """The (num_modules, base) whose schedule over ``seq_len`` steps is nearest the target
+        (``clockwork_layout``); the schedule does not depend on the input."""
+        g, base, _ = clockwork_layout(hidden_size, skip, seq_len)
+        model = cls(input_size, hidden_size, cls.config_cls(num_modules=g, base=base))
+        return model.eval(), f"num_modules={g}, base={base}"
+
+
+def clockwork_layout(D: int, skip: float, T: int) -> tuple[int, int, float]:
+    """``(num_modules, base, skip)`` of the Clockwork schedule over ``T`` steps (clock from 0)
+    nearest to ``skip``, among module counts dividing D and bases 2..8 (fewest modules on ties)."""
+    best = None
+    for g in (d for d in range(1, min(D, 256) + 1) if D % d == 0):
+        for base in range(2, 9):
+            if base ** (g - 1) >= _MAX_PERIOD:
+                break
+            active = sum(sum(1 for j in range(g) if t % base**j == 0) for t in range(T))
+            s = 1 - active / (T * g)
+            key = (abs(s - skip), g, base)
+            if best is None or key < best[0]:
+                best = (key, g, base, s)
+    assert best is not None
+    return best[1], best[2], best[3]

@@ -46,7 +46,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
 from baselines._highway import (
     ElasticConfig,
     ElasticGate,
@@ -55,6 +54,7 @@ from baselines._highway import (
     run_sequence,
     weight_bound,
 )
+from harness.errors import ConfigError
 from harness.method import SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -142,3 +142,24 @@ class EIREHN(ElasticHighway):
         out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=True), x, h0)
         out.aux_loss = self.aux_loss(out)
         return out
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[EIREHN, str]:
+        """``W_a`` weights 0 and its bias such that every unit halts at depth
+        ``R = round((1 - skip) R_max)``; the skip aimed at is the depth-skip fraction (the unit
+        Skip % of this method is 0)."""
+        model = cls(input_size, hidden_size)
+        q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target fraction of the depth executed
+        r_max = model.cfg.r_max
+        R = min(r_max, max(1, round(q * r_max)))
+        gate = model.elastic
+        with torch.no_grad():
+            alpha = F.softplus(gate.alpha_hat).mean().item()
+            beta = torch.sigmoid(gate.beta_hat).mean().item()
+            rate = math.log(beta + math.exp(alpha)) / (R + 0.5) - alpha  # L = R + 0.5 (2.14(b))
+            p = min(max(rate, 1e-6), 1 - 1e-6)
+            gate.rate.weight.zero_()
+            gate.rate.bias.fill_(math.log(p / (1 - p)))
+        return model.eval(), f"depth {R} of {r_max}"

@@ -53,8 +53,8 @@ from baselines._cells import (
     masked_update,
     pack_gru_rows,
 )
-from harness.errors import ConfigError
 from baselines._kernels import sarnn_kernel
+from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -183,6 +183,28 @@ class SARNN(Method):
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         """Budget ``lam * (1/D) * sum_t sum_i u_{t,i}``, mean over the batch (eq. 9, code form)."""
         return self.cfg.lam * out.mask.sum((1, 2)).mean() / self.hidden_size
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[SARNN, str]:
+        """``W_i ~ N(0, 1/V)``, ``w_u = 0``, ``b_u = Phi^-1(1 - skip)``: with ``x ~ N(0, I)`` each
+        decision is an independent coin per unit, step and sequence (the worst case for batch > 1,
+        whose fast path computes the union of the sequences' updated units)."""
+        model = cls(input_size, hidden_size)
+        q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target update fraction
+        with torch.no_grad():
+            model.w_i.normal_(0.0, 1.0 / math.sqrt(input_size))
+            model.w_u.zero_()
+            b = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(q)).item()
+            model.b_u.fill_(b)
+        return model.eval(), f"b_u={b:.3g}, independent decisions"
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether batch 1 on CPU runs the fused C++ kernel here or the PyTorch fallback."""
+        state = "used" if sarnn_kernel() is not None else "unavailable here: PyTorch fallback"
+        return f"{cls.name}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
 
 
 def update_decision(v: Tensor, slope: float) -> Tensor:

@@ -35,6 +35,7 @@ Differences from the paper:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -139,3 +140,19 @@ class SkipRNN(Method):
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         """Budget ``lam * sum_t u_t`` per sequence, mean over the batch (binary u, STE grad)."""
         return self.cfg.lam * out.mask[..., 0].sum(1).mean()
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[SkipRNN, str]:
+        """``w_p = 0`` and ``b_p`` such that the state updates every ``m = 1 / (1 - skip)`` steps,
+        the same steps in every sequence."""
+        model = cls(input_size, hidden_size)
+        q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target update fraction
+        m = max(1, round(1 / q))
+        du = 0.5 / (m - 0.5) if m > 1 else 1 - 1e-4  # m du > 1/2 > (m - 1) du
+        p = min(du, 1 - 1e-4)
+        with torch.no_grad():
+            model.w_p.zero_()
+            model.b_p.fill_(math.log(p / (1 - p)))
+        return model.eval(), f"update every {m} steps"

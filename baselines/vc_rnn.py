@@ -34,6 +34,7 @@ Differences from the paper:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -200,3 +201,16 @@ class VCRNN(Method):
         """``gamma * sum_t |m_t - m_target|``, mean over the batch (``m_dev`` is the time mean)."""
         T = out.mask.shape[1]
         return self.cfg.gamma * T * out.extras["m_dev"].mean()
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[VCRNN, str]:
+        """Scheduler weights 0, ``b = logit(1 - skip)``: ``m_t = 1 - skip`` at every step."""
+        model = cls(input_size, hidden_size)
+        q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target update fraction
+        with torch.no_grad():
+            model.sched_h.zero_()
+            model.sched_x.zero_()
+            model.sched_b.fill_(math.log(q / (1 - q)))
+        return model.eval(), f"m_t={q:.3g}"

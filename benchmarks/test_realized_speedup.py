@@ -1,19 +1,20 @@
 """SA-RNN inference on CPU: the dense masked forward against ``fast_forward`` at D = 1024, batch 1,
 90 % skip (advisory; never a pass/fail gate on speed).
 
-The model is untrained with its coordinator bias set for 90 % skip (``harness.bench.speedup``). The ratio
-dense / fast comes from interleaved rounds (a block of dense calls, a block of fast calls, ...;
-median of per-round ratios) so that load from other processes hits both sides alike; it is stored in
-extra_info next to the FLOP reduction and the fraction of it realised. pytest-benchmark's table
-times each side on its own too. Runs on one thread (the fast path's many small ops suffer most from
-OpenMP contention on a shared machine); the thread count is recorded in extra_info.
+The model is untrained with its coordinator bias set for 90 % skip (its ``at_skip`` hook, through
+``harness.bench.speedup.build_at_skip``). The ratio dense / fast comes from interleaved rounds (a
+block of dense calls, a block of fast calls, ...; median of per-round ratios) so that load from
+other processes hits both sides alike; it is stored in extra_info next to the FLOP reduction and
+the fraction of it realised. pytest-benchmark's table times each side on its own too. Runs on
+one thread (the fast path's many small ops suffer most from OpenMP contention on a shared
+machine); the thread count is recorded in extra_info.
 """
 
 import pytest
 import torch
 
-from harness.flops import sequence_macs
 from harness.bench.speedup import achieved_skip, build_at_skip, interleaved_times
+from harness.flops import sequence_macs
 
 D, B, T, V, SKIP = 1024, 1, 50, 8, 0.9
 

@@ -131,8 +131,11 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def exact_step_macs(self, out: SeqOut) -> Tensor | None:
-        """Per-step MACs ``[B, T]`` a sparse implementation could realise, where it differs from
-        the paper-effective count (METHODS.md 1.2 item 3); None when they agree."""
+        """Per-step MACs ``[B, T]`` that a sparse implementation could realise.
+
+        Defined where it differs from the paper-effective count (METHODS.md 1.2 item 3); None
+        when they agree.
+        """
         return None
 
     # --- recurrence ----------------------------------------------------------------------------
@@ -178,12 +181,13 @@ class Method(nn.Module):
         return None
 
     def fast_forward(self, x: Tensor) -> SeqOut:
-        """Inference-only forward (eval semantics, no autograd) that really skips the work the
-        mask marks as skipped, for measuring realised speedups (``harness.bench.speedup``).
+        """Inference-only forward that really skips the work the mask marks as skipped.
 
-        Returns the same outputs and mask as ``self.eval()(x)`` up to matmul rounding. This
-        default IS that dense masked forward (training mode restored afterwards); skipping
-        methods override it and ``tests/test_fast_paths.py`` checks them against it.
+        It has eval semantics and no autograd, and serves to measure realised speedups
+        (``harness.bench.speedup``). It returns the same outputs and mask as ``self.eval()(x)``
+        up to matmul rounding. This default IS that dense masked forward (training mode restored
+        afterwards); skipping methods override it and ``tests/test_fast_paths.py`` checks them
+        against it.
         """
         was_training = self.training
         self.eval()
@@ -192,6 +196,38 @@ class Method(nn.Module):
                 return self(x)
         finally:
             self.train(was_training)
+
+    # --- measurement hooks ---------------------------------------------------------------------
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[Method, str]:
+        """An untrained model for measuring ``fast_forward`` at a chosen Skip %.
+
+        Methods with a real fast path override this (``harness.bench.speedup`` measures the
+        methods that do); the caller seeds torch's global generator first, so a hook must draw
+        its random numbers from it, in a fixed order.
+
+        Args:
+            input_size: V.
+            hidden_size: D.
+            skip: the target Skip % / 100 (for depth-adaptive methods, the depth-skip fraction).
+            seq_len: T of the sequences it will be run on (for schedules fixed in time).
+
+        Returns:
+            The model in eval mode, with its decision parameters set to aim at ``skip`` on inputs
+            ``x ~ N(0, I)``, and a one-line description of that setting.
+        """
+        raise NotImplementedError(f"{cls.name} has no fast inference path to set a skip for")
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """One sentence for the speedup report about how this method's fast path runs here.
+
+        For example, whether an optional compiled kernel is in use; None when there is nothing
+        to say.
+        """
+        return None
 
     # --- trainer hooks -------------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:

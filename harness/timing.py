@@ -1,9 +1,11 @@
 """Wall-clock timing on CPU and CUDA: warm-up rounds, then synchronised per-round times.
 
 CUDA kernels run asynchronously, so a timed region must end with ``torch.cuda.synchronize()``
-or it measures only the kernel launches; ``synced`` wraps a function so that every call waits
-for the device before returning (what pytest-benchmark's timer then sees). Timing is advisory:
-it depends on the machine and its load, and is never a pass/fail gate.
+or it measures only the kernel launches: ``time_fn`` synchronises around every round, and
+``synced`` wraps a function so that every call waits for the device before returning (for a timer
+that does not, such as pytest-benchmark's in ``benchmarks/``). ``summarize`` gives the statistics
+of the timing records. Timing is advisory: it depends on the machine and its load, and is never
+a pass/fail gate.
 """
 
 from __future__ import annotations
@@ -73,15 +75,37 @@ def time_fn(
     return times
 
 
+def quartiles(times: list[float]) -> tuple[float, float]:
+    """First and third quartiles, computed as pytest-benchmark computes them.
+
+    That is Wikipedia's method 2 for an even count and method 3 for an odd one, so that ``iqr``
+    means the same in both.
+    """
+    data, n = sorted(times), len(times)
+    if n == 1:
+        return data[0], data[0]
+    if n % 2 == 0:
+        return statistics.median(data[: n // 2]), statistics.median(data[n // 2 :])
+    k, r = divmod(n, 4)
+    if r == 1:
+        return 0.25 * data[k - 1] + 0.75 * data[k], 0.75 * data[3 * k] + 0.25 * data[3 * k + 1]
+    return 0.75 * data[k] + 0.25 * data[k + 1], 0.25 * data[3 * k + 1] + 0.75 * data[3 * k + 2]
+
+
 def summarize(times: list[float]) -> dict[str, float]:
-    """Median, mean, sample standard deviation, min and max of per-round seconds."""
+    """Summary statistics of per-round seconds.
+
+    The median, mean, sample standard deviation, min, max, interquartile range and count.
+    """
     if not times:
         raise ValueError("no timings to summarize")
+    q1, q3 = quartiles(times)
     return {
         "median": statistics.median(times),
         "mean": statistics.fmean(times),
         "stddev": statistics.stdev(times) if len(times) > 1 else 0.0,
         "min": min(times),
         "max": max(times),
+        "iqr": q3 - q1,
         "rounds": len(times),
     }

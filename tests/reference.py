@@ -44,3 +44,19 @@ def assert_grads_match(
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=name)
         out[name] = a
     return out
+
+
+def check_fast_equals_dense(m, x: torch.Tensor):
+    """``m.fast_forward(x)`` equals ``m.eval()(x)``: masks and depth exactly, outputs and extras
+    to 1e-10 (use float64); returns the dense output."""
+    ref = m.eval()(x)
+    out = m.fast_forward(x)
+    assert torch.equal(out.mask, ref.mask)
+    torch.testing.assert_close(out.outputs, ref.outputs, rtol=1e-10, atol=1e-10)
+    assert (out.depth is None) == (ref.depth is None)
+    if ref.depth is not None:
+        assert torch.equal(out.depth, ref.depth)
+    assert out.extras.keys() == ref.extras.keys()
+    for k, v in ref.extras.items():
+        torch.testing.assert_close(out.extras[k], v, rtol=1e-10, atol=1e-10)
+    return ref

@@ -158,3 +158,42 @@ def test_config_and_clear_errors():
             config.resolve("clockwork-rnn", "synthetic", 0, "smoke", bad)
     m = cls(3, 50)  # the default layout: 10 x 5, periods 3^(j-1)
     assert m.module_size == 5 and m.periods[::5].tolist() == [3**j for j in range(10)]
+
+
+# --- fast inference path -------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize(
+    "num_modules, base, phase, regime",
+    [(1, 2, 0, "none"), (4, 2, 0, "mixed"), (12, 9, 1, "all")],  # "all": 11 of 12 units skip
+)
+def test_fast_forward_equals_dense_in_hand_made_regimes(num_modules, base, phase, regime, batch):
+    from reference import check_fast_equals_dense
+
+    m = make(V=3, D=12, num_modules=num_modules, base=base, phase=phase)
+    ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
+    skip = 1 - ref.mask.mean().item()
+    assert {"none": skip == 0.0, "mixed": 0.1 < skip < 0.9, "all": skip >= 0.9}[regime], skip
+
+
+def test_clockwork_layout_is_the_nearest_schedule():
+    from baselines.clockwork_rnn import clockwork_layout
+
+    assert clockwork_layout(12, 0.0, 16) == (1, 2, 0.0)  # one module never skips
+    for D, skip, T in [(12, 0.5, 16), (40, 0.9, 40), (256, 0.75, 50)]:
+        g, base, achieved = clockwork_layout(D, skip, T)
+        assert D % g == 0 and 2 <= base <= 8 and abs(achieved - skip) < 0.05
+        m = make(V=2, D=D, num_modules=g, base=base)
+        u = m.active_mask(torch.zeros(1, dtype=torch.long), T, torch.float64)
+        assert achieved == pytest.approx(1 - u.mean().item())  # what the model really skips
+
+
+def test_at_skip_uses_the_layout():
+    from baselines.clockwork_rnn import clockwork_layout
+
+    cls = METHODS.get("clockwork-rnn")
+    m, setting = cls.at_skip(3, 40, 0.9, 40)
+    g, base, _ = clockwork_layout(40, 0.9, 40)
+    assert not m.training and (m.cfg.num_modules, m.cfg.base, m.cfg.phase) == (g, base, 0)
+    assert setting == f"num_modules={g}, base={base}"

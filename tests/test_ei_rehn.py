@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from reference import assert_grads_match
 from torch import nn
 
+from baselines._highway import ElasticConfig, active_limit
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.srehn import SREHN
 from harness.errors import ConfigError
 from harness.flops import fvcore_macs, sequence_macs
-from baselines._highway import ElasticConfig, active_limit
 from harness.method import SeqOut
 
 R_MAX = 6
@@ -249,3 +249,32 @@ def test_compute_penalty(cls) -> None:
     torch.testing.assert_close(m.step_loop(x).aux_loss, out.aux_loss)
     out.aux_loss.backward()
     assert m.elastic.beta_hat.grad.abs().sum() > 0
+
+
+# --- fast inference path -------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("regime", ["none", "mixed", "all"])
+def test_fast_forward_equals_dense_in_hand_made_regimes(regime, batch) -> None:
+    """``alpha_t -> 0``: full depth; ``-> 1``: no layer at all; a large random ``W_a`` in between
+    gives depths that vary across units, steps and sequences."""
+    from reference import check_fast_equals_dense
+
+    torch.manual_seed(0)
+    m = EIREHN(3, 12).double()
+    with torch.no_grad():
+        m.elastic.rate.bias.fill_({"none": -10.0, "mixed": 0.0, "all": 10.0}[regime])
+        m.elastic.rate.weight.mul_(8.0 if regime == "mixed" else 0.0)
+    ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
+    skip = 1 - ref.depth.double().mean().item() / m.cfg.r_max  # the depth-skip fraction
+    assert {"none": skip == 0.0, "mixed": 0.1 < skip < 0.9, "all": skip >= 0.9}[regime], skip
+
+
+@pytest.mark.parametrize("skip, depth", [(0.0, 10), (0.5, 5), (0.9, 1)])
+def test_at_skip_halts_every_unit_at_one_depth(skip, depth) -> None:
+    m, setting = EIREHN.at_skip(3, 8, skip, 20)
+    assert not m.training and setting == f"depth {depth} of {m.cfg.r_max}"
+    with torch.no_grad():
+        out = m(torch.randn(2, 20, 3))
+    assert torch.equal(out.depth, torch.full_like(out.depth, depth))

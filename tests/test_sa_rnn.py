@@ -153,3 +153,96 @@ def test_budget_lowers_update_rate_on_adding():
         assert rec["status"] == "ok", rec["error"]
         skips.append(rec["metrics"]["skip_pct"])
     assert skips[0] + 5 < skips[1] and skips[1] + 5 < skips[2], skips
+
+
+# --- fast inference path -------------------------------------
+
+
+def fast_model(regime: str, V: int = 3, D: int = 12) -> SARNN:
+    """Decisions that vary across units, steps and sequences; ``b_u`` sets how many update."""
+    m = make(V, D)
+    with torch.no_grad():
+        m.b_u.fill_({"none": 10.0, "mixed": 0.0, "all": -10.0}[regime])
+        m.w_i.mul_(4.0)
+        m.w_u.mul_(4.0)
+    return m
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("regime", ["none", "mixed", "all"])
+def test_fast_forward_equals_dense_in_hand_made_regimes(regime, batch):
+    from reference import check_fast_equals_dense
+
+    m = fast_model(regime)
+    ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
+    skip = 1 - ref.mask.mean().item()
+    assert {"none": skip == 0.0, "mixed": 0.1 < skip < 0.9, "all": skip >= 0.9}[regime], skip
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_fast_path_gathers_rows_or_multiplies_all_of_them(batch):
+    """Steps whose union of updated units is small gather those rows; past ``D B / (B + 2)``
+    units they multiply all rows in place: both branches agree with the dense forward."""
+    from reference import check_fast_equals_dense
+
+    m = fast_model("mixed")
+    fracs = []
+    for bias in (-2.0, 2.0):
+        with torch.no_grad():
+            m.b_u.fill_(bias)
+        ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
+        fracs.append(ref.mask.amax(0).mean(-1))  # [T] union fraction per step
+    frac, threshold = torch.cat(fracs), batch / (batch + 2)
+    assert (frac <= threshold).any() and (frac > threshold).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("slope", [0.1, 1.0, 5.0])
+def test_update_decision_is_the_hard_sigmoid_threshold(dtype, slope):
+    from baselines._cells import hard_sigmoid
+    from baselines.sa_rnn import update_decision
+
+    eps = torch.finfo(dtype).eps
+    edges = torch.tensor([0.0, eps / 4, eps / 2, eps, 2 * eps, -eps, 1e-3], dtype=torch.float64)
+    v = torch.cat([edges / slope, edges * 0.999 / slope, edges * 1.001 / slope]).to(dtype)
+    v = torch.cat([v, torch.randn(1000, dtype=dtype), torch.randn(1000, dtype=dtype) * 1e-7])
+    assert torch.equal(update_decision(v, slope), hard_sigmoid(v, slope) > 0.5)
+
+
+def test_fused_kernel_and_fallback_agree_with_dense(monkeypatch):
+    """At batch 1 the fused C++ kernel runs (where it builds); with it disabled the PyTorch path
+    runs; both equal the dense eval forward (masks exactly, outputs to rounding). The speedup
+    report's note says which of the two ran."""
+    import baselines.sa_rnn as sa
+    from baselines._kernels import sarnn_kernel
+
+    torch.manual_seed(0)
+    model, _ = SARNN.at_skip(3, 64, 0.8, 30)
+    model = model.double()
+    x = torch.randn(1, 30, 3, dtype=torch.float64)
+    dense = model(x)
+    calls = []
+    kernel = sarnn_kernel()
+    assert SARNN.fast_path_note().endswith("(used)" if kernel is not None else "fallback)")
+    if kernel is not None:
+        monkeypatch.setattr(sa, "sarnn_kernel", lambda: lambda *a: calls.append(1) or kernel(*a))
+        fused = model.fast_forward(x)
+        assert calls, "the fused kernel was not used at batch 1"
+        assert torch.equal(fused.mask, dense.mask)
+        torch.testing.assert_close(fused.outputs, dense.outputs, rtol=0, atol=1e-10)
+    monkeypatch.setattr(sa, "sarnn_kernel", lambda: None)
+    assert "PyTorch fallback" in SARNN.fast_path_note()
+    fallback = model.fast_forward(x)
+    assert torch.equal(fallback.mask, dense.mask)
+    torch.testing.assert_close(fallback.outputs, dense.outputs, rtol=0, atol=1e-10)
+    assert 0.6 < 1 - dense.mask.mean().item() < 0.95  # a real mix of skips
+
+
+def test_at_skip_sets_independent_decisions_at_the_target():
+    from statistics import NormalDist
+
+    m, setting = SARNN.at_skip(8, 32, 0.75, 50)
+    assert not m.training and "independent" in setting
+    assert torch.equal(m.w_u, torch.zeros(32))
+    assert torch.allclose(m.b_u, torch.full((32,), NormalDist().inv_cdf(0.25)), atol=1e-6)
+    assert abs(m.w_i.std().item() - 8**-0.5) < 0.05

@@ -159,3 +159,32 @@ def test_budget_lowers_update_rate_on_adding():
         assert rec["status"] == "ok", rec["error"]
         skips.append(rec["metrics"]["skip_pct"])
     assert skips[0] + 5 < skips[1] and skips[1] + 5 < skips[2], skips
+
+
+# --- fast inference path -------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("regime", ["none", "mixed", "all"])
+def test_fast_forward_equals_dense_in_hand_made_regimes(regime, batch):
+    """``du ~ sigmoid(b_p)`` accumulates (the first step always updates); a random ``w_p`` gives
+    update periods that vary across steps and sequences."""
+    from reference import check_fast_equals_dense
+
+    m = make(3, 12)
+    with torch.no_grad():
+        m.b_p.fill_({"none": 10.0, "mixed": -1.0, "all": -10.0}[regime])
+        m.w_p.normal_(0.0, 0.5)
+    ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
+    skip = 1 - ref.mask.mean().item()
+    assert {"none": skip == 0.0, "mixed": 0.1 < skip < 0.9, "all": skip >= 0.9}[regime], skip
+
+
+@pytest.mark.parametrize("skip, period", [(0.0, 1), (0.5, 2), (0.75, 4), (0.9, 10)])
+def test_at_skip_updates_every_m_steps(skip, period):
+    m, setting = SkipRNN.at_skip(2, 5, skip, 40)
+    assert not m.training and setting == f"update every {period} steps"
+    with torch.no_grad():
+        u = m(torch.randn(3, 40, 2)).mask[..., 0]  # [B, T]
+    expected = (torch.arange(40) % period == 0).float()
+    assert torch.equal(u, expected.expand(3, -1))

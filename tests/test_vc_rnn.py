@@ -165,3 +165,45 @@ def test_config_from_overrides():
     for bad in ({"eps": "0.7"}, {"m_target": "0"}, {"gamma": "-1"}, {"sharpness_start": "0"}):
         with pytest.raises(ConfigError):
             resolve("vc-rnn", "adding", 0, "smoke", bad)
+
+
+# --- fast inference path -------------------------------------
+
+
+def fast_model(regime: str, V: int = 3, D: int = 12) -> VCRNN:
+    """A scheduler whose ``m_t`` varies across steps and sequences around ``sigmoid(b)``."""
+    m = make(V, D)
+    with torch.no_grad():
+        m.sched_b.fill_({"none": 10.0, "mixed": 0.0, "all": -10.0}[regime])
+        m.sched_h.normal_(0.0, 1.0)
+        m.sched_x.normal_(0.0, 1.0)
+    return m
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("regime", ["none", "mixed", "all"])
+def test_fast_forward_equals_dense_in_hand_made_regimes(regime, batch):
+    from reference import check_fast_equals_dense
+
+    m = fast_model(regime)
+    ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
+    skip = 1 - (ref.mask > 0).double().mean().item()
+    assert {"none": skip == 0.0, "mixed": 0.1 < skip < 0.9, "all": skip >= 0.9}[regime], skip
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_fast_forward_masked_input(batch):
+    """V = D: the input is masked too, and the fast path reads only its first k dims."""
+    from reference import check_fast_equals_dense
+
+    m = fast_model("mixed", V=12, D=12)
+    check_fast_equals_dense(m, torch.randn(batch, 16, 12, dtype=torch.float64))
+
+
+def test_at_skip_sets_a_constant_schedule():
+    m, setting = VCRNN.at_skip(3, 10, 0.7, 20)
+    assert not m.training and setting == "m_t=0.3"
+    with torch.no_grad():
+        out = m(torch.randn(2, 20, 3))
+    torch.testing.assert_close(out.extras["m"], torch.full((2,), 0.3))
+    assert abs(1 - (out.mask > 0).float().mean().item() - 0.7) < 0.1

@@ -13,111 +13,101 @@ set to hit a target Skip %, checks the fast path against the dense one, and time
   cached, so packing is not timed (done once per model);
 - ``realised_frac`` = realised speedup / FLOP reduction (1 = every saved FLOP became time).
 
-How each target is reached (untrained models; the setting is reported per row):
-
-- sa-rnn: ``W_i ~ N(0, 1/V)``, ``w_u = 0``, ``b_u = Phi^-1(1 - skip)``: with ``x ~ N(0, I)`` each
-  decision is an independent coin per unit, step and sequence (the worst case for batch > 1,
-  whose fast path computes the union of the sequences' updated units);
-- skip-rnn: ``w_p = 0`` and ``b_p`` such that the state updates every ``m = 1 / (1 - skip)``
-  steps, the same steps in every sequence;
-- vc-rnn: scheduler weights 0, ``b = logit(1 - skip)``: ``m_t = 1 - skip``;
-- clockwork-rnn: the (num_modules, base) whose schedule over the sequence is nearest the target;
-- ei-rehn: ``W_a`` weights 0 and its bias such that every unit halts at depth
-  ``R = round((1 - skip) R_max)``; its "skip" is the depth-skip % (its unit Skip % is 0).
+Which methods are measured, and how a target is reached, is up to each method: a method with a
+real fast path implements ``Method.at_skip`` (an untrained model whose decision parameters aim at
+a Skip %, and a one-line description of that setting, reported per row) and may add a line to
+the report's header with ``Method.fast_path_note``. The target is the unit Skip %, or for
+depth-adaptive methods the depth-skip % (``achieved_skip``).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from harness.env import device_name, git_state
+from harness.errors import ConfigError, HarnessError
 from harness.flops import UNIT_NOTE, sequence_macs
 from harness.method import Method, SeqOut
 from harness.registry import METHODS
 from harness.timing import synchronize
 
-METHOD_NAMES = ("sa-rnn", "skip-rnn", "clockwork-rnn", "vc-rnn", "ei-rehn")
+
+def has_fast_path(method_cls: type[Method]) -> bool:
+    """Whether a method class implements ``Method.at_skip`` (so it has a fast path to measure)."""
+    return getattr(method_cls.at_skip, "__func__", None) is not Method.at_skip.__func__
 
 
-def _logit(p: float) -> float:
-    return math.log(p / (1 - p))
+def fast_path_methods() -> list[str]:
+    """The registered methods with a fast path, in registry (sorted) order."""
+    return [name for name, cls in METHODS.items() if has_fast_path(cls)]
 
 
-def clockwork_layout(D: int, skip: float, T: int) -> tuple[int, int, float]:
-    """``(num_modules, base, skip)`` of the Clockwork schedule over ``T`` steps (clock from 0)
-    nearest to ``skip``, among module counts dividing D and bases 2..8 (fewest modules on ties)."""
-    best = None
-    for g in (d for d in range(1, min(D, 256) + 1) if D % d == 0):
-        for base in range(2, 9):
-            if base ** (g - 1) >= 2**62:
-                break
-            active = sum(sum(1 for j in range(g) if t % base**j == 0) for t in range(T))
-            s = 1 - active / (T * g)
-            key = (abs(s - skip), g, base)
-            if best is None or key < best[0]:
-                best = (key, g, base, s)
-    assert best is not None
-    return best[1], best[2], best[3]
+def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
+    """The method names to measure, from names or globs.
+
+    None gives every method with a fast path; else names or globs (a list, or comma-separated),
+    where a glob keeps only the methods with a fast path.
+
+    Raises:
+        HarnessError: an unknown name, or a glob that matches no registered method.
+        ConfigError: a named method without a fast path, or a glob that matches none with one
+            (the message lists the methods with one).
+    """
+    have = fast_path_methods()
+    if methods is None:
+        return have
+    parts = methods.split(",") if isinstance(methods, str) else list(methods)
+    out: list[str] = []
+    for part in (p.strip() for p in parts if p.strip()):
+        if any(c in part for c in "*?[") or part == "all":
+            found = [n for n in METHODS.resolve(part) if n in have]
+            if not found:
+                raise ConfigError(
+                    f"no method with a fast path matches '{part}'; those with one: "
+                    + ", ".join(have)
+                )
+        else:
+            METHODS.get(part)  # unknown names: the registry's message, with suggestions
+            if part not in have:
+                raise ConfigError(
+                    f"method '{part}' has no fast inference path to measure; methods with one: "
+                    + ", ".join(have)
+                )
+            found = [part]
+        out.extend(n for n in found if n not in out)
+    if not out:
+        raise ConfigError(f"no method given; methods with a fast path: {', '.join(have)}")
+    return out
 
 
-@torch.no_grad()
 def build_at_skip(
     method: str, input_size: int, hidden_size: int, skip: float, seq_len: int, seed: int = 0
 ) -> tuple[Method, str]:
-    """An untrained ``method`` whose decision parameters aim at ``skip`` (see the module
-    docstring); returns the model (eval mode) and a one-line description of the setting."""
-    torch.manual_seed(seed)
-    V, D = input_size, hidden_size
+    """``method``'s ``at_skip`` model, built after seeding torch with ``seed``.
+
+    Args:
+        method: a registered method with a fast path.
+        input_size: V, the size of each input step.
+        hidden_size: D, the number of hidden units.
+        skip: the target Skip % / 100.
+        seq_len: T of the sequences it will run on.
+        seed: seeds torch's global generator before the model is built.
+
+    Returns:
+        The model (eval mode) and a one-line description of its setting.
+    """
     cls = METHODS.get(method)
-    if method == "clockwork-rnn":
-        g, base, _ = clockwork_layout(D, skip, seq_len)
-        cfg = cls.config_cls(num_modules=g, base=base)
-        return cls(V, D, cfg).eval(), f"num_modules={g}, base={base}"
-    model = cls(V, D)
-    q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target update fraction
-    if method == "sa-rnn":
-        model.w_i.normal_(0.0, 1.0 / math.sqrt(V))
-        model.w_u.zero_()
-        b = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(q)).item()
-        model.b_u.fill_(b)
-        note = f"b_u={b:.3g}, independent decisions"
-    elif method == "skip-rnn":
-        m = max(1, round(1 / q))  # update every m steps
-        du = 0.5 / (m - 0.5) if m > 1 else 1 - 1e-4  # m du > 1/2 > (m - 1) du
-        model.w_p.zero_()
-        model.b_p.fill_(_logit(min(du, 1 - 1e-4)))
-        note = f"update every {m} steps"
-    elif method == "vc-rnn":
-        model.sched_h.zero_()
-        model.sched_x.zero_()
-        model.sched_b.fill_(_logit(q))
-        note = f"m_t={q:.3g}"
-    elif method == "ei-rehn":
-        r_max = model.cfg.r_max
-        R = min(r_max, max(1, round(q * r_max)))
-        gate = model.elastic
-        alpha = F.softplus(gate.alpha_hat).mean().item()
-        beta = torch.sigmoid(gate.beta_hat).mean().item()
-        rate = math.log(beta + math.exp(alpha)) / (R + 0.5) - alpha  # L = R + 0.5 (2.14(b))
-        gate.rate.weight.zero_()
-        gate.rate.bias.fill_(_logit(min(max(rate, 1e-6), 1 - 1e-6)))
-        note = f"depth {R} of {r_max}"
-    else:
-        raise ValueError(f"no skip setting for method {method!r}; known: {METHOD_NAMES}")
-    return model.eval(), note
+    if not has_fast_path(cls):
+        resolve_methods([method])  # raises the ConfigError that lists the methods with one
+    torch.manual_seed(seed)
+    return cls.at_skip(input_size, hidden_size, skip, seq_len)
 
 
 def achieved_skip(out: SeqOut, method: Method) -> float:
@@ -138,14 +128,17 @@ def interleaved_times(
     budget_s: float = 3.0,
     block: int = 3,
 ) -> dict[str, float]:
-    """Median dense and fast times (ms) and the median of per-round ratios dense / fast, with
-    rounds added until ``budget_s`` is spent (within min/max rounds).
+    """Time the dense and fast paths in alternating rounds and compare them.
+
+    Returns the median dense and fast times (ms) and the median of per-round ratios
+    dense / fast, with rounds added until ``budget_s`` is spent (within min/max rounds).
 
     A round times a block of ``block`` consecutive calls of each path, after one untimed call of
     that path: alternating rounds makes load from other processes hit both paths alike, while
     the block keeps each path in its own steady state. (Alternating single calls would time the
     fast path right after the dense one has streamed every weight through the caches, which is
-    not how repeated inference runs.)"""
+    not how repeated inference runs.)
+    """
 
     def timed(f: Callable[[], Any]) -> float:
         f()  # untimed: bring this path's working set back into the caches
@@ -177,7 +170,7 @@ def interleaved_times(
 
 
 def measure_speedups(
-    methods: Sequence[str] = METHOD_NAMES,
+    methods: str | Sequence[str] | None = None,
     skips: Sequence[float] = (0.5, 0.75, 0.9),
     hidden: Sequence[int] = (256, 1024),
     batches: Sequence[int] = (1, 32),
@@ -187,17 +180,44 @@ def measure_speedups(
     budget_s: float = 3.0,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Realised speedup of ``fast_forward`` over the dense masked forward, per method, hidden
-    size D, batch size B and target skip; inputs ``x ~ N(0, I)`` of shape ``[B, seq_len, V]``.
+    """Measure the realised speedup of ``fast_forward`` over the dense masked forward.
 
-    Returns one row per configuration: method, D, B, T, V, target_skip, skip (achieved; EI-REHN:
-    depth-skip), setting, flop_reduction (dense / effective MACs), flop_reduction_exact (dense /
-    exact-realisable), dense_ms, fast_ms, speedup, realised_frac (speedup / flop_reduction),
-    max_abs_diff and mask_mismatch (fast vs dense), rounds.
+    One measurement per method, hidden size D, batch size B and target skip; inputs
+    ``x ~ N(0, I)`` of shape ``[B, seq_len, V]``.
+
+    Args:
+        methods: names or globs (see ``resolve_methods``); None: every method with a fast path.
+        skips: target Skip % / 100, each in [0, 1).
+        hidden: hidden sizes D.
+        batches: batch sizes B.
+        seq_len: T.
+        device: a torch device string (``cpu``, ``cuda``, ``cuda:1``).
+        input_size: V.
+        budget_s: seconds of timing per row (at least 3 rounds are timed regardless).
+        seed: seeds each model (``build_at_skip``) and, with B added, its inputs.
+
+    Returns:
+        One row per configuration: method, D, B, T, V, target_skip, skip (achieved; for
+        depth-adaptive methods the depth-skip), setting, flop_reduction (dense / effective MACs),
+        flop_reduction_exact (dense / exact-realisable), dense_ms, fast_ms, speedup,
+        realised_frac (speedup / flop_reduction), max_abs_diff and mask_mismatch (fast vs
+        dense), rounds.
+
+    Raises:
+        ConfigError: bad sizes, skips or budget, or a method without a fast path.
+        HarnessError: an unknown method or device, or CUDA asked for where there is none.
     """
-    dev = torch.device(device)
+    names = resolve_methods(methods)
+    if not skips or not all(0.0 <= s < 1.0 for s in skips):
+        raise ConfigError(f"speedup targets must be skips in [0, 1) (got {list(skips)})")
+    for what, values in (("hidden", hidden), ("batches", batches), ("seq_len", [seq_len])):
+        if not values or not all(isinstance(v, int) and v >= 1 for v in values):
+            raise ConfigError(f"speedup {what} must be integers >= 1 (got {values})")
+    if input_size < 1 or budget_s < 0:
+        raise ConfigError("speedup needs input_size >= 1 and budget_s >= 0")
+    dev = check_device(device)
     rows = []
-    for method in methods:
+    for method in names:
         for D in hidden:
             for skip in skips:
                 model, note = build_at_skip(method, input_size, D, skip, seq_len, seed)
@@ -211,9 +231,24 @@ def measure_speedups(
     return rows
 
 
+def check_device(device: str) -> torch.device:
+    """``device`` as a torch.device, or HarnessError when it is unknown or absent here."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise HarnessError(f"Unknown device '{device}'. Use cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise HarnessError(f"device '{device}' requested but no CUDA device is available")
+    if dev.type not in ("cpu", "cuda"):
+        raise HarnessError(f"Unknown device '{device}'. Use cpu or cuda")
+    return dev
+
+
 def measure_one(model: Method, x: Tensor, budget_s: float = 3.0) -> dict[str, Any]:
-    """Achieved skip, FLOP reductions, times and fast-vs-dense agreement of one model on ``x``
-    (the per-configuration part of ``measure_speedups``)."""
+    """Achieved skip, FLOP reductions, times and fast-vs-dense agreement of one model on ``x``.
+
+    This is the per-configuration part of ``measure_speedups``.
+    """
     model.eval()
     with torch.no_grad():
         ref = model(x)
@@ -238,16 +273,25 @@ def measure_one(model: Method, x: Tensor, budget_s: float = 3.0) -> dict[str, An
 
 
 def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str = "cpu") -> str:
-    """A generated Markdown report of ``measure_speedups`` rows, with a header naming the device,
-    torch version, thread count, commit and the command that produced it."""
+    """A generated Markdown report of ``measure_speedups`` rows.
+
+    Args:
+        rows: from ``measure_speedups``.
+        command: the command line that produced them, for the header.
+        device: the device they were measured on.
+
+    Returns:
+        The report: a header naming the device, torch version, thread count, commit and command,
+        the notes of the measured methods' fast paths (``Method.fast_path_note``), one table row
+        per configuration.
+    """
     dev = torch.device(device)
     name = device_name(dev)
     sha, dirty = git_state()
     commit = "unknown" if sha is None else sha[:12] + (" (dirty)" if dirty else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    from baselines._kernels import sarnn_kernel
-
-    kernel = "used" if sarnn_kernel() is not None else "unavailable (PyTorch fallback)"
+    measured = list(dict.fromkeys(r["method"] for r in rows))
+    notes = [n for n in (METHODS.get(m).fast_path_note() for m in measured) if n]
     lines = [
         "<!-- Generated file: do not edit. Produced by harness.bench.speedup.speedup_markdown. -->",
         "# Realised speedups of the skipping methods' fast inference paths",
@@ -257,16 +301,19 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
         f"commit {commit}.",
         "",
         "Untrained models with decision parameters set to hit each target skip "
-        "(see `harness/speedup.py`); inputs x ~ N(0, I). FLOP reduction = dense / effective "
+        "(each method's `at_skip`; the setting column says how); inputs x ~ N(0, I). "
+        "FLOP reduction = dense / effective "
         "MACs per sequence (paper-effective; exact-realisable in brackets where it differs). "
         "Realised speedup = time of the dense masked `model.eval()(x)` / time of "
         "`model.fast_forward(x)`, both under no_grad, in alternating blocks of consecutive "
         "calls after one warm-up, median of per-round ratios (rounds in the last column). "
-        f"SA-RNN at batch 1 runs the fused C++ kernel of `harness/kernels.py`: {kernel}; "
-        "other fast paths are PyTorch. Realised / FLOP = the fraction of the "
-        "FLOP reduction turned into time. EI-REHN's skip is its depth-skip %. Max |diff| = "
-        f"largest difference between fast and dense outputs. {UNIT_NOTE}.",
+        "Fast paths are PyTorch code unless a note below says otherwise. Realised / FLOP = the "
+        "fraction of the FLOP reduction turned into time. For depth-adaptive methods the skip is "
+        "the depth-skip %. Max |diff| = largest difference between fast and dense outputs. "
+        f"{UNIT_NOTE}.",
         "",
+        *[f"- {n}" for n in notes],
+        *([""] if notes else []),
         "| Method | D | B | Target skip % | Skip % | Setting | FLOP reduction | Dense ms "
         "| Fast ms | Realised speedup | Realised / FLOP | Max abs diff | Rounds |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -287,32 +334,3 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
     lines.append("")
     lines.append(f"T = {rows[0]['T']}, V = {rows[0]['V']}." if rows else "No rows.")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m harness.bench.speedup [--out reports/SPEEDUP.md] [--threads 1] ...``: measure every
-    default configuration and write the generated report, its own command line in the header."""
-    ap = argparse.ArgumentParser(prog="python -m harness.bench.speedup", description=main.__doc__)
-    ap.add_argument("--out", default="reports/SPEEDUP.md")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--methods", nargs="+", default=list(METHOD_NAMES))
-    ap.add_argument("--skips", nargs="+", type=float, default=[0.5, 0.75, 0.9])
-    ap.add_argument("--hidden", nargs="+", type=int, default=[256, 1024])
-    ap.add_argument("--batches", nargs="+", type=int, default=[1, 32])
-    ap.add_argument("--seq-len", type=int, default=50)
-    ap.add_argument("--budget", type=float, default=3.0, help="seconds of timing per row")
-    ap.add_argument("--device", default="cpu")
-    a = ap.parse_args(argv)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    torch.set_num_threads(a.threads)
-    rows = measure_speedups(
-        a.methods, a.skips, a.hidden, a.batches, a.seq_len, a.device, budget_s=a.budget
-    )
-    command = shlex.join(["python", "-m", "harness.bench.speedup", *argv])
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(speedup_markdown(rows, command, a.device))
-    print(f"wrote {a.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,149 +1,191 @@
 """``harness bench``: time every method's model, record the timings, write ``reports/TIMING.md``.
 
-The timing suite is ``benchmarks/test_methods_timing.py`` (pytest-benchmark). ``run_bench`` runs
-it in a subprocess, steering it with ``HARNESS_BENCH_*`` environment variables, and turns its
-``--benchmark-json`` output into timing records: one JSON line per (method, phase, device) with
-the median, mean, stddev, min, max and rounds in seconds, the sizes timed and the environment,
-appended to ``OUT/timing.jsonl`` through the same atomic store as run records. The Markdown gives
-every time also as a ratio to GRU measured in the same run, on the same device and phase (GRU is
-always timed). Timing is advisory: nothing here is a pass/fail gate, and a method whose timing
-failed is listed, not fatal.
+The timing runs in this process (no test runner, no checkout needed): for every (method, phase,
+device), ``harness.bench.phases`` builds the model at a task preset's sizes and ``harness.timing``
+runs warm-up rounds, then timed rounds, synchronising the device around each. Each timing is a
+record (one JSON line, appended to ``OUT/timing.jsonl`` through the same atomic store as run
+records) with the median, mean, stddev, min, max and iqr in seconds, the rounds, the sizes timed
+and the environment.
+
+The reference is torch's fused ``nn.GRU`` in the same model (``phases.FusedGRUModel``), timed in
+the same run at the sizes of each timed method (once per distinct size), on the same device and
+phase, with records of its own (``reference: true``); every method's time is also given as a
+ratio to it (``ratio_vs_gru``, the "× fused GRU" column). Timing is advisory: nothing here is a
+pass/fail gate, and a method whose timing fails is listed under "Not timed", not fatal.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import shlex
-import subprocess
-import sys
 import uuid
-import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from harness import env
+from harness.bench.phases import PHASES, REFERENCE, Phase, SplitCache, method_phase
 from harness.config import config_hash, resolve
-from harness.env import REPO, environment
 from harness.errors import ConfigError, HarnessError
 from harness.registry import METHODS, TASKS
 from harness.results import Store
+from harness.timing import summarize, time_fn
 
-BENCH_FILE = REPO / "benchmarks" / "test_methods_timing.py"
 TIMING_SCHEMA = 1
-REFERENCE = "gru"
-PHASES = {"inference": "Inference", "train": "Train step"}
 STATS = ("median", "mean", "stddev", "min", "max", "iqr")
+RATIO = "× fused GRU"
 
 
-def bench_env(
-    methods: Sequence[str],
-    task: str,
-    preset: str,
-    device: str,
-    overrides: dict[str, Any] | None = None,
-    rounds: int = 10,
-    warmup: int = 2,
-    threads: int = 1,
-) -> dict[str, str]:
-    """The ``HARNESS_BENCH_*`` variables that steer the timing suite."""
-    return {
-        "HARNESS_BENCH_METHODS": ",".join(methods),
-        "HARNESS_BENCH_TASK": task,
-        "HARNESS_BENCH_PRESET": preset,
-        "HARNESS_BENCH_DEVICE": device,
-        "HARNESS_BENCH_SET": json.dumps(overrides or {}),
-        "HARNESS_BENCH_ROUNDS": str(rounds),
-        "HARNESS_BENCH_WARMUP": str(warmup),
-        "HARNESS_BENCH_THREADS": str(threads),
-    }
-
-
-def parse_benchmark_json(data: dict[str, Any], bench_id: str = "") -> list[dict[str, Any]]:
-    """Timing records from pytest-benchmark JSON (entries not from the timing suite are ignored).
+def timing_record(
+    phase: Phase,
+    times: list[float],
+    *,
+    warmup: int,
+    environment: dict[str, Any],
+    bench_id: str = "",
+    start: str | None = None,
+    reference: bool = False,
+) -> dict[str, Any]:
+    """The timing record of one phase's per-round seconds.
 
     Args:
-        data: the parsed ``--benchmark-json`` file.
-        bench_id: the id of the ``harness bench`` invocation, stored in every record.
+        phase: what was timed (its ``info`` fills the record).
+        times: seconds per timed round.
+        warmup: untimed rounds before them.
+        environment: ``harness.env.environment`` of the device, with the thread count in use.
+        bench_id: the id of the ``harness bench`` invocation.
+        start: ISO time the timing started.
+        reference: whether this is a reference timing (adds ``reference: true``).
 
     Returns:
-        One record per (method, phase, device), with ``ratio_vs_gru`` filled where GRU was timed.
+        The record; ``ratio_vs_gru`` is left to the caller (1.0 for a reference).
     """
-    records = []
-    for b in data.get("benchmarks", []):
-        info = b.get("extra_info") or {}
-        if not {"method", "phase", "device"} <= info.keys():
-            continue
-        stats = b["stats"]
-        env = info.get("env") or _fallback_env(info["device"], info.get("device_name"))
-        config = info.get("config") or {}
-        rec: dict[str, Any] = {
-            "schema": TIMING_SCHEMA,
-            "kind": "timing",
-            "method": info["method"],
-            "task": info.get("task", config.get("task")),
-            "seed": info.get("seed", config.get("seed", 0)),
-            "preset": info.get("preset", config.get("preset")),
-            "status": "ok",
-            "config": config,
-            "phase": info["phase"],
-            "device": info["device"],
-            "device_name": info.get("device_name", env.get("device_name")),
-            **{f"{k}_s": stats.get(k) for k in STATS},
-            "rounds": stats.get("rounds"),
-            "iterations": stats.get("iterations", 1),
-            "warmup_rounds": info.get("warmup_rounds"),
-            "sizes": info.get("sizes", {}),
-            "params": info.get("params"),
-            "env": env,
-            "bench_id": bench_id,
-            "time": {"start": data.get("datetime")},
-            "benchmark": b.get("name"),
-        }
-        # Same config, phase and device -> same id: ``results.latest`` keeps the newest timing.
-        rec["run_id"] = config_hash(
-            {k: rec[k] for k in ("kind", "config", "method", "phase", "device", "device_name")}
-            | {"threads": env.get("threads")}
-        )
-        records.append(rec)
-    add_ratios(records)
-    return records
+    info, stats = phase.info, summarize(times)
+    rec: dict[str, Any] = {
+        "schema": TIMING_SCHEMA,
+        "kind": "timing",
+        "method": info["method"],
+        "task": info["task"],
+        "seed": info["seed"],
+        "preset": info["preset"],
+        "status": "ok",
+        "config": info["config"],
+        "phase": info["phase"],
+        "device": info["device"],
+        "device_name": info["device_name"],
+        **{f"{k}_s": stats[k] for k in STATS},
+        "rounds": stats["rounds"],
+        "iterations": 1,
+        "warmup_rounds": warmup,
+        "sizes": info["sizes"],
+        "params": info["params"],
+        "env": environment,
+        "bench_id": bench_id,
+        "time": {"start": start},
+        "benchmark": f"{info['method']}[{info['phase']}-{info['device']}]",
+    }
+    if reference:
+        rec["reference"] = True
+    # Same config, phase and device -> same id: ``results.latest`` keeps the newest timing.
+    rec["run_id"] = config_hash(
+        {k: rec[k] for k in ("kind", "config", "method", "phase", "device", "device_name")}
+        | {"threads": environment.get("threads")}
+    )
+    rec["ratio_vs_gru"] = 1.0 if reference else None
+    return rec
 
 
-def _fallback_env(device: str, device_name: str | None) -> dict[str, Any]:
-    env = environment(torch.device("cpu"))
-    if device != "cpu":
-        env.update(device=device, device_name=device_name or device)
-    return env
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
-def add_ratios(records: list[dict[str, Any]]) -> None:
-    """Set ``ratio_vs_gru`` = median / GRU's median on the same phase and device (else None)."""
-    ref = {(r["phase"], r["device"]): r["median_s"] for r in records if r["method"] == REFERENCE}
-    for r in records:
-        base = ref.get((r["phase"], r["device"]))
-        r["ratio_vs_gru"] = r["median_s"] / base if base and r["median_s"] is not None else None
+def time_methods(
+    names: Sequence[str],
+    devices: Sequence[torch.device],
+    task: str,
+    preset: str,
+    overrides: dict[str, Any] | None = None,
+    *,
+    rounds: int = 10,
+    warmup: int = 2,
+    data_dir: str | None = None,
+    bench_id: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Time every method in every phase on every device, with the fused-GRU references.
 
+    Args:
+        names: registered methods.
+        devices: where to time them.
+        task: the registered task whose preset gives the sizes and the batches timed.
+        preset: the task's preset (``smoke``, ``quick`` or ``paper``).
+        overrides: config overrides (``section.field`` or a bare ``field``), applied after the
+            preset as in a run (the seed is 0).
+        rounds: timed rounds per timing.
+        warmup: untimed warm-up rounds before the timed ones.
+        data_dir: dataset root for real-data tasks.
+        bench_id: stored in every record.
+        progress: called with one line per finished or failed timing.
 
-def parse_junit(path: Path) -> tuple[list[str], dict[str, int]]:
-    """(one line per failed or errored test, {skip reason: count}) from pytest's JUnit XML."""
+    Returns:
+        (timing records, one line per timing that failed).
+    """
+    records: list[dict[str, Any]] = []
     failed: list[str] = []
-    skipped: dict[str, int] = {}
-    if not path.exists():
-        return failed, skipped
-    for case in ET.parse(path).getroot().iter("testcase"):
-        for child in case:
-            msg = (child.get("message") or "").strip().splitlines()
-            first = msg[0] if msg else child.tag
-            if child.tag in ("failure", "error"):
-                failed.append(f"`{case.get('name')}`: {first}")
-            elif child.tag == "skipped":
-                reason = first.removeprefix("Skipped: ")
-                skipped[reason] = skipped.get(reason, 0) + 1
-    return failed, skipped
+    splits: SplitCache = {}
+    say = progress or (lambda line: None)
+
+    def run(make: Callable[[], Phase], label: str, device: torch.device, **kw: Any) -> Any:
+        try:
+            phase = make()
+            start = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            times = time_fn(phase.fn, device, warmup=warmup, rounds=rounds)
+        except Exception as e:  # a broken method is reported, and the others go on
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            failed.append(f"{label}: {_one_line(e)}")
+            say(f"{label}: failed ({_one_line(e)})")
+            return None, None
+        rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
+        say(f"{label}: {1e3 * rec['median_s']:.3g} ms")
+        return phase, rec
+
+    for device in devices:
+        environment = env.environment(device)
+        refs: dict[str, dict[str, Any] | None] = {}
+        for name in names:
+            for phase_name in PHASES:
+                label = f"`{name}` {phase_name} on {device.type}"
+                make = functools.partial(
+                    method_phase, name, phase_name, device, task, preset, overrides,
+                    data_dir=data_dir, splits=splits,
+                )  # fmt: skip
+                phase, rec = run(make, label, device, environment=environment)
+                if rec is None:
+                    continue
+                records.append(rec)
+                key = phase.reference_key
+                if key not in refs:
+                    ref_label = f"`{REFERENCE}` {phase_name} on {device.type} (at `{name}`'s sizes)"
+                    _, refs[key] = run(
+                        phase.make_reference,
+                        ref_label,
+                        device,
+                        environment=environment,
+                        reference=True,
+                    )
+                    if refs[key] is not None:
+                        records.append(refs[key])
+                ref = refs[key]
+                if ref is not None and ref["median_s"]:
+                    rec["ratio_vs_gru"] = rec["median_s"] / ref["median_s"]
+                del phase  # free the model before building the next one
+    return records, failed
 
 
 def _ms(seconds: float | None) -> str:
@@ -157,25 +199,44 @@ def _ratio(r: float | None) -> str:
     return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
 
 
+def _row_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    if not r.get("reference"):
+        return (r["method"],)
+    s = r["sizes"]  # a reference row pairs the two phases of one size (batch sizes differ)
+    return (r["method"], s.get("V"), s.get("D"), s.get("layers"), s.get("T"))
+
+
 def timing_table(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown table (one device): a row per method, median ms and × GRU per phase."""
-    rows: dict[str, dict[str, Any]] = {}
+    """One Markdown table of the timings on one device.
+
+    The reference rows come first (marked), then a row per method; each phase gets the median ms
+    and the ratio to the fused GRU.
+    """
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
-        row = rows.setdefault(r["method"], {"method": r["method"], "sizes": r["sizes"]})
+        key = _row_key(r)
+        if r["phase"] in rows.get(key, {}):  # two references of one phase differ in B
+            key = (*key, r["sizes"].get("B"))
+        row = rows.setdefault(
+            key, {"method": r["method"], "sizes": r["sizes"], "ref": bool(r.get("reference"))}
+        )
         row[r["phase"]] = r
         row["params"] = r.get("params")
     uniform = _batch_shapes(records) is not None
     cols = ["Method", "D", "Params"] + ([] if uniform else ["B×T (inference / train)"])
     for title in PHASES.values():
-        cols += [f"{title} ms ↓", "× GRU ↓"]
+        cols += [f"{title} ms ↓", f"{RATIO} ↓"]
 
-    def key(row: dict[str, Any]) -> tuple:
+    def order(row: dict[str, Any]) -> tuple[Any, ...]:
+        if row["ref"]:
+            return (0, row["sizes"].get("D") or 0, row["sizes"].get("layers") or 0)
         ratios = [row.get(p, {}).get("ratio_vs_gru") for p in ("train", "inference")]
-        return (row["method"] != REFERENCE, *[float("inf") if x is None else x for x in ratios])
+        return (1, *[float("inf") if x is None else x for x in ratios])
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in sorted(rows.values(), key=key):
-        cells = [row["method"], str(row["sizes"].get("D", "–")), str(row["params"] or "–")]
+    for row in sorted(rows.values(), key=order):
+        name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
+        cells = [name, str(row["sizes"].get("D", "–")), str(row["params"] or "–")]
         if not uniform:
             bt = [row.get(p, {}).get("sizes", {}) for p in PHASES]
             cells.append(" / ".join(f"{s.get('B', '?')}×{s.get('T', '?')}" for s in bt))
@@ -194,7 +255,19 @@ def timing_markdown(
     skipped: dict[str, int] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The TIMING.md text: generated-file header, one table per device, what was not timed."""
+    """The TIMING.md text: generated-file header, one table per device, what was not timed.
+
+    Args:
+        records: timing records (methods and references).
+        sources: the records files, named in the header.
+        command: the command line that produced them.
+        failed: one line per timing that failed.
+        skipped: ``{reason: count}`` of timings not attempted.
+        notes: extra header bullet points.
+
+    Returns:
+        The Markdown.
+    """
     envs = [r.get("env", {}) for r in records]
 
     def uniq(key: str) -> str:
@@ -215,8 +288,8 @@ def timing_markdown(
         "",
         f"<!-- Generated by `harness bench` at {now}. Do not edit by hand. -->",
         "",
-        f"- Generated by `{command}` from {', '.join(f'`{s}`' for s in sources)} "
-        f"({len(records)} timings); sizes of {', '.join(tasks) or '?'}.",
+        f"- Generated by `{command}` ({len(records)} timings, in "
+        f"{', '.join(f'`{s}`' for s in sources) or '?'}); sizes of {', '.join(tasks) or '?'}.",
         f"- Commit: {', '.join(commits)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
         f"CPU threads: {uniq('threads')}; python: {uniq('python')}.",
         "- **Timing is advisory**: it depends on the machine and on its load at the time, and is "
@@ -225,8 +298,10 @@ def timing_markdown(
         "one test batch of `train.batch_size`, forward + loss + backward + clip + Adam step.",
         "- Times are medians over "
         + "; ".join(f"{n} rounds after {w} warm-up round(s)" for n, w in rounds)
-        + " (spread in `timing.jsonl`); × GRU = median / GRU's median in the same run, "
-        "device and phase.",
+        + f" (spread in the records). {RATIO} = median / the median of the reference at the "
+        "same sizes in the same run, device and phase. The reference rows (first) are the same "
+        f"model with torch's fused `nn.GRU` (`{REFERENCE}`, as many layers; cuDNN on CUDA) in "
+        "place of the method's layers: same batch, embedding, read-out, loss and optimiser.",
         *[f"- {n}" for n in notes],
         "",
     ]
@@ -251,7 +326,7 @@ def timing_markdown(
 
 
 def _batch_shapes(records: Sequence[dict[str, Any]]) -> dict[str, tuple[Any, Any]] | None:
-    """``{phase: (B, T)}`` when every method was timed at the same shape, else None."""
+    """``{phase: (B, T)}`` when every timing of a phase has the same shape, else None."""
     shapes: dict[str, set[tuple[Any, Any]]] = {}
     for r in records:
         shapes.setdefault(r["phase"], set()).add((r["sizes"].get("B"), r["sizes"].get("T")))
@@ -267,13 +342,26 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def bench_devices(device: str) -> list[torch.device]:
+    """``cpu``, ``cuda`` or ``auto`` (CPU, plus CUDA when present) as torch devices.
+
+    Raises:
+        HarnessError: another name, or ``cuda`` where no CUDA device is available.
+    """
+    if device not in ("cpu", "cuda", "auto"):
+        raise HarnessError(f"Unknown device '{device}'. Use cpu, cuda or auto")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device cuda requested but no CUDA device is available")
+    names = ["cpu", "cuda"] if device == "auto" else [device]
+    return [torch.device(n) for n in names if n == "cpu" or torch.cuda.is_available()]
+
+
 def run_bench(
     methods: str | Iterable[str],
-    task: str = "adding",
+    task: str,
     preset: str = "smoke",
     device: str = "auto",
     out_dir: str | os.PathLike = ".benchmarks",
-    extra_pytest_args: Sequence[str] = (),
     *,
     report: str | os.PathLike = "reports/TIMING.md",
     overrides: dict[str, Any] | None = None,
@@ -281,74 +369,64 @@ def run_bench(
     warmup: int = 2,
     threads: int = 1,
     data_dir: str | None = None,
-    capture: bool = False,
     command: str | None = None,
-) -> tuple[Path, Path, Path]:
-    """Time methods with the pytest-benchmark suite; record the timings; write the Markdown.
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, Path]:
+    """Time methods and the fused-GRU reference; record the timings; write the Markdown.
 
     Args:
-        methods: names or globs (``"all"``, ``"gru,sa-*"``); GRU is always added.
-        task, preset: whose sizes to time at.
+        methods: names or globs, a list or comma-separated (``"all"``).
+        task: the task whose preset sizes are timed.
+        preset: the preset.
         device: ``cpu``, ``cuda`` or ``auto`` (CPU, plus CUDA when present).
-        out_dir: gets ``bench.json`` (pytest-benchmark's), ``bench-junit.xml`` and, appended,
-            ``timing.jsonl``.
-        extra_pytest_args: passed on to pytest (e.g. ``["-x"]``).
+        out_dir: gets the timing records, appended to ``timing.jsonl``.
         report: the Markdown to write.
         overrides: config overrides (``{"seq_len": 5}``), as ``--set``.
-        rounds, warmup: timed and warm-up rounds per (method, phase, device).
-        threads: torch CPU threads in the timing process (0: torch's default).
+        rounds: timed rounds per (method, phase, device).
+        warmup: untimed rounds before them.
+        threads: torch CPU threads while timing (0: leave torch's setting); restored afterwards.
         data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
-        capture: capture pytest's output (shown in the error if it fails) instead of streaming it.
         command: the command line for the report header (default: rebuilt from the arguments).
+        progress: called with one line per finished or failed timing (e.g. to print to stderr).
 
     Returns:
-        Paths of the pytest-benchmark JSON, the timing records JSONL and the Markdown.
+        Paths of the timing records (JSONL) and of the Markdown.
+
+    Raises:
+        HarnessError: unknown methods, task or device; missing data; an unwritable store.
+        ConfigError: a bad preset, override, or round/thread count.
     """
     names = METHODS.resolve(methods)
-    names = names if REFERENCE in names else [REFERENCE, *names]
-    if device not in ("cpu", "cuda", "auto"):
-        raise HarnessError(f"Unknown device '{device}'. Use cpu, cuda or auto")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HarnessError("--device cuda requested but no CUDA device is available")
+    devices = bench_devices(device)
     if rounds < 1 or warmup < 0 or threads < 0:
         raise ConfigError("bench needs rounds >= 1, warmup >= 0 and threads >= 0")
     status = TASKS.get(task)(None, data_dir).data_status()
     if status and status.get("status") != "found":
         raise HarnessError(f"no usable data for task '{task}': {status.get('detail', status)}")
-    for m in names:  # bad presets or overrides fail here with one line, not inside pytest
+    for m in names:  # bad presets or overrides fail here with one line, before any timing
         resolve(m, task, 0, preset, overrides)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    json_path, junit = out / "bench.json", out / "bench-junit.xml"
     jsonl, md = out / "timing.jsonl", Path(report)
-    Store(jsonl).check_writable()
-    for stale in (json_path, junit):
-        stale.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.update(bench_env(names, task, preset, device, overrides, rounds, warmup, threads))
-    if data_dir:
-        env["HARNESS_DATA_DIR"] = str(Path(data_dir).resolve())
-    argv = [
-        sys.executable, "-m", "pytest", str(BENCH_FILE), "-q", "-p", "no:cacheprovider",
-        f"--benchmark-json={json_path.resolve()}", f"--junitxml={junit.resolve()}",
-        *extra_pytest_args,
-    ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=capture, text=True)
-    if proc.returncode not in (0, 1) or not json_path.exists():
-        tail = "\n".join(((proc.stdout or "") + (proc.stderr or "")).splitlines()[-20:])
-        raise HarnessError(
-            f"the timing suite did not run (pytest exit code {proc.returncode})"
-            + (f":\n{tail}" if tail else "")
-        )
-
-    bench_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
-    records = parse_benchmark_json(json.loads(json_path.read_text()), bench_id)
     store = Store(jsonl)
+    store.check_writable()
+    bench_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
+    previous = torch.get_num_threads()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    try:
+        records, failed = time_methods(
+            names, devices, task, preset, overrides, rounds=rounds, warmup=warmup,
+            data_dir=data_dir, bench_id=bench_id, progress=progress,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(previous)
     for r in records:
         store.append(r)
-    failed, skipped = parse_junit(junit)
-    notes = [] if proc.returncode == 0 else [f"pytest exit code {proc.returncode}: see Not timed."]
+    skipped = {}
+    if device == "auto" and all(d.type != "cuda" for d in devices):
+        skipped["CUDA not available (device auto)"] = len(names) * len(PHASES)
     if command is None:
         command = "harness bench " + " ".join(
             f"{flag} {shlex.quote(str(v))}"
@@ -361,6 +439,5 @@ def run_bench(
                 *(("--set", f"{k}={v}") for k, v in (overrides or {}).items()),
             )
         )
-    text = timing_markdown(records, [str(json_path)], command, failed, skipped, notes)
-    _write_atomic(md, text)
-    return json_path, jsonl, md
+    _write_atomic(md, timing_markdown(records, [str(jsonl)], command, failed, skipped))
+    return jsonl, md
