@@ -1,3 +1,5 @@
+"""``python -m harness``: run the ``harness`` command line."""
+
 import sys
 
 from harness.cli import main

@@ -79,8 +79,11 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class Preset:
-    """A task's settings for one preset: trainer, model, task knobs, and per-method overrides
-    (``{"rnn": {"hidden_size": 20}}``, keys in any section)."""
+    """A task's settings for one preset: trainer, model, task knobs, and per-method overrides.
+
+    Per-method overrides look like ``{"<method key>": {"hidden_size": 20}}``, with keys in any
+    section.
+    """
 
     train: TrainConfig = field(default_factory=TrainConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -269,8 +272,11 @@ def resolve(
     preset: str,
     overrides: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Build the fully resolved RunConfig: task preset, then its per-method overrides, then
-    the user's overrides (which win)."""
+    """Build the fully resolved RunConfig from a task preset and overrides.
+
+    Layers apply in order: the task preset, then its per-method overrides, then the user's
+    overrides (which win).
+    """
     from harness.method import build_config
     from harness.registry import METHODS, TASKS
 

@@ -1,12 +1,17 @@
-"""Sweeps: grids of config values expanded into runs, and S-SA's "tune every method to skip
-about as much" selection (``--match-skip``)."""
+"""Sweeps: the run configs of a selection, checked before anything runs, and S-SA's selection.
+
+A sweep is methods x tasks x grid points x seeds (``build_configs``), whose models are all built
+once before the first run (``validate``); ``match_skip`` is S-SA's "tune every method to skip
+about as much" selection (``--match-skip``).
+"""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-from harness.errors import ConfigError
+from harness import config
+from harness.errors import ConfigError, HarnessError
 from harness.metrics import mean_std
 from harness.results import flat_config, latest
 
@@ -27,6 +32,90 @@ def expand_grid(grid: dict[str, list[str]]) -> list[dict[str, str]]:
     """Cartesian product of a grid as override dicts (one empty dict for an empty grid)."""
     keys = list(grid)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def build_configs(
+    methods: list[str],
+    tasks: list[str],
+    seeds: list[int],
+    preset: str,
+    overrides: dict[str, str],
+    grid: dict[str, list[str]] | None = None,
+) -> list[config.RunConfig]:
+    """Every (task, method, grid point, seed) config of a sweep, in that nesting order.
+
+    An override or grid key applies to the (method, task) pairs that have it (a method's own knob
+    reaches that method and leaves the others alone); configs that resolve identically (a grid
+    key a method lacks) are kept once.
+
+    Args:
+        methods: registered method names.
+        tasks: registered task names.
+        seeds: the seeds of every variant.
+        preset: the preset (``harness.config.PRESETS``).
+        overrides: ``key -> value`` strings, as ``--set`` gives them.
+        grid: ``key -> values`` to sweep (cartesian product), as ``parse_grid`` gives them.
+
+    Returns:
+        The ``RunConfig`` of every distinct run.
+
+    Raises:
+        ConfigError: a key that no selected (method, task) pair has (the message lists the valid
+            keys), a bad value, or an unknown preset.
+    """
+    cfgs: list[config.RunConfig] = []
+    used: set[str] = set()
+    seen: set[str] = set()
+    for t in tasks:
+        for m in methods:
+            for point in expand_grid(grid or {}):
+                ov = {k: v for k, v in {**overrides, **point}.items() if config.accepts(m, t, k)}
+                used |= set(ov)
+                for s in seeds:
+                    cfg = config.resolve(m, t, s, preset, ov)
+                    if cfg.run_id not in seen:
+                        seen.add(cfg.run_id)
+                        cfgs.append(cfg)
+    unused = [k for k in [*overrides, *(grid or {})] if k not in used]
+    if unused:
+        keys = sorted(
+            {
+                k
+                for t in tasks
+                for m in methods
+                for k in config.valid_keys(config.default_sections(m, t))
+            }
+        )
+        raise ConfigError(
+            f"Unknown key '{unused[0]}' for the selected methods and tasks. "
+            f"Valid keys: {', '.join(keys)}"
+        )
+    return cfgs
+
+
+def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
+    """Build each distinct model of a sweep once, before any run starts.
+
+    A bad combination (e.g. a hidden size a method cannot take) is then reported at once, not in
+    the middle of the sweep.
+
+    Args:
+        cfgs: run configs (``build_configs``); one model is built per ``variant_id``.
+        data_dir: dataset root for real-data tasks.
+
+    Raises:
+        ConfigError: the first config whose task or model cannot be built, named in the message.
+    """
+    from harness.train import build
+
+    seen = set()
+    for cfg in cfgs:
+        if cfg.variant_id not in seen:
+            seen.add(cfg.variant_id)
+            try:
+                build(cfg, data_dir)
+            except HarnessError as e:
+                raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
 
 
 def match_skip(

@@ -1,0 +1,227 @@
+"""``harness bench``: the timing suite, or with ``--speedup`` the fast paths' realised speedups.
+
+Both write a generated Markdown report whose header names the command line that produced it:
+the arguments ``harness.cli.main`` parsed (``args.argv``), so that an in-process call records its
+own command, not the host process's ``sys.argv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from harness.cli.common import (
+    add_command,
+    comma_list,
+    data_dir_option,
+    device_option,
+    examples,
+    float_at_least,
+    int_at_least,
+    methods_option,
+    preset_option,
+    require_task,
+    set_option,
+    task_option,
+    threads_option,
+    write_report,
+)
+from harness.errors import ConfigError
+
+TIMING_REPORT = "reports/TIMING.md"
+SPEEDUP_REPORT = "reports/SPEEDUP.md"
+
+# Options that only one mode reads, with their defaults: a value other than the default in the
+# other mode would be silently ignored, so it is an error instead.
+TIMING_ONLY = {
+    "task": None,
+    "preset": "smoke",
+    "set": None,
+    "out": ".benchmarks",
+    "rounds": 10,
+    "warmup": 2,
+    "data_dir": None,
+}
+SPEEDUP_ONLY = {
+    "skips": [0.5, 0.75, 0.9],
+    "hidden": [256, 1024],
+    "batches": [1, 32],
+    "seq_len": 50,
+    "budget": 3.0,
+}
+
+
+def _csv(values: list[Any]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``bench`` to the ``harness`` subcommands."""
+    s = add_command(
+        subparsers,
+        "bench",
+        "timing suite -> timing records + report; or --speedup: fast paths' speedups",
+        description="Timing suite: times training steps and inference of each method against\n"
+        "the fused-GRU reference on one task's preset sizes; appends timing records and\n"
+        f"writes {TIMING_REPORT}.\n"
+        "With --speedup: measures the realised speedup of the fast inference paths of the\n"
+        f"methods that have one, on untrained models at target skips; writes {SPEEDUP_REPORT}.",
+        parents=[
+            methods_option(note="; with --speedup, 'all' is every method with a fast path"),
+            task_option("timing suite: the task whose preset sizes are timed (required)"),
+            preset_option(help="timing suite: the preset (default: %(default)s)"),
+            set_option(scope="timing suite: "),
+            data_dir_option(scope="timing suite: "),
+            device_option(
+                "auto",
+                "timing suite: auto is CPU, plus CUDA when present; --speedup: cuda, else cpu "
+                "(default: %(default)s)",
+            ),
+            threads_option(
+                "torch CPU threads while measuring (default: %(default)s; 0: torch's default)"
+            ),
+        ],
+        epilog=examples(
+            "harness bench --methods all --task TASK --preset smoke",
+            "harness bench --speedup   # realised speedup of the fast inference paths",
+            "harness bench --speedup --methods METHOD --hidden 256 --batches 1 --budget 1",
+            note="timings are advisory, never a pass/fail gate",
+        ),
+    )
+    s.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE",
+        help=f"the Markdown to write (default: {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
+        "--speedup)",
+    )
+    s.add_argument(
+        "--out",
+        default=TIMING_ONLY["out"],
+        metavar="DIR",
+        help="timing suite: the timing records go to DIR/timing.jsonl (default: %(default)s)",
+    )
+    s.add_argument(
+        "--rounds",
+        type=int_at_least(1),
+        default=TIMING_ONLY["rounds"],
+        metavar="N",
+        help="timing suite: timed rounds per method, phase and device (default: %(default)s)",
+    )
+    s.add_argument(
+        "--warmup",
+        type=int_at_least(0),
+        default=TIMING_ONLY["warmup"],
+        metavar="N",
+        help="timing suite: untimed rounds before them (default: %(default)s)",
+    )
+    s.add_argument(
+        "--speedup",
+        action="store_true",
+        help="measure the fast paths' realised speedups instead of the timing suite",
+    )
+    s.add_argument(
+        "--skips",
+        type=comma_list(float_at_least(0.0)),
+        default=_csv(SPEEDUP_ONLY["skips"]),
+        metavar="S[,S...]",
+        help="--speedup: target skips, fractions in [0, 1) (default: %(default)s)",
+    )
+    s.add_argument(
+        "--hidden",
+        type=comma_list(int_at_least(1)),
+        default=_csv(SPEEDUP_ONLY["hidden"]),
+        metavar="D[,D...]",
+        help="--speedup: hidden sizes (default: %(default)s)",
+    )
+    s.add_argument(
+        "--batches",
+        type=comma_list(int_at_least(1)),
+        default=_csv(SPEEDUP_ONLY["batches"]),
+        metavar="B[,B...]",
+        help="--speedup: batch sizes (default: %(default)s)",
+    )
+    s.add_argument(
+        "--seq-len",
+        type=int_at_least(1),
+        default=SPEEDUP_ONLY["seq_len"],
+        metavar="T",
+        help="--speedup: sequence length (default: %(default)s)",
+    )
+    s.add_argument(
+        "--budget",
+        type=float_at_least(0.0),
+        default=SPEEDUP_ONLY["budget"],
+        metavar="SECONDS",
+        help="--speedup: seconds of timing per row; at least 3 rounds are timed regardless "
+        "(default: %(default)s)",
+    )
+    s.set_defaults(func=cmd_bench)
+
+
+def _only_for(args: argparse.Namespace, options: dict[str, Any], mode: str) -> None:
+    given = [k for k, default in options.items() if getattr(args, k) != default]
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(f"{flags}: only used {mode}")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the timing suite or, with ``--speedup``, the speedup measurement; print the paths."""
+    command = shlex.join(["harness", *getattr(args, "argv", ["bench"])])
+    if args.speedup:
+        _only_for(args, TIMING_ONLY, "by the timing suite (without --speedup)")
+        return _bench_speedup(args, command)
+    _only_for(args, SPEEDUP_ONLY, "with --speedup")
+    task = require_task(args.task, "bench (without --speedup)")
+
+    from harness import config
+    from harness.bench.suite import run_bench
+
+    paths = run_bench(
+        args.methods,
+        task,
+        args.preset,
+        args.device,
+        args.out,
+        report=args.report or TIMING_REPORT,
+        overrides=config.parse_set(args.set or []),
+        rounds=args.rounds,
+        warmup=args.warmup,
+        threads=args.threads,
+        data_dir=args.data_dir,
+        command=command,
+    )
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _bench_speedup(args: argparse.Namespace, command: str) -> int:
+    import torch
+
+    from harness.bench.speedup import measure_speedups, speedup_markdown
+
+    device = "cuda" if args.device == "cuda" else "cpu"
+    previous = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        rows = measure_speedups(
+            methods=None if args.methods == "all" else args.methods,
+            skips=args.skips,
+            hidden=args.hidden,
+            batches=args.batches,
+            seq_len=args.seq_len,
+            device=device,
+            budget_s=args.budget,
+        )
+        text = speedup_markdown(rows, command, device)
+    finally:
+        torch.set_num_threads(previous)
+    out = Path(args.report or SPEEDUP_REPORT)
+    write_report(out, text)
+    print(out)
+    return 0

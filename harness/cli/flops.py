@@ -1,0 +1,81 @@
+"""``harness flops``: dense and effective MACs, FLOPs and parameters of fresh models on a task."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from harness.cli.common import (
+    add_command,
+    data_dir_option,
+    examples,
+    int_at_least,
+    methods_option,
+    preset_option,
+    require_task,
+    set_option,
+    task_option,
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``flops`` to the ``harness`` subcommands."""
+    s = add_command(
+        subparsers,
+        "flops",
+        "dense/effective MACs and params of fresh models",
+        parents=[
+            methods_option(),
+            task_option("the task whose data and sizes are used (required; see 'harness list')"),
+            preset_option(help="the preset whose sizes are used (default: %(default)s)"),
+            set_option(),
+            data_dir_option(),
+        ],
+        epilog=examples("harness flops --methods METHOD[,METHOD...] --task TASK --json"),
+    )
+    s.add_argument(
+        "--batch",
+        type=int_at_least(1),
+        default=16,
+        metavar="N",
+        help="test sequences the effective MACs are averaged over (default: %(default)s)",
+    )
+    s.add_argument(
+        "--json", action="store_true", help="print the rows as JSON (with the unit convention)"
+    )
+    s.set_defaults(func=cmd_flops)
+
+
+def cmd_flops(args: argparse.Namespace) -> int:
+    """Print the MAC table (``harness.flops.macs_table``) as a table or as JSON."""
+    from harness import config
+
+    task = require_task(args.task, "flops")
+    overrides = config.parse_set(args.set or [])
+
+    from harness.flops import UNIT_NOTE, macs_table
+
+    rows = macs_table(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
+    if args.json:
+        print(json.dumps({"unit": UNIT_NOTE, "rows": rows}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"MACs/FLOPs per sequence, fresh models ({UNIT_NOTE})")
+    columns = ("method", "T", "params", "dense MACs (fvcore)", "dense MACs", "effective MACs")
+    for col in (*columns, "effective FLOPs"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            r["method"],
+            str(r["seq_len"]),
+            str(r["params_total"]),
+            f"{r['macs_dense_fvcore']:.4g}",
+            f"{r['macs_dense']:.4g}",
+            f"{r['macs_effective']:.4g}",
+            f"{r['flops_effective']:.4g}",
+        )
+    Console().print(table)
+    return 0

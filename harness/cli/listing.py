@@ -1,0 +1,53 @@
+"""``harness list``: the registered methods and tasks.
+
+(Named ``listing`` because a submodule called ``list`` would shadow the builtin inside the
+package's ``__init__``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from harness.cli.common import add_command
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``list`` to the ``harness`` subcommands."""
+    s = add_command(
+        subparsers,
+        "list",
+        "registered methods and tasks",
+        epilog="the names are what --methods and --tasks take (globs such as 'PREFIX-*' too)",
+    )
+    s.add_argument(
+        "what",
+        nargs="?",
+        choices=["methods", "tasks", "all"],
+        default="all",
+        help="what to list (default: %(default)s)",
+    )
+    s.set_defaults(func=cmd_list)
+
+
+def _first_line(obj: Any) -> str:
+    doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print the methods and/or tasks, one per line with the first line of its docstring."""
+    from harness.registry import METHODS, TASKS
+
+    if args.what in ("methods", "all"):
+        print("methods:")
+        for name, cls in METHODS.items():
+            print(f"  {name:16s} {_first_line(cls)}")
+    if args.what in ("tasks", "all"):
+        print("tasks:")
+        for name, cls in TASKS.items():
+            arrow = "higher" if cls.higher_is_better else "lower"
+            what = f"[{cls.kind}, {cls.primary} ({arrow} is better)]"
+            print(f"  {name:16s} {what} {_first_line(cls)}")
+    return 0

@@ -1,0 +1,65 @@
+"""``harness bench``, in-process: the report's default path follows the mode, and its header
+names the command ``main`` parsed (not the host process's ``sys.argv``)."""
+
+import sys
+
+import pytest
+import torch
+
+from harness.cli import main
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["host-process", "--not-the-command"])
+    return tmp_path
+
+
+def test_speedup_writes_speedup_report_naming_its_command(in_tmp, capsys):
+    threads = torch.get_num_threads()
+    # methods whose fast path needs no C++ kernel: compiling one takes half a minute
+    args = ["bench", "--speedup", "--methods", "skip-rnn,vc-rnn", "--hidden", "16"]
+    args += ["--batches", "2", "--seq-len", "4", "--budget", "0", "--skips", "0.5"]
+    args += ["--threads", "2"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == "reports/SPEEDUP.md"
+    text = (in_tmp / "reports" / "SPEEDUP.md").read_text()
+    assert "`harness " + " ".join(args) + "`" in text
+    assert "threads: 2" in text and "host-process" not in text
+    assert "| skip-rnn | 16 | 2 | 50 |" in text and "| vc-rnn | 16 | 2 | 50 |" in text
+    assert not (in_tmp / "reports" / "TIMING.md").exists()
+    assert torch.get_num_threads() == threads, "the thread count is restored"
+
+
+def test_speedup_options_reach_the_measurement(in_tmp, monkeypatch):
+    import harness.bench.speedup as speedup
+
+    calls = []
+    monkeypatch.setattr(speedup, "measure_speedups", lambda **kw: calls.append(kw) or [])
+    monkeypatch.setattr(speedup, "speedup_markdown", lambda rows, command, device: command)
+    assert main(["bench", "--speedup", "--report", "s.md"]) == 0
+    args = ["bench", "--speedup", "--methods", "x-*", "--skips", "0.25", "--hidden", "8,9"]
+    assert main(args) == 0
+    assert calls[0] == dict(
+        methods=None,
+        skips=[0.5, 0.75, 0.9],
+        hidden=[256, 1024],
+        batches=[1, 32],
+        seq_len=50,
+        device="cpu",
+        budget_s=3.0,
+    )
+    assert (calls[1]["methods"], calls[1]["skips"], calls[1]["hidden"]) == ("x-*", [0.25], [8, 9])
+    assert (in_tmp / "s.md").read_text() == "harness bench --speedup --report s.md"
+
+
+def test_timing_suite_writes_timing_report_naming_its_command(in_tmp, capsys):
+    args = ["bench", "--task", "adding", "--methods", "gru", "--rounds", "1", "--warmup", "0"]
+    args += ["--device", "cpu"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == [".benchmarks/timing.jsonl", "reports/TIMING.md"]
+    text = (in_tmp / "reports" / "TIMING.md").read_text()
+    assert "`harness " + " ".join(args) + "`" in text and "host-process" not in text
+    assert not (in_tmp / "reports" / "SPEEDUP.md").exists()
