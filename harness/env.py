@@ -10,30 +10,66 @@ from typing import Any
 
 import torch
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 REPO = Path(__file__).resolve().parent.parent
+# The distribution name in the checkout's pyproject.toml: how a checkout of this project is told
+# apart from any other git repository the installed package happens to sit in.
+PROJECT = "condrnn-harness"
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
+
+
+def _is_project_root(root: Path) -> bool:
+    try:
+        with open(root / "pyproject.toml", "rb") as f:
+            return tomllib.load(f).get("project", {}).get("name") == PROJECT
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        return False
+
+
+def checkout_state(root: Path) -> tuple[str | None, bool | None]:
+    """(commit sha, dirty) of the checkout of this project whose top level is ``root``.
+
+    A commit is recorded only when ``root`` is itself the top level of a git work tree and holds
+    this project's ``pyproject.toml``. An installed copy (site-packages) that happens to lie inside
+    some other repository, a virtualenv in a project's folder say, must not record that
+    repository's commit as the harness version.
+
+    Args:
+        root: the folder that holds the ``harness`` package.
+
+    Returns:
+        ``(sha, dirty)``, dirty meaning tracked files differ from the commit; ``(None, None)``
+        when ``root`` is not such a checkout or git is unavailable.
+    """
+    root = Path(root).resolve()
+    try:
+        top = _git(root, "rev-parse", "--show-toplevel").strip()
+        if not top or Path(top).resolve() != root or not _is_project_root(root):
+            return None, None
+        sha = _git(root, "rev-parse", "HEAD").strip()
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        return sha, bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, None
 
 
 @functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit sha, dirty) of the harness checkout; (None, None) outside a git checkout."""
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-        return sha, bool(status.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None, None
+    """(commit sha, dirty) of the harness checkout; (None, None) when installed, not checked out."""
+    return checkout_state(REPO)
 
 
 @functools.lru_cache(maxsize=4)
