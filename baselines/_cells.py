@@ -90,11 +90,11 @@ def gru_macs_per_unit(input_size: int, hidden_size: int) -> int:
 
 class _BinarizeSTE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, p: Tensor, threshold: float) -> Tensor:  # noqa: D102
+    def forward(ctx, p: Tensor, threshold: float) -> Tensor:
         return (p > threshold).to(p.dtype)
 
     @staticmethod
-    def backward(ctx, g: Tensor) -> tuple[Tensor, None]:  # noqa: D102
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None]:
         return g, None
 
 
@@ -105,11 +105,11 @@ def binarize_ste(p: Tensor, threshold: float = 0.5) -> Tensor:
 
 class _RoundSTE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, p: Tensor) -> Tensor:  # noqa: D102
+    def forward(ctx, p: Tensor) -> Tensor:
         return torch.round(p)  # half to even, like TF's round (Skip RNN pitfall)
 
     @staticmethod
-    def backward(ctx, g: Tensor) -> Tensor:  # noqa: D102
+    def backward(ctx, g: Tensor) -> Tensor:
         return g
 
 

@@ -10,8 +10,9 @@ Krueger et al. 2017, https://arxiv.org/abs/1606.01305). Spec: METHODS.md 2.4::
     h_t = u_t * h~_t + (1 - u_t) * h_{t-1}
 
 Differences from the paper:
-- [DECISION] METHODS.md 1.3 / 2.3: the shared reset-after GRU cell (``baselines._cells.GRUWeights``),
-  so per-unit skipping is exactly realisable and the effective MACs 3 k_t (D+V) are exact.
+- [DECISION] METHODS.md 1.3 / 2.3: the shared reset-after GRU cell
+  (``baselines._cells.GRUWeights``), so per-unit skipping is exactly realisable and the effective
+  MACs 3 k_t (D+V) are exact.
 - [DECISION] METHODS.md 2.4: the test-time RNG is fixed. In eval mode the mask comes from a
   generator seeded with ``eval_seed`` and re-seeded at step 0 of every forward (or step loop), so
   evaluating the same batch twice gives the same masks and outputs. The draws are made per batch,

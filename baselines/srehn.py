@@ -47,7 +47,6 @@ from harness.registry import register_method
 class SREHN(ElasticHighway):
     """Shared-weight coupled RHN whose gate is scaled by the elastic gate d^r."""
 
-
     def __init__(self, input_size: int, hidden_size: int, cfg: ElasticConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
         c = self.cfg

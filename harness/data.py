@@ -119,7 +119,8 @@ def manifest_digest(sums: dict[str, str]) -> str:
     """One digest for a set of files: sha256 of their ``sha256sum`` lines sorted by path.
 
     ``sums`` maps relative paths (without a ``.gz`` suffix) to content sha256 sums, so the digest
-    is the same whether the files are stored compressed or not."""
+    is the same whether the files are stored compressed or not.
+    """
     lines = "".join(f"{h}  {rel}\n" for rel, h in sorted(sums.items()))
     return hashlib.sha256(lines.encode()).hexdigest()
 
@@ -218,9 +219,12 @@ def status(
     check: Callable[[], str],
     sums: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A ``Task.data_status()`` dict built by calling ``check()`` (loads and parses the data,
-    returns a detail line): ``found`` on success, ``missing``/``corrupt`` on a DataError.
-    ``sums`` (see ``verify_sha256``) are kept for ``status_rows(verify=True)``."""
+    """A ``Task.data_status()`` dict, built by calling ``check()``.
+
+    ``check()`` loads and parses the data and returns a detail line: the status is ``found`` on
+    success, ``missing``/``corrupt`` on a DataError. ``sums`` (see ``verify_sha256``) are kept
+    for ``status_rows(verify=True)``.
+    """
     row: dict[str, Any] = {"dataset": dataset, "path": str(path), "source": source}
     try:
         row.update(status="found", detail=check())
@@ -297,7 +301,7 @@ def balanced_splits(
     limit: int = 0,
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
 ) -> Splits:
-    """Balance a binary dataset and split it 80/10/10, all drawn from ``seed``.
+    """Balance a binary dataset and split it (80/10/10 by default), all drawn from ``seed``.
 
     Every series of the smaller class is kept and as many of the larger class are sampled
     without replacement; each class is then split by ``fractions`` (stratified, so every split is
@@ -308,6 +312,9 @@ def balanced_splits(
         x: ``[N, T, V]`` inputs.
         y: ``[N]`` labels in {0, 1}.
         seed: the run seed; the balancing sample and the split both depend on it.
+        limit: when > 0, keep at most ``limit // 2`` series per class (at least 3); 0 keeps all.
+        fractions: the (train, validation, test) shares of each class; the test split takes
+            what is left, and validation and test get at least one series each.
 
     Returns:
         Splits of float32 ``x`` and int64 ``y``, with class counts in ``info``.

@@ -112,4 +112,5 @@ class RayExecutor:
                 yield pending.pop(ref), ray.get(ref)
 
     def shutdown(self) -> None:
+        """Disconnect from Ray (``ray.shutdown()``), stopping the processes ``ray.init`` started."""
         self.ray.shutdown()

@@ -60,9 +60,16 @@ class SeqModel(nn.Module):
 
     @property
     def methods(self) -> list[Method]:
+        """The method layers, first to last."""
         return list(self.layers)
 
     def forward(self, x: Tensor, lengths: Tensor | None = None) -> ModelOut:
+        """Run the layers over ``x`` (embedded first if it holds tokens) and read out predictions.
+
+        The read-out is of the last true step of each sequence (``last`` mode; ``lengths`` is
+        ``[B]``, or None for full-length sequences) or of every step; the layers' auxiliary
+        losses are summed.
+        """
         h = self.embed(x) if self.embed is not None else x
         traces: list[SeqOut] = []
         for layer in self.layers:
@@ -78,8 +85,10 @@ class SeqModel(nn.Module):
         return ModelOut(pred, traces, torch.stack(aux).sum() if aux else None)
 
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Pass the trainer's start of epoch ``epoch`` (0-based) on to every layer."""
         for layer in self.layers:
             layer.on_epoch_start(epoch, num_epochs)
 
     def method_param_count(self) -> int:
+        """The number of parameters in the method layers (no embedding or read-out)."""
         return sum(p.numel() for p in self.layers.parameters())

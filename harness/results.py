@@ -112,8 +112,11 @@ class Store:
 
 
 def flat_config(rec: dict[str, Any]) -> dict[str, Any]:
-    """A record's resolved config as one flat dict: method and model fields by name, trainer and
-    task fields as ``train.x`` / ``task.x`` (the keys ``--set`` and ``--grid`` accept)."""
+    """A record's resolved config as one flat dict, keyed as ``--set`` and ``--grid`` accept.
+
+    Method and model fields are keyed by name, trainer and task fields as ``train.x`` /
+    ``task.x``.
+    """
     c = rec["config"]
     out = {**c.get("method_cfg", {}), **c.get("model", {})}
     out.update({f"train.{k}": v for k, v in c.get("train", {}).items()})

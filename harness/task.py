@@ -35,6 +35,7 @@ class Batch:
     lengths: Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
+        """A copy of the batch with its tensors on ``device``."""
         return Batch(
             self.x.to(device),
             self.y.to(device),
@@ -139,8 +140,11 @@ class Task:
         raise NotImplementedError
 
     def data_status(self) -> dict[str, Any] | None:
-        """For real-data tasks: where the data was looked for and whether it is usable
-        (``{"status": "found"|"missing"|"corrupt", ...}``); None for generated tasks."""
+        """For real-data tasks, where the data was looked for and whether it is usable.
+
+        The dict holds ``{"status": "found"|"missing"|"corrupt", ...}``; None for generated
+        tasks.
+        """
         return None
 
     # --- scoring -------------------------------------------------------------------------------

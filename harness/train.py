@@ -59,8 +59,11 @@ def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
 
 @dataclass
 class EvalResult:
-    """Metrics of one pass over a split: task metrics, compute trace, MACs, diagnostics, and
-    (when traced) the update pattern of the first sequence and the histogram of executed depth."""
+    """Metrics of one pass over a split: task metrics, compute trace, MACs and diagnostics.
+
+    When traced, it also holds the update pattern of the first sequence and the histogram of
+    executed depth.
+    """
 
     metrics: dict[str, float]
     macs: dict[str, float] = field(default_factory=dict)
@@ -87,10 +90,11 @@ def unpack_mask(rows: list[str], units: int) -> list[list[int]]:
 def evaluate(
     model: SeqModel, task: Task, split: Split, batch_size: int, device, trace: bool = False
 ) -> EvalResult:
-    """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs, all
-    averaged over the split's sequences (Skip % per sequence over its true length, METHODS.md 1.1).
-    With ``trace``, also keep the first sequence's per-layer update mask and, for depth models,
-    the histogram of executed depth R_t over every step of every sequence.
+    """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs.
+
+    All are averaged over the split's sequences (Skip % per sequence over its true length,
+    METHODS.md 1.1). With ``trace``, also keep the first sequence's per-layer update mask and,
+    for depth models, the histogram of executed depth R_t over every step of every sequence.
     """
     model.eval()
     stats: dict[str, list[float]] = {}
@@ -167,9 +171,11 @@ def _better(new: float, best: float | None, higher: bool) -> bool:
 def train_model(
     cfg: RunConfig, task: Task, model: SeqModel, splits, device
 ) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
-    """Train with Adam; returns (history, best epoch, train seconds, the validation metrics of the
-    best epoch or None if no epoch had a finite one), leaving the best-validation
-    parameters loaded. Raises DivergedError on a non-finite loss."""
+    """Train with Adam, leaving the best-validation parameters loaded.
+
+    Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
+    None if no epoch had a finite one). Raises DivergedError on a non-finite loss.
+    """
     tc = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
@@ -216,6 +222,7 @@ def train_model(
 
 
 def selection_rule(task: Task) -> str:
+    """The rule that chose a run's test metrics (best validation epoch), as recorded text."""
     d = "highest" if task.higher_is_better else "lowest"
     return f"test metrics at the epoch with the {d} validation {task.primary}"
 
@@ -276,7 +283,7 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
         raise
     except DivergedError as e:
         rec.update(status="failed", error=f"diverged: {e}")
-    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+    except Exception as e:  # recorded as a failed run; the sweep goes on
         tb = traceback.extract_tb(e.__traceback__)[-1]
         rec.update(status="failed", error=f"{type(e).__name__}: {e} ({tb.filename}:{tb.lineno})")
     rec["time"]["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

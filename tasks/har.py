@@ -200,8 +200,12 @@ def _presets() -> dict[str, Preset]:
             train=TrainConfig(epochs=100, batch_size=200, lr=0.0025, eval_batch_size=1000),
             model=ModelConfig(hidden_size=32, num_layers=2),
             # S-EI Table 2's best rows: RHN L=1; EI-REHN 48, one layer, R_max 5 (METHODS 2.14(j)).
-            methods={"rhn": {"depth": 1}, "srehn": {"method.r_max": 5}, "clockwork-rnn": CW8,
-                     "ei-rehn": {"hidden_size": 48, "num_layers": 1, "method.r_max": 5}},
+            methods={
+                "rhn": {"depth": 1},
+                "srehn": {"method.r_max": 5},
+                "clockwork-rnn": CW8,
+                "ei-rehn": {"hidden_size": 48, "num_layers": 1, "method.r_max": 5},
+            },
         ),
     }
 

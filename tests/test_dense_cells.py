@@ -26,9 +26,11 @@ def ref_gru(m, x):
         for t in range(x.shape[1]):
             new = []
             for i in range(D):
+
                 def row(g, i=i, t=t, s=s, h=h):
                     k = g * D + i
                     return (Wi[k] * x[s, t]).sum() + b[k], sum(Wh[k, j] * h[j] for j in range(D))
+
                 (xr, hr), (xz, hz), (xn, hn) = row(0), row(1), row(2)
                 r = torch.sigmoid(xr + hr)
                 z = torch.sigmoid(xz + hz)
@@ -51,10 +53,18 @@ def ref_lstm(m, x):
         for t in range(x.shape[1]):
             nh, nc = [], []
             for i in range(D):
-                pre = [(Wi[g * D + i] * x[s, t]).sum() + b[g * D + i]
-                       + sum(Wh[g * D + i, j] * h[j] for j in range(D)) for g in range(4)]
-                ig, fg, gg, og = (torch.sigmoid(pre[0]), torch.sigmoid(pre[1]),
-                                  torch.tanh(pre[2]), torch.sigmoid(pre[3]))
+                pre = [
+                    (Wi[g * D + i] * x[s, t]).sum()
+                    + b[g * D + i]
+                    + sum(Wh[g * D + i, j] * h[j] for j in range(D))
+                    for g in range(4)
+                ]
+                ig, fg, gg, og = (
+                    torch.sigmoid(pre[0]),
+                    torch.sigmoid(pre[1]),
+                    torch.tanh(pre[2]),
+                    torch.sigmoid(pre[3]),
+                )
                 nc.append(fg * c[i] + ig * gg)
                 nh.append(og * torch.tanh(nc[-1]))
             h, c = nh, nc
@@ -70,8 +80,14 @@ def ref_rnn(m, x):
         h = [torch.zeros((), dtype=x.dtype) for _ in range(D)]
         seq = []
         for t in range(x.shape[1]):
-            h = [torch.tanh((m.weight_ih[i] * x[s, t]).sum() + m.bias[i]
-                            + sum(m.weight_hh[i, j] * h[j] for j in range(D))) for i in range(D)]
+            h = [
+                torch.tanh(
+                    (m.weight_ih[i] * x[s, t]).sum()
+                    + m.bias[i]
+                    + sum(m.weight_hh[i, j] * h[j] for j in range(D))
+                )
+                for i in range(D)
+            ]
             seq.append(torch.stack(h))
         outs.append(torch.stack(seq))
     return torch.stack(outs)
@@ -105,8 +121,14 @@ def test_parameter_counts_and_inits():
 
 @pytest.mark.parametrize(
     "name,hidden,count",
-    [("rnn", 20, 502), ("rnn", 30, 1052), ("rnn", 40, 1802),
-     ("lstm", 10, 542), ("lstm", 15, 1112), ("lstm", 20, 1882)],
+    [
+        ("rnn", 20, 502),
+        ("rnn", 30, 1052),
+        ("rnn", 40, 1802),
+        ("lstm", 10, 542),
+        ("lstm", 15, 1112),
+        ("lstm", 20, 1882),
+    ],
 )
 def test_whole_model_matches_s_ei_table_1_counts(name, hidden, count):
     from harness import config, train

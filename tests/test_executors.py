@@ -3,12 +3,10 @@
 import pytest
 
 from harness import config
-from harness.reporting.compare import compare
 from harness.executors import LocalExecutor
+from harness.reporting.compare import compare
 
-CONFIGS = [
-    config.resolve(m, "adding", s, "smoke") for m in ("gru", "sa-rnn") for s in (0, 1)
-]
+CONFIGS = [config.resolve(m, "adding", s, "smoke") for m in ("gru", "sa-rnn") for s in (0, 1)]
 
 
 @pytest.fixture(scope="module")

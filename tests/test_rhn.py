@@ -8,10 +8,10 @@ import torch
 from reference import assert_grads_match
 from torch import nn
 
+from baselines._highway import HighwayConfig
 from baselines.rhn import RHN
 from harness.errors import ConfigError
 from harness.flops import fvcore_macs, sequence_macs
-from baselines._highway import HighwayConfig
 from harness.metrics import depth_stats, skip_fraction
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from reference import assert_grads_match
 
+from baselines._highway import HighwayConfig
 from baselines.srhn import SRHN
 from harness.flops import sequence_macs
-from baselines._highway import HighwayConfig
 
 
 def reference_srhn(m: SRHN, x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,5 @@
 """Generic task tests, parametrized over every registered task whose data is available."""
 
-
 import pytest
 import torch
 from plugins import registration_problems
