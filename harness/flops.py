@@ -19,13 +19,11 @@ executed op; compute such terms where they are used so both counters agree.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost
 from harness.metrics import valid_steps
 
@@ -170,68 +168,37 @@ def dense_sequence_macs(method: Method, seq_len: int, batch: int = 2) -> int:
 # --- per-method table ------------------------------------------------------------------------
 
 
-def macs_table(
-    methods: str | Sequence[str],
-    task: str,
-    preset: str = "smoke",
-    overrides: dict[str, str] | None = None,
-    batch: int = 16,
-    data_dir: str | None = None,
-) -> list[dict[str, Any]]:
-    """MACs, FLOPs and parameters per sequence of freshly initialised models (seed 0) on a task.
+def model_costs(model: nn.Module, x: Tensor) -> dict[str, Any]:
+    """MACs, FLOPs and parameters per sequence of a built model on a batch, summed over its layers.
 
-    Each model runs in eval mode on the first ``batch`` sequences of the task's test split.
+    The model (a ``harness.model.SeqModel``) runs in eval mode, without gradients.
 
     Args:
-        methods: names or globs, a list or comma-separated (``"all"``).
-        task: the task whose data and preset sizes are used.
-        preset: the preset.
-        overrides: config overrides (``{"hidden_size": "64"}``), as ``--set``.
-        batch: test sequences the effective MACs are averaged over.
-        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
+        model: the model, whose ``methods`` are its recurrent layers.
+        x: a batch of input sequences, ``[B, T, ...]``.
 
     Returns:
-        One row per method: method, task, preset, seq_len, params_total, params_method, and
-        ``macs_*`` / ``flops_*`` for ``dense_fvcore`` (fvcore's count of the dense computation),
-        ``dense`` (the analytic cost model) and ``effective``, each summed over the layers and
-        averaged over the sequences.
-
-    Raises:
-        HarnessError: unknown methods or task, missing data, bad overrides or preset.
+        ``seq_len``, ``params_total``, ``params_method`` and ``macs_*`` / ``flops_*`` for
+        ``dense_fvcore`` (fvcore's count of the dense computation), ``dense`` (the analytic cost
+        model) and ``effective``, each summed over the layers and averaged over the sequences.
     """
-    # harness.train imports this module: import it (and the sweep helpers) when called
-    from harness.registry import METHODS
-    from harness.sweep import build_configs
-    from harness.train import build
-
-    if batch < 1:
-        raise ConfigError(f"batch must be >= 1 (got {batch})")
-    names = METHODS.resolve(methods)
-    rows = []
-    for cfg in build_configs(names, [task], [0], preset, dict(overrides or {})):
-        task_obj, model = build(cfg, data_dir)
-        x = task_obj.splits(0).test.x[:batch]
-        model.eval()
-        with torch.no_grad():
-            out = model(x)
-        T = x.shape[1]
-        row: dict[str, Any] = {
-            "method": cfg.method,
-            "task": cfg.task,
-            "preset": cfg.preset,
-            "seq_len": T,
-            "params_total": sum(p.numel() for p in model.parameters()),
-            "params_method": model.method_param_count(),
-            "macs_dense_fvcore": 0,
-            "macs_dense": 0.0,
-            "macs_effective": 0.0,
-        }
-        for layer, trace in zip(model.methods, out.layers, strict=True):
-            row["macs_dense_fvcore"] += dense_sequence_macs(layer, T)
-            macs = sequence_macs(layer, trace)
-            row["macs_dense"] += float(macs["dense"].mean())
-            row["macs_effective"] += float(macs["effective"].mean())
-        for k in ("dense_fvcore", "dense", "effective"):
-            row[f"flops_{k}"] = FLOPS_PER_MAC * row[f"macs_{k}"]
-        rows.append(row)
-    return rows
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+    T = x.shape[1]
+    row: dict[str, Any] = {
+        "seq_len": T,
+        "params_total": sum(p.numel() for p in model.parameters()),
+        "params_method": model.method_param_count(),
+        "macs_dense_fvcore": 0,
+        "macs_dense": 0.0,
+        "macs_effective": 0.0,
+    }
+    for layer, trace in zip(model.methods, out.layers, strict=True):
+        row["macs_dense_fvcore"] += dense_sequence_macs(layer, T)
+        macs = sequence_macs(layer, trace)
+        row["macs_dense"] += float(macs["dense"].mean())
+        row["macs_effective"] += float(macs["effective"].mean())
+    for k in ("dense_fvcore", "dense", "effective"):
+        row[f"flops_{k}"] = FLOPS_PER_MAC * row[f"macs_{k}"]
+    return row

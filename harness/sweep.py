@@ -8,6 +8,7 @@ about as much" selection (``--match-skip``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from harness import config
@@ -116,6 +117,48 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
                 build(cfg, data_dir)
             except HarnessError as e:
                 raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
+
+
+def fresh_costs(
+    methods: str | Sequence[str],
+    task: str,
+    preset: str = "smoke",
+    overrides: dict[str, str] | None = None,
+    batch: int = 16,
+    data_dir: str | None = None,
+) -> list[dict[str, Any]]:
+    """MACs, FLOPs and parameters per sequence of freshly initialised models (seed 0) on a task.
+
+    Each model runs in eval mode on the first ``batch`` sequences of the task's test split
+    (``harness.flops.model_costs``); nothing is trained.
+
+    Args:
+        methods: names or globs, a list or comma-separated (``"all"``).
+        task: the task whose data and preset sizes are used.
+        preset: the preset.
+        overrides: config overrides (``{"hidden_size": "64"}``), as ``--set``.
+        batch: test sequences the effective MACs are averaged over.
+        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
+
+    Returns:
+        One row per method: method, task, preset and the fields of ``model_costs``.
+
+    Raises:
+        HarnessError: unknown methods or task, missing data, bad overrides or preset.
+    """
+    from harness.flops import model_costs
+    from harness.registry import METHODS
+    from harness.train import build
+
+    if batch < 1:
+        raise ConfigError(f"batch must be >= 1 (got {batch})")
+    rows = []
+    for cfg in build_configs(METHODS.resolve(methods), [task], [0], preset, dict(overrides or {})):
+        task_obj, model = build(cfg, data_dir)
+        x = task_obj.splits(0).test.x[:batch]
+        row = {"method": cfg.method, "task": cfg.task, "preset": cfg.preset}
+        rows.append(row | model_costs(model, x))
+    return rows
 
 
 def match_skip(

@@ -48,15 +48,16 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
-    """Print the MAC table (``harness.flops.macs_table``) as a table or as JSON."""
+    """Print the MAC table (``harness.sweep.fresh_costs``) as a table or as JSON."""
     from harness import config
 
     task = require_task(args.task, "flops")
     overrides = config.parse_set(args.set or [])
 
-    from harness.flops import UNIT_NOTE, macs_table
+    from harness.flops import UNIT_NOTE
+    from harness.sweep import fresh_costs
 
-    rows = macs_table(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
+    rows = fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
     if args.json:
         print(json.dumps({"unit": UNIT_NOTE, "rows": rows}, indent=2))
         return 0
