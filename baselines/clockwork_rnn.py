@@ -18,9 +18,11 @@ frozen zeros; ``free_parameter_count()`` gives the paper's count, D V + k^2 g(g+
 
 Differences from the paper:
 - [DECISION] METHODS.md 2.5: 10 modules x 5 units, periods 3^(j-1), t counted from 0 (every module
-  fires at t = 0) by default; ``num_modules``, ``base`` and ``phase`` are config (``phase = 1``
-  gives the ``(t+1) mod T`` convention of pranv/clockwork_rnn). [INFERRED] layout that reproduces
-  S-SA's Skip % (81.2 / 80.7 / 82.4 for T = 17 / 15 / 25).
+  fires at t = 0) by default, as pranv/clockwork_rnn has done since its commit 2eed584 "start
+  clocks from 0" (2015-12-04; ``t % T`` in ``layers/crnn.py`` at f4319d1; before that commit it
+  used ``(t+1) % T``, which ``phase = 1`` gives). ``num_modules``, ``base`` and ``phase`` are
+  config. [INFERRED] layout that reproduces S-SA's Skip % (81.2 / 80.7 / 82.4 for T = 17 / 15 /
+  25).
 - D must be divisible by ``num_modules`` (equal modules); otherwise a ConfigError lists the
   valid module counts.
 - The clock is part of the state ``(h, clock [B])``: a state carried across windows (language

@@ -157,8 +157,9 @@ class Method(nn.Module):
             state = self.init_state(x.shape[0], x)
         hs, masks, depths = [], [], []
         extras: dict[str, list[Tensor]] = {}
-        for t in range(x.shape[1]):
-            so = self.step(x[:, t], state, t)
+        # unbind, not x[:, t]: slicing a tensor that requires grad makes backward quadratic in T
+        for t, x_t in enumerate(x.unbind(1)):
+            so = self.step(x_t, state, t)
             state = so.state
             hs.append(so.h)
             masks.append(so.mask)
