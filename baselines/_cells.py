@@ -1,4 +1,4 @@
-"""Pieces shared by several methods, written once: the reset-after GRU step, straight-through
+"""Pieces shared by several methods, written once: the GRU step (two forms), straight-through
 binarisation, the hard sigmoid.
 
 GRU convention (METHODS.md 2.3 [DECISION]: reset-after, one bias per gate), gate order r, z, n as
@@ -11,6 +11,13 @@ in PyTorch/cuDNN so the fused kernel computes the same function::
 
 ``z`` here is S-SA's ``1 - z`` (an equivalent reparametrisation, as in the SA-RNN code). Every gate
 of unit i reads only row i of each matrix, so per-unit skipping is exactly realisable.
+
+The other form, ``form="before"`` (``GRU_FORMS``), is the one of S-SA eq. 3 and of the SA-RNN and
+Skip RNN authors' code: the reset gate scales the state before the matmul,
+``n = tanh(W_in x + b_n + W_hn (r * h))``. Same parameters, shapes and initialisation, so one set
+of weights runs in either form. Unit i's candidate then reads ``r_j h_j`` of every unit j: a
+sparse step that updates any unit must compute the r rows of all D units, ``D(D+V)`` MACs, and
+only the z and n rows of the updated ones, ``2(D+V)`` each (METHODS.md 2.3, 2.9).
 """
 
 from __future__ import annotations
@@ -22,16 +29,33 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness.errors import ConfigError
+from harness.method import StepCost
+
+GRU_FORMS = ("after", "before")
+"""Where the GRU's reset gate acts: ``after`` the recurrent matmul (default, METHODS.md 2.3
+[DECISION]) or ``before`` it (S-SA eq. 3, the SA-RNN and Skip RNN authors' code)."""
+
+
+def check_gru_form(form: str, owner: str = "GRUWeights") -> str:
+    """``form`` if it is one of ``GRU_FORMS``, else ConfigError (one line naming ``owner``)."""
+    if form not in GRU_FORMS:
+        choices = ", ".join(repr(f) for f in GRU_FORMS)
+        raise ConfigError(f"{owner}: gru_form must be one of {choices} (got {form!r})")
+    return form
+
 
 class GRUWeights(nn.Module):
-    """Parameters of one reset-after GRU cell: ``weight_ih [3D, V]``, ``weight_hh [3D, D]``,
-    ``bias [3D]`` (3D(D+V+1) parameters, METHODS.md 2.3).
+    """Parameters of one GRU cell: ``weight_ih [3D, V]``, ``weight_hh [3D, D]``, ``bias [3D]``
+    (3D(D+V+1) parameters, METHODS.md 2.3), run in the reset-after or the reset-before form.
 
     Args:
         input_size: V.
         hidden_size: D.
         bound: weights ~ U(-bound, bound); default 1/sqrt(D) (PyTorch's nn.GRU).
         gate_bias: if given, the initial bias of the r and z gates (Skip RNN's TF code uses 1.0).
+        form: one of ``GRU_FORMS``; it changes only ``step`` (and ``fused``, after only), not
+            the parameters or their initialisation.
     """
 
     def __init__(
@@ -40,9 +64,11 @@ class GRUWeights(nn.Module):
         hidden_size: int,
         bound: float | None = None,
         gate_bias: float | None = None,
+        form: str = "after",
     ) -> None:
         super().__init__()
         D, V = hidden_size, input_size
+        self.form = check_gru_form(form)
         self.hidden_size = D
         self.weight_ih = nn.Parameter(torch.empty(3 * D, V))
         self.weight_hh = nn.Parameter(torch.empty(3 * D, D))
@@ -62,11 +88,24 @@ class GRUWeights(nn.Module):
         return torch.nn.functional.linear(x, self.weight_ih, self.bias)
 
     def step(self, xp_t: Tensor, h: Tensor) -> Tensor:
-        """Candidate state ``h~_t [B, D]`` from the projected input ``xp_t [B, 3D]`` and ``h``."""
+        """Candidate state ``h~_t [B, D]`` from the projected input ``xp_t [B, 3D]`` and ``h``,
+        in this cell's form."""
+        if self.form == "before":
+            return gru_step_before(xp_t, h, self.weight_hh)
         return gru_step(xp_t, h, self.weight_hh)
 
     def fused(self, x: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
-        """Whole-sequence dense GRU through torch's fused kernel (same function as ``step``)."""
+        """Whole-sequence dense GRU through torch's fused kernel (same function as ``step``).
+
+        Raises:
+            ConfigError: for the reset-before form, which the fused kernel does not compute
+                (run ``step`` over time instead).
+        """
+        if self.form != "after":
+            raise ConfigError(
+                f"the fused GRU kernel computes only gru_form='after' (got {self.form!r}); "
+                "run the step loop for the reset-before form"
+            )
         params = [self.weight_ih, self.weight_hh, self.bias, self.zero_bias]
         out, hn = torch.gru(x, h0.unsqueeze(0), params, True, 1, 0.0, self.training, False, True)
         return out, hn[0]
@@ -83,9 +122,34 @@ def gru_step(xp_t: Tensor, h: Tensor, weight_hh: Tensor) -> Tensor:
     return (1 - z) * n + z * h  # S-SA eq. 4 with z -> 1 - z
 
 
+def gru_step_before(xp_t: Tensor, h: Tensor, weight_hh: Tensor) -> Tensor:
+    """Reset-before GRU candidate (S-SA eq. 3, the SA-RNN code's ``GRUCell``): as ``gru_step``
+    but ``n = tanh(W_in x + b_n + W_hn (r * h))``. Same 3D(D+V) MACs: ``W_hr, W_hz`` multiply
+    ``h`` and ``W_hn`` multiplies ``r * h``."""
+    D = h.shape[-1]
+    xr, xz, xn = xp_t.chunk(3, -1)
+    hr, hz = (h @ weight_hh[: 2 * D].t()).chunk(2, -1)  # [B, D] each
+    r = torch.sigmoid(xr + hr)  # S-SA eq. 1
+    z = torch.sigmoid(xz + hz)  # S-SA eq. 2
+    n = torch.tanh(xn + (r * h) @ weight_hh[2 * D :].t())  # S-SA eq. 3, reset before the matmul
+    return (1 - z) * n + z * h  # S-SA eq. 4 with z -> 1 - z
+
+
 def gru_macs_per_unit(input_size: int, hidden_size: int) -> int:
     """MACs per updated unit of the GRU cell: one row of each of the three gate matrices."""
     return 3 * (hidden_size + input_size)
+
+
+def gru_exact_cost(input_size: int, hidden_size: int, form: str, always: int = 0) -> StepCost:
+    """What a sparse step of the GRU realises in ``form``, as a ``StepCost`` (plus ``always``,
+    a decision network run at every step). Reset-after: ``3(D+V)`` per updated unit, the
+    paper-effective count itself. Reset-before: the r rows of all units once any unit updates,
+    ``1[k_t > 0] D(D+V)``, and the z and n rows of the updated ones, ``2 k_t (D+V)``
+    (METHODS.md 2.3, 2.9). Both give ``3D(D+V)`` when every unit updates."""
+    D, row = hidden_size, hidden_size + input_size
+    if check_gru_form(form) == "after":
+        return StepCost(D, always=always, per_unit=3 * row)
+    return StepCost(D, always=always, per_unit=2 * row, per_active_step=D * row)
 
 
 class _BinarizeSTE(torch.autograd.Function):

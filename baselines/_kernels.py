@@ -3,8 +3,8 @@
 In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
 and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
 realised speedup near a third of its FLOP reduction. The kernel in ``csrc/sarnn.cpp`` runs SA-RNN's
-whole inference sequence in C++, reading only the updated units' rows, once, with no per-step
-dispatch.
+whole inference sequence in C++, reading only the rows the updated units need, once, with no
+per-step dispatch.
 
 It is compiled on first use (never at import) with ``torch.utils.cpp_extension.load``, which needs
 a C++ compiler and ninja (the ``kernels`` extra). Where it cannot be built, or with

@@ -22,6 +22,11 @@ Differences from the paper:
   (0.89 Yahoo; 0.25 / 0.5 / 0.9 adding task): set it with ``--set p_skip=...``.
 - The unsampled candidate is still computed by the dense forward (a masked dense implementation);
   the effective MACs charge only the sampled rows (METHODS.md 1.2).
+- ``gru_form="before"`` runs the reset-before GRU of S-SA eq. 3 on the same parameters. The
+  effective (paper) MACs stay ``3 k_t (D+V)``; the exact-realizable count differs: a skipping
+  unit needs no row of its own, but every updated unit's candidate reads ``r_j h_j`` of all
+  units j, so the r rows of all D units are computed whenever any unit updates:
+  ``1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (``exact_step_macs``; METHODS.md 2.3).
 """
 
 from __future__ import annotations
@@ -31,8 +36,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from baselines._cells import GRUWeights, gru_macs_per_unit, masked_update
+from baselines._cells import (
+    GRUWeights,
+    check_gru_form,
+    gru_exact_cost,
+    gru_macs_per_unit,
+    masked_update,
+)
 from harness.errors import ConfigError
+from harness.flops import effective_step_macs
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -45,16 +57,20 @@ class RandomUpdatesConfig:
         p_skip: probability that a unit keeps its previous value at a step (S-SA: 0.76 Seizures
             and Twitter, 0.89 Yahoo, 0.25 / 0.5 / 0.9 adding). Must be in [0, 1).
         eval_seed: seed of the eval-mode mask generator, re-seeded at the start of every forward.
+        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+            ``before`` (S-SA eq. 3).
     """
 
     p_skip: float = 0.76
     eval_seed: int = 0
+    gru_form: str = "after"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p_skip < 1.0:
             raise ConfigError(f"random-updates: p_skip must be in [0, 1) (got {self.p_skip})")
         if self.eval_seed < 0:
             raise ConfigError(f"random-updates: eval_seed must be >= 0 (got {self.eval_seed})")
+        check_gru_form(self.gru_form, "random-updates")
 
 
 @register_method("random-updates")
@@ -69,12 +85,19 @@ class RandomUpdates(Method):
 
     def __init__(self, input_size: int, hidden_size: int, cfg: RandomUpdatesConfig | None = None):
         super().__init__(input_size, hidden_size, cfg)
-        self.cell = GRUWeights(input_size, hidden_size)
+        self.cell = GRUWeights(input_size, hidden_size, form=self.cfg.gru_form)
         self._eval_gen: torch.Generator | None = None
 
     def cost(self) -> StepCost:
         D, V = self.hidden_size, self.input_size
         return StepCost(D, per_unit=gru_macs_per_unit(V, D))  # 3 k_t (D+V), no decision network
+
+    def exact_step_macs(self, out: SeqOut) -> Tensor | None:
+        """Reset-before: ``1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (every unit's r row once any unit
+        updates); reset-after: None, the effective count is exact."""
+        if self.cell.form == "after":
+            return None
+        return effective_step_macs(gru_exact_cost(self.input_size, self.hidden_size, "before"), out)
 
     def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
         return ref.new_zeros(batch_size, self.hidden_size)

@@ -14,24 +14,52 @@ with the hard sigmoid ``hsig_a(v) = clip((a v + 1) / 2, 0, 1)`` of the code (the
 means ``u = 1[v > 0]`` for any slope a; the slope only sets where the gradient flows).
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.3: the reset-after GRU shared by all GRU-based methods (the code's GRU
-  resets before the matmul); the update-gate sign is an equivalent reparametrisation.
-- [DECISION] METHODS.md 2.9: the recurrent coordinator weight is a vector ``w_u`` (W_u =
-  diag(w_u)); the code keeps a dense block whose off-diagonal entries stay zero only when
-  ``modifyGradients`` is called.
+- [DECISION] METHODS.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by all
+  GRU-based methods; S-SA eq. 3, like the code, resets before the matmul (``gru_form="before"``).
+- The update gate has the code's (and PyTorch's) sign, ``h~ = (1 - z) n + z h``; S-SA eq. 4
+  writes ``z`` for this ``1 - z``. An equivalent reparametrisation, and no difference from the
+  code.
 - [DECISION] METHODS.md 2.9 / 4.5: the budget follows the code, binary decisions (STE) summed
   over time and **averaged over the D units**, ``lam * (1/D) * sum_t sum_i u_{t,i}``; the paper's
   eq. 9 sums the soft ``u~`` over units, so its lambda is a factor D larger for the same penalty.
   Lambda values are not transferable between the two normalisations. ``lam`` defaults to the
   code's 1e-3.
-- Slope annealing ``a = min(5, 1 + 0.04 epoch)`` (epoch from 0) when ``anneal``; otherwise the
-  code's constant 0.1.
-- Initialisation as in the code's ``nn.Linear`` on ``[x; h]``: every weight and bias of the GRU
-  and the coordinator U(+-1/sqrt(D+V)); ``w_u`` drawn like the diagonal of that block.
-- Cost: coordinator ``D + D V`` at every step (``w_u * h`` is an elementwise product that fvcore
-  does not count) plus ``3(D+V)`` per updated unit, which the reset-after GRU can realise
-  exactly (METHODS.md 2.9). ``forward`` computes every unit and masks (as the authors' code);
-  ``fast_forward`` (inference) computes only the rows of updated units.
+- The hard sigmoid and the slope annealing ``a = min(5, 1 + 0.04 epoch)`` (epoch from 0) when
+  ``anneal``, else the constant 0.1, are the code's (the paper defines neither).
+
+Differences from the authors' code (Thartvigsen/SA-RNN @ f2dcb13, ``model.py``); with
+``gru_form="before"`` and the same weights, outputs, masks, budget and gradients equal a
+transcription of it to float64 rounding (``tests/test_sa_rnn.py``):
+- ``GRUCell`` resets before the matmul; the default here resets after it (above).
+- [DECISION] METHODS.md 2.9: the recurrent coordinator weight is a vector ``w_u`` (W_u =
+  diag(w_u)); the code keeps a dense block ``fc1`` on ``[h; x]`` whose off-diagonal entries stay
+  zero only when ``modifyGradients`` is called after every backward pass (its example script
+  never calls it). ``w_u``'s gradient is the diagonal of ``fc1``'s after ``modifyGradients``.
+- The code's slope table is a float32 tensor indexed by epoch (so at most ``nepoch`` epochs);
+  here a Python float at any epoch. The decisions do not depend on the slope; the gradients
+  differ in the 8th digit at the epochs whose slope float32 does not hold exactly (1.04, ...).
+- The code binarises with ``round`` (half to even), this module with ``> 0.5``: the same
+  decisions (``round(0.5) = 0``) and the same identity backward.
+- Initialisation: the same distributions (``nn.Linear``'s U(+-1/sqrt(D+V)) for every weight and
+  bias of the GRU and the coordinator, ``w_u`` drawn like the diagonal of that block), drawn in
+  another order, so one seed gives other weights.
+- The coordinator is ``w_u * h + W_i x + b_u`` here, one matmul with zero off-diagonal entries
+  in the code; the budget is ``lam * mean_batch(sum_{t,i} u) / D`` here, ``lam *
+  mean_{batch, units}(sum_t u)`` in the code: equal values, summed in another order.
+- Layout ``[B, T, V]`` (the code's is ``[T, B, V]``); ``h_0 = 0`` as in the code unless a state
+  is carried over from a previous window; the read-out ``out`` on the last state and the task
+  loss belong to the harness's model and task, not to this module.
+- The code computes every unit and masks (no saving in time); so does ``forward`` here, while
+  ``fast_forward`` (inference) computes only what the updated units need.
+
+Cost (MACs per step, METHODS.md 2.9): coordinator ``D + D V`` at every step (``w_u * h`` is an
+elementwise product that fvcore does not count, ``fvcore_uncounted``) plus the paper-effective
+``3(D+V)`` per updated unit, in either GRU form (``cost``). What a sparse step realises
+(``exact_step_macs``): with the reset-after GRU the same, each unit's gates read only its own
+rows; with the reset-before GRU every updated unit's candidate reads ``r_j h_j`` of all units j,
+so a skipping unit still needs its r row (``D + V``) whenever any unit updates, and only the
+updated units need their z and n rows: ``D + DV + 1[k_t > 0] D(D+V) + 2 k_t (D+V)``. The fast
+path computes exactly those rows in both forms.
 """
 
 from __future__ import annotations
@@ -47,6 +75,8 @@ from baselines._cells import (
     GRUWeights,
     binarize_ste,
     cached_pack,
+    check_gru_form,
+    gru_exact_cost,
     gru_macs_per_unit,
     gru_rows,
     hard_sigmoid,
@@ -55,6 +85,7 @@ from baselines._cells import (
 )
 from baselines._kernels import sarnn_kernel
 from harness.errors import ConfigError
+from harness.flops import effective_step_macs
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -66,14 +97,18 @@ class SARNNConfig:
     Attributes:
         lam: weight of the budget ``lam * (1/D) * sum_t sum_i u_{t,i}`` (mean over the batch).
         anneal: anneal the hard-sigmoid slope ``a = min(5, 1 + 0.04 epoch)``; else ``a = 0.1``.
+        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+            ``before`` (S-SA eq. 3 and the authors' ``GRUCell``).
     """
 
     lam: float = 1e-3
     anneal: bool = True
+    gru_form: str = "after"
 
     def __post_init__(self) -> None:
         if self.lam < 0:
             raise ConfigError(f"sa-rnn: lam must be >= 0 (got {self.lam})")
+        check_gru_form(self.gru_form, "sa-rnn")
 
 
 @register_method("sa-rnn")
@@ -86,7 +121,7 @@ class SARNN(Method):
         super().__init__(input_size, hidden_size, cfg)
         D, V = self.hidden_size, self.input_size
         bound = 1.0 / math.sqrt(D + V)
-        self.cell = GRUWeights(V, D, bound=bound)
+        self.cell = GRUWeights(V, D, bound=bound, form=self.cfg.gru_form)
         self.w_u = nn.Parameter(torch.empty(D))  # diagonal recurrent weight
         self.w_i = nn.Parameter(torch.empty(D, V))
         self.b_u = nn.Parameter(torch.empty(D))
@@ -105,6 +140,14 @@ class SARNN(Method):
         D, V = self.hidden_size, self.input_size
         return StepCost(D, always=D + D * V, per_unit=gru_macs_per_unit(V, D), fvcore_uncounted=D)
 
+    def exact_step_macs(self, out: SeqOut) -> Tensor | None:
+        """Reset-before: ``D + DV + 1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (every unit's r row once
+        any unit updates); reset-after: None, the effective count is exact."""
+        if self.cell.form == "after":
+            return None
+        D, V = self.hidden_size, self.input_size
+        return effective_step_macs(gru_exact_cost(V, D, "before", always=D + D * V), out)
+
     def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
         return ref.new_zeros(batch_size, self.hidden_size)
 
@@ -116,11 +159,15 @@ class SARNN(Method):
         h_new = masked_update(u, cand, h)  # [B, D] eq. 7
         return StepOut(h_new, h_new, u)
 
-    def _pack(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Unit-major GRU weights and reusable buffers for gathered rows (first-touch page faults
-        of a fresh buffer at every call would cost more than the gather itself)."""
+    def _pack(self) -> tuple[Tensor, ...]:
+        """Unit-major GRU weights ``hh, ih``, the rows a step gathers for its updated units
+        (all three gates; z and n only in the reset-before form, whose r rows are computed for
+        every unit) and reusable buffers for them (first-touch page faults of a fresh buffer at
+        every call would cost more than the gather itself)."""
         hh, ih = pack_gru_rows(self.cell)
-        return hh, ih, torch.empty_like(hh), torch.empty_like(ih)
+        src_h, src_i = (hh, ih) if self.cell.form == "after" else (hh[:, 1:], ih[:, 1:])
+        src_h, src_i = src_h.contiguous(), src_i.contiguous()
+        return hh, ih, src_h, src_i, torch.empty_like(src_h), torch.empty_like(src_i)
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
@@ -135,17 +182,21 @@ class SARNN(Method):
         batch 1) the step multiplies all rows in place instead.
         At batch 1 on CPU the whole loop runs in the fused kernel of ``baselines._kernels`` when it
         can be built (same computation, no gather copies, no per-step dispatch).
+        With the reset-before GRU a step with any update first computes the r rows of all units
+        (every candidate reads ``r * h``), then the z and n rows of the updated ones only.
         Eval semantics; equals ``eval()(x)`` up to matmul rounding.
         """
         B, T, _ = x.shape
         D = self.hidden_size
+        before = self.cell.form == "before"
         cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
-        hh, ih, buf_h, buf_i = cached_pack(self, "_fast_gru", cell_params, self._pack)
+        hh, ih, src_h, src_i, buf_h, buf_i = cached_pack(self, "_fast_gru", cell_params, self._pack)
         kernel = sarnn_kernel() if B == 1 and x.device.type == "cpu" else None
-        if kernel is not None:  # fused C++ loop: reads only the updated rows, once
+        if kernel is not None:  # fused C++ loop: reads only the needed rows, once
             coord = F.linear(x[0], self.w_i, self.b_u)  # [T, D]
             xs = torch.cat([x[0], x.new_ones(T, 1)], -1)  # [T, V+1]
-            h, u = kernel(hh, ih, self.w_u, coord, xs, x.new_zeros(D), float(self.slope))
+            h0 = x.new_zeros(D)
+            h, u = kernel(hh, ih, self.w_u, coord, xs, h0, float(self.slope), before)
             out = SeqOut(h[None], u[None], state=h[None, -1])
             out.aux_loss = self.aux_loss(out)
             return out
@@ -161,15 +212,23 @@ class SARNN(Method):
             us.append(u)
             idx = (u[:, 0] if B == 1 else u.any(1)).nonzero().view(-1)  # [k] units to compute
             k = idx.numel()
-            if 0 < k and k * (B + 2) <= D * B:  # gathering a row ~ 2 row-products at B = 1
-                w_h = torch.index_select(hh, 0, idx, out=buf_h[:k]).view(3 * k, D)
-                w_i = torch.index_select(ih, 0, idx, out=buf_i[:k]).view(3 * k, -1)
-            elif k:
-                idx, w_h, w_i = every, hh.view(3 * D, D), ih.view(3 * D, -1)
             if k:
+                if k * (B + 2) <= D * B:  # gathering a row ~ 2 row-products at B = 1
+                    w_h = torch.index_select(src_h, 0, idx, out=buf_h[:k])  # [k, gates, D]
+                    w_i = torch.index_select(src_i, 0, idx, out=buf_i[:k])  # [k, gates, V+1]
+                else:
+                    idx, w_h, w_i = every, src_h, src_i
                 h_rows = h.index_select(0, idx)  # [k, B]
-                hp = torch.mm(w_h, h).view(-1, 3, B)  # [k, 3, B] gates r, z, n
-                new = gru_rows(hp, torch.mm(w_i, xs[t]).view(-1, 3, B), h_rows)  # [k, B]
+                xp = torch.mm(w_i.view(-1, w_i.shape[-1]), xs[t]).view(-1, w_i.shape[1], B)
+                if before:  # every candidate reads r * h of all units: all r rows first
+                    r = torch.sigmoid(torch.mm(ih[:, 0], xs[t]) + torch.mm(hh[:, 0], h))  # [D, B]
+                    xz, xn = xp.unbind(1)  # the gathered rows are z and n only
+                    z = torch.sigmoid(xz + torch.mm(w_h[:, 0], h))  # [k, B]
+                    n = torch.tanh(xn + torch.mm(w_h[:, 1], r * h))  # reset before the matmul
+                    new = torch.lerp(n, h_rows, z)  # (1 - z) n + z h
+                else:
+                    hp = torch.mm(w_h.view(-1, D), h).view(-1, 3, B)  # [k, 3, B] gates r, z, n
+                    new = gru_rows(hp, xp, h_rows)  # [k, B]
                 if B > 1 or idx is every:  # some computed rows are copies for some sequences
                     new = torch.where(u.index_select(0, idx), new, h_rows)  # eq. 7
                 h = h.index_copy(0, idx, new)

@@ -30,6 +30,12 @@ Differences from the paper:
   updated units read only the first ``k_t`` state dims: ``3 k_t (k_t + V) + (D+V)`` (with ``V``
   replaced by ``k_t`` when the input is masked too). ``forward`` computes every unit and masks;
   ``fast_forward`` (inference) computes only that VC-structural part: rows and columns ``[:k]``.
+- ``gru_form="before"`` runs the reset-before GRU of S-SA eq. 3 on the same parameters. No count
+  changes. Paper-effective: by definition ``3(D+V)`` per updated unit. VC-structural: an updated
+  unit's candidate reads ``r_j hbar_j`` of every unit j, but ``hbar = e * h`` is 0 beyond the
+  prefix ``[:k_t]``, so only the r rows of the updated units are needed, and each reads only
+  the first ``k_t`` state dims: still ``3 k_t (k_t + V)``. A skipped unit needs no row at all.
+  ``fast_forward`` serves both forms.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from torch import Tensor, nn
 from baselines._cells import (
     GRUWeights,
     cached_pack,
+    check_gru_form,
     gru_macs_per_unit,
     gru_rows,
     masked_update,
@@ -64,6 +71,8 @@ class VCRNNConfig:
         sharpness_start: mask sharpness ``lam`` at the first training epoch.
         sharpness_end: sharpness at the last training epoch and at evaluation.
         eps: threshold of ``Thr_eps``.
+        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+            ``before`` (S-SA eq. 3).
     """
 
     m_target: float = 0.34
@@ -71,6 +80,7 @@ class VCRNNConfig:
     sharpness_start: float = 0.1
     sharpness_end: float = 20.0
     eps: float = 0.01
+    gru_form: str = "after"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.m_target <= 1.0:
@@ -81,6 +91,20 @@ class VCRNNConfig:
             raise ConfigError("vc-rnn: sharpness_start and sharpness_end must be positive")
         if not 0.0 < self.eps < 0.5:
             raise ConfigError(f"vc-rnn: eps must be in (0, 0.5) (got {self.eps})")
+        check_gru_form(self.gru_form, "vc-rnn")
+
+
+def _rows_before(w_h: Tensor, h_bar: Tensor, xp: Tensor) -> Tensor:
+    """Reset-before GRU candidate of the prefix ``[:k]`` from its recurrent rows and columns
+    ``w_h [k, 3, k]``, ``h_bar [k, B]`` (``e * h``, 0 beyond k, so ``r * h_bar`` is too and no
+    other r row is needed) and ``xp = W_i x + b [k, 3, B]``."""
+    k, B = h_bar.shape
+    hrz = torch.mm(w_h[:, :2].reshape(2 * k, k), h_bar).view(k, 2, B)
+    xr, xz, xn = xp.unbind(1)
+    r = torch.sigmoid(xr + hrz[:, 0])  # S-SA eq. 1
+    z = torch.sigmoid(xz + hrz[:, 1])  # S-SA eq. 2
+    n = torch.tanh(xn + torch.mm(w_h[:, 2], r * h_bar))  # S-SA eq. 3, reset before the matmul
+    return torch.lerp(n, h_bar, z)  # (1 - z) n + z h-bar
 
 
 def threshold_eps(v: Tensor, eps: float) -> Tensor:
@@ -99,7 +123,7 @@ class VCRNN(Method):
     def __init__(self, input_size: int, hidden_size: int, cfg: VCRNNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
         D, V = self.hidden_size, self.input_size
-        self.cell = GRUWeights(V, D)
+        self.cell = GRUWeights(V, D, form=self.cfg.gru_form)
         self.sched_h = nn.Parameter(torch.zeros(1, D))  # w_h
         self.sched_x = nn.Parameter(torch.zeros(1, V))  # w_x
         self.sched_b = nn.Parameter(torch.zeros(1))  # b
@@ -125,7 +149,8 @@ class VCRNN(Method):
 
     def exact_step_macs(self, out: SeqOut) -> Tensor:
         """VC-structural MACs ``[B, T]``: the updated units are the first ``k_t``, and read only
-        the first ``k_t`` state dims (and input dims when the input is masked)."""
+        the first ``k_t`` state dims (and input dims when the input is masked). The same in both
+        GRU forms (module docstring)."""
         D, V = self.hidden_size, self.input_size
         k = (out.mask.detach() > 0).sum(-1).double()  # [B, T]
         v_read = k if self.mask_input else V
@@ -178,13 +203,16 @@ class VCRNN(Method):
             if k:
                 e_k, h_k = e[:k], h[:k]  # [k, B]
                 h_bar = e_k * h_k  # 0 beyond k: only columns [:k] of W_h are read
-                hp = torch.mm(hh[:k, :, :k].reshape(3 * k, k), h_bar)  # [3k, B], a view of hh
                 if self.mask_input:  # x-bar = e * x is 0 beyond k too
                     w_i, b_i = ih[:k, :, :k].reshape(3 * k, k), ih[:k, :, -1].reshape(3 * k, 1)
                     xp = torch.addmm(b_i, w_i, e_k * xs[t][:k])  # [3k, B]
                 else:
                     xp = torch.mm(ih[:k].view(3 * k, -1), xs1[t])  # [3k, B]
-                cand = gru_rows(hp.view(k, 3, B), xp.view(k, 3, B), h_bar)  # GRU(h-bar, x-bar)
+                if self.cell.form == "before":
+                    cand = _rows_before(hh[:k, :, :k], h_bar, xp.view(k, 3, B))
+                else:
+                    hp = torch.mm(hh[:k, :, :k].reshape(3 * k, k), h_bar)  # [3k, B]
+                    cand = gru_rows(hp.view(k, 3, B), xp.view(k, 3, B), h_bar)  # GRU(h-bar, x-bar)
                 h = torch.cat([masked_update(e_k, cand, h_k), h[k:]], 0)  # [D, B]
             hs.append(h)
             us.append(u)

@@ -22,6 +22,25 @@ def ref_gru(cell, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return torch.stack(out)
 
 
+def ref_gru_before(cell, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Reset-before GRU candidate (S-SA eq. 3: ``W_hn (r * h)``) of one sequence at one step,
+    unit by unit: first every unit's reset gate, then each candidate reads all of them."""
+    D = h.shape[0]
+    Wi, Wh, b = cell.weight_ih, cell.weight_hh, cell.bias
+    r = [torch.sigmoid(Wi[j] @ x + b[j] + Wh[j] @ h) for j in range(D)]
+    out = []
+    for i in range(D):
+        z = torch.sigmoid(Wi[D + i] @ x + b[D + i] + Wh[D + i] @ h)
+        rh = sum(Wh[2 * D + i, j] * (r[j] * h[j]) for j in range(D))
+        n = torch.tanh(Wi[2 * D + i] @ x + b[2 * D + i] + rh)
+        out.append((1 - z) * n + z * h[i])
+    return torch.stack(out)
+
+
+REF_GRU = {"after": ref_gru, "before": ref_gru_before}
+"""The literal GRU candidate of each ``gru_form``."""
+
+
 def assert_grads_match(
     model: torch.nn.Module,
     got: torch.Tensor,

@@ -56,3 +56,33 @@ def test_effective_macs_on_a_hand_built_trace():
     steps = effective_step_macs(cost, SeqOut(torch.zeros(1, 3, 4), mask, depth))
     assert steps.tolist() == [[10 + 6 + 7 + 10, 10, 10 + 12 + 7 + 15]]
     assert cost.dense_step() == 10 + 12 + 7 + 15
+
+
+def _gru_form_methods() -> list[str]:
+    import dataclasses
+
+    return [
+        n
+        for n, cls in METHODS.items()
+        if "gru_form" in {f.name for f in dataclasses.fields(cls.config_cls)}
+    ]
+
+
+@pytest.mark.parametrize("form", ["after", "before"])
+@pytest.mark.parametrize("name", _gru_form_methods())
+def test_gru_forms_dense_cost_matches_fvcore_and_flopcounter(name, form):
+    """In either GRU form the dense path executes the analytic dense MACs (``3D(D+V)`` for the
+    cell either way), counted by fvcore and by FlopCounterMode; with every unit updated the
+    exact count equals the dense one too."""
+    B, T, V, D = 2, 6, 3, 10
+    cls = METHODS.get(name)
+    torch.manual_seed(0)
+    m = cls(V, D, cls.config_cls(gru_form=form)).eval()
+    x = torch.randn(B, T, V)
+    cost = m.cost()
+    analytic = (cost.dense_step() - cost.fvcore_uncounted) * T * B
+    counted, _ = fvcore_macs(m, x)
+    assert counted == analytic, f"fvcore {counted} != analytic {analytic}"
+    assert torch_flops(m, x) == 2 * analytic
+    full = sequence_macs(m, SeqOut(torch.zeros(B, T, D), torch.ones(B, T, D)))
+    assert torch.equal(full["exact"], full["dense"])

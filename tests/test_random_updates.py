@@ -14,10 +14,11 @@ from harness.registry import METHODS
 V, D = 2, 3
 
 
-def make(p_skip: float = 0.5, eval_seed: int = 0, V: int = V, D: int = D):
+def make(p_skip: float = 0.5, eval_seed: int = 0, V: int = V, D: int = D, gru_form="after"):
     cls = METHODS.get("random-updates")
     torch.manual_seed(0)
-    return cls(V, D, cls.config_cls(p_skip=p_skip, eval_seed=eval_seed)).double()
+    cfg = cls.config_cls(p_skip=p_skip, eval_seed=eval_seed, gru_form=gru_form)
+    return cls(V, D, cfg).double()
 
 
 def sig(v):
@@ -32,21 +33,27 @@ def gate_row(m, x_t, h, g, i):
     return xi, sum(W_h[r, j] * h[j] for j in range(D))
 
 
-def reference(m, x, mask):
-    """Literal reset-after GRU with the given mask, one unit and one step at a time."""
+def reference(m, x, mask, form="after"):
+    """Literal GRU with the given mask, one unit and one step at a time: the reset gate after
+    the matmul, ``r_i (W_hn h)_i``, or before it (S-SA eq. 3), ``(W_hn (r * h))_i``."""
     B, T, _ = x.shape
     outs = []
     for n in range(B):
         h = [x.new_zeros(()) for _ in range(D)]
         seq = []
         for t in range(T):
+            r = [sig(sum(gate_row(m, x[n, t], h, 0, j))) for j in range(D)]
+            rh = [r[j] * h[j] for j in range(D)]
             new = []
             for i in range(D):
-                xr, hr = gate_row(m, x[n, t], h, 0, i)
                 xz, hz = gate_row(m, x[n, t], h, 1, i)
-                xn, hn = gate_row(m, x[n, t], h, 2, i)
-                r_g, z_g = sig(xr + hr), sig(xz + hz)
-                cand = torch.tanh(xn + r_g * hn)
+                z_g = sig(xz + hz)
+                if form == "before":
+                    xn, hn = gate_row(m, x[n, t], rh, 2, i)  # W_hn (r * h)
+                    cand = torch.tanh(xn + hn)
+                else:
+                    xn, hn = gate_row(m, x[n, t], h, 2, i)  # r * (W_hn h)
+                    cand = torch.tanh(xn + r[i] * hn)
                 h_tilde = (1 - z_g) * cand + z_g * h[i]
                 new.append(h_tilde if mask[n, t, i] > 0 else h[i])
             h = new
@@ -55,13 +62,14 @@ def reference(m, x, mask):
     return torch.stack(outs)  # [B, T, D]
 
 
+@pytest.mark.parametrize("form", ["after", "before"])
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_outputs_and_gradients_match_literal_reference(mode):
-    m = make(p_skip=0.4).train(mode == "train")
+def test_outputs_and_gradients_match_literal_reference(mode, form):
+    m = make(p_skip=0.4, gru_form=form).train(mode == "train")
     x = torch.randn(2, 5, V, dtype=torch.double, requires_grad=True)
     out = m(x)
     assert 0 < out.mask.sum() < out.mask.numel()  # both branches exercised
-    ref = reference(m, x, out.mask)
+    ref = reference(m, x, out.mask, form)
     torch.testing.assert_close(out.outputs, ref, rtol=1e-10, atol=1e-12)
     w = torch.randn_like(ref)
     inputs = [x, *m.parameters()]
@@ -165,3 +173,30 @@ def test_config_knobs_and_errors():
     assert METHODS.get("random-updates").config_cls().p_skip == 0.76
     n = sum(p.numel() for p in make().parameters())
     assert n == 3 * D * (D + V + 1)  # no parameters beyond the GRU
+
+
+def test_reset_before_exact_macs_on_a_hand_computed_mask():
+    """Reset-before: every unit's r row (D + V MACs) once any unit updates, then the z and n rows
+    of the updated units only; the effective (paper) count does not change."""
+    m = make(gru_form="before")
+    row = D + V
+    mask = torch.tensor([[[1, 1, 0], [0, 0, 0], [1, 1, 1], [0, 1, 0]]], dtype=torch.float)
+    macs = sequence_macs(m, SeqOut(outputs=torch.zeros(1, 4, D), mask=mask))
+    assert float(macs["effective"][0]) == 3 * row * (2 + 0 + 3 + 1)
+    assert float(macs["exact"][0]) == (D * row + 2 * 2 * row) + 0 + (D * row + 2 * 3 * row) + (
+        D * row + 2 * 1 * row
+    )
+    assert float(macs["dense"][0]) == 3 * row * D * 4
+    full = sequence_macs(m, SeqOut(outputs=torch.zeros(1, 4, D), mask=torch.ones(1, 4, D)))
+    assert float(full["exact"][0]) == float(full["dense"][0])  # all units: 3D(D+V) either way
+
+
+def test_masks_do_not_depend_on_the_gru_form():
+    x = torch.randn(3, 8, V, dtype=torch.double)
+    a = make(p_skip=0.5).eval()(x)
+    b = make(p_skip=0.5, gru_form="before").eval()(x)
+    assert torch.equal(a.mask, b.mask)
+    assert not torch.allclose(a.outputs, b.outputs)
+    prev = torch.cat([torch.zeros(3, 1, D, dtype=torch.double), b.outputs[:, :-1]], 1)
+    keep = b.mask == 0
+    assert keep.any() and torch.equal(b.outputs[keep], prev[keep])  # exact copies

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from reference import assert_grads_match, ref_gru
+from reference import REF_GRU, assert_grads_match
 
 from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.config import resolve
@@ -17,7 +17,9 @@ from harness.metrics import skip_fraction
 
 
 def ref_vc_rnn(m: VCRNN, x: torch.Tensor, sharpness: float, cfg: VCRNNConfig):
-    """Outputs [B, T, D], mask [B, T, D], soft-band count and the L1 pull, written out literally."""
+    """Outputs [B, T, D], mask [B, T, D], soft-band count and the L1 pull, written out literally
+    with the literal GRU of ``cfg.gru_form``."""
+    ref_gru = REF_GRU[cfg.gru_form]
     B, T, V = x.shape
     D = m.hidden_size
     outs, masks, pull, in_band = [], [], 0.0, 0
@@ -66,10 +68,11 @@ def set_schedule(m: VCRNN, proportion: float) -> None:
         m.sched_b.fill_(math.log(proportion / (1 - proportion)))
 
 
+@pytest.mark.parametrize("form", ["after", "before"])
 @pytest.mark.parametrize("V, D", [(3, 6), (6, 6)])  # x not masked / masked (V = D)
-def test_matches_reference_outputs_and_gradients(V, D):
-    cfg = VCRNNConfig(gamma=0.2)
-    m = make(V, D, gamma=0.2)
+def test_matches_reference_outputs_and_gradients(V, D, form):
+    cfg = VCRNNConfig(gamma=0.2, gru_form=form)
+    m = make(V, D, gamma=0.2, gru_form=form)
     m.sharpness = 2.0  # mid-ramp: some units in the soft band, some thresholded
     x = torch.randn(2, 5, V, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     w = torch.randn(2, 5, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
@@ -170,9 +173,9 @@ def test_config_from_overrides():
 # --- fast inference path -------------------------------------
 
 
-def fast_model(regime: str, V: int = 3, D: int = 12) -> VCRNN:
+def fast_model(regime: str, V: int = 3, D: int = 12, gru_form: str = "after") -> VCRNN:
     """A scheduler whose ``m_t`` varies across steps and sequences around ``sigmoid(b)``."""
-    m = make(V, D)
+    m = make(V, D, gru_form=gru_form)
     with torch.no_grad():
         m.sched_b.fill_({"none": 10.0, "mixed": 0.0, "all": -10.0}[regime])
         m.sched_h.normal_(0.0, 1.0)
@@ -180,23 +183,25 @@ def fast_model(regime: str, V: int = 3, D: int = 12) -> VCRNN:
     return m
 
 
+@pytest.mark.parametrize("form", ["after", "before"])
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("regime", ["none", "mixed", "all"])
-def test_fast_forward_equals_dense_in_hand_made_regimes(regime, batch):
+def test_fast_forward_equals_dense_in_hand_made_regimes(regime, batch, form):
     from reference import check_fast_equals_dense
 
-    m = fast_model(regime)
+    m = fast_model(regime, gru_form=form)
     ref = check_fast_equals_dense(m, torch.randn(batch, 16, 3, dtype=torch.float64))
     skip = 1 - (ref.mask > 0).double().mean().item()
     assert {"none": skip == 0.0, "mixed": 0.1 < skip < 0.9, "all": skip >= 0.9}[regime], skip
 
 
+@pytest.mark.parametrize("form", ["after", "before"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_fast_forward_masked_input(batch):
+def test_fast_forward_masked_input(batch, form):
     """V = D: the input is masked too, and the fast path reads only its first k dims."""
     from reference import check_fast_equals_dense
 
-    m = fast_model("mixed", V=12, D=12)
+    m = fast_model("mixed", V=12, D=12, gru_form=form)
     check_fast_equals_dense(m, torch.randn(batch, 16, 12, dtype=torch.float64))
 
 
@@ -207,3 +212,24 @@ def test_at_skip_sets_a_constant_schedule():
         out = m(torch.randn(2, 20, 3))
     torch.testing.assert_close(out.extras["m"], torch.full((2,), 0.3))
     assert abs(1 - (out.mask > 0).float().mean().item() - 0.7) < 0.1
+
+
+@pytest.mark.parametrize("form", ["after", "before"])
+@pytest.mark.parametrize("V", [3, 12])  # input not masked / masked (V = D)
+def test_fast_path_counts_exactly_the_vc_structural_macs(V, form):
+    """The fast path at batch 1, counted by FlopCounterMode, multiplies exactly the VC-structural
+    MACs of ``exact_step_macs`` (plus, for an unmasked input, the bias column of the packed input
+    rows, one MAC per gate row): in the reset-before form too, the r rows of the skipped units
+    are not needed, because ``e * h`` is 0 there."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = fast_model("mixed", V=V, D=12, gru_form=form).eval()
+    x = torch.randn(1, 16, V, dtype=torch.float64)
+    with FlopCounterMode(display=False) as fc:
+        out = m.fast_forward(x)
+    k = (out.mask > 0).sum(-1).double()  # [1, T]
+    assert ((0 < k) & (k < 12)).sum() > 3  # partial prefixes of several sizes
+    bias = 0 if V == 12 else 3 * k.sum().item()
+    exact = m.exact_step_macs(out).sum().item()
+    assert exact == sequence_macs(VCRNN(V, 12), out)["exact"].item()  # the same in both forms
+    assert fc.get_total_flops() == 2 * (exact + bias)
