@@ -11,26 +11,67 @@ baseline by S-SA (Hartvigsen et al., CIKM 2020, https://doi.org/10.1145/3340531.
     u~_{t+1} = u_t * du_t + (1 - u_t) * (u~_t + min(du_t, 1 - u~_t))   eq. 5
     loss += lam * sum_t u_t                                       budget, mean over the batch
 
-Like the authors' code (which keeps update_prob and cum_update_prob), step t starts by forming
-``du_{t-1}`` and ``u~_t`` from the previous step: the state is ``(h_{t-1}, u~_{t-1}, du_{t-2})``,
-initialised to ``(h_0, 0, 1)`` so that ``u~_1 = 1``, and ``u_{t-1} = round(u~_{t-1})`` is
-recomputed. So the dense computation evaluates ``w_p . h`` at all T steps, none of it dead code
-(a projection after the last step would be pruned from fvcore's trace). The update mask is
-``u_{t,i} = u_t`` for every unit i, so Skip % = 1 - mean_t u_t.
+What is computed is the authors' SkipGRUCell (imatge-upc/skiprnn-2017-telecombcn @ 63f93a5,
+``src/rnn_cells/skip_rnn_cells.py``), which gives the same values as eqs. 2-5 but other derivatives
+under the straight-through estimator. It keeps ``update_prob`` ``P`` and ``cum_update_prob`` ``C``
+(initially 1 and 0) and at step t computes::
 
-Differences from the paper:
-- [DECISION] METHODS.md 2.3: the reset-after GRU shared by all GRU-based methods (the paper's TF
-  cell resets before the matmul); gate biases r, z initialised to 1.0 and the candidate bias to 0
-  as in the authors' code; weights U(+-1/sqrt(D)).
-- Initialisation from the authors' code: ``b_p = 1.0`` (all steps used early in training),
-  ``u~_1 = 1`` (the first step always updates), a learned initial state ``h_0 ~ N(0, 1)``.
-- The budget acts on the binary ``u_t`` (its gradient passes the straight-through estimator), as
-  in the code's ``compute_budget_loss``; ``lam`` defaults to 1e-7, S-SA's adding-task value
-  ([DECISION] METHODS.md 2.8 reads S-SA's lambda search as {0} and 1e-10 ... 1e-1).
-- Rounding sends 0.5 to 0 (half to even), like TF's round.
-- Cost: ``3(D+V)`` per updated unit plus the ``D``-MAC projection ``w_p . h_t`` in an updating
-  step; nothing is computed in a skipped step (METHODS.md 1.4). S-SA's FLOPs are 2x MACs, the
-  Skip RNN paper's are 1x (METHODS.md 1.2).
+    h~_t = GRU(h_{t-1}, x_t)                       candidate, before the skip gate
+    p_t  = sigmoid(w_p . h~_t + b_p)               from the candidate, not from h_t
+    u~_t = C_{t-1} + min(P_{t-1}, 1 - C_{t-1})     so u~_1 = 1
+    u_t  = round(u~_t)                             STE: d u_t / d u~_t = 1
+    h_t  = u_t * h~_t + (1 - u_t) * h_{t-1}
+    P_t  = u_t * p_t + (1 - u_t) * P_{t-1}
+    C_t  = u_t * 0 + (1 - u_t) * u~_t
+
+Values equal eqs. 2-5; derivatives do not, since the straight-through estimator differentiates
+through the binary u, where the two recurrences are different functions of u that agree only at
+u in {0, 1}. Eq. 5 with eq. 4's hold (``du = u * sigmoid(.) + (1 - u) * du_prev``) and the code's
+``C_{t-1} = (1 - u) * u~_{t-1}``, ``P_{t-1} = u * p + (1 - u) * P_{t-2}`` give, for
+``u~_{t-1} = 0.7``, ``p = 0.6``, ``P_{t-2} = 0.9``, the same ``u~_t = 0.6`` but
+``d u~_t / d u~_{t-1}`` = -0.7 (eq. 5) and -1.0 (code). And eq. 4 reads ``h_t``, which depends on
+``u_t``, where the code reads ``h~_t``, which does not. This module follows the code. Tested in
+``tests/test_skip_rnn.py`` against a float64 transcription of SkipGRUCell and
+``compute_budget_loss`` given the same weights: outputs, masks (``state_gate``), the budget and
+the gradient of every parameter agree to 1e-12 in both GRU forms (``test_matches_authors_cell``,
+``test_matches_authors_cell_where_the_min_ties``); the values of eqs. 2-5 read literally are
+matched too, and their gradients are checked to differ
+(``test_values_follow_the_paper_gradients_the_code``).
+
+One rearrangement, with the same graph: ``p_t`` is evaluated at the start of step t + 1 (the state
+carries ``h~_t`` and ``u_t``), so the dense trace evaluates ``w_p`` at every one of the T steps and
+none of it is dead code (the code's ``p_T`` reaches only the final state, no output or loss, and a
+projection after the last step would be pruned from fvcore's trace). Step 1 projects the initial
+state with ``u_0 = 0``, which adds exactly nothing. The update mask is ``u_{t,i} = u_t`` for every
+unit i, so Skip % = 1 - mean_t u_t.
+
+Differences from the authors' code:
+- [DECISION] METHODS.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by all
+  GRU-based methods; the authors' TF cell resets before the matmul (``gru_form="before"``, the
+  same computation as the code, tested). Gate biases r, z initialised to 1.0 and the candidate
+  bias to 0 as in the code.
+- Initialisation: GRU weights and ``w_p`` ~ U(+-1/sqrt(D)), the project's one GRU initialisation.
+  The code's kernels use TF's default Glorot-uniform (``tf.get_variable`` without an
+  initializer): U(+-sqrt(6/(V+3D))) for the r, z kernel ``[V+D, 2D]``, U(+-sqrt(6/(V+2D))) for
+  the candidate kernel ``[V+D, D]`` and U(+-sqrt(6/(D+1))) for ``w_p``. Kept as is (changing it
+  would move every number for no fidelity gain in what is computed). As in the code: ``b_p = 1.0``
+  (``update_bias``: all steps used early in training), ``P_0 = 1, C_0 = 0`` (the first step always
+  updates), a learned initial state ``h_0 ~ N(0, 1)``.
+- ``lam`` defaults to 1e-7, S-SA's adding-task value ([DECISION] METHODS.md 2.8 reads S-SA's lambda
+  search as {0} and 1e-10 ... 1e-1); the code's ``cost_per_sample`` defaults to 0. The budget
+  itself is the code's ``compute_budget_loss``: ``lam * sum_t u_t`` on the binary gate (STE
+  gradient), per sequence, mean over the batch (value and gradients tested).
+- Stacking (``num_layers > 1``) gives independent Skip-GRU layers, each with its own gate; the
+  code's MultiSkipGRUCell shares one gate computed from the top layer (METHODS.md 2.8 pitfalls).
+  One layer is the same.
+- Not differences: rounding sends 0.5 to 0 (half to even), like TF's round; at a tie of the min the
+  gradient goes to ``P`` alone, like TF's Minimum gradient (torch.minimum would split it).
+- Cost: a step that updates updates all D units, so its cost is the full GRU, ``3D(D+V)`` MACs,
+  in both GRU forms (per unit ``3(D+V)``; the reset-before form's cross-unit dependence of the
+  candidate on every ``r_j`` costs nothing extra when all units update), plus the ``D``-MAC
+  projection ``w_p . h~_t``; nothing is computed in a skipped step (METHODS.md 1.4). The code
+  computes everything at every step (dense TF graph). S-SA's FLOPs are 2x MACs, the Skip RNN
+  paper's are 1x (METHODS.md 1.2).
 """
 
 from __future__ import annotations
@@ -42,12 +83,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines._cells import GRUWeights, gru_macs_per_unit, masked_update, round_ste
+from baselines._cells import (
+    GRUWeights,
+    check_gru_form,
+    gru_macs_per_unit,
+    masked_update,
+    round_ste,
+)
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
-SkipState = tuple[Tensor, Tensor, Tensor]  # (h_{t-1} [B, D], u~_{t-1} [B, 1], du_{t-2} [B, 1])
+# (h_{t-1} [B, D], h~_{t-1} [B, D], u_{t-1} [B, 1], P_{t-2} [B, 1], C_{t-1} [B, 1]): the step
+# before's candidate and gate wait for the projection p_{t-1} that forms P_{t-1}.
+SkipState = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+def _tf_min(a: Tensor, b: Tensor) -> Tensor:
+    """``min(a, b)`` whose gradient goes to ``a`` alone at a tie, as TF's Minimum (torch.minimum
+    splits it)."""
+    return torch.where(a <= b, a, b)
 
 
 @dataclass(frozen=True)
@@ -57,14 +112,18 @@ class SkipRNNConfig:
     Attributes:
         lam: weight of the budget ``lam * sum_t u_t`` (per sequence, mean over the batch).
         update_bias: initial ``b_p`` of the update-probability projection.
+        gru_form: ``"after"`` (reset-after GRU, METHODS.md 2.3 [DECISION]) or ``"before"`` (the
+            authors' TF cell); same parameters and cost.
     """
 
     lam: float = 1e-7
     update_bias: float = 1.0
+    gru_form: str = "after"
 
     def __post_init__(self) -> None:
         if self.lam < 0:
             raise ConfigError(f"skip-rnn: lam must be >= 0 (got {self.lam})")
+        check_gru_form(self.gru_form, "skip-rnn")
 
 
 @register_method("skip-rnn")
@@ -76,7 +135,7 @@ class SkipRNN(Method):
     def __init__(self, input_size: int, hidden_size: int, cfg: SkipRNNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
         D, V = self.hidden_size, self.input_size
-        self.cell = GRUWeights(V, D, gate_bias=1.0)
+        self.cell = GRUWeights(V, D, gate_bias=1.0, form=self.cfg.gru_form)
         with torch.no_grad():
             self.cell.bias[2 * D :] = 0.0  # candidate bias 0, as in the authors' code
         self.w_p = nn.Parameter(torch.empty(1, D))
@@ -85,47 +144,49 @@ class SkipRNN(Method):
         nn.init.uniform_(self.w_p, -1.0 / D**0.5, 1.0 / D**0.5)
 
     def cost(self) -> StepCost:
+        """Full GRU plus the ``D``-MAC projection in an updating step, in both GRU forms (all units
+        update together, so the reset-before candidate needs nothing the full step lacks)."""
         D, V = self.hidden_size, self.input_size
         return StepCost(D, per_unit=gru_macs_per_unit(V, D), per_active_step=D)
 
     def init_state(self, batch_size: int, ref: Tensor) -> SkipState:
         h = self.h0.to(ref.dtype).unsqueeze(0).expand(batch_size, -1)  # [B, D]
-        # u~_0 = 0 (no update at t = 0) and du_{-1} = 1 give u~_1 = 1: t = 1 always updates.
-        return h, ref.new_zeros(batch_size, 1), ref.new_ones(batch_size, 1)
+        zero, one = ref.new_zeros(batch_size, 1), ref.new_ones(batch_size, 1)
+        # u_0 = 0 keeps P_0 = P_{-1} = 1 whatever h~_0 is; with C_0 = 0 it gives u~_1 = 1.
+        return h, h, zero, one, zero
 
     def step(self, x_t: Tensor, state: SkipState, t: int) -> StepOut:
-        h, u_tilde_prev, du_prev = state  # [B, D], [B, 1], [B, 1]
-        u_prev = round_ste(u_tilde_prev)  # [B, 1] u_{t-1}
-        du = torch.sigmoid(F.linear(h, self.w_p, self.b_p))  # [B, 1] eq. 4, from h_{t-1}
-        du = masked_update(u_prev, du, du_prev)  # held, not recomputed, after a skipped step
-        grow = u_tilde_prev + torch.minimum(du, 1 - u_tilde_prev)  # [B, 1]
-        u_tilde = masked_update(u_prev, du, grow)  # [B, 1] eq. 5
-        u = round_ste(u_tilde)  # [B, 1] eq. 2
-        cand = self.cell.step(self.cell.input_proj(x_t), h)  # [B, D]
-        h_new = masked_update(u, cand, h)  # [B, D] eq. 3
+        h, cand_prev, u_prev, up_prev, cum = state
+        p = torch.sigmoid(F.linear(cand_prev, self.w_p, self.b_p))  # [B, 1] p_{t-1}, from h~_{t-1}
+        up = masked_update(u_prev, p, up_prev)  # [B, 1] P_{t-1}
+        u_tilde = cum + _tf_min(up, 1 - cum)  # [B, 1]
+        u = round_ste(u_tilde)  # [B, 1]
+        cand = self.cell.step(self.cell.input_proj(x_t), h)  # [B, D] h~_t
+        h_new = masked_update(u, cand, h)  # [B, D]
+        cum_new = (1 - u) * u_tilde  # C_t; the code's extra ``u * 0`` has no value or gradient
         mask = u.expand(-1, self.hidden_size)  # [B, D], keeps the straight-through gradient
-        return StepOut(h_new, (h_new, u_tilde, du), mask)
+        return StepOut(h_new, (h_new, cand, u, up, cum_new), mask)
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
         """Inference running the GRU and the ``w_p`` projection only for the sequences that update
         at a step (a skipped step of every sequence costs a few elementwise ops on ``[B, 1]``).
-        Eval semantics; equals ``eval()(x)`` up to matmul rounding."""
+        Eval semantics; equals ``eval()(x)`` up to matmul rounding. Where the previous step
+        updated, ``h~_{t-1} = h_{t-1}``, so the projection reads ``h``; elsewhere ``P`` is held."""
         B, T, _ = x.shape
-        h, u_tilde, du = self.init_state(B, x)  # [B, D], [B, 1], [B, 1]
+        h, _, u, up, cum = self.init_state(B, x)
         xs = x.unbind(1)
         hs, us = [], []
         for t in range(T):
-            u_prev = torch.round(u_tilde)  # [B, 1] u_{t-1}
-            rows = u_prev.view(-1).nonzero().view(-1)
-            if rows.numel():  # eq. 4 only where the previous step updated
-                p = torch.sigmoid(F.linear(h.index_select(0, rows), self.w_p, self.b_p))
-                du = du.index_copy(0, rows, p)  # [B, 1]
-            grow = u_tilde + torch.minimum(du, 1 - u_tilde)
-            u_tilde = torch.where(u_prev > 0, du, grow)  # [B, 1] eq. 5
-            u = torch.round(u_tilde)  # [B, 1] eq. 2
             rows = u.view(-1).nonzero().view(-1)
-            if 0 < rows.numel() < B:  # eq. 3 for the updating sequences only
+            if rows.numel():  # p_{t-1} only where step t - 1 updated
+                p = torch.sigmoid(F.linear(h.index_select(0, rows), self.w_p, self.b_p))
+                up = up.index_copy(0, rows, p)  # [B, 1]
+            u_tilde = cum + torch.minimum(up, 1 - cum)
+            u = torch.round(u_tilde)  # [B, 1]
+            cum = torch.where(u > 0, 0.0, u_tilde)
+            rows = u.view(-1).nonzero().view(-1)
+            if 0 < rows.numel() < B:  # the GRU for the updating sequences only
                 h_rows, x_rows = h.index_select(0, rows), xs[t].index_select(0, rows)
                 h = h.index_copy(0, rows, self.cell.step(self.cell.input_proj(x_rows), h_rows))
             elif rows.numel():
@@ -133,12 +194,14 @@ class SkipRNN(Method):
             hs.append(h)
             us.append(u)
         mask = torch.stack(us, 1).expand(-1, -1, self.hidden_size).contiguous()  # [B, T, D]
-        out = SeqOut(torch.stack(hs, 1), mask, state=(h, u_tilde, du))
+        # h stands in for h~_T: they differ only where u_T = 0, where h~_T is never read.
+        out = SeqOut(torch.stack(hs, 1), mask, state=(h, h, u, up, cum))
         out.aux_loss = self.aux_loss(out)
         return out
 
     def aux_loss(self, out: SeqOut) -> Tensor | None:
-        """Budget ``lam * sum_t u_t`` per sequence, mean over the batch (binary u, STE grad)."""
+        """Budget ``lam * sum_t u_t`` per sequence, mean over the batch, on the binary u with its
+        straight-through gradient: the code's ``compute_budget_loss``."""
         return self.cfg.lam * out.mask[..., 0].sum(1).mean()
 
     @classmethod
