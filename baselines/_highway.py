@@ -5,7 +5,8 @@
   the SREHN update ``g^r = d^r * tau^r`` (2.13).
 - ``ElasticGate``: S-EI's local rate ``alpha_t`` (eq. 14) and elastic gate ``d^r`` (eqs. 11-13) for
   every layer at once, plus the depth trace: ``n_{t,i} = #{r : d^r_{t,i} > 0}``, mask
-  ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (METHODS.md 1.1, 2.14(e, h)).
+  ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (METHODS.md 1.1, 2.14(e, h)). ``elastic_gate``
+  evaluates eq. 11 without overflow, exact to float rounding for any alpha.
 - ``run_sequence``: the step loop over a precomputed sequence, stacked like ``Method.step_loop``.
 - The initialisation constants ([DECISION]s of METHODS.md 2.10, 2.11, 2.14(g)).
 
@@ -33,7 +34,6 @@ HSG_GATE_BIAS = -2.0  # [DECISION] METHODS.md 2.11: the seed's value was lost; c
 ALPHA_HAT_INIT = -3.0  # [DECISION] METHODS.md 2.14(g): alpha = softplus(-3) = 0.049
 BETA_HAT_INIT = 3.0  # beta = sigmoid(3) = 0.953
 RATE_BIAS_INIT = -3.0  # bias of W_a: alpha_t ~ sigmoid(-3) = 0.047 -> d^1 ~ 0.90, depth ~ 7
-EXP_CAP = 50.0  # e^50 >> beta + e^alpha: d is 0 there anyway; the cap keeps exp and grads finite
 
 
 def _non_negative(name: str, **values: float) -> None:
@@ -50,7 +50,8 @@ class HighwayConfig:
         depth: L, highway layers per step.
         transform_bias: initial bias of the transform gate tau (carry-biased when negative).
         init_bound: weights ~ U(+-init_bound); 0 means 1/sqrt(D) (PyTorch's default scale).
-            The RHN reference code uses 0.04.
+            The RHN reference code draws its weights and its candidate biases b_H from
+            U(+-0.04); 0.04 here sets the weights only (b_H starts at 0, see ``CoupledHighway``).
     """
 
     depth: int = 5
@@ -91,7 +92,8 @@ def weight_bound(init_bound: float, hidden_size: int) -> float:
 
 
 def highway_mix(g: Tensor, s: Tensor, h: Tensor) -> Tensor:
-    """``g * s + (1 - g) * h`` (S-EI eq. 8 with coupled carry, eq. 10); exact copy where g = 0."""
+    """``g * s + (1 - g) * h``: the RHN update with coupled carry ``c = 1 - g`` (S-EI eqs. 6-8) and
+    the elastic update (S-EI eq. 9); an exact copy of h where g = 0."""
     return g * s + (1 - g) * h
 
 
@@ -106,7 +108,13 @@ class CoupledHighway(nn.Module):
         depth: L (layers run by ``forward`` when no elastic gate is given).
         shared: one set of recurrent weights for every layer (SRHN).
         transform_bias: initial bias of tau.
-        bound: weights ~ U(+-bound); other biases 0 (as ``theano_rhn.py``).
+        bound: weights ~ U(+-bound).
+
+    Biases: tau's ``b_T = transform_bias``; the candidate's ``b_H`` start at 0. The reference
+    (jzilly/RecurrentHighwayNetworks @ 9ab03a3) draws b_H from U(+-init_scale) like its weights:
+    ``rhn.py`` leaves them to the variable scope's uniform initializer, ``theano_rhn.py`` sets
+    ``init_other_bias = 'uniform'``. To match it, redraw ``bias[:, :D]`` after construction; the
+    default stays 0 so that recorded numbers do not move.
     """
 
     def __init__(
@@ -140,7 +148,7 @@ class CoupledHighway(nn.Module):
         if xp is not None:
             a = a + xp  # the input enters at the first layer only
         s, tau = a.chunk(2, -1)
-        return torch.tanh(s), torch.sigmoid(tau)  # S-EI eqs. 6, 7
+        return torch.tanh(s), torch.sigmoid(tau)  # the RHN layer, S-EI eqs. 6-8
 
     def forward(self, xp: Tensor, h: Tensor, d: Tensor | None = None) -> Tensor:
         """Run the stack from ``h [B, D]`` with the projected input ``xp [B, 2D]``.
@@ -152,7 +160,7 @@ class CoupledHighway(nn.Module):
         for r in range(layers):
             s, tau = self.transform(r, h, xp if r == 0 else None)
             g = tau if d is None else d[:, r] * tau  # [B, D]
-            h = highway_mix(g, s, h)  # S-EI eq. 8 (coupled carry c = 1 - tau)
+            h = highway_mix(g, s, h)  # coupled carry c = 1 - tau; S-EI eq. 9 when elastic
         return h
 
 
@@ -191,8 +199,8 @@ class ElasticGate(nn.Module):
         self.register_buffer("steps", torch.arange(1, r_max + 1).float(), persistent=False)
 
     def rates(self, h: Tensor, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``alpha [D]``, ``beta [D]`` and the local rate ``alpha_t [B, D]`` (eqs. 11, 12, 14)."""
-        alpha = F.softplus(self.alpha_hat)  # eq. 11
+        """``alpha [D]``, ``beta [D]`` and the local rate ``alpha_t [B, D]`` (eqs. 13, 12, 14)."""
+        alpha = F.softplus(self.alpha_hat)  # eq. 13
         beta = torch.sigmoid(self.beta_hat)  # eq. 12
         alpha_t = torch.sigmoid(self.rate(torch.cat([h, x], -1)))  # eq. 14
         return alpha, beta, alpha_t
@@ -200,18 +208,45 @@ class ElasticGate(nn.Module):
     def forward(self, h: Tensor, x: Tensor) -> ElasticTrace:
         """The gate of every layer ``r = 1..R_max`` and its depth trace, from ``h_{t-1}, x_t``."""
         alpha, beta, alpha_t = self.rates(h, x)
-        expo = (alpha + alpha_t)[:, None, :] * self.steps[None, :, None]  # [B, R_max, D]
-        d = torch.relu(beta + alpha.exp() - expo.clamp(max=EXP_CAP).exp())  # eq. 13
+        d = elastic_gate(alpha, beta, alpha_t[:, None, :], self.steps[:, None])  # [B, R_max, D]
         # d decreases in r, so the layers with d > 0 are a prefix: n counts them (1.1, 2.14(h)).
         n = (d.detach() > 0).sum(1)  # [B, D]
         R = n.amax(-1)  # [B] = min(R_max, max_i(ceil(L_ti) - 1))
         return ElasticTrace(d, n.to(h.dtype), (n > 0).to(h.dtype), R)
 
 
+def elastic_gate(alpha: Tensor, beta: Tensor, alpha_t: Tensor, r: Tensor) -> Tensor:
+    """S-EI eq. 11, ``d^r = max(beta + e^alpha - e^{(alpha + alpha_t) r}, 0)``, for any alpha.
+
+    Written as ``d = beta - e^q`` with ``q = ln(e^{(alpha + alpha_t) r} - e^alpha)
+    = (alpha + alpha_t) r + ln(1 - e^{-u})`` and ``u = alpha (r - 1) + alpha_t r >= 0``, so nothing
+    overflows: the direct form's ``e^alpha - e^{(alpha + alpha_t) r}`` is inf - inf (NaN) in float32
+    once alpha > 88, and an exponent cap leaves d > 0 at every layer for alpha > the cap. Where
+    ``q >= 0``, ``e^q >= 1 > beta`` and d is 0 whatever q is, so q is capped at 0 there (value and
+    gradient unchanged). ``u = 0`` (alpha_t, and alpha for r > 1, rounded to 0) gives ``d = beta``
+    exactly, with no gradient through u (``1 - e^{-u}`` has an infinite log-derivative there).
+
+    Args:
+        alpha: ``softplus(alpha_hat)`` (eq. 13), broadcastable against the others.
+        beta: ``sigmoid(beta_hat)`` (eq. 12).
+        alpha_t: the local rate (eq. 14).
+        r: the layer numbers (1-based, float).
+
+    Returns:
+        d, broadcast over the four inputs.
+    """
+    u = alpha * (r - 1) + alpha_t * r  # the exponent minus alpha, without the cancellation
+    pos = u > 0
+    log1m = torch.log(-torch.expm1(-torch.where(pos, u, 1.0)))  # ln(1 - e^{-u})
+    q = (alpha + alpha_t) * r + torch.where(pos, log1m, -math.inf)
+    return torch.relu(beta - q.clamp(max=0.0).exp())  # eq. 11
+
+
 def active_limit(alpha: Tensor, beta: Tensor, alpha_t: Tensor) -> Tensor:
     """``L_{t,i} = ln(beta + e^alpha) / (alpha + alpha_t)``: unit i is active at layer r iff
-    ``r < L_{t,i}`` (METHODS.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``."""
-    return torch.log(beta + alpha.exp()) / (alpha + alpha_t)
+    ``r < L_{t,i}`` (METHODS.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``. The log is
+    taken as ``logaddexp``, finite for any alpha."""
+    return torch.logaddexp(alpha, beta.log()) / (alpha + alpha_t)
 
 
 def elastic_penalty(out: SeqOut, lam_d: float, key: str = "elastic_d1_mean") -> Tensor | None:
@@ -289,7 +324,14 @@ class ElasticHighway(Method):
     """Base of SREHN and EI-REHN. Subclasses implement ``_advance(x_t, h, adaptive)``: with
     ``adaptive`` it runs max over the batch of R_t layers (Algorithm 1, halting checked before each
     layer); without, the fixed ``r_max`` layers, which give the same h_t because the rectified
-    gate makes every later layer a copy (METHODS.md 2.14(e)) and keep the traced graph static."""
+    gate makes every later layer a copy (METHODS.md 2.14(e)) and keep the traced graph static.
+
+    R_t counts the layers with some ``d^r_i > 0``; Algorithm 1 stops at ``||g^r||_1 = 0`` with
+    ``g^r = d^r * g-hat^r``. The two agree because ``g-hat = sigmoid(.) > 0``, unless float
+    arithmetic rounds g-hat (torch's sigmoid gives exactly 0 below about -88.7 in float32, -709.8
+    in float64) or ``d * g-hat`` to exactly 0 for every unit: Algorithm 1 would stop there, this
+    code runs on (that layer is a copy; a later one may have g-hat > 0 again). See the methods'
+    "Differences"."""
 
     config_cls = ElasticConfig
     has_depth = True

@@ -4,18 +4,26 @@ Paper: Park & Yoo, "Early Improving Recurrent Elastic Highway Network",
 https://arxiv.org/abs/1708.04116 (S-EI), eqs. 9-22 and Algorithm 1; METHODS.md 2.14. Per step,
 from ``h^0 = h_{t-1}`` and learned ``s^0, g^0, z^0``, for r = 1..R_t::
 
-    alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1]);  d^r = max(beta + e^alpha - e^{(alpha+alpha_t) r}, 0)
-    z^r    = tanh(W_zh s^{r-1} + W_zg g^{r-1} + W_zz z^{r-1} + b_z)            eq. 18
-    w^r_B  = P_B z^r;  gbar^r_B = sigmoid(Pbar_B z^r + bbar_B)                  eqs. 19-21
+    alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1])                                     eq. 14
+    d^r    = max(beta + e^alpha - e^{(alpha + alpha_t) r}, 0)                    eq. 11
+    z^r    = tanh(W_zh s^{r-1} + W_zg g^{r-1} + W_zz z^{r-1} + b_z)              eq. 18
+    w^r_B  = P_B z^r;  gbar^r_B = sigmoid(Pbar_B z^r + bbar_B)                    eqs. 19-21
     a^r_B  = gbar * (W^{r-1}_B h^{r-1}) + (1 - gbar) * (w^r_B * h^{r-1}) + W_xB x_t 1[r=1] + b_B
+    s^r = tanh(a^r_s);  g^r = sigmoid(a^r_g)                                     eq. 22
     W^r_B  = W^{r-1}_B + diag(w^r_B)                                             eq. 17
-    s^r = tanh(a^r_s);  g^r = sigmoid(a^r_g);  gate = d^r * g^r                  eqs. 9, 22
-    h^r = gate * s^r + (1 - gate) * h^{r-1}                                      eq. 10
+    gate = d^r * g^r                                                             eq. 10
+    h^r = gate * s^r + (1 - gate) * h^{r-1}                                      eq. 9
 
-with ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``, ``L_ti = ln(beta_i + e^alpha_i)/(alpha_i +
-alpha_ti)``: Algorithm 1's "while ||g^r||_1 > 0 and r <= R_max". Branches B in {s, g}.
-Parameters (METHODS.md 2.14(f), reproduces S-EI's counts):
+with ``alpha = softplus(alpha_hat)`` (eq. 13), ``beta = sigmoid(beta_hat)`` (eq. 12) and branches B
+in {s, g}. ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``, ``L_ti = ln(beta_i + e^alpha_i)/(alpha_i +
+alpha_ti)``: the layers where some ``d^r_i > 0``, which is Algorithm 1's "while ||g^r||_1 > 0 and
+r <= R_max" as long as g-hat > 0 (see below). Eq. 11 is evaluated in a form that cannot overflow
+(``baselines._highway.elastic_gate``), exact to float rounding for any alpha.
+Parameters (METHODS.md 2.14(f)):
 ``D(D+V+1) + 2D + 2[D^2 + DV + D + 2D D_z + D] + [2D D_z + D_z^2 + D_z] + [2D + D_z]``.
+With a linear read-out this gives S-EI Table 1's three counts (807 / 1732 / 2862) exactly; Table
+2's HAR counts (8102 / 12126 / 16950) only with a further +10 D that this structure does not
+explain or include (every HAR model of Table 2 carries it; PAPER_RESULTS.md 2.6).
 
 Differences from the paper:
 - [DECISION] METHODS.md 2.14(f): s^0, g^0, z^0 (undefined in the paper) are learned vectors;
@@ -27,6 +35,14 @@ Differences from the paper:
   computes one discarded layer more); identical outputs. ``step`` runs ``max_b R_t`` layers of the
   batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified gate (layers
   past R_t are exact copies of h), so the traced dense graph is input-independent.
+- Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
+  ``d^r_i = 0``. Equal in exact arithmetic (g-hat = sigmoid > 0); they differ only where floats
+  round g-hat (torch's sigmoid is exactly 0 below about -88.7 in float32, -709.8 in float64) or
+  ``d * g-hat`` to exactly 0 for every unit of a sequence: Algorithm 1 stops there, this code
+  runs on to R_t (that layer is a copy; a later one can have g-hat > 0 again). Kept so that R_t
+  is known before any layer runs (mask, depth and cost trace, fixed-depth dense graph), and
+  because it is what the equations give in exact arithmetic. Shown by
+  tests/test_ei_rehn.py::test_halting_on_d_when_the_content_gate_underflows.
 - [DECISION] METHODS.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (zeros leave the
   network dead: d^1 = -0.80 < 0 for every unit). Other weights U(+-1/sqrt(D)) (``init_bound``),
   b_s, bbar 0, b_g = ``gate_bias`` (0); the learned initial vectors start at 0.
@@ -122,13 +138,13 @@ class EIREHN(ElasticHighway):
             for r in range(layers):
                 z = torch.tanh(self.hyper(torch.cat([s, g, z], -1)))  # eq. 18 [B, Dz]
                 w, m = F.linear(z, self.proj).view(B, 4, D).split(2, 1)  # [B, 2, D] each
-                gbar = torch.sigmoid(m + mix_bias)  # eq. 21
+                gbar = torch.sigmoid(m + mix_bias)  # eqs. 19-21
                 diag = gbar * acc + (1 - gbar) * w  # eqs. 17, 22 folded into one diagonal
                 a = gbar * F.linear(h, self.weight0).view(B, 2, D) + diag * h[:, None] + bias
                 if r == 0:
                     a = a + xp
-                s, g = torch.tanh(a[:, 0]), torch.sigmoid(a[:, 1])  # eqs. 19, 20
-                h = highway_mix(tr.d[:, r] * g, s, h)  # eqs. 9, 10
+                s, g = torch.tanh(a[:, 0]), torch.sigmoid(a[:, 1])  # eq. 22
+                h = highway_mix(tr.d[:, r] * g, s, h)  # eqs. 10, 9
                 acc = acc + w  # eq. 17
         extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
         return StepOut(h, h, tr.mask, tr.n, extras)

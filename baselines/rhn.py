@@ -14,9 +14,15 @@ and ``h_t = h^L``. Parameters ``2DV + 2LD^2 + 2LD``; MACs per step ``2DV + 2L D^
 Differences from the paper:
 - [INFERRED] METHODS.md 2.10 / PAPER_RESULTS.md 2.6: coupled carry gate (2D gate rows, as the
   reference RHNCell and every S-EI parameter count); S-EI eq. 8 prints a separate carry gate.
-- Transform-gate bias -2.0 (``rhn_train.py`` PTB value; ``transform_bias`` knob); other biases 0.
-- Weights U(+-1/sqrt(D)) (PyTorch's default scale) where the reference uses U(+-0.04)
-  (``init_bound=0.04`` reproduces it). No variational dropout inside the cell.
+- Initialisation. Here: weights U(+-1/sqrt(D)) (PyTorch's default scale; ``init_bound`` sets
+  another bound), transform-gate biases b_T = -2.0 (``transform_bias``), candidate biases
+  b_H = 0. The reference, jzilly/RecurrentHighwayNetworks @ 9ab03a3: weights U(+-0.04),
+  b_T = -2.0 for PTB (``rhn_train.py`` ``init_bias``; -4.0 for enwik8 and text8) and b_H drawn
+  from U(+-0.04) as well (``rhn.py`` gives them no initializer, so the scope's uniform one
+  applies; ``theano_rhn.py`` sets ``init_other_bias = 'uniform'``). ``init_bound=0.04`` matches
+  the weights and b_T; to match b_H too, redraw ``cell.bias[:, :D]`` from U(+-0.04) after
+  construction. The default is not changed, since that would move recorded numbers.
+- No variational dropout inside the cell.
 - Default depth L = 5, the depth S-EI's Table 1 counts imply ([INFERRED]).
 - Mask u = 1 and depth n = L for every unit (METHODS.md 1.1): Skip % = depth-skip % = 0.
 """

@@ -1,23 +1,33 @@
 """SREHN: shared-weight RHN with S-EI's elastic gate, the second ablation step of S-EI 4.1.
 
 Paper: Park & Yoo, "Early Improving Recurrent Elastic Highway Network",
-https://arxiv.org/abs/1708.04116, section 4.1 and eqs. 9-15; METHODS.md 2.13, 2.14(a, b, e). The
+https://arxiv.org/abs/1708.04116, section 4.1 and eqs. 9-14; METHODS.md 2.13, 2.14(a, b, e). The
 SRHN layer (``baselines/srhn.py``) with the highway update replaced by the elastic one::
 
     alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1])                         eq. 14
-    alpha = softplus(alpha_hat),  beta = sigmoid(beta_hat)            eqs. 11, 12
-    d^r   = max(beta + e^alpha - e^{(alpha + alpha_t) r}, 0)          eq. 13
+    alpha = softplus(alpha_hat),  beta = sigmoid(beta_hat)            eqs. 13, 12
+    d^r   = max(beta + e^alpha - e^{(alpha + alpha_t) r}, 0)          eq. 11
     s^r, tau^r = tanh / sigmoid of (shared R h^{r-1} + b + W x_t 1[r=1])
-    g^r   = d^r * tau^r;   h^r = g^r * s^r + (1 - g^r) * h^{r-1}      eqs. 9, 10
+    g^r   = d^r * tau^r;   h^r = g^r * s^r + (1 - g^r) * h^{r-1}      eqs. 10, 9
 
 for r = 1..R_t with ``R_t = min(R_max, max_i(ceil(L_ti) - 1))`` (Algorithm 1's halting rule,
-computed before any layer runs). Parameters: SRHN + ``D(D+V+1) + 2D``.
+computed before any layer runs, on d; see below). Eq. 11 is evaluated in a form that cannot
+overflow (``baselines._highway.elastic_gate``), exact to float rounding for any alpha.
+Parameters: SRHN + ``D(D+V+1) + 2D``.
 
 Differences from the paper:
 - [DECISION] METHODS.md 2.14(e): halting checked before computing layer r (Algorithm 1 as printed
   computes one discarded layer more); the outputs are identical. ``step`` runs ``max_b R_t``
   layers of the batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified
   gate (layers past R_t are exact copies), so the traced dense graph is input-independent.
+- Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
+  ``d^r_i = 0``. Equal in exact arithmetic (tau = sigmoid > 0); they differ only where floats
+  round tau (torch's sigmoid is exactly 0 below about -88.7 in float32, -709.8 in float64) or
+  ``d * tau`` to exactly 0 for every unit of a sequence: Algorithm 1 stops there, this code runs
+  on to R_t (that layer is a copy; from layer 2 on tau lacks the input term and can be > 0
+  again). Kept so that R_t is known before any layer runs (mask, depth and cost trace,
+  fixed-depth dense graph), and because it is what the equations give in exact arithmetic. Shown
+  by tests/test_ei_rehn.py::test_halting_on_d_when_the_content_gate_underflows.
 - [DECISION] METHODS.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (with zeros the
   network is dead on arrival: d^1 < 0 everywhere). Other weights U(+-1/sqrt(D)); the content gate
   tau starts at bias ``gate_bias`` = 0, the same as EI-REHN's g-hat branch (S-EI gives neither;

@@ -14,8 +14,9 @@ and ``h_t = h^L``. Parameters ``2DV + 2D^2 + 2D`` (independent of L); MACs as RH
 
 Differences from the paper:
 - Coupled carry gate, as in the RHN baseline (METHODS.md 2.10 [INFERRED]).
-- Transform-gate bias -2.0 (RHN reference value, ``transform_bias``); other biases 0; weights
-  U(+-1/sqrt(D)) (``init_bound`` sets another bound). S-EI states neither.
+- Transform-gate bias -2.0 (RHN reference value, ``transform_bias``); candidate biases 0 (the
+  RHN reference draws them from U(+-0.04), see ``baselines/rhn.py``); weights U(+-1/sqrt(D))
+  (``init_bound`` sets another bound). S-EI states none of these.
 - Default depth L = 5 (S-EI sweeps L = 1..6; ``depth`` knob).
 - Mask u = 1 and depth n = L for every unit (METHODS.md 1.1).
 """

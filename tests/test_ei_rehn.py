@@ -1,10 +1,14 @@
 """EI-REHN and SREHN (METHODS.md 2.13, 2.14): the batched cells against a literal per-sequence
-Algorithm 1 (same h_t and R_t, including R_t = 0 and R_t = R_max; same gradients), the
-initialisation trap, parameter counts against S-EI Tables 1-2, and MACs on hand-built depths."""
+Algorithm 1 (same h_t and R_t, including R_t = 0 and R_t = R_max; same gradients), the elastic
+gate (eq. 11) against exact arithmetic for any alpha, the one halting case where Algorithm 1 and
+the project differ, the initialisation trap, parameter counts against S-EI Tables 1-2, and MACs
+on hand-built depths."""
 
 from __future__ import annotations
 
+import functools
 import math
+from decimal import Decimal, localcontext
 
 import pytest
 import torch
@@ -12,7 +16,7 @@ import torch.nn.functional as F
 from reference import assert_grads_match
 from torch import nn
 
-from baselines._highway import ElasticConfig, active_limit
+from baselines._highway import ElasticConfig, active_limit, elastic_gate
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.srehn import SREHN
 from harness.errors import ConfigError
@@ -22,13 +26,16 @@ from harness.method import SeqOut
 R_MAX = 6
 
 
-def reference_ei_rehn(m: EIREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+def reference_ei_rehn(
+    m: EIREHN, xs: torch.Tensor, halt: str = "g"
+) -> tuple[torch.Tensor, list[int]]:
     """Algorithm 1 for one sequence ``xs [T, V]``, written literally: W^r kept as D x D matrices
     (eq. 17 with diag), the loop runs while ||g^r||_1 > 0 and r <= R_max, checked before layer r
-    updates h. Returns h_t ``[T, D]`` and R_t per step."""
+    updates h (``halt="g"``); ``halt="d"`` stops instead when every d^r_i is 0 (the project's
+    rule). Returns h_t ``[T, D]`` and R_t per step."""
     D = m.hidden_size
     el = m.elastic
-    alpha, beta = F.softplus(el.alpha_hat), torch.sigmoid(el.beta_hat)  # eqs. 11, 12
+    alpha, beta = F.softplus(el.alpha_hat), torch.sigmoid(el.beta_hat)  # eqs. 13, 12
     Wx = {"s": m.weight_x[:D], "g": m.weight_x[D:]}
     b = {"s": m.bias[:D], "g": m.bias[D:]}
     P = {"s": m.proj[:D], "g": m.proj[D : 2 * D]}
@@ -43,20 +50,21 @@ def reference_ei_rehn(m: EIREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[i
         s_prev, g_prev, z = m.s0, m.g0, m.z0
         r, R = 1, 0
         while r <= m.cfg.r_max:
-            d = torch.clamp(beta + torch.exp(alpha) - torch.exp((alpha + alpha_t) * r), min=0)
+            expo = (alpha + alpha_t) * r
+            d = torch.clamp(beta + torch.exp(alpha) - torch.exp(expo), min=0)  # eq. 11
             z_r = torch.tanh(Wzh @ s_prev + Wzg @ g_prev + Wzz @ z + bz)  # eq. 18
             a, w = {}, {}
             for B in ("s", "g"):
-                w[B] = P[B] @ z_r  # eq. 19
-                gbar = torch.sigmoid(Pbar[B] @ z_r + bbar[B])  # eq. 21
+                w[B] = P[B] @ z_r  # eqs. 19-21
+                gbar = torch.sigmoid(Pbar[B] @ z_r + bbar[B])  # eqs. 19-21
                 xin = Wx[B] @ x if r == 1 else 0.0
                 a[B] = gbar * (W[B] @ h) + (1 - gbar) * (torch.diag(w[B]) @ h) + xin + b[B]
-            g_hat = torch.sigmoid(a["g"])
-            g = d * g_hat  # eq. 9
-            if g.abs().sum() == 0:  # halting, before layer r changes anything
+            g_hat = torch.sigmoid(a["g"])  # eq. 22
+            g = d * g_hat  # eq. 10
+            if (g if halt == "g" else d).abs().sum() == 0:  # halting, before layer r changes h
                 break
-            s = torch.tanh(a["s"])
-            h = g * s + (1 - g) * h  # eq. 10
+            s = torch.tanh(a["s"])  # eq. 22
+            h = g * s + (1 - g) * h  # eq. 9
             for B in ("s", "g"):
                 W[B] = W[B] + torch.diag(w[B])  # eq. 17
             s_prev, g_prev, z = s, g_hat, z_r
@@ -66,8 +74,9 @@ def reference_ei_rehn(m: EIREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[i
     return torch.stack(hs), Rs
 
 
-def reference_srehn(m: SREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    """SREHN, Algorithm 1 literally: shared R_H, R_T, b; g^r = d^r * tau^r."""
+def reference_srehn(m: SREHN, xs: torch.Tensor, halt: str = "g") -> tuple[torch.Tensor, list[int]]:
+    """SREHN, Algorithm 1 literally: shared R_H, R_T, b; g^r = d^r * tau^r; ``halt`` as in
+    ``reference_ei_rehn``."""
     D = m.hidden_size
     el, c = m.elastic, m.cell
     alpha, beta = F.softplus(el.alpha_hat), torch.sigmoid(el.beta_hat)
@@ -81,7 +90,7 @@ def reference_srehn(m: SREHN, xs: torch.Tensor) -> tuple[torch.Tensor, list[int]
             d = torch.clamp(beta + torch.exp(alpha) - torch.exp((alpha + alpha_t) * r), min=0)
             tau = torch.sigmoid((W_T @ x if r == 1 else 0.0) + R_T @ h + b_T)
             g = d * tau
-            if g.abs().sum() == 0:
+            if (g if halt == "g" else d).abs().sum() == 0:
                 break
             s = torch.tanh((W_H @ x if r == 1 else 0.0) + R_H @ h + b_H)
             h = g * s + (1 - g) * h
@@ -129,7 +138,7 @@ def test_batched_matches_algorithm_1(cls, reference) -> None:
         torch.testing.assert_close(o.outputs, ref_h, rtol=0, atol=1e-12)
         assert torch.equal(o.depth.amax(-1).long(), ref_R)
         assert torch.equal(o.mask, (o.depth > 0).double())
-    # the closed form R_t = min(R_max, max_i(ceil(L_ti) - 1)) with L_ti from eq. 13
+    # the closed form R_t = min(R_max, max_i(ceil(L_ti) - 1)) with L_ti from eq. 11
     h_prev = torch.cat([torch.zeros_like(ref_h[:, :1]), ref_h[:, :-1]], 1)
     alpha, beta, alpha_t = m.elastic.rates(h_prev.reshape(-1, D), x.reshape(-1, V))
     L = active_limit(alpha, beta, alpha_t).reshape(3, 6, D)
@@ -141,6 +150,145 @@ def test_batched_matches_algorithm_1(cls, reference) -> None:
     assert_grads_match(
         m, (out.outputs * w).sum(), (ref_again * w).sum(), rtol=1e-9, allow_unused=True
     )
+
+
+# --- eq. 11 for every alpha, and the halting rule -------------------------------------------
+
+
+def _paper_gate(alpha, beta, alpha_t, r):
+    """Eq. 11 as printed, in plain float arithmetic (inf - inf once e^alpha overflows)."""
+    return torch.clamp(beta + torch.exp(alpha) - torch.exp((alpha + alpha_t) * r), min=0)
+
+
+@functools.cache
+def _exact_gate(alpha: float, beta: float, alpha_t: float, r: int) -> tuple[Decimal, ...]:
+    """Eq. 11 and its derivatives in alpha, alpha_t, beta (0 where d = 0), in 800-digit decimal
+    arithmetic (e^1000 and e^{1000 + 1e-300} differ in the 734th digit) from the exact values of
+    the float inputs."""
+    with localcontext() as ctx:
+        ctx.prec = 800
+        a, b, at = Decimal(alpha), Decimal(beta), Decimal(alpha_t)
+        e_r = ((a + at) * r).exp()
+        d = b + a.exp() - e_r
+        if d <= 0:
+            return Decimal(0), Decimal(0), Decimal(0), Decimal(0)
+        return d, a.exp() - r * e_r, -r * e_r, Decimal(1)
+
+
+def test_gate_equals_paper_formula_for_ordinary_alphas() -> None:
+    """The overflow-free form gives today's numbers: values to float64 rounding of the terms
+    (|diff| <= 4 eps (beta + e^alpha)), the same zero pattern, and the same gradients."""
+    torch.manual_seed(7)
+    alpha_hat = (2 * torch.randn(64, dtype=torch.float64) - 3).requires_grad_()
+    beta_hat = (2 * torch.randn(64, dtype=torch.float64) + 3).requires_grad_()
+    pre = (2 * torch.randn(32, 64, dtype=torch.float64) - 3).requires_grad_()
+    r = torch.arange(1, 11, dtype=torch.float64)[:, None]
+    leaves = [alpha_hat, beta_hat, pre]
+    alpha, beta = F.softplus(alpha_hat), torch.sigmoid(beta_hat)
+    alpha_t = torch.sigmoid(pre)[:, None, :]  # [32, 1, 64] against r [10, 1]
+    got, want = elastic_gate(alpha, beta, alpha_t, r), _paper_gate(alpha, beta, alpha_t, r)
+    assert 0.2 < (want > 0).double().mean() < 0.8  # both sides of the zero crossing
+    assert torch.equal(got > 0, want > 0)
+    eps = torch.finfo(torch.float64).eps
+    assert torch.all((got - want).abs() <= 4 * eps * (beta + alpha.exp()))
+    w = torch.rand_like(want)
+    g_got = torch.autograd.grad((got * w).sum(), leaves, retain_graph=True)
+    g_want = torch.autograd.grad((want * w).sum(), leaves)
+    for a, b in zip(g_got, g_want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("alpha_hat", [55.0, 100.0, 1000.0])
+def test_gate_exact_for_large_alpha(alpha_hat: float) -> None:
+    """Eq. 11 against 800-digit arithmetic where the printed form overflows or cancels: values,
+    the zero pattern, and the gradients in alpha, alpha_t and beta (finite everywhere)."""
+    alpha = F.softplus(torch.tensor([alpha_hat], dtype=torch.float64)).requires_grad_()
+    beta = torch.tensor([0.95], dtype=torch.float64, requires_grad=True)
+    ats = [0.0, 1e-300, 1e-50, 1e-26, 1e-5, 0.05, 0.9]
+    alpha_t = torch.tensor(ats, dtype=torch.float64)[:, None, None].requires_grad_()  # [7, 1, 1]
+    r = torch.arange(1, 7, dtype=torch.float64)[:, None]  # [6, 1]
+    d = elastic_gate(alpha, beta, alpha_t, r)[..., 0]  # [7, 6]
+    assert torch.isfinite(d).all()
+    exact = [[_exact_gate(alpha.item(), 0.95, at, k) for k in range(1, 7)] for at in ats]
+    want = torch.tensor([[float(e[0]) for e in row] for row in exact], dtype=torch.float64)
+    assert torch.equal(d > 0, want > 0)
+    assert (want[:, 0] > 0).any() and torch.all(want[:, 1:] == 0)  # depth 1 or 0 at such alpha
+    torch.testing.assert_close(d, want, rtol=0, atol=1e-12)  # q rounds to |q| eps <= 1e3 eps
+    for i in range(len(ats)):
+        for k in range(6):
+            grads = torch.autograd.grad(d[i, k], (alpha, alpha_t, beta), retain_graph=True)
+            g_alpha, g_at, g_beta = grads[0].item(), grads[1][i].item(), grads[2].item()
+            assert all(math.isfinite(g) for g in (g_alpha, g_at, g_beta)), (ats[i], k)
+            e = [float(v) for v in exact[i][k][1:]]
+            if ats[i] == 0.0:  # d = beta exactly; no gradient through the rounded-off alpha_t
+                assert (g_alpha, g_beta) == (e[0], e[2])
+                continue
+            for got, ref in zip((g_alpha, g_at, g_beta), e, strict=True):
+                assert got == pytest.approx(ref, rel=1e-9, abs=1e-300), (ats[i], k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("alpha_hat", [55.0, 100.0, 1000.0])
+@pytest.mark.parametrize("cls", [EIREHN, SREHN])
+def test_large_alpha_runs_the_depth_the_equation_gives(cls, alpha_hat, dtype) -> None:
+    """alpha_hat = 55 used to leave d > 0 at every layer (an exponent cap of 50), so every unit
+    ran R_max layers into NaN. Now: finite outputs and gradients, and per unit the depth eq. 11
+    gives, counted in 800-digit arithmetic from the float values of alpha, beta and alpha_t."""
+    torch.manual_seed(8)
+    V, D = 3, 8
+    cfg = EIREHNConfig(r_max=R_MAX) if cls is EIREHN else ElasticConfig(r_max=R_MAX)
+    m = cls(V, D, cfg).to(dtype)
+    pre = [-800.0, -120.0, -80.0, -60.0, -50.0, -3.0, 0.0, 3.0]  # alpha_t from 0 to 0.95
+    with torch.no_grad():
+        m.elastic.alpha_hat.fill_(alpha_hat)
+        m.elastic.rate.weight.zero_()  # alpha_t = sigmoid(bias): the same at every step
+        m.elastic.rate.bias.copy_(torch.tensor(pre))
+    x = torch.randn(2, 5, V, dtype=dtype)
+    rates = m.elastic.rates(x.new_zeros(1, D), x[0, :1])  # W_a weights 0: any h, x
+    alpha, beta, alpha_t = (v.reshape(-1).tolist() for v in rates)
+    gate = [
+        [_exact_gate(alpha[i], beta[i], alpha_t[i], k)[0] for k in range(1, R_MAX + 1)]
+        for i in range(D)
+    ]
+    n = [sum(d > 0 for d in row) for row in gate]
+    assert 0 < max(n) < R_MAX  # some units run a layer, none runs them all
+    out, loop = m(x), m.step_loop(x)
+    for o in (out, loop):
+        assert torch.isfinite(o.outputs).all()
+        assert o.depth.tolist() == [[n] * 5] * 2
+    (out.outputs.sum() + loop.outputs.sum()).backward()
+    for name, p in m.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.parametrize("cls, reference", [(EIREHN, reference_ei_rehn), (SREHN, reference_srehn)])
+def test_halting_on_d_when_the_content_gate_underflows(cls, reference) -> None:
+    """The one case where the project's halting (all d^r = 0) differs from Algorithm 1's
+    (||g^r||_1 = 0): g-hat = sigmoid(a) rounds to exactly 0 for every unit (here a^1 ~ -2000 at
+    step 2). Algorithm 1 stops at layer 1 (R_t = 0, h_t = h_{t-1}); the project, with d > 0,
+    runs on to R_t = R_max, where g-hat > 0 again (the input term only enters layer 1)."""
+    torch.manual_seed(9)
+    V, D = 3, 4
+    cfg = EIREHNConfig(r_max=R_MAX) if cls is EIREHN else ElasticConfig(r_max=R_MAX)
+    m = cls(V, D, cfg).double()
+    weight_x = m.weight_x if cls is EIREHN else m.cell.weight_x
+    with torch.no_grad():
+        m.elastic.rate.weight.zero_()  # alpha_t = sigmoid(-3): d^r > 0 up to r = 7 > R_max
+        weight_x[D:, 0] = -2000.0  # the content-gate rows, input feature 0
+    x = torch.randn(2, 4, V, dtype=torch.float64)
+    x[:, :, 0] = 0.0
+    x[:, 2, 0] = 1.0
+    out = m(x)
+    assert torch.all(out.depth == R_MAX)
+    algo1 = [reference(m, x[b], halt="g") for b in range(2)]
+    on_d = [reference(m, x[b], halt="d") for b in range(2)]
+    assert all(R == [R_MAX, R_MAX, 0, R_MAX] for _, R in algo1)
+    assert all(R == [R_MAX] * 4 for _, R in on_d)
+    for b in range(2):
+        torch.testing.assert_close(out.outputs[b], on_d[b][0], rtol=0, atol=1e-12)
+        h_algo1 = algo1[b][0]
+        assert torch.equal(h_algo1[2], h_algo1[1])  # Algorithm 1 skipped the step
+        assert (out.outputs[b, 2] - h_algo1[2]).abs().max() > 1e-3
 
 
 def test_alive_at_default_init_and_dead_trap() -> None:

@@ -1,5 +1,6 @@
 """HSG (METHODS.md 2.11): the cell against a literal reference (RHN fed s_{t-1}, outputs and
-gradients, the gate-mean diagnostic), a closed gate is a vanilla RHN, cost and MACs."""
+gradients, the gate-mean diagnostic), a closed gate is a vanilla RHN, the third-party TF cell
+(equal while the gate is closed, different once it opens), cost and MACs."""
 
 from __future__ import annotations
 
@@ -66,6 +67,46 @@ def test_defaults_and_closed_gate_is_rhn() -> None:
     rhn = RHN(2, 5, HighwayConfig(depth=3))
     rhn.cell.load_state_dict(closed.cell.state_dict())
     torch.testing.assert_close(closed(x).outputs, rhn(x).outputs, rtol=0, atol=0)
+
+
+def reference_asahi417_hsg(m: HSG, x: torch.Tensor) -> torch.Tensor:
+    """``CustomRNNCell.call`` of asahi417/LSTMCell @ cb49d17 (``lstm_cell/basic_rnn_cell.py``)
+    with recurrent_highway, highway_state_gate and coupling_gate on, no dropout or layer norm:
+    two states (s, y); the RHN starts from the previous RHN output y, not from s. Kernels
+    ``[in, D]`` on ``concat([x, y])`` (layer 1) or ``y``; the gate's on ``concat([s, y])``."""
+    D, L = m.hidden_size, m.cfg.depth
+    c = m.cell
+    s = y = torch.zeros(x.shape[0], D, dtype=x.dtype)
+    outs = []
+    for t in range(x.shape[1]):
+        inter_out = y
+        for r in range(L):
+            args = torch.cat([x[:, t], inter_out], 1) if r == 0 else inter_out
+            k_h, k_t = c.weight_h[r, :D], c.weight_h[r, D:]
+            if r == 0:
+                k_h, k_t = torch.cat([c.weight_x[:D], k_h], 1), torch.cat([c.weight_x[D:], k_t], 1)
+            h = torch.tanh(args @ k_h.T + c.bias[r, :D])
+            tt = torch.sigmoid(args @ k_t.T + c.bias[r, D:])
+            inter_out = (h - inter_out) * tt + inter_out
+        g = torch.sigmoid(torch.cat([s, inter_out], 1) @ m.gate.weight.T + m.gate.bias)
+        s = g * s + (1 - g) * inter_out
+        y = inter_out
+        outs.append(s)
+    return torch.stack(outs, 1)
+
+
+def test_against_the_third_party_cell() -> None:
+    """METHODS.md 4 item 7: the third-party cell feeds its RHN y_{t-1}; ours feeds s_{t-1}. With
+    the gate closed (s_t = y_t) the two are the same model; open, they part after step 1."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    closed = HSG(3, 4, HSGConfig(depth=2, gate_bias=-1e4)).double()
+    ref = reference_asahi417_hsg(closed, x)
+    torch.testing.assert_close(closed(x).outputs, ref, rtol=0, atol=1e-12)
+    opened = HSG(3, 4, HSGConfig(depth=2, gate_bias=0.0)).double()
+    ours, theirs = opened(x).outputs, reference_asahi417_hsg(opened, x)
+    torch.testing.assert_close(ours[:, 0], theirs[:, 0], rtol=0, atol=1e-12)  # s_0 = y_0 = 0
+    assert (ours[:, 1:] - theirs[:, 1:]).abs().amax((0, 2)).min() > 1e-4
 
 
 def test_params_cost_and_macs() -> None:
