@@ -1,8 +1,8 @@
 """Pieces shared by several methods, written once: the GRU step (two forms), straight-through
 binarisation, the hard sigmoid.
 
-GRU convention (METHODS.md 2.3 [DECISION]: reset-after, one bias per gate), gate order r, z, n as
-in PyTorch/cuDNN so the fused kernel computes the same function::
+GRU convention (docs/methods.md 2.3 [DECISION]: reset-after, one bias per gate), gate order r, z, n
+as in PyTorch/cuDNN so the fused kernel computes the same function::
 
     r = sigmoid(W_ir x + b_r + W_hr h)
     z = sigmoid(W_iz x + b_z + W_hz h)
@@ -17,7 +17,7 @@ Skip RNN authors' code: the reset gate scales the state before the matmul,
 ``n = tanh(W_in x + b_n + W_hn (r * h))``. Same parameters, shapes and initialisation, so one set
 of weights runs in either form. Unit i's candidate then reads ``r_j h_j`` of every unit j: a
 sparse step that updates any unit must compute the r rows of all D units, ``D(D+V)`` MACs, and
-only the z and n rows of the updated ones, ``2(D+V)`` each (METHODS.md 2.3, 2.9).
+only the z and n rows of the updated ones, ``2(D+V)`` each (docs/methods.md 2.3, 2.9).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from harness.errors import ConfigError
 from harness.method import StepCost
 
 GRU_FORMS = ("after", "before")
-"""Where the GRU's reset gate acts: ``after`` the recurrent matmul (default, METHODS.md 2.3
+"""Where the GRU's reset gate acts: ``after`` the recurrent matmul (default, docs/methods.md 2.3
 [DECISION]) or ``before`` it (S-SA eq. 3, the SA-RNN and Skip RNN authors' code)."""
 
 
@@ -47,7 +47,7 @@ def check_gru_form(form: str, owner: str = "GRUWeights") -> str:
 
 class GRUWeights(nn.Module):
     """Parameters of one GRU cell: ``weight_ih [3D, V]``, ``weight_hh [3D, D]``, ``bias [3D]``
-    (3D(D+V+1) parameters, METHODS.md 2.3), run in the reset-after or the reset-before form.
+    (3D(D+V+1) parameters, docs/methods.md 2.3), run in the reset-after or the reset-before form.
 
     Args:
         input_size: V.
@@ -145,7 +145,7 @@ def gru_exact_cost(input_size: int, hidden_size: int, form: str, always: int = 0
     a decision network run at every step). Reset-after: ``3(D+V)`` per updated unit, the
     paper-effective count itself. Reset-before: the r rows of all units once any unit updates,
     ``1[k_t > 0] D(D+V)``, and the z and n rows of the updated ones, ``2 k_t (D+V)``
-    (METHODS.md 2.3, 2.9). Both give ``3D(D+V)`` when every unit updates."""
+    (docs/methods.md 2.3, 2.9). Both give ``3D(D+V)`` when every unit updates."""
     D, row = hidden_size, hidden_size + input_size
     if check_gru_form(form) == "after":
         return StepCost(D, always=always, per_unit=3 * row)
@@ -197,7 +197,7 @@ def masked_update(u: Tensor, new: Tensor, old: Tensor) -> Tensor:
 
 
 class LSTMWeights(nn.Module):
-    """Parameters of one LSTM cell without peepholes (METHODS.md 2.2): ``weight_ih [4D, V]``,
+    """Parameters of one LSTM cell without peepholes (docs/methods.md 2.2): ``weight_ih [4D, V]``,
     ``weight_hh [4D, D]``, one ``bias [4D]`` (4D(D+V+1) parameters), gate order i, f, g, o as in
     PyTorch. Weights ~ U(+-1/sqrt(D)); forget-gate bias initialised to ``forget_bias``.
     """
@@ -214,7 +214,7 @@ class LSTMWeights(nn.Module):
         with torch.no_grad():
             for p in (self.weight_ih, self.weight_hh, self.bias):
                 p.uniform_(-b, b)
-            self.bias[D : 2 * D] = forget_bias  # [DECISION] METHODS.md 2.2: forget bias 1
+            self.bias[D : 2 * D] = forget_bias  # [DECISION] docs/methods.md 2.2: forget bias 1
 
     def input_proj(self, x: Tensor) -> Tensor:
         """``W_i x + b`` for every step: ``[B, T, V] -> [B, T, 4D]``."""

@@ -1,18 +1,18 @@
 """Pieces shared by the highway family (RHN, HSG, SRHN, SREHN, EI-REHN), written once.
 
-- ``CoupledHighway``: the RHN layer stack with a coupled carry gate (METHODS.md 2.10), per-layer or
-  shared (SRHN, 2.12) weights; the input enters only at layer 1. With an elastic gate ``d`` it runs
-  the SREHN update ``g^r = d^r * tau^r`` (2.13).
+- ``CoupledHighway``: the RHN layer stack with a coupled carry gate (docs/methods.md 2.10),
+  per-layer or shared (SRHN, 2.12) weights; the input enters only at layer 1. With an elastic gate
+  ``d`` it runs the SREHN update ``g^r = d^r * tau^r`` (2.13).
 - ``ElasticGate``: S-EI's local rate ``alpha_t`` (eq. 14) and elastic gate ``d^r`` (eqs. 11-13) for
   every layer at once, plus the depth trace: ``n_{t,i} = #{r : d^r_{t,i} > 0}``, mask
-  ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (METHODS.md 1.1, 2.14(e, h)). ``elastic_gate``
+  ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (docs/methods.md 1.1, 2.14(e, h)). ``elastic_gate``
   evaluates eq. 11 without overflow, exact to float rounding for any alpha.
 - ``run_sequence``: the step loop over a precomputed sequence, stacked like ``Method.step_loop``.
-- The initialisation constants ([DECISION]s of METHODS.md 2.10, 2.11, 2.14(g)).
+- The initialisation constants ([DECISION]s of docs/methods.md 2.10, 2.11, 2.14(g)).
 
 Every ``r``-loop here runs a fixed number of layers unless told otherwise; a rectified gate of 0
 turns a layer into an exact copy (``0 * s + 1 * h == h``), so running more layers than ``R_t``
-changes nothing (METHODS.md 2.14(e)).
+changes nothing (docs/methods.md 2.14(e)).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from torch import Tensor, nn
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 
-TRANSFORM_BIAS = -2.0  # RHN transform-gate bias, rhn_train.py PTB value (METHODS.md 2.10)
-HSG_GATE_BIAS = -2.0  # [DECISION] METHODS.md 2.11: the seed's value was lost; closed at start
-ALPHA_HAT_INIT = -3.0  # [DECISION] METHODS.md 2.14(g): alpha = softplus(-3) = 0.049
+TRANSFORM_BIAS = -2.0  # RHN transform-gate bias, rhn_train.py PTB value (docs/methods.md 2.10)
+HSG_GATE_BIAS = -2.0  # [DECISION] docs/methods.md 2.11: the seed's value was lost; closed at start
+ALPHA_HAT_INIT = -3.0  # [DECISION] docs/methods.md 2.14(g): alpha = softplus(-3) = 0.049
 BETA_HAT_INIT = 3.0  # beta = sigmoid(3) = 0.953
 RATE_BIAS_INIT = -3.0  # bias of W_a: alpha_t ~ sigmoid(-3) = 0.047 -> d^1 ~ 0.90, depth ~ 7
 
@@ -100,7 +100,7 @@ def highway_mix(g: Tensor, s: Tensor, h: Tensor) -> Tensor:
 class CoupledHighway(nn.Module):
     """RHN layer stack with coupled carry: ``weight_x [2D, V]`` (s and tau input weights, layer 1
     only), ``weight_h [L', 2D, D]`` and ``bias [L', 2D]`` with L' = depth, or 1 when ``shared``.
-    Parameters: ``2DV + 2L'D^2 + 2L'D`` (METHODS.md 2.10, 2.12).
+    Parameters: ``2DV + 2L'D^2 + 2L'D`` (docs/methods.md 2.10, 2.12).
 
     Args:
         input_size: V.
@@ -154,7 +154,7 @@ class CoupledHighway(nn.Module):
         """Run the stack from ``h [B, D]`` with the projected input ``xp [B, 2D]``.
 
         Without ``d``: ``depth`` RHN layers, ``g = tau``. With an elastic gate ``d [B, R, D]``:
-        R layers with ``g^r = d^r * tau^r`` (SREHN, METHODS.md 2.13).
+        R layers with ``g^r = d^r * tau^r`` (SREHN, docs/methods.md 2.13).
         """
         layers = self.depth if d is None else d.shape[1]
         for r in range(layers):
@@ -177,7 +177,7 @@ class ElasticTrace:
 
 class ElasticGate(nn.Module):
     """S-EI's elastic gate: ``W_a`` on ``[h; x; 1]`` (D(D+V+1)) and the learned ``alpha_hat``,
-    ``beta_hat`` (2D), initialised per METHODS.md 2.14(g) so that the network starts alive.
+    ``beta_hat`` (2D), initialised per docs/methods.md 2.14(g) so that the network starts alive.
 
     Args:
         input_size: V.
@@ -244,13 +244,13 @@ def elastic_gate(alpha: Tensor, beta: Tensor, alpha_t: Tensor, r: Tensor) -> Ten
 
 def active_limit(alpha: Tensor, beta: Tensor, alpha_t: Tensor) -> Tensor:
     """``L_{t,i} = ln(beta + e^alpha) / (alpha + alpha_t)``: unit i is active at layer r iff
-    ``r < L_{t,i}`` (METHODS.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``. The log is
-    taken as ``logaddexp``, finite for any alpha."""
+    ``r < L_{t,i}`` (docs/methods.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``. The log
+    is taken as ``logaddexp``, finite for any alpha."""
     return torch.logaddexp(alpha, beta.log()) / (alpha + alpha_t)
 
 
 def elastic_penalty(out: SeqOut, lam_d: float, key: str = "elastic_d1_mean") -> Tensor | None:
-    """``lam_d * sum_{t,i} d^1_{t,i}`` averaged over the batch ([DECISION] METHODS.md 2.14(k)),
+    """``lam_d * sum_{t,i} d^1_{t,i}`` averaged over the batch ([DECISION] docs/methods.md 2.14(k)),
     from the per-sequence mean of d^1 the elastic methods put in ``extras[key]``; None when off."""
     if lam_d <= 0:
         return None
@@ -324,7 +324,7 @@ class ElasticHighway(Method):
     """Base of SREHN and EI-REHN. Subclasses implement ``_advance(x_t, h, adaptive)``: with
     ``adaptive`` it runs max over the batch of R_t layers (Algorithm 1, halting checked before each
     layer); without, the fixed ``r_max`` layers, which give the same h_t because the rectified
-    gate makes every later layer a copy (METHODS.md 2.14(e)) and keep the traced graph static.
+    gate makes every later layer a copy (docs/methods.md 2.14(e)) and keep the traced graph static.
 
     R_t counts the layers with some ``d^r_i > 0``; Algorithm 1 stops at ``||g^r||_1 = 0`` with
     ``g^r = d^r * g-hat^r``. The two agree because ``g-hat = sigmoid(.) > 0``, unless float
@@ -352,4 +352,4 @@ class ElasticHighway(Method):
         return out
 
     def aux_loss(self, out: SeqOut) -> Tensor | None:
-        return elastic_penalty(out, self.cfg.lam_d)  # METHODS.md 2.14(k), off when lam_d = 0
+        return elastic_penalty(out, self.cfg.lam_d)  # docs/methods.md 2.14(k), off when lam_d = 0

@@ -2,7 +2,7 @@
 
 Paper: Koutník, Greff, Gomez, Schmidhuber, "A Clockwork RNN", ICML 2014,
 https://arxiv.org/abs/1402.3511; a baseline of S-SA (Hartvigsen et al., CIKM 2020). Spec:
-METHODS.md 2.5. The D units form g modules of k = D / g units, module j (1-based, sorted by
+docs/methods.md 2.5. The D units form g modules of k = D / g units, module j (1-based, sorted by
 period) with period ``T_j = base^(j-1)``::
 
     module j active at step t  iff  (t + phase) mod T_j == 0
@@ -17,8 +17,8 @@ weight decay. The harness's parameter count (``numel``) therefore INCLUDES those
 frozen zeros; ``free_parameter_count()`` gives the paper's count, D V + k^2 g(g+1)/2 + D.
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.5: 10 modules x 5 units, periods 3^(j-1), t counted from 0 (every module
-  fires at t = 0) by default, as pranv/clockwork_rnn has done since its commit 2eed584 "start
+- [DECISION] docs/methods.md 2.5: 10 modules x 5 units, periods 3^(j-1), t counted from 0 (every
+  module fires at t = 0) by default, as pranv/clockwork_rnn has done since its commit 2eed584 "start
   clocks from 0" (2015-12-04; ``t % T`` in ``layers/crnn.py`` at f4319d1; before that commit it
   used ``(t+1) % T``, which ``phase = 1`` gives). ``num_modules``, ``base`` and ``phase`` are
   config. [INFERRED] layout that reproduces S-SA's Skip % (81.2 / 80.7 / 82.4 for T = 17 / 15 /
@@ -30,9 +30,9 @@ Differences from the paper:
 - Initialisation U(+-1/sqrt(D)) (PyTorch RNNCell default, as ToruOwO/clockwork-rnn-pytorch); the
   initial state is zero (pranv learns h_0); the read-out is the harness's generic one.
 - The forward is a masked dense implementation; paper-effective MACs charge k |A_t| (D+V)
-  (METHODS.md 1.4); ``exact_step_macs`` gives the structural count sum_{j in A_t} k (V + k (g-j+1)).
-  ``fast_forward`` (inference) computes only the active rows: the active modules are the fastest
-  ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
+  (docs/methods.md 1.4); ``exact_step_macs`` gives the structural count sum_{j in A_t} k (V + k
+  (g-j+1)). ``fast_forward`` (inference) computes only the active rows: the active modules are the
+  fastest ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
   rows (the paper-effective count), not only the nonzero upper-triangular blocks.
 """
 

@@ -1,7 +1,7 @@
 """EI-REHN: Early Improving Recurrent Elastic Highway Network (depth-adaptive highway RNN).
 
 Paper: Park & Yoo, "Early Improving Recurrent Elastic Highway Network",
-https://arxiv.org/abs/1708.04116 (S-EI), eqs. 9-22 and Algorithm 1; METHODS.md 2.14. Per step,
+https://arxiv.org/abs/1708.04116 (S-EI), eqs. 9-22 and Algorithm 1; docs/methods.md 2.14. Per step,
 from ``h^0 = h_{t-1}`` and learned ``s^0, g^0, z^0``, for r = 1..R_t::
 
     alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1])                                     eq. 14
@@ -19,22 +19,22 @@ in {s, g}. ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``, ``L_ti = ln(beta_i + e^a
 alpha_ti)``: the layers where some ``d^r_i > 0``, which is Algorithm 1's "while ||g^r||_1 > 0 and
 r <= R_max" as long as g-hat > 0 (see below). Eq. 11 is evaluated in a form that cannot overflow
 (``baselines._highway.elastic_gate``), exact to float rounding for any alpha.
-Parameters (METHODS.md 2.14(f)):
+Parameters (docs/methods.md 2.14(f)):
 ``D(D+V+1) + 2D + 2[D^2 + DV + D + 2D D_z + D] + [2D D_z + D_z^2 + D_z] + [2D + D_z]``.
 With a linear read-out this gives S-EI Table 1's three counts (807 / 1732 / 2862) exactly; Table
 2's HAR counts (8102 / 12126 / 16950) only with a further +10 D that this structure does not
-explain or include (every HAR model of Table 2 carries it; PAPER_RESULTS.md 2.6).
+explain or include (every HAR model of Table 2 carries it; docs/methods.md P2.6).
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.14(f): s^0, g^0, z^0 (undefined in the paper) are learned vectors;
+- [DECISION] docs/methods.md 2.14(f): s^0, g^0, z^0 (undefined in the paper) are learned vectors;
   D_z = ceil(D/2) ([INFERRED] from Tables 1-2; ``dz`` knob, 0 = ceil(D/2)).
-- [DECISION] METHODS.md 4 item 6: W^r accumulated additively (eq. 17) with eq. 22's gated mix
+- [DECISION] docs/methods.md 4 item 6: W^r accumulated additively (eq. 17) with eq. 22's gated mix
   applied at use. Computed as ``gbar * (W^0 h) + (gbar * sum_{k<r} w^k + (1 - gbar) * w^r) * h``:
   one D x D product and one diagonal (elementwise) product per branch and layer.
-- [DECISION] METHODS.md 2.14(e): halting checked before computing layer r (Algorithm 1 as printed
-  computes one discarded layer more); identical outputs. ``step`` runs ``max_b R_t`` layers of the
-  batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified gate (layers
-  past R_t are exact copies of h), so the traced dense graph is input-independent.
+- [DECISION] docs/methods.md 2.14(e): halting checked before computing layer r (Algorithm 1 as
+  printed computes one discarded layer more); identical outputs. ``step`` runs ``max_b R_t`` layers
+  of the batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified gate
+  (layers past R_t are exact copies of h), so the traced dense graph is input-independent.
 - Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
   ``d^r_i = 0``. Equal in exact arithmetic (g-hat = sigmoid > 0); they differ only where floats
   round g-hat (torch's sigmoid is exactly 0 below about -88.7 in float32, -709.8 in float64) or
@@ -43,14 +43,14 @@ Differences from the paper:
   is known before any layer runs (mask, depth and cost trace, fixed-depth dense graph), and
   because it is what the equations give in exact arithmetic. Shown by
   tests/test_ei_rehn.py::test_halting_on_d_when_the_content_gate_underflows.
-- [DECISION] METHODS.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (zeros leave the
+- [DECISION] docs/methods.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (zeros leave the
   network dead: d^1 = -0.80 < 0 for every unit). Other weights U(+-1/sqrt(D)) (``init_bound``),
   b_s, bbar 0, b_g = ``gate_bias`` (0); the learned initial vectors start at 0.
-- R_max = 10 by default (``r_max``; METHODS.md 2.14(j): 10 synthetic, 5 HAR, 2-5 PTB).
-- [DECISION] METHODS.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
-- Mask ``u = 1[d^1 > 0]``, depth ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (METHODS.md 2.14(h)).
-  MACs are layer-level (2.14(i)); a per-unit count is not realisable, since the hypernetwork
-  reads all of s^r and g^r.
+- R_max = 10 by default (``r_max``; docs/methods.md 2.14(j): 10 synthetic, 5 HAR, 2-5 PTB).
+- [DECISION] docs/methods.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
+- Mask ``u = 1[d^1 > 0]``, depth ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (docs/methods.md
+  2.14(h)). MACs are layer-level (2.14(i)); a per-unit count is not realisable, since the
+  hypernetwork reads all of s^r and g^r.
 """
 
 from __future__ import annotations

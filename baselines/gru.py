@@ -5,7 +5,7 @@ https://arxiv.org/abs/1406.1078; equations as restated in S-SA (Hartvigsen et al
 https://doi.org/10.1145/3340531.3412058) eqs. 1-4.
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.3: the reset gate is applied after the recurrent matmul
+- [DECISION] docs/methods.md 2.3: the reset gate is applied after the recurrent matmul
   (``r * (W_hn h)``, PyTorch/cuDNN form), so per-unit skipping in the GRU-based methods is exactly
   realisable; one bias per gate (3D(D+V+1) parameters).
 - The update gate follows PyTorch's sign (``h' = (1 - z) n + z h``); S-SA writes ``z`` for our
@@ -34,7 +34,7 @@ class GRUConfig:
     """Knobs of the dense GRU.
 
     Attributes:
-        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+        gru_form: ``after`` (reset after the recurrent matmul, docs/methods.md 2.3 [DECISION]) or
             ``before`` (S-SA eq. 3 and the SA-RNN / Skip RNN authors' code).
     """
 

@@ -1,9 +1,9 @@
 """HSG: Highway State Gating on top of a coupled RHN.
 
 Paper: Shoham & Permuter, "Highway State Gating for Recurrent Highway Networks: improving
-information flow through time", https://arxiv.org/abs/1805.09238 (S-HSG); METHODS.md 2.11. The RHN
-(Zilly et al. 2017, https://arxiv.org/abs/1607.03474; see ``baselines/rhn.py``) runs from the HSG
-state, and a sigmoid gate mixes its output with that state::
+information flow through time", https://arxiv.org/abs/1805.09238 (S-HSG); docs/methods.md 2.11. The
+RHN (Zilly et al. 2017, https://arxiv.org/abs/1607.03474; see ``baselines/rhn.py``) runs from the
+HSG state, and a sigmoid gate mixes its output with that state::
 
     y_t = RHN_L(s_{t-1}, x_t)
     g_t = sigmoid(W_R s_{t-1} + W_Y y_t + b_g)
@@ -12,20 +12,20 @@ state, and a sigmoid gate mixes its output with that state::
 Parameters: RHN + ``2D^2 + D``; MACs per step: RHN + ``2D^2``.
 
 Differences from the paper:
-- S-HSG's inline math was lost in extraction; the equations above are METHODS.md 2.11's
+- S-HSG's inline math was lost in extraction; the equations above are docs/methods.md 2.11's
   reconstruction from the prose (closed gate = vanilla RHN, open gate = state passed through).
-- [DECISION] METHODS.md 2.11: gate bias b_g = RHN transform bias = -2.0 (the seed's number was
+- [DECISION] docs/methods.md 2.11: gate bias b_g = RHN transform bias = -2.0 (the seed's number was
   lost; "negative, so the gates start closed"). Knobs ``gate_bias``, ``transform_bias``. The
   third-party ``asahi417/LSTMCell`` @ cb49d17 (``lstm_cell/basic_rnn_cell.py``) also starts the
   HSG gate bias at its ``forget_bias``, the RHN transform bias: -2.0 by default, -2.5 in its
-  ``hyperparameters/hsg.toml`` (METHODS.md 2.11's "leaves the HSG gate bias at 0" does not hold
+  ``hyperparameters/hsg.toml`` (docs/methods.md 2.11's "leaves the HSG gate bias at 0" does not hold
   at that commit).
-- [DECISION] METHODS.md 4 item 7: the RHN is fed s_{t-1} (the seed), not the previous RHN output
-  y_{t-1} as in that third-party code (same cell, same numbers while the gate is closed).
-- Coupled-carry RHN (METHODS.md 2.10 [INFERRED]); weights U(+-1/sqrt(D)) (``init_bound``).
+- [DECISION] docs/methods.md 4 item 7: the RHN is fed s_{t-1} (the seed), not the previous RHN
+  output y_{t-1} as in that third-party code (same cell, same numbers while the gate is closed).
+- Coupled-carry RHN (docs/methods.md 2.10 [INFERRED]); weights U(+-1/sqrt(D)) (``init_bound``).
 - Mask u = 1 and depth n = L for every unit: g is a soft gate inside a full update
-  (METHODS.md 1.1). Its per-sequence mean is logged as ``extras["hsg_gate_mean"]`` (S-HSG Fig. 8
-  shows the histogram of g).
+  (docs/methods.md 1.1). Its per-sequence mean is logged as ``extras["hsg_gate_mean"]`` (S-HSG Fig.
+  8 shows the histogram of g).
 """
 
 from __future__ import annotations

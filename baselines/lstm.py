@@ -5,8 +5,8 @@ https://doi.org/10.1162/neco.1997.9.8.1735; equations as in S-EI (Park & Yoo,
 https://arxiv.org/abs/1708.04116) eqs. 3-5.
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.2: forget-gate bias initialised to 1 (TF BasicLSTMCell's default, which
-  S-EI used); no peepholes ([INFERRED] from S-EI's parameter counts, 4D(D+V+1) per layer).
+- [DECISION] docs/methods.md 2.2: forget-gate bias initialised to 1 (TF BasicLSTMCell's default,
+  which S-EI used); no peepholes ([INFERRED] from S-EI's parameter counts, 4D(D+V+1) per layer).
 - Weights U(+-1/sqrt(D)) (PyTorch's nn.LSTM default); S-EI used TensorFlow defaults.
 """
 

@@ -2,8 +2,8 @@
 
 Paper: Neil, Pfeiffer, Liu, "Phased LSTM: Accelerating Recurrent Network Training for Long or
 Event-based Sequences", NeurIPS 2016, https://arxiv.org/abs/1610.09513; a baseline of S-SA
-(Hartvigsen et al., CIKM 2020). Spec: METHODS.md 2.6. Unit i has a period P_i, a shift s_i and an
-open ratio r_on,i (all trainable); with timestamp tau_t::
+(Hartvigsen et al., CIKM 2020). Spec: docs/methods.md 2.6. Unit i has a period P_i, a shift s_i and
+an open ratio r_on,i (all trainable); with timestamp tau_t::
 
     phi_{t,i} = ((tau_t - s_i) mod P_i) / P_i                                      eq. 6
     k_{t,i} = 2 phi / r_on  if phi < r_on / 2;  2 - 2 phi / r_on  if phi < r_on;  alpha phi  else
@@ -12,20 +12,21 @@ open ratio r_on,i (all trainable); with timestamp tau_t::
     c_t = k_t * c~_t + (1 - k_t) * c_{t-1}                                         eq. 9
     h_t = k_t * h~_t + (1 - k_t) * h_{t-1}                                         eq. 11
 
-Update mask u = 1[k > 0] (the ceiling rule, METHODS.md 1.1). In eval the leak alpha is 0, so units
-outside their open phase are exact copies; in training the leak makes u = 1 almost everywhere.
+Update mask u = 1[k > 0] (the ceiling rule, docs/methods.md 1.1). In eval the leak alpha is 0, so
+units outside their open phase are exact copies; in training the leak makes u = 1 almost everywhere.
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.6: tau_t = t, the integer step index (S-SA gives no timestamps). The clock
-  is part of the state ``(h, c, clock [B])``, so a state carried across windows keeps counting.
-- [DECISION] METHODS.md 2.6: r_on = 0.3 at initialisation (S-SA's 69-70% Skip implies it; the
+- [DECISION] docs/methods.md 2.6: tau_t = t, the integer step index (S-SA gives no timestamps). The
+  clock is part of the state ``(h, c, clock [B])``, so a state carried across windows keeps
+  counting.
+- [DECISION] docs/methods.md 2.6: r_on = 0.3 at initialisation (S-SA's 69-70% Skip implies it; the
   paper's tasks used 0.05), P = exp(U(ln 2, ln 20)), s ~ U(0, P), all three trainable; leak
   alpha = 1e-3 in training and 0 in eval (as the Theano original's deterministic mode).
-- [DECISION] METHODS.md 2.2: the LSTM cell has no peepholes and a forget-gate bias of 1
+- [DECISION] docs/methods.md 2.2: the LSTM cell has no peepholes and a forget-gate bias of 1
   (``baselines._cells.LSTMWeights``, U(+-1/sqrt(D)) weights); the paper's code has peepholes.
-- METHODS.md 2.6 pitfall: periods below 2 steps alias with integer timestamps, so the forward uses
-  P clamped to >= ``min_period`` (2) and r_on clamped to [1e-3, 1]; the stored parameters are not
-  changed (a clamped value gets no gradient through the clamp).
+- docs/methods.md 2.6 pitfall: periods below 2 steps alias with integer timestamps, so the forward
+  uses P clamped to >= ``min_period`` (2) and r_on clamped to [1e-3, 1]; the stored parameters are
+  not changed (a clamped value gets no gradient through the clamp).
 - The shift enters as ``tau - s`` as in the paper and TF contrib (the Theano / PyTorch code use
   ``tau + s``; equivalent since s is learned). phi is computed in float64, so long clocks keep
   their phase.

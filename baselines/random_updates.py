@@ -3,17 +3,17 @@
 Paper: the "Random Updates" baseline of S-SA, Hartvigsen et al., "Learning to Selectively Update
 State Neurons in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058
 (per-unit, per-step Bernoulli updates, "similar to Zoneout but kept at test time"; Zoneout:
-Krueger et al. 2017, https://arxiv.org/abs/1606.01305). Spec: METHODS.md 2.4::
+Krueger et al. 2017, https://arxiv.org/abs/1606.01305). Spec: docs/methods.md 2.4::
 
     h~_t = GRU(h_{t-1}, x_t)                        S-SA eqs. 1-4
     u_{t,i} ~ Bernoulli(1 - p_skip), i.i.d. over units, steps and sequences
     h_t = u_t * h~_t + (1 - u_t) * h_{t-1}
 
 Differences from the paper:
-- [DECISION] METHODS.md 1.3 / 2.3: the shared reset-after GRU cell
+- [DECISION] docs/methods.md 1.3 / 2.3: the shared reset-after GRU cell
   (``baselines._cells.GRUWeights``), so per-unit skipping is exactly realisable and the effective
   MACs 3 k_t (D+V) are exact.
-- [DECISION] METHODS.md 2.4: the test-time RNG is fixed. In eval mode the mask comes from a
+- [DECISION] docs/methods.md 2.4: the test-time RNG is fixed. In eval mode the mask comes from a
   generator seeded with ``eval_seed`` and re-seeded at step 0 of every forward (or step loop), so
   evaluating the same batch twice gives the same masks and outputs. The draws are made per batch,
   so a sequence's eval mask depends on its position in the eval batch (fixed for a fixed batch
@@ -21,12 +21,12 @@ Differences from the paper:
 - S-SA does not state p_skip per run everywhere; the default 0.76 is its Seizures / Twitter value
   (0.89 Yahoo; 0.25 / 0.5 / 0.9 adding task): set it with ``--set p_skip=...``.
 - The unsampled candidate is still computed by the dense forward (a masked dense implementation);
-  the effective MACs charge only the sampled rows (METHODS.md 1.2).
+  the effective MACs charge only the sampled rows (docs/methods.md 1.2).
 - ``gru_form="before"`` runs the reset-before GRU of S-SA eq. 3 on the same parameters. The
   effective (paper) MACs stay ``3 k_t (D+V)``; the exact-realizable count differs: a skipping
   unit needs no row of its own, but every updated unit's candidate reads ``r_j h_j`` of all
   units j, so the r rows of all D units are computed whenever any unit updates:
-  ``1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (``exact_step_macs``; METHODS.md 2.3).
+  ``1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (``exact_step_macs``; docs/methods.md 2.3).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class RandomUpdatesConfig:
         p_skip: probability that a unit keeps its previous value at a step (S-SA: 0.76 Seizures
             and Twitter, 0.89 Yahoo, 0.25 / 0.5 / 0.9 adding). Must be in [0, 1).
         eval_seed: seed of the eval-mode mask generator, re-seeded at the start of every forward.
-        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+        gru_form: ``after`` (reset after the recurrent matmul, docs/methods.md 2.3 [DECISION]) or
             ``before`` (S-SA eq. 3).
     """
 

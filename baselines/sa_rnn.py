@@ -14,12 +14,13 @@ with the hard sigmoid ``hsig_a(v) = clip((a v + 1) / 2, 0, 1)`` of the code (the
 means ``u = 1[v > 0]`` for any slope a; the slope only sets where the gradient flows).
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by all
-  GRU-based methods; S-SA eq. 3, like the code, resets before the matmul (``gru_form="before"``).
+- [DECISION] docs/methods.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by
+  all GRU-based methods; S-SA eq. 3, like the code, resets before the matmul
+  (``gru_form="before"``).
 - The update gate has the code's (and PyTorch's) sign, ``h~ = (1 - z) n + z h``; S-SA eq. 4
   writes ``z`` for this ``1 - z``. An equivalent reparametrisation, and no difference from the
   code.
-- [DECISION] METHODS.md 2.9 / 4.5: the budget follows the code, binary decisions (STE) summed
+- [DECISION] docs/methods.md 2.9 / 4.5: the budget follows the code, binary decisions (STE) summed
   over time and **averaged over the D units**, ``lam * (1/D) * sum_t sum_i u_{t,i}``; the paper's
   eq. 9 sums the soft ``u~`` over units, so its lambda is a factor D larger for the same penalty.
   Lambda values are not transferable between the two normalisations. ``lam`` defaults to the
@@ -31,7 +32,7 @@ Differences from the authors' code (Thartvigsen/SA-RNN @ f2dcb13, ``model.py``);
 ``gru_form="before"`` and the same weights, outputs, masks, budget and gradients equal a
 transcription of it to float64 rounding (``tests/test_sa_rnn.py``):
 - ``GRUCell`` resets before the matmul; the default here resets after it (above).
-- [DECISION] METHODS.md 2.9: the recurrent coordinator weight is a vector ``w_u`` (W_u =
+- [DECISION] docs/methods.md 2.9: the recurrent coordinator weight is a vector ``w_u`` (W_u =
   diag(w_u)); the code keeps a dense block ``fc1`` on ``[h; x]`` whose off-diagonal entries stay
   zero only when ``modifyGradients`` is called after every backward pass (its example script
   never calls it). ``w_u``'s gradient is the diagonal of ``fc1``'s after ``modifyGradients``.
@@ -52,7 +53,7 @@ transcription of it to float64 rounding (``tests/test_sa_rnn.py``):
 - The code computes every unit and masks (no saving in time); so does ``forward`` here, while
   ``fast_forward`` (inference) computes only what the updated units need.
 
-Cost (MACs per step, METHODS.md 2.9): coordinator ``D + D V`` at every step (``w_u * h`` is an
+Cost (MACs per step, docs/methods.md 2.9): coordinator ``D + D V`` at every step (``w_u * h`` is an
 elementwise product that fvcore does not count, ``fvcore_uncounted``) plus the paper-effective
 ``3(D+V)`` per updated unit, in either GRU form (``cost``). What a sparse step realises
 (``exact_step_macs``): with the reset-after GRU the same, each unit's gates read only its own
@@ -97,7 +98,7 @@ class SARNNConfig:
     Attributes:
         lam: weight of the budget ``lam * (1/D) * sum_t sum_i u_{t,i}`` (mean over the batch).
         anneal: anneal the hard-sigmoid slope ``a = min(5, 1 + 0.04 epoch)``; else ``a = 0.1``.
-        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+        gru_form: ``after`` (reset after the recurrent matmul, docs/methods.md 2.3 [DECISION]) or
             ``before`` (S-SA eq. 3 and the authors' ``GRUCell``).
     """
 

@@ -46,8 +46,8 @@ state with ``u_0 = 0``, which adds exactly nothing. The update mask is ``u_{t,i}
 unit i, so Skip % = 1 - mean_t u_t.
 
 Differences from the authors' code:
-- [DECISION] METHODS.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by all
-  GRU-based methods; the authors' TF cell resets before the matmul (``gru_form="before"``, the
+- [DECISION] docs/methods.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by
+  all GRU-based methods; the authors' TF cell resets before the matmul (``gru_form="before"``, the
   same computation as the code, tested). Gate biases r, z initialised to 1.0 and the candidate
   bias to 0 as in the code.
 - Initialisation: GRU weights and ``w_p`` ~ U(+-1/sqrt(D)), the project's one GRU initialisation.
@@ -57,21 +57,21 @@ Differences from the authors' code:
   would move every number for no fidelity gain in what is computed). As in the code: ``b_p = 1.0``
   (``update_bias``: all steps used early in training), ``P_0 = 1, C_0 = 0`` (the first step always
   updates), a learned initial state ``h_0 ~ N(0, 1)``.
-- ``lam`` defaults to 1e-7, S-SA's adding-task value ([DECISION] METHODS.md 2.8 reads S-SA's lambda
-  search as {0} and 1e-10 ... 1e-1); the code's ``cost_per_sample`` defaults to 0. The budget
+- ``lam`` defaults to 1e-7, S-SA's adding-task value ([DECISION] docs/methods.md 2.8 reads S-SA's
+  lambda search as {0} and 1e-10 ... 1e-1); the code's ``cost_per_sample`` defaults to 0. The budget
   itself is the code's ``compute_budget_loss``: ``lam * sum_t u_t`` on the binary gate (STE
   gradient), per sequence, mean over the batch (value and gradients tested).
 - Stacking (``num_layers > 1``) gives independent Skip-GRU layers, each with its own gate; the
-  code's MultiSkipGRUCell shares one gate computed from the top layer (METHODS.md 2.8 pitfalls).
-  One layer is the same.
+  code's MultiSkipGRUCell shares one gate computed from the top layer (docs/methods.md 2.8
+  pitfalls). One layer is the same.
 - Not differences: rounding sends 0.5 to 0 (half to even), like TF's round; at a tie of the min the
   gradient goes to ``P`` alone, like TF's Minimum gradient (torch.minimum would split it).
 - Cost: a step that updates updates all D units, so its cost is the full GRU, ``3D(D+V)`` MACs,
   in both GRU forms (per unit ``3(D+V)``; the reset-before form's cross-unit dependence of the
   candidate on every ``r_j`` costs nothing extra when all units update), plus the ``D``-MAC
-  projection ``w_p . h~_t``; nothing is computed in a skipped step (METHODS.md 1.4). The code
+  projection ``w_p . h~_t``; nothing is computed in a skipped step (docs/methods.md 1.4). The code
   computes everything at every step (dense TF graph). S-SA's FLOPs are 2x MACs, the Skip RNN
-  paper's are 1x (METHODS.md 1.2).
+  paper's are 1x (docs/methods.md 1.2).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class SkipRNNConfig:
     Attributes:
         lam: weight of the budget ``lam * sum_t u_t`` (per sequence, mean over the batch).
         update_bias: initial ``b_p`` of the update-probability projection.
-        gru_form: ``"after"`` (reset-after GRU, METHODS.md 2.3 [DECISION]) or ``"before"`` (the
+        gru_form: ``"after"`` (reset-after GRU, docs/methods.md 2.3 [DECISION]) or ``"before"`` (the
             authors' TF cell); same parameters and cost.
     """
 

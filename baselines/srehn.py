@@ -1,8 +1,8 @@
 """SREHN: shared-weight RHN with S-EI's elastic gate, the second ablation step of S-EI 4.1.
 
 Paper: Park & Yoo, "Early Improving Recurrent Elastic Highway Network",
-https://arxiv.org/abs/1708.04116, section 4.1 and eqs. 9-14; METHODS.md 2.13, 2.14(a, b, e). The
-SRHN layer (``baselines/srhn.py``) with the highway update replaced by the elastic one::
+https://arxiv.org/abs/1708.04116, section 4.1 and eqs. 9-14; docs/methods.md 2.13, 2.14(a, b, e).
+The SRHN layer (``baselines/srhn.py``) with the highway update replaced by the elastic one::
 
     alpha_t = sigmoid(W_a [h_{t-1}; x_t; 1])                         eq. 14
     alpha = softplus(alpha_hat),  beta = sigmoid(beta_hat)            eqs. 13, 12
@@ -16,8 +16,8 @@ overflow (``baselines._highway.elastic_gate``), exact to float rounding for any 
 Parameters: SRHN + ``D(D+V+1) + 2D``.
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.14(e): halting checked before computing layer r (Algorithm 1 as printed
-  computes one discarded layer more); the outputs are identical. ``step`` runs ``max_b R_t``
+- [DECISION] docs/methods.md 2.14(e): halting checked before computing layer r (Algorithm 1 as
+  printed computes one discarded layer more); the outputs are identical. ``step`` runs ``max_b R_t``
   layers of the batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified
   gate (layers past R_t are exact copies), so the traced dense graph is input-independent.
 - Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
@@ -28,14 +28,14 @@ Differences from the paper:
   again). Kept so that R_t is known before any layer runs (mask, depth and cost trace,
   fixed-depth dense graph), and because it is what the equations give in exact arithmetic. Shown
   by tests/test_ei_rehn.py::test_halting_on_d_when_the_content_gate_underflows.
-- [DECISION] METHODS.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (with zeros the
+- [DECISION] docs/methods.md 2.14(g): alpha_hat = -3, beta_hat = +3, W_a bias -3 (with zeros the
   network is dead on arrival: d^1 < 0 everywhere). Other weights U(+-1/sqrt(D)); the content gate
   tau starts at bias ``gate_bias`` = 0, the same as EI-REHN's g-hat branch (S-EI gives neither;
   the elastic gate already supplies the carry bias that RHN's -2 provides).
-- R_max = 10 by default (``r_max``), the synthetic data's R_max (METHODS.md 2.14(j)).
-- [DECISION] METHODS.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
-- Coupled carry (METHODS.md 2.10 [INFERRED]). Mask ``u = 1[d^1 > 0]``, depth
-  ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (METHODS.md 1.1, 2.14(h)).
+- R_max = 10 by default (``r_max``), the synthetic data's R_max (docs/methods.md 2.14(j)).
+- [DECISION] docs/methods.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
+- Coupled carry (docs/methods.md 2.10 [INFERRED]). Mask ``u = 1[d^1 > 0]``, depth
+  ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (docs/methods.md 1.1, 2.14(h)).
 """
 
 from __future__ import annotations

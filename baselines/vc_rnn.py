@@ -3,7 +3,7 @@ hidden units are recomputed at each step.
 
 Paper: Jernite, Grave, Joulin & Mikolov, "Variable Computation in Recurrent Neural Networks",
 ICLR 2017, https://arxiv.org/abs/1611.06188; used as a baseline by S-SA (Hartvigsen et al.,
-CIKM 2020, https://doi.org/10.1145/3340531.3412058). Equations as restated in METHODS.md 2.7
+CIKM 2020, https://doi.org/10.1145/3340531.3412058). Equations as restated in docs/methods.md 2.7
 (the VC paper itself could not be consulted, so no equation numbers are given)::
 
     m_t = sigmoid(w_h . h_{t-1} + w_x . x_t + b)                 scheduler, a scalar per sequence
@@ -12,16 +12,16 @@ CIKM 2020, https://doi.org/10.1145/3340531.3412058). Equations as restated in ME
     loss += gamma * sum_t |m_t - m_target|                        (mean over the batch)
 
 ``Thr_eps(v)`` is 1 above ``1 - eps``, 0 below ``eps`` and ``v`` between; the update mask is
-``u = 1[e > 0]`` (a soft update counts as an update, METHODS.md 1.1).
+``u = 1[e > 0]`` (a soft update counts as an update, docs/methods.md 1.1).
 
 Differences from the paper:
-- [DECISION] METHODS.md 2.3: the reset-after GRU shared by all GRU-based methods.
-- [DECISION] METHODS.md 2.7: the input is masked to its first dims (``e_t * x_t``) only when
+- [DECISION] docs/methods.md 2.3: the reset-after GRU shared by all GRU-based methods.
+- [DECISION] docs/methods.md 2.7: the input is masked to its first dims (``e_t * x_t``) only when
   V = D; when V != D it is not masked.
-- [DECISION] METHODS.md 2.7: the sharpness ``lam`` ramps linearly from ``sharpness_start`` (0.1)
-  at the first epoch to ``sharpness_end`` (20, a soft band under one unit wide) at the last;
+- [DECISION] docs/methods.md 2.7: the sharpness ``lam`` ramps linearly from ``sharpness_start``
+  (0.1) at the first epoch to ``sharpness_end`` (20, a soft band under one unit wide) at the last;
   evaluation always uses ``sharpness_end``, so Skip % is reported at the final, sharp mask
-  (METHODS.md 4.1). eps = 0.01.
+  (docs/methods.md 4.1). eps = 0.01.
 - The scheduler is initialised to zero (m = 0.5 at the start), as in the third-party PyTorch code.
 - The target proportion ``m_target`` = 0.34 is inferred from S-SA's 66% Skip; ``gamma`` (the
   weight of the L1 pull) is not given by S-SA and defaults to 1e-2 here.
@@ -71,7 +71,7 @@ class VCRNNConfig:
         sharpness_start: mask sharpness ``lam`` at the first training epoch.
         sharpness_end: sharpness at the last training epoch and at evaluation.
         eps: threshold of ``Thr_eps``.
-        gru_form: ``after`` (reset after the recurrent matmul, METHODS.md 2.3 [DECISION]) or
+        gru_form: ``after`` (reset after the recurrent matmul, docs/methods.md 2.3 [DECISION]) or
             ``before`` (S-SA eq. 3).
     """
 

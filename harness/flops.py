@@ -1,6 +1,6 @@
 """MAC/FLOP accounting. Convention, printed in every report: 1 MAC = 2 FLOPs.
 
-Three numbers per method and sequence (METHODS.md 1.2):
+Three numbers per method and sequence (docs/methods.md 1.2):
 
 - ``dense``: what the dense computation executes, counted by fvcore on the method module (with the
   handles registered below for the fused RNN ops fvcore would otherwise count as zero) and, from

@@ -1,9 +1,9 @@
 """The method interface: every RNN in the benchmark is a ``Method``.
 
 A method maps a batch of sequences ``x [B, T, V]`` to a ``SeqOut``: the outputs, the binary update
-mask (METHODS.md 1.1), optionally the per-unit depth (highway family), an auxiliary loss (budget
-penalties, already weighted) and per-sequence diagnostics. Its ``cost(V)`` states the analytic
-multiply-accumulate counts of its cell as a ``StepCost``; the harness does the sums
+mask (docs/methods.md 1.1), optionally the per-unit depth (highway family), an auxiliary loss
+(budget penalties, already weighted) and per-sequence diagnostics. Its ``cost(V)`` states the
+analytic multiply-accumulate counts of its cell as a ``StepCost``; the harness does the sums
 (``harness.flops``). One convention everywhere: 1 MAC = 2 FLOPs.
 """
 
@@ -54,7 +54,7 @@ class StepOut:
 
 @dataclass(frozen=True)
 class StepCost:
-    """Analytic MACs of one step of a cell with hidden size D (METHODS.md 1.2, 1.4).
+    """Analytic MACs of one step of a cell with hidden size D (docs/methods.md 1.2, 1.4).
 
     Effective MACs of step t, with ``k_t`` updated units and executed depth ``R_t``::
 
@@ -127,13 +127,13 @@ class Method(nn.Module):
 
     # --- compute trace -------------------------------------------------------------------------
     def cost(self) -> StepCost:
-        """Analytic per-step MACs (paper-effective accounting, METHODS.md 1.2)."""
+        """Analytic per-step MACs (paper-effective accounting, docs/methods.md 1.2)."""
         raise NotImplementedError
 
     def exact_step_macs(self, out: SeqOut) -> Tensor | None:
         """Per-step MACs ``[B, T]`` that a sparse implementation could realise.
 
-        Defined where it differs from the paper-effective count (METHODS.md 1.2 item 3); None
+        Defined where it differs from the paper-effective count (docs/methods.md 1.2 item 3); None
         when they agree.
         """
         return None

@@ -1,6 +1,6 @@
 """Measures computed from compute traces and from per-seed results.
 
-Skip % follows METHODS.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per sequence,
+Skip % follows docs/methods.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per sequence,
 ``1 - sum_{t,i} u_{t,i} / (T_true * D)``, then averaged over sequences. Depth-adaptive methods also
 get depth-skip % ``1 - sum n / (T D R_max)`` and mean depth ``mean_t max_i n_{t,i}``.
 """

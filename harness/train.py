@@ -93,7 +93,7 @@ def evaluate(
     """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs.
 
     All are averaged over the split's sequences (Skip % per sequence over its true length,
-    METHODS.md 1.1). With ``trace``, also keep the first sequence's per-layer update mask and,
+    docs/methods.md 1.1). With ``trace``, also keep the first sequence's per-layer update mask and,
     for depth models, the histogram of executed depth R_t over every step of every sequence.
     """
     model.eval()

@@ -199,7 +199,8 @@ def _presets() -> dict[str, Preset]:
         "paper": Preset(
             train=TrainConfig(epochs=100, batch_size=200, lr=0.0025, eval_batch_size=1000),
             model=ModelConfig(hidden_size=32, num_layers=2),
-            # S-EI Table 2's best rows: RHN L=1; EI-REHN 48, one layer, R_max 5 (METHODS 2.14(j)).
+            # S-EI Table 2's best rows: RHN L=1; EI-REHN 48, one layer, R_max 5 (docs/methods.md
+            # 2.14(j)).
             methods={
                 "rhn": {"depth": 1},
                 "srehn": {"method.r_max": 5},

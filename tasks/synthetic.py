@@ -10,9 +10,9 @@ predicts ``x_{t+1}`` at every step (2-d output, MSE).
 
 Differences from the paper:
 - Noise: "N(0, 0.1 x I)" is read as standard deviation 0.1 (``noise_std``); as a variance the
-  reported MSEs (~0.5e-3) would be unreachable (PAPER_RESULTS.md 2.0 pitfall b).
+  reported MSEs (~0.5e-3) would be unreachable (docs/methods.md P2.0 pitfall b).
 - R_t is not clipped to R_max by default (the algorithm as printed lets it reach 19,
-  PAPER_RESULTS.md 2.0 pitfall a); ``clip_depth=true`` clips it.
+  docs/methods.md P2.0 pitfall a); ``clip_depth=true`` clips it.
 - The data are a fixed function of ``data_seed`` (the same for every run seed, so seeds vary only
   the model, as S-EI's 5 restarts did).
 """

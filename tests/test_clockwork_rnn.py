@@ -1,4 +1,4 @@
-"""Clockwork RNN (METHODS.md 2.5): equations against a literal reference, the schedule, the
+"""Clockwork RNN (docs/methods.md 2.5): equations against a literal reference, the schedule, the
 block-triangular W_H, S-SA's Skip % table, exact copies, and both MAC accountings."""
 
 import pytest
@@ -111,7 +111,7 @@ def test_inactive_units_are_bit_identical_copies():
 
 @pytest.mark.parametrize(
     "base,phase,expected",
-    [(3, 0, (81.2, 80.7, 82.4)), (2, 1, (81.2, 82.7, 81.2))],  # METHODS.md 2.5 table
+    [(3, 0, (81.2, 80.7, 82.4)), (2, 1, (81.2, 82.7, 81.2))],  # docs/methods.md 2.5 table
 )
 def test_skip_percent_reproduces_the_methods_table(base, phase, expected):
     m = make(V=1, D=50, num_modules=10, base=base, phase=phase)

@@ -17,7 +17,7 @@ def sig(v):
 
 
 def ref_gru(m, x, form="after"):
-    """S-SA eqs. 1-4, z in PyTorch's sign; the reset gate after the matmul (METHODS.md 2.3
+    """S-SA eqs. 1-4, z in PyTorch's sign; the reset gate after the matmul (docs/methods.md 2.3
     [DECISION]) or, with ``form="before"``, before it as S-SA eq. 3 writes it:
     ``n_i = tanh(W_in x + b_n + sum_j W_hn[i, j] r_j h_j)``."""
     Wi, Wh, b = m.cell.weight_ih, m.cell.weight_hh, m.cell.bias
@@ -133,12 +133,12 @@ def test_cell_matches_paper_equations(name, over, ref):
 
 
 def test_parameter_counts_and_inits():
-    # S-EI parameter counts: one bias per gate (PAPER_RESULTS.md 2.6)
+    # S-EI parameter counts: one bias per gate (docs/methods.md P2.6)
     assert sum(p.numel() for p in METHODS.get("rnn")(2, 20).parameters()) == 20 * 23
     assert sum(p.numel() for p in METHODS.get("lstm")(2, 10).parameters()) == 4 * 10 * 13
     assert sum(p.numel() for p in METHODS.get("gru")(2, 10).parameters()) == 3 * 10 * 13
     lstm = METHODS.get("lstm")(2, 10)
-    assert torch.equal(lstm.cell.bias[10:20], torch.ones(10))  # forget bias 1 (METHODS.md 2.2)
+    assert torch.equal(lstm.cell.bias[10:20], torch.ones(10))  # forget bias 1 (docs/methods.md 2.2)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,8 @@ def test_whole_model_matches_s_ei_table_1_counts(name, hidden, count):
     assert sum(p.numel() for p in model.parameters()) == count
 
 
-# --- the two GRU forms (METHODS.md 2.3) ----------------------------------------------------------
+# --- the two GRU forms (docs/methods.md 2.3)
+# ----------------------------------------------------------
 
 
 def gru_form_methods():

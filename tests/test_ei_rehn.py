@@ -1,4 +1,4 @@
-"""EI-REHN and SREHN (METHODS.md 2.13, 2.14): the batched cells against a literal per-sequence
+"""EI-REHN and SREHN (docs/methods.md 2.13, 2.14): the batched cells against a literal per-sequence
 Algorithm 1 (same h_t and R_t, including R_t = 0 and R_t = R_max; same gradients), the elastic
 gate (eq. 11) against exact arithmetic for any alpha, the one halting case where Algorithm 1 and
 the project differ, the initialisation trap, parameter counts against S-EI Tables 1-2, and MACs
@@ -304,7 +304,7 @@ def test_alive_at_default_init_and_dead_trap() -> None:
     F.mse_loss(out.outputs, y).backward()
     for name, p in m.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
-    # METHODS.md 2.14(g): alpha_hat = beta_hat = 0 and a zero W_a bias give d^1 = -0.80 < 0
+    # docs/methods.md 2.14(g): alpha_hat = beta_hat = 0 and a zero W_a bias give d^1 = -0.80 < 0
     dead = EIREHN(2, 8)
     with torch.no_grad():
         dead.elastic.alpha_hat.zero_()
@@ -332,14 +332,14 @@ def test_param_count_synthetic(D: int, expected: int) -> None:
 @pytest.mark.parametrize("D, expected", [(32, 8102), (40, 12126), (48, 16950)])
 def test_param_count_har(D: int, expected: int) -> None:
     # S-EI Table 2: ONE EI-REHN layer, V = 9, 6-way read-out, plus the unexplained +10*D term
-    # every HAR count carries (PAPER_RESULTS.md 2.6), added as a constant and not modelled.
+    # every HAR count carries (docs/methods.md P2.6), added as a constant and not modelled.
     assert _count(EIREHN(9, D), nn.Linear(D, 6)) + 10 * D == expected
 
 
 def test_srehn_params_and_config() -> None:
     D, V = 20, 2
     srhn = 2 * D * V + 2 * D * D + 2 * D
-    assert _count(SREHN(V, D)) == srhn + D * (D + V + 1) + 2 * D  # METHODS.md 2.13
+    assert _count(SREHN(V, D)) == srhn + D * (D + V + 1) + 2 * D  # docs/methods.md 2.13
     assert EIREHN(V, 7, EIREHNConfig(dz=3)).dz == 3
     with pytest.raises(ConfigError):
         EIREHNConfig(dz=-1)
@@ -353,7 +353,7 @@ def test_effective_macs_on_hand_built_depths(cls) -> None:
     m = cls(V, D, EIREHNConfig(r_max=5) if cls is EIREHN else ElasticConfig(r_max=5))
     if cls is EIREHN:
         Dz = m.dz
-        layer = 2 * D * D + 6 * D * Dz + Dz * Dz + 2 * D  # METHODS.md 2.14(i)
+        layer = 2 * D * D + 6 * D * Dz + Dz * Dz + 2 * D  # docs/methods.md 2.14(i)
     else:
         layer = 2 * D * D
     always, active = D * (D + V), 2 * D * V

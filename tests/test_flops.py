@@ -29,7 +29,7 @@ def test_fvcore_handles_count_fused_multilayer_rnns(op, gates):
     assert torch_flops(Wrap(), torch.randn(B, T, V)) == 2 * total
 
 
-# PAPER_RESULTS.md 1.6: FLOPs = 2 T [(1 - Skip) G + C], G = 3D(D+V) for the GRU, C = 0.
+# docs/methods.md P1.6: FLOPs = 2 T [(1 - Skip) G + C], G = 3D(D+V) for the GRU, C = 0.
 @pytest.mark.parametrize(
     "T,V,D,reported,unit",
     [

@@ -1,4 +1,4 @@
-"""HSG (METHODS.md 2.11): the cell against a literal reference (RHN fed s_{t-1}, outputs and
+"""HSG (docs/methods.md 2.11): the cell against a literal reference (RHN fed s_{t-1}, outputs and
 gradients, the gate-mean diagnostic), a closed gate is a vanilla RHN, the third-party TF cell
 (equal while the gate is closed, different once it opens), cost and MACs."""
 
@@ -96,8 +96,8 @@ def reference_asahi417_hsg(m: HSG, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_against_the_third_party_cell() -> None:
-    """METHODS.md 4 item 7: the third-party cell feeds its RHN y_{t-1}; ours feeds s_{t-1}. With
-    the gate closed (s_t = y_t) the two are the same model; open, they part after step 1."""
+    """docs/methods.md 4 item 7: the third-party cell feeds its RHN y_{t-1}; ours feeds s_{t-1}.
+    With the gate closed (s_t = y_t) the two are the same model; open, they part after step 1."""
     torch.manual_seed(5)
     x = torch.randn(2, 5, 3, dtype=torch.float64)
     closed = HSG(3, 4, HSGConfig(depth=2, gate_bias=-1e4)).double()
@@ -114,7 +114,7 @@ def test_params_cost_and_macs() -> None:
     m = HSG(V, D, HSGConfig(depth=L))
     rhn = RHN(V, D, HighwayConfig(depth=L))
     n = sum(p.numel() for p in m.parameters())
-    assert n == sum(p.numel() for p in rhn.parameters()) + 2 * D * D + D  # METHODS.md 2.11
+    assert n == sum(p.numel() for p in rhn.parameters()) + 2 * D * D + D  # docs/methods.md 2.11
     c = m.cost()
     assert c.dense_step() == rhn.cost().dense_step() + 2 * D * D
     x = torch.randn(2, T, V)

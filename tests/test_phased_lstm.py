@@ -1,5 +1,5 @@
-"""Phased LSTM (METHODS.md 2.6): the time gate and cell against a literal reference (outputs and
-gradients, including the trainable period, shift and r_on), leak on/off, exact copies, Skip %,
+"""Phased LSTM (docs/methods.md 2.6): the time gate and cell against a literal reference (outputs
+and gradients, including the trainable period, shift and r_on), leak on/off, exact copies, Skip %,
 effective MACs and the initialisation that gives S-SA's ~70% Skip."""
 
 import math

@@ -1,4 +1,4 @@
-"""Random Updates (METHODS.md 2.4): equations against a literal reference, the Bernoulli mask,
+"""Random Updates (docs/methods.md 2.4): equations against a literal reference, the Bernoulli mask,
 the fixed test-time RNG, exact copies, Skip % and effective MACs."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""RHN (METHODS.md 2.10): the cell against a literal reference of its equations and against a
+"""RHN (docs/methods.md 2.10): the cell against a literal reference of its equations and against a
 transcription of the authors' TF cell (outputs and gradients), the initialisation, parameter
 counts against S-EI Tables 1-2, cost model and MAC accounting."""
 
@@ -125,14 +125,14 @@ def _count(*modules: nn.Module) -> int:
 
 @pytest.mark.parametrize("D, expected", [(10, 1162), (15, 2492), (20, 4322)])
 def test_param_count_synthetic(D: int, expected: int) -> None:
-    # S-EI Table 1: V = 2, 2-d regression read-out, depth 5 ([INFERRED], PAPER_RESULTS.md 2.6)
+    # S-EI Table 1: V = 2, 2-d regression read-out, depth 5 ([INFERRED], docs/methods.md P2.6)
     assert _count(RHN(2, D, HighwayConfig(depth=5)), nn.Linear(D, 2)) == expected
 
 
 @pytest.mark.parametrize("L, expected", [(1, 7366), (2, 11590), (3, 15814)])
 def test_param_count_har(L: int, expected: int) -> None:
     # S-EI Table 2: two stacked layers (V = 9, then D = 32), 6-way read-out, plus the unexplained
-    # +10*D term that every HAR count carries (PAPER_RESULTS.md 2.6), added here as a constant.
+    # +10*D term that every HAR count carries (docs/methods.md P2.6), added here as a constant.
     D = 32
     layers = (RHN(9, D, HighwayConfig(depth=L)), RHN(D, D, HighwayConfig(depth=L)))
     assert _count(*layers, nn.Linear(D, 6)) + 10 * D == expected
@@ -142,7 +142,7 @@ def test_cost_and_effective_macs() -> None:
     D, V, L, T = 5, 3, 4, 6
     m = RHN(V, D, HighwayConfig(depth=L))
     c = m.cost()
-    assert c.dense_step() == 2 * D * (D + V) + 2 * (L - 1) * D * D  # METHODS.md 1.4
+    assert c.dense_step() == 2 * D * (D + V) + 2 * (L - 1) * D * D  # docs/methods.md 1.4
     x = torch.randn(2, T, V)
     out = m(x)
     macs = sequence_macs(m, out)

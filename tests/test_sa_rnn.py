@@ -324,7 +324,7 @@ def test_macs_on_hand_computed_masks():
 
 
 def test_reset_before_exact_macs_on_hand_computed_masks():
-    """Reset-before (METHODS.md 2.9): ``D + DV + 1[k > 0] D(D+V) + 2 k (D+V)``; the effective
+    """Reset-before (docs/methods.md 2.9): ``D + DV + 1[k > 0] D(D+V) + 2 k (D+V)``; the effective
     and dense counts are those of the default form."""
     m = SARNN(3, 4, SARNNConfig(gru_form="before"))  # coordinator 16, r rows 28, z + n 14/unit
     assert m.cost() == SARNN(3, 4).cost()

@@ -1,4 +1,4 @@
-"""SRHN (METHODS.md 2.12): shared-weight RHN against a literal reference (outputs, gradients);
+"""SRHN (docs/methods.md 2.12): shared-weight RHN against a literal reference (outputs, gradients);
 parameter count independent of depth; cost as RHN."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_params_shared_across_depth() -> None:
     counts = {
         sum(p.numel() for p in SRHN(V, D, HighwayConfig(depth=L)).parameters()) for L in (1, 6)
     }
-    assert counts == {2 * D * V + 2 * D * D + 2 * D}  # METHODS.md 2.12
+    assert counts == {2 * D * V + 2 * D * D + 2 * D}  # docs/methods.md 2.12
 
 
 def test_cost_same_as_rhn() -> None:

@@ -1,4 +1,4 @@
-"""VC-GRU (baselines/vc_rnn.py) against a literal reference of METHODS.md 2.7."""
+"""VC-GRU (baselines/vc_rnn.py) against a literal reference of docs/methods.md 2.7."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def build_at_skip(
 
 
 def achieved_skip(out: SeqOut, method: Method) -> float:
-    """Skip % / 100 of a batch; for depth methods the depth-skip fraction (METHODS.md 1.1)."""
+    """Skip % / 100 of a batch; for depth methods the depth-skip fraction (docs/methods.md 1.1)."""
     if out.depth is not None:
         r_max = method.cost().max_depth
         return 1.0 - out.depth.double().mean().item() / r_max
