@@ -79,3 +79,15 @@ def check_fast_equals_dense(m, x: torch.Tensor):
     for k, v in ref.extras.items():
         torch.testing.assert_close(out.extras[k], v, rtol=1e-10, atol=1e-10)
     return ref
+
+
+def assert_dense_counts(m, x) -> None:
+    """fvcore and torch's FlopCounterMode count exactly the analytic dense MACs on ``x``."""
+    from harness.flops import fvcore_macs, torch_flops
+
+    cost = m.cost()
+    B, T = x.shape[:2]
+    analytic = (cost.dense_step() - cost.fvcore_uncounted) * T * B
+    counted, _ = fvcore_macs(m, x)
+    assert counted == analytic, f"fvcore {counted} != analytic {analytic}"
+    assert torch_flops(m, x) == 2 * analytic

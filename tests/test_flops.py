@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from reference import assert_dense_counts
 
 from harness.flops import effective_step_macs, fvcore_macs, sequence_macs, torch_flops
 from harness.method import SeqOut, StepCost
@@ -79,10 +80,6 @@ def test_gru_forms_dense_cost_matches_fvcore_and_flopcounter(name, form):
     torch.manual_seed(0)
     m = cls(V, D, cls.config_cls(gru_form=form)).eval()
     x = torch.randn(B, T, V)
-    cost = m.cost()
-    analytic = (cost.dense_step() - cost.fvcore_uncounted) * T * B
-    counted, _ = fvcore_macs(m, x)
-    assert counted == analytic, f"fvcore {counted} != analytic {analytic}"
-    assert torch_flops(m, x) == 2 * analytic
+    assert_dense_counts(m, x)
     full = sequence_macs(m, SeqOut(torch.zeros(B, T, D), torch.ones(B, T, D)))
     assert torch.equal(full["exact"], full["dense"])

@@ -7,10 +7,11 @@ import pkgutil
 import pytest
 import torch
 from plugins import registration_problems
+from reference import assert_dense_counts
 
 import baselines
 from harness import config, train
-from harness.flops import fvcore_macs, sequence_macs, torch_flops
+from harness.flops import sequence_macs
 from harness.method import Method, SeqOut
 from harness.registry import METHODS
 
@@ -89,11 +90,7 @@ def test_forward_equals_step_loop(name, mode):
 def test_dense_cost_matches_fvcore_and_flopcounter(name):
     m = make(name).eval()
     x = torch.randn(B, T, V)
-    cost = m.cost()
-    analytic = (cost.dense_step() - cost.fvcore_uncounted) * T * B
-    counted, _ = fvcore_macs(m, x)
-    assert counted == analytic, f"fvcore {counted} != analytic {analytic}"
-    assert torch_flops(m, x) == 2 * analytic
+    assert_dense_counts(m, x)
 
 
 @pytest.mark.parametrize("name", NAMES)
