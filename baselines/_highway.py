@@ -259,12 +259,12 @@ def elastic_penalty(out: SeqOut, lam_d: float, key: str = "elastic_d1_mean") -> 
 
 
 def run_sequence(step_fn: Callable[[Tensor, Any], StepOut], xs: Tensor, state: Any) -> SeqOut:
-    """Apply ``step_fn(xs[:, t], state)`` over time and stack as ``Method.step_loop`` does
+    """Apply ``step_fn(x_t, state)`` over time and stack as ``Method.step_loop`` does
     (extras averaged over time); the caller sets ``aux_loss``."""
     hs, masks, depths = [], [], []
     extras: dict[str, list[Tensor]] = {}
-    for t in range(xs.shape[1]):
-        so = step_fn(xs[:, t], state)
+    for x_t in xs.unbind(1):  # not xs[:, t]: see Method.step_loop
+        so = step_fn(x_t, state)
         state = so.state
         hs.append(so.h)
         masks.append(so.mask)

@@ -155,8 +155,9 @@ class ClockworkRNN(Method):
         xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
         w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
         hs = []
-        for t in range(T):
-            h = self._step(xp[:, t], h, u[:, t], w_hh)
+        # unbind, not xp[:, t] (see Method.step_loop)
+        for xp_t, u_t in zip(xp.unbind(1), u.unbind(1), strict=True):
+            h = self._step(xp_t, h, u_t, w_hh)
             hs.append(h)
         out = SeqOut(torch.stack(hs, 1), u, state=(h, clock + T))
         out.aux_loss = self.aux_loss(out)

@@ -136,8 +136,9 @@ class PhasedLSTM(Method):
         k = self.time_gate(clock, T)  # [B, T, D], input-independent
         xp = self.cell.input_proj(x)  # [B, T, 4D]
         hs = []
-        for t in range(T):
-            h, c = self._step(xp[:, t], h, c, k[:, t])
+        # unbind, not xp[:, t] (see Method.step_loop)
+        for xp_t, k_t in zip(xp.unbind(1), k.unbind(1), strict=True):
+            h, c = self._step(xp_t, h, c, k_t)
             hs.append(h)
         out = SeqOut(torch.stack(hs, 1), (k > 0).to(x.dtype), state=(h, c, clock + T))
         out.aux_loss = self.aux_loss(out)
