@@ -14,6 +14,9 @@ decisions round exactly like PyTorch's elementwise ops; dot products are vectori
 (``omp simd``), summed in a different order than BLAS, so outputs agree to rounding, as the
 PyTorch fast path does.
 
+``sarnn_kernel_status()`` says which of the two happened without building anything: reports are
+rendered from measured rows, and rendering must never start a compiler.
+
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
 directory is keyed by a digest of the source, the flags, the torch version and this CPU's model
 and instruction-set flags: a cache shared by the nodes of a cluster holds one build per kind of
@@ -27,11 +30,33 @@ import hashlib
 import os
 import platform
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp-simd", "-march=native")
+DISABLED = "disabled by HARNESS_NO_KERNELS"
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Where a kernel stands in this process.
+
+    ``state`` is "not tried" (nothing asked for it yet), "loaded" (built, or found built, and
+    loaded) or "unavailable" (``reason`` says why: disabled, no compiler, a build error, ...).
+    """
+
+    state: Literal["not tried", "loaded", "unavailable"]
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.state}: {self.reason}" if self.reason else self.state
+
+
+# What the last call of sarnn_kernel() found; meaningful only while its lru_cache holds a result
+# (tests clear the cache to rebuild, which makes the kernel "not tried" again).
+_sarnn_last = KernelStatus("not tried")
 
 
 def cpu_identity() -> str:
@@ -61,10 +86,21 @@ def build_key(source: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def sarnn_kernel_status() -> KernelStatus:
+    """The state of the SA-RNN kernel, found without building or loading anything."""
+    if sarnn_kernel.cache_info().currsize:
+        return _sarnn_last
+    if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
+        return KernelStatus("unavailable", DISABLED)
+    return KernelStatus("not tried")
+
+
 @functools.lru_cache(maxsize=1)
 def sarnn_kernel() -> Any:
     """The compiled ``sarnn_sequence`` function, or None where it cannot be built."""
+    global _sarnn_last
     if os.environ.get("HARNESS_NO_KERNELS"):
+        _sarnn_last = KernelStatus("unavailable", DISABLED)
         return None
     try:
         from torch.utils.cpp_extension import load
@@ -85,7 +121,12 @@ def sarnn_kernel() -> Any:
                 build_directory=str(build),
                 verbose=False,
             )
-        return mod.sarnn_sequence
     except Exception as e:  # no compiler, no ninja, ...: use the PyTorch path
+        # a failed build's message holds the whole compiler output; the status is one line
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        why = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        _sarnn_last = KernelStatus("unavailable", why)
         warnings.warn(f"fused SA-RNN kernel unavailable, using the PyTorch path: {e}", stacklevel=2)
         return None
+    _sarnn_last = KernelStatus("loaded")
+    return mod.sarnn_sequence

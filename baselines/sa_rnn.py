@@ -84,7 +84,7 @@ from baselines._cells import (
     masked_update,
     pack_gru_rows,
 )
-from baselines._kernels import sarnn_kernel
+from baselines._kernels import sarnn_kernel, sarnn_kernel_status
 from harness.errors import ConfigError
 from harness.flops import effective_step_macs
 from harness.method import Method, SeqOut, StepCost, StepOut
@@ -262,8 +262,18 @@ class SARNN(Method):
 
     @classmethod
     def fast_path_note(cls) -> str | None:
-        """Whether batch 1 on CPU runs the fused C++ kernel here or the PyTorch fallback."""
-        state = "used" if sarnn_kernel() is not None else "unavailable here: PyTorch fallback"
+        """Whether batch 1 on CPU ran the fused C++ kernel here or the PyTorch fallback.
+
+        Reads the kernel's status and never builds it: a report rendered by a process that ran
+        no batch-1 CPU fast path says so instead of compiling.
+        """
+        status = sarnn_kernel_status()
+        if status.state == "loaded":
+            state = "used"
+        elif status.state == "not tried":
+            state = "not tried: nothing ran at batch 1 on CPU"
+        else:
+            state = f"unavailable here, {status.reason}: PyTorch fallback"
         return f"{cls.name}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
 
 

@@ -10,6 +10,12 @@ if "HARNESS_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
 
 torch.set_num_threads(1)
 
+# The default run tests the PyTorch fast paths and never compiles a kernel: each session has a
+# private cache dir, so a build would cost 30-60 s every time. Tests marked ``kernel`` (run with
+# ``-m kernel``) opt back in, unless kernels were switched off for the whole run.
+KERNELS_OFF_BY_USER = bool(os.environ.get("HARNESS_NO_KERNELS"))
+os.environ["HARNESS_NO_KERNELS"] = "1"
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
@@ -21,6 +27,12 @@ def _private_cache(tmp_path_factory):
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = old
+
+
+@pytest.fixture(autouse=True)
+def _kernels_only_where_marked(request, monkeypatch):
+    if request.node.get_closest_marker("kernel") and not KERNELS_OFF_BY_USER:
+        monkeypatch.delenv("HARNESS_NO_KERNELS")
 
 
 @pytest.fixture(autouse=True)

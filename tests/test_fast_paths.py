@@ -136,6 +136,16 @@ def test_default_fast_forward_is_the_eval_forward(name):
 
 
 def test_measure_speedups_rows_and_markdown(monkeypatch):
+    """Each row keeps its method's fast-path note as it stood after that row's fast path ran;
+    the report prints the notes of the rows (per method the last) and calls no method hook."""
+    first, last = FAST[0], FAST[-1]
+    ran = []
+    for name, note in ((first, "NOTE-ONE"), (last, "NOTE-TWO")):
+        cls = METHODS.get(name)
+        forward = cls.fast_forward
+        monkeypatch.setattr(cls, "fast_forward", lambda m, x, f=forward: ran.append(1) or f(m, x))
+        note_now = classmethod(lambda c, n=note: f"{n} after {len(ran)} fast runs")
+        monkeypatch.setattr(cls, "fast_path_note", note_now)
     rows = measure_speedups(
         methods=None, skips=(0.5,), hidden=(20,), batches=(1, 2), seq_len=6, budget_s=0.0
     )
@@ -144,13 +154,18 @@ def test_measure_speedups_rows_and_markdown(monkeypatch):
         assert r["mask_mismatch"] == 0 and r["max_abs_diff"] < 1e-4
         assert r["speedup"] > 0 and r["flop_reduction"] >= 1 and r["rounds"] >= 3
         assert (r["D"], r["T"], r["V"], r["target_skip"]) == (20, 6, 8, 0.5)
-    first, last = FAST[0], FAST[-1]
-    monkeypatch.setattr(METHODS.get(first), "fast_path_note", classmethod(lambda c: "NOTE-ONE"))
-    monkeypatch.setattr(METHODS.get(last), "fast_path_note", classmethod(lambda c: "NOTE-TWO"))
-    md = speedup_markdown([r for r in rows if r["method"] == first], "harness bench --speedup")
+    mine = [r for r in rows if r["method"] == first]
+    assert all(r["note"].startswith("NOTE-ONE after ") for r in mine)
+    runs = [int(r["note"].split()[2]) for r in mine]
+    assert 0 < runs[0] < runs[1]  # asked after each row's fast path had run
+    for cls in (METHODS.get(first), METHODS.get(last)):
+        monkeypatch.setattr(cls, "fast_path_note", classmethod(lambda c: pytest.fail("asked")))
+    md = speedup_markdown(mine, "harness bench --speedup")
     assert "Generated file" in md and "threads" in md and "`harness bench --speedup`" in md
-    assert md.count(f"| {first} | 20 |") == 2 and "- NOTE-ONE" in md
-    assert "NOTE-TWO" not in md  # only the notes of the methods measured
+    assert md.count(f"| {first} | 20 |") == 2
+    assert f"- {mine[-1]['note']}" in md and mine[0]["note"] not in md  # the last note only
+    assert "NOTE-TWO" not in md  # only the notes of the rows given
+    assert "\n- " not in speedup_markdown([{**r, "note": None} for r in mine], "c")
     assert "No rows." in speedup_markdown([], "c")
 
 

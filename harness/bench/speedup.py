@@ -16,8 +16,9 @@ set to hit a target Skip %, checks the fast path against the dense one, and time
 Which methods are measured, and how a target is reached, is up to each method: a method with a
 real fast path implements ``Method.at_skip`` (an untrained model whose decision parameters aim at
 a Skip %, and a one-line description of that setting, reported per row) and may add a line to
-the report's header with ``Method.fast_path_note``. The target is the unit Skip %, or for
-depth-adaptive methods the depth-skip % (``achieved_skip``).
+the report's header with ``Method.fast_path_note``, asked once the fast path has run and kept in
+each row, so that rendering a report from rows runs no method code (no kernel is built for it).
+The target is the unit Skip %, or for depth-adaptive methods the depth-skip % (``achieved_skip``).
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def measure_speedups(
         depth-adaptive methods the depth-skip), setting, flop_reduction (dense / effective MACs),
         flop_reduction_exact (dense / exact-realisable), dense_ms, fast_ms, speedup,
         realised_frac (speedup / flop_reduction), max_abs_diff and mask_mismatch (fast vs
-        dense), rounds.
+        dense), rounds, note (the method's ``fast_path_note`` after this row's fast path ran).
 
     Raises:
         ConfigError: bad sizes, skips or budget, or a method without a fast path.
@@ -247,7 +248,9 @@ def check_device(device: str) -> torch.device:
 def measure_one(model: Method, x: Tensor, budget_s: float = 3.0) -> dict[str, Any]:
     """Achieved skip, FLOP reductions, times and fast-vs-dense agreement of one model on ``x``.
 
-    This is the per-configuration part of ``measure_speedups``.
+    This is the per-configuration part of ``measure_speedups``. The row's ``note`` is the
+    method's ``fast_path_note``, asked after the fast path has run, so that it describes what
+    ran (e.g. whether an optional compiled kernel was built and used).
     """
     model.eval()
     with torch.no_grad():
@@ -269,11 +272,15 @@ def measure_one(model: Method, x: Tensor, budget_s: float = 3.0) -> dict[str, An
         "realised_frac": times["speedup"] / red,
         "max_abs_diff": (out.outputs - ref.outputs).abs().max().item(),
         "mask_mismatch": int((out.mask != ref.mask).sum().item()),
+        "note": type(model).fast_path_note(),
     }
 
 
 def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str = "cpu") -> str:
     """A generated Markdown report of ``measure_speedups`` rows.
+
+    Renders the rows only: no method code runs, so nothing is built here (a method's
+    ``fast_path_note`` was taken into its rows when they were measured).
 
     Args:
         rows: from ``measure_speedups``.
@@ -282,16 +289,19 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
 
     Returns:
         The report: a header naming the device, torch version, thread count, commit and command,
-        the notes of the measured methods' fast paths (``Method.fast_path_note``), one table row
-        per configuration.
+        the fast-path notes found in the rows (per method the last one, which saw all of its
+        rows run), one table row per configuration.
     """
     dev = torch.device(device)
     name = device_name(dev)
     sha, dirty = git_state()
     commit = "unknown" if sha is None else sha[:12] + (" (dirty)" if dirty else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    measured = list(dict.fromkeys(r["method"] for r in rows))
-    notes = [n for n in (METHODS.get(m).fast_path_note() for m in measured) if n]
+    last_note: dict[str, str] = {}
+    for r in rows:
+        if r.get("note"):
+            last_note[r["method"]] = r["note"]
+    notes = list(dict.fromkeys(last_note.values()))
     lines = [
         "<!-- Generated file: do not edit. Produced by harness.bench.speedup.speedup_markdown. -->",
         "# Realised speedups of the skipping methods' fast inference paths",
