@@ -24,6 +24,8 @@ from harness.registry import register_method
 class LSTM(Method):
     """Dense LSTM; the sequence forward runs torch's fused kernel on the same weights."""
 
+    fused_cell = "LSTM"
+
     def __init__(self, input_size: int, hidden_size: int, cfg=None) -> None:
         super().__init__(input_size, hidden_size, cfg)
         self.cell = LSTMWeights(input_size, hidden_size, forget_bias=1.0)

@@ -84,6 +84,7 @@ class PhasedLSTM(Method):
     """Phased LSTM; state ``(h [B, D], c [B, D], clock [B] int64)``, mask u = 1[k > 0]."""
 
     config_cls = PhasedLSTMConfig
+    fused_cell = "LSTM"
 
     def __init__(self, input_size: int, hidden_size: int, cfg: PhasedLSTMConfig | None = None):
         super().__init__(input_size, hidden_size, cfg)

@@ -1,10 +1,11 @@
 """``harness bench`` plumbing: the timing helpers, the timing records and their statistics, the
-fused-GRU reference and the ratios to it, the "Not timed" listing, bad input, the Markdown, from
-tiny real in-process runs. No assertion is about how fast anything is: timing is advisory and
-never a gate."""
+references (fused GRU and LSTM, the eager step-loop GRU) and the ratios and targets against them,
+several tasks per run, the "Not timed" listing, bad input, the Markdown, from tiny real in-process
+runs. No assertion is about how fast anything is: timing is advisory and never a gate."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -23,8 +24,11 @@ RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite to
     "schema", "kind", "method", "task", "seed", "preset", "status", "config", "phase", "device",
     "device_name", "median_s", "mean_s", "stddev_s", "min_s", "max_s", "iqr_s", "rounds",
     "iterations", "warmup_rounds", "sizes", "params", "env", "bench_id", "time", "benchmark",
-    "run_id", "ratio_vs_gru",
+    "run_id", "ratio_vs_gru", "fused_cell", "mac_ratio", "ratio_vs_cell",
 }  # fmt: skip
+METHOD_KEYS = RECORD_KEYS | {"target"}  # a method's record; a reference's has "reference"
+GRU_LOOP = phases.REFERENCES[phases.STEP_LOOP]
+LSTM_REF = phases.REFERENCES["LSTM"]
 
 
 def table_row(markdown: str, method: str) -> list[str]:
@@ -68,8 +72,18 @@ def test_time_fn_synchronises_cuda():
     assert len(times) == 2
 
 
-def record(method: str, phase: str, median: float, ratio: float | None, **sizes) -> dict:
+def record(
+    method: str,
+    phase: str,
+    median: float,
+    ratio: float | None = None,
+    *,
+    cell: str = "GRU",
+    target: dict | None = None,
+    **sizes,
+) -> dict:
     """A timing record as ``timing_record`` makes it, with hand-picked numbers."""
+    reference = method in phases.REFERENCES.values()
     info = {
         "method": method,
         "task": "adding",
@@ -81,96 +95,268 @@ def record(method: str, phase: str, median: float, ratio: float | None, **sizes)
         "sizes": {"B": 4, "T": 3, "V": 2, "D": 5, "layers": 1, **sizes},
         "params": 11,
         "config": {"method": method, "task": "adding", "seed": 0, "preset": "smoke"},
+        "fused_cell": cell,
+        "mac_ratio": 1.0,
     }
+    if not reference:
+        info["target"] = target or {
+            "ratio": 2.0, "reference": phases.REFERENCES[cell], "rule": "2 x its fused cell"
+        }  # fmt: skip
     env = {"git_sha": "abc", "torch": "9.9", "threads": 1, "device_name": "cpu (test)"}
     times = [median / 2, median, 2 * median]
     rec = bench.timing_record(
-        phases.Phase(lambda: None, info), times, warmup=1, environment=env,
-        reference=method == phases.REFERENCE,
-    )  # fmt: skip
+        phases.Phase(lambda: None, info), times, warmup=1, environment=env, reference=reference
+    )
     if ratio is not None:
-        rec["ratio_vs_gru"] = ratio
+        rec["ratio_vs_gru"] = rec["ratio_vs_cell"] = ratio
     return rec
 
 
+def with_ratios(recs: list[dict]) -> list[dict]:
+    """Ratios and targets filled as ``time_methods`` fills them: against the references of the
+    same phase and sizes (batch aside)."""
+
+    def size(r: dict) -> tuple:
+        return (r["phase"], *[r["sizes"][k] for k in ("T", "V", "D", "layers")])
+
+    refs: dict[tuple, dict] = {}
+    for r in recs:
+        if r.get("reference"):
+            refs.setdefault(size(r), {})[r["method"]] = r
+    for r in recs:
+        bench.apply_ratios(r, refs.get(size(r), {}))
+    return recs
+
+
 def test_timing_record_keys_statistics_and_run_id():
-    rec = record("rnn", "train", 0.04, None)
-    assert set(rec) == RECORD_KEYS and all(k in rec for k in REQUIRED)
+    rec = record("rnn", "train", 0.04)
+    assert set(rec) == METHOD_KEYS and all(k in rec for k in REQUIRED)
     assert (rec["median_s"], rec["min_s"], rec["max_s"], rec["rounds"]) == (0.04, 0.02, 0.08, 3)
     assert rec["warmup_rounds"] == 1 and rec["kind"] == "timing" and rec["status"] == "ok"
-    ref = record(phases.REFERENCE, "train", 0.01, None)
+    assert rec["schema"] == bench.TIMING_SCHEMA and rec["fused_cell"] == "GRU"
+    assert rec["target"] == {
+        "ratio": 2.0, "reference": phases.REFERENCE, "rule": "2 x its fused cell",
+        "measured": None, "met": None,
+    }  # fmt: skip
+    ref = record(phases.REFERENCE, "train", 0.01)
     assert set(ref) == RECORD_KEYS | {"reference"} and ref["reference"] is True
-    assert ref["ratio_vs_gru"] == 1.0 and rec["ratio_vs_gru"] is None
+    assert ref["ratio_vs_gru"] == ref["ratio_vs_cell"] == 1.0
+    assert rec["ratio_vs_gru"] is None and rec["ratio_vs_cell"] is None
+    # The other references are 1 to their own cell only once they are compared (apply_ratios).
+    lstm = record(LSTM_REF, "train", 0.01, cell="LSTM")
+    assert (lstm["ratio_vs_gru"], lstm["ratio_vs_cell"]) == (None, 1.0)
+    loop = record(GRU_LOOP, "train", 0.01)
+    assert (loop["ratio_vs_gru"], loop["ratio_vs_cell"]) == (None, None)
     # Same config, phase, device and threads: the same id, so ``latest`` keeps the newest.
-    assert record("rnn", "train", 0.05, None)["run_id"] == rec["run_id"]
-    assert record("rnn", "inference", 0.04, None)["run_id"] != rec["run_id"]
+    assert record("rnn", "train", 0.05)["run_id"] == rec["run_id"]
+    assert record("rnn", "inference", 0.04)["run_id"] != rec["run_id"]
     assert ref["run_id"] != rec["run_id"]
 
 
-def test_markdown_reference_rows_ratios_and_not_timed():
-    recs = [
-        record("skip-rnn", "inference", 0.005, 2.5),
-        record("skip-rnn", "train", 0.040, 4.0),
-        record(phases.REFERENCE, "inference", 0.002, None),
-        record(phases.REFERENCE, "train", 0.010, None),
-        record("rnn", "inference", 0.001, 0.5),
-        record("rnn", "train", 0.005, 0.5),
-    ]
+def test_apply_ratios_against_the_fused_gru_the_own_cell_and_the_target():
+    refs = {
+        phases.REFERENCE: record(phases.REFERENCE, "train", 0.010),
+        LSTM_REF: record(LSTM_REF, "train", 0.004, cell="LSTM"),
+        GRU_LOOP: record(GRU_LOOP, "train", 0.030),
+    }
+    for r in refs.values():
+        bench.apply_ratios(r, refs)
+    assert refs[phases.REFERENCE]["ratio_vs_gru"] == refs[phases.REFERENCE]["ratio_vs_cell"] == 1
+    # the step loop does the GRU's arithmetic: both its ratios are to the fused GRU
+    assert refs[GRU_LOOP]["ratio_vs_gru"] == refs[GRU_LOOP]["ratio_vs_cell"] == pytest.approx(3)
+    assert refs[LSTM_REF]["ratio_vs_gru"] == pytest.approx(0.4)
+    assert refs[LSTM_REF]["ratio_vs_cell"] == 1.0
+
+    lstm_based = record("phased-lstm", "train", 0.010, cell="LSTM")
+    bench.apply_ratios(lstm_based, refs)
+    assert lstm_based["ratio_vs_cell"] == pytest.approx(2.5)
+    assert lstm_based["ratio_vs_gru"] == pytest.approx(1.0)
+    assert lstm_based["target"]["measured"] == pytest.approx(2.5)
+    assert lstm_based["target"]["met"] is False  # 2.5 x its fused LSTM > 2
+
+    target = {"ratio": 3.0, "reference": phases.REFERENCE, "rule": "2 x MACs"}
+    highway = record("rhn", "train", 0.025, target=target)
+    bench.apply_ratios(highway, refs)
+    assert highway["target"]["measured"] == pytest.approx(2.5)
+    assert highway["target"]["met"] is True  # 2.5 x the fused GRU <= 3
+    gru_based = record("gru", "train", 0.021)
+    bench.apply_ratios(gru_based, refs)
+    assert gru_based["target"]["met"] is False  # 2.1 x the fused GRU > 2
+
+    alone = record("gru", "train", 0.021)
+    bench.apply_ratios(alone, {phases.REFERENCE: None})  # its reference failed
+    assert alone["ratio_vs_gru"] is None and alone["target"]["met"] is None
+
+
+def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
+    recs = with_ratios([
+        record("skip-rnn", "inference", 0.005),
+        record("skip-rnn", "train", 0.040),
+        record("phased-lstm", "inference", 0.004, cell="LSTM"),
+        record("phased-lstm", "train", 0.012, cell="LSTM"),
+        record(phases.REFERENCE, "inference", 0.002),
+        record(phases.REFERENCE, "train", 0.010),
+        record(GRU_LOOP, "inference", 0.003),
+        record(GRU_LOOP, "train", 0.015),
+        record(LSTM_REF, "inference", 0.001, cell="LSTM"),
+        record(LSTM_REF, "train", 0.008, cell="LSTM"),
+        record("rnn", "inference", 0.001),
+        record("rnn", "train", 0.005),
+    ])  # fmt: skip
     md = bench.timing_markdown(
         recs, ["t.jsonl"], "harness bench --methods skip-rnn,rnn",
-        failed=["`hsg` train on cpu: RuntimeError: boom"], skipped={"CUDA not available": 4},
+        failed=["`hsg` train on cpu (adding): RuntimeError: boom"],
+        skipped={"CUDA not available": 4},
     )  # fmt: skip
     lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
-    assert "× fused GRU ↓" in lines[0]
-    ref_row = table_row(md, f"**{phases.REFERENCE}** (reference)")
-    assert lines[1].startswith(f"| **{phases.REFERENCE}** (reference) |")  # reference first
-    assert ref_row[-4:] == ["2", "1.00", "10", "1.00"]
-    assert table_row(md, "skip-rnn")[-4:] == ["5", "2.50", "40", "4.00"]
-    assert lines.index(next(ln for ln in lines if ln.startswith("| rnn |"))) < lines.index(
-        next(ln for ln in lines if ln.startswith("| skip-rnn |"))
-    )  # methods by their ratio
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == [
+        "Method", "Cell", "D", "L", "Params", "Inference ms ↓", "× fused cell ↓",
+        "Train step ms ↓", "× fused cell ↓", "× fused GRU ↓", "MACs / GRU", "Target (train)",
+        "Met",
+    ]  # fmt: skip
+    refs = [f"**{name}** (reference)" for name in (phases.REFERENCE, LSTM_REF, GRU_LOOP)]
+    assert [ln.split("|")[1].strip() for ln in lines[1:4]] == refs  # references first
+    # every time is median (min–max) in ms: the rounds were [m / 2, m, 2 m]
+    assert table_row(md, refs[0])[5:] == [
+        "2 (1–4)", "1.00", "10 (5–20)", "1.00", "1.00", "1.00", "–", "–"
+    ]  # fmt: skip
+    assert table_row(md, refs[2])[1] == "GRU" and table_row(md, refs[2])[8:10] == ["1.50", "1.50"]
+    assert table_row(md, refs[1])[1] == "LSTM" and table_row(md, refs[1])[8:10] == ["1.00", "0.80"]
+    assert table_row(md, "skip-rnn")[5:] == [
+        "5 (2.5–10)", "2.50", "40 (20–80)", "4.00", "4.00", "1.00", "≤ 2.00 × GRU", "**no**"
+    ]  # fmt: skip
+    assert table_row(md, "phased-lstm")[1] == "LSTM"
+    assert table_row(md, "phased-lstm")[6:] == [
+        "4.00", "12 (6–24)", "1.50", "1.20", "1.00", "≤ 2.00 × LSTM", "yes"
+    ]  # fmt: skip
+    methods = [ln.split("|")[1].strip() for ln in lines[4:]]
+    assert methods == ["rnn", "phased-lstm", "skip-rnn"]  # by their train ratio to their cell
     assert "advisory" in md and "harness bench --methods skip-rnn,rnn" in md and "abc" in md
-    assert "## Not timed" in md and "- failed: `hsg` train on cpu: RuntimeError: boom" in md
+    assert "## adding (smoke preset) on cpu: cpu (test)" in md
+    assert "## Not timed" in md
+    assert "- failed: `hsg` train on cpu (adding): RuntimeError: boom" in md
     assert "- skipped (4): CUDA not available" in md
-    assert "Batch × steps: inference 4×3; train step 4×3." in md
+    assert (
+        "Batch × steps: inference 4×3; train step 4×3. Times: median (min–max) of 3 rounds "
+        "after 1 warm-up round(s)." in md
+    )
     assert "## Not timed" not in bench.timing_markdown(recs, [], "c")
 
 
-def test_markdown_pairs_references_by_size():
-    """Two sizes give two reference rows; batch and steps go into a column when they differ."""
+def test_markdown_pairs_references_by_size_and_gives_uneven_round_counts():
+    """Two sizes give two reference rows; batch and steps go into a column when they differ;
+    a table whose timings have different round counts gives each time its count."""
     recs = [
-        record(phases.REFERENCE, "inference", 0.002, None, D=5),
-        record(phases.REFERENCE, "train", 0.010, None, D=5, B=8),
-        record(phases.REFERENCE, "inference", 0.003, None, D=7),
-        record(phases.REFERENCE, "train", 0.020, None, D=7, B=8),
-        record("rnn", "inference", 0.004, None, D=7, T=5),
+        record(phases.REFERENCE, "inference", 0.002, D=5),
+        record(phases.REFERENCE, "train", 0.010, D=5, B=8),
+        record(phases.REFERENCE, "inference", 0.003, D=7),
+        record(phases.REFERENCE, "train", 0.020, D=7, B=8),
+        record("rnn", "inference", 0.004, D=7, T=5),
     ]
     md = bench.timing_markdown(recs, [], "c")
     rows = [ln for ln in md.splitlines() if ln.startswith(f"| **{phases.REFERENCE}**")]
-    assert [r.split("|")[2].strip() for r in rows] == ["5", "7"]
-    assert rows[1].split("|")[4].strip() == "4×3 / 8×3"
-    assert table_row(md, "rnn")[3:] == ["4×5 / ?×?", "4", "–", "–", "–"]  # no ratio, no train
+    assert [r.split("|")[3].strip() for r in rows] == ["5", "7"]
+    assert rows[1].split("|")[6].strip() == "4×3 / 8×3"
+    assert table_row(md, "rnn")[5:8] == ["4×5 / ?×?", "4 (2–8)", "–"]  # no ratio, no train
+    recs[-1]["rounds"] = 5
+    md = bench.timing_markdown(recs, [], "c")
+    assert table_row(md, "rnn")[6] == "4 (2–8, n=5)"
+    assert "of 3 rounds after 1 warm-up round(s); 5 rounds after 1" in md
+
+
+def test_markdown_one_table_per_task_and_device_in_the_order_timed():
+    recs = [record("rnn", "train", 0.001), record(phases.REFERENCE, "train", 0.001)]
+    other = [record("rnn", "train", 0.002), record(phases.REFERENCE, "train", 0.004)]
+    for r in other:
+        r["task"] = "synthetic"
+    cuda = [dict(r, device="cuda", device_name="gpu (test)") for r in recs]
+    md = bench.timing_markdown(with_ratios(other) + with_ratios(recs) + cuda, [], "c")
+    heads = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert heads == [
+        "## synthetic (smoke preset) on cpu: cpu (test)",
+        "## adding (smoke preset) on cpu: cpu (test)",
+        "## adding (smoke preset) on cuda: gpu (test)",
+    ]
+    assert "sizes of synthetic (smoke preset), adding (smoke preset)." in md
+    tables = md.split("## ")[1:]
+    assert table_row(tables[0], "rnn")[9] == "0.50" and table_row(tables[1], "rnn")[9] == "1.00"
+
+
+def test_fused_macs_are_the_gate_matrices_of_torchs_cells():
+    for cell in ("GRU", "LSTM", "RNN"):
+        stack = getattr(torch.nn, cell)(2, 4, num_layers=2)
+        weights = sum(p.numel() for n, p in stack.named_parameters() if n.startswith("weight"))
+        assert phases.fused_macs(cell, 2, 4, 2) == weights
+    assert phases.fused_macs("GRU", 2, 4, 2) == 3 * 4 * (2 + 4) + 3 * 4 * (4 + 4)
+
+
+def test_fused_cell_mac_ratio_and_target_come_from_the_method_class():
+    """Which reference and which target a method gets is read from its class (``fused_cell``,
+    ``has_depth``) and its ``cost()``, never from its name; D = 10 and V = 2 here."""
+    lstm_based = {n for n in METHODS.names() if METHODS.get(n).fused_cell == "LSTM"}
+    assert lstm_based == {"lstm", "phased-lstm"}
+    assert {METHODS.get(n).fused_cell for n in METHODS.names()} == {"GRU", "LSTM"}
+    small = {"seq_len": 4, "n_test": 8}
+    gru_macs = 3 * 10 * (10 + 2)
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        p = phases.method_phase(name, "train", torch.device("cpu"), "adding", "smoke", small)
+        macs = p.model.methods[0].cost().dense_step()
+        assert p.info["fused_cell"] == cls.fused_cell, name
+        assert p.info["mac_ratio"] == pytest.approx(macs / gru_macs), name
+        target = p.info["target"]
+        if cls.has_depth:
+            assert target["ratio"] == pytest.approx(2 * macs / gru_macs), name
+            assert target["reference"] == phases.REFERENCE, name
+        else:
+            assert target["ratio"] == 2.0, name
+            assert target["reference"] == phases.REFERENCES[cls.fused_cell], name
+    # by hand: RHN's L layers per step, 2DV + 2 D^2 L, over the GRU's 3 D (D + V)
+    p = phases.method_phase("rhn", "train", torch.device("cpu"), "adding", "smoke", small)
+    L = p.model.methods[0].cfg.depth
+    assert p.info["target"]["ratio"] == pytest.approx(2 * (2 * 10 * 2 + 2 * 100 * L) / 360)
+    assert p.info["target"]["ratio"] > 2  # more than one cell per step: a looser target
+    # two layers: the second reads D; the MACs of both stacks are summed
+    p = phases.method_phase(
+        "rhn", "train", torch.device("cpu"), "adding", "smoke", {**small, "num_layers": 2}
+    )
+    rhn = (2 * 10 * 2 + 2 * 100 * L) + (2 * 10 * 10 + 2 * 100 * L)
+    assert p.info["mac_ratio"] == pytest.approx(rhn / (360 + 3 * 10 * 20))
+
+
+def test_a_fused_cell_torch_lacks_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(METHODS.get("rnn"), "fused_cell", "Mamba")
+    with pytest.raises(ValueError, match="fused_cell 'Mamba' is not one of GRU, LSTM, RNN"):
+        phases.method_phase("rnn", "train", torch.device("cpu"), "adding", "smoke", TINY)
 
 
 def test_run_bench_rejects_bad_input_before_running(tmp_path):
-    assert inspect.signature(bench.run_bench).parameters["task"].default is inspect._empty
+    bad_run = functools.partial(bench.run_bench, out_dir=tmp_path, report=tmp_path / "T.md")
+    assert inspect.signature(bench.run_bench).parameters["tasks"].default is inspect._empty
     with pytest.raises(HarnessError, match="Unknown method"):
-        bench.run_bench("no-such-method", "adding", "smoke", "cpu", tmp_path)
+        bad_run("no-such-method", "adding", "smoke", "cpu")
     with pytest.raises(HarnessError, match="Unknown task"):
-        bench.run_bench("rnn", "no-such-task", "smoke", "cpu", tmp_path)
+        bad_run("rnn", "no-such-task", "smoke", "cpu")
+    with pytest.raises(HarnessError, match="Unknown task"):
+        bad_run("rnn", "adding,no-such-task", "smoke", "cpu")
     with pytest.raises(HarnessError, match="device"):
-        bench.run_bench("rnn", "adding", "smoke", "tpu", tmp_path)
-    with pytest.raises(ConfigError):
-        bench.run_bench("rnn", "adding", "smoke", "cpu", tmp_path, overrides={"nope": 1})
+        bad_run("rnn", "adding", "smoke", "tpu")
+    with pytest.raises(ConfigError, match="nope"):
+        bad_run("rnn", "adding", "smoke", "cpu", overrides={"nope": 1})
+    with pytest.raises(ConfigError, match="r_max"):  # a key only tasks not timed have
+        bad_run("rnn", "adding", "smoke", "cpu", overrides={"r_max": 2})
     with pytest.raises(ConfigError, match="preset"):
-        bench.run_bench("rnn", "adding", "no-such-preset", "cpu", tmp_path)
+        bad_run("rnn", "adding", "no-such-preset", "cpu")
     for bad in ({"rounds": 0}, {"warmup": -1}, {"threads": -1}):
         with pytest.raises(ConfigError, match="rounds"):
-            bench.run_bench("rnn", "adding", "smoke", "cpu", tmp_path, **bad)
+            bad_run("rnn", "adding", "smoke", "cpu", **bad)
     if not torch.cuda.is_available():
         with pytest.raises(HarnessError, match="CUDA"):
-            bench.run_bench("rnn", "adding", "smoke", "cuda", tmp_path)
-    assert not (tmp_path / "timing.jsonl").exists()
+            bad_run("rnn", "adding", "smoke", "cuda")
+    with pytest.raises(HarnessError, match="no usable data for task 'yahoo'"):
+        bad_run("rnn", "yahoo", "smoke", "cpu", data_dir=str(tmp_path / "no"))
+    assert not (tmp_path / "timing.jsonl").exists() and not (tmp_path / "T.md").exists()
 
 
 def test_run_bench_end_to_end_tiny(tmp_path):
@@ -178,7 +364,7 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     threads = torch.get_num_threads()
     lines: list[str] = []
     jsonl, md = bench.run_bench(
-        "rnn,skip-rnn",
+        "rnn,lstm",
         "adding",
         "smoke",
         "cpu",
@@ -194,13 +380,14 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     assert md == report and jsonl == tmp_path / "out" / "timing.jsonl"
     assert sorted(os.listdir(tmp_path / "out")) == ["timing.jsonl"]
     recs, problems = Store(jsonl).read()
-    assert not problems and len(lines) == len(recs) == 6
-    ref = phases.REFERENCE
+    assert not problems and len(lines) == len(recs) == 10
+    ref, refs = phases.REFERENCE, (phases.REFERENCE, GRU_LOOP, LSTM_REF)
     assert sorted((r["method"], r["phase"], r["device"]) for r in recs) == sorted(
-        (m, p, "cpu") for m in ("rnn", "skip-rnn", ref) for p in ("inference", "train")
-    )  # both methods have the same sizes: one reference per phase
+        (m, p, "cpu") for m in ("rnn", "lstm", *refs) for p in ("inference", "train")
+    )  # both methods have the same sizes: one reference of each kind per phase
     for r in recs:
-        assert set(r) == RECORD_KEYS | ({"reference"} if r["method"] == ref else set())
+        keys = RECORD_KEYS | {"reference"} if r["method"] in refs else METHOD_KEYS
+        assert set(r) == keys
         assert r["sizes"]["T"] == 4 and r["sizes"]["D"] == 4 and r["sizes"]["layers"] == 1
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["min_s"] <= r["mean_s"]
         assert r["iqr_s"] >= 0 and r["stddev_s"] >= 0
@@ -210,26 +397,58 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     for phase in ("inference", "train"):
         base = by[ref, phase]
         assert base["reference"] is True and base["ratio_vs_gru"] == 1.0
-        assert base["sizes"] == by["rnn", phase]["sizes"]
-        for m in ("rnn", "skip-rnn"):
-            assert by[m, phase]["ratio_vs_gru"] == pytest.approx(
-                by[m, phase]["median_s"] / base["median_s"]
-            )
+        for name in refs:
+            assert by[name, phase]["sizes"] == by["rnn", phase]["sizes"]
+        for m, cell in (("rnn", ref), ("lstm", LSTM_REF), (GRU_LOOP, ref), (LSTM_REF, LSTM_REF)):
+            r = by[m, phase]
+            assert r["ratio_vs_gru"] == pytest.approx(r["median_s"] / base["median_s"])
+            assert r["ratio_vs_cell"] == pytest.approx(r["median_s"] / by[cell, phase]["median_s"])
+        for m in ("rnn", "lstm"):
+            target = by[m, phase]["target"]
+            assert target["measured"] == pytest.approx(by[m, phase]["ratio_vs_cell"])
+            assert target["met"] == (target["measured"] <= 2.0)
+    assert by["lstm", "train"]["fused_cell"] == "LSTM" and by["lstm", "train"]["mac_ratio"] == 4 / 3
     text = md.read_text()
     row = table_row(text, f"**{ref}** (reference)")
-    assert row[4] == row[6] == "1.00"  # both ratio columns
+    assert row[6] == row[8] == row[9] == "1.00"  # its ratio columns
+    assert table_row(text, "lstm")[1] == "LSTM"
     assert "advisory" in text and "--set seq_len=4" in text and str(jsonl) in text
 
     # A second run appends; the same config, phase and device keeps its run id.
     bench.run_bench("rnn", "adding", "smoke", "cpu", tmp_path / "out", report=report,
                     overrides=TINY, rounds=1, warmup=0, threads=threads + 1)  # fmt: skip
     again, _ = Store(jsonl).read()
-    assert len(again) == 10
-    assert {r["run_id"] for r in again[6:]} <= {r["run_id"] for r in recs}
+    assert len(again) == 16
+    assert {r["run_id"] for r in again[10:]} <= {r["run_id"] for r in recs}
+
+
+def test_run_bench_times_several_tasks_and_skips_those_without_data(tmp_path):
+    lines: list[str] = []
+    jsonl, md = bench.run_bench(
+        "rnn", "synthetic,yahoo,adding", "smoke", "cpu", tmp_path, report=tmp_path / "T.md",
+        overrides={**TINY, "r_max": 2}, rounds=1, warmup=0, data_dir=str(tmp_path / "no-data"),
+        progress=lines.append,
+    )  # fmt: skip
+    skip = [ln for ln in lines if "yahoo" in ln]
+    assert len(skip) == 1 and skip[0].startswith("task 'yahoo' skipped: no usable data")
+    recs = Store(jsonl).read()[0]
+    assert [r["task"] for r in recs if r["method"] == "rnn"] == ["synthetic"] * 2 + ["adding"] * 2
+    assert len(recs) == 2 * 2 * 3  # per task: rnn, the fused GRU and the step loop, two phases
+    synthetic = [r for r in recs if r["task"] == "synthetic" and not r.get("reference")]
+    assert all(r["config"]["task_cfg"]["r_max"] == 2 for r in synthetic)  # the task's own key
+    for r in recs:  # each task's references are its own
+        if r.get("reference"):
+            assert r["config"]["task"] == r["task"]
+    text = md.read_text()
+    heads = [ln for ln in text.splitlines() if ln.startswith("## ")]
+    assert heads[:2] == [f"## {t} (smoke preset) on cpu: {recs[0]['device_name']}"
+                         for t in ("synthetic", "adding")]  # fmt: skip
+    assert heads[2] == "## Not timed" and "- skipped (2): task `yahoo`: no usable data" in text
+    assert "--task synthetic,yahoo,adding" in text
 
 
 def test_one_reference_per_distinct_size(tmp_path, monkeypatch):
-    """Methods timed at different hidden sizes get a reference each, at their own sizes."""
+    """Methods timed at different hidden sizes get references each, at their own sizes."""
     real = phases.method_phase
     hidden = {"rnn": 4, "skip-rnn": 6, "sa-rnn": 4}
 
@@ -244,18 +463,22 @@ def test_one_reference_per_distinct_size(tmp_path, monkeypatch):
     )  # fmt: skip
     recs = Store(jsonl).read()[0]
     refs = [r for r in recs if r.get("reference")]
-    assert sorted((r["phase"], r["sizes"]["D"]) for r in refs) == [
-        ("inference", 4), ("inference", 6), ("train", 4), ("train", 6)
-    ]  # fmt: skip
+    assert sorted((r["method"], r["phase"], r["sizes"]["D"]) for r in refs) == sorted(
+        (m, p, d) for m in (phases.REFERENCE, GRU_LOOP) for p in ("inference", "train")
+        for d in (4, 6)
+    )  # fmt: skip
     for r in recs:
         if not r.get("reference"):
-            (base,) = [b for b in refs if (b["phase"], b["sizes"]) == (r["phase"], r["sizes"])]
+            (base,) = [
+                b for b in refs if b["method"] == phases.REFERENCE
+                and (b["phase"], b["sizes"]) == (r["phase"], r["sizes"])
+            ]  # fmt: skip
             assert r["ratio_vs_gru"] == pytest.approx(r["median_s"] / base["median_s"])
 
 
-def test_reference_is_the_same_model_with_a_fused_gru():
-    """Same batch, embedding and read-out (copies: tied weights stay tied); torch's GRU, with as
-    many layers, in place of the method's; its train step updates only its own weights."""
+def test_reference_is_the_same_model_with_a_fused_cell():
+    """Same batch, embedding and read-out (copies: tied weights stay tied); torch's GRU or LSTM,
+    with as many layers, in place of the method's; its train step updates only its own weights."""
     overrides = {**TINY, "num_layers": 2}
     p = phases.method_phase("rnn", "train", torch.device("cpu"), "adding", "smoke", overrides)
     ref = p.make_reference()
@@ -283,6 +506,45 @@ def test_reference_is_the_same_model_with_a_fused_gru():
             "skip-rnn", "train", torch.device("cpu"), "adding", "smoke", overrides
         ).reference_key
     )
+    lstm = p.make_reference("LSTM")
+    assert lstm.info["method"] == lstm.info["config"]["reference"] == LSTM_REF
+    assert lstm.info["fused_cell"] == "LSTM" and lstm.info["mac_ratio"] == 4 / 3
+    assert isinstance(lstm.model.recurrent, torch.nn.LSTM) and lstm.model.recurrent.num_layers == 2
+    with torch.no_grad():
+        assert lstm.model(x).shape == (3, 1)
+    with pytest.raises(ValueError, match="unknown reference"):
+        p.make_reference("GRUish")
+
+
+def test_step_loop_reference_computes_the_fused_gru_one_step_at_a_time():
+    """The eager loop is the GRU's arithmetic: with the fused GRU's weights copied into its cells
+    it gives the fused GRU's predictions and gradients (float64), layer by layer."""
+    overrides = {**TINY, "num_layers": 2}
+    p = phases.method_phase("rnn", "train", torch.device("cpu"), "adding", "smoke", overrides)
+    fused, loop = p.make_reference("GRU"), p.make_reference(phases.STEP_LOOP)
+    assert loop.info["method"] == GRU_LOOP and loop.info["fused_cell"] == "GRU"
+    cells = loop.model.recurrent
+    assert [type(c) for c in cells] == [torch.nn.GRUCell] * 2
+    fused.model.double()
+    loop.model.double()
+    with torch.no_grad():
+        for i, cell in enumerate(cells):
+            for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(cell, kind).copy_(getattr(fused.model.recurrent, f"{kind}_l{i}"))
+        loop.model.readout.load_state_dict(fused.model.readout.state_dict())
+    x = torch.randn(3, 5, 2, dtype=torch.float64)
+    lengths = torch.tensor([5, 2, 4])
+    a, b = fused.model(x, lengths), loop.model(x, lengths)
+    assert (a - b).abs().max().item() < 1e-12
+    a.sum().backward()
+    b.sum().backward()
+    g_fused = fused.model.recurrent.weight_hh_l1.grad
+    assert (g_fused - cells[1].weight_hh.grad).abs().max().item() < 1e-12
+    assert g_fused.abs().max().item() > 0
+    before = [t.detach().clone() for t in loop.model.parameters()]
+    loop.model.float()
+    loop.fn()  # its train step runs and updates its own weights
+    assert not all(torch.equal(a, b) for a, b in zip(before, loop.model.parameters(), strict=True))
 
 
 def test_run_bench_lists_a_failed_method_and_goes_on(tmp_path, monkeypatch):
@@ -295,11 +557,12 @@ def test_run_bench_lists_a_failed_method_and_goes_on(tmp_path, monkeypatch):
         overrides=TINY, rounds=1, warmup=0,
     )  # fmt: skip
     recs = Store(jsonl).read()[0]
-    assert sorted({r["method"] for r in recs}) == sorted({"rnn", phases.REFERENCE})
+    assert sorted({r["method"] for r in recs}) == sorted({"rnn", phases.REFERENCE, GRU_LOOP})
     text = md.read_text()
     assert "## Not timed" in text
     for phase in ("inference", "train"):
-        assert f"- failed: `skip-rnn` {phase} on cpu: RuntimeError: skip-rnn broke\n" in text
+        line = f"- failed: `skip-rnn` {phase} on cpu (adding): RuntimeError: skip-rnn broke\n"
+        assert line in text
     assert "second line" not in text
 
 

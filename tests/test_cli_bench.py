@@ -63,3 +63,25 @@ def test_timing_suite_writes_timing_report_naming_its_command(in_tmp, capsys):
     text = (in_tmp / "reports" / "TIMING.md").read_text()
     assert "`harness " + " ".join(args) + "`" in text and "host-process" not in text
     assert not (in_tmp / "reports" / "SPEEDUP.md").exists()
+
+
+def test_timing_suite_takes_several_tasks_and_says_which_it_skips(in_tmp, capsys):
+    args = ["bench", "--task", "synthetic,yahoo,adding", "--methods", "rnn", "--rounds", "1"]
+    args += ["--warmup", "0", "--device", "cpu", "--data-dir", str(in_tmp / "no-data")]
+    args += ["--set", "seq_len=4", "--set", "hidden_size=4", "--set", "n_test=8"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [".benchmarks/timing.jsonl", "reports/TIMING.md"]
+    skips = [ln for ln in err.splitlines() if "yahoo" in ln]
+    assert len(skips) == 1 and skips[0].startswith("task 'yahoo' skipped: no usable data")
+    assert "`rnn` train on cpu (synthetic): " in err and "`rnn` train on cpu (adding): " in err
+    text = (in_tmp / "reports" / "TIMING.md").read_text()
+    heads = [ln.split(" on ")[0] for ln in text.splitlines() if ln.startswith("## ")]
+    assert heads == ["## synthetic (smoke preset)", "## adding (smoke preset)", "## Not timed"]
+
+
+def test_timing_suite_with_no_task_that_has_data_is_one_line(in_tmp, capsys):
+    args = ["bench", "--task", "yahoo", "--device", "cpu", "--data-dir", str(in_tmp / "none")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no usable data for task 'yahoo'" in err[0]

@@ -1,4 +1,4 @@
-"""What ``harness bench`` times: one method's model in one phase on one device, and the reference.
+"""What ``harness bench`` times: one method's model in one phase on one device, and the references.
 
 A method's model is built as a run builds it (``harness.config.resolve`` + ``harness.train.build``)
 at the sizes of one task preset, and timed on one batch of the task's test split (so batches are
@@ -8,10 +8,17 @@ smaller when the split is):
 - ``train``: train mode, forward + task loss + aux loss, backward, gradient clipping, Adam step,
   as ``harness.train.train_model`` does it (a batch of ``train.batch_size``).
 
-The reference is the same model with its stack of method layers replaced by torch's fused
-``nn.GRU`` of as many layers (cuDNN on CUDA, one ATen kernel per layer on CPU): same batch, same
-embedding and read-out (copies), same loss, clipping and optimiser. One reference serves every
-method timed at the same sizes.
+A reference is the same model with its stack of method layers replaced by torch's own cell of as
+many layers: same batch, same embedding and read-out (copies), same loss, clipping and optimiser.
+The kinds (``REFERENCES``): the fused ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN`` (cuDNN on CUDA, one
+ATen kernel per layer on CPU), and an eager step loop of ``nn.GRUCell`` over the time steps, whose
+ratio to the fused GRU is the cost of dispatching a step at a time with the GRU's arithmetic. One
+reference of a kind serves every method timed at the same sizes.
+
+Which fused cell a method is held against comes from the method (``Method.fused_cell``), and so
+does its advisory target (``target``): within ``TARGET_FACTOR`` x its fused cell, or, for a
+depth-adaptive method (``Method.has_depth``: a highway cell runs several layers per step), within
+``TARGET_FACTOR`` x the fused GRU times its dense MACs per step over the GRU's at the same sizes.
 """
 
 from __future__ import annotations
@@ -27,13 +34,22 @@ from torch import Tensor, nn
 
 from harness import env
 from harness.config import RunConfig, TrainConfig, resolve
+from harness.method import Method
 from harness.model import SeqModel
 from harness.task import Batch, Split, Task
 from harness.timing import synced
 from harness.train import build
 
 PHASES = {"inference": "Inference", "train": "Train step"}
-REFERENCE = "torch.nn.GRU (fused)"
+# Gate matrices per fused cell: a step of one layer is ``gates * D * (input + D)`` MACs.
+FUSED_CELLS = {"GRU": 3, "LSTM": 4, "RNN": 1}
+STEP_LOOP = "GRUCell"
+REFERENCES = {
+    **{cell: f"torch.nn.{cell} (fused)" for cell in FUSED_CELLS},
+    STEP_LOOP: f"torch.nn.{STEP_LOOP} (step loop)",
+}
+REFERENCE = REFERENCES["GRU"]
+TARGET_FACTOR = 2.0
 
 SplitCache = dict[tuple[str, Any, int], Split]
 
@@ -44,23 +60,66 @@ class Phase:
 
     Attributes:
         fn: one round of work, no arguments; waits for the device before returning.
-        info: method, task, preset, seed, phase, device, sizes (B, T, V, D, layers), params
-            and config of the timing record.
+        info: method, task, preset, seed, phase, device, sizes (B, T, V, D, layers), params,
+            config, fused cell and (for a method) its MAC ratio and target, for the record.
         model: the module timed.
-        reference_key: equal for phases whose fused-GRU reference is the same ("" for a
+        reference_key: equal for phases whose references are the same ("" for a reference).
+        make_reference: builds the reference phase of a kind of ``REFERENCES`` (None for a
             reference).
-        make_reference: builds that reference phase (None for a reference).
     """
 
     fn: Callable[[], Any]
     info: dict[str, Any]
     model: nn.Module | None = None
     reference_key: str = ""
-    make_reference: Callable[[], Phase] | None = None
+    make_reference: Callable[[str], Phase] | None = None
 
 
-class FusedGRUModel(nn.Module):
-    """A timed model with its method layers replaced by one fused ``nn.GRU`` of as many layers.
+def fused_macs(cell: str, input_size: int, hidden_size: int, num_layers: int = 1) -> int:
+    """Dense MACs per step of torch's fused ``cell`` stack (the first layer reads ``input_size``).
+
+    Args:
+        cell: a key of ``FUSED_CELLS`` (``torch.nn`` class name).
+        input_size: the first layer's input width.
+        hidden_size: D of every layer.
+        num_layers: the stack's depth.
+
+    Returns:
+        ``gates * D * (in + D)`` summed over the layers.
+    """
+    D = hidden_size
+    return sum(
+        FUSED_CELLS[cell] * D * ((input_size if i == 0 else D) + D) for i in range(num_layers)
+    )
+
+
+def timing_target(method: Method, layers: int, method_macs: int) -> dict[str, Any]:
+    """The advisory target of a method's time: a ratio to one of the references at its sizes.
+
+    Args:
+        method: the first of the model's method layers (its class says which cell and rule).
+        layers: how many method layers the model stacks.
+        method_macs: the dense MACs per step of all those layers.
+
+    Returns:
+        ``{"ratio", "reference", "rule"}``: at most ``ratio`` x the reference named.
+    """
+    if method.has_depth:
+        fused = fused_macs("GRU", method.input_size, method.hidden_size, layers)
+        ratio = TARGET_FACTOR * method_macs / fused
+        rule = f"{TARGET_FACTOR:g} x its dense MACs per step / the fused GRU's"
+        return {"ratio": ratio, "reference": REFERENCES["GRU"], "rule": rule}
+    return {
+        "ratio": TARGET_FACTOR,
+        "reference": REFERENCES[method.fused_cell],
+        "rule": f"{TARGET_FACTOR:g} x its fused cell",
+    }
+
+
+class ReferenceModel(nn.Module):
+    """A timed model with its method layers replaced by torch's own cell.
+
+    Subclasses set ``recurrent`` and implement ``run_layers``.
 
     Args:
         model: the method's model; its embedding and read-out are copied (ties kept).
@@ -68,22 +127,80 @@ class FusedGRUModel(nn.Module):
 
     def __init__(self, model: SeqModel) -> None:
         super().__init__()
-        first = model.methods[0]
         self.embed, self.readout = copy.deepcopy((model.embed, model.readout))
         self.readout_mode = model.readout_mode
-        self.recurrent = nn.GRU(
-            first.input_size, first.hidden_size, num_layers=len(model.layers), batch_first=True
-        )
+
+    def run_layers(self, h: Tensor) -> Tensor:
+        """The recurrent stack over ``h [B, T, in] -> [B, T, D]``."""
+        raise NotImplementedError
 
     def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
         """Predictions ``[B, T, out]`` or, with the last-step read-out, ``[B, out]``."""
         h = self.embed(x) if self.embed is not None else x
-        h = self.recurrent(h)[0]
+        h = self.run_layers(h)
         if self.readout_mode == "last":  # as SeqModel: the last valid step of each sequence
             B, T = h.shape[:2]
             idx = (lengths - 1) if lengths is not None else torch.full((B,), T - 1, device=h.device)
             h = h[torch.arange(B, device=h.device), idx.long()]
         return self.readout(h)
+
+
+class FusedModel(ReferenceModel):
+    """The model with one fused ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN`` of as many layers.
+
+    Args:
+        model: the method's model.
+        cell: a key of ``FUSED_CELLS``.
+    """
+
+    def __init__(self, model: SeqModel, cell: str = "GRU") -> None:
+        super().__init__(model)
+        first = model.methods[0]
+        self.recurrent = getattr(nn, cell)(
+            first.input_size, first.hidden_size, num_layers=len(model.layers), batch_first=True
+        )
+
+    def run_layers(self, h: Tensor) -> Tensor:
+        """One fused call over the whole sequence and stack."""
+        return self.recurrent(h)[0]
+
+
+class StepLoopGRUModel(ReferenceModel):
+    """The model with an eager loop of ``nn.GRUCell`` over the steps, layer by layer.
+
+    The GRU's arithmetic with one dispatch per step and layer, as a per-step method pays it.
+
+    Args:
+        model: the method's model.
+    """
+
+    def __init__(self, model: SeqModel) -> None:
+        super().__init__(model)
+        first = model.methods[0]
+        D = first.hidden_size
+        self.recurrent = nn.ModuleList(
+            nn.GRUCell(first.input_size if i == 0 else D, D) for i in range(len(model.layers))
+        )
+
+    def run_layers(self, h: Tensor) -> Tensor:
+        """Every layer's cell over ``unbind(1)`` (slicing would make backward quadratic in T)."""
+        for cell in self.recurrent:
+            state = h.new_zeros(h.shape[0], cell.hidden_size)
+            outs = []
+            for x_t in h.unbind(1):
+                state = cell(x_t, state)
+                outs.append(state)
+            h = torch.stack(outs, 1)
+        return h
+
+
+def reference_model(model: SeqModel, kind: str) -> ReferenceModel:
+    """The reference of ``kind`` (a key of ``REFERENCES``) for a method's model."""
+    if kind == STEP_LOOP:
+        return StepLoopGRUModel(model)
+    if kind not in FUSED_CELLS:
+        raise ValueError(f"unknown reference {kind!r}; known: {', '.join(REFERENCES)}")
+    return FusedModel(model, kind)
 
 
 def held_out_split(cfg: RunConfig, task: Task, splits: SplitCache | None = None) -> Split:
@@ -158,12 +275,17 @@ def method_phase(
         splits: a cache of test splits shared by the calls of one benchmark run.
 
     Returns:
-        The phase, with the builder of its fused-GRU reference.
+        The phase, with the builder of its references.
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
     cfg = resolve(method, task, seed, preset, overrides)
     task_obj, model = build(cfg, data_dir)
+    first = model.methods[0]
+    if first.fused_cell not in FUSED_CELLS:
+        raise ValueError(
+            f"{method}: fused_cell {first.fused_cell!r} is not one of {', '.join(FUSED_CELLS)}"
+        )
     model.to(device)
     split = held_out_split(cfg, task_obj, splits)
     B = cfg.train.eval_batch_size if phase == "inference" else cfg.train.batch_size
@@ -175,6 +297,9 @@ def method_phase(
         "D": cfg.model.hidden_size,
         "layers": cfg.model.num_layers,
     }
+    layers = len(model.layers)
+    method_macs = sum(m.cost().dense_step() for m in model.methods)
+    gru_macs = fused_macs("GRU", first.input_size, first.hidden_size, layers)
     info = {
         "method": method,
         "task": cfg.task,
@@ -186,38 +311,39 @@ def method_phase(
         "sizes": sizes,
         "params": sum(p.numel() for p in model.parameters()),
         "config": cfg.to_dict(),
+        "fused_cell": first.fused_cell,
+        "mac_ratio": method_macs / gru_macs,
+        "target": timing_target(first, layers, method_macs),
     }
-    # What shapes the reference besides the sizes: the embedding, the read-out and its mode.
+    # What shapes a reference besides the sizes: the embedding, the read-out and its mode.
     shape = {
-        "input_size": model.methods[0].input_size,
+        "input_size": first.input_size,
         "embedding": None if model.embed is None else list(model.embed.weight.shape),
         "output_size": model.readout.out_features,
         "readout": model.readout_mode,
         "tied": model.tied,
     }
-    ref_config = {
-        "reference": REFERENCE,
-        "task": cfg.task,
-        "preset": cfg.preset,
-        "seed": cfg.seed,
-        "sizes": sizes,
-        **shape,
-    }
+    ref_config = {"task": cfg.task, "preset": cfg.preset, "seed": cfg.seed, "sizes": sizes, **shape}
     key = json.dumps({"phase": phase, "device": str(device), **ref_config}, sort_keys=True)
 
-    def make_reference() -> Phase:
-        ref = FusedGRUModel(model).to(device)
+    def make_reference(kind: str = "GRU") -> Phase:
+        ref = reference_model(model, kind).to(device)
+        cell = "GRU" if kind == STEP_LOOP else kind
         ref_info = {
             **{k: info[k] for k in ("task", "preset", "seed", "phase", "device", "device_name")},
-            "method": REFERENCE,
+            "method": REFERENCES[kind],
             "sizes": sizes,
             "params": sum(p.numel() for p in ref.parameters()),
             # The optimiser settings of the first method timed at these sizes: they change the
             # work of a step only through whether clipping runs.
             "config": {
+                "reference": REFERENCES[kind],
                 **ref_config,
                 "train": {k: info["config"]["train"][k] for k in ("lr", "weight_decay", "clip")},
             },
+            # the step loop computes the GRU's arithmetic: its ratio to the fused GRU is dispatch
+            "fused_cell": cell,
+            "mac_ratio": FUSED_CELLS[cell] / FUSED_CELLS["GRU"],
         }
         if phase == "inference":
             ref.eval()

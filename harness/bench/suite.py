@@ -1,17 +1,21 @@
 """``harness bench``: time every method's model, record the timings, write ``reports/TIMING.md``.
 
-The timing runs in this process (no test runner, no checkout needed): for every (method, phase,
-device), ``harness.bench.phases`` builds the model at a task preset's sizes and ``harness.timing``
-runs warm-up rounds, then timed rounds, synchronising the device around each. Each timing is a
-record (one JSON line, appended to ``OUT/timing.jsonl`` through the same atomic store as run
-records) with the median, mean, stddev, min, max and iqr in seconds, the rounds, the sizes timed
-and the environment.
+The timing runs in this process (no test runner, no checkout needed): for every (task, method,
+phase, device), ``harness.bench.phases`` builds the model at the task preset's sizes and
+``harness.timing`` runs warm-up rounds, then timed rounds, synchronising the device around each.
+Each timing is a record (one JSON line, appended to ``OUT/timing.jsonl`` through the same atomic
+store as run records) with the median, mean, stddev, min, max and iqr in seconds, the rounds, the
+sizes timed and the environment.
 
-The reference is torch's fused ``nn.GRU`` in the same model (``phases.FusedGRUModel``), timed in
-the same run at the sizes of each timed method (once per distinct size), on the same device and
-phase, with records of its own (``reference: true``); every method's time is also given as a
-ratio to it (``ratio_vs_gru``, the "× fused GRU" column). Timing is advisory: nothing here is a
-pass/fail gate, and a method whose timing fails is listed under "Not timed", not fatal.
+The references (``phases.REFERENCES``) are the same model with torch's own cell in place of the
+method's layers, timed in the same run at the sizes of each timed method (once per distinct size),
+on the same device and phase, with records of their own (``reference: true``): the fused GRU, the
+eager ``nn.GRUCell`` step loop (dispatch cost at the GRU's arithmetic) and the fused cell of any
+method held against another one (``Method.fused_cell``, e.g. the LSTM). Every time is also given
+as a ratio to the fused GRU (``ratio_vs_gru``) and to the method's own fused cell
+(``ratio_vs_cell``), and a method's record carries its advisory target (``target``, see
+``phases.timing_target``) and whether it was met. Timing is advisory: nothing here is a pass/fail
+gate, and a method whose timing fails is listed under "Not timed", not fatal.
 """
 
 from __future__ import annotations
@@ -27,17 +31,27 @@ from typing import Any
 
 import torch
 
-from harness import env
-from harness.bench.phases import PHASES, REFERENCE, Phase, SplitCache, method_phase
-from harness.config import config_hash, resolve
+from harness import config, env
+from harness.bench.phases import (
+    PHASES,
+    REFERENCE,
+    REFERENCES,
+    STEP_LOOP,
+    TARGET_FACTOR,
+    Phase,
+    SplitCache,
+    method_phase,
+)
+from harness.config import config_hash
 from harness.errors import ConfigError, HarnessError
 from harness.registry import METHODS, TASKS
 from harness.results import Store
 from harness.timing import summarize, time_fn
 
-TIMING_SCHEMA = 1
+TIMING_SCHEMA = 2  # 2: references of several kinds, ratio_vs_cell, mac_ratio and target
 STATS = ("median", "mean", "stddev", "min", "max", "iqr")
 RATIO = "× fused GRU"
+CELL_RATIO = "× fused cell"
 
 
 def timing_record(
@@ -62,7 +76,8 @@ def timing_record(
         reference: whether this is a reference timing (adds ``reference: true``).
 
     Returns:
-        The record; ``ratio_vs_gru`` is left to the caller (1.0 for a reference).
+        The record. Its ratios are left to ``apply_ratios`` (a reference is 1.0 to itself), and
+        so is whether a method's target was met.
     """
     info, stats = phase.info, summarize(times)
     rec: dict[str, Any] = {
@@ -87,6 +102,8 @@ def timing_record(
         "bench_id": bench_id,
         "time": {"start": start},
         "benchmark": f"{info['method']}[{info['phase']}-{info['device']}]",
+        "fused_cell": info.get("fused_cell"),
+        "mac_ratio": info.get("mac_ratio"),
     }
     if reference:
         rec["reference"] = True
@@ -95,8 +112,39 @@ def timing_record(
         {k: rec[k] for k in ("kind", "config", "method", "phase", "device", "device_name")}
         | {"threads": environment.get("threads")}
     )
-    rec["ratio_vs_gru"] = 1.0 if reference else None
+    rec["ratio_vs_gru"] = 1.0 if rec["method"] == REFERENCE else None
+    cell = REFERENCES.get(rec["fused_cell"] or "")
+    rec["ratio_vs_cell"] = 1.0 if reference and rec["method"] == cell else None
+    if info.get("target"):
+        rec["target"] = {**info["target"], "measured": None, "met": None}
     return rec
+
+
+def apply_ratios(rec: dict[str, Any], refs: dict[str, dict[str, Any] | None]) -> None:
+    """Fill a record's ratios from the references timed at its sizes, device and phase.
+
+    Args:
+        rec: a timing record (a method's or a reference's), updated in place.
+        refs: ``{reference name: its record, or None if it failed}`` at the record's sizes.
+    """
+
+    def ratio(name: str | None) -> float | None:
+        ref = refs.get(name or "")
+        return rec["median_s"] / ref["median_s"] if ref and ref["median_s"] else None
+
+    rec["ratio_vs_gru"] = ratio(REFERENCE)
+    rec["ratio_vs_cell"] = ratio(REFERENCES.get(rec.get("fused_cell") or ""))
+    target = rec.get("target")
+    if target:
+        measured = ratio(target["reference"])
+        target["measured"] = measured
+        target["met"] = None if measured is None else measured <= target["ratio"]
+
+
+def reference_kinds(phase: Phase) -> list[str]:
+    """The kinds of reference a method's phase is compared with, the fused GRU first."""
+    kinds = ["GRU", phase.info.get("fused_cell") or "GRU", STEP_LOOP]
+    return list(dict.fromkeys(kinds))
 
 
 def _one_line(e: BaseException) -> str:
@@ -117,7 +165,7 @@ def time_methods(
     bench_id: str = "",
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Time every method in every phase on every device, with the fused-GRU references.
+    """Time every method in every phase on every device at one task's sizes, with references.
 
     Args:
         names: registered methods.
@@ -125,7 +173,7 @@ def time_methods(
         task: the registered task whose preset gives the sizes and the batches timed.
         preset: the task's preset (``smoke``, ``quick`` or ``paper``).
         overrides: config overrides (``section.field`` or a bare ``field``), applied after the
-            preset as in a run (the seed is 0).
+            preset as in a run (the seed is 0), each to the methods that have its field.
         rounds: timed rounds per timing.
         warmup: untimed warm-up rounds before the timed ones.
         data_dir: dataset root for real-data tasks.
@@ -152,38 +200,41 @@ def time_methods(
             say(f"{label}: failed ({_one_line(e)})")
             return None, None
         rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
-        say(f"{label}: {1e3 * rec['median_s']:.3g} ms")
+        say(f"{label}: {_ms(rec['median_s'])} ms")
         return phase, rec
 
     for device in devices:
         environment = env.environment(device)
-        refs: dict[str, dict[str, Any] | None] = {}
+        as_reference = {"environment": environment, "reference": True}
+        # {reference key of a size: {reference name: record or None}}
+        refs: dict[str, dict[str, dict[str, Any] | None]] = {}
         for name in names:
+            mine = {k: v for k, v in (overrides or {}).items() if config.accepts(name, task, k)}
             for phase_name in PHASES:
-                label = f"`{name}` {phase_name} on {device.type}"
+                label = f"`{name}` {phase_name} on {device.type} ({task})"
                 make = functools.partial(
-                    method_phase, name, phase_name, device, task, preset, overrides,
+                    method_phase, name, phase_name, device, task, preset, mine,
                     data_dir=data_dir, splits=splits,
                 )  # fmt: skip
                 phase, rec = run(make, label, device, environment=environment)
                 if rec is None:
                     continue
                 records.append(rec)
-                key = phase.reference_key
-                if key not in refs:
-                    ref_label = f"`{REFERENCE}` {phase_name} on {device.type} (at `{name}`'s sizes)"
-                    _, refs[key] = run(
-                        phase.make_reference,
-                        ref_label,
-                        device,
-                        environment=environment,
-                        reference=True,
+                here = refs.setdefault(phase.reference_key, {})
+                for kind in reference_kinds(phase):
+                    if REFERENCES[kind] in here:
+                        continue
+                    ref_label = (
+                        f"`{REFERENCES[kind]}` {phase_name} on {device.type} ({task}, at "
+                        f"`{name}`'s sizes)"
                     )
-                    if refs[key] is not None:
-                        records.append(refs[key])
-                ref = refs[key]
-                if ref is not None and ref["median_s"]:
-                    rec["ratio_vs_gru"] = rec["median_s"] / ref["median_s"]
+                    make_ref = functools.partial(phase.make_reference, kind)
+                    _, ref = run(make_ref, ref_label, device, **as_reference)
+                    here[REFERENCES[kind]] = ref
+                    if ref is not None:
+                        apply_ratios(ref, here)
+                        records.append(ref)
+                apply_ratios(rec, here)
                 del phase  # free the model before building the next one
     return records, failed
 
@@ -195,8 +246,21 @@ def _ms(seconds: float | None) -> str:
     return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
 
 
+def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
+    """``median (min–max)`` in ms, with the round count when the table does not give it."""
+    if "median_s" not in r:
+        return "–"
+    n = f", n={r.get('rounds')}" if rounds_shown else ""
+    return f"{_ms(r['median_s'])} ({_ms(r.get('min_s'))}–{_ms(r.get('max_s'))}{n})"
+
+
 def _ratio(r: float | None) -> str:
     return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
+
+
+def _cell_name(reference: str | None) -> str:
+    """``torch.nn.LSTM (fused)`` -> ``LSTM``."""
+    return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
 
 
 def _row_key(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -206,11 +270,16 @@ def _row_key(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["method"], s.get("V"), s.get("D"), s.get("layers"), s.get("T"))
 
 
-def timing_table(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown table of the timings on one device.
+def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    return sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
 
-    The reference rows come first (marked), then a row per method; each phase gets the median ms
-    and the ratio to the fused GRU.
+
+def timing_table(records: Sequence[dict[str, Any]]) -> str:
+    """One Markdown table of the timings of one task on one device.
+
+    The reference rows come first (marked), then a row per method. Each phase gets its time in
+    ms as median (min–max) and its ratio to the row's fused cell; the train step also gets the
+    ratio to the fused GRU, the dense MAC ratio to the GRU and the target with whether it is met.
     """
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
@@ -221,28 +290,44 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             key, {"method": r["method"], "sizes": r["sizes"], "ref": bool(r.get("reference"))}
         )
         row[r["phase"]] = r
-        row["params"] = r.get("params")
+        for k in ("params", "fused_cell", "mac_ratio"):
+            row[k] = r.get(k)
     uniform = _batch_shapes(records) is not None
-    cols = ["Method", "D", "Params"] + ([] if uniform else ["B×T (inference / train)"])
-    for title in PHASES.values():
-        cols += [f"{title} ms ↓", f"{RATIO} ↓"]
+    per_cell_rounds = len(_round_counts(records)) > 1
+    cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
+    cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
+    cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
+    cols += ["Target (train)", "Met"]
+    kinds = list(REFERENCES.values())
 
     def order(row: dict[str, Any]) -> tuple[Any, ...]:
+        s = row["sizes"]
         if row["ref"]:
-            return (0, row["sizes"].get("D") or 0, row["sizes"].get("layers") or 0)
-        ratios = [row.get(p, {}).get("ratio_vs_gru") for p in ("train", "inference")]
+            kind = kinds.index(row["method"]) if row["method"] in kinds else len(kinds)
+            return (0, s.get("D") or 0, s.get("layers") or 0, kind)
+        ratios = [row.get(p, {}).get("ratio_vs_cell") for p in ("train", "inference")]
         return (1, *[float("inf") if x is None else x for x in ratios])
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in sorted(rows.values(), key=order):
         name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
-        cells = [name, str(row["sizes"].get("D", "–")), str(row["params"] or "–")]
+        s = row["sizes"]
+        cells = [name, row["fused_cell"] or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
+        cells.append(str(row["params"] or "–"))
         if not uniform:
             bt = [row.get(p, {}).get("sizes", {}) for p in PHASES]
-            cells.append(" / ".join(f"{s.get('B', '?')}×{s.get('T', '?')}" for s in bt))
-        for p in PHASES:
-            r = row.get(p, {})
-            cells += [_ms(r.get("median_s")), _ratio(r.get("ratio_vs_gru"))]
+            cells.append(" / ".join(f"{b.get('B', '?')}×{b.get('T', '?')}" for b in bt))
+        inf, train = row.get("inference", {}), row.get("train", {})
+        cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
+        cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
+        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"])]
+        target = train.get("target")
+        if target:
+            met = target.get("met")
+            cells.append(f"≤ {target['ratio']:.2f} × {_cell_name(target['reference'])}")
+            cells.append("–" if met is None else "yes" if met else "**no**")
+        else:
+            cells += ["–", "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -255,7 +340,7 @@ def timing_markdown(
     skipped: dict[str, int] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The TIMING.md text: generated-file header, one table per device, what was not timed.
+    """The TIMING.md text: generated-file header, one table per (task, device), what was not timed.
 
     Args:
         records: timing records (methods and references).
@@ -280,9 +365,9 @@ def timing_markdown(
             if e.get("git_sha")
         }
     ) or ["unknown"]
-    rounds = sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
-    tasks = sorted({f"{r['task']} ({r['preset']} preset)" for r in records})
+    tasks = list(dict.fromkeys(f"{r['task']} ({r['preset']} preset)" for r in records))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    factor = f"{TARGET_FACTOR:g}"
     parts = [
         "# Timing (advisory)",
         "",
@@ -296,26 +381,43 @@ def timing_markdown(
         "never a pass/fail gate. Compare ratios, and only within one run and device.",
         "- Inference: one test batch of `train.eval_batch_size`, eval mode, no_grad. Train step: "
         "one test batch of `train.batch_size`, forward + loss + backward + clip + Adam step.",
-        "- Times are medians over "
-        + "; ".join(f"{n} rounds after {w} warm-up round(s)" for n, w in rounds)
-        + f" (spread in the records). {RATIO} = median / the median of the reference at the "
-        "same sizes in the same run, device and phase. The reference rows (first) are the same "
-        f"model with torch's fused `nn.GRU` (`{REFERENCE}`, as many layers; cuDNN on CUDA) in "
-        "place of the method's layers: same batch, embedding, read-out, loss and optimiser.",
+        "- Every time is in ms: the median (min–max) of its timed rounds; the rounds and warm-up "
+        "rounds are given under each table (all statistics, IQR included, are in the records).",
+        "- The reference rows (first, per size) are the same model with torch's own cell of as "
+        "many layers in place of the method's: same batch, embedding, read-out, loss and "
+        f"optimiser. `{REFERENCE}` (cuDNN on CUDA); `{REFERENCES[STEP_LOOP]}`, an eager loop "
+        "over the steps with the GRU's arithmetic, so that its ratio to the fused GRU is the "
+        "cost of dispatching a step at a time; and the fused cell of any method held against "
+        f"another (e.g. `{REFERENCES['LSTM']}`).",
+        f"- Cell: the fused cell a method is held against (its `fused_cell`). {CELL_RATIO} = "
+        f"median / the median of that reference at the same sizes in the same run, device and "
+        f"phase; {RATIO} likewise against the fused GRU. MACs / GRU: dense MACs per step of the "
+        "method's layers over the fused GRU's at the same sizes.",
+        f"- Target (train step): within {factor}× its fused cell; a depth-adaptive (highway) "
+        f"method, which runs several layers per step, within {factor}× the fused GRU × its "
+        "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
         *[f"- {n}" for n in notes],
         "",
     ]
-    for device in sorted({r["device"] for r in records}):
-        here = [r for r in records if r["device"] == device]
+    sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        sections.setdefault((r["task"], r["device"]), []).append(r)
+    for (task, device), here in sections.items():  # in the order timed: task by task
         names = sorted({r["device_name"] for r in here})
-        parts.append(f"## {device}: {', '.join(names)}\n")
+        preset = here[0]["preset"]
+        parts.append(f"## {task} ({preset} preset) on {device}: {', '.join(names)}\n")
         shapes = _batch_shapes(here)
-        if shapes:
-            parts.append(
-                "Batch × steps: "
-                + "; ".join(f"{PHASES[p].lower()} {b}×{t}" for p, (b, t) in shapes.items())
-                + ".\n"
-            )
+        line = (
+            "Batch × steps: "
+            + "; ".join(f"{PHASES[p].lower()} {b}×{t}" for p, (b, t) in shapes.items())
+            + ". "
+            if shapes
+            else ""
+        )
+        line += "Times: median (min–max) of " + "; ".join(
+            f"{n} rounds after {w} warm-up round(s)" for n, w in _round_counts(here)
+        )
+        parts.append(line + ".\n")
         parts.append(timing_table(here) + "\n")
     if failed or skipped:
         parts.append("## Not timed\n")
@@ -356,9 +458,31 @@ def bench_devices(device: str) -> list[torch.device]:
     return [torch.device(n) for n in names if n == "cpu" or torch.cuda.is_available()]
 
 
+def runnable_tasks(
+    tasks: Sequence[str], data_dir: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The tasks whose data is usable (or generated), and why each other one is not.
+
+    Args:
+        tasks: registered task names.
+        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
+
+    Returns:
+        (runnable tasks in the given order, ``{task: why it has no usable data}``).
+    """
+    runnable, no_data = [], {}
+    for t in tasks:
+        status = TASKS.get(t)(None, data_dir).data_status()
+        if status and status.get("status") != "found":
+            no_data[t] = str(status.get("detail") or status.get("status") or status)
+        else:
+            runnable.append(t)
+    return runnable, no_data
+
+
 def run_bench(
     methods: str | Iterable[str],
-    task: str,
+    tasks: str | Iterable[str],
     preset: str = "smoke",
     device: str = "auto",
     out_dir: str | os.PathLike = ".benchmarks",
@@ -372,67 +496,86 @@ def run_bench(
     command: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Path, Path]:
-    """Time methods and the fused-GRU reference; record the timings; write the Markdown.
+    """Time methods and the references at each task's sizes; record the timings; write the Markdown.
 
     Args:
         methods: names or globs, a list or comma-separated (``"all"``).
-        task: the task whose preset sizes are timed.
-        preset: the preset.
+        tasks: names or globs, a list or comma-separated (``"all"``); a task without usable data
+            is skipped with one line (through ``progress`` and in the report).
+        preset: the preset whose sizes are timed.
         device: ``cpu``, ``cuda`` or ``auto`` (CPU, plus CUDA when present).
         out_dir: gets the timing records, appended to ``timing.jsonl``.
         report: the Markdown to write.
-        overrides: config overrides (``{"seq_len": 5}``), as ``--set``.
-        rounds: timed rounds per (method, phase, device).
+        overrides: config overrides (``{"seq_len": 5}``), as ``--set``; each applies to the
+            (method, task) pairs that have its field.
+        rounds: timed rounds per (task, method, phase, device).
         warmup: untimed rounds before them.
         threads: torch CPU threads while timing (0: leave torch's setting); restored afterwards.
         data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
         command: the command line for the report header (default: rebuilt from the arguments).
-        progress: called with one line per finished or failed timing (e.g. to print to stderr).
+        progress: called with one line per finished or failed timing and per skipped task (e.g.
+            to print to stderr).
 
     Returns:
         Paths of the timing records (JSONL) and of the Markdown.
 
     Raises:
-        HarnessError: unknown methods, task or device; missing data; an unwritable store.
-        ConfigError: a bad preset, override, or round/thread count.
+        HarnessError: unknown methods, tasks or device; no task with usable data; an unwritable
+            store.
+        ConfigError: a bad preset, an override no selected (method, task) pair has, or a bad
+            round/thread count.
     """
+    from harness.sweep import build_configs
+
     names = METHODS.resolve(methods)
+    task_names = TASKS.resolve(tasks)
     devices = bench_devices(device)
     if rounds < 1 or warmup < 0 or threads < 0:
         raise ConfigError("bench needs rounds >= 1, warmup >= 0 and threads >= 0")
-    status = TASKS.get(task)(None, data_dir).data_status()
-    if status and status.get("status") != "found":
-        raise HarnessError(f"no usable data for task '{task}': {status.get('detail', status)}")
-    for m in names:  # bad presets or overrides fail here with one line, before any timing
-        resolve(m, task, 0, preset, overrides)
+    runnable, no_data = runnable_tasks(task_names, data_dir)
+    if not runnable:
+        raise HarnessError(
+            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
+        )
+    # bad presets or overrides fail here with one line, before any timing
+    build_configs(names, runnable, [0], preset, dict(overrides or {}))
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl, md = out / "timing.jsonl", Path(report)
     store = Store(jsonl)
     store.check_writable()
+    say = progress or (lambda line: None)
+    skipped: dict[str, int] = {}
+    for t, why in no_data.items():
+        say(f"task '{t}' skipped: no usable data ({why})")
+        skipped[f"task `{t}`: no usable data ({why})"] = len(names) * len(PHASES) * len(devices)
     bench_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
     previous = torch.get_num_threads()
     if threads > 0:
         torch.set_num_threads(threads)
+    records: list[dict[str, Any]] = []
+    failed: list[str] = []
     try:
-        records, failed = time_methods(
-            names, devices, task, preset, overrides, rounds=rounds, warmup=warmup,
-            data_dir=data_dir, bench_id=bench_id, progress=progress,
-        )  # fmt: skip
+        for t in runnable:
+            recs, fails = time_methods(
+                names, devices, t, preset, overrides, rounds=rounds, warmup=warmup,
+                data_dir=data_dir, bench_id=bench_id, progress=progress,
+            )  # fmt: skip
+            records += recs
+            failed += fails
+            for r in recs:  # each task's records are kept even if a later task is interrupted
+                store.append(r)
     finally:
         torch.set_num_threads(previous)
-    for r in records:
-        store.append(r)
-    skipped = {}
     if device == "auto" and all(d.type != "cuda" for d in devices):
-        skipped["CUDA not available (device auto)"] = len(names) * len(PHASES)
+        skipped["CUDA not available (device auto)"] = len(names) * len(PHASES) * len(runnable)
     if command is None:
         command = "harness bench " + " ".join(
             f"{flag} {shlex.quote(str(v))}"
             for flag, v in (
                 ("--methods", methods if isinstance(methods, str) else ",".join(names)),
-                ("--task", task),
+                ("--task", tasks if isinstance(tasks, str) else ",".join(task_names)),
                 ("--preset", preset),
                 ("--device", device),
                 ("--out", out_dir),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +65,16 @@ def add_parser(subparsers: Any) -> None:
         "bench",
         "timing suite -> timing records + report; or --speedup: fast paths' speedups",
         description="Timing suite: times training steps and inference of each method against\n"
-        "the fused-GRU reference on one task's preset sizes; appends timing records and\n"
-        f"writes {TIMING_REPORT}.\n"
+        "torch's fused cells (and an eager step-loop GRU) at each task's preset sizes;\n"
+        f"appends timing records and writes {TIMING_REPORT}, one table per task and device.\n"
         "With --speedup: measures the realised speedup of the fast inference paths of the\n"
         f"methods that have one, on untrained models at target skips; writes {SPEEDUP_REPORT}.",
         parents=[
             methods_option(note="; with --speedup, 'all' is every method with a fast path"),
-            task_option("timing suite: the task whose preset sizes are timed (required)"),
+            task_option(
+                "timing suite: the tasks whose preset sizes are timed, comma-separated names or "
+                "globs, or 'all'; tasks without usable data are skipped (required)"
+            ),
             preset_option(help="timing suite: the preset (default: %(default)s)"),
             set_option(scope="timing suite: "),
             data_dir_option(scope="timing suite: "),
@@ -85,6 +89,7 @@ def add_parser(subparsers: Any) -> None:
         ],
         epilog=examples(
             "harness bench --methods all --task TASK --preset smoke",
+            "harness bench --task all --preset paper --device cpu --rounds 3 --warmup 1",
             "harness bench --speedup   # realised speedup of the fast inference paths",
             "harness bench --speedup --methods METHOD --hidden 256 --batches 1 --budget 1",
             note="timings are advisory, never a pass/fail gate",
@@ -193,6 +198,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threads=args.threads,
         data_dir=args.data_dir,
         command=command,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     for p in paths:
         print(p)
