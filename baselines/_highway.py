@@ -263,7 +263,7 @@ def run_sequence(step_fn: Callable[[Tensor, Any], StepOut], xs: Tensor, state: A
     (extras averaged over time); the caller sets ``aux_loss``."""
     hs, masks, depths = [], [], []
     extras: dict[str, list[Tensor]] = {}
-    for x_t in xs.unbind(1):  # not xs[:, t]: see Method.step_loop
+    for x_t in xs.unbind(1):  # one unbind, linear backward (see Method.step_loop)
         so = step_fn(x_t, state)
         state = so.state
         hs.append(so.h)

@@ -155,7 +155,7 @@ class ClockworkRNN(Method):
         xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
         w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
         hs = []
-        # unbind, not xp[:, t] (see Method.step_loop)
+        # one unbind, linear backward (see Method.step_loop)
         for xp_t, u_t in zip(xp.unbind(1), u.unbind(1), strict=True):
             h = self._step(xp_t, h, u_t, w_hh)
             hs.append(h)

@@ -73,7 +73,7 @@ class GRU(Method):
             return SeqOut(out, torch.ones_like(out), state=hn)
         xp = self.cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
         hs = []
-        for xp_t in xp.unbind(1):  # not xp[:, t]: see Method.step_loop
+        for xp_t in xp.unbind(1):  # one unbind, linear backward (see Method.step_loop)
             h = self.cell.step(xp_t, h)
             hs.append(h)
         out = torch.stack(hs, 1)  # [B, T, D]

@@ -137,7 +137,7 @@ class PhasedLSTM(Method):
         k = self.time_gate(clock, T)  # [B, T, D], input-independent
         xp = self.cell.input_proj(x)  # [B, T, 4D]
         hs = []
-        # unbind, not xp[:, t] (see Method.step_loop)
+        # one unbind, linear backward (see Method.step_loop)
         for xp_t, k_t in zip(xp.unbind(1), k.unbind(1), strict=True):
             h, c = self._step(xp_t, h, c, k_t)
             hs.append(h)

@@ -160,7 +160,8 @@ class Method(nn.Module):
             state = self.init_state(x.shape[0], x)
         hs, masks, depths = [], [], []
         extras: dict[str, list[Tensor]] = {}
-        # unbind, not x[:, t]: slicing a tensor that requires grad makes backward quadratic in T
+        # One unbind for the whole sequence: reading step t by indexing a tensor that requires
+        # grad records a whole-sequence select per step, and backward becomes quadratic in T.
         for t, x_t in enumerate(x.unbind(1)):
             so = self.step(x_t, state, t)
             state = so.state
