@@ -91,3 +91,19 @@ def assert_dense_counts(m, x) -> None:
     counted, _ = fvcore_macs(m, x)
     assert counted == analytic, f"fvcore {counted} != analytic {analytic}"
     assert torch_flops(m, x) == 2 * analytic
+
+
+# What each hand-made decision regime of the fast-path tests must achieve (Skip % / 100, or the
+# depth-skip fraction for depth-adaptive methods).
+REGIMES = {"none": lambda s: s == 0.0, "mixed": lambda s: 0.1 < s < 0.9, "all": lambda s: s >= 0.9}
+
+
+def check_fast_path_in_regime(m, regime: str, batch: int, steps: int = 16, input_size: int = 3):
+    """``check_fast_equals_dense`` on random float64 inputs; the regime skips as named."""
+    from harness.bench.speedup import achieved_skip
+
+    x = torch.randn(batch, steps, input_size, dtype=torch.float64)
+    ref = check_fast_equals_dense(m, x)
+    skip = achieved_skip(ref, m)
+    assert REGIMES[regime](skip), (regime, skip)
+    return ref
