@@ -133,7 +133,8 @@ class RandomUpdates(Method):
         h = self.init_state(x.shape[0], x) if state is None else state
         xp = self.cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
         hs, masks = [], []
-        for t, xp_t in enumerate(xp.unbind(1)):  # not xp[:, t]: see Method.step_loop
+        # one unbind, linear backward (see Method.step_loop)
+        for t, xp_t in enumerate(xp.unbind(1)):
             so = self._step(xp_t, h, t)
             h = so.h
             hs.append(h)
