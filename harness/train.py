@@ -168,6 +168,24 @@ def _better(new: float, best: float | None, higher: bool) -> bool:
     return best is None or (new > best if higher else new < best)
 
 
+def descend(
+    total: torch.Tensor, opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], clip: float
+) -> None:
+    """One optimiser step on ``total``: backward, global-norm clipping (when ``clip > 0``), step.
+
+    Args:
+        total: the loss to minimise (task loss plus auxiliary loss).
+        opt: the optimiser over ``params``.
+        params: the trainable parameters, clipped together.
+        clip: the global gradient-norm bound; 0 turns clipping off.
+    """
+    opt.zero_grad(set_to_none=True)
+    total.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+
+
 def train_model(
     cfg: RunConfig, task: Task, model: SeqModel, splits, device
 ) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
@@ -197,11 +215,7 @@ def train_model(
             total = loss if out.aux_loss is None else loss + out.aux_loss
             if not torch.isfinite(total):
                 raise DivergedError(f"non-finite loss ({total.item()}) at epoch {epoch}, batch {i}")
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            if tc.clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, tc.clip)
-            opt.step()
+            descend(total, opt, params, tc.clip)
             losses.append(loss.item())
         train_s += time.perf_counter() - t0
         val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics

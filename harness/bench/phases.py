@@ -38,7 +38,7 @@ from harness.method import Method
 from harness.model import SeqModel
 from harness.task import Batch, Split, Task
 from harness.timing import synced
-from harness.train import build
+from harness.train import build, descend
 
 PHASES = {"inference": "Inference", "train": "Train step"}
 # Gate matrices per fused cell: a step of one layer is ``gates * D * (input + D)`` MACs.
@@ -238,12 +238,7 @@ def train_step(
     def step() -> None:
         pred, aux = forward()
         loss = task.loss(pred, batch)
-        total = loss if aux is None else loss + aux
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        if tc.clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, tc.clip)
-        opt.step()
+        descend(loss if aux is None else loss + aux, opt, params, tc.clip)
 
     return step
 
