@@ -119,16 +119,23 @@ class PhasedLSTM(Method):
         z = ref.new_zeros(batch_size, self.hidden_size)
         return z, z, torch.zeros(batch_size, dtype=torch.long, device=ref.device)
 
-    def _step(self, xp_t: Tensor, h: Tensor, c: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        h_tilde, c_tilde = self.cell.step(xp_t, h, c)  # [B, D] each, eqs. 8, 10
-        c_new = k * c_tilde + (1 - k) * c  # eq. 9; k = 0 leaves an exact copy
-        h_new = k * h_tilde + (1 - k) * h  # eq. 11
-        return h_new, c_new
+    def _step(
+        self, xp_t: Tensor, h: Tensor, c: Tensor, k: Tensor, weight_hh_t: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """One step from the projected input ``xp_t [B, 4D]``; ``weight_hh_t`` is the recurrent
+        weight transposed once per sequence. ``LSTMWeights.step`` and the two mixes in 12 ops
+        instead of 22 (``addmm``, ``addcmul``, ``lerp``): a training step at the paper sizes is
+        bound by per-op dispatch. The same equations, equal to rounding."""
+        i, f, g, o = torch.addmm(xp_t, h, weight_hh_t).chunk(4, -1)  # [B, D] each
+        c_tilde = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(g))  # eq. 8
+        h_tilde = torch.sigmoid(o) * torch.tanh(c_tilde)  # eq. 10
+        # eqs. 9, 11: k c~ + (1 - k) c; lerp gives an exact copy where k = 0
+        return torch.lerp(h, h_tilde, k), torch.lerp(c, c_tilde, k)
 
     def step(self, x_t: Tensor, state: tuple[Tensor, Tensor, Tensor], t: int) -> StepOut:
         h, c, clock = state
         k = self.time_gate(clock, 1)[:, 0]  # [B, D]
-        h, c = self._step(self.cell.input_proj(x_t), h, c, k)
+        h, c = self._step(self.cell.input_proj(x_t), h, c, k, self.cell.weight_hh.t())
         return StepOut(h, (h, c, clock + 1), (k > 0).to(h.dtype))
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
@@ -136,10 +143,11 @@ class PhasedLSTM(Method):
         h, c, clock = self.init_state(B, x) if state is None else state
         k = self.time_gate(clock, T)  # [B, T, D], input-independent
         xp = self.cell.input_proj(x)  # [B, T, 4D]
+        w_t = self.cell.weight_hh.t()
         hs = []
         # one unbind, linear backward (see Method.step_loop)
         for xp_t, k_t in zip(xp.unbind(1), k.unbind(1), strict=True):
-            h, c = self._step(xp_t, h, c, k_t)
+            h, c = self._step(xp_t, h, c, k_t, w_t)
             hs.append(h)
         out = SeqOut(torch.stack(hs, 1), (k > 0).to(x.dtype), state=(h, c, clock + T))
         out.aux_loss = self.aux_loss(out)

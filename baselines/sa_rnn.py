@@ -81,9 +81,10 @@ from baselines._cells import (
     gru_macs_per_unit,
     gru_rows,
     hard_sigmoid,
-    masked_update,
+    masked_lerp,
     pack_gru_rows,
 )
+from baselines._highway import run_sequence
 from baselines._kernels import sarnn_kernel, sarnn_kernel_status
 from harness.errors import ConfigError
 from harness.flops import effective_step_macs
@@ -153,12 +154,33 @@ class SARNN(Method):
         return ref.new_zeros(batch_size, self.hidden_size)
 
     def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
-        h = state  # [B, D]
-        v = self.w_u * h + F.linear(x_t, self.w_i, self.b_u)  # [B, D]
+        return self._step(self._input_proj(x_t), state, self.cell.weight_hh.t())
+
+    def _input_proj(self, x: Tensor) -> Tensor:
+        """``[W_i x + b, W_u x + b_u]``, the GRU's and the coordinator's input terms, ``[..., 4D]``:
+        one matmul for every step of a sequence."""
+        weight = torch.cat([self.cell.weight_ih, self.w_i])  # [4D, V]
+        return F.linear(x, weight, torch.cat([self.cell.bias, self.b_u]))
+
+    def _step(self, xp_t: Tensor, h: Tensor, weight_hh_t: Tensor) -> StepOut:
+        """One step from ``xp_t = [W_i x_t + b, W_u x_t + b_u] [B, 4D]`` (``weight_hh_t``: the
+        recurrent weight transposed once per sequence, ``GRUWeights.train_step``)."""
+        D = self.hidden_size
+        xp_gru, coord_x = xp_t.split((3 * D, D), -1)
+        v = torch.addcmul(coord_x, self.w_u, h)  # [B, D] w_u * h + W_i x + b_u
         u = binarize_ste(hard_sigmoid(v, self.slope), 0.5)  # [B, D] eqs. 5, 6, 8
-        cand = self.cell.step(self.cell.input_proj(x_t), h)  # [B, D]
-        h_new = masked_update(u, cand, h)  # [B, D] eq. 7
+        cand = self.cell.train_step(xp_gru, h, weight_hh_t)  # [B, D]
+        h_new = masked_lerp(u, cand, h)  # [B, D] eq. 7
         return StepOut(h_new, h_new, u)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        """``step_loop`` with the input terms of every step (GRU and coordinator) in one matmul
+        before the loop and the recurrent weight transposed once (fewer ops per step)."""
+        state = self.init_state(x.shape[0], x) if state is None else state
+        w_t = self.cell.weight_hh.t()
+        out = run_sequence(lambda xp_t, h: self._step(xp_t, h, w_t), self._input_proj(x), state)
+        out.aux_loss = self.aux_loss(out)
+        return out
 
     def _pack(self) -> tuple[Tensor, ...]:
         """Unit-major GRU weights ``hh, ih``, the rows a step gathers for its updated units

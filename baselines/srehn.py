@@ -40,6 +40,8 @@ Differences from the paper:
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from baselines._highway import (
@@ -47,9 +49,11 @@ from baselines._highway import (
     ElasticConfig,
     ElasticGate,
     ElasticHighway,
+    elastic_layers,
+    run_sequence,
     weight_bound,
 )
-from harness.method import StepCost, StepOut
+from harness.method import SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
 
@@ -77,10 +81,43 @@ class SREHN(ElasticHighway):
             max_depth=self.cfg.r_max,
         )
 
-    def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
-        tr = self.elastic(h, x_t)  # d [B, R_max, D], n [B, D], mask [B, D], R [B]
+    def _input_terms(self, x: Tensor) -> Tensor:
+        """The input terms of a step, ``[W_a^x x + b_a, W x + b]`` ``[..., 3D]``: the local rate's
+        (eq. 14) and layer 1's (with the shared bias), one matmul for every step of a sequence."""
+        D = self.hidden_size
+        weight = torch.cat([self.elastic.rate.weight[:, D:], self.cell.weight_x])  # [3D, V]
+        return F.linear(x, weight, torch.cat([self.elastic.rate.bias, self.cell.bias[0]]))
+
+    def _weights(self) -> tuple[Tensor, ...]:
+        """What every step reads, taken once per sequence: ``alpha``, ``beta`` (eqs. 13, 12),
+        ``W_a^h`` transposed, the shared recurrent weight transposed and its bias."""
+        D = self.hidden_size
+        alpha = F.softplus(self.elastic.alpha_hat)
+        beta = torch.sigmoid(self.elastic.beta_hat)
+        rate_h_t = self.elastic.rate.weight[:, :D].t()
+        return alpha, beta, rate_h_t, self.cell.weight_h[0].t(), self.cell.bias[0]
+
+    def _step(self, p_t: Tensor, h: Tensor, weights: tuple[Tensor, ...], adaptive: bool) -> StepOut:
+        """One step from the input terms ``p_t`` of ``_input_terms`` and ``_weights``."""
+        alpha, beta, rate_h_t, weight_t, bias = weights
+        rate_x, xp_b = p_t.split((self.hidden_size, 2 * self.hidden_size), -1)
+        alpha_t = torch.sigmoid(torch.addmm(rate_x, h, rate_h_t))  # eq. 14
+        tr = self.elastic.trace(alpha, beta, alpha_t)  # d [B, R_max, D], n, mask [B, D], R [B]
         layers = int(tr.R.max()) if adaptive else self.cfg.r_max
         if layers > 0:
-            h = self.cell(self.cell.input_proj(x_t), h, tr.d[:, :layers])  # [B, D]
+            h = elastic_layers(xp_b, h, tr.d[:, :layers], weight_t, bias)  # [B, D]
         extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
         return StepOut(h, h, tr.mask, tr.n, extras)
+
+    def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
+        return self._step(self._input_terms(x_t), h, self._weights(), adaptive)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        """The fixed ``r_max`` layers of ``ElasticHighway.forward``, with the input terms of every
+        step in one matmul and the weights read once per sequence (fewer ops per step)."""
+        h0 = self.init_state(x.shape[0], x) if state is None else state
+        weights = self._weights()
+        step = lambda p_t, h: self._step(p_t, h, weights, adaptive=False)  # noqa: E731
+        out = run_sequence(step, self._input_terms(x), h0)
+        out.aux_loss = self.aux_loss(out)
+        return out

@@ -68,7 +68,7 @@ OWN_FORWARD = [n for n in NAMES if METHODS.get(n).forward is not Method.forward]
 
 
 def test_some_methods_have_their_own_forward():
-    assert OWN_FORWARD and set(OWN_FORWARD) < set(NAMES)
+    assert OWN_FORWARD and set(OWN_FORWARD) <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", OWN_FORWARD)
