@@ -164,33 +164,43 @@ class ClockworkRNN(Method):
         return out
 
     def _pack(self) -> Tensor:
-        """``[W_H * mask, W_I, b]``, ``[D, D + V + 1]``: row i is everything unit i reads."""
-        return torch.cat([self.weight_hh * self.hh_mask, self.weight_ih, self.bias[:, None]], 1)
+        """``W_H * mask``, ``[D, D]`` contiguous: row i is what unit i reads of the state."""
+        return (self.weight_hh * self.hh_mask).contiguous()
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
-        """Inference computing only the active modules' rows, ``tanh([W_H W_I b][:n] [h; x_t; 1])``.
+        """Inference computing only the active modules' rows, ``tanh(W_H[:n] h + W_I[:n] x_t + b)``.
 
         A module is active when its period divides t + phase, so every faster module (whose
         period divides this one's) is active too: the active units are a prefix ``[:n_t]`` and
-        their rows are a slice of one cached ``[D, D + V + 1]`` matrix. The clock starts at 0.
+        their rows are a slice of the cached recurrent matrix. The clock starts at 0. The input
+        terms of every step are one matmul before the loop; the states are kept as columns of one
+        preallocated buffer ``[T + 1, D, B]`` (units are rows, so a prefix of units is a
+        contiguous block), and a step is three ops: copy the inactive rows, ``addmm`` the active
+        ones into place, ``tanh_`` them.
         """
         B, T, _ = x.shape
+        D, k = self.hidden_size, self.module_size
         h, clock = self.init_state(B, x)
-        k, t = self.module_size, torch.arange(T, device=x.device)
+        t = torch.arange(T, device=x.device)
         active = (t[:, None] + self.cfg.phase) % self.periods[::k] == 0  # [T, g] per module
         counts = (active.sum(1) * k).tolist()  # [T] n_t, active units (a prefix)
-        params = (self.weight_hh, self.weight_ih, self.bias)
-        w = cached_pack(self, "_fast_rows", params, self._pack)  # [D, D + V + 1]
-        xs = torch.cat([x, x.new_ones(B, T, 1)], -1).unbind(1)  # T x [B, V + 1]
-        hs = []
+        params = (self.weight_hh, self.weight_ih)
+        w = cached_pack(self, "_fast_hh", params, self._pack)  # [D, D]
+        rows = {n: w[:n] for n in set(counts)}  # one view per distinct prefix
+        xp = F.linear(x, self.weight_ih, self.bias).permute(1, 2, 0).unbind(0)  # T x [D, B]
+        buf = x.new_empty(T + 1, D, B)
+        buf[0] = h.t()
+        states = buf.unbind(0)  # T + 1 x [D, B]
         for t, n in enumerate(counts):
-            if n:
-                z = torch.cat([h, xs[t]], 1)  # [B, D + V + 1]
-                h = torch.cat([torch.tanh(F.linear(z, w[:n])), h[:, n:]], 1)  # eq. 1, rows :n
-            hs.append(h)
+            prev, cur = states[t], states[t + 1]
+            if n < D:  # inactive modules: exact copies
+                cur[n:].copy_(prev[n:])
+            if n:  # eq. 1 for the active rows
+                torch.addmm(xp[t][:n], rows[n], prev, out=cur[:n]).tanh_()
         u = active.repeat_interleave(k, 1).to(x.dtype)  # [T, D]
-        out = SeqOut(torch.stack(hs, 1), u.expand(B, -1, -1).contiguous(), state=(h, clock + T))
+        outputs = buf[1:].permute(2, 0, 1).contiguous()  # [B, T, D]
+        out = SeqOut(outputs, u.expand(B, -1, -1).contiguous(), state=(outputs[:, -1], clock + T))
         out.aux_loss = self.aux_loss(out)
         return out
 

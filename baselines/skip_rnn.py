@@ -79,6 +79,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -87,9 +88,10 @@ from baselines._cells import (
     GRUWeights,
     check_gru_form,
     gru_macs_per_unit,
-    masked_update,
+    masked_lerp,
     round_ste,
 )
+from baselines._highway import run_sequence
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -156,46 +158,74 @@ class SkipRNN(Method):
         return h, h, zero, one, zero
 
     def step(self, x_t: Tensor, state: SkipState, t: int) -> StepOut:
+        return self._step(self.cell.input_proj(x_t), state, self.cell.weight_hh.t())
+
+    def _step(self, xp_t: Tensor, state: SkipState, weight_hh_t: Tensor) -> StepOut:
+        """One step from the projected input ``xp_t = W_i x_t + b [B, 3D]`` (``weight_hh_t``:
+        the recurrent weight transposed once per sequence, ``GRUWeights.train_step``)."""
         h, cand_prev, u_prev, up_prev, cum = state
         p = torch.sigmoid(F.linear(cand_prev, self.w_p, self.b_p))  # [B, 1] p_{t-1}, from h~_{t-1}
-        up = masked_update(u_prev, p, up_prev)  # [B, 1] P_{t-1}
+        up = masked_lerp(u_prev, p, up_prev)  # [B, 1] P_{t-1}
         u_tilde = cum + _tf_min(up, 1 - cum)  # [B, 1]
         u = round_ste(u_tilde)  # [B, 1]
-        cand = self.cell.step(self.cell.input_proj(x_t), h)  # [B, D] h~_t
-        h_new = masked_update(u, cand, h)  # [B, D]
+        cand = self.cell.train_step(xp_t, h, weight_hh_t)  # [B, D] h~_t
+        h_new = masked_lerp(u, cand, h)  # [B, D]
         cum_new = (1 - u) * u_tilde  # C_t; the code's extra ``u * 0`` has no value or gradient
         mask = u.expand(-1, self.hidden_size)  # [B, D], keeps the straight-through gradient
         return StepOut(h_new, (h_new, cand, u, up, cum_new), mask)
 
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        """``step_loop`` with the input projection of every step in one matmul before the loop
+        and the recurrent weight transposed once (fewer ops per step; the same values)."""
+        state = self.init_state(x.shape[0], x) if state is None else state
+        w_t = self.cell.weight_hh.t()
+        out = run_sequence(lambda xp_t, s: self._step(xp_t, s, w_t), self.cell.input_proj(x), state)
+        out.aux_loss = self.aux_loss(out)
+        return out
+
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
         """Inference running the GRU and the ``w_p`` projection only for the sequences that update
-        at a step (a skipped step of every sequence costs a few elementwise ops on ``[B, 1]``).
+        at a step; a step that no sequence updates costs no tensor op at all.
         Eval semantics; equals ``eval()(x)`` up to matmul rounding. Where the previous step
-        updated, ``h~_{t-1} = h_{t-1}``, so the projection reads ``h``; elsewhere ``P`` is held."""
+        updated, ``h~_{t-1} = h_{t-1}``, so the projection reads ``h``; elsewhere ``P`` is held.
+
+        The decisions (``P``, ``C``, ``u~``, ``u``, vectors of B) run in NumPy in the tensor's
+        dtype: the same IEEE operations as torch's elementwise ones (add, subtract, minimum,
+        round half to even), so the same values bit for bit, at a fraction of a torch op's
+        dispatch cost. The input projections of every step are one matmul before the loop and
+        the recurrent weight is transposed once (``GRUWeights.train_step``)."""
         B, T, _ = x.shape
-        h, _, u, up, cum = self.init_state(B, x)
-        xs = x.unbind(1)
-        hs, us = [], []
+        h, _, _, _, _ = self.init_state(B, x)
+        dt = torch.empty(0, dtype=x.dtype).numpy().dtype
+        up, cum = np.ones(B, dt), np.zeros(B, dt)  # P_0 = 1, C_0 = 0
+        xps = self.cell.input_proj(x).unbind(1)  # T x [B, 3D]
+        w_t = self.cell.weight_hh.t()
+        prev = np.zeros(0, np.int64)  # the sequences that updated at the previous step
+        hs, us = [], np.zeros((T, B), dt)
         for t in range(T):
-            rows = u.view(-1).nonzero().view(-1)
-            if rows.numel():  # p_{t-1} only where step t - 1 updated
-                p = torch.sigmoid(F.linear(h.index_select(0, rows), self.w_p, self.b_p))
-                up = up.index_copy(0, rows, p)  # [B, 1]
-            u_tilde = cum + torch.minimum(up, 1 - cum)
-            u = torch.round(u_tilde)  # [B, 1]
-            cum = torch.where(u > 0, 0.0, u_tilde)
-            rows = u.view(-1).nonzero().view(-1)
-            if 0 < rows.numel() < B:  # the GRU for the updating sequences only
-                h_rows, x_rows = h.index_select(0, rows), xs[t].index_select(0, rows)
-                h = h.index_copy(0, rows, self.cell.step(self.cell.input_proj(x_rows), h_rows))
-            elif rows.numel():
-                h = self.cell.step(self.cell.input_proj(xs[t]), h)
+            if prev.size:  # p_{t-1} only where step t - 1 updated
+                rows = h if prev.size == B else h[torch.from_numpy(prev).to(x.device)]
+                p = torch.sigmoid(F.linear(rows, self.w_p, self.b_p))  # [n, 1]
+                up[prev] = p.view(-1).cpu().numpy()
+            u_tilde = cum + np.minimum(up, dt.type(1) - cum)
+            u = np.rint(u_tilde)  # [B] round half to even, as torch.round
+            cum = np.where(u > 0, dt.type(0), u_tilde)
+            us[t] = u
+            prev = np.flatnonzero(u)
+            if 0 < prev.size < B:  # the GRU for the updating sequences only
+                rows = torch.from_numpy(prev).to(x.device)
+                h_rows, xp_rows = h.index_select(0, rows), xps[t].index_select(0, rows)
+                h = h.index_copy(0, rows, self.cell.train_step(xp_rows, h_rows, w_t))
+            elif prev.size:
+                h = self.cell.train_step(xps[t], h, w_t)
             hs.append(h)
-            us.append(u)
-        mask = torch.stack(us, 1).expand(-1, -1, self.hidden_size).contiguous()  # [B, T, D]
+        u_last = torch.from_numpy(us[-1].copy()).to(x.device)[:, None]  # [B, 1]
+        mask = torch.from_numpy(us.T.copy()).to(x.device)  # [B, T]
+        mask = mask[:, :, None].expand(-1, -1, self.hidden_size).contiguous()  # [B, T, D]
+        state = tuple(torch.from_numpy(v).to(x.device)[:, None] for v in (up, cum))
         # h stands in for h~_T: they differ only where u_T = 0, where h~_T is never read.
-        out = SeqOut(torch.stack(hs, 1), mask, state=(h, h, u, up, cum))
+        out = SeqOut(torch.stack(hs, 1), mask, state=(h, h, u_last, *state))
         out.aux_loss = self.aux_loss(out)
         return out
 

@@ -1,6 +1,7 @@
 """``harness bench``, in-process: the report's default path follows the mode, and its header
 names the command ``main`` parsed (not the host process's ``sys.argv``)."""
 
+import json
 import sys
 
 import pytest
@@ -23,8 +24,12 @@ def test_speedup_writes_speedup_report_naming_its_command(in_tmp, capsys):
     args += ["--batches", "2", "--seq-len", "4", "--budget", "0", "--skips", "0.5"]
     args += ["--threads", "2"]
     assert main(args) == 0
-    assert capsys.readouterr().out.strip() == "reports/SPEEDUP.md"
+    assert capsys.readouterr().out.split() == ["reports/SPEEDUP.md", "reports/SPEEDUP.jsonl"]
     text = (in_tmp / "reports" / "SPEEDUP.md").read_text()
+    raw = [json.loads(x) for x in (in_tmp / "reports" / "SPEEDUP.jsonl").read_text().splitlines()]
+    assert [(r["method"], r["D"], r["B"]) for r in raw] == [("skip-rnn", 16, 2), ("vc-rnn", 16, 2)]
+    assert all(len(r["rounds_ms"]["fused"]) == r["rounds"] for r in raw)
+    assert "`SPEEDUP.jsonl`" in text
     assert "`harness " + " ".join(args) + "`" in text
     assert "threads: 2" in text and "host-process" not in text
     assert "| skip-rnn | 16 | 2 | 50 |" in text and "| vc-rnn | 16 | 2 | 50 |" in text
@@ -37,8 +42,13 @@ def test_speedup_options_reach_the_measurement(in_tmp, monkeypatch):
 
     calls = []
     monkeypatch.setattr(speedup, "measure_speedups", lambda **kw: calls.append(kw) or [])
-    monkeypatch.setattr(speedup, "speedup_markdown", lambda rows, command, device: command)
+    monkeypatch.setattr(
+        speedup, "speedup_markdown", lambda rows, command, device, data_file: command
+    )
     assert main(["bench", "--speedup", "--report", "s.md"]) == 0
+    assert (in_tmp / "s.jsonl").read_text() == ""  # the raw timings beside the report
+    assert main(["bench", "--speedup", "--report", "r.jsonl"]) == 0
+    assert (in_tmp / "r.jsonl.rounds.jsonl").exists()  # never over the report itself
     args = ["bench", "--speedup", "--methods", "x-*", "--skips", "0.25", "--hidden", "8,9"]
     assert main(args) == 0
     assert calls[0] == dict(
@@ -50,7 +60,7 @@ def test_speedup_options_reach_the_measurement(in_tmp, monkeypatch):
         device="cpu",
         budget_s=3.0,
     )
-    assert (calls[1]["methods"], calls[1]["skips"], calls[1]["hidden"]) == ("x-*", [0.25], [8, 9])
+    assert (calls[2]["methods"], calls[2]["skips"], calls[2]["hidden"]) == ("x-*", [0.25], [8, 9])
     assert (in_tmp / "s.md").read_text() == "harness bench --speedup --report s.md"
 
 

@@ -1,17 +1,31 @@
-"""Realised speedups of the skipping methods' inference fast paths (issue 7).
+"""Realised speedups of the skipping methods' inference fast paths (issue 7, issue 12 part 3).
 
 The methods' ``forward`` computes every unit and then masks (as the authors' code does), so the
 FLOPs it saves are analytic only. Each skipping method also has ``fast_forward`` (inference)
 that really does less work. This module builds untrained models whose decision parameters are
-set to hit a target Skip %, checks the fast path against the dense one, and times them:
+set to hit a target Skip %, checks the fast path against the dense one, and times the fast path
+against three alternatives, in interleaved rounds so that load from other processes hits all
+of them alike:
 
-- FLOP reduction = dense / effective MACs per sequence (``harness.flops.sequence_macs``; the
-  paper-effective count, and the exact-realisable count where a method defines one);
-- realised speedup = time of ``model.eval()(x)`` / time of ``model.fast_forward(x)``, both under
-  ``no_grad``, interleaved (dense, fast, dense, ...) after warm-up, median of per-round ratios,
-  so that load from other processes hits both sides alike; weights repacked by a fast path are
-  cached, so packing is not timed (done once per model);
-- ``realised_frac`` = realised speedup / FLOP reduction (1 = every saved FLOP became time).
+- ``dense``: the method's own eager masked loop, ``model.eval()(x)`` under ``no_grad``;
+- ``noskip``: the same implementation with skipping turned off: ``fast_forward`` of the same
+  method's ``at_skip`` model at skip 0 (same seed, so the same weights; every unit updated, full
+  depth), which separates the removed per-step dispatch from the skipped work;
+- ``fused``: torch's fused cell at the same sizes (``Method.fused_cell``: ``nn.GRU``, ``nn.LSTM``
+  or ``nn.RNN``; eval, ``no_grad``, the same B, T, V, D), what a user would otherwise run.
+
+Each comparison has a bound, the speedup the saved work allows: MACs of the alternative / MACs
+the fast path must do (``harness.flops.sequence_macs``, paper-effective count). The fast path's
+MACs are those of the *union* of the batch's decisions (a unit computed for one sequence of the
+batch is read, as a weight row, for all of them; the deepest sequence sets a step's depth): at
+batch 1, or where the decisions of the batch coincide, that is the FLOP reduction; at batch > 1
+with independent per-unit decisions it is the memory-traffic bound of reading the union of the
+rows. ``realised / bound`` = the fraction of the bound turned into time (1 = every saved MAC).
+
+A speedup is the median of per-round ratios (alternative / fast); its spread (min-max over the
+rounds) and the number of rounds are kept in the row, and so are the raw per-round times
+(``rounds_ms``, written to a data file beside the report). Weights repacked by a fast path are
+cached, so packing is not timed (done once per model).
 
 Which methods are measured, and how a target is reached, is up to each method: a method with a
 real fast path implements ``Method.at_skip`` (an untrained model whose decision parameters aim at
@@ -23,6 +37,7 @@ The target is the unit Skip %, or for depth-adaptive methods the depth-skip % (`
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -119,6 +134,64 @@ def achieved_skip(out: SeqOut, method: Method) -> float:
     return 1.0 - (out.mask > 0).double().mean().item()
 
 
+# The alternatives a fast path is timed against (keys of a row's ``rounds_ms`` besides "fast"),
+# and how the report names them.
+ALTERNATIVES = {
+    "dense": "own dense loop",
+    "noskip": "same path, no skip",
+    "fused": "fused cell",
+}
+SLOW_CALL_S = 0.1  # a path slower than this per call is timed one call per round
+
+
+def interleaved_rounds(
+    paths: dict[str, Callable[[], Any]],
+    device: torch.device,
+    warmup: int = 1,
+    min_rounds: int = 3,
+    max_rounds: int = 15,
+    budget_s: float = 3.0,
+    block: int = 3,
+) -> dict[str, list[float]]:
+    """Time several paths in alternating rounds; the seconds per call of each path in each round.
+
+    A round times, for each path in turn, a block of ``block`` consecutive calls after one
+    untimed call of that path: alternating rounds makes load from other processes hit every path
+    alike, while the block keeps each path in its own steady state. (Alternating single calls
+    would time a fast path right after a dense one has streamed every weight through the
+    caches, which is not how repeated inference runs.) A path whose warm-up call takes more than
+    ``SLOW_CALL_S`` is timed one call per round, without the untimed call (caches do not matter
+    at that length). Rounds are added until ``budget_s`` is spent, within min/max rounds.
+
+    Returns:
+        ``{path: [seconds per call, one per round]}``, every list as long as the others.
+    """
+    blocks = dict.fromkeys(paths, block)
+
+    def timed(name: str, f: Callable[[], Any]) -> float:
+        n = blocks[name]
+        if n > 1:
+            f()  # untimed: bring this path's working set back into the caches
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        synchronize(device)
+        return (time.perf_counter() - t0) / n
+
+    for _ in range(warmup):
+        for name, f in paths.items():
+            if timed(name, f) > SLOW_CALL_S:
+                blocks[name] = 1
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    start, rounds = time.perf_counter(), 0
+    while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
+        for name, f in paths.items():
+            times[name].append(timed(name, f))
+        rounds += 1
+    return times
+
+
 def interleaved_times(
     dense: Callable[[], Any],
     fast: Callable[[], Any],
@@ -129,45 +202,55 @@ def interleaved_times(
     budget_s: float = 3.0,
     block: int = 3,
 ) -> dict[str, float]:
-    """Time the dense and fast paths in alternating rounds and compare them.
+    """Time a dense and a fast path with ``interleaved_rounds`` and compare them.
 
-    Returns the median dense and fast times (ms) and the median of per-round ratios
-    dense / fast, with rounds added until ``budget_s`` is spent (within min/max rounds).
-
-    A round times a block of ``block`` consecutive calls of each path, after one untimed call of
-    that path: alternating rounds makes load from other processes hit both paths alike, while
-    the block keeps each path in its own steady state. (Alternating single calls would time the
-    fast path right after the dense one has streamed every weight through the caches, which is
-    not how repeated inference runs.)
+    Returns:
+        The median dense and fast times (ms), the median of per-round ratios dense / fast
+        (``speedup``) and the number of rounds.
     """
-
-    def timed(f: Callable[[], Any]) -> float:
-        f()  # untimed: bring this path's working set back into the caches
-        synchronize(device)
-        t0 = time.perf_counter()
-        for _ in range(block):
-            f()
-        synchronize(device)
-        return (time.perf_counter() - t0) / block
-
-    for _ in range(warmup):
-        timed(dense)
-        timed(fast)
-    td, tf, ratios = [], [], []
-    start = time.perf_counter()
-    while len(ratios) < max_rounds and (
-        len(ratios) < min_rounds or time.perf_counter() - start < budget_s
-    ):
-        a, b = timed(dense), timed(fast)
-        td.append(a)
-        tf.append(b)
-        ratios.append(a / b)
+    t = interleaved_rounds(
+        {"dense": dense, "fast": fast}, device, warmup, min_rounds, max_rounds, budget_s, block
+    )
     return {
-        "dense_ms": 1e3 * statistics.median(td),
-        "fast_ms": 1e3 * statistics.median(tf),
-        "speedup": statistics.median(ratios),
-        "rounds": len(ratios),
+        "dense_ms": 1e3 * statistics.median(t["dense"]),
+        "fast_ms": 1e3 * statistics.median(t["fast"]),
+        "speedup": ratio_spread(t["dense"], t["fast"])[0],
+        "rounds": len(t["fast"]),
     }
+
+
+def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
+    """Median, min and max of the per-round ratios ``num[i] / den[i]``."""
+    ratios = [a / b for a, b in zip(num, den, strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def union_macs(model: Method, out: SeqOut) -> float:
+    """Paper-effective MACs per sequence of computing the union of the batch's decisions.
+
+    The union: at each step the units updated by any sequence, at the largest depth. This is
+    what a batched fast path reads (a weight row serves the whole batch once any
+    sequence needs it): at batch 1, or where the batch's decisions coincide, the effective MACs.
+    """
+    union = SeqOut(
+        outputs=out.outputs[:1],
+        mask=out.mask.detach().amax(0, keepdim=True),
+        depth=None if out.depth is None else out.depth.detach().amax(0, keepdim=True),
+    )
+    return sequence_macs(model, union)["effective"].item()
+
+
+def fused_cell(cell: str, input_size: int, hidden_size: int) -> torch.nn.Module:
+    """Torch's fused ``cell`` (``nn.GRU``, ``nn.LSTM`` or ``nn.RNN``), batch first, eval mode.
+
+    One layer of ``input_size`` inputs and ``hidden_size`` units: the dense model a user would
+    otherwise run.
+    """
+    from harness.bench.phases import FUSED_CELLS
+
+    if cell not in FUSED_CELLS:
+        raise ConfigError(f"fused_cell {cell!r} is not one of {', '.join(FUSED_CELLS)}")
+    return getattr(torch.nn, cell)(input_size, hidden_size, batch_first=True).eval()
 
 
 def measure_speedups(
@@ -181,10 +264,12 @@ def measure_speedups(
     budget_s: float = 3.0,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Measure the realised speedup of ``fast_forward`` over the dense masked forward.
+    """Measure the realised speedup of ``fast_forward`` against its three alternatives.
 
     One measurement per method, hidden size D, batch size B and target skip; inputs
-    ``x ~ N(0, I)`` of shape ``[B, seq_len, V]``.
+    ``x ~ N(0, I)`` of shape ``[B, seq_len, V]``. The alternatives (module docstring) are the
+    dense masked forward, the same method's ``at_skip`` model at skip 0 through ``fast_forward``
+    (built once per method and D, with the same seed) and torch's fused ``Method.fused_cell``.
 
     Args:
         methods: names or globs (see ``resolve_methods``); None: every method with a fast path.
@@ -198,11 +283,8 @@ def measure_speedups(
         seed: seeds each model (``build_at_skip``) and, with B added, its inputs.
 
     Returns:
-        One row per configuration: method, D, B, T, V, target_skip, skip (achieved; for
-        depth-adaptive methods the depth-skip), setting, flop_reduction (dense / effective MACs),
-        flop_reduction_exact (dense / exact-realisable), dense_ms, fast_ms, speedup,
-        realised_frac (speedup / flop_reduction), max_abs_diff and mask_mismatch (fast vs
-        dense), rounds, note (the method's ``fast_path_note`` after this row's fast path ran).
+        One row per configuration (``measure_one``), with method, D, B, T, V, target_skip,
+        setting and noskip_setting first.
 
     Raises:
         ConfigError: bad sizes, skips or budget, or a method without a fast path.
@@ -220,6 +302,10 @@ def measure_speedups(
     rows = []
     for method in names:
         for D in hidden:
+            noskip, noskip_note = build_at_skip(method, input_size, D, 0.0, seq_len, seed)
+            noskip.to(dev)
+            torch.manual_seed(seed)
+            cell = fused_cell(noskip.fused_cell, input_size, D).to(dev)
             for skip in skips:
                 model, note = build_at_skip(method, input_size, D, skip, seq_len, seed)
                 model.to(dev)
@@ -227,8 +313,8 @@ def measure_speedups(
                     g = torch.Generator().manual_seed(seed + B)
                     x = torch.randn(B, seq_len, input_size, generator=g).to(dev)
                     row = {"method": method, "D": D, "B": B, "T": seq_len, "V": input_size}
-                    row.update(target_skip=skip, setting=note)
-                    rows.append({**row, **measure_one(model, x, budget_s)})
+                    row.update(target_skip=skip, setting=note, noskip_setting=noskip_note)
+                    rows.append({**row, **measure_one(model, x, budget_s, noskip, cell)})
     return rows
 
 
@@ -245,52 +331,153 @@ def check_device(device: str) -> torch.device:
     return dev
 
 
-def measure_one(model: Method, x: Tensor, budget_s: float = 3.0) -> dict[str, Any]:
-    """Achieved skip, FLOP reductions, times and fast-vs-dense agreement of one model on ``x``.
+def measure_one(
+    model: Method,
+    x: Tensor,
+    budget_s: float = 3.0,
+    noskip: Method | None = None,
+    cell: torch.nn.Module | None = None,
+) -> dict[str, Any]:
+    """Achieved skip, MAC counts, bounds, times and fast-vs-dense agreement of one model on ``x``.
 
     This is the per-configuration part of ``measure_speedups``. The row's ``note`` is the
     method's ``fast_path_note``, asked after the fast path has run, so that it describes what
     ran (e.g. whether an optional compiled kernel was built and used).
+
+    Args:
+        model: a model with a fast path (eval mode).
+        x: ``[B, T, V]`` inputs.
+        budget_s: seconds of timing (at least 3 rounds regardless).
+        noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path;
+            None leaves that comparison out.
+        cell: torch's fused cell at the same sizes (``fused_cell``); None leaves it out.
+
+    Returns:
+        skip (achieved; depth-skip for depth-adaptive methods), flop_reduction (dense /
+        effective MACs), flop_reduction_exact (dense / exact-realisable), fast_macs (MACs of the
+        batch's union, per sequence); for each alternative A in ``dense`` and, where given,
+        ``noskip`` and ``fused``: ``A_ms`` (median ms), ``A_macs``, ``bound_A`` (A's MACs /
+        fast_macs), ``speedup_A`` with ``speedup_A_min`` / ``speedup_A_max`` (median and range
+        of per-round A / fast) and ``realised_frac_A`` (speedup / bound); the dense comparison
+        also under the plain names ``speedup``, ``bound`` and ``realised_frac``. Then fast_ms,
+        rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip, fused_cell,
+        max_abs_diff and mask_mismatch (fast vs dense) and note.
     """
     model.eval()
     with torch.no_grad():
         ref = model(x)
     out = model.fast_forward(x)
     macs = {k: v.mean().item() for k, v in sequence_macs(model, ref).items()}
+    fast_macs = union_macs(model, ref)
+    alt_macs = {"dense": macs["dense"]}
 
     def dense() -> SeqOut:
         with torch.no_grad():
             return model(x)
 
-    times = interleaved_times(dense, lambda: model.fast_forward(x), x.device, budget_s=budget_s)
-    red = macs["dense"] / macs["effective"]
-    return {
+    paths: dict[str, Callable[[], Any]] = {"dense": dense}
+    extra: dict[str, Any] = {}
+    if noskip is not None:
+        noskip.eval()
+        with torch.no_grad():
+            noskip_ref = noskip(x)
+        alt_macs["noskip"] = union_macs(noskip, noskip_ref)
+        extra["noskip_skip"] = achieved_skip(noskip_ref, noskip)
+        paths["noskip"] = lambda: noskip.fast_forward(x)
+    if cell is not None:
+        from harness.bench.phases import fused_macs
+
+        name = type(cell).__name__
+        alt_macs["fused"] = float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1])
+        extra["fused_cell"] = name
+
+        def fused() -> Any:
+            with torch.no_grad():
+                return cell(x)
+
+        paths["fused"] = fused
+    paths["fast"] = lambda: model.fast_forward(x)
+    times = interleaved_rounds(paths, x.device, budget_s=budget_s)
+    row: dict[str, Any] = {
         "skip": achieved_skip(ref, model),
-        "flop_reduction": red,
+        "flop_reduction": macs["dense"] / macs["effective"],
         "flop_reduction_exact": macs["dense"] / macs["exact"],
-        **times,
-        "realised_frac": times["speedup"] / red,
+        "fast_macs": fast_macs,
+    }
+    for alt, alt_mac in alt_macs.items():
+        med, lo, hi = ratio_spread(times[alt], times["fast"])
+        bound = alt_mac / fast_macs
+        row.update(
+            {
+                f"{alt}_ms": 1e3 * statistics.median(times[alt]),
+                f"{alt}_macs": alt_mac,
+                f"bound_{alt}": bound,
+                f"speedup_{alt}": med,
+                f"speedup_{alt}_min": lo,
+                f"speedup_{alt}_max": hi,
+                f"realised_frac_{alt}": med / bound,
+            }
+        )
+    row.update(speedup=row["speedup_dense"], bound=row["bound_dense"])
+    row["realised_frac"] = row["realised_frac_dense"]
+    return {
+        **row,
+        "fast_ms": 1e3 * statistics.median(times["fast"]),
+        "rounds": len(times["fast"]),
+        "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
+        **extra,
         "max_abs_diff": (out.outputs - ref.outputs).abs().max().item(),
         "mask_mismatch": int((out.mask != ref.mask).sum().item()),
         "note": type(model).fast_path_note(),
     }
 
 
-def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str = "cpu") -> str:
+def speedup_jsonl(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as JSON lines, raw per-round timings included: the report's data file."""
+    return "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows)
+
+
+def _ms(r: dict[str, Any], alt: str) -> str:
+    return f"{r[f'{alt}_ms']:.2f}" if f"{alt}_ms" in r else "–"
+
+
+def _vs(r: dict[str, Any], alt: str) -> list[str]:
+    """Speedup (min-max), bound and realised / bound of one comparison, or dashes."""
+    if f"speedup_{alt}" not in r:
+        return ["–", "–", "–"]
+    lo, hi = r.get(f"speedup_{alt}_min"), r.get(f"speedup_{alt}_max")
+    spread = f" ({lo:.2f}–{hi:.2f})" if lo is not None and hi is not None else ""
+    return [
+        f"{r[f'speedup_{alt}']:.2f}x{spread}",
+        f"{r[f'bound_{alt}']:.2f}x",
+        f"{r[f'realised_frac_{alt}']:.2f}",
+    ]
+
+
+def speedup_markdown(
+    rows: Sequence[dict[str, Any]],
+    command: str,
+    device: str = "cpu",
+    data_file: str | None = None,
+) -> str:
     """A generated Markdown report of ``measure_speedups`` rows.
 
     Renders the rows only: no method code runs, so nothing is built here (a method's
-    ``fast_path_note`` was taken into its rows when they were measured).
+    ``fast_path_note`` was taken into its rows when they were measured). A comparison a row
+    lacks is shown as a dash.
 
     Args:
         rows: from ``measure_speedups``.
         command: the command line that produced them, for the header.
         device: the device they were measured on.
+        data_file: the name of the data file with the raw timings, for the header (None: not
+            mentioned).
 
     Returns:
         The report: a header naming the device, torch version, thread count, commit and command,
         the fast-path notes found in the rows (per method the last one, which saw all of its
-        rows run), one table row per configuration.
+        rows run), a summary against the fused cell at batch 1 (per method its row at the
+        largest D and the highest target skip), one table row per configuration.
     """
     dev = torch.device(device)
     name = device_name(dev)
@@ -302,6 +489,7 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
         if r.get("note"):
             last_note[r["method"]] = r["note"]
     notes = list(dict.fromkeys(last_note.values()))
+    raw = f" Raw per-round timings, one JSON line per row: `{data_file}`." if data_file else ""
     lines = [
         "<!-- Generated file: do not edit. Produced by harness.bench.speedup.speedup_markdown. -->",
         "# Realised speedups of the skipping methods' fast inference paths",
@@ -312,21 +500,44 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
         "",
         "Untrained models with decision parameters set to hit each target skip "
         "(each method's `at_skip`; the setting column says how); inputs x ~ N(0, I). "
-        "FLOP reduction = dense / effective "
-        "MACs per sequence (paper-effective; exact-realisable in brackets where it differs). "
-        "Realised speedup = time of the dense masked `model.eval()(x)` / time of "
-        "`model.fast_forward(x)`, both under no_grad, in alternating blocks of consecutive "
-        "calls after one warm-up, median of per-round ratios (rounds in the last column). "
-        "Fast paths are PyTorch code unless a note below says otherwise. Realised / FLOP = the "
-        "fraction of the FLOP reduction turned into time. For depth-adaptive methods the skip is "
-        "the depth-skip %. Max |diff| = largest difference between fast and dense outputs. "
-        f"{UNIT_NOTE}.",
+        "Each row times the fast path `model.fast_forward(x)` against three alternatives, all "
+        "under no_grad: the method's own dense masked loop `model.eval()(x)`; the same fast "
+        "path with skipping turned off (the method's `at_skip` model at skip 0, same weights, "
+        "every unit updated at full depth), which separates removed per-step dispatch from "
+        "skipped work; and torch's fused cell at the same B, T, V, D (the method's "
+        "`fused_cell`, eval), what a user would otherwise run. "
+        "Speedup = alternative / fast, the median of per-round ratios (min–max over the rounds "
+        "in brackets; rounds in the last column), timed in alternating blocks of consecutive "
+        "calls after one warm-up. "
+        "Bound = MACs of the alternative / MACs the fast path needs, paper-effective, for "
+        "the union of the batch's decisions (every unit some sequence updates, the largest "
+        "depth): at batch 1, and where a batch's decisions coincide, the FLOP reduction; at "
+        "batch > 1 with independent per-unit decisions, the memory-traffic bound of reading the "
+        "union of the updated rows. Realised / bound = the fraction of the bound turned into "
+        "time. FLOP reduction = dense / effective MACs per sequence (exact-realisable in "
+        "brackets where it differs). Fast paths are PyTorch code unless a note below says "
+        "otherwise. For depth-adaptive methods the skip is the depth-skip %. Max |diff| = "
+        f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
         "",
         *[f"- {n}" for n in notes],
         *([""] if notes else []),
-        "| Method | D | B | Target skip % | Skip % | Setting | FLOP reduction | Dense ms "
-        "| Fast ms | Realised speedup | Realised / FLOP | Max abs diff | Rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    summary = _fused_summary(rows)
+    if summary:
+        lines += [
+            "Against the fused cell at batch 1 (each method at its largest D and highest "
+            "target skip): speedup, bound, realised / bound.",
+            "",
+            *summary,
+            "",
+        ]
+    lines += [
+        "| Method | D | B | Target skip % | Skip % | Setting | FLOP reduction "
+        "| ms: dense / no skip / fused / fast "
+        "| vs own dense loop | bound | realised / bound "
+        "| vs same path, no skip | bound | realised / bound "
+        "| vs fused cell | bound | realised / bound | Max abs diff | Rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         red = f"{r['flop_reduction']:.2f}x"
@@ -335,12 +546,54 @@ def speedup_markdown(rows: Sequence[dict[str, Any]], command: str, device: str =
         diff = f"{r['max_abs_diff']:.1e}"
         if r["mask_mismatch"]:
             diff += f", {r['mask_mismatch']} mask entries differ"
+        cell = f"{r['fused_cell']}: " if r.get("fused_cell") else ""
+        fused = _vs(r, "fused")
+        fused[0] = cell + fused[0] if fused[0] != "–" else fused[0]
+        ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
         lines.append(
-            f"| {r['method']} | {r['D']} | {r['B']} | {100 * r['target_skip']:.0f} "
-            f"| {100 * r['skip']:.1f} | {r['setting']} | {red} | {r['dense_ms']:.2f} "
-            f"| {r['fast_ms']:.2f} | {r['speedup']:.2f}x | {r['realised_frac']:.2f} "
-            f"| {diff} | {r['rounds']} |"
+            "| "
+            + " | ".join(
+                [
+                    r["method"],
+                    str(r["D"]),
+                    str(r["B"]),
+                    f"{100 * r['target_skip']:.0f}",
+                    f"{100 * r['skip']:.1f}",
+                    r["setting"],
+                    red,
+                    ms,
+                    *_vs(r, "dense"),
+                    *_vs(r, "noskip"),
+                    *fused,
+                    diff,
+                    str(r["rounds"]),
+                ]
+            )
+            + " |"
         )
     lines.append("")
     lines.append(f"T = {rows[0]['T']}, V = {rows[0]['V']}." if rows else "No rows.")
     return "\n".join(lines) + "\n"
+
+
+def _fused_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """A table row per method: its batch-1 row at the largest D and highest target, vs fused."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["B"] != 1 or "speedup_fused" not in r:
+            continue
+        b = best.get(r["method"])
+        if b is None or (r["D"], r["target_skip"]) > (b["D"], b["target_skip"]):
+            best[r["method"]] = r
+    if not best:
+        return []
+    return [
+        "| Method | D | Target skip % | Fused cell | vs fused cell | bound | realised / bound |",
+        "|---|---|---|---|---|---|---|",
+        *[
+            f"| {m} | {r['D']} | {100 * r['target_skip']:.0f} | {r.get('fused_cell', '–')} "
+            f"| {r['speedup_fused']:.2f}x | {r['bound_fused']:.2f}x "
+            f"| {r['realised_frac_fused']:.2f} |"
+            for m, r in best.items()
+        ],
+    ]

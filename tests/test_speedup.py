@@ -1,0 +1,186 @@
+"""The speedup measurement's comparisons (``harness.bench.speedup``): the fast path against its own
+dense loop, the same path without skipping and torch's fused cell; the bounds, the spread and
+the raw timings. Structure and arithmetic only, on tiny sizes: no wall-clock assertion."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from harness.bench import speedup
+from harness.bench.phases import FUSED_CELLS
+from harness.bench.speedup import (
+    fast_path_methods,
+    fused_cell,
+    interleaved_rounds,
+    measure_speedups,
+    speedup_jsonl,
+    speedup_markdown,
+    union_macs,
+)
+from harness.errors import ConfigError
+from harness.flops import sequence_macs
+from harness.method import SeqOut
+from harness.registry import METHODS
+
+FAST = fast_path_methods()
+ALTS = ("dense", "noskip", "fused")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return measure_speedups(
+        methods=None, skips=(0.5,), hidden=(16,), batches=(1, 3), seq_len=6, budget_s=0.0
+    )
+
+
+def test_every_row_times_the_fast_path_against_three_alternatives(rows):
+    assert [(r["method"], r["B"]) for r in rows] == [(n, b) for n in FAST for b in (1, 3)]
+    for r in rows:
+        assert set(r["rounds_ms"]) == {*ALTS, "fast"}
+        assert all(len(v) == r["rounds"] >= 3 for v in r["rounds_ms"].values())
+        assert r["fast_ms"] == pytest.approx(statistics.median(r["rounds_ms"]["fast"]))
+        for alt in ALTS:
+            ratios = [
+                a / b for a, b in zip(r["rounds_ms"][alt], r["rounds_ms"]["fast"], strict=True)
+            ]
+            assert r[f"speedup_{alt}"] == pytest.approx(statistics.median(ratios))
+            assert r[f"speedup_{alt}_min"] == pytest.approx(min(ratios))
+            assert r[f"speedup_{alt}_max"] == pytest.approx(max(ratios))
+            assert r[f"{alt}_ms"] == pytest.approx(statistics.median(r["rounds_ms"][alt]))
+            assert r[f"bound_{alt}"] == pytest.approx(r[f"{alt}_macs"] / r["fast_macs"])
+            assert r[f"realised_frac_{alt}"] == pytest.approx(
+                r[f"speedup_{alt}"] / r[f"bound_{alt}"]
+            )
+        # the plain names are the comparison with the own dense loop
+        assert (r["speedup"], r["bound"]) == (r["speedup_dense"], r["bound_dense"])
+        assert r["realised_frac"] == r["realised_frac_dense"]
+
+
+def test_the_bounds_are_mac_ratios(rows):
+    for r in rows:
+        cls = METHODS.get(r["method"])
+        assert r["fused_cell"] == cls.fused_cell
+        cell_macs = FUSED_CELLS[cls.fused_cell] * r["D"] * (r["V"] + r["D"]) * r["T"]
+        assert r["fused_macs"] == cell_macs
+        # the same method at skip 0: every unit updated at full depth, so the dense MACs
+        assert r["noskip_skip"] < 0.01 and r["noskip_macs"] == pytest.approx(r["dense_macs"], 0.01)
+        assert r["bound_dense"] <= r["flop_reduction"] * (1 + 1e-9)
+        if r["B"] == 1:  # one sequence: the union is its own decisions, the FLOP reduction
+            assert r["bound_dense"] == pytest.approx(r["flop_reduction"])
+
+
+def test_the_union_bound_reads_every_row_some_sequence_updates():
+    """Two sequences updating disjoint units: the batched fast path reads both units' rows."""
+    cls = METHODS.get("sa-rnn")
+    m = cls(3, 8)
+    T, D = 4, 8
+    mask = torch.zeros(2, T, D)
+    mask[0, :, 0] = 1
+    mask[1, :, 1] = 1
+    out = SeqOut(torch.zeros(2, T, D), mask)
+    cost = m.cost()
+    assert union_macs(m, out) == T * (cost.always + 2 * cost.per_unit)
+    assert sequence_macs(m, out)["effective"].tolist() == [T * (cost.always + cost.per_unit)] * 2
+    one = SeqOut(torch.zeros(1, T, D), mask[:1])
+    assert union_macs(m, one) == sequence_macs(m, one)["effective"].item()
+
+
+def test_the_union_bound_runs_the_deepest_sequence():
+    cls = next(METHODS.get(n) for n in FAST if METHODS.get(n).has_depth)
+    m = cls(3, 8)
+    cost = m.cost()
+    T, D = 3, 8
+    depth = torch.zeros(2, T, D, dtype=torch.long)
+    depth[0], depth[1] = 1, cost.max_depth
+    out = SeqOut(torch.zeros(2, T, D), torch.ones(2, T, D), depth=depth)
+    per_step = cost.always + cost.per_unit * D + cost.per_active_step
+    assert union_macs(m, out) == T * (per_step + cost.per_layer * cost.max_depth)
+
+
+def test_fused_cell_is_torchs_cell_in_eval_mode():
+    for name in FUSED_CELLS:
+        cell = fused_cell(name, 3, 5)
+        assert type(cell).__name__ == name and not cell.training and cell.batch_first
+    with pytest.raises(ConfigError, match="fused_cell 'Mamba' is not one of GRU, LSTM, RNN"):
+        fused_cell("Mamba", 3, 5)
+
+
+def test_interleaved_rounds_alternate_the_paths_and_time_slow_ones_once(monkeypatch):
+    calls = []
+    paths = {k: (lambda k=k: calls.append(k)) for k in ("a", "b", "c")}
+    t = interleaved_rounds(paths, torch.device("cpu"), warmup=1, min_rounds=3, budget_s=0.0)
+    assert all(len(v) == 3 for v in t.values()) and set(t) == set(paths)
+    rounds = ["a"] * 4 + ["b"] * 4 + ["c"] * 4  # one untimed call, then a block of three
+    assert calls == rounds * 4  # warm-up and three rounds
+    calls.clear()
+    monkeypatch.setattr(speedup, "SLOW_CALL_S", -1.0)  # every path counts as slow
+    interleaved_rounds(paths, torch.device("cpu"), warmup=1, min_rounds=2, budget_s=0.0)
+    assert calls == ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["a", "b", "c"] * 2
+
+
+def test_raw_timings_are_json_lines(rows):
+    back = [json.loads(line) for line in speedup_jsonl(rows).splitlines()]
+    assert back == json.loads(json.dumps(rows))
+    assert all(len(b["rounds_ms"]["fast"]) == b["rounds"] for b in back)
+
+
+def row(method="m", D=8, B=1, target=0.9, **kw):
+    r = {
+        "method": method, "D": D, "B": B, "T": 5, "V": 2, "target_skip": target, "skip": target,
+        "setting": "s", "flop_reduction": 10.0, "flop_reduction_exact": 10.0, "max_abs_diff": 0.0,
+        "mask_mismatch": 0, "rounds": 4, "note": None, "fast_ms": 1.0,
+    }  # fmt: skip
+    for alt, sp in (("dense", 5.0), ("noskip", 4.0), ("fused", 3.0)):
+        r.update(
+            {
+                f"{alt}_ms": sp,
+                f"speedup_{alt}": sp,
+                f"speedup_{alt}_min": sp - 1,
+                f"speedup_{alt}_max": sp + 1,
+                f"bound_{alt}": 10.0,
+                f"realised_frac_{alt}": sp / 10,
+            }
+        )
+    r.update(fused_cell="GRU", **kw)
+    return r
+
+
+def test_markdown_shows_each_comparison_its_spread_bound_and_fraction():
+    rows = [row(D=8), row(D=16, target=0.5), row(D=16), row(D=16, B=4, speedup_fused=9.0)]
+    md = speedup_markdown(rows, "c", data_file="S.jsonl")
+    for head in ("vs own dense loop", "vs same path, no skip", "vs fused cell", "realised / bound"):
+        assert head in md
+    assert "`S.jsonl`" in md
+    line = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[7:17] == [
+        "5.00 / 4.00 / 3.00 / 1.00",
+        "5.00x (4.00–6.00)",
+        "10.00x",
+        "0.50",
+        "4.00x (3.00–5.00)",
+        "10.00x",
+        "0.40",
+        "GRU: 3.00x (2.00–4.00)",
+        "10.00x",
+        "0.30",
+    ]
+    assert cells[-1] == "4"
+    # the summary: per method the batch-1 row at the largest D and the highest target
+    summary = [x for x in md.splitlines() if x.startswith("| m | 16 | 90 | GRU |")]
+    assert summary == ["| m | 16 | 90 | GRU | 3.00x | 10.00x | 0.30 |"]
+
+
+def test_markdown_shows_a_missing_comparison_as_a_dash():
+    r = row()
+    for alt in ("noskip", "fused"):
+        for k in [k for k in r if alt in k]:
+            del r[k]  # fused_cell too
+    md = speedup_markdown([r], "c")
+    line = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
+    assert line.count("| – ") == 6 and "5.00 / – / – / 1.00" in line
+    assert "Against the fused cell" not in md and "JSON line" not in md
