@@ -19,3 +19,15 @@ class RecordError(HarnessError):
 
 class DivergedError(RuntimeError):
     """Training produced a non-finite loss; the run is recorded as failed and the sweep goes on."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A sweep stopped by a signal (SIGTERM, ...): exit code 128 + the signal's number.
+
+    Args:
+        signum: the signal received.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -37,7 +37,7 @@ def options_without_help(parser: argparse.ArgumentParser) -> list[str]:
 
 def test_every_option_of_every_subcommand_has_help():
     parser = make_parser()
-    commands = {"list", "run", "report", "compare", "flops", "bench", "data"}
+    commands = {"list", "run", "report", "compare", "flops", "bench", "data", "store"}
     assert set(subcommands(parser)) == commands
     assert options_without_help(parser) == []
 

@@ -71,7 +71,11 @@ def _rec(run_id, status="ok", **kw):
         "seed": 0,
         "preset": "smoke",
         "status": status,
-        "config": {},
+        "config": {"model": {"hidden_size": 8}},
+        "variant_id": "v",
+        "primary": "mse",
+        "higher_is_better": False,
+        "metrics": {},  # a finished run the reports can read (results.validate_record)
         **kw,
     }
 

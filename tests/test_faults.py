@@ -1,0 +1,119 @@
+"""Faults that need real processes: two sweeps on one store, kill -9 and SIGTERM of a sweep.
+
+Each starts ``harness run`` as a subprocess (about 3 s of torch import per process), so these
+are ``slow``.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.results import Store
+
+pytestmark = pytest.mark.slow
+
+SWEEP = ["--tasks", "adding", "--methods", "rnn,gru", "--seeds", "0-3", "--no-report"]
+
+
+def harness_process(tmp_path: Path, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def session_members(sid: int) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the live (not zombie) processes of session ``sid``."""
+    members = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # state ppid pgrp session ...
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append((int(d.name), cmd))
+    return members
+
+
+def wait_for(predicate, timeout: float, step: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def test_two_sweeps_on_one_store_split_the_runs(tmp_path):
+    args = [*SWEEP, "--set", "train.epochs=4", "--out", "s.jsonl"]
+    procs = [harness_process(tmp_path, *args) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    recs, problems = Store(tmp_path / "s.jsonl").read()
+    counts = Counter(r["run_id"] for r in recs)
+    assert problems == [] and len(counts) == 8
+    assert max(counts.values()) == 1, f"duplicated runs: {counts}"
+    assert not (tmp_path / "s.jsonl.claims").exists()
+
+
+def start_pool_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list]:
+    """A ``--workers 2`` sweep in its own session, once both workers are up."""
+    p = harness_process(
+        tmp_path,
+        *SWEEP,
+        "--set",
+        "train.epochs=500",
+        "--workers",
+        "2",
+        "--out",
+        "s.jsonl",
+        start_new_session=True,
+    )
+
+    def workers():
+        ws = [m for m in session_members(p.pid) if m[0] != p.pid and "spawn_main" in m[1]]
+        return ws if len(ws) >= 2 else None
+
+    found = wait_for(workers, 120)
+    if not found:
+        p.kill()
+        pytest.fail(f"no workers appeared: {p.communicate()}")
+    time.sleep(1.0)  # the workers are inside their runs
+    return p, found
+
+
+def test_killing_the_parent_of_a_worker_pool_leaves_no_process(tmp_path):
+    p, _ = start_pool_sweep(tmp_path)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=30)
+    left = wait_for(lambda: not session_members(p.pid), 10)
+    assert left, f"orphans: {session_members(p.pid)}"
+
+
+def test_sigterm_stops_a_pooled_sweep_like_ctrl_c(tmp_path):
+    p, _ = start_pool_sweep(tmp_path)
+    os.kill(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err
+    assert "interrupted (SIGTERM); finished runs are recorded" in err
+    assert "Traceback" not in err
+    assert wait_for(lambda: not session_members(p.pid), 10), session_members(p.pid)
+    lines = (tmp_path / "s.jsonl").read_text().splitlines()
+    assert all(json.loads(x)["status"] == "ok" for x in lines)  # records intact
+    assert not (tmp_path / "s.jsonl.claims").exists()  # its claims were dropped

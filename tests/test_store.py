@@ -1,0 +1,384 @@
+"""The records store under bad records, torn lines, full disks, concurrent sweeps and code changes.
+
+In-process (``harness.cli.main``); the faults that need real processes (kill -9, SIGTERM, two
+sweeps at once) are in ``test_faults.py``.
+"""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import results
+from harness.cli import main
+from harness.errors import RecordError
+from harness.results import Claims, Store, validate_record
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "results" / "reference" / "smoke.jsonl"
+GRU = ["run", "--tasks", "adding", "--methods", "gru", "--no-report"]
+
+
+@pytest.fixture
+def harness(tmp_path, monkeypatch, capsys):
+    """``harness(*args)``: the CLI in ``tmp_path``; (exit code, stdout, stderr)."""
+    monkeypatch.chdir(tmp_path)
+
+    def call(*args):
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+def real_record(i: int = 0) -> dict:
+    """A record as ``harness run`` wrote it (the committed drift-gate reference)."""
+    return json.loads(REFERENCE.read_text().splitlines()[i])
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+# --- 1. the record schema ------------------------------------------------------------------------
+
+
+def test_a_real_record_and_a_timing_record_are_valid():
+    assert validate_record(real_record()) == []
+    failed = {k: v for k, v in real_record().items() if k not in ("metrics", "primary")}
+    assert validate_record({**failed, "status": "failed", "error": "diverged"}) == []
+    timing = {k: real_record()[k] for k in results.REQUIRED} | {"kind": "timing", "schema": 2}
+    assert validate_record(timing) == []
+
+
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"seed": "0"}, "seed: expected a non-negative integer, got a string"),
+        ({"seed": -1}, "seed: expected a non-negative integer"),
+        ({"seed": True}, "seed: expected a non-negative integer, got a boolean"),
+        ({"status": 3}, "status: expected a string"),
+        ({"config": []}, "config: expected an object, got an array"),
+        ({"metrics": [1, 2]}, "metrics: expected an object of numbers"),
+        ({"metrics": {"mse": "0.1"}}, "metrics: expected an object of numbers"),
+        ({"params": {"total": "many"}}, "params: expected an object of numbers"),
+        ({"higher_is_better": "no"}, "higher_is_better: expected a boolean"),
+        ({"schema": 7}, "schema version 7 is unknown (this harness reads run records of schema 1"),
+        ({"schema": "1"}, "schema: expected an integer"),
+        ({"kind": "mystery"}, "unknown record kind 'mystery'"),
+        ({"metrics": None}, "metrics: expected an object"),
+    ],
+)
+def test_wrong_types_and_unknown_schemas_are_problems(change, needle):
+    problems = validate_record({**real_record(), **change})
+    assert any(needle in p for p in problems), problems
+
+
+def test_missing_keys_are_problems():
+    rec = real_record()
+    del rec["metrics"]
+    assert validate_record(rec) == ["a finished (ok) run lacks ['metrics']"]
+    del rec["seed"]
+    assert "missing ['seed']" in validate_record(rec)
+    assert validate_record([1]) == ["not a record: an array"]
+
+
+def test_read_skips_invalid_records_with_their_line_numbers(tmp_path):
+    bad = {**real_record(1), "seed": "1"}
+    store = write_lines(tmp_path / "r.jsonl", [real_record(0), bad, "", real_record(2)])
+    recs, problems = Store(store).read()
+    assert [r["run_id"] for r in recs] == [real_record(i)["run_id"] for i in (0, 2)]
+    assert problems == [f"{store}:2: malformed record skipped (seed: expected a non-negative "
+                        'integer, got a string ("1"))']  # fmt: skip
+
+
+@pytest.mark.parametrize("paper", [False, True])
+def test_report_on_ill_typed_records_never_tracebacks(tmp_path, harness, paper):
+    no_metrics = {k: v for k, v in real_record(1).items() if k != "metrics"}
+    lines = [real_record(0), no_metrics, {**real_record(2), "metrics": {"mse": "x"}}]
+    lines += [{**real_record(3), "seed": "3", "config": "gru"}, {**real_record(4), "schema": 9}]
+    write_lines(tmp_path / "r.jsonl", lines)
+    extra = ["--paper", "--out-dir", "p", "--no-figures"] if paper else ["--out", "b.md"]
+    code, _, err = harness("report", "r.jsonl", *extra)
+    assert code == 2 and "Traceback" not in err
+    assert err.count("\n") == 1 and "r.jsonl:2: malformed record skipped" in err, err
+    assert "3 more" in err
+    # nothing usable at all: still one line, exit 2
+    write_lines(tmp_path / "r.jsonl", lines[1:])
+    code, _, err = harness("report", "r.jsonl", *extra)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+# --- 2. check and repair -------------------------------------------------------------------------
+
+
+def torn_store(tmp_path: Path) -> tuple[Path, bytes]:
+    path = tmp_path / "runs.jsonl"
+    data = "".join(json.dumps(real_record(i)) + "\n" for i in range(3))
+    data += "not json\n" + json.dumps({**real_record(3), "seed": -3}) + "\n"
+    data += json.dumps(real_record(4)) + "\n" + json.dumps(real_record(5))[:57]  # torn
+    path.write_bytes(data.encode())
+    return path, data.encode()
+
+
+def test_store_check_lists_unusable_lines_and_repair_moves_them_keeping_every_byte(
+    tmp_path, harness
+):
+    path, original = torn_store(tmp_path)
+    code, out, _ = harness("store", "check", str(path))
+    assert code == 1
+    assert f"{path}:4: Expecting value" in out and f"{path}:5: seed: expected" in out
+    assert f"{path}:7: " in out and "no newline" in out
+    assert "4 record(s), 3 unusable line(s): run 'harness store repair" in out
+    code, out, _ = harness("store", "repair", str(tmp_path))  # an --out directory works too
+    assert code == 0 and "4 record(s) kept; 3 line(s) moved to" in out
+    (side,) = tmp_path.glob("runs.jsonl.rejected-*")
+    kept, moved = path.read_bytes(), side.read_bytes()
+    assert sorted(original.splitlines()) == sorted(kept.splitlines() + moved.splitlines())
+    assert len(kept) + len(moved) == len(original) + 1  # + the torn line's newline
+    assert [json.loads(x)["run_id"] for x in kept.splitlines()] == [
+        real_record(i)["run_id"] for i in (0, 1, 2, 4)
+    ]
+    assert harness("store", "check", str(path))[0] == 0
+    code, out, _ = harness("store", "repair", str(path))
+    assert code == 0 and "nothing to repair" in out
+    code, _, err = harness("store", "check", str(tmp_path / "nope.jsonl"))
+    assert code == 2 and err.count("\n") == 1 and "no records file" in err
+
+
+def test_an_append_waiting_on_a_repair_goes_to_the_repaired_store(tmp_path):
+    path, _ = torn_store(tmp_path)
+    store = Store(path)
+    ready, repaired = threading.Event(), threading.Event()
+
+    def append_while_locked():
+        ready.wait()
+        store.append(real_record(6))  # blocks on the lock held below
+        repaired.set()
+
+    t = threading.Thread(target=append_while_locked)
+    t.start()
+    with store.locked():  # repair's own steps, while the append waits for the lock
+        ready.set()
+        time.sleep(0.3)
+        assert not repaired.is_set()
+        lines = store.lines()
+        results._write_durably(path, b"".join(x.raw for x in lines if not x.problem), None)
+    t.join(10)
+    assert repaired.is_set()
+    recs, problems = store.read()
+    assert problems == [] and recs[-1]["run_id"] == real_record(6)["run_id"]
+
+
+# --- 3. --out that is not a store ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (bytes(range(255, -1, -1)) * 4, "line 1: not UTF-8 text"),
+        (b"my notes\nabout the runs\n", "line 1: Expecting value"),
+        (b'{"a": 1}\n', "line 1: missing"),
+    ],
+    ids=["random-bytes", "text", "json"],
+)
+def test_out_that_is_not_a_store_is_refused_before_anything_runs(
+    tmp_path, harness, content, needle
+):
+    (tmp_path / "x.jsonl").write_bytes(content)
+    code, _, err = harness(*GRU, "--out", "x.jsonl")
+    assert code == 2 and err.count("\n") == 1 and "x.jsonl is not a records store" in err, err
+    assert needle in err
+    assert (tmp_path / "x.jsonl").read_bytes() == content
+
+
+def test_an_empty_file_or_a_store_with_a_torn_line_is_a_fine_out(tmp_path):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    Store(tmp_path / "empty.jsonl").check_target()
+    path, _ = torn_store(tmp_path)
+    Store(path).check_target()
+    Store(tmp_path / "new.jsonl").check_target()
+
+
+# --- 4. claims -----------------------------------------------------------------------------------
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def write_claim(store: Store, run_id: str, **kw) -> None:
+    claim = {"run_id": run_id, "pid": os.getppid(), "host": results.socket.gethostname()}
+    claim.update({"time": time.time(), "started": None, **kw})
+    store.claims_path.write_text(json.dumps(claim) + "\n")
+
+
+def test_a_run_claimed_by_a_live_sweep_is_left_to_it_and_a_stale_claim_is_taken(tmp_path):
+    store = Store(tmp_path / "runs.jsonl")
+    store.check_writable()
+    write_claim(store, "a")  # our parent process: alive
+    claims = Claims(store)
+    holder = claims.take("a")
+    assert holder is not None and holder["pid"] == os.getppid()
+    write_claim(store, "a", host="elsewhere")  # another host, recent: held
+    assert claims.take("a") is not None
+    write_claim(store, "a", pid=dead_pid())  # this host, process gone: stale
+    assert claims.take("a") is None
+    write_claim(store, "a", host="elsewhere", time=time.time() - results.CLAIM_TIMEOUT_S - 1)
+    assert claims.take("a") is None  # too old
+    assert claims.take("b") is None
+    held = {json.loads(x)["run_id"] for x in store.claims_path.read_text().splitlines()}
+    assert held == {"a", "b"}
+    store.append({**real_record(0), "run_id": "a"})  # a finished record drops its claim
+    held = {json.loads(x)["run_id"] for x in store.claims_path.read_text().splitlines()}
+    assert held == {"b"}
+    claims.release()
+    assert not store.claims_path.exists()
+
+
+def test_a_run_recorded_by_another_sweep_since_this_one_started_is_not_run_again(tmp_path):
+    store = Store(tmp_path / "runs.jsonl")
+    store.append({**real_record(0), "run_id": "old"})
+    claims = Claims(store)
+    store.append({**real_record(0), "run_id": "x"})  # another sweep finished "x"
+    assert claims.take("x") == {"run_id": "x", "recorded": True}
+    assert claims.take("old") is None  # recorded before: the sweep's own plan decided
+    claims.release()
+
+
+# --- 5. a full disk ------------------------------------------------------------------------------
+
+
+def enospc_on(monkeypatch, path: Path, partial: int = 0) -> list:
+    """Make os.write fail with ENOSPC on ``path`` (after writing ``partial`` bytes once)."""
+    real_write, calls = os.write, []
+
+    def write(fd, data):
+        if os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve()):
+            calls.append(len(data))
+            if partial and len(calls) == 1:
+                return real_write(fd, bytes(data[:partial]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(results, "APPEND_RETRY_DELAYS_S", (0.0, 0.0))
+    return calls
+
+
+def test_append_retries_then_raises_and_leaves_no_torn_line(tmp_path, monkeypatch):
+    store = Store(tmp_path / "runs.jsonl")
+    store.append(real_record(0))
+    before = store.path.read_bytes()
+    calls = enospc_on(monkeypatch, store.path, partial=10)
+    with pytest.raises(results.AppendError, match="No space left on device"):
+        store.append(real_record(1))
+    assert len(calls) == 4  # the first try wrote 10 bytes, then failed; 2 retries
+    assert store.path.read_bytes() == before  # the partial line was cut off again
+
+
+def test_a_full_disk_keeps_the_finished_runs_and_names_them(tmp_path, harness, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "s.jsonl").touch()
+    enospc_on(monkeypatch, tmp_path / "s.jsonl")
+    code, _, err = harness(*GRU, "--methods", "gru,rnn", "--out", "s.jsonl")
+    assert code == 2 and "Traceback" not in err
+    (kept,) = (tmp_path / "cache" / "harness" / "unwritten").glob("s-*.jsonl")
+    recs = [json.loads(x) for x in kept.read_text().splitlines()]
+    assert {r["method"] for r in recs} == {"gru", "rnn"}
+    assert f"2 finished run(s) not written to s.jsonl (No space left on device); their records " \
+           f"are in {kept}" in err  # fmt: skip
+    for r in recs:
+        assert f"{r['method']}/adding/smoke/seed0 ({r['run_id']})" in err
+    assert f"cat {kept} >> s.jsonl" in err
+    assert (tmp_path / "s.jsonl").read_bytes() == b""
+
+
+# --- 7. resume against changed method code; --retry-failed --------------------------------------
+
+
+def rewrite(path: Path, **changes) -> None:
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    write_lines(path, [{**r, **changes} for r in recs])
+
+
+def test_records_of_other_method_code_are_rerun_unless_kept(tmp_path, harness):
+    assert harness(*GRU, "--out", "s.jsonl")[0] == 0
+    (rec,) = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert rec["method_code"] == results.method_code("gru")
+    rewrite(tmp_path / "s.jsonl", method_code="0123456789abcdef")
+    code, _, err = harness(*GRU, "--out", "s.jsonl", "--keep-stale")
+    assert code == 0 and "1 already recorded" in err and "kept (--keep-stale)" in err
+    code, _, err = harness(*GRU, "--out", "s.jsonl")
+    assert code == 0 and "0 already recorded" in err, err
+    assert "1 record(s) were made by other code of their method (gru now" in err
+    assert "rerun" in err and "gru/adding/smoke/seed0" in err
+    recs = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [r["method_code"] for r in recs] == ["0123456789abcdef", results.method_code("gru")]
+    assert "1 already recorded" in harness(*GRU, "--out", "s.jsonl")[2]
+    rewrite(tmp_path / "s.jsonl", method_code=None)  # records older than code versions: kept
+    assert "1 already recorded" in harness(*GRU, "--out", "s.jsonl")[2]
+
+
+def test_retry_failed_reruns_failed_runs_and_the_latest_record_wins(tmp_path, harness):
+    assert harness(*GRU, "--out", "s.jsonl")[0] == 0
+    rewrite(tmp_path / "s.jsonl", status="failed", error="diverged: test")
+    assert "1 already recorded" in harness(*GRU, "--out", "s.jsonl")[2]
+    code, _, err = harness(*GRU, "--out", "s.jsonl", "--retry-failed")
+    assert code == 0 and "retrying 1 failed run(s): gru/adding/smoke/seed0" in err
+    recs, _ = Store(tmp_path / "s.jsonl").read()
+    assert [r["status"] for r in recs] == ["failed", "ok"]
+    assert [r["status"] for r in results.latest(recs)] == ["ok"]
+
+
+def test_compare_ignores_the_code_version_and_the_command_line(tmp_path, harness):
+    a = real_record(0)
+    b = {**a, "method_code": "0123456789abcdef", "argv": ["harness", "run"]}
+    write_lines(tmp_path / "a.jsonl", [a])
+    write_lines(tmp_path / "b.jsonl", [b])
+    code, _, err = harness("compare", "a.jsonl", "b.jsonl")
+    assert code == 0 and "PASS" in err
+
+
+def test_the_code_version_covers_the_shared_modules_a_method_uses():
+    files = {Path(f).name for f in results._package_files(sys.modules["baselines.gru"])}
+    assert files == {"gru.py", "_cells.py"}
+    assert results.method_code("gru") != results.method_code("rnn")
+
+
+# --- 6. signals ----------------------------------------------------------------------------------
+
+
+def test_sigterm_ends_a_command_like_ctrl_c_with_143(harness, monkeypatch):
+    import harness.cli.store as store_cli
+
+    def killed(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not interrupt")
+
+    monkeypatch.setattr(store_cli, "cmd_store", killed)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = harness("store", "check", "x.jsonl")
+    assert code == 143 and err == "interrupted (SIGTERM); finished runs are recorded\n"
+    assert signal.getsignal(signal.SIGTERM) == before  # restored
+
+
+def test_records_are_validated_on_append_only_for_required_keys(tmp_path):
+    with pytest.raises(RecordError, match="lacks required keys"):
+        Store(tmp_path / "r.jsonl").append({"run_id": "x"})
