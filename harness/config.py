@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -92,8 +93,24 @@ class Preset:
 
 
 @dataclass(frozen=True)
+class DataIdentity:
+    """Which data files a run read: their digest and whether they are the published data.
+
+    ``digest`` is ``harness.data.manifest_digest`` of the files' content sums; ``verified`` is
+    True when they match the sums the task publishes (``harness.data.attach_identity``).
+    """
+
+    digest: str
+    verified: bool
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """Everything that determines one run."""
+    """Everything that determines one run.
+
+    ``data`` identifies the data files of tasks that read them (None for generated data, whose
+    run ids therefore do not change); it is part of ``run_id`` and ``variant_id``.
+    """
 
     method: str
     task: str
@@ -103,10 +120,11 @@ class RunConfig:
     model: ModelConfig
     method_cfg: Any
     task_cfg: Any
+    data: DataIdentity | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with every resolved value."""
-        return {
+        d = {
             "method": self.method,
             "task": self.task,
             "seed": self.seed,
@@ -116,6 +134,9 @@ class RunConfig:
             "method_cfg": dataclasses.asdict(self.method_cfg),
             "task_cfg": dataclasses.asdict(self.task_cfg),
         }
+        if self.data is not None:  # only then: generated tasks keep their run ids
+            d["data"] = dataclasses.asdict(self.data)
+        return d
 
     @property
     def run_id(self) -> str:
@@ -174,9 +195,12 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         return int(f)
     if tp is float:
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"'{key}' expects a number, got '{value}'") from None
+        if not math.isfinite(number):  # a record stores it as null: it would not say what ran
+            raise ConfigError(f"'{key}' expects a finite number, got '{value}'")
+        return number
     if tp is str:
         return str(value)
     raise ConfigError(f"'{key}' has a type ({tp}) that cannot be set from the command line")
@@ -196,11 +220,23 @@ def apply_overrides(sections: dict[str, Any], overrides: dict[str, Any]) -> dict
 
     Returns:
         A new dict of sections with the overrides applied (types coerced, values validated).
+
+    Raises:
+        ConfigError: an unknown or ambiguous key, a bad value, or two spellings of one field
+            (``lr`` and ``train.lr``) with different values.
     """
     changes: dict[str, dict[str, Any]] = {s: {} for s in sections}
+    spelled: dict[tuple[str, str], str] = {}  # (section, field) -> the key that set it
     for key, value in overrides.items():
         sec, fld = _locate(sections, key)
-        changes[sec][fld] = coerce(value, _fields(sections[sec])[fld], key)
+        coerced = coerce(value, _fields(sections[sec])[fld], key)
+        first = spelled.setdefault((sec, fld), key)
+        if first != key and changes[sec][fld] != coerced:
+            raise ConfigError(
+                f"'{first}={overrides[first]}' and '{key}={value}' set {sec}.{fld} to "
+                "different values; give one"
+            )
+        changes[sec][fld] = coerced
     out = {}
     for sec, obj in sections.items():
         if not changes[sec]:
@@ -246,8 +282,10 @@ def parse_set(items: list[str]) -> dict[str, str]:
     for item in items:
         if "=" not in item or not item.split("=", 1)[0].strip():
             raise ConfigError(f"--set expects key=value, got '{item}'")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
+        k, v = (part.strip() for part in item.split("=", 1))
+        if out.get(k, v) != v:
+            raise ConfigError(f"--set {k}={out[k]} and --set {k}={v} conflict; give one value")
+        out[k] = v
     return out
 
 
@@ -320,6 +358,7 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
             model=ModelConfig(**d["model"]),
             method_cfg=build_config(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
             task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
+            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
         )
     except (KeyError, TypeError) as e:
         raise ConfigError(f"malformed run config: {e}") from None

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import inspect
 import io
+import json
 import os
 import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,10 @@ class MissingDataError(DataError):
 
 class CorruptDataError(DataError):
     """A dataset file that is present but cannot be read or parsed."""
+
+
+class NotFetchableError(DataError):
+    """A dataset ``harness data fetch`` may not download (e.g. its licence); says how to get it."""
 
 
 def find_file(path: str | os.PathLike, source: str = "") -> Path:
@@ -125,8 +129,104 @@ def manifest_digest(sums: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
+# --- content sums, cached per file (path, size, mtime) in the user cache -------------------------
+
+_SUM_CACHES: dict[Path, dict[str, list]] = {}
+
+
+def _sum_cache() -> tuple[Path, dict[str, list]]:
+    path = cache_dir() / "sha256-cache.json"
+    if path not in _SUM_CACHES:
+        try:
+            loaded = json.loads(path.read_text())
+            _SUM_CACHES[path] = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            _SUM_CACHES[path] = {}
+    return path, _SUM_CACHES[path]
+
+
+def cached_content_sha256(path: str | os.PathLike) -> str:
+    """``content_sha256`` remembered by absolute path, size and mtime (``save_sum_cache``).
+
+    A file whose size and modification time are unchanged is not read again, so verifying a
+    dataset a second time costs a ``stat`` per file.
+    """
+    p = Path(path).absolute()
+    st = p.stat()
+    _, sums = _sum_cache()
+    hit = sums.get(str(p))
+    if isinstance(hit, list) and hit[:2] == [st.st_size, st.st_mtime_ns] and len(hit) == 3:
+        return hit[2]
+    digest = content_sha256(p)
+    sums[str(p)] = [st.st_size, st.st_mtime_ns, digest]
+    return digest
+
+
+def save_sum_cache() -> None:
+    """Write the remembered sums to ``cache_dir()/sha256-cache.json`` (atomically; best effort)."""
+    path, sums = _sum_cache()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(sums))
+        os.replace(tmp, path)
+    except OSError:  # an unwritable cache costs time on the next run, not this run
+        tmp.unlink(missing_ok=True)
+
+
+def file_sums(folder: str | os.PathLike, keys: Iterable[str]) -> tuple[dict[str, str], list, int]:
+    """The content sums of the files ``keys`` name under ``folder`` (as ``verify_sha256`` reads).
+
+    Args:
+        folder: the dataset folder the keys are relative to.
+        keys: relative paths (``NAME`` also finds ``NAME.gz``) or globs.
+
+    Returns:
+        ``({key: sha256, or manifest_digest of the files a glob matches}, absent keys, files)``.
+    """
+    root, got, absent, n = Path(folder), {}, [], 0
+    for rel in keys:
+        if any(c in rel for c in "*?["):
+            files = sorted(p for p in root.glob(rel) if p.is_file())
+            got[rel] = manifest_digest({_rel(p, root): cached_content_sha256(p) for p in files})
+            n += len(files)
+            continue
+        try:
+            p = find_file(root / rel)
+        except MissingDataError:
+            absent.append(rel)
+            continue
+        got[rel] = cached_content_sha256(p)
+        n += 1
+    save_sum_cache()
+    return got, absent, n
+
+
+def check_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str, str, str]:
+    """``verify_sha256`` plus the digest of the files as found (``manifest_digest`` of their sums).
+
+    The digest equals ``manifest_digest(known)`` exactly when every file matches.
+    """
+    root = Path(folder)
+    got, absent, n = file_sums(root, known)
+    bad = [f"{rel} (absent)" for rel in absent]
+    for rel, want in known.items():
+        if rel in got and got[rel] != want:
+            if any(c in rel for c in "*?["):
+                count = sum(1 for p in root.glob(rel) if p.is_file())
+                bad.append(f"the {count} files {rel}")
+            else:
+                bad.append(find_file(root / rel).relative_to(root).as_posix())
+    digest = manifest_digest({**got, **{rel: "absent" for rel in absent}})
+    if bad:
+        return "checksum mismatch", "sha256 differs for " + ", ".join(bad), digest
+    return "found", f"sha256 verified for {n} files", digest
+
+
 def verify_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str, str]:
     """Check the files under ``folder`` against known content sha256 sums.
+
+    Sums are cached per file (``cached_content_sha256``), so a second check is nearly free.
 
     Args:
         folder: the dataset folder the keys are relative to.
@@ -137,26 +237,7 @@ def verify_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str
     Returns:
         ``(status, detail)`` with status ``"found"`` or ``"checksum mismatch"``.
     """
-    root, bad, n = Path(folder), [], 0
-    for rel, want in known.items():
-        if any(c in rel for c in "*?["):
-            files = sorted(p for p in root.glob(rel) if p.is_file())
-            got = manifest_digest({_rel(p, root): content_sha256(p) for p in files})
-            n += len(files)
-            if got != want:
-                bad.append(f"the {len(files)} files {rel}")
-            continue
-        try:
-            p = find_file(root / rel)
-        except MissingDataError:
-            bad.append(f"{rel} (absent)")
-            continue
-        n += 1
-        if content_sha256(p) != want:
-            bad.append(p.relative_to(root).as_posix())
-    if bad:
-        return "checksum mismatch", "sha256 differs for " + ", ".join(bad)
-    return "found", f"sha256 verified for {n} files"
+    return check_sha256(folder, known)[:2]
 
 
 # --- parsed-data cache ----------------------------------------------------------------------------
@@ -218,12 +299,14 @@ def status(
     source: str,
     check: Callable[[], str],
     sums: dict[str, str] | None = None,
+    files: list[str] | None = None,
 ) -> dict[str, Any]:
     """A ``Task.data_status()`` dict, built by calling ``check()``.
 
     ``check()`` loads and parses the data and returns a detail line: the status is ``found`` on
-    success, ``missing``/``corrupt`` on a DataError. ``sums`` (see ``verify_sha256``) are kept
-    for ``status_rows(verify=True)``.
+    success, ``missing``/``corrupt`` on a DataError. ``sums`` (see ``verify_sha256``) are the
+    published checksums ``task_row(verify=True)`` checks; data without them name the files they
+    read in ``files`` (relative paths or globs), whose content digest then identifies them.
     """
     row: dict[str, Any] = {"dataset": dataset, "path": str(path), "source": source}
     try:
@@ -234,6 +317,49 @@ def status(
         row.update(status="corrupt", detail=str(e))
     if sums:
         row["sha256"] = dict(sums)
+    if files:
+        row["files"] = list(files)
+    return row
+
+
+def task_row(name: str, task: Any, verify: bool = False) -> dict[str, Any] | None:
+    """The data row of one task instance (``status_rows``); None for generated data.
+
+    With ``verify`` a found dataset is checked against the task's published sums and the row
+    gains ``digest`` (``manifest_digest`` of the files as found) and ``verified`` (True when
+    they match the published sums; False when they differ or the task publishes none).
+    """
+    try:
+        st = task.data_status()
+    except DataError as e:
+        st = {"status": "corrupt", "detail": str(e)}
+    if st is None:
+        return None
+    sums, files = st.pop("sha256", None), st.pop("files", None)
+    row = {
+        "task": name,
+        "dataset": st.get("dataset", name),
+        "status": st.get("status", "?"),
+        "path": st.get("path") or str(data_root(task.data_dir)),
+        "source": st.get("source", ""),
+        "detail": st.get("detail", ""),
+    }
+    if not verify or row["status"] != "found":
+        return row
+    try:
+        if sums:
+            row["status"], checked, row["digest"] = check_sha256(row["path"], sums)
+            row["verified"] = row["status"] == "found"
+        else:
+            got, absent, n = file_sums(row["path"], files or ["**/*"])
+            if absent:
+                raise MissingDataError(f"missing data file {Path(row['path']) / absent[0]}")
+            row["digest"], row["verified"] = manifest_digest(got), False
+            checked = f"no published checksums; content digest {row['digest'][:12]} of {n} files"
+    except DataError as e:
+        row["status"], row["detail"] = "corrupt", str(e)
+        return row
+    row["check"] = checked
     return row
 
 
@@ -247,9 +373,9 @@ def status_rows(
     Args:
         data_dir: the data root (resolved as in ``data_root``).
         verify: also check the files against the sha256 sums the task ships (the ``sha256``
-            entry of its ``data_status()``, see ``status``; or ``data_status(verify=True)`` when
-            the task takes that argument); status becomes ``"checksum mismatch"`` when they
-            differ (a task without sums says so in ``detail``).
+            entry of its ``data_status()``, see ``status``); status becomes
+            ``"checksum mismatch"`` when they differ, and the row gains ``check`` (the result,
+            e.g. ``sha256 verified for 3 files``), ``digest`` and ``verified`` (``task_row``).
         tasks: only these task names (default: all registered).
 
     Status is one of ``found``, ``missing``, ``checksum mismatch``, ``corrupt``; tasks whose data
@@ -263,32 +389,266 @@ def status_rows(
             continue
         try:
             task = cls(data_dir=str(data_dir) if data_dir else None)
-            self_check = "verify" in inspect.signature(task.data_status).parameters
-            st = task.data_status(verify=verify) if self_check else task.data_status()
         except DataError as e:
-            self_check, st = False, {"status": "corrupt", "detail": str(e)}
-        if st is None:
+            rows.append(
+                {
+                    "task": name,
+                    "dataset": name,
+                    "status": "corrupt",
+                    "path": str(data_root(data_dir)),
+                    "source": "",
+                    "detail": str(e),
+                }
+            )
             continue
-        sums = st.pop("sha256", None)
-        row = {
-            "task": name,
-            "dataset": st.get("dataset", name),
-            "status": st.get("status", "?"),
-            "path": st.get("path") or str(data_root(data_dir)),
-            "source": st.get("source", ""),
-            "detail": st.get("detail", ""),
-        }
-        if verify and row["status"] == "found":
-            if sums:
-                try:
-                    row["status"], checked = verify_sha256(row["path"], sums)
-                    row["detail"] = f"{row['detail']}; {checked}"
-                except DataError as e:
-                    row["status"], row["detail"] = "corrupt", str(e)
-            elif not self_check:
-                row["detail"] += "; no known checksums to verify against"
-        rows.append(row)
+        row = task_row(name, task, verify)
+        if row is not None:
+            if verify and "check" in row:
+                row["detail"] = f"{row['detail']}; {row['check']}"
+            rows.append(row)
     return rows
+
+
+def attach_identity(
+    cfgs: list[Any], data_dir: str | None = None, allow_unverified: bool = False
+) -> tuple[list[Any], list[str]]:
+    """Verify the data of every run that reads data files and key the runs by it.
+
+    Each distinct (task, task config) is checked once (``task_row(verify=True)``; sums are
+    cached per file, so a rerun costs nothing) and its runs get ``RunConfig.data``, which is part
+    of their run id: a record made on other data never stands in for one made on the published
+    data. Runs of generated tasks are returned unchanged.
+
+    Args:
+        cfgs: ``RunConfig`` s (``harness.sweep.build_configs``).
+        data_dir: the data root (``data_root``).
+        allow_unverified: run on data that differ from the published sums (recorded as
+            ``verified: false`` with their own digest) instead of refusing them.
+
+    Returns:
+        The configs with their data identity, and notes for data without published sums.
+
+    Raises:
+        DataError: one line naming, per task, the files that differ (or why the data cannot be
+            read), unless ``allow_unverified`` covers it.
+    """
+    import dataclasses
+
+    from harness.config import DataIdentity
+    from harness.registry import TASKS
+
+    known: dict[tuple[str, str], DataIdentity | None] = {}
+    bad: list[str] = []
+    notes: list[str] = []
+    out = []
+    for cfg in cfgs:
+        key = (cfg.task, repr(cfg.task_cfg))
+        if key not in known:
+            row = task_row(cfg.task, TASKS.get(cfg.task)(cfg.task_cfg, data_dir), verify=True)
+            known[key] = None
+            if row is None:
+                pass
+            elif row["status"] == "found" or (
+                row["status"] == "checksum mismatch" and allow_unverified
+            ):
+                known[key] = DataIdentity(row["digest"], row["verified"])
+                if not row["verified"]:
+                    notes.append(f"task '{cfg.task}' runs on unverified data ({row['check']})")
+            elif row["status"] == "checksum mismatch":
+                bad.append(
+                    f"the data of task '{cfg.task}' under {row['path']} do not match the "
+                    f"published checksums ({row['check']})"
+                )
+            else:
+                bad.append(f"task '{cfg.task}': {row['detail']}")
+        ident = known[key]
+        out.append(cfg if ident is None else dataclasses.replace(cfg, data=ident))
+    if bad:
+        hint = " (--allow-unverified-data runs on them anyway)" if not allow_unverified else ""
+        raise DataError("; ".join(bad) + (hint if "checksums" in "".join(bad) else ""))
+    return out, notes
+
+
+# --- downloads (``harness data fetch``) ----------------------------------------------------------
+
+MIRROR_ENV = "HARNESS_DATA_MIRROR"
+
+
+class Fetcher:
+    """Downloads a task's published files and installs them, verified, under the data root.
+
+    Every download goes to a temporary file that is renamed when complete; a dataset is built in
+    a staging folder next to its destination, checked against the published sums and only then
+    moved into place, so a failed or corrupt download leaves nothing half-unpacked.
+
+    Args:
+        root: the data root (``data_root``).
+        mirror: a base URL that replaces every official address: a file is fetched from
+            ``MIRROR/<dataset folder>/<file name>`` (default: ``$HARNESS_DATA_MIRROR``, else the
+            official addresses).
+        say: called with one line per download.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        mirror: str | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.mirror = mirror or os.environ.get(MIRROR_ENV) or None
+        self.say = say or (lambda line: None)
+
+    def address(self, url: str, dataset: str) -> str:
+        """Where ``url`` is fetched from (the mirror's copy when a mirror is set)."""
+        from urllib.parse import quote, unquote
+
+        if not self.mirror:
+            return url
+        name = unquote(url.rstrip("/").rsplit("/", 1)[-1])
+        return f"{self.mirror.rstrip('/')}/{quote(dataset)}/{quote(name)}"
+
+    def download(self, url: str, dataset: str, folder: Path) -> Path:
+        """Download ``url`` into ``folder`` (via a temporary file); DataError if it fails."""
+        import shutil
+        import urllib.request
+        from urllib.parse import unquote
+
+        src = self.address(url, dataset)
+        dest = folder / (unquote(src.rstrip("/").rsplit("/", 1)[-1]) or "download")
+        part = folder / f".{dest.name}.{os.getpid()}.part"
+        self.say(f"downloading {src}")
+        try:
+            with urllib.request.urlopen(src, timeout=60) as r, open(part, "wb") as f:
+                shutil.copyfileobj(r, f, 1 << 20)
+            os.replace(part, dest)
+        except (OSError, ValueError) as e:  # URLError and HTTPError are OSErrors
+            part.unlink(missing_ok=True)
+            raise DataError(f"cannot download {src}: {getattr(e, 'reason', e)}") from None
+        return dest
+
+    def install(
+        self,
+        dataset: str,
+        sums: dict[str, str] | None,
+        build: Callable[[Path, Callable[[str], Path]], Any],
+    ) -> str:
+        """Build ``<root>/<dataset>`` from downloads, verify it, move it into place.
+
+        Args:
+            dataset: the dataset folder under the root.
+            sums: the published sums (``verify_sha256``); None when none are published (the
+                data are then installed unverified and the line says so).
+            build: ``build(stage, get)`` writes the dataset's layout into ``stage``; ``get(url)``
+                downloads a file and returns its local path.
+
+        Returns:
+            One line: installed (and verified), or already present and verified.
+
+        Raises:
+            DataError: a download failed, or the files do not match ``sums`` (nothing installed).
+        """
+        import shutil
+
+        target = self.root / dataset
+        if sums and target.is_dir():
+            st, detail = verify_sha256(target, sums)
+            if st == "found":
+                return f"already present in {target} ({detail})"
+        work = self.root / f".{dataset}.fetch-{os.getpid()}"
+        try:
+            shutil.rmtree(work, ignore_errors=True)
+            (work / "stage").mkdir(parents=True)
+            (work / "downloads").mkdir()
+        except OSError as e:
+            raise DataError(f"cannot write under {self.root}: {e.strerror or e}") from None
+        try:
+            stage = work / "stage"
+            build(stage, lambda url: self.download(url, dataset, work / "downloads"))
+            if sums:
+                st, detail, _ = check_sha256(stage, sums)
+                if st != "found":
+                    raise DataError(
+                        f"the download of {dataset} does not match the published checksums "
+                        f"({detail}); nothing was installed"
+                    )
+            else:
+                got, _, n = file_sums(stage, ["**/*"])
+                detail = (
+                    f"no published checksums; content digest {manifest_digest(got)[:12]} "
+                    f"of {n} files"
+                )
+            target.mkdir(parents=True, exist_ok=True)
+            for entry in sorted(stage.iterdir()):
+                dest = target / entry.name
+                if dest.exists() or dest.is_symlink():
+                    os.replace(dest, work / f"replaced-{entry.name}")
+                os.replace(entry, dest)
+        except OSError as e:
+            raise DataError(f"cannot install {dataset} under {self.root}: {e}") from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return f"installed in {target} ({detail})"
+
+
+def extract(archive: Path, pick: Callable[[str], str | None], stage: Path, depth: int = 2) -> int:
+    """Copy the members of a zip or tar archive that ``pick`` names into ``stage``.
+
+    Archives inside the archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``) are opened too, up to
+    ``depth`` levels (some official downloads wrap the dataset's own archive).
+
+    Args:
+        archive: a zip or (compressed) tar file.
+        pick: member path (posix, as stored) -> relative destination, or None to leave it.
+        stage: the folder destinations are relative to.
+        depth: how many nested archives deep to look.
+
+    Returns:
+        How many files were written.
+
+    Raises:
+        CorruptDataError: the file is no readable archive.
+    """
+    import shutil
+    import tarfile
+    import tempfile
+    import zipfile
+
+    def members():
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                for info in z.infolist():
+                    if not info.is_dir():
+                        with z.open(info) as f:
+                            yield info.filename, f
+        else:
+            with tarfile.open(archive) as t:
+                for info in t:
+                    f = t.extractfile(info) if info.isfile() else None
+                    if f is not None:
+                        yield info.name, f
+
+    n = 0
+    try:
+        for name, f in members():
+            if depth and name.lower().endswith((".zip", ".tar", ".tar.gz", ".tgz")):
+                with tempfile.TemporaryDirectory(dir=stage.parent) as tmp:
+                    inner = Path(tmp) / Path(name).name
+                    with open(inner, "wb") as out:
+                        shutil.copyfileobj(f, out)
+                    n += extract(inner, pick, stage, depth - 1)
+                continue
+            rel = pick(name)
+            if rel is None or rel.startswith("/") or ".." in Path(rel).parts:
+                continue
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as out:
+                shutil.copyfileobj(f, out)
+            n += 1
+    except (OSError, EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError) as e:
+        raise CorruptDataError(f"corrupt download {archive.name}: {e}") from None
+    return n
 
 
 # --- balanced, stratified splits (the S-SA time-series tasks) -----------------------------------

@@ -139,11 +139,37 @@ class Task:
         """Deterministic train/val/test splits for ``seed``."""
         raise NotImplementedError
 
+    def marked_steps(self, x: Tensor) -> list[int]:
+        """Steps of one input sequence that figures mark on its update pattern (default none).
+
+        Args:
+            x: one sequence's inputs, ``[T, input_size]`` (token ids ``[T]``).
+
+        Returns:
+            The step indices to mark, e.g. where the target's inputs are.
+        """
+        return []
+
     def data_status(self) -> dict[str, Any] | None:
         """For real-data tasks, where the data was looked for and whether it is usable.
 
         The dict holds ``{"status": "found"|"missing"|"corrupt", ...}``; None for generated
         tasks.
+        """
+        return None
+
+    def fetch(self, fetcher: Any) -> str | None:
+        """Download the task's published data into the data root (``harness data fetch``).
+
+        Args:
+            fetcher: a ``harness.data.Fetcher`` (downloads, verifies, installs).
+
+        Returns:
+            One line saying what was installed; None for generated tasks.
+
+        Raises:
+            DataError: the data cannot be downloaded (e.g. a licence forbids it: the message says
+                how to obtain them) or do not match the published checksums.
         """
         return None
 

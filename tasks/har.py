@@ -36,13 +36,17 @@ import numpy as np
 import torch
 
 from harness.config import ModelConfig, Preset, TrainConfig
-from harness.data import data_root, disk_cached, find_file, verify_sha256
+from harness.data import data_root, disk_cached, extract, find_file, verify_sha256
 from harness.errors import ConfigError, DataError
 from harness.registry import register_task
 from harness.task import Split, Splits, Task
 
 UCI_URL = "https://archive.ics.uci.edu/dataset/240/human+activity+recognition+using+smartphones"
 HAPT_URL = "https://archive.ics.uci.edu/dataset/341"
+HAPT_ZIP = (  # ``harness data fetch``: UCI's archive of dataset 341
+    "https://archive.ics.uci.edu/static/public/341/"
+    "smartphone+based+recognition+of+human+activities+and+postural+transitions.zip"
+)
 PIPELINE_VERSION = 1  # bump whenever the rebuild or the cached arrays change
 WINDOW, STEP, FS = 128, 64, 50.0
 TRAIN_SUBJECTS = (1, 3, 5, 6, 7, 8, 11, 14, 15, 16, 17, 19, 21, 22, 23, 25, 26, 27, 28, 29, 30)
@@ -289,7 +293,7 @@ class HAR(Task):
 
     def data_status(self, verify: bool = False) -> dict[str, Any]:
         """Whether the data are usable; ``verify`` also checks the HAPT files' contents against
-        ``HAPT_RAW_DIGEST`` (about a second)."""
+        ``HAPT_RAW_DIGEST`` (about a second; ``harness.data.task_row`` does it from ``sha256``)."""
         status = {"dataset": "har", "status": "found", "path": "", "source": UCI_URL, "detail": ""}
         try:
             source, folder = self.locate()
@@ -300,11 +304,40 @@ class HAR(Task):
             status.update(status=bad, path=str(data_root(self.data_dir)), detail=str(e))
             return status
         status["path"] = str(folder)
-        if source == "uci-har":
-            status["detail"] = "official UCI HAR inertial signals"
+        if source == "uci-har":  # no published sums: its content digest identifies it
+            files = uci_files(folder, "train") + uci_files(folder, "test")
+            status.update(
+                detail="official UCI HAR inertial signals",
+                files=[f.relative_to(folder).as_posix() for f in files],
+            )
             return status
-        status.update(source=HAPT_URL, detail="UCI HAR windows rebuilt from HAPT raw data")
+        status.update(
+            source=HAPT_URL,
+            detail="UCI HAR windows rebuilt from HAPT raw data",
+            sha256={"RawData/*": HAPT_RAW_DIGEST},
+        )
         if verify:
             st, detail = verify_sha256(folder, {"RawData/*": HAPT_RAW_DIGEST})
             status.update(status=st, detail=status["detail"] + "; " + detail)
         return status
+
+    def fetch(self, fetcher: Any) -> str:
+        """HAPT's RawData (the source of the rebuilt windows), verified against its digest.
+
+        UCI HAR's own inertial files are not fetched: no published sums cover them.
+        """
+
+        def pick(name: str) -> str | None:
+            parts = name.split("/")
+            if "__MACOSX" in parts:
+                return None
+            if len(parts) >= 2 and parts[-2] == "RawData":
+                return f"RawData/{parts[-1]}"
+            if parts[-1] in ("README.txt", "activity_labels.txt") and len(parts) <= 2:
+                return parts[-1]
+            return None
+
+        def build(stage: Path, get: Any) -> None:
+            extract(get(HAPT_ZIP), pick, stage)
+
+        return fetcher.install("hapt", {"RawData/*": HAPT_RAW_DIGEST}, build)

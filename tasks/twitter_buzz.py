@@ -45,6 +45,7 @@ from harness.data import (
     balanced_splits,
     cached,
     data_root,
+    extract,
     find_file,
     read_text,
     status,
@@ -62,6 +63,8 @@ FILES = {
     "Twitter-Relative-Sigma-1000.data",
 }
 FEATURES = 77
+# ``harness data fetch``: UCI's archive (CC BY 4.0); no checksums are published for it
+FETCH_URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/00248/classification.tar.gz"
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,31 @@ class TwitterBuzz(Task):
         return out
 
     def data_status(self) -> dict[str, Any]:
+        found: dict[str, str] = {}
+
         def check() -> str:
             x, y, p = self.windows()
+            found["file"] = p.relative_to(self.folder).as_posix().removesuffix(".gz")
             return f"{len(x):,} windows ({int(y.sum()):,} with buzz) from {p.name}"
 
-        return status("buzz_twitter", self.folder, SOURCE, check)
+        # no published sums: the file's content digest identifies the data
+        row = status("buzz_twitter", self.folder, SOURCE, check)
+        if "file" in found:
+            row["files"] = [found["file"]]
+        return row
+
+    def fetch(self, fetcher: Any) -> str:
+        """UCI's ``classification.tar.gz``, its Twitter files in the official layout (unverified:
+        no sums are published)."""
+
+        def pick(name: str) -> str | None:
+            parts = name.split("/")
+            if "classification" in parts and "Twitter" in parts and "__MACOSX" not in parts:
+                return "/".join(parts[parts.index("classification") :])
+            return None
+
+        def build(stage: Path, get: Any) -> None:
+            if not extract(get(FETCH_URL), pick, stage):
+                raise CorruptDataError(f"no classification/Twitter/ files in {FETCH_URL}")
+
+        return fetcher.install("buzz_twitter", None, build)

@@ -37,6 +37,7 @@ from harness.config import ModelConfig, Preset, TrainConfig
 from harness.data import (
     CorruptDataError,
     MissingDataError,
+    NotFetchableError,
     balanced_splits,
     cached,
     data_root,
@@ -171,3 +172,10 @@ class Yahoo(Task):
         if "dir" in found:  # the checksums are relative to the A1Benchmark folder
             row.update(path=str(found["dir"]), sha256=A1_SHA256)
         return row
+
+    def fetch(self, fetcher: Any) -> str:
+        """Yahoo's terms forbid redistribution: say how to obtain the data."""
+        raise NotFetchableError(
+            f"Yahoo S5 cannot be downloaded for you (its licence forbids redistribution): request "
+            f"it from {SOURCE}, then put A1Benchmark/real_*.csv under {self.folder / FOLDERS[0]}"
+        )

@@ -1,4 +1,4 @@
-"""``harness data``: where the real-data tasks' datasets are, and whether they are intact."""
+"""``harness data``: where the datasets are, whether they are intact; fetch the public ones."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def add_parser(subparsers: Any) -> None:
     s = add_command(
         subparsers,
         "data",
-        "dataset status and checksums",
+        "dataset status, checksums and downloads",
         parents=[
             tasks_option(
                 default=None,
@@ -23,43 +23,112 @@ def add_parser(subparsers: Any) -> None:
             ),
             data_dir_option(),
         ],
-        epilog=examples("harness data list", "harness data verify --tasks TASK"),
+        epilog=examples(
+            "harness data list",
+            "harness data verify --tasks TASK",
+            "harness data fetch",
+            "harness data fetch TASK [TASK ...] --data-dir DIR",
+            note="fetch downloads from the official addresses; --mirror URL (or "
+            "$HARNESS_DATA_MIRROR) fetches URL/<dataset folder>/<file name> instead",
+        ),
     )
     s.add_argument(
         "action",
-        choices=["list", "verify"],
-        help="list: where each dataset is and whether it is there; verify: also its checksums",
+        choices=["list", "verify", "fetch"],
+        help="list: where each dataset is and whether it is there; verify: also check it "
+        "against the published checksums; fetch: download, verify and unpack the public ones",
+    )
+    s.add_argument("names", nargs="*", metavar="TASK", help="tasks (besides --tasks)")
+    s.add_argument(
+        "--mirror",
+        default=None,
+        metavar="URL",
+        help="fetch: base URL that stands in for the official addresses",
     )
     s.set_defaults(func=cmd_data)
 
 
-def cmd_data(args: argparse.Namespace) -> int:
-    """Print the datasets' status; 2 if one asked for is missing or any is corrupt, else 0."""
+def wide_console() -> Any:
+    """A rich console on stdout that never cuts a cell when the output is not a terminal."""
     from rich.console import Console
-    from rich.table import Table
 
+    console = Console()
+    if not console.is_terminal:  # piped: a table as wide as its longest path or description
+        console = Console(width=100_000)
+    return console
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """Print (or fetch) the datasets; 2 if one asked for is missing or any is corrupt, else 0."""
     from harness import data
 
     tasks = None
-    if args.tasks:
+    spec = ",".join([*([args.tasks] if args.tasks else []), *args.names])
+    if spec:
         from harness.registry import TASKS
 
-        tasks = TASKS.resolve(args.tasks)
-    rows = data.status_rows(args.data_dir, verify=args.action == "verify", tasks=tasks)
-    table = Table(title=f"datasets under {data.data_root(args.data_dir)}")
-    for col in ("task", "dataset", "status", "path", "source"):
-        table.add_column(col)
-    for r in rows:
-        color = "green" if r["status"] == "found" else "red"
-        table.add_row(
-            r["task"],
-            r["dataset"],
-            f"[{color}]{r['status']}[/]",
-            str(r["path"]),
-            r.get("source", ""),
-        )
-    Console().print(table)
+        tasks = TASKS.resolve(spec)
+    if args.action == "fetch":
+        return fetch(tasks, spec, args.data_dir, args.mirror)
+    verify = args.action == "verify"
+    rows = data.status_rows(args.data_dir, verify=verify, tasks=tasks)
+    show(rows, verify, f"datasets under {data.data_root(args.data_dir)}")
     bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
     for r in bad:
         sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
     return 2 if bad else 0
+
+
+def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
+    """The status table: with ``verify``, the checksum result per dataset instead of the source."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    last = "checksums" if verify else "source"
+    for col in ("task", "dataset", "status", "path", last):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        color = "green" if r["status"] == "found" else "red"
+        if verify:
+            result = r.get("check") or r.get("detail") or ""
+            if r["status"] == "found" and not r.get("verified"):
+                color = "yellow"
+        else:
+            result = r.get("source", "")
+        table.add_row(r["task"], r["dataset"], f"[{color}]{r['status']}[/]", str(r["path"]), result)
+    wide_console().print(table)
+
+
+def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str | None) -> int:
+    """Download the public datasets of ``tasks`` (default: every real-data task) into the root.
+
+    A task named explicitly whose data cannot be downloaded (a licence) or verified is an error
+    (exit 2); without names such tasks are reported and the others fetched.
+    """
+    from harness import data
+    from harness.cli.common import console
+    from harness.errors import DataError
+    from harness.registry import TASKS
+
+    out = console()
+    root = data.data_root(data_dir)
+    fetcher = data.Fetcher(root, mirror, say=lambda line: out.print(line, highlight=False))
+    named = {p.strip() for p in spec.split(",")} - {"all", ""}
+    failed = []
+    for name in tasks if tasks is not None else TASKS.names():
+        try:
+            line = TASKS.get(name)(None, data_dir).fetch(fetcher)
+        except DataError as e:
+            if name in named or not isinstance(e, data.NotFetchableError):
+                failed.append(f"{name}: {e}")
+            else:
+                out.print(f"[yellow]{name}: {e}[/]", highlight=False)
+            continue
+        if line is None:
+            if name in named:
+                out.print(f"{name}: generated data, nothing to fetch", highlight=False)
+            continue
+        out.print(f"[green]{name}[/]: {line}", highlight=False)
+    for line in failed:
+        sys.stderr.write(f"error: {line}\n")
+    return 2 if failed else 0

@@ -32,8 +32,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _first_line(obj: Any) -> str:
+    """The first paragraph of the module's (else the class's) docstring, on one line.
+
+    A paragraph, not the first source line: a docstring wrapped mid-sentence is not cut there.
+    """
     doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 def cmd_list(args: argparse.Namespace) -> int:
