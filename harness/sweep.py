@@ -7,14 +7,19 @@ about as much" selection (``--match-skip``).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness import config
 from harness.errors import ConfigError, HarnessError
 from harness.metrics import mean_std
 from harness.results import flat_config, latest
+
+MAX_RUNS = 100_000  # a bigger sweep is a typo, and would take minutes just to resolve
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -25,7 +30,12 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
         values = [v.strip() for v in vals.split(",") if v.strip()]
         if not sep or not key.strip() or not values:
             raise ConfigError(f"--grid expects key=v1,v2,..., got '{item}'")
-        grid[key.strip()] = values
+        key = key.strip()
+        if grid.get(key, values) != values:
+            raise ConfigError(
+                f"--grid {key}={','.join(grid[key])} and --grid {item.strip()} conflict; give one"
+            )
+        grid[key] = values
     return grid
 
 
@@ -62,8 +72,19 @@ def build_configs(
 
     Raises:
         ConfigError: a key that no selected (method, task) pair has (the message lists the valid
-            keys), a bad value, or an unknown preset.
+            keys), a key given to both ``overrides`` and ``grid``, a bad value, an unknown
+            preset, or more than ``MAX_RUNS`` runs.
     """
+    points = math.prod(len(v) for v in (grid or {}).values())
+    size = len(tasks) * len(methods) * points * len(seeds)
+    if size > MAX_RUNS:  # counted before anything is resolved
+        raise ConfigError(
+            f"the sweep has {size:,} runs ({len(tasks)} tasks x {len(methods)} methods x "
+            f"{points:,} grid points x {len(seeds):,} seeds); at most {MAX_RUNS:,} are allowed"
+        )
+    both = [k for k in grid or {} if k in overrides]
+    if both:
+        raise ConfigError(f"'{both[0]}' is given to both --set and --grid; give one")
     cfgs: list[config.RunConfig] = []
     used: set[str] = set()
     seen: set[str] = set()
@@ -114,9 +135,50 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
         if cfg.variant_id not in seen:
             seen.add(cfg.variant_id)
             try:
-                build(cfg, data_dir)
+                with out_of_memory_as_error(cfg):
+                    build(cfg, data_dir)
             except HarnessError as e:
                 raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
+
+
+_OOM_TEXTS = ("can't allocate memory", "not enough memory", "out of memory")
+
+
+def allocation_failure(e: BaseException) -> str | None:
+    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
+
+    torch reports a failed allocation as a RuntimeError (``DefaultCPUAllocator: can't allocate
+    memory``, ``CUDA out of memory``); Python as a MemoryError.
+    """
+    text = str(e)
+    if not isinstance(e, MemoryError) and not (
+        isinstance(e, RuntimeError) and any(t in text for t in _OOM_TEXTS)
+    ):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", text)
+    return f"; it asked for {int(asked.group(1)) / 2**30:,.1f} GiB" if asked else ""
+
+
+@contextlib.contextmanager
+def out_of_memory_as_error(cfg: config.RunConfig) -> Iterator[None]:
+    """Turn an allocation failure inside the block into a ConfigError naming the model's size.
+
+    Args:
+        cfg: the run whose model or data is being allocated.
+
+    Raises:
+        ConfigError: the block ran out of memory (``allocation_failure``).
+    """
+    try:
+        yield
+    except (MemoryError, RuntimeError) as e:
+        need = allocation_failure(e)
+        if need is None:
+            raise
+        raise ConfigError(
+            f"does not fit in memory (hidden_size={cfg.model.hidden_size}, "
+            f"num_layers={cfg.model.num_layers}){need}"
+        ) from None
 
 
 def fresh_costs(
@@ -154,17 +216,23 @@ def fresh_costs(
         raise ConfigError(f"batch must be >= 1 (got {batch})")
     rows = []
     for cfg in build_configs(METHODS.resolve(methods), [task], [0], preset, dict(overrides or {})):
-        task_obj, model = build(cfg, data_dir)
-        x = task_obj.splits(0).test.x[:batch]
-        row = {"method": cfg.method, "task": cfg.task, "preset": cfg.preset}
-        rows.append(row | model_costs(model, x))
+        try:
+            with out_of_memory_as_error(cfg):
+                task_obj, model = build(cfg, data_dir)
+                x = task_obj.splits(0).test.x[:batch]
+                costs = model_costs(model, x)
+        except ConfigError as e:
+            raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
+        rows.append({"method": cfg.method, "task": cfg.task, "preset": cfg.preset} | costs)
     return rows
 
 
 def match_skip(
     records: list[dict[str, Any]], target: float, swept: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    """For each (task, preset, method), the variant whose mean Skip % is nearest ``target``.
+    """For each (task, preset, method), the variant whose mean TEST Skip % is nearest ``target``.
+
+    This choice reads the test set; ``harness.selection`` chooses on validation data only.
 
     Args:
         records: run records (ok runs are used; the latest line per run id).

@@ -15,13 +15,16 @@ from typing import Any
 
 from harness.cli.common import (
     add_command,
+    check_writable,
     comma_list,
     data_dir_option,
     device_option,
     examples,
     float_at_least,
+    float_in,
     int_at_least,
     methods_option,
+    out_of_memory,
     preset_option,
     require_task,
     set_option,
@@ -68,7 +71,10 @@ def add_parser(subparsers: Any) -> None:
         "torch's fused cells (and an eager step-loop GRU) at each task's preset sizes;\n"
         f"appends timing records and writes {TIMING_REPORT}, one table per task and device.\n"
         "With --speedup: measures the realised speedup of the fast inference paths of the\n"
-        f"methods that have one, on untrained models at target skips; writes {SPEEDUP_REPORT}.",
+        "methods that have one, on untrained models at target skips, against their own dense\n"
+        "loop, the same path without skipping and torch's fused cell; writes\n"
+        f"{SPEEDUP_REPORT} and the raw timings\n"
+        "beside it (the report's name with .jsonl).",
         parents=[
             methods_option(note="; with --speedup, 'all' is every method with a fast path"),
             task_option(
@@ -100,7 +106,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         metavar="FILE",
         help=f"the Markdown to write (default: {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
-        "--speedup)",
+        "--speedup, whose raw timings go beside it, with .jsonl for .md)",
     )
     s.add_argument(
         "--out",
@@ -129,7 +135,7 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--skips",
-        type=comma_list(float_at_least(0.0)),
+        type=comma_list(float_in(0.0, 1.0)),
         default=_csv(SPEEDUP_ONLY["skips"]),
         metavar="S[,S...]",
         help="--speedup: target skips, fractions in [0, 1) (default: %(default)s)",
@@ -180,7 +186,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _only_for(args, TIMING_ONLY, "by the timing suite (without --speedup)")
         return _bench_speedup(args, command)
     _only_for(args, SPEEDUP_ONLY, "with --speedup")
-    task = require_task(args.task, "bench (without --speedup)")
+    task = require_task(args.task, "bench (without --speedup)", many=True)
+    check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
+    check_writable(Path(args.report or TIMING_REPORT))
 
     from harness import config
     from harness.bench.suite import run_bench
@@ -206,28 +214,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
+    check_writable(Path(args.report or SPEEDUP_REPORT))  # before the measurement, not after
     import torch
 
-    from harness.bench.speedup import measure_speedups, speedup_markdown
+    from harness.bench.speedup import measure_speedups, speedup_jsonl, speedup_markdown
 
     device = "cuda" if args.device == "cuda" else "cpu"
+    out = Path(args.report or SPEEDUP_REPORT)
+    data = speedup_data_path(out)
     previous = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    sizes = f"--hidden {_csv(args.hidden)}, --batches {_csv(args.batches)}"
     try:
-        rows = measure_speedups(
-            methods=None if args.methods == "all" else args.methods,
-            skips=args.skips,
-            hidden=args.hidden,
-            batches=args.batches,
-            seq_len=args.seq_len,
-            device=device,
-            budget_s=args.budget,
-        )
-        text = speedup_markdown(rows, command, device)
+        with out_of_memory(f"the speedup measurement ({sizes}, --seq-len {args.seq_len})"):
+            rows = measure_speedups(
+                methods=None if args.methods == "all" else args.methods,
+                skips=args.skips,
+                hidden=args.hidden,
+                batches=args.batches,
+                seq_len=args.seq_len,
+                device=device,
+                budget_s=args.budget,
+            )
+        text = speedup_markdown(rows, command, device, data_file=data.name)
     finally:
         torch.set_num_threads(previous)
-    out = Path(args.report or SPEEDUP_REPORT)
+    write_report(data, speedup_jsonl(rows))
     write_report(out, text)
     print(out)
+    print(data)
     return 0
+
+
+def speedup_data_path(report: Path) -> Path:
+    """The data file of the raw timings beside a speedup report: its name with ``.jsonl``."""
+    data = report.with_suffix(".jsonl")
+    return data if data != report else report.with_name(report.name + ".rounds.jsonl")

@@ -12,8 +12,11 @@ Nothing here imports torch: ``harness --help`` and ``harness --version`` stay fa
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -89,15 +92,30 @@ def int_at_least(low: int) -> Callable[[str], int]:
 
 
 def float_at_least(low: float) -> Callable[[str], float]:
-    """An argparse ``type`` accepting numbers >= ``low``."""
+    """An argparse ``type`` accepting finite numbers >= ``low``."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expects a number, got '{text}'") from None
-        if not value >= low:  # also rejects nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expects a finite number, got '{text}'")
+        if not value >= low:
             raise argparse.ArgumentTypeError(f"must be >= {low:g} (got {text})")
+        return value
+
+    return parse
+
+
+def float_in(low: float, high: float) -> Callable[[str], float]:
+    """An argparse ``type`` accepting numbers in ``[low, high)``."""
+    at_least = float_at_least(low)
+
+    def parse(text: str) -> float:
+        value = at_least(text)
+        if not value < high:
+            raise argparse.ArgumentTypeError(f"must be in [{low:g}, {high:g}) (got {text})")
         return value
 
     return parse
@@ -212,38 +230,60 @@ def threads_option(help: str) -> argparse.ArgumentParser:
 # --- helpers of the commands ------------------------------------------------------------------
 
 
-def parse_seeds(spec: str) -> list[int]:
+MAX_SEEDS = 10_000
+
+
+def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
     """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
 
+    The count is checked before a range is expanded, so ``0-9999999`` fails at once.
+
+    Args:
+        spec: the ``--seeds`` value.
+        limit: the most seeds it may give.
+
     Raises:
-        ConfigError: anything else, or an empty or descending range.
+        ConfigError: anything else, a negative seed, an empty or descending range, or more
+            than ``limit`` seeds.
     """
-    seeds: list[int] = []
+    usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
+    ranges: list[tuple[int, int]] = []
     try:
         for part in spec.split(","):
             part = part.strip()
-            if "-" in part[1:]:
-                a, b = part.split("-", 1) if not part.startswith("-") else (part, "")
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise ValueError
-                seeds += range(lo, hi + 1)
-            elif part:
-                seeds.append(int(part))
-    except ValueError:
-        raise ConfigError(f"--seeds expects e.g. 0-4 or 0,1,2; got '{spec}'") from None
-    if not seeds:
-        raise ConfigError(f"--seeds expects e.g. 0-4 or 0,1,2; got '{spec}'")
-    return list(dict.fromkeys(seeds))
+            if not part:
+                continue
+            lo, sep, hi = part.partition("-")
+            ranges.append((int(lo), int(hi) if sep else int(lo)))
+    except ValueError:  # also a negative seed: "-1" has no number before its "-"
+        raise ConfigError(usage) from None
+    if not ranges or any(hi < lo for lo, hi in ranges):
+        raise ConfigError(usage)
+    count = sum(hi - lo + 1 for lo, hi in ranges)
+    if count > limit:
+        raise ConfigError(f"--seeds '{spec}' gives {count:,} seeds; at most {limit:,} are allowed")
+    return list(dict.fromkeys(s for lo, hi in ranges for s in range(lo, hi + 1)))
 
 
-def require_task(task: str | None, command: str) -> str:
-    """``task``, or a ConfigError naming the registered tasks when it was not given."""
-    if task:
-        return task
+def require_task(task: str | None, command: str, many: bool = False) -> str:
+    """The one task ``task`` names (a name or a glob matching one task).
+
+    With ``many``, ``task`` may name several (a list, globs, ``all``), returned as a comma list.
+
+    Raises:
+        ConfigError: no ``--task`` (the message names the registered tasks), an unknown name, or
+            a glob matching several tasks.
+    """
     from harness.registry import TASKS
 
-    raise ConfigError(f"{command} needs --task TASK; tasks: {', '.join(TASKS.names())}")
+    if not task:
+        raise ConfigError(f"{command} needs --task TASK; tasks: {', '.join(TASKS.names())}")
+    names = TASKS.resolve(task)
+    if many:
+        return ",".join(names)
+    if len(names) != 1:
+        raise ConfigError(f"{command} takes one task; '{task}' matches {', '.join(names)}")
+    return names[0]
 
 
 def write_report(path: Path, text: str) -> None:
@@ -253,6 +293,58 @@ def write_report(path: Path, text: str) -> None:
         path.write_text(text)
     except OSError as e:
         raise HarnessError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def check_writable(path: Path, directory: bool = False) -> None:
+    """Fail before the work, not after it, when ``path`` cannot be written.
+
+    The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
+    file is created in it and removed; an existing file is opened for appending (not changed).
+
+    Args:
+        path: the file (or, with ``directory``, the folder) a command will write.
+        directory: ``path`` is a folder the command writes files into.
+
+    Raises:
+        HarnessError: one line naming the path and the reason.
+    """
+    folder = path if directory else path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not directory and path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        if not directory and path.exists():
+            with open(path, "a"):
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = next((p for p in reversed(folder.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is None and folder.exists() and not folder.is_dir():
+            blocker = folder
+        why = f"{blocker} is a file, not a folder" if blocker else e.strerror or str(e)
+        raise HarnessError(f"cannot write {path}: {why}") from None
+    except OSError as e:
+        raise HarnessError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def out_of_memory(what: str) -> Iterator[None]:
+    """Turn an allocation failure inside the block into one HarnessError line about ``what``.
+
+    Raises:
+        HarnessError: ``WHAT does not fit in memory; it asked for N GiB``.
+    """
+    try:
+        yield
+    except (MemoryError, RuntimeError) as e:
+        from harness.sweep import allocation_failure
+
+        need = allocation_failure(e)
+        if need is None:
+            raise
+        raise HarnessError(f"{what} does not fit in memory{need}") from None
 
 
 def console() -> Any:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_command, console, examples, write_report
+from harness.cli.common import add_command, check_writable, console, examples, write_report
 
 
 def add_parser(subparsers: Any) -> None:
@@ -17,7 +17,9 @@ def add_parser(subparsers: Any) -> None:
         "drift gate: current records vs a reference",
         epilog=examples(
             "harness compare results/reference/smoke.jsonl results/runs.jsonl --markdown drift.md",
-            note="exit codes: 0 no drift, 1 drift or missing runs, 2 bad input",
+            "harness compare results/reference/smoke.jsonl rerun.jsonl --only-present",
+            note="exit codes: 0 no drift, 1 drift or missing runs, 2 bad input (a tolerance that "
+            "is\nnegative or not finite, a record line that cannot be read)",
         ),
     )
     s.add_argument("reference", help="the reference records (.jsonl)")
@@ -32,19 +34,45 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--markdown", default=None, metavar="FILE", help="also write the comparison as Markdown"
     )
+    s.add_argument(
+        "--only-present",
+        action="store_true",
+        help="compare only the runs in both (a partial rerun); say how many were left out; "
+        "fails when no run is in both",
+    )
+    s.add_argument(
+        "--skip-malformed",
+        action="store_true",
+        help="skip record lines that cannot be read (a torn last line, an unknown schema), "
+        "naming each, instead of refusing the store",
+    )
     s.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Print the drifted, missing and new runs; 0 if none drifted or went missing, else 1."""
+    from rich.markup import escape
     from rich.table import Table
 
-    from harness.reporting.compare import compare, load_strict, markdown, parse_tolerances
-
-    res = compare(
-        load_strict(args.reference), load_strict(args.current), parse_tolerances(args.tol or [])
+    from harness.reporting.compare import (
+        compare,
+        load_records,
+        load_strict,
+        markdown,
+        parse_tolerances,
     )
+
+    tolerances = parse_tolerances(args.tol or [])
+    if args.markdown:
+        check_writable(Path(args.markdown))
     out = console()
+    if args.skip_malformed:
+        (reference, skipped), (current, more) = map(load_records, (args.reference, args.current))
+        for line in skipped + more:
+            out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
+    else:
+        reference, current = load_strict(args.reference), load_strict(args.current)
+    res = compare(reference, current, tolerances, only_present=args.only_present)
     for line in res.environment:  # numbers from another torch or device may drift for that reason
         out.print(f"[yellow]environment differs: {line}[/]")
     if res.drifted:
@@ -57,6 +85,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for title, rows in (("missing from current", res.missing), ("new in current", res.new)):
         for r in rows:
             out.print(f"{title}: {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}")
+    if args.only_present:
+        none = "; no run is in both, so nothing was compared" if not res.matched else ""
+        out.print(
+            f"left out (not in both): {res.left_out[0]} reference run(s), "
+            f"{res.left_out[1]} current run(s){none}"
+        )
     verdict = "[green]PASS[/]" if res.ok else "[red]FAIL[/]"
     out.print(
         f"{verdict}: {res.matched} matched, {len(res.drifted)} drifted, "

@@ -50,11 +50,18 @@ class Comparison:
     new: list[dict[str, Any]] = field(default_factory=list)
     matched: int = 0
     environment: list[str] = field(default_factory=list)  # environment_differences(...)
+    left_out: tuple[int, int] = (0, 0)  # only_present: (reference runs, current runs) not in both
 
     @property
     def ok(self) -> bool:
-        """Whether the gate passes: nothing drifted and no reference run is missing."""
-        return not self.drifted and not self.missing
+        """Whether the gate passes: nothing drifted, no reference run missing, something matched.
+
+        Without ``only_present`` a missing reference run fails the gate; with it, the runs not
+        in both are left out, and the gate fails when no run is in both.
+        """
+        if self.drifted or self.missing:
+            return False
+        return self.matched > 0 or self.left_out == (0, 0)
 
 
 def label(r: dict[str, Any]) -> str:
@@ -123,14 +130,29 @@ def compare(
     reference: list[dict[str, Any]],
     current: list[dict[str, Any]],
     tolerances: dict[str, tuple[float, float]] | None = None,
+    only_present: bool = False,
 ) -> Comparison:
-    """Compare two record lists (the latest record of each run id counts)."""
+    """Compare two record lists (the latest record of each run id counts).
+
+    Args:
+        reference: the reference records.
+        current: the records checked against them.
+        tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES``.
+        only_present: compare only the runs in both (a partial rerun); the others are counted
+            in ``left_out`` instead of listed as missing and new.
+
+    Returns:
+        The comparison.
+    """
     tols = {**DEFAULT_TOLERANCES, **(tolerances or {})}
     ref = {r["run_id"]: r for r in latest(reference)}
     cur = {r["run_id"]: r for r in latest(current)}
     res = Comparison(environment=environment_differences(reference, current))
     res.missing = [ref[k] for k in ref if k not in cur]
     res.new = [cur[k] for k in cur if k not in ref]
+    if only_present:
+        res.left_out = (len(res.missing), len(res.new))
+        res.missing, res.new = [], []
     for k in ref.keys() & cur.keys():
         a, b = ref[k], cur[k]
         res.matched += 1
@@ -149,26 +171,59 @@ def compare(
 
 
 def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
-    """``["metrics.mse=1e-3", "macs=0:1e-2"]`` -> {measure: (abs, rel)} (``abs`` or ``abs:rel``)."""
+    """``["metrics.mse=1e-3", "macs=0:1e-2"]`` -> {measure: (abs, rel)} (``abs`` or ``abs:rel``).
+
+    Raises:
+        HarnessError: a malformed item, or a tolerance that is negative or not finite (``nan``
+            would switch the gate off, a negative one would flag identical values).
+    """
     out = {}
     for item in items:
+        usage = f"--tol expects MEASURE=ABS or MEASURE=ABS:REL, got '{item}'"
+        key, sep, val = item.partition("=")
+        a, _, r = val.partition(":")
         try:
-            key, val = item.split("=", 1)
-            a, _, r = val.partition(":")
-            out[key.strip()] = (float(a), float(r or 0.0))
+            tol = (float(a), float(r or 0.0))
         except ValueError:
-            raise HarnessError(
-                f"--tol expects MEASURE=ABS or MEASURE=ABS:REL, got '{item}'"
-            ) from None
+            raise HarnessError(usage) from None
+        if not sep or not key.strip():
+            raise HarnessError(usage)
+        if not all(math.isfinite(t) and t >= 0 for t in tol):
+            raise HarnessError(f"--tol '{item}': tolerances must be finite numbers >= 0")
+        out[key.strip()] = tol
     return out
 
 
+def load_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of a store, and one ``FILE:N: why`` message per line the gate cannot read.
+
+    A line is unreadable when it is not JSON (a torn last line) or fails
+    ``harness.results.validate_record`` (missing or ill-typed keys, an unknown schema version).
+    """
+    return load([path])
+
+
 def load_strict(path: str) -> list[dict[str, Any]]:
-    """Records of a store; for the gate a malformed line is bad input, not a warning."""
-    records, problems = load([path])
+    """Records of a store; for the gate a line it cannot read is bad input, not a warning.
+
+    Raises:
+        HarnessError: one line naming the unreadable lines (``FILE:N``, the first three and how
+            many more) and what to do.
+    """
+    records, problems = load_records(path)
     if problems:
-        raise HarnessError(f"{problems[0]} (the drift gate needs well-formed records)")
+        raise HarnessError(unreadable_message(problems))
     return records
+
+
+def unreadable_message(problems: list[str], shown: int = 3) -> str:
+    """One line: the lines the gate cannot read (the first ``shown``), and the way out."""
+    more = f"; and {len(problems) - shown} more" if len(problems) > shown else ""
+    return (
+        f"{len(problems)} unreadable record(s): {'; '.join(problems[:shown])}{more}. The drift "
+        "gate needs well-formed records: move bad lines aside with 'harness store repair FILE', "
+        "or pass --skip-malformed to compare without them"
+    )
 
 
 def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
@@ -181,6 +236,12 @@ def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
         f"{len(res.drifted)} drifted measures, {len(res.missing)} missing, {len(res.new)} new.",
         "",
     ]
+    if res.left_out != (0, 0):
+        lines += [
+            f"Compared only the runs in both: left out {res.left_out[0]} reference and "
+            f"{res.left_out[1]} current run(s).",
+            "",
+        ]
     if res.environment:
         lines += ["## Environment differs", ""] + [f"- {e}" for e in res.environment] + [""]
     if res.drifted:
