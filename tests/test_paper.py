@@ -22,6 +22,7 @@ from harness.reporting.paper import (
     write_paper_report,
 )
 from harness.reporting.published import tables_for
+from harness.selection import Rule
 from harness.train import pack_mask
 
 KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]
@@ -86,8 +87,11 @@ def test_mean_std_and_seed_counts():
     recs += [rec("gru", 5, status="failed")]  # not tabulated
     _, (titles, rows) = table(recs)
     assert [t for t, _ in col(titles, rows, "Method")] == ["gru", "sa-rnn"]
-    assert [t for t, _ in col(titles, rows, "Seeds")] == ["3", "1"]
+    assert [t for t, _ in col(titles, rows, "Seeds")] == ["3", "1*"]  # one seed: marked
     assert [t for t, _ in col(titles, rows, "Accuracy")] == ["82.0 ± 2.0", "70.0"]
+    # 95 % CI, t-distribution: 82 ± t(0.975, 2) * 2 / sqrt(3) = 82 ± 4.968
+    assert [t for t, _ in col(titles, rows, "95 % CI")] == ["[77.0, 87.0]", "–"]
+    assert not any(t.startswith("p vs best") for t in titles)  # every p is n/a: left out
 
 
 def test_bold_marks_the_best_value_direction_aware():
@@ -98,7 +102,7 @@ def test_bold_marks_the_best_value_direction_aware():
     assert [b for _, b in col(titles, rows, "FLOPs")] == [False, True]  # lower is better
     assert [b for _, b in col(titles, rows, "Skip")] == [False, True]
     md, tex = render_md(titles, rows), render_tex(titles, rows, "t")
-    assert "**90.5 ± 0.7**" in md and r"\textbf{90.5 $\pm$ 0.7}" in tex
+    assert "**90.50 ± 0.71**" in md and r"\textbf{90.50 $\pm$ 0.71}" in tex
     assert "Skip \\%" in tex and "$\\times 10^{" not in tex  # 2e4 needs no unit
     # Regression: lower MSE is bold; every row tied -> nothing bold.
     recs = [
@@ -109,7 +113,7 @@ def test_bold_marks_the_best_value_direction_aware():
     _, (titles, rows) = table(recs)
     assert "MSE (×10^-3) ↓" in titles
     assert [t for t, _ in col(titles, rows, "Method")] == ["lstm", "rnn"]
-    assert col(titles, rows, "MSE") == [("1.00 ± 0.00", True), ("2.00 ± 0.00", False)]
+    assert col(titles, rows, "MSE") == [("1.00", True), ("2.00", False)]  # no "± 0"
     assert not any(b for _, b in col(titles, rows, "# params"))
 
 
@@ -153,7 +157,7 @@ def test_heatmap_reads_the_packed_mask():
     np.testing.assert_array_equal(np.asarray(fig.axes[0].images[0].get_array()), want)
 
 
-def test_paper_vs_harness_rows_hold_paper_and_ours():
+def test_paper_vs_harness_fills_a_row_only_with_its_knobs():
     recs = [
         rec("sa-rnn", s, accuracy=70.0 + s, skip_pct=75.0, geo_mean=72.0, lam=lam, hidden=50)
         for s in (0, 1)
@@ -162,17 +166,59 @@ def test_paper_vs_harness_rows_hold_paper_and_ours():
     recs[1]["metrics"]["accuracy"] = 99.0  # the lam=1e-2 variant is better but not the match
     recs += [rec("gru", 0, accuracy=85.0, skip_pct=0.0, geo_mean=0.0, hidden=8)]
     agg, _ = table(recs)
-    titles, rows = paper_vs_harness(tables_for("seizures")[0], agg, "accuracy", True)
-    by_label = {r[0][0]: [t for t, _ in r] for r in rows}
-    sa = dict(zip(titles, by_label["SA-RNN"], strict=True))
-    assert sa["Paper: Accuracy %"] == "81.6 ± 0.6" and sa["Ours: Accuracy %"] == "70.5 ± 0.7"
-    assert sa["Paper: FLOPs (×10^4)"] == "6.40" and sa["Ours: FLOPs (×10^4)"] == "1.00 ± 0.00"
-    assert sa["Ours: config (paper value if different)"] == "hidden_size=50, lam=0.0002"
-    assert sa["Ours: seeds"] == "2"
-    gru = dict(zip(titles, by_label["GRU"], strict=True))
+    pvh = paper_vs_harness(
+        tables_for("seizures")[0], agg, "accuracy", Rule("best-val"), "seizures", "smoke"
+    )
+    by_label = {r[0][0]: [t for t, _ in r] for r in pvh.rows}
+    sa = dict(zip(pvh.titles, by_label["SA-RNN"], strict=True))
+    assert sa["Paper: Accuracy %"] == "81.6 ± 0.6" and sa["Ours: Accuracy %"] == "70.50 ± 0.71"
+    assert sa["Paper: FLOPs (×10^4)"] == "6.4" and sa["Ours: FLOPs (×10^4)"] == "1.00"
+    assert sa["Ours − paper: Accuracy %"] == "−11.1"  # in the paper's decimals
+    assert sa["Ours: knobs"] == "lam=0.0002" and sa["Ours: seeds"] == "2"
+    assert sa["Commit"] == "abcdef1234"
+    gru = dict(zip(pvh.titles, by_label["GRU"], strict=True))
     assert gru["Paper: Accuracy %"] == "84.7 ± 0.8" and gru["Ours: Accuracy %"] == "85.0"
-    assert gru["Ours: config (paper value if different)"] == "hidden_size=8 (paper 50)"
-    assert by_label["CW-RNN"][2] == "–" and by_label["CW-RNN"][-1] == "0"  # not run
+    assert gru["Paper: Skip %"] == "0" and gru["Ours: seeds"] == "1*"
+    # The table-wide setting is not a knob: D = 8 fills the D = 50 row, and the note says so.
+    letter = gru["Setting vs paper"]
+    (note,) = [n for n in pvh.notes if n.startswith(f"Setting vs paper {letter}")]
+    assert "preset smoke" in note and "D 8 (paper 50)" in note and "epochs" in note
+    assert "seeds 1 (paper 10)" in note
+    assert by_label["CW-RNN"][2] == "not run" and by_label["CW-RNN"][-1] == "not run"
+    (cmds,) = [n for n in pvh.notes if n.startswith("Not run")]
+    assert (
+        "`harness run --tasks seizures --methods clockwork-rnn --preset smoke --seeds 0-1`" in cmds
+    )
+    # A row knob must match: with SA-RNN at lam=1e-2 only, the lam=2e-4 row is not run.
+    agg2 = agg[[c.get("lam") != 2e-4 for c in agg["config"]]]
+    pvh = paper_vs_harness(
+        tables_for("seizures")[0], agg2, "accuracy", Rule("best-val"), "seizures", "smoke"
+    )
+    sa = dict(zip(pvh.titles, next(r for r in pvh.rows if r[0][0] == "SA-RNN"), strict=True))
+    assert sa["Ours: Accuracy %"] == ("not run", False)
+    assert any(
+        "--methods sa-rnn --preset smoke --seeds 0-1 --set lam=0.0002" in n for n in pvh.notes
+    )
+
+
+def test_several_variants_with_the_knobs_are_told_apart_on_validation_only():
+    # Two SA-RNN variants with lam=2e-4 that differ in lr: the better TEST accuracy must not win.
+    recs = []
+    for lr, test_acc, val_acc in [(0.01, 99.0, 60.0), (0.001, 60.0, 90.0)]:
+        for s in (0, 1):
+            r = rec("sa-rnn", s, accuracy=test_acc, skip_pct=70.0, geo_mean=1.0, lam=2e-4)
+            r["config"]["train"]["lr"] = lr
+            r["variant_id"] += f"-lr{lr}"
+            r["run_id"] = r["variant_id"] + f"-{s}"
+            r["val_metrics"] = {"accuracy": val_acc, "skip_pct": 70.0}
+            recs.append(r)
+    agg, _ = table(recs)
+    pvh = paper_vs_harness(
+        tables_for("seizures")[0], agg, "accuracy", Rule("best-val"), "seizures", "smoke"
+    )
+    sa = dict(zip(pvh.titles, next(r for r in pvh.rows if r[0][0] == "SA-RNN"), strict=True))
+    assert sa["Ours: Accuracy %"][0] == "60.0"
+    assert sa["Picked by"][0].startswith("best-val of 2 (val accuracy 90")
 
 
 def test_files_are_produced(tmp_path):

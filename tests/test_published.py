@@ -45,11 +45,11 @@ def test_table_and_row_counts():
 def test_printed_values_are_scaled_to_harness_units():
     gru = row("S-SA Table 1", "GRU")
     assert gru.values == {"geo_mean": 0, "skip_pct": 0, "accuracy": 84.7, "flops": 25.7 * 1e4}
-    assert gru.std == {"accuracy": 0.8} and gru.config == {"hidden_size": 50}
+    assert gru.std == {"accuracy": 0.8} and gru.config == {}  # D = 50 is the table's setting
     assert row("S-SA Table 2", "CW-RNN").values["flops"] == 3.65 * 1e4
     sa = row("S-SA Table 4", "SA-RNN (λ = 1e-4)")
     assert sa.values == {"solved": 1, "skip_pct": 90.0, "flops": 15.3 * 1e6}
-    assert sa.std == {"skip_pct": 3.9} and sa.config == {"hidden_size": 128, "lam": 1e-4}
+    assert sa.std == {"skip_pct": 3.9} and sa.config == {"lam": 1e-4}
     assert row("S-SA Table 4", "Random Updates", p_skip=0.9).values["solved"] == 0
     assert type(sa.values["solved"]) is int  # stored true / false, used as a number
     ei = row("S-EI Table 1", "EI-REHN", hidden_size=20)
@@ -127,7 +127,9 @@ def test_a_users_own_file(tmp_path):
         (lambda s: s.replace('label = "M"', 'label = "M"\ncolour = 1'), "unknown entry 'colour'"),
         (lambda s: s.replace("flops = 100 }", "flop = 100 }"), "'flop' is not one of"),
         (lambda s: s.replace(", flops = 100", ""), "no value for column flops"),
-        (lambda s: s.replace("flops = 100", 'flops = "100"'), "'100' is not a finite number"),
+        (lambda s: s.replace("flops = 100", 'flops = "1O0"'), "'1O0' is not a finite number"),
+        (lambda s: s.replace("scale = { mse = 1e-3", "scale = { mse = 2e-3"), "not a power of ten"),
+        (lambda s: s.replace('note = "made up"', "setting = { seeds = [5] }"), "setting.seeds"),
         (lambda s: s.replace('paper = "P"', 'paper = "Q"'), "paper 'Q' is not under [papers]"),
         (lambda s: s.replace("scale = { mse", "scale = { params"), "'params' is not one of"),
         (lambda s: s.replace("columns = [", "columns = 3 #"), "columns must be a list"),
@@ -147,3 +149,39 @@ def test_a_malformed_file_is_one_line_naming_it(tmp_path, edit, message):
 def test_a_missing_file(tmp_path):
     with pytest.raises(HarnessError, match="cannot read the published results .*nope.toml"):
         tables_for("mine", tmp_path / "nope.toml")
+
+
+def test_numbers_keep_the_form_the_paper_prints():
+    ei = row("S-EI Table 1", "EI-REHN", hidden_size=15)
+    assert ei.values["mse"] == pytest.approx(0.5e-3) and ei.printed["mse"] == "0.50"
+    assert row("S-EI Table 2", "LSTM", hidden_size=32).printed_std == {"accuracy": "0.40"}
+    assert row("S-SA Table 1", "GRU").printed == {
+        "geo_mean": "0",
+        "skip_pct": "0",
+        "accuracy": "84.7",
+        "flops": "25.7",
+    }
+    assert row("S-SA Table 4", "GRU").printed["solved"] == "Yes"
+    assert row("S-SA Table 4", "GRU").printed["skip_pct"] == "0.0"
+    # Every number literal of the shipped file is read back as written: one that a TOML number
+    # would print otherwise ("0.50" as 0.5) must be a string there.
+    import re
+
+    text = default_path().read_text(encoding="utf-8")
+    for line in text.splitlines():
+        if line.startswith(("values = ", "std = ")):
+            for tok in re.findall(r"= (-?[0-9][0-9.e+-]*)", line):
+                number = float(tok) if any(c in tok for c in ".e") else int(tok)
+                assert str(number) == tok, line
+
+
+def test_table_settings_are_config_keys_of_the_task():
+    scales = {t.key: t.scale for t in load_tables()}
+    assert scales["S-SA Table 1"] == {"flops": 4} and scales["S-EI Table 1"] == {"mse": -3}
+    for table in load_tables():
+        assert "seeds" in table.setting, table.key
+        run = config.resolve(table.rows[0].method, table.task, 0, "smoke").to_dict()
+        keys = flat_config({"config": run}).keys()
+        assert table.setting.keys() - {"seeds"} <= keys, table.key
+    (t4,) = [t for t in load_tables() if t.key == "S-SA Table 4"]
+    assert t4.setting["task.seq_len"] == 500 and t4.setting["hidden_size"] == 128

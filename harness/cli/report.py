@@ -13,13 +13,24 @@ from harness.cli.common import (
     examples,
     one_of,
     preset_option,
-    task_option,
     write_report,
 )
 from harness.errors import HarnessError
 
-FORMATS = ("md", "tex")
+FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
+
+
+def _task_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--task",
+        default=None,
+        metavar="TASK[,TASK...]",
+        help="--paper: only these tasks, comma-separated names or globs as 'run --tasks' takes "
+        "them (default: every task in the records)",
+    )
+    return parent
 
 
 def add_parser(subparsers: Any) -> None:
@@ -29,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
         "report",
         "leaderboard from records (or, with --paper, paper tables and figures)",
         parents=[
-            task_option("--paper: only this task (default: every task in the records)"),
+            _task_option(),
             preset_option(
                 default=None,
                 help="--paper: only this preset (default: every preset in the records)",
@@ -38,6 +49,7 @@ def add_parser(subparsers: Any) -> None:
         epilog=examples(
             "harness report results/runs.jsonl",
             "harness report results/runs.jsonl --paper --task TASK --preset quick",
+            "harness report results/runs.jsonl --paper --task 'TASK,PREFIX-*'",
             note="malformed record lines are skipped and listed in the report, which is still "
             "written;\nthe exit code is then 2",
         ),
@@ -65,36 +77,75 @@ def add_parser(subparsers: Any) -> None:
         help="--paper: output directory (default: %(default)s)",
     )
     s.add_argument(
+        "--format",
         "--formats",
+        dest="formats",
         type=comma_list(one_of(FORMATS)),
-        default=",".join(FORMATS),
+        default=None,
         metavar="FORMAT[,FORMAT...]",
-        help=f"--paper: table formats, any of {', '.join(FORMATS)} (default: %(default)s)",
+        help=f"table formats, any of {', '.join(FORMATS)} (parquet needs pyarrow); the "
+        "leaderboard's go beside --out with their suffix (default: md; --paper: md,tex)",
     )
-    s.add_argument("--no-figures", action="store_true", help="--paper: tables only")
+    s.add_argument(
+        "--select",
+        default=None,
+        metavar="RULE",
+        help="one row per method, the variant RULE picks on the validation split: best-val, "
+        "or val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation "
+        "Skip %% is within TARGET +- WIDTH); default: every variant",
+    )
+    s.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="tables only: no learning curves beside the leaderboard, no --paper figures",
+    )
     s.set_defaults(func=cmd_report)
 
 
-def write_leaderboard(sources: list[str], out: Path, con: Any, warn: bool = True) -> list[str]:
+def write_leaderboard(
+    sources: list[str],
+    out: Path,
+    con: Any,
+    warn: bool = True,
+    formats: tuple[str, ...] = ("md",),
+    select: Any = None,
+) -> list[str]:
     """Write the leaderboard of the records in ``sources`` to ``out`` and print its path.
 
     Args:
         sources: records files or directories.
-        out: the Markdown file.
+        out: the Markdown file; other formats go beside it (``out`` with suffix ``.tex``,
+            ``.csv``, ``.parquet``).
         con: the rich console the warnings go to.
         warn: print each malformed line as a warning.
+        formats: any of ``FORMATS``.
+        select: a ``harness.selection.Rule`` (None: every variant has a row).
 
     Returns:
         The malformed-line messages (the report lists them too).
     """
-    from harness.reporting.leaderboard import leaderboard_markdown
+    from harness.reporting import leaderboard as lb
+    from harness.reporting.paper import NO_PYARROW, write_frame
     from harness.results import load
 
+    if "parquet" in formats:
+        from importlib.util import find_spec
+
+        if find_spec("pyarrow") is None:
+            raise HarnessError(NO_PYARROW)
     records, problems = load(sources)
     for p in problems if warn else ():
         con.print(f"[yellow]warning: {p}[/]")
-    write_report(out, leaderboard_markdown(records, sources, problems))
-    print(f"wrote {out}")
+    for fmt in formats:
+        path = out if fmt == "md" else out.with_suffix(f".{fmt}")
+        if fmt == "md":
+            write_report(path, lb.leaderboard_markdown(records, sources, problems, select))
+        elif fmt == "tex":
+            write_report(path, lb.leaderboard_tex(records, select))
+        else:
+            write_report(path, "")  # creates the folder; an OSError is one line
+            write_frame(lb.leaderboard_frame(records, select), path)
+        print(f"wrote {path}")
     return problems
 
 
@@ -103,11 +154,38 @@ def _malformed(problems: list[str]) -> HarnessError:
     return HarnessError(f"{problems[0]}{more}")
 
 
+def _write_curves(sources: list[str], board: Path) -> None:
+    """Learning curves of the records beside the leaderboard, ``<board stem>_curves.png/.pdf``."""
+    from harness.reporting.figures import write_curves
+    from harness.results import load
+
+    for p in write_curves(load(sources)[0], board.with_name(f"{board.stem}_curves")):
+        print(f"wrote {p}")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report; malformed records are an error once it is written."""
     sources = args.records or [DEFAULT_RECORDS]
+    given = [f for f, v in (("--task", args.task), ("--preset", args.preset)) if v]
+    if given and not args.paper:
+        raise HarnessError(f"{', '.join(given)}: only used with --paper")
+    tasks = None
+    if args.task:
+        from harness.registry import TASKS
+
+        tasks = TASKS.resolve(args.task)  # names and globs, as 'run --tasks' takes them
+    select = None
+    if args.select:
+        from harness.selection import parse_rule
+
+        select = parse_rule(args.select)
     if not args.paper:
-        problems = write_leaderboard(sources, Path(args.out), console(), warn=False)
+        formats = tuple(args.formats or ("md",))
+        problems = write_leaderboard(
+            sources, Path(args.out), console(), warn=False, formats=formats, select=select
+        )
+        if not args.no_figures:
+            _write_curves(sources, Path(args.out))
         if problems:  # the report is written without them; the input is still bad
             raise _malformed(problems)
         return 0
@@ -119,10 +197,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         records,
         sources,
         args.out_dir,
-        tasks=[args.task] if args.task else None,
+        tasks=tasks,
         presets=[args.preset] if args.preset else None,
-        formats=tuple(args.formats),
+        formats=tuple(args.formats or ("md", "tex")),
         figures=not args.no_figures,
+        select=select,
     )
     for p in paths:
         print(p)

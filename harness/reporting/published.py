@@ -30,18 +30,32 @@ DATA_FILE = "paper_results.toml"
 
 @dataclass(frozen=True)
 class PaperRow:
-    """One row of a paper table: our method key, the label printed, values and stds by key."""
+    """One row of a paper table.
+
+    ``method`` is our method key, ``label`` what the paper prints; ``values`` and ``std`` by
+    column are in the harness's units, ``printed`` / ``printed_std`` the same numbers exactly as
+    the paper prints them (in the table's printed unit); ``config`` the row's own knobs (a harness
+    variant fills the row only if it has all of them).
+    """
 
     method: str
     label: str
     values: dict[str, float]
     std: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    printed: dict[str, str] = field(default_factory=dict)
+    printed_std: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PaperTable:
-    """A seed table; ``columns`` are keys of ``values`` (metrics, ``flops``, ``params``)."""
+    """A seed table; ``columns`` are keys of ``values`` (metrics, ``flops``, ``params``).
+
+    ``scale`` is the power of ten each column is printed in (``flops: 4`` for "x10^4");
+    ``setting`` the paper's setting shared by all rows, keyed like ``--set`` (``train.lr``,
+    ``task.seq_len``, ``hidden_size``) plus ``seeds`` (how many runs a std is over); a string
+    value (``"n.s."``: not stated) is shown as is.
+    """
 
     key: str
     task: str
@@ -49,6 +63,8 @@ class PaperTable:
     columns: tuple[str, ...]
     rows: tuple[PaperRow, ...]
     note: str = ""
+    scale: dict[str, int] = field(default_factory=dict)
+    setting: dict[str, Any] = field(default_factory=dict)
 
 
 class _Malformed(Exception):
@@ -75,50 +91,66 @@ def _typed(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> 
 
 
 def _number(value: Any, where: str) -> float:
-    """A finite number; booleans (a "Solved" Yes / No) become 1 / 0."""
+    """A finite number; booleans (a "Solved" Yes / No) become 1 / 0; a string is parsed."""
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, str):  # a number written as a string keeps its printed form ("0.50")
+        try:
+            value = float(value)
+        except ValueError:
+            raise _Malformed(f"{where}: {value!r} is not a finite number") from None
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         raise _Malformed(f"{where}: {value!r} is not a finite number")
     return value
 
 
+def printed(value: Any) -> str:
+    """A number of the file as the paper prints it: a string as written, ``Yes`` / ``No``."""
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    return value if isinstance(value, str) else str(value)
+
+
 def _numbers(
     raw: Any, where: str, columns: tuple[str, ...], scale: dict[str, float]
-) -> dict[str, float]:
-    """Printed numbers by column, multiplied by the column's scale where it has one."""
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Printed numbers by column, multiplied by the column's scale; and their printed text."""
     _typed(raw, dict, where, "it")
-    out = {}
+    out, text = {}, {}
     for k, v in raw.items():
         if k not in columns:
             raise _Malformed(f"{where}: '{k}' is not one of the table's columns")
-        v = _number(v, f"{where}.{k}")
-        out[k] = v * scale[k] if k in scale else v
-    return out
+        x = _number(v, f"{where}.{k}")
+        out[k] = x * scale[k] if k in scale else x
+        text[k] = printed(v)
+    return out, text
 
 
 def _row(raw: Any, where: str, columns: tuple[str, ...], scale: dict[str, float]) -> PaperRow:
     _typed(raw, dict, where, "a row")
     _keys(raw, where, {"method", "label", "values"}, {"std", "config"})
-    values = _numbers(raw["values"], f"{where}.values", columns, scale)
+    values, text = _numbers(raw["values"], f"{where}.values", columns, scale)
     if missing := [c for c in columns if c not in values]:
         raise _Malformed(f"{where}.values: no value for column {', '.join(missing)}")
     config = _typed(raw.get("config", {}), dict, where, "config")
     for k, v in config.items():
         _typed(v, (str, int, float, bool), f"{where}.config.{k}", "its value")
+    std, std_text = _numbers(raw.get("std", {}), f"{where}.std", columns, scale)
     return PaperRow(
         _typed(raw["method"], str, where, "method"),
         _typed(raw["label"], str, where, "label"),
         values,
-        _numbers(raw.get("std", {}), f"{where}.std", columns, scale),
+        std,
         dict(config),
+        text,
+        std_text,
     )
 
 
 def _table(raw: Any, where: str, papers: dict[str, Any]) -> PaperTable:
     _typed(raw, dict, where, "a table")
     required = {"key", "task", "title", "source", "columns", "row"}
-    _keys(raw, where, required, {"scale", "note"})
+    _keys(raw, where, required, {"scale", "note", "setting"})
     where = f"{where} ({raw['key']!r})"
     source = _typed(raw["source"], dict, where, "source")
     _keys(source, f"{where}.source", {"paper", "where"}, set())
@@ -134,6 +166,12 @@ def _table(raw: Any, where: str, papers: dict[str, Any]) -> PaperTable:
     }
     if unknown := sorted(scale.keys() - set(columns)):
         raise _Malformed(f"{where}.scale: '{unknown[0]}' is not one of the table's columns")
+    for k, v in scale.items():
+        if v <= 0 or not math.isclose(math.log10(v), round(math.log10(v))):
+            raise _Malformed(f"{where}.scale.{k}: {v!r} is not a power of ten")
+    setting = _typed(raw.get("setting", {}), dict, where, "setting")
+    for k, v in setting.items():
+        _typed(v, (str, int, float, bool), f"{where}.setting.{k}", "its value")
     rows = _typed(raw["row"], list, where, "row")
     return PaperTable(
         _typed(raw["key"], str, where, "key"),
@@ -142,6 +180,8 @@ def _table(raw: Any, where: str, papers: dict[str, Any]) -> PaperTable:
         columns,
         tuple(_row(r, f"{where} row {j + 1}", columns, scale) for j, r in enumerate(rows)),
         _typed(raw.get("note", ""), str, where, "note"),
+        {k: round(math.log10(v)) for k, v in scale.items()},
+        dict(setting),
     )
 
 

@@ -8,6 +8,7 @@ the same everywhere.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -31,43 +32,126 @@ def arrow(higher: bool | None) -> str:
     return "" if higher is None else (" ↑" if higher else " ↓")
 
 
-def fmt(mean: float, std: float | None = None, n: int = 1, digits: int = 4) -> str:
-    """Leaderboard cells: ``mean ± std`` with ``digits`` significant digits, ``–`` for none.
+def column_scale(values: Sequence[float], large: bool = False) -> int:
+    """The power of ten a column is printed in, so that no cell needs e-notation.
 
     Args:
-        mean: the value (None or NaN gives ``–``).
-        std: its spread, shown only when ``n`` > 1 (None or NaN: not shown).
+        values: the column's values (NaN and 0 ignored).
+        large: a count-like column (FLOPs, parameters): ``x10^(top - 1)`` from 10^5 up, as S-SA
+            prints ``25.7 x10^4``. Otherwise small values get a multiple of three (``x10^-3``)
+            that brings the smallest one to at least 0.1.
+    """
+    finite = [abs(v) for v in values if v is not None and not math.isnan(v) and v != 0]
+    if not finite:
+        return 0
+    if large:
+        top = math.floor(math.log10(max(finite)))
+        return top - 1 if top >= 5 else 0
+    low = math.floor(math.log10(min(finite)))
+    return 3 * math.floor((low + 1) / 3) if low < -2 else 0
+
+
+def scaled(title: str, scale: int) -> str:
+    """A column title with its unit: ``MSE (×10^-3)``; unchanged for scale 0."""
+    return f"{title} (×10^{scale})" if scale else title
+
+
+def _sig_decimals(x: float, digits: int) -> int:
+    """Decimals that show ``digits`` significant digits of ``x`` (none for whole numbers >= 100)."""
+    if x == 0 or not math.isfinite(x):
+        return 0
+    return max(0, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def std_decimals(std: float) -> int:
+    """Decimals of a mean ± std: the std to 2 significant digits, the mean to the same place."""
+    return _sig_decimals(std, 2)
+
+
+def fmt_cell(
+    mean: float | None, std: float | None = None, n: int = 1, scale: int = 0, digits: int = 3
+) -> str:
+    """The one number format of every generated table: ``mean ± std``, never e-notation.
+
+    Args:
+        mean: the value (None or NaN gives ``–``), in the measure's own unit.
+        std: the sample std over ``n`` values; shown only when n > 1 and std > 0, and then it
+            sets the decimals (2 significant digits of the std, the mean to the same place).
+            A std of 0 over several seeds (a deterministic column) prints the mean alone.
         n: how many values the mean is over.
-        digits: significant digits; values below 1e-2 or from 1e4 up are in exponent form.
+        scale: the column's power of ten (``column_scale``): the cell shows value / 10^scale.
+        digits: significant digits of a value printed without a std.
     """
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "–"
-
-    def f(x: float) -> str:
-        if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e4):
-            return f"{x:.3g}" if abs(x) >= 1e4 else f"{x:.{digits - 1}e}"
-        return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{max(digits - 2, 1)}f}"
-
-    if n > 1 and std is not None and not math.isnan(std):
-        return f"{f(mean)} ± {f(std)}"
-    return f(mean)
-
-
-def _decimals(x: float) -> int:
-    return 0 if x == 0 or abs(x) >= 100 else max(0, 2 - math.floor(math.log10(abs(x))))
+    f = 10.0**-scale
+    m = mean * f
+    if n > 1 and std is not None and not math.isnan(std) and std * f > 0:
+        s = std * f
+        d = std_decimals(s)
+        return f"{m:.{d}f} ± {s:.{d}f}"
+    if abs(m) >= 10 ** (digits - 1):
+        return f"{m:.0f}"
+    return f"{m:.{_sig_decimals(m, digits)}f}"
 
 
-def fmt_pm(mean: float, std: float | None = None, n: int = 1) -> str:
-    """Paper-table cells: 3 significant digits (integers kept whole), ``–`` for none.
+def ci95(vals: Sequence[float]) -> float | None:
+    """Half-width of the 95 % confidence interval of a mean (Student's t); None for < 2 values."""
+    if len(vals) < 2:
+        return None
+    from scipy.stats import t
 
-    When n > 1 the cell also shows ``± std`` to the same decimals.
-    """
-    if mean is None or math.isnan(mean):
+    return float(t.ppf(0.975, len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals)))
+
+
+def fmt_ci(mean: float | None, vals: Sequence[float], scale: int = 0) -> str:
+    """``[low, high]``, the 95 % CI of the mean of ``vals`` to the decimals of their std."""
+    h = ci95(vals)
+    if mean is None or math.isnan(mean) or h is None:
         return "–"
-    if mean != 0 and abs(mean) < 1e-3:
-        return f"{mean:.2e}" + (f" ± {std:.1e}" if n > 1 and std is not None else "")
-    d = _decimals(mean)
-    return f"{mean:.{d}f}" + (f" ± {std:.{d}f}" if n > 1 and std is not None else "")
+    f = 10.0**-scale
+    if h == 0:
+        return fmt_cell(mean, scale=scale)
+    d = std_decimals(statistics.stdev(vals) * f)
+    return f"[{(mean - h) * f:.{d}f}, {(mean + h) * f:.{d}f}]"
+
+
+def commit_label(records: Sequence[dict[str, Any]]) -> str:
+    """The commit (10 hex digits, ``+dirty`` for a dirty tree) a set of records was made at.
+
+    Records of several commits give ``mixed: a, b`` (a row that should be rerun or split);
+    records without a commit give ``?``.
+    """
+    shas = sorted(
+        {
+            f"{e.get('git_sha', '')[:10]}{'+dirty' if e.get('git_dirty') else ''}"
+            for e in (r.get("env") or {} for r in records)
+            if e.get("git_sha")
+        }
+    )
+    if not shas:
+        return "?"
+    return shas[0] if len(shas) == 1 else "mixed: " + ", ".join(shas)
+
+
+# Notes printed under the tables of every report (the leaderboard's and the paper report's).
+NOTES = (
+    "- Cells: mean ± sample std over seeds, the std to 2 significant digits and the mean to the "
+    "same decimal place; a std of 0 (a deterministic value) is not printed. Seeds `1*`: one "
+    "seed, so no std and no CI. 95 % CI: mean ± t(0.975, n-1) · std / √n (Student's t).\n"
+    "- Each column has one unit: a power of ten in its title (×10^k) multiplies every cell.\n"
+    "- Commit: the code the row's records were made with (`+dirty`: uncommitted changes); "
+    "`mixed: ...` flags a row whose seeds come from different commits.\n"
+    "- Skip %: the share of (step, unit) state updates skipped on the test set. Mean depth "
+    "(depth-adaptive methods): the mean over steps of R_t, the most highway layers any unit "
+    "used at step t. Depth-skip %: the share of the full-depth work (T · D · R_max layer "
+    "updates) not done.\n"
+)
+
+
+def seeds_cell(n: int) -> str:
+    """The seed count, ``1*`` for one seed (see ``NOTES``)."""
+    return f"{n}*" if n == 1 else str(n)
 
 
 def fmt_p(p: float | None) -> str:

@@ -1,0 +1,138 @@
+"""Choosing one variant per (task, preset, method) from a sweep, on the validation split only.
+
+S-SA (section 4.2) picks each method's hyperparameters on validation data and reports the test
+metrics of that choice. A rule names how (``harness report --select RULE``):
+
+- ``best-val``: the variant with the best validation primary metric (mean over its seeds);
+- ``val-skip-band:TARGET:WIDTH``: among the variants whose validation Skip % (mean over seeds)
+  lies within TARGET ± WIDTH, the one with the best validation primary metric.
+
+Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
+read; a tie is broken by the variant id, never by a test number. The chosen variant's test
+metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
+test-based alternative (``harness.sweep.match_skip``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.results import latest
+
+RULES = ("best-val", "val-skip-band:TARGET:WIDTH")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A selection rule: ``best-val``, or ``val-skip-band`` with its target and half-width (%)."""
+
+    name: str
+    target: float | None = None
+    width: float | None = None
+
+    def __str__(self) -> str:
+        if self.name == "best-val":
+            return "best-val"
+        return f"val-skip-band:{self.target:g}:{self.width:g}"
+
+    def describe(self) -> str:
+        """One sentence for a report's notes."""
+        if self.name == "best-val":
+            return (
+                "best-val: per method, the variant with the best mean validation primary metric "
+                "over its seeds (ties: variant id; the test set is never read)"
+            )
+        return (
+            f"val-skip-band:{self.target:g}:{self.width:g}: per method, among the variants whose "
+            f"mean validation Skip % is within {self.target:g} ± {self.width:g}, the one with "
+            "the best mean validation primary metric (ties: variant id; the test set is never "
+            "read)"
+        )
+
+
+def parse_rule(text: str) -> Rule:
+    """``best-val`` or ``val-skip-band:TARGET:WIDTH``; anything else raises ConfigError."""
+    if text == "best-val":
+        return Rule("best-val")
+    name, _, rest = text.partition(":")
+    if name == "val-skip-band":
+        target, _, width = rest.partition(":")
+        try:
+            t, w = float(target), float(width)
+        except ValueError:
+            t = w = math.nan
+        if math.isfinite(t) and math.isfinite(w) and w >= 0:
+            return Rule(name, t, w)
+        raise ConfigError(
+            f"selection rule {text!r}: TARGET and WIDTH must be numbers, WIDTH >= 0 "
+            "(e.g. val-skip-band:75:5)"
+        )
+    raise ConfigError(f"unknown selection rule {text!r}; use one of {', '.join(RULES)}")
+
+
+def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
+    vals = [(r.get("val_metrics") or {}).get(key) for r in runs]
+    vals = [float(v) for v in vals if v is not None and not math.isnan(v)]
+    return statistics.fmean(vals) if len(vals) == len(runs) and vals else math.nan
+
+
+def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
+    """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
+
+    Returns:
+        ``(variant_id, reason)``; ``(None, reason)`` when no variant qualifies (none in the
+        Skip % band, or no validation metric recorded).
+    """
+    first = next(iter(variants.values()))[0]
+    primary, higher = first["primary"], bool(first["higher_is_better"])
+    n = len(variants)
+    pool = dict(variants)
+    if rule.name == "val-skip-band":
+        pool = {
+            vid: runs
+            for vid, runs in variants.items()
+            if abs(_val_mean(runs, "skip_pct") - rule.target) <= rule.width
+        }
+        if not pool:
+            return None, f"{rule}: no variant of {n} in the band"
+    scored = [(vid, _val_mean(runs, primary)) for vid, runs in pool.items()]
+    scored = [(vid, v) for vid, v in scored if not math.isnan(v)]
+    if not scored:
+        return None, f"{rule}: no validation {primary} recorded"
+    best = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
+    within = f", {len(pool)} in the band" if rule.name == "val-skip-band" else ""
+    return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"
+
+
+def select(
+    records: Sequence[dict[str, Any]], rule: Rule
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The records of the variant ``rule`` picks per (task, preset, method), and the reasons.
+
+    Args:
+        records: run records; failed runs are kept (the reports count them), ok runs only of the
+            chosen variants.
+        rule: the selection rule.
+
+    Returns:
+        ``(records, reasons)``: the kept records, and per chosen variant id the reason text
+        (``"best-val of 4 (val mse 0.0012)"``); a (task, preset, method) with no qualifying
+        variant is keyed ``"task/preset/method"`` with the reason it has no row.
+    """
+    recs = latest(records)
+    groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
+    for r in recs:
+        if r.get("status") == "ok":
+            key = (r["task"], r["preset"], r["method"])
+            groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
+    reasons: dict[str, str] = {}
+    for key, variants in sorted(groups.items()):
+        vid, why = choose(variants, rule)
+        reasons[vid if vid is not None else "/".join(key)] = why
+    kept = [r for r in recs if r.get("status") != "ok" or r["variant_id"] in reasons]
+    return kept, reasons
