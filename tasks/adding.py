@@ -100,6 +100,10 @@ class Adding(Task):
         a, b = cfg.n_train, cfg.n_train + cfg.n_val
         return Splits(Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]))
 
+    def marked_steps(self, x: torch.Tensor) -> list[int]:
+        """The two marked positions (marker channel 1)."""
+        return torch.nonzero(x[:, 1] > 0.5).flatten().tolist()
+
     def batch_stats(self, pred: torch.Tensor, batch: Batch) -> dict[str, tuple[float, float]]:
         stats = super().batch_stats(pred, batch)
         y = batch.y.float()
