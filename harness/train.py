@@ -8,10 +8,12 @@ named in every record). A non-finite loss ends the run as failed, with the reaso
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -26,6 +28,7 @@ from harness.flops import FLOPS_PER_MAC, sequence_macs
 from harness.metrics import depth_stats, geometric_mean, skip_fraction
 from harness.model import SeqModel
 from harness.registry import METHODS, TASKS
+from harness.results import method_code
 from harness.task import Split, Task
 
 SCHEMA_VERSION = 1
@@ -86,6 +89,19 @@ def unpack_mask(rows: list[str], units: int) -> list[list[int]]:
     return [[(int(r, 16) >> i) & 1 for i in range(units)] for r in rows]
 
 
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def pack_depth(depth: torch.Tensor) -> list[str]:
+    """A ``[T, D]`` micro-step count (0-35) as one string per step, one base-36 digit per unit."""
+    return ["".join(DIGITS[min(int(n), 35)] for n in row) for row in depth.detach().cpu().tolist()]
+
+
+def unpack_depth(rows: list[str]) -> np.ndarray:
+    """Inverse of ``pack_depth``: a ``[T, D]`` integer array."""
+    return np.array([[int(c, 36) for c in r] for r in rows], dtype=np.int64).reshape(len(rows), -1)
+
+
 @torch.no_grad()
 def evaluate(
     model: SeqModel, task: Task, split: Split, batch_size: int, device, trace: bool = False
@@ -105,7 +121,7 @@ def evaluate(
         batch = batch.to(device)
         out = model(batch.x, batch.lengths)
         if trace:
-            _trace(out, batch, traced)
+            _trace(out, batch, traced, task, model)
         for k, (s, c) in task.batch_stats(out.pred, batch).items():
             acc = stats.setdefault(k, [0.0, 0.0])
             acc[0] += s
@@ -142,12 +158,23 @@ def evaluate(
     return EvalResult(metrics, macs, diags, traced)
 
 
-def _trace(out, batch, traced: dict[str, Any]) -> None:
-    """Accumulate the first sequence's masks and the R_t histogram (see ``evaluate``)."""
+def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> None:
+    """Accumulate the first sequence's masks and the R_t histogram (see ``evaluate``).
+
+    The first sequence's record also holds, for depth models, its micro-steps per unit
+    (``first_depth``, ``pack_depth``) and, where the task marks steps of it, those steps
+    (``first_marks``, ``Task.marked_steps``).
+    """
     if "first_mask" not in traced:
         T = int(batch.lengths[0]) if batch.lengths is not None else batch.x.shape[1]
         traced["first_mask"] = [pack_mask(o.mask[0, :T]) for o in out.layers]
         traced["units"] = [o.mask.shape[-1] for o in out.layers]
+        if all(o.depth is not None for o in out.layers):
+            traced["first_depth"] = [pack_depth(o.depth[0, :T]) for o in out.layers]
+            traced["max_depth"] = [layer.cost().max_depth for layer in model.methods]
+        marks = task.marked_steps(batch.x[0, :T])
+        if marks:
+            traced["first_marks"] = [int(t) for t in marks]
     hist = traced.setdefault("depth_hist", {})
     for o in out.layers:
         if o.depth is None:
@@ -187,9 +214,17 @@ def descend(
 
 
 def train_model(
-    cfg: RunConfig, task: Task, model: SeqModel, splits, device
+    cfg: RunConfig,
+    task: Task,
+    model: SeqModel,
+    splits,
+    device,
+    callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
 ) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
     """Train with Adam, leaving the best-validation parameters loaded.
+
+    Each of ``callbacks`` is called after every epoch with ``(epoch, history row)`` (progress
+    display, ``harness.tracking``).
 
     Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
     None if no epoch had a finite one). Raises DivergedError on a non-finite loss.
@@ -223,6 +258,8 @@ def train_model(
         history.append(
             {"epoch": epoch, "train_loss": float(np.mean(losses)), f"val_{task.primary}": v}
         )
+        for callback in callbacks:
+            callback(epoch, history[-1])
         if _better(v, best_val, task.higher_is_better):
             best_val, best_epoch, best_metrics, stale = v, epoch, val, 0
             best_state = copy.deepcopy(model.state_dict())
@@ -241,8 +278,15 @@ def selection_rule(task: Task) -> str:
     return f"test metrics at the epoch with the {d} validation {task.primary}"
 
 
-def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dict[str, Any]:
+def run(
+    cfg: RunConfig,
+    data_dir: str | None = None,
+    device: str = "cpu",
+    callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
+) -> dict[str, Any]:
     """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
+
+    ``callbacks`` go to ``train_model`` (called after every epoch).
 
     Bad input (unknown names, missing data) raises HarnessError; a run that fails while training
     (divergence, a runtime error) is returned as a failed record so a sweep can go on.
@@ -257,6 +301,7 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
         "task": cfg.task,
         "seed": cfg.seed,
         "preset": cfg.preset,
+        "method_code": method_code(cfg.method),  # resume reruns records of other code
         "config": cfg.to_dict(),
         "env": env.environment(dev),
         "time": {"start": started.isoformat(timespec="seconds")},
@@ -272,8 +317,12 @@ def run(cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> dic
         "method": model.method_param_count(),
     }
     rec["data"] = dict(splits.info)
+    if cfg.data is not None:  # which files: their digest, and whether they are the published data
+        rec["data"].update(dataclasses.asdict(cfg.data))
     try:
-        history, best_epoch, train_s, val_metrics = train_model(cfg, task, model, splits, dev)
+        history, best_epoch, train_s, val_metrics = train_model(
+            cfg, task, model, splits, dev, callbacks
+        )
         t0 = time.perf_counter()
         test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
         eval_s = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""The ``harness`` command line: list, run, report, compare, flops, bench, data.
+"""The ``harness`` command line: list, run, report, compare, flops, bench, data, store.
 
 One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
 ``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from harness import __version__
-from harness.cli import bench, compare, data, flops, listing, report, run
+from harness.cli import bench, compare, data, flops, listing, report, run, store
 from harness.cli.common import Parser
-from harness.errors import HarnessError
+from harness.errors import HarnessError, Interrupted
 
 # in the order ``harness --help`` lists them
-COMMANDS = (listing, run, report, compare, flops, bench, data)
+COMMANDS = (listing, run, report, compare, flops, bench, data, store)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -50,19 +51,42 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 success, 1 failed runs or drift, 2 bad input, 130 interrupted.
+        The exit code: 0 success, 1 failed runs or drift, 2 bad input, 128 + the signal when
+        interrupted (130 SIGINT, 143 SIGTERM).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = make_parser().parse_args(argv)
     args.argv = argv  # the command line a generated report names
+    old_handler = _on_sigterm(_interrupt)
     try:
         return args.func(args)
     except HarnessError as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted; finished runs are recorded\n")
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT (Ctrl-C) gives 130; SIGTERM (Interrupted) 143
+        import signal
+
+        signum = getattr(e, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        sys.stderr.write(f"interrupted ({name}); finished runs are recorded\n")
+        return 128 + signum
+    finally:
+        _on_sigterm(old_handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM ends a command as Ctrl-C does (``Interrupted``: exit code 143)."""
+    raise Interrupted(signum)
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install a SIGTERM handler (main thread only); returns the previous one."""
+    import signal
+    import threading
+
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,291 @@
+"""``harness run`` as a daily tool: sweep files, suites, dry runs, progress, reports, exit codes.
+
+Everything is called in-process (``harness.cli.main``) on the data-free tasks at smoke sizes.
+"""
+
+import io
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
+
+import pytest
+
+from harness.cli import main
+from harness.cli.run import SweepProgress, fmt_duration, given_options, sweep_configs
+from harness.registry import TASKS
+
+
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def harness(tmp_path, monkeypatch, capsys):
+    """``harness(*args)``: run the CLI in ``tmp_path``; exit code, stdout and stderr."""
+    monkeypatch.chdir(tmp_path)
+
+    def call(*args: str, check: bool = False) -> Result:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse: usage errors
+            code = e.code
+        out, err = capsys.readouterr()
+        if check:
+            assert code == 0, err
+        return Result(code, out, err)
+
+    return call
+
+
+ONE_RUN = ("run", "--tasks", "adding", "--methods", "gru", "--set", "train.epochs=1")
+
+
+def one_line_error(p: Result, needle: str) -> None:
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_options_are_checked_before_anything_even_with_nothing_to_run(
+    tmp_path, harness, monkeypatch
+):
+    harness(*ONE_RUN, "--out", "r", "--no-report", check=True)
+    before = (tmp_path / "r" / "runs.jsonl").read_text()
+    cases = [
+        (["--ray-address", "ray://head:10001"], "--ray-address is only used with --executor ray"),
+        (["--executor", "ray", "--workers", "2"], "--workers is for the local executor"),
+        (["--workers", "0"], "--workers: must be >= 1"),
+        (["--executor", "dask"], "invalid choice: 'dask'"),
+    ]
+    for extra, needle in cases:
+        p = harness(*ONE_RUN, "--out", "r", *extra)
+        one_line_error(p, needle)  # no "1 runs: 1 already recorded" header first
+    monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
+    one_line_error(harness(*ONE_RUN, "--out", "r", "--executor", "ray"), "needs Ray: pip install")
+    assert (tmp_path / "r" / "runs.jsonl").read_text() == before
+    assert not (tmp_path / "r" / "LEADERBOARD.md").exists()
+
+
+def test_device_cuda_without_cuda_is_rejected_up_front(harness):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    one_line_error(harness(*ONE_RUN, "--device", "cuda"), "no CUDA device is available")
+
+
+def test_given_options_sees_explicit_and_abbreviated_flags():
+    assert given_options(["run", "--seeds", "0", "--work", "2", "--set", "a=1"]) == {
+        "seeds",
+        "workers",
+        "set",
+    }
+    assert given_options(["run"]) == set()
+
+
+SWEEP = """
+description = "a test sweep"
+tasks = "adding"
+methods = ["gru", "sa-rnn"]
+seeds = "0-1"
+set = { "train.epochs" = 1, hidden_size = 6 }
+grid = { lam = [0, 0.01] }
+"""
+
+
+def dry_rows(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.strip().splitlines()[1:]]
+
+
+def test_config_file_holds_the_flags_and_flags_override_it(tmp_path, harness):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    p = harness("run", "--config", "s.toml", "--dry-run", check=True)
+    rows = dry_rows(p.stdout)
+    # gru has no lam: 2 seeds; sa-rnn: 2 lambdas x 2 seeds
+    assert len(rows) == 6 and "6 runs: 0 already recorded" in p.stderr
+    assert sorted(r[-1] for r in rows if r[2] == "sa-rnn") == ["lam=0.0"] * 2 + ["lam=0.01"] * 2
+    p = harness("run", "--config", "s.toml", "--dry-run", "--seeds", "3", "--grid", "lam=1")
+    rows = dry_rows(p.stdout)
+    assert [(r[2], r[4]) for r in rows] == [("gru", "3"), ("sa-rnn", "3")]
+    # --set beside the file overrides the file's key, and keeps its other keys
+    argv = ["run", "--config", "s.toml", "--seeds", "0", "--methods", "sa-rnn", "--grid", "lam=0"]
+    harness(*argv, "--set", "hidden_size=5", "--out", "o", check=True)
+    (rec,) = [json.loads(x) for x in (tmp_path / "o" / "runs.jsonl").read_text().splitlines()]
+    assert rec["config"]["model"]["hidden_size"] == 5 and rec["config"]["train"]["epochs"] == 1
+    assert rec["argv"] == ["harness", *argv, "--set", "hidden_size=5", "--out", "o"]
+    assert rec["sweep"]["config"] == "s.toml"
+    (block,) = rec["sweep"]["blocks"]
+    assert block["methods"] == ["sa-rnn"] and block["grid"] == {"lam": ["0"]}
+    assert block["set"] == {"train.epochs": "1", "hidden_size": "5"}
+    assert rec["sweep"]["seeds"] == [0]
+    # the other spelling of a file's key overrides it too (not a conflict)
+    p = harness(*argv, "--set", "epochs=2", "--dry-run", check=True)
+    p = harness(*argv, "--set", "model.hidden_size=7", "--out", "o2", check=True)
+    (rec,) = [json.loads(x) for x in (tmp_path / "o2" / "runs.jsonl").read_text().splitlines()]
+    assert rec["config"]["model"]["hidden_size"] == 7
+
+
+def test_config_file_parts_and_yaml(tmp_path, harness):
+    (tmp_path / "p.toml").write_text(
+        'tasks = "adding"\nset = { "train.epochs" = 1 }\n'
+        '[[part]]\nmethods = "gru"\nset = { hidden_size = 4 }\n'
+        '[[part]]\nmethods = ["sa-rnn", "skip-rnn"]\ngrid = { lam = [0, 1] }\n'
+    )
+    rows = dry_rows(harness("run", "--config", "p.toml", "--dry-run", check=True).stdout)
+    assert len(rows) == 5  # gru once, sa-rnn and skip-rnn at two lambdas
+    # beside a file with parts, --methods keeps the matching methods of each part
+    rows = dry_rows(
+        harness("run", "--config", "p.toml", "--dry-run", "--methods", "sa-*", check=True).stdout
+    )
+    assert {r[2] for r in rows} == {"sa-rnn"} and len(rows) == 2
+    one_line_error(
+        harness("run", "--config", "p.toml", "--methods", "lstm"), "select no run of p.toml"
+    )
+    (tmp_path / "y.yaml").write_text("tasks: adding\nmethods: [gru]\nseeds: [0, 1]\n")
+    rows = dry_rows(harness("run", "--config", "y.yaml", "--dry-run", check=True).stdout)
+    assert [r[4] for r in rows] == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ('tasks = "adding"\nepochs = 3\n', "s.toml: unknown key 'epochs' (keys: "),
+        ('workers = "two"\n', "'workers' expects an integer >= 1, got 'two'"),
+        ('executor = "dask"\n', "'executor' expects one of local, ray, got 'dask'"),
+        ("set = { lr = nan }\n", "'set'.lr expects a finite number"),
+        ("grid = { lam = 1 }\n", "'grid'.lam expects a non-empty list of values"),
+        ("[[part]]\nmethod = 'gru'\n", "s.toml: part 1: unknown key 'method'"),
+        ("tasks = [", "s.toml: not valid TOML"),
+        ('methods = "grux"\n', "Unknown method 'grux'"),
+    ],
+)
+def test_bad_config_file_gives_one_line(tmp_path, harness, text, needle):
+    (tmp_path / "s.toml").write_text(text)
+    one_line_error(harness("run", "--config", "s.toml", "--dry-run"), needle)
+
+
+def test_config_file_errors_of_their_own(tmp_path, harness, monkeypatch):
+    one_line_error(harness("run", "--config", "nope.toml"), "cannot read nope.toml")
+    (tmp_path / "s.json").write_text("{}")
+    one_line_error(harness("run", "--config", "s.json"), "a sweep file is .toml, .yaml or .yml")
+    one_line_error(harness("run", "--suite", "ssa-table9"), "Unknown suite 'ssa-table9'")
+    (tmp_path / "s.toml").write_text("")
+    one_line_error(harness("run", "--config", "s.toml", "--suite", "ssa-table1"), "not both")
+    (tmp_path / "y.yml").write_text("tasks: adding\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # PyYAML not installed
+    one_line_error(harness("run", "--config", "y.yml"), "YAML sweep files need PyYAML")
+
+
+def test_every_suite_resolves_without_running(harness):
+    from harness import suites
+    from harness.cli.common import parse_seeds
+
+    names = suites.suite_names()
+    assert {f"ssa-table{i}" for i in range(1, 5)} | {"ssa-figure5"} <= set(names)
+    assert {f"sei-table{i}" for i in range(1, 4)} <= set(names)
+    listing = harness("run", "--suite", "list", check=True).stdout
+    for name in names:
+        sweep = suites.load(suites.suite_path(name))
+        assert sweep.description and name in listing
+        opts = sweep.options
+        assert opts["preset"] == "paper"
+        blocks = suites.plan(sweep, "all", opts.get("tasks", "all"), {}, {}, set())
+        cfgs = sweep_configs(blocks, TASKS.names(), parse_seeds(opts["seeds"]), "paper")
+        assert cfgs, name
+        assert len({c.run_id for c in cfgs}) == len(cfgs)
+    table4 = suites.load(suites.suite_path("ssa-table4"))
+    blocks = suites.plan(table4, "all", "adding", {}, {}, set())
+    cfgs = sweep_configs(blocks, ["adding"], [0], "paper")
+    lams = sorted(c.method_cfg.lam for c in cfgs if c.method == "sa-rnn")
+    assert lams == [0.0, 1e-5, 1e-4] and {c.model.hidden_size for c in cfgs} == {128}
+
+
+def test_dry_run_writes_nothing_and_tells_recorded_from_to_run(tmp_path, harness):
+    p = harness(*ONE_RUN, "--seeds", "0-1", "--out", "d", "--dry-run", check=True)
+    assert not (tmp_path / "d").exists() and not (tmp_path / "reports").exists()
+    assert [r[0] for r in dry_rows(p.stdout)] == ["to", "to"] and "nothing was run" in p.stderr
+    harness(*ONE_RUN, "--seeds", "0", "--out", "d", "--no-report", check=True)
+    p = harness(*ONE_RUN, "--seeds", "0-1", "--out", "d", "--dry-run", check=True)
+    assert [r[0] for r in dry_rows(p.stdout)] == ["recorded", "to"]
+    assert len((tmp_path / "d" / "runs.jsonl").read_text().splitlines()) == 1
+
+
+def test_progress_lines_show_variant_epochs_and_the_leaderboard_goes_next_to_out(tmp_path, harness):
+    p = harness(
+        "run",
+        "--tasks",
+        "adding",
+        "--methods",
+        "sa-rnn",
+        "--grid",
+        "lam=0,1e-2,1",
+        "--set",
+        "train.epochs=2",
+        "--out",
+        "sweeps/a.jsonl",
+        "-v",
+        check=True,
+    )
+    done = [line for line in p.stderr.splitlines() if line.startswith("✓")]
+    assert len(done) == 3 and len(set(done)) == 3
+    assert [line.split(":")[0] for line in done] == [
+        f"✓ sa-rnn | adding seed 0 lam={lam}" for lam in ("0.0", "0.01", "1.0")
+    ]
+    assert all(line.endswith(" s)") for line in done)  # e.g. "(0.4 s)"
+    assert "sa-rnn | adding seed 0 lam=1.0 epoch 2/2: train_loss " in p.stderr
+    board = tmp_path / "sweeps" / "a.md"
+    assert "## adding (smoke preset)" in board.read_text()
+    assert "## adding (smoke preset)" in p.stdout  # printed at the end too
+    assert not (tmp_path / "reports").exists()
+    harness(*ONE_RUN, "--out", "dir", check=True)
+    assert (tmp_path / "dir" / "LEADERBOARD.md").exists()
+    harness(*ONE_RUN, "--out", "dir", "--report", "reports/LEADERBOARD.md", check=True)
+    assert (tmp_path / "reports" / "LEADERBOARD.md").exists()
+
+
+def test_compare_ignores_the_command_line_and_sweep_in_records(tmp_path, harness):
+    harness(*ONE_RUN, "--out", "a.jsonl", "--no-report", check=True)
+    rec = json.loads((tmp_path / "a.jsonl").read_text())
+    assert rec["argv"][:2] == ["harness", "run"] and rec["sweep"]["preset"] == "smoke"
+    other = dict(rec, argv=["harness", "run", "--other"], sweep={"config": "elsewhere.toml"})
+    (tmp_path / "b.jsonl").write_text(json.dumps(other) + "\n")
+    assert harness("compare", "a.jsonl", "b.jsonl").returncode == 0
+
+
+def test_durations_read_as_a_person_writes_them():
+    assert fmt_duration(0.42) == "0.4 s"
+    assert fmt_duration(12.4) == "12 s"
+    assert fmt_duration(200) == "3 min 20 s"
+    assert fmt_duration(7500) == "2 h 05 min"
+
+
+def test_eta_comes_from_the_finished_runs():
+    from rich.console import Console
+
+    todo = [
+        SimpleNamespace(
+            run_id=str(i), method="m", task="t", seed=i, train=SimpleNamespace(epochs=3)
+        )
+        for i in range(3)
+    ]
+    console = Console(file=io.StringIO(), width=200)
+    rec = {"status": "ok", "metrics": {"mse": 1.0, "skip_pct": 0.0}, "primary": "mse"}
+    with SweepProgress(console, todo, {}, serial=True, verbose=False) as progress:
+        progress.started -= 30  # the first run took 30 s
+        progress.on_epoch(1, {"epoch": 1, "train_loss": 0.5})
+        (task,) = progress.progress.tasks
+        assert task.description == "running m | t seed 0 epoch 2/3"
+        progress.done(todo[0], rec)
+        assert task.fields["eta"] == "ETA 1 min 00 s"  # two runs left at 30 s each
+        assert task.description == "running m | t seed 1"
+    assert "✓ m | t seed 0: mse 1 skip 0.0% (0.0 s)" in console.file.getvalue()
+
+
+def test_readme_shows_a_suite_and_the_dry_run():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "--suite" in readme and "--dry-run" in readme and "[[part]]" in readme
