@@ -85,6 +85,8 @@ class ClockworkConfig:
 class ClockworkRNN(Method):
     """Clockwork RNN; state ``(h [B, D], clock [B] int64)``, mask u = 1[module active]."""
 
+    fused_cell = "RNN"  # a tanh RNN: held against torch.nn.RNN, not the GRU
+
     config_cls = ClockworkConfig
 
     def __init__(self, input_size: int, hidden_size: int, cfg: ClockworkConfig | None = None):

@@ -24,6 +24,8 @@ from harness.registry import register_method
 class RNN(Method):
     """Dense tanh RNN; the sequence forward runs torch's fused kernel on the same weights."""
 
+    fused_cell = "RNN"  # a tanh RNN: held against torch.nn.RNN, not the GRU
+
     def __init__(self, input_size: int, hidden_size: int, cfg=None) -> None:
         super().__init__(input_size, hidden_size, cfg)
         D, V = hidden_size, input_size

@@ -112,7 +112,7 @@ class Method(nn.Module):
     name: ClassVar[str] = "?"
     config_cls: ClassVar[type] = NoConfig
     has_depth: ClassVar[bool] = False
-    # The torch fused cell (its ``torch.nn`` class name, "GRU" or "LSTM") whose same-sized model
+    # The torch fused cell (its ``torch.nn`` class name: "GRU", "LSTM" or "RNN") whose same-sized model
     # ``harness bench`` times this method against: the dense cell the method computes.
     fused_cell: ClassVar[str] = "GRU"
 

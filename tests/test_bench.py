@@ -29,6 +29,7 @@ RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite to
 METHOD_KEYS = RECORD_KEYS | {"target"}  # a method's record; a reference's has "reference"
 GRU_LOOP = phases.REFERENCES[phases.STEP_LOOP]
 LSTM_REF = phases.REFERENCES["LSTM"]
+RNN_REF = phases.REFERENCES["RNN"]
 
 
 def table_row(markdown: str, method: str) -> list[str]:
@@ -296,7 +297,9 @@ def test_fused_cell_mac_ratio_and_target_come_from_the_method_class():
     ``has_depth``) and its ``cost()``, never from its name; D = 10 and V = 2 here."""
     lstm_based = {n for n in METHODS.names() if METHODS.get(n).fused_cell == "LSTM"}
     assert lstm_based == {"lstm", "phased-lstm"}
-    assert {METHODS.get(n).fused_cell for n in METHODS.names()} == {"GRU", "LSTM"}
+    rnn_based = {n for n in METHODS.names() if METHODS.get(n).fused_cell == "RNN"}
+    assert rnn_based == {"rnn", "clockwork-rnn"}  # tanh RNNs: held against torch.nn.RNN
+    assert {METHODS.get(n).fused_cell for n in METHODS.names()} == {"GRU", "LSTM", "RNN"}
     small = {"seq_len": 4, "n_test": 8}
     gru_macs = 3 * 10 * (10 + 2)
     for name in METHODS.names():
@@ -380,8 +383,8 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     assert md == report and jsonl == tmp_path / "out" / "timing.jsonl"
     assert sorted(os.listdir(tmp_path / "out")) == ["timing.jsonl"]
     recs, problems = Store(jsonl).read()
-    assert not problems and len(lines) == len(recs) == 10
-    ref, refs = phases.REFERENCE, (phases.REFERENCE, GRU_LOOP, LSTM_REF)
+    assert not problems and len(lines) == len(recs) == 12
+    ref, refs = phases.REFERENCE, (phases.REFERENCE, GRU_LOOP, LSTM_REF, RNN_REF)
     assert sorted((r["method"], r["phase"], r["device"]) for r in recs) == sorted(
         (m, p, "cpu") for m in ("rnn", "lstm", *refs) for p in ("inference", "train")
     )  # both methods have the same sizes: one reference of each kind per phase
@@ -399,7 +402,8 @@ def test_run_bench_end_to_end_tiny(tmp_path):
         assert base["reference"] is True and base["ratio_vs_gru"] == 1.0
         for name in refs:
             assert by[name, phase]["sizes"] == by["rnn", phase]["sizes"]
-        for m, cell in (("rnn", ref), ("lstm", LSTM_REF), (GRU_LOOP, ref), (LSTM_REF, LSTM_REF)):
+        pairs = (("rnn", RNN_REF), ("lstm", LSTM_REF), (GRU_LOOP, ref), (LSTM_REF, LSTM_REF))
+        for m, cell in pairs:
             r = by[m, phase]
             assert r["ratio_vs_gru"] == pytest.approx(r["median_s"] / base["median_s"])
             assert r["ratio_vs_cell"] == pytest.approx(r["median_s"] / by[cell, phase]["median_s"])
@@ -418,8 +422,8 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     bench.run_bench("rnn", "adding", "smoke", "cpu", tmp_path / "out", report=report,
                     overrides=TINY, rounds=1, warmup=0, threads=threads + 1)  # fmt: skip
     again, _ = Store(jsonl).read()
-    assert len(again) == 16
-    assert {r["run_id"] for r in again[10:]} <= {r["run_id"] for r in recs}
+    assert len(again) == 20
+    assert {r["run_id"] for r in again[12:]} <= {r["run_id"] for r in recs}
 
 
 def test_run_bench_times_several_tasks_and_skips_those_without_data(tmp_path):
@@ -433,7 +437,7 @@ def test_run_bench_times_several_tasks_and_skips_those_without_data(tmp_path):
     assert len(skip) == 1 and skip[0].startswith("task 'yahoo' skipped: no usable data")
     recs = Store(jsonl).read()[0]
     assert [r["task"] for r in recs if r["method"] == "rnn"] == ["synthetic"] * 2 + ["adding"] * 2
-    assert len(recs) == 2 * 2 * 3  # per task: rnn, the fused GRU and the step loop, two phases
+    assert len(recs) == 2 * 2 * 4  # per task: rnn, the fused GRU, RNN and step loop; 2 phases
     synthetic = [r for r in recs if r["task"] == "synthetic" and not r.get("reference")]
     assert all(r["config"]["task_cfg"]["r_max"] == 2 for r in synthetic)  # the task's own key
     for r in recs:  # each task's references are its own
@@ -464,8 +468,8 @@ def test_one_reference_per_distinct_size(tmp_path, monkeypatch):
     recs = Store(jsonl).read()[0]
     refs = [r for r in recs if r.get("reference")]
     assert sorted((r["method"], r["phase"], r["sizes"]["D"]) for r in refs) == sorted(
-        (m, p, d) for m in (phases.REFERENCE, GRU_LOOP) for p in ("inference", "train")
-        for d in (4, 6)
+        [(m, p, d) for m in (phases.REFERENCE, GRU_LOOP) for p in ("inference", "train")
+         for d in (4, 6)] + [(RNN_REF, p, 4) for p in ("inference", "train")]
     )  # fmt: skip
     for r in recs:
         if not r.get("reference"):
@@ -557,7 +561,9 @@ def test_run_bench_lists_a_failed_method_and_goes_on(tmp_path, monkeypatch):
         overrides=TINY, rounds=1, warmup=0,
     )  # fmt: skip
     recs = Store(jsonl).read()[0]
-    assert sorted({r["method"] for r in recs}) == sorted({"rnn", phases.REFERENCE, GRU_LOOP})
+    assert sorted({r["method"] for r in recs}) == sorted(
+        {"rnn", phases.REFERENCE, GRU_LOOP, RNN_REF}
+    )
     text = md.read_text()
     assert "## Not timed" in text
     for phase in ("inference", "train"):
