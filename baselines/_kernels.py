@@ -2,20 +2,24 @@
 
 In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
 and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
-realised speedup near a third of its FLOP reduction. The kernel in ``csrc/sarnn.cpp`` runs SA-RNN's
-whole inference sequence in C++, reading only the rows the updated units need, once, with no
-per-step dispatch.
+realised speedup near a third of its FLOP reduction, and VC-RNN's, whose step is a few dozen
+torch ops on about a tenth of the weights at 90 % skip, is bound by their dispatch. The kernels
+in ``csrc/sarnn.cpp`` and ``csrc/vcrnn.cpp`` run each method's whole batch-1 inference sequence in
+C++, reading only the rows (and, for VC-RNN, columns) the updated units need, once, with no
+per-step Python dispatch.
 
-It is compiled on first use (never at import) with ``torch.utils.cpp_extension.load``, which needs
-a C++ compiler and ninja (the ``kernels`` extra). Where it cannot be built, or with
-``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` returns None and callers fall back to their PyTorch
-path, which computes the same thing. Floating-point contraction is off so that the update
-decisions round exactly like PyTorch's elementwise ops; dot products are vectorised reductions
-(``omp simd``), summed in a different order than BLAS, so outputs agree to rounding, as the
-PyTorch fast path does.
+Each is compiled on first use (never at import) with ``torch.utils.cpp_extension.load``, which
+needs a C++ compiler and ninja (the ``kernels`` extra). Where it cannot be built, or with
+``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` / ``vcrnn_kernel()`` return None and callers fall
+back to their PyTorch path, which computes the same thing. Floating-point contraction is off so
+that the update decisions round exactly like PyTorch's elementwise ops (VC-RNN's sigmoids on its
+decision path are ATen's own ``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot products are
+vectorised reductions (``omp simd``), summed in a different order than BLAS, so outputs agree to
+rounding, as the PyTorch fast paths do.
 
-``sarnn_kernel_status()`` says which of the two happened without building anything: reports are
-rendered from measured rows, and rendering must never start a compiler.
+``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` say which of the two happened without
+building anything: reports are rendered from measured rows, and rendering must never start a
+compiler.
 
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
 directory is keyed by a digest of the source, the flags, the torch version and this CPU's model
@@ -54,9 +58,10 @@ class KernelStatus:
         return f"{self.state}: {self.reason}" if self.reason else self.state
 
 
-# What the last call of sarnn_kernel() found; meaningful only while its lru_cache holds a result
-# (tests clear the cache to rebuild, which makes the kernel "not tried" again).
+# What the last call of each kernel's loader found; meaningful only while its lru_cache holds a
+# result (tests clear the cache to rebuild, which makes the kernel "not tried" again).
 _sarnn_last = KernelStatus("not tried")
+_vcrnn_last = KernelStatus("not tried")
 
 
 def cpu_identity() -> str:
@@ -86,35 +91,33 @@ def build_key(source: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def sarnn_kernel_status() -> KernelStatus:
-    """The state of the SA-RNN kernel, found without building or loading anything."""
-    if sarnn_kernel.cache_info().currsize:
-        return _sarnn_last
+def _status(loader: Any, last: KernelStatus) -> KernelStatus:
+    """A kernel's state from its cached loader and what that found, never building anything."""
+    if loader.cache_info().currsize:
+        return last
     if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
         return KernelStatus("unavailable", DISABLED)
     return KernelStatus("not tried")
 
 
-@functools.lru_cache(maxsize=1)
-def sarnn_kernel() -> Any:
-    """The compiled ``sarnn_sequence`` function, or None where it cannot be built."""
-    global _sarnn_last
+def _load(stem: str, label: str) -> tuple[Any, KernelStatus]:
+    """Build (or find built) and load ``csrc/<stem>.cpp``: ``(module, status)``; the module is
+    None where it cannot be built (with a warning naming ``label``) or kernels are disabled."""
     if os.environ.get("HARNESS_NO_KERNELS"):
-        _sarnn_last = KernelStatus("unavailable", DISABLED)
-        return None
+        return None, KernelStatus("unavailable", DISABLED)
     try:
         from torch.utils.cpp_extension import load
 
         from harness.data import cache_dir
 
-        source = CSRC / "sarnn.cpp"
+        source = CSRC / f"{stem}.cpp"
         key = build_key(source)
-        build = cache_dir() / "kernels" / f"sarnn-{key}"
+        build = cache_dir() / "kernels" / f"{stem}-{key}"
         build.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = load(
-                name=f"harness_sarnn_{key}",
+                name=f"harness_{stem}_{key}",
                 sources=[str(source)],
                 # exact rounding for the decisions; SIMD reductions only where the pragma says
                 extra_cflags=list(CFLAGS),
@@ -125,8 +128,34 @@ def sarnn_kernel() -> Any:
         # a failed build's message holds the whole compiler output; the status is one line
         first = (str(e).strip().splitlines() or [""])[0][:200]
         why = f"{type(e).__name__}: {first}" if first else type(e).__name__
-        _sarnn_last = KernelStatus("unavailable", why)
-        warnings.warn(f"fused SA-RNN kernel unavailable, using the PyTorch path: {e}", stacklevel=2)
-        return None
-    _sarnn_last = KernelStatus("loaded")
-    return mod.sarnn_sequence
+        warnings.warn(
+            f"fused {label} kernel unavailable, using the PyTorch path: {e}", stacklevel=3
+        )
+        return None, KernelStatus("unavailable", why)
+    return mod, KernelStatus("loaded")
+
+
+def sarnn_kernel_status() -> KernelStatus:
+    """The state of the SA-RNN kernel, found without building or loading anything."""
+    return _status(sarnn_kernel, _sarnn_last)
+
+
+@functools.lru_cache(maxsize=1)
+def sarnn_kernel() -> Any:
+    """The compiled ``sarnn_sequence`` function, or None where it cannot be built."""
+    global _sarnn_last
+    mod, _sarnn_last = _load("sarnn", "SA-RNN")
+    return None if mod is None else mod.sarnn_sequence
+
+
+def vcrnn_kernel_status() -> KernelStatus:
+    """The state of the VC-RNN kernel, found without building or loading anything."""
+    return _status(vcrnn_kernel, _vcrnn_last)
+
+
+@functools.lru_cache(maxsize=1)
+def vcrnn_kernel() -> Any:
+    """The compiled ``vcrnn_sequence`` function, or None where it cannot be built."""
+    global _vcrnn_last
+    mod, _vcrnn_last = _load("vcrnn", "VC-RNN")
+    return None if mod is None else mod.vcrnn_sequence

@@ -53,9 +53,10 @@ from baselines._cells import (
     check_gru_form,
     gru_macs_per_unit,
     gru_rows,
-    masked_update,
+    masked_lerp,
     pack_gru_rows,
 )
+from baselines._kernels import vcrnn_kernel, vcrnn_kernel_status
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -109,9 +110,7 @@ def _rows_before(w_h: Tensor, h_bar: Tensor, xp: Tensor) -> Tensor:
 
 def threshold_eps(v: Tensor, eps: float) -> Tensor:
     """``Thr_eps``: 1 above ``1 - eps``, 0 below ``eps``, ``v`` (and its gradient) in between."""
-    return torch.where(
-        v > 1 - eps, torch.ones_like(v), torch.where(v < eps, torch.zeros_like(v), v)
-    )
+    return torch.where(v > 1 - eps, 1.0, torch.where(v < eps, 0.0, v))
 
 
 @register_method("vc-rnn")
@@ -161,20 +160,56 @@ class VCRNN(Method):
         return ref.new_zeros(batch_size, self.hidden_size)
 
     def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
-        h = state  # [B, D]
-        D = self.hidden_size
-        logit = F.linear(h, self.sched_h) + F.linear(x_t, self.sched_x, self.sched_b)  # [B, 1]
-        m = torch.sigmoid(logit)  # [B, 1] scheduler
-        soft = torch.sigmoid(self.current_sharpness() * (m * D - self.unit_index))  # [B, D]
-        e = threshold_eps(soft, self.cfg.eps)  # [B, D] soft mask, 0 on skipped units
-        x_in = e * x_t if self.mask_input else x_t  # [B, V]
-        cand = self.cell.step(self.cell.input_proj(x_in), e * h)  # GRU(h-bar, x-bar), [B, D]
-        # e in [0, 1]: the same product as a {0,1} mask, so e = 0 leaves an exact copy of h.
-        h_new = masked_update(e, cand, h)  # [B, D]
-        u = (e > 0).to(h.dtype)  # [B, D] ceiling rule
+        weights = (self.cell.weight_hh.t(), self.sched_h.t())
+        h_new, u, m = self._step(x_t, self._input_proj(x_t), state, *weights)
         m1 = m.squeeze(-1)  # [B]
         extras = {"m": m1, "m_dev": (m1 - self.cfg.m_target).abs()}
         return StepOut(h_new, h_new, u, extras=extras)
+
+    def _input_proj(self, x: Tensor) -> Tensor:
+        """The input terms of every step in one matmul: the scheduler's ``w_x . x + b``, then,
+        unless the input is masked (V = D, so the GRU reads ``e * x``), ``W_i x + b_i``:
+        ``[..., 1]`` or ``[..., 1 + 3D]``."""
+        if self.mask_input:
+            return F.linear(x, self.sched_x, self.sched_b)
+        weight = torch.cat([self.sched_x, self.cell.weight_ih])  # [1 + 3D, V]
+        return F.linear(x, weight, torch.cat([self.sched_b, self.cell.bias]))
+
+    def _step(
+        self, x_t: Tensor, p_t: Tensor, h: Tensor, weight_hh_t: Tensor, sched_h_t: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(h_t, u_t, m_t [B, 1])`` from ``h = h_{t-1} [B, D]``, the input terms ``p_t`` of
+        ``_input_proj`` and the recurrent weights transposed once per sequence."""
+        D = self.hidden_size
+        sched_x, xp = (p_t, None) if self.mask_input else p_t.split((1, 3 * D), -1)
+        m = torch.sigmoid(torch.addmm(sched_x, h, sched_h_t))  # [B, 1] scheduler
+        soft = torch.sigmoid(self.current_sharpness() * (m * D - self.unit_index))  # [B, D]
+        e = threshold_eps(soft, self.cfg.eps)  # [B, D] soft mask, 0 on skipped units
+        if xp is None:  # the input is masked: x-bar = e * x
+            xp = self.cell.input_proj(e * x_t)
+        cand = self.cell.train_step(xp, e * h, weight_hh_t)  # GRU(h-bar, x-bar), [B, D]
+        # e in [0, 1]: e = 0 leaves an exact copy of h (masked_lerp).
+        h_new = masked_lerp(e, cand, h)  # [B, D]
+        return h_new, (e > 0).to(h.dtype), m  # u: the ceiling rule
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        """``step_loop`` with the input terms of every step in one matmul before the loop (when
+        the input is not masked), the recurrent weights transposed once and the scheduler's
+        deviation taken once on the stacked ``m`` (fewer ops per step; the same values)."""
+        h = self.init_state(x.shape[0], x) if state is None else state
+        weights = (self.cell.weight_hh.t(), self.sched_h.t())
+        hs, us, ms = [], [], []
+        # one unbind, linear backward (see Method.step_loop)
+        for x_t, p_t in zip(x.unbind(1), self._input_proj(x).unbind(1), strict=True):
+            h, u, m = self._step(x_t, p_t, h, *weights)
+            hs.append(h)
+            us.append(u)
+            ms.append(m)
+        m_all = torch.cat(ms, 1)  # [B, T]
+        extras = {"m": m_all.mean(1), "m_dev": (m_all - self.cfg.m_target).abs().mean(1)}
+        out = SeqOut(torch.stack(hs, 1), torch.stack(us, 1), extras=extras, state=h)
+        out.aux_loss = self.aux_loss(out)
+        return out
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
@@ -182,45 +217,74 @@ class VCRNN(Method):
         prefix ``[:k_t]`` (the soft mask decreases in i) and the masked state ``e * h`` is 0
         beyond it, so the GRU runs on rows and columns ``[:k_t]`` of the cached unit-major
         weights, views without copies. For batch > 1, ``k_t`` is the largest over the batch (the
-        union of prefixes) and the per-sequence ``e`` masks the rest. Eval sharpness."""
+        union of prefixes) and the per-sequence ``e`` masks the rest. Eval sharpness.
+
+        Few ops per step (at batch 1 the step is bound by per-op dispatch, not arithmetic):
+        ``Thr_eps`` runs on the prefix only (beyond each sequence's prefix ``e = 0``, i.e.
+        ``soft < eps``), the mask is built once at the end from each sequence's ``k``; the
+        states are columns of one preallocated buffer ``[T + 1, D, B]``, the prefix written in
+        place, the rest copied.
+
+        At batch 1 on CPU the whole loop runs in the fused kernel of ``baselines._kernels`` when it
+        can be built (``csrc/vcrnn.cpp``: the same computation with no per-step dispatch; the
+        decisions from each ``m_t`` bit for bit the dense path's, outputs to rounding).
+        """
         B, T, _ = x.shape
-        D = self.hidden_size
+        D, eps = self.hidden_size, self.cfg.eps
         cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
         hh, ih = cached_pack(self, "_fast_gru", cell_params, lambda: pack_gru_rows(self.cell))
+        kernel = vcrnn_kernel() if B == 1 and x.device.type == "cpu" else None
+        if kernel is not None:  # fused C++ loop: rows and columns [:k_t] only, no dispatch
+            sched = F.linear(x[0], self.sched_x, self.sched_b).view(T)  # [T]
+            xs = torch.cat([x[0], x.new_ones(T, 1)], -1)  # [T, V+1]
+            h, u, m_all = kernel(
+                hh, ih, self.sched_h.view(D), sched, xs, self.unit_index,
+                float(self.cfg.sharpness_end), float(eps), self.mask_input,
+                self.cell.form == "before",
+            )  # fmt: skip
+            m_all = m_all[None]  # [1, T]
+            extras = {"m": m_all.mean(1), "m_dev": (m_all - self.cfg.m_target).abs().mean(1)}
+            out = SeqOut(h[None], u[None], extras=extras, state=h[None, -1])
+            out.aux_loss = self.aux_loss(out)
+            return out
         # The state is kept as columns, h [D, B], so that the prefix of units is rows [:k].
         sched_x = F.linear(x, self.sched_x, self.sched_b).permute(1, 2, 0).unbind(0)  # T x [1, B]
         xs = x.permute(1, 2, 0).unbind(0)  # T x [V, B]
         xs1 = torch.cat([x, x.new_ones(B, T, 1)], -1).permute(1, 2, 0).unbind(0)  # T x [V+1, B]
         index = self.unit_index[:, None]  # [D, 1]
-        h = x.new_zeros(D, B)
-        hs, us, ms = [], [], []
+        buf = x.new_zeros(T + 1, D, B)
+        states = buf.unbind(0)  # T + 1 x [D, B]
+        ks, ms = [], []
         for t in range(T):
-            m = torch.sigmoid(torch.mm(self.sched_h, h) + sched_x[t])  # [1, B] scheduler
+            h, cur = states[t], states[t + 1]
+            m = torch.sigmoid(torch.addmm(sched_x[t], self.sched_h, h))  # [1, B] scheduler
             soft = torch.sigmoid(self.cfg.sharpness_end * (m * D - index))  # [D, B]
-            e = threshold_eps(soft, self.cfg.eps)  # [D, B]
-            u = e > 0  # [D, B] a prefix of the units in every column
-            k = int(u.sum(0).max())
+            k_b = (soft >= eps).sum(0)  # [B] each sequence's prefix (Thr_eps > 0)
+            k = int(k_b.max()) if B > 1 else int(k_b)
+            ks.append(k_b)
+            ms.append(m[0])
+            if k < D:
+                cur[k:].copy_(h[k:])
             if k:
-                e_k, h_k = e[:k], h[:k]  # [k, B]
+                e_k = threshold_eps(soft[:k], eps)  # [k, B]
+                h_k = h[:k]
                 h_bar = e_k * h_k  # 0 beyond k: only columns [:k] of W_h are read
                 if self.mask_input:  # x-bar = e * x is 0 beyond k too
                     w_i, b_i = ih[:k, :, :k].reshape(3 * k, k), ih[:k, :, -1].reshape(3 * k, 1)
-                    xp = torch.addmm(b_i, w_i, e_k * xs[t][:k])  # [3k, B]
+                    xp = torch.addmm(b_i, w_i, e_k * xs[t][:k]).view(k, 3, B)
                 else:
-                    xp = torch.mm(ih[:k].view(3 * k, -1), xs1[t])  # [3k, B]
+                    xp = torch.mm(ih[:k].view(3 * k, -1), xs1[t]).view(k, 3, B)
                 if self.cell.form == "before":
-                    cand = _rows_before(hh[:k, :, :k], h_bar, xp.view(k, 3, B))
+                    cand = _rows_before(hh[:k, :, :k], h_bar, xp)
                 else:
                     hp = torch.mm(hh[:k, :, :k].reshape(3 * k, k), h_bar)  # [3k, B]
-                    cand = gru_rows(hp.view(k, 3, B), xp.view(k, 3, B), h_bar)  # GRU(h-bar, x-bar)
-                h = torch.cat([masked_update(e_k, cand, h_k), h[k:]], 0)  # [D, B]
-            hs.append(h)
-            us.append(u)
-            ms.append(m[0])
+                    cand = gru_rows(hp.view(k, 3, B), xp, h_bar)  # GRU(h-bar, x-bar)
+                torch.lerp(h_k, cand, e_k, out=cur[:k])  # e = 0 or 1: exact copy or candidate
         m_all = torch.stack(ms, 1)  # [B, T]
         extras = {"m": m_all.mean(1), "m_dev": (m_all - self.cfg.m_target).abs().mean(1)}
-        outputs = torch.stack(hs).permute(2, 0, 1).contiguous()  # [B, T, D]
-        mask = torch.stack(us).permute(2, 0, 1).to(x.dtype, memory_format=torch.contiguous_format)
+        outputs = buf[1:].permute(2, 0, 1).contiguous()  # [B, T, D]
+        k_all = torch.stack(ks, 1)  # [B, T]
+        mask = (self.unit_index.to(k_all.device) <= k_all[..., None]).to(x.dtype)  # [B, T, D]
         out = SeqOut(outputs, mask, extras=extras, state=outputs[:, -1])
         out.aux_loss = self.aux_loss(out)
         return out
@@ -242,3 +306,19 @@ class VCRNN(Method):
             model.sched_x.zero_()
             model.sched_b.fill_(math.log(q / (1 - q)))
         return model.eval(), f"m_t={q:.3g}"
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether batch 1 on CPU ran the fused C++ kernel here or the PyTorch fallback.
+
+        Reads the kernel's status and never builds it: a report rendered by a process that ran
+        no batch-1 CPU fast path says so instead of compiling.
+        """
+        status = vcrnn_kernel_status()
+        if status.state == "loaded":
+            state = "used"
+        elif status.state == "not tried":
+            state = "not tried: nothing ran at batch 1 on CPU"
+        else:
+            state = f"unavailable here, {status.reason}: PyTorch fallback"
+        return f"{cls.name}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"

@@ -112,8 +112,8 @@ class Method(nn.Module):
     name: ClassVar[str] = "?"
     config_cls: ClassVar[type] = NoConfig
     has_depth: ClassVar[bool] = False
-    # The torch fused cell (its ``torch.nn`` class name: "GRU", "LSTM" or "RNN") whose same-sized model
-    # ``harness bench`` times this method against: the dense cell the method computes.
+    # The torch fused cell (its ``torch.nn`` class name: "GRU", "LSTM" or "RNN") whose
+    # same-sized model ``harness bench`` times this method against: the dense cell it computes.
     fused_cell: ClassVar[str] = "GRU"
 
     def __init__(self, input_size: int, hidden_size: int, cfg: Any = None) -> None:

@@ -1,9 +1,10 @@
-"""The optional fused C++ kernel of SA-RNN's batch-1 fast path (``baselines._kernels``).
+"""The optional fused C++ kernels of SA-RNN's and VC-RNN's batch-1 fast paths
+(``baselines._kernels``).
 
-The default run never compiles it (tests/conftest.py sets ``HARNESS_NO_KERNELS=1``) and checks
-that asking for its state, or rendering a speedup report, builds nothing. The test marked
-``kernel`` (``pytest -m kernel``) builds it into a fresh cache dir and checks it against the dense
-forward; it fails, rather than skipping, wherever the kernel is expected to build.
+The default run never compiles them (tests/conftest.py sets ``HARNESS_NO_KERNELS=1``) and checks
+that asking for their state, or rendering a speedup report, builds nothing. The tests marked
+``kernel`` (``pytest -m kernel``) build them into a fresh cache dir and check them against the
+dense forward; they fail, rather than skip, wherever the kernels are expected to build.
 """
 
 from __future__ import annotations
@@ -14,21 +15,26 @@ import shutil
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch.utils.cpp_extension
 
 import baselines._kernels as kernels
 import baselines.sa_rnn as sa
+import baselines.vc_rnn as vc
 from baselines.sa_rnn import SARNN, SARNNConfig
+from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.bench.speedup import speedup_markdown
 
 
 @pytest.fixture
 def fresh_kernel(tmp_path, monkeypatch):
-    """An empty build cache and a kernel that nothing in this process has asked for yet."""
+    """An empty build cache and kernels that nothing in this process has asked for yet."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     kernels.sarnn_kernel.cache_clear()
+    kernels.vcrnn_kernel.cache_clear()
     yield tmp_path / "condrnn-harness" / "kernels"
     kernels.sarnn_kernel.cache_clear()  # later tests get the state their environment says
+    kernels.vcrnn_kernel.cache_clear()
 
 
 @pytest.fixture
@@ -148,3 +154,106 @@ def test_the_kernel_builds_and_equals_the_dense_forward(fresh_kernel, monkeypatc
             assert 0.6 < 1 - dense.mask.mean().item() < 0.95  # a real mix of skips
         m.fast_forward(torch.randn(2, 30, 3))
         assert len(calls) == (2 if form == "after" else 4)  # batch 2: the PyTorch path
+
+
+def vc_model(form: str, V: int = 3, D: int = 64, skip: float = 0.8) -> VCRNN:
+    """VC-RNN at ``skip`` (``at_skip``'s bias) in the given GRU form, float64, with scheduler
+    weights that make ``k_t`` vary with the input and the state, and a soft band of a few units
+    (sharpness 2) so that ``e`` takes values strictly between 0 and 1."""
+    torch.manual_seed(0)
+    hooked, _ = VCRNN.at_skip(V, D, skip, 30)
+    model = VCRNN(V, D, VCRNNConfig(gru_form=form, sharpness_end=2.0)).eval()
+    model.load_state_dict(hooked.state_dict())
+    with torch.no_grad():
+        model.sched_h.normal_(0.0, 0.5 / D**0.5)
+        model.sched_x.normal_(0.0, 0.5)
+    return model.double()
+
+
+def test_vcrnn_default_run_uses_the_pytorch_fallback(fresh_kernel, no_build):
+    status = kernels.vcrnn_kernel_status()
+    assert (status.state, status.reason) == ("unavailable", kernels.DISABLED)
+    m = vc_model("after")
+    x = torch.randn(1, 30, 3, dtype=torch.float64)
+    out, ref = m.fast_forward(x), m(x)
+    assert torch.equal(out.mask, ref.mask)
+    assert kernels.vcrnn_kernel_status() == status
+    note = VCRNN.fast_path_note()
+    assert note.startswith(f"{VCRNN.name}: ")
+    assert note.endswith(f"(unavailable here, {kernels.DISABLED}: PyTorch fallback)")
+    assert not fresh_kernel.exists()
+
+
+def test_vcrnn_note_builds_nothing(fresh_kernel, no_build, monkeypatch):
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    assert kernels.vcrnn_kernel_status() == kernels.KernelStatus("not tried")
+    assert VCRNN.fast_path_note().endswith("(not tried: nothing ran at batch 1 on CPU)")
+    assert kernels.vcrnn_kernel_status().state == "not tried"
+    assert not fresh_kernel.exists()
+
+
+def test_vcrnn_failed_build_is_one_line_and_falls_back(fresh_kernel, monkeypatch):
+    def load(*args, **kwargs):
+        raise RuntimeError("Error building extension 'harness_vcrnn'\n[1/2] c++ ... output")
+
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    m = vc_model("before")
+    x = torch.randn(1, 30, 3, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="VC-RNN kernel unavailable"):
+        out = m.fast_forward(x)
+    why = "RuntimeError: Error building extension 'harness_vcrnn'"
+    assert kernels.vcrnn_kernel_status() == kernels.KernelStatus("unavailable", why)
+    assert VCRNN.fast_path_note().endswith(f"(unavailable here, {why}: PyTorch fallback)")
+    assert kernels.sarnn_kernel_status().state == "not tried"  # each kernel has its own state
+    ref = m(x)
+    assert torch.equal(out.mask, ref.mask)
+    torch.testing.assert_close(out.outputs, ref.outputs, rtol=0, atol=1e-10)
+
+
+@pytest.mark.kernel
+def test_the_vcrnn_kernel_builds_and_equals_the_dense_forward(fresh_kernel, monkeypatch):
+    """Built into an empty cache, the kernel runs at batch 1 and equals the dense eval forward in
+    both GRU forms, with the input masked (V = D) or not: masks and the scheduler's ``m`` exactly,
+    outputs to 1e-10 in float64 and 1e-6 in float32."""
+    expected = kernel_expected()
+    if expected is None:
+        why = "no ninja or no C++ compiler (c++, g++) on PATH"
+        if os.environ.get("HARNESS_NO_KERNELS"):
+            why = "HARNESS_NO_KERNELS is set"
+        pytest.skip(f"the C++ kernel is not expected to build here: {why}")
+    assert kernels.vcrnn_kernel_status().state == "not tried"
+    kernel = kernels.vcrnn_kernel()
+    status = kernels.vcrnn_kernel_status()
+    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
+    assert status.state == "loaded"
+    assert list(fresh_kernel.glob("vcrnn-*/*.so")), "not built into the fresh cache dir"
+    assert VCRNN.fast_path_note().endswith("(used)")
+
+    calls = []
+    monkeypatch.setattr(vc, "vcrnn_kernel", lambda: lambda *a: calls.append(1) or kernel(*a))
+    for form in ("after", "before"):
+        for V in (3, 24):  # V = D: the GRU reads e * x
+            m = vc_model(form, V=V, D=24 if V == 24 else 64)
+            for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-6)):
+                m = m.to(dtype)
+                g = torch.Generator().manual_seed(1)
+                x = torch.randn(1, 30, V, dtype=dtype, generator=g)
+                dense = m(x)
+                n = len(calls)
+                fused = m.fast_forward(x)
+                assert len(calls) == n + 1, f"the fused kernel was not used ({form}, V={V})"
+                assert torch.equal(fused.mask, dense.mask), (form, V, dtype)
+                torch.testing.assert_close(fused.outputs, dense.outputs, rtol=0, atol=tol)
+                torch.testing.assert_close(fused.state, dense.state, rtol=0, atol=tol)
+                for key in ("m", "m_dev"):  # the scheduler's dot product: to rounding
+                    torch.testing.assert_close(fused.extras[key], dense.extras[key])
+                k = dense.mask.sum(-1)
+                assert 0.05 < 1 - dense.mask.mean().item() < 0.95 and k.min() < k.max()
+            # the soft band is used: at t = 0 (h = 0) some units have 0 < e < 1
+            m0 = torch.sigmoid(F.linear(x[0, 0], m.sched_x, m.sched_b))
+            e0 = torch.sigmoid(m.cfg.sharpness_end * (m0 * m.hidden_size - m.unit_index))
+            assert ((e0 > m.cfg.eps) & (e0 < 1 - m.cfg.eps)).any()
+        n = len(calls)
+        m.fast_forward(torch.randn(2, 30, V, dtype=m.sched_h.dtype))
+        assert len(calls) == n  # batch 2: the PyTorch path
