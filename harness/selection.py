@@ -5,7 +5,10 @@ metrics of that choice. A rule names how (``harness report --select RULE``):
 
 - ``best-val``: the variant with the best validation primary metric (mean over its seeds);
 - ``val-skip-band:TARGET:WIDTH``: among the variants whose validation Skip % (mean over seeds)
-  lies within TARGET ± WIDTH, the one with the best validation primary metric.
+  lies within TARGET ± WIDTH, the one with the best validation primary metric;
+- ``val-skip-nearest:TARGET``: the variant whose validation Skip % is nearest TARGET (ties: the
+  best validation primary metric). This is S-SA's matched budget ("tuned to skip about as much
+  as SA-RNN"), taken on validation; a method with one variant (a dense baseline) keeps it.
 
 Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
 read; a tie is broken by the variant id, never by a test number. The chosen variant's test
@@ -24,12 +27,12 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.results import latest
 
-RULES = ("best-val", "val-skip-band:TARGET:WIDTH")
+RULES = ("best-val", "val-skip-band:TARGET:WIDTH", "val-skip-nearest:TARGET")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A selection rule: ``best-val``, or ``val-skip-band`` with its target and half-width (%)."""
+    """A selection rule (``best-val``, ``val-skip-band``, ``val-skip-nearest``) and its numbers."""
 
     name: str
     target: float | None = None
@@ -38,6 +41,8 @@ class Rule:
     def __str__(self) -> str:
         if self.name == "best-val":
             return "best-val"
+        if self.name == "val-skip-nearest":
+            return f"val-skip-nearest:{self.target:g}"
         return f"val-skip-band:{self.target:g}:{self.width:g}"
 
     def describe(self) -> str:
@@ -46,6 +51,12 @@ class Rule:
             return (
                 "best-val: per method, the variant with the best mean validation primary metric "
                 "over its seeds (ties: variant id; the test set is never read)"
+            )
+        if self.name == "val-skip-nearest":
+            return (
+                f"val-skip-nearest:{self.target:g}: per method, the variant whose mean validation "
+                f"Skip % is nearest {self.target:g} (ties: the best mean validation primary "
+                "metric, then variant id; the test set is never read)"
             )
         return (
             f"val-skip-band:{self.target:g}:{self.width:g}: per method, among the variants whose "
@@ -60,6 +71,16 @@ def parse_rule(text: str) -> Rule:
     if text == "best-val":
         return Rule("best-val")
     name, _, rest = text.partition(":")
+    if name == "val-skip-nearest":
+        try:
+            t = float(rest)
+        except ValueError:
+            t = math.nan
+        if math.isfinite(t):
+            return Rule(name, t)
+        raise ConfigError(
+            f"selection rule {text!r}: TARGET must be a number (e.g. val-skip-nearest:76)"
+        )
     if name == "val-skip-band":
         target, _, width = rest.partition(":")
         try:
@@ -104,6 +125,14 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
     scored = [(vid, v) for vid, v in scored if not math.isnan(v)]
     if not scored:
         return None, f"{rule}: no validation {primary} recorded"
+    if rule.name == "val-skip-nearest":
+        skips = {vid: _val_mean(pool[vid], "skip_pct") for vid, _ in scored}
+        scored = [(vid, v) for vid, v in scored if not math.isnan(skips[vid])]
+        if not scored:
+            return None, f"{rule}: no validation skip_pct recorded"
+        gap = {vid: abs(skips[vid] - rule.target) for vid, _ in scored}
+        vid, v = min(scored, key=lambda s: (gap[s[0]], -s[1] if higher else s[1], s[0]))
+        return vid, (f"{rule} of {n} (val Skip % {skips[vid]:.1f}, val {primary} {v:.4g})")
     best = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
     within = f", {len(pool)} in the band" if rule.name == "val-skip-band" else ""
     return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"

@@ -34,6 +34,7 @@ OPTION_KEYS = {
     "set": "a table of key = value",
     "grid": "a table of key = [values]",
     "match_skip": "a number",
+    "select": "a selection rule: best-val or val-skip-band:TARGET:WIDTH",
     "executor": "an executor name",
     "workers": "an integer >= 1",
     "threads": "an integer >= 0",
@@ -202,6 +203,13 @@ def _option(key: str, value: Any, where: str) -> Any:
         low = 1 if key == "workers" else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise bad()
+        return value
+    if key == "select":
+        if not isinstance(value, str):
+            raise bad()
+        from harness.selection import parse_rule
+
+        parse_rule(value)  # a bad rule is one line, naming it
         return value
     if key == "match_skip":
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -83,9 +83,26 @@ def test_best_val_picks_on_validation_never_on_test():
     assert select(tie, Rule("best-val"))[0][0]["variant_id"] == "m-1"
 
 
+def test_val_skip_nearest_matches_the_budget_on_validation():
+    # validation Skip % 60 is nearest 70 (test never read); gru's one variant is kept
+    kept, why = select(sweep(), parse_rule("val-skip-nearest:70"))
+    assert {r["variant_id"] for r in kept} == {"sa-rnn-0.1", "gru-0.0"}
+    assert why["sa-rnn-0.1"] == "val-skip-nearest:70 of 3 (val Skip % 60.0, val mse 0.005)"
+    assert select(sweep(), parse_rule("val-skip-nearest:80"))[1].keys() >= {"sa-rnn-1.0"}
+    # equally near: the better validation metric, then the variant id
+    tie = [
+        rec("m", 0, lam, test=t, val=v, val_skip=sk)
+        for lam, t, v, sk in [(1, 0.1, 2.0, 40.0), (2, 0.9, 1.0, 60.0), (3, 0.0, 1.0, 60.0)]
+    ]
+    assert select(tie, parse_rule("val-skip-nearest:50"))[0][0]["variant_id"] == "m-2"
+
+
 def test_parse_rule():
     assert parse_rule("val-skip-band:75:5") == Rule("val-skip-band", 75.0, 5.0)
-    for bad in ("best", "val-skip-band:75", "val-skip-band:a:5", "val-skip-band:75:-1"):
+    assert parse_rule("val-skip-nearest:76") == Rule("val-skip-nearest", 76.0)
+    assert str(parse_rule("val-skip-nearest:76")) == "val-skip-nearest:76"
+    bad_rules = ("val-skip-nearest", "val-skip-nearest:x", "val-skip-nearest:inf")
+    for bad in ("best", "val-skip-band:75", "val-skip-band:a:5", "val-skip-band:75:-1", *bad_rules):
         with pytest.raises(ConfigError):
             parse_rule(bad)
 

@@ -289,3 +289,23 @@ def test_eta_comes_from_the_finished_runs():
 def test_readme_shows_a_suite_and_the_dry_run():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "--suite" in readme and "--dry-run" in readme and "[[part]]" in readme
+
+
+def test_run_select_keeps_the_variant_picked_on_validation(tmp_path, harness):
+    sweep = [*ONE_RUN[:4], "sa-rnn", "--set", "train.epochs=1", "--grid", "lam=0,1"]
+    p = harness(*sweep, "--select", "worst-val", "--out", "bad")
+    one_line_error(p, "unknown selection rule 'worst-val'")
+    assert not (tmp_path / "bad").exists()  # refused before anything ran or was created
+    p = harness(*sweep, "--select", "best-val", "--out", "o", check=True)
+    board = (tmp_path / "o" / "LEADERBOARD.md").read_text()
+    assert "- Rows: best-val: per method" in board and board.count("| sa-rnn ") == 1
+    (rec, _) = [json.loads(x) for x in (tmp_path / "o" / "runs.jsonl").read_text().splitlines()]
+    assert rec["sweep"]["select"] == "best-val"
+    # a sweep file holds the rule too; a bad one is one line naming it
+    (tmp_path / "s.toml").write_text('tasks = "adding"\nselect = "val-skip-nearest:50"\n')
+    p = harness("run", "--config", "s.toml", "--methods", "gru", "--dry-run", check=True)
+    (tmp_path / "b.toml").write_text('tasks = "adding"\nselect = "val-skip-nearest:x"\n')
+    one_line_error(harness("run", "--config", "b.toml", "--dry-run"), "val-skip-nearest:x")
+    from harness import suites
+
+    assert suites.load(suites.suite_path("ssa-table1")).options["select"] == ("val-skip-nearest:76")

@@ -92,7 +92,8 @@ def add_parser(subparsers: Any) -> None:
         metavar="RULE",
         help="one row per method, the variant RULE picks on the validation split: best-val, "
         "or val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation "
-        "Skip %% is within TARGET +- WIDTH); default: every variant",
+        "Skip %% is within TARGET +- WIDTH), or val-skip-nearest:TARGET (validation Skip %% "
+        "nearest TARGET); default: every variant",
     )
     s.add_argument(
         "--no-figures",

@@ -76,6 +76,15 @@ def add_parser(subparsers: Any) -> None:
         "(test-based; to choose on validation: harness report --select val-skip-band:T:W)",
     )
     s.add_argument(
+        "--select",
+        default=None,
+        metavar="RULE",
+        help="the leaderboard written after the sweep keeps one row per method: the variant RULE "
+        "picks on the validation split (best-val, or val-skip-band:TARGET:WIDTH: the best "
+        "validation metric among variants whose validation Skip %% is within TARGET +- WIDTH; "
+        "or val-skip-nearest:TARGET: validation Skip %% nearest TARGET); default: every variant",
+    )
+    s.add_argument(
         "--out",
         default="results",
         metavar="PATH",
@@ -211,6 +220,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return list_suites()
     sweep, given = apply_sweep_file(args)
     check_options(args)
+    select = None
+    if args.select:  # a bad rule is refused before anything runs
+        from harness.selection import parse_rule
+
+        select = parse_rule(args.select)
     seeds = parse_seeds(args.seeds)
     blocks = plan(
         sweep,
@@ -292,7 +306,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.print(f"[yellow]skipped task '{t}': {reason}[/]", highlight=False)
     if not args.no_report:
         board = report_path(args.out, args.report)
-        write_leaderboard([str(store.path)], board, out)
+        write_leaderboard([str(store.path)], board, out, select=select)
         print(board.read_text())
     if args.match_skip is not None:
         _print_match_skip(store, cfgs, args.match_skip, swept, out)
@@ -377,6 +391,7 @@ _FILE_DESTS = (
     "set",
     "grid",
     "match_skip",
+    "select",
     "executor",
     "workers",
     "threads",
@@ -586,6 +601,7 @@ def sweep_record(args: argparse.Namespace, sweep: Any, seeds: list[int], blocks:
         "preset": args.preset,
         "seeds": seeds,
         "match_skip": args.match_skip,
+        "select": args.select,
         "blocks": [{"methods": m, "tasks": t, "set": s, "grid": g} for m, t, s, g in blocks],
     }
 
