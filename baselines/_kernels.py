@@ -57,6 +57,16 @@ class KernelStatus:
     def __str__(self) -> str:
         return f"{self.state}: {self.reason}" if self.reason else self.state
 
+    def fast_path_note(self, method: str) -> str:
+        """The report line of a method whose batch-1 CPU fast path is this kernel."""
+        if self.state == "loaded":
+            state = "used"
+        elif self.state == "not tried":
+            state = "not tried: nothing ran at batch 1 on CPU"
+        else:
+            state = f"unavailable here, {self.reason}: PyTorch fallback"
+        return f"{method}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
+
 
 # What the last call of each kernel's loader found; meaningful only while its lru_cache holds a
 # result (tests clear the cache to rebuild, which makes the kernel "not tried" again).

@@ -314,11 +314,4 @@ class VCRNN(Method):
         Reads the kernel's status and never builds it: a report rendered by a process that ran
         no batch-1 CPU fast path says so instead of compiling.
         """
-        status = vcrnn_kernel_status()
-        if status.state == "loaded":
-            state = "used"
-        elif status.state == "not tried":
-            state = "not tried: nothing ran at batch 1 on CPU"
-        else:
-            state = f"unavailable here, {status.reason}: PyTorch fallback"
-        return f"{cls.name}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
+        return vcrnn_kernel_status().fast_path_note(cls.name)

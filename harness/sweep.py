@@ -160,14 +160,18 @@ def allocation_failure(e: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
-def out_of_memory_as_error(cfg: config.RunConfig) -> Iterator[None]:
-    """Turn an allocation failure inside the block into a ConfigError naming the model's size.
+def out_of_memory(
+    what: str, detail: str = "", error: type[HarnessError] = HarnessError
+) -> Iterator[None]:
+    """Turn an allocation failure inside the block into one error line about ``what``.
 
     Args:
-        cfg: the run whose model or data is being allocated.
+        what: what was being allocated ("" when the caller prefixes the message itself).
+        detail: said after "does not fit in memory" (e.g. the model's size).
+        error: the error type raised.
 
     Raises:
-        ConfigError: the block ran out of memory (``allocation_failure``).
+        HarnessError: ``WHAT does not fit in memory DETAIL; it asked for N GiB``.
     """
     try:
         yield
@@ -175,10 +179,14 @@ def out_of_memory_as_error(cfg: config.RunConfig) -> Iterator[None]:
         need = allocation_failure(e)
         if need is None:
             raise
-        raise ConfigError(
-            f"does not fit in memory (hidden_size={cfg.model.hidden_size}, "
-            f"num_layers={cfg.model.num_layers}){need}"
-        ) from None
+        head = f"{what} does not fit in memory" if what else "does not fit in memory"
+        raise error(f"{head}{detail}{need}") from None
+
+
+def out_of_memory_as_error(cfg: config.RunConfig) -> contextlib.AbstractContextManager[None]:
+    """``out_of_memory`` for a run's model: a ConfigError naming its size."""
+    size = f" (hidden_size={cfg.model.hidden_size}, num_layers={cfg.model.num_layers})"
+    return out_of_memory("", size, ConfigError)
 
 
 def fresh_costs(

@@ -1,5 +1,6 @@
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -38,3 +39,32 @@ def _kernels_only_where_marked(request, monkeypatch):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+class CliResult(NamedTuple):
+    """What one in-process ``harness`` call gave: exit code, stdout, stderr."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def harness(tmp_path, monkeypatch, capsys):
+    """``harness(*args)``: the CLI (``harness.cli.main``) called in-process in ``tmp_path``."""
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def call(*args: str, check: bool = False) -> CliResult:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse: --help, usage errors
+            code = e.code
+        out, err = capsys.readouterr()
+        if check:
+            assert code == 0, err
+        return CliResult(code, out, err)
+
+    return call

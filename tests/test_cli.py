@@ -5,36 +5,8 @@ The console script itself, run as a real process, is tested in ``test_cli_parser
 
 import json
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-
-from harness.cli import main
-
-
-class Result(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def harness(tmp_path, monkeypatch, capsys):
-    """``harness(*args)``: run the CLI in ``tmp_path``; exit code, stdout and stderr."""
-    monkeypatch.chdir(tmp_path)
-
-    def call(*args: str, check: bool = False) -> Result:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as e:  # argparse: --help, usage errors
-            code = e.code
-        out, err = capsys.readouterr()
-        if check:
-            assert code == 0, err
-        return Result(code, out, err)
-
-    return call
 
 
 def test_run_writes_records_and_leaderboard_then_resumes(tmp_path, harness):

@@ -8,44 +8,16 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import NamedTuple
 
 import pytest
 
-from harness.cli import main
 from harness.cli.run import SweepProgress, fmt_duration, given_options, sweep_configs
 from harness.registry import TASKS
-
-
-class Result(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def harness(tmp_path, monkeypatch, capsys):
-    """``harness(*args)``: run the CLI in ``tmp_path``; exit code, stdout and stderr."""
-    monkeypatch.chdir(tmp_path)
-
-    def call(*args: str, check: bool = False) -> Result:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as e:  # argparse: usage errors
-            code = e.code
-        out, err = capsys.readouterr()
-        if check:
-            assert code == 0, err
-        return Result(code, out, err)
-
-    return call
-
 
 ONE_RUN = ("run", "--tasks", "adding", "--methods", "gru", "--set", "train.epochs=1")
 
 
-def one_line_error(p: Result, needle: str) -> None:
+def one_line_error(p, needle: str) -> None:
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], p.stderr

@@ -17,30 +17,12 @@ from pathlib import Path
 import pytest
 
 from harness import results
-from harness.cli import main
 from harness.errors import RecordError
 from harness.results import Claims, Store, validate_record
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference" / "smoke.jsonl"
 GRU = ["run", "--tasks", "adding", "--methods", "gru", "--no-report"]
-
-
-@pytest.fixture
-def harness(tmp_path, monkeypatch, capsys):
-    """``harness(*args)``: the CLI in ``tmp_path``; (exit code, stdout, stderr)."""
-    monkeypatch.chdir(tmp_path)
-
-    def call(*args):
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as e:
-            code = e.code
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
 
 
 def real_record(i: int = 0) -> dict:

@@ -16,7 +16,7 @@ import contextlib
 import math
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -329,22 +329,11 @@ def check_writable(path: Path, directory: bool = False) -> None:
         raise HarnessError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-@contextlib.contextmanager
-def out_of_memory(what: str) -> Iterator[None]:
-    """Turn an allocation failure inside the block into one HarnessError line about ``what``.
+def out_of_memory(what: str) -> contextlib.AbstractContextManager[None]:
+    """``harness.sweep.out_of_memory``: an allocation failure becomes one line about ``what``."""
+    from harness.sweep import out_of_memory as oom
 
-    Raises:
-        HarnessError: ``WHAT does not fit in memory; it asked for N GiB``.
-    """
-    try:
-        yield
-    except (MemoryError, RuntimeError) as e:
-        from harness.sweep import allocation_failure
-
-        need = allocation_failure(e)
-        if need is None:
-            raise
-        raise HarnessError(f"{what} does not fit in memory{need}") from None
+    return oom(what)
 
 
 def console() -> Any:
