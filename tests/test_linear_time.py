@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from harness import config, train
+from harness.data import MissingDataError
 from harness.registry import METHODS
 
 NAMES = METHODS.names()
@@ -61,8 +62,11 @@ def test_the_stacked_model_reads_no_step_of_a_whole_sequence(task, length_key):
         counts = []
         for T in (8, 16):
             cfg = config.resolve(name, task, 0, "smoke", {"num_layers": "2", length_key: str(T)})
-            t, model = train.build(cfg)
-            x = t.splits(0).test.x[:B]
+            try:
+                t, model = train.build(cfg)
+                x = t.splits(0).test.x[:B]
+            except MissingDataError as e:
+                pytest.skip(f"{task} data absent: {e}")
             out = model(x)
             counts.append(per_step_reads(out.pred.sum().reshape(()), x.shape[1]))
         assert counts[0] == counts[1], f"{name} on {task}: {counts}"
