@@ -70,8 +70,7 @@ class KernelStatus:
 
 # What the last call of each kernel's loader found; meaningful only while its lru_cache holds a
 # result (tests clear the cache to rebuild, which makes the kernel "not tried" again).
-_sarnn_last = KernelStatus("not tried")
-_vcrnn_last = KernelStatus("not tried")
+_last: dict[str, KernelStatus] = {}
 
 
 def cpu_identity() -> str:
@@ -101,10 +100,10 @@ def build_key(source: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _status(loader: Any, last: KernelStatus) -> KernelStatus:
+def _status(loader: Any, stem: str) -> KernelStatus:
     """A kernel's state from its cached loader and what that found, never building anything."""
     if loader.cache_info().currsize:
-        return last
+        return _last[stem]
     if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
         return KernelStatus("unavailable", DISABLED)
     return KernelStatus("not tried")
@@ -147,25 +146,23 @@ def _load(stem: str, label: str) -> tuple[Any, KernelStatus]:
 
 def sarnn_kernel_status() -> KernelStatus:
     """The state of the SA-RNN kernel, found without building or loading anything."""
-    return _status(sarnn_kernel, _sarnn_last)
+    return _status(sarnn_kernel, "sarnn")
 
 
 @functools.lru_cache(maxsize=1)
 def sarnn_kernel() -> Any:
     """The compiled ``sarnn_sequence`` function, or None where it cannot be built."""
-    global _sarnn_last
-    mod, _sarnn_last = _load("sarnn", "SA-RNN")
+    mod, _last["sarnn"] = _load("sarnn", "SA-RNN")
     return None if mod is None else mod.sarnn_sequence
 
 
 def vcrnn_kernel_status() -> KernelStatus:
     """The state of the VC-RNN kernel, found without building or loading anything."""
-    return _status(vcrnn_kernel, _vcrnn_last)
+    return _status(vcrnn_kernel, "vcrnn")
 
 
 @functools.lru_cache(maxsize=1)
 def vcrnn_kernel() -> Any:
     """The compiled ``vcrnn_sequence`` function, or None where it cannot be built."""
-    global _vcrnn_last
-    mod, _vcrnn_last = _load("vcrnn", "VC-RNN")
+    mod, _last["vcrnn"] = _load("vcrnn", "VC-RNN")
     return None if mod is None else mod.vcrnn_sequence
