@@ -9,6 +9,10 @@ metrics of that choice. A rule names how (``harness report --select RULE``):
 - ``val-skip-nearest:TARGET``: the variant whose validation Skip % is nearest TARGET (ties: the
   best validation primary metric). This is S-SA's matched budget ("tuned to skip about as much
   as SA-RNN"), taken on validation; a method with one variant (a dense baseline) keeps it.
+  Variants that differ only in their training settings (``train.*``: the learning rate, batch
+  size, ...) are first reduced to the one with the best validation metric: S-SA chose the
+  learning rate on validation and the budget knob (lambda) to match the Skip %, and a learning
+  rate picked for its Skip % would be picked for the wrong reason.
 
 Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
 read; a tie is broken by the variant id, never by a test number. The chosen variant's test
@@ -18,6 +22,7 @@ test-based alternative (``harness.sweep.match_skip``).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -56,7 +61,9 @@ class Rule:
             return (
                 f"val-skip-nearest:{self.target:g}: per method, the variant whose mean validation "
                 f"Skip % is nearest {self.target:g} (ties: the best mean validation primary "
-                "metric, then variant id; the test set is never read)"
+                "metric, then variant id), after variants that differ only in training settings "
+                "(learning rate, ...) are reduced to the best on validation; the test set is "
+                "never read"
             )
         return (
             f"val-skip-band:{self.target:g}:{self.width:g}: per method, among the variants whose "
@@ -102,6 +109,35 @@ def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
     return statistics.fmean(vals) if len(vals) == len(runs) and vals else math.nan
 
 
+def _knobs(runs: Sequence[dict[str, Any]]) -> str:
+    """A variant's config without its training settings and seed: what its budget depends on."""
+    cfg = runs[0].get("config") or {}
+    return json.dumps({k: v for k, v in cfg.items() if k not in ("train", "seed")}, sort_keys=True)
+
+
+def _best_training(
+    variants: dict[str, list[dict[str, Any]]], primary: str, higher: bool
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Per group of variants that differ only in ``train.*``, the best on validation.
+
+    Returns the kept variants and how many were dropped. A group none of whose variants has a
+    validation metric keeps them all (the caller reports that no metric was recorded).
+    """
+    groups: dict[str, list[str]] = {}
+    for vid, runs in variants.items():
+        groups.setdefault(_knobs(runs), []).append(vid)
+    kept: dict[str, list[dict[str, Any]]] = {}
+    for vids in groups.values():
+        scored = [(vid, _val_mean(variants[vid], primary)) for vid in vids]
+        scored = [(vid, v) for vid, v in scored if not math.isnan(v)]
+        if not scored:
+            kept.update({vid: variants[vid] for vid in vids})
+            continue
+        vid, _ = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
+        kept[vid] = variants[vid]
+    return kept, len(variants) - len(kept)
+
+
 def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
     """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
 
@@ -126,13 +162,18 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
     if not scored:
         return None, f"{rule}: no validation {primary} recorded"
     if rule.name == "val-skip-nearest":
+        pool, tuned = _best_training(pool, primary, higher)
+        scored = [(vid, v) for vid, v in scored if vid in pool]
         skips = {vid: _val_mean(pool[vid], "skip_pct") for vid, _ in scored}
         scored = [(vid, v) for vid, v in scored if not math.isnan(skips[vid])]
         if not scored:
             return None, f"{rule}: no validation skip_pct recorded"
         gap = {vid: abs(skips[vid] - rule.target) for vid, _ in scored}
         vid, v = min(scored, key=lambda s: (gap[s[0]], -s[1] if higher else s[1], s[0]))
-        return vid, (f"{rule} of {n} (val Skip % {skips[vid]:.1f}, val {primary} {v:.4g})")
+        lr = ""
+        if tuned:
+            lr = f", {tuned} beaten on validation by the same knobs' other training settings"
+        return vid, (f"{rule} of {n}{lr} (val Skip % {skips[vid]:.1f}, val {primary} {v:.4g})")
     best = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
     within = f", {len(pool)} in the band" if rule.name == "val-skip-band" else ""
     return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"

@@ -97,6 +97,32 @@ def test_val_skip_nearest_matches_the_budget_on_validation():
     assert select(tie, parse_rule("val-skip-nearest:50"))[0][0]["variant_id"] == "m-2"
 
 
+def test_val_skip_nearest_picks_the_learning_rate_on_validation():
+    # lam=1 at lr 1e-2 skips nearest 70 but validates worse than lam=1 at lr 1e-3: the learning
+    # rate is chosen on the validation metric, lambda on the Skip %; gru's lr likewise.
+    def at(lr, *a, **k):
+        r = rec(*a, **k)
+        r["variant_id"] += f"-lr{lr}"
+        r["run_id"] = f"{r['variant_id']}-{r['seed']}"
+        r["config"] = {**r["config"], "train": {"lr": lr}}
+        return r
+
+    recs = [
+        at(1e-2, "sa-rnn", 0, 1.0, test=1e-4, val=9e-3, val_skip=70.0),
+        at(1e-3, "sa-rnn", 0, 1.0, test=9e-3, val=1e-3, val_skip=60.0),
+        at(1e-3, "sa-rnn", 0, 0.1, test=9e-3, val=2e-3, val_skip=66.0),
+        at(1e-2, "gru", 0, 0.0, test=1e-4, val=5e-3, val_skip=0.0),
+        at(1e-3, "gru", 0, 0.0, test=9e-3, val=1e-3, val_skip=0.0),
+    ]
+    kept, why = select(recs, parse_rule("val-skip-nearest:70"))
+    assert {r["variant_id"] for r in kept} == {"sa-rnn-0.1-lr0.001", "gru-0.0-lr0.001"}
+    assert (
+        "of 3, 1 beaten on validation by the same knobs' other training settings"
+        in (why["sa-rnn-0.1-lr0.001"])
+    )
+    assert why["gru-0.0-lr0.001"].startswith("val-skip-nearest:70 of 2, 1 beaten")
+
+
 def test_parse_rule():
     assert parse_rule("val-skip-band:75:5") == Rule("val-skip-band", 75.0, 5.0)
     assert parse_rule("val-skip-nearest:76") == Rule("val-skip-nearest", 76.0)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness.data import DataError, data_root, status_rows
+from harness.errors import ConfigError
 from harness.registry import TASKS
 from harness.task import Batch
 from tasks.seizures import Seizures, SeizuresConfig, preprocess
@@ -57,6 +58,11 @@ def test_preprocess_centres_and_averages_chunks():
     out = preprocess(x, 10)
     assert out.shape == (1, 17, 1)  # the trailing 8 samples are dropped
     assert np.allclose(out[0, :, 0], 10 * np.arange(17) + 4.5 - 88.5)
+    # scale=series: the same, divided by the centred series' std (amplitude removed)
+    scaled = preprocess(np.vstack([x, 7 * x]), 10, "series")
+    assert np.allclose(scaled[0, :, 0], out[0, :, 0] / x.std()) and np.allclose(*scaled)
+    with pytest.raises(ConfigError, match="scale must be none or series"):
+        SeizuresConfig(scale="z")
 
 
 def test_bonn_layout(tmp_path):
