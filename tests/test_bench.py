@@ -396,6 +396,7 @@ def test_run_bench_end_to_end_tiny(tmp_path):
         assert r["iqr_s"] >= 0 and r["stddev_s"] >= 0
         assert (r["rounds"], r["warmup_rounds"], r["iterations"]) == (3, 1, 1)
         assert r["env"]["threads"] == threads + 1 and r["bench_id"] == recs[0]["bench_id"]
+        assert r["env"]["flush_denormal"] is True  # as the training runs
     by = {(r["method"], r["phase"]): r for r in recs}
     for phase in ("inference", "train"):
         base = by[ref, phase]

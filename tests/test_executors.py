@@ -23,6 +23,18 @@ def test_process_pool_matches_serial(serial):
     pooled = [rec for _, rec in LocalExecutor(workers=2).map(CONFIGS)]
     _same(serial, pooled)
     assert {r["env"]["threads"] for r in pooled} == {1}
+    # every run flushes subnormals (x86: set_flush_denormal works), in the pool's fresh processes
+    assert {r["env"]["flush_denormal"] for r in [*serial, *pooled]} == {True}
+
+
+def test_flush_denormals_zeroes_subnormals():
+    import torch
+
+    from harness.env import flush_denormals
+
+    assert flush_denormals()
+    tiny = torch.tensor([1e-39, 1e-30], dtype=torch.float32)  # 1e-39 is subnormal in float32
+    assert (tiny * 1.0).tolist()[0] == 0.0 and (tiny * 1.0).tolist()[1] > 0
 
 
 def test_ray_matches_serial(serial):

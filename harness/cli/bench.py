@@ -222,9 +222,12 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     device = "cuda" if args.device == "cuda" else "cpu"
     out = Path(args.report or SPEEDUP_REPORT)
     data = speedup_data_path(out)
+    from harness.env import flush_denormals
+
     previous = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    flush_denormals()  # as in training runs and the timing report
     sizes = f"--hidden {_csv(args.hidden)}, --batches {_csv(args.batches)}"
     try:
         with out_of_memory(f"the speedup measurement ({sizes}, --seq-len {args.seq_len})"):
