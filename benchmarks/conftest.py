@@ -1,6 +1,5 @@
 import torch
 
-
 from harness.env import flush_denormals
 
 
