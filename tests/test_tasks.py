@@ -77,3 +77,14 @@ def test_synthetic_follows_algorithm_2():
     assert clipped.max() <= cfg.r_max
     # x_t scales with R_t / R_max and each component is a tanh
     assert (np.abs(x) <= R[..., None] / cfg.r_max + 1e-12).all()
+
+
+def test_synthetic_noise_floor_bounds_every_model():
+    from tasks.synthetic import SyntheticConfig, noise_floor
+
+    assert noise_floor(SyntheticConfig(noise_std=0.0), n=50, replicas=4) == 0.0  # deterministic
+    floor = noise_floor(SyntheticConfig(), n=300, replicas=64)
+    # std 0.1 per rotation (the paper preset's reading): about 1.6e-3 per element, above every
+    # MSE S-EI reports (0.47e-3 .. 1.02e-3); at std 0.05 about 0.24e-3
+    assert 1.3e-3 < floor < 1.9e-3
+    assert 0.15e-3 < noise_floor(SyntheticConfig(noise_std=0.05), n=300, replicas=64) < 0.35e-3
