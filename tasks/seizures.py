@@ -19,9 +19,11 @@ centre each series (subtract its mean over all 178 samples), then average chunks
 cross-entropy), last-step read-out, accuracy in percent.
 
 Differences from the paper:
-- The balancing sample and the 80/10/10 split are both drawn from the run seed (S-SA repeats
-  random splits 10 times and does not say whether the negatives were redrawn); the split is
-  stratified, so train, validation and test are each balanced.
+- A run seed draws the balancing sample, the 80/10/10 split, the initialisation and the batch
+  order; S-SA's stds are over 10 random splits (it does not say whether the negatives or the
+  initialisation were redrawn), so the harness's std over seeds holds the split's variation and
+  the model's together, as S-SA's probably does. The split is stratified, so train, validation
+  and test are each balanced.
 - S-SA's "11,800" series are read as UCI's 11,500 (2,300 per class; the seizure count matches).
 - Cross-entropy over 2 logits stands in for S-SA's binary cross-entropy (an equivalent loss).
 - Epochs (50) and batch size (32) of the paper preset are [INFERRED]; S-SA states neither.
