@@ -31,6 +31,10 @@ class SeqOut:
         aux_loss: scalar auxiliary loss (budget penalty), already weighted by the method's lambda.
         extras: per-sequence diagnostics ``{name: [B]}`` averaged over the test set into records.
         state: the final recurrent state (for carrying state across windows), or None.
+        reads: column mask ``[B, T, V + D]``, values in {0, 1}: 1 where step t reads input
+            feature v (the first V) or the previous state of unit j (the last D), i.e. uses that
+            column of the weight matrices; 0 where an activity-sparse method (Delta GRU, EGRU)
+            skips it. None: every column is read (every method that skips rows, not columns).
     """
 
     outputs: Tensor
@@ -39,17 +43,19 @@ class SeqOut:
     aux_loss: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
     state: Any = None
+    reads: Tensor | None = None
 
 
 @dataclass
 class StepOut:
-    """One step: new output ``h [B, D]``, new state, mask ``[B, D]``, depth ``[B, D]``."""
+    """One step: new output ``h [B, D]``, state, mask and depth ``[B, D]``, reads ``[B, V + D]``."""
 
     h: Tensor
     state: Any
     mask: Tensor
     depth: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
+    reads: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,7 @@ class Method(nn.Module):
         """Run ``step`` over time and stack the results; the reference for fast paths."""
         if state is None:
             state = self.init_state(x.shape[0], x)
-        hs, masks, depths = [], [], []
+        hs, masks, depths, reads = [], [], [], []
         extras: dict[str, list[Tensor]] = {}
         # One unbind for the whole sequence: reading step t by indexing a tensor that requires
         # grad records a whole-sequence select per step, and backward becomes quadratic in T.
@@ -169,6 +175,8 @@ class Method(nn.Module):
             masks.append(so.mask)
             if so.depth is not None:
                 depths.append(so.depth)
+            if so.reads is not None:
+                reads.append(so.reads)
             for k, v in so.extras.items():
                 extras.setdefault(k, []).append(v)
         out = SeqOut(
@@ -177,6 +185,7 @@ class Method(nn.Module):
             depth=torch.stack(depths, 1) if depths else None,
             extras={k: torch.stack(v, 1).mean(1) for k, v in extras.items()},
             state=state,
+            reads=torch.stack(reads, 1) if reads else None,
         )
         out.aux_loss = self.aux_loss(out)
         return out

@@ -84,6 +84,26 @@ def test_forward_equals_step_loop(name, mode):
     torch.testing.assert_close(fast.mask, ref.mask)
     if fast.depth is not None:
         torch.testing.assert_close(fast.depth, ref.depth)
+    if fast.reads is not None or ref.reads is not None:
+        torch.testing.assert_close(fast.reads, ref.reads)
+
+
+def test_step_loop_stacks_the_column_reads():
+    from harness.method import StepOut
+
+    class Toy(Method):  # reads input 0 always, the other columns where the state is positive
+        def init_state(self, batch, x):
+            return torch.zeros(batch, self.hidden_size)
+
+        def step(self, x_t, state, t):
+            h = state + x_t[:, :1]
+            cols = torch.cat([torch.ones_like(x_t[:, :1]), torch.zeros_like(x_t[:, 1:])], 1)
+            reads = torch.cat([cols, (state > 0).float()], 1)
+            return StepOut(h, h, torch.ones_like(h), reads=reads)
+
+    out = Toy(2, 3).step_loop(torch.ones(1, 2, 2))
+    assert out.reads.tolist() == [[[1, 0, 0, 0, 0], [1, 0, 1, 1, 1]]]
+    assert make(NAMES[0]).step_loop(torch.randn(B, T, V)).reads is None
 
 
 @pytest.mark.parametrize("name", NAMES)
