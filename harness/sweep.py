@@ -235,6 +235,52 @@ def fresh_costs(
     return rows
 
 
+def estimate_seconds(
+    todo: Sequence[config.RunConfig], records: Sequence[dict[str, Any]]
+) -> tuple[float, dict[str, int]]:
+    """The time the runs in ``todo`` would take, from the recorded times of runs like them.
+
+    A run is estimated by the mean ``time.train_s + time.eval_s`` of the recorded ok runs of
+    its variant (same config, any seed); failing that, of the recorded ok runs of its method on
+    its task and preset (other knobs); failing that, it is not estimated. The times are what
+    the records say: one process at the recorded ``--threads``, on the recorded machine, under
+    whatever load it had.
+
+    Returns:
+        ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
+        ``{"variant": ..., "method": ..., "unknown": ...}``.
+    """
+
+    def took(r: dict[str, Any]) -> float | None:
+        t = r.get("time") or {}
+        try:
+            s = float(t["train_s"]) + float(t.get("eval_s") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            return None
+        return s if math.isfinite(s) and s >= 0 else None
+
+    by_variant: dict[str, list[float]] = {}
+    by_method: dict[tuple[str, str, str], list[float]] = {}
+    for r in latest(records):
+        s = took(r) if r.get("status") == "ok" else None
+        if s is not None:
+            by_variant.setdefault(r["variant_id"], []).append(s)
+            by_method.setdefault((r["method"], r["task"], r["preset"]), []).append(s)
+    total, counts = 0.0, {"variant": 0, "method": 0, "unknown": 0}
+    for c in todo:
+        same = by_variant.get(c.variant_id) or []
+        like = by_method.get((c.method, c.task, c.preset)) or []
+        if same:
+            total += sum(same) / len(same)
+            counts["variant"] += 1
+        elif like:
+            total += sum(like) / len(like)
+            counts["method"] += 1
+        else:
+            counts["unknown"] += 1
+    return total, counts
+
+
 def match_skip(
     records: list[dict[str, Any]], target: float, swept: list[str] | None = None
 ) -> list[dict[str, Any]]:

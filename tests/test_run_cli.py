@@ -185,6 +185,32 @@ def test_dry_run_writes_nothing_and_tells_recorded_from_to_run(tmp_path, harness
     p = harness(*ONE_RUN, "--seeds", "0-1", "--out", "d", "--dry-run", check=True)
     assert [r[0] for r in dry_rows(p.stdout)] == ["recorded", "to"]
     assert len((tmp_path / "d" / "runs.jsonl").read_text().splitlines()) == 1
+    # the time the runs to run would take, from the recorded seed of the same variant
+    assert "estimated time: " in p.stderr and "(1 from recorded seeds of the same variant" in (
+        p.stderr
+    )
+
+
+def test_estimate_seconds_from_the_variant_then_the_method():
+    from harness import config
+    from harness.sweep import estimate_seconds
+
+    a0, a1 = (config.resolve("gru", "adding", s, "smoke") for s in (0, 1))
+    other = config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "7"})
+    lstm = config.resolve("lstm", "adding", 0, "smoke")
+
+    def rec(cfg, train_s, status="ok"):
+        return {
+            "run_id": cfg.run_id, "variant_id": cfg.variant_id, "method": cfg.method,
+            "task": cfg.task, "preset": cfg.preset, "seed": cfg.seed, "status": status,
+            "time": {"train_s": train_s, "eval_s": 1.0},
+        }  # fmt: skip
+
+    recs = [rec(a0, 9.0), rec(other, 99.0), rec(lstm, 5.0, "failed")]
+    s, n = estimate_seconds([a1], recs)  # the same variant's seed: 9 + 1
+    assert (s, n) == (10.0, {"variant": 1, "method": 0, "unknown": 0})
+    s, n = estimate_seconds([other, a1, lstm], recs[1:])  # a1 by method (mean of 100); lstm: none
+    assert (s, n) == (200.0, {"variant": 1, "method": 1, "unknown": 1})
 
 
 def test_progress_lines_show_variant_epochs_and_the_leaderboard_goes_next_to_out(tmp_path, harness):

@@ -257,9 +257,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.print(f"[yellow]{note}[/]")
     validate(cfgs, args.data_dir)
     swept_store = SweepStore(store, out)  # before reading: records from now on are seen
+    recorded = store.read()[0]
     resume = plan_resume(
         cfgs,
-        store.read()[0],
+        recorded,
         force=args.force,
         retry_failed=args.retry_failed,
         keep_stale=args.keep_stale,
@@ -273,6 +274,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     labels = variant_labels(cfgs)
     if args.dry_run:
         print_dry_run(cfgs, {c.run_id for c in todo}, labels)
+        if todo:
+            out.print(estimate_line(todo, recorded), highlight=False)
         for t, reason in no_data:
             out.print(f"[yellow]skipped task '{t}': {reason}[/]", highlight=False)
         out.print("dry run: nothing was run or written")
@@ -544,6 +547,23 @@ def fmt_duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def estimate_line(todo: list[Any], records: list[dict[str, Any]]) -> str:
+    """``--dry-run``'s estimate of the time the runs to run would take, from the store's times."""
+    from harness.sweep import estimate_seconds
+
+    seconds, n = estimate_seconds(todo, records)
+    known = n["variant"] + n["method"]
+    if not known:
+        return "estimated time: unknown (no recorded run of these variants or methods in the store)"
+    parts = [f"{n['variant']} from recorded seeds of the same variant"]
+    if n["method"]:
+        parts.append(f"{n['method']} from the same method, task and preset")
+    text = f"estimated time: {fmt_duration(seconds)} in one process ({', '.join(parts)}"
+    if n["unknown"]:
+        text += f"; {n['unknown']} run(s) with no recorded run like them, not counted"
+    return text + "; times as recorded, machine load included)"
 
 
 def print_dry_run(cfgs: list[Any], todo_ids: set[str], labels: dict[str, str]) -> None:
