@@ -93,7 +93,7 @@ _cpu = {"flush_denormal": False}
 def flush_denormals() -> bool:
     """Flush subnormal floats to zero on the CPU for this process; returns whether it can.
 
-    Gradients that shrink over hundreds of steps (the adding task at T = 500) fall into the
+    Gradients that shrink over hundreds of steps (a sequence of T = 500 steps) fall into the
     subnormal range (below 1.2e-38 in float32), where each multiply-add costs many times more on
     x86 CPUs: the backward of torch's fused ``nn.GRU`` at batch 256, T = 500, D = 128 took about
     5 s with subnormals and 0.65 s without, and the time jumped between T = 150 and T = 200.
