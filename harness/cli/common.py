@@ -300,6 +300,8 @@ def check_writable(path: Path, directory: bool = False) -> None:
 
     The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
     file is created in it and removed; an existing file is opened for appending (not changed).
+    Folders this check created are removed again, so a command that then stops on other bad
+    input leaves nothing behind; the command creates them when it writes.
 
     Args:
         path: the file (or, with ``directory``, the folder) a command will write.
@@ -309,6 +311,16 @@ def check_writable(path: Path, directory: bool = False) -> None:
         HarnessError: one line naming the path and the reason.
     """
     folder = path if directory else path.parent
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        _check_writable(path, folder, directory)
+    finally:
+        for p in created:
+            with contextlib.suppress(OSError):
+                p.rmdir()
+
+
+def _check_writable(path: Path, folder: Path, directory: bool) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not directory and path.is_dir():

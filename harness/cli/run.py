@@ -241,10 +241,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         check_log_dir(args.log_dir)
     store = Store(store_path(args.out))
-    if not args.dry_run:
-        store.check_writable()
-        store.check_target()  # an existing file that is not a records store is refused
-
     named = (
         args.tasks
         if sweep is None or not sweep.parts
@@ -256,6 +252,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in data_notes:
         out.print(f"[yellow]{note}[/]")
     validate(cfgs, args.data_dir)
+    if not args.dry_run:  # after every check of the input: bad input creates no folder
+        store.check_writable()
+        store.check_target()  # an existing file that is not a records store is refused
     swept_store = SweepStore(store, out)  # before reading: records from now on are seen
     recorded = store.read()[0]
     resume = plan_resume(
