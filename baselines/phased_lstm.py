@@ -16,9 +16,13 @@ Update mask u = 1[k > 0] (the ceiling rule, docs/methods.md 1.1). In eval the le
 units outside their open phase are exact copies; in training the leak makes u = 1 almost everywhere.
 
 Differences from the paper:
-- [DECISION] docs/methods.md 2.6: tau_t = t, the integer step index (S-SA gives no timestamps). The
-  clock is part of the state ``(h, c, clock [B])``, so a state carried across windows keeps
-  counting.
+- [DECISION] docs/methods.md 2.6: tau_t = t, the integer step index, where the task gives no
+  timestamps (S-SA gives none). The clock is part of the state ``(h, c, clock [B])``, so a state
+  carried across windows keeps counting.
+- Where the task gives sample times (``uses_times``: the model passes ``times [B, T]``, e.g. the
+  frequency-discrimination task's times in ms), tau_t is the given time, as in the paper, and
+  periods and shifts are in the task's time unit; the clock still counts steps. Times
+  0, 1, 2, ... give exactly the outputs of no times.
 - [DECISION] docs/methods.md 2.6: r_on = 0.3 at initialisation (S-SA's 69-70% Skip implies it; the
   paper's tasks used 0.05), P = exp(U(ln 2, ln 20)), s ~ U(0, P), all three trainable; leak
   alpha = 1e-3 in training and 0 in eval (as the Theano original's deterministic mode).
@@ -55,7 +59,8 @@ class PhasedLSTMConfig:
 
     Attributes:
         r_on: initial open ratio of every unit, in (0, 1] (trainable).
-        period_low: periods are initialised as exp(U(ln period_low, ln period_high)) steps.
+        period_low: periods are initialised as exp(U(ln period_low, ln period_high)) steps (in
+            the task's time unit where it gives sample times).
         period_high: see ``period_low``.
         leak: alpha, the closed-phase slope in training (eval always uses 0).
         min_period: the forward clamps periods to at least this many steps.
@@ -85,6 +90,7 @@ class PhasedLSTM(Method):
 
     config_cls = PhasedLSTMConfig
     fused_cell = "LSTM"
+    uses_times = True
 
     def __init__(self, input_size: int, hidden_size: int, cfg: PhasedLSTMConfig | None = None):
         super().__init__(input_size, hidden_size, cfg)
@@ -104,9 +110,18 @@ class PhasedLSTM(Method):
         """alpha: the configured leak in training, 0 in eval (so closed units are exact copies)."""
         return float(self.cfg.leak) if self.training else 0.0
 
-    def time_gate(self, clock: Tensor, steps: int) -> Tensor:
-        """Openness ``k [B, steps, D]`` at timestamps ``tau = clock + 0..steps-1``."""
-        tau = (clock[:, None] + torch.arange(steps, device=clock.device)).double()  # [B, steps]
+    def time_gate(self, clock: Tensor, steps: int, times: Tensor | None = None) -> Tensor:
+        """Openness ``k [B, steps, D]`` at timestamps ``tau = clock + 0..steps-1``.
+
+        Args:
+            clock: steps taken so far, ``[B]``.
+            steps: how many steps.
+            times: the timestamps themselves, ``[B, steps]``; None: count from ``clock``.
+        """
+        if times is None:
+            tau = (clock[:, None] + torch.arange(steps, device=clock.device)).double()
+        else:
+            tau = times.double()  # [B, steps]
         P = self.period.clamp(min=self.cfg.min_period)  # [D]
         r = self.r_on.clamp(_R_ON_MIN, 1.0)  # [D]
         phi = torch.remainder(tau[..., None] - self.shift.double(), P.double())  # [B, steps, D]
@@ -132,16 +147,20 @@ class PhasedLSTM(Method):
         # eqs. 9, 11: k c~ + (1 - k) c; lerp gives an exact copy where k = 0
         return torch.lerp(h, h_tilde, k), torch.lerp(c, c_tilde, k)
 
-    def step(self, x_t: Tensor, state: tuple[Tensor, Tensor, Tensor], t: int) -> StepOut:
+    def step(
+        self, x_t: Tensor, state: tuple[Tensor, Tensor, Tensor], t: int, time: Tensor | None = None
+    ) -> StepOut:
         h, c, clock = state
-        k = self.time_gate(clock, 1)[:, 0]  # [B, D]
+        k = self.time_gate(clock, 1, None if time is None else time[:, None])[:, 0]  # [B, D]
         h, c = self._step(self.cell.input_proj(x_t), h, c, k, self.cell.weight_hh.t())
         return StepOut(h, (h, c, clock + 1), (k > 0).to(h.dtype))
 
-    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+    def forward(
+        self, x: Tensor, lengths: Tensor | None = None, state=None, times: Tensor | None = None
+    ) -> SeqOut:
         B, T = x.shape[:2]
         h, c, clock = self.init_state(B, x) if state is None else state
-        k = self.time_gate(clock, T)  # [B, T, D], input-independent
+        k = self.time_gate(clock, T, times)  # [B, T, D], input-independent
         xp = self.cell.input_proj(x)  # [B, T, 4D]
         w_t = self.cell.weight_hh.t()
         hs = []

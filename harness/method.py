@@ -121,6 +121,11 @@ class Method(nn.Module):
     # The torch fused cell (its ``torch.nn`` class name: "GRU", "LSTM" or "RNN") whose
     # same-sized model ``harness bench`` times this method against: the dense cell it computes.
     fused_cell: ClassVar[str] = "GRU"
+    # True: the method reads the time of each sample. The model then calls its forward with the
+    # keyword ``times=`` (``[B, T]`` float, or None where the task gives none: steps at equal
+    # spacing), and its step loop passes ``time=`` (``[B]``) to ``step``. Methods that leave it
+    # False never receive times; they see the samples one step apart.
+    uses_times: ClassVar[bool] = False
 
     def __init__(self, input_size: int, hidden_size: int, cfg: Any = None) -> None:
         super().__init__()
@@ -153,23 +158,41 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def step(self, x_t: Tensor, state: Any, t: int) -> StepOut:
-        """One step: ``x_t [B, V]``, state -> StepOut."""
+        """One step: ``x_t [B, V]``, state -> StepOut.
+
+        A method that sets ``uses_times`` also takes ``time: Tensor | None = None`` (``[B]``).
+        """
         raise NotImplementedError
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state: Any = None) -> SeqOut:
-        """Sequence forward ``x [B, T, V] -> SeqOut``; by default the step loop."""
+        """Sequence forward ``x [B, T, V] -> SeqOut``; by default the step loop.
+
+        A method that sets ``uses_times`` adds a keyword ``times: Tensor | None = None``
+        (``[B, T]``) and passes it on to ``step_loop``.
+        """
         return self.step_loop(x, state)
 
-    def step_loop(self, x: Tensor, state: Any = None) -> SeqOut:
-        """Run ``step`` over time and stack the results; the reference for fast paths."""
+    def step_loop(self, x: Tensor, state: Any = None, times: Tensor | None = None) -> SeqOut:
+        """Run ``step`` over time and stack the results; the reference for fast paths.
+
+        Args:
+            x: inputs ``[B, T, V]``.
+            state: the initial state (None: ``init_state``).
+            times: sample times ``[B, T]``, only for methods that set ``uses_times``; step t
+                then gets ``time=times[:, t]``. None: ``step`` is called without it.
+        """
         if state is None:
             state = self.init_state(x.shape[0], x)
         hs, masks, depths, reads = [], [], [], []
         extras: dict[str, list[Tensor]] = {}
+        step_times = [None] * x.shape[1] if times is None else times.unbind(1)
         # One unbind for the whole sequence: reading step t by indexing a tensor that requires
         # grad records a whole-sequence select per step, and backward becomes quadratic in T.
-        for t, x_t in enumerate(x.unbind(1)):
-            so = self.step(x_t, state, t)
+        for t, (x_t, time_t) in enumerate(zip(x.unbind(1), step_times, strict=True)):
+            if time_t is None:
+                so = self.step(x_t, state, t)
+            else:
+                so = self.step(x_t, state, t, time=time_t)
             state = so.state
             hs.append(so.h)
             masks.append(so.mask)

@@ -63,17 +63,20 @@ class SeqModel(nn.Module):
         """The method layers, first to last."""
         return list(self.layers)
 
-    def forward(self, x: Tensor, lengths: Tensor | None = None) -> ModelOut:
+    def forward(
+        self, x: Tensor, lengths: Tensor | None = None, times: Tensor | None = None
+    ) -> ModelOut:
         """Run the layers over ``x`` (embedded first if it holds tokens) and read out predictions.
 
         The read-out is of the last true step of each sequence (``last`` mode; ``lengths`` is
         ``[B]``, or None for full-length sequences) or of every step; the layers' auxiliary
-        losses are summed.
+        losses are summed. ``times [B, T]`` (the sample times, ``harness.task.Split``) go, as the
+        keyword ``times``, to every layer whose method sets ``uses_times``, and to no other.
         """
         h = self.embed(x) if self.embed is not None else x
         traces: list[SeqOut] = []
         for layer in self.layers:
-            out = layer(h, lengths)
+            out = layer(h, lengths, times=times) if layer.uses_times else layer(h, lengths)
             traces.append(out)
             h = out.outputs
         if self.readout_mode == "last":

@@ -28,11 +28,16 @@ KINDS = ("classification", "regression", "lm")
 
 @dataclass
 class Batch:
-    """A batch: ``x [B, T, V]`` (float) or ``[B, T]`` (token ids), targets ``y``, true lengths."""
+    """A batch: ``x [B, T, V]`` (float) or ``[B, T]`` (token ids), targets ``y``, true lengths.
+
+    ``times [B, T]`` (float), when not None, is the time of each sample in the task's time unit
+    (see ``Split``).
+    """
 
     x: Tensor
     y: Tensor
     lengths: Tensor | None = None
+    times: Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
         """A copy of the batch with its tensors on ``device``."""
@@ -40,20 +45,36 @@ class Batch:
             self.x.to(device),
             self.y.to(device),
             None if self.lengths is None else self.lengths.to(device),
+            None if self.times is None else self.times.to(device),
         )
 
 
 @dataclass
 class Split:
-    """One split held as tensors; ``y`` is ``[N]`` (labels), ``[N, O]`` or ``[N, T, ...]``."""
+    """One split held as tensors; ``y`` is ``[N]`` (labels), ``[N, O]`` or ``[N, T, ...]``.
+
+    Attributes:
+        x: inputs, ``[N, T, V]`` or token ids ``[N, T]``; sequences shorter than T are padded at
+            the end.
+        y: targets.
+        lengths: true length of each sequence, ``[N]``; None when all have length T.
+        times: the time of each sample, ``[N, T]`` (float, non-decreasing along T, in the task's
+            time unit); None when the samples are at equal steps. The model passes them only to
+            methods that set ``Method.uses_times``.
+    """
 
     x: Tensor
     y: Tensor
     lengths: Tensor | None = None
+    times: Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.x) != len(self.y):
             raise ValueError(f"x and y differ in length ({len(self.x)} vs {len(self.y)})")
+        if self.times is not None and tuple(self.times.shape) != tuple(self.x.shape[:2]):
+            raise ValueError(
+                f"times must be [N, T] = {tuple(self.x.shape[:2])} (got {tuple(self.times.shape)})"
+            )
 
     def __len__(self) -> int:
         return len(self.x)
@@ -67,7 +88,8 @@ class Split:
         for i in range(0, n, batch_size):
             idx = order[i : i + batch_size]
             lengths = None if self.lengths is None else self.lengths[idx]
-            yield Batch(self.x[idx], self.y[idx], lengths)
+            times = None if self.times is None else self.times[idx]
+            yield Batch(self.x[idx], self.y[idx], lengths, times)
 
 
 @dataclass

@@ -119,7 +119,7 @@ def evaluate(
     traced: dict[str, Any] = {}
     for batch in split.batches(batch_size):
         batch = batch.to(device)
-        out = model(batch.x, batch.lengths)
+        out = model(batch.x, batch.lengths, batch.times)
         if trace:
             _trace(out, batch, traced, task, model)
         for k, (s, c) in task.batch_stats(out.pred, batch).items():
@@ -245,7 +245,7 @@ def train_model(
             if tc.max_train_batches and i >= tc.max_train_batches:
                 break
             batch = batch.to(device)
-            out = model(batch.x, batch.lengths)
+            out = model(batch.x, batch.lengths, batch.times)
             loss = task.loss(out.pred, batch)
             total = loss if out.aux_loss is None else loss + out.aux_loss
             if not torch.isfinite(total):

@@ -2,6 +2,7 @@
 
 from tasks import (  # noqa: F401
     adding,
+    freq_discrimination,
     har,
     ptb,
     seizures,

@@ -43,14 +43,20 @@ def test_generated_task_splits_are_deterministic_and_shaped(name):
         assert torch.equal(sa.x, sb.x) and torch.equal(sa.y, sb.y)
         assert sa.x.dtype == torch.float32 and sa.x.shape[-1] == t.input_size
     assert len(a.train) == rc.task_cfg.n_train and len(a.test) == rc.task_cfg.n_test
-    if t.readout == "every":
+    if t.kind == "classification":  # labels; a perfect predictor puts its logit on the label
+        assert a.test.y.shape == (len(a.test),) and a.test.y.dtype == torch.int64
+        assert 0 <= int(a.test.y.min()) and int(a.test.y.max()) < t.output_size
+        perfect = torch.nn.functional.one_hot(a.test.y, t.output_size).float()
+    elif t.readout == "every":
         assert a.test.y.shape[:2] == a.test.x.shape[:2] and a.test.y.shape[-1] == t.output_size
+        perfect = a.test.y.clone()
     else:
         assert a.test.y.shape == (len(a.test), t.output_size)
+        perfect = a.test.y.clone()
     # A perfect predictor scores the best value of the primary metric.
     batch = Batch(a.test.x, a.test.y)
-    m = t.finalize(t.batch_stats(a.test.y.clone(), batch))
-    assert m[t.primary] == 0.0
+    m = t.finalize(t.batch_stats(perfect, batch))
+    assert m[t.primary] == (100.0 if t.higher_is_better else 0.0)
 
 
 def test_adding_targets_are_the_two_marked_values():

@@ -1,0 +1,304 @@
+"""Frequency discrimination: is a sine wave's period inside a target band? (Phased LSTM, 4.1)
+
+Paper: Neil, Pfeiffer, Liu, "Phased LSTM: Accelerating Recurrent Network Training for Long or
+Event-based Sequences", NeurIPS 2016, https://arxiv.org/abs/1610.09513, section 4.1 and Figure 3.
+Also Skip RNN (Campos et al., ICLR 2018, https://arxiv.org/abs/1708.06834), appendix A.1 and
+Table 4, which reuses the task at regular sampling. The data generator follows the Phased LSTM
+authors' code, ``dannyneil/public_plstm @ 3abf8de978154eb71caf080f70448cce08883ffb : freq_task.py``
+(``SinWaveIterator.flow``; its runs: ``a_freq_task.sh``); ``tests/test_freq_discrimination.py``
+checks ``generate`` against a transcription of it.
+
+What the paper and that code set (times in ms):
+
+- Each sequence samples ``sin(2 pi t / P - phi)`` over a window of ``duration ~ U(15, 125)``
+  starting at ``start ~ U(0, 125 - duration)``; ``phi ~ U(0, duration)`` (the code's phase
+  shift, in radians).
+- Periods: sequences are drawn in blocks of 32 (the code's batch size); in each block the first
+  half has ``P ~ U(5, 6)``, the target band, and the second half ``P ~ exp(U(ln 1, ln 100))``.
+  The label is 1 when ``5 <= P <= 6``, so about 52% of the sequences are positive (2% of the
+  second half falls in the band); the paper calls the classes "approximately balanced".
+- Sampling regimes (section 4.1; ``sampling``): ``regular``, a sample every 1 ms (the paper's
+  standard condition: 15 to 125 samples); ``high-res``, every 0.1 ms (150 to 1250 samples);
+  ``async``, ``n ~ U(15, 125)`` sample times drawn uniformly in the window and sorted (about the
+  number of samples of the regular regime).
+- Models (section 4.1): one layer of 110 units and a 2-way read-out of the last step. The LSTM
+  and BN-LSTM baselines got the timestamp as a second input (2-110-2, in every regime); Phased
+  LSTM got only the sample value (1-110-2) and used the times in its time gate, periods
+  ``exp(U(1, 3))`` ms, r_on 0.05, shift ``U(0, 100)``. Adam at 1e-3, batch 32, 70 epochs, five
+  seeds; 5,000 training and 500 test sequences per epoch.
+
+The task: a sequence is ``x [T, V]``: the sample value, then (``time_input``) the sample time in
+ms (``time``, what the paper's LSTMs received, the default), the gap since the previous sample
+(``gap``, 0 at the first) or nothing (``none``). Every split also carries the sample times
+(``Split.times``); the model passes them only to methods that set ``uses_times`` (Phased LSTM,
+whose time gate then runs on them). The others see the samples one step apart and know the time
+only through that input. Sequences have different lengths: they are padded at the end and read
+out at their last true sample (``lengths``). Two logits, cross-entropy, accuracy in percent.
+
+Differences from the paper:
+- The data are a fixed function of ``data_seed`` (generated once, split 5000/500/500 by default);
+  the authors drew fresh sequences every epoch. Run seeds vary the model and shuffling.
+- The paper's text (and Skip RNN's A.1, citing it) gives the classes as ``U(5, 6)`` and
+  ``U(1, 5) U U(6, 100)``; we follow the authors' code above (log-uniform periods over 1-100 ms
+  for the second half of a block, about 52% positives). Skip RNN's own generator (not used here)
+  draws the negatives uniformly outside the band and balances its batches exactly.
+- Right-padding with true lengths replaces the code's left-padding with a mask; the outputs at
+  the last sample are the same.
+- The code's read-out is a 2-unit leaky-ReLU layer before the softmax; ours is linear. The code
+  clips gradients inside the LSTM layer (Lasagne ``grad_clipping=10``); the paper preset keeps
+  the harness's global-norm clipping at 1 [INFERRED: the paper states no clipping].
+- Every preset gives every method the timestamp input except Phased LSTM (as in the paper);
+  BN-LSTM is not a method here.
+- Phased LSTM's periods and shifts are in ms when the task passes times; in the paper preset its
+  periods start at ``exp(U(1, 3))`` and r_on at 0.05 (the code's), its shifts at ``U(0, P)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness.config import ModelConfig, Preset, TrainConfig
+from harness.errors import ConfigError
+from harness.registry import register_task
+from harness.task import Split, Splits, Task
+
+SAMPLINGS = ("regular", "high-res", "async")
+TIME_INPUTS = ("time", "gap", "none")
+BLOCK = 32  # sequences drawn together; the first half of each block has its period in the band
+
+
+@dataclass(frozen=True)
+class FreqDiscriminationConfig:
+    """Knobs of the frequency-discrimination task (times in ms).
+
+    Attributes:
+        n_train: training sequences.
+        n_val: validation sequences.
+        n_test: test sequences.
+        sampling: ``regular`` (every ``regular_ms``), ``high-res`` (every ``high_res_ms``) or
+            ``async`` (``U(min_points, max_points)`` random sorted times).
+        time_input: the second input feature: ``time`` (the sample time), ``gap`` (time since
+            the previous sample) or ``none`` (the value only).
+        regular_ms: the sampling interval of the regular regime.
+        high_res_ms: the sampling interval of the high-resolution regime.
+        min_duration: windows last ``U(min_duration, max_duration)``.
+        max_duration: also the end of the time span every window lies in.
+        min_points: the asynchronous regime draws ``int(U(min_points, max_points))`` samples.
+        max_points: see ``min_points``.
+        min_period: periods outside the band's half are ``exp(U(ln min_period, ln max_period))``.
+        max_period: see ``min_period``.
+        band_low: the target band ``[band_low, band_high]`` of the positive class.
+        band_high: see ``band_low``.
+        data_seed: the data are a fixed function of it.
+    """
+
+    n_train: int = 5000
+    n_val: int = 500
+    n_test: int = 500
+    sampling: str = "regular"
+    time_input: str = "time"
+    regular_ms: float = 1.0
+    high_res_ms: float = 0.1
+    min_duration: float = 15.0
+    max_duration: float = 125.0
+    min_points: int = 15
+    max_points: int = 125
+    min_period: float = 1.0
+    max_period: float = 100.0
+    band_low: float = 5.0
+    band_high: float = 6.0
+    data_seed: int = 0
+
+    def __post_init__(self) -> None:
+        name = "freq-discrimination"
+        if min(self.n_train, self.n_val, self.n_test) <= 0:
+            raise ConfigError(f"{name}: split sizes must be positive")
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError(
+                f"{name}: sampling must be one of {', '.join(SAMPLINGS)} (got '{self.sampling}')"
+            )
+        if self.time_input not in TIME_INPUTS:
+            raise ConfigError(
+                f"{name}: time_input must be one of {', '.join(TIME_INPUTS)} "
+                f"(got '{self.time_input}')"
+            )
+        if not (self.regular_ms > 0 and self.high_res_ms > 0):
+            raise ConfigError(f"{name}: regular_ms and high_res_ms must be positive")
+        if not 0 < self.min_duration <= self.max_duration:
+            raise ConfigError(f"{name}: need 0 < min_duration <= max_duration")
+        if not 1 <= self.min_points <= self.max_points:
+            raise ConfigError(f"{name}: need 1 <= min_points <= max_points")
+        if not 0 < self.min_period <= self.band_low < self.band_high <= self.max_period:
+            raise ConfigError(
+                f"{name}: need 0 < min_period <= band_low < band_high <= max_period (got "
+                f"{self.min_period}, {self.band_low}, {self.band_high}, {self.max_period})"
+            )
+
+
+@dataclass
+class Waves:
+    """Generated sequences: per-sequence sample times and values, periods and labels."""
+
+    times: list[np.ndarray]
+    values: list[np.ndarray]
+    periods: np.ndarray
+    labels: np.ndarray
+
+
+def sample_times(
+    cfg: FreqDiscriminationConfig, start: float, duration: float, points: float, rng
+) -> np.ndarray:
+    """The sample times of one window ``[start, start + duration)`` in the configured regime."""
+    if cfg.sampling == "async":
+        return np.sort(rng.random(int(points))) * duration + start
+    step = cfg.regular_ms if cfg.sampling == "regular" else cfg.high_res_ms
+    return np.arange(start, start + duration, step=step)
+
+
+def generate(n: int, cfg: FreqDiscriminationConfig, rng) -> Waves:
+    """``n`` sequences, drawn in blocks of ``BLOCK`` as the authors' generator draws a batch.
+
+    Args:
+        n: how many sequences (the last block is cut).
+        cfg: the task's knobs.
+        rng: a ``numpy.random.Generator`` (or ``RandomState``: the same calls, the same stream
+            as the authors' global ``np.random``).
+
+    Returns:
+        The sample times and values (float64) of each sequence, their periods and labels.
+    """
+    times: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    periods, labels = [], []
+    half = BLOCK // 2
+    log_lo, log_hi = math.log(cfg.min_period), math.log(cfg.max_period)
+    for _ in range(-(-n // BLOCK)):
+        points = rng.uniform(cfg.min_points, cfg.max_points, size=BLOCK)
+        duration = rng.uniform(cfg.min_duration, cfg.max_duration, size=BLOCK)
+        start = rng.uniform(0.0, cfg.max_duration - duration, size=BLOCK)
+        period = np.exp(rng.uniform(log_lo, log_hi, size=BLOCK))
+        shift = rng.uniform(0.0, duration, size=BLOCK)
+        period[:half] = rng.uniform(cfg.band_low, cfg.band_high, size=half)
+        for i in range(BLOCK):
+            t = sample_times(cfg, start[i], duration[i], points[i], rng)
+            times.append(t)
+            values.append(np.sin(2 * np.pi / period[i] * t - shift[i]))
+        periods.append(period)
+        labels.append((period >= cfg.band_low) & (period <= cfg.band_high))
+    return Waves(
+        times[:n],
+        values[:n],
+        np.concatenate(periods)[:n],
+        np.concatenate(labels)[:n].astype(np.int64),
+    )
+
+
+def pack(waves: Waves, time_input: str, lo: int, hi: int) -> Split:
+    """Sequences ``lo..hi-1``, padded at the end, as one ``Split`` with lengths and times.
+
+    Padded steps hold zeros and repeat the last sample time (times stay non-decreasing).
+    """
+    seqs = list(zip(waves.times[lo:hi], waves.values[lo:hi], strict=True))
+    lengths = np.array([len(t) for t, _ in seqs], dtype=np.int64)
+    T = int(lengths.max())
+    V = 1 if time_input == "none" else 2
+    x = np.zeros((len(seqs), T, V), dtype=np.float32)
+    times = np.zeros((len(seqs), T), dtype=np.float64)
+    for i, (t, v) in enumerate(seqs):
+        L = len(t)
+        x[i, :L, 0] = v
+        times[i, :L] = t
+        times[i, L:] = t[-1]
+        if time_input == "time":
+            x[i, :L, 1] = t
+        elif time_input == "gap":
+            x[i, 1:L, 1] = np.diff(t)
+    return Split(
+        torch.from_numpy(x),
+        torch.from_numpy(waves.labels[lo:hi].copy()),
+        torch.from_numpy(lengths),
+        torch.from_numpy(times.astype(np.float32)),
+    )
+
+
+# As in the paper, Phased LSTM reads the value only: the times drive its gate instead.
+_VALUE_ONLY = {"time_input": "none"}
+
+
+def _presets() -> dict[str, Preset]:
+    return {
+        "smoke": Preset(
+            train=TrainConfig(epochs=2, batch_size=32, lr=1e-2, eval_batch_size=500),
+            model=ModelConfig(hidden_size=10),
+            task={
+                "n_train": 128,
+                "n_val": 32,
+                "n_test": 32,
+                "min_duration": 10.0,
+                "max_duration": 20.0,
+                "min_points": 10,
+                "max_points": 20,
+            },
+            methods={"phased-lstm": _VALUE_ONLY},
+        ),
+        # Windows of at most 60 ms (60 regular steps) keep the slowest method to minutes.
+        "quick": Preset(
+            train=TrainConfig(epochs=10, batch_size=64, lr=3e-3, eval_batch_size=500),
+            model=ModelConfig(hidden_size=32),
+            task={"n_train": 2048, "n_val": 256, "n_test": 256, "max_duration": 60.0},
+            methods={"phased-lstm": _VALUE_ONLY},
+        ),
+        # Phased LSTM 4.1 and its code: D = 110, Adam 1e-3, batch 32, 70 epochs, 5000 sequences.
+        "paper": Preset(
+            train=TrainConfig(epochs=70, batch_size=32, lr=1e-3, eval_batch_size=500),
+            model=ModelConfig(hidden_size=110),
+            methods={
+                "phased-lstm": {
+                    **_VALUE_ONLY,
+                    "r_on": 0.05,
+                    "period_low": math.e,
+                    "period_high": math.e**3,
+                }
+            },
+        ),
+    }
+
+
+@register_task("freq-discrimination")
+class FreqDiscrimination(Task):
+    """Is a sampled sine wave's period in the 5-6 ms band? (accuracy, higher is better)."""
+
+    kind = "classification"
+    readout = "last"
+    primary = "accuracy"
+    higher_is_better = True
+    config_cls = FreqDiscriminationConfig
+    presets = _presets()
+    description = "Phased LSTM 4.1 sine-period discrimination, regular/high-res/async sampling"
+
+    @property
+    def input_size(self) -> int:
+        return 1 if self.cfg.time_input == "none" else 2
+
+    @property
+    def output_size(self) -> int:
+        return 2
+
+    def splits(self, seed: int) -> Splits:
+        cfg = self.cfg
+        n = cfg.n_train + cfg.n_val + cfg.n_test
+        waves = generate(n, cfg, np.random.default_rng(cfg.data_seed))
+        a, b = cfg.n_train, cfg.n_train + cfg.n_val
+        parts = [pack(waves, cfg.time_input, i, j) for i, j in ((0, a), (a, b), (b, n))]
+        lengths = np.array([len(t) for t in waves.times])
+        info = {
+            "sampling": cfg.sampling,
+            "mean_length": float(lengths.mean()),
+            "max_length": int(lengths.max()),
+            "positive_pct": float(100.0 * waves.labels.mean()),
+        }
+        return Splits(*parts, info=info)
