@@ -3,6 +3,8 @@
 
 from baselines import (  # noqa: F401
     clockwork_rnn,
+    delta_gru,
+    egru,
     ei_rehn,
     gru,
     hsg,

@@ -35,7 +35,15 @@ UNIT_NOTE = (
 
 
 def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:
-    """Paper-effective MACs of every step, ``[B, T]`` (float64), from the mask and depth."""
+    """Paper-effective MACs of every step, ``[B, T]`` (float64), from the mask, depth and reads.
+
+    Rows and columns under one convention: an updated unit costs its row of every gate matrix
+    (``per_unit``), and of that row only the columns the step reads (``SeqOut.reads``: the share
+    of the V + D input and previous-state columns read; all of them when ``reads`` is None). A
+    step of an activity-sparse cell that updates k units and reads c of its V + D columns costs
+    ``per_unit * k * c / (V + D)``, which for its cells (``per_unit = G (V + D)``) is
+    ``G * k * c``: the products of the nonzero columns only.
+    """
     mask = out.mask.detach()
     k = (mask > 0).sum(-1).double()  # [B, T] updated units
     active = (k > 0).double()
@@ -43,7 +51,13 @@ def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:
         R = out.depth.detach().amax(-1).double()  # executed depth R_t = max_i n_{t,i}
     else:
         R = active
-    return cost.always + cost.per_unit * k + cost.per_active_step * active + cost.per_layer * R
+    rows = k if out.reads is None else k * read_share(out.reads)
+    return cost.always + cost.per_unit * rows + cost.per_active_step * active + cost.per_layer * R
+
+
+def read_share(reads: Tensor) -> Tensor:
+    """The share of the V + D columns each step reads, ``[B, T]`` (float64)."""
+    return (reads.detach() > 0).double().mean(-1)
 
 
 def per_sequence(step_macs: Tensor, lengths: Tensor | None = None) -> Tensor:

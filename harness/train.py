@@ -25,7 +25,7 @@ from harness import env
 from harness.config import RunConfig
 from harness.errors import DivergedError, HarnessError
 from harness.flops import FLOPS_PER_MAC, sequence_macs
-from harness.metrics import depth_stats, geometric_mean, skip_fraction
+from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
 from harness.model import SeqModel
 from harness.registry import METHODS, TASKS
 from harness.results import method_code
@@ -135,6 +135,18 @@ def evaluate(
             for o, layer in zip(out.layers, model.methods, strict=True)
         )
         per_seq["skip"] = skipped / units
+        if any(o.reads is not None for o in out.layers):  # activity-sparse layers: the columns
+            cols = sum(
+                o.mask.shape[-1] if o.reads is None else o.reads.shape[-1] for o in out.layers
+            )
+            per_seq["read_skip"] = (
+                sum(
+                    skip_fraction(o.reads, batch.lengths) * o.reads.shape[-1]
+                    for o in out.layers
+                    if o.reads is not None
+                )
+                / cols
+            )
         for o, layer in zip(out.layers, model.methods, strict=True):
             for k, v in sequence_macs(layer, o, batch.lengths).items():
                 per_seq[f"macs_{k}"] = per_seq.get(f"macs_{k}", 0) + v
@@ -148,6 +160,10 @@ def evaluate(
     metrics = task.finalize({k: (s, c) for k, (s, c) in stats.items()})
     mean = {k: v / max(n_seq, 1) for k, v in sums.items()}
     metrics["skip_pct"] = 100.0 * mean["skip"]
+    if "read_skip" in mean:
+        metrics["read_skip_pct"] = 100.0 * mean["read_skip"]
+    if trace:
+        _finish_trace(traced)
     if "depth_skip" in mean:
         metrics["depth_skip_pct"] = 100.0 * mean["depth_skip"]
         metrics["mean_depth"] = mean["mean_depth"]
@@ -169,12 +185,34 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
         T = int(batch.lengths[0]) if batch.lengths is not None else batch.x.shape[1]
         traced["first_mask"] = [pack_mask(o.mask[0, :T]) for o in out.layers]
         traced["units"] = [o.mask.shape[-1] for o in out.layers]
+        if any(o.reads is not None for o in out.layers):
+            traced["first_reads"] = [
+                None if o.reads is None else pack_mask(o.reads[0, :T]) for o in out.layers
+            ]
         if all(o.depth is not None for o in out.layers):
             traced["first_depth"] = [pack_depth(o.depth[0, :T]) for o in out.layers]
             traced["max_depth"] = [layer.cost().max_depth for layer in model.methods]
         marks = task.marked_steps(batch.x[0, :T])
         if marks:
             traced["first_marks"] = [int(t) for t in marks]
+    # per step, over the test set: the share of rows (unit updates) and of columns (reads)
+    # skipped, each layer weighted by its units / columns; summed here, divided in _finish_trace
+    B, T = out.layers[0].mask.shape[:2]
+    valid = valid_steps(B, T, batch.lengths, out.layers[0].mask.device).double()
+    rows = sum((o.mask.detach() <= 0).double().sum(-1) for o in out.layers)
+    shares = {"skip_pct_per_step": rows / sum(o.mask.shape[-1] for o in out.layers)}
+    if any(o.reads is not None for o in out.layers):
+        cols = sum(o.mask.shape[-1] if o.reads is None else o.reads.shape[-1] for o in out.layers)
+        unread = sum(
+            (o.reads.detach() <= 0).double().sum(-1) for o in out.layers if o.reads is not None
+        )
+        shares["read_skip_pct_per_step"] = unread / cols
+    acc = traced.setdefault("_per_step", {"n": torch.zeros(T, dtype=torch.float64)})
+    acc["n"] = _pad_add(acc["n"], valid.sum(0).cpu())
+    for name, share in shares.items():
+        acc[name] = _pad_add(
+            acc.get(name, torch.zeros(0, dtype=torch.float64)), (share * valid).sum(0).cpu()
+        )
     hist = traced.setdefault("depth_hist", {})
     for o in out.layers:
         if o.depth is None:
@@ -187,6 +225,25 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
             hist[str(int(r))] = hist.get(str(int(r)), 0) + int(c)
     if not hist:
         traced.pop("depth_hist")
+
+
+def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b`` for 1-d tensors of possibly different lengths (the shorter one zero-padded)."""
+    n = max(len(a), len(b))
+    out = torch.zeros(n, dtype=torch.float64)
+    out[: len(a)] += a
+    out[: len(b)] += b
+    return out
+
+
+def _finish_trace(traced: dict[str, Any]) -> None:
+    """Turn the per-step sums of ``_trace`` into per-step means (percent, 2 decimals)."""
+    acc = traced.pop("_per_step", None)
+    if not acc:
+        return
+    n = acc.pop("n").clamp(min=1.0)
+    for name, total in acc.items():
+        traced[name] = [round(float(v), 2) for v in 100.0 * total / n]
 
 
 def _better(new: float, best: float | None, higher: bool) -> bool:

@@ -66,11 +66,14 @@ def assert_grads_match(
 
 
 def check_fast_equals_dense(m, x: torch.Tensor):
-    """``m.fast_forward(x)`` equals ``m.eval()(x)``: masks and depth exactly, outputs and extras
-    to 1e-10 (use float64); returns the dense output."""
+    """``m.fast_forward(x)`` equals ``m.eval()(x)``: masks, reads and depth exactly, outputs and
+    extras to 1e-10 (use float64); returns the dense output."""
     ref = m.eval()(x)
     out = m.fast_forward(x)
     assert torch.equal(out.mask, ref.mask)
+    assert (out.reads is None) == (ref.reads is None)
+    if ref.reads is not None:
+        assert torch.equal(out.reads, ref.reads)
     torch.testing.assert_close(out.outputs, ref.outputs, rtol=1e-10, atol=1e-10)
     assert (out.depth is None) == (ref.depth is None)
     if ref.depth is not None:

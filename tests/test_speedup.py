@@ -66,8 +66,12 @@ def test_the_bounds_are_mac_ratios(rows):
         assert r["fused_cell"] == cls.fused_cell
         cell_macs = FUSED_CELLS[cls.fused_cell] * r["D"] * (r["V"] + r["D"]) * r["T"]
         assert r["fused_macs"] == cell_macs
-        # the same method at skip 0: every unit updated at full depth, so the dense MACs
-        assert r["noskip_skip"] < 0.01 and r["noskip_macs"] == pytest.approx(r["dense_macs"], 0.01)
+        # the same method at skip 0: every unit updated at full depth, so the dense MACs;
+        # activity-sparse methods read every column but the first step's zero state
+        first = r["D"] / (r["V"] + r["D"]) / r["T"] if r["skip_kind"] == "columns" else 0.0
+        assert r["noskip_skip"] < first + 0.01
+        noskip = r["dense_macs"] * (1 - r["noskip_skip"])
+        assert r["noskip_macs"] == pytest.approx(noskip, 0.01)
         assert r["bound_dense"] <= r["flop_reduction"] * (1 + 1e-9)
         if r["B"] == 1:  # one sequence: the union is its own decisions, the FLOP reduction
             assert r["bound_dense"] == pytest.approx(r["flop_reduction"])
@@ -184,3 +188,52 @@ def test_markdown_shows_a_missing_comparison_as_a_dash():
     line = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
     assert line.count("| – ") == 6 and "5.00 / – / – / 1.00" in line
     assert "Against the fused cell" not in md and "JSON line" not in md
+
+
+def test_activity_sparse_outputs_are_measured_by_the_columns_they_read():
+    """Skip % of rows is 0 for a method that updates every unit; its skip is the activity
+    sparsity (1 - mean of reads), and the batch's union reads every column some sequence reads."""
+    m = METHODS.get("delta-gru")(2, 4)
+    T, V, D = 3, 2, 4
+    reads = torch.zeros(2, T, V + D)
+    reads[0, :, 0] = 1  # sequence 0 reads input 0, sequence 1 state unit 2
+    reads[1, :, V + 2] = 1
+    out = SeqOut(torch.zeros(2, T, D), torch.ones(2, T, D), reads=reads)
+    assert speedup.skip_kind(out) == "columns"
+    assert speedup.achieved_skip(out, m) == pytest.approx(1 - 1 / 6)
+    rows_only = SeqOut(torch.zeros(2, T, D), torch.ones(2, T, D))
+    assert speedup.skip_kind(rows_only) == "units" and speedup.achieved_skip(rows_only, m) == 0
+    per_unit = m.cost().per_unit  # 3 (V + D): a unit reading c of V + D columns costs 3 c
+    assert union_macs(m, out) == pytest.approx(T * D * per_unit * 2 / (V + D))
+    one = SeqOut(out.outputs[:1], out.mask[:1], reads=reads[:1])
+    assert union_macs(m, one) == pytest.approx(sequence_macs(m, one)["effective"].item())
+    assert speedup.reads_mismatch(out, out) == 0 and speedup.reads_mismatch(rows_only, out) == 36
+    flipped = SeqOut(out.outputs, out.mask, reads=1 - reads)
+    assert speedup.reads_mismatch(flipped, out) == reads.numel()
+
+
+def test_markdown_says_when_the_skip_is_the_activity_sparsity():
+    rows = [row(), row(method="a", skip_kind="columns", reads_mismatch=3)]
+    md = speedup_markdown(rows, "c")
+    assert speedup.COLUMNS_NOTE in md
+    line = next(x for x in md.splitlines() if x.startswith("| a | 8 | 1 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4] == "90.0 (cols)" and "3 reads entries differ" in cells[-2]
+    other = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
+    assert "(cols)" not in other and "reads" not in other
+    assert speedup.COLUMNS_NOTE not in speedup_markdown(rows[:1], "c")
+
+
+def test_measured_rows_of_activity_sparse_methods():
+    rows = measure_speedups(
+        methods="delta-gru,egru", skips=(0.0, 0.75), hidden=(24,), batches=(1, 3), seq_len=12,
+        budget_s=0.0,
+    )  # fmt: skip
+    for r in rows:
+        assert r["skip_kind"] == "columns" and r["mask_mismatch"] == r["reads_mismatch"] == 0
+        assert r["max_abs_diff"] < 1e-5
+        assert r["bound_dense"] == pytest.approx(r["dense_macs"] / r["fast_macs"])
+        if r["B"] == 1:
+            assert r["fast_macs"] == pytest.approx(r["dense_macs"] * (1 - r["skip"]))
+        if r["target_skip"]:
+            assert r["flop_reduction"] > 1.5

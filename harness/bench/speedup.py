@@ -17,7 +17,8 @@ of them alike:
 Each comparison has a bound, the speedup the saved work allows: MACs of the alternative / MACs
 the fast path must do (``harness.flops.sequence_macs``, paper-effective count). The fast path's
 MACs are those of the *union* of the batch's decisions (a unit computed for one sequence of the
-batch is read, as a weight row, for all of them; the deepest sequence sets a step's depth): at
+batch is read, as a weight row, for all of them; likewise a column some sequence reads; the
+deepest sequence sets a step's depth): at
 batch 1, or where the decisions of the batch coincide, that is the FLOP reduction; at batch > 1
 with independent per-unit decisions it is the memory-traffic bound of reading the union of the
 rows. ``realised / bound`` = the fraction of the bound turned into time (1 = every saved MAC).
@@ -32,7 +33,10 @@ real fast path implements ``Method.at_skip`` (an untrained model whose decision 
 a Skip %, and a one-line description of that setting, reported per row) and may add a line to
 the report's header with ``Method.fast_path_note``, asked once the fast path has run and kept in
 each row, so that rendering a report from rows runs no method code (no kernel is built for it).
-The target is the unit Skip %, or for depth-adaptive methods the depth-skip % (``achieved_skip``).
+The target is the unit Skip %, for depth-adaptive methods the depth-skip %, and for activity-sparse
+methods (whose outputs carry ``SeqOut.reads``) the activity sparsity, the share of the input and
+state columns the steps do not read (``achieved_skip``, ``skip_kind``); their bound counts the
+union of the batch's columns read.
 """
 
 from __future__ import annotations
@@ -126,8 +130,27 @@ def build_at_skip(
     return cls.at_skip(input_size, hidden_size, skip, seq_len)
 
 
+def skip_kind(out: SeqOut) -> str:
+    """What ``achieved_skip`` measures for an output: ``columns``, ``depth`` or ``units``.
+
+    ``columns`` for activity-sparse methods (their output says which columns each step reads),
+    ``depth`` for depth-adaptive methods, ``units`` for the others.
+    """
+    if out.reads is not None:
+        return "columns"
+    return "units" if out.depth is None else "depth"
+
+
 def achieved_skip(out: SeqOut, method: Method) -> float:
-    """Skip % / 100 of a batch; for depth methods the depth-skip fraction (docs/methods.md 1.1)."""
+    """The skip a fast path is measured at, as a fraction of a batch (``skip_kind``).
+
+    Activity-sparse methods (``SeqOut.reads``): the activity sparsity, the share of the V + D
+    input and state columns the steps do not read (their rows are all updated: Skip % is 0).
+    Depth-adaptive methods: the depth-skip fraction (docs/methods.md 1.1). Others: Skip % / 100,
+    the share of unit updates skipped.
+    """
+    if out.reads is not None:
+        return 1.0 - (out.reads > 0).double().mean().item()
     if out.depth is not None:
         r_max = method.cost().max_depth
         return 1.0 - out.depth.double().mean().item() / r_max
@@ -142,6 +165,15 @@ ALTERNATIVES = {
     "fused": "fused cell",
 }
 SLOW_CALL_S = 0.1  # a path slower than this per call is timed one call per round
+# The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
+COLUMNS_NOTE = (
+    "For activity-sparse methods (skip marked (cols)) the target and the skip are the activity "
+    "sparsity, the share of the V + D input and state columns the steps do not read, not "
+    "Skip % (rows: they update every unit, so theirs is 0); their fast path multiplies only the "
+    "columns some sequence of the batch reads, their bound counts the union of those columns, "
+    "and their no-skip model (its `at_skip` at 0) reads every column but the state columns of "
+    "the first step (the zero initial state). "
+)
 
 
 def interleaved_rounds(
@@ -228,14 +260,20 @@ def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, flo
 def union_macs(model: Method, out: SeqOut) -> float:
     """Paper-effective MACs per sequence of computing the union of the batch's decisions.
 
-    The union: at each step the units updated by any sequence, at the largest depth. This is
-    what a batched fast path reads (a weight row serves the whole batch once any
-    sequence needs it): at batch 1, or where the batch's decisions coincide, the effective MACs.
+    The union: at each step the units updated by any sequence, at the largest depth, reading
+    the columns read by any sequence. This is what a batched fast path reads (a weight row, or
+    column, serves the whole batch once any sequence needs it): at batch 1, or where the batch's
+    decisions coincide, the effective MACs.
     """
+
+    def any_sequence(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.detach().amax(0, keepdim=True)
+
     union = SeqOut(
         outputs=out.outputs[:1],
-        mask=out.mask.detach().amax(0, keepdim=True),
-        depth=None if out.depth is None else out.depth.detach().amax(0, keepdim=True),
+        mask=any_sequence(out.mask),
+        depth=any_sequence(out.depth),
+        reads=any_sequence(out.reads),
     )
     return sequence_macs(model, union)["effective"].item()
 
@@ -361,7 +399,9 @@ def measure_one(
         of per-round A / fast) and ``realised_frac_A`` (speedup / bound); the dense comparison
         also under the plain names ``speedup``, ``bound`` and ``realised_frac``. Then fast_ms,
         rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip, fused_cell,
-        max_abs_diff and mask_mismatch (fast vs dense) and note.
+        max_abs_diff, mask_mismatch and reads_mismatch (entries that differ, fast vs dense;
+        reads 0 for methods without them), skip_kind (``skip_kind``: what ``skip`` measures)
+        and note.
     """
     model.eval()
     with torch.no_grad():
@@ -400,6 +440,7 @@ def measure_one(
     times = interleaved_rounds(paths, x.device, budget_s=budget_s)
     row: dict[str, Any] = {
         "skip": achieved_skip(ref, model),
+        "skip_kind": skip_kind(ref),
         "flop_reduction": macs["dense"] / macs["effective"],
         "flop_reduction_exact": macs["dense"] / macs["exact"],
         "fast_macs": fast_macs,
@@ -428,8 +469,22 @@ def measure_one(
         **extra,
         "max_abs_diff": (out.outputs - ref.outputs).abs().max().item(),
         "mask_mismatch": int((out.mask != ref.mask).sum().item()),
+        "reads_mismatch": reads_mismatch(out, ref),
         "note": type(model).fast_path_note(),
     }
+
+
+def reads_mismatch(out: SeqOut, ref: SeqOut) -> int:
+    """Entries of ``reads`` that differ between two outputs.
+
+    All of them where one output has reads and the other none; 0 where neither has.
+    """
+    if out.reads is None and ref.reads is None:
+        return 0
+    if out.reads is None or ref.reads is None or out.reads.shape != ref.reads.shape:
+        present = out.reads if ref.reads is None else ref.reads
+        return int(present.numel())
+    return int((out.reads != ref.reads).sum().item())
 
 
 def speedup_jsonl(rows: Sequence[dict[str, Any]]) -> str:
@@ -490,6 +545,7 @@ def speedup_markdown(
             last_note[r["method"]] = r["note"]
     notes = list(dict.fromkeys(last_note.values()))
     raw = f" Raw per-round timings, one JSON line per row: `{data_file}`." if data_file else ""
+    columns = any(r.get("skip_kind") == "columns" for r in rows)
     lines = [
         "<!-- Generated file: do not edit. Produced by harness.bench.speedup.speedup_markdown. -->",
         "# Realised speedups of the skipping methods' fast inference paths",
@@ -516,7 +572,8 @@ def speedup_markdown(
         "union of the updated rows. Realised / bound = the fraction of the bound turned into "
         "time. FLOP reduction = dense / effective MACs per sequence (exact-realisable in "
         "brackets where it differs). Fast paths are PyTorch code unless a note below says "
-        "otherwise. For depth-adaptive methods the skip is the depth-skip %. Max |diff| = "
+        "otherwise. For depth-adaptive methods the skip is the depth-skip %. "
+        f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
         f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
         "",
         *[f"- {n}" for n in notes],
@@ -546,6 +603,8 @@ def speedup_markdown(
         diff = f"{r['max_abs_diff']:.1e}"
         if r["mask_mismatch"]:
             diff += f", {r['mask_mismatch']} mask entries differ"
+        if r.get("reads_mismatch"):
+            diff += f", {r['reads_mismatch']} reads entries differ"
         cell = f"{r['fused_cell']}: " if r.get("fused_cell") else ""
         fused = _vs(r, "fused")
         fused[0] = cell + fused[0] if fused[0] != "–" else fused[0]
@@ -558,7 +617,8 @@ def speedup_markdown(
                     str(r["D"]),
                     str(r["B"]),
                     f"{100 * r['target_skip']:.0f}",
-                    f"{100 * r['skip']:.1f}",
+                    f"{100 * r['skip']:.1f}"
+                    + (" (cols)" if r.get("skip_kind") == "columns" else ""),
                     r["setting"],
                     red,
                     ms,

@@ -37,12 +37,19 @@ from harness.results import flat_config, latest
 # (column title, metric key, higher is better); None direction means "no arrow".
 TRACE_COLUMNS = [
     ("Skip %", "skip_pct", True),
+    ("Activity sparsity %", "read_skip_pct", True),
     ("Mean depth", "mean_depth", None),
     ("Depth-skip %", "depth_skip_pct", True),
 ]
 LOWER_BETTER = {"mse", "perplexity", "nll"}
 LARGE = {"effective", "dense", "params"}  # count-like columns: S-SA's x10^k
-PERCENT = {"skip_pct", "depth_skip_pct", "accuracy", "geo_mean"}  # percent: never rescaled
+PERCENT = {
+    "skip_pct",
+    "read_skip_pct",
+    "depth_skip_pct",
+    "accuracy",
+    "geo_mean",
+}  # percent: never rescaled
 
 
 def _variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
@@ -62,7 +69,7 @@ def _measures(in_table: list[dict[str, Any]], primary: str, higher: bool) -> lis
     """(title, key, direction, getter) of every numeric column, in order."""
     metric_keys = [primary] + sorted(
         {k for r in in_table for k in r["metrics"]}
-        - {primary, "skip_pct", "depth_skip_pct", "mean_depth", "nll", "solved"}
+        - {primary, "skip_pct", "read_skip_pct", "depth_skip_pct", "mean_depth", "nll", "solved"}
     )
     out = []
     for k in metric_keys:

@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Cell = tuple[str, bool]  # (text, bold)
-KEYS = "geo_mean skip_pct accuracy solved mse perplexity flops params hidden_size".split()
+KEYS = "geo_mean skip_pct read_skip_pct accuracy solved mse perplexity flops params hidden_size"
+KEYS = KEYS.split()
 
 
 @dataclass(frozen=True)
@@ -154,10 +155,13 @@ def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
     """The seed paper's columns for this kind of task (see the module docstring)."""
     s = column_scale(agg["flops"], large=True)
     flops = Column(scaled("FLOPs, effective", s) + " ↓", "flops", False, s)
+    skip = [Column("Skip % ↑", "skip_pct", True)]
+    if "read_skip_pct" in agg and agg["read_skip_pct"].notna().any():  # activity-sparse rows
+        skip.append(Column("Activity sparsity % ↑", "read_skip_pct", True))
     if primary == "accuracy":
         return [
             Column("√(Acc×Skip) ↑", "geo_mean", True),
-            Column("Skip % ↑", "skip_pct", True),
+            *skip,
             Column("Accuracy % ↑", "accuracy", True),
             flops,
         ]
@@ -166,7 +170,7 @@ def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
         return [
             Column("Solved", "solved", None, kind="solved"),
             Column(scaled("MSE", s) + " ↓", "mse", False, s),
-            Column("Skip % ↑", "skip_pct", True),
+            *skip,
             flops,
         ]
     s = column_scale(agg[primary])

@@ -17,6 +17,7 @@ from typing import Any
 TITLES = {
     "geo_mean": "√(Acc×Skip)",
     "skip_pct": "Skip %",
+    "read_skip_pct": "Activity sparsity %",
     "accuracy": "Accuracy %",
     "solved": "Solved",
     "mse": "MSE",
@@ -142,7 +143,10 @@ NOTES = (
     "- Each column has one unit: a power of ten in its title (×10^k) multiplies every cell.\n"
     "- Commit: the code the row's records were made with (`+dirty`: uncommitted changes); "
     "`mixed: ...` flags a row whose seeds come from different commits.\n"
-    "- Skip %: the share of (step, unit) state updates skipped on the test set. Mean depth "
+    "- Skip %: the share of (step, unit) state updates skipped on the test set (rows of the "
+    "gate matrices). Activity sparsity % (activity-sparse methods): the share of (step, column) "
+    "reads skipped, the columns being the input features and the previous-state units a step "
+    "would multiply; effective FLOPs charge an updated row only its columns read. Mean depth "
     "(depth-adaptive methods): the mean over steps of R_t, the most highway layers any unit "
     "used at step t. Depth-skip %: the share of the full-depth work (T · D · R_max layer "
     "updates) not done.\n"

@@ -1,0 +1,398 @@
+"""Delta GRU: a GRU that propagates only the changes of its input and state larger than a threshold.
+
+Paper: Neil, Lee, Delbruck & Liu, "Delta Networks for Optimized Recurrent Network Computation",
+ICML 2017, https://arxiv.org/abs/1612.05571 (section 3, the delta GRU). What is computed is the
+public PyTorch code of the second line of authors (Chang Gao et al.), whose training code is
+public and says so (its README trains DeltaGRU on Google Speech Commands):
+``gaochangw/DeltaRNN @ c33c36cb7f085ed782e2491f1d6f13202c51362e : networks/layers/deltagru.py``
+(``DeltaGRU``: ``process_inputs``, ``compute_deltas``, ``update_states``, ``compute_gates``,
+``layer_forward``), with ``networks/models/cla-deltarnn.py``, ``project.py`` and
+``modules/gscdv2/train_func.py`` for how it is trained. Per step t, with memorised reference
+values ``x^`` (input) and ``h^`` (state), both zero at the start::
+
+    dx_t = x_t - x^_{t-1},  dx_t[i] = 0 where |dx_t[i]| < theta_x;  x^_t = x_t where kept
+    dh_t = h_{t-1} - h^_{t-1}, dh_t[j] = 0 where |dh_t[j]| < theta_h; h^_t = h_{t-1} where kept
+    M_t   = M_{t-1} + W_i dx_t + [W_hr; W_hz; 0] dh_t     M_0 = b  (r, z and the input part of n)
+    M_nh,t = M_nh,t-1 + W_hn dh_t                          M_nh,0 = 0
+    r, z  = sigmoid(M_t[r]), sigmoid(M_t[z])
+    n     = tanh(M_t[n] + r * M_nh,t)                      reset after the recurrent product
+    h_t   = (1 - z) * n + z * h_{t-1}                      the true h_{t-1}, not h^
+
+So ``M_t = b + W_i x^_t + W_h h^_t``: the gates see the memorised values, and a column of ``W_i``
+(``W_h``) is read only at the steps where its input (unit) changed by ``theta_x`` (``theta_h``) or
+more. The thresholds act in training as at test time (the code's ``qa = 0`` in training switches
+off only its quantisation), and the gradient is plain autograd through the thresholded deltas:
+zero through a delta that was cut, no straight-through estimator. Training may add the code's
+regulariser ``beta * sum |dh|`` (``reg``, summed over steps, units and the batch;
+``calculate_loss``). At ``theta_x = theta_h = 0`` the function is the reset-after GRU of
+``baselines/gru.py`` on the same weights (tested against it, outputs and gradients, and against
+``torch.nn.GRUCell``).
+
+What the harness counts:
+
+- Update mask (rows): all ones. Every unit's state is recomputed at every step
+  (``h_t = (1 - z) n + z h_{t-1}`` with fresh gates), so Skip % is 0; the sparsity of this method
+  is in the columns it does not read.
+- ``reads [B, T, V + D]`` (columns): 1 where ``dx_t[v]`` (the first V) or ``dh_t[j]`` (the last D)
+  is non-zero, i.e. where step t multiplies that column of ``W_i`` or ``W_h``. A delta of exactly
+  zero is not read even when the threshold passed it (``theta = 0``): it contributes nothing, and
+  the code's own temporal-sparsity statistics (``num_dx_zeros``, ``num_dh_zeros``) count it as
+  skipped. So at ``theta = 0`` every column is read except those whose value did not change, and
+  the D state columns of the first step of a fresh sequence (``h_0 = h^_0 = 0``).
+- ``cost()``: the dense GRU, ``3D(D+V)`` MACs per step (every column read); what a delta
+  implementation saves is the share of zero columns in ``reads``.
+
+Inference fast path (``fast_forward``, for ``harness bench --speedup``): the same function
+multiplying only the columns read: one product per non-zero input delta, projected before the
+loop, and per step only the rows of ``W_h^T`` whose unit's delta is non-zero in some sequence of
+the batch (at batch 1 exactly the non-zero deltas). ``at_skip`` calibrates ``theta_x`` and then
+``theta_h`` by bisection on a batch drawn inside it, so that the activity sparsity (the share of
+the V + D columns not read) hits the target.
+
+Differences from the code:
+
+- [DECISION] docs/methods.md 1.3: the GRU family's one cell (``baselines._cells.GRUWeights``):
+  one bias per gate. The code is an ``nn.GRU`` with two biases: ``b_ih + b_hh`` for r and z (one
+  bias in effect, the same function) and, for the candidate, ``b_in`` outside the reset gate and
+  ``b_hn`` inside it (``M_nh,0 = b_hn``). Here ``b_hn = 0``: D fewer parameters, and Delta GRU at
+  ``theta = 0`` is the harness's GRU, so the two differ by the thresholds alone.
+- [DECISION] Initialisation: by default (``init="gru"``) the GRU family's U(+-1/sqrt(D)) for
+  weights and biases, drawn in the same order as ``baselines/gru.py`` (same seed, same starting
+  weights). ``init="authors"`` gives the code's ``reset_parameters``: Xavier-uniform for each gate
+  block of ``W_i``, orthogonal for each gate block of ``W_h``, zero biases. The README's
+  pretrain-a-GRU-then-retrain recipe is not reproduced: a run trains the delta network from its
+  initialisation (the code allows that too).
+- Quantisation (``qa``, ``qw``, the fixed-point formats ``aqi/aqf``, ``wqi/wqf``, ``nqi/nqf``) and
+  the hard sigmoid / hard tanh options are left out: float arithmetic and the smooth
+  nonlinearities, the code's defaults (``qa = qw = 0``, ``use_hardsigmoid = use_hardtanh = 0``).
+- Defaults ``theta_x = theta_h = 0.1``: the thresholds of the README's training command (the
+  argument parser's default is 0, which is the dense GRU). ``beta = 0`` as in the code.
+- One layer per method instance; stacked harness layers are independent Delta GRU layers, as the
+  code's ``num_layers`` loop (each layer has its own memories; the regulariser is summed).
+- The sequence ``forward`` rearranges the same computation (tested equal to ``step``, the literal
+  per-step form): the input side depends on the inputs only, so its memories are found in one
+  pass, its deltas projected in one matmul and accumulated by a cumulative sum; the state side
+  accumulates ``W_h dh`` per step as the code does. Values agree to rounding; gradients are the
+  same functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from baselines._cells import (
+    GRUWeights,
+    addmm_read_columns,
+    bisect_level,
+    cached_pack,
+    gru_macs_per_unit,
+)
+from harness.errors import ConfigError
+from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.registry import register_method
+
+# (x^ [B, V], h [B, D], h^ [B, D], M [B, 3D] (r, z: input and state part; n: input part, bias
+# included), M_nh [B, D] (the state part of n)), as the code's (x_p, h, h_p, dm, dm_nh).
+DeltaState = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+INITS = ("gru", "authors")
+# Sequences ``at_skip`` calibrates its thresholds on.
+CALIBRATION_BATCH = 8
+
+
+@dataclass(frozen=True)
+class DeltaGRUConfig:
+    """Knobs of Delta GRU.
+
+    Attributes:
+        theta_x: input delta threshold Theta_x: a change of an input feature smaller than this
+            (in absolute value) is not propagated (the code's ``thx``).
+        theta_h: state delta threshold Theta_h (the code's ``thh``).
+        beta: weight of the code's regulariser ``sum |dh|`` over steps, units and the batch.
+        init: ``gru`` (the GRU family's U(+-1/sqrt(D))) or ``authors`` (the code's Xavier /
+            orthogonal weights, zero biases).
+    """
+
+    theta_x: float = 0.1
+    theta_h: float = 0.1
+    beta: float = 0.0
+    init: str = "gru"
+
+    def __post_init__(self) -> None:
+        for name in ("theta_x", "theta_h", "beta"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"delta-gru: {name} must be a finite number >= 0 (got {v})")
+        if self.init not in INITS:
+            choices = ", ".join(repr(i) for i in INITS)
+            raise ConfigError(f"delta-gru: init must be one of {choices} (got {self.init!r})")
+
+
+@register_method("delta-gru")
+class DeltaGRU(Method):
+    """Delta GRU: thresholded input and state deltas against memorised references, accumulated
+    pre-activations, then the reset-after GRU nonlinearities; every unit updates every step."""
+
+    config_cls = DeltaGRUConfig
+
+    def __init__(
+        self, input_size: int, hidden_size: int, cfg: DeltaGRUConfig | None = None
+    ) -> None:
+        super().__init__(input_size, hidden_size, cfg)
+        D = self.hidden_size
+        self.cell = GRUWeights(self.input_size, D)
+        if self.cfg.init == "authors":  # the code's DeltaGRU.reset_parameters
+            with torch.no_grad():
+                for g in range(3):
+                    nn.init.xavier_uniform_(self.cell.weight_ih[g * D : (g + 1) * D])
+                    nn.init.orthogonal_(self.cell.weight_hh[g * D : (g + 1) * D])
+                self.cell.bias.zero_()
+
+    def cost(self) -> StepCost:
+        """The dense GRU, ``3D(D+V)`` MACs per step: every column of ``W_i`` and ``W_h`` read."""
+        return StepCost(
+            self.hidden_size, per_unit=gru_macs_per_unit(self.input_size, self.hidden_size)
+        )
+
+    def init_state(self, batch_size: int, ref: Tensor) -> DeltaState:
+        """Zero references and state; ``M_0 = b`` and ``M_nh,0 = 0`` (the code's
+        ``process_inputs``, with ``b_hn = 0``)."""
+        B, V, D = batch_size, self.input_size, self.hidden_size
+        x_hat = ref.new_zeros(B, V)
+        h = ref.new_zeros(B, D)
+        m = self.cell.bias.to(ref.dtype).unsqueeze(0).expand(B, -1)
+        return x_hat, h, h.clone(), m, ref.new_zeros(B, D)
+
+    def step(self, x_t: Tensor, state: DeltaState, t: int) -> StepOut:
+        """One step in the code's order: deltas, references, accumulated memories, gates."""
+        x_hat, h, h_hat, m, m_nh = state
+        D = self.hidden_size
+        dx = x_t - x_hat
+        keep_x = dx.abs() >= self.cfg.theta_x
+        dx = torch.where(keep_x, dx, 0.0)
+        dh = h - h_hat
+        keep_h = dh.abs() >= self.cfg.theta_h
+        dh = torch.where(keep_h, dh, 0.0)
+        x_hat = torch.where(keep_x, x_t, x_hat)
+        h_hat = torch.where(keep_h, h, h_hat)
+        mac_x = F.linear(dx, self.cell.weight_ih) + m  # [B, 3D]
+        mac_h = F.linear(dh, self.cell.weight_hh)  # [B, 3D]
+        m_rz = mac_x[:, : 2 * D] + mac_h[:, : 2 * D]
+        m = torch.cat([m_rz, mac_x[:, 2 * D :]], 1)
+        m_nh = mac_h[:, 2 * D :] + m_nh
+        r, z = torch.sigmoid(m_rz).chunk(2, 1)
+        n = torch.tanh(mac_x[:, 2 * D :] + r * m_nh)
+        h_new = (1 - z) * n + z * h
+        reads = torch.cat([dx != 0, dh != 0], 1).to(x_t.dtype)
+        extras = {"_abs_dh": dh.abs().sum(1)}  # [B], for the regulariser (popped by aux_loss)
+        state = (x_hat, h_new, h_hat, m, m_nh)
+        return StepOut(h_new, state, torch.ones_like(h_new), extras=extras, reads=reads)
+
+    def aux_loss(self, out: SeqOut) -> Tensor | None:
+        """The regulariser after ``step_loop``, from the per-step ``sum |dh|`` the steps left in
+        ``extras`` (which the loop averaged over the steps; removed from the diagnostics)."""
+        abs_dh = out.extras.pop("_abs_dh", None)
+        if abs_dh is None:
+            return None
+        return self._penalty(abs_dh * out.outputs.shape[1])
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        """The same computation with the input side for the whole sequence at once.
+
+        The input references depend on the inputs only: one pass without autograd finds, for
+        every step and feature, the step whose value is memorised (or the initial reference),
+        a gather makes ``x^_t`` differentiably, ``dx_t = x^_t - x^_{t-1}`` (exactly the code's
+        thresholded delta, zero where not kept), one matmul projects every ``dx_t`` and a
+        cumulative sum accumulates them onto ``M_0``. The state side runs per step.
+        """
+        B, T, _ = x.shape
+        D = self.hidden_size
+        x_hat0, h, h_hat, m0, m_nh0 = self.init_state(B, x) if state is None else state
+        src = self._memorised_steps(x, x_hat0)  # [B, T, V], -1 for the initial reference
+        xs = torch.cat([x_hat0.unsqueeze(1), x], 1)  # [B, T + 1, V]
+        x_hats = xs.gather(1, src + 1)  # [B, T, V]  x^_t
+        dx = x_hats - torch.cat([x_hat0.unsqueeze(1), x_hats[:, :-1]], 1)  # [B, T, V]
+        acc_x = torch.cumsum(F.linear(dx, self.cell.weight_ih), 1) + m0.unsqueeze(1)  # [B, T, 3D]
+        a_rz, a_n = acc_x.split((2 * D, D), -1)
+        # the state part of the memories: r, z start at 0 (their M_0 is in acc_x), n at M_nh,0
+        acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
+        w_t = self.cell.weight_hh.t()
+        theta = self.cfg.theta_h
+        hs, dhs = [], []
+        for a_rz_t, a_n_t in zip(a_rz.unbind(1), a_n.unbind(1), strict=True):
+            d = h - h_hat
+            keep = d.detach().abs() >= theta
+            dh = torch.where(keep, d, 0.0)
+            h_hat = torch.where(keep, h, h_hat)
+            acc_h = torch.addmm(acc_h, dh, w_t)
+            c_rz, c_n = acc_h.split((2 * D, D), -1)
+            r, z = torch.sigmoid(a_rz_t + c_rz).chunk(2, -1)
+            n = torch.tanh(torch.addcmul(a_n_t, r, c_n))
+            h = torch.lerp(n, h, z)  # (1 - z) n + z h
+            hs.append(h)
+            dhs.append(dh)
+        out = torch.stack(hs, 1)  # [B, T, D]
+        dh_all = torch.stack(dhs, 1)  # [B, T, D]
+        reads = torch.cat([dx.detach() != 0, dh_all.detach() != 0], -1).to(x.dtype)
+        m = torch.cat([a_rz[:, -1] + acc_h[:, : 2 * D], a_n[:, -1]], 1)
+        final = (x_hats[:, -1], h, h_hat, m, acc_h[:, 2 * D :])
+        aux = self._penalty(dh_all.abs().sum((1, 2)))
+        return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
+
+    @torch.no_grad()
+    def _memorised_steps(self, x: Tensor, x_hat0: Tensor) -> Tensor:
+        """For every step t and feature v, the step whose input is ``x^_t[v]`` (-1: the initial
+        reference ``x_hat0``), ``[B, T, V]`` long: the code's thresholding, without autograd."""
+        ref = x_hat0.detach()
+        src = torch.full_like(ref, -1, dtype=torch.long)
+        out = []
+        for t, x_t in enumerate(x.detach().unbind(1)):
+            keep = (x_t - ref).abs() >= self.cfg.theta_x
+            ref = torch.where(keep, x_t, ref)
+            src = src.masked_fill(keep, t)
+            out.append(src)
+        return torch.stack(out, 1)
+
+    def _penalty(self, abs_dh: Tensor) -> Tensor | None:
+        """``beta * sum |dh|`` over steps, units and the batch (the code's ``reg * beta``), from
+        the per-sequence sums ``[B]``; None when ``beta = 0``."""
+        if self.cfg.beta == 0:
+            return None
+        return self.cfg.beta * abs_dh.sum()
+
+    # --- inference fast path -------------------------------------------------------------------
+    def _pack(self) -> tuple[Tensor, Tensor]:
+        """``W_i^T [V, 3D]`` and ``W_h^T [D, 3D]``, contiguous: row j is what column j reads."""
+        return self.cell.weight_ih.t().contiguous(), self.cell.weight_hh.t().contiguous()
+
+    def _input_deltas(self, x: Tensor, x_hat0: Tensor) -> tuple[Tensor, Tensor]:
+        """The thresholded input deltas ``dx [B, T, V]`` of ``forward`` and the last memorised
+        input ``x^_T [B, V]``, scanned in NumPy.
+
+        The same IEEE operations as ``_memorised_steps`` (subtract, absolute value, ``>=`` the
+        threshold in the inputs' dtype, select), so the same deltas bit for bit, at a fraction
+        of a torch op's dispatch per step; ``dx_t = x_t - x^_{t-1}`` where kept (the subtraction
+        ``forward`` makes as ``x^_t - x^_{t-1}``), else exactly 0.
+        """
+        xs = x.detach().cpu().numpy()
+        ref = x_hat0.detach().cpu().numpy().copy()
+        theta = xs.dtype.type(self.cfg.theta_x)
+        dx = np.zeros_like(xs)
+        for t in range(xs.shape[1]):
+            d = xs[:, t] - ref
+            keep = np.abs(d) >= theta
+            dx[:, t] = np.where(keep, d, 0)
+            ref = np.where(keep, xs[:, t], ref)
+        return torch.from_numpy(dx).to(x.device), torch.from_numpy(ref).to(x.device)
+
+    @staticmethod
+    def _project_deltas(dx: Tensor, wi_t: Tensor) -> Tensor:
+        """``dx @ W_i^T`` for every step, ``[B, T, 3D]``, multiplying only the non-zero deltas.
+
+        Each non-zero ``dx[b, t, v]`` scales row v of ``W_i^T`` and is added into its step's row
+        (``index_add_``). Where more than half the deltas are non-zero, or their products would
+        take more than 4 Mi elements, one dense matmul does it (equal to rounding).
+        """
+        B, T, V = dx.shape
+        flat = dx.reshape(B * T, V)
+        nz = flat.nonzero()  # [N, 2]: (b * T + t, v)
+        n = nz.shape[0]
+        if 2 * n > flat.numel() or n * wi_t.shape[1] > 1 << 22:
+            return torch.matmul(dx, wi_t)
+        rows, cols = nz.unbind(1)
+        vals = flat[rows, cols].unsqueeze(1)  # [N, 1]
+        prods = wi_t.index_select(0, cols).mul_(vals)  # [N, 3D]
+        out = dx.new_zeros(B * T, wi_t.shape[1]).index_add_(0, rows, prods)
+        return out.view(B, T, -1)
+
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference that multiplies only the columns read: ``forward`` without the zero deltas.
+
+        The input side (deltas from a NumPy scan, ``_input_deltas``) is projected for the whole
+        sequence before the loop, one product per non-zero delta (``_project_deltas``), and added
+        into the memory at the steps that have one. Per step, the state deltas are
+        thresholded as in ``forward`` and only the rows of the cached ``W_h^T`` whose unit's
+        delta is non-zero in some sequence of the batch (the union; at batch 1 exactly the
+        non-zero deltas) are multiplied into the memory (``addmm_read_columns``: a weighted
+        ``embedding_bag`` at batch 1, a gathered ``addmm`` at batch > 1, nothing when no unit
+        changed enough); the gates are those of ``forward``. Outputs, reads, final state and
+        regulariser equal ``eval()(x)``'s, outputs to rounding (the sums run in another order; a
+        delta within rounding of ``theta_h`` could then be cut differently), reads and mask
+        exactly otherwise. Eval semantics, no autograd.
+        """
+        B, T, _ = x.shape
+        D = self.hidden_size
+        x_hat0, h, h_hat, m0, m_nh0 = self.init_state(B, x)
+        params = (self.cell.weight_ih, self.cell.weight_hh)
+        wi_t, wh_t = cached_pack(self, "_fast_delta", params, self._pack)
+        dx, x_last = self._input_deltas(x, x_hat0)
+        proj = self._project_deltas(dx, wi_t).unbind(1)  # T x [B, 3D]
+        changed = dx.ne(0).any(-1).any(0).tolist()  # [T]: some input delta at step t
+        acc_x = m0  # the input side of the memories, b + W_i x^_t
+        acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
+        theta = self.cfg.theta_h
+        hs, dhs = [], []
+        for proj_t, changed_t in zip(proj, changed, strict=True):
+            if changed_t:
+                acc_x = acc_x + proj_t
+            a_rz_t, a_n_t = acc_x.split((2 * D, D), -1)
+            d = h - h_hat
+            keep = d.abs() >= theta
+            dh = torch.where(keep, d, 0.0)
+            h_hat = torch.where(keep, h, h_hat)
+            acc_h = addmm_read_columns(acc_h, dh, wh_t)
+            c_rz, c_n = acc_h.split((2 * D, D), -1)
+            r, z = torch.sigmoid(a_rz_t + c_rz).chunk(2, -1)
+            n = torch.tanh(torch.addcmul(a_n_t, r, c_n))
+            h = torch.lerp(n, h, z)
+            hs.append(h)
+            dhs.append(dh)
+        out = torch.stack(hs, 1)
+        dh_all = torch.stack(dhs, 1)
+        reads = torch.cat([dx != 0, dh_all != 0], -1).to(x.dtype)
+        m = torch.cat([acc_x[:, : 2 * D] + acc_h[:, : 2 * D], acc_x[:, 2 * D :]], 1)
+        final = (x_last, h, h_hat, m, acc_h[:, 2 * D :])
+        aux = self._penalty(dh_all.abs().sum((1, 2)))
+        return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[DeltaGRU, str]:
+        """An untrained Delta GRU (default initialisation) whose thresholds aim at activity
+        sparsity ``skip``: the share of the V + D columns its steps do not read.
+
+        The thresholds are calibrated by bisection on ``CALIBRATION_BATCH`` sequences
+        ``x ~ N(0, I)`` of length ``seq_len``, drawn after the model (so from the seeded global
+        generator, in a fixed order): ``theta_x`` so that the share of input columns not read is
+        ``skip`` (i.i.d. inputs change a lot from step to step, so it comes out large: about
+        2 at 90 %), then ``theta_h``, with that ``theta_x``, so that the share of all columns
+        not read is ``skip``. At ``skip = 0`` both are 0: the dense GRU, which still reads no
+        state column at the first step (``h_0 = 0``) and no delta that is exactly zero.
+        """
+        model = cls(input_size, hidden_size).eval()
+        x = torch.randn(CALIBRATION_BATCH, seq_len, input_size)
+        if skip <= 0:
+            model.cfg = replace(model.cfg, theta_x=0.0, theta_h=0.0)
+            return model, "theta_x = 0, theta_h = 0"
+        x_hat0 = x.new_zeros(x.shape[0], input_size)
+
+        def input_share(theta_x: float) -> float:
+            model.cfg = replace(model.cfg, theta_x=theta_x)
+            return (model._input_deltas(x, x_hat0)[0] == 0).double().mean().item()
+
+        def total_share(theta_h: float) -> float:
+            model.cfg = replace(model.cfg, theta_h=theta_h)
+            return 1.0 - model.fast_forward(x).reads.double().mean().item()
+
+        theta_x, _ = bisect_level(input_share, skip, 0.0, 2 * x.abs().max().item() + 1.0, 20)
+        model.cfg = replace(model.cfg, theta_x=theta_x)
+        theta_h, _ = bisect_level(total_share, skip, 0.0, 2.0, 16)  # |h - h^| < 2
+        return model, f"theta_x = {theta_x:.3g}, theta_h = {theta_h:.3g}"
