@@ -86,13 +86,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines._cells import (
-    GRUWeights,
-    addmm_read_columns,
-    bisect_level,
-    cached_pack,
-    gru_macs_per_unit,
-)
+from baselines._cells import GRUWeights, cached_pack, gru_macs_per_unit
+from baselines._sparse import addmm_read_columns, bisect_level
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from baselines._cells import addmm_read_columns, bisect_level
+from baselines._sparse import addmm_read_columns, bisect_level
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method

@@ -8,7 +8,7 @@ import pytest
 import torch
 from reference import check_fast_equals_dense
 
-from baselines._cells import addmm_read_columns, bisect_level
+from baselines._sparse import addmm_read_columns, bisect_level
 from baselines.delta_gru import DeltaGRU, DeltaGRUConfig
 from baselines.egru import EGRU
 from harness.bench.speedup import achieved_skip, build_at_skip
