@@ -250,7 +250,8 @@ def _presets() -> dict[str, Preset]:
             train=TrainConfig(epochs=10, batch_size=64, lr=3e-3, eval_batch_size=500),
             model=ModelConfig(hidden_size=32),
             task={"n_train": 2048, "n_val": 256, "n_test": 256, "max_duration": 60.0},
-            methods={"phased-lstm": _VALUE_ONLY},
+            # 10 clockwork modules do not divide D = 32
+            methods={"phased-lstm": _VALUE_ONLY, "clockwork-rnn": {"num_modules": 8}},
         ),
         # Phased LSTM 4.1 and its code: D = 110, Adam 1e-3, batch 32, 70 epochs, 5000 sequences.
         "paper": Preset(

@@ -94,3 +94,14 @@ def test_synthetic_noise_floor_bounds_every_model():
     # MSE S-EI reports (0.47e-3 .. 1.02e-3); at std 0.05 about 0.24e-3
     assert 1.3e-3 < floor < 1.9e-3
     assert 0.15e-3 < noise_floor(SyntheticConfig(noise_std=0.05), n=300, replicas=64) < 0.35e-3
+
+
+@pytest.mark.parametrize("preset", ["smoke", "quick", "paper"])
+def test_every_method_builds_at_every_task_preset(preset):
+    # a preset whose sizes a method cannot take (e.g. Clockwork's modules not dividing D) must
+    # set that method's knobs: `harness run --methods all --preset P` then never refuses
+    from harness.registry import METHODS
+    from harness.sweep import build_configs, validate
+
+    for task in TASKS.names():
+        validate(build_configs(METHODS.names(), [task], [0], preset, {}))
