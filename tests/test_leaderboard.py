@@ -166,3 +166,18 @@ def test_report_cli_select_and_formats(tmp_path, capsys):
     else:
         assert main([*args, "--format", "parquet"]) == 0
         assert (tmp_path / "o" / "board.parquet").exists()
+
+
+def test_a_field_older_records_lack_tells_their_variant_apart():
+    # the same method before and after a config field was added: the rows must not look alike
+    old = rec("gru", 0, 0, test=1e-3, val=1e-3)
+    old["config"] = {**old["config"], "method_cfg": {}}
+    old["variant_id"] = old["run_id"] = "gru-old"
+    new = rec("gru", 0, 0, test=2e-3, val=2e-3)
+    md = leaderboard_markdown([old, new], ["r"])
+    rows = [line for line in md.splitlines() if line.startswith("| gru ")]
+    assert len(rows) == 2 and "lam=None" in rows[0] + rows[1] and "lam=0" in rows[0] + rows[1]
+    from harness.reporting.paper import aggregate, runs_frame
+
+    labels = set(aggregate(runs_frame([old, new]), ["mse"])["label"])
+    assert labels == {"lam=None", "lam=0"}

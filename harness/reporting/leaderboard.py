@@ -55,7 +55,8 @@ PERCENT = {
 def _variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
     """The config fields (other than seed) that vary among a method's runs in one table."""
     flats = [flat_config(r) for r in all_method_runs]
-    varying = sorted(k for k in flats[0] if len({repr(f.get(k)) for f in flats}) > 1)
+    fields = {k for f in flats for k in f}  # a key one config lacks varies too (old records)
+    varying = sorted(k for k in fields if len({repr(f.get(k)) for f in flats}) > 1)
     here = flat_config(group[0])
     return ", ".join(f"{k}={here.get(k)}" for k in varying)
 

@@ -107,7 +107,8 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
     for _, m_runs in runs.groupby("method", sort=False):
         groups = list(m_runs.groupby("variant_id", sort=False))
         cfgs = [g["config"].iloc[0] for _, g in groups]
-        varying = sorted(k for k in cfgs[0] if len({repr(c.get(k)) for c in cfgs}) > 1)
+        fields = {k for c in cfgs for k in c}  # a key one config lacks varies too (old records)
+        varying = sorted(k for k in fields if len({repr(c.get(k)) for c in cfgs}) > 1)
         for (_, g), cfg in zip(groups, cfgs, strict=True):
             g = g.sort_values("seed")
             row = {
