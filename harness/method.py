@@ -179,7 +179,8 @@ class Method(nn.Module):
             x: inputs ``[B, T, V]``.
             state: the initial state (None: ``init_state``).
             times: sample times ``[B, T]``, only for methods that set ``uses_times``; step t
-                then gets ``time=times[:, t]``. None: ``step`` is called without it.
+                then gets its own times, ``[B]``, as ``time``. None: ``step`` is called
+                without it.
         """
         if state is None:
             state = self.init_state(x.shape[0], x)

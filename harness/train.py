@@ -25,6 +25,7 @@ from harness import env
 from harness.config import RunConfig
 from harness.errors import DivergedError, HarnessError
 from harness.flops import FLOPS_PER_MAC, sequence_macs
+from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
 from harness.model import SeqModel
 from harness.registry import METHODS, TASKS
@@ -135,18 +136,10 @@ def evaluate(
             for o, layer in zip(out.layers, model.methods, strict=True)
         )
         per_seq["skip"] = skipped / units
-        if any(o.reads is not None for o in out.layers):  # activity-sparse layers: the columns
-            cols = sum(
-                o.mask.shape[-1] if o.reads is None else o.reads.shape[-1] for o in out.layers
-            )
-            per_seq["read_skip"] = (
-                sum(
-                    skip_fraction(o.reads, batch.lengths) * o.reads.shape[-1]
-                    for o in out.layers
-                    if o.reads is not None
-                )
-                / cols
-            )
+        unread = unread_columns(out.layers)
+        if unread is not None:  # activity-sparse layers: the share of column reads skipped
+            valid = valid_steps(B, unread.shape[1], batch.lengths, unread.device).double()
+            per_seq["read_skip"] = (unread * valid).sum(1) / valid.sum(1)
         for o, layer in zip(out.layers, model.methods, strict=True):
             for k, v in sequence_macs(layer, o, batch.lengths).items():
                 per_seq[f"macs_{k}"] = per_seq.get(f"macs_{k}", 0) + v
@@ -201,12 +194,9 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
     valid = valid_steps(B, T, batch.lengths, out.layers[0].mask.device).double()
     rows = sum((o.mask.detach() <= 0).double().sum(-1) for o in out.layers)
     shares = {"skip_pct_per_step": rows / sum(o.mask.shape[-1] for o in out.layers)}
-    if any(o.reads is not None for o in out.layers):
-        cols = sum(o.mask.shape[-1] if o.reads is None else o.reads.shape[-1] for o in out.layers)
-        unread = sum(
-            (o.reads.detach() <= 0).double().sum(-1) for o in out.layers if o.reads is not None
-        )
-        shares["read_skip_pct_per_step"] = unread / cols
+    unread = unread_columns(out.layers)
+    if unread is not None:
+        shares["read_skip_pct_per_step"] = unread
     acc = traced.setdefault("_per_step", {"n": torch.zeros(T, dtype=torch.float64)})
     acc["n"] = _pad_add(acc["n"], valid.sum(0).cpu())
     for name, share in shares.items():
@@ -225,6 +215,19 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
             hist[str(int(r))] = hist.get(str(int(r)), 0) + int(c)
     if not hist:
         traced.pop("depth_hist")
+
+
+def unread_columns(layers: Sequence[SeqOut]) -> torch.Tensor | None:
+    """The share of column reads each step skips, ``[B, T]`` (float64), over the layers' reads.
+
+    Each layer with ``SeqOut.reads`` counts its V + D columns (docs/methods.md 1.1); None when
+    no layer has reads (the row-skipping methods). A model's layers are all of one method, so
+    either every layer has reads or none has.
+    """
+    reads = [o.reads.detach() for o in layers if o.reads is not None]
+    if not reads:
+        return None
+    return sum((r <= 0).double().sum(-1) for r in reads) / sum(r.shape[-1] for r in reads)
 
 
 def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
