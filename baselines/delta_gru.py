@@ -214,29 +214,59 @@ class DeltaGRU(Method):
         x_hats = xs.gather(1, src + 1)  # [B, T, V]  x^_t
         dx = x_hats - torch.cat([x_hat0.unsqueeze(1), x_hats[:, :-1]], 1)  # [B, T, V]
         acc_x = torch.cumsum(F.linear(dx, self.cell.weight_ih), 1) + m0.unsqueeze(1)  # [B, T, 3D]
-        a_rz, a_n = acc_x.split((2 * D, D), -1)
         # the state part of the memories: r, z start at 0 (their M_0 is in acc_x), n at M_nh,0
         acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
         w_t = self.cell.weight_hh.t()
-        theta = self.cfg.theta_h
         hs, dhs = [], []
-        for a_rz_t, a_n_t in zip(a_rz.unbind(1), a_n.unbind(1), strict=True):
-            d = h - h_hat
-            keep = d.detach().abs() >= theta
-            dh = torch.where(keep, d, 0.0)
-            h_hat = torch.where(keep, h, h_hat)
-            acc_h = torch.addmm(acc_h, dh, w_t)
-            c_rz, c_n = acc_h.split((2 * D, D), -1)
-            r, z = torch.sigmoid(a_rz_t + c_rz).chunk(2, -1)
-            n = torch.tanh(torch.addcmul(a_n_t, r, c_n))
-            h = torch.lerp(n, h, z)  # (1 - z) n + z h
+        for a_t in acc_x.unbind(1):
+            h, h_hat, acc_h, dh = self._state_step(a_t, h, h_hat, acc_h, w_t, torch.addmm)
             hs.append(h)
             dhs.append(dh)
+        return self._sequence_out(hs, dhs, dx.detach(), x_hats[:, -1], acc_x[:, -1], h_hat, acc_h)
+
+    def _state_step(
+        self, acc_x: Tensor, h: Tensor, h_hat: Tensor, acc_h: Tensor, w_t: Tensor, addmm
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One step of the state side, shared by ``forward`` and ``fast_forward``.
+
+        From the input side of the memories ``acc_x = b + W_i x^_t`` ``[B, 3D]``, the state
+        ``h``, its reference ``h^`` and the state side of the memories ``acc_h = W_h h^``
+        (``[B, 3D]``; the n part starts at ``M_nh,0``): thresholds ``dh = h - h^``, adds
+        ``addmm(acc_h, dh, W_h^T)`` (``torch.addmm`` in training, ``addmm_read_columns`` in the
+        fast path) and applies the reset-after GRU nonlinearities. Returns the new
+        ``(h, h^, acc_h, dh)``.
+        """
+        D = self.hidden_size
+        d = h - h_hat
+        keep = d.detach().abs() >= self.cfg.theta_h
+        dh = torch.where(keep, d, 0.0)
+        h_hat = torch.where(keep, h, h_hat)
+        acc_h = addmm(acc_h, dh, w_t)
+        a_rz, a_n = acc_x.split((2 * D, D), -1)
+        c_rz, c_n = acc_h.split((2 * D, D), -1)
+        r, z = torch.sigmoid(a_rz + c_rz).chunk(2, -1)
+        n = torch.tanh(torch.addcmul(a_n, r, c_n))
+        h = torch.lerp(n, h, z)  # (1 - z) n + z h
+        return h, h_hat, acc_h, dh
+
+    def _sequence_out(
+        self,
+        hs: list[Tensor],
+        dhs: list[Tensor],
+        dx: Tensor,
+        x_last: Tensor,
+        acc_x: Tensor,
+        h_hat: Tensor,
+        acc_h: Tensor,
+    ) -> SeqOut:
+        """The ``SeqOut`` of ``forward`` and ``fast_forward`` from the per-step states and state
+        deltas, the input deltas ``dx [B, T, V]`` and the memories after the last step."""
+        D = self.hidden_size
         out = torch.stack(hs, 1)  # [B, T, D]
         dh_all = torch.stack(dhs, 1)  # [B, T, D]
-        reads = torch.cat([dx.detach() != 0, dh_all.detach() != 0], -1).to(x.dtype)
-        m = torch.cat([a_rz[:, -1] + acc_h[:, : 2 * D], a_n[:, -1]], 1)
-        final = (x_hats[:, -1], h, h_hat, m, acc_h[:, 2 * D :])
+        reads = torch.cat([dx != 0, dh_all.detach() != 0], -1).to(out.dtype)
+        m = torch.cat([acc_x[:, : 2 * D] + acc_h[:, : 2 * D], acc_x[:, 2 * D :]], 1)
+        final = (x_last, hs[-1], h_hat, m, acc_h[:, 2 * D :])
         aux = self._penalty(dh_all.abs().sum((1, 2)))
         return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
 
@@ -278,12 +308,13 @@ class DeltaGRU(Method):
         xs = x.detach().cpu().numpy()
         ref = x_hat0.detach().cpu().numpy().copy()
         theta = xs.dtype.type(self.cfg.theta_x)
-        dx = np.zeros_like(xs)
-        for t in range(xs.shape[1]):
-            d = xs[:, t] - ref
+        steps = []
+        for x_t in np.moveaxis(xs, 1, 0):  # T x [B, V] views
+            d = x_t - ref
             keep = np.abs(d) >= theta
-            dx[:, t] = np.where(keep, d, 0)
-            ref = np.where(keep, xs[:, t], ref)
+            steps.append(np.where(keep, d, xs.dtype.type(0)))
+            ref = np.where(keep, x_t, ref)
+        dx = np.stack(steps, 1) if steps else np.zeros_like(xs)
         return torch.from_numpy(dx).to(x.device), torch.from_numpy(ref).to(x.device)
 
     @staticmethod
@@ -332,30 +363,14 @@ class DeltaGRU(Method):
         changed = dx.ne(0).any(-1).any(0).tolist()  # [T]: some input delta at step t
         acc_x = m0  # the input side of the memories, b + W_i x^_t
         acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
-        theta = self.cfg.theta_h
         hs, dhs = [], []
         for proj_t, changed_t in zip(proj, changed, strict=True):
             if changed_t:
                 acc_x = acc_x + proj_t
-            a_rz_t, a_n_t = acc_x.split((2 * D, D), -1)
-            d = h - h_hat
-            keep = d.abs() >= theta
-            dh = torch.where(keep, d, 0.0)
-            h_hat = torch.where(keep, h, h_hat)
-            acc_h = addmm_read_columns(acc_h, dh, wh_t)
-            c_rz, c_n = acc_h.split((2 * D, D), -1)
-            r, z = torch.sigmoid(a_rz_t + c_rz).chunk(2, -1)
-            n = torch.tanh(torch.addcmul(a_n_t, r, c_n))
-            h = torch.lerp(n, h, z)
+            h, h_hat, acc_h, dh = self._state_step(acc_x, h, h_hat, acc_h, wh_t, addmm_read_columns)
             hs.append(h)
             dhs.append(dh)
-        out = torch.stack(hs, 1)
-        dh_all = torch.stack(dhs, 1)
-        reads = torch.cat([dx != 0, dh_all != 0], -1).to(x.dtype)
-        m = torch.cat([acc_x[:, : 2 * D] + acc_h[:, : 2 * D], acc_x[:, 2 * D :]], 1)
-        final = (x_last, h, h_hat, m, acc_h[:, 2 * D :])
-        aux = self._penalty(dh_all.abs().sum((1, 2)))
-        return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
+        return self._sequence_out(hs, dhs, dx, x_last, acc_x, h_hat, acc_h)
 
     @classmethod
     def at_skip(
