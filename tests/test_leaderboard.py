@@ -181,3 +181,12 @@ def test_a_field_older_records_lack_tells_their_variant_apart():
 
     labels = set(aggregate(runs_frame([old, new]), ["mse"])["label"])
     assert labels == {"lam=None", "lam=0"}
+
+
+def test_the_leaderboard_ci_of_an_mse_starts_at_zero():
+    # 1e-3 ± t(0.975, 2) * 1e-3 / sqrt(3) = 1e-3 ± 2.48e-3: the low end would be negative
+    recs = [rec("gru", s, 0.0, test=t, val=t) for s, t in enumerate([0.0, 1e-3, 2e-3])]
+    (df,) = leaderboard_rows(recs).values()
+    (ci,) = [c for c in df.columns if c.startswith("95 % CI")]
+    low, high = (float(v) for v in df[ci].iloc[0].strip("[]").split(", "))
+    assert low == 0.0 and high > 0

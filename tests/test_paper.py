@@ -94,6 +94,13 @@ def test_mean_std_and_seed_counts():
     assert not any(t.startswith("p vs best") for t in titles)  # every p is n/a: left out
 
 
+def test_the_ci_is_clipped_to_the_metric_range():
+    # 95 ± t(0.975, 2) * 5 / sqrt(3) = 95 ± 12.42: [82.6, 107.4] unclipped
+    recs = [rec("gru", s, accuracy=a, skip_pct=0.0) for s, a in enumerate([90.0, 95.0, 100.0])]
+    _, (titles, rows) = table(recs)
+    assert [t for t, _ in col(titles, rows, "95 % CI")] == ["[82.6, 100.0]"]
+
+
 def test_bold_marks_the_best_value_direction_aware():
     recs = [rec("gru", s, accuracy=90.0 + s, skip_pct=0.0, flops=2e4) for s in (0, 1)]
     recs += [rec("sa-rnn", s, accuracy=80.0, skip_pct=60.0 + s, flops=1e4, lam=0.0) for s in (0, 1)]

@@ -240,7 +240,7 @@ def main_table(
         cells += [(labels[i], False)] if "Variant" in titles else []
         cells.append((seeds_cell(r["seeds"]), False))
         cells += [(_cell(r, c), bolds[j][i]) for j, c in enumerate(cols)]
-        cells.append((fmt_ci(r[primary], r[f"{primary}_vals"], pcol.scale), False))
+        cells.append((fmt_ci(r[primary], r[f"{primary}_vals"], pcol.scale, primary), False))
         cells += [(pvals[i], False)] if with_p else []
         cells.append((r["commit"], False))
         cells += [(picked.get(r["variant_id"], "–"), False)] if picked is not None else []

@@ -105,16 +105,39 @@ def ci95(vals: Sequence[float]) -> float | None:
     return float(t.ppf(0.975, len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals)))
 
 
-def fmt_ci(mean: float | None, vals: Sequence[float], scale: int = 0) -> str:
-    """``[low, high]``, the 95 % CI of the mean of ``vals`` to the decimals of their std."""
+# The values a metric can take (None: unbounded); a confidence interval is clipped to them.
+METRIC_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "accuracy": (0.0, 100.0),
+    "skip_pct": (0.0, 100.0),
+    "mse": (0.0, None),
+    "nll": (0.0, None),
+    "bpc": (0.0, None),
+    "perplexity": (1.0, None),
+}
+
+
+def fmt_ci(
+    mean: float | None, vals: Sequence[float], scale: int = 0, metric: str | None = None
+) -> str:
+    """``[low, high]``, the 95 % CI of the mean of ``vals`` to the decimals of their std.
+
+    The interval is clipped to the values ``metric`` can take (``METRIC_RANGES``: an accuracy's
+    ends at 100, an MSE's starts at 0).
+    """
     h = ci95(vals)
     if mean is None or math.isnan(mean) or h is None:
         return "–"
     f = 10.0**-scale
     if h == 0:
         return fmt_cell(mean, scale=scale)
+    low, high = mean - h, mean + h
+    lo_bound, hi_bound = METRIC_RANGES.get(metric or "", (None, None))
+    if lo_bound is not None:
+        low = max(low, lo_bound)
+    if hi_bound is not None:
+        high = min(high, hi_bound)
     d = std_decimals(statistics.stdev(vals) * f)
-    return f"[{(mean - h) * f:.{d}f}, {(mean + h) * f:.{d}f}]"
+    return f"[{low * f:.{d}f}, {high * f:.{d}f}]"
 
 
 def commit_label(records: Sequence[dict[str, Any]]) -> str:
@@ -139,7 +162,9 @@ def commit_label(records: Sequence[dict[str, Any]]) -> str:
 NOTES = (
     "- Cells: mean ± sample std over seeds, the std to 2 significant digits and the mean to the "
     "same decimal place; a std of 0 (a deterministic value) is not printed. Seeds `1*`: one "
-    "seed, so no std and no CI. 95 % CI: mean ± t(0.975, n-1) · std / √n (Student's t).\n"
+    "seed, so no std and no CI. 95 % CI: mean ± t(0.975, n-1) · std / √n (Student's t), "
+    "clipped to the metric's range (accuracy within 0-100, MSE and NLL from 0, perplexity "
+    "from 1).\n"
     "- Each column has one unit: a power of ten in its title (×10^k) multiplies every cell.\n"
     "- Commit: the code the row's records were made with (`+dirty`: uncommitted changes); "
     "`mixed: ...` flags a row whose seeds come from different commits.\n"
