@@ -241,10 +241,11 @@ def estimate_seconds(
     """The time the runs in ``todo`` would take, from the recorded times of runs like them.
 
     A run is estimated by the mean ``time.train_s + time.eval_s`` of the recorded ok runs of
-    its variant (same config, any seed); failing that, of the recorded ok runs of its method on
-    its task and preset (other knobs); failing that, it is not estimated. The times are what
-    the records say: one process at the recorded ``--threads``, on the recorded machine, under
-    whatever load it had.
+    its variant (same config, any seed); failing that, by the recorded ok runs of its method on
+    its task and preset (other knobs), per epoch run (``epochs_run``) times the run's epochs
+    (a record without ``epochs_run`` counts as is); failing that, it is not estimated. The times
+    are what the records say: one process at the recorded ``--threads``, on the recorded
+    machine, under whatever load it had.
 
     Returns:
         ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
@@ -260,12 +261,15 @@ def estimate_seconds(
         return s if math.isfinite(s) and s >= 0 else None
 
     by_variant: dict[str, list[float]] = {}
-    by_method: dict[tuple[str, str, str], list[float]] = {}
+    # (seconds, epochs run or None) of the runs of each (method, task, preset)
+    by_method: dict[tuple[str, str, str], list[tuple[float, int | None]]] = {}
     for r in latest(records):
         s = took(r) if r.get("status") == "ok" else None
         if s is not None:
             by_variant.setdefault(r["variant_id"], []).append(s)
-            by_method.setdefault((r["method"], r["task"], r["preset"]), []).append(s)
+            e = r.get("epochs_run")
+            e = e if isinstance(e, int) and e > 0 else None
+            by_method.setdefault((r["method"], r["task"], r["preset"]), []).append((s, e))
     total, counts = 0.0, {"variant": 0, "method": 0, "unknown": 0}
     for c in todo:
         same = by_variant.get(c.variant_id) or []
@@ -274,7 +278,7 @@ def estimate_seconds(
             total += sum(same) / len(same)
             counts["variant"] += 1
         elif like:
-            total += sum(like) / len(like)
+            total += sum(s * c.train.epochs / e if e else s for s, e in like) / len(like)
             counts["method"] += 1
         else:
             counts["unknown"] += 1

@@ -199,11 +199,11 @@ def test_estimate_seconds_from_the_variant_then_the_method():
     other = config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "7"})
     lstm = config.resolve("lstm", "adding", 0, "smoke")
 
-    def rec(cfg, train_s, status="ok"):
+    def rec(cfg, train_s, status="ok", epochs_run=None):
         return {
             "run_id": cfg.run_id, "variant_id": cfg.variant_id, "method": cfg.method,
             "task": cfg.task, "preset": cfg.preset, "seed": cfg.seed, "status": status,
-            "time": {"train_s": train_s, "eval_s": 1.0},
+            "time": {"train_s": train_s, "eval_s": 1.0}, "epochs_run": epochs_run,
         }  # fmt: skip
 
     recs = [rec(a0, 9.0), rec(other, 99.0), rec(lstm, 5.0, "failed")]
@@ -211,6 +211,13 @@ def test_estimate_seconds_from_the_variant_then_the_method():
     assert (s, n) == (10.0, {"variant": 1, "method": 0, "unknown": 0})
     s, n = estimate_seconds([other, a1, lstm], recs[1:])  # a1 by method (mean of 100); lstm: none
     assert (s, n) == (200.0, {"variant": 1, "method": 1, "unknown": 1})
+    # by method, per epoch run: 100 s over one epoch is 100 s per epoch of a1's
+    epochs = a1.train.epochs
+    assert epochs > 1
+    s, n = estimate_seconds([a1], [rec(other, 99.0, epochs_run=1)])
+    assert (s, n) == (100.0 * epochs, {"variant": 0, "method": 1, "unknown": 0})
+    s, n = estimate_seconds([other], [rec(other, 99.0, epochs_run=1)])  # its variant: as is
+    assert s == 100.0
 
 
 def test_progress_lines_show_variant_epochs_and_the_leaderboard_goes_next_to_out(tmp_path, harness):
