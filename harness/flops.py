@@ -182,35 +182,45 @@ def dense_sequence_macs(method: Method, seq_len: int, batch: int = 2) -> int:
 # --- per-method table ------------------------------------------------------------------------
 
 
-def model_costs(model: nn.Module, x: Tensor) -> dict[str, Any]:
+def model_costs(
+    model: nn.Module, x: Tensor, lengths: Tensor | None = None, times: Tensor | None = None
+) -> dict[str, Any]:
     """MACs, FLOPs and parameters per sequence of a built model on a batch, summed over its layers.
 
-    The model (a ``harness.model.SeqModel``) runs in eval mode, without gradients.
+    The model (a ``harness.model.SeqModel``) runs in eval mode, without gradients. Sequences
+    shorter than T (``lengths``) are charged their own steps, as the records charge them; fvcore
+    counts the padded batch, and its dense count is scaled to the mean true length (the dense
+    cost of a step does not depend on the step).
 
     Args:
         model: the model, whose ``methods`` are its recurrent layers.
         x: a batch of input sequences, ``[B, T, ...]``.
+        lengths: the true length of each sequence, ``[B]`` (None: all T).
+        times: the sample times, ``[B, T]``, for the methods that read them.
 
     Returns:
-        ``seq_len``, ``params_total``, ``params_method`` and ``macs_*`` / ``flops_*`` for
-        ``dense_fvcore`` (fvcore's count of the dense computation), ``dense`` (the analytic cost
-        model) and ``effective``, each summed over the layers and averaged over the sequences.
+        ``seq_len`` (T, the padded length), ``mean_len`` (the mean true length), ``params_total``,
+        ``params_method`` and ``macs_*`` / ``flops_*`` for ``dense_fvcore`` (fvcore's count of
+        the dense computation), ``dense`` (the analytic cost model) and ``effective``, each summed
+        over the layers and averaged over the sequences.
     """
     model.eval()
     with torch.no_grad():
-        out = model(x)
+        out = model(x, lengths, times)
     T = x.shape[1]
+    mean_len = float(lengths.double().mean()) if lengths is not None else float(T)
     row: dict[str, Any] = {
         "seq_len": T,
+        "mean_len": mean_len,
         "params_total": sum(p.numel() for p in model.parameters()),
         "params_method": model.method_param_count(),
-        "macs_dense_fvcore": 0,
+        "macs_dense_fvcore": 0.0,
         "macs_dense": 0.0,
         "macs_effective": 0.0,
     }
     for layer, trace in zip(model.methods, out.layers, strict=True):
-        row["macs_dense_fvcore"] += dense_sequence_macs(layer, T)
-        macs = sequence_macs(layer, trace)
+        row["macs_dense_fvcore"] += dense_sequence_macs(layer, T) * mean_len / T
+        macs = sequence_macs(layer, trace, lengths)
         row["macs_dense"] += float(macs["dense"].mean())
         row["macs_effective"] += float(macs["effective"].mean())
     for k in ("dense_fvcore", "dense", "effective"):

@@ -200,7 +200,8 @@ def fresh_costs(
     """MACs, FLOPs and parameters per sequence of freshly initialised models (seed 0) on a task.
 
     Each model runs in eval mode on the first ``batch`` sequences of the task's test split
-    (``harness.flops.model_costs``); nothing is trained.
+    (``harness.flops.model_costs``: a shorter sequence is charged its own steps); nothing is
+    trained.
 
     Args:
         methods: names or globs, a list or comma-separated (``"all"``).
@@ -227,8 +228,11 @@ def fresh_costs(
         try:
             with out_of_memory_as_error(cfg):
                 task_obj, model = build(cfg, data_dir)
-                x = task_obj.splits(0).test.x[:batch]
-                costs = model_costs(model, x)
+                test = task_obj.splits(0).test
+                lengths, times = (
+                    None if v is None else v[:batch] for v in (test.lengths, test.times)
+                )
+                costs = model_costs(model, test.x[:batch], lengths, times)
         except ConfigError as e:
             raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
         rows.append({"method": cfg.method, "task": cfg.task, "preset": cfg.preset} | costs)

@@ -106,6 +106,21 @@ def test_flops_set_reaches_the_models(harness):
     assert row["macs_dense"] == 3 * 4 * (4 + 2) * 20
 
 
+def test_flops_charges_each_sequence_its_true_length(harness):
+    from harness import config
+    from harness.train import build
+
+    p = harness("flops", "--methods", "gru", "--task", "freq-discrimination", "--json", check=True)
+    (row,) = json.loads(p.stdout)["rows"]
+    task, _ = build(config.resolve("gru", "freq-discrimination", 0, "smoke"), None)
+    lengths = task.splits(0).test.lengths[:16].double()
+    T, V, D = row["seq_len"], 2, 10  # freq-discrimination smoke: value and time, D = 10
+    assert row["mean_len"] == float(lengths.mean()) < T  # padded: the sequences are shorter
+    assert row["macs_dense"] == 3 * D * (D + V) * float(lengths.mean())
+    assert abs(row["macs_dense_fvcore"] - row["macs_dense"]) < 1e-9 * row["macs_dense"]
+    assert row["macs_effective"] == row["macs_dense"]
+
+
 def test_help_has_examples(harness):
     p = harness("run", "--help", check=True)
     assert "examples:" in p.stdout and "--preset" in p.stdout

@@ -47,6 +47,12 @@ def add_parser(subparsers: Any) -> None:
     s.set_defaults(func=cmd_flops)
 
 
+def _seq_len(row: dict[str, Any]) -> str:
+    """T, and the mean true length where sequences are shorter (the length charged)."""
+    T, mean = row["seq_len"], row.get("mean_len", row["seq_len"])
+    return str(T) if mean == T else f"{T} (mean {mean:.1f})"
+
+
 def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.sweep.fresh_costs``) as a table or as JSON."""
     from harness import config
@@ -71,7 +77,7 @@ def cmd_flops(args: argparse.Namespace) -> int:
     for r in rows:
         table.add_row(
             r["method"],
-            str(r["seq_len"]),
+            _seq_len(r),
             str(r["params_total"]),
             f"{r['macs_dense_fvcore']:.4g}",
             f"{r['macs_dense']:.4g}",
