@@ -23,7 +23,6 @@ from harness.reporting.text import (
     NOTES,
     TITLES,
     arrow,
-    ci95,
     column_scale,
     commit_label,
     fmt_cell,
@@ -144,7 +143,7 @@ def leaderboard_rows(
                 if key == primary:
                     row["_sort"] = mean
                     ci = scaled(f"95 % CI, {TITLES.get(key, key)}", sc)
-                    row[ci] = fmt_ci(mean, v, sc, key) if ci95(v) is not None else "–"
+                    row[ci] = fmt_ci(mean, v, sc, key)  # "–" below 2 seeds
             row["Params"] = group[0].get("params", {}).get("total", "–")
             m = _values(group, lambda r: (r.get("time") or {}).get("train_s"))
             row["Train s"] = fmt_cell(statistics.fmean(m)) if m else "–"
