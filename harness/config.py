@@ -39,6 +39,11 @@ class TrainConfig:
         eval_batch_size: batch size for validation and test passes.
         patience: stop after this many epochs without validation improvement (0: never).
         max_train_batches: cap on training batches per epoch (0: no cap).
+        compile: train with the method's per-step function compiled by ``torch.compile``
+            (``Method.compile_step``; only methods that define one, else a ConfigError). The
+            same equations with the operations fused: the float rounding differs from eager
+            training, so compiled runs are their own variant. Inductor builds C++ on the CPU: a
+            C++ compiler is needed, and each new process compiles again (tens of seconds).
     """
 
     epochs: int = 1
@@ -49,6 +54,7 @@ class TrainConfig:
     eval_batch_size: int = 256
     patience: int = 0
     max_train_batches: int = 0
+    compile: bool = False
 
     def __post_init__(self) -> None:
         _positive(self, "epochs", "batch_size", "eval_batch_size")
@@ -124,12 +130,15 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with every resolved value."""
+        train = dataclasses.asdict(self.train)
+        if not train["compile"]:  # only when on: eager runs keep the run ids they had before it
+            del train["compile"]
         d = {
             "method": self.method,
             "task": self.task,
             "seed": self.seed,
             "preset": self.preset,
-            "train": dataclasses.asdict(self.train),
+            "train": train,
             "model": dataclasses.asdict(self.model),
             "method_cfg": dataclasses.asdict(self.method_cfg),
             "task_cfg": dataclasses.asdict(self.task_cfg),
@@ -331,6 +340,11 @@ def resolve(
     }
     sections = apply_overrides(sections, p.methods.get(method, {}))
     sections = apply_overrides(sections, overrides or {})
+    if sections["train"].compile and not method_cls.compiles():
+        able = ", ".join(n for n, cls in METHODS.items() if cls.compiles()) or "none"
+        raise ConfigError(
+            f"train.compile: method '{method}' has no compiled step (those with one: {able})"
+        )
     return RunConfig(
         method=method,
         task=task,

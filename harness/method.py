@@ -235,6 +235,21 @@ class Method(nn.Module):
         finally:
             self.train(was_training)
 
+    def compile_step(self) -> None:
+        """Train with the per-step function compiled by ``torch.compile`` (``train.compile``).
+
+        Methods whose training cost is many tiny operations per step (a deep recurrence of small
+        layers) override it: they replace the function their training forward calls at each step by
+        its compiled form, so the outputs are the same equations with the float operations fused.
+        Eval passes and ``step`` stay eager. The default has no compiled form.
+        """
+        raise ConfigError(f"{self.name}: train.compile is not available for this method")
+
+    @classmethod
+    def compiles(cls) -> bool:
+        """Whether the method overrides ``compile_step`` (``train.compile`` is allowed)."""
+        return cls.compile_step is not Method.compile_step
+
     # --- measurement hooks ---------------------------------------------------------------------
     @classmethod
     def at_skip(

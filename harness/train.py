@@ -58,6 +58,9 @@ def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
     task = TASKS.get(cfg.task)(cfg.task_cfg, data_dir)
     set_seed(cfg.seed)
     model = SeqModel(METHODS.get(cfg.method), cfg.method_cfg, task, cfg.model)
+    if cfg.train.compile:
+        for layer in model.methods:
+            layer.compile_step()
     return task, model
 
 

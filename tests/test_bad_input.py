@@ -49,6 +49,8 @@ CASES = [
     (RUN + ["--grid", "lr=0.1,0.2", "--grid", "lr=0.3"], "--grid lr=0.1,0.2 and --grid lr=0.3"),
     (RUN + ["--set", "lr=0.1", "--grid", "lr=0.1,0.2"], "'lr' is given to both --set and --grid"),
     (FLOPS + ["--set", "hidden_size=8", "--set", "model.hidden_size=16"], "model.hidden_size"),
+    # a compiled step asked of a method that has none
+    (RUN + ["--set", "compile=true"], "train.compile: method 'gru' has no compiled step"),
     # 4. compare: tolerances, records it cannot read, where it would write
     (COMPARE + ["a.jsonl", "--tol", "metrics=nan"], "tolerances must be finite numbers >= 0"),
     (COMPARE + ["a.jsonl", "--tol", "metrics=inf"], "'metrics=inf': tolerances must be finite"),

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -54,6 +55,22 @@ def test_run_id_is_a_hash_of_the_resolved_config():
     c = config.resolve("gru", "adding", 1, "smoke")
     assert a.run_id == b.run_id and a.run_id != c.run_id and a.variant_id == c.variant_id
     assert config.from_dict(json.loads(json.dumps(a.to_dict()))).run_id == a.run_id
+
+
+def test_train_compile_is_its_own_variant_and_leaves_eager_run_ids_alone():
+    eager = config.resolve("ei-rehn", "synthetic", 0, "smoke")
+    # eager configs hash as they did before the field existed (the committed records keep their ids)
+    assert "compile" not in eager.to_dict()["train"]
+    ref = Path(__file__).resolve().parents[1] / "results" / "reference" / "smoke.jsonl"
+    lines = ref.read_text().splitlines()
+    recorded = {(r["method"], r["task"], r["seed"]): r["run_id"] for r in map(json.loads, lines)}
+    assert recorded[("ei-rehn", "synthetic", 0)] == eager.run_id
+    compiled = config.resolve("ei-rehn", "synthetic", 0, "smoke", {"train.compile": "true"})
+    assert compiled.train.compile and compiled.to_dict()["train"]["compile"] is True
+    assert compiled.variant_id != eager.variant_id
+    assert config.from_dict(json.loads(json.dumps(compiled.to_dict()))).run_id == compiled.run_id
+    with pytest.raises(ConfigError, match="those with one: ei-rehn"):
+        config.resolve("gru", "synthetic", 0, "smoke", {"compile": "true"})
 
 
 def test_preset_per_method_overrides_apply():

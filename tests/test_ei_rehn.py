@@ -6,6 +6,7 @@ on hand-built depths."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from decimal import Decimal, localcontext
@@ -424,3 +425,33 @@ def test_at_skip_halts_every_unit_at_one_depth(skip, depth) -> None:
     with torch.no_grad():
         out = m(torch.randn(2, 20, 3))
     assert torch.equal(out.depth, torch.full_like(out.depth, depth))
+
+
+@pytest.mark.kernel  # torch.compile builds C++ with inductor (tens of seconds, a compiler needed)
+def test_compiled_step_trains_like_eager() -> None:
+    """``train.compile``: the compiled fixed-depth step gives eager's outputs, trace and gradients
+    (float64, to fused-rounding tolerance); passes without grad, and ``step``, stay eager."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    eager = EIREHN(3, 6, EIREHNConfig(r_max=3)).double()
+    compiled = copy.deepcopy(eager)
+    compiled.compile_step()
+    x = torch.randn(4, 5, 3, dtype=torch.float64)
+    torch._dynamo.reset()
+    counters.clear()
+    want, got = eager(x), compiled(x)
+    assert counters["stats"]["unique_graphs"] >= 1  # the training forward ran compiled code
+    torch.testing.assert_close(got.outputs, want.outputs, rtol=1e-12, atol=1e-12)
+    assert torch.equal(got.mask, want.mask) and torch.equal(got.depth, want.depth)
+    loss_want, loss_got = want.outputs.pow(2).sum(), got.outputs.pow(2).sum()
+    g_want = torch.autograd.grad(loss_want, list(eager.parameters()))
+    g_got = torch.autograd.grad(loss_got, list(compiled.parameters()))
+    for a, b in zip(g_got, g_want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x).outputs, want.outputs.detach(), rtol=0, atol=0)
+    out = compiled.step(x[:, 0], compiled.init_state(4, x), 0)
+    assert counters["stats"]["unique_graphs"] == graphs  # no-grad and step passes: eager
+    assert out.h.shape == (4, 6)
