@@ -18,6 +18,7 @@ from harness.reporting.paper import (
     render_md,
     render_tex,
     runs_frame,
+    setting_diff,
     welch_p,
     write_paper_report,
 )
@@ -162,6 +163,14 @@ def test_heatmap_reads_the_packed_mask():
     fig = mask_figure({"sa-rnn": rec("sa-rnn", 0, trace=trace), "gru": rec("gru", 0)})
     assert len(fig.axes) == 1  # a method without a trace gets no panel
     np.testing.assert_array_equal(np.asarray(fig.axes[0].images[0].get_array()), want)
+
+
+def test_setting_diff_names_a_compiled_training():
+    paper = {"train.epochs": 100, "seeds": 5}
+    cfg = {"train.epochs": 100, "hidden_size": 10}
+    assert setting_diff(paper, cfg, 5, "paper") == "preset paper"
+    got = setting_diff(paper, {**cfg, "train.compile": True}, 3, "paper")
+    assert got == "preset paper; seeds 3 (paper 5); trained with its step compiled (train.compile)"
 
 
 def test_paper_vs_harness_fills_a_row_only_with_its_knobs():

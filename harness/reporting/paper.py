@@ -316,6 +316,8 @@ def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, prese
         if not _same(ours, paper):
             name = SETTING_NAMES.get(k, k.rsplit(".", 1)[-1])
             parts.append(f"{name} {_value_text(ours)} (paper {_value_text(paper)})")
+    if cfg.get("train.compile"):  # same equations, fused float operations (docs/methods.md)
+        parts.append("trained with its step compiled (train.compile)")
     return "; ".join(parts)
 
 
