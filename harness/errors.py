@@ -18,7 +18,22 @@ class RecordError(HarnessError):
 
 
 class DivergedError(RuntimeError):
-    """Training produced a non-finite loss; the run is recorded as failed and the sweep goes on."""
+    """Training produced a non-finite loss or gradient norm.
+
+    The run is recorded as failed, with the epochs it finished, and the sweep goes on.
+
+    Args:
+        message: what went non-finite, and where.
+        history: the history rows of the epochs finished before it (``train_model``'s).
+        train_s: the training seconds spent until then.
+    """
+
+    def __init__(
+        self, message: str, history: list[dict] | None = None, train_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.history = history or []
+        self.train_s = train_s
 
 
 class Interrupted(KeyboardInterrupt):

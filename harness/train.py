@@ -2,7 +2,8 @@
 
 Adam with global-norm gradient clipping; validation after every epoch; the test metrics reported
 are those of the parameters from the epoch with the best validation primary metric (the rule is
-named in every record). A non-finite loss ends the run as failed, with the reason recorded.
+named in every record). A non-finite loss or gradient norm ends the run as failed, with the reason
+and the epochs it finished recorded.
 """
 
 from __future__ import annotations
@@ -268,11 +269,18 @@ def descend(
         opt: the optimiser over ``params``.
         params: the trainable parameters, clipped together.
         clip: the global gradient-norm bound; 0 turns clipping off.
+
+    Raises:
+        DivergedError: when clipping, a non-finite gradient norm, before the step (clipping an
+            inf norm scales the finite gradients to 0 and the infinite ones to NaN, so the step
+            would write NaN into the parameters and the next batch's loss would be NaN).
     """
     opt.zero_grad(set_to_none=True)
     total.backward()
     if clip > 0:
-        torch.nn.utils.clip_grad_norm_(params, clip)
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        if not torch.isfinite(norm):
+            raise DivergedError(f"non-finite gradient norm ({norm.item()})")
     opt.step()
 
 
@@ -290,7 +298,8 @@ def train_model(
     display, ``harness.tracking``).
 
     Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
-    None if no epoch had a finite one). Raises DivergedError on a non-finite loss.
+    None if no epoch had a finite one). Raises DivergedError on a non-finite loss or gradient
+    norm, naming the epoch and batch and carrying the history of the epochs finished before it.
     """
     tc = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
@@ -311,9 +320,13 @@ def train_model(
             out = model(batch.x, batch.lengths, batch.times)
             loss = task.loss(out.pred, batch)
             total = loss if out.aux_loss is None else loss + out.aux_loss
-            if not torch.isfinite(total):
-                raise DivergedError(f"non-finite loss ({total.item()}) at epoch {epoch}, batch {i}")
-            descend(total, opt, params, tc.clip)
+            try:
+                if not torch.isfinite(total):
+                    raise DivergedError(f"non-finite loss ({total.item()})")
+                descend(total, opt, params, tc.clip)
+            except DivergedError as e:
+                spent = train_s + time.perf_counter() - t0
+                raise DivergedError(f"{e} at epoch {epoch}, batch {i}", history, spent) from None
             losses.append(loss.item())
         train_s += time.perf_counter() - t0
         val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics
@@ -408,8 +421,10 @@ def run(
         rec["time"].update(train_s=train_s, eval_s=eval_s)
     except (KeyboardInterrupt, HarnessError):
         raise
-    except DivergedError as e:
-        rec.update(status="failed", error=f"diverged: {e}")
+    except DivergedError as e:  # the epochs it finished stay on record
+        rec.update(status="failed", error=f"diverged: {e}", history=e.history)
+        rec["epochs_run"] = len(e.history)
+        rec["time"]["train_s"] = e.train_s
     except Exception as e:  # recorded as a failed run; the sweep goes on
         tb = traceback.extract_tb(e.__traceback__)[-1]
         rec.update(status="failed", error=f"{type(e).__name__}: {e} ({tb.filename}:{tb.lineno})")

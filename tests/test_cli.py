@@ -138,6 +138,35 @@ def test_diverging_run_is_recorded_as_failed_and_sweep_goes_on(tmp_path, harness
     assert "Failed runs" in Path(tmp_path / "results/LEADERBOARD.md").read_text()
 
 
+@pytest.mark.parametrize("what", ["loss", "gradient norm"])
+def test_a_run_diverging_in_its_second_epoch_keeps_the_first_on_record(monkeypatch, what):
+    import math
+
+    from harness import config, train
+    from harness.results import validate_record
+
+    real_build = train.build
+
+    def build(cfg, data_dir=None):  # non-finite from epoch 1 on: the loss, or one gradient
+        task, model = real_build(cfg, data_dir)
+        epochs, real_start = [], model.on_epoch_start
+        model.on_epoch_start = lambda e, n: (epochs.append(e), real_start(e, n))
+        if what == "loss":
+            real_loss = task.loss
+            task.loss = lambda pred, b: real_loss(pred, b) * (math.nan if epochs[-1] else 1.0)
+        else:
+            next(model.parameters()).register_hook(lambda g: g * math.inf if epochs[-1] else g)
+        return task, model
+
+    monkeypatch.setattr(train, "build", build)
+    rec = train.run(config.resolve("gru", "adding", 0, "smoke", {"train.epochs": "3"}))
+    assert rec["status"] == "failed" and validate_record(rec) == []
+    assert rec["error"].startswith(f"diverged: non-finite {what} (")
+    assert rec["error"].endswith(") at epoch 1, batch 0"), "caught before the step, not after"
+    assert [h["epoch"] for h in rec["history"]] == [0] and rec["epochs_run"] == 1
+    assert math.isfinite(rec["history"][0]["train_loss"]) and rec["time"]["train_s"] > 0
+
+
 def test_compare_exit_codes_and_markdown(tmp_path, harness):
     harness(
         "run",

@@ -19,6 +19,8 @@ from harness.errors import HarnessError
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
+DEFAULT_BOARD = "reports/LEADERBOARD.md"
+DEFAULT_PAPER_DIR = "reports/paper"
 
 
 def _task_option() -> argparse.ArgumentParser:
@@ -61,9 +63,8 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--out",
-        default="reports/LEADERBOARD.md",
         metavar="FILE",
-        help="the leaderboard to write (default: %(default)s)",
+        help=f"the leaderboard to write (default: {DEFAULT_BOARD})",
     )
     s.add_argument(
         "--paper",
@@ -72,9 +73,8 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--out-dir",
-        default="reports/paper",
         metavar="DIR",
-        help="--paper: output directory (default: %(default)s)",
+        help=f"--paper: output directory (default: {DEFAULT_PAPER_DIR})",
     )
     s.add_argument(
         "--format",
@@ -167,9 +167,12 @@ def _write_curves(sources: list[str], board: Path) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report; malformed records are an error once it is written."""
     sources = args.records or [DEFAULT_RECORDS]
-    given = [f for f, v in (("--task", args.task), ("--preset", args.preset)) if v]
+    paper_only = (("--task", args.task), ("--preset", args.preset), ("--out-dir", args.out_dir))
+    given = [f for f, v in paper_only if v]
     if given and not args.paper:
-        raise HarnessError(f"{', '.join(given)}: only used with --paper")
+        raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
+    if args.out and args.paper:
+        raise HarnessError("--out: the leaderboard's file; --paper writes into --out-dir")
     tasks = None
     if args.task:
         from harness.registry import TASKS
@@ -183,10 +186,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.paper:
         formats = tuple(args.formats or ("md",))
         problems = write_leaderboard(
-            sources, Path(args.out), console(), warn=False, formats=formats, select=select
+            sources,
+            Path(args.out or DEFAULT_BOARD),
+            console(),
+            warn=False,
+            formats=formats,
+            select=select,
         )
         if not args.no_figures:
-            _write_curves(sources, Path(args.out))
+            _write_curves(sources, Path(args.out or DEFAULT_BOARD))
         if problems:  # the report is written without them; the input is still bad
             raise _malformed(problems)
         return 0
@@ -197,7 +205,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     paths = write_paper_report(
         records,
         sources,
-        args.out_dir,
+        args.out_dir or DEFAULT_PAPER_DIR,
         tasks=tasks,
         presets=[args.preset] if args.preset else None,
         formats=tuple(args.formats or ("md", "tex")),
