@@ -284,6 +284,22 @@ def test_files_are_produced(tmp_path):
         write_paper_report(recs, ["r"], tmp_path / "paper_seizures_smoke.md", figures=False)
 
 
+def test_a_failed_run_is_named_with_its_variant_seed_and_error(tmp_path):
+    recs = [
+        rec("sa-rnn", s, accuracy=80.0, skip_pct=50.0, lam=lam) for s in (0, 1) for lam in (0, 1)
+    ]
+    bad = rec("sa-rnn", 2, status="failed", lam=1)
+    bad["error"] = "diverged: non-finite loss (nan) at epoch 5, batch 3"
+    stale = rec("gru", 0, status="failed")  # retried: its latest record is ok
+    recs += [bad, stale, dict(rec("gru", 0, accuracy=80.0, skip_pct=0.0), run_id=stale["run_id"])]
+    (path,) = write_paper_report(recs, ["r"], tmp_path, formats=("md",), figures=False)
+    md = path.read_text()
+    assert "- Failed runs (not tabulated): 1:\n" in md
+    assert (
+        f"  - sa-rnn (lam=1) on seizures (smoke, seed 2, run {bad['run_id']}): {bad['error']}" in md
+    )
+
+
 def test_variants_are_labelled_by_the_config_values_that_vary():
     recs = [rec("gru", 0, accuracy=80.0, skip_pct=0.0, hidden=h) for h in (8, 16)]
     _, (titles, rows) = table(recs)

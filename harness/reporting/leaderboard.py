@@ -51,13 +51,38 @@ PERCENT = {
 }  # percent: never rescaled
 
 
-def _variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
+def variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
     """The config fields (other than seed) that vary among a method's runs in one table."""
     flats = [flat_config(r) for r in all_method_runs]
     fields = {k for f in flats for k in f}  # a key one config lacks varies too (old records)
     varying = sorted(k for k in fields if len({repr(f.get(k)) for f in flats}) > 1)
     here = flat_config(group[0])
     return ", ".join(f"{k}={here.get(k)}" for k in varying)
+
+
+def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Each failed run among the latest ``records`` as one line of text.
+
+    The line names the method, what sets its variant apart from the method's other runs on the
+    same task and preset, the seed, the run id and the recorded error (a diverged run's names
+    the epoch and batch).
+    """
+    recs = latest(records)
+    lines = []
+    for r in recs:
+        if r.get("status") == "ok":
+            continue
+        same = [
+            x
+            for x in recs
+            if (x["method"], x["task"], x["preset"]) == (r["method"], r["task"], r["preset"])
+        ]
+        label = variant_label([r], same)
+        lines.append(
+            f"{r['method']}{f' ({label})' if label else ''} on {r['task']} ({r['preset']}, "
+            f"seed {r['seed']}, run {r['run_id']}): {r.get('error')}"
+        )
+    return lines
 
 
 def _values(group: list[dict[str, Any]], get: Any) -> list[float]:
@@ -126,7 +151,7 @@ def leaderboard_rows(
             same_method = [r for r in in_table if r["method"] == method]
             row: dict[str, Any] = {
                 "Method": method,
-                "Variant": _variant_label(group, same_method),
+                "Variant": variant_label(group, same_method),
                 "D": group[0]["config"]["model"]["hidden_size"],
                 "Seeds": seeds_cell(len({r["seed"] for r in group})),
             }
@@ -192,15 +217,10 @@ def leaderboard_markdown(
         missing = [k for k in picked or {} if k.startswith(f"{task}/{preset}/")]
         parts += [f"- {k.split('/')[-1]}: no row ({picked[k]})." for k in missing]
         parts += [""] if missing else []
-    failed = [r for r in latest(records) if r.get("status") != "ok"]
+    failed = failed_runs(records)
     if failed:
         parts.append("## Failed runs\n")
-        for r in failed:
-            parts.append(
-                f"- {r['method']} on {r['task']} ({r['preset']}, seed {r['seed']}, run "
-                f"{r['run_id']}): {r.get('error')}"
-            )
-        parts.append("")
+        parts += [f"- {line}" for line in failed] + [""]
     if problems:
         parts.append("## Records skipped as malformed\n")
         parts += [f"- {p}" for p in problems] + [""]

@@ -763,7 +763,9 @@ def _write(
         )
         written += [p for _, ps in figs for p in ps]
         in_group = [r for r in records if r["task"] == task and r["preset"] == preset]
-        failed = sum(r.get("status") != "ok" for r in in_group)
+        from harness.reporting.leaderboard import failed_runs
+
+        failed = failed_runs(in_group)
         head = header(in_group, sources, f"{task} ({preset} preset): paper-style report") + (
             "- Bold: best mean per column (arrow = direction); Solved, counts and p-values are "
             f"never bold. p: Welch's t-test of the per-seed {primary} against the best "
@@ -771,7 +773,8 @@ def _write(
             f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n"
             + MATCH_RULE.format(rule=rule)
             + NOTES
-            + f"- Failed runs (not tabulated): {failed}.\n"
+            + f"- Failed runs (not tabulated): {len(failed)}{'.' if not failed else ':'}\n"
+            + "".join(f"  - {line}\n" for line in failed)
         )
         for fmt, render in (("md", _markdown), ("tex", _latex)):
             if fmt in formats:
