@@ -55,7 +55,6 @@ Differences from the paper:
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -129,7 +128,15 @@ class EIREHN(ElasticHighway):
 
     def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
         tr = self.elastic(h, x_t)  # d [B, R_max, D], n [B, D], mask [B, D], R [B]
-        layers = int(tr.R.max()) if adaptive else self.cfg.r_max
+        if adaptive:
+            h = self._layers(x_t, h, tr.d, int(tr.R.max()))
+        else:
+            h = self._fixed_layers(x_t, h, tr.d)
+        extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
+        return StepOut(h, h, tr.mask, tr.n, extras)
+
+    def _layers(self, x_t: Tensor, h: Tensor, d: Tensor, layers: int) -> Tensor:
+        """The highway layers 1..``layers`` of one step under the gate ``d`` (eqs. 17-22, 9-10)."""
         B, D = h.shape
         if layers > 0:
             xp = F.linear(x_t, self.weight_x).view(B, 2, D)  # W_x,B x_t, layer 1 only
@@ -145,28 +152,37 @@ class EIREHN(ElasticHighway):
                 if r == 0:
                     a = a + xp
                 s, g = torch.tanh(a[:, 0]), torch.sigmoid(a[:, 1])  # eq. 22
-                h = highway_mix(tr.d[:, r] * g, s, h)  # eqs. 10, 9
+                h = highway_mix(d[:, r] * g, s, h)  # eqs. 10, 9
                 acc = acc + w  # eq. 17
-        extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
-        return StepOut(h, h, tr.mask, tr.n, extras)
+        return h
+
+    def _fixed_layers(self, x_t: Tensor, h: Tensor, d: Tensor) -> Tensor:
+        """``_layers`` at ``r_max`` layers, as the sequence ``forward`` runs them."""
+        return self._layers(x_t, h, d, self.cfg.r_max)
 
     def compile_step(self) -> None:
-        """Train with the fixed-depth step (``_advance(..., adaptive=False)``, the ``r_max``
-        layers of ``forward``) compiled by ``torch.compile`` (``train.compile``). Eager, this
-        method is a few hundred small operations per step and layer, forward and backward
-        (about 50,000 per training batch at S-EI's synthetic sizes: 21 steps x 10 layers); fused,
-        a training batch takes about a fifth of the time. Eval passes (no grad) and the adaptive
-        ``step`` stay eager. The outputs are the same equations; the float rounding differs.
+        """Train with the fixed-depth layer stack of a step (``_fixed_layers``, the ``r_max``
+        layers ``forward`` runs) compiled by ``torch.compile`` (``train.compile``).
+
+        Eager, this method is a few hundred small operations per step and layer, forward and
+        backward (about 50,000 per training batch at S-EI's synthetic sizes: 21 steps x 10
+        layers); compiled, a batch of the training loop takes about two fifths of the time. Eval
+        passes (no grad) and the adaptive ``step`` stay eager. The outputs are the same
+        equations; the float rounding differs.
+
+        The elastic gate (eqs. 11-14) stays eager: inductor's vectorised CPU code computes
+        ``expm1(x)`` as ``exp(x) - 1`` (torch 2.13; pytorch/pytorch#189803), which in float32 is
+        0 for |x| below about 6e-8 and loses most digits below 1e-6, so eq. 11's
+        ``ln(1 - e^{-u})`` was -inf for a unit whose local rate was that small and its gradient
+        non-finite (a synthetic run diverged so); eager ``expm1`` is exact there.
         """
-        eager = self._advance
-        fixed = torch.compile(functools.partial(eager, adaptive=False))
+        eager = self._fixed_layers
+        fixed = torch.compile(eager)
 
-        def advance(x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
-            if adaptive or not torch.is_grad_enabled():
-                return eager(x_t, h, adaptive)
-            return fixed(x_t, h)
+        def layers(x_t: Tensor, h: Tensor, d: Tensor) -> Tensor:
+            return fixed(x_t, h, d) if torch.is_grad_enabled() else eager(x_t, h, d)
 
-        self._advance = advance
+        self._fixed_layers = layers
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:

@@ -428,6 +428,30 @@ def test_at_skip_halts_every_unit_at_one_depth(skip, depth) -> None:
 
 
 @pytest.mark.kernel  # torch.compile builds C++ with inductor (tens of seconds, a compiler needed)
+def test_compiled_training_keeps_a_tiny_local_rate_finite_in_float32() -> None:
+    """A unit whose local rate alpha_t is ~2e-8 (u = alpha_t at layer 1): eq. 11's
+    ``ln(1 - e^{-u})`` needs an exact ``expm1``; inductor's vectorised CPU code computes it as
+    ``exp(u) - 1`` (0 in float32 here), which made the compiled step's gradient non-finite. The
+    compiled model's loss and gradients must be finite and match eager's (float32)."""
+    torch.manual_seed(0)
+    eager = EIREHN(3, 16, EIREHNConfig(r_max=3))
+    with torch.no_grad():
+        eager.elastic.rate.weight.zero_()
+        eager.elastic.rate.bias.fill_(math.log(2e-8))  # alpha_t = sigmoid(bias) ~ 2e-8
+    compiled = copy.deepcopy(eager)
+    compiled.compile_step()
+    torch._dynamo.reset()
+    x = torch.randn(8, 4, 3)
+    grads = []
+    for model in (eager, compiled):
+        loss = model(x).outputs.pow(2).sum()
+        grads.append(torch.autograd.grad(loss, list(model.parameters())))
+    for (name, _), want, got in zip(eager.named_parameters(), *grads, strict=True):
+        assert torch.isfinite(got).all(), name
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.kernel  # torch.compile builds C++ with inductor (tens of seconds, a compiler needed)
 def test_compiled_step_trains_like_eager() -> None:
     """``train.compile``: the compiled fixed-depth step gives eager's outputs, trace and gradients
     (float64, to fused-rounding tolerance); passes without grad, and ``step``, stay eager."""
