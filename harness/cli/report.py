@@ -185,16 +185,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         select = parse_rule(args.select)
     if not args.paper:
         formats = tuple(args.formats or ("md",))
+        board = Path(args.out or DEFAULT_BOARD)
         problems = write_leaderboard(
-            sources,
-            Path(args.out or DEFAULT_BOARD),
-            console(),
-            warn=False,
-            formats=formats,
-            select=select,
+            sources, board, console(), warn=False, formats=formats, select=select
         )
         if not args.no_figures:
-            _write_curves(sources, Path(args.out or DEFAULT_BOARD))
+            _write_curves(sources, board)
         if problems:  # the report is written without them; the input is still bad
             raise _malformed(problems)
         return 0
