@@ -2,7 +2,7 @@
 
 Adam with global-norm gradient clipping; validation after every epoch; the test metrics reported
 are those of the parameters from the epoch with the best validation primary metric (the rule is
-named in every record). A non-finite loss or gradient norm ends the run as failed, with the reason
+named in every record). A non-finite loss or gradient ends the run as failed, with the reason
 and the epochs it finished recorded.
 """
 
@@ -264,6 +264,12 @@ def descend(
 ) -> None:
     """One optimiser step on ``total``: backward, global-norm clipping (when ``clip > 0``), step.
 
+    The global norm is torch's (``get_total_norm``, in the gradients' dtype). Where that
+    overflows (float32: a norm above about 1.8e19, e.g. an exploding-gradient episode) while
+    every gradient is finite, it is taken again in float64 and the gradients are scaled by it:
+    the clipped step is then the one clipping defines, where torch's ``clip_grad_norm_`` would
+    scale every gradient by ``clip / inf = 0``.
+
     Args:
         total: the loss to minimise (task loss plus auxiliary loss).
         opt: the optimiser over ``params``.
@@ -271,17 +277,39 @@ def descend(
         clip: the global gradient-norm bound; 0 turns clipping off.
 
     Raises:
-        DivergedError: when clipping, a non-finite gradient norm, before the step (clipping an
-            inf norm scales the finite gradients to 0 and the infinite ones to NaN, so the step
-            would write NaN into the parameters and the next batch's loss would be NaN).
+        DivergedError: when clipping, a gradient with a non-finite element, before the step
+            (clipping it would write NaN into the parameters and the next batch's loss would be
+            NaN).
     """
     opt.zero_grad(set_to_none=True)
     total.backward()
     if clip > 0:
-        norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        if not torch.isfinite(norm):
-            raise DivergedError(f"non-finite gradient norm ({norm.item()})")
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        if torch.isfinite(norm):
+            torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+        else:
+            _clip_wide(grads, clip)
     opt.step()
+
+
+def _clip_wide(grads: list[torch.Tensor], clip: float) -> None:
+    """Global-norm clipping of gradients whose norm overflowed their dtype, in float64.
+
+    Both the norm and the scaling: a float32 scale ``clip / norm`` can be subnormal (flushed to 0).
+
+    Raises:
+        DivergedError: when some gradient element is inf or NaN.
+    """
+    norm = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads])
+    )
+    if not torch.isfinite(norm):
+        raise DivergedError(f"non-finite gradient norm ({norm.item()})")
+    scale = clip / (norm.item() + 1e-6)
+    if scale < 1.0:
+        for g in grads:
+            g.copy_(g.to(torch.float64) * scale)
 
 
 def train_model(
