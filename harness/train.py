@@ -301,15 +301,14 @@ def _clip_wide(grads: list[torch.Tensor], clip: float) -> None:
     Raises:
         DivergedError: when some gradient element is inf or NaN.
     """
-    norm = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads])
-    )
+    wide = [g.to(torch.float64) for g in grads]
+    norm = torch.nn.utils.get_total_norm(wide)
     if not torch.isfinite(norm):
         raise DivergedError(f"non-finite gradient norm ({norm.item()})")
     scale = clip / (norm.item() + 1e-6)
     if scale < 1.0:
-        for g in grads:
-            g.copy_(g.to(torch.float64) * scale)
+        for g, w in zip(grads, wide, strict=True):
+            g.copy_(w * scale)
 
 
 def train_model(
