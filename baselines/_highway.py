@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
+from harness.config import MAX_LAYERS, MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 
 TRANSFORM_BIAS = -2.0  # RHN transform-gate bias, rhn_train.py PTB value (docs/methods.md 2.10)
@@ -36,10 +36,10 @@ BETA_HAT_INIT = 3.0  # beta = sigmoid(3) = 0.953
 RATE_BIAS_INIT = -3.0  # bias of W_a: alpha_t ~ sigmoid(-3) = 0.047 -> d^1 ~ 0.90, depth ~ 7
 
 
-def _non_negative(name: str, **values: float) -> None:
-    for k, v in values.items():
-        if v < 0:
-            raise ConfigError(f"{name}: {k} must be >= 0 (got {v})")
+# Highway gate biases and weight bounds: wide enough to close a gate exactly (sigmoid(-1e4) is 0
+# even in float64; the tests close HSG's gate so), small enough to stay finite in float32.
+BIAS_BOUND = 1e4
+INIT_BOUND_MAX = 100.0
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,12 @@ class HighwayConfig:
             U(+-0.04); 0.04 here sets the weights only (b_H starts at 0, see ``CoupledHighway``).
     """
 
-    depth: int = 5
-    transform_bias: float = TRANSFORM_BIAS
-    init_bound: float = 0.0
+    depth: int = knob(5, ge=1, le=MAX_LAYERS)
+    transform_bias: float = knob(TRANSFORM_BIAS, ge=-BIAS_BOUND, le=BIAS_BOUND)
+    init_bound: float = knob(0.0, ge=0, le=INIT_BOUND_MAX)
 
     def __post_init__(self) -> None:
-        if self.depth < 1:
-            raise ConfigError(f"{type(self).__name__}: depth must be >= 1 (got {self.depth})")
-        _non_negative(type(self).__name__, init_bound=self.init_bound)
+        check_knobs(self, "method")
 
 
 @dataclass(frozen=True)
@@ -75,15 +73,13 @@ class ElasticConfig:
         init_bound: weights ~ U(+-init_bound); 0 means 1/sqrt(D).
     """
 
-    r_max: int = 10
-    gate_bias: float = 0.0
-    lam_d: float = 0.0
-    init_bound: float = 0.0
+    r_max: int = knob(10, ge=1, le=MAX_LAYERS)
+    gate_bias: float = knob(0.0, ge=-BIAS_BOUND, le=BIAS_BOUND)
+    lam_d: float = knob(0.0, ge=0, le=MAX_PENALTY)
+    init_bound: float = knob(0.0, ge=0, le=INIT_BOUND_MAX)
 
     def __post_init__(self) -> None:
-        if self.r_max < 1:
-            raise ConfigError(f"{type(self).__name__}: r_max must be >= 1 (got {self.r_max})")
-        _non_negative(type(self).__name__, lam_d=self.lam_d, init_bound=self.init_bound)
+        check_knobs(self, "method")
 
 
 def weight_bound(init_bound: float, hidden_size: int) -> float:

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_update
+from harness.config import MAX_WIDTH, check_knobs, knob
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -63,17 +64,13 @@ class ClockworkConfig:
         phase: module j is active at step t (from 0) iff ``(t + phase) mod T_j == 0``.
     """
 
-    num_modules: int = 10
-    base: int = 3
-    phase: int = 0
+    num_modules: int = knob(10, ge=1, le=MAX_WIDTH)
+    # int64 clocks: every period and every ``t + phase`` of a run must stay below 2^63
+    base: int = knob(3, ge=1, lt=_MAX_PERIOD)
+    phase: int = knob(0, ge=0, lt=_MAX_PERIOD)
 
     def __post_init__(self) -> None:
-        if self.num_modules < 1:
-            raise ConfigError(f"clockwork-rnn: num_modules must be >= 1 (got {self.num_modules})")
-        if self.base < 1:
-            raise ConfigError(f"clockwork-rnn: base must be >= 1 (got {self.base})")
-        if self.phase < 0:
-            raise ConfigError(f"clockwork-rnn: phase must be >= 0 (got {self.phase})")
+        check_knobs(self, "method", "clockwork-rnn")
         if self.base ** (self.num_modules - 1) >= _MAX_PERIOD:
             raise ConfigError(
                 f"clockwork-rnn: the slowest period base^(num_modules-1) = "

@@ -78,7 +78,6 @@ Differences from the code:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -88,7 +87,7 @@ from torch import Tensor, nn
 
 from baselines._cells import GRUWeights, cached_pack, gru_macs_per_unit
 from baselines._sparse import addmm_read_columns, bisect_level
-from harness.errors import ConfigError
+from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -97,6 +96,8 @@ from harness.registry import register_method
 DeltaState = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
 
 INITS = ("gru", "authors")
+# Far above any delta of the tasks' inputs (a time input reaches 125 ms) or states (|dh| < 2).
+MAX_THRESHOLD = 1e4
 # Sequences ``at_skip`` calibrates its thresholds on.
 CALIBRATION_BATCH = 8
 
@@ -114,19 +115,13 @@ class DeltaGRUConfig:
             orthogonal weights, zero biases).
     """
 
-    theta_x: float = 0.1
-    theta_h: float = 0.1
-    beta: float = 0.0
-    init: str = "gru"
+    theta_x: float = knob(0.1, ge=0, le=MAX_THRESHOLD)
+    theta_h: float = knob(0.1, ge=0, le=MAX_THRESHOLD)
+    beta: float = knob(0.0, ge=0, le=MAX_PENALTY)
+    init: str = knob("gru", choices=INITS)
 
     def __post_init__(self) -> None:
-        for name in ("theta_x", "theta_h", "beta"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"delta-gru: {name} must be a finite number >= 0 (got {v})")
-        if self.init not in INITS:
-            choices = ", ".join(repr(i) for i in INITS)
-            raise ConfigError(f"delta-gru: init must be one of {choices} (got {self.init!r})")
+        check_knobs(self, "method", "delta-gru")
 
 
 @register_method("delta-gru")

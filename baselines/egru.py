@@ -75,7 +75,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines._sparse import addmm_read_columns, bisect_level
-from harness.errors import ConfigError
+from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -117,28 +117,15 @@ class EGRUConfig:
         activity_target: the event rate the regulariser pulls towards (code: 0.05).
     """
 
-    dampening_factor: float = 0.7
-    pseudo_derivative_support: float = 1.0
-    thr_mean: float = 0.3
-    activity_reg: float = 0.0
-    activity_target: float = 0.05
+    # the pseudo-derivative's height and inverse width, far past the code's 0.7 and 1
+    dampening_factor: float = knob(0.7, gt=0, le=100)
+    pseudo_derivative_support: float = knob(1.0, gt=0, le=1e4)
+    thr_mean: float = knob(0.3, gt=0, lt=1)
+    activity_reg: float = knob(0.0, ge=0, le=MAX_PENALTY)
+    activity_target: float = knob(0.05, ge=0, le=1)
 
     def __post_init__(self) -> None:
-        if not self.dampening_factor > 0:
-            raise ConfigError(f"egru: dampening_factor must be > 0 (got {self.dampening_factor})")
-        if not self.pseudo_derivative_support > 0:
-            raise ConfigError(
-                "egru: pseudo_derivative_support must be > 0 "
-                f"(got {self.pseudo_derivative_support})"
-            )
-        if not 0.0 < self.thr_mean < 1.0:
-            raise ConfigError(f"egru: thr_mean must be in (0, 1) (got {self.thr_mean})")
-        if self.activity_reg < 0:
-            raise ConfigError(f"egru: activity_reg must be >= 0 (got {self.activity_reg})")
-        if not 0.0 <= self.activity_target <= 1.0:
-            raise ConfigError(
-                f"egru: activity_target must be in [0, 1] (got {self.activity_target})"
-            )
+        check_knobs(self, "method", "egru")
 
 
 @register_method("egru")

@@ -70,7 +70,7 @@ from baselines._highway import (
     run_sequence,
     weight_bound,
 )
-from harness.errors import ConfigError
+from harness.config import MAX_WIDTH, knob
 from harness.method import SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -79,12 +79,7 @@ from harness.registry import register_method
 class EIREHNConfig(ElasticConfig):
     """Elastic knobs (r_max, gate_bias, lam_d, init_bound) plus the hypernetwork size D_z."""
 
-    dz: int = 0  # 0: ceil(D / 2)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.dz < 0:
-            raise ConfigError(f"EIREHNConfig: dz must be >= 0 (got {self.dz})")
+    dz: int = knob(0, ge=0, le=MAX_WIDTH)  # 0: ceil(D / 2)
 
 
 @register_method("ei-rehn")

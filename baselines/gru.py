@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from baselines._cells import GRUWeights, check_gru_form, gru_macs_per_unit
+from baselines._cells import GRU_FORMS, GRUWeights, gru_macs_per_unit
+from harness.config import check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -38,10 +39,10 @@ class GRUConfig:
             ``before`` (S-SA eq. 3 and the SA-RNN / Skip RNN authors' code).
     """
 
-    gru_form: str = "after"
+    gru_form: str = knob("after", choices=GRU_FORMS)
 
     def __post_init__(self) -> None:
-        check_gru_form(self.gru_form, "gru")
+        check_knobs(self, "method", "gru")
 
 
 @register_method("gru")

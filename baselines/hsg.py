@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines._highway import (
+    BIAS_BOUND,
     HSG_GATE_BIAS,
     CoupledHighway,
     HighwayConfig,
@@ -43,6 +44,7 @@ from baselines._highway import (
     run_sequence,
     weight_bound,
 )
+from harness.config import knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -51,7 +53,7 @@ from harness.registry import register_method
 class HSGConfig(HighwayConfig):
     """RHN knobs (depth, transform_bias, init_bound) plus the HSG gate's initial bias."""
 
-    gate_bias: float = HSG_GATE_BIAS
+    gate_bias: float = knob(HSG_GATE_BIAS, ge=-BIAS_BOUND, le=BIAS_BOUND)
 
 
 @register_method("hsg")

@@ -46,11 +46,14 @@ import torch
 from torch import Tensor, nn
 
 from baselines._cells import LSTMWeights
+from harness.config import check_knobs, knob
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
 _R_ON_MIN = 1e-3
+# Periods are float32 parameters: up to a million steps (or ms) they keep 1/16-step resolution.
+_MAX_PERIOD = 1e6
 
 
 @dataclass(frozen=True)
@@ -66,22 +69,20 @@ class PhasedLSTMConfig:
         min_period: the forward clamps periods to at least this many steps.
     """
 
-    r_on: float = 0.3
-    period_low: float = 2.0
-    period_high: float = 20.0
-    leak: float = 1e-3
-    min_period: float = 2.0
+    r_on: float = knob(0.3, ge=_R_ON_MIN, le=1)
+    period_low: float = knob(2.0, gt=0, le=_MAX_PERIOD)
+    period_high: float = knob(20.0, gt=0, le=_MAX_PERIOD)
+    leak: float = knob(1e-3, ge=0, lt=1)
+    min_period: float = knob(2.0, gt=0, le=_MAX_PERIOD)
 
     def __post_init__(self) -> None:
-        if not _R_ON_MIN <= self.r_on <= 1.0:
-            raise ConfigError(f"phased-lstm: r_on must be in [{_R_ON_MIN}, 1] (got {self.r_on})")
-        if not 0 < self.min_period <= self.period_low <= self.period_high:
+        check_knobs(self, "method", "phased-lstm")
+        if not self.min_period <= self.period_low <= self.period_high:
             raise ConfigError(
-                "phased-lstm: need 0 < min_period <= period_low <= period_high (got "
-                f"{self.min_period}, {self.period_low}, {self.period_high})"
+                "phased-lstm: need min_period <= period_low <= period_high (got "
+                f"min_period={self.min_period:g}, period_low={self.period_low:g}, "
+                f"period_high={self.period_high:g})"
             )
-        if not 0.0 <= self.leak < 1.0:
-            raise ConfigError(f"phased-lstm: leak must be in [0, 1) (got {self.leak})")
 
 
 @register_method("phased-lstm")

@@ -37,13 +37,13 @@ import torch
 from torch import Tensor
 
 from baselines._cells import (
+    GRU_FORMS,
     GRUWeights,
-    check_gru_form,
     gru_exact_cost,
     gru_macs_per_unit,
     masked_update,
 )
-from harness.errors import ConfigError
+from harness.config import MAX_SEED, check_knobs, knob
 from harness.flops import effective_step_macs
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -61,16 +61,12 @@ class RandomUpdatesConfig:
             ``before`` (S-SA eq. 3).
     """
 
-    p_skip: float = 0.76
-    eval_seed: int = 0
-    gru_form: str = "after"
+    p_skip: float = knob(0.76, ge=0, lt=1)
+    eval_seed: int = knob(0, ge=0, le=MAX_SEED)
+    gru_form: str = knob("after", choices=GRU_FORMS)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.p_skip < 1.0:
-            raise ConfigError(f"random-updates: p_skip must be in [0, 1) (got {self.p_skip})")
-        if self.eval_seed < 0:
-            raise ConfigError(f"random-updates: eval_seed must be >= 0 (got {self.eval_seed})")
-        check_gru_form(self.gru_form, "random-updates")
+        check_knobs(self, "method", "random-updates")
 
 
 @register_method("random-updates")

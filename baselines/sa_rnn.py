@@ -73,10 +73,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import (
+    GRU_FORMS,
     GRUWeights,
     binarize_ste,
     cached_pack,
-    check_gru_form,
     gru_exact_cost,
     gru_macs_per_unit,
     gru_rows,
@@ -86,7 +86,7 @@ from baselines._cells import (
 )
 from baselines._highway import run_sequence
 from baselines._kernels import sarnn_kernel, sarnn_kernel_status
-from harness.errors import ConfigError
+from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.flops import effective_step_macs
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -103,14 +103,12 @@ class SARNNConfig:
             ``before`` (S-SA eq. 3 and the authors' ``GRUCell``).
     """
 
-    lam: float = 1e-3
+    lam: float = knob(1e-3, ge=0, le=MAX_PENALTY)
     anneal: bool = True
-    gru_form: str = "after"
+    gru_form: str = knob("after", choices=GRU_FORMS)
 
     def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise ConfigError(f"sa-rnn: lam must be >= 0 (got {self.lam})")
-        check_gru_form(self.gru_form, "sa-rnn")
+        check_knobs(self, "method", "sa-rnn")
 
 
 @register_method("sa-rnn")

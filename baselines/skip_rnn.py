@@ -85,14 +85,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import (
+    GRU_FORMS,
     GRUWeights,
-    check_gru_form,
     gru_macs_per_unit,
     masked_lerp,
     round_ste,
 )
 from baselines._highway import run_sequence
-from harness.errors import ConfigError
+from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
 
@@ -118,14 +118,12 @@ class SkipRNNConfig:
             authors' TF cell); same parameters and cost.
     """
 
-    lam: float = 1e-7
-    update_bias: float = 1.0
-    gru_form: str = "after"
+    lam: float = knob(1e-7, ge=0, le=MAX_PENALTY)
+    update_bias: float = knob(1.0, ge=-100, le=100)  # sigmoid(+-100): saturated in float32
+    gru_form: str = knob("after", choices=GRU_FORMS)
 
     def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise ConfigError(f"skip-rnn: lam must be >= 0 (got {self.lam})")
-        check_gru_form(self.gru_form, "skip-rnn")
+        check_knobs(self, "method", "skip-rnn")
 
 
 @register_method("skip-rnn")

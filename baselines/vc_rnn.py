@@ -48,18 +48,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import (
+    GRU_FORMS,
     GRUWeights,
     cached_pack,
-    check_gru_form,
     gru_macs_per_unit,
     gru_rows,
     masked_lerp,
     pack_gru_rows,
 )
 from baselines._kernels import vcrnn_kernel, vcrnn_kernel_status
-from harness.errors import ConfigError
+from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
+
+# sigmoid(lam * (m D - i)): at 1e4 the soft band is far narrower than one unit, a hard step
+MAX_SHARPNESS = 1e4
 
 
 @dataclass(frozen=True)
@@ -76,23 +79,15 @@ class VCRNNConfig:
             ``before`` (S-SA eq. 3).
     """
 
-    m_target: float = 0.34
-    gamma: float = 1e-2
-    sharpness_start: float = 0.1
-    sharpness_end: float = 20.0
-    eps: float = 0.01
-    gru_form: str = "after"
+    m_target: float = knob(0.34, gt=0, le=1)
+    gamma: float = knob(1e-2, ge=0, le=MAX_PENALTY)
+    sharpness_start: float = knob(0.1, gt=0, le=MAX_SHARPNESS)
+    sharpness_end: float = knob(20.0, gt=0, le=MAX_SHARPNESS)
+    eps: float = knob(0.01, gt=0, lt=0.5)
+    gru_form: str = knob("after", choices=GRU_FORMS)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.m_target <= 1.0:
-            raise ConfigError(f"vc-rnn: m_target must be in (0, 1] (got {self.m_target})")
-        if self.gamma < 0:
-            raise ConfigError(f"vc-rnn: gamma must be >= 0 (got {self.gamma})")
-        if not (self.sharpness_start > 0 and self.sharpness_end > 0):
-            raise ConfigError("vc-rnn: sharpness_start and sharpness_end must be positive")
-        if not 0.0 < self.eps < 0.5:
-            raise ConfigError(f"vc-rnn: eps must be in (0, 0.5) (got {self.eps})")
-        check_gru_form(self.gru_form, "vc-rnn")
+        check_knobs(self, "method", "vc-rnn")
 
 
 def _rows_before(w_h: Tensor, h_bar: Tensor, xp: Tensor) -> Tensor:

@@ -24,6 +24,177 @@ from harness.errors import ConfigError
 
 PRESETS = ("smoke", "quick", "paper")
 SECTIONS = ("train", "model", "method", "task")
+# The most stacked layers (and highway micro-steps) a model may have: far beyond any seed paper
+# (2 layers, depth 40), and below the depth at which a training graph's recursive teardown
+# overflows the C++ stack (SIGABRT, no record: 100,000 layers did, after 100 s of training).
+MAX_LAYERS = 64
+MAX_SEED = 2**32 - 1  # numpy's seeds; torch's would go to 2**64 - 1
+MAX_WIDTH = 65_536  # units of a layer (hidden, embedding, hypernetwork): 54x S-EI's PTB 1,200
+# The sizes of a task's data: the longest sequence a task may give a model (and the most tokens a
+# language-model window may hold), the most sequences in one split, and the most time steps all
+# splits of a generated task may hold together. 80x the longest preset sequence (high-res
+# frequency discrimination, 1,250) and 100x the largest generated data (7.5 million steps), yet a
+# run at these limits needs tens of GiB, not terabytes.
+MAX_SEQ_LEN = 100_000
+MAX_SPLIT = 10_000_000
+MAX_DATA_STEPS = 1_000_000_000
+# The largest weight of a method's regulariser (lambda, gamma, beta): far above any paper's (S-SA
+# sweeps SA-RNN's lambda up to 5), far below what would overflow a float32 loss.
+MAX_PENALTY = 1e6
+
+
+# --- the valid values of a config field, declared next to it -----------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a config field accepts: an interval (either end open or closed) or a set.
+
+    Built by ``knob``; read by ``check_knobs``, which every run of a sweep passes before the
+    first run starts (``resolve``).
+    """
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    def admits(self, value: Any) -> bool:
+        """Whether ``value`` lies within the bounds (a non-finite number never does)."""
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return not (
+            (self.ge is not None and not value >= self.ge)
+            or (self.gt is not None and not value > self.gt)
+            or (self.le is not None and not value <= self.le)
+            or (self.lt is not None and not value < self.lt)
+        )
+
+    def describe(self, kind: type | None = None) -> str:
+        """``an integer in [1, 4096]``, ``a number in (0, 1)``, ``one of after, before``."""
+        if self.choices is not None:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        noun = "an integer" if kind is int else "a number"
+
+        def num(x: float) -> str:  # an integer bound in full: 4294967295, not 4.29497e+09
+            return str(int(x)) if kind is int and float(x).is_integer() else f"{x:g}"
+
+        low = (
+            f"[{num(self.ge)}"
+            if self.ge is not None
+            else f"({num(self.gt)}"
+            if self.gt is not None
+            else "(-inf"
+        )
+        high = (
+            f"{num(self.le)}]"
+            if self.le is not None
+            else f"{num(self.lt)})"
+            if self.lt is not None
+            else "inf)"
+        )
+        return f"{noun} in {low}, {high}"
+
+
+def knob(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple[Any, ...] | None = None,
+) -> Any:
+    """A config dataclass field with its valid values.
+
+    ``hidden_size: int = knob(32, ge=1, le=65_536)``. Every field of a config (train, model,
+    method and task sections) declares its bounds this way, except booleans (their type is their
+    set); ``tests/test_config_bounds.py`` checks that none is missing. Bounds that tie two fields
+    together (``min_duration <= max_duration``) stay in the dataclass's ``__post_init__``, after
+    its ``check_knobs`` call.
+
+    Args:
+        default: the field's default value.
+        ge: the value must be >= this.
+        gt: the value must be > this.
+        le: the value must be <= this.
+        lt: the value must be < this.
+        choices: the value must be one of these (instead of an interval).
+
+    Returns:
+        A ``dataclasses.field`` carrying ``Bounds`` in its metadata.
+    """
+    return field(
+        default=default,
+        metadata={"bounds": Bounds(ge, gt, le, lt, tuple(choices) if choices else None)},
+    )
+
+
+def bounds_of(cls_or_obj: Any, name: str) -> Bounds | None:
+    """The ``Bounds`` a config field declares (None: a boolean, or none declared)."""
+    f = next((f for f in dataclasses.fields(cls_or_obj) if f.name == name), None)
+    return None if f is None else f.metadata.get("bounds")
+
+
+def check_knob(cls_or_obj: Any, name: str, value: Any, key: str, owner: str = "") -> None:
+    """Raise ConfigError when ``value`` lies outside the bounds field ``name`` declares.
+
+    Args:
+        cls_or_obj: the config dataclass (or an instance).
+        name: the field.
+        value: the value, already coerced to the field's type.
+        key: the field as the user spelled it (``update_bias``, ``train.lr``).
+        owner: the method or task the field belongs to, named in the message.
+
+    Raises:
+        ConfigError: ``update_bias=1e+308 is out of range for METHOD: expected a number in
+            [-100, 100]``.
+    """
+    b = bounds_of(cls_or_obj, name)
+    if b is None or b.admits(value):
+        return
+    kind = _fields(cls_or_obj).get(name)
+    where = f" for {owner}" if owner else ""
+    shown = (
+        f"'{value}'"
+        if isinstance(value, str)
+        else f"{value:g}"
+        if isinstance(value, float)
+        else value
+    )
+    raise ConfigError(f"{key}={shown} is out of range{where}: expected {b.describe(kind)}")
+
+
+def check_knobs(obj: Any, section: str, owner: str = "") -> None:
+    """``check_knob`` for every field of a config dataclass instance (``section.field`` keys)."""
+    for f in dataclasses.fields(obj):
+        check_knob(obj, f.name, getattr(obj, f.name), f"{section}.{f.name}", owner)
+
+
+def check_data_steps(owner: str, formula: str, steps: int) -> None:
+    """Raise ConfigError when a generated task's splits would hold over ``MAX_DATA_STEPS`` steps.
+
+    Each size is bounded on its own; their product is checked here, before any data exist.
+
+    Args:
+        owner: the task, named in the message.
+        formula: how ``steps`` follows from the fields (``(n_train + n_val + n_test) * seq_len``).
+        steps: the time steps of all splits together.
+
+    Raises:
+        ConfigError: ``TASK: (n_train + n_val + n_test) * seq_len = 5,000,000,000 time steps,
+            more than 1,000,000,000; use fewer or shorter sequences``.
+    """
+    if steps > MAX_DATA_STEPS:
+        raise ConfigError(
+            f"{owner}: {formula} = {steps:,} time steps, more than {MAX_DATA_STEPS:,}; use fewer "
+            "or shorter sequences"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,21 +217,18 @@ class TrainConfig:
             C++ compiler is needed, and each new process compiles again (tens of seconds).
     """
 
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 1e-3
-    clip: float = 1.0
-    weight_decay: float = 0.0
-    eval_batch_size: int = 256
-    patience: int = 0
-    max_train_batches: int = 0
+    epochs: int = knob(1, ge=1, le=100_000)
+    batch_size: int = knob(32, ge=1, le=1_000_000)
+    lr: float = knob(1e-3, gt=0)
+    clip: float = knob(1.0, ge=0)
+    weight_decay: float = knob(0.0, ge=0)
+    eval_batch_size: int = knob(256, ge=1, le=1_000_000)
+    patience: int = knob(0, ge=0, le=100_000)
+    max_train_batches: int = knob(0, ge=0, le=10**9)
     compile: bool = False
 
     def __post_init__(self) -> None:
-        _positive(self, "epochs", "batch_size", "eval_batch_size")
-        if not self.lr > 0:
-            raise ConfigError(f"train.lr must be positive (got {self.lr})")
-        _non_negative(self, "clip", "weight_decay", "patience", "max_train_batches")
+        check_knobs(self, "train")
 
 
 @dataclass(frozen=True)
@@ -74,14 +242,13 @@ class ModelConfig:
         tie_embeddings: share the embedding with the output layer when sizes allow.
     """
 
-    hidden_size: int = 32
-    num_layers: int = 1
-    embed_size: int = 0
+    hidden_size: int = knob(32, ge=1, le=MAX_WIDTH)
+    num_layers: int = knob(1, ge=1, le=MAX_LAYERS)
+    embed_size: int = knob(0, ge=0, le=MAX_WIDTH)
     tie_embeddings: bool = True
 
     def __post_init__(self) -> None:
-        _positive(self, "hidden_size", "num_layers")
-        _non_negative(self, "embed_size")
+        check_knobs(self, "model")
 
 
 @dataclass(frozen=True)
@@ -89,7 +256,8 @@ class Preset:
     """A task's settings for one preset: trainer, model, task knobs, and per-method overrides.
 
     Per-method overrides look like ``{"<method key>": {"hidden_size": 20}}``, with keys in any
-    section.
+    section; ``harness.registry.check_presets`` refuses an unknown method or key when the
+    registry loads.
     """
 
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -220,12 +388,18 @@ def _fields(obj_or_cls: Any) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(obj_or_cls)}
 
 
-def apply_overrides(sections: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def apply_overrides(
+    sections: dict[str, Any], overrides: dict[str, Any], owners: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Apply ``{key: value}`` overrides to a dict of frozen config dataclasses by section.
+
+    Each value is coerced to its field's type and checked against the field's declared bounds
+    (``knob``) before the section is rebuilt.
 
     Args:
         sections: ``{"train": TrainConfig(...), "model": ..., "method": ..., "task": ...}``.
         overrides: keys ``section.field`` or a bare ``field`` owned by exactly one section.
+        owners: the method or task each section belongs to, named in the messages.
 
     Returns:
         A new dict of sections with the overrides applied (types coerced, values validated).
@@ -239,6 +413,7 @@ def apply_overrides(sections: dict[str, Any], overrides: dict[str, Any]) -> dict
     for key, value in overrides.items():
         sec, fld = _locate(sections, key)
         coerced = coerce(value, _fields(sections[sec])[fld], key)
+        check_knob(sections[sec], fld, coerced, key, (owners or {}).get(sec, ""))
         first = spelled.setdefault((sec, fld), key)
         if first != key and changes[sec][fld] != coerced:
             raise ConfigError(
@@ -298,20 +473,6 @@ def parse_set(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _positive(obj: Any, *names: str) -> None:
-    for n in names:
-        v = getattr(obj, n)
-        if not v > 0:
-            raise ConfigError(f"{n} must be positive (got {v})")
-
-
-def _non_negative(obj: Any, *names: str) -> None:
-    for n in names:
-        v = getattr(obj, n)
-        if v < 0:
-            raise ConfigError(f"{n} must be >= 0 (got {v})")
-
-
 def resolve(
     method: str,
     task: str,
@@ -336,10 +497,15 @@ def resolve(
         "train": p.train,
         "model": p.model,
         "method": build_config(method_cls.config_cls, {}),
-        "task": build_config(task_cls.config_cls, dict(p.task)),
+        "task": build_config(task_cls.config_cls, dict(p.task), task),
     }
-    sections = apply_overrides(sections, p.methods.get(method, {}))
-    sections = apply_overrides(sections, overrides or {})
+    owners = {"method": method, "task": task}
+    sections = apply_overrides(sections, p.methods.get(method, {}), owners)
+    sections = apply_overrides(sections, overrides or {}, owners)
+    for sec, obj in sections.items():  # the preset's values and the defaults too
+        check_knobs(obj, sec, owners.get(sec, ""))
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ConfigError(f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]")
     if sections["train"].compile and not method_cls.compiles():
         able = ", ".join(n for n, cls in METHODS.items() if cls.compiles()) or "none"
         raise ConfigError(

@@ -288,12 +288,25 @@ class Method(nn.Module):
         self.epoch = epoch
 
 
-def build_config(cls: type, values: dict[str, Any]) -> Any:
-    """Instantiate a config dataclass, turning bad values into ConfigError."""
+def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
+    """Instantiate a config dataclass, turning bad values into ConfigError.
+
+    Each given value is checked against its field's declared bounds (``harness.config.knob``)
+    first, so an out-of-range value is named with its range.
+
+    Args:
+        cls: the config dataclass.
+        values: field values.
+        owner: the method or task it configures, named in the messages.
+    """
+    from harness.config import check_knob
+
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(f"unknown field(s) {unknown} for {cls.__name__}; valid: {sorted(names)}")
+    for name, value in values.items():
+        check_knob(cls, name, value, name, owner)
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:

@@ -3,7 +3,8 @@
 Methods (``baselines/``) and tasks (``tasks/``) register themselves with a decorator; the harness
 looks them up by name and never imports one directly. ``load_plugins()`` imports the two packages,
 whose ``__init__`` modules import every file explicitly, so a file nobody imported cannot silently
-miss its registration (tests check that every file registered under its own name).
+miss its registration (tests check that every file registered under its own name). It then checks
+that every task preset's per-method overrides name registered methods and their keys.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ _KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 class UnknownNameError(HarnessError):
     """A name that no registry entry matches."""
+
+
+class PresetError(HarnessError):
+    """A task preset whose per-method overrides name an unknown method or key."""
 
 
 class Registry:
@@ -115,10 +120,54 @@ _loaded = False
 
 
 def load_plugins() -> None:
-    """Import the ``baselines`` and ``tasks`` packages once, which registers everything."""
+    """Import the ``baselines`` and ``tasks`` packages once, which registers everything.
+
+    Raises:
+        PresetError: a task preset names an unknown method or key (``check_presets``); every
+            later call raises it again.
+    """
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    for pkg in PLUGIN_PACKAGES.values():
-        importlib.import_module(pkg)
+    _loaded = True  # before the imports: a module that looks a name up must not recurse here
+    try:
+        for pkg in PLUGIN_PACKAGES.values():
+            importlib.import_module(pkg)
+        check_presets()
+    except BaseException:
+        _loaded = False
+        raise
+
+
+def check_presets() -> None:
+    """Check that every task preset's per-method overrides name registered methods and keys.
+
+    ``harness.config.resolve`` reads a preset's overrides by method key, so a misspelt key
+    (snake_case for kebab-case) would silently run the method without them.
+
+    Raises:
+        PresetError: one line naming the task, the preset and the bad key, with suggestions.
+    """
+    from harness.config import accepts, default_sections, valid_keys
+    from harness.errors import ConfigError
+
+    for task, task_cls in sorted(TASKS._items.items()):
+        for preset, p in getattr(task_cls, "presets", {}).items():
+            where = f"task '{task}', preset '{preset}'"
+            for method, overrides in p.methods.items():
+                if method not in METHODS._items:
+                    raise PresetError(f"{where}: {METHODS._unknown(method)}")
+                for key in overrides:
+                    try:
+                        ok = accepts(method, task, key)
+                    except ConfigError as e:  # a bare key that two sections own
+                        raise PresetError(f"{where}, method '{method}': {e}") from None
+                    if not ok:
+                        keys = valid_keys(default_sections(method, task))
+                        short = [k.split(".", 1)[1] for k in keys]
+                        close = difflib.get_close_matches(key, keys + short, n=3, cutoff=0.6)
+                        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                        raise PresetError(
+                            f"{where}, method '{method}': unknown key '{key}'.{hint} "
+                            f"Valid keys: {', '.join(keys)}"
+                        )

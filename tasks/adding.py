@@ -21,23 +21,33 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.config import ModelConfig, Preset, TrainConfig
-from harness.errors import ConfigError
+from harness.config import (
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    MAX_SPLIT,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_data_steps,
+    check_knobs,
+    knob,
+)
 from harness.registry import register_task
 from harness.task import Batch, Split, Splits, Task
 
 
 @dataclass(frozen=True)
 class AddingConfig:
-    n_train: int = 8000
-    n_val: int = 1000
-    n_test: int = 1000
-    seq_len: int = 500
-    data_seed: int = 0
+    n_train: int = knob(8000, ge=1, le=MAX_SPLIT)
+    n_val: int = knob(1000, ge=1, le=MAX_SPLIT)
+    n_test: int = knob(1000, ge=1, le=MAX_SPLIT)
+    seq_len: int = knob(500, ge=2, le=MAX_SEQ_LEN)  # two distinct marked positions
+    data_seed: int = knob(0, ge=0, le=MAX_SEED)
 
     def __post_init__(self) -> None:
-        if min(self.n_train, self.n_val, self.n_test) <= 0 or self.seq_len < 2:
-            raise ConfigError("adding: split sizes must be positive and seq_len >= 2")
+        check_knobs(self, "task", "adding")
+        n = self.n_train + self.n_val + self.n_test
+        check_data_steps("adding", "(n_train + n_val + n_test) * seq_len", n * self.seq_len)
 
 
 def generate(n: int, seq_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -61,13 +61,24 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.config import (
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    MAX_SPLIT,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_data_steps,
+    check_knobs,
+    knob,
+)
 from harness.errors import ConfigError
 from harness.registry import register_task
 from harness.task import Split, Splits, Task
 
 SAMPLINGS = ("regular", "high-res", "async")
 TIME_INPUTS = ("time", "gap", "none")
+MAX_MS = 1e6  # times in ms: 1,000 s, 8,000 times the paper's longest window
 BLOCK = 32  # sequences drawn together; the first half of each block has its period in the band
 
 
@@ -96,47 +107,60 @@ class FreqDiscriminationConfig:
         data_seed: the data are a fixed function of it.
     """
 
-    n_train: int = 5000
-    n_val: int = 500
-    n_test: int = 500
-    sampling: str = "regular"
-    time_input: str = "time"
-    regular_ms: float = 1.0
-    high_res_ms: float = 0.1
-    min_duration: float = 15.0
-    max_duration: float = 125.0
-    min_points: int = 15
-    max_points: int = 125
-    min_period: float = 1.0
-    max_period: float = 100.0
-    band_low: float = 5.0
-    band_high: float = 6.0
-    data_seed: int = 0
+    n_train: int = knob(5000, ge=1, le=MAX_SPLIT)
+    n_val: int = knob(500, ge=1, le=MAX_SPLIT)
+    n_test: int = knob(500, ge=1, le=MAX_SPLIT)
+    sampling: str = knob("regular", choices=SAMPLINGS)
+    time_input: str = knob("time", choices=TIME_INPUTS)
+    regular_ms: float = knob(1.0, gt=0, le=MAX_MS)
+    high_res_ms: float = knob(0.1, gt=0, le=MAX_MS)
+    min_duration: float = knob(15.0, gt=0, le=MAX_MS)
+    max_duration: float = knob(125.0, gt=0, le=MAX_MS)
+    min_points: int = knob(15, ge=1, le=MAX_SEQ_LEN)
+    max_points: int = knob(125, ge=1, le=MAX_SEQ_LEN)
+    min_period: float = knob(1.0, gt=0, le=MAX_MS)
+    max_period: float = knob(100.0, gt=0, le=MAX_MS)
+    band_low: float = knob(5.0, gt=0, le=MAX_MS)
+    band_high: float = knob(6.0, gt=0, le=MAX_MS)
+    data_seed: int = knob(0, ge=0, le=MAX_SEED)
 
     def __post_init__(self) -> None:
         name = "freq-discrimination"
-        if min(self.n_train, self.n_val, self.n_test) <= 0:
-            raise ConfigError(f"{name}: split sizes must be positive")
-        if self.sampling not in SAMPLINGS:
+        check_knobs(self, "task", name)
+        if not self.min_duration <= self.max_duration:
             raise ConfigError(
-                f"{name}: sampling must be one of {', '.join(SAMPLINGS)} (got '{self.sampling}')"
+                f"{name}: need min_duration <= max_duration (got min_duration="
+                f"{self.min_duration:g}, max_duration={self.max_duration:g})"
             )
-        if self.time_input not in TIME_INPUTS:
+        if not self.min_points <= self.max_points:
             raise ConfigError(
-                f"{name}: time_input must be one of {', '.join(TIME_INPUTS)} "
-                f"(got '{self.time_input}')"
+                f"{name}: need min_points <= max_points (got min_points={self.min_points}, "
+                f"max_points={self.max_points})"
             )
-        if not (self.regular_ms > 0 and self.high_res_ms > 0):
-            raise ConfigError(f"{name}: regular_ms and high_res_ms must be positive")
-        if not 0 < self.min_duration <= self.max_duration:
-            raise ConfigError(f"{name}: need 0 < min_duration <= max_duration")
-        if not 1 <= self.min_points <= self.max_points:
-            raise ConfigError(f"{name}: need 1 <= min_points <= max_points")
-        if not 0 < self.min_period <= self.band_low < self.band_high <= self.max_period:
+        if not self.min_period <= self.band_low < self.band_high <= self.max_period:
             raise ConfigError(
-                f"{name}: need 0 < min_period <= band_low < band_high <= max_period (got "
-                f"{self.min_period}, {self.band_low}, {self.band_high}, {self.max_period})"
+                f"{name}: need min_period <= band_low < band_high <= max_period (got "
+                f"min_period={self.min_period:g}, band_low={self.band_low:g}, "
+                f"band_high={self.band_high:g}, max_period={self.max_period:g})"
             )
+        longest, formula = self.longest()
+        if longest > MAX_SEQ_LEN:  # async: max_points is bounded by it already
+            key = formula.split(" / ")[1]
+            raise ConfigError(
+                f"{name}: sampling={self.sampling} gives sequences of up to {formula} = "
+                f"{self.max_duration:g} / {getattr(self, key):g} = {longest:,} steps, more than "
+                f"{MAX_SEQ_LEN:,}; raise {key} or lower max_duration"
+            )
+        n = self.n_train + self.n_val + self.n_test
+        check_data_steps(name, f"(n_train + n_val + n_test) * {formula}", n * longest)
+
+    def longest(self) -> tuple[float, str]:
+        """The most samples one sequence can have in this regime, and the fields that give it."""
+        if self.sampling == "async":
+            return self.max_points, "max_points"
+        key = "regular_ms" if self.sampling == "regular" else "high_res_ms"
+        ratio = self.max_duration / getattr(self, key)  # inf for a subnormal interval
+        return (math.ceil(ratio) if math.isfinite(ratio) else ratio), f"max_duration / {key}"
 
 
 @dataclass

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.config import MAX_SEED, MAX_SPLIT, ModelConfig, Preset, TrainConfig, check_knobs, knob
 from harness.data import data_root, disk_cached, extract, find_file, verify_sha256
 from harness.errors import ConfigError, DataError
 from harness.registry import register_task
@@ -60,20 +60,16 @@ SOURCES = ("auto", "uci", "hapt")
 
 @dataclass(frozen=True)
 class HARConfig:
-    source: str = "auto"  # auto: official UCI HAR files when complete, else the HAPT rebuild
-    val_subjects: int = 3
-    max_train: int = 0  # 0: all windows
-    max_val: int = 0
-    max_test: int = 0
-    data_seed: int = 0
+    # auto: official UCI HAR files when complete, else the HAPT rebuild
+    source: str = knob("auto", choices=SOURCES)
+    val_subjects: int = knob(3, ge=1, le=len(TRAIN_SUBJECTS) - 1)  # one subject left to train
+    max_train: int = knob(0, ge=0, le=MAX_SPLIT)  # 0: all windows
+    max_val: int = knob(0, ge=0, le=MAX_SPLIT)
+    max_test: int = knob(0, ge=0, le=MAX_SPLIT)
+    data_seed: int = knob(0, ge=0, le=MAX_SEED)
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ConfigError(f"har: source must be one of {SOURCES} (got {self.source!r})")
-        if not 1 <= self.val_subjects < len(TRAIN_SUBJECTS):
-            raise ConfigError(f"har: val_subjects must be in 1..{len(TRAIN_SUBJECTS) - 1}")
-        if min(self.max_train, self.max_val, self.max_test) < 0:
-            raise ConfigError("har: max_train/max_val/max_test must be >= 0 (0: all)")
+        check_knobs(self, "task", "har")
 
 
 def parse_rows(path: Path, cols: int) -> np.ndarray:

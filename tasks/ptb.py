@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.config import (
+    MAX_DATA_STEPS,
+    MAX_SEQ_LEN,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_knobs,
+    knob,
+)
 from harness.data import CorruptDataError, cached, data_root, find_file, read_text, status
 from harness.errors import ConfigError
 from harness.registry import register_task
@@ -55,14 +63,16 @@ EOS, UNK = "<eos>", "<unk>"
 
 @dataclass(frozen=True)
 class PTBConfig:
-    bptt: int = 35  # tokens per window
-    max_tokens: int = 0  # use only this many leading tokens of each split (0: all)
+    bptt: int = knob(35, ge=1, le=MAX_SEQ_LEN)  # tokens per window
+    # use only this many leading tokens of each split (0: all); PTB's train split has 929,589
+    max_tokens: int = knob(0, ge=0, le=MAX_DATA_STEPS)
 
     def __post_init__(self) -> None:
-        if self.bptt < 1 or self.max_tokens < 0:
-            raise ConfigError("ptb: bptt must be >= 1 and max_tokens >= 0")
+        check_knobs(self, "task", "ptb")
         if 0 < self.max_tokens <= self.bptt:
-            raise ConfigError(f"ptb: max_tokens ({self.max_tokens}) must exceed bptt ({self.bptt})")
+            raise ConfigError(
+                f"ptb: max_tokens ({self.max_tokens}) must exceed bptt ({self.bptt}), or be 0 (all)"
+            )
 
 
 @dataclass

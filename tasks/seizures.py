@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.config import MAX_SPLIT, ModelConfig, Preset, TrainConfig, check_knobs, knob
 from harness.data import (
     CorruptDataError,
     MissingDataError,
@@ -55,7 +55,6 @@ from harness.data import (
     read_text,
     status,
 )
-from harness.errors import ConfigError
 from harness.registry import register_task
 from harness.task import Splits, Task
 
@@ -74,24 +73,22 @@ BONN_ZIPS = {
 }
 BONN_SETS = ("Z", "O", "N", "F", "S")  # UCI y = 5, 4, 3, 2, 1; S (y = 1) is the seizure set
 SERIES_LEN, PIECES = 178, 23
+SOURCES = ("auto", "csv", "bonn")
+SCALES = ("none", "series")
 # manifest_digest of the 500 Bonn files (epileptic_seizure/SHA256SUMS).
 BONN_SHA256 = {"bonn_eeg/*/*": "77845819d1d90e33588bda0dbb42d72d7b6a44b8275953184e63337e4158b0e6"}
 
 
 @dataclass(frozen=True)
 class SeizuresConfig:
-    source: str = "auto"  # auto (CSV if present, else Bonn) | csv | bonn
-    chunk: int = 10  # samples averaged into one step
-    scale: str = "none"  # none (S-SA's text: centre only) | series (also divide by the std)
-    max_series: int = 0  # keep at most this many balanced series (0: all 4,600)
+    source: str = knob("auto", choices=SOURCES)  # auto: the CSV if present, else Bonn
+    chunk: int = knob(10, ge=1, le=SERIES_LEN)  # samples averaged into one step
+    # none (S-SA's text: centre only) | series (also divide by the std)
+    scale: str = knob("none", choices=SCALES)
+    max_series: int = knob(0, ge=0, le=MAX_SPLIT)  # keep at most this many (0: all 4,600)
 
     def __post_init__(self) -> None:
-        if self.source not in ("auto", "csv", "bonn"):
-            raise ConfigError(f"seizures: source must be auto, csv or bonn (got {self.source!r})")
-        if self.scale not in ("none", "series"):
-            raise ConfigError(f"seizures: scale must be none or series (got {self.scale!r})")
-        if not 1 <= self.chunk <= SERIES_LEN or self.max_series < 0:
-            raise ConfigError("seizures: chunk must be in 1..178 and max_series >= 0")
+        check_knobs(self, "task", "seizures")
 
 
 def parse_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -27,27 +27,38 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.config import ModelConfig, Preset, TrainConfig
-from harness.errors import ConfigError
+from harness.config import (
+    MAX_LAYERS,
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    MAX_SPLIT,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_data_steps,
+    check_knobs,
+    knob,
+)
 from harness.registry import register_task
 from harness.task import Split, Splits, Task
 
 
 @dataclass(frozen=True)
 class SyntheticConfig:
-    n_train: int = 8000
-    n_val: int = 1000
-    n_test: int = 1000
-    seq_len: int = 21
-    r_max: int = 10
-    theta: float = math.pi / 6
-    noise_std: float = 0.1
+    n_train: int = knob(8000, ge=1, le=MAX_SPLIT)
+    n_val: int = knob(1000, ge=1, le=MAX_SPLIT)
+    n_test: int = knob(1000, ge=1, le=MAX_SPLIT)
+    seq_len: int = knob(21, ge=2, le=MAX_SEQ_LEN)  # a step to read, one to predict
+    r_max: int = knob(10, ge=1, le=MAX_LAYERS)  # unclipped R_t reaches 2 r_max - 1 micro-steps
+    theta: float = knob(math.pi / 6, ge=-math.pi, le=math.pi)  # every rotation
+    noise_std: float = knob(0.1, ge=0, le=100)  # tanh saturates long before
     clip_depth: bool = False
-    data_seed: int = 0
+    data_seed: int = knob(0, ge=0, le=MAX_SEED)
 
     def __post_init__(self) -> None:
-        if min(self.n_train, self.n_val, self.n_test) <= 0 or self.seq_len < 2 or self.r_max < 1:
-            raise ConfigError("synthetic: split sizes must be positive, seq_len >= 2, r_max >= 1")
+        check_knobs(self, "task", "synthetic")
+        n = self.n_train + self.n_val + self.n_test
+        check_data_steps("synthetic", "(n_train + n_val + n_test) * seq_len", n * self.seq_len)
 
 
 def _rotation(theta: float) -> np.ndarray:

@@ -38,7 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.config import (
+    MAX_SEQ_LEN,
+    MAX_SPLIT,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_knobs,
+    knob,
+)
 from harness.data import (
     CorruptDataError,
     MissingDataError,
@@ -50,7 +58,6 @@ from harness.data import (
     read_text,
     status,
 )
-from harness.errors import ConfigError
 from harness.registry import register_task
 from harness.task import Splits, Task
 
@@ -69,16 +76,15 @@ FETCH_URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/00248/cla
 
 @dataclass(frozen=True)
 class TwitterBuzzConfig:
-    labeling: str = "absolute"  # absolute | relative-500 | relative-1000
-    step: int = 5  # rows averaged into one time step
-    seq_len: int = 15  # steps per series
-    max_series: int = 0  # keep at most this many balanced series (0: all)
+    labeling: str = knob("absolute", choices=tuple(FILES))
+    # rows averaged into one time step; a window of step * seq_len rows longer than the file is a
+    # DataError when the data are read (the file's length is not known before)
+    step: int = knob(5, ge=1, le=MAX_SEQ_LEN)
+    seq_len: int = knob(15, ge=1, le=MAX_SEQ_LEN)  # steps per series
+    max_series: int = knob(0, ge=0, le=MAX_SPLIT)  # keep at most this many balanced series (0: all)
 
     def __post_init__(self) -> None:
-        if self.labeling not in FILES:
-            raise ConfigError(f"twitter-buzz: labeling must be one of {', '.join(FILES)}")
-        if self.step < 1 or self.seq_len < 1 or self.max_series < 0:
-            raise ConfigError("twitter-buzz: step and seq_len must be >= 1, max_series >= 0")
+        check_knobs(self, "task", "twitter-buzz")
 
 
 def _is_number(s: str) -> bool:

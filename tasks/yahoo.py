@@ -33,7 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.config import (
+    MAX_SEQ_LEN,
+    MAX_SPLIT,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_knobs,
+    knob,
+)
 from harness.data import (
     CorruptDataError,
     MissingDataError,
@@ -44,7 +52,6 @@ from harness.data import (
     read_text,
     status,
 )
-from harness.errors import ConfigError
 from harness.registry import register_task
 from harness.task import Splits, Task
 
@@ -60,12 +67,11 @@ _NUM = re.compile(r"real_(\d+)\.csv(\.gz)?$")
 
 @dataclass(frozen=True)
 class YahooConfig:
-    seq_len: int = 25  # points per window
-    max_series: int = 0  # keep at most this many balanced series (0: all 418)
+    seq_len: int = knob(25, ge=1, le=MAX_SEQ_LEN)  # points per window
+    max_series: int = knob(0, ge=0, le=MAX_SPLIT)  # keep at most this many (0: all 418)
 
     def __post_init__(self) -> None:
-        if self.seq_len < 1 or self.max_series < 0:
-            raise ConfigError("yahoo: seq_len must be >= 1 and max_series >= 0")
+        check_knobs(self, "task", "yahoo")
 
 
 def parse(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -37,7 +37,7 @@ def test_run_writes_records_and_leaderboard_then_resumes(tmp_path, harness):
         (["run", "--tasks", "adin"], "Unknown task 'adin'"),
         (["run", "--methods", "gru", "--set", "nope=1"], "Unknown key 'nope'"),
         (["run", "--methods", "gru", "--set", "hidden_size=abc"], "expects an integer"),
-        (["run", "--methods", "gru", "--set", "hidden_size=0"], "must be positive"),
+        (["run", "--methods", "gru", "--set", "hidden_size=0"], "hidden_size=0 is out of range"),
         (["run", "--methods", "gru", "--seeds", "x"], "--seeds"),
         (["run", "--methods", "gru", "--out", "blocker/sub"], "cannot write results"),
         (["run", "--methods", "gru", "--threads", "-1"], "--threads: must be >= 0"),

@@ -41,7 +41,9 @@ def test_overrides_are_typed_and_validated():
         config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "1.5"})
     with pytest.raises(ConfigError, match="expects a number"):
         config.resolve("gru", "adding", 0, "smoke", {"lr": "fast"})
-    with pytest.raises(ConfigError, match="must be positive"):
+    with pytest.raises(
+        ConfigError, match=r"hidden_size=0 is out of range: expected an integer in \[1, "
+    ):
         config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "0"})
     with pytest.raises(ConfigError, match="Unknown preset"):
         config.resolve("gru", "adding", 0, "huge")

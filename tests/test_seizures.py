@@ -61,7 +61,7 @@ def test_preprocess_centres_and_averages_chunks():
     # scale=series: the same, divided by the centred series' std (amplitude removed)
     scaled = preprocess(np.vstack([x, 7 * x]), 10, "series")
     assert np.allclose(scaled[0, :, 0], out[0, :, 0] / x.std()) and np.allclose(*scaled)
-    with pytest.raises(ConfigError, match="scale must be none or series"):
+    with pytest.raises(ConfigError, match="scale='z' is out of range .*one of none, series"):
         SeizuresConfig(scale="z")
 
 
@@ -153,3 +153,4 @@ def test_real_data_counts():
     assert len(s.train) + len(s.val) + len(s.test) == 4_600
     assert [len(s.train), len(s.val), len(s.test)] == [3_680, 460, 460]
     assert s.train.x.shape[1:] == (17, 1) and 2 * int(s.test.y.sum()) == len(s.test)
+

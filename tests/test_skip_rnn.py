@@ -356,7 +356,8 @@ def test_initialisation_and_config():
     cfg = resolve("skip-rnn", "adding", 0, "smoke", {"gru_form": "before"})
     assert cfg.method_cfg == SkipRNNConfig(gru_form="before")
     assert SkipRNN(2, 4, cfg.method_cfg).cell.form == "before"
-    with pytest.raises(ConfigError, match=r"^skip-rnn: gru_form must be one of 'after', 'before'"):
+    expected = r"^gru_form='middle' is out of range for skip-rnn: expected one of after, before$"
+    with pytest.raises(ConfigError, match=expected):
         resolve("skip-rnn", "adding", 0, "smoke", {"gru_form": "middle"})
 
 
