@@ -27,6 +27,11 @@ from harness.config import RunConfig
 from harness.errors import HarnessError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# The most worker processes and torch threads per run a sweep may ask for: beyond any machine
+# here, and below the counts at which thread pools fail to allocate (--threads 1000000 ends in an
+# OpenBLAS allocation error inside the first run).
+MAX_WORKERS = 1024
+MAX_THREADS = 1024
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -82,6 +87,24 @@ def _run_one(
     With ``log_dir``, the run also writes TensorBoard events there (``harness.tracking``).
     ``callbacks`` (in-process runs only) go to ``harness.train.run``, called after every epoch.
     """
+    from harness.train import failed_record
+
+    try:
+        return _run_config(cfg_dict, data_dir, device, threads, log_dir, callbacks)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # set-up around the run (threads, logger): still the run's record
+        return failed_record(cfg_dict, e)
+
+
+def _run_config(
+    cfg_dict: dict[str, Any],
+    data_dir: str | None,
+    device: str,
+    threads: int,
+    log_dir: str | None,
+    callbacks: Sequence[Any],
+) -> dict[str, Any]:
     import torch
 
     from harness import config

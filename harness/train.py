@@ -391,11 +391,11 @@ def run(
 
     ``callbacks`` go to ``train_model`` (called after every epoch).
 
-    Bad input (unknown names, missing data) raises HarnessError; a run that fails while training
-    (divergence, a runtime error) is returned as a failed record so a sweep can go on.
+    Whatever goes wrong inside the run (building the model or the data, an allocation failure,
+    divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
+    returned as a failed record naming the reason, so a sweep goes on; only an interrupt
+    (Ctrl-C, SIGTERM) propagates.
     """
-    dev = resolve_device(device)
-    env.flush_denormals()  # subnormal gradients slow long sequences several-fold on CPUs
     started = datetime.now(timezone.utc)
     rec: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
@@ -407,9 +407,85 @@ def run(
         "preset": cfg.preset,
         "method_code": method_code(cfg.method),  # resume reruns records of other code
         "config": cfg.to_dict(),
-        "env": env.environment(dev),
         "time": {"start": started.isoformat(timespec="seconds")},
     }
+    try:
+        _train_and_test(cfg, data_dir, device, callbacks, rec)
+    except KeyboardInterrupt:
+        raise
+    except DivergedError as e:  # the epochs it finished stay on record
+        rec.update(status="failed", error=f"diverged: {e}", history=e.history)
+        rec["epochs_run"] = len(e.history)
+        rec["time"]["train_s"] = e.train_s
+    except HarnessError as e:  # bad input met inside the run: its message is the reason
+        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # recorded as a failed run; the sweep goes on
+        rec.update(status="failed", error=failure_reason(e))
+    rec["time"]["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return rec
+
+
+def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> dict[str, Any]:
+    """The failed record of a run that could not even start (its config as a dict).
+
+    For a failure around ``run`` (setting the thread count, opening a run's event log): the
+    record holds what every record holds (run id, config, status, error), so a sweep records
+    the run and goes on.
+    """
+    from harness.config import config_hash
+
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    variant = {k: v for k, v in cfg_dict.items() if k != "seed"}
+    try:
+        code = method_code(cfg_dict["method"])
+    except Exception:  # an unknown method: the record says so in its error
+        code = None
+    return {
+        "schema": SCHEMA_VERSION,
+        "run_id": config_hash(cfg_dict),
+        "variant_id": config_hash(variant),
+        "method": cfg_dict.get("method"),
+        "task": cfg_dict.get("task"),
+        "seed": cfg_dict.get("seed"),
+        "preset": cfg_dict.get("preset"),
+        "method_code": code,
+        "config": cfg_dict,
+        "status": "failed",
+        "error": failure_reason(e),
+        "time": {"start": now, "end": now},
+    }
+
+
+def failure_reason(e: BaseException) -> str:
+    """One line saying why a run failed: the exception, its message and where it was raised.
+
+    An allocation failure says so first (``out of memory: ...``): the message of a numpy or torch
+    allocator names the size it asked for.
+    """
+    from harness.sweep import allocation_failure
+
+    text = " ".join(str(e).split())  # one line, however the message was laid out
+    if len(text) > 500:
+        text = text[:500] + " ..."
+    where = ""
+    if e.__traceback__ is not None:
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        where = f" ({tb.filename}:{tb.lineno})"
+    head = "out of memory: " if allocation_failure(e) is not None else ""
+    return f"{head}{type(e).__name__}: {text}{where}"
+
+
+def _train_and_test(
+    cfg: RunConfig,
+    data_dir: str | None,
+    device: str,
+    callbacks: Sequence[Callable[[int, dict[str, Any]], None]],
+    rec: dict[str, Any],
+) -> None:
+    """The body of ``run``: fills ``rec`` with what the run measured (status ``ok``)."""
+    dev = resolve_device(device)
+    env.flush_denormals()  # subnormal gradients slow long sequences several-fold on CPUs
+    rec["env"] = env.environment(dev)
     task, model = build(cfg, data_dir)
     splits = task.splits(cfg.seed)
     model.to(dev)
@@ -423,37 +499,25 @@ def run(
     rec["data"] = dict(splits.info)
     if cfg.data is not None:  # which files: their digest, and whether they are the published data
         rec["data"].update(dataclasses.asdict(cfg.data))
-    try:
-        history, best_epoch, train_s, val_metrics = train_model(
-            cfg, task, model, splits, dev, callbacks
-        )
-        t0 = time.perf_counter()
-        test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
-        eval_s = time.perf_counter() - t0
-        if val_metrics is None:  # no finite validation value: report the final parameters'
-            val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
-        rec.update(
-            status="ok",
-            error=None,
-            best_epoch=best_epoch,
-            epochs_run=len(history),
-            history=history,
-            metrics=test.metrics,
-            val_metrics=val_metrics,
-            macs=test.macs,
-            flops={k: FLOPS_PER_MAC * v for k, v in test.macs.items()},
-            diagnostics=test.diagnostics,
-            trace=test.trace,
-        )
-        rec["time"].update(train_s=train_s, eval_s=eval_s)
-    except (KeyboardInterrupt, HarnessError):
-        raise
-    except DivergedError as e:  # the epochs it finished stay on record
-        rec.update(status="failed", error=f"diverged: {e}", history=e.history)
-        rec["epochs_run"] = len(e.history)
-        rec["time"]["train_s"] = e.train_s
-    except Exception as e:  # recorded as a failed run; the sweep goes on
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        rec.update(status="failed", error=f"{type(e).__name__}: {e} ({tb.filename}:{tb.lineno})")
-    rec["time"]["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return rec
+    history, best_epoch, train_s, val_metrics = train_model(
+        cfg, task, model, splits, dev, callbacks
+    )
+    t0 = time.perf_counter()
+    test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
+    eval_s = time.perf_counter() - t0
+    if val_metrics is None:  # no finite validation value: report the final parameters'
+        val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
+    rec.update(
+        status="ok",
+        error=None,
+        best_epoch=best_epoch,
+        epochs_run=len(history),
+        history=history,
+        metrics=test.metrics,
+        val_metrics=val_metrics,
+        macs=test.macs,
+        flops={k: FLOPS_PER_MAC * v for k, v in test.macs.items()},
+        diagnostics=test.diagnostics,
+        trace=test.trace,
+    )
+    rec["time"].update(train_s=train_s, eval_s=eval_s)
