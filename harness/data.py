@@ -129,7 +129,7 @@ def manifest_digest(sums: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-# --- content sums, cached per file (path, size, mtime) in the user cache -------------------------
+# --- content sums, cached per file in the user cache ---------------------------------------------
 
 _SUM_CACHES: dict[Path, dict[str, list]] = {}
 
@@ -145,20 +145,35 @@ def _sum_cache() -> tuple[Path, dict[str, list]]:
     return path, _SUM_CACHES[path]
 
 
-def cached_content_sha256(path: str | os.PathLike) -> str:
-    """``content_sha256`` remembered by absolute path, size and mtime (``save_sum_cache``).
+def stat_key(st: os.stat_result) -> list[int]:
+    """What a cached sum is keyed on: device, inode, size, mtime and ctime (nanoseconds).
 
-    A file whose size and modification time are unchanged is not read again, so verifying a
-    dataset a second time costs a ``stat`` per file.
+    A user can set a file's mtime back (``touch -r``, ``cp -p``, ``rsync -t``, ``tar x`` do) but
+    not its ctime, which any write or ``utime`` call moves; a file copied or replaced gets a new
+    inode. So a changed file never matches its old entry, whatever its size and mtime say.
+    """
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def cached_content_sha256(path: str | os.PathLike, fresh: bool = False) -> str:
+    """``content_sha256`` remembered per file under ``stat_key`` (``save_sum_cache``).
+
+    A file whose key is unchanged is not read again, so checking a dataset before a second run
+    costs a ``stat`` per file.
+
+    Args:
+        path: the file.
+        fresh: hash it whatever the cache says (``harness data verify``), and remember the sum.
     """
     p = Path(path).absolute()
     st = p.stat()
     _, sums = _sum_cache()
     hit = sums.get(str(p))
-    if isinstance(hit, list) and hit[:2] == [st.st_size, st.st_mtime_ns] and len(hit) == 3:
-        return hit[2]
+    key = stat_key(st)
+    if not fresh and isinstance(hit, list) and len(hit) == len(key) + 1 and hit[:-1] == key:
+        return hit[-1]
     digest = content_sha256(p)
-    sums[str(p)] = [st.st_size, st.st_mtime_ns, digest]
+    sums[str(p)] = [*key, digest]
     return digest
 
 
@@ -174,12 +189,20 @@ def save_sum_cache() -> None:
         tmp.unlink(missing_ok=True)
 
 
-def file_sums(folder: str | os.PathLike, keys: Iterable[str]) -> tuple[dict[str, str], list, int]:
+def file_sums(
+    folder: str | os.PathLike,
+    keys: Iterable[str],
+    fresh: bool = False,
+    members: dict[str, dict[str, str]] | None = None,
+) -> tuple[dict[str, str], list, int]:
     """The content sums of the files ``keys`` name under ``folder`` (as ``verify_sha256`` reads).
 
     Args:
         folder: the dataset folder the keys are relative to.
         keys: relative paths (``NAME`` also finds ``NAME.gz``) or globs.
+        fresh: hash every file, whatever the cache says (``cached_content_sha256``).
+        members: filled, when given, with ``{glob: {relative path: sha256}}`` of each glob's
+            files.
 
     Returns:
         ``({key: sha256, or manifest_digest of the files a glob matches}, absent keys, files)``.
@@ -188,7 +211,10 @@ def file_sums(folder: str | os.PathLike, keys: Iterable[str]) -> tuple[dict[str,
     for rel in keys:
         if any(c in rel for c in "*?["):
             files = sorted(p for p in root.glob(rel) if p.is_file())
-            got[rel] = manifest_digest({_rel(p, root): cached_content_sha256(p) for p in files})
+            sums = {_rel(p, root): cached_content_sha256(p, fresh) for p in files}
+            got[rel] = manifest_digest(sums)
+            if members is not None:
+                members[rel] = sums
             n += len(files)
             continue
         try:
@@ -196,31 +222,66 @@ def file_sums(folder: str | os.PathLike, keys: Iterable[str]) -> tuple[dict[str,
         except MissingDataError:
             absent.append(rel)
             continue
-        got[rel] = cached_content_sha256(p)
+        got[rel] = cached_content_sha256(p, fresh)
         n += 1
     save_sum_cache()
     return got, absent, n
 
 
-def check_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str, str, str]:
+def check_sha256(
+    folder: str | os.PathLike,
+    known: dict[str, str],
+    fresh: bool = False,
+    known_members: dict[str, dict[str, str]] | None = None,
+) -> tuple[str, str, str]:
     """``verify_sha256`` plus the digest of the files as found (``manifest_digest`` of their sums).
 
     The digest equals ``manifest_digest(known)`` exactly when every file matches.
+
+    Args:
+        folder: the dataset folder.
+        known: as ``verify_sha256``.
+        fresh: hash every file, whatever the cache says.
+        known_members: for a glob of ``known``, the published sum of each of its files
+            (``read_sums``), so that a mismatch names the files that differ, are absent or are
+            extra; without it a mismatch names the glob.
     """
     root = Path(folder)
-    got, absent, n = file_sums(root, known)
+    members: dict[str, dict[str, str]] = {}
+    got, absent, n = file_sums(root, known, fresh, members)
     bad = [f"{rel} (absent)" for rel in absent]
     for rel, want in known.items():
         if rel in got and got[rel] != want:
-            if any(c in rel for c in "*?["):
+            if rel in (known_members or {}):
+                bad += member_differences(members.get(rel, {}), known_members[rel])
+            elif any(c in rel for c in "*?["):
                 count = sum(1 for p in root.glob(rel) if p.is_file())
-                bad.append(f"the {count} files {rel}")
+                bad.append(f"one or more of the {count} files {rel}")
             else:
                 bad.append(find_file(root / rel).relative_to(root).as_posix())
     digest = manifest_digest({**got, **{rel: "absent" for rel in absent}})
     if bad:
-        return "checksum mismatch", "sha256 differs for " + ", ".join(bad), digest
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        return "checksum mismatch", "sha256 differs for " + shown, digest
     return "found", f"sha256 verified for {n} files", digest
+
+
+def member_differences(got: dict[str, str], want: dict[str, str]) -> list[str]:
+    """The files of a glob whose sums differ from the published ones: changed, absent, extra."""
+    out = [rel for rel in sorted(want) if rel in got and got[rel] != want[rel]]
+    out += [f"{rel} (absent)" for rel in sorted(want) if rel not in got]
+    out += [f"{rel} (not in the published data)" for rel in sorted(got) if rel not in want]
+    return out or ["the file list"]
+
+
+def read_sums(path: str | os.PathLike) -> dict[str, str]:
+    """A ``sha256sum`` listing (``<hex>  <relative path>`` per line) as ``{path: sha256}``."""
+    sums = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        digest, _, rel = line.strip().partition("  ")
+        if digest and rel:
+            sums[rel.lstrip("*")] = digest
+    return sums
 
 
 def verify_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str, str]:
@@ -306,7 +367,10 @@ def status(
     ``check()`` loads and parses the data and returns a detail line: the status is ``found`` on
     success, ``missing``/``corrupt`` on a DataError. ``sums`` (see ``verify_sha256``) are the
     published checksums ``task_row(verify=True)`` checks; data without them name the files they
-    read in ``files`` (relative paths or globs), whose content digest then identifies them.
+    read in ``files`` (relative paths or globs), whose content digest then identifies them. A
+    task whose sums hold a glob's one digest may add the published sum of each of its files to
+    the row as ``sha256_members`` (``{glob: {path: sha256}}``, ``check_sha256``), so that a
+    mismatch names the files.
     """
     row: dict[str, Any] = {"dataset": dataset, "path": str(path), "source": source}
     try:
@@ -322,12 +386,15 @@ def status(
     return row
 
 
-def task_row(name: str, task: Any, verify: bool = False) -> dict[str, Any] | None:
+def task_row(
+    name: str, task: Any, verify: bool = False, fresh: bool = False
+) -> dict[str, Any] | None:
     """The data row of one task instance (``status_rows``); None for generated data.
 
     With ``verify`` a found dataset is checked against the task's published sums and the row
     gains ``digest`` (``manifest_digest`` of the files as found) and ``verified`` (True when
-    they match the published sums; False when they differ or the task publishes none).
+    they match the published sums; False when they differ or the task publishes none). With
+    ``fresh`` every file is hashed again, whatever the sum cache says.
     """
     try:
         st = task.data_status()
@@ -336,6 +403,7 @@ def task_row(name: str, task: Any, verify: bool = False) -> dict[str, Any] | Non
     if st is None:
         return None
     sums, files = st.pop("sha256", None), st.pop("files", None)
+    members = st.pop("sha256_members", None)
     row = {
         "task": name,
         "dataset": st.get("dataset", name),
@@ -348,10 +416,10 @@ def task_row(name: str, task: Any, verify: bool = False) -> dict[str, Any] | Non
         return row
     try:
         if sums:
-            row["status"], checked, row["digest"] = check_sha256(row["path"], sums)
+            row["status"], checked, row["digest"] = check_sha256(row["path"], sums, fresh, members)
             row["verified"] = row["status"] == "found"
         else:
-            got, absent, n = file_sums(row["path"], files or ["**/*"])
+            got, absent, n = file_sums(row["path"], files or ["**/*"], fresh)
             if absent:
                 raise MissingDataError(f"missing data file {Path(row['path']) / absent[0]}")
             row["digest"], row["verified"] = manifest_digest(got), False
@@ -367,6 +435,7 @@ def status_rows(
     data_dir: str | os.PathLike | None = None,
     verify: bool = False,
     tasks: list[str] | None = None,
+    fresh: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per registered real-data task: ``task, dataset, status, path, source, detail``.
 
@@ -377,6 +446,8 @@ def status_rows(
             ``"checksum mismatch"`` when they differ, and the row gains ``check`` (the result,
             e.g. ``sha256 verified for 3 files``), ``digest`` and ``verified`` (``task_row``).
         tasks: only these task names (default: all registered).
+        fresh: with ``verify``, hash every file again whatever the sum cache says (``harness
+            data verify`` does: a check that trusts the cache is not a check).
 
     Status is one of ``found``, ``missing``, ``checksum mismatch``, ``corrupt``; tasks whose data
     are generated (``data_status()`` is None) are left out.
@@ -401,7 +472,7 @@ def status_rows(
                 }
             )
             continue
-        row = task_row(name, task, verify)
+        row = task_row(name, task, verify, fresh)
         if row is not None:
             if verify and "check" in row:
                 row["detail"] = f"{row['detail']}; {row['check']}"

@@ -52,6 +52,7 @@ from harness.data import (
     data_root,
     extract,
     find_file,
+    read_sums,
     read_text,
     status,
 )
@@ -75,8 +76,12 @@ BONN_SETS = ("Z", "O", "N", "F", "S")  # UCI y = 5, 4, 3, 2, 1; S (y = 1) is the
 SERIES_LEN, PIECES = 178, 23
 SOURCES = ("auto", "csv", "bonn")
 SCALES = ("none", "series")
-# manifest_digest of the 500 Bonn files (epileptic_seizure/SHA256SUMS).
+# manifest_digest of the 500 Bonn files (epileptic_seizure/SHA256SUMS): the data identity of
+# every seizures record made on them (part of its run id).
 BONN_SHA256 = {"bonn_eeg/*/*": "77845819d1d90e33588bda0dbb42d72d7b6a44b8275953184e63337e4158b0e6"}
+# The sum of each of those files, whose manifest_digest is BONN_SHA256's (a test checks): when
+# the digest differs, the check names the files that do (``harness data verify seizures``).
+BONN_FILE_SUMS = Path(__file__).with_name("sums") / "bonn_eeg.sha256"
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,7 @@ class Seizures(Task):
         row = status("epileptic_seizure", self.folder, SOURCE, check)
         if found.get("bonn"):
             row["sha256"] = BONN_SHA256
+            row["sha256_members"] = {"bonn_eeg/*/*": read_sums(BONN_FILE_SUMS)}
         elif "csv" in found:  # no published sums for the CSV: its content digest identifies it
             row["files"] = [found["csv"]]
         return row

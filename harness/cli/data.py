@@ -38,7 +38,10 @@ def add_parser(subparsers: Any) -> None:
         help="list: where each dataset is and whether it is there; verify: also check it "
         "against the published checksums; fetch: download, verify and unpack the public ones",
     )
-    s.add_argument("names", nargs="*", metavar="TASK", help="tasks (besides --tasks)")
+    # (a default keeps argparse from naming the optional TASK among the required arguments)
+    s.add_argument(
+        "names", nargs="*", default=[], metavar="TASK", help="tasks (besides --tasks); optional"
+    )
     s.add_argument(
         "--mirror",
         default=None,
@@ -71,7 +74,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.action == "fetch":
         return fetch(tasks, spec, args.data_dir, args.mirror)
     verify = args.action == "verify"
-    rows = data.status_rows(args.data_dir, verify=verify, tasks=tasks)
+    rows = data.status_rows(args.data_dir, verify=verify, tasks=tasks, fresh=verify)
     show(rows, verify, f"datasets under {data.data_root(args.data_dir)}")
     bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
     for r in bad:
