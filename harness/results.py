@@ -37,9 +37,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.errors import RecordError
+from harness.errors import HarnessError, RecordError
 
 REQUIRED = ("schema", "run_id", "method", "task", "seed", "preset", "status", "config")
+STATUSES = ("ok", "failed")  # what a record's status can be; any other is an unusable line
 DEFAULT_FILE = "runs.jsonl"
 # record kind (``kind``; a run record has none) -> the schema versions this harness reads
 KNOWN_SCHEMAS: dict[str, tuple[int, ...]] = {"run": (1,), "timing": (1, 2)}
@@ -76,6 +77,24 @@ def store_path(out: str | os.PathLike) -> Path:
     return p if p.suffix == ".jsonl" else p / DEFAULT_FILE
 
 
+def output_store_path(out: str | os.PathLike) -> Path:
+    """``store_path`` for a store to write (``run --out``): a folder or a ``.jsonl`` file.
+
+    Raises:
+        RecordError: ``out`` names neither: an existing file that is not ``.jsonl``, or a
+            device (``/dev/null``), pipe or socket.
+    """
+    from harness.outputs import file_kind
+
+    p = Path(out)
+    if p.suffix != ".jsonl" and p.exists() and not p.is_dir():
+        raise RecordError(
+            f"--out {out}: it is {file_kind(p)}, not a folder; give a folder (the records go to "
+            f"its {DEFAULT_FILE}) or a .jsonl file"
+        )
+    return store_path(p)
+
+
 # --- the record schema ---------------------------------------------------------------------------
 
 
@@ -110,7 +129,7 @@ _TYPES: dict[str, tuple[Any, str]] = {
     "method": (lambda v: isinstance(v, str), "a string"),
     "task": (lambda v: isinstance(v, str), "a string"),
     "preset": (lambda v: isinstance(v, str), "a string"),
-    "status": (lambda v: isinstance(v, str), "a string"),
+    "status": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
     "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "config": (lambda v: isinstance(v, dict), "an object"),
 }
@@ -183,6 +202,16 @@ def validate_record(rec: Any) -> list[str]:
     return problems
 
 
+class NonFiniteError(ValueError):
+    """A ``NaN`` or ``Infinity`` token in a record line (not JSON; the harness writes null)."""
+
+
+def _non_finite(token: str) -> Any:
+    raise NonFiniteError(
+        f"{token} is not a JSON value (the harness writes a number that is not finite as null)"
+    )
+
+
 @dataclass
 class Line:
     """One line of a store as found on disk.
@@ -226,12 +255,15 @@ def parse_lines(data: bytes, complete: bool = True) -> list[Line]:
             continue
         torn = " (the last line has no newline: a writer was killed or the disk filled)"
         try:
-            rec = json.loads(part.decode("utf-8"))
+            rec = json.loads(part.decode("utf-8"), parse_constant=_non_finite)
         except UnicodeDecodeError:
             line.problem = "not UTF-8 text"
             continue
         except json.JSONDecodeError as e:
             line.problem = e.msg + (torn if last else "")
+            continue
+        except NonFiniteError as e:
+            line.problem = str(e)
             continue
         problems = validate_record(rec)
         if problems:
@@ -271,14 +303,38 @@ class Store:
         """The side file of the runs that sweeps have claimed (``Claims``)."""
         return self.path.with_name(self.path.name + ".claims")
 
-    def check_writable(self) -> None:
-        """Create the directory and open the file for appending, or raise RecordError."""
+    def check_writable(self, create: bool = True) -> None:
+        """Create the directory and open the file for appending, or raise RecordError.
+
+        A store is a regular file: a folder, a device (``/dev/null``), a pipe or a socket at its
+        path is refused, and so is a path below a file.
+
+        Args:
+            create: create the folder and the (empty) file; without it the check leaves
+                nothing behind (``harness.outputs.check_writable``).
+        """
+        from harness.outputs import check_writable, explain, file_kind
+
+        if self.path.exists() and not self.path.is_file():
+            raise RecordError(
+                f"cannot write results to {self.path}: it is {file_kind(self.path)}, "
+                "not a regular file"
+            )
+        if not create:
+            try:
+                check_writable(self.path)
+            except HarnessError as e:
+                msg = str(e).replace("cannot write", "cannot write results to", 1)
+                raise RecordError(msg) from None
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a"):
                 pass
         except OSError as e:
-            raise RecordError(f"cannot write results to {self.path}: {e.strerror or e}") from None
+            raise RecordError(
+                f"cannot write results to {self.path}: {explain(self.path, e)}"
+            ) from None
 
     def check_target(self) -> None:
         """Refuse an existing file that holds something other than records (an empty one is fine).

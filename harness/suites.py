@@ -36,8 +36,8 @@ OPTION_KEYS = {
     "match_skip": "a number",
     "select": "a selection rule: best-val or val-skip-band:TARGET:WIDTH",
     "executor": "an executor name",
-    "workers": "an integer >= 1",
-    "threads": "an integer >= 0",
+    "workers": "an integer in [1, 1024]",
+    "threads": "an integer in [0, 1024]",
     "device": "a device name",
     "data_dir": "a path",
     "out": "a path",
@@ -200,9 +200,11 @@ def _option(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} expects one of {', '.join(choices)}, got {value!r}")
         return value
     if key in ("workers", "threads"):
-        low = 1 if key == "workers" else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise bad()
+        from harness.executors import MAX_THREADS, MAX_WORKERS
+
+        low, high = (1, MAX_WORKERS) if key == "workers" else (0, MAX_THREADS)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{where} expects an integer in [{low}, {high}], got {value!r}")
         return value
     if key == "select":
         if not isinstance(value, str):

@@ -65,15 +65,23 @@ CASES = [
         "cannot write blocker/d.md: blocker is a file, not a folder",
     ),
     # 5. a model that cannot be allocated
-    (FLOPS + ["--set", "hidden_size=1000000"], "does not fit in memory (hidden_size=1000000"),
-    (RUN + ["--set", "hidden_size=1000000"], "gru on adding (smoke): does not fit in memory"),
+    # (the largest sizes the bounds admit: about 6 TB of weights, refused by any allocator)
+    (
+        FLOPS + ["--set", "hidden_size=65536", "--set", "num_layers=64"],
+        "does not fit in memory (hidden_size=65536, num_layers=64",
+    ),
+    (
+        RUN + ["--set", "hidden_size=65536", "--set", "num_layers=64"],
+        "gru on adding (smoke): does not fit in memory",
+    ),
+    (FLOPS + ["--set", "hidden_size=1000000"], "hidden_size=1000000 is out of range"),
     # 6. bench: outputs that cannot be written, numbers out of range
     (BENCH + ["--out", "blocker/sub"], "cannot write blocker/sub: blocker is a file, not a folder"),
     (
         BENCH + ["--report", "blocker/t.md"],
         "cannot write blocker/t.md: blocker is a file, not a folder",
     ),
-    (BENCH + ["--report", "."], "cannot write .: Is a directory"),
+    (BENCH + ["--report", "."], "cannot write .: it is a folder, not a regular file"),
     (
         SPEEDUP + ["--report", "blocker/s.md"],
         "cannot write blocker/s.md: blocker is a file, not a folder",
@@ -217,7 +225,11 @@ def test_compare_skip_malformed_names_each_line_it_skipped(cli):
     assert "\ntorn.jsonl:2: malformed record skipped" in "\n" + err
     code, _, err = cli(["compare", "future.jsonl", "a.jsonl", "--skip-malformed"])
     assert "future.jsonl:1: malformed record skipped (schema version 99" in err
-    assert code == 0 and "0 matched" in err and "1 new" in err
+    # nothing usable in the reference: nothing compared, which fails unless allowed
+    assert code == 1 and "0 matched" in err and "1 new" in err
+    assert "nothing compared: the reference holds no run record" in err
+    code, _, err = cli(["compare", "future.jsonl", "a.jsonl", "--skip-malformed", "--allow-empty"])
+    assert code == 0 and "accepted (--allow-empty)" in err
 
 
 def test_a_speedup_measurement_out_of_memory_is_one_line(cli, monkeypatch):

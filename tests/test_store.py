@@ -52,7 +52,7 @@ def test_a_real_record_and_a_timing_record_are_valid():
         ({"seed": "0"}, "seed: expected a non-negative integer, got a string"),
         ({"seed": -1}, "seed: expected a non-negative integer"),
         ({"seed": True}, "seed: expected a non-negative integer, got a boolean"),
-        ({"status": 3}, "status: expected a string"),
+        ({"status": 3}, "status: expected one of ok, failed"),
         ({"config": []}, "config: expected an object, got an array"),
         ({"metrics": [1, 2]}, "metrics: expected an object of numbers"),
         ({"metrics": {"mse": "0.1"}}, "metrics: expected an object of numbers"),

@@ -44,6 +44,7 @@ from harness.bench.phases import (
 )
 from harness.config import config_hash
 from harness.errors import ConfigError, HarnessError
+from harness.outputs import write_text
 from harness.registry import METHODS, TASKS
 from harness.results import Store
 from harness.timing import summarize, time_fn
@@ -437,13 +438,6 @@ def _batch_shapes(records: Sequence[dict[str, Any]]) -> dict[str, tuple[Any, Any
     return {p: next(iter(shapes[p])) for p in PHASES if p in shapes}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def bench_devices(device: str) -> list[torch.device]:
     """``cpu``, ``cuda`` or ``auto`` (CPU, plus CUDA when present) as torch devices.
 
@@ -583,5 +577,5 @@ def run_bench(
                 *(("--set", f"{k}={v}") for k, v in (overrides or {}).items()),
             )
         )
-    _write_atomic(md, timing_markdown(records, [str(jsonl)], command, failed, skipped))
+    write_text(md, timing_markdown(records, [str(jsonl)], command, failed, skipped))
     return jsonl, md

@@ -187,8 +187,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_speedup(args, command)
     _only_for(args, SPEEDUP_ONLY, "with --speedup")
     task = require_task(args.task, "bench (without --speedup)", many=True)
+    from harness.outputs import refuse_overwrite
+
+    report = Path(args.report or TIMING_REPORT)
+    store = ("the timing records (--out)", Path(args.out) / "timing.jsonl")
+    refuse_overwrite(report, "--report" if args.report else "the timing report", [store])
     check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
-    check_writable(Path(args.report or TIMING_REPORT))
+    check_writable(report)
 
     from harness import config
     from harness.bench.suite import run_bench
@@ -214,7 +219,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
-    check_writable(Path(args.report or SPEEDUP_REPORT))  # before the measurement, not after
+    from harness.outputs import refuse_overwrite
+
+    report = Path(args.report or SPEEDUP_REPORT)
+    option = "--report" if args.report else "the speedup report"
+    refuse_overwrite(report, option)
+    refuse_overwrite(speedup_data_path(report), f"{option}'s raw timings")
+    check_writable(report)  # before the measurement, not after
     import torch
 
     from harness.bench.speedup import measure_speedups, speedup_jsonl, speedup_markdown

@@ -15,20 +15,36 @@ import argparse
 import contextlib
 import math
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.config import PRESETS
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError
 
 DEVICES = ("cpu", "cuda", "auto")
 EXECUTORS = ("local", "ray")
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr and exit code 2."""
+    """An ArgumentParser whose usage errors are one line on stderr and exit code 2.
+
+    An empty value (``--config ''``, ``--out ''``, a positional ``''``) is a usage error for
+    every option: none of them means anything empty, and taken as given it would quietly mean
+    the default (``--config ''`` ran the default sweep, ``--out ''`` wrote into the current
+    folder).
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """``argparse``'s, then refuse an option or argument given as an empty string."""
+        ns, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(ns, action.dest, None)
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, str) and not v.strip() and v != action.default:
+                    name = "/".join(action.option_strings) or action.metavar or action.dest
+                    self.error(f"argument {name}: expects a non-empty value, got {v!r}")
+        return ns, extras
 
     def error(self, message: str) -> NoReturn:
         """Write ``error: MESSAGE (see 'PROG --help')`` to stderr and exit with code 2."""
@@ -76,8 +92,8 @@ def add_command(
 # --- argument types (their errors become argparse's one-line usage error) ----------------------
 
 
-def int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type`` accepting integers >= ``low``."""
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers >= ``low`` (and <= ``high`` when given)."""
 
     def parse(text: str) -> int:
         try:
@@ -86,6 +102,8 @@ def int_at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expects an integer, got '{text}'") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be >= {low} (got {value})")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high} (got {value})")
         return value
 
     return parse
@@ -223,8 +241,12 @@ def device_option(default: str, help: str) -> argparse.ArgumentParser:
 
 
 def threads_option(help: str) -> argparse.ArgumentParser:
-    """``--threads N``: torch CPU threads (default 1; 0 leaves torch's default)."""
-    return _option("--threads", type=int_at_least(0), default=1, metavar="N", help=help)
+    """``--threads N``: torch CPU threads (default 1; 0 leaves torch's default; at most 1024)."""
+    from harness.executors import MAX_THREADS
+
+    return _option(
+        "--threads", type=int_at_least(0, MAX_THREADS), default=1, metavar="N", help=help
+    )
 
 
 # --- helpers of the commands ------------------------------------------------------------------
@@ -287,58 +309,17 @@ def require_task(task: str | None, command: str, many: bool = False) -> str:
 
 
 def write_report(path: Path, text: str) -> None:
-    """Write a generated file (creating its folder); an OSError becomes one HarnessError line."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as e:
-        raise HarnessError(f"cannot write {path}: {e.strerror or e}") from None
+    """Write a generated file (``harness.outputs.write_text``: atomic, never over records)."""
+    from harness.outputs import write_text
+
+    write_text(path, text)
 
 
 def check_writable(path: Path, directory: bool = False) -> None:
-    """Fail before the work, not after it, when ``path`` cannot be written.
+    """``harness.outputs.check_writable``: fail before the work when ``path`` cannot be written."""
+    from harness.outputs import check_writable as check
 
-    The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
-    file is created in it and removed; an existing file is opened for appending (not changed).
-    Folders this check created are removed again, so a command that then stops on other bad
-    input leaves nothing behind; the command creates them when it writes.
-
-    Args:
-        path: the file (or, with ``directory``, the folder) a command will write.
-        directory: ``path`` is a folder the command writes files into.
-
-    Raises:
-        HarnessError: one line naming the path and the reason.
-    """
-    folder = path if directory else path.parent
-    created = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
-    try:
-        _check_writable(path, folder, directory)
-    finally:
-        for p in created:
-            with contextlib.suppress(OSError):
-                p.rmdir()
-
-
-def _check_writable(path: Path, folder: Path, directory: bool) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not directory and path.is_dir():
-            raise IsADirectoryError(21, "Is a directory")
-        if not directory and path.exists():
-            with open(path, "a"):
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-    except (FileExistsError, NotADirectoryError) as e:
-        blocker = next((p for p in reversed(folder.parents) if p.exists() and not p.is_dir()), None)
-        if blocker is None and folder.exists() and not folder.is_dir():
-            blocker = folder
-        why = f"{blocker} is a file, not a folder" if blocker else e.strerror or str(e)
-        raise HarnessError(f"cannot write {path}: {why}") from None
-    except OSError as e:
-        raise HarnessError(f"cannot write {path}: {e.strerror or e}") from None
+    check(path, directory)
 
 
 def out_of_memory(what: str) -> contextlib.AbstractContextManager[None]:

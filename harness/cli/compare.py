@@ -18,8 +18,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=examples(
             "harness compare results/reference/smoke.jsonl results/runs.jsonl --markdown drift.md",
             "harness compare results/reference/smoke.jsonl rerun.jsonl --only-present",
-            note="exit codes: 0 no drift, 1 drift or missing runs, 2 bad input (a tolerance that "
-            "is\nnegative or not finite, a record line that cannot be read)",
+            note="exit codes: 0 no drift, 1 drift, missing runs or nothing compared (unless "
+            "--allow-empty),\n2 bad input (a tolerance that is negative, not finite or names no "
+            "measure, a record\nline that cannot be read)",
         ),
     )
     s.add_argument("reference", help="the reference records (.jsonl)")
@@ -41,6 +42,12 @@ def add_parser(subparsers: Any) -> None:
         "fails when no run is in both",
     )
     s.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="pass when nothing was compared (a reference with no record, or no run in both); "
+        "by default that fails, so an emptied reference cannot pass the gate",
+    )
+    s.add_argument(
         "--skip-malformed",
         action="store_true",
         help="skip record lines that cannot be read (a torn last line, an unknown schema), "
@@ -54,6 +61,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from harness.outputs import refuse_overwrite
     from harness.reporting.compare import (
         compare,
         load_records,
@@ -64,6 +72,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     tolerances = parse_tolerances(args.tol or [])
     if args.markdown:
+        inputs = [("the reference (REFERENCE)", args.reference), ("CURRENT", args.current)]
+        refuse_overwrite(args.markdown, "--markdown", inputs)
         check_writable(Path(args.markdown))
     out = console()
     if args.skip_malformed:
@@ -72,7 +82,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
             out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     else:
         reference, current = load_strict(args.reference), load_strict(args.current)
-    res = compare(reference, current, tolerances, only_present=args.only_present)
+    res = compare(
+        reference,
+        current,
+        tolerances,
+        only_present=args.only_present,
+        allow_empty=args.allow_empty,
+    )
     for line in res.environment:  # numbers from another torch or device may drift for that reason
         out.print(f"[yellow]environment differs: {line}[/]")
     if res.drifted:
@@ -91,6 +107,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"left out (not in both): {res.left_out[0]} reference run(s), "
             f"{res.left_out[1]} current run(s){none}"
         )
+    if res.empty:
+        allowed = "accepted (--allow-empty)" if args.allow_empty else "pass --allow-empty to accept"
+        out.print(f"{'[yellow]' if res.ok else '[red]'}nothing compared: {res.empty}; {allowed}[/]")
     verdict = "[green]PASS[/]" if res.ok else "[red]FAIL[/]"
     out.print(
         f"{verdict}: {res.matched} matched, {len(res.drifted)} drifted, "

@@ -16,6 +16,7 @@ from harness.cli.common import (
     write_report,
 )
 from harness.errors import HarnessError
+from harness.outputs import refuse_overwrite
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
@@ -164,6 +165,48 @@ def _write_curves(sources: list[str], board: Path) -> None:
         print(f"wrote {p}")
 
 
+def _inputs(sources: list[str]) -> list[tuple[str, Path]]:
+    """The records files a report reads, as ``refuse_overwrite`` takes them."""
+    from harness.results import store_path
+
+    return [("an input (records)", store_path(s)) for s in sources]
+
+
+def leaderboard_paths(board: Path, formats: tuple[str, ...], figures: bool) -> list[Path]:
+    """Every file the leaderboard writes: ``board`` per format, and its learning curves."""
+    paths = [board if fmt == "md" else board.with_suffix(f".{fmt}") for fmt in formats]
+    if figures:
+        curves = board.with_name(f"{board.stem}_curves")
+        paths += [curves.with_suffix(".png"), curves.with_suffix(".pdf")]
+    return paths
+
+
+def paper_paths(
+    records: list[dict[str, Any]],
+    out_dir: Path,
+    tasks: list[str] | None,
+    preset: str | None,
+    formats: tuple[str, ...],
+) -> list[Path]:
+    """The files ``--paper`` may write into ``out_dir``, known before it writes any.
+
+    Its tables, ``paper_<task>_<preset>.<format>`` for each (task, preset) of the records, and
+    the figures already in ``figures/`` under that stem (the figures drawn depend on the runs, so
+    the existing files are the ones that could be written over).
+    """
+    groups = {
+        (r["task"], r["preset"])
+        for r in records
+        if (tasks is None or r["task"] in tasks) and (preset is None or r["preset"] == preset)
+    }
+    paths = []
+    for task, pre in sorted(groups):
+        stem = f"{task}_{pre}"
+        paths += [out_dir / f"paper_{stem}.{fmt}" for fmt in formats]
+        paths += sorted((out_dir / "figures").glob(f"{stem}_*"))
+    return paths
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report; malformed records are an error once it is written."""
     sources = args.records or [DEFAULT_RECORDS]
@@ -183,9 +226,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         from harness.selection import parse_rule
 
         select = parse_rule(args.select)
+    inputs = _inputs(sources)
     if not args.paper:
         formats = tuple(args.formats or ("md",))
         board = Path(args.out or DEFAULT_BOARD)
+        option = "--out" if args.out else "the default leaderboard"
+        for path in leaderboard_paths(board, formats, figures=not args.no_figures):
+            refuse_overwrite(path, option if path == board else f"{option} ({path.name})", inputs)
         problems = write_leaderboard(
             sources, board, console(), warn=False, formats=formats, select=select
         )
@@ -198,13 +245,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.results import load
 
     records, problems = load(sources)
+    out_dir = Path(args.out_dir or DEFAULT_PAPER_DIR)
+    formats = tuple(args.formats or ("md", "tex"))
+    for path in paper_paths(records, out_dir, tasks, args.preset, formats):
+        refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
     paths = write_paper_report(
         records,
         sources,
-        args.out_dir or DEFAULT_PAPER_DIR,
+        out_dir,
         tasks=tasks,
         presets=[args.preset] if args.preset else None,
-        formats=tuple(args.formats or ("md", "tex")),
+        formats=formats,
         figures=not args.no_figures,
         select=select,
     )

@@ -9,6 +9,7 @@ from typing import Any
 from harness.cli.common import (
     EXECUTORS,
     add_command,
+    check_writable,
     console,
     data_dir_option,
     device_option,
@@ -22,6 +23,7 @@ from harness.cli.common import (
     tasks_option,
     threads_option,
 )
+from harness.executors import MAX_WORKERS
 
 EPILOG = examples(
     "harness run --tasks all --preset smoke",
@@ -125,10 +127,11 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--workers",
-        type=int_at_least(1),
+        type=int_at_least(1, MAX_WORKERS),
         default=1,
         metavar="N",
-        help="local executor: runs in parallel processes (default: %(default)s: in this process)",
+        help="local executor: runs in parallel processes (default: %(default)s: in this process; "
+        f"at most {MAX_WORKERS})",
     )
     s.add_argument(
         "--ray-address",
@@ -211,7 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.cli.report import write_leaderboard
     from harness.cli.store import SweepStore, say_resume
     from harness.data import attach_identity
-    from harness.results import Store, plan_resume, store_path
+    from harness.outputs import refuse_overwrite
+    from harness.results import Store, output_store_path, plan_resume
     from harness.suites import plan
     from harness.sweep import parse_grid, validate
 
@@ -240,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from harness.tracking import check_log_dir
 
         check_log_dir(args.log_dir)
-    store = Store(store_path(args.out))
+    store = Store(output_store_path(args.out))
     named = (
         args.tasks
         if sweep is None or not sweep.parts
@@ -253,8 +257,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.print(f"[yellow]{note}[/]")
     validate(cfgs, args.data_dir)
     if not args.dry_run:  # after every check of the input: bad input creates no folder
-        store.check_writable()
+        store.check_writable(create=False)
         store.check_target()  # an existing file that is not a records store is refused
+        if not args.no_report:  # the leaderboard: never over the store, writable before training
+            board = report_path(args.out, args.report)
+            option = "--report" if args.report else "the leaderboard"
+            refuse_overwrite(board, option, [("the records store (--out)", store.path)])
+            check_writable(board)
+        store.check_writable()
     swept_store = SweepStore(store, out)  # before reading: records from now on are seen
     recorded = store.read()[0]
     resume = plan_resume(

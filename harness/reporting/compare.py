@@ -51,17 +51,32 @@ class Comparison:
     matched: int = 0
     environment: list[str] = field(default_factory=list)  # environment_differences(...)
     left_out: tuple[int, int] = (0, 0)  # only_present: (reference runs, current runs) not in both
+    allow_empty: bool = False
+
+    @property
+    def empty(self) -> str | None:
+        """Why the comparison checked nothing (None when some run was compared).
+
+        An empty reference, or no run in both, would let the gate pass on nothing: an emptied
+        or truncated reference file must not turn CI green.
+        """
+        if self.matched:
+            return None
+        if not (self.missing or self.left_out[0]):
+            return "the reference holds no run record"
+        return "no run is in both the reference and the current records"
 
     @property
     def ok(self) -> bool:
         """Whether the gate passes: nothing drifted, no reference run missing, something matched.
 
         Without ``only_present`` a missing reference run fails the gate; with it, the runs not
-        in both are left out, and the gate fails when no run is in both.
+        in both are left out. Either way a comparison of nothing (``empty``) fails unless
+        ``allow_empty``.
         """
         if self.drifted or self.missing:
             return False
-        return self.matched > 0 or self.left_out == (0, 0)
+        return self.empty is None or self.allow_empty
 
 
 def label(r: dict[str, Any]) -> str:
@@ -131,6 +146,7 @@ def compare(
     current: list[dict[str, Any]],
     tolerances: dict[str, tuple[float, float]] | None = None,
     only_present: bool = False,
+    allow_empty: bool = False,
 ) -> Comparison:
     """Compare two record lists (the latest record of each run id counts).
 
@@ -140,14 +156,22 @@ def compare(
         tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES``.
         only_present: compare only the runs in both (a partial rerun); the others are counted
             in ``left_out`` instead of listed as missing and new.
+        allow_empty: pass a comparison that compared no run (``Comparison.empty``).
 
     Returns:
         The comparison.
+
+    Raises:
+        HarnessError: a tolerance names a measure that no record has (``--tol bogus=1`` would
+            otherwise be silently ignored).
     """
+    check_tolerances(tolerances or {}, [*reference, *current])
     tols = {**DEFAULT_TOLERANCES, **(tolerances or {})}
     ref = {r["run_id"]: r for r in latest(reference)}
     cur = {r["run_id"]: r for r in latest(current)}
-    res = Comparison(environment=environment_differences(reference, current))
+    res = Comparison(
+        environment=environment_differences(reference, current), allow_empty=allow_empty
+    )
     res.missing = [ref[k] for k in ref if k not in cur]
     res.new = [cur[k] for k in cur if k not in ref]
     if only_present:
@@ -168,6 +192,24 @@ def compare(
                 )
     res.drifted.sort(key=lambda d: (d.label, d.measure))
     return res
+
+
+def check_tolerances(
+    tolerances: dict[str, tuple[float, float]], records: list[dict[str, Any]]
+) -> None:
+    """Refuse a tolerance whose measure (or prefix) matches no measure of the records.
+
+    Raises:
+        HarnessError: one line naming the key and the measures there are.
+    """
+    measures = {m for r in records for m in _measures(r)}
+    for key in tolerances:
+        if not any(m == key or m.startswith(key + ".") for m in measures):
+            groups = sorted({m.split(".")[0] for m in measures})
+            raise HarnessError(
+                f"--tol {key}: no measure of the records is {key} or starts with '{key}.' "
+                f"(measures: {', '.join(groups) or 'none'}, e.g. metrics.skip_pct)"
+            )
 
 
 def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
@@ -236,6 +278,9 @@ def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
         f"{len(res.drifted)} drifted measures, {len(res.missing)} missing, {len(res.new)} new.",
         "",
     ]
+    if res.empty:
+        allowed = "accepted (--allow-empty)" if res.allow_empty else "a failure"
+        lines += [f"Nothing was compared: {res.empty}; {allowed}.", ""]
     if res.left_out != (0, 0):
         lines += [
             f"Compared only the runs in both: left out {res.left_out[0]} reference and "

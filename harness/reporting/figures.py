@@ -214,12 +214,21 @@ def _legend(fig: Figure, methods: Sequence[str], labels: dict[str, str] | None =
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.pdf`` at the figure's size; returns both paths."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``stem.png`` and ``stem.pdf`` at the figure's size; returns both paths.
+
+    Each is rendered in memory and written through ``harness.outputs.write_bytes`` (atomically,
+    never over a records store).
+    """
+    import io
+
+    from harness.outputs import write_bytes
+
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     with style():
         for p in paths:
-            fig.savefig(p)
+            buf = io.BytesIO()
+            fig.savefig(buf, format=p.suffix[1:])
+            write_bytes(p, buf.getvalue())
     return paths
 
 

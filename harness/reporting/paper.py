@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
+from harness.outputs import write_bytes, write_text
 from harness.reporting.published import PaperRow, PaperTable, tables_for
 from harness.reporting.text import (
     NOTES,
@@ -621,13 +622,20 @@ def tidy(agg: pd.DataFrame, task: str, preset: str, picked: dict[str, str] | Non
 
 
 def write_frame(df: pd.DataFrame, path: Path) -> None:
-    """``df`` as ``.csv`` or ``.parquet`` (pyarrow needed; its absence is one HarnessError line)."""
+    """``df`` as ``.csv`` or ``.parquet`` (pyarrow needed; its absence is one HarnessError line).
+
+    Written through ``harness.outputs.write_bytes``: atomically, never over a records store.
+    """
+    import io
+
     if path.suffix == ".csv":
-        df.to_csv(path, index=False)
+        write_text(path, df.to_csv(index=False))
         return
     if not _has_pyarrow():
         raise HarnessError(NO_PYARROW)
-    df.to_parquet(path, index=False)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    write_bytes(path, buf.getvalue())
 
 
 FORMATS = ("md", "tex", "csv", "parquet")
@@ -779,7 +787,7 @@ def _write(
         for fmt, render in (("md", _markdown), ("tex", _latex)):
             if fmt in formats:
                 path = out / f"paper_{stem}.{fmt}"
-                path.write_text(render(head, tables, figs, out), encoding="utf-8")
+                write_text(path, render(head, tables, figs, out))
                 written.append(path)
         for fmt in ("csv", "parquet"):
             if fmt in formats:

@@ -1,0 +1,202 @@
+"""Where a command may write: never over a records store, never over one of its own inputs.
+
+Every generated file (leaderboards, paper tables, figures, drift and timing reports) is written
+through ``write_text`` / ``write_bytes`` here (atomically: a temporary file renamed over the
+target) after ``refuse_overwrite`` has checked the target; the commands also call
+``refuse_overwrite`` on every output path they know before any work starts, so a bad path costs
+nothing and changes nothing.
+
+A file *holds records* when one of the lines in its first MiB is a JSON object with ``schema``
+and ``run_id`` (a run or timing record, usable or not: a store with one malformed line is still a
+store). Such a file is written only by ``harness.results.Store.append``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it holds records
+
+
+def holds_records(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file with a run (or timing) record among its first lines."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            return False
+        with open(p, "rb") as f:
+            data = f.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    for line in data.split(b"\n"):
+        if not line.strip().startswith(b"{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:  # a torn line, or the read cut it
+            continue
+        if isinstance(obj, dict) and "schema" in obj and "run_id" in obj:
+            return True
+    return False
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file: the same resolved path, or (both existing) one inode."""
+    pa, pb = Path(a), Path(b)
+    with contextlib.suppress(OSError):
+        if pa.exists() and pb.exists():
+            return os.path.samefile(pa, pb)
+    return pa.resolve(strict=False) == pb.resolve(strict=False)
+
+
+def refuse_overwrite(
+    path: str | os.PathLike,
+    option: str,
+    inputs: Iterable[tuple[str, str | os.PathLike]] = (),
+) -> None:
+    """Refuse an output path that is one of the command's inputs or a file holding records.
+
+    Args:
+        path: the file the command would write.
+        option: how the user named it (``--report``, ``--markdown``), for the message.
+        inputs: ``(what, path)`` of every file the command reads or appends to (``--out``
+            store, ``REFERENCE``, ``records``).
+
+    Raises:
+        HarnessError: one line naming the option, the path and why.
+    """
+    for what, source in inputs:
+        if same_file(path, source):
+            raise HarnessError(
+                f"{option} {path} is {what} of this command: refusing to write over it; "
+                "give another path"
+            )
+    if holds_records(path):
+        raise HarnessError(
+            f"{option} {path} holds run records (a records store): refusing to write over it; "
+            "give another path"
+        )
+
+
+def file_kind(path: str | os.PathLike) -> str:
+    """What an existing path is, for messages: ``a folder``, ``a character device``, ..."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "unreadable"
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def explain(path: str | os.PathLike, error: OSError) -> str:
+    """Why ``path`` could not be created or written, in words (for an OSError met doing so).
+
+    ``File exists`` and ``Not a directory`` from creating a folder mean that some parent of
+    ``path`` is a file: that parent is named.
+    """
+    p = Path(path)
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        for parent in [*reversed(p.parents), p]:
+            if parent.exists() and not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+    if p.exists() and not p.is_file() and not p.is_dir():
+        return f"it is {file_kind(p)}, not a regular file"
+    return error.strerror or str(error)
+
+
+def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
+    """Fail before the work, not after it, when ``path`` cannot be written.
+
+    The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
+    file is created in it and removed; an existing file is opened for appending (not changed);
+    an existing path that is neither a regular file nor (with ``directory``) a folder is refused
+    without being opened (opening a named pipe blocks). Folders this check created are removed
+    again, so a command that then stops on other bad input leaves nothing behind.
+
+    Args:
+        path: the file (or, with ``directory``, the folder) a command will write.
+        directory: ``path`` is a folder the command writes files into.
+
+    Raises:
+        HarnessError: one line naming the path and the reason.
+    """
+    p = Path(path)
+    folder = p if directory else p.parent
+    created = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
+    try:
+        if p.exists() and not (p.is_dir() if directory else p.is_file()):
+            raise HarnessError(f"cannot write {p}: it is {file_kind(p)}, not a regular file")
+        folder.mkdir(parents=True, exist_ok=True)
+        if not directory and p.exists():
+            with open(p, "a"):
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as e:
+        raise HarnessError(f"cannot write {p}: {explain(p, e)}") from None
+    finally:
+        for f in created:
+            with contextlib.suppress(OSError):
+                f.rmdir()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write a generated file atomically (a temporary file beside it, renamed over it).
+
+    A reader never sees half a file, and an interrupted write leaves the old one. The folder is
+    created.
+
+    Raises:
+        HarnessError: the target holds records (``refuse_overwrite``), or an OSError (one line).
+    """
+    p = Path(path)
+    refuse_overwrite(p, "output")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as e:
+        raise HarnessError(f"cannot write {p}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        with contextlib.suppress(OSError):  # the mode the file had, else what open() would give
+            os.chmod(tmp, p.stat().st_mode & 0o7777 if p.exists() else 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise HarnessError(f"cannot write {p}: {e.strerror or e}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """``write_bytes`` of UTF-8 text."""
+    write_bytes(path, text.encode("utf-8"))
