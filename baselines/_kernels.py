@@ -6,7 +6,7 @@ realised speedup near a third of its FLOP reduction, and VC-RNN's, whose step is
 torch ops on about a tenth of the weights at 90 % skip, is bound by their dispatch. The kernels
 in ``csrc/sarnn.cpp`` and ``csrc/vcrnn.cpp`` run each method's whole batch-1 inference sequence in
 C++, reading only the rows (and, for VC-RNN, columns) the updated units need, once, with no
-per-step Python dispatch.
+per-step Python dispatch. The helpers both use (``dot``, ``sigmoid``) are in ``csrc/common.h``.
 
 Each is compiled on first use (never at import) with ``torch.utils.cpp_extension.load``, which
 needs a C++ compiler and ninja (the ``kernels`` extra). Where it cannot be built, or with
@@ -22,9 +22,10 @@ building anything: reports are rendered from measured rows, and rendering must n
 compiler.
 
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
-directory is keyed by a digest of the source, the flags, the torch version and this CPU's model
-and instruction-set flags: a cache shared by the nodes of a cluster holds one build per kind of
-CPU, and a node never loads a binary built for another (which would die with SIGILL).
+directory is keyed by a digest of the source and the shared headers, the flags, the torch version
+and this CPU's model and instruction-set flags: a cache shared by the nodes of a cluster holds one
+build per kind of CPU, and a node never loads a binary built for another (which would die with
+SIGILL).
 """
 
 from __future__ import annotations
@@ -89,11 +90,13 @@ def cpu_identity() -> str:
 
 
 def build_key(source: Path) -> str:
-    """A digest of everything a compiled binary depends on: source, flags, torch, CPU."""
+    """A digest of everything a compiled binary depends on: source, headers, flags, torch, CPU."""
     import torch
 
     h = hashlib.sha256()
-    for part in (source.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode()):
+    headers = [p.read_bytes() for p in sorted(source.parent.glob("*.h"))]
+    flags, version = " ".join(CFLAGS).encode(), torch.__version__.encode()
+    for part in (source.read_bytes(), *headers, flags, version):
         h.update(part)
         h.update(b"\0")
     h.update(cpu_identity().encode())
@@ -128,6 +131,7 @@ def _load(stem: str, label: str) -> tuple[Any, KernelStatus]:
             mod = load(
                 name=f"harness_{stem}_{key}",
                 sources=[str(source)],
+                extra_include_paths=[str(CSRC)],  # common.h
                 # exact rounding for the decisions; SIMD reductions only where the pragma says
                 extra_cflags=list(CFLAGS),
                 build_directory=str(build),

@@ -1,4 +1,9 @@
-"""The environment a run was measured in: code version, software, device."""
+"""The environment a run was measured in: code version, software, device.
+
+Also where ``--device`` is resolved, once for every command: ``resolve_device`` (the one device
+to run on) and ``bench_devices`` (every device the timing suite times on). torch is imported
+inside the functions that need it, so that importing this module stays light.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,12 @@ import functools
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    import torch
 
 try:
     import tomllib
@@ -72,10 +80,61 @@ def git_state() -> tuple[str | None, bool | None]:
     return checkout_state(REPO)
 
 
+def resolve_device(device: str) -> torch.device:
+    """The one device to run on, from ``--device``: ``cpu``, ``cuda`` or ``auto``.
+
+    ``auto`` is CUDA when a CUDA device is available, else the CPU. Training runs and
+    ``harness bench --speedup`` measure on this one device; the timing suite times on every
+    device ``bench_devices`` gives.
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``auto``.
+
+    Returns:
+        The torch device.
+
+    Raises:
+        HarnessError: ``cuda`` where no CUDA device is available, or another name.
+    """
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device cuda requested but no CUDA device is available")
+    if device not in ("cpu", "cuda"):
+        raise HarnessError(f"Unknown device '{device}'. Use cpu, cuda or auto")
+    return torch.device(device)
+
+
+def bench_devices(device: str) -> list[torch.device]:
+    """Every device the timing suite (``harness bench``) times on, from ``--device``.
+
+    Unlike ``resolve_device``, ``auto`` means all of them: the CPU, plus CUDA when a CUDA device
+    is available (each gets its own table in the timing report). ``cpu`` and ``cuda`` are the one
+    device ``resolve_device`` gives.
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``auto``.
+
+    Returns:
+        The devices, the CPU first.
+
+    Raises:
+        HarnessError: as ``resolve_device``.
+    """
+    if device != "auto":
+        return [resolve_device(device)]
+    found = resolve_device("auto")
+    return [resolve_device("cpu")] + ([found] if found.type == "cuda" else [])
+
+
 @functools.lru_cache(maxsize=4)
 def device_name(device: torch.device) -> str:
     """A human-readable device name: the GPU model, or the CPU model (architecture if unknown)."""
     if device.type == "cuda":
+        import torch
+
         return torch.cuda.get_device_name(device)
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -101,12 +160,16 @@ def flush_denormals() -> bool:
     calls this, so methods and fused references are measured alike; records say so in
     ``env.flush_denormal``.
     """
+    import torch
+
     _cpu["flush_denormal"] = bool(torch.set_flush_denormal(True))
     return _cpu["flush_denormal"]
 
 
 def environment(device: torch.device) -> dict[str, Any]:
     """Everything a record needs to say where its numbers came from."""
+    import torch
+
     sha, dirty = git_state()
     return {
         "git_sha": sha,

@@ -1,7 +1,8 @@
 """The task interface: a task owns its data, its loss and its scoring.
 
-A task declares its ``kind`` (classification, regression, lm), its read-out (``last`` step or
-``every`` step), its primary metric and direction, its knobs (``config_cls``) and its presets.
+A task declares its ``kind`` (a ``TaskKind``: classification, regression, lm), its read-out
+(``last`` step or ``every`` step), its primary metric and direction, its knobs (``config_cls``)
+and its presets.
 ``splits(seed)`` returns train/val/test ``Split``s of tensors; the loss and the metrics come from
 the kind, so tasks only override them when they score differently.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar
 
 import torch
@@ -23,7 +25,42 @@ from torch import Tensor
 from harness.config import Preset
 from harness.errors import ConfigError
 
-KINDS = ("classification", "regression", "lm")
+
+class TaskKind(str, Enum):
+    """What a task predicts; it selects the loss and the metrics (``Task.loss``).
+
+    A ``str`` subclass, so ``task.kind == "classification"`` holds, and the kind prints and
+    serialises (f-strings, JSON) as its value.
+    """
+
+    CLASSIFICATION = "classification"  # one label per sequence: cross-entropy, nll, accuracy
+    REGRESSION = "regression"  # real targets: mean squared error
+    LM = "lm"  # a token per step: cross-entropy, nll, perplexity
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def check_kind(owner: str, kind: object) -> TaskKind:
+    """``kind`` when it is a ``TaskKind``; otherwise a ConfigError naming ``owner``.
+
+    Args:
+        owner: the task class, for the message.
+        kind: the value its ``kind`` attribute holds (None: it has none).
+
+    Raises:
+        ConfigError: ``kind`` is not a TaskKind (a plain string included, whose member it names).
+    """
+    if isinstance(kind, TaskKind):
+        return kind
+    valid = {k.value: k.name for k in TaskKind}
+    if kind is None:
+        raise ConfigError(f"Task {owner} declares no kind; kinds: {', '.join(valid)}")
+    hint = f" (write TaskKind.{valid[kind]})" if isinstance(kind, str) and kind in valid else ""
+    raise ConfigError(
+        f"Task {owner} declares kind {kind!r}, which is not a harness.task.TaskKind{hint}; "
+        f"kinds: {', '.join(valid)}"
+    )
 
 
 @dataclass
@@ -111,7 +148,8 @@ class Task:
     """Base class of every registered task.
 
     Subclasses set the class attributes and implement ``splits``, ``input_size``, ``output_size``
-    and ``presets``.
+    and ``presets``. ``kind`` has no default: a class whose ``kind`` is not a ``TaskKind`` is
+    refused where it is defined (a ConfigError), before it can register.
 
     Args:
         cfg: an instance of ``config_cls``.
@@ -119,13 +157,17 @@ class Task:
     """
 
     name: ClassVar[str] = "?"
-    kind: ClassVar[str] = "regression"
+    kind: ClassVar[TaskKind]
     readout: ClassVar[str] = "last"
     primary: ClassVar[str] = "mse"
     higher_is_better: ClassVar[bool] = False
     config_cls: ClassVar[type] = NoTaskConfig
     presets: ClassVar[dict[str, Preset]] = {}
     description: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_kind(cls.__qualname__, getattr(cls, "kind", None))
 
     def __init__(self, cfg: Any = None, data_dir: str | None = None) -> None:
         self.cfg = cfg if cfg is not None else self.config_cls()
@@ -155,7 +197,7 @@ class Task:
     @property
     def token_input(self) -> bool:
         """True when inputs are token ids (the wrapper adds an embedding)."""
-        return self.kind == "lm"
+        return self.kind is TaskKind.LM
 
     def splits(self, seed: int) -> Splits:
         """Deterministic train/val/test splits for ``seed``."""
@@ -197,20 +239,37 @@ class Task:
 
     # --- scoring -------------------------------------------------------------------------------
     def loss(self, pred: Tensor, batch: Batch) -> Tensor:
-        """Mean training loss of a batch (from the kind)."""
-        if self.kind == "regression":
+        """Mean training loss of a batch, chosen by the kind.
+
+        Regression: mean squared error; classification and lm: cross-entropy over every label
+        (one per sequence, or one per step).
+
+        Raises:
+            ConfigError: the task's kind is not a TaskKind.
+        """
+        kind = check_kind(type(self).__qualname__, self.kind)
+        if kind is TaskKind.REGRESSION:
             return F.mse_loss(pred, batch.y)
-        return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1))
+        if kind in (TaskKind.CLASSIFICATION, TaskKind.LM):
+            return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1))
+        raise ConfigError(f"Task {type(self).__qualname__}: no loss for kind {kind.value!r}")
 
     def batch_stats(self, pred: Tensor, batch: Batch) -> dict[str, tuple[float, float]]:
-        """``{metric: (sum, count)}`` contributions of a batch."""
+        """``{metric: (sum, count)}`` contributions of a batch, chosen by the kind.
+
+        Raises:
+            ConfigError: the task's kind is not a TaskKind.
+        """
+        kind = check_kind(type(self).__qualname__, self.kind)
         pred = pred.detach().float()
-        if self.kind == "regression":
+        if kind is TaskKind.REGRESSION:
             se = (pred - batch.y).pow(2)
             return {"mse": (se.sum().item(), se.numel())}
+        if kind not in (TaskKind.CLASSIFICATION, TaskKind.LM):
+            raise ConfigError(f"Task {type(self).__qualname__}: no metrics for kind {kind.value!r}")
         flat, y = pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1)
         nll = F.cross_entropy(flat, y, reduction="sum").item()
-        if self.kind == "lm":
+        if kind is TaskKind.LM:
             return {"nll": (nll, y.numel())}
         correct = (flat.argmax(-1) == y).sum().item()
         return {"nll": (nll, y.numel()), "accuracy": (100.0 * correct, y.numel())}
@@ -218,6 +277,6 @@ class Task:
     def finalize(self, stats: dict[str, tuple[float, float]]) -> dict[str, float]:
         """Turn accumulated (sum, count) pairs into metric values."""
         out = {k: s / c if c else float("nan") for k, (s, c) in stats.items()}
-        if self.kind == "lm" and "nll" in out:
+        if self.kind is TaskKind.LM and "nll" in out:
             out["perplexity"] = math.exp(min(out["nll"], 50.0))
         return out

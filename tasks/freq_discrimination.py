@@ -74,7 +74,7 @@ from harness.config import (
 )
 from harness.errors import ConfigError
 from harness.registry import register_task
-from harness.task import Split, Splits, Task
+from harness.task import Split, Splits, Task, TaskKind
 
 SAMPLINGS = ("regular", "high-res", "async")
 TIME_INPUTS = ("time", "gap", "none")
@@ -300,7 +300,7 @@ def _presets() -> dict[str, Preset]:
 class FreqDiscrimination(Task):
     """Is a sampled sine wave's period in the 5-6 ms band? (accuracy, higher is better)."""
 
-    kind = "classification"
+    kind = TaskKind.CLASSIFICATION
     readout = "last"
     primary = "accuracy"
     higher_is_better = True

@@ -39,7 +39,7 @@ from harness.config import MAX_SEED, MAX_SPLIT, ModelConfig, Preset, TrainConfig
 from harness.data import data_root, disk_cached, extract, find_file, verify_sha256
 from harness.errors import ConfigError, DataError
 from harness.registry import register_task
-from harness.task import Split, Splits, Task
+from harness.task import Split, Splits, Task, TaskKind
 
 UCI_URL = "https://archive.ics.uci.edu/dataset/240/human+activity+recognition+using+smartphones"
 HAPT_URL = "https://archive.ics.uci.edu/dataset/341"
@@ -215,7 +215,7 @@ def _presets() -> dict[str, Preset]:
 class HAR(Task):
     """Six-way activity classification from the last step of a 128 x 9 window (accuracy, %)."""
 
-    kind = "classification"
+    kind = TaskKind.CLASSIFICATION
     readout = "last"
     primary = "accuracy"
     higher_is_better = True

@@ -46,7 +46,7 @@ from harness.config import (
 from harness.data import CorruptDataError, cached, data_root, find_file, read_text, status
 from harness.errors import ConfigError
 from harness.registry import register_task
-from harness.task import Split, Splits, Task
+from harness.task import Split, Splits, Task, TaskKind
 
 SOURCE = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz (simple-examples/data/)"
 # ``harness data fetch``: the same three files as committed by Zaremba et al. (ptb/PROVENANCE.md)
@@ -139,7 +139,7 @@ def _presets() -> dict[str, Preset]:
 class PTB(Task):
     """Next-word prediction on Penn Treebank (perplexity, lower is better)."""
 
-    kind = "lm"
+    kind = TaskKind.LM
     readout = "every"
     primary = "perplexity"
     higher_is_better = False

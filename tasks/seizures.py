@@ -1,9 +1,8 @@
 """Epileptic seizure detection from single-channel EEG, as set up in S-SA (Table 1).
 
-Paper (S-SA): Hartvigsen, Sen, Kong, Rundensteiner, "Learning to Selectively Update State Neurons
-in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058, section 4.1. Data: UCI
-388 "Epileptic Seizure Recognition" (Wu & Fokoue 2017), cut from the Bonn EEG sets A-E
-(Andrzejak et al., Phys. Rev. E 64, 061907, 2001).
+The paper, and what the three S-SA tasks share (scoring, balanced splits, presets and their
+differences from the paper): ``tasks/_ssa.py``. Data: UCI 388 "Epileptic Seizure Recognition" (Wu
+& Fokoue 2017), cut from the Bonn EEG sets A-E (Andrzejak et al., Phys. Rev. E 64, 061907, 2001).
 
 Sources, in this order (knob ``source``, default ``auto``), under ``<root>/epileptic_seizure/``:
 1. the UCI CSV in its official layout, ``data.csv`` or ``Epileptic Seizure Recognition.csv``
@@ -15,18 +14,14 @@ Sources, in this order (knob ``source``, default ``auto``), under ``<root>/epile
 
 S-SA's preprocessing: keep the 2,300 seizure series and sample as many non-seizure ones (4,600),
 centre each series (subtract its mean over all 178 samples), then average chunks of 10 samples:
-178 // 10 = 17 steps, the trailing 8 samples dropped. V = 1, binary classification (2 logits,
-cross-entropy), last-step read-out, accuracy in percent.
+178 // 10 = 17 steps, the trailing 8 samples dropped. V = 1.
 
 Differences from the paper:
 - A run seed draws the balancing sample, the 80/10/10 split, the initialisation and the batch
   order; S-SA's stds are over 10 random splits (it does not say whether the negatives or the
   initialisation were redrawn), so the harness's std over seeds holds the split's variation and
-  the model's together, as S-SA's probably does. The split is stratified, so train, validation
-  and test are each balanced.
+  the model's together, as S-SA's probably does.
 - S-SA's "11,800" series are read as UCI's 11,500 (2,300 per class; the seizure count matches).
-- Cross-entropy over 2 logits stands in for S-SA's binary cross-entropy (an equivalent loss).
-- Epochs (50) and batch size (32) of the paper preset are [INFERRED]; S-SA states neither.
 - ``scale`` (default ``none``, S-SA's text: centre only). ``series`` also divides each series
   by its own standard deviation, removing the amplitude; it is there to test one explanation of
   why S-SA's GRU reaches 84.7 % where the harness's reaches 96-98 % (docs/papers.md).
@@ -43,21 +38,18 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import MAX_SPLIT, ModelConfig, Preset, TrainConfig, check_knobs, knob
+from harness.config import MAX_SPLIT, check_knobs, knob
 from harness.data import (
     CorruptDataError,
     MissingDataError,
-    balanced_splits,
     cached,
-    data_root,
     extract,
     find_file,
     read_sums,
     read_text,
-    status,
 )
 from harness.registry import register_task
-from harness.task import Splits, Task
+from tasks._ssa import SSATask, ssa_presets
 
 SOURCE = "https://archive.ics.uci.edu/dataset/388/epileptic+seizure+recognition"
 BONN_SOURCE = (
@@ -89,7 +81,7 @@ class SeizuresConfig:
     source: str = knob("auto", choices=SOURCES)  # auto: the CSV if present, else Bonn
     chunk: int = knob(10, ge=1, le=SERIES_LEN)  # samples averaged into one step
     # none (S-SA's text: centre only) | series (also divide by the std)
-    scale: str = knob("none", choices=SCALES)
+    scale: str = knob("none", choices=SCALES, legacy="none")  # a knob since 76f0e60
     max_series: int = knob(0, ge=0, le=MAX_SPLIT)  # keep at most this many (0: all 4,600)
 
     def __post_init__(self) -> None:
@@ -152,50 +144,19 @@ def preprocess(x: np.ndarray, chunk: int, scale: str = "none") -> np.ndarray:
     return x[:, : T * chunk].reshape(len(x), T, chunk).mean(2)[..., None]
 
 
-def _presets() -> dict[str, Preset]:
-    return {
-        "smoke": Preset(
-            train=TrainConfig(epochs=2, batch_size=32, lr=1e-2, eval_batch_size=500),
-            model=ModelConfig(hidden_size=10),
-            task={"max_series": 400},
-        ),
-        "quick": Preset(
-            train=TrainConfig(epochs=15, batch_size=32, lr=1e-3, eval_batch_size=500),
-            model=ModelConfig(hidden_size=50),
-            methods={"sa-rnn": {"lam": 2e-4}},
-        ),
-        # S-SA section 4.1 / Table 1: D = 50, Adam 1e-3, SA-RNN lambda = 2e-4.
-        "paper": Preset(
-            train=TrainConfig(epochs=50, batch_size=32, lr=1e-3, eval_batch_size=500),
-            model=ModelConfig(hidden_size=50),
-            methods={"sa-rnn": {"lam": 2e-4}},
-        ),
-    }
-
-
 @register_task("seizures")
-class Seizures(Task):
+class Seizures(SSATask):
     """Seizure vs non-seizure EEG series, S-SA's balanced 17-step version (accuracy %)."""
 
-    kind = "classification"
-    readout = "last"
-    primary = "accuracy"
-    higher_is_better = True
     config_cls = SeizuresConfig
-    presets = _presets()
+    presets = ssa_presets(smoke_series=400, quick_epochs=15, lam=2e-4)  # lambda: S-SA Table 1
     description = "Epileptic seizure EEG (UCI 388 / Bonn), balanced, 17 steps (accuracy %)"
-
-    @property
-    def folder(self) -> Path:
-        return data_root(self.data_dir) / "epileptic_seizure"
+    dataset = "epileptic_seizure"
+    data_source = SOURCE
 
     @property
     def input_size(self) -> int:
         return 1
-
-    @property
-    def output_size(self) -> int:
-        return 2
 
     def raw(self) -> tuple[np.ndarray, np.ndarray, str]:
         """The 11,500 raw series, UCI labels and a description of the source used (cached)."""
@@ -223,31 +184,21 @@ class Seizures(Task):
         x, y = cached("seizures-bonn", files, lambda: parse_bonn(bonn))
         return x, y, f"bonn-eeg: {bonn}"
 
-    def splits(self, seed: int) -> Splits:
+    def series(self) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         x, y, source = self.raw()
         labels = (y == 1).astype(np.int64)  # seizure vs the four other sets
         x = preprocess(x, self.cfg.chunk, self.cfg.scale)
-        out = balanced_splits(x, labels, seed, self.cfg.max_series)
-        out.info.update(source=source, series=len(x))
-        return out
+        return x, labels, {"source": source, "series": len(x)}
 
-    def data_status(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-
-        def check() -> str:
-            x, y, source = self.raw()
-            found["bonn"] = source.startswith("bonn")
-            if not found["bonn"]:
-                found["csv"] = Path(source.split(": ", 1)[1]).relative_to(self.folder).as_posix()
-            return f"{len(x):,} series x {x.shape[1]} ({(y == 1).sum():,} seizure) from {source}"
-
-        row = status("epileptic_seizure", self.folder, SOURCE, check)
-        if found.get("bonn"):
-            row["sha256"] = BONN_SHA256
-            row["sha256_members"] = {"bonn_eeg/*/*": read_sums(BONN_FILE_SUMS)}
-        elif "csv" in found:  # no published sums for the CSV: its content digest identifies it
-            row["files"] = [found["csv"]]
-        return row
+    def found(self) -> tuple[str, dict[str, Any]]:
+        x, y, source = self.raw()
+        detail = f"{len(x):,} series x {x.shape[1]} ({(y == 1).sum():,} seizure) from {source}"
+        if source.startswith("bonn"):
+            members = {"bonn_eeg/*/*": read_sums(BONN_FILE_SUMS)}
+            return detail, {"sha256": BONN_SHA256, "sha256_members": members}
+        # no published sums for the CSV: its content digest identifies it
+        csv_file = Path(source.split(": ", 1)[1]).relative_to(self.folder)
+        return detail, {"files": [csv_file.as_posix()]}
 
     def fetch(self, fetcher: Any) -> str:
         """The five Bonn sets into ``bonn_eeg/{Z,O,N,F,S}/``, verified against their digest.

@@ -40,7 +40,7 @@ from harness.config import (
     knob,
 )
 from harness.registry import register_task
-from harness.task import Split, Splits, Task
+from harness.task import Split, Splits, Task, TaskKind
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def _presets() -> dict[str, Preset]:
 class Synthetic(Task):
     """Next-step 2-d regression on S-EI's Algorithm 2 sequences (MSE, lower is better)."""
 
-    kind = "regression"
+    kind = TaskKind.REGRESSION
     readout = "every"
     primary = "mse"
     higher_is_better = False

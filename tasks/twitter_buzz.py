@@ -1,8 +1,8 @@
 """Buzz detection in Twitter activity series, as set up in S-SA (Table 2).
 
-Paper (S-SA): Hartvigsen, Sen, Kong, Rundensteiner, "Learning to Selectively Update State Neurons
-in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058, section 4.1. Data: UCI
-248 "Buzz in social media" (Kawala et al., MARAMI 2013), Twitter part.
+The paper, and what the three S-SA tasks share (scoring, balanced splits, presets and their
+differences from the paper): ``tasks/_ssa.py``. Data: UCI 248 "Buzz in social media" (Kawala et
+al., MARAMI 2013), Twitter part.
 
 File (official layout of UCI's ``classification.tar.gz``, under ``<root>/buzz_twitter/``):
 ``classification/Twitter/Absolute_labeling/Twitter-Absolute-Sigma-500.data`` (knob
@@ -13,8 +13,7 @@ x 7 time steps) then the 0/1 buzz label; each row is read as one time step, as S
 
 S-SA's preprocessing: the mean of every 5 rows is one step, each feature is centred (its mean over
 the whole averaged series subtracted), the series is cut into consecutive length-15 windows, and
-the windows with a buzz event are balanced by as many without. V = 77, binary classification
-(2 logits, cross-entropy), last-step read-out, accuracy in percent.
+the windows with a buzz event are balanced by as many without. V = 77.
 
 Differences from the paper:
 - A 5-row step is a buzz step when any of its rows is labelled buzz; a window "contains a buzz
@@ -24,8 +23,6 @@ Differences from the paper:
   windows (1,552 series); ``Splits.info`` records the counts this loader finds.
 - Which of UCI's three Twitter labelings S-SA used is not stated; ``absolute`` (sigma 500) is the
   default.
-- The balancing sample and the stratified 80/10/10 split are drawn from the run seed.
-- Epochs (50) and batch size (32) of the paper preset are [INFERRED]; S-SA states neither.
 - The data are not shipped with the project (none could be obtained); the loader is tested on
   generated files in the official layout.
 """
@@ -38,28 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import (
-    MAX_SEQ_LEN,
-    MAX_SPLIT,
-    ModelConfig,
-    Preset,
-    TrainConfig,
-    check_knobs,
-    knob,
-)
-from harness.data import (
-    CorruptDataError,
-    MissingDataError,
-    balanced_splits,
-    cached,
-    data_root,
-    extract,
-    find_file,
-    read_text,
-    status,
-)
+from harness.config import MAX_SEQ_LEN, MAX_SPLIT, check_knobs, knob
+from harness.data import CorruptDataError, MissingDataError, cached, extract, find_file, read_text
 from harness.registry import register_task
-from harness.task import Splits, Task
+from tasks._ssa import SSATask, ssa_presets
 
 SOURCE = "https://archive.ics.uci.edu/dataset/248/buzz+in+social+media (classification.tar.gz)"
 FILES = {
@@ -129,50 +108,19 @@ def preprocess(
     return wx, wy
 
 
-def _presets() -> dict[str, Preset]:
-    return {
-        "smoke": Preset(
-            train=TrainConfig(epochs=2, batch_size=32, lr=1e-2, eval_batch_size=500),
-            model=ModelConfig(hidden_size=10),
-            task={"max_series": 300},
-        ),
-        "quick": Preset(
-            train=TrainConfig(epochs=20, batch_size=32, lr=1e-3, eval_batch_size=500),
-            model=ModelConfig(hidden_size=50),
-            methods={"sa-rnn": {"lam": 2e-3}},
-        ),
-        # S-SA section 4.1 / Table 2: D = 50, Adam 1e-3, SA-RNN lambda = 2e-3.
-        "paper": Preset(
-            train=TrainConfig(epochs=50, batch_size=32, lr=1e-3, eval_batch_size=500),
-            model=ModelConfig(hidden_size=50),
-            methods={"sa-rnn": {"lam": 2e-3}},
-        ),
-    }
-
-
 @register_task("twitter-buzz")
-class TwitterBuzz(Task):
+class TwitterBuzz(SSATask):
     """Does a 15-step window of Twitter activity contain a buzz event (accuracy %)."""
 
-    kind = "classification"
-    readout = "last"
-    primary = "accuracy"
-    higher_is_better = True
     config_cls = TwitterBuzzConfig
-    presets = _presets()
+    presets = ssa_presets(smoke_series=300, quick_epochs=20, lam=2e-3)  # lambda: S-SA Table 2
     description = "Buzz in social media (UCI 248), Twitter, balanced length-15 windows (accuracy %)"
-
-    @property
-    def folder(self) -> Path:
-        return data_root(self.data_dir) / "buzz_twitter"
+    dataset = "buzz_twitter"
+    data_source = SOURCE
 
     @property
     def input_size(self) -> int:
         return FEATURES
-
-    @property
-    def output_size(self) -> int:
-        return 2
 
     def path(self) -> Path:
         """The labelled file: the official path, else the same name anywhere under the folder."""
@@ -193,25 +141,15 @@ class TwitterBuzz(Task):
         x, y = cached("twitter-buzz", [p], lambda: parse(p))
         return (*preprocess(x, y, cfg.step, cfg.seq_len), p)
 
-    def splits(self, seed: int) -> Splits:
+    def series(self) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         x, y, p = self.windows()
-        out = balanced_splits(x, y, seed, self.cfg.max_series)
-        out.info.update(source=str(p), windows=len(x))
-        return out
+        return x, y, {"source": str(p), "windows": len(x)}
 
-    def data_status(self) -> dict[str, Any]:
-        found: dict[str, str] = {}
-
-        def check() -> str:
-            x, y, p = self.windows()
-            found["file"] = p.relative_to(self.folder).as_posix().removesuffix(".gz")
-            return f"{len(x):,} windows ({int(y.sum()):,} with buzz) from {p.name}"
-
+    def found(self) -> tuple[str, dict[str, Any]]:
+        x, y, p = self.windows()
+        detail = f"{len(x):,} windows ({int(y.sum()):,} with buzz) from {p.name}"
         # no published sums: the file's content digest identifies the data
-        row = status("buzz_twitter", self.folder, SOURCE, check)
-        if "file" in found:
-            row["files"] = [found["file"]]
-        return row
+        return detail, {"files": [p.relative_to(self.folder).as_posix().removesuffix(".gz")]}
 
     def fetch(self, fetcher: Any) -> str:
         """UCI's ``classification.tar.gz``, its Twitter files in the official layout (unverified:

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from harness import timing
-from harness.bench import phases
+from harness.bench import phases, timing_report
 from harness.bench import suite as bench
 from harness.errors import ConfigError, HarnessError
+from harness.records import REQUIRED
 from harness.registry import METHODS
-from harness.results import REQUIRED, Store
+from harness.store import Store
 
 TINY = {"seq_len": 4, "hidden_size": 4, "n_test": 8}
 RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite too)
@@ -204,7 +205,7 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
         record("rnn", "inference", 0.001),
         record("rnn", "train", 0.005),
     ])  # fmt: skip
-    md = bench.timing_markdown(
+    md = timing_report.timing_markdown(
         recs, ["t.jsonl"], "harness bench --methods skip-rnn,rnn",
         failed=["`hsg` train on cpu (adding): RuntimeError: boom"],
         skipped={"CUDA not available": 4},
@@ -242,7 +243,7 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
         "Batch × steps: inference 4×3; train step 4×3. Times: median (min–max) of 3 rounds "
         "after 1 warm-up round(s)." in md
     )
-    assert "## Not timed" not in bench.timing_markdown(recs, [], "c")
+    assert "## Not timed" not in timing_report.timing_markdown(recs, [], "c")
 
 
 def test_markdown_pairs_references_by_size_and_gives_uneven_round_counts():
@@ -255,13 +256,13 @@ def test_markdown_pairs_references_by_size_and_gives_uneven_round_counts():
         record(phases.REFERENCE, "train", 0.020, D=7, B=8),
         record("rnn", "inference", 0.004, D=7, T=5),
     ]
-    md = bench.timing_markdown(recs, [], "c")
+    md = timing_report.timing_markdown(recs, [], "c")
     rows = [ln for ln in md.splitlines() if ln.startswith(f"| **{phases.REFERENCE}**")]
     assert [r.split("|")[3].strip() for r in rows] == ["5", "7"]
     assert rows[1].split("|")[6].strip() == "4×3 / 8×3"
     assert table_row(md, "rnn")[5:8] == ["4×5 / ?×?", "4 (2–8)", "–"]  # no ratio, no train
     recs[-1]["rounds"] = 5
-    md = bench.timing_markdown(recs, [], "c")
+    md = timing_report.timing_markdown(recs, [], "c")
     assert table_row(md, "rnn")[6] == "4 (2–8, n=5)"
     assert "of 3 rounds after 1 warm-up round(s); 5 rounds after 1" in md
 
@@ -272,7 +273,7 @@ def test_markdown_one_table_per_task_and_device_in_the_order_timed():
     for r in other:
         r["task"] = "synthetic"
     cuda = [dict(r, device="cuda", device_name="gpu (test)") for r in recs]
-    md = bench.timing_markdown(with_ratios(other) + with_ratios(recs) + cuda, [], "c")
+    md = timing_report.timing_markdown(with_ratios(other) + with_ratios(recs) + cuda, [], "c")
     heads = [ln for ln in md.splitlines() if ln.startswith("## ")]
     assert heads == [
         "## synthetic (smoke preset) on cpu: cpu (test)",

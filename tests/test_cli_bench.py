@@ -39,11 +39,12 @@ def test_speedup_writes_speedup_report_naming_its_command(in_tmp, capsys):
 
 def test_speedup_options_reach_the_measurement(in_tmp, monkeypatch):
     import harness.bench.speedup as speedup
+    import harness.bench.speedup_report as report
 
     calls = []
     monkeypatch.setattr(speedup, "measure_speedups", lambda **kw: calls.append(kw) or [])
     monkeypatch.setattr(
-        speedup, "speedup_markdown", lambda rows, command, device, data_file: command
+        report, "speedup_markdown", lambda rows, command, device, data_file: command
     )
     assert main(["bench", "--speedup", "--report", "s.md"]) == 0
     assert (in_tmp / "s.jsonl").read_text() == ""  # the raw timings beside the report
@@ -62,6 +63,35 @@ def test_speedup_options_reach_the_measurement(in_tmp, monkeypatch):
     )
     assert (calls[2]["methods"], calls[2]["skips"], calls[2]["hidden"]) == ("x-*", [0.25], [8, 9])
     assert (in_tmp / "s.md").read_text() == "harness bench --speedup --report s.md"
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["no-cuda", "cuda"])
+def test_each_mode_resolves_device_through_harness_env(in_tmp, monkeypatch, capsys, cuda):
+    # --speedup: one device, the CPU by default, auto as `harness run` (CUDA when available);
+    # the timing suite: every device, auto (its default) the CPU plus CUDA when present
+    import harness.bench.speedup as speedup
+    import harness.bench.speedup_report as report
+    import harness.bench.suite as suite
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    seen = []
+    monkeypatch.setattr(speedup, "measure_speedups", lambda **kw: seen.append(kw["device"]) or [])
+    monkeypatch.setattr(report, "speedup_markdown", lambda rows, command, device, **kw: device)
+    for device in ([], ["--device", "cpu"], ["--device", "auto"]):
+        assert main(["bench", "--speedup", "--report", "s.md", *device]) == 0
+        assert (in_tmp / "s.md").read_text() == seen[-1]  # the report names the device measured
+    assert seen == ["cpu", "cpu", "cuda" if cuda else "cpu"]
+
+    timed = []
+    monkeypatch.setattr(suite, "run_bench", lambda *a, **kw: timed.append(a[3]) or [])
+    for device in ([], ["--device", "auto"], ["--device", "cpu"]):
+        assert main(["bench", "--task", "adding", *device]) == 0
+    assert timed == ["auto", "auto", "cpu"]  # run_bench times on env.bench_devices of these
+    if not cuda:
+        assert main(["bench", "--speedup", "--report", "c.md", "--device", "cuda"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].endswith("--device cuda requested but no CUDA device is available")
+        assert not (in_tmp / "c.md").exists()
 
 
 def test_timing_suite_writes_timing_report_naming_its_command(in_tmp, capsys):

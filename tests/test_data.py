@@ -1,21 +1,18 @@
-"""The data layer: root resolution, NAME/NAME.gz, clear errors, checksums, cache, status rows,
-balanced splits."""
+"""The data layer: root resolution, NAME/NAME.gz, clear errors, checksums, cache, status rows;
+importing it does not import torch."""
 
 from __future__ import annotations
 
 import gzip
 import os
 
-import numpy as np
 import pytest
-import torch
 
 from harness import data
 from harness.data import (
     CorruptDataError,
     DataError,
     MissingDataError,
-    balanced_splits,
     cached,
     content_sha256,
     find_file,
@@ -98,29 +95,6 @@ def test_cache_reloads_when_a_file_changes(tmp_path):
     assert cached("t", [p], load) == "22" and len(calls) == 2
 
 
-def _toy(n_pos=30, n_neg=90, seed=0):
-    rng = np.random.default_rng(seed)
-    y = np.array([1] * n_pos + [0] * n_neg)
-    x = rng.normal(size=(len(y), 4, 1)) + y[:, None, None]
-    return x, y
-
-
-def test_balanced_splits_are_balanced_stratified_and_seeded():
-    x, y = _toy()
-    s = balanced_splits(x, y, seed=3)
-    assert [len(s.train), len(s.val), len(s.test)] == [48, 6, 6]
-    for sp in (s.train, s.val, s.test):
-        assert sp.x.dtype == torch.float32 and sp.y.dtype == torch.int64
-        assert int(sp.y.sum()) * 2 == len(sp)
-    again = balanced_splits(x, y, seed=3)
-    assert torch.equal(s.train.x, again.train.x) and torch.equal(s.test.y, again.test.y)
-    other = balanced_splits(x, y, seed=4)
-    assert not (other.train.x.shape == s.train.x.shape and (other.train.x == s.train.x).all())
-    assert s.info == {"n_positive": 30, "n_negative": 90, "per_class": 30}
-    small = balanced_splits(x, y, seed=3, limit=20)
-    assert len(small.train) + len(small.val) + len(small.test) == 20
-
-
 def test_status_rows_on_an_empty_root(tmp_path):
     rows = status_rows(tmp_path)
     names = {r["task"] for r in rows}
@@ -162,3 +136,15 @@ def test_status_rows_verify_real_data():
 
 def test_every_real_data_task_is_registered():
     assert REAL_DATA_TASKS <= set(TASKS.names())
+
+
+def test_importing_the_data_modules_does_not_import_torch():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, harness.data, harness.data_files, harness.data_sums, harness.data_fetch; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import tasks.ptb
-from harness import config, data
+from harness import config, data, data_sums
 from harness.cli import main
 from harness.data import attach_identity, content_sha256, verify_sha256
 
@@ -38,13 +38,13 @@ def test_sums_are_cached_per_file(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     sums = write_ptb(tmp_path)
     calls = []
-    real = data.content_sha256
-    monkeypatch.setattr(data, "content_sha256", lambda p: calls.append(p) or real(p))
+    real = data_sums.content_sha256
+    monkeypatch.setattr(data_sums, "content_sha256", lambda p: calls.append(p) or real(p))
     assert verify_sha256(tmp_path / "ptb", sums)[0] == "found"
     assert (
         len(calls) == 3 and (tmp_path / "cache" / "condrnn-harness" / "sha256-cache.json").is_file()
     )
-    data._SUM_CACHES.clear()  # a new process reads the cache file
+    data_sums._SUM_CACHES.clear()  # a new process reads the cache file
     assert verify_sha256(tmp_path / "ptb", sums)[0] == "found"
     assert len(calls) == 3  # nothing read again
     (tmp_path / "ptb" / "ptb.test.txt").write_text(" changed\n")

@@ -33,9 +33,7 @@ SCANNED = ("harness", "baselines", "tasks", "tests", "benchmarks", "docs", "READ
 OLD_METHODS = "METHODS" + ".md"
 OLD_RESULTS = "PAPER_RESULTS" + ".md"
 OUTSIDE = "/work/" + "shared"
-# Old citation -> (document, prefix): the results notes keep their numbers with a "P" in front.
-LEGACY = {OLD_METHODS: ("methods", ""), OLD_RESULTS: ("methods", "P")}
-CURRENT = {path: (key, "") for key, path in DOCS.items()}
+CURRENT = {path: key for key, path in DOCS.items()}  # a cited path -> its key in DOCS
 
 _ITEM = r"(?:[a-z]|[ivx]{1,5})"
 _TAIL = (
@@ -96,15 +94,15 @@ def anchors(text: str) -> Anchors:
     return out
 
 
-def find_citations(text: str, names: dict[str, tuple[str, str]] = CURRENT) -> list[Citation]:
-    """Every citation in ``text`` of a document named in ``names`` (name -> (doc key, prefix
-    added to its section numbers)), one per cited section, with the line of the name."""
-    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+def find_citations(text: str) -> list[Citation]:
+    """Every citation in ``text`` of a document of ``DOCS``, one per cited section, with the line
+    of the document's path."""
+    alternatives = "|".join(re.escape(n) for n in sorted(CURRENT, key=len, reverse=True))
     head = re.compile(rf"({alternatives})\s+(?:section\s+|§\s*)?(P?\d+(?:\.\d+)*){_TAIL}")
     found = []
     for m in head.finditer(text):
         name = m.group(1)
-        doc, prefix = names[name]
+        doc = CURRENT[name]
         line = text.count("\n", 0, m.start()) + 1
         groups, piece, end = m.groups()[1:], m.group(0)[len(name) :], m.end()
         while True:
@@ -116,7 +114,7 @@ def find_citations(text: str, names: dict[str, tuple[str, str]] = CURRENT) -> li
             elif item is not None:
                 letters = (item,)
             text_as_cited = f"{name} {' '.join(piece.split())}"
-            found.append(Citation(line, doc, prefix + section, letters, number, text_as_cited))
+            found.append(Citation(line, doc, section, letters, number, text_as_cited))
             more = _MORE.match(text, end)
             if not more:
                 break
@@ -162,15 +160,13 @@ def scanned_files(root: Path) -> list[Path]:
     return files
 
 
-def unresolved_citations(
-    root: Path, files: Iterable[Path], names: dict[str, tuple[str, str]] = CURRENT
-) -> tuple[int, list[str]]:
+def unresolved_citations(root: Path, files: Iterable[Path]) -> tuple[int, list[str]]:
     """``(number of citations, ["path:line: citation: problem", ...])`` over ``files``."""
     cache: dict[str, Anchors] = {}
     count, bad = 0, []
     for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")
-        for c in find_citations(text, names):
+        for c in find_citations(text):
             count += 1
             if c.doc not in cache:
                 doc = root / DOCS[c.doc]
@@ -234,13 +230,6 @@ def test_every_citation_of_the_docs_resolves():
     count, bad = unresolved_citations(ROOT, scanned_files(ROOT))
     assert count > 0, "no citation found at all: the scanner is broken (methods.md cites itself)"
     assert not bad, "citations that lead nowhere:\n" + "\n".join(bad)
-
-
-def test_old_citations_will_resolve_once_rewritten():
-    # Until the mechanical rewrite "<old doc> X" -> "docs/methods.md X" (results notes: "PX")
-    # is done, check that it will land on existing sections; afterwards this finds nothing.
-    _, bad = unresolved_citations(ROOT, scanned_files(ROOT), LEGACY)
-    assert not bad, "old citations with no counterpart in docs/methods.md:\n" + "\n".join(bad)
 
 
 def test_nothing_cites_the_outside_design_documents():
@@ -352,11 +341,8 @@ def test_citation_grammar_edges():
         (4, "2.3", (), None),  # ", 3 layers" is prose, not a second citation
         (4, "2.10", (), None),  # "(coupled)" is not an item
     ]
-    old = find_citations(f"{OLD_RESULTS} 2.0 pitfall b, {OLD_METHODS} 4 item 7", LEGACY)
-    assert [(c.doc, c.section, c.letters, c.number) for c in old] == [
-        ("methods", "P2.0", ("b",), None),
-        ("methods", "4", (), "7"),
-    ]
+    assert [c.section for c in find_citations(f"{M} P2.0 pitfall b")] == ["P2.0"]
+    assert find_citations(f"{OLD_METHODS} 4 item 7") == []  # the outside documents: not citations
     assert find_citations(f"{M} has no number here") == []
 
 

@@ -23,7 +23,7 @@ import baselines.sa_rnn as sa
 import baselines.vc_rnn as vc
 from baselines.sa_rnn import SARNN, SARNNConfig
 from baselines.vc_rnn import VCRNN, VCRNNConfig
-from harness.bench.speedup import speedup_markdown
+from harness.bench.speedup_report import speedup_markdown
 
 
 @pytest.fixture
@@ -105,6 +105,41 @@ def test_a_failed_build_is_reported_in_one_line_and_falls_back(fresh_kernel, mon
     ref = m(x)
     assert torch.equal(out.mask, ref.mask)
     torch.testing.assert_close(out.outputs, ref.outputs, rtol=0, atol=1e-10)
+
+
+def test_the_build_key_covers_the_shared_header(tmp_path):
+    # a changed common.h must give a new build directory, as a changed .cpp does
+    for f in kernels.CSRC.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    source = tmp_path / "sarnn.cpp"
+    before = kernels.build_key(source)
+    assert kernels.build_key(source) == before
+    header = tmp_path / "common.h"
+    header.write_text(header.read_text() + "// changed\n")
+    assert kernels.build_key(source) != before
+
+
+def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
+    import fnmatch
+    import re
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+
+    root = Path(kernels.__file__).resolve().parents[1]
+    shipped = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = shipped["package-data"]["baselines"]
+    for source in ("sarnn.cpp", "vcrnn.cpp"):
+        text = (kernels.CSRC / source).read_text()
+        included = re.findall(r'^#include "([^"]+)"', text, re.MULTILINE)
+        assert "common.h" in included, source
+        for name in [source, *included]:
+            assert (kernels.CSRC / name).is_file(), name
+            assert any(fnmatch.fnmatch(f"csrc/{name}", g) for g in globs), (name, globs)
 
 
 def kernel_expected() -> str | None:

@@ -36,7 +36,8 @@ each row, so that rendering a report from rows runs no method code (no kernel is
 The target is the unit Skip %, for depth-adaptive methods the depth-skip %, and for activity-sparse
 methods (whose outputs carry ``SeqOut.reads``) the activity sparsity, the share of the input and
 state columns the steps do not read (``achieved_skip``, ``skip_kind``); their bound counts the
-union of the batch's columns read.
+union of the batch's columns read. ``harness.bench.speedup_report`` renders the report from the
+rows.
 """
 
 from __future__ import annotations
@@ -45,15 +46,16 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from harness.env import device_name, git_state
-from harness.errors import ConfigError, HarnessError
-from harness.flops import UNIT_NOTE, sequence_macs
+# the report is rendered in harness.bench.speedup_report; its names stay importable from here
+from harness.bench.speedup_report import COLUMNS_NOTE, speedup_markdown  # noqa: F401
+from harness.env import resolve_device
+from harness.errors import ConfigError
+from harness.flops import sequence_macs
 from harness.method import Method, SeqOut
 from harness.registry import METHODS
 from harness.timing import synchronize
@@ -157,23 +159,7 @@ def achieved_skip(out: SeqOut, method: Method) -> float:
     return 1.0 - (out.mask > 0).double().mean().item()
 
 
-# The alternatives a fast path is timed against (keys of a row's ``rounds_ms`` besides "fast"),
-# and how the report names them.
-ALTERNATIVES = {
-    "dense": "own dense loop",
-    "noskip": "same path, no skip",
-    "fused": "fused cell",
-}
 SLOW_CALL_S = 0.1  # a path slower than this per call is timed one call per round
-# The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
-COLUMNS_NOTE = (
-    "For activity-sparse methods (skip marked (cols)) the target and the skip are the activity "
-    "sparsity, the share of the V + D input and state columns the steps do not read, not "
-    "Skip % (rows: they update every unit, so theirs is 0); their fast path multiplies only the "
-    "columns some sequence of the batch reads, their bound counts the union of those columns, "
-    "and their no-skip model (its `at_skip` at 0) reads every column but the state columns of "
-    "the first step (the zero initial state). "
-)
 
 
 def interleaved_rounds(
@@ -315,7 +301,8 @@ def measure_speedups(
         hidden: hidden sizes D.
         batches: batch sizes B.
         seq_len: T.
-        device: a torch device string (``cpu``, ``cuda``, ``cuda:1``).
+        device: ``cpu``, ``cuda`` or ``auto``, the one device measured on
+            (``harness.env.resolve_device``: auto is CUDA when available, else the CPU).
         input_size: V.
         budget_s: seconds of timing per row (at least 3 rounds are timed regardless).
         seed: seeds each model (``build_at_skip``) and, with B added, its inputs.
@@ -336,7 +323,7 @@ def measure_speedups(
             raise ConfigError(f"speedup {what} must be integers >= 1 (got {values})")
     if input_size < 1 or budget_s < 0:
         raise ConfigError("speedup needs input_size >= 1 and budget_s >= 0")
-    dev = check_device(device)
+    dev = resolve_device(device)
     rows = []
     for method in names:
         for D in hidden:
@@ -354,19 +341,6 @@ def measure_speedups(
                     row.update(target_skip=skip, setting=note, noskip_setting=noskip_note)
                     rows.append({**row, **measure_one(model, x, budget_s, noskip, cell)})
     return rows
-
-
-def check_device(device: str) -> torch.device:
-    """``device`` as a torch.device, or HarnessError when it is unknown or absent here."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise HarnessError(f"Unknown device '{device}'. Use cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise HarnessError(f"device '{device}' requested but no CUDA device is available")
-    if dev.type not in ("cpu", "cuda"):
-        raise HarnessError(f"Unknown device '{device}'. Use cpu or cuda")
-    return dev
 
 
 def measure_one(
@@ -490,170 +464,3 @@ def reads_mismatch(out: SeqOut, ref: SeqOut) -> int:
 def speedup_jsonl(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as JSON lines, raw per-round timings included: the report's data file."""
     return "".join(json.dumps(r, sort_keys=False, allow_nan=True) + "\n" for r in rows)
-
-
-def _ms(r: dict[str, Any], alt: str) -> str:
-    return f"{r[f'{alt}_ms']:.2f}" if f"{alt}_ms" in r else "–"
-
-
-def _vs(r: dict[str, Any], alt: str) -> list[str]:
-    """Speedup (min-max), bound and realised / bound of one comparison, or dashes."""
-    if f"speedup_{alt}" not in r:
-        return ["–", "–", "–"]
-    lo, hi = r.get(f"speedup_{alt}_min"), r.get(f"speedup_{alt}_max")
-    spread = f" ({lo:.2f}–{hi:.2f})" if lo is not None and hi is not None else ""
-    return [
-        f"{r[f'speedup_{alt}']:.2f}x{spread}",
-        f"{r[f'bound_{alt}']:.2f}x",
-        f"{r[f'realised_frac_{alt}']:.2f}",
-    ]
-
-
-def speedup_markdown(
-    rows: Sequence[dict[str, Any]],
-    command: str,
-    device: str = "cpu",
-    data_file: str | None = None,
-) -> str:
-    """A generated Markdown report of ``measure_speedups`` rows.
-
-    Renders the rows only: no method code runs, so nothing is built here (a method's
-    ``fast_path_note`` was taken into its rows when they were measured). A comparison a row
-    lacks is shown as a dash.
-
-    Args:
-        rows: from ``measure_speedups``.
-        command: the command line that produced them, for the header.
-        device: the device they were measured on.
-        data_file: the name of the data file with the raw timings, for the header (None: not
-            mentioned).
-
-    Returns:
-        The report: a header naming the device, torch version, thread count, commit and command,
-        the fast-path notes found in the rows (per method the last one, which saw all of its
-        rows run), a summary against the fused cell at batch 1 (per method its row at the
-        largest D and the highest target skip), one table row per configuration.
-    """
-    dev = torch.device(device)
-    name = device_name(dev)
-    sha, dirty = git_state()
-    commit = "unknown" if sha is None else sha[:12] + (" (dirty)" if dirty else "")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    last_note: dict[str, str] = {}
-    for r in rows:
-        if r.get("note"):
-            last_note[r["method"]] = r["note"]
-    notes = list(dict.fromkeys(last_note.values()))
-    raw = f" Raw per-round timings, one JSON line per row: `{data_file}`." if data_file else ""
-    columns = any(r.get("skip_kind") == "columns" for r in rows)
-    lines = [
-        "<!-- Generated file: do not edit. Produced by harness.bench.speedup.speedup_markdown. -->",
-        "# Realised speedups of the skipping methods' fast inference paths",
-        "",
-        f"Generated {stamp} by `{command}`.",
-        f"Device: {name}; torch {torch.__version__}; threads: {torch.get_num_threads()}; "
-        f"commit {commit}.",
-        "",
-        "Untrained models with decision parameters set to hit each target skip "
-        "(each method's `at_skip`; the setting column says how); inputs x ~ N(0, I). "
-        "Each row times the fast path `model.fast_forward(x)` against three alternatives, all "
-        "under no_grad: the method's own dense masked loop `model.eval()(x)`; the same fast "
-        "path with skipping turned off (the method's `at_skip` model at skip 0, same weights, "
-        "every unit updated at full depth), which separates removed per-step dispatch from "
-        "skipped work; and torch's fused cell at the same B, T, V, D (the method's "
-        "`fused_cell`, eval), what a user would otherwise run. "
-        "Speedup = alternative / fast, the median of per-round ratios (min–max over the rounds "
-        "in brackets; rounds in the last column), timed in alternating blocks of consecutive "
-        "calls after one warm-up. "
-        "Bound = MACs of the alternative / MACs the fast path needs, paper-effective, for "
-        "the union of the batch's decisions (every unit some sequence updates, the largest "
-        "depth): at batch 1, and where a batch's decisions coincide, the FLOP reduction; at "
-        "batch > 1 with independent per-unit decisions, the memory-traffic bound of reading the "
-        "union of the updated rows. Realised / bound = the fraction of the bound turned into "
-        "time. FLOP reduction = dense / effective MACs per sequence (exact-realisable in "
-        "brackets where it differs). Fast paths are PyTorch code unless a note below says "
-        "otherwise. For depth-adaptive methods the skip is the depth-skip %. "
-        f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
-        f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
-        "",
-        *[f"- {n}" for n in notes],
-        *([""] if notes else []),
-    ]
-    summary = _fused_summary(rows)
-    if summary:
-        lines += [
-            "Against the fused cell at batch 1 (each method at its largest D and highest "
-            "target skip): speedup, bound, realised / bound.",
-            "",
-            *summary,
-            "",
-        ]
-    lines += [
-        "| Method | D | B | Target skip % | Skip % | Setting | FLOP reduction "
-        "| ms: dense / no skip / fused / fast "
-        "| vs own dense loop | bound | realised / bound "
-        "| vs same path, no skip | bound | realised / bound "
-        "| vs fused cell | bound | realised / bound | Max abs diff | Rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        red = f"{r['flop_reduction']:.2f}x"
-        if abs(r["flop_reduction_exact"] - r["flop_reduction"]) > 1e-3 * r["flop_reduction"]:
-            red += f" ({r['flop_reduction_exact']:.2f}x)"
-        diff = f"{r['max_abs_diff']:.1e}"
-        if r["mask_mismatch"]:
-            diff += f", {r['mask_mismatch']} mask entries differ"
-        if r.get("reads_mismatch"):
-            diff += f", {r['reads_mismatch']} reads entries differ"
-        cell = f"{r['fused_cell']}: " if r.get("fused_cell") else ""
-        fused = _vs(r, "fused")
-        fused[0] = cell + fused[0] if fused[0] != "–" else fused[0]
-        ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    r["method"],
-                    str(r["D"]),
-                    str(r["B"]),
-                    f"{100 * r['target_skip']:.0f}",
-                    f"{100 * r['skip']:.1f}"
-                    + (" (cols)" if r.get("skip_kind") == "columns" else ""),
-                    r["setting"],
-                    red,
-                    ms,
-                    *_vs(r, "dense"),
-                    *_vs(r, "noskip"),
-                    *fused,
-                    diff,
-                    str(r["rounds"]),
-                ]
-            )
-            + " |"
-        )
-    lines.append("")
-    lines.append(f"T = {rows[0]['T']}, V = {rows[0]['V']}." if rows else "No rows.")
-    return "\n".join(lines) + "\n"
-
-
-def _fused_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """A table row per method: its batch-1 row at the largest D and highest target, vs fused."""
-    best: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["B"] != 1 or "speedup_fused" not in r:
-            continue
-        b = best.get(r["method"])
-        if b is None or (r["D"], r["target_skip"]) > (b["D"], b["target_skip"]):
-            best[r["method"]] = r
-    if not best:
-        return []
-    return [
-        "| Method | D | Target skip % | Fused cell | vs fused cell | bound | realised / bound |",
-        "|---|---|---|---|---|---|---|",
-        *[
-            f"| {m} | {r['D']} | {100 * r['target_skip']:.0f} | {r.get('fused_cell', '–')} "
-            f"| {r['speedup_fused']:.2f}x | {r['bound_fused']:.2f}x "
-            f"| {r['realised_frac_fused']:.2f} |"
-            for m, r in best.items()
-        ],
-    ]

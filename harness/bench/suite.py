@@ -15,7 +15,8 @@ method held against another one (``Method.fused_cell``, e.g. the LSTM). Every ti
 as a ratio to the fused GRU (``ratio_vs_gru``) and to the method's own fused cell
 (``ratio_vs_cell``), and a method's record carries its advisory target (``target``, see
 ``phases.timing_target``) and whether it was met. Timing is advisory: nothing here is a pass/fail
-gate, and a method whose timing fails is listed under "Not timed", not fatal.
+gate, and a method whose timing fails is listed under "Not timed", not fatal. The report is
+rendered from the records by ``harness.bench.timing_report``.
 """
 
 from __future__ import annotations
@@ -37,22 +38,20 @@ from harness.bench.phases import (
     REFERENCE,
     REFERENCES,
     STEP_LOOP,
-    TARGET_FACTOR,
     Phase,
     SplitCache,
     method_phase,
 )
+from harness.bench.timing_report import format_ms, timing_markdown
 from harness.config import config_hash
 from harness.errors import ConfigError, HarnessError
 from harness.outputs import write_text
 from harness.registry import METHODS, TASKS
-from harness.results import Store
+from harness.store import Store
 from harness.timing import summarize, time_fn
 
 TIMING_SCHEMA = 2  # 2: references of several kinds, ratio_vs_cell, mac_ratio and target
 STATS = ("median", "mean", "stddev", "min", "max", "iqr")
-RATIO = "× fused GRU"
-CELL_RATIO = "× fused cell"
 
 
 def timing_record(
@@ -201,7 +200,7 @@ def time_methods(
             say(f"{label}: failed ({_one_line(e)})")
             return None, None
         rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
-        say(f"{label}: {_ms(rec['median_s'])} ms")
+        say(f"{label}: {format_ms(rec['median_s'])} ms")
         return phase, rec
 
     for device in devices:
@@ -238,218 +237,6 @@ def time_methods(
                 apply_ratios(rec, here)
                 del phase  # free the model before building the next one
     return records, failed
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    ms = 1e3 * seconds
-    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
-
-
-def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
-    """``median (min–max)`` in ms, with the round count when the table does not give it."""
-    if "median_s" not in r:
-        return "–"
-    n = f", n={r.get('rounds')}" if rounds_shown else ""
-    return f"{_ms(r['median_s'])} ({_ms(r.get('min_s'))}–{_ms(r.get('max_s'))}{n})"
-
-
-def _ratio(r: float | None) -> str:
-    return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
-
-
-def _cell_name(reference: str | None) -> str:
-    """``torch.nn.LSTM (fused)`` -> ``LSTM``."""
-    return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
-
-
-def _row_key(r: dict[str, Any]) -> tuple[Any, ...]:
-    if not r.get("reference"):
-        return (r["method"],)
-    s = r["sizes"]  # a reference row pairs the two phases of one size (batch sizes differ)
-    return (r["method"], s.get("V"), s.get("D"), s.get("layers"), s.get("T"))
-
-
-def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
-    return sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
-
-
-def timing_table(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown table of the timings of one task on one device.
-
-    The reference rows come first (marked), then a row per method. Each phase gets its time in
-    ms as median (min–max) and its ratio to the row's fused cell; the train step also gets the
-    ratio to the fused GRU, the dense MAC ratio to the GRU and the target with whether it is met.
-    """
-    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in records:
-        key = _row_key(r)
-        if r["phase"] in rows.get(key, {}):  # two references of one phase differ in B
-            key = (*key, r["sizes"].get("B"))
-        row = rows.setdefault(
-            key, {"method": r["method"], "sizes": r["sizes"], "ref": bool(r.get("reference"))}
-        )
-        row[r["phase"]] = r
-        for k in ("params", "fused_cell", "mac_ratio"):
-            row[k] = r.get(k)
-    uniform = _batch_shapes(records) is not None
-    per_cell_rounds = len(_round_counts(records)) > 1
-    cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
-    cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
-    cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
-    cols += ["Target (train)", "Met"]
-    kinds = list(REFERENCES.values())
-
-    def order(row: dict[str, Any]) -> tuple[Any, ...]:
-        s = row["sizes"]
-        if row["ref"]:
-            kind = kinds.index(row["method"]) if row["method"] in kinds else len(kinds)
-            return (0, s.get("D") or 0, s.get("layers") or 0, kind)
-        ratios = [row.get(p, {}).get("ratio_vs_cell") for p in ("train", "inference")]
-        return (1, *[float("inf") if x is None else x for x in ratios])
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in sorted(rows.values(), key=order):
-        name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
-        s = row["sizes"]
-        cells = [name, row["fused_cell"] or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
-        cells.append(str(row["params"] or "–"))
-        if not uniform:
-            bt = [row.get(p, {}).get("sizes", {}) for p in PHASES]
-            cells.append(" / ".join(f"{b.get('B', '?')}×{b.get('T', '?')}" for b in bt))
-        inf, train = row.get("inference", {}), row.get("train", {})
-        cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
-        cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
-        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"])]
-        target = train.get("target")
-        if target:
-            met = target.get("met")
-            cells.append(f"≤ {target['ratio']:.2f} × {_cell_name(target['reference'])}")
-            cells.append("–" if met is None else "yes" if met else "**no**")
-        else:
-            cells += ["–", "–"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def timing_markdown(
-    records: Sequence[dict[str, Any]],
-    sources: Sequence[str],
-    command: str,
-    failed: Sequence[str] = (),
-    skipped: dict[str, int] | None = None,
-    notes: Sequence[str] = (),
-) -> str:
-    """The TIMING.md text: generated-file header, one table per (task, device), what was not timed.
-
-    Args:
-        records: timing records (methods and references).
-        sources: the records files, named in the header.
-        command: the command line that produced them.
-        failed: one line per timing that failed.
-        skipped: ``{reason: count}`` of timings not attempted.
-        notes: extra header bullet points.
-
-    Returns:
-        The Markdown.
-    """
-    envs = [r.get("env", {}) for r in records]
-
-    def uniq(key: str) -> str:
-        return ", ".join(sorted({str(e.get(key)) for e in envs if e.get(key) is not None})) or "?"
-
-    commits = sorted(
-        {
-            f"{e['git_sha'][:10]}{'+dirty' if e.get('git_dirty') else ''}"
-            for e in envs
-            if e.get("git_sha")
-        }
-    ) or ["unknown"]
-    tasks = list(dict.fromkeys(f"{r['task']} ({r['preset']} preset)" for r in records))
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    factor = f"{TARGET_FACTOR:g}"
-    parts = [
-        "# Timing (advisory)",
-        "",
-        f"<!-- Generated by `harness bench` at {now}. Do not edit by hand. -->",
-        "",
-        f"- Generated by `{command}` ({len(records)} timings, in "
-        f"{', '.join(f'`{s}`' for s in sources) or '?'}); sizes of {', '.join(tasks) or '?'}.",
-        f"- Commit: {', '.join(commits)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
-        f"CPU threads: {uniq('threads')}; python: {uniq('python')}.",
-        "- **Timing is advisory**: it depends on the machine and on its load at the time, and is "
-        "never a pass/fail gate. Compare ratios, and only within one run and device.",
-        "- Inference: one test batch of `train.eval_batch_size`, eval mode, no_grad. Train step: "
-        "one test batch of `train.batch_size`, forward + loss + backward + clip + Adam step.",
-        "- Every time is in ms: the median (min–max) of its timed rounds; the rounds and warm-up "
-        "rounds are given under each table (all statistics, IQR included, are in the records).",
-        "- The reference rows (first, per size) are the same model with torch's own cell of as "
-        "many layers in place of the method's: same batch, embedding, read-out, loss and "
-        f"optimiser. `{REFERENCE}` (cuDNN on CUDA); `{REFERENCES[STEP_LOOP]}`, an eager loop "
-        "over the steps with the GRU's arithmetic, so that its ratio to the fused GRU is the "
-        "cost of dispatching a step at a time; and the fused cell of any method held against "
-        f"another (e.g. `{REFERENCES['LSTM']}`).",
-        f"- Cell: the fused cell a method is held against (its `fused_cell`). {CELL_RATIO} = "
-        f"median / the median of that reference at the same sizes in the same run, device and "
-        f"phase; {RATIO} likewise against the fused GRU. MACs / GRU: dense MACs per step of the "
-        "method's layers over the fused GRU's at the same sizes.",
-        f"- Target (train step): within {factor}× its fused cell; a depth-adaptive (highway) "
-        f"method, which runs several layers per step, within {factor}× the fused GRU × its "
-        "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
-        *[f"- {n}" for n in notes],
-        "",
-    ]
-    sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        sections.setdefault((r["task"], r["device"]), []).append(r)
-    for (task, device), here in sections.items():  # in the order timed: task by task
-        names = sorted({r["device_name"] for r in here})
-        preset = here[0]["preset"]
-        parts.append(f"## {task} ({preset} preset) on {device}: {', '.join(names)}\n")
-        shapes = _batch_shapes(here)
-        line = (
-            "Batch × steps: "
-            + "; ".join(f"{PHASES[p].lower()} {b}×{t}" for p, (b, t) in shapes.items())
-            + ". "
-            if shapes
-            else ""
-        )
-        line += "Times: median (min–max) of " + "; ".join(
-            f"{n} rounds after {w} warm-up round(s)" for n, w in _round_counts(here)
-        )
-        parts.append(line + ".\n")
-        parts.append(timing_table(here) + "\n")
-    if failed or skipped:
-        parts.append("## Not timed\n")
-        parts += [f"- failed: {f}" for f in failed]
-        parts += [f"- skipped ({n}): {reason}" for reason, n in (skipped or {}).items()]
-        parts.append("")
-    return "\n".join(parts)
-
-
-def _batch_shapes(records: Sequence[dict[str, Any]]) -> dict[str, tuple[Any, Any]] | None:
-    """``{phase: (B, T)}`` when every timing of a phase has the same shape, else None."""
-    shapes: dict[str, set[tuple[Any, Any]]] = {}
-    for r in records:
-        shapes.setdefault(r["phase"], set()).add((r["sizes"].get("B"), r["sizes"].get("T")))
-    if any(len(s) > 1 for s in shapes.values()):
-        return None
-    return {p: next(iter(shapes[p])) for p in PHASES if p in shapes}
-
-
-def bench_devices(device: str) -> list[torch.device]:
-    """``cpu``, ``cuda`` or ``auto`` (CPU, plus CUDA when present) as torch devices.
-
-    Raises:
-        HarnessError: another name, or ``cuda`` where no CUDA device is available.
-    """
-    if device not in ("cpu", "cuda", "auto"):
-        raise HarnessError(f"Unknown device '{device}'. Use cpu, cuda or auto")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HarnessError("--device cuda requested but no CUDA device is available")
-    names = ["cpu", "cuda"] if device == "auto" else [device]
-    return [torch.device(n) for n in names if n == "cpu" or torch.cuda.is_available()]
 
 
 def runnable_tasks(
@@ -497,7 +284,8 @@ def run_bench(
         tasks: names or globs, a list or comma-separated (``"all"``); a task without usable data
             is skipped with one line (through ``progress`` and in the report).
         preset: the preset whose sizes are timed.
-        device: ``cpu``, ``cuda`` or ``auto`` (CPU, plus CUDA when present).
+        device: ``cpu``, ``cuda`` or ``auto``: every device to time on
+            (``harness.env.bench_devices``; auto is the CPU, plus CUDA when present).
         out_dir: gets the timing records, appended to ``timing.jsonl``.
         report: the Markdown to write.
         overrides: config overrides (``{"seq_len": 5}``), as ``--set``; each applies to the
@@ -523,7 +311,7 @@ def run_bench(
 
     names = METHODS.resolve(methods)
     task_names = TASKS.resolve(tasks)
-    devices = bench_devices(device)
+    devices = env.bench_devices(device)
     if rounds < 1 or warmup < 0 or threads < 0:
         raise ConfigError("bench needs rounds >= 1, warmup >= 0 and threads >= 0")
     runnable, no_data = runnable_tasks(task_names, data_dir)

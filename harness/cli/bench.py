@@ -85,9 +85,10 @@ def add_parser(subparsers: Any) -> None:
             set_option(scope="timing suite: "),
             data_dir_option(scope="timing suite: "),
             device_option(
-                "auto",
-                "timing suite: auto is CPU, plus CUDA when present; --speedup: cuda, else cpu "
-                "(default: %(default)s)",
+                None,
+                "timing suite: the devices timed, auto (the default) being the CPU plus CUDA when "
+                "present; --speedup: the one device measured on, cpu by default, auto being CUDA "
+                "when available",
             ),
             threads_option(
                 "torch CPU threads while measuring (default: %(default)s; 0: torch's default)"
@@ -202,7 +203,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.methods,
         task,
         args.preset,
-        args.device,
+        args.device or "auto",  # every device to time on (harness.env.bench_devices)
         args.out,
         report=args.report or TIMING_REPORT,
         overrides=config.parse_set(args.set or []),
@@ -219,8 +220,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
+    from harness.env import flush_denormals, resolve_device
     from harness.outputs import refuse_overwrite
 
+    # the one device measured on: the CPU unless --device names another (auto: CUDA if present)
+    device = resolve_device(args.device or "cpu").type
     report = Path(args.report or SPEEDUP_REPORT)
     option = "--report" if args.report else "the speedup report"
     refuse_overwrite(report, option)
@@ -228,13 +232,11 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     check_writable(report)  # before the measurement, not after
     import torch
 
-    from harness.bench.speedup import measure_speedups, speedup_jsonl, speedup_markdown
+    from harness.bench.speedup import measure_speedups, speedup_jsonl
+    from harness.bench.speedup_report import speedup_markdown
 
-    device = "cuda" if args.device == "cuda" else "cpu"
     out = Path(args.report or SPEEDUP_REPORT)
     data = speedup_data_path(out)
-    from harness.env import flush_denormals
-
     previous = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)

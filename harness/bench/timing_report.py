@@ -1,0 +1,216 @@
+"""The timing report, ``reports/TIMING.md``: one Markdown table per (task, device).
+
+Rendered from timing records alone (``harness.bench.suite`` measures them): nothing here builds
+a model or times anything, so a report can be rendered again from the records store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from harness.bench.phases import PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
+
+RATIO = "× fused GRU"
+CELL_RATIO = "× fused cell"
+
+
+def format_ms(seconds: float | None) -> str:
+    """Seconds as ms, three significant digits below 100 ms; a dash for None."""
+    if seconds is None:
+        return "–"
+    ms = 1e3 * seconds
+    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+
+
+def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
+    """``median (min–max)`` in ms, with the round count when the table does not give it."""
+    if "median_s" not in r:
+        return "–"
+    n = f", n={r.get('rounds')}" if rounds_shown else ""
+    low, high = format_ms(r.get("min_s")), format_ms(r.get("max_s"))
+    return f"{format_ms(r['median_s'])} ({low}–{high}{n})"
+
+
+def _ratio(r: float | None) -> str:
+    return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
+
+
+def _cell_name(reference: str | None) -> str:
+    """``torch.nn.LSTM (fused)`` -> ``LSTM``."""
+    return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
+
+
+def _row_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    if not r.get("reference"):
+        return (r["method"],)
+    s = r["sizes"]  # a reference row pairs the two phases of one size (batch sizes differ)
+    return (r["method"], s.get("V"), s.get("D"), s.get("layers"), s.get("T"))
+
+
+def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    return sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
+
+
+def timing_table(records: Sequence[dict[str, Any]]) -> str:
+    """One Markdown table of the timings of one task on one device.
+
+    The reference rows come first (marked), then a row per method. Each phase gets its time in
+    ms as median (min–max) and its ratio to the row's fused cell; the train step also gets the
+    ratio to the fused GRU, the dense MAC ratio to the GRU and the target with whether it is met.
+    """
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records:
+        key = _row_key(r)
+        if r["phase"] in rows.get(key, {}):  # two references of one phase differ in B
+            key = (*key, r["sizes"].get("B"))
+        row = rows.setdefault(
+            key, {"method": r["method"], "sizes": r["sizes"], "ref": bool(r.get("reference"))}
+        )
+        row[r["phase"]] = r
+        for k in ("params", "fused_cell", "mac_ratio"):
+            row[k] = r.get(k)
+    uniform = _batch_shapes(records) is not None
+    per_cell_rounds = len(_round_counts(records)) > 1
+    cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
+    cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
+    cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
+    cols += ["Target (train)", "Met"]
+    kinds = list(REFERENCES.values())
+
+    def order(row: dict[str, Any]) -> tuple[Any, ...]:
+        s = row["sizes"]
+        if row["ref"]:
+            kind = kinds.index(row["method"]) if row["method"] in kinds else len(kinds)
+            return (0, s.get("D") or 0, s.get("layers") or 0, kind)
+        ratios = [row.get(p, {}).get("ratio_vs_cell") for p in ("train", "inference")]
+        return (1, *[float("inf") if x is None else x for x in ratios])
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in sorted(rows.values(), key=order):
+        name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
+        s = row["sizes"]
+        cells = [name, row["fused_cell"] or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
+        cells.append(str(row["params"] or "–"))
+        if not uniform:
+            bt = [row.get(p, {}).get("sizes", {}) for p in PHASES]
+            cells.append(" / ".join(f"{b.get('B', '?')}×{b.get('T', '?')}" for b in bt))
+        inf, train = row.get("inference", {}), row.get("train", {})
+        cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
+        cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
+        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"])]
+        target = train.get("target")
+        if target:
+            met = target.get("met")
+            cells.append(f"≤ {target['ratio']:.2f} × {_cell_name(target['reference'])}")
+            cells.append("–" if met is None else "yes" if met else "**no**")
+        else:
+            cells += ["–", "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def timing_markdown(
+    records: Sequence[dict[str, Any]],
+    sources: Sequence[str],
+    command: str,
+    failed: Sequence[str] = (),
+    skipped: dict[str, int] | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The TIMING.md text: generated-file header, one table per (task, device), what was not timed.
+
+    Args:
+        records: timing records (methods and references).
+        sources: the records files, named in the header.
+        command: the command line that produced them.
+        failed: one line per timing that failed.
+        skipped: ``{reason: count}`` of timings not attempted.
+        notes: extra header bullet points.
+
+    Returns:
+        The Markdown.
+    """
+    envs = [r.get("env", {}) for r in records]
+
+    def uniq(key: str) -> str:
+        return ", ".join(sorted({str(e.get(key)) for e in envs if e.get(key) is not None})) or "?"
+
+    commits = sorted(
+        {
+            f"{e['git_sha'][:10]}{'+dirty' if e.get('git_dirty') else ''}"
+            for e in envs
+            if e.get("git_sha")
+        }
+    ) or ["unknown"]
+    tasks = list(dict.fromkeys(f"{r['task']} ({r['preset']} preset)" for r in records))
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    factor = f"{TARGET_FACTOR:g}"
+    parts = [
+        "# Timing (advisory)",
+        "",
+        f"<!-- Generated by `harness bench` at {now}. Do not edit by hand. -->",
+        "",
+        f"- Generated by `{command}` ({len(records)} timings, in "
+        f"{', '.join(f'`{s}`' for s in sources) or '?'}); sizes of {', '.join(tasks) or '?'}.",
+        f"- Commit: {', '.join(commits)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
+        f"CPU threads: {uniq('threads')}; python: {uniq('python')}.",
+        "- **Timing is advisory**: it depends on the machine and on its load at the time, and is "
+        "never a pass/fail gate. Compare ratios, and only within one run and device.",
+        "- Inference: one test batch of `train.eval_batch_size`, eval mode, no_grad. Train step: "
+        "one test batch of `train.batch_size`, forward + loss + backward + clip + Adam step.",
+        "- Every time is in ms: the median (min–max) of its timed rounds; the rounds and warm-up "
+        "rounds are given under each table (all statistics, IQR included, are in the records).",
+        "- The reference rows (first, per size) are the same model with torch's own cell of as "
+        "many layers in place of the method's: same batch, embedding, read-out, loss and "
+        f"optimiser. `{REFERENCE}` (cuDNN on CUDA); `{REFERENCES[STEP_LOOP]}`, an eager loop "
+        "over the steps with the GRU's arithmetic, so that its ratio to the fused GRU is the "
+        "cost of dispatching a step at a time; and the fused cell of any method held against "
+        f"another (e.g. `{REFERENCES['LSTM']}`).",
+        f"- Cell: the fused cell a method is held against (its `fused_cell`). {CELL_RATIO} = "
+        f"median / the median of that reference at the same sizes in the same run, device and "
+        f"phase; {RATIO} likewise against the fused GRU. MACs / GRU: dense MACs per step of the "
+        "method's layers over the fused GRU's at the same sizes.",
+        f"- Target (train step): within {factor}× its fused cell; a depth-adaptive (highway) "
+        f"method, which runs several layers per step, within {factor}× the fused GRU × its "
+        "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
+        *[f"- {n}" for n in notes],
+        "",
+    ]
+    sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        sections.setdefault((r["task"], r["device"]), []).append(r)
+    for (task, device), here in sections.items():  # in the order timed: task by task
+        names = sorted({r["device_name"] for r in here})
+        preset = here[0]["preset"]
+        parts.append(f"## {task} ({preset} preset) on {device}: {', '.join(names)}\n")
+        shapes = _batch_shapes(here)
+        line = (
+            "Batch × steps: "
+            + "; ".join(f"{PHASES[p].lower()} {b}×{t}" for p, (b, t) in shapes.items())
+            + ". "
+            if shapes
+            else ""
+        )
+        line += "Times: median (min–max) of " + "; ".join(
+            f"{n} rounds after {w} warm-up round(s)" for n, w in _round_counts(here)
+        )
+        parts.append(line + ".\n")
+        parts.append(timing_table(here) + "\n")
+    if failed or skipped:
+        parts.append("## Not timed\n")
+        parts += [f"- failed: {f}" for f in failed]
+        parts += [f"- skipped ({n}): {reason}" for reason, n in (skipped or {}).items()]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _batch_shapes(records: Sequence[dict[str, Any]]) -> dict[str, tuple[Any, Any]] | None:
+    """``{phase: (B, T)}`` when every timing of a phase has the same shape, else None."""
+    shapes: dict[str, set[tuple[Any, Any]]] = {}
+    for r in records:
+        shapes.setdefault(r["phase"], set()).add((r["sizes"].get("B"), r["sizes"].get("T")))
+    if any(len(s) > 1 for s in shapes.values()):
+        return None
+    return {p: next(iter(shapes[p])) for p in PHASES if p in shapes}
