@@ -353,6 +353,7 @@ class ElasticHighway(Method):
     "Differences"."""
 
     config_cls = ElasticConfig
+    budget_knobs = ("lam_d",)  # the compute penalty on d^1 (off at 0)
     has_depth = True
 
     def init_state(self, batch_size: int, ref: Tensor) -> Tensor:

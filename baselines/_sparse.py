@@ -1,6 +1,6 @@
 """Column-skipping helpers of the activity-sparse methods' fast paths (Delta GRU, EGRU).
 
-Kept apart from ``baselines._cells`` so that the code digest (``harness.results.method_code``)
+Kept apart from ``baselines._cells`` so that the code digest (``harness.resume.method_code``)
 of the methods that share those cells does not change with these.
 """
 

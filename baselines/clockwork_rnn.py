@@ -85,6 +85,7 @@ class ClockworkRNN(Method):
     fused_cell = "RNN"  # a tanh RNN: held against torch.nn.RNN, not the GRU
 
     config_cls = ClockworkConfig
+    budget_knobs = ("num_modules", "base")  # module count and period base fix the schedule
 
     def __init__(self, input_size: int, hidden_size: int, cfg: ClockworkConfig | None = None):
         super().__init__(input_size, hidden_size, cfg)

@@ -130,6 +130,7 @@ class DeltaGRU(Method):
     pre-activations, then the reset-after GRU nonlinearities; every unit updates every step."""
 
     config_cls = DeltaGRUConfig
+    budget_knobs = ("theta_x", "theta_h", "beta")  # the delta thresholds, the |dh| penalty
 
     def __init__(
         self, input_size: int, hidden_size: int, cfg: DeltaGRUConfig | None = None

@@ -133,6 +133,7 @@ class EGRU(Method):
     """Event-based GRU: dense internal updates, sparse (event) communication between units."""
 
     config_cls = EGRUConfig
+    budget_knobs = ("thr_mean", "activity_reg", "activity_target")  # thresholds, regulariser
 
     def __init__(self, input_size: int, hidden_size: int, cfg: EGRUConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)

@@ -39,7 +39,7 @@ class GRUConfig:
             ``before`` (S-SA eq. 3 and the SA-RNN / Skip RNN authors' code).
     """
 
-    gru_form: str = knob("after", choices=GRU_FORMS)
+    gru_form: str = knob("after", choices=GRU_FORMS, legacy="after")  # an option since 824fa7b
 
     def __post_init__(self) -> None:
         check_knobs(self, "method", "gru")

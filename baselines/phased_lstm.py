@@ -90,6 +90,7 @@ class PhasedLSTM(Method):
     """Phased LSTM; state ``(h [B, D], c [B, D], clock [B] int64)``, mask u = 1[k > 0]."""
 
     config_cls = PhasedLSTMConfig
+    budget_knobs = ("r_on",)  # the open ratio of the time gate
     fused_cell = "LSTM"
     uses_times = True
 

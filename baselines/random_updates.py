@@ -63,7 +63,7 @@ class RandomUpdatesConfig:
 
     p_skip: float = knob(0.76, ge=0, lt=1)
     eval_seed: int = knob(0, ge=0, le=MAX_SEED)
-    gru_form: str = knob("after", choices=GRU_FORMS)
+    gru_form: str = knob("after", choices=GRU_FORMS, legacy="after")  # an option since 824fa7b
 
     def __post_init__(self) -> None:
         check_knobs(self, "method", "random-updates")
@@ -78,6 +78,7 @@ class RandomUpdates(Method):
     """
 
     config_cls = RandomUpdatesConfig
+    budget_knobs = ("p_skip",)
 
     def __init__(self, input_size: int, hidden_size: int, cfg: RandomUpdatesConfig | None = None):
         super().__init__(input_size, hidden_size, cfg)

@@ -105,7 +105,7 @@ class SARNNConfig:
 
     lam: float = knob(1e-3, ge=0, le=MAX_PENALTY)
     anneal: bool = True
-    gru_form: str = knob("after", choices=GRU_FORMS)
+    gru_form: str = knob("after", choices=GRU_FORMS, legacy="after")  # an option since 824fa7b
 
     def __post_init__(self) -> None:
         check_knobs(self, "method", "sa-rnn")
@@ -116,6 +116,7 @@ class SARNN(Method):
     """GRU with a per-unit, per-step learned update coordinator."""
 
     config_cls = SARNNConfig
+    budget_knobs = ("lam",)  # the budget weight
 
     def __init__(self, input_size: int, hidden_size: int, cfg: SARNNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)

@@ -120,7 +120,7 @@ class SkipRNNConfig:
 
     lam: float = knob(1e-7, ge=0, le=MAX_PENALTY)
     update_bias: float = knob(1.0, ge=-100, le=100)  # sigmoid(+-100): saturated in float32
-    gru_form: str = knob("after", choices=GRU_FORMS)
+    gru_form: str = knob("after", choices=GRU_FORMS, legacy="after")  # an option since 824fa7b
 
     def __post_init__(self) -> None:
         check_knobs(self, "method", "skip-rnn")
@@ -131,6 +131,7 @@ class SkipRNN(Method):
     """Skip-GRU: one binary update gate per step, shared by every unit."""
 
     config_cls = SkipRNNConfig
+    budget_knobs = ("lam",)  # the budget weight
 
     def __init__(self, input_size: int, hidden_size: int, cfg: SkipRNNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)

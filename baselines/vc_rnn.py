@@ -84,7 +84,7 @@ class VCRNNConfig:
     sharpness_start: float = knob(0.1, gt=0, le=MAX_SHARPNESS)
     sharpness_end: float = knob(20.0, gt=0, le=MAX_SHARPNESS)
     eps: float = knob(0.01, gt=0, lt=0.5)
-    gru_form: str = knob("after", choices=GRU_FORMS)
+    gru_form: str = knob("after", choices=GRU_FORMS, legacy="after")  # an option since 824fa7b
 
     def __post_init__(self) -> None:
         check_knobs(self, "method", "vc-rnn")
@@ -113,6 +113,7 @@ class VCRNN(Method):
     """VC-GRU: a GRU whose leading ``~m_t D`` units are updated, the others copied."""
 
     config_cls = VCRNNConfig
+    budget_knobs = ("m_target", "gamma")  # the target update share, the pull towards it
 
     def __init__(self, input_size: int, hidden_size: int, cfg: VCRNNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)

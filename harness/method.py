@@ -126,6 +126,10 @@ class Method(nn.Module):
     # spacing), and its step loop passes ``time=`` (``[B]``) to ``step``. Methods that leave it
     # False never receive times; they see the samples one step apart.
     uses_times: ClassVar[bool] = False
+    # The config fields that set how much the method skips, the main one first (the weight of a
+    # budget penalty, a skip probability, a threshold): the reports plot metric and Skip % against
+    # each one a sweep varies. A method that never skips declares none.
+    budget_knobs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, input_size: int, hidden_size: int, cfg: Any = None) -> None:
         super().__init__()

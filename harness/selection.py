@@ -18,6 +18,10 @@ Only ``val_metrics`` (the validation metrics of the epoch the test metrics were 
 read; a tie is broken by the variant id, never by a test number. The chosen variant's test
 metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
 test-based alternative (``harness.sweep.match_skip``).
+
+``nearest_skip`` is the one "variant whose Skip % is nearest a target" rule: on validation for
+``val-skip-nearest``, on test for ``--match-skip`` and for the update-pattern figure
+(``harness.reporting.patterns.matched_budget``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.results import latest
+from harness.metrics import higher_is_better
+from harness.records import latest
 
 RULES = ("best-val", "val-skip-band:TARGET:WIDTH", "val-skip-nearest:TARGET")
 
@@ -103,10 +108,65 @@ def parse_rule(text: str) -> Rule:
     raise ConfigError(f"unknown selection rule {text!r}; use one of {', '.join(RULES)}")
 
 
-def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
-    vals = [(r.get("val_metrics") or {}).get(key) for r in runs]
+SPLITS = {"val": "val_metrics", "test": "metrics"}  # the record key of each split's metrics
+
+
+def split_mean(runs: Sequence[dict[str, Any]], key: str, split: str = "val") -> float:
+    """Mean of metric ``key`` on ``split`` (``val`` or ``test``) over ``runs``.
+
+    NaN unless every run recorded a number for it.
+    """
+    vals = [(r.get(SPLITS[split]) or {}).get(key) for r in runs]
     vals = [float(v) for v in vals if v is not None and not math.isnan(v)]
     return statistics.fmean(vals) if len(vals) == len(runs) and vals else math.nan
+
+
+def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
+    return split_mean(runs, key, "val")
+
+
+def nearest_skip(
+    records: Sequence[dict[str, Any]],
+    target: float,
+    split: str,
+    by: Sequence[str] = ("task", "preset", "method"),
+    tie: Callable[[list[dict[str, Any]]], float] | None = None,
+) -> dict[tuple[Any, ...], tuple[str, float]]:
+    """Per group of ``records``, the variant whose mean Skip % on ``split`` is nearest ``target``.
+
+    A variant is the records of one ``variant_id``; its Skip % is the mean over its runs
+    (``split_mean``: NaN, and so no candidate, unless every run recorded it). Among equally near
+    variants the lower ``tie(runs)`` wins, then the lower variant id: never the order of the
+    records.
+
+    Args:
+        records: ok run records (the caller keeps the latest record of each run id).
+        target: the Skip % to match.
+        split: ``val`` (the records' ``val_metrics``) or ``test`` (their ``metrics``).
+        by: the record keys whose values form a group (``()``: one group of all records).
+        tie: a variant's runs -> a number, lower first among equally near variants (e.g. the
+            validation primary metric, negated where higher is better); None: variant id only.
+
+    Returns:
+        ``{group: (variant_id, mean Skip %)}``, the group as the tuple of its ``by`` values; a
+        group with no variant that recorded Skip % has no entry.
+    """
+    groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
+    for r in records:
+        variants = groups.setdefault(tuple(r[k] for k in by), {})
+        variants.setdefault(r["variant_id"], []).append(r)
+    out = {}
+    for key, variants in groups.items():
+        skips = {vid: split_mean(runs, "skip_pct", split) for vid, runs in variants.items()}
+        cands = [vid for vid, skip in skips.items() if not math.isnan(skip)]
+        if not cands:
+            continue
+        vid = min(
+            cands,
+            key=lambda v: (abs(skips[v] - target), tie(variants[v]) if tie else 0.0, v),
+        )
+        out[key] = (vid, skips[vid])
+    return out
 
 
 def _knobs(runs: Sequence[dict[str, Any]]) -> str:
@@ -138,6 +198,11 @@ def _best_training(
     return kept, len(variants) - len(kept)
 
 
+def _rank(primary: str, higher: bool) -> Callable[[list[dict[str, Any]]], float]:
+    """A variant's runs -> its mean validation ``primary``, negated where higher is better."""
+    return lambda runs: -_val_mean(runs, primary) if higher else _val_mean(runs, primary)
+
+
 def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
     """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
 
@@ -146,7 +211,7 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         Skip % band, or no validation metric recorded).
     """
     first = next(iter(variants.values()))[0]
-    primary, higher = first["primary"], bool(first["higher_is_better"])
+    primary, higher = first["primary"], higher_is_better(first)
     n = len(variants)
     pool = dict(variants)
     if rule.name == "val-skip-band":
@@ -163,17 +228,16 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         return None, f"{rule}: no validation {primary} recorded"
     if rule.name == "val-skip-nearest":
         pool, tuned = _best_training(pool, primary, higher)
-        scored = [(vid, v) for vid, v in scored if vid in pool]
-        skips = {vid: _val_mean(pool[vid], "skip_pct") for vid, _ in scored}
-        scored = [(vid, v) for vid, v in scored if not math.isnan(skips[vid])]
-        if not scored:
+        score = dict(scored)
+        runs = [r for vid, _ in scored if vid in pool for r in pool[vid]]
+        near = nearest_skip(runs, rule.target, "val", by=(), tie=_rank(primary, higher))
+        if not near:
             return None, f"{rule}: no validation skip_pct recorded"
-        gap = {vid: abs(skips[vid] - rule.target) for vid, _ in scored}
-        vid, v = min(scored, key=lambda s: (gap[s[0]], -s[1] if higher else s[1], s[0]))
+        vid, skip = near[()]
         lr = ""
         if tuned:
             lr = f", {tuned} beaten on validation by the same knobs' other training settings"
-        return vid, (f"{rule} of {n}{lr} (val Skip % {skips[vid]:.1f}, val {primary} {v:.4g})")
+        return vid, (f"{rule} of {n}{lr} (val Skip % {skip:.1f}, val {primary} {score[vid]:.4g})")
     best = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
     within = f", {len(pool)} in the band" if rule.name == "val-skip-band" else ""
     return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"

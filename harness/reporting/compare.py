@@ -3,9 +3,10 @@
 Runs are matched by run id (the hash of the resolved config). For each matched pair every test
 metric, MAC/FLOP count and parameter count is compared: parameter counts and dense MACs/FLOPs
 exactly; effective MACs/FLOPs with a small relative tolerance (a mask can flip on the last bit of
-a float across CPUs); metrics with a small absolute plus relative tolerance (CPU runs are
-deterministic for a fixed thread count). A status change is drift. Reference runs absent from the
-current records are reported as missing (also a failure); current runs absent from the reference
+a float across CPUs); each test metric with the tolerance its metric registry entry gives
+(``harness.metrics.Metric.tolerance``: by default a small absolute plus relative one, as CPU runs
+are deterministic for a fixed thread count). A status change is drift. Reference runs absent from
+the current records are reported as missing (also a failure); current runs absent from the reference
 are listed as new (not a failure). A different torch version or device between the two sets of
 records is reported too (it explains drift; it is not a failure by itself).
 """
@@ -13,19 +14,23 @@ records is reported too (it explains drift; it is not a failure by itself).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.results import latest, load
+from harness.metrics import DEFAULT_TOLERANCE, get_metric
+from harness.records import latest
+from harness.store import load
 
+# (absolute, relative) per measure prefix; a test metric's own is its registry entry's tolerance.
 DEFAULT_TOLERANCES = {
-    "params": (0.0, 0.0),  # (absolute, relative)
+    "params": (0.0, 0.0),
     "macs.dense": (0.0, 0.0),
     "flops.dense": (0.0, 0.0),
     "macs": (0.0, 1e-3),
     "flops": (0.0, 1e-3),
-    "metrics": (1e-6, 1e-4),
+    "metrics": DEFAULT_TOLERANCE,
 }
 
 
@@ -84,11 +89,20 @@ def label(r: dict[str, Any]) -> str:
     return f"{r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}"
 
 
-def _tolerance(measure: str, tols: dict[str, tuple[float, float]]) -> tuple[float, float]:
+def _tolerance(
+    measure: str, tols: dict[str, tuple[float, float]], given: Sequence[str] = ()
+) -> tuple[float, float]:
+    """The tolerance of ``measure``: its most specific prefix in ``tols``, or its registry's.
+
+    "metrics.mse" wins over "metrics"; a test metric that no key of ``given`` (``--tol``) covers
+    has its metric registry entry's tolerance.
+    """
     best = ""
-    for key in tols:  # the most specific prefix wins: "metrics.mse" over "metrics"
+    for key in tols:
         if (measure == key or measure.startswith(key + ".")) and len(key) > len(best):
             best = key
+    if measure.startswith("metrics.") and best not in given:
+        return get_metric(measure.removeprefix("metrics.")).tolerance
     return tols.get(best, (0.0, 0.0))
 
 
@@ -153,7 +167,8 @@ def compare(
     Args:
         reference: the reference records.
         current: the records checked against them.
-        tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES``.
+        tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES`` and the test
+            metrics' registry tolerances (``harness.metrics``).
         only_present: compare only the runs in both (a partial rerun); the others are counted
             in ``left_out`` instead of listed as missing and new.
         allow_empty: pass a comparison that compared no run (``Comparison.empty``).
@@ -185,7 +200,7 @@ def compare(
             continue
         ma, mb = _measures(a), _measures(b)
         for m in sorted(ma.keys() | mb.keys()):
-            tol = _tolerance(m, tols)
+            tol = _tolerance(m, tols, list(tolerances or {}))
             if _differs(ma.get(m), mb.get(m), tol):
                 res.drifted.append(
                     Drift(k, label(a), m, ma.get(m), mb.get(m), f"abs {tol[0]:g} rel {tol[1]:g}")
@@ -240,7 +255,7 @@ def load_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The records of a store, and one ``FILE:N: why`` message per line the gate cannot read.
 
     A line is unreadable when it is not JSON (a torn last line) or fails
-    ``harness.results.validate_record`` (missing or ill-typed keys, an unknown schema version).
+    ``harness.records.validate`` (missing or ill-typed keys, an unknown schema version).
     """
     return load([path])
 

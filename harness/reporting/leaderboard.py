@@ -6,7 +6,8 @@ format of the reports (``harness.reporting.text.fmt_cell``: one unit per column,
 the std, no "± 0"); the primary metric also gets its 95 % CI, and each row the commit of its
 records. Arrows give each column's direction. The header (``harness.reporting.text.header``) says
 which records, commits, devices and torch versions the numbers come from, the rule that chose each
-test metric, and the FLOP unit. With a selection rule (``harness.selection``) each method has one
+test metric, and the FLOP unit. Each measure's title, direction, unit and cell form are the metric
+registry's (``harness.metrics``). With a selection rule (``harness.selection``) each method has one
 row, the variant the rule picked on validation data.
 """
 
@@ -19,9 +20,12 @@ from typing import Any
 
 import pandas as pd
 
+from harness.metrics import METRICS, get_metric, higher_is_better
+from harness.records import latest
+from harness.reporting.render import render_tex
+from harness.reporting.runs import KEYS, aggregate, failed_runs, runs_frame, tidy, variant_label
 from harness.reporting.text import (
     NOTES,
-    TITLES,
     arrow,
     column_scale,
     commit_label,
@@ -31,58 +35,6 @@ from harness.reporting.text import (
     scaled,
     seeds_cell,
 )
-from harness.results import flat_config, latest
-
-# (column title, metric key, higher is better); None direction means "no arrow".
-TRACE_COLUMNS = [
-    ("Skip %", "skip_pct", True),
-    ("Activity sparsity %", "read_skip_pct", True),
-    ("Mean depth", "mean_depth", None),
-    ("Depth-skip %", "depth_skip_pct", True),
-]
-LOWER_BETTER = {"mse", "perplexity", "nll"}
-LARGE = {"effective", "dense", "params"}  # count-like columns: S-SA's x10^k
-PERCENT = {
-    "skip_pct",
-    "read_skip_pct",
-    "depth_skip_pct",
-    "accuracy",
-    "geo_mean",
-}  # percent: never rescaled
-
-
-def variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
-    """The config fields (other than seed) that vary among a method's runs in one table."""
-    flats = [flat_config(r) for r in all_method_runs]
-    fields = {k for f in flats for k in f}  # a key one config lacks varies too (old records)
-    varying = sorted(k for k in fields if len({repr(f.get(k)) for f in flats}) > 1)
-    here = flat_config(group[0])
-    return ", ".join(f"{k}={here.get(k)}" for k in varying)
-
-
-def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Each failed run among the latest ``records`` as one line of text.
-
-    The line names the method, what sets its variant apart from the method's other runs on the
-    same task and preset, the seed, the run id and the recorded error (a diverged run's names
-    the epoch and batch).
-    """
-    recs = latest(records)
-    lines = []
-    for r in recs:
-        if r.get("status") == "ok":
-            continue
-        same = [
-            x
-            for x in recs
-            if (x["method"], x["task"], x["preset"]) == (r["method"], r["task"], r["preset"])
-        ]
-        label = variant_label([r], same)
-        lines.append(
-            f"{r['method']}{f' ({label})' if label else ''} on {r['task']} ({r['preset']}, "
-            f"seed {r['seed']}, run {r['run_id']}): {r.get('error')}"
-        )
-    return lines
 
 
 def _values(group: list[dict[str, Any]], get: Any) -> list[float]:
@@ -91,30 +43,34 @@ def _values(group: list[dict[str, Any]], get: Any) -> list[float]:
 
 
 def _measures(in_table: list[dict[str, Any]], primary: str, higher: bool) -> list[tuple]:
-    """(title, key, direction, getter) of every numeric column, in order."""
-    metric_keys = [primary] + sorted(
-        {k for r in in_table for k in r["metrics"]}
-        - {primary, "skip_pct", "read_skip_pct", "depth_skip_pct", "mean_depth", "nll", "solved"}
-    )
-    out = []
-    for k in metric_keys:
-        h = higher if k == primary else (k not in LOWER_BETTER)
-        out.append((TITLES.get(k, k), k, h, lambda r, k=k: r["metrics"].get(k)))
-    if any("solved" in r["metrics"] for r in in_table):
-        out.append(("Solved", "solved", None, lambda r: r["metrics"].get("solved")))
-    for title, key, h in TRACE_COLUMNS:
-        if key == "skip_pct" or any(key in r["metrics"] for r in in_table):
-            out.append((title, key, h, lambda r, k=key: r["metrics"].get(k)))
-    for kind in ("effective", "dense"):
+    """(key, direction, getter) of every numeric column, in order.
+
+    The primary metric first, then the task's other scores (by name), its yes / no outcomes, the
+    trace measures in registry order (Skip % always) and the effective and dense FLOPs. A
+    ``detail`` measure (the NLL) gets no column.
+    """
+    recorded = {k for r in in_table for k in r["metrics"]}
+    described = {k: get_metric(k) for k in sorted(recorded | {primary})}
+    scores = [k for k, m in described.items() if m.group == "score" and m.form == "num"]
+    keys = [(primary, higher)] + [(k, described[k].higher) for k in scores if k != primary]
+    keys += [(k, None) for k, m in described.items() if m.form == "yes-no"]
+    keys += [
+        (m.name, m.higher)
+        for m in list(METRICS.values())
+        if m.group == "compute" and (m.name == "skip_pct" or m.name in recorded)
+    ]
+    out = [(k, h, lambda r, k=k: r["metrics"].get(k)) for k, h in keys]
+    for key, kind in (("flops", "effective"), ("dense_flops", "dense")):
         out.append(
-            (
-                f"{kind.capitalize()} FLOPs",
-                kind,
-                False if kind == "effective" else None,
-                lambda r, k=kind: (r.get("flops") or {}).get(k),
-            )
+            (key, get_metric(key).higher, lambda r, kind=kind: (r.get("flops") or {}).get(kind))
         )
     return out
+
+
+def _scale(key: str, means: list[float]) -> int:
+    """A column's power of ten: none for a percentage or a whole-number or yes / no column."""
+    m = get_metric(key)
+    return 0 if m.percent or m.form != "num" else column_scale(means, large=m.large)
 
 
 def leaderboard_rows(
@@ -131,19 +87,15 @@ def leaderboard_rows(
     for task, preset in sorted({(r["task"], r["preset"]) for r in recs}):
         in_table = [r for r in recs if r["task"] == task and r["preset"] == preset]
         primary = in_table[0].get("primary", "")
-        higher = bool(in_table[0].get("higher_is_better"))
+        higher = higher_is_better(in_table[0])  # the registry's direction of the primary
         groups: dict[str, list[dict[str, Any]]] = {}
         for r in in_table:
             groups.setdefault(r["variant_id"], []).append(r)
         measures = _measures(in_table, primary, higher)
         stats = [[_values(g, get) for *_, get in measures] for g in groups.values()]
         scales = [
-            0
-            if measures[j][1] in PERCENT
-            else column_scale(
-                [statistics.fmean(s[j]) for s in stats if s[j]], large=measures[j][1] in LARGE
-            )
-            for j in range(len(measures))
+            _scale(key, [statistics.fmean(s[j]) for s in stats if s[j]])
+            for j, (key, _, _) in enumerate(measures)
         ]
         rows = []
         for (vid, group), vals in zip(groups.items(), stats, strict=True):
@@ -152,24 +104,25 @@ def leaderboard_rows(
             row: dict[str, Any] = {
                 "Method": method,
                 "Variant": variant_label(group, same_method),
-                "D": group[0]["config"]["model"]["hidden_size"],
+                get_metric("hidden_size").title: group[0]["config"]["model"]["hidden_size"],
                 "Seeds": seeds_cell(len({r["seed"] for r in group})),
             }
-            for (title, key, h, _), v, sc in zip(measures, vals, scales, strict=True):
+            for (key, h, _), v, sc in zip(measures, vals, scales, strict=True):
+                m = get_metric(key)
                 mean = statistics.fmean(v) if v else math.nan
                 std = statistics.stdev(v) if len(v) > 1 else None
-                if key == "solved":
+                if m.form == "yes-no":
                     k = sum(x > 0 for x in v)
-                    row[title] = {0: "No", len(v): "Yes"}.get(k, f"{k}/{len(v)}") if v else None
+                    row[m.title] = {0: "No", len(v): "Yes"}.get(k, f"{k}/{len(v)}") if v else None
                     continue
-                row[scaled(title, sc) + arrow(h)] = (
+                row[scaled(m.title, sc) + arrow(h)] = (
                     fmt_cell(mean, std, len(group), sc) if v else None
                 )
                 if key == primary:
                     row["_sort"] = mean
-                    ci = scaled(f"95 % CI, {TITLES.get(key, key)}", sc)
+                    ci = scaled(f"95 % CI, {m.title}", sc)
                     row[ci] = fmt_ci(mean, v, sc, key)  # "–" below 2 seeds
-            row["Params"] = group[0].get("params", {}).get("total", "–")
+            row[get_metric("params").title] = group[0].get("params", {}).get("total", "–")
             m = _values(group, lambda r: (r.get("time") or {}).get("train_s"))
             row["Train s"] = fmt_cell(statistics.fmean(m)) if m else "–"
             row["Commit"] = commit_label(group)
@@ -229,8 +182,6 @@ def leaderboard_markdown(
 
 def leaderboard_tex(records: Sequence[dict[str, Any]], select: Any = None) -> str:
     """The leaderboard as LaTeX tables (booktabs, graphicx), one per (task, preset)."""
-    from harness.reporting.paper import render_tex
-
     picked = None
     if select is not None:
         from harness.selection import select as select_records
@@ -250,8 +201,6 @@ def leaderboard_frame(records: Sequence[dict[str, Any]], select: Any = None) -> 
     Columns: task, preset, method, variant, variant_id, seeds, commit, picked_by, and per measure
     its mean, ``_std`` (NaN for one seed) and ``_ci95`` (half-width), in the measure's own unit.
     """
-    from harness.reporting.paper import KEYS, aggregate, runs_frame, tidy
-
     picked = None
     if select is not None:
         from harness.selection import select as select_records

@@ -1,7 +1,8 @@
-"""Text shared by the generated reports: measure titles, arrows, number formats, the header.
+"""Text shared by the generated reports: arrows, number formats, notes, the header.
 
 The leaderboard (``harness.reporting.leaderboard``), the paper-style report
-(``harness.reporting.paper``) and its figures take their wording from here, so one measure reads
+(``harness.reporting.paper``) and its figures take their wording from here, and each measure's
+title, direction and range from the metric registry (``harness.metrics``), so one measure reads
 the same everywhere.
 """
 
@@ -13,19 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-# Measure key -> the title printed for it; a key not listed is printed as is.
-TITLES = {
-    "geo_mean": "√(Acc×Skip)",
-    "skip_pct": "Skip %",
-    "read_skip_pct": "Activity sparsity %",
-    "accuracy": "Accuracy %",
-    "solved": "Solved",
-    "mse": "MSE",
-    "perplexity": "Perplexity",
-    "flops": "FLOPs",
-    "params": "# params",
-    "hidden_size": "D_h",
-}
+from harness.metrics import get_metric
 
 
 def arrow(higher: bool | None) -> str:
@@ -105,24 +94,13 @@ def ci95(vals: Sequence[float]) -> float | None:
     return float(t.ppf(0.975, len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals)))
 
 
-# The values a metric can take (None: unbounded); a confidence interval is clipped to them.
-METRIC_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "accuracy": (0.0, 100.0),
-    "skip_pct": (0.0, 100.0),
-    "mse": (0.0, None),
-    "nll": (0.0, None),
-    "bpc": (0.0, None),
-    "perplexity": (1.0, None),
-}
-
-
 def fmt_ci(
     mean: float | None, vals: Sequence[float], scale: int = 0, metric: str | None = None
 ) -> str:
     """``[low, high]``, the 95 % CI of the mean of ``vals`` to the decimals of their std.
 
-    The interval is clipped to the values ``metric`` can take (``METRIC_RANGES``: an accuracy's
-    ends at 100, an MSE's starts at 0).
+    The interval is clipped to the values ``metric`` can take (its registered ``range``,
+    ``harness.metrics``: an accuracy's ends at 100, an MSE's starts at 0).
     """
     h = ci95(vals)
     if mean is None or math.isnan(mean) or h is None:
@@ -131,7 +109,7 @@ def fmt_ci(
     if h == 0:
         return fmt_cell(mean, scale=scale)
     low, high = mean - h, mean + h
-    lo_bound, hi_bound = METRIC_RANGES.get(metric or "", (None, None))
+    lo_bound, hi_bound = get_metric(metric).range if metric else (None, None)
     if lo_bound is not None:
         low = max(low, lo_bound)
     if hi_bound is not None:

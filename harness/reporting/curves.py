@@ -1,0 +1,143 @@
+"""Learning curves: training loss and validation primary metric per epoch, from the records.
+
+``curves_figure`` draws one column per (task, preset) and one line per method (the variant of
+``curve_choice``, chosen on validation data), mean ± std over its seeds; ``write_curves`` saves
+it beside the leaderboard. matplotlib is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.metrics import get_metric, higher_is_better
+from harness.reporting.figstyle import (
+    ONE_COLUMN,
+    TWO_COLUMNS,
+    band,
+    legend,
+    method_order,
+    method_style,
+    save,
+    spans_decades,
+    style,
+)
+from harness.reporting.text import arrow
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _per_epoch(records: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std over records of ``history[epoch][key]`` (runs that stopped early: NaN)."""
+    hists = [[h.get(key, math.nan) for h in r.get("history") or []] for r in records]
+    n = max((len(h) for h in hists), default=0)
+    a = np.full((len(hists), n), np.nan)
+    for i, h in enumerate(hists):
+        a[i, : len(h)] = [math.nan if v is None else v for v in h]
+    count = (~np.isnan(a)).sum(0)
+    total = np.nansum(a, 0)
+    mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    sq = np.nansum((a - mean) ** 2, 0)
+    std = np.where(count > 1, np.sqrt(sq / np.maximum(count - 1, 1)), np.nan)
+    return mean, std
+
+
+def curve_choice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, list]]:
+    """The runs whose learning curves are drawn: ``{(task, preset): {method: records}}``.
+
+    Ok runs with a history; per method, the variant with the best mean validation primary
+    metric (its records' ``val_metrics``), so the choice never looks at the test split.
+    """
+    from harness.records import latest
+
+    groups: dict[tuple[str, str], dict[str, dict[str, list]]] = {}
+    for r in latest(records):
+        if r.get("status") == "ok" and r.get("history"):
+            by_method = groups.setdefault((r["task"], r["preset"]), {})
+            by_method.setdefault(r["method"], {}).setdefault(r["variant_id"], []).append(r)
+    out: dict[tuple[str, str], dict[str, list]] = {}
+    for key, by_method in sorted(groups.items()):
+        chosen = {}
+        for method in method_order(list(by_method)):
+            variants = list(by_method[method].values())
+            primary, higher = variants[0][0]["primary"], higher_is_better(variants[0][0])
+
+            def score(rs: list, primary: str = primary, higher: bool = higher) -> float:
+                vals = [(r.get("val_metrics") or {}).get(primary) for r in rs]
+                vals = [v for v in vals if v is not None and not math.isnan(v)]
+                s = float(np.mean(vals)) if vals else math.nan
+                return -math.inf if math.isnan(s) else (s if higher else -s)
+
+            chosen[method] = max(variants, key=score)
+        out[key] = chosen
+    return out
+
+
+def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
+    """Learning curves: training loss (top) and validation primary metric (bottom) per epoch.
+
+    One column per (task, preset), wrapped after three; one line per method (the variant of
+    ``curve_choice``), mean ± std over its seeds. One column is ``ONE_COLUMN`` wide, more are
+    ``TWO_COLUMNS``.
+
+    Args:
+        records: run records; those without a history are left out.
+    """
+    from matplotlib.figure import Figure
+
+    chosen = curve_choice(records)
+    cols = min(len(chosen), 3) or 1
+    blocks = math.ceil(len(chosen) / cols) or 1
+    width = ONE_COLUMN if cols == 1 else TWO_COLUMNS
+    with style():
+        fig = Figure(figsize=(width, 3.2 * blocks + 0.4), layout="constrained")
+        axes = fig.subplots(2 * blocks, cols, squeeze=False)
+        for ax in axes.flat[len(chosen) * 2 :]:
+            ax.set_visible(False)
+        methods: list[str] = []
+        for k, ((task, preset), by_method) in enumerate(chosen.items()):
+            top, bottom = axes[2 * (k // cols), k % cols], axes[2 * (k // cols) + 1, k % cols]
+            first = next(iter(by_method.values()))[0]
+            primary, higher = first["primary"], higher_is_better(first)
+            for ax, key, label in [
+                (top, "train_loss", get_metric("train_loss").title),
+                (bottom, f"val_{primary}", f"val. {get_metric(primary).title}{arrow(higher)}"),
+            ]:
+                ys = []
+                for method, rs in by_method.items():
+                    mean, std = _per_epoch(rs, key)
+                    epochs = np.arange(1, len(mean) + 1)
+                    lo, hi = band(mean, std, primary if key != "train_loss" else key)
+                    st = method_style(method)
+                    ax.plot(epochs, mean, markevery=max(len(mean) // 8, 1), label=method, **st)
+                    ax.fill_between(epochs, lo, hi, color=st["color"], alpha=0.2, lw=0)
+                    ys.append(mean)
+                    methods.append(method)
+                if ys and spans_decades(np.concatenate(ys)):
+                    ax.set_yscale("log", nonpositive="clip")
+                ax.set_ylabel(label)
+                ax.xaxis.get_major_locator().set_params(integer=True)
+            top.set_title(f"{task} ({preset})")
+            bottom.set_xlabel("epoch")
+        legend(fig, method_order(methods))
+    return fig
+
+
+def write_curves(records: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
+    """Save ``curves_figure(records)`` as ``stem.png`` / ``.pdf``; nothing without a history.
+
+    Args:
+        records: run records.
+        stem: path prefix of the two files.
+
+    Returns:
+        The paths written (none when no ok record holds a history).
+    """
+    if not curve_choice(records):
+        return []
+    return save(curves_figure(records), stem)

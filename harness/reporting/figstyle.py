@@ -1,0 +1,161 @@
+"""The look shared by every report figure: sizes, palette, fonts, per-method styles, saving.
+
+Every figure gives a method the same colour, marker and line style (``method_style``, assigned
+from the registry order on a colour-blind-safe palette); axes whose values span a decade or more
+are logarithmic (``spans_decades``); bands and error bars of a percentage (the metric registry's
+``percent``, ``harness.metrics``) stay within [0, 100] (``band``, ``error_bars``). Figures are
+sized for one column (``ONE_COLUMN`` inches wide) or two (``TWO_COLUMNS``), text is at least 7 pt
+(``STYLE``) and PDFs embed TrueType fonts.
+
+matplotlib is imported inside the functions (``import harness`` stays light). Figures are
+``matplotlib.figure.Figure`` objects built under ``style()``, never through pyplot's global
+state, so many reports can be drawn in one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.metrics import get_metric
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+ONE_COLUMN = 3.3  # inches: one column of a two-column paper
+TWO_COLUMNS = 7.0  # inches: the full text width
+# Paul Tol's "muted" colour-blind-safe qualitative palette (https://personal.sron.nl/~pault/).
+PALETTE = (
+    "#332288",
+    "#CC6677",
+    "#117733",
+    "#DDCC77",
+    "#88CCEE",
+    "#882255",
+    "#44AA99",
+    "#999933",
+    "#AA4499",
+)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7: coprime with the 9 colours
+LINESTYLES = ("-", "--", ":", "-.")
+MARK_COLOR = "#EE3377"  # the steps a task marks, on the update patterns
+STYLE = {
+    "pdf.fonttype": 42,  # TrueType fonts embedded in PDFs (not Type 3)
+    "ps.fonttype": 42,
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "legend.title_fontsize": 7,
+    "figure.titlesize": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.linewidth": 0.6,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 4,
+    "errorbar.capsize": 1.5,
+    "legend.frameon": False,
+    "savefig.dpi": 200,
+    "image.interpolation": "nearest",
+}
+
+
+@contextlib.contextmanager
+def style() -> Iterator[None]:
+    """Apply the report figures' rcParams (``STYLE``), on the Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def method_style(method: str) -> dict[str, str]:
+    """The ``color``, ``marker`` and ``linestyle`` of a method, the same in every figure.
+
+    The i-th registered method (registry order) gets colour ``i mod 9`` of ``PALETTE``, marker
+    ``i mod 7`` and, past the first 9, the next line style; a name not registered gets a style
+    from a checksum of the name.
+    """
+    from harness.registry import METHODS
+
+    names = METHODS.names()
+    i = names.index(method) if method in names else len(names) + zlib.crc32(method.encode()) % 97
+    return {
+        "color": PALETTE[i % len(PALETTE)],
+        "marker": MARKERS[i % len(MARKERS)],
+        "linestyle": LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)],
+    }
+
+
+def method_order(methods: Sequence[str]) -> list[str]:
+    """Distinct methods in registry order (unregistered ones last, by name)."""
+    from harness.registry import METHODS
+
+    names = METHODS.names()
+    uniq = list(dict.fromkeys(methods))
+    return sorted(uniq, key=lambda m: (names.index(m), "") if m in names else (len(names), m))
+
+
+def spans_decades(values: Any) -> bool:
+    """Whether positive ``values`` span a factor of 10 or more (then the axis is logarithmic)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return bool(v.size) and bool((v > 0).all()) and v.max() >= 10 * v.min()
+
+
+def band(mean: np.ndarray, std: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``mean ± std`` (std NaN: 0), clipped to [0, 100] where measure ``key`` is a percentage."""
+    std = np.nan_to_num(np.asarray(std, dtype=float))
+    lo, hi = mean - std, mean + std
+    if get_metric(key).percent:
+        lo, hi = np.clip(lo, 0, 100), np.clip(hi, 0, 100)
+    return lo, hi
+
+
+def error_bars(mean: Any, std: Any, key: str) -> np.ndarray:
+    """Asymmetric error bars ``[[below], [above]]`` of ``band``."""
+    mean = np.asarray(mean, dtype=float)
+    lo, hi = band(mean, std, key)
+    return np.vstack([mean - lo, hi - mean])
+
+
+def legend(fig: Figure, methods: Sequence[str], labels: dict[str, str] | None = None) -> None:
+    """One legend entry per method (its colour, marker and line style), outside the axes."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], **method_style(m)) for m in methods]
+    text = [(labels or {}).get(m, m) for m in methods]
+    if fig.get_figwidth() > ONE_COLUMN + 0.01:
+        fig.legend(handles, text, loc="outside right upper")
+    else:
+        fig.legend(handles, text, loc="outside lower center", ncols=2)
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """Write ``stem.png`` and ``stem.pdf`` at the figure's size; returns both paths.
+
+    Each is rendered in memory and written through ``harness.outputs.write_bytes`` (atomically,
+    never over a records store).
+    """
+    import io
+
+    from harness.outputs import write_bytes
+
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    with style():
+        for p in paths:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=p.suffix[1:])
+            write_bytes(p, buf.getvalue())
+    return paths
