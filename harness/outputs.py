@@ -8,7 +8,7 @@ nothing and changes nothing.
 
 A file *holds records* when one of the lines in its first MiB is a JSON object with ``schema``
 and ``run_id`` (a run or timing record, usable or not: a store with one malformed line is still a
-store). Such a file is written only by ``harness.results.Store.append``.
+store). Such a file is written only by ``harness.store.Store.append``.
 """
 
 from __future__ import annotations

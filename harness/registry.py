@@ -34,11 +34,19 @@ class Registry:
 
     Args:
         kind: what the registry holds, used in messages ("method", "task").
+        plugins: look up only once the method and task packages are imported
+            (``load_plugins``); False for a registry whose entries register themselves when
+            their own module is imported (the executors).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, plugins: bool = True) -> None:
         self.kind = kind
         self._items: dict[str, Any] = {}
+        self._plugins = plugins
+
+    def _load(self) -> None:
+        if self._plugins:
+            load_plugins()
 
     def register(self, name: str) -> Callable[[Any], Any]:
         """Decorator registering ``obj`` under ``name`` and setting ``obj.name``."""
@@ -56,7 +64,7 @@ class Registry:
 
     def get(self, name: str) -> Any:
         """The object registered as ``name``; raises UnknownNameError with suggestions."""
-        load_plugins()
+        self._load()
         try:
             return self._items[name]
         except KeyError:
@@ -70,7 +78,7 @@ class Registry:
 
     def names(self, pattern: str = "*") -> list[str]:
         """Registered names matching a glob, sorted; ``all`` means ``*``."""
-        load_plugins()
+        self._load()
         pattern = "*" if pattern == "all" else pattern
         return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
 
@@ -99,12 +107,12 @@ class Registry:
         return out
 
     def __contains__(self, name: str) -> bool:
-        load_plugins()
+        self._load()
         return name in self._items
 
     def items(self) -> list[tuple[str, Any]]:
         """Every ``(name, registered object)`` pair, sorted by name."""
-        load_plugins()
+        self._load()
         return sorted(self._items.items())
 
 

@@ -170,8 +170,8 @@ def _table(value: Any, where: str, lists: bool) -> dict[str, Any]:
 
 def _option(key: str, value: Any, where: str) -> Any:
     """A top-level option checked for type and turned into what the flag's parser gives."""
-    from harness.cli.common import DEVICES, EXECUTORS
-    from harness.config import PRESETS
+    from harness.config import DEVICES, PRESETS
+    from harness.executors import EXECUTORS
 
     def bad() -> ConfigError:
         return ConfigError(f"{where} expects {OPTION_KEYS[key]}, got {value!r}")
@@ -194,7 +194,7 @@ def _option(key: str, value: Any, where: str) -> Any:
         raise bad()
     if key in ("set", "grid"):
         return _table(value, where, lists=key == "grid")
-    choices = {"preset": PRESETS, "executor": EXECUTORS, "device": DEVICES}.get(key)
+    choices = {"preset": PRESETS, "executor": EXECUTORS.names(), "device": DEVICES}.get(key)
     if choices:
         if value not in choices:
             raise ConfigError(f"{where} expects one of {', '.join(choices)}, got {value!r}")

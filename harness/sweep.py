@@ -17,7 +17,7 @@ from typing import Any
 from harness import config
 from harness.errors import ConfigError, HarnessError
 from harness.metrics import mean_std
-from harness.results import flat_config, latest
+from harness.records import flat_config, latest
 
 MAX_RUNS = 100_000  # a bigger sweep is a typo, and would take minutes just to resolve
 
@@ -139,6 +139,27 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
                     build(cfg, data_dir)
             except HarnessError as e:
                 raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
+
+
+def variant_labels(cfgs: list[Any]) -> dict[str, str]:
+    """Per run id, the config fields (not the seed) that vary among its method's runs on its task.
+
+    Three runs of one method at three lambda values are labelled ``lam=0``, ``lam=0.001``, ...;
+    a method run once per seed gets an empty label.
+    """
+    from harness.records import flat_config
+
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for c in cfgs:
+        groups.setdefault((c.method, c.task), []).append(c)
+    labels = {}
+    for group in groups.values():
+        flats = {c.run_id: flat_config({"config": c.to_dict()}) for c in group}
+        first = next(iter(flats.values()))
+        varying = [k for k in first if len({repr(f.get(k)) for f in flats.values()}) > 1]
+        for rid, flat in flats.items():
+            labels[rid] = " ".join(f"{k}={flat.get(k)}" for k in varying)
+    return labels
 
 
 _OOM_TEXTS = ("can't allocate memory", "not enough memory", "out of memory")
@@ -294,7 +315,9 @@ def match_skip(
 ) -> list[dict[str, Any]]:
     """For each (task, preset, method), the variant whose mean TEST Skip % is nearest ``target``.
 
-    This choice reads the test set; ``harness.selection`` chooses on validation data only.
+    This choice reads the test set; ``harness.selection`` chooses on validation data only. Both
+    take the variant as ``harness.selection.nearest_skip`` does (ties: the variant id; a variant
+    without a test Skip % on every seed is no candidate).
 
     Args:
         records: run records (ok runs are used; the latest line per run id).
@@ -303,20 +326,23 @@ def match_skip(
 
     Returns:
         One row per (task, preset, method) with the chosen variant, its mean Skip %, its primary
-        metric and the number of candidate variants.
+        metric and the number of candidate variants; a (task, preset, method) none of whose
+        variants recorded a test Skip % has no row.
     """
+    from harness.selection import nearest_skip
+
     recs = [r for r in latest(records) if r.get("status") == "ok"]
     groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
     for r in recs:
         key = (r["task"], r["preset"], r["method"])
         groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
+    nearest = nearest_skip(recs, target, "test")
     rows = []
     for (task, preset, method), variants in sorted(groups.items()):
-        scored = []
-        for vid, runs in variants.items():
-            skip, _ = mean_std([r["metrics"].get("skip_pct") for r in runs])
-            scored.append((abs(skip - target), skip, vid, runs))
-        _, skip, vid, runs = min(scored, key=lambda s: (s[0], s[2]))
+        if (task, preset, method) not in nearest:
+            continue
+        vid, skip = nearest[(task, preset, method)]
+        runs = variants[vid]
         primary = runs[0]["primary"]
         metric, _ = mean_std([r["metrics"].get(primary) for r in runs])
         flat = flat_config(runs[0])

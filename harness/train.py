@@ -16,13 +16,12 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 import torch
 
-from harness import env
+from harness import env, records
 from harness.config import RunConfig
 from harness.errors import DivergedError, HarnessError
 from harness.flops import FLOPS_PER_MAC, sequence_macs
@@ -30,10 +29,9 @@ from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
 from harness.model import SeqModel
 from harness.registry import METHODS, TASKS
-from harness.results import method_code
+from harness.resume import method_code
 from harness.task import Split, Task
-
-SCHEMA_VERSION = 1
+from harness.trace import pack_depth, pack_mask
 
 
 def set_seed(seed: int) -> None:
@@ -41,17 +39,6 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def resolve_device(device: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (CUDA when available)."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HarnessError("--device cuda requested but no CUDA device is available")
-    if device not in ("cpu", "cuda"):
-        raise HarnessError(f"Unknown device '{device}'. Use cpu, cuda or auto")
-    return torch.device(device)
 
 
 def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
@@ -77,34 +64,6 @@ class EvalResult:
     macs: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
-
-
-def pack_mask(mask: torch.Tensor) -> list[str]:
-    """A ``[T, D]`` {0,1} mask as one hex string per step (bit i of the row = unit i)."""
-    rows = []
-    for row in (mask.detach().cpu() > 0).tolist():
-        bits = "".join("1" if b else "0" for b in row)
-        width = (len(bits) + 3) // 4
-        rows.append(format(int(bits[::-1], 2), f"0{width}x") if bits else "")
-    return rows
-
-
-def unpack_mask(rows: list[str], units: int) -> list[list[int]]:
-    """Inverse of ``pack_mask``: ``[T][D]`` lists of 0/1."""
-    return [[(int(r, 16) >> i) & 1 for i in range(units)] for r in rows]
-
-
-DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-def pack_depth(depth: torch.Tensor) -> list[str]:
-    """A ``[T, D]`` micro-step count (0-35) as one string per step, one base-36 digit per unit."""
-    return ["".join(DIGITS[min(int(n), 35)] for n in row) for row in depth.detach().cpu().tolist()]
-
-
-def unpack_depth(rows: list[str]) -> np.ndarray:
-    """Inverse of ``pack_depth``: a ``[T, D]`` integer array."""
-    return np.array([[int(c, 36) for c in r] for r in rows], dtype=np.int64).reshape(len(rows), -1)
 
 
 @torch.no_grad()
@@ -386,7 +345,7 @@ def run(
     data_dir: str | None = None,
     device: str = "cpu",
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
-) -> dict[str, Any]:
+) -> records.RunRecord:
     """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
 
     ``callbacks`` go to ``train_model`` (called after every epoch).
@@ -396,64 +355,31 @@ def run(
     returned as a failed record naming the reason, so a sweep goes on; only an interrupt
     (Ctrl-C, SIGTERM) propagates.
     """
-    started = datetime.now(timezone.utc)
-    rec: dict[str, Any] = {
-        "schema": SCHEMA_VERSION,
-        "run_id": cfg.run_id,
-        "variant_id": cfg.variant_id,
-        "method": cfg.method,
-        "task": cfg.task,
-        "seed": cfg.seed,
-        "preset": cfg.preset,
-        "method_code": method_code(cfg.method),  # resume reruns records of other code
-        "config": cfg.to_dict(),
-        "time": {"start": started.isoformat(timespec="seconds")},
-    }
+    rec = records.start_record(cfg, method_code(cfg.method))  # resume reruns other code's
     try:
-        _train_and_test(cfg, data_dir, device, callbacks, rec)
+        return _train_and_test(cfg, data_dir, device, callbacks, rec)
     except KeyboardInterrupt:
         raise
     except DivergedError as e:  # the epochs it finished stay on record
-        rec.update(status="failed", error=f"diverged: {e}", history=e.history)
-        rec["epochs_run"] = len(e.history)
-        rec["time"]["train_s"] = e.train_s
+        return records.finish_failed(rec, f"diverged: {e}", e.history, e.train_s)
     except HarnessError as e:  # bad input met inside the run: its message is the reason
-        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+        return records.finish_failed(rec, f"{type(e).__name__}: {e}")
     except Exception as e:  # recorded as a failed run; the sweep goes on
-        rec.update(status="failed", error=failure_reason(e))
-    rec["time"]["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return rec
+        return records.finish_failed(rec, failure_reason(e))
 
 
-def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> dict[str, Any]:
+def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> records.RunRecord:
     """The failed record of a run that could not even start (its config as a dict).
 
     For a failure around ``run`` (setting the thread count, opening a run's event log): the
     record holds what every record holds (run id, config, status, error), so a sweep records
     the run and goes on.
     """
-    from harness.config import config_hash
-
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    variant = {k: v for k, v in cfg_dict.items() if k != "seed"}
     try:
         code = method_code(cfg_dict["method"])
     except Exception:  # an unknown method: the record says so in its error
         code = None
-    return {
-        "schema": SCHEMA_VERSION,
-        "run_id": config_hash(cfg_dict),
-        "variant_id": config_hash(variant),
-        "method": cfg_dict.get("method"),
-        "task": cfg_dict.get("task"),
-        "seed": cfg_dict.get("seed"),
-        "preset": cfg_dict.get("preset"),
-        "method_code": code,
-        "config": cfg_dict,
-        "status": "failed",
-        "error": failure_reason(e),
-        "time": {"start": now, "end": now},
-    }
+    return records.failed_record(cfg_dict, failure_reason(e), code)
 
 
 def failure_reason(e: BaseException) -> str:
@@ -480,18 +406,16 @@ def _train_and_test(
     data_dir: str | None,
     device: str,
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]],
-    rec: dict[str, Any],
-) -> None:
-    """The body of ``run``: fills ``rec`` with what the run measured (status ``ok``)."""
-    dev = resolve_device(device)
+    rec: records.RunRecord,
+) -> records.RunRecord:
+    """The body of ``run``: trains, tests and completes ``rec`` as a finished run."""
+    dev = env.resolve_device(device)
     env.flush_denormals()  # subnormal gradients slow long sequences several-fold on CPUs
     rec["env"] = env.environment(dev)
     task, model = build(cfg, data_dir)
     splits = task.splits(cfg.seed)
     model.to(dev)
-    rec["primary"] = task.primary
-    rec["higher_is_better"] = task.higher_is_better
-    rec["selection"] = selection_rule(task)
+    records.describe_task(rec, task, selection_rule(task))
     rec["params"] = {
         "total": sum(p.numel() for p in model.parameters()),
         "method": model.method_param_count(),
@@ -507,17 +431,16 @@ def _train_and_test(
     eval_s = time.perf_counter() - t0
     if val_metrics is None:  # no finite validation value: report the final parameters'
         val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
-    rec.update(
-        status="ok",
-        error=None,
+    return records.finish_ok(
+        rec,
         best_epoch=best_epoch,
-        epochs_run=len(history),
         history=history,
         metrics=test.metrics,
         val_metrics=val_metrics,
         macs=test.macs,
-        flops={k: FLOPS_PER_MAC * v for k, v in test.macs.items()},
+        flops_per_mac=FLOPS_PER_MAC,
         diagnostics=test.diagnostics,
         trace=test.trace,
+        train_s=train_s,
+        eval_s=eval_s,
     )
-    rec["time"].update(train_s=train_s, eval_s=eval_s)

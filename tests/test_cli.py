@@ -143,7 +143,7 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first_on_record(monkeypat
     import math
 
     from harness import config, train
-    from harness.results import validate_record
+    from harness.records import validate as validate_record
 
     real_build = train.build
 

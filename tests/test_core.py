@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import make_record
 
 from harness import config
 from harness.errors import ConfigError, RecordError
 from harness.metrics import depth_stats, geometric_mean, mean_std, skip_fraction
+from harness.records import latest
 from harness.registry import METHODS, TASKS, UnknownNameError
-from harness.results import Store, latest
+from harness.store import Store
 
 
 def test_unknown_name_suggests_close_matches():
@@ -82,21 +84,7 @@ def test_preset_per_method_overrides_apply():
 
 
 def _rec(run_id, status="ok", **kw):
-    return {
-        "schema": 1,
-        "run_id": run_id,
-        "method": "gru",
-        "task": "adding",
-        "seed": 0,
-        "preset": "smoke",
-        "status": status,
-        "config": {"model": {"hidden_size": 8}},
-        "variant_id": "v",
-        "primary": "mse",
-        "higher_is_better": False,
-        "metrics": {},  # a finished run the reports can read (results.validate_record)
-        **kw,
-    }
+    return make_record(run_id=run_id, status=status, **kw)
 
 
 def test_store_appends_resumes_and_reports_malformed_lines(tmp_path):

@@ -1,17 +1,30 @@
-"""Executors give the same records as a serial run (only timings and order may differ)."""
+"""Executors behind one protocol give the same records as a serial run; a dead worker is a
+failed record, not a stopped sweep; the library drives a sweep without the command line."""
+
+import json
+import os
+import signal
 
 import pytest
 
-from harness import config
-from harness.executors import LocalExecutor
+from harness import api, config
+from harness.executors import EXECUTORS, ExecutorOptions, RunOptions, make_executor
 from harness.reporting.compare import compare
 
 CONFIGS = [config.resolve(m, "adding", s, "smoke") for m in ("gru", "sa-rnn") for s in (0, 1)]
 
 
+def drive(ex, cfgs=CONFIGS):
+    """The records an executor gives for ``cfgs``, through the one pull loop."""
+    try:
+        return [rec for _, rec in api._pull(ex, cfgs, lambda event: None)]
+    finally:
+        ex.close()
+
+
 @pytest.fixture(scope="module")
 def serial():
-    return [rec for _, rec in LocalExecutor(workers=1).map(CONFIGS)]
+    return drive(make_executor("local", RunOptions(), ExecutorOptions()))
 
 
 def _same(a, b):
@@ -19,12 +32,42 @@ def _same(a, b):
     assert res.matched == len(CONFIGS) and res.ok, res.drifted
 
 
+def test_the_registry_holds_three_executors_that_implement_the_protocol():
+    assert EXECUTORS.names() == ["local", "pool", "ray"]
+    for name, cls in EXECUTORS.items():
+        for attr in ("slots", "submit", "wait_any", "cancel", "close", "in_process"):
+            assert hasattr(cls, attr), (name, attr)
+
+
 def test_process_pool_matches_serial(serial):
-    pooled = [rec for _, rec in LocalExecutor(workers=2).map(CONFIGS)]
+    pooled = drive(make_executor("pool", RunOptions(), ExecutorOptions(workers=2)))
     _same(serial, pooled)
     assert {r["env"]["threads"] for r in pooled} == {1}
     # every run flushes subnormals (x86: set_flush_denormal works), in the pool's fresh processes
     assert {r["env"]["flush_denormal"] for r in [*serial, *pooled]} == {True}
+
+
+def test_a_worker_killed_mid_run_is_that_runs_failed_record_and_the_pool_goes_on(monkeypatch):
+    from harness.executors import pool
+
+    ex = make_executor("pool", RunOptions(), ExecutorOptions(workers=1))
+    submitted = {}
+    real_submit = ex.submit
+
+    def submit(cfg, on_epoch=None):  # the first run's worker is killed as the OOM killer would
+        handle = real_submit(cfg, on_epoch)
+        submitted[handle] = cfg
+        if len(submitted) == 1:
+            (slot,) = ex._slots
+            os.kill(slot.process.pid, signal.SIGKILL)
+        return handle
+
+    monkeypatch.setattr(ex, "submit", submit)
+    recs = drive(ex, CONFIGS[:2])
+    assert [r["status"] for r in recs] == ["failed", "ok"]
+    assert recs[0]["run_id"] == CONFIGS[0].run_id
+    assert "worker process running it died (killed by SIGKILL" in recs[0]["error"]
+    assert pool.died(-9) in recs[0]["error"]
 
 
 def test_flush_denormals_zeroes_subnormals():
@@ -39,11 +82,9 @@ def test_flush_denormals_zeroes_subnormals():
 
 def test_ray_matches_serial(serial):
     pytest.importorskip("ray", reason="the ray extra is not installed")
-    from harness.executors import RayExecutor
-
-    ex = RayExecutor()  # starts a real local Ray instance
+    ex = make_executor("ray", RunOptions(), ExecutorOptions())  # a real local Ray instance
     try:
-        recs = [rec for _, rec in ex.map(CONFIGS)]
+        recs = drive(ex)
     finally:
         ex.shutdown()
     _same(serial, recs)
@@ -52,5 +93,32 @@ def test_ray_matches_serial(serial):
 def test_bad_workers_is_an_error():
     from harness.errors import HarnessError
 
-    with pytest.raises(HarnessError):
-        LocalExecutor(workers=0)
+    with pytest.raises(HarnessError, match="--workers must be in"):
+        make_executor("pool", RunOptions(), ExecutorOptions(workers=0))
+
+
+def test_an_unknown_executor_is_one_line_with_suggestions():
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError, match="Unknown executor 'pol'. Did you mean: pool"):
+        api.executor("pol")
+
+
+def test_the_library_runs_a_sweep_without_the_command_line(tmp_path, serial):
+    spec = api.SweepSpec.of("gru,sa-rnn", "adding", seeds=[0, 1])
+    sweep = api.plan_sweep(spec)
+    assert [c.run_id for c in sweep.configs] == [c.run_id for c in CONFIGS]
+    events = []
+    result = api.run_sweep(sweep, tmp_path / "r.jsonl", api.executor("local"), events.append)
+    assert result.exit_code == 0 and len(result.records) == 4
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "planned" and kinds.count("finished") == 4 and "epoch" in kinds
+    stored = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    _same(serial, stored)
+    assert stored[0]["sweep"]["blocks"][0]["methods"] == ["gru", "sa-rnn"]
+    again = api.run_sweep(sweep, tmp_path / "r.jsonl")  # resume: nothing left to run
+    assert again.todo == [] and again.records == []
+    paths, problems = api.report([tmp_path / "r.jsonl"], tmp_path / "LB.md", figures=False)
+    assert paths == [tmp_path / "LB.md"] and not problems
+    res, _ = api.compare(tmp_path / "r.jsonl", tmp_path / "r.jsonl")
+    assert res.ok and res.matched == 4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import Store
+from harness.store import Store
 
 pytestmark = pytest.mark.slow
 

@@ -9,39 +9,38 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from builders import make_record
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
 
 from harness import config, train
+from harness.records import flat_config
 from harness.registry import METHODS, TASKS
+from harness.reporting import curves as C
+from harness.reporting import figstyle as S
 from harness.reporting import figures as F
-from harness.results import flat_config
+from harness.reporting import patterns as P
+from harness.trace import pack_depth, pack_mask, unpack_depth
 
 
 def rec(method, seed, lam=None, *, mse=0.1, skip=50.0, flops=1e4, val=None, hist=(), trace=None):
-    """A minimal ok record of the adding-like task (lower MSE is better)."""
-    method_cfg = {} if lam is None else {"lam": lam}
+    """An ok record of the adding task (lower MSE is better); ``lam`` goes into its config."""
     vid = f"{method}-{lam}"
-    return {
-        "schema": 1,
-        "run_id": f"{vid}-{seed}",
-        "variant_id": vid,
-        "method": method,
-        "task": "adding",
-        "seed": seed,
-        "preset": "smoke",
-        "status": "ok",
-        "primary": "mse",
-        "higher_is_better": False,
-        "config": {"method_cfg": method_cfg, "model": {"hidden_size": 8}, "train": {}},
-        "metrics": {"mse": mse, "skip_pct": skip},
-        "val_metrics": {"mse": mse if val is None else val},
-        "flops": {"effective": flops},
-        "params": {"total": 10},
-        "history": [{"epoch": i, "train_loss": a, "val_mse": b} for i, (a, b) in enumerate(hist)],
-        "trace": trace or {},
-    }
+    return make_record(
+        method=method,
+        seed=seed,
+        run_id=f"{vid}-{seed}",
+        variant_id=vid,
+        metrics={"mse": mse, "skip_pct": skip},
+        val_metrics={"mse": mse if val is None else val},
+        flops={"effective": flops},
+        params={"total": 10},
+        history=[{"epoch": i, "train_loss": a, "val_mse": b} for i, (a, b) in enumerate(hist)],
+        trace=trace or {},
+        **({} if lam is None else {"config.method_cfg.lam": lam}),
+        **{"config.model.hidden_size": 8},
+    )
 
 
 def runs_frame(records):
@@ -50,7 +49,7 @@ def runs_frame(records):
     for r in records:
         cfg = flat_config(r)
         row = {k: r[k] for k in ("task", "preset", "method", "variant_id", "seed", "primary")}
-        row.update(record=r, config=cfg, lam=cfg.get("lam"), flops=r["flops"]["effective"])
+        row.update(record=r, config=cfg, flops=r["flops"]["effective"])
         rows.append({**row, **r["metrics"]})
     return pd.DataFrame(rows)
 
@@ -62,18 +61,18 @@ def texts(fig):
 
 def test_one_style_per_method_from_the_registry_order():
     names = METHODS.names()
-    styles = [F.method_style(m) for m in names]
-    assert all(s["color"] in F.PALETTE for s in styles)
+    styles = [S.method_style(m) for m in names]
+    assert all(s["color"] in S.PALETTE for s in styles)
     # Every registered method differs from every other in colour or line style.
     assert len({(s["color"], s["linestyle"]) for s in styles}) == len(names)
-    assert len({s["color"] for s in styles}) == min(len(names), len(F.PALETTE))
-    assert F.method_style(names[0]) == F.method_style(names[0])
-    assert F.method_style("not-registered") == F.method_style("not-registered")
+    assert len({s["color"] for s in styles}) == min(len(names), len(S.PALETTE))
+    assert S.method_style(names[0]) == S.method_style(names[0])
+    assert S.method_style("not-registered") == S.method_style("not-registered")
     # The same method gets the same colour in two different figures.
     m = names[-1]
     recs = [rec(m, s, hist=[(1.0, 0.5), (0.5, 0.2)]) for s in (0, 1)]
     recs += [rec(names[0], 0, hist=[(1.0, 0.5)])]
-    curves = F.curves_figure(recs)
+    curves = C.curves_figure(recs)
     points = F.variant_points(runs_frame(recs), ["mse", "skip_pct", "flops"])
     trade = F.tradeoff_figure(points, "mse", False, "MSE")
     colour = {
@@ -82,7 +81,7 @@ def test_one_style_per_method_from_the_registry_order():
         for line in fig.findobj()
         if getattr(line, "get_label", lambda: "")() == m and hasattr(line, "get_color")
     }
-    assert colour == {F.method_style(m)["color"]}
+    assert colour == {S.method_style(m)["color"]}
 
 
 def test_tradeoff_steps_error_bars_and_log_axis_for_decades():
@@ -108,18 +107,18 @@ def test_tradeoff_steps_error_bars_and_log_axis_for_decades():
 
 
 def test_percent_error_bars_and_bands_stay_within_0_100():
-    lo, hi = F._band(np.array([2.0, 99.0]), np.array([5.0, 5.0]), "skip_pct")
+    lo, hi = S.band(np.array([2.0, 99.0]), np.array([5.0, 5.0]), "skip_pct")
     np.testing.assert_allclose(lo, [0.0, 94.0])
     np.testing.assert_allclose(hi, [7.0, 100.0])
-    lo, hi = F._band(np.array([2.0]), np.array([5.0]), "mse")
+    lo, hi = S.band(np.array([2.0]), np.array([5.0]), "mse")
     assert lo[0] == -3.0  # not a percentage
-    np.testing.assert_allclose(F._err([2.0], [5.0], "skip_pct"), [[2.0], [5.0]])
+    np.testing.assert_allclose(S.error_bars([2.0], [5.0], "skip_pct"), [[2.0], [5.0]])
 
 
 def lambda_runs(recs):
     runs = runs_frame(recs)
     runs["line"] = runs["method"]
-    runs["lam"] = runs["lam"].astype(float)
+    runs["lam"] = [float(c["lam"]) for c in runs["config"]]
     return runs
 
 
@@ -129,7 +128,7 @@ def test_lambda_axis_has_a_zero_tick_and_no_negative_ticks():
         for s in (0, 1)
         for lam, k in [(0.0, 1.0), (1e-4, 40.0), (1e-2, 95.0)]
     ]
-    fig = F.lambda_figure(lambda_runs(recs), "mse", "MSE", False)
+    fig = F.budget_figure(lambda_runs(recs), "lam", "mse", "MSE", False)
     texts(fig)
     for ax in fig.axes[:2]:
         assert ax.get_xscale() == "log"
@@ -150,19 +149,18 @@ def test_update_patterns_at_a_matched_budget():
     mask = (torch.rand(12, 6, generator=g) > 0.5).float()
     depth = torch.randint(0, 4, (12, 6), generator=g)
     marks = [3, 7]
-    sparse = {"first_mask": [train.pack_mask(mask)], "units": [6], "first_marks": marks}
-    dense = {"first_mask": [train.pack_mask(torch.ones(12, 6))], "units": [6]}
-    deep = {**dense, "first_depth": [train.pack_depth(depth)], "max_depth": [5]}
+    sparse = {"first_mask": [pack_mask(mask)], "units": [6], "first_marks": marks}
+    dense = {"first_mask": [pack_mask(torch.ones(12, 6))], "units": [6]}
+    deep = {**dense, "first_depth": [pack_depth(depth)], "max_depth": [5]}
     recs = [rec("gru", 0, skip=0.0, trace=dense)]
     recs += [rec("sa-rnn", 0, lam, skip=k, trace=sparse) for lam, k in [(0.0, 20), (1e-3, 61.6)]]
     recs += [rec("srhn", 0, skip=0.0, trace=deep)]
     runs = runs_frame(recs)
-    points = F.variant_points(runs, ["mse", "skip_pct", "flops"])
-    target, chosen = F.matched_budget(points, 55.0)
+    target, chosen = P.matched_budget(runs, 55.0)
     assert chosen["sa-rnn"] == "sa-rnn-0.001" and target == 55.0
-    assert F.matched_budget(points)[0] == pytest.approx((20 + 61.6) / 2)  # median of skippers
+    assert P.matched_budget(runs)[0] == pytest.approx((20 + 61.6) / 2)  # median of skippers
     picked = {m: runs.loc[runs["variant_id"] == v, "record"].iloc[0] for m, v in chosen.items()}
-    fig = F.mask_figure(picked, {"sa-rnn": "lam=0.001"})
+    fig = P.mask_figure(picked, {"sa-rnn": "lam=0.001"})
     panels = [ax for ax in fig.axes if ax.images and ax.get_title(loc="left")]
     assert [ax.get_title(loc="left") for ax in panels] == [
         "sa-rnn (lam=0.001): Skip 61.6 %",
@@ -180,7 +178,7 @@ def test_update_patterns_at_a_matched_budget():
 
 def test_pack_depth_round_trip_and_the_recorded_trace():
     d = torch.tensor([[0, 3, 12], [35, 1, 0]])
-    np.testing.assert_array_equal(train.unpack_depth(train.pack_depth(d)), d.numpy())
+    np.testing.assert_array_equal(unpack_depth(pack_depth(d)), d.numpy())
     task = TASKS.get("adding")()
     x = torch.zeros(9, 2)
     x[[2, 6], 1] = 1.0
@@ -189,9 +187,9 @@ def test_pack_depth_round_trip_and_the_recorded_trace():
     tr = r["trace"]
     assert len(tr["first_marks"]) == 2
     T = len(tr["first_mask"][0])
-    assert F.depth_image(r).shape == (tr["units"][0], T)
-    assert F.depth_image(r).max() <= tr["max_depth"][0]
-    assert not F.depth_image(rec("gru", 0)).size
+    assert P.depth_image(r).shape == (tr["units"][0], T)
+    assert P.depth_image(r).max() <= tr["max_depth"][0]
+    assert not P.depth_image(rec("gru", 0)).size
 
 
 def test_learning_curves_mean_std_over_seeds_and_chosen_on_validation():
@@ -199,11 +197,11 @@ def test_learning_curves_mean_std_over_seeds_and_chosen_on_validation():
     recs += [rec("lstm", s, 8, mse=9.0, val=0.1, hist=[(3.0, 0.1)]) for s in (0, 1)]
     recs += [rec("lstm", s, 16, mse=0.01, val=0.9, hist=[(9.0, 0.9)]) for s in (0, 1)]
     recs += [rec("gru", 0, hist=[(1.0, 1.0)]) | {"task": "synthetic", "run_id": "other"}]
-    chosen = F.curve_choice(recs)
+    chosen = C.curve_choice(recs)
     assert list(chosen) == [("adding", "smoke"), ("synthetic", "smoke")]
     assert [r["variant_id"] for r in chosen[("adding", "smoke")]["lstm"]] == ["lstm-8"] * 2
-    fig = F.curves_figure(recs)
-    assert fig.get_figwidth() == F.TWO_COLUMNS
+    fig = C.curves_figure(recs)
+    assert fig.get_figwidth() == S.TWO_COLUMNS
     loss_ax, val_ax = fig.axes[0], fig.axes[2]  # rows: loss, validation; a column per task
     assert [ax.get_title() for ax in fig.axes[:2]] == ["adding (smoke)", "synthetic (smoke)"]
     gru = next(ln for ln in loss_ax.get_lines() if ln.get_label() == "gru")
@@ -213,13 +211,13 @@ def test_learning_curves_mean_std_over_seeds_and_chosen_on_validation():
     ys = band.get_paths()[0].vertices[:, 1]
     assert ys.max() == pytest.approx(2.5 + np.std([2.0, 3.0], ddof=1))
     assert val_ax.get_ylabel() == "val. MSE ↓"
-    one = F.curves_figure(recs[:2])
-    assert one.get_figwidth() == F.ONE_COLUMN
+    one = C.curves_figure(recs[:2])
+    assert one.get_figwidth() == S.ONE_COLUMN
     assert F.write_curves([rec("gru", 0)], F.Path("unused")) == []  # no history: no figure
 
 
 def test_paper_sizes_fonts_and_truetype_pdf(tmp_path):
-    assert F.STYLE["pdf.fonttype"] == 42 and F.STYLE["ps.fonttype"] == 42
+    assert S.STYLE["pdf.fonttype"] == 42 and S.STYLE["ps.fonttype"] == 42
     recs = [
         rec("sa-rnn", s, lam, skip=k, hist=[(1.0, 0.5)])
         for s in (0, 1)
@@ -229,15 +227,15 @@ def test_paper_sizes_fonts_and_truetype_pdf(tmp_path):
     points = F.variant_points(runs, ["mse", "skip_pct", "flops"])
     figs = [
         F.tradeoff_figure(points, "mse", False, "MSE"),
-        F.lambda_figure(lambda_runs(recs), "mse", "MSE"),
-        F.curves_figure(recs),
-        F.depth_figure({"srhn": {"1": 3, "4": 5}, "rhn": {"4": 1}}),
+        F.budget_figure(lambda_runs(recs), "lam", "mse", "MSE"),
+        C.curves_figure(recs),
+        P.depth_figure({"srhn": {"1": 3, "4": 5}, "rhn": {"4": 1}}),
     ]
     for fig in figs:
-        assert fig.get_figwidth() in (F.ONE_COLUMN, F.TWO_COLUMNS)
+        assert fig.get_figwidth() in (S.ONE_COLUMN, S.TWO_COLUMNS)
         sizes = {t.get_text(): t.get_fontsize() for t in texts(fig)}
         assert min(sizes.values()) >= 7, sizes
-    png, pdf = F.save(figs[0], tmp_path / "fig")
+    png, pdf = S.save(figs[0], tmp_path / "fig")
     assert png.exists()
     data = pdf.read_bytes()
     assert b"/FontFile2" in data and b"/Type3" not in data  # embedded TrueType
@@ -254,9 +252,9 @@ def test_report_figures_writes_the_curves_and_keeps_the_order(tmp_path):
         for lam, k in [(0.0, 10.0), (1e-3, 50.0)]
     ]
     runs = runs_frame(recs)
-    out = F.report_figures(runs, None, "mse", False, "MSE", tmp_path / "figs" / "adding_smoke")
+    out = F.report_figures(runs, "mse", False, "MSE", tmp_path / "figs" / "adding_smoke")
     kinds = [paths[0].stem.rsplit("_", 1)[1] for _, paths in out]
-    assert kinds == ["tradeoff", "lambda", "curves"]  # no traces: no mask or depth figure
+    assert kinds == ["tradeoff", "budget-lam", "curves"]  # no traces: no mask or depth figure
     assert all(p.stat().st_size for _, paths in out for p in paths)
 
 

@@ -7,39 +7,33 @@ import shutil
 import subprocess
 
 import pytest
+from builders import make_record
 
 from harness.reporting.leaderboard import leaderboard_tex
 from harness.reporting.paper import render_tex, tex_escape, write_paper_report
 
 
 def rec(method, seed, task, primary, higher, hidden=50, lam=None, **metrics):
-    """A minimal ok record (``lam`` goes into the method config)."""
-    method_cfg = {} if lam is None else {"lam": lam}
+    """An ok record (``lam`` goes into the method config)."""
     vid = f"{task}-{method}-{lam}-{hidden}"
-    return {
-        "run_id": f"{vid}-{seed}",
-        "variant_id": vid,
-        "method": method,
-        "task": task,
-        "seed": seed,
-        "preset": "smoke",
-        "status": "ok",
-        "primary": primary,
-        "higher_is_better": higher,
-        "selection": f"test metrics at the best validation {primary}",
-        "config": {
-            "method_cfg": method_cfg,
-            "model": {"hidden_size": hidden},
-            "train": {"lr": 0.01, "epochs": 2},
-            "task_cfg": {"seq_len": 20},
-        },
-        "env": {"git_sha": "abcdef1234567", "git_dirty": seed == 1, "device_name": "cpu"},
-        "metrics": metrics,
-        "val_metrics": dict(metrics),
-        "flops": {"effective": 2.6e5 * (1 - metrics.get("skip_pct", 0) / 100), "dense": 2.6e5},
-        "params": {"total": 7902},
-        "time": {"train_s": 1.5},
-    }
+    return make_record(
+        method=method,
+        task=task,
+        seed=seed,
+        run_id=f"{vid}-{seed}",
+        variant_id=vid,
+        primary=primary,
+        higher_is_better=higher,
+        selection=f"test metrics at the best validation {primary}",
+        env={"git_sha": "abcdef1234567", "git_dirty": seed == 1, "device_name": "cpu"},
+        metrics=metrics,
+        val_metrics=dict(metrics),
+        flops={"effective": 2.6e5 * (1 - metrics.get("skip_pct", 0) / 100), "dense": 2.6e5},
+        params={"total": 7902},
+        time={"train_s": 1.5},
+        **({} if lam is None else {"config.method_cfg.lam": lam}),
+        **{"config.model.hidden_size": hidden, "config.train.lr": 0.01, "config.train.epochs": 2},
+    )
 
 
 def records():

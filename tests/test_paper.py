@@ -8,23 +8,19 @@ import math
 import numpy as np
 import pytest
 import torch
+from builders import make_record
 
 from harness.errors import HarnessError
-from harness.reporting.figures import mask_figure, mask_image, pareto_front
-from harness.reporting.paper import (
-    aggregate,
-    main_table,
-    paper_vs_harness,
-    render_md,
-    render_tex,
-    runs_frame,
-    setting_diff,
-    welch_p,
-    write_paper_report,
-)
+from harness.reporting.figures import pareto_front
+from harness.reporting.paper import write_paper_report
+from harness.reporting.patterns import mask_figure, mask_image
 from harness.reporting.published import tables_for
+from harness.reporting.render import render_md, render_tex
+from harness.reporting.runs import aggregate, runs_frame
+from harness.reporting.tables import main_table, welch_p
+from harness.reporting.versus import paper_vs_harness, setting_diff
 from harness.selection import Rule
-from harness.train import pack_mask
+from harness.trace import pack_mask
 
 KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]
 
@@ -41,33 +37,27 @@ def rec(
     status="ok",
     **values,
 ):
-    """A minimal ok record; ``values`` are metrics, except the method config field ``lam``."""
-    method_cfg = {k: values.pop(k) for k in ("lam", "p_skip") if k in values}
-    vid = f"{method}-{method_cfg}-{hidden}"
-    return {
-        "schema": 1,
-        "run_id": f"{vid}-{seed}",
-        "variant_id": vid,
-        "method": method,
-        "task": task,
-        "seed": seed,
-        "preset": "smoke",
-        "status": status,
-        "primary": primary,
-        "higher_is_better": higher,
-        "selection": f"test metrics at the best validation {primary}",
-        "config": {
-            "method_cfg": method_cfg,
-            "model": {"hidden_size": hidden},
-            "train": {"lr": 0.01},
-            "task_cfg": {},
-        },
-        "env": {"git_sha": "abcdef1234567", "device_name": "cpu (test)", "torch": "2.x"},
-        "metrics": values,
-        "flops": {"effective": flops, "dense": 2 * flops},
-        "params": {"total": 100},
-        "trace": trace or {},
-    }
+    """An ok record; ``values`` are metrics, except the method config fields ``lam``, ``p_skip``."""
+    knobs = {k: values.pop(k) for k in ("lam", "p_skip") if k in values}
+    vid = f"{method}-{knobs}-{hidden}"
+    return make_record(
+        method=method,
+        task=task,
+        seed=seed,
+        run_id=f"{vid}-{seed}",
+        variant_id=vid,
+        status=status,
+        primary=primary,
+        higher_is_better=higher,
+        selection=f"test metrics at the best validation {primary}",
+        env={"git_sha": "abcdef1234567", "device_name": "cpu (test)", "torch": "2.x"},
+        metrics=values,
+        flops={"effective": flops, "dense": 2 * flops},
+        params={"total": 100},
+        trace=trace or {},
+        **{f"config.method_cfg.{k}": v for k, v in knobs.items()},
+        **{"config.model.hidden_size": hidden, "config.train.lr": 0.01},
+    )
 
 
 def table(records):
@@ -107,7 +97,7 @@ def test_bold_marks_the_best_value_direction_aware():
     recs += [rec("sa-rnn", s, accuracy=80.0, skip_pct=60.0 + s, flops=1e4, lam=0.0) for s in (0, 1)]
     _, (titles, rows) = table(recs)
     assert [b for _, b in col(titles, rows, "Accuracy")] == [True, False]  # higher is better
-    assert [b for _, b in col(titles, rows, "FLOPs")] == [False, True]  # lower is better
+    assert [b for _, b in col(titles, rows, "Effective FLOPs")] == [False, True]  # lower: better
     assert [b for _, b in col(titles, rows, "Skip")] == [False, True]
     md, tex = render_md(titles, rows), render_tex(titles, rows, "t")
     assert "**90.50 ± 0.71**" in md and r"\textbf{90.50 $\pm$ 0.71}" in tex
@@ -188,7 +178,8 @@ def test_paper_vs_harness_fills_a_row_only_with_its_knobs():
     by_label = {r[0][0]: [t for t, _ in r] for r in pvh.rows}
     sa = dict(zip(pvh.titles, by_label["SA-RNN"], strict=True))
     assert sa["Paper: Accuracy %"] == "81.6 ± 0.6" and sa["Ours: Accuracy %"] == "70.50 ± 0.71"
-    assert sa["Paper: FLOPs (×10^4)"] == "6.4" and sa["Ours: FLOPs (×10^4)"] == "1.00"
+    assert sa["Paper: Effective FLOPs (×10^4)"] == "6.4"
+    assert sa["Ours: Effective FLOPs (×10^4)"] == "1.00"
     assert sa["Ours − paper: Accuracy %"] == "−11.1"  # in the paper's decimals
     assert sa["Ours: knobs"] == "lam=0.0002" and sa["Ours: seeds"] == "2"
     assert sa["Commit"] == "abcdef1234"
@@ -268,7 +259,7 @@ def test_files_are_produced(tmp_path):
     paths = write_paper_report(recs, ["recs.jsonl"], tmp_path)
     names = {p.relative_to(tmp_path).as_posix() for p in paths}
     assert {"paper_seizures_smoke.md", "paper_seizures_smoke.tex"} <= names
-    for kind in ("tradeoff", "masks", "lambda", "depth"):
+    for kind in ("tradeoff", "masks", "budget-lam", "depth"):
         assert {f"figures/seizures_smoke_{kind}.{ext}" for ext in ("png", "pdf")} <= names
     assert all(p.stat().st_size > 0 for p in paths)
     md = (tmp_path / "paper_seizures_smoke.md").read_text()

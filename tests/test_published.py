@@ -6,9 +6,9 @@ import pytest
 
 from harness import config
 from harness.errors import HarnessError
+from harness.records import flat_config
 from harness.registry import METHODS, TASKS
 from harness.reporting.published import default_path, load_tables, tables_for
-from harness.results import flat_config
 
 ROWS = {
     "S-SA Table 1": 7,

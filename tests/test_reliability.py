@@ -421,7 +421,7 @@ def _inject(fault: str, root: Path, monkeypatch) -> None:
 def test_reliability(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr("harness.data._SUM_CACHES", {})
+    monkeypatch.setattr("harness.data_sums._SUM_CACHES", {})
     (tmp_path / "blocker").write_text("a file, not a folder")
     files = {"base.jsonl": STORE, **case.files}
     for name, text in files.items():

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.cli.run import SweepProgress, fmt_duration, given_options, sweep_configs
-from harness.registry import TASKS
+from harness import api
+from harness.cli.progress import SweepProgress, fmt_duration
+from harness.cli.run import given_options
 
 ONE_RUN = ("run", "--tasks", "adding", "--methods", "gru", "--set", "train.epochs=1")
 
@@ -52,12 +53,13 @@ def test_device_cuda_without_cuda_is_rejected_up_front(harness):
 
 
 def test_given_options_sees_explicit_and_abbreviated_flags():
-    assert given_options(["run", "--seeds", "0", "--work", "2", "--set", "a=1"]) == {
-        "seeds",
-        "workers",
-        "set",
-    }
-    assert given_options(["run"]) == set()
+    from harness.cli import make_parser
+
+    argv = ["run", "--seeds", "0", "--work", "2", "--set", "a=1"]
+    parser = make_parser().parse_args(argv).parser  # run's own parser
+    assert given_options(parser, argv) == {"seeds", "workers", "set"}
+    assert given_options(parser, ["run"]) == set()
+    assert parser.parse_args([]).workers == 1  # the defaults are back
 
 
 SWEEP = """
@@ -128,7 +130,7 @@ def test_config_file_parts_and_yaml(tmp_path, harness):
     [
         ('tasks = "adding"\nepochs = 3\n', "s.toml: unknown key 'epochs' (keys: "),
         ('workers = "two"\n', "'workers' expects an integer in [1, 1024], got 'two'"),
-        ('executor = "dask"\n', "'executor' expects one of local, ray, got 'dask'"),
+        ('executor = "dask"\n', "'executor' expects one of local, pool, ray, got 'dask'"),
         ("set = { lr = nan }\n", "'set'.lr expects a finite number"),
         ("grid = { lam = 1 }\n", "'grid'.lam expects a non-empty list of values"),
         ("[[part]]\nmethod = 'gru'\n", "s.toml: part 1: unknown key 'method'"),
@@ -167,12 +169,13 @@ def test_every_suite_resolves_without_running(harness):
         opts = sweep.options
         assert opts["preset"] == "paper"
         blocks = suites.plan(sweep, "all", opts.get("tasks", "all"), {}, {}, set())
-        cfgs = sweep_configs(blocks, TASKS.names(), parse_seeds(opts["seeds"]), "paper")
+        spec = api.SweepSpec([api.Block(*b) for b in blocks], parse_seeds(opts["seeds"]), "paper")
+        cfgs = api.resolve_configs(spec)
         assert cfgs, name
         assert len({c.run_id for c in cfgs}) == len(cfgs)
     table4 = suites.load(suites.suite_path("ssa-table4"))
     blocks = suites.plan(table4, "all", "adding", {}, {}, set())
-    cfgs = sweep_configs(blocks, ["adding"], [0], "paper")
+    cfgs = api.resolve_configs(api.SweepSpec([api.Block(*b) for b in blocks], [0], "paper"))
     lams = sorted(c.method_cfg.lam for c in cfgs if c.method == "sa-rnn")
     assert lams == [0.0, 1e-5, 1e-4] and {c.model.hidden_size for c in cfgs} == {128}
 

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
+from harness import claims as claims_mod
+from harness import records, resume
+from harness import store as store_mod
+from harness.claims import Claims
 from harness.errors import RecordError
-from harness.results import Claims, Store, validate_record
+from harness.records import validate as validate_record
+from harness.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference" / "smoke.jsonl"
@@ -42,7 +46,7 @@ def test_a_real_record_and_a_timing_record_are_valid():
     assert validate_record(real_record()) == []
     failed = {k: v for k, v in real_record().items() if k not in ("metrics", "primary")}
     assert validate_record({**failed, "status": "failed", "error": "diverged"}) == []
-    timing = {k: real_record()[k] for k in results.REQUIRED} | {"kind": "timing", "schema": 2}
+    timing = {k: real_record()[k] for k in records.REQUIRED} | {"kind": "timing", "schema": 2}
     assert validate_record(timing) == []
 
 
@@ -158,7 +162,7 @@ def test_an_append_waiting_on_a_repair_goes_to_the_repaired_store(tmp_path):
         time.sleep(0.3)
         assert not repaired.is_set()
         lines = store.lines()
-        results._write_durably(path, b"".join(x.raw for x in lines if not x.problem), None)
+        store_mod._write_durably(path, b"".join(x.raw for x in lines if not x.problem), None)
     t.join(10)
     assert repaired.is_set()
     recs, problems = store.read()
@@ -205,7 +209,7 @@ def dead_pid() -> int:
 
 
 def write_claim(store: Store, run_id: str, **kw) -> None:
-    claim = {"run_id": run_id, "pid": os.getppid(), "host": results.socket.gethostname()}
+    claim = {"run_id": run_id, "pid": os.getppid(), "host": claims_mod.socket.gethostname()}
     claim.update({"time": time.time(), "started": None, **kw})
     store.claims_path.write_text(json.dumps(claim) + "\n")
 
@@ -221,7 +225,7 @@ def test_a_run_claimed_by_a_live_sweep_is_left_to_it_and_a_stale_claim_is_taken(
     assert claims.take("a") is not None
     write_claim(store, "a", pid=dead_pid())  # this host, process gone: stale
     assert claims.take("a") is None
-    write_claim(store, "a", host="elsewhere", time=time.time() - results.CLAIM_TIMEOUT_S - 1)
+    write_claim(store, "a", host="elsewhere", time=time.time() - claims_mod.CLAIM_TIMEOUT_S - 1)
     assert claims.take("a") is None  # too old
     assert claims.take("b") is None
     held = {json.loads(x)["run_id"] for x in store.claims_path.read_text().splitlines()}
@@ -259,7 +263,7 @@ def enospc_on(monkeypatch, path: Path, partial: int = 0) -> list:
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", write)
-    monkeypatch.setattr(results, "APPEND_RETRY_DELAYS_S", (0.0, 0.0))
+    monkeypatch.setattr(store_mod, "APPEND_RETRY_DELAYS_S", (0.0, 0.0))
     return calls
 
 
@@ -268,7 +272,7 @@ def test_append_retries_then_raises_and_leaves_no_torn_line(tmp_path, monkeypatc
     store.append(real_record(0))
     before = store.path.read_bytes()
     calls = enospc_on(monkeypatch, store.path, partial=10)
-    with pytest.raises(results.AppendError, match="No space left on device"):
+    with pytest.raises(store_mod.AppendError, match="No space left on device"):
         store.append(real_record(1))
     assert len(calls) == 4  # the first try wrote 10 bytes, then failed; 2 retries
     assert store.path.read_bytes() == before  # the partial line was cut off again
@@ -280,7 +284,7 @@ def test_a_full_disk_keeps_the_finished_runs_and_names_them(tmp_path, harness, m
     enospc_on(monkeypatch, tmp_path / "s.jsonl")
     code, _, err = harness(*GRU, "--methods", "gru,rnn", "--out", "s.jsonl")
     assert code == 2 and "Traceback" not in err
-    (kept,) = (tmp_path / "cache" / "harness" / "unwritten").glob("s-*.jsonl")
+    (kept,) = (tmp_path / "cache" / "condrnn-harness" / "unwritten").glob("s-*.jsonl")
     recs = [json.loads(x) for x in kept.read_text().splitlines()]
     assert {r["method"] for r in recs} == {"gru", "rnn"}
     assert f"2 finished run(s) not written to s.jsonl (No space left on device); their records " \
@@ -302,7 +306,7 @@ def rewrite(path: Path, **changes) -> None:
 def test_records_of_other_method_code_are_rerun_unless_kept(tmp_path, harness):
     assert harness(*GRU, "--out", "s.jsonl")[0] == 0
     (rec,) = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert rec["method_code"] == results.method_code("gru")
+    assert rec["method_code"] == resume.method_code("gru")
     rewrite(tmp_path / "s.jsonl", method_code="0123456789abcdef")
     code, _, err = harness(*GRU, "--out", "s.jsonl", "--keep-stale")
     assert code == 0 and "1 already recorded" in err and "kept (--keep-stale)" in err
@@ -311,7 +315,7 @@ def test_records_of_other_method_code_are_rerun_unless_kept(tmp_path, harness):
     assert "1 record(s) were made by other code of their method (gru now" in err
     assert "rerun" in err and "gru/adding/smoke/seed0" in err
     recs = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert [r["method_code"] for r in recs] == ["0123456789abcdef", results.method_code("gru")]
+    assert [r["method_code"] for r in recs] == ["0123456789abcdef", resume.method_code("gru")]
     assert "1 already recorded" in harness(*GRU, "--out", "s.jsonl")[2]
     rewrite(tmp_path / "s.jsonl", method_code=None)  # records older than code versions: kept
     assert "1 already recorded" in harness(*GRU, "--out", "s.jsonl")[2]
@@ -325,7 +329,7 @@ def test_retry_failed_reruns_failed_runs_and_the_latest_record_wins(tmp_path, ha
     assert code == 0 and "retrying 1 failed run(s): gru/adding/smoke/seed0" in err
     recs, _ = Store(tmp_path / "s.jsonl").read()
     assert [r["status"] for r in recs] == ["failed", "ok"]
-    assert [r["status"] for r in results.latest(recs)] == ["ok"]
+    assert [r["status"] for r in records.latest(recs)] == ["ok"]
 
 
 def test_compare_ignores_the_code_version_and_the_command_line(tmp_path, harness):
@@ -338,9 +342,9 @@ def test_compare_ignores_the_code_version_and_the_command_line(tmp_path, harness
 
 
 def test_the_code_version_covers_the_shared_modules_a_method_uses():
-    files = {Path(f).name for f in results._package_files(sys.modules["baselines.gru"])}
+    files = {Path(f).name for f in resume._package_files(sys.modules["baselines.gru"])}
     assert files == {"gru.py", "_cells.py"}
-    assert results.method_code("gru") != results.method_code("rnn")
+    assert resume.method_code("gru") != resume.method_code("rnn")
 
 
 # --- 6. signals ----------------------------------------------------------------------------------

@@ -19,11 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.config import PRESETS
+from harness.config import DEVICES, PRESETS
 from harness.errors import ConfigError
-
-DEVICES = ("cpu", "cuda", "auto")
-EXECUTORS = ("local", "ray")
 
 
 class Parser(argparse.ArgumentParser):
@@ -235,8 +232,8 @@ def data_dir_option(scope: str = "") -> argparse.ArgumentParser:
     )
 
 
-def device_option(default: str, help: str) -> argparse.ArgumentParser:
-    """``--device cpu|cuda|auto``."""
+def device_option(default: str | None, help: str) -> argparse.ArgumentParser:
+    """``--device cpu|cuda|auto`` (None: the command picks; ``harness.env.resolve_device``)."""
     return _option("--device", default=default, choices=DEVICES, help=help)
 
 

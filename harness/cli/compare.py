@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_command, check_writable, console, examples, write_report
+from harness.cli.common import add_command, console, examples
 
 
 def add_parser(subparsers: Any) -> None:
@@ -57,38 +56,28 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Print the drifted, missing and new runs; 0 if none drifted or went missing, else 1."""
+    """Print the drifted, missing and new runs (``harness.api.compare``); 0 when the gate passes.
+
+    It passes when nothing drifted or went missing and something was compared (1 otherwise).
+    """
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.outputs import refuse_overwrite
-    from harness.reporting.compare import (
-        compare,
-        load_records,
-        load_strict,
-        markdown,
-        parse_tolerances,
-    )
+    from harness import api
+    from harness.reporting.compare import parse_tolerances
 
-    tolerances = parse_tolerances(args.tol or [])
-    if args.markdown:
-        inputs = [("the reference (REFERENCE)", args.reference), ("CURRENT", args.current)]
-        refuse_overwrite(args.markdown, "--markdown", inputs)
-        check_writable(Path(args.markdown))
-    out = console()
-    if args.skip_malformed:
-        (reference, skipped), (current, more) = map(load_records, (args.reference, args.current))
-        for line in skipped + more:
-            out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
-    else:
-        reference, current = load_strict(args.reference), load_strict(args.current)
-    res = compare(
-        reference,
-        current,
-        tolerances,
+    res, skipped = api.compare(
+        args.reference,
+        args.current,
+        parse_tolerances(args.tol or []),
         only_present=args.only_present,
         allow_empty=args.allow_empty,
+        skip_malformed=args.skip_malformed,
+        markdown=args.markdown,
     )
+    out = console()
+    for line in skipped:
+        out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     for line in res.environment:  # numbers from another torch or device may drift for that reason
         out.print(f"[yellow]environment differs: {line}[/]")
     if res.drifted:
@@ -115,6 +104,4 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"{verdict}: {res.matched} matched, {len(res.drifted)} drifted, "
         f"{len(res.missing)} missing, {len(res.new)} new"
     )
-    if args.markdown:
-        write_report(Path(args.markdown), markdown(res, args.reference, args.current))
     return 0 if res.ok else 1

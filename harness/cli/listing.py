@@ -1,4 +1,4 @@
-"""``harness list``: the registered methods and tasks.
+"""``harness list``: the registered methods, tasks and executors.
 
 (Named ``listing`` because a submodule called ``list`` would shadow the builtin inside the
 package's ``__init__``.)
@@ -18,13 +18,14 @@ def add_parser(subparsers: Any) -> None:
     s = add_command(
         subparsers,
         "list",
-        "registered methods and tasks",
-        epilog="the names are what --methods and --tasks take (globs such as 'PREFIX-*' too)",
+        "registered methods, tasks and executors",
+        epilog="the names are what --methods, --tasks (globs such as 'PREFIX-*' too) and "
+        "'run --executor' take",
     )
     s.add_argument(
         "what",
         nargs="?",
-        choices=["methods", "tasks", "all"],
+        choices=["methods", "tasks", "executors", "all"],
         default="all",
         help="what to list (default: %(default)s)",
     )
@@ -41,7 +42,8 @@ def _first_line(obj: Any) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the methods and/or tasks, one per line with the first line of its docstring."""
+    """Print the methods, tasks and/or executors, one per line with its docstring's first line."""
+    from harness.executors import EXECUTORS
     from harness.registry import METHODS, TASKS
 
     if args.what in ("methods", "all"):
@@ -54,4 +56,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             arrow = "higher" if cls.higher_is_better else "lower"
             what = f"[{cls.kind}, {cls.primary} ({arrow} is better)]"
             print(f"  {name:16s} {what} {_first_line(cls)}")
+    if args.what in ("executors", "all"):
+        print("executors:")
+        for name, cls in EXECUTORS.items():
+            print(f"  {name:16s} {_first_line(cls)}")
     return 0

@@ -9,14 +9,11 @@ from typing import Any
 from harness.cli.common import (
     add_command,
     comma_list,
-    console,
     examples,
     one_of,
     preset_option,
-    write_report,
 )
 from harness.errors import HarnessError
-from harness.outputs import refuse_overwrite
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
@@ -104,111 +101,18 @@ def add_parser(subparsers: Any) -> None:
     s.set_defaults(func=cmd_report)
 
 
-def write_leaderboard(
-    sources: list[str],
-    out: Path,
-    con: Any,
-    warn: bool = True,
-    formats: tuple[str, ...] = ("md",),
-    select: Any = None,
-) -> list[str]:
-    """Write the leaderboard of the records in ``sources`` to ``out`` and print its path.
-
-    Args:
-        sources: records files or directories.
-        out: the Markdown file; other formats go beside it (``out`` with suffix ``.tex``,
-            ``.csv``, ``.parquet``).
-        con: the rich console the warnings go to.
-        warn: print each malformed line as a warning.
-        formats: any of ``FORMATS``.
-        select: a ``harness.selection.Rule`` (None: every variant has a row).
-
-    Returns:
-        The malformed-line messages (the report lists them too).
-    """
-    from harness.reporting import leaderboard as lb
-    from harness.reporting.paper import NO_PYARROW, write_frame
-    from harness.results import load
-
-    if "parquet" in formats:
-        from importlib.util import find_spec
-
-        if find_spec("pyarrow") is None:
-            raise HarnessError(NO_PYARROW)
-    records, problems = load(sources)
-    for p in problems if warn else ():
-        con.print(f"[yellow]warning: {p}[/]")
-    for fmt in formats:
-        path = out if fmt == "md" else out.with_suffix(f".{fmt}")
-        if fmt == "md":
-            write_report(path, lb.leaderboard_markdown(records, sources, problems, select))
-        elif fmt == "tex":
-            write_report(path, lb.leaderboard_tex(records, select))
-        else:
-            write_report(path, "")  # creates the folder; an OSError is one line
-            write_frame(lb.leaderboard_frame(records, select), path)
-        print(f"wrote {path}")
-    return problems
-
-
 def _malformed(problems: list[str]) -> HarnessError:
     more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
     return HarnessError(f"{problems[0]}{more}")
 
 
-def _write_curves(sources: list[str], board: Path) -> None:
-    """Learning curves of the records beside the leaderboard, ``<board stem>_curves.png/.pdf``."""
-    from harness.reporting.figures import write_curves
-    from harness.results import load
-
-    for p in write_curves(load(sources)[0], board.with_name(f"{board.stem}_curves")):
-        print(f"wrote {p}")
-
-
-def _inputs(sources: list[str]) -> list[tuple[str, Path]]:
-    """The records files a report reads, as ``refuse_overwrite`` takes them."""
-    from harness.results import store_path
-
-    return [("an input (records)", store_path(s)) for s in sources]
-
-
-def leaderboard_paths(board: Path, formats: tuple[str, ...], figures: bool) -> list[Path]:
-    """Every file the leaderboard writes: ``board`` per format, and its learning curves."""
-    paths = [board if fmt == "md" else board.with_suffix(f".{fmt}") for fmt in formats]
-    if figures:
-        curves = board.with_name(f"{board.stem}_curves")
-        paths += [curves.with_suffix(".png"), curves.with_suffix(".pdf")]
-    return paths
-
-
-def paper_paths(
-    records: list[dict[str, Any]],
-    out_dir: Path,
-    tasks: list[str] | None,
-    preset: str | None,
-    formats: tuple[str, ...],
-) -> list[Path]:
-    """The files ``--paper`` may write into ``out_dir``, known before it writes any.
-
-    Its tables, ``paper_<task>_<preset>.<format>`` for each (task, preset) of the records, and
-    the figures already in ``figures/`` under that stem (the figures drawn depend on the runs, so
-    the existing files are the ones that could be written over).
-    """
-    groups = {
-        (r["task"], r["preset"])
-        for r in records
-        if (tasks is None or r["task"] in tasks) and (preset is None or r["preset"] == preset)
-    }
-    paths = []
-    for task, pre in sorted(groups):
-        stem = f"{task}_{pre}"
-        paths += [out_dir / f"paper_{stem}.{fmt}" for fmt in formats]
-        paths += sorted((out_dir / "figures").glob(f"{stem}_*"))
-    return paths
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the report; malformed records are an error once it is written."""
+    """Write the report (``harness.api.report`` / ``paper_report``).
+
+    Malformed records are an error (exit 2) once the report is written without them.
+    """
+    from harness import api
+
     sources = args.records or [DEFAULT_RECORDS]
     paper_only = (("--task", args.task), ("--preset", args.preset), ("--out-dir", args.out_dir))
     given = [f for f, v in paper_only if v]
@@ -221,46 +125,33 @@ def cmd_report(args: argparse.Namespace) -> int:
         from harness.registry import TASKS
 
         tasks = TASKS.resolve(args.task)  # names and globs, as 'run --tasks' takes them
-    select = None
-    if args.select:
+    if args.select:  # a bad rule is one line before anything is read
         from harness.selection import parse_rule
 
-        select = parse_rule(args.select)
-    inputs = _inputs(sources)
+        parse_rule(args.select)
     if not args.paper:
-        formats = tuple(args.formats or ("md",))
-        board = Path(args.out or DEFAULT_BOARD)
-        option = "--out" if args.out else "the default leaderboard"
-        for path in leaderboard_paths(board, formats, figures=not args.no_figures):
-            refuse_overwrite(path, option if path == board else f"{option} ({path.name})", inputs)
-        problems = write_leaderboard(
-            sources, board, console(), warn=False, formats=formats, select=select
+        paths, problems = api.report(
+            sources,
+            Path(args.out or DEFAULT_BOARD),
+            formats=tuple(args.formats or ("md",)),
+            select=args.select,
+            figures=not args.no_figures,
+            option="--out" if args.out else "the default leaderboard",
         )
-        if not args.no_figures:
-            _write_curves(sources, board)
-        if problems:  # the report is written without them; the input is still bad
-            raise _malformed(problems)
-        return 0
-    from harness.reporting.paper import write_paper_report
-    from harness.results import load
-
-    records, problems = load(sources)
-    out_dir = Path(args.out_dir or DEFAULT_PAPER_DIR)
-    formats = tuple(args.formats or ("md", "tex"))
-    for path in paper_paths(records, out_dir, tasks, args.preset, formats):
-        refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
-    paths = write_paper_report(
-        records,
-        sources,
-        out_dir,
-        tasks=tasks,
-        presets=[args.preset] if args.preset else None,
-        formats=formats,
-        figures=not args.no_figures,
-        select=select,
-    )
-    for p in paths:
-        print(p)
-    if problems:
+        for p in paths:
+            print(f"wrote {p}")
+    else:
+        paths, problems = api.paper_report(
+            sources,
+            args.out_dir or DEFAULT_PAPER_DIR,
+            tasks=tasks,
+            preset=args.preset,
+            formats=tuple(args.formats or ("md", "tex")),
+            select=args.select,
+            figures=not args.no_figures,
+        )
+        for p in paths:
+            print(p)
+    if problems:  # the report is written without them; the input is still bad
         raise _malformed(problems)
     return 0

@@ -1,0 +1,265 @@
+"""What ``harness run`` shows while and after a sweep runs: progress, dry runs, summaries.
+
+``SweepProgress`` turns ``harness.api.SweepEvent`` s into the progress display (the run in
+progress and its epoch, an ETA, one line per finished run); the other functions print what the
+sweep found and did (resume, runs left to other sweeps, records that could not be written, the
+``--match-skip`` table). Everything goes to stderr; stdout keeps the leaderboard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt_duration(seconds: float) -> str:
+    """A duration as a person reads it: ``0.4 s``, ``12 s``, ``3 min 20 s``, ``2 h 05 min``."""
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def estimate_line(todo: list[Any], records: list[dict[str, Any]]) -> str:
+    """``--dry-run``'s estimate of the time the runs to run would take, from the store's times."""
+    from harness.sweep import estimate_seconds
+
+    seconds, n = estimate_seconds(todo, records)
+    known = n["variant"] + n["method"]
+    if not known:
+        return "estimated time: unknown (no recorded run of these variants or methods in the store)"
+    parts = [f"{n['variant']} from recorded seeds of the same variant"]
+    if n["method"]:
+        parts.append(f"{n['method']} from the same method, task and preset")
+    text = f"estimated time: {fmt_duration(seconds)} in one process ({', '.join(parts)}"
+    if n["unknown"]:
+        text += f"; {n['unknown']} run(s) with no recorded run like them, not counted"
+    return text + "; times as recorded, machine load included)"
+
+
+def print_dry_run(cfgs: list[Any], todo_ids: set[str], labels: dict[str, str]) -> None:
+    """The resolved runs, one line each on stdout: status, method, task, seed, run id, variant."""
+    rows = [("status", "method", "task", "seed", "run id", "variant")]
+    rows += [
+        (
+            "to run" if c.run_id in todo_ids else "recorded",
+            c.method,
+            c.task,
+            str(c.seed),
+            c.run_id,
+            labels.get(c.run_id, ""),
+        )
+        for c in cfgs
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[5])
+
+
+class SweepProgress:
+    """The progress display of a sweep: the run in progress, its epoch, an ETA, per-run lines.
+
+    In this process (one worker) the run in progress and its epoch are shown (``on_epoch``, a
+    ``harness.train.train_model`` callback); with ``--workers`` or Ray the runs train in other
+    processes, and the display shows how many have finished, the ETA and a line per finished run.
+
+    Args:
+        console: the rich console.
+        todo: the runs, in the order a serial executor runs them.
+        labels: variant labels (``variant_labels``).
+        serial: the runs train in this process, one after the other.
+        verbose: print every epoch's losses.
+    """
+
+    def __init__(
+        self, console: Any, todo: list[Any], labels: dict[str, str], serial: bool, verbose: bool
+    ) -> None:
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.todo, self.labels, self.serial, self.verbose = todo, labels, serial, verbose
+        self.finished = 0
+        self.started = time.monotonic()
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[eta]}"),
+            console=console,
+            transient=False,
+        )
+        self.bar = self.progress.add_task(self._current(), total=len(todo), eta="")
+
+    def __enter__(self) -> SweepProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def name(self, cfg: Any) -> str:
+        """``method | task seed N variant``."""
+        label = self.labels.get(cfg.run_id, "")
+        return f"{cfg.method} | {cfg.task} seed {cfg.seed}" + (f" {label}" if label else "")
+
+    def _current(self, epoch: str = "") -> str:
+        if self.finished >= len(self.todo):
+            return "done"
+        if not self.serial:
+            return "running"
+        return f"running {self.name(self.todo[self.finished])}{epoch}"
+
+    def on_epoch(self, epoch: int, row: dict[str, Any]) -> None:
+        """After each epoch of the run in progress (serial): show it; with verbose, its losses."""
+        cfg = self.todo[min(self.finished, len(self.todo) - 1)]
+        self.progress.update(
+            self.bar, description=self._current(f" epoch {epoch + 1}/{cfg.train.epochs}")
+        )
+        if self.verbose:
+            values = " ".join(
+                f"{k} {v:.4g}" for k, v in row.items() if k != "epoch" and isinstance(v, float)
+            )
+            self.progress.console.print(
+                f"  {self.name(cfg)} epoch {epoch + 1}/{cfg.train.epochs}: {values}",
+                highlight=False,
+            )
+
+    def on_event(self, event: Any) -> None:
+        """A ``harness.api.SweepEvent``: an epoch of the run in progress, or a finished run."""
+        if event.kind == "epoch":
+            self.on_epoch(event.epoch, event.row)
+        elif event.kind == "finished":
+            self.done(event.cfg, event.record)
+        elif event.kind == "unwritten":
+            self.progress.console.print(
+                f"[red]could not write run {event.record['run_id']} to the store "
+                f"({event.error}); kept in {event.fallback}[/]",
+                highlight=False,
+            )
+
+    def done(self, cfg: Any, rec: dict[str, Any]) -> None:
+        """A run finished: its line, the bar, the ETA of the rest."""
+        import time
+
+        self.finished += 1
+        elapsed = time.monotonic() - self.started
+        left = len(self.todo) - self.finished
+        eta = f"ETA {fmt_duration(elapsed / self.finished * left)}" if left else ""
+        self.progress.update(self.bar, advance=1, description=self._current(), eta=eta)
+        self.progress.console.print(summary(self.name(cfg), rec), highlight=False)
+
+
+def summary(name: str, rec: dict[str, Any]) -> str:
+    """One finished run as a line: its name and variant, primary metric, Skip %, duration."""
+    if rec["status"] != "ok":
+        return f"[red]✗ {name}: {rec['error']}[/]"
+    m = rec["metrics"]
+    primary = rec["primary"]
+    extra = f" skip {m['skip_pct']:.1f}%"
+    if "mean_depth" in m:
+        extra += f" depth {m['mean_depth']:.2f}"
+    t = rec.get("time", {})
+    took = fmt_duration(t.get("train_s", 0.0) + t.get("eval_s", 0.0))
+    return f"✓ {name}: {primary} {m.get(primary, float('nan')):.4g}{extra} ({took})"
+
+
+# a match_skip row holds its primary metric under the metric's own name, beside these keys
+_MATCH_SKIP_KEYS = ("task", "preset", "method", "variant_id", "skip_pct", "seeds", "candidates")
+
+
+def print_match_skip(
+    store: Any, cfgs: list[Any], target: float, swept: list[str], out: Any
+) -> None:
+    """Per method, the swept variant with Skip % nearest ``target`` (among this sweep's runs)."""
+    from rich.table import Table
+
+    from harness.sweep import match_skip
+
+    ids = {c.run_id for c in cfgs}
+    records = [r for r in store.read()[0] if r["run_id"] in ids]
+    table = Table(title=f"variants nearest test Skip {target:g} % (test-based)")
+    for col in ("task", "method", *swept, "Skip %", "metric", "seeds", "candidates"):
+        table.add_column(col)
+    for row in match_skip(records, target, swept):
+        primary = next(k for k in row if k not in (*_MATCH_SKIP_KEYS, "values"))
+        table.add_row(
+            row["task"],
+            row["method"],
+            *[str(row["values"][k]) for k in swept],
+            f"{row['skip_pct']:.1f}",
+            f"{primary} {row[primary]:.4g}",
+            str(row["seeds"]),
+            str(row["candidates"]),
+        )
+    out.print(table)
+    out.print("to choose on validation data instead: harness report --select val-skip-band:T:W")
+
+
+def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
+    """Print what resuming found: records of changed method code, failed runs retried.
+
+    Args:
+        plan: the ``harness.resume.ResumePlan``.
+        console: the rich console.
+        limit: records named per kind (the rest are counted).
+    """
+    from harness.records import label
+    from harness.resume import method_code
+
+    def names(recs: list[dict[str, Any]]) -> str:
+        shown = [label(r) for r in recs[:limit]]
+        more = f" and {len(recs) - limit} more" if len(recs) > limit else ""
+        return ", ".join(shown) + more
+
+    if plan.stale:
+        methods = sorted({r["method"] for r in plan.stale})
+        codes = ", ".join(f"{m} now {method_code(m)}" for m in methods)
+        what = (
+            "kept (--keep-stale)"
+            if plan.kept_stale
+            else "rerun (the new records supersede them; --keep-stale keeps them)"
+        )
+        console.print(
+            f"[yellow]warning: {len(plan.stale)} record(s) were made by other code of their "
+            f"method ({codes}): {what}: {names(plan.stale)}[/]",
+            highlight=False,
+        )
+    if plan.failed:
+        console.print(
+            f"retrying {len(plan.failed)} failed run(s): {names(plan.failed)}", highlight=False
+        )
+
+
+def say_finish(result: Any, console: Any) -> None:
+    """Print the runs other sweeps took and the records the store could not take."""
+    if result.taken:
+        console.print(
+            f"{len(result.taken)} run(s) left to other sweeps on {result.store}:", highlight=False
+        )
+        for cfg, holder in result.taken:
+            by = (
+                "recorded by another sweep"
+                if holder.get("recorded")
+                else f"claimed by pid {holder.get('pid')} on {holder.get('host')}"
+            )
+            console.print(
+                f"  {cfg.method}/{cfg.task}/{cfg.preset}/seed{cfg.seed} ({cfg.run_id}): {by}",
+                highlight=False,
+            )
+    if not result.unwritten:
+        return
+    console.print(
+        f"[red]error: {len(result.unwritten)} finished run(s) not written to {result.store} "
+        f"({result.write_error}); their records are in {result.fallback}:[/]",
+        highlight=False,
+    )
+    for r in result.unwritten:
+        console.print(
+            f"  {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']} ({r['run_id']})",
+            highlight=False,
+        )
+    console.print(f"once there is room: cat {result.fallback} >> {result.store}", highlight=False)

@@ -1,0 +1,168 @@
+"""Executors: where the runs of a sweep train. One protocol, a registry, small implementations.
+
+Every executor runs ``run_one`` (``harness.train.run`` with the sweep's ``RunOptions``: data
+root, device, torch threads, event logs) on the configs it is given, so the records, and
+therefore the store and resume, are the same whichever executor produced them; only timings and
+the order in which runs finish differ.
+
+An executor implements ``Executor``: ``slots()`` (how many runs it takes at once), ``submit``
+(start one run, return a handle), ``wait_any`` (block until some run finishes; return each
+finished ``(handle, record)``), ``cancel`` (stop everything in flight: an interrupt) and
+``close``. The loop that keeps the slots filled, claims each run just in time and appends the
+records is written once, in ``harness.api.run_sweep``. Whatever becomes of a run (an exception,
+its worker process killed, its Ray task lost) comes back as that run's record: failed, with the
+reason.
+
+Registered executors (``harness list executors``): ``local`` (in this process, one run after
+the other), ``pool`` (worker processes on this machine, one torch thread each by default),
+``ray`` (Ray tasks on a cluster; the ``ray`` extra). Adding one: a module here with a class
+decorated ``@register_executor("name")`` taking ``(RunOptions, ExecutorOptions)``, imported
+below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from harness.registry import Registry
+
+# The most worker processes and torch threads per run a sweep may ask for: beyond any machine
+# here, and below the counts at which thread pools fail to allocate (--threads 1000000 ended in
+# a segmentation fault inside the first run).
+MAX_WORKERS = 1024
+MAX_THREADS = 1024
+
+EXECUTORS = Registry("executor", plugins=False)
+register_executor = EXECUTORS.register
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What every run of a sweep gets, whichever executor runs it.
+
+    Attributes:
+        data_dir: the dataset root (None: ``$HARNESS_DATA_DIR``, else the user cache).
+        device: ``cpu``, ``cuda`` or ``auto`` (``harness.env.resolve_device``).
+        threads: torch CPU threads per run (0: torch's default).
+        log_dir: TensorBoard event files per run under this folder (None: none).
+    """
+
+    data_dir: str | None = None
+    device: str = "cpu"
+    threads: int = 1
+    log_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """The executors' own settings (each reads the ones it has).
+
+    Attributes:
+        workers: ``pool``: worker processes.
+        ray_address: ``ray``: the cluster's address (None: a local Ray instance).
+    """
+
+    workers: int = 1
+    ray_address: str | None = None
+
+
+EpochCallback = Callable[[int, dict[str, Any]], None]
+
+
+class Executor(Protocol):
+    """What ``harness.api.run_sweep`` drives.
+
+    Attributes:
+        name: the registry key.
+        in_process: runs train in this process (so ``submit``'s ``on_epoch`` is called).
+    """
+
+    name: ClassVar[str]
+    in_process: ClassVar[bool]
+
+    def slots(self) -> int:
+        """How many runs may be in flight at once."""
+
+    def submit(self, cfg: Any, on_epoch: EpochCallback | None = None) -> Hashable:
+        """Start (or queue) one run; returns its handle."""
+
+    def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
+        """Block until at least one run in flight finished; each finished ``(handle, record)``."""
+
+    def cancel(self) -> None:
+        """Stop every run in flight now (they are dropped, not recorded)."""
+
+    def close(self) -> None:
+        """Release what the executor holds (worker processes) once nothing is in flight."""
+
+
+def run_one(
+    cfg_dict: dict[str, Any], run: RunOptions, callbacks: tuple[EpochCallback, ...] = ()
+) -> dict[str, Any]:
+    """Run one config (as a plain dict: configs travel so) and return its record.
+
+    With ``run.log_dir``, the run also writes TensorBoard events (``harness.tracking``).
+    ``callbacks`` (in-process runs only) go to ``harness.train.run``, called after every epoch.
+    Anything raised around the run (setting the threads, opening the event log) is the run's
+    failed record too; only an interrupt propagates.
+    """
+    from harness.train import failed_record
+
+    try:
+        return _run_config(cfg_dict, run, callbacks)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        return failed_record(cfg_dict, e)
+
+
+def _run_config(
+    cfg_dict: dict[str, Any], run: RunOptions, callbacks: tuple[EpochCallback, ...]
+) -> dict[str, Any]:
+    import torch
+
+    from harness import config
+    from harness.train import run as train_run
+
+    if run.threads:
+        torch.set_num_threads(run.threads)
+    cfg = config.from_dict(cfg_dict)
+    if not run.log_dir:
+        return train_run(cfg, run.data_dir, run.device, list(callbacks))
+    from harness.tracking import TensorBoardLogger
+
+    logger = TensorBoardLogger(run.log_dir, cfg)
+    try:
+        rec = train_run(cfg, run.data_dir, run.device, [logger, *callbacks])
+        logger.finish(rec)
+    finally:
+        logger.close()
+    return rec
+
+
+def lost_record(cfg_dict: dict[str, Any], why: str) -> dict[str, Any]:
+    """The failed record of a run whose worker never sent its record back (``why``)."""
+    from harness.records import failed_record
+    from harness.resume import method_code
+
+    try:
+        code = method_code(cfg_dict["method"])
+    except Exception:
+        code = None
+    return failed_record(cfg_dict, why, code)
+
+
+def make_executor(name: str, run: RunOptions, options: ExecutorOptions) -> Executor:
+    """The executor registered as ``name``, set up for a sweep.
+
+    Raises:
+        HarnessError: an unknown name (with suggestions), or an executor that cannot start
+            (Ray not installed or not reachable).
+    """
+    return EXECUTORS.get(name)(run, options)
+
+
+# the implementations register themselves on import
+from harness.executors import local, pool, ray  # noqa: E402, F401

@@ -1,0 +1,99 @@
+"""``ray``: the runs of a sweep as Ray tasks, on a cluster or a local Ray instance.
+
+Needs the ``ray`` extra (``pip install 'condrnn-harness[ray]'``); nothing of Ray is imported
+until this executor is made. Each run is one task (``--threads`` CPUs, one GPU with
+``--device cuda``); as many are in flight as the cluster has CPUs for. A task that Ray loses (its
+worker killed, a node gone) is that run's failed record, naming what Ray said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Hashable
+from typing import Any, ClassVar
+
+from harness.errors import HarnessError
+from harness.executors import (
+    EpochCallback,
+    ExecutorOptions,
+    RunOptions,
+    lost_record,
+    register_executor,
+    run_one,
+)
+
+
+@register_executor("ray")
+class RayExecutor:
+    """Ray tasks; started (or joined) at ``options.ray_address``, else a local instance.
+
+    Args:
+        run: what every run gets, as the workers see it (``data_dir``, ``log_dir`` must be
+            paths the workers can reach).
+        options: ``ray_address``.
+
+    Raises:
+        HarnessError: Ray is not installed, or cannot be reached.
+    """
+
+    in_process: ClassVar[bool] = False
+
+    def __init__(self, run: RunOptions, options: ExecutorOptions | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise HarnessError(
+                "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
+            ) from None
+        self.ray, self.run = ray, run
+        address = options.ray_address if options else None
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                raise HarnessError(f"cannot connect to Ray at {address or 'local'}: {e}") from None
+        self._cpus = max(run.threads, 1)
+        gpus = 1 if run.device == "cuda" else 0
+        self._remote = ray.remote(num_cpus=self._cpus, num_gpus=gpus)(run_one)
+        self._pending: dict[Any, dict[str, Any]] = {}  # object ref -> config dict
+
+    def slots(self) -> int:
+        """As many runs as the cluster's CPUs hold at ``--threads`` CPUs each."""
+        return max(int(self.ray.cluster_resources().get("CPU", 1) // self._cpus), 1)
+
+    def submit(self, cfg: Any, on_epoch: EpochCallback | None = None) -> Hashable:
+        """Start the run as a Ray task; its object ref."""
+        cfg_dict = cfg.to_dict()
+        ref = self._remote.remote(cfg_dict, self.run)
+        self._pending[ref] = cfg_dict
+        return ref
+
+    def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
+        """Block until a task ends; its record (or, for a task Ray lost, a failed one)."""
+        if not self._pending:
+            return []
+        done, _ = self.ray.wait(list(self._pending), num_returns=1)
+        out: list[tuple[Hashable, dict[str, Any]]] = []
+        for ref in done:
+            cfg_dict = self._pending.pop(ref)
+            try:
+                rec = self.ray.get(ref)
+            except Exception as e:  # the task or its worker failed outside the run
+                why = " ".join(str(e).split())[:300]
+                rec = lost_record(cfg_dict, f"the Ray task failed: {type(e).__name__}: {why}")
+            out.append((ref, rec))
+        return out
+
+    def cancel(self) -> None:
+        """Cancel every task in flight."""
+        for ref in self._pending:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=True)
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Nothing is held once the tasks are done (a local Ray instance ends with the process)."""
+
+    def shutdown(self) -> None:
+        """Disconnect from Ray (``ray.shutdown()``), stopping the processes ``ray.init`` started."""
+        self.ray.shutdown()

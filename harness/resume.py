@@ -1,0 +1,131 @@
+"""Resuming a sweep: which of its runs the store already holds, and the code that made them.
+
+Records carry their method's code version (``method_code``: a digest of the method's source
+files); ``plan_resume`` reruns the runs the store lacks and, unless told to keep them, those whose
+record was made by other code of their method.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.records import latest
+
+
+def _package_files(module: Any) -> set[str]:
+    """The source files of ``module`` and of the modules of its package it uses, transitively.
+
+    The package's ``__init__`` (which imports every module) is left out.
+    """
+    pkg = module.__name__.partition(".")[0]
+    seen: dict[str, Any] = {}
+    todo = [module]
+    while todo:
+        mod = todo.pop()
+        if mod.__name__ in seen:
+            continue
+        seen[mod.__name__] = mod
+        for obj in vars(mod).values():
+            name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
+            if not isinstance(name, str) or name == pkg or name.partition(".")[0] != pkg:
+                continue
+            other = sys.modules.get(name)
+            if other is not None and name not in seen:
+                todo.append(other)
+    return {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
+
+
+@functools.cache
+def method_code(method: str) -> str:
+    """The code version of a registered method: a digest of its source files.
+
+    The files are the module that registers the method and the modules of its package that it
+    uses (shared cells, kernels), transitively; not the harness itself.
+
+    Args:
+        method: the registry key.
+
+    Returns:
+        16 hex digits of the SHA-256 of the files' names and contents.
+    """
+    from harness.registry import METHODS
+
+    module = sys.modules[METHODS.get(method).__module__]
+    h = hashlib.sha256()
+    for path in sorted(_package_files(module)):
+        h.update(Path(path).name.encode() + b"\0")
+        h.update(Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class ResumePlan:
+    """Which runs of a sweep to run, given the records already in the store.
+
+    Attributes:
+        todo: the configs to run.
+        done: how many are recorded and kept.
+        failed: the latest records of failed runs that are rerun (``retry_failed``).
+        stale: the latest records made by other code of their method (``method_code``).
+        kept_stale: whether the stale records were kept (not rerun).
+    """
+
+    todo: list[Any]
+    done: int = 0
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[dict[str, Any]] = field(default_factory=list)
+    kept_stale: bool = False
+
+
+def plan_resume(
+    configs: Sequence[Any],
+    records: Iterable[dict[str, Any]],
+    *,
+    force: bool = False,
+    retry_failed: bool = False,
+    keep_stale: bool = False,
+) -> ResumePlan:
+    """Decide what a (resumed) sweep runs.
+
+    A config whose run id has no record runs. With a record (the latest line of that id), it is
+    skipped, except: ``force`` reruns everything; ``retry_failed`` reruns runs whose record is not
+    ``ok``; a record whose ``method_code`` differs from the method's code now is stale and reruns
+    unless ``keep_stale`` (records without a code version, older than it, are kept).
+
+    Args:
+        configs: the sweep's ``RunConfig``s.
+        records: the store's records.
+        force: rerun every run.
+        retry_failed: rerun the failed runs.
+        keep_stale: keep the records made by other code instead of rerunning them.
+
+    Returns:
+        The plan; the reruns append records and the latest line of a run id wins (``latest``).
+    """
+    if force:
+        return ResumePlan(list(configs))
+    by_id = {r["run_id"]: r for r in latest(records)}
+    plan = ResumePlan([], kept_stale=keep_stale)
+    for cfg in configs:
+        rec = by_id.get(cfg.run_id)
+        if rec is None:
+            plan.todo.append(cfg)
+            continue
+        code = rec.get("method_code")
+        if code is not None and code != method_code(cfg.method):
+            plan.stale.append(rec)
+            if not keep_stale:
+                plan.todo.append(cfg)
+                continue
+        if retry_failed and rec.get("status") != "ok":
+            plan.failed.append(rec)
+            plan.todo.append(cfg)
+            continue
+        plan.done += 1
+    return plan
