@@ -19,45 +19,20 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.store import AppendError, Store, _write_durably, save_unwritten
+from harness.store import (
+    AppendError,
+    Store,
+    drop_claims,
+    read_claims,
+    save_unwritten,
+    write_claims,
+)
 
 CLAIM_TIMEOUT_S = 48 * 3600  # a claim this old is stale whoever holds it
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _read_claims(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return {}
-    claims = {}
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            c = json.loads(line)
-            if isinstance(c, dict) and isinstance(c.get("run_id"), str):
-                claims[c["run_id"]] = c
-    return claims
-
-
-def _write_claims(path: Path, claims: dict[str, dict[str, Any]]) -> None:
-    if not claims:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        return
-    text = "".join(json.dumps(c, sort_keys=True) + "\n" for c in claims.values())
-    _write_durably(path, text.encode(), mode=None)
-
-
-def drop_claims(path: Path, run_ids: set[str]) -> None:
-    """Remove the claims on ``run_ids`` (call under the store's lock)."""
-    if not path.exists():
-        return
-    claims = _read_claims(path)
-    if run_ids & claims.keys():
-        _write_claims(path, {k: c for k, c in claims.items() if k not in run_ids})
 
 
 def _process_start(pid: int) -> str | None:
@@ -141,7 +116,7 @@ class Claims:
             self._scan_new_records()
             if run_id in self._recorded_since:
                 return {"run_id": run_id, "recorded": True}
-            claims = _read_claims(self.store.claims_path)
+            claims = read_claims(self.store.claims_path)
             other = claims.get(run_id)
             mine = other is not None and (other.get("pid"), other.get("host")) == (
                 self.pid,
@@ -157,7 +132,7 @@ class Claims:
                 "started": self._started,
                 "time": time.time(),
             }
-            _write_claims(self.store.claims_path, claims)
+            write_claims(self.store.claims_path, claims)
             self.mine.add(run_id)
             return None
 

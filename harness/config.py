@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
 import types
 import typing
@@ -22,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.records import canonical_config, config_hash, identity  # noqa: F401  (config_hash: bench)
+from harness.registry import after_load
 
 PRESETS = ("smoke", "quick", "paper")
 DEVICES = ("cpu", "cuda", "auto")  # auto: CUDA when available (harness.env.resolve_device)
@@ -125,7 +125,7 @@ class Preset:
     """A task's settings for one preset: trainer, model, task knobs, and per-method overrides.
 
     Per-method overrides look like ``{"<method key>": {"hidden_size": 20}}``, with keys in any
-    section; ``harness.registry.check_presets`` refuses an unknown method or key when the
+    section; ``check_presets`` refuses an unknown method or key when the
     registry loads.
     """
 
@@ -171,8 +171,6 @@ class RunConfig:
         ``harness.records.canonical_config``: the fields whose absence the ids were kept
         stable by (``train.compile`` when False, ``data`` for generated data) are left out.
         """
-        from harness.records import canonical_config
-
         return canonical_config(
             {
                 "method": self.method,
@@ -190,22 +188,12 @@ class RunConfig:
     @property
     def run_id(self) -> str:
         """Hash of the fully resolved config (16 hex digits; ``harness.records.identity``)."""
-        from harness.records import identity
-
         return identity(self.to_dict())[0]
 
     @property
     def variant_id(self) -> str:
         """Hash of the config without the seed: runs that differ only by seed share it."""
-        from harness.records import identity
-
         return identity(self.to_dict())[1]
-
-
-def config_hash(d: dict[str, Any]) -> str:
-    """Stable short hash of a JSON-serialisable dict."""
-    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 # --- typed overrides -----------------------------------------------------------------------------
@@ -359,7 +347,6 @@ def resolve(
     Layers apply in order: the task preset, then its per-method overrides, then the user's
     overrides (which win).
     """
-    from harness.method import build_config
     from harness.registry import METHODS, TASKS
 
     if preset not in PRESETS:
@@ -399,7 +386,6 @@ def resolve(
 
 def from_dict(d: dict[str, Any]) -> RunConfig:
     """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
-    from harness.method import build_config
     from harness.registry import METHODS, TASKS
 
     try:
@@ -420,7 +406,6 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 
 def default_sections(method: str, task: str) -> dict[str, Any]:
     """The default config sections of a (method, task) pair, for key lookups."""
-    from harness.method import build_config
     from harness.registry import METHODS, TASKS
 
     return {
@@ -440,3 +425,62 @@ def accepts(method: str, task: str, key: str) -> bool:
         if "ambiguous" in str(e):
             raise
         return False
+
+
+def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
+    """Instantiate a config dataclass, turning bad values into ConfigError.
+
+    Each given value is checked against its field's declared bounds (``harness.config.knob``)
+    first, so an out-of-range value is named with its range.
+
+    Args:
+        cls: the config dataclass.
+        values: field values.
+        owner: the method or task it configures, named in the messages.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {unknown} for {cls.__name__}; valid: {sorted(names)}")
+    for name, value in values.items():
+        check_knob(cls, name, value, name, owner)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{cls.__name__}: {e}") from None
+
+
+@after_load
+def check_presets() -> None:
+    """Check that every task preset's per-method overrides name registered methods and keys.
+
+    ``harness.config.resolve`` reads a preset's overrides by method key, so a misspelt key
+    (snake_case for kebab-case) would silently run the method without them.
+
+    Raises:
+        PresetError: one line naming the task, the preset and the bad key, with suggestions.
+    """
+    import difflib
+
+    from harness.registry import METHODS, TASKS, PresetError
+
+    for task, task_cls in sorted(TASKS._items.items()):
+        for preset, p in getattr(task_cls, "presets", {}).items():
+            where = f"task '{task}', preset '{preset}'"
+            for method, overrides in p.methods.items():
+                if method not in METHODS._items:
+                    raise PresetError(f"{where}: {METHODS._unknown(method)}")
+                for key in overrides:
+                    try:
+                        ok = accepts(method, task, key)
+                    except ConfigError as e:  # a bare key that two sections own
+                        raise PresetError(f"{where}, method '{method}': {e}") from None
+                    if not ok:
+                        keys = valid_keys(default_sections(method, task))
+                        short = [k.split(".", 1)[1] for k in keys]
+                        close = difflib.get_close_matches(key, keys + short, n=3, cutoff=0.6)
+                        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                        raise PresetError(
+                            f"{where}, method '{method}': unknown key '{key}'.{hint} "
+                            f"Valid keys: {', '.join(keys)}"
+                        )

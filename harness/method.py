@@ -9,7 +9,6 @@ analytic multiply-accumulate counts of its cell as a ``StepCost``; the harness d
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -290,28 +289,3 @@ class Method(nn.Module):
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
         """Called by the trainer before each epoch (0-based): annealing schedules live here."""
         self.epoch = epoch
-
-
-def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
-    """Instantiate a config dataclass, turning bad values into ConfigError.
-
-    Each given value is checked against its field's declared bounds (``harness.config.knob``)
-    first, so an out-of-range value is named with its range.
-
-    Args:
-        cls: the config dataclass.
-        values: field values.
-        owner: the method or task it configures, named in the messages.
-    """
-    from harness.config import check_knob
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ConfigError(f"unknown field(s) {unknown} for {cls.__name__}; valid: {sorted(names)}")
-    for name, value in values.items():
-        check_knob(cls, name, value, name, owner)
-    try:
-        return cls(**values)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{cls.__name__}: {e}") from None

@@ -19,15 +19,18 @@ without the trainer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 SCHEMA_VERSION = 1
 # what every record holds (run and timing records)
 REQUIRED = ("schema", "run_id", "method", "task", "seed", "preset", "status", "config")
+# ``(method, task) -> {record section: {field: legacy value}}`` (``harness.config.legacy_values``)
+Legacy = Callable[[str, str], dict[str, dict[str, Any]]]
 STATUSES = ("ok", "failed")  # what a record's status can be; any other is an unusable line
 # record kind (``kind``; a run record has none) -> the schema versions this harness reads
 KNOWN_SCHEMAS: dict[str, tuple[int, ...]] = {"run": (1,), "timing": (1, 2)}
@@ -42,10 +45,7 @@ class RunRecord(TypedDict, total=False):
         schema: the record format's version (``SCHEMA_VERSION``).
         run_id: hash of the fully resolved config (``RunConfig.run_id``).
         variant_id: the same without the seed: runs that differ only by seed share it.
-        method: the method's registry key.
-        task: the task's registry key.
-        seed: the run's seed.
-        preset: ``smoke``, ``quick`` or ``paper``.
+        method: the method's registry key; ``task`` the task's; ``seed``, ``preset``.
         status: ``ok`` or ``failed``.
         error: why a failed run failed (one line); None when ok.
         config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
@@ -53,21 +53,17 @@ class RunRecord(TypedDict, total=False):
         env: where it ran (``harness.env.environment``).
         time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``.
         primary: the task's primary metric; ``higher_is_better`` its direction.
-        higher_is_better: see ``primary``.
         selection: the rule that chose the test metrics (text).
         params: ``total`` and ``method`` parameter counts.
         data: the splits' sizes and, for data files, their ``digest`` and ``verified``.
-        best_epoch: the epoch whose parameters were tested.
-        epochs_run: the epochs trained.
+        best_epoch: the epoch whose parameters were tested; ``epochs_run`` those trained.
         history: one row per epoch (``train_loss``, ``val_<primary>``).
         metrics: test metrics (the task's, ``skip_pct``, ...).
         val_metrics: validation metrics of the best epoch.
         macs: MACs per sequence (``dense``, ``effective``, ...); ``flops`` twice them.
-        flops: see ``macs``.
         diagnostics: method-specific measures (``diag_*`` of the layers).
         trace: the first test sequence's update pattern and per-step shares (``pack_mask``).
-        argv: the command line of the sweep that made it.
-        sweep: the resolved sweep (``harness.api.Sweep.provenance``).
+        argv: the command line of the sweep that made it; ``sweep`` the resolved sweep.
         written_run_id: set by the reader when migration changed ``run_id`` (not stored).
     """
 
@@ -229,10 +225,14 @@ def canonical_config(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def config_hash(d: dict[str, Any]) -> str:
+    """Stable short hash of a JSON-serialisable dict."""
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def identity(cfg_dict: dict[str, Any]) -> tuple[str, str]:
     """``(run_id, variant_id)`` of a config dict (``RunConfig.run_id`` / ``variant_id``)."""
-    from harness.config import config_hash
-
     d = canonical_config(cfg_dict)
     return config_hash(d), config_hash({k: v for k, v in d.items() if k != "seed"})
 
@@ -278,13 +278,14 @@ def _non_finite(token: str) -> Any:
     )
 
 
-def from_json(text: str | bytes, migrate_ids: bool = True) -> RunRecord:
-    """Parse and check one line (``validate``), then migrate it (``migrate``).
+def from_json(text: str | bytes, legacy: Legacy | None = None) -> RunRecord:
+    """Parse and check one line (``validate``), then migrate it (``migrate``) given ``legacy``.
 
     Args:
         text: the line (without its newline).
-        migrate_ids: fill the config fields added since the record was written and take its
-            ids afresh (``migrate``).
+        legacy: the declared legacy values of a (method, task) pair's config fields
+            (``harness.config.legacy_values``; the store passes it): fill the fields added since
+            the record was written and take its ids afresh. None: read as written.
 
     Raises:
         RecordProblem: not UTF-8, not strict JSON (a ``NaN`` or ``Infinity`` token included),
@@ -303,7 +304,7 @@ def from_json(text: str | bytes, migrate_ids: bool = True) -> RunRecord:
     problems = validate(rec)
     if problems:
         raise RecordProblem("; ".join(problems))
-    return migrate(rec) if migrate_ids else rec
+    return migrate(rec, legacy) if legacy is not None else rec
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -416,7 +417,7 @@ def validate(rec: Any) -> list[str]:
 # --- migration ------------------------------------------------------------------------------------
 
 
-def migrate(rec: dict[str, Any]) -> RunRecord:
+def migrate(rec: dict[str, Any], legacy: Legacy) -> RunRecord:
     """A run record as the current harness would have written it for the same setting.
 
     Each config section that lacks a field its config class now has gets the value that field
@@ -427,13 +428,15 @@ def migrate(rec: dict[str, Any]) -> RunRecord:
 
     Args:
         rec: a checked record (``validate``).
+        legacy: ``(method, task) -> {section: {field: value}}``, the legacy values the config
+            fields declare (``harness.config.legacy_values``).
 
     Returns:
         The record (the same dict, changed in place).
     """
     if rec.get("kind", "run") != "run":
         return rec  # type: ignore[return-value]
-    filled = _fill_legacy(rec["config"], rec["method"], rec["task"])
+    filled = _fill_legacy(rec["config"], legacy(rec["method"], rec["task"]))
     canonical = canonical_config(rec["config"])
     if not any(name in canonical.get(sec, {}) for sec, name in filled):
         return rec  # type: ignore[return-value]  # the ids do not hash what was filled
@@ -444,16 +447,16 @@ def migrate(rec: dict[str, Any]) -> RunRecord:
     return rec  # type: ignore[return-value]
 
 
-def _fill_legacy(config: dict[str, Any], method: str, task: str) -> list[tuple[str, str]]:
+def _fill_legacy(
+    config: dict[str, Any], declared: dict[str, dict[str, Any]]
+) -> list[tuple[str, str]]:
     """Fill the fields a record's config lacks from their declared legacy values.
 
     Returns:
         ``(section, field)`` of each field filled.
     """
-    from harness.config import legacy_values
-
     filled = []
-    for section, values in legacy_values(method, task).items():
+    for section, values in declared.items():
         have = config.get(section)
         if not isinstance(have, dict):
             continue

@@ -125,14 +125,25 @@ register_task = TASKS.register
 PLUGIN_PACKAGES = {"method": "baselines", "task": "tasks"}
 
 _loaded = False
+_AFTER_LOAD: list[Callable[[], None]] = []
+
+
+def after_load(check: Callable[[], None]) -> Callable[[], None]:
+    """Run ``check`` each time the plugins have been loaded (``load_plugins``).
+
+    How a module above the registry checks what registered (``harness.config.check_presets``)
+    without the registry importing it.
+    """
+    _AFTER_LOAD.append(check)
+    return check
 
 
 def load_plugins() -> None:
     """Import the ``baselines`` and ``tasks`` packages once, which registers everything.
 
     Raises:
-        PresetError: a task preset names an unknown method or key (``check_presets``); every
-            later call raises it again.
+        HarnessError: a check registered with ``after_load`` failed (``PresetError``: a task
+            preset names an unknown method or key); every later call raises it again.
     """
     global _loaded
     if _loaded:
@@ -141,41 +152,8 @@ def load_plugins() -> None:
     try:
         for pkg in PLUGIN_PACKAGES.values():
             importlib.import_module(pkg)
-        check_presets()
+        for check in _AFTER_LOAD:
+            check()
     except BaseException:
         _loaded = False
         raise
-
-
-def check_presets() -> None:
-    """Check that every task preset's per-method overrides name registered methods and keys.
-
-    ``harness.config.resolve`` reads a preset's overrides by method key, so a misspelt key
-    (snake_case for kebab-case) would silently run the method without them.
-
-    Raises:
-        PresetError: one line naming the task, the preset and the bad key, with suggestions.
-    """
-    from harness.config import accepts, default_sections, valid_keys
-    from harness.errors import ConfigError
-
-    for task, task_cls in sorted(TASKS._items.items()):
-        for preset, p in getattr(task_cls, "presets", {}).items():
-            where = f"task '{task}', preset '{preset}'"
-            for method, overrides in p.methods.items():
-                if method not in METHODS._items:
-                    raise PresetError(f"{where}: {METHODS._unknown(method)}")
-                for key in overrides:
-                    try:
-                        ok = accepts(method, task, key)
-                    except ConfigError as e:  # a bare key that two sections own
-                        raise PresetError(f"{where}, method '{method}': {e}") from None
-                    if not ok:
-                        keys = valid_keys(default_sections(method, task))
-                        short = [k.split(".", 1)[1] for k in keys]
-                        close = difflib.get_close_matches(key, keys + short, n=3, cutoff=0.6)
-                        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-                        raise PresetError(
-                            f"{where}, method '{method}': unknown key '{key}'.{hint} "
-                            f"Valid keys: {', '.join(keys)}"
-                        )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import signal
 import tempfile
@@ -30,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.config import legacy_values
 from harness.errors import HarnessError, RecordError
 from harness.records import REQUIRED, NotJSON, RecordProblem, RunRecord, from_json, to_json
 
@@ -114,7 +116,7 @@ def parse_lines(data: bytes, complete: bool = True) -> list[Line]:
             continue
         torn = " (the last line has no newline: a writer was killed or the disk filled)"
         try:
-            line.record = from_json(part)
+            line.record = from_json(part, legacy_values)
         except NotJSON as e:
             line.problem = str(e) + (torn if last else "")
         except RecordProblem as e:
@@ -283,8 +285,6 @@ class Store:
                     os.ftruncate(fd, size)  # no torn line of ours is left behind
                 raise
             with contextlib.suppress(OSError):
-                from harness.claims import drop_claims
-
                 drop_claims(self.claims_path, {run_id})
 
     def lines(self) -> list[Line]:
@@ -385,6 +385,43 @@ def _write_durably(path: Path, data: bytes, mode: int | None) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+# --- the claims side file (``harness.claims``), read and written under the store's lock --------
+
+
+def read_claims(path: Path) -> dict[str, dict[str, Any]]:
+    """The claims in a store's claims file, by run id (unreadable lines are skipped)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return {}
+    claims = {}
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            c = json.loads(line)
+            if isinstance(c, dict) and isinstance(c.get("run_id"), str):
+                claims[c["run_id"]] = c
+    return claims
+
+
+def write_claims(path: Path, claims: dict[str, dict[str, Any]]) -> None:
+    """Replace the claims file (durably); no claim left removes it."""
+    if not claims:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    text = "".join(json.dumps(c, sort_keys=True) + "\n" for c in claims.values())
+    _write_durably(path, text.encode(), mode=None)
+
+
+def drop_claims(path: Path, run_ids: set[str]) -> None:
+    """Remove the claims on ``run_ids`` (call under the store's lock)."""
+    if not path.exists():
+        return
+    claims = read_claims(path)
+    if run_ids & claims.keys():
+        write_claims(path, {k: c for k, c in claims.items() if k not in run_ids})
 
 
 # --- records that could not be written -----------------------------------------------------------

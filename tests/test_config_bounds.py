@@ -218,9 +218,8 @@ def _with_overrides(monkeypatch, task: str, preset: str, methods: dict) -> None:
 
 
 def test_shipped_presets_name_registered_methods_and_keys():
-    from harness import registry
 
-    registry.check_presets()
+    config.check_presets()
 
 
 @pytest.mark.parametrize(
@@ -245,7 +244,7 @@ def test_a_preset_naming_an_unknown_method_or_key_is_refused_when_the_registry_l
 
     _with_overrides(monkeypatch, "seizures", "quick", methods)
     with pytest.raises(registry.PresetError, match=expected) as err:
-        registry.check_presets()
+        config.check_presets()
     assert "\n" not in str(err.value)
     monkeypatch.setattr(registry, "_loaded", False)  # load_plugins runs the check
     with pytest.raises(registry.PresetError, match=expected):
@@ -261,4 +260,4 @@ def test_an_ambiguous_preset_key_is_refused(monkeypatch):
     with pytest.raises(
         registry.PresetError, match=r"synthetic', preset 'paper', method 'srehn'.*ambiguous"
     ):
-        registry.check_presets()
+        config.check_presets()

@@ -9,6 +9,7 @@ import torch
 from builders import make_record
 
 from harness import config, records
+from harness.config import legacy_values
 from harness.records import RecordProblem, from_json, migrate, to_json
 from harness.trace import pack_depth, pack_mask, unpack_depth, unpack_mask
 
@@ -19,7 +20,7 @@ def test_a_record_round_trips_as_one_strict_json_line():
     rec = make_record(**{"metrics.mse": float("nan")})
     line = to_json(rec)
     assert "\n" not in line and "NaN" not in line
-    back = from_json(line)
+    back = from_json(line, legacy_values)
     assert back["metrics"]["mse"] is None  # not finite: stored as null
     assert back["config"]["train"].pop("compile") is False  # read complete (migrate)
     assert {k: v for k, v in back.items() if k != "metrics"} == {
@@ -67,7 +68,7 @@ def test_a_record_of_each_older_schema_reads_as_todays_variant(method, task, sec
     today = make_record(method=method, task=task)
     old = _older(today, section, field)
     assert old["run_id"] != today["run_id"]  # as written, another variant of the same setting
-    back = from_json(json.dumps(old))
+    back = from_json(json.dumps(old), legacy_values)
     assert back["run_id"] == today["run_id"] and back["variant_id"] == today["variant_id"]
     assert back["written_run_id"] == old["run_id"]
     assert back["config"][section][field] == today["config"][section][field]
@@ -78,7 +79,7 @@ def test_compile_added_later_keeps_every_id():
     # train.compile is left out of the ids while False: filling it changes nothing
     rec = make_record()
     assert "compile" not in rec["config"]["train"]
-    back = migrate(json.loads(to_json(rec)))
+    back = migrate(json.loads(to_json(rec)), legacy_values)
     assert back["run_id"] == rec["run_id"] and "written_run_id" not in back
 
 
@@ -86,7 +87,7 @@ def test_every_committed_record_migrates_to_a_complete_config():
     # each field added since records exist declares its legacy value (knob(legacy=...))
     for path in [*ROOT.glob("results/**/*.jsonl")]:
         for line in path.read_text().splitlines():
-            rec = from_json(line)
+            rec = from_json(line, legacy_values)
             if rec.get("kind", "run") != "run":
                 continue
             want = config.resolve(rec["method"], rec["task"], 0, "smoke").to_dict()
