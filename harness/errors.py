@@ -1,4 +1,14 @@
-"""Errors the CLI turns into one clear line and exit code 2 (bad input), never a traceback."""
+"""Errors the CLI turns into one clear line and exit code 2 (bad input), never a traceback.
+
+Also how an allocation failure is told apart from other errors (``allocation_failure``) and
+turned into one such line (``out_of_memory``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
 
 
 class HarnessError(Exception):
@@ -46,3 +56,45 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+_OOM_TEXTS = ("can't allocate memory", "not enough memory", "out of memory")
+
+
+def allocation_failure(e: BaseException) -> str | None:
+    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
+
+    torch reports a failed allocation as a RuntimeError (``DefaultCPUAllocator: can't allocate
+    memory``, ``CUDA out of memory``); Python as a MemoryError.
+    """
+    text = str(e)
+    if not isinstance(e, MemoryError) and not (
+        isinstance(e, RuntimeError) and any(t in text for t in _OOM_TEXTS)
+    ):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", text)
+    return f"; it asked for {int(asked.group(1)) / 2**30:,.1f} GiB" if asked else ""
+
+
+@contextlib.contextmanager
+def out_of_memory(
+    what: str, detail: str = "", error: type[HarnessError] = HarnessError
+) -> Iterator[None]:
+    """Turn an allocation failure inside the block into one error line about ``what``.
+
+    Args:
+        what: what was being allocated ("" when the caller prefixes the message itself).
+        detail: said after "does not fit in memory" (e.g. the model's size).
+        error: the error type raised.
+
+    Raises:
+        HarnessError: ``WHAT does not fit in memory DETAIL; it asked for N GiB``.
+    """
+    try:
+        yield
+    except (MemoryError, RuntimeError) as e:
+        need = allocation_failure(e)
+        if need is None:
+            raise
+        head = f"{what} does not fit in memory" if what else "does not fit in memory"
+        raise error(f"{head}{detail}{need}") from None

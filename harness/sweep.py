@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from harness import config
-from harness.errors import ConfigError, HarnessError
+from harness.errors import (  # noqa: F401  (allocation_failure, out_of_memory: callers of sweep)
+    ConfigError,
+    HarnessError,
+    allocation_failure,
+    out_of_memory,
+)
 from harness.metrics import mean_std
 from harness.records import flat_config, latest
 
@@ -160,48 +164,6 @@ def variant_labels(cfgs: list[Any]) -> dict[str, str]:
         for rid, flat in flats.items():
             labels[rid] = " ".join(f"{k}={flat.get(k)}" for k in varying)
     return labels
-
-
-_OOM_TEXTS = ("can't allocate memory", "not enough memory", "out of memory")
-
-
-def allocation_failure(e: BaseException) -> str | None:
-    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
-
-    torch reports a failed allocation as a RuntimeError (``DefaultCPUAllocator: can't allocate
-    memory``, ``CUDA out of memory``); Python as a MemoryError.
-    """
-    text = str(e)
-    if not isinstance(e, MemoryError) and not (
-        isinstance(e, RuntimeError) and any(t in text for t in _OOM_TEXTS)
-    ):
-        return None
-    asked = re.search(r"allocate (\d+) bytes", text)
-    return f"; it asked for {int(asked.group(1)) / 2**30:,.1f} GiB" if asked else ""
-
-
-@contextlib.contextmanager
-def out_of_memory(
-    what: str, detail: str = "", error: type[HarnessError] = HarnessError
-) -> Iterator[None]:
-    """Turn an allocation failure inside the block into one error line about ``what``.
-
-    Args:
-        what: what was being allocated ("" when the caller prefixes the message itself).
-        detail: said after "does not fit in memory" (e.g. the model's size).
-        error: the error type raised.
-
-    Raises:
-        HarnessError: ``WHAT does not fit in memory DETAIL; it asked for N GiB``.
-    """
-    try:
-        yield
-    except (MemoryError, RuntimeError) as e:
-        need = allocation_failure(e)
-        if need is None:
-            raise
-        head = f"{what} does not fit in memory" if what else "does not fit in memory"
-        raise error(f"{head}{detail}{need}") from None
 
 
 def out_of_memory_as_error(cfg: config.RunConfig) -> contextlib.AbstractContextManager[None]:

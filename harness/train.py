@@ -23,7 +23,7 @@ import torch
 
 from harness import env, records
 from harness.config import RunConfig
-from harness.errors import DivergedError, HarnessError
+from harness.errors import DivergedError, HarnessError, allocation_failure
 from harness.flops import FLOPS_PER_MAC, sequence_macs
 from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
@@ -388,8 +388,6 @@ def failure_reason(e: BaseException) -> str:
     An allocation failure says so first (``out of memory: ...``): the message of a numpy or torch
     allocator names the size it asked for.
     """
-    from harness.sweep import allocation_failure
-
     text = " ".join(str(e).split())  # one line, however the message was laid out
     if len(text) > 500:
         text = text[:500] + " ..."
