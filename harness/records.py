@@ -6,15 +6,11 @@ A record is one JSON line per finished run (status ``ok`` or ``failed``), a plai
 could not start), ``to_json`` (one strict-JSON line) and ``from_json`` (parse and check a line).
 Records of the timing benchmark (``kind: timing``) share the required keys and the checks.
 
-Reading migrates: a record made before a config field existed lacks that field, and reads as if
-it held the value the field declares for older records (``harness.config.knob(legacy=...)``);
-its run and variant ids are then those of the same setting made today
-(``RunConfig.run_id``), so one setting is one variant whichever code recorded it. The line on
-disk is never rewritten: the id it was written under stays in ``written_run_id``.
-
-The update masks and micro-step counts a record's ``trace`` holds are packed by
-``harness.trace`` (``pack_mask``, ``pack_depth`` and their inverses): reports decode them
-without the trainer.
+Reading migrates: a record made before a config field existed reads as if it held the value the
+field declares for older records (``harness.config.knob(legacy=...)``), with the ids of the same
+setting made today, so one setting is one variant whichever code recorded it. The line on disk
+is never rewritten: the id it was written under stays in ``written_run_id``. Its ``trace`` is
+packed by ``harness.trace``, its ``events`` described by ``harness.events``.
 """
 
 from __future__ import annotations
@@ -63,6 +59,8 @@ class RunRecord(TypedDict, total=False):
         macs: MACs per sequence (``dense``, ``effective``, ...); ``flops`` twice them.
         diagnostics: method-specific measures (``diag_*`` of the layers).
         trace: the first test sequence's update pattern and per-step shares (``pack_mask``).
+        events: what happened while it trained (``harness.events``): gradient norms clipped in
+            float64 after overflowing float32, loss spikes, the non-finite value that ended it.
         argv: the command line of the sweep that made it; ``sweep`` the resolved sweep.
         written_run_id: set by the reader when migration changed ``run_id`` (not stored).
     """
@@ -94,6 +92,7 @@ class RunRecord(TypedDict, total=False):
     flops: dict[str, float]
     diagnostics: dict[str, float]
     trace: dict[str, Any]
+    events: list[dict[str, Any]]
     argv: list[str]
     sweep: dict[str, Any]
     written_run_id: str
@@ -124,6 +123,7 @@ def start_record(cfg: Any, method_code: str | None) -> RunRecord:
         method_code=method_code,
         config=cfg.to_dict(),
         time={"start": _now()},
+        events=[],
     )
 
 
@@ -362,6 +362,7 @@ _RUN_TYPES: dict[str, tuple[Any, str]] = {
     "time": (lambda v: isinstance(v, dict), "an object"),
     "trace": (lambda v: isinstance(v, dict), "an object"),
     "history": (lambda v: isinstance(v, list), "an array"),
+    "events": (lambda v: isinstance(v, list), "an array"),
 }
 
 

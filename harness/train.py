@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from harness import env, records
+from harness import events as events_mod
 from harness.config import RunConfig
 from harness.errors import DivergedError, HarnessError, allocation_failure
 from harness.flops import FLOPS_PER_MAC, sequence_macs
@@ -220,7 +221,7 @@ def _better(new: float, best: float | None, higher: bool) -> bool:
 
 def descend(
     total: torch.Tensor, opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], clip: float
-) -> None:
+) -> float | None:
     """One optimiser step on ``total``: backward, global-norm clipping (when ``clip > 0``), step.
 
     The global norm is torch's (``get_total_norm``, in the gradients' dtype). Where that
@@ -235,6 +236,10 @@ def descend(
         params: the trainable parameters, clipped together.
         clip: the global gradient-norm bound; 0 turns clipping off.
 
+    Returns:
+        The float64 norm where the float32 one overflowed and the gradients were clipped with
+        it (an event the record keeps), else None.
+
     Raises:
         DivergedError: when clipping, a gradient with a non-finite element, before the step
             (clipping it would write NaN into the parameters and the next batch's loss would be
@@ -242,20 +247,23 @@ def descend(
     """
     opt.zero_grad(set_to_none=True)
     total.backward()
+    wide = None
     if clip > 0:
         grads = [p.grad for p in params if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads)
         if torch.isfinite(norm):
             torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
         else:
-            _clip_wide(grads, clip)
+            wide = _clip_wide(grads, clip)
     opt.step()
+    return wide
 
 
-def _clip_wide(grads: list[torch.Tensor], clip: float) -> None:
+def _clip_wide(grads: list[torch.Tensor], clip: float) -> float:
     """Global-norm clipping of gradients whose norm overflowed their dtype, in float64.
 
     Both the norm and the scaling: a float32 scale ``clip / norm`` can be subnormal (flushed to 0).
+    Returns the float64 norm.
 
     Raises:
         DivergedError: when some gradient element is inf or NaN.
@@ -268,6 +276,7 @@ def _clip_wide(grads: list[torch.Tensor], clip: float) -> None:
     if scale < 1.0:
         for g, w in zip(grads, wide, strict=True):
             g.copy_(w * scale)
+    return norm.item()
 
 
 def train_model(
@@ -277,11 +286,15 @@ def train_model(
     splits,
     device,
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
+    events: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
     """Train with Adam, leaving the best-validation parameters loaded.
 
     Each of ``callbacks`` is called after every epoch with ``(epoch, history row)`` (progress
-    display, ``harness.tracking``).
+    display, ``harness.tracking``). What happened on the way is appended to ``events``
+    (``harness.events``): an epoch whose gradient norm overflowed float32 and was clipped in
+    float64, an epoch whose training loss is above ``SPIKE_FACTOR`` times its best so far, and
+    the non-finite loss or gradient that ends a run.
 
     Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
     None if no epoch had a finite one). Raises DivergedError on a non-finite loss or gradient
@@ -294,11 +307,13 @@ def train_model(
     history: list[dict[str, Any]] = []
     best_val, best_epoch, best_state, best_metrics, stale = None, -1, None, None, 0
     train_s = 0.0
+    events = [] if events is None else events
+    best_loss: tuple[float, int] | None = None  # (the lowest epoch training loss, its epoch)
     for epoch in range(tc.epochs):
         model.on_epoch_start(epoch, tc.epochs)
         model.train()
         t0 = time.perf_counter()
-        losses = []
+        losses, overflowed = [], []
         for i, batch in enumerate(splits.train.batches(tc.batch_size, True, gen)):
             if tc.max_train_batches and i >= tc.max_train_batches:
                 break
@@ -309,17 +324,27 @@ def train_model(
             try:
                 if not torch.isfinite(total):
                     raise DivergedError(f"non-finite loss ({total.item()})")
-                descend(total, opt, params, tc.clip)
+                wide = descend(total, opt, params, tc.clip)
             except DivergedError as e:
+                kind = "non_finite_loss" if "loss" in str(e) else "non_finite_gradient"
+                events.append(events_mod.event(epoch, kind, f"batch {i}: {e}"))
                 spent = train_s + time.perf_counter() - t0
                 raise DivergedError(f"{e} at epoch {epoch}, batch {i}", history, spent) from None
+            if wide is not None:
+                overflowed.append(wide)
             losses.append(loss.item())
         train_s += time.perf_counter() - t0
+        if overflowed:
+            events.append(events_mod.overflow_event(epoch, overflowed, tc.clip))
+        epoch_loss = float(np.mean(losses))
+        spike = events_mod.loss_spike(epoch, epoch_loss, best_loss)
+        if spike is not None:
+            events.append(spike)
+        if best_loss is None or epoch_loss < best_loss[0]:
+            best_loss = (epoch_loss, epoch)
         val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics
         v = val.get(task.primary, float("nan"))
-        history.append(
-            {"epoch": epoch, "train_loss": float(np.mean(losses)), f"val_{task.primary}": v}
-        )
+        history.append({"epoch": epoch, "train_loss": epoch_loss, f"val_{task.primary}": v})
         for callback in callbacks:
             callback(epoch, history[-1])
         if _better(v, best_val, task.higher_is_better):
@@ -422,7 +447,7 @@ def _train_and_test(
     if cfg.data is not None:  # which files: their digest, and whether they are the published data
         rec["data"].update(dataclasses.asdict(cfg.data))
     history, best_epoch, train_s, val_metrics = train_model(
-        cfg, task, model, splits, dev, callbacks
+        cfg, task, model, splits, dev, callbacks, rec["events"]
     )
     t0 = time.perf_counter()
     test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
