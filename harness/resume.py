@@ -64,6 +64,35 @@ def method_code(method: str) -> str:
     return h.hexdigest()[:16]
 
 
+def current_code(method: str) -> str | None:
+    """``method_code`` of a registered method; None for a name the registry does not hold.
+
+    (A timing reference such as torch's fused cell has no code version of the harness's.)
+    """
+    from harness.registry import METHODS
+
+    return method_code(method) if method in METHODS else None
+
+
+def code_changes(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The methods whose code changed since ``rows`` (records or report rows) were measured.
+
+    A row names its ``method`` and the ``method_code`` it ran with; one line per method whose
+    code today differs: ``METHOD: measured with CODE, now CODE``. Rows without a code version
+    (measured before it was kept) are not judged.
+    """
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        if r.get("method_code"):
+            seen.setdefault(r["method"], set()).add(r["method_code"])
+    out = []
+    for method, codes in sorted(seen.items()):
+        now = current_code(method)
+        if now is not None and codes != {now}:
+            out.append(f"{method}: measured with {', '.join(sorted(codes))}, now {now}")
+    return out
+
+
 @dataclass
 class ResumePlan:
     """Which runs of a sweep to run, given the records already in the store.

@@ -25,7 +25,7 @@ RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite to
     "schema", "kind", "method", "task", "seed", "preset", "status", "config", "phase", "device",
     "device_name", "median_s", "mean_s", "stddev_s", "min_s", "max_s", "iqr_s", "rounds",
     "iterations", "warmup_rounds", "sizes", "params", "env", "bench_id", "time", "benchmark",
-    "run_id", "ratio_vs_gru", "fused_cell", "mac_ratio", "ratio_vs_cell",
+    "run_id", "ratio_vs_gru", "fused_cell", "mac_ratio", "ratio_vs_cell", "method_code",
 }  # fmt: skip
 METHOD_KEYS = RECORD_KEYS | {"target"}  # a method's record; a reference's has "reference"
 GRU_LOOP = phases.REFERENCES[phases.STEP_LOOP]
@@ -585,3 +585,22 @@ def test_device_auto_times_cuda_only_where_present(tmp_path):
     else:
         assert devices == {"cpu"}
         assert "- skipped (2): CUDA not available (device auto)" in md.read_text()
+
+
+def test_a_timing_report_names_the_code_it_timed_and_warns_when_it_changed():
+    from harness.bench.timing_report import timing_markdown
+    from harness.resume import code_changes, method_code
+
+    now = method_code("gru")
+    rows = [{"method": "gru", "method_code": now}, {"method": "gru", "method_code": "0" * 16}]
+    assert code_changes(rows[:1]) == []
+    assert code_changes(rows) == [f"gru: measured with {'0' * 16}, {now}, now {now}"]
+    assert code_changes([{"method": "torch.nn.GRU (fused)", "method_code": "x"}]) == []
+    assert code_changes([{"method": "gru"}]) == []  # no code version: not judged
+    timed = [{**r, "phase": "train", "task": "adding", "preset": "smoke", "device": "cpu",
+              "device_name": "cpu", "sizes": {"B": 2, "T": 3}, "median_s": 0.1, "rounds": 3,
+              "warmup_rounds": 1} for r in rows]  # fmt: skip
+    md = timing_markdown(timed[1:], ["t.jsonl"], "harness bench")
+    assert f"Code timed (`method_code`): gru {'0' * 16}." in md
+    assert f"**Timed with other code than today's**: gru: measured with {'0' * 16}" in md
+    assert "other code" not in timing_markdown(timed[:1], ["t.jsonl"], "harness bench")

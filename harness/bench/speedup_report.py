@@ -14,6 +14,7 @@ import torch
 
 from harness.env import device_name, git_state
 from harness.flops import UNIT_NOTE
+from harness.resume import code_changes
 
 # The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
 COLUMNS_NOTE = (
@@ -41,6 +42,14 @@ def _vs(r: dict[str, Any], alt: str) -> list[str]:
         f"{r[f'bound_{alt}']:.2f}x",
         f"{r[f'realised_frac_{alt}']:.2f}",
     ]
+
+
+def _codes(rows: Sequence[dict[str, Any]]) -> str:
+    """``method code, ...``: the code version each method was timed with (``?`` if unknown)."""
+    codes: dict[str, set[str]] = {}
+    for r in rows:
+        codes.setdefault(r["method"], set()).add(r.get("method_code") or "?")
+    return ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
 
 
 def speedup_markdown(
@@ -100,7 +109,8 @@ def speedup_markdown(
         "Speedup = alternative / fast, the median of per-round ratios (min–max over the rounds "
         "in brackets; rounds in the last column), timed in alternating blocks of consecutive "
         "calls after one warm-up. "
-        "Bound = MACs of the alternative / MACs the fast path needs, paper-effective, for "
+        "Bound = MACs of the alternative / MACs the fast path needs, exact-realisable (what "
+        "it can skip: for VC-RNN the first k units read only the first k state dims), for "
         "the union of the batch's decisions (every unit some sequence updates, the largest "
         "depth): at batch 1, and where a batch's decisions coincide, the FLOP reduction; at "
         "batch > 1 with independent per-unit decisions, the memory-traffic bound of reading the "
@@ -110,6 +120,9 @@ def speedup_markdown(
         "otherwise. For depth-adaptive methods the skip is the depth-skip %. "
         f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
         f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
+        "",
+        f"Code timed (`method_code`): {_codes(rows)}.",
+        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
         "",
         *[f"- {n}" for n in notes],
         *([""] if notes else []),

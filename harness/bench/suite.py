@@ -47,6 +47,7 @@ from harness.config import config_hash
 from harness.errors import ConfigError, HarnessError
 from harness.outputs import write_text
 from harness.registry import METHODS, TASKS
+from harness.resume import current_code
 from harness.store import Store
 from harness.timing import summarize, time_fn
 
@@ -104,6 +105,7 @@ def timing_record(
         "benchmark": f"{info['method']}[{info['phase']}-{info['device']}]",
         "fused_cell": info.get("fused_cell"),
         "mac_ratio": info.get("mac_ratio"),
+        "method_code": current_code(info["method"]),  # the report names it, warns if it moved
     }
     if reference:
         rec["reference"] = True

@@ -11,9 +11,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 from harness.bench.phases import PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
+from harness.resume import code_changes
 
 RATIO = "× fused GRU"
 CELL_RATIO = "× fused cell"
+
+
+def _codes(rows: Sequence[dict[str, Any]]) -> str:
+    """``method code, ...``: the code version each method was timed with (``?`` if unknown)."""
+    codes: dict[str, set[str]] = {}
+    for r in rows:
+        if not r.get("reference"):
+            codes.setdefault(r["method"], set()).add(r.get("method_code") or "?")
+    return ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
 
 
 def format_ms(seconds: float | None) -> str:
@@ -175,7 +185,9 @@ def timing_markdown(
         f"- Target (train step): within {factor}× its fused cell; a depth-adaptive (highway) "
         f"method, which runs several layers per step, within {factor}× the fused GRU × its "
         "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
+        f"- Code timed (`method_code`): {_codes(records)}.",
         *[f"- {n}" for n in notes],
+        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(records)],
         "",
     ]
     sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
