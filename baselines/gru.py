@@ -2,7 +2,7 @@
 
 Paper: Cho et al. 2014, "Learning Phrase Representations using RNN Encoder-Decoder",
 https://arxiv.org/abs/1406.1078; equations as restated in S-SA (Hartvigsen et al., CIKM 2020,
-https://doi.org/10.1145/3340531.3412058) eqs. 1-4.
+https://doi.org/10.1145/3340531.3412018) eqs. 1-4.
 
 Differences from the paper:
 - [DECISION] docs/methods.md 2.3: the reset gate is applied after the recurrent matmul

@@ -1,7 +1,7 @@
 """Random Updates: a GRU whose units update at random (fixed probability), in training and test.
 
 Paper: the "Random Updates" baseline of S-SA, Hartvigsen et al., "Learning to Selectively Update
-State Neurons in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058
+State Neurons in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412018
 (per-unit, per-step Bernoulli updates, "similar to Zoneout but kept at test time"; Zoneout:
 Krueger et al. 2017, https://arxiv.org/abs/1606.01305). Spec: docs/methods.md 2.4::
 

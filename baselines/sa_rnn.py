@@ -2,7 +2,7 @@
 whether the unit is recomputed by the GRU or copied from the previous step.
 
 Paper: Hartvigsen, Sen, Kong & Rundensteiner, "Learning to Selectively Update State Neurons in
-Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058 (S-SA), eqs. 5-9;
+Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412018 (S-SA), eqs. 5-9;
 authors' code: github.com/Thartvigsen/SA-RNN (``model.py``)::
 
     u~_t = hsig_a(w_u * h_{t-1} + W_i x_t + b_u)        eq. 5 (coordinator, before the update)

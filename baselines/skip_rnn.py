@@ -3,7 +3,7 @@ updates or copies its state; the update probability accumulates while steps are 
 
 Paper: Campos, Jou, Giró-i-Nieto, Torres & Chang, "Skip RNN: Learning to Skip State Updates in
 Recurrent Neural Networks", ICLR 2018, https://arxiv.org/abs/1708.06834 (eqs. 2-5); used as a
-baseline by S-SA (Hartvigsen et al., CIKM 2020, https://doi.org/10.1145/3340531.3412058)::
+baseline by S-SA (Hartvigsen et al., CIKM 2020, https://doi.org/10.1145/3340531.3412018)::
 
     u_t = round(u~_t)                                             eq. 2 (straight-through)
     h_t = u_t * GRU(h_{t-1}, x_t) + (1 - u_t) * h_{t-1}            eq. 3

@@ -3,7 +3,7 @@ hidden units are recomputed at each step.
 
 Paper: Jernite, Grave, Joulin & Mikolov, "Variable Computation in Recurrent Neural Networks",
 ICLR 2017, https://arxiv.org/abs/1611.06188; used as a baseline by S-SA (Hartvigsen et al.,
-CIKM 2020, https://doi.org/10.1145/3340531.3412058). Equations as restated in docs/methods.md 2.7
+CIKM 2020, https://doi.org/10.1145/3340531.3412018). Equations as restated in docs/methods.md 2.7
 (the VC paper itself could not be consulted, so no equation numbers are given)::
 
     m_t = sigmoid(w_h . h_{t-1} + w_x . x_t + b)                 scheduler, a scalar per sequence

@@ -1,7 +1,7 @@
 """What the three S-SA classification tasks share: scoring, balanced splits, data rows, presets.
 
 Paper (S-SA): Hartvigsen, Sen, Kong, Rundensteiner, "Learning to Selectively Update State Neurons
-in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412058, section 4.1; its
+in Recurrent Networks", CIKM 2020, https://doi.org/10.1145/3340531.3412018, section 4.1; its
 Tables 1-3 are ``seizures``, ``twitter-buzz`` and ``yahoo``, whose modules say how each dataset is
 read and cut into windows.
 

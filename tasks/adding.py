@@ -1,7 +1,7 @@
 """The adding problem, as set up in S-SA (Table 4).
 
 Papers: Hochreiter & Schmidhuber 1997 (the task); S-SA (Hartvigsen et al., CIKM 2020,
-https://doi.org/10.1145/3340531.3412058) section 4.3 for this version; "solved" from Skip RNN
+https://doi.org/10.1145/3340531.3412018) section 4.3 for this version; "solved" from Skip RNN
 (Campos et al., ICLR 2018, https://arxiv.org/abs/1708.06834).
 
 Each sequence has ``T`` steps of ``[value, marker]`` with ``value ~ U(0, 1)`` and exactly two

@@ -1,6 +1,6 @@
 """Penn Treebank word-level language modelling (Mikolov's 10k-vocabulary version).
 
-Papers: S-SA (Hartvigsen et al., CIKM 2020, https://doi.org/10.1145/3340531.3412058) Figure 5;
+Papers: S-SA (Hartvigsen et al., CIKM 2020, https://doi.org/10.1145/3340531.3412018) Figure 5;
 S-EI (Park & Yoo, https://arxiv.org/abs/1708.04116) Tables 3-4; S-HSG Table 1. Data: Marcus et al.
 1993 as preprocessed by Mikolov et al. 2010 (``simple-examples.tgz``).
 
