@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -12,6 +13,7 @@ import torch
 from builders import make_record
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_hex
 from matplotlib.text import Text
 
 from harness import config, train
@@ -21,6 +23,8 @@ from harness.reporting import curves as C
 from harness.reporting import figstyle as S
 from harness.reporting import figures as F
 from harness.reporting import patterns as P
+from harness.reporting.latex import figure_env, figure_width
+from harness.reporting.render import latex_document
 from harness.trace import pack_depth, pack_mask, unpack_depth
 
 
@@ -59,29 +63,70 @@ def texts(fig):
     return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
 
 
-def test_one_style_per_method_from_the_registry_order():
+def drawn_styles(fig):
+    """{label or gid: {(colour, marker)}} of the method-styled artists of ``fig``."""
+    out: dict[str, set] = {}
+    for ax in fig.axes:
+        lines = [(c.get_label(), c.lines[0]) for c in ax.containers if hasattr(c, "has_xerr")]
+        lines += [(ln.get_gid() or ln.get_label(), ln) for ln in ax.get_lines()]
+        for key, ln in lines:
+            if key and not key.startswith("_") and ln.get_marker() not in (None, "None", ""):
+                out.setdefault(key, set()).add((to_hex(ln.get_color()).upper(), ln.get_marker()))
+    return out
+
+
+def test_every_method_its_own_colour_and_marker_in_every_figure(monkeypatch):
     names = METHODS.names()
     styles = [S.method_style(m) for m in names]
-    assert all(s["color"] in S.PALETTE for s in styles)
-    # Every registered method differs from every other in colour or line style.
-    assert len({(s["color"], s["linestyle"]) for s in styles}) == len(names)
-    assert len({s["color"] for s in styles}) == min(len(names), len(S.PALETTE))
-    assert S.method_style(names[0]) == S.method_style(names[0])
+    pairs = [(s["color"], s["marker"]) for s in styles]
+    # 16 registered methods: 16 colours, no two alike, each from the palette; neighbours in the
+    # registry differ in colour and in marker.
+    assert len({c for c, _ in pairs}) == len(names) >= 16
+    assert all(c in S.PALETTE for c, _ in pairs)
+    for (c1, m1), (c2, m2) in zip(pairs, pairs[1:], strict=False):
+        assert c1 != c2 and m1 != m2
     assert S.method_style("not-registered") == S.method_style("not-registered")
-    # The same method gets the same colour in two different figures.
-    m = names[-1]
-    recs = [rec(m, s, hist=[(1.0, 0.5), (0.5, 0.2)]) for s in (0, 1)]
-    recs += [rec(names[0], 0, hist=[(1.0, 0.5)])]
-    curves = C.curves_figure(recs)
-    points = F.variant_points(runs_frame(recs), ["mse", "skip_pct", "flops"])
-    trade = F.tradeoff_figure(points, "mse", False, "MSE")
-    colour = {
-        line.get_color()
-        for fig in (curves, trade)
-        for line in fig.findobj()
-        if getattr(line, "get_label", lambda: "")() == m and hasattr(line, "get_color")
+    assert (
+        S.method_style("not-registered")["color"],
+        S.method_style("not-registered")["marker"],
+    ) not in pairs
+    # Methods registered later still get pairs of their own.
+    for k in range(12):
+        monkeypatch.setitem(METHODS._items, f"zz-later-{k:02d}", object())
+        monkeypatch.setitem(METHODS._items, f"aa-later-{k:02d}", object())
+    later = [(S.method_style(m)["color"], S.method_style(m)["marker"]) for m in METHODS.names()]
+    assert len(set(later)) == len(later) == len(names) + 24
+    for (c1, m1), (c2, m2) in zip(later, later[1:], strict=False):
+        assert c1 != c2 and m1 != m2
+    monkeypatch.undo()
+    # The same pair in every figure kind: trade-off, budget knob, learning curves, depth.
+    recs = [
+        rec(
+            m,
+            s,
+            lam,
+            mse=0.1 + k / 100 + s / 1000,
+            skip=5.0 * k + lam_k,
+            hist=[(1.0, 0.5), (0.5, 0.2)],
+        )
+        for k, m in enumerate(names)
+        for lam_k, lam in enumerate([0.0, 1e-3] if "lam" in F.budget_knobs(m) else [None])
+        for s in (0, 1)
+    ]
+    runs = runs_frame(recs)
+    points = F.variant_points(runs, ["mse", "skip_pct", "flops"])
+    (lam_runs,) = F.budget_sweeps(runs).values()
+    figs = {
+        "tradeoff": F.tradeoff_figure(points, "mse", False, "MSE"),
+        "budget": F.budget_figure(lam_runs, "lam", "mse", "MSE", False),
+        "curves": C.curves_figure(recs),
+        "depth": P.depth_figure({m: {"1": 3, "2": k + 1} for k, m in enumerate(names)}),
     }
-    assert colour == {S.method_style(m)["color"]}
+    want = {m: {(S.method_style(m)["color"], S.method_style(m)["marker"])} for m in names}
+    for kind, fig in figs.items():
+        drawn = drawn_styles(fig)
+        shown = set(lam_runs["method"]) if kind == "budget" else set(names)
+        assert {m: drawn.get(m) for m in shown} == {m: want[m] for m in shown}, kind
 
 
 def test_tradeoff_steps_error_bars_and_log_axis_for_decades():
@@ -202,8 +247,9 @@ def test_learning_curves_mean_std_over_seeds_and_chosen_on_validation():
     assert [r["variant_id"] for r in chosen[("adding", "smoke")]["lstm"]] == ["lstm-8"] * 2
     fig = C.curves_figure(recs)
     assert fig.get_figwidth() == S.TWO_COLUMNS
-    loss_ax, val_ax = fig.axes[0], fig.axes[2]  # rows: loss, validation; a column per task
-    assert [ax.get_title() for ax in fig.axes[:2]] == ["adding (smoke)", "synthetic (smoke)"]
+    loss_ax, val_ax = fig.axes[0], fig.axes[1]  # a row per task: loss, validation
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert titles == ["adding (smoke)", "", "synthetic (smoke)", ""]
     gru = next(ln for ln in loss_ax.get_lines() if ln.get_label() == "gru")
     np.testing.assert_allclose(gru.get_ydata(), [2.5, 1.5])
     np.testing.assert_allclose(gru.get_xdata(), [1, 2])
@@ -283,3 +329,129 @@ def test_variant_points_from_a_frame():
     p = F.variant_points(runs, ["x", "missing"])
     assert p["x"].iloc[0] == 2.0 and p["x_std"].iloc[0] == pytest.approx(np.sqrt(2))
     assert p["seeds"].iloc[0] == 2 and np.isnan(p["missing"].iloc[0])
+
+
+def print_scale(fig, tmp_path):
+    """How much the LaTeX report scales ``fig``: its float's width over the figure's width."""
+    pdf = S.save(fig, tmp_path / "printed")[1]
+    return (S.ONE_COLUMN if figure_env(pdf) == "figure" else S.TWO_COLUMNS) / fig.get_figwidth()
+
+
+def test_many_learning_curves_are_legible_at_their_printed_width(tmp_path):
+    """16 methods, as the freq-discrimination report: no panel squeezed, text >= 7 pt printed."""
+    names = METHODS.names()
+    recs = [
+        rec(m, s, hist=[(1 / (e + k + 1), 0.5 - e / (100 + k)) for e in range(40)])
+        for k, m in enumerate(names)
+        for s in (0, 1)
+    ]
+    fig = C.curves_figure(recs)
+    scale = print_scale(fig, tmp_path)
+    sizes = [t.get_fontsize() * scale for t in texts(fig)]
+    assert min(sizes) >= 7
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2
+    for ax in panels:
+        box = ax.get_window_extent(renderer)
+        w, h = box.width / fig.dpi * scale, box.height / fig.dpi * scale
+        assert w >= 2.0 and h >= 1.4, (w, h)  # inches, as printed
+        assert not box.overlaps(legend)  # the legend is outside the panels
+
+
+def test_a_wide_figure_is_printed_at_the_text_width(tmp_path):
+    """A 7 in figure in a one-column float would print its 7 pt text at 3.3 pt."""
+    from matplotlib.figure import Figure
+
+    figs = []
+    for name, width in (("narrow", S.ONE_COLUMN), ("wide", S.TWO_COLUMNS)):
+        with S.style():
+            fig = Figure(figsize=(width, 2.0))
+            fig.subplots().plot([0, 1])
+        figs.append((name, S.save(fig, tmp_path / name)))
+    assert figure_width(figs[1][1][1]) == pytest.approx(S.TWO_COLUMNS)
+    tex = latex_document("<!-- head -->", [], figs, tmp_path)
+    envs = re.findall(r"\\begin\{(figure\*?)\}", tex)
+    assert envs == ["figure", "figure*"]
+
+
+def cls_rec(method, seed, variant, val, skip, task="seizures", data=None, mse=None):
+    """An ok classification record (accuracy %) with a sparse update mask."""
+    mask = torch.zeros(12, 6)
+    mask[::2] = 1.0
+    metrics = {"accuracy": val, "skip_pct": skip} if mse is None else {"mse": mse, "skip_pct": skip}
+    return make_record(
+        method=method,
+        task=task,
+        seed=seed,
+        run_id=f"{variant}-{seed}",
+        variant_id=variant,
+        **({"primary": "accuracy", "higher_is_better": True} if mse is None else {}),
+        metrics=metrics,
+        val_metrics=dict(metrics),
+        data={"n_positive": 2300, "n_negative": 9200, "per_class": 2300} if data is None else data,
+        trace={"first_mask": [pack_mask(mask)], "units": [6]},
+    )
+
+
+def test_chance_level_from_the_records_class_counts():
+    balanced = cls_rec("gru", 0, "g", 90.0, 0.0)  # per_class: the splits are balanced
+    assert P.majority_share(balanced) == pytest.approx(50.0)
+    counts = cls_rec("gru", 0, "g", 90.0, 0.0, data={"n_positive": 30, "n_negative": 70})
+    assert P.majority_share(counts) == pytest.approx(70.0)
+    share = cls_rec("gru", 0, "g", 90.0, 0.0, "freq-discrimination", {"positive_pct": 52.1})
+    assert P.majority_share(share) == pytest.approx(52.1)
+    six = cls_rec("gru", 0, "g", 90.0, 0.0, "har", {})
+    assert P.majority_share(six) == pytest.approx(100 / 6)  # no counts: 100 / classes
+    assert P.majority_share(cls_rec("gru", 0, "g", 0, 0.0, "adding", mse=0.2)) is None
+    assert P.at_chance([cls_rec("gru", s, "g", 50.9 + s / 10, 0.0) for s in (0, 1)])
+    assert not P.at_chance([cls_rec("gru", s, "g", 51.1 + s, 0.0) for s in (0, 1)])
+
+
+def test_masks_show_the_tables_variant_and_never_one_at_chance(tmp_path):
+    recs = [
+        cls_rec("sa-rnn", 0, "sa-chance", 50.4, 70.0),  # the table's pick, at chance
+        cls_rec("sa-rnn", 0, "sa-good", 50.2, 41.0),  # this seed at chance, the variant not
+        cls_rec("sa-rnn", 1, "sa-good", 95.0, 40.0),
+        cls_rec("skip-rnn", 0, "sk-a", 88.0, 60.0),
+        cls_rec("skip-rnn", 0, "sk-b", 91.0, 20.0),  # the table's pick; Skip % not nearest
+        cls_rec("random-updates", 0, "ru", 49.0, 50.0),  # its only variant is at chance
+    ]
+    runs = runs_frame(recs)
+    selected = {"sa-rnn": "sa-chance", "skip-rnn": "sk-b", "random-updates": "ru"}
+    choice = P.mask_choice(runs, None, selected)
+    assert choice.target == pytest.approx(40.5)  # the median Skip % of the variants not at chance
+    assert choice.picks == {"sa-rnn": ("sa-good", "nearest"), "skip-rnn": ("sk-b", "table")}
+    assert choice.records["sa-rnn"]["seed"] == 1  # seed 0 is at chance
+    assert choice.table_at_chance == ["sa-rnn"] and choice.at_chance == ["random-updates"]
+    assert P.mask_choice(runs).picks["skip-rnn"] == ("sk-a", "nearest")  # no table: nearest
+    out = F.report_figures(
+        runs, "accuracy", True, "Accuracy %", tmp_path / "s", selected=selected,
+        rule="val-skip-nearest:76",
+    )  # fmt: skip
+    ((caption, _),) = [(c, p) for c, p in out if p[0].stem.endswith("_masks")]
+    assert "the table's rule (val-skip-nearest:76) picked: skip-rnn" in caption
+    assert "nearest 40.5 %: sa-rnn (the table's pick is at chance for sa-rnn)" in caption
+    assert "every variant at chance on validation: random-updates" in caption
+    assert "at most 51.0 % (the majority class's share, 50.0 %, + 1 point)" in caption
+    fig = P.mask_figure(choice.records)
+    titles = [ax.get_title(loc="left") for ax in fig.axes if ax.images]
+    assert titles == ["sa-rnn: Skip 40.0 %", "skip-rnn: Skip 20.0 %"]
+    # A regression task has no chance level: the table's pick is drawn whatever its MSE.
+    bad = [cls_rec("sa-rnn", 0, "a", 0, 50.0, "adding", mse=9.0)]
+    bad += [cls_rec("sa-rnn", 0, "b", 0, 10.0, "adding", mse=0.1)]
+    reg = P.mask_choice(runs_frame(bad), 10.0, {"sa-rnn": "a"})
+    assert reg.picks == {"sa-rnn": ("a", "table")} and reg.chance is None
+
+
+def test_many_update_patterns_fill_two_columns():
+    mask = torch.zeros(12, 6)
+    mask[::3] = 1.0
+    trace = {"first_mask": [pack_mask(mask)], "units": [6]}
+    names = METHODS.names()
+    fig = P.mask_figure({m: rec(m, 0, trace=trace) for m in names})
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == len(names)
+    assert len({round(ax.get_position().x0, 2) for ax in panels}) == 2
+    assert fig.get_figheight() <= 9.0  # fits a page

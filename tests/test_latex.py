@@ -1,16 +1,25 @@
-"""Every generated .tex compiles with pdflatex inside a minimal document, and fits the page."""
+"""Every generated .tex compiles with pdflatex, fits its float, and prints no table below 8 pt.
+
+Each table is compiled alone in a two-column (3.3 in columns) and a one-column (7 in) paper and
+the size its text was printed at is read from the PDF's content stream (font size times any
+scaling), so a table shrunk to the line width fails however it was shrunk.
+"""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 from builders import make_record
 
+from harness.reporting.latex import tex_layout, tex_width
 from harness.reporting.leaderboard import leaderboard_tex
 from harness.reporting.paper import render_tex, tex_escape, write_paper_report
+from harness.selection import parse_rule
 
 
 def rec(method, seed, task, primary, higher, hidden=50, lam=None, **metrics):
@@ -72,18 +81,131 @@ def test_caption_and_label_above_the_table():
     assert r"\textbf{2}" in tex and r"a\_note" in tex
 
 
-DOC = r"""\documentclass{article}
+# Minimal papers: two columns of 3.3 in (7 in text width) and one column of 7 in, both 10 pt.
+# The content streams are left uncompressed and each tabular is bracketed by two marked-content
+# points, so the test reads the size every glyph of every table was printed at.
+PREAMBLE = r"""\documentclass[10pt%s]{article}
 \usepackage{booktabs,graphicx}
+\setlength{\textwidth}{7in}\setlength{\columnsep}{0.4in}\setlength{\oddsidemargin}{-0.25in}
+\setlength{\textheight}{9.5in}\setlength{\topmargin}{-0.75in}
+\pdfcompresslevel=0 \pdfobjcompresslevel=0
+\AddToHook{env/tabular/before}{\pdfliteral{/TabStart MP}}
+\AddToHook{env/tabular/after}{\pdfliteral{/TabEnd MP}}
 \begin{document}
-\input{%s}
+\typeout{COLUMNWIDTH=\the\columnwidth}
+%s
 \end{document}
 """
+LAYOUTS = {"two-column": ",twocolumn", "one-column": ""}
+WIDTH_IN = {"two-column": 3.3, "one-column": 7.0}
+FLOAT = re.compile(r"\\begin\{(table\*?)\}.*?\\end\{\1\}", re.S)
+_TOKEN = re.compile(
+    rb"\((?:\\.|[^\\()])*\)|<[0-9A-Fa-f\s]*>|\[|\]|/[^\s/\[\]()<>{}%]+|[-+]?(?:\d+\.?\d*|\.\d+)"
+    rb"|[A-Za-z'\"*]+"
+)
 
 
-@pytest.mark.skipif(
+def _glyphs(s: bytes) -> int:
+    return len(re.sub(rb"\\(\d{1,3}|.)", b"x", s[1:-1])) if s.startswith(b"(") else len(s) // 4
+
+
+def table_font_sizes(pdf: bytes) -> list[dict[float, int]]:
+    """Per tabular of ``pdf`` (uncompressed, marked as PREAMBLE marks them), glyphs per size.
+
+    The size is the one printed, in TeX points: the font size of ``Tf`` times the scale of the
+    text matrix and of the graphics state (``\\resizebox`` / ``\\scalebox`` set the latter).
+    """
+    regions: list[dict[float, int]] = []
+    for m in re.finditer(rb"stream\r?\n(.*?)endstream", pdf, re.S):
+        if b"/TabStart MP" not in m.group(1):
+            continue
+        ctm, stack, tm, size, depth, args = np.eye(2), [], np.eye(2), 0.0, 0, []
+        for tok in _TOKEN.findall(m.group(1)):
+            if tok[:1] in b"([<]" or tok[:1] == b"/" or re.fullmatch(rb"[-+.\d]+", tok):
+                args.append(tok)
+                continue
+            op, nums = tok, [float(a) for a in args if re.fullmatch(rb"[-+.\d]+", a)]
+            if op == b"q":
+                stack.append(ctm)
+            elif op == b"Q":
+                ctm = stack.pop()
+            elif op == b"cm":
+                ctm = np.array(nums[:4]).reshape(2, 2) @ ctm
+            elif op == b"BT":
+                tm = np.eye(2)
+            elif op == b"Tm":
+                tm = np.array(nums[:4]).reshape(2, 2)
+            elif op == b"Tf":
+                size = nums[-1]
+            elif op == b"MP" and args == [b"/TabStart"]:
+                depth += 1
+                if depth == 1:
+                    regions.append({})
+            elif op == b"MP" and args == [b"/TabEnd"]:
+                depth -= 1
+            elif op in (b"Tj", b"TJ", b"'", b'"') and depth > 0:
+                pt = round(size * abs(np.linalg.det(tm @ ctm)) ** 0.5 * 72.27 / 72, 1)
+                n = sum(_glyphs(a) for a in args if a[:1] in b"(<")
+                regions[-1][pt] = regions[-1].get(pt, 0) + n
+            args = [] if op != b"[" else args
+        assert depth == 0
+    return regions
+
+
+def body_size(sizes: dict[float, int]) -> float:
+    """The size most of a table's glyphs are printed at (sub- and superscripts are few)."""
+    return max(sizes, key=lambda s: (sizes[s], s))
+
+
+def compile_float(tmp_path, name: str, body: str, layout: str) -> tuple[str, list[float]]:
+    """Compile ``body`` in the ``layout`` paper: the log and each tabular's body size."""
+    doc = tmp_path / f"{name}-{layout}.tex"
+    doc.write_text(PREAMBLE % (LAYOUTS[layout], body), encoding="utf-8")
+    p = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = doc.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
+    errors = [line for line in log.splitlines() if line.startswith("!")]
+    assert p.returncode == 0 and not errors, (name, layout, errors[:3])
+    width = float(re.search(r"COLUMNWIDTH=([\d.]+)pt", log).group(1)) / 72.27
+    assert width == pytest.approx(WIDTH_IN[layout], abs=0.01)  # the paper is the one meant
+    pdf = doc.with_suffix(".pdf")
+    sizes = table_font_sizes(pdf.read_bytes()) if pdf.exists() else []
+    return log, [body_size(s) for s in sizes]
+
+
+needs_pdflatex = pytest.mark.skipif(
     shutil.which("pdflatex") is None,
     reason="pdflatex not installed (Debian: texlive-latex-base texlive-latex-recommended)",
 )
+
+
+def check_tables(tmp_path, tex: Path) -> list[float]:
+    """Every float of ``tex`` compiles alone in both papers, fits and prints at 8 pt or more.
+
+    Returns every table's body size (both layouts).
+    """
+    text = tex.read_text(encoding="utf-8")
+    floats = [m.group(0) for m in FLOAT.finditer(text)]
+    assert floats and len(floats) == text.count(r"\begin{tabular}")
+    assert text.count(r"\label{tab:") == len(floats)
+    seen = []
+    for k, body in enumerate(floats):
+        label = re.search(r"\\label\{([^}]*)\}", body).group(1)
+        for layout in LAYOUTS:
+            log, sizes = compile_float(tmp_path, f"{tex.stem}-{k}", body, layout)
+            assert len(sizes) == 1, (label, sizes)
+            assert sizes[0] >= 8.0, f"{label} prints at {sizes[0]} pt in the {layout} paper"
+            assert "Overfull \\hbox" not in log, (label, layout)  # nothing wider than its float
+            seen += sizes
+    return seen
+
+
+@needs_pdflatex
 def test_every_generated_tex_compiles_and_fits(tmp_path):
     paths = write_paper_report(records(), ["r.jsonl"], tmp_path, figures=False)
     texs = [p for p in paths if p.suffix == ".tex"]
@@ -91,19 +213,120 @@ def test_every_generated_tex_compiles_and_fits(tmp_path):
     board = tmp_path / "board.tex"
     board.write_text(leaderboard_tex(records()), encoding="utf-8")
     for tex in [*texs, board]:
-        text = tex.read_text(encoding="utf-8")
-        n_tables = text.count(r"\begin{tabular}")
-        assert text.count(r"\label{tab:") == n_tables and n_tables >= 1
-        doc = tmp_path / f"doc_{tex.stem}.tex"
-        doc.write_text(DOC % tex.name, encoding="utf-8")
-        p = subprocess.run(
-            ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        log = doc.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
-        errors = [line for line in log.splitlines() if line.startswith("!")]
-        assert p.returncode == 0 and not errors, (tex.name, errors[:3])
-        assert "Overfull \\hbox" not in log, tex.name  # every table fits the text width
+        check_tables(tmp_path, tex)
+
+
+SEIZURE_METHODS = {  # method: [(config overrides, accuracy, Skip %, activity sparsity %)]
+    "gru": [({"train.lr": lr}, 96.2 - k, 0.0, None) for k, lr in enumerate(["0.001", "0.01"])],
+    "lstm": [({"train.lr": lr}, 96.8 - k, 0.0, None) for k, lr in enumerate(["0.001", "0.01"])],
+    "clockwork-rnn": [({}, 94.5, 81.2, None)],
+    "phased-lstm": [({}, 95.3, 65.0, None)],
+    "vc-rnn": [({}, 96.4, 59.0, None)],
+    "skip-rnn": [({"lam": lam}, 92.7, sk, None) for lam, sk in [("0.01", 40.0), ("0.1", 58.0)]],
+    "random-updates": [({}, 95.2, 75.9, None)],
+    "sa-rnn": [
+        ({"lam": lam, "train.lr": "0.001"}, acc, sk, None)
+        for lam, acc, sk in [("0.0002", 96.2, 46.4), ("0.001", 96.0, 66.0), ("0.01", 96.1, 74.1)]
+    ],
+    "delta-gru": [({}, 96.1, 0.0, 68.0)],
+    "egru": [({}, 96.1, 0.0, 55.5)],
+}
+
+
+def seizure_records():
+    """A report as wide as the real seizures paper report: 10 methods, 5 seeds, every column."""
+    out = []
+    for method, variants in SEIZURE_METHODS.items():
+        for cfg, acc, skip, sparse in variants:
+            for seed in range(5):
+                a, sk = (
+                    acc + 0.7 * ((seed * 7 + len(method)) % 5 - 2),
+                    skip + 0.3 * seed * bool(skip),
+                )
+                metrics = {"accuracy": a, "skip_pct": sk, "geo_mean": (a * sk) ** 0.5}
+                if sparse is not None:
+                    metrics["read_skip_pct"] = sparse + seed * 0.4
+                out.append(
+                    make_record(
+                        method=method,
+                        task="seizures",
+                        preset="paper",
+                        seed=seed,
+                        set=cfg,
+                        primary="accuracy",
+                        higher_is_better=True,
+                        selection="test metrics at the epoch with the highest validation accuracy",
+                        env={"git_sha": "76f0e60ccd1234", "git_dirty": False, "device_name": "cpu"},
+                        metrics=metrics,
+                        val_metrics={**metrics, "accuracy": a + 0.4},
+                        flops={"effective": 2.6e5 * (1 - sk / 100), "dense": 2.6e5},
+                        data={"n_positive": 2300, "n_negative": 9200, "per_class": 2300},
+                    )
+                )
+    return out
+
+
+@needs_pdflatex
+@pytest.mark.parametrize("rule", [None, "val-skip-nearest:76"])
+def test_a_realistic_report_prints_no_table_below_8pt(tmp_path, rule):
+    """S-SA Table 1 printed at 1.8 pt when every table was shrunk to the line width."""
+    recs = seizure_records()
+    select = parse_rule(rule) if rule else None
+    paths = write_paper_report(recs, ["r.jsonl"], tmp_path, figures=False, select=select)
+    (tex,) = [p for p in paths if p.suffix == ".tex"]
+    text = tex.read_text(encoding="utf-8")
+    assert r"\resizebox" not in text and r"\scalebox" not in text
+    assert "Picked by" in text or rule is None
+    sizes = check_tables(tmp_path, tex)
+    assert min(sizes) >= 8.0
+    board = tmp_path / "board.tex"
+    board.write_text(leaderboard_tex(recs, select), encoding="utf-8")
+    check_tables(tmp_path, board)
+
+
+def test_a_wide_table_splits_its_columns_and_keeps_the_row_keys():
+    titles = ["Method", "Variant", *[f"Measure {k} %" for k in range(14)], "Picked by"]
+    rows = [
+        [("m" + str(r), False), ("lam=0.1, lr=0.001", False)]
+        + [(f"{90 + k / 10:.2f} ± 0.{k}", k == r) for k in range(14)]
+        + [("val-skip-nearest:76 of 13, 2 beaten on validation (val Skip % 58.1)", False)]
+        for r in range(10)
+    ]
+    parts = tex_layout(titles, rows, keep=["Measure 13 %"])
+    assert len(parts) >= 2
+    assert all(p.columns[0] == 0 for p in parts)  # every part names its rows
+    assert 15 in parts[0].columns  # a kept column stays in the main part
+    assert sorted({i for p in parts for i in p.columns}) == list(range(len(titles)))
+    assert all(p.size >= 8 for p in parts)
+    tex = render_tex(titles, rows, "wide", "tab:wide", ["a note"])
+    assert tex.count(r"\begin{tabular}") == len(parts)
+    assert r"\label{tab:wide}" in tex and r"\label{tab:wide-cont2}" in tex
+    assert r"Table~\ref{tab:wide}" in tex.split(r"\label{tab:wide}")[1]  # the second refers back
+    assert tex.count("a note") == 1
+    # A narrow table is a one-column table at 9 pt.
+    (small,) = tex_layout(["Method", "MSE"], [[("gru", False), ("0.1", False)]])
+    assert (small.env, small.size) == ("table", 9.0)
+
+
+@needs_pdflatex
+def test_width_estimate_is_never_short_and_close(tmp_path):
+    """tex_width against the width pdflatex sets: at least it, at most 10 % more."""
+    texts = [
+        ("val-skip-nearest:76 of 13 (val Skip % 58.1, val accuracy 93.39)", False),
+        ("FLOPs, effective (×10^4) ↓", False),
+        ("√(Acc×Skip) ↑", False),
+        ("87.59 ± 0.77", True),
+        ("WMQ random-updates D_h [94.8, 97.6]", False),
+    ]
+    body = "\n".join(
+        rf"\sbox0{{\fontsize{{{s:g}}}{{{s + 2:g}}}\selectfont "
+        + (rf"\textbf{{{tex_escape(t)}}}" if b else tex_escape(t))
+        + rf"}}\typeout{{W{i}-{s:g}=\the\wd0}}"
+        for i, (t, b) in enumerate(texts)
+        for s in (8, 9)
+    )
+    log, _ = compile_float(tmp_path, "widths", body, "one-column")
+    for i, (t, b) in enumerate(texts):
+        for s in (8, 9):
+            real = float(re.search(rf"W{i}-{s}=([\d.]+)pt", log).group(1))
+            assert real <= tex_width(t, s, b) <= 1.1 * real, (t, s, real, tex_width(t, s, b))

@@ -1,6 +1,6 @@
 """Learning curves: training loss and validation primary metric per epoch, from the records.
 
-``curves_figure`` draws one column per (task, preset) and one line per method (the variant of
+``curves_figure`` draws one row per (task, preset) and one line per method (the variant of
 ``curve_choice``, chosen on validation data), mean ± std over its seeds; ``write_curves`` saves
 it beside the leaderboard. matplotlib is imported inside the functions.
 """
@@ -78,12 +78,17 @@ def curve_choice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dic
     return out
 
 
-def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
-    """Learning curves: training loss (top) and validation primary metric (bottom) per epoch.
+NARROW_METHODS = 6  # the most lines a one-column (3.3 in) figure draws; more: 7 in wide
 
-    One column per (task, preset), wrapped after three; one line per method (the variant of
-    ``curve_choice``), mean ± std over its seeds. One column is ``ONE_COLUMN`` wide, more are
-    ``TWO_COLUMNS``.
+
+def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
+    """Learning curves: training loss and validation primary metric per epoch.
+
+    One line per method (the variant of ``curve_choice``), mean ± std over its seeds. One
+    (task, preset) with at most ``NARROW_METHODS`` methods fits one column (``ONE_COLUMN``): the
+    loss above the validation metric, the legend below. Anything more is ``TWO_COLUMNS`` wide,
+    one row per (task, preset) with the loss left of the validation metric (each panel about
+    2.6 in wide) and the legend outside on the right.
 
     Args:
         records: run records; those without a history are left out.
@@ -91,17 +96,19 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
     from matplotlib.figure import Figure
 
     chosen = curve_choice(records)
-    cols = min(len(chosen), 3) or 1
-    blocks = math.ceil(len(chosen) / cols) or 1
-    width = ONE_COLUMN if cols == 1 else TWO_COLUMNS
+    n_methods = len({m for by_method in chosen.values() for m in by_method})
+    narrow = len(chosen) <= 1 and n_methods <= NARROW_METHODS
+    alpha = 0.2 if n_methods <= NARROW_METHODS else 0.1  # many bands: lighter
     with style():
-        fig = Figure(figsize=(width, 3.2 * blocks + 0.4), layout="constrained")
-        axes = fig.subplots(2 * blocks, cols, squeeze=False)
-        for ax in axes.flat[len(chosen) * 2 :]:
-            ax.set_visible(False)
+        if narrow:
+            fig = Figure(figsize=(ONE_COLUMN, 3.6), layout="constrained")
+            grid = fig.subplots(2, 1, squeeze=False).T  # one row: [loss, val]
+        else:
+            fig = Figure(figsize=(TWO_COLUMNS, 2.2 * max(len(chosen), 1) + 0.2))
+            fig.set_layout_engine("constrained")
+            grid = fig.subplots(max(len(chosen), 1), 2, squeeze=False)
         methods: list[str] = []
-        for k, ((task, preset), by_method) in enumerate(chosen.items()):
-            top, bottom = axes[2 * (k // cols), k % cols], axes[2 * (k // cols) + 1, k % cols]
+        for (top, bottom), ((task, preset), by_method) in zip(grid, chosen.items(), strict=False):
             first = next(iter(by_method.values()))[0]
             primary, higher = first["primary"], higher_is_better(first)
             for ax, key, label in [
@@ -115,15 +122,17 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
                     lo, hi = band(mean, std, primary if key != "train_loss" else key)
                     st = method_style(method)
                     ax.plot(epochs, mean, markevery=max(len(mean) // 8, 1), label=method, **st)
-                    ax.fill_between(epochs, lo, hi, color=st["color"], alpha=0.2, lw=0)
+                    ax.fill_between(epochs, lo, hi, color=st["color"], alpha=alpha, lw=0)
                     ys.append(mean)
                     methods.append(method)
                 if ys and spans_decades(np.concatenate(ys)):
                     ax.set_yscale("log", nonpositive="clip")
                 ax.set_ylabel(label)
                 ax.xaxis.get_major_locator().set_params(integer=True)
-            top.set_title(f"{task} ({preset})")
-            bottom.set_xlabel("epoch")
+                ax.set_xlabel("epoch")
+            top.set_title(f"{task} ({preset})", loc="left")
+            if narrow:
+                top.set_xlabel("")
         legend(fig, method_order(methods))
     return fig
 

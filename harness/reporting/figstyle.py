@@ -1,7 +1,8 @@
 """The look shared by every report figure: sizes, palette, fonts, per-method styles, saving.
 
 Every figure gives a method the same colour, marker and line style (``method_style``, assigned
-from the registry order on a colour-blind-safe palette); axes whose values span a decade or more
+from the registry order: 16 colours, mostly Paul Tol's colour-blind-safe ones, each method with
+its own colour and marker); axes whose values span a decade or more
 are logarithmic (``spans_decades``); bands and error bars of a percentage (the metric registry's
 ``percent``, ``harness.metrics``) stay within [0, 100] (``band``, ``error_bars``). Figures are
 sized for one column (``ONE_COLUMN`` inches wide) or two (``TWO_COLUMNS``), text is at least 7 pt
@@ -29,7 +30,11 @@ if TYPE_CHECKING:
 
 ONE_COLUMN = 3.3  # inches: one column of a two-column paper
 TWO_COLUMNS = 7.0  # inches: the full text width
-# Paul Tol's "muted" colour-blind-safe qualitative palette (https://personal.sron.nl/~pault/).
+# 16 colours, one per registered method: Paul Tol's colour-blind-safe "muted" scheme (the first
+# 9), then his "vibrant" blue, orange and red, "light" pear and pink, black and a mid grey
+# (https://personal.sron.nl/~pault/). No scheme tells 16 colours apart for every reader, so each
+# method also has its own marker: with 16 colours and 7 markers (coprime), the i-th method's
+# (colour, marker) pair is unique for the first 112, and neighbours differ in both.
 PALETTE = (
     "#332288",
     "#CC6677",
@@ -40,8 +45,15 @@ PALETTE = (
     "#44AA99",
     "#999933",
     "#AA4499",
+    "#0077BB",
+    "#EE7733",
+    "#000000",
+    "#CC3311",
+    "#BBCC33",
+    "#FFAABB",
+    "#777777",
 )
-MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7: coprime with the 9 colours
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7: coprime with the 16 colours
 LINESTYLES = ("-", "--", ":", "-.")
 MARK_COLOR = "#EE3377"  # the steps a task marks, on the update patterns
 STYLE = {
@@ -80,22 +92,33 @@ def style() -> Iterator[None]:
         yield
 
 
-def method_style(method: str) -> dict[str, str]:
-    """The ``color``, ``marker`` and ``linestyle`` of a method, the same in every figure.
+def style_at(i: int) -> dict[str, str]:
+    """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order).
 
-    The i-th registered method (registry order) gets colour ``i mod 9`` of ``PALETTE``, marker
-    ``i mod 7`` and, past the first 9, the next line style; a name not registered gets a style
-    from a checksum of the name.
+    Colour ``i mod 16`` of ``PALETTE``, marker ``i mod 7`` of ``MARKERS``; past every colour,
+    the next line style. Two indices below 112 never share a (colour, marker) pair.
     """
-    from harness.registry import METHODS
-
-    names = METHODS.names()
-    i = names.index(method) if method in names else len(names) + zlib.crc32(method.encode()) % 97
     return {
         "color": PALETTE[i % len(PALETTE)],
         "marker": MARKERS[i % len(MARKERS)],
         "linestyle": LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)],
     }
+
+
+def method_style(method: str) -> dict[str, str]:
+    """The ``color``, ``marker`` and ``linestyle`` of a method, the same in every figure.
+
+    The i-th registered method (registry order) gets ``style_at(i)``, so every registered
+    method has its own colour (16) and pair; a name not registered gets a style past them,
+    from a checksum of the name, whose pair no registered method has.
+    """
+    from harness.registry import METHODS
+
+    names = METHODS.names()
+    if method in names:
+        return style_at(names.index(method))
+    pairs = len(PALETTE) * len(MARKERS)  # 112 distinct (colour, marker) pairs
+    return style_at(len(names) + zlib.crc32(method.encode()) % max(pairs - len(names), 1))
 
 
 def method_order(methods: Sequence[str]) -> list[str]:

@@ -46,7 +46,14 @@ from harness.reporting.figstyle import (
     spans_decades,
     style,
 )
-from harness.reporting.patterns import depth_figure, mask_figure, mask_image, matched_budget
+from harness.reporting.patterns import (
+    CHANCE_MARGIN,
+    MaskChoice,
+    depth_figure,
+    mask_choice,
+    mask_figure,
+    mask_image,
+)
 from harness.reporting.text import arrow
 
 if TYPE_CHECKING:
@@ -226,6 +233,9 @@ def log_knob(values: Sequence[float]) -> bool:
 def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
     """Make ``ax``'s x axis a log axis over the values > 0, 0 at its own tick past a break.
 
+    Every decade has a tick; over more than five decades only every second (third, ...) one,
+    counted from the top, is labelled.
+
     Returns:
         The x position where 0 is drawn (a decade below the smallest value > 0).
     """
@@ -240,11 +250,15 @@ def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
 
+    step = math.ceil(len(decades) / 5)  # at most 5 decades labelled: labels never overlap
+
     def label(v: float, _: Any) -> str:
         if v == zero_x:
             return "0"
         e = math.log10(v)
-        return f"$10^{{{round(e)}}}$" if abs(e - round(e)) < 1e-9 else f"{v:g}"
+        if abs(e - round(e)) >= 1e-9:
+            return f"{v:g}" if step == 1 else ""
+        return f"$10^{{{round(e)}}}$" if (decades[-1] - round(e)) % step == 0 else ""
 
     ax.xaxis.set_major_formatter(FuncFormatter(label))
     ax.set_xlim(zero_x / 10**0.4, top * 10**0.4)
@@ -328,6 +342,45 @@ def budget_figure(
     return fig
 
 
+def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
+    """The update patterns' caption: which rule picked each panel's variant, who is left out."""
+
+    def names(how: str) -> str:
+        return ", ".join(m for m, (_, h) in choice.picks.items() if h == how)
+
+    parts = []
+    if names("table"):
+        parts.append(
+            f"the variant the table's rule{f' ({rule})' if rule else ''} picked: {names('table')}"
+        )
+    if names("nearest"):
+        parts.append(
+            f"the variant with test Skip % nearest {choice.target:.1f} %: {names('nearest')}"
+            + (
+                f" (the table's pick is at chance for {', '.join(choice.table_at_chance)})"
+                if choice.table_at_chance
+                else ""
+            )
+        )
+    if choice.at_chance:
+        parts.append(
+            f"not drawn, every variant at chance on validation: {', '.join(choice.at_chance)}"
+        )
+    chance = ""
+    if choice.chance is not None:
+        chance = (
+            f" A variant whose mean validation {primary} is at most "
+            f"{choice.chance + CHANCE_MARGIN:.1f} % (the majority class's share, "
+            f"{choice.chance:.1f} %, + {CHANCE_MARGIN:g} point) is at chance and never drawn, "
+            "nor is a seed at chance."
+        )
+    return (
+        "Update pattern of the first test sequence, per method "
+        + "; ".join(parts)
+        + f".{chance} Units × time, black = update; depth-adaptive methods: micro-steps per unit."
+    )
+
+
 def report_figures(
     runs: pd.DataFrame,
     primary: str,
@@ -335,6 +388,8 @@ def report_figures(
     title: str,
     stem: Path,
     skip_target: float | None = None,
+    selected: dict[str, str] | None = None,
+    rule: str = "",
 ) -> list[tuple[str, list[Path]]]:
     """Draw and save the figures that apply to one (task, preset) of ``harness.reporting.paper``.
 
@@ -345,8 +400,12 @@ def report_figures(
         higher: whether higher values of the primary metric are better.
         title: the primary metric's title, for axes and captions.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
-        skip_target: the Skip % the update patterns are matched at (None: see
-            ``harness.reporting.patterns.matched_budget``).
+        skip_target: the Skip % the update patterns are matched at where the table picked no
+            variant (None: see ``harness.reporting.patterns.matched_budget``).
+        selected: ``{method: variant_id}``, the variant the table shows per method where a
+            selection rule picked one; the update patterns show it (unless it is at chance).
+        rule: the selection rule that picked ``selected`` (e.g. ``val-skip-nearest:76``), named
+            in the update patterns' caption.
 
     Returns:
         ``(caption, [png, pdf])`` per figure drawn.
@@ -363,17 +422,12 @@ def report_figures(
         tradeoff_figure(points, primary, higher, title),
         "tradeoff",
     )
-    target, chosen = matched_budget(runs, skip_target)
+    choice = mask_choice(runs, skip_target, selected)
     labels = variant_labels(runs)
-    picked = {}
-    for method, vid in chosen.items():
-        picked[method] = runs[runs["variant_id"] == vid].sort_values("seed")["record"].iloc[0]
-    if any(mask_image(r).size for r in picked.values()):
+    if any(mask_image(r).size for r in choice.records.values()):
         keep(
-            f"Update pattern of the first test sequence, each method at the variant with Skip % "
-            f"nearest {target:.1f} % (first seed): units × time, black = update; depth-adaptive "
-            "methods: micro-steps per unit.",
-            mask_figure(picked, {m: labels[v] for m, v in chosen.items()}),
+            mask_caption(choice, title, rule),
+            mask_figure(choice.records, {m: labels[v] for m, (v, _) in choice.picks.items()}),
             "masks",
         )
     for knob, swept in budget_sweeps(runs).items():

@@ -1,11 +1,12 @@
 """The update-pattern figures: which units each method updated, and how deep it ran.
 
-- ``mask_figure``: the update pattern of the first test sequence (S-SA Fig. 3): per method, the
-  variant whose Skip % is nearest a common target (``matched_budget``), units x time, Skip % in
-  each panel's title, the steps the task marks (``Task.marked_steps``: e.g. the two inputs a
-  target sums) drawn as dashed lines; depth-adaptive methods are drawn as a heatmap of the
-  micro-steps each unit ran; methods that update every unit at every step ("dense") get no panel,
-  only a note.
+- ``mask_figure``: the update pattern of the first test sequence (S-SA Fig. 3): per method one
+  variant (``mask_choice``: the one the table's selection rule picked, else the one whose test
+  Skip % is nearest a common target, never one at chance on validation, ``at_chance``), units x
+  time, Skip % in each panel's title, the steps the task marks (``Task.marked_steps``: e.g. the
+  two inputs a target sums) drawn as dashed lines; depth-adaptive methods are drawn as a heatmap
+  of the micro-steps each unit ran; methods that update every unit at every step ("dense") get
+  no panel, only a note. More than five panels go in two columns.
 - ``depth_figure``: the histogram of executed depth R_t of depth-adaptive methods.
 
 matplotlib is imported inside the functions.
@@ -14,6 +15,7 @@ matplotlib is imported inside the functions.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,7 +67,8 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
 
     A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
     any other as its update mask (black = updated). Steps the task marked in the trace
-    (``first_marks``) are dashed vertical lines.
+    (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
+    more fill two columns row by row.
     """
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -79,9 +82,14 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
             dense.append(method)
         elif mask.size:
             panels.append((method, rec, mask, False))
+    cols = 1 if len(panels) <= 5 else 2
+    rows = max(math.ceil(len(panels) / cols), 1)
     with style():
-        fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.0 * max(len(panels), 1)), layout="constrained")
-        axes = fig.subplots(max(len(panels), 1), 1, squeeze=False, sharex=True)[:, 0]
+        fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.0 * rows), layout="constrained")
+        grid = fig.subplots(rows, cols, squeeze=False, sharex=True)
+        axes = list(grid.flat)
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
         for ax, (method, rec, img, is_depth) in zip(axes, panels, strict=False):
             metrics = rec.get("metrics") or {}
             title = method + (f" ({labels[method]})" if labels and labels.get(method) else "")
@@ -100,11 +108,16 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
             ax.set_ylabel("unit")
             ax.set_yticks([])
             ax.grid(False)
-        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
         marked = any((r.get("trace") or {}).get("first_marks") for _, r, _, _ in panels)
-        axes[-1].set_xlabel(
-            "time step t (black = unit updated" + ("; dashed: marked steps)" if marked else ")")
+        xlabel = "time step t (black = unit updated" + (
+            "; dashed: marked steps)" if marked else ")"
         )
+        for c in range(cols):  # the lowest drawn panel of each column
+            drawn = [ax for ax in grid[:, c] if ax.get_visible()]
+            bottom = drawn[-1] if drawn else grid[-1, c]
+            bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+            bottom.set_xlabel(xlabel)
+            bottom.xaxis.set_tick_params(labelbottom=True)
         if dense:
             fig.suptitle(
                 "Dense (every unit updated at every step; not drawn): " + ", ".join(dense),
@@ -115,8 +128,13 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
 
 
 def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
-    """Share of steps executed at each depth R_t, one bar colour per depth method."""
+    """Share of steps executed at each depth R_t, per depth method.
+
+    Each method's bars are in its colour with its marker on top, as in every other figure.
+    """
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     methods = method_order(list(hists))
     depths = sorted({int(r) for h in hists.values() for r in h})
@@ -124,26 +142,153 @@ def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
         fig = Figure(figsize=(ONE_COLUMN, 2.4), layout="constrained")
         ax = fig.subplots()
         width = 0.8 / max(len(methods), 1)
+        handles = []
         for k, method in enumerate(methods):
             hist = {int(r): c for r, c in hists[method].items()}
             total = sum(hist.values()) or 1
             xs = np.arange(len(depths)) + (k - (len(methods) - 1) / 2) * width
-            ax.bar(
-                xs,
-                [hist.get(d, 0) / total for d in depths],
-                width,
-                color=method_style(method)["color"],
-                label=method,
+            share = [hist.get(d, 0) / total for d in depths]
+            st = method_style(method)
+            ax.bar(xs, share, width, color=st["color"], label=method)
+            edge = {"markeredgecolor": "black", "markeredgewidth": 0.5}  # visible on the bar
+            ax.plot(
+                xs, share, ls="none", marker=st["marker"], color=st["color"], gid=method, **edge
             )
+            mark = Line2D([], [], ls="none", marker=st["marker"], color=st["color"], **edge)
+            handles.append((Patch(color=st["color"]), mark))
         ax.set_xticks(np.arange(len(depths)), [str(d) for d in depths])
         ax.set_xlabel("executed depth R_t = max_i n_t,i")
         ax.set_ylabel("share of test steps")
-        ax.legend()
+        ax.legend(handles, methods)
     return fig
 
 
+def majority_share(record: dict[str, Any]) -> float | None:
+    """The chance level (%) of a classification record: the majority class's share of the data.
+
+    From the class counts the record's ``data`` gives (``class_counts``; ``n_positive`` and
+    ``n_negative``; ``positive_pct``), where the task did not balance its splits
+    (``per_class``); else 100 / the task's number of classes. None for a task that is not a
+    classification (``harness.task.TaskKind``), whose primary metric is not a percentage, or
+    that is not registered.
+    """
+    from harness.metrics import get_metric
+    from harness.registry import TASKS, UnknownNameError
+    from harness.task import TaskKind
+
+    try:
+        cls = TASKS.get(record.get("task", ""))
+        if cls.kind != TaskKind.CLASSIFICATION or not get_metric(record["primary"]).percent:
+            return None
+    except (UnknownNameError, KeyError):
+        return None
+    info = record.get("data") or {}
+    counts: list[float] = []
+    if "per_class" not in info:
+        raw = info.get("class_counts")
+        if isinstance(raw, dict):
+            counts = [float(v) for v in raw.values()]
+        elif isinstance(raw, list):
+            counts = [float(v) for v in raw]
+        elif "n_positive" in info and "n_negative" in info:
+            counts = [float(info["n_positive"]), float(info["n_negative"])]
+        elif "positive_pct" in info:
+            counts = [float(info["positive_pct"]), 100.0 - float(info["positive_pct"])]
+    if counts and sum(counts) > 0:
+        return 100.0 * max(counts) / sum(counts)
+    try:
+        return 100.0 / cls().output_size
+    except Exception:  # a task that cannot say without its data
+        return None
+
+
+CHANCE_MARGIN = 1.0  # points of accuracy above the majority-class share still called chance
+
+
+def at_chance(records: list[dict[str, Any]]) -> bool:
+    """Whether a variant's mean validation primary metric is at chance (``majority_share``).
+
+    At chance: within ``CHANCE_MARGIN`` points above the majority class's share, or below it.
+    Never for a regression or language task, nor without a validation metric.
+    """
+    from harness.selection import split_mean
+
+    chance = majority_share(records[0]) if records else None
+    if chance is None:
+        return False
+    val = split_mean(records, records[0]["primary"], "val")
+    return not math.isnan(val) and val <= chance + CHANCE_MARGIN
+
+
+@dataclass
+class MaskChoice:
+    """Which variant's update pattern each method shows, and why (``mask_choice``).
+
+    Attributes:
+        target: the test Skip % the methods without a table pick are matched at.
+        picks: ``{method: (variant_id, "table" | "nearest")}``.
+        records: ``{method: record}``: the drawn run, the lowest seed not at chance.
+        table_at_chance: methods whose table pick is at chance, matched on Skip % instead.
+        at_chance: methods every variant of which is at chance: no panel.
+        chance: the chance level (``majority_share``, %); None where the rule does not apply.
+    """
+
+    target: float
+    picks: dict[str, tuple[str, str]]
+    records: dict[str, dict[str, Any]]
+    table_at_chance: list[str]
+    at_chance: list[str]
+    chance: float | None = None
+
+
+def mask_choice(
+    runs: pd.DataFrame, target: float | None = None, selected: dict[str, str] | None = None
+) -> MaskChoice:
+    """Per method, the variant whose update pattern is drawn.
+
+    The variant the table's selection rule picked (``selected``), unless it is at chance on
+    validation (``at_chance``); otherwise the variant whose mean test Skip % is nearest
+    ``target`` (``matched_budget``) among those not at chance. A method all of whose variants
+    are at chance gets none.
+
+    Args:
+        runs: one row per run (``harness.reporting.runs.runs_frame``: ``method``,
+            ``variant_id``, ``seed``, ``record``, ``skip_pct``).
+        target: the Skip % to match (None: see ``matched_budget``, over variants not at chance).
+        selected: ``{method: variant_id}`` the table shows (None: no selection rule).
+    """
+    groups = {
+        vid: sorted(g["record"], key=lambda r: r["seed"])
+        for vid, g in runs.groupby("variant_id", sort=False)
+    }
+    chance = {vid for vid, recs in groups.items() if at_chance(recs)}
+    ok = runs[~runs["variant_id"].isin(chance)]
+    target, near = matched_budget(ok, target) if len(ok) else (target or 0.0, {})
+    picks: dict[str, tuple[str, str]] = {}
+    table_at_chance, none = [], []
+    for method in method_order(runs["method"]):
+        pick = (selected or {}).get(method)
+        if pick in groups and pick not in chance:
+            picks[method] = (pick, "table")
+            continue
+        if method in near:
+            picks[method] = (near[method], "nearest")
+            if pick in chance:
+                table_at_chance.append(method)
+        elif (runs["method"] == method).any() and not (ok["method"] == method).any():
+            none.append(method)
+    records = {}
+    for method, (vid, _) in picks.items():
+        recs = groups[vid]
+        records[method] = next((r for r in recs if not at_chance([r])), recs[0])
+    first = next(iter(groups.values()), [{}])[0]
+    return MaskChoice(target, picks, records, table_at_chance, none, majority_share(first))
+
+
 def matched_budget(runs: pd.DataFrame, target: float | None = None) -> tuple[float, dict[str, str]]:
-    """Per method, the variant whose mean test Skip % is nearest ``target`` (the masks' choice).
+    """Per method, the variant whose mean test Skip % is nearest ``target``.
+
+    The update patterns show it for a method the table picked no variant of (``mask_choice``).
 
     The variant is taken by ``harness.selection.nearest_skip`` on the test split, one group per
     method: ties go to the lower variant id.

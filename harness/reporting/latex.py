@@ -1,0 +1,443 @@
+"""LaTeX tables that print at 8 pt or more, and the figures' floats.
+
+``tex_escape`` turns the reports' text (units ``×10^k``, ``D_h``, arrows, ±) into LaTeX that
+needs only booktabs and graphicx. ``render_tex`` sets one table: ``tex_layout`` decides its
+float (``table`` for one column of a two-column paper, ``table*`` for the text width), its font
+size (9 or 8 pt, never scaled) and, for a table too wide for 7 in, how its columns are split
+over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
+``figure_env`` gives a saved figure the float its width needs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+Cell = tuple[str, bool]  # a table cell: (text, bold)
+
+
+# Text that becomes math in LaTeX, and the math it becomes.
+_MATH = re.compile(r"[×x]10\^\{?(-?\d+)\}?|√\(Acc×Skip\)|\b([DR])_(h|t|z|max)\b|\^")
+_TEX_PLAIN = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "±": r"$\pm$",
+    "↑": r"$\uparrow$",
+    "↓": r"$\downarrow$",
+    "λ": r"$\lambda$",
+    "–": "--",
+    "−": "$-$",
+    "×": r"$\times$",
+    "·": r"$\cdot$",
+    "√": r"$\surd$",
+    "≠": r"$\neq$",
+    "‡": r"$\ddagger$",
+    "`": "",
+}
+
+
+def _tex_math(m: re.Match) -> str:
+    text = m.group(0)
+    if m.group(1) is not None:
+        return rf"$\times 10^{{{m.group(1)}}}$"
+    if text.startswith("√"):
+        return r"$\sqrt{\mathrm{Acc}\times\mathrm{Skip}}$"
+    if m.group(2):
+        sub = r"\mathrm{max}" if m.group(3) == "max" else m.group(3)
+        return f"${m.group(2)}_{{{sub}}}$"
+    return r"\textasciicircum{}"
+
+
+def tex_escape(s: str) -> str:
+    r"""LaTeX for a cell, title or note (needs only booktabs and graphicx).
+
+    ``x10^5`` / ``×10^5`` become ``$\times 10^{5}$``, ``D_h``, ``R_t``, ``R_max`` math; every
+    other LaTeX special character is escaped (no ``^`` or ``_`` is left outside math).
+    """
+    out, pos = [], 0
+    for m in _MATH.finditer(s):
+        out.append("".join(_TEX_PLAIN.get(c, c) for c in s[pos : m.start()]))
+        out.append(_tex_math(m))
+        pos = m.end()
+    out.append("".join(_TEX_PLAIN.get(c, c) for c in s[pos:]))
+    return "".join(out)
+
+
+# LaTeX tables are set at 9 pt, or 8 pt where 9 pt does not fit, and never scaled: no table
+# prints below 8 pt. The widths below (Computer Modern at 10 pt, in em, from cmr10.tfm) estimate
+# a table's natural width; cmr8/cmr9 are wider per em than cmr10, cmbx wider than cmr.
+PT_PER_IN = 72.27
+TEX_TARGETS = (("table", 3.3 * PT_PER_IN), ("table*", 7.0 * PT_PER_IN))  # 1 column, 2 columns
+TEX_SIZES = ((9.0, 11.0), (8.0, 9.5))  # (font size, baseline skip) in pt, tried in this order
+TABCOLSEP = 4.0  # pt each side of a column
+MAX_HEAD_LINES = 3  # a column title wraps onto at most this many lines (more if it must)
+MAX_CELL_LINES = 4  # a text cell wraps onto at most this many lines before the table splits
+SAFETY = 1.03  # estimated text widths are taken this much wider than the sum of the glyphs
+_EM = {
+    0.278: "il!',.:;[]`|·",
+    0.306: "fj",
+    0.333: "-",
+    0.361: "I",
+    0.389: "t()",
+    0.392: "r",
+    0.394: "s",
+    0.444: "cez",
+    0.472: "?",
+    0.5: '0123456789ago"*/^{}~–↑↓_<>\\',
+    0.514: "J",
+    0.528: "kqvxy",
+    0.556: "bdhnpuS",
+    0.583: "λ",
+    0.611: "Z",
+    0.625: "L",
+    0.653: "F",
+    0.681: "EP",
+    0.708: "B",
+    0.722: "wCT",
+    0.736: "R",
+    0.75: "AHNUVXY",
+    0.764: "D",
+    0.778: "KOQ&+=@±×−≠‡",
+    0.785: "G",
+    0.833: "m#%$√M",
+    1.028: "W",
+}
+_CHAR_EM = {c: w for w, chars in _EM.items() for c in chars} | {" ": 0.333, "`": 0.0}
+_DESIGN = {8.0: 1.0625, 9.0: 1.0278}  # width per em of cmr8 / cmr9 relative to cmr10
+_BOLD = 1.154  # cmbx relative to cmr
+_NUMERIC = re.compile(r"^[\[(]?[-+−]?\.?\d")
+_HEX = re.compile(r"^[0-9a-f]{7,}\b")
+
+
+def _em(s: str) -> float:
+    return sum(_CHAR_EM.get(c, 0.6) for c in s)
+
+
+def _math_em(m: re.Match) -> float:
+    """The width in em of a piece ``tex_escape`` sets in math (scripts: 0.85, plus space)."""
+    if m.group(1) is not None:  # x10^k
+        return 0.778 + 1.0 + 0.85 * _em(m.group(1).replace("-", "−")) + 0.1
+    if m.group(0).startswith("√"):  # the radical, a binary operator's spaces, the operands
+        return 1.0 + 0.444 + _em("Acc×Skip") + 0.2
+    if m.group(2):  # D_h: italic D
+        return 1.1 * _em(m.group(2)) + 0.85 * _em(m.group(3)) + 0.1
+    return 0.5
+
+
+def tex_width(text: str, size: float, bold: bool = False) -> float:
+    """Estimated natural width in pt of ``tex_escape(text)`` set in Computer Modern at ``size``."""
+    em, pos = 0.0, 0
+    for m in _MATH.finditer(text):
+        em += _em(text[pos : m.start()]) + _math_em(m)
+        pos = m.end()
+    em += _em(text[pos:])
+    return em * size * _DESIGN.get(size, 1.0) * (_BOLD if bold else 1.0) * SAFETY
+
+
+def _tokens(title: str) -> list[str]:
+    """A title's words; a word without a letter or digit (``%``, an arrow) joins the one before."""
+    out: list[str] = []
+    for w in title.split():
+        if out and not any(c.isalnum() for c in w):
+            out[-1] += " " + w
+        else:
+            out.append(w)
+    return out
+
+
+def _lines(words: list[str], width: float, size: float, bold: bool = False) -> list[str]:
+    """``words`` broken greedily into lines no wider than ``width`` (a longer word: its own)."""
+    lines: list[str] = []
+    for w in words:
+        if lines and tex_width(lines[-1] + " " + w, size, bold) <= width:
+            lines[-1] += " " + w
+        else:
+            lines.append(w)
+    return lines
+
+
+@dataclass
+class _Column:
+    """A column of a LaTeX table as laid out at one font size."""
+
+    title: str
+    cells: list[Cell]
+    align: str  # l or r
+    width: float = 0.0  # pt, the column's content width
+    wrap: bool = False  # text cells wider than ``width`` are paragraphs ``width`` wide
+    head: list[str] | None = None  # the title's lines
+    wraps: bool = False  # a text column, not the first: its cells may wrap
+
+    def body(self, size: float) -> float:
+        return max((tex_width(t, size, b) for t, b in self.cells), default=0.0)
+
+    def longest_word(self, size: float) -> float:
+        words = [(w, b) for t, b in self.cells for w in t.split()]
+        words += [(w, False) for w in _tokens(self.title)]
+        return max((tex_width(w, size, b) for w, b in words), default=0.0)
+
+    def head_lines(self, width: float, size: float) -> list[str]:
+        """The title broken to ``width``, widened until it takes at most ``MAX_HEAD_LINES``."""
+        words = _tokens(self.title)
+        lo = max([width, *(tex_width(w, size) for w in words)])
+        hi = max(lo, tex_width(" ".join(words), size))
+        while hi - lo > 0.5:
+            mid = (lo + hi) / 2
+            if len(_lines(words, mid, size)) <= MAX_HEAD_LINES:
+                hi = mid
+            else:
+                lo = mid
+        lines = _lines(words, lo, size)
+        return lines if len(lines) <= MAX_HEAD_LINES else _lines(words, hi, size)
+
+    def natural(self, size: float) -> float:
+        """The width the column takes unwrapped: its widest cell or its title's widest line."""
+        body = self.body(size)
+        return max([body, *(tex_width(x, size) for x in self.head_lines(body, size))])
+
+
+def _align(i: int, cells: list[Cell]) -> str:
+    """``l`` for the first column and for text, ``r`` for numbers (most cells start with one)."""
+    text = [t for t, _ in cells if t.strip() and t.strip() not in ("–", "-", "n/a")]
+    numeric = [t for t in text if _NUMERIC.match(t) and not _HEX.match(t)]
+    return "r" if i > 0 and len(numeric) * 2 >= len(text) else "l"
+
+
+def _fit(
+    cols: list[_Column], size: float, target: float, loose: bool = False
+) -> list[_Column] | None:
+    """``cols`` laid out at ``size`` within ``target`` pt, or None if they do not fit.
+
+    Numeric columns and the first keep their natural width; text columns wrap where the line is
+    too short for them, to at most ``MAX_CELL_LINES`` lines a cell (``loose``: any number) and
+    never narrower than their longest word.
+    """
+    room = target - 2 * TABCOLSEP * len(cols)
+    nat = [c.natural(size) for c in cols]
+    low = [
+        max(c.longest_word(size), 0 if loose else c.body(size) / MAX_CELL_LINES) if c.wraps else n
+        for c, n in zip(cols, nat, strict=True)
+    ]
+    if sum(min(lo, n) for lo, n in zip(low, nat, strict=True)) > room and not loose:
+        return None
+    widths = list(nat)
+    if sum(nat) > room:  # the text columns share what is left, the narrow ones keeping theirs
+        free = {i for i, c in enumerate(cols) if c.wraps and low[i] < nat[i]}
+
+        def at(level: float) -> list[float]:
+            return [
+                min(n, max(lo, level)) if i in free else n
+                for i, (lo, n) in enumerate(zip(low, nat, strict=True))
+            ]
+
+        a, b = 0.0, max(nat)
+        for _ in range(40):
+            mid = (a + b) / 2
+            a, b = (mid, b) if sum(at(mid)) <= room else (a, mid)
+        widths = at(a)
+    out = []
+    for c, w, n in zip(cols, widths, nat, strict=True):
+        wrap = w < n - 0.01
+        head = c.head_lines(w if wrap else c.body(size), size)
+        out.append(replace(c, width=w, wrap=wrap, head=head))
+    return out
+
+
+@dataclass
+class TexPart:
+    """One float of a LaTeX table: which columns, in which environment, at which size."""
+
+    columns: list[int]
+    env: str
+    size: float
+    laid: list[_Column]
+
+
+def _place(cols: list[_Column], idx: list[int], sizes: Sequence[float] = ()) -> TexPart | None:
+    """The first of ``table`` at 9 pt, at 8 pt, ``table*`` at 9 pt, at 8 pt that ``idx`` fits."""
+    for env, target in TEX_TARGETS:
+        for size in sizes or [s for s, _ in TEX_SIZES]:
+            laid = _fit([cols[i] for i in idx], size, target)
+            if laid is not None:
+                return TexPart(idx, env, size, laid)
+    return None
+
+
+def _row_keys(titles: list[str], rows: list[list[Cell]]) -> list[int]:
+    """The leading columns that tell the rows apart (the first, and the second if needed)."""
+    first = [r[0][0] for r in rows]
+    if len(set(first)) == len(first) or len(titles) < 3:
+        return [0]
+    pairs = [(r[0][0], r[1][0]) for r in rows]
+    return [0, 1] if len(set(pairs)) == len(pairs) else [0]
+
+
+def tex_layout(
+    titles: list[str], rows: list[list[Cell]], keep: Sequence[str] = ()
+) -> list[TexPart]:
+    """How a table is set: one float, or its columns split over several, none below 8 pt.
+
+    A table that fits one column of a two-column paper (3.3 in) at 9 or 8 pt is a ``table``;
+    one that fits the text width (7 in) a ``table*``. A wider one is split: the main part keeps
+    the columns that tell the rows apart, the ``keep`` columns and then, in order, every other
+    column that still fits 7 in at 8 pt; the rest go, with the row keys again, to a second part,
+    split again while it is too wide; all parts are then set at 8 pt. Widths are estimated from
+    Computer Modern's metrics (``tex_width``); nothing is scaled.
+    """
+    aligns = [_align(i, [r[i] for r in rows]) for i in range(len(titles))]
+    cols = [
+        _Column(t, [r[i] for r in rows], a, wraps=i > 0 and a == "l")
+        for i, (t, a) in enumerate(zip(titles, aligns, strict=True))
+    ]
+    keys = _row_keys(titles, rows) if rows else [0]
+    rest = [i for i in range(len(cols)) if i not in keys]
+    whole = _place(cols, sorted(keys + rest))
+    if whole is not None:
+        return [whole]
+    parts = _split(cols, keys, rest, keep)
+    small = TEX_SIZES[-1][0]
+    return [_place(cols, p, [small]) or _anyway(cols, p) for p in parts]
+
+
+def _split(
+    cols: list[_Column], keys: list[int], rest: list[int], keep: Sequence[str]
+) -> list[list[int]]:
+    """The column indices of each part (see ``tex_layout``)."""
+    small, wide = TEX_SIZES[-1][0], TEX_TARGETS[-1][1]
+    if not rest or _fit([cols[i] for i in keys + rest], small, wide):
+        return [keys + rest]
+    order = [i for i in rest if cols[i].title in keep]
+    order += [i for i in rest if cols[i].title not in keep]
+    chosen: list[int] = []
+    for i in order:
+        if _fit([cols[j] for j in sorted(keys + chosen + [i])], small, wide):
+            chosen.append(i)
+    chosen = chosen or order[:1]  # a column too wide even alone gets a part of its own
+    left = [i for i in rest if i not in chosen]
+    return [sorted(keys + chosen), *(_split(cols, keys, left, keep) if left else [])]
+
+
+def _anyway(cols: list[_Column], idx: list[int]) -> TexPart:
+    """Columns that fit nowhere: a ``table*`` at 8 pt, text wrapped as narrow as it goes."""
+    size, target = TEX_SIZES[-1][0], TEX_TARGETS[-1][1]
+    laid = _fit([cols[i] for i in idx], size, target, loose=True) or []  # loose never refuses
+    return TexPart(idx, "table*", size, laid)
+
+
+def _pt(x: float) -> str:
+    return f"{x:.1f}pt"
+
+
+def _tex_head(c: _Column) -> str:
+    if not c.head or len(c.head) == 1:
+        return tex_escape(c.title)
+    flush = r"\raggedright" if c.align == "l" else r"\raggedleft"
+    lines = r"\\".join(tex_escape(x) for x in c.head)
+    return rf"\parbox[b]{{{_pt(c.width)}}}{{{flush} {lines}}}"
+
+
+def _tex_cell(c: _Column, text: str, bold: bool, size: float) -> str:
+    tex = tex_escape(text)
+    if bold and text not in ("", "–"):
+        tex = rf"\textbf{{{tex}}}"
+    if c.wrap and tex_width(text, size, bold) > c.width:
+        return rf"\parbox[t]{{{_pt(c.width)}}}{{\raggedright {tex}\strut}}"
+    return tex
+
+
+TEX_FLOAT = r"""\begin{%(env)s}[tbp]
+\centering\fontsize{%(size)g}{%(skip)g}\selectfont\setlength{\tabcolsep}{%(sep)gpt}
+\caption{%(caption)s}\label{%(label)s}
+\begin{tabular}{%(cols)s}
+\toprule
+%(head)s \\
+\midrule
+%(body)s
+\bottomrule
+\end{tabular}%(notes)s
+\end{%(env)s}
+"""
+TEX_FIGURE = r"""\begin{%(env)s}[tbp]\centering
+\includegraphics[width=\linewidth]{%(path)s}
+\caption{%(caption)s}\label{%(label)s}
+\end{%(env)s}
+"""
+
+
+def figure_width(pdf: Path) -> float | None:
+    """The width in inches of a saved figure, from its PDF's ``/MediaBox``; None if unreadable."""
+    try:
+        m = re.search(rb"/MediaBox\s*\[\s*([-\d.]+)\s+[-\d.]+\s+([-\d.]+)", pdf.read_bytes())
+    except OSError:
+        return None
+    return (float(m.group(2)) - float(m.group(1))) / 72 if m else None
+
+
+def figure_env(pdf: Path) -> str:
+    """``figure`` for a figure one column wide (3.3 in) or less, else ``figure*``.
+
+    The figures are drawn at the width they print at (``harness.reporting.figstyle``), so a
+    7 in figure in a one-column float would print its 7 pt text at 3.3 pt.
+    """
+    width = figure_width(pdf)
+    narrow = width is not None and width <= TEX_TARGETS[0][1] / PT_PER_IN + 0.01
+    return "figure" if narrow else "figure*"
+
+
+def render_tex(
+    titles: list[str],
+    rows: list[list[Cell]],
+    caption: str,
+    label: str = "tab:table",
+    notes: Sequence[str] = (),
+    keep: Sequence[str] = (),
+) -> str:
+    r"""A booktabs table at 9 or 8 pt, never scaled: caption and ``\label`` above.
+
+    ``tex_layout`` decides the float: a ``table`` where the table fits one column of a
+    two-column paper (3.3 in), a ``table*`` where it fits 7 in, else its columns are split over
+    several floats (the row keys repeated in each; ``keep``: titles that stay in the first). A
+    later part is labelled ``<label>-cont<k>`` and its caption refers to the first. Bold cells are
+    ``\textbf{x}``; ``notes`` are printed under the first part's tabular, in the float.
+    """
+    parts = tex_layout(titles, rows, keep)
+    text = "".join(f"\n\\par\\smallskip\\footnotesize\\raggedright {tex_escape(n)}" for n in notes)
+    out = []
+    for k, part in enumerate(parts):
+        size = part.size
+        cap = tex_escape(caption)
+        lab = label if k == 0 else f"{label}-cont{k + 1}"
+        if k:
+            cap += rf" (continued: more columns of Table~\ref{{{label}}}, same rows)"
+        body = [
+            " & ".join(
+                _tex_cell(c, *r[i], size) for c, i in zip(part.laid, part.columns, strict=True)
+            )
+            + r" \\"
+            for r in rows
+        ]
+        out.append(
+            TEX_FLOAT
+            % {
+                "env": part.env,
+                "size": size,
+                "skip": dict(TEX_SIZES)[size],
+                "sep": TABCOLSEP,
+                "caption": cap,
+                "label": lab,
+                "cols": "".join(c.align for c in part.laid),
+                "head": " & ".join(_tex_head(c) for c in part.laid),
+                "body": "\n".join(body),
+                "notes": text if k == 0 else "",
+            }
+        )
+    return "\n".join(out)
