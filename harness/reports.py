@@ -94,12 +94,14 @@ def paper_report(
     formats: Sequence[str] = ("md", "tex"),
     select: str | None = None,
     figures: bool = True,
+    allow_dirty: bool = False,
 ) -> tuple[list[Path], list[str]]:
     """The paper-style report of the records in ``sources`` (tables, figures) into ``out_dir``.
 
     Nothing is written over a records store or over one of ``sources``: the tables
     (``paper_<task>_<preset>.<format>``) and the figures already in ``out_dir/figures`` under
-    their names are checked before anything is written.
+    their names are checked before anything is written. The tables hold records of clean
+    commits only unless ``allow_dirty`` (``harness.reporting.paper.write_paper_report``).
 
     Returns:
         The paths written, and the unusable lines of the sources.
@@ -121,6 +123,7 @@ def paper_report(
         formats=tuple(formats),
         figures=figures,
         select=_rule(select),
+        allow_dirty=allow_dirty,
     )
     return paths, problems
 

@@ -14,6 +14,10 @@ metrics of that choice. A rule names how (``harness report --select RULE``):
   learning rate on validation and the budget knob (lambda) to match the Skip %, and a learning
   rate picked for its Skip % would be picked for the wrong reason.
 
+Every rule first keeps the variants with the most seeds: a variant with fewer seeds is not
+eligible while one with more exists (``most_seeds``), so a mean over one seed never competes with
+a mean over three (a lucky seed would win more often than a mean).
+
 Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
 read; a tie is broken by the variant id, never by a test number. The chosen variant's test
 metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
@@ -54,6 +58,14 @@ class Rule:
         if self.name == "val-skip-nearest":
             return f"val-skip-nearest:{self.target:g}"
         return f"val-skip-band:{self.target:g}:{self.width:g}"
+
+    def label(self) -> str:
+        """What picked a row under this rule, in a few words (``at matched budget 76 %``)."""
+        if self.name == "best-val":
+            return "at the best validation score"
+        if self.name == "val-skip-nearest":
+            return f"at matched budget {self.target:g} %"
+        return f"in the Skip % band {self.target:g} ± {self.width:g}"
 
     def describe(self) -> str:
         """One sentence for a report's notes."""
@@ -203,8 +215,27 @@ def _rank(primary: str, higher: bool) -> Callable[[list[dict[str, Any]]], float]
     return lambda runs: -_val_mean(runs, primary) if higher else _val_mean(runs, primary)
 
 
+def seed_count(runs: Sequence[dict[str, Any]]) -> int:
+    """How many seeds a variant's runs have."""
+    return len({r["seed"] for r in runs})
+
+
+def most_seeds(
+    variants: dict[str, list[dict[str, Any]]],
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The variants with the most seeds, and how many others were left out for having fewer."""
+    top = max(seed_count(runs) for runs in variants.values())
+    kept = {vid: runs for vid, runs in variants.items() if seed_count(runs) == top}
+    return kept, len(variants) - len(kept)
+
+
 def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
     """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
+
+    The candidates are the variants the rule can score on validation (a mean validation
+    primary metric, and for ``val-skip-nearest`` a mean validation Skip %, over every seed;
+    for ``val-skip-band``, only those in the band). Among them only those with the most seeds
+    are eligible (``most_seeds``); the reason says how many were left out for having fewer.
 
     Returns:
         ``(variant_id, reason)``; ``(None, reason)`` when no variant qualifies (none in the
@@ -214,6 +245,7 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
     primary, higher = first["primary"], higher_is_better(first)
     n = len(variants)
     pool = dict(variants)
+    within = ""
     if rule.name == "val-skip-band":
         pool = {
             vid: runs
@@ -222,24 +254,31 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         }
         if not pool:
             return None, f"{rule}: no variant of {n} in the band"
-    scored = [(vid, _val_mean(runs, primary)) for vid, runs in pool.items()]
-    scored = [(vid, v) for vid, v in scored if not math.isnan(v)]
-    if not scored:
+        within = f", {len(pool)} in the band"
+    pool = {vid: runs for vid, runs in pool.items() if not math.isnan(_val_mean(runs, primary))}
+    if not pool:
         return None, f"{rule}: no validation {primary} recorded"
     if rule.name == "val-skip-nearest":
-        pool, tuned = _best_training(pool, primary, higher)
-        score = dict(scored)
-        runs = [r for vid, _ in scored if vid in pool for r in pool[vid]]
-        near = nearest_skip(runs, rule.target, "val", by=(), tie=_rank(primary, higher))
-        if not near:
+        pool = {
+            vid: runs for vid, runs in pool.items() if not math.isnan(_val_mean(runs, "skip_pct"))
+        }
+        if not pool:
             return None, f"{rule}: no validation skip_pct recorded"
-        vid, skip = near[()]
-        lr = ""
+    pool, fewer = most_seeds(pool)
+    if fewer:
+        top = seed_count(next(iter(pool.values())))
+        within += f", {fewer} with fewer than {top} seeds not eligible"
+    score = {vid: _val_mean(runs, primary) for vid, runs in pool.items()}
+    if rule.name == "val-skip-nearest":
+        pool, tuned = _best_training(pool, primary, higher)
+        runs = [r for vid in pool for r in pool[vid]]
+        vid, skip = nearest_skip(runs, rule.target, "val", by=(), tie=_rank(primary, higher))[()]
         if tuned:
-            lr = f", {tuned} beaten on validation by the same knobs' other training settings"
-        return vid, (f"{rule} of {n}{lr} (val Skip % {skip:.1f}, val {primary} {score[vid]:.4g})")
-    best = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
-    within = f", {len(pool)} in the band" if rule.name == "val-skip-band" else ""
+            within += f", {tuned} beaten on validation by the same knobs' other training settings"
+        return vid, (
+            f"{rule} of {n}{within} (val Skip % {skip:.1f}, val {primary} {score[vid]:.4g})"
+        )
+    best = min(score.items(), key=lambda s: (-s[1] if higher else s[1], s[0]))
     return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"
 
 

@@ -71,7 +71,9 @@ def test_paper_tables_show_activity_sparsity_when_a_row_has_it(tmp_path):
     recs = [run(config.resolve(m, "adding", 0, "smoke")) for m in ("egru", "gru")]
     store = tmp_path / "r.jsonl"
     store.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    assert main(["report", str(store), "--paper", "--out-dir", str(tmp_path), "--no-figures"]) == 0
+    # --allow-dirty: these runs are made from the working tree, which may have changes
+    args = ["report", str(store), "--paper", "--out-dir", str(tmp_path), "--no-figures"]
+    assert main([*args, "--allow-dirty"]) == 0
     md = (tmp_path / "paper_adding_smoke.md").read_text()
     head = next(x for x in md.splitlines() if x.startswith("| Method"))
     assert "| Skip % ↑ " in head and "Activity sparsity % ↑" in head

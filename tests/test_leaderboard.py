@@ -35,7 +35,8 @@ def test_one_number_format():
     assert fmt_cell(82.0, 2.0, 3) == "82.0 ± 2.0"  # std to 2 significant digits
     assert fmt_cell(0.0467, 0.0024, 3) == "0.0467 ± 0.0024"
     assert fmt_cell(86.0, 21.2, 3) == "86 ± 21"
-    assert fmt_cell(76.0, 0.0, 3) == "76.0"  # deterministic: no "± 0"
+    # a std of 0 is printed with its n: every seed gave the same value (not one seed, not hidden)
+    assert fmt_cell(76.0, 0.0, 3) == "76.0 ± 0 (n=3)" and fmt_cell(76.0, 0.0, 1) == "76.0"
     assert fmt_cell(8.27e-4, 1.1e-4, 3, scale=-3) == "0.83 ± 0.11"
     assert fmt_cell(2.57e5, scale=4) == "25.7" and fmt_cell(0.0) == "0"
     assert fmt_cell(float("nan")) == "–" and fmt_cell(97.6086) == "97.6"

@@ -180,8 +180,17 @@ def test_table_settings_are_config_keys_of_the_task():
     assert scales["S-SA Table 1"] == {"flops": 4} and scales["S-EI Table 1"] == {"mse": -3}
     for table in load_tables():
         assert "seeds" in table.setting, table.key
-        run = config.resolve(table.rows[0].method, table.task, 0, "smoke").to_dict()
-        keys = flat_config({"config": run}).keys()
+        keys = set()  # a setting keys the rows of the methods that have it (EI-REHN's dz)
+        for method in {r.method for r in table.rows}:
+            run = config.resolve(method, table.task, 0, "smoke").to_dict()
+            keys |= flat_config({"config": run}).keys()
         assert table.setting.keys() - {"seeds"} <= keys, table.key
     (t4,) = [t for t in load_tables() if t.key == "S-SA Table 4"]
     assert t4.setting["task.seq_len"] == 500 and t4.setting["hidden_size"] == 128
+    # S-EI Table 3: D_h = 1200, tied embeddings, and D_z = 600 for EI-REHN (docs/papers.md)
+    (t3,) = [t for t in load_tables() if t.key == "S-EI Table 3"]
+    assert t3.setting["hidden_size"] == 1200 and t3.setting["tie_embeddings"] is True
+    assert t3.setting["dz"] == 600
+    # S-SA Table 1: all of the balanced 4,600 series
+    (t1,) = [t for t in load_tables() if t.key == "S-SA Table 1"]
+    assert t1.setting["task.max_series"] == 0

@@ -94,6 +94,12 @@ def add_parser(subparsers: Any) -> None:
         "nearest TARGET); default: every variant",
     )
     s.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="--paper: also tabulate records made from a tree with uncommitted changes "
+        "(default: clean commits only; each report says how many it left out)",
+    )
+    s.add_argument(
         "--no-figures",
         action="store_true",
         help="tables only: no learning curves beside the leaderboard, no --paper figures",
@@ -114,7 +120,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness import api
 
     sources = args.records or [DEFAULT_RECORDS]
-    paper_only = (("--task", args.task), ("--preset", args.preset), ("--out-dir", args.out_dir))
+    paper_only = (
+        ("--task", args.task),
+        ("--preset", args.preset),
+        ("--out-dir", args.out_dir),
+        ("--allow-dirty", args.allow_dirty),
+    )
     given = [f for f, v in paper_only if v]
     if given and not args.paper:
         raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
@@ -149,6 +160,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             formats=tuple(args.formats or ("md", "tex")),
             select=args.select,
             figures=not args.no_figures,
+            allow_dirty=args.allow_dirty,
         )
         for p in paths:
             print(p)

@@ -23,10 +23,19 @@ import pandas as pd
 from harness.metrics import METRICS, get_metric, higher_is_better
 from harness.records import latest
 from harness.reporting.render import render_tex
-from harness.reporting.runs import KEYS, aggregate, failed_runs, runs_frame, tidy, variant_label
+from harness.reporting.runs import (
+    KEYS,
+    aggregate,
+    failed_records,
+    failed_summary,
+    runs_frame,
+    tidy,
+    variant_label,
+)
 from harness.reporting.text import (
     NOTES,
     arrow,
+    ci_title,
     column_scale,
     commit_label,
     fmt_cell,
@@ -120,7 +129,7 @@ def leaderboard_rows(
                 )
                 if key == primary:
                     row["_sort"] = mean
-                    ci = scaled(f"95 % CI, {m.title}", sc)
+                    ci = ci_title(m.title, sc)
                     row[ci] = fmt_ci(mean, v, sc, key)  # "–" below 2 seeds
             row[get_metric("params").title] = group[0].get("params", {}).get("total", "–")
             m = _values(group, lambda r: (r.get("time") or {}).get("train_s"))
@@ -156,6 +165,7 @@ def leaderboard_markdown(
         select: a ``harness.selection.Rule``; None: every variant has a row.
     """
     picked = None
+    failed = failed_records(records)  # before selection: superseded records count too
     if select is not None:
         from harness.selection import select as select_records
 
@@ -170,10 +180,10 @@ def leaderboard_markdown(
         missing = [k for k in picked or {} if k.startswith(f"{task}/{preset}/")]
         parts += [f"- {k.split('/')[-1]}: no row ({picked[k]})." for k in missing]
         parts += [""] if missing else []
-    failed = failed_runs(records)
     if failed:
         parts.append("## Failed runs\n")
-        parts += [f"- {line}" for line in failed] + [""]
+        parts.append(f"{failed_summary(failed)}; every failed record, superseded ones included:\n")
+        parts += [f"- {f.line()}" for f in failed] + [""]
     if problems:
         parts.append("## Records skipped as malformed\n")
         parts += [f"- {p}" for p in problems] + [""]

@@ -1,26 +1,34 @@
 """Paper-style reports: the seed papers' tables and figures, regenerated from run records.
 
 Per (task, preset), ``write_paper_report`` writes ``paper_<task>_<preset>.md`` / ``.tex`` (and
-``.csv`` / ``.parquet``: the main table's numbers) and figures (``harness.reporting.figures``):
+``.csv`` / ``.parquet``: the main table's numbers and per-seed values) and figures
+(``harness.reporting.figures``), from the records of clean commits only unless ``allow_dirty``
+(the header says which, and how many records it left out):
 - the main table (``harness.reporting.tables``), in the layout of the seed paper that reports
   this kind of task. One row per method variant (runs differing only by seed,
   ``harness.reporting.runs``), labelled by the config values that vary among a method's
   variants, or with a selection rule (``harness.selection``) one row per method, picked on
-  validation data. Cells are ``harness.reporting.text.fmt_cell`` (mean ± std over seeds, one
-  unit per column); the best mean per measured column is bold; a 95 % CI of the primary metric,
-  the commit of the row's records, and a Welch's t-test column against the best variant (left
-  out when all n/a);
-- one "paper vs harness" table per published table of the task (``harness.reporting.versus``).
-  Methods that a published table lists come first in the main table, in its order.
-The header (``harness.reporting.text.header``) names the records, commits, devices, FLOP unit and
-the rule that chose each test metric. LaTeX output compiles with booktabs and graphicx
-(``harness.reporting.render``). pandas and scipy are imported inside the functions.
+  validation data among the variants with the most seeds. Cells are
+  ``harness.reporting.text.fmt_cell`` (mean ± std over seeds, one unit per column); the best
+  test mean per measured column is bold (display only); a 95 % CI of the primary metric, the
+  commit of the row's records, p-values against a reference row chosen on validation (paired
+  where the seeds are shared, Holm-corrected), and a mark on rows whose runs had training
+  events;
+- one "paper vs harness" table per published table of the task (``harness.reporting.versus``):
+  at the paper preset each paper row at its own setting, at a smaller preset the harness's own
+  table with the paper's numbers as context. Methods that a published table lists come first in
+  the main table, in its order.
+The header (``harness.reporting.text.header``) names the records, commits, devices, FLOP unit,
+the rule that chose each test metric, and every failed record (superseded ones included). LaTeX
+output compiles with booktabs and graphicx (``harness.reporting.render``). pandas and scipy are
+imported inside the functions.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +36,7 @@ from harness.errors import HarnessError
 from harness.metrics import get_metric
 from harness.outputs import write_text
 from harness.records import latest
-from harness.reporting.published import tables_for
+from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.render import (
     FORMATS,
     NO_PYARROW,
@@ -40,10 +48,18 @@ from harness.reporting.render import (
     tex_escape,
     write_frame,
 )
-from harness.reporting.runs import KEYS, aggregate, failed_runs, runs_frame, tidy
-from harness.reporting.tables import main_table
+from harness.reporting.runs import (
+    KEYS,
+    aggregate,
+    dirty,
+    failed_records,
+    failed_summary,
+    runs_frame,
+    tidy,
+)
+from harness.reporting.tables import build_main_table
 from harness.reporting.text import NOTES, header
-from harness.reporting.versus import MATCH_RULE, paper_vs_harness, task_differences
+from harness.reporting.versus import PaperVsHarness, knobs_text, paper_vs_harness
 from harness.selection import Rule
 from harness.selection import select as select_records
 
@@ -71,138 +87,308 @@ def write_paper_report(
     figures: bool = True,
     published: str | Path | None = None,
     select: Rule | None = None,
+    allow_dirty: bool = False,
 ) -> list[Path]:
     """Write the paper-style report of every chosen (task, preset) with ok runs.
 
     Args:
-        records: run records (any status; failed runs are counted, not tabulated).
+        records: run records (any status, superseded ones included: failed records are
+            counted, not tabulated, and a run's latest record is the one tabulated).
         sources: the records files, named in the header.
         out_dir: directory for ``paper_<task>_<preset>.{md,tex,csv,parquet}`` and ``figures/``.
         tasks: restrict to these tasks (None: all in the records).
         presets: restrict to these presets (None: all in the records).
         formats: any of ``md``, ``tex``, ``csv``, ``parquet`` (csv / parquet: the main table's
-            numbers, one row per variant).
+            numbers, one row per variant, with the per-seed values).
         figures: also draw the figures (PNG and PDF).
         published: the published-results file to compare with (None: the shipped one; see
             ``harness.reporting.published.load_tables``).
         select: a selection rule (``harness.selection``): the main table then has one row per
             method, the variant the rule picks on validation data. It also picks among several
-            variants with a paper row's knobs (None: ``best-val`` there, all variants in the
+            variants at a paper row's setting (None: ``best-val`` there, all variants in the
             main table).
+        allow_dirty: also tabulate records made from a tree with uncommitted changes
+            (``env.git_dirty``); by default they are left out, and each report says how many.
 
     Returns:
-        The paths written. Raises HarnessError if nothing matches the selection.
+        The paths written. Raises HarnessError if the records hold no ok run of the chosen
+        tasks and presets. A (task, preset) whose ok runs all come from dirty trees gets a
+        report that says so and names the command with ``--allow-dirty``.
     """
     if unknown := sorted(set(formats) - set(FORMATS)):
         raise HarnessError(f"unknown report formats {unknown}; use any of {', '.join(FORMATS)}")
     if "parquet" in formats and not has_pyarrow():
         raise HarnessError(NO_PYARROW)
-    records = latest(records)
-    runs = runs_frame(records)
-    if not runs.empty:
-        chosen = runs["task"].isin(tasks or runs["task"])
-        runs = runs[chosen & runs["preset"].isin(presets or runs["preset"])]
-    if runs.empty:
+    chosen = [
+        r
+        for r in records
+        if (tasks is None or r["task"] in tasks) and (presets is None or r["preset"] in presets)
+    ]
+    groups = sorted({(r["task"], r["preset"]) for r in chosen if r.get("status") == "ok"})
+    if not groups:
         raise HarnessError(
             f"no ok runs for tasks {list(tasks or ['all'])}, presets "
             f"{list(presets or ['all'])} in {', '.join(sources)}"
         )
+    opts = Options(sources, formats, figures, published, select, allow_dirty)
     try:
-        return _write(records, runs, sources, Path(out_dir), formats, figures, published, select)
+        return _write(chosen, groups, Path(out_dir), opts)
     except OSError as e:
         raise HarnessError(
             f"cannot write the paper report to {out_dir}: {e.strerror or e}"
         ) from None
 
 
-def _write(
-    records: list[dict[str, Any]],
-    runs: pd.DataFrame,
-    sources: Sequence[str],
-    out: Path,
-    formats: Sequence[str],
-    figures: bool,
-    published: str | Path | None,
-    select: Rule | None,
-) -> list[Path]:
-    """One report per (task, preset) of ``runs``; see ``write_paper_report``."""
-    from harness.reporting.figures import report_figures
+@dataclass(frozen=True)
+class Options:
+    """What ``write_paper_report`` was asked for, passed down to each (task, preset)."""
 
+    sources: Sequence[str]
+    formats: Sequence[str]
+    figures: bool
+    published: str | Path | None
+    select: Rule | None
+    allow_dirty: bool
+
+
+def _write(
+    records: list[dict[str, Any]], groups: list[tuple[str, str]], out: Path, opts: Options
+) -> list[Path]:
+    """One report per (task, preset) of ``groups``; see ``write_paper_report``."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    rule = select or Rule("best-val")
-    for (task, preset), t_runs in runs.groupby(["task", "preset"]):
-        primary, higher = t_runs["primary"].iloc[0], bool(t_runs["higher"].iloc[0])  # registry's
-        papers = tables_for(task, published)
-        order = list(dict.fromkeys(r.method for t in papers for r in t.rows))
-        keys = list(dict.fromkeys([primary, *KEYS]))
-        agg = aggregate(t_runs, keys, order)
-        picked = None
-        shown = agg
-        if select is not None:
-            _, picked = select_records(list(t_runs["record"]), select)
-            shown = agg[agg["variant_id"].isin(picked)].reset_index(drop=True)
-        seeds = ", ".join(map(str, sorted(t_runs["seed"].unique())))
-        ours = f"harness, preset {preset}, seeds {seeds}"
-        stem = f"{task}_{preset}"
-        slug = re.sub(r"[^a-z0-9]+", "-", stem.lower())
-        rows_rule = f"rows picked by {select}" if select else "every variant"
-        titles, rows = main_table(shown, primary, higher, picked)
-        unpicked = sorted(k for k in (picked or {}) if "/" in k)
-        tables = [
-            Table(
-                f"{task} ({preset} preset), {rows_rule}; {ours}",
-                f"tab:{slug}",
-                titles,
-                rows,
-                [f"{k.split('/')[-1]}: no row ({picked[k]})." for k in unpicked],
-            )
-        ]
-        differences = task_differences(task)
-        for j, t in enumerate(papers):
-            pvh = paper_vs_harness(t, agg, primary, rule, task, preset)
-            notes = ([t.note] if t.note else []) + pvh.notes
-            if differences:
-                notes.append(
-                    f"The harness's {task} differs from the paper: " + " ".join(differences)
-                )
-            tables.append(
-                Table(
-                    f"{t.title} vs harness ({ours}); paper rows filled by knob match, "
-                    f"ties by {rule}",
-                    f"tab:{slug}-paper-{j + 1}",
-                    pvh.titles,
-                    pvh.rows,
-                    notes,
-                )
-            )
-        title = get_metric(primary).title
-        figs = (
-            report_figures(t_runs, primary, higher, title, out / "figures" / stem)
-            if figures
-            else []
-        )
-        written += [p for _, ps in figs for p in ps]
-        in_group = [r for r in records if r["task"] == task and r["preset"] == preset]
-        failed = failed_runs(in_group)
-        head = header(in_group, sources, f"{task} ({preset} preset): paper-style report") + (
-            "- Bold: best mean per column (arrow = direction); Solved, counts and p-values are "
-            f"never bold. p: Welch's t-test of the per-seed {primary} against the best "
-            "variant's (the column is left out when every p is n/a: < 2 seeds on a side).\n"
-            f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n"
-            + MATCH_RULE.format(rule=rule)
-            + NOTES
-            + f"- Failed runs (not tabulated): {len(failed)}{'.' if not failed else ':'}\n"
-            + "".join(f"  - {line}\n" for line in failed)
-        )
-        for fmt, render in (("md", markdown_document), ("tex", latex_document)):
-            if fmt in formats:
-                path = out / f"paper_{stem}.{fmt}"
-                write_text(path, render(head, tables, figs, out))
-                written.append(path)
-        for fmt in ("csv", "parquet"):
-            if fmt in formats:
-                path = out / f"paper_{stem}.{fmt}"
-                write_frame(tidy(shown, task, preset, picked), path)
-                written.append(path)
+    for task, preset in groups:
+        group = [r for r in records if (r["task"], r["preset"]) == (task, preset)]
+        written += _write_one(task, preset, group, out, opts)
     return written
+
+
+def _dirty_line(task: str, preset: str, left_out: list[dict[str, Any]], opts: Options) -> str:
+    """The header line that says which records the tables hold: clean trees only, or not."""
+    n = len(left_out)
+    if opts.allow_dirty:
+        return (
+            f"- Records: dirty trees included (`--allow-dirty`): {n} record{'s' if n != 1 else ''}"
+            " of this task and preset come from a tree with uncommitted changes (Commit: "
+            "`+dirty`).\n"
+        )
+    again = allow_dirty_command(opts.sources, task, preset)
+    return (
+        "- Records: clean commits only (env.git_dirty false): "
+        f"{n} record{'s' if n != 1 else ''} of this task and preset from a tree with "
+        f"uncommitted changes left out{f' (`{again}` tabulates them)' if n else ''}.\n"
+    )
+
+
+def allow_dirty_command(sources: Sequence[str], task: str, preset: str) -> str:
+    """The report command that tabulates a (task, preset) with the dirty records kept."""
+    return (
+        f"harness report {' '.join(sources)} --paper --task {task} --preset {preset} --allow-dirty"
+    )
+
+
+def _write_one(
+    task: str, preset: str, group: list[dict[str, Any]], out: Path, opts: Options
+) -> list[Path]:
+    """The report of one (task, preset): ``group`` holds its records, every status."""
+    from harness.reporting.figures import report_figures
+
+    left_out = [r for r in group if dirty(r)]
+    kept = group if opts.allow_dirty else [r for r in group if not dirty(r)]
+    runs = runs_frame(latest(kept))
+    failed = failed_records(kept)
+    stem = f"{task}_{preset}"
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower())
+    select = opts.select
+    rule = select or Rule("best-val")
+    head_notes = _dirty_line(task, preset, left_out, opts)
+    head_notes += f"- Failed runs (not tabulated): {failed_summary(failed)}"
+    head_notes += ":\n" if failed else ".\n"
+    head_notes += "".join(f"  - {f.line()}\n" for f in failed)
+    tables: list[Table] = []
+    figs: list = []
+    if runs.empty:
+        again = allow_dirty_command(opts.sources, task, preset)
+        tables.append(
+            Table(
+                f"{task} ({preset} preset): no record from a clean commit",
+                f"tab:{slug}",
+                ["Method"],
+                [],
+                [
+                    f"Every ok record of this task and preset ({len(left_out)} records) comes "
+                    "from a tree with uncommitted changes, and paper tables use records from "
+                    f"clean commits only. To tabulate them anyway: `{again}`."
+                ],
+            )
+        )
+        head = header(kept or group, opts.sources, f"{task} ({preset} preset): paper-style report")
+        return _render(head + head_notes + NOTES, tables, figs, out, stem, opts, None, None, None)
+    primary, higher = runs["primary"].iloc[0], bool(runs["higher"].iloc[0])  # the registry's
+    papers = tables_for(task, opts.published)
+    order = list(dict.fromkeys(r.method for t in papers for r in t.rows))
+    keys = list(dict.fromkeys([primary, *KEYS]))
+    agg = aggregate(runs, keys, order)
+    picked = None
+    shown = agg
+    if select is not None:
+        _, why = select_records(list(runs["record"]), select)
+        picked = {k: (f"{select.label()} ({v})" if "/" not in k else v) for k, v in why.items()}
+        shown = agg[agg["variant_id"].isin(picked)].reset_index(drop=True)
+    seeds = ", ".join(map(str, sorted(runs["seed"].unique())))
+    ours = f"harness, preset {preset}, seeds {seeds}"
+    rows_rule = f"rows picked by {select}" if select else "every variant"
+    main = build_main_table(shown, primary, higher, picked)
+    unpicked = sorted(k for k in (picked or {}) if "/" in k)
+    tables.append(
+        Table(
+            f"{task} ({preset} preset), {rows_rule}; {ours}",
+            f"tab:{slug}",
+            main.titles,
+            main.rows,
+            main.notes + [f"{k.split('/')[-1]}: no row ({picked[k]})." for k in unpicked],
+        )
+    )
+    dirty_runs = runs_frame(latest(left_out)) if left_out and not opts.allow_dirty else None
+    dirty_agg = None
+    if dirty_runs is not None and not dirty_runs.empty:
+        dirty_agg = aggregate(dirty_runs, keys, order)
+    differences = task_differences(task)
+    for j, t in enumerate(papers):
+        pvh = paper_vs_harness(
+            t, agg, primary, rule, task, preset, failed=failed, dirty_agg=dirty_agg
+        )
+        notes = ([t.note] if t.note else []) + pvh.notes
+        if select is not None:
+            notes += one_result_notes(t, pvh, shown, select)
+        if differences:
+            notes.append(f"The harness's {task} differs from the paper: " + " ".join(differences))
+        if pvh.at_setting:
+            caption = (
+                f"{t.title} vs harness ({ours}); paper rows filled at each row's setting, "
+                f"ties by {rule}"
+            )
+        else:
+            own = f" ({pvh.own_setting})" if pvh.own_setting else ""
+            caption = (
+                f"Harness, {preset} preset{own}, beside {t.title} as context "
+                f"(not at the paper's setting; {ours}); rows matched on their knobs, ties by "
+                f"{rule}"
+            )
+        tables.append(Table(caption, f"tab:{slug}-paper-{j + 1}", pvh.titles, pvh.rows, notes))
+    title = get_metric(primary).title
+    if opts.figures:
+        shown_ids = runs[runs["variant_id"].isin(picked or {})]
+        figs = report_figures(
+            runs,
+            primary,
+            higher,
+            title,
+            out / "figures" / stem,
+            selected=dict(zip(shown_ids["method"], shown_ids["variant_id"], strict=True)) or None,
+            rule=str(select) if select else "",
+        )
+    head = header(latest(kept), opts.sources, f"{task} ({preset} preset): paper-style report") + (
+        "- Bold: best test mean per column (arrow = direction), for display only; Solved, "
+        "counts and p-values are never bold. p: the per-seed primary metric against a "
+        "reference row chosen on validation, paired tests where the seeds are shared, Holm's "
+        "correction (the notes under the table say which).\n"
+        f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n"
+        + MATCH_RULE.format(rule=rule)
+        + NOTES
+        + head_notes
+    )
+    return _render(head, tables, figs, out, stem, opts, shown, picked, (task, preset))
+
+
+def _render(
+    head: str,
+    tables: list[Table],
+    figs: list,
+    out: Path,
+    stem: str,
+    opts: Options,
+    shown: pd.DataFrame | None,
+    picked: dict[str, str] | None,
+    where: tuple[str, str] | None,
+) -> list[Path]:
+    """Write one report in each of ``opts.formats``; the figures' paths come first."""
+    written = [p for _, ps in figs for p in ps]
+    for fmt, render in (("md", markdown_document), ("tex", latex_document)):
+        if fmt in opts.formats:
+            path = out / f"paper_{stem}.{fmt}"
+            write_text(path, render(head, tables, figs, out))
+            written.append(path)
+    for fmt in ("csv", "parquet"):
+        if fmt in opts.formats and shown is not None and where is not None:
+            path = out / f"paper_{stem}.{fmt}"
+            write_frame(tidy(shown, *where, picked), path)
+            written.append(path)
+    return written
+
+
+def one_result_notes(
+    table: PaperTable, pvh: PaperVsHarness, shown: pd.DataFrame, select: Rule
+) -> list[str]:
+    """Where a paper row shows another variant of a method than the method table, say both.
+
+    The method table holds the variant ``select`` picked per method; a paper row holds the
+    variant at the row's own setting (the paper's knobs, or the rule among the variants at the
+    paper's setting). Each is labelled by what picked it, so that one report shows one result
+    per method per rule.
+    """
+    main = {r["method"]: r for _, r in shown.iterrows()}
+    notes = []
+    for i, row in enumerate(table.rows):
+        vid = pvh.filled.get(i)
+        m = main.get(row.method)
+        if vid is None or m is None or m["variant_id"] == vid:
+            continue
+        why = f"at the paper's {knobs_text(row.config)}" if row.config else "at the paper's setting"
+        notes.append(
+            f"{row.label}: this table shows {row.method} {why}; the method table shows its "
+            f"{m['label'] or 'variant'} {select.label()} (another variant: each is what its own "
+            "rule picked)."
+        )
+    return notes
+
+
+def task_differences(task: str) -> list[str]:
+    """The bullets under "Differences from the paper:" in the task module's docstring."""
+    import sys
+
+    from harness.registry import TASKS
+
+    try:
+        cls = TASKS.get(task)
+    except HarnessError:
+        return []
+    doc = sys.modules[cls.__module__].__doc__ or ""
+    _, found, rest = doc.partition("Differences from the paper:")
+    if not found:
+        return []
+    bullets: list[str] = []
+    for line in rest.strip("\n").splitlines():
+        if not line.strip():
+            break
+        if line.lstrip().startswith("- "):
+            bullets.append(line.strip()[2:])
+        elif bullets:
+            bullets[-1] += " " + line.strip()
+    return [b.replace("``", "`") for b in bullets]
+
+
+MATCH_RULE = (
+    "- Paper vs harness, at the paper preset: a harness variant fills a paper row only at the "
+    "row's own setting: the row's knobs (Ours: knobs, e.g. λ, p, depth) and every setting the "
+    "paper states for the row's table (D, T, embedding, layers, data size, epochs, lr, batch "
+    "where stated; `tasks/paper_results.toml`). With several such variants, {rule} picks one on "
+    "validation data, among those with the most seeds; the test set never breaks a tie. A row "
+    "with none says `not run at this setting`, and the command that would run it is listed "
+    "under the table. What the paper does not state (n.s.) and the seed count may differ: "
+    "Setting vs paper names, per row, a note listing each difference. At a smaller preset "
+    "(quick, smoke) the table is the harness's own, titled with its setting: rows match on "
+    "their knobs alone, the paper's numbers are context, and there is no Ours − paper column. "
+    "Paper numbers are printed as the paper prints them; Ours − paper is in the paper's unit. "
+    "Picked by says what chose each row: the paper's knobs, or the rule.\n"
+)

@@ -2,8 +2,11 @@
 
 The leaderboard (``harness.reporting.leaderboard``) and the paper-style report
 (``harness.reporting.paper``) both build on these. A variant is a set of runs that differ only by
-seed; it is labelled by the config values that vary among its method's variants. pandas is
-imported inside the functions.
+seed; it is labelled by the config values that vary among its method's variants. Besides the
+frames: which records come from a dirty tree (``dirty``), what happened while a run trained
+(``run_events``, the record's ``events`` or, for older records, the loss spikes of its history)
+and every failed record, superseded ones included (``failed_records``). pandas is imported inside
+the functions.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.metrics import higher_is_better
@@ -44,29 +48,128 @@ def variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, A
     return ", ".join(f"{k}={here.get(k)}" for k in varying)
 
 
-def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Each failed run among the latest ``records`` as one line of text.
+def dirty(rec: dict[str, Any]) -> bool:
+    """Whether a record was made from a tree with uncommitted changes (``env.git_dirty``).
 
-    The line names the method, what sets its variant apart from the method's other runs on the
-    same task and preset, the seed, the run id and the recorded error (a diverged run's names
-    the epoch and batch).
+    A record whose environment does not say (a harness installed, not checked out) is not.
     """
-    recs = latest(records)
-    lines = []
-    for r in recs:
+    return (rec.get("env") or {}).get("git_dirty") is True
+
+
+@dataclass(frozen=True)
+class Failed:
+    """One failed record, and what became of its run.
+
+    Attributes:
+        record: the failed record.
+        label: what sets its variant apart from the method's other runs (``lam=1``), or "".
+        rerun: ``ok`` when a later record of the same run id finished, ``failed`` when the
+            run's latest record is this one or another failure.
+    """
+
+    record: dict[str, Any]
+    label: str
+    rerun: str
+
+    def line(self) -> str:
+        """The record as one line: method, variant, task, preset, seed, run id, commit, error."""
+        r = self.record
+        sha = commit_label([r])
+        what = {
+            "ok": "rerun: its latest record is ok and tabulated",
+            "failed": "not rerun successfully: its latest record failed",
+        }[self.rerun]
+        return (
+            f"{r['method']}{f' ({self.label})' if self.label else ''} on {r['task']} "
+            f"({r['preset']}, seed {r['seed']}, run {r['run_id']}, commit {sha}): "
+            f"{r.get('error')} ({what})"
+        )
+
+
+def failed_records(records: Sequence[dict[str, Any]]) -> list[Failed]:
+    """Every failed record among ``records`` (in store order), superseded ones included.
+
+    A run retried with ``--retry-failed`` keeps its failed records in the store; each is listed,
+    with whether the run's latest record is ok. Its variant label is taken among the latest
+    records of the method on the same task and preset.
+    """
+    last = {r["run_id"]: r for r in latest(records)}
+    out = []
+    for r in records:
         if r.get("status") == "ok":
             continue
         same = [
             x
-            for x in recs
+            for x in last.values()
             if (x["method"], x["task"], x["preset"]) == (r["method"], r["task"], r["preset"])
         ]
-        label = variant_label([r], same)
-        lines.append(
-            f"{r['method']}{f' ({label})' if label else ''} on {r['task']} ({r['preset']}, "
-            f"seed {r['seed']}, run {r['run_id']}): {r.get('error')}"
-        )
-    return lines
+        rerun = "ok" if last[r["run_id"]].get("status") == "ok" else "failed"
+        out.append(Failed(r, variant_label([r], same), rerun))
+    return out
+
+
+def failed_summary(failed: Sequence[Failed]) -> str:
+    """``4 failed records (3 runs), all rerun``: the count a table's notes give."""
+    if not failed:
+        return "0 failed records"
+    runs = {f.record["run_id"] for f in failed}
+    open_runs = {f.record["run_id"] for f in failed if f.rerun != "ok"}
+    text = f"{_count(len(failed), 'failed record')} ({_count(len(runs), 'run')})"
+    if not open_runs:
+        return text + ", all rerun (their latest records are ok and tabulated)"
+    if len(open_runs) == len(runs):
+        return text + ", none rerun successfully (not tabulated)"
+    return text + f", {len(runs) - len(open_runs)} rerun, {len(open_runs)} not (not tabulated)"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Each failed record among ``records`` as one line (``Failed.line``), superseded included."""
+    return [f.line() for f in failed_records(records)]
+
+
+def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """What happened while a run trained: its ``events`` (``harness.events``).
+
+    A record made before events were recorded gives the training-loss spikes of its history
+    (``harness.events.derive_events``).
+    """
+    from harness.events import derive_events
+
+    return list(derive_events(rec))
+
+
+def epoch_ranges(epochs: Sequence[int]) -> str:
+    """``36-40, 42, 50-51``: sorted epochs, runs of consecutive ones as ranges."""
+    out: list[list[int]] = []
+    for e in sorted(set(epochs)):
+        if out and e == out[-1][1] + 1:
+            out[-1][1] = e
+        else:
+            out.append([e, e])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def events_text(runs: Sequence[dict[str, Any]]) -> str:
+    """The events of a variant's runs: ``seed 0: loss_spike at epochs 92-99; seed 1: ...``.
+
+    Empty when no run had one.
+    """
+    parts = []
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        kinds: dict[str, list[int]] = {}
+        for ev in run_events(r):
+            kinds.setdefault(ev["kind"], []).append(int(ev["epoch"]))
+        if kinds:
+            what = ", ".join(
+                f"{k} at epoch{'s' if len(set(es)) > 1 else ''} {epoch_ranges(es)}"
+                for k, es in kinds.items()
+            )
+            parts.append(f"seed {r['seed']}: {what}")
+    return "; ".join(parts)
 
 
 def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -102,8 +205,11 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
     """Aggregate runs over seeds into one row per method variant.
 
     Each row has ``method``, ``label`` (the config values that vary among the method's variants;
-    ``parts`` by key), ``seeds``, ``config``, ``records``, and per key ``k`` the mean, ``k_std``
-    (sample std, 0 for one seed), ``k_vals`` (per seed). Methods in ``order`` come first.
+    ``parts`` by key), ``seeds`` (how many), ``seed_list``, ``config``, ``records``, ``events``
+    (``events_text`` of its runs, "" without any), ``event_runs`` (how many had one), and per
+    key ``k`` the mean, ``k_std`` (sample std, 0 for one seed), ``k_vals`` (the finite values,
+    by seed) and ``k_by_seed`` (seed -> value, NaN where none was recorded). Methods in
+    ``order`` come first.
     """
     import pandas as pd
 
@@ -123,16 +229,21 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
                 },
                 "sort": tuple(_sort_key(cfg.get(k)) for k in varying),
                 "seeds": g["seed"].nunique(),
+                "seed_list": [int(x) for x in g["seed"]],
                 "variant_id": g["variant_id"].iloc[0],
                 "config": cfg,
                 "records": list(g["record"]),
                 "commit": commit_label(list(g["record"])),
+                "events": events_text(list(g["record"])),
+                "event_runs": sum(1 for r in g["record"] if run_events(r)),
             }
             for k in keys:
-                vals = [float(v) for v in g[k] if not math.isnan(v)] if k in g else []
+                col = [float(v) for v in g[k]] if k in g else [math.nan] * len(g)
+                vals = [v for v in col if not math.isnan(v)]
                 row[k] = statistics.fmean(vals) if vals else math.nan
                 row[f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
                 row[f"{k}_vals"] = vals
+                row[f"{k}_by_seed"] = dict(zip(row["seed_list"], col, strict=True))
             rows.append(row)
     agg = pd.DataFrame(rows)
     agg["label"] = [", ".join(p.values()) for p in agg["parts"]]
@@ -144,9 +255,15 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
 
 
 def tidy(agg: pd.DataFrame, task: str, preset: str, picked: dict[str, str] | None) -> pd.DataFrame:
-    """One row per variant with numbers, not text: the csv / parquet form of a table."""
+    """One row per variant with numbers, not text: the csv / parquet form of a table.
+
+    Per measure ``k``: its mean, ``k_std`` (NaN for one seed), ``k_ci95`` (half-width, Student's
+    t) and the per-seed values, ``k_seed<s>`` for every seed ``s`` of the table (NaN where the
+    variant has no run of that seed), so that a reader can redo any test.
+    """
     import pandas as pd
 
+    seeds = sorted({s for ss in agg["seed_list"] for s in ss}) if len(agg) else []
     rows = []
     for _, r in agg.iterrows():
         row = {
@@ -163,5 +280,8 @@ def tidy(agg: pd.DataFrame, task: str, preset: str, picked: dict[str, str] | Non
             if k in r:
                 row[k], row[f"{k}_std"] = r[k], r[f"{k}_std"] if r["seeds"] > 1 else math.nan
                 row[f"{k}_ci95"] = ci95(r[f"{k}_vals"]) or math.nan
+        for k in KEYS:
+            if k in r:
+                row.update({f"{k}_seed{s}": r[f"{k}_by_seed"].get(s, math.nan) for s in seeds})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -1,11 +1,14 @@
-"""The paper-style main table: its columns, cells, bold marks and significance test.
+"""The paper-style main table: its columns, cells, bold marks, marks and significance tests.
 
 The layout is that of the seed paper that reports this kind of task, chosen from the task's
 primary metric: S-SA Tables 1-3 for accuracy (√(Acc×Skip), Skip %, accuracy, effective FLOPs),
 S-SA Table 4 for an MSE task that records ``solved`` (solved, MSE, Skip %, FLOPs), S-EI Table 1
 otherwise (D_h, # params, metric). Every column's title, direction, unit and cell form come from
-the metric registry (``harness.metrics``). The best mean per measured column is bold; a Welch's
-t-test column gives each variant's p-value against the best one.
+the metric registry (``harness.metrics``). The best test mean per measured column is bold, for
+display only. Each row's per-seed primary metric is tested against a reference row chosen on
+validation (``reference``): paired t and Wilcoxon signed-rank tests where the two share their
+seeds, Welch's t-test where they do not (``compare_seeds``), Holm-corrected over the table
+(``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from harness.metrics import get_metric
 from harness.reporting.render import Cell
 from harness.reporting.text import (
     arrow,
+    ci_title,
     column_scale,
     fmt_cell,
     fmt_ci,
@@ -72,7 +76,106 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
 
     with warnings.catch_warnings():  # identical samples: scipy warns and returns NaN (n/a)
         warnings.simplefilter("ignore", RuntimeWarning)
-        return float(ttest_ind(a, b, equal_var=False).pvalue)
+        return _p(ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def _p(p: Any) -> float | None:
+    p = float(p)
+    return None if math.isnan(p) else p
+
+
+def paired_p(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
+    """Two-sided p-values of paired samples (``a[i]`` with ``b[i]``): paired t, Wilcoxon.
+
+    Wilcoxon's signed-rank test is exact for small samples (scipy's default); pairs with a
+    difference of 0 are dropped as scipy does. None where a test has no answer: fewer than 2
+    pairs, every difference the same (t), every difference 0 (Wilcoxon).
+    """
+    if len(a) != len(b) or len(a) < 2:
+        return None, None
+    import warnings
+
+    from scipy.stats import ttest_rel, wilcoxon
+
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = _p(ttest_rel(a, b).pvalue)
+        try:
+            w = _p(wilcoxon(diffs).pvalue) if any(d != 0 for d in diffs) else None
+        except ValueError:  # too few non-zero differences
+            w = None
+    return t, w
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One row's per-seed primary metric against the reference row's.
+
+    Attributes:
+        test: ``paired t`` (the two share their seeds), ``Welch`` (they do not), or "" (no
+            test: fewer than 2 values on a side).
+        p: the t-test's p-value (paired or Welch), before correction.
+        wilcoxon: Wilcoxon's signed-rank p-value, paired rows only.
+    """
+
+    test: str
+    p: float | None
+    wilcoxon: float | None = None
+
+
+def compare_seeds(a: dict[Any, float], b: dict[Any, float]) -> Comparison:
+    """``a`` against ``b`` (seed -> value): paired where both have the same seeds, else Welch.
+
+    A run seed fixes what a task draws from it (split, balancing sample) and the batch order,
+    the same for every method, so two rows with the same seeds are paired samples. Seeds
+    without a finite value are left out first.
+    """
+    fa = {s: v for s, v in a.items() if v is not None and not math.isnan(v)}
+    fb = {s: v for s, v in b.items() if v is not None and not math.isnan(v)}
+    if fa.keys() == fb.keys() and len(fa) >= 2:
+        seeds = sorted(fa)
+        t, w = paired_p([fa[s] for s in seeds], [fb[s] for s in seeds])
+        return Comparison("paired t", t, w)
+    p = welch_p(list(fa.values()), list(fb.values()))
+    return Comparison("Welch" if p is not None else "", p)
+
+
+def holm(ps: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (None: no test, left as is).
+
+    The i-th smallest of m p-values becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``.
+    """
+    order = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+    out: list[float | None] = [None] * len(ps)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        out[i] = running
+    return out
+
+
+def reference(agg: pd.DataFrame, primary: str, higher: bool) -> tuple[int, str]:
+    """The row every other row is tested against, and how it was chosen.
+
+    Among the rows with the table's seed count (the most seeds of any row), the best mean
+    validation ``primary`` (ties: variant id). Where no such row recorded one, the best test
+    mean, labelled as such: a test number then chose it, so it is for display only. ``-1`` for
+    a table without a finite primary metric.
+    """
+    from harness.selection import split_mean
+
+    if not len(agg) or not agg[primary].notna().any():
+        return -1, ""
+    top = int(agg["seeds"].max())
+    rows = [(i, r) for i, (_, r) in enumerate(agg.iterrows()) if r["seeds"] == top]
+    sign = -1.0 if higher else 1.0
+    val = [(sign * split_mean(r["records"], primary, "val"), r["variant_id"], i) for i, r in rows]
+    val = [v for v in val if not math.isnan(v[0])]
+    if val:
+        return min(val)[2], "best val"
+    test = [(sign * r[primary], r["variant_id"], i) for i, r in rows if not math.isnan(r[primary])]
+    return (min(test)[2], "best on test, display only") if test else (-1, "")
 
 
 def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
@@ -115,10 +218,30 @@ def _nan_low(x: float, higher: bool) -> float:
     return (-math.inf if higher else math.inf) if x is None or math.isnan(x) else x
 
 
+@dataclass
+class MainTable:
+    """The main table: titles, cells, and the notes printed under it."""
+
+    titles: list[str]
+    rows: list[list[Cell]]
+    notes: list[str]
+
+
+EVENT_MARK = "‡"  # a row whose runs had a training event (``harness.reporting.runs.run_events``)
+
+
 def main_table(
     agg: pd.DataFrame, primary: str, higher: bool, picked: dict[str, str] | None = None
 ) -> tuple[list[str], list[list[Cell]]]:
-    """The S-SA / S-EI style table (see the module docstring).
+    """The S-SA / S-EI style table's titles and cells (``build_main_table`` with its notes)."""
+    t = build_main_table(agg, primary, higher, picked)
+    return t.titles, t.rows
+
+
+def build_main_table(
+    agg: pd.DataFrame, primary: str, higher: bool, picked: dict[str, str] | None = None
+) -> MainTable:
+    """The S-SA / S-EI style table (see the module docstring) and its notes.
 
     Args:
         agg: ``harness.reporting.runs.aggregate``'s rows.
@@ -127,32 +250,103 @@ def main_table(
         picked: variant id -> why the selection rule picked it (adds a "Picked by" column).
     """
     cols = layout(agg, primary, higher)
-    means = [_nan_low(m, higher) for m in agg[primary]]
-    best = means.index(max(means) if higher else min(means)) if agg[primary].notna().any() else -1
-    ref = agg.iloc[best] if best >= 0 else None
+    ref, how = reference(agg, primary, higher)
     shown = {c.key for c in cols}  # D_h as a column is not repeated in the variant label
     labels = [", ".join(t for k, t in p.items() if k not in shown) for p in agg["parts"]]
     pcol = next(c for c in cols if c.key == primary)
-    pvals = []
-    for i, (_, r) in enumerate(agg.iterrows()):
-        p = welch_p(r[f"{primary}_vals"], ref[f"{primary}_vals"]) if ref is not None else None
-        pvals.append("best" if i == best else fmt_p(p))
-    with_p = any(p not in ("best", "n/a") for p in pvals)  # an all-n/a p column is left out
+    tests = [
+        compare_seeds(r[f"{primary}_by_seed"], agg.iloc[ref][f"{primary}_by_seed"])
+        if ref >= 0 and i != ref
+        else Comparison("", None)
+        for i, (_, r) in enumerate(agg.iterrows())
+    ]
+    p_adj, w_adj = holm([c.p for c in tests]), holm([c.wilcoxon for c in tests])
+    with_p = any(p is not None for p in p_adj)  # an all-n/a p column is left out
+    with_w = any(p is not None for p in w_adj)
     ptitle = get_metric(primary).title
     titles = ["Method"] + (["Variant"] if any(labels) else []) + ["Seeds"]
-    titles += [c.title for c in cols] + [scaled(f"95 % CI, {ptitle}", pcol.scale)]
-    titles += [f"p vs best ({ptitle}, Welch)"] if with_p else []
+    titles += [c.title for c in cols] + [ci_title(ptitle, pcol.scale)]
+    titles += [f"p vs reference ({ptitle}, Holm)"] if with_p else []
+    titles += ["Wilcoxon p (Holm)"] if with_w else []
     titles += ["Commit"] + (["Picked by"] if picked is not None else [])
     bolds = [_bold(list(agg[c.key]), c.higher) for c in cols]
     rows = []
     for i, (_, r) in enumerate(agg.iterrows()):
         cells: list[Cell] = [(r["method"], False)]
         cells += [(labels[i], False)] if "Variant" in titles else []
-        cells.append((seeds_cell(r["seeds"]), False))
+        mark = f" {EVENT_MARK}" if r["events"] else ""
+        cells.append((seeds_cell(r["seeds"]) + mark, False))
         cells += [(cell(r, c), bolds[j][i]) for j, c in enumerate(cols)]
         cells.append((fmt_ci(r[primary], r[f"{primary}_vals"], pcol.scale, primary), False))
-        cells += [(pvals[i], False)] if with_p else []
+        if with_p:
+            text = f"{fmt_p(p_adj[i])} ({tests[i].test})" if p_adj[i] is not None else "n/a"
+            cells.append((f"{how} (reference)" if i == ref else text, False))
+        if with_w:
+            cells.append(("–" if i == ref else fmt_p(w_adj[i]), False))
         cells.append((r["commit"], False))
         cells += [(picked.get(r["variant_id"], "–"), False)] if picked is not None else []
         rows.append(cells)
-    return titles, rows
+    notes = []
+    if with_p:
+        n_t, n_w = sum(p is not None for p in p_adj), sum(p is not None for p in w_adj)
+        wil = f" and, apart, over its {n_w} Wilcoxon tests" if with_w else ""
+        notes.append(
+            f"p: the per-seed {ptitle} of each row against the reference row's "
+            f"({row_name(agg.iloc[ref]['method'], agg.iloc[ref]['label'])}: {how}, chosen "
+            "among the rows "
+            "with the table's seed count). A run seed fixes what the task draws from it (split, "
+            "balancing sample) and the batch order, the same for every method, so rows with the "
+            "same seeds as the reference are paired samples: paired t-test, and Wilcoxon's "
+            "signed-rank test (exact, two-sided) beside it; rows whose seeds differ: Welch's "
+            f"t-test (scipy.stats). Holm's step-down correction over the table's {n_t} t-tests"
+            f"{wil}. Bold marks the best test mean of a column, for display only: nothing is "
+            "chosen by it."
+        )
+    notes += seed_count_notes(agg)
+    notes += events_notes(agg)
+    return MainTable(titles, rows, notes)
+
+
+def row_name(method: str, label: str) -> str:
+    """``method (label)``, or the method alone for a variant without a label."""
+    return f"{method} ({label})" if label else method
+
+
+def seed_count_notes(agg: pd.DataFrame) -> list[str]:
+    """The table's seed count (the most seeds of any row) and the rows that have fewer."""
+    if not len(agg):
+        return []
+    top = int(agg["seeds"].max())
+    fewer = [
+        f"{row_name(r['method'], r['label'])}: {r['seeds']}"
+        for _, r in agg.iterrows()
+        if r["seeds"] < top
+    ]
+    text = f"Seed count of this table: {top} (the most seeds of any row)"
+    return [text + (f"; rows with fewer: {'; '.join(fewer)}." if fewer else ".")]
+
+
+def events_notes(agg: pd.DataFrame) -> list[str]:
+    """The note under a table whose rows have runs with training events (``EVENT_MARK``)."""
+    marked = [
+        (r["method"], r["label"], r["events"], r["event_runs"])
+        for _, r in agg.iterrows()
+        if r["events"]
+    ]
+    if not marked:
+        return []
+    n_runs = sum(m[3] for m in marked)
+    rows = "; ".join(f"{row_name(m, lab)}: {ev}" for m, lab, ev, _ in marked)
+    return [
+        f"{EVENT_MARK} {len(marked)} row{'s' if len(marked) > 1 else ''} ({n_runs} "
+        f"run{'s' if n_runs > 1 else ''}) had training events: {EVENTS_MEANING} {rows}."
+    ]
+
+
+# What the events are (``harness.events``), said once in each note that lists some.
+EVENTS_MEANING = (
+    "a gradient norm that overflowed float32 and was clipped in float64 "
+    "(grad_overflow_clipped), an epoch's training loss above 10x its best so far (loss_spike; "
+    "for a record made before events were recorded, found in its history), a non-finite loss. "
+    "The test metrics are those of the best validation epoch, which may precede the event."
+)

@@ -65,9 +65,10 @@ def fmt_cell(
 
     Args:
         mean: the value (None or NaN gives ``–``), in the measure's own unit.
-        std: the sample std over ``n`` values; shown only when n > 1 and std > 0, and then it
+        std: the sample std over ``n`` values; shown only when n > 1, and then a std above 0
             sets the decimals (2 significant digits of the std, the mean to the same place).
-            A std of 0 over several seeds (a deterministic column) prints the mean alone.
+            A std of 0 over several seeds is printed with its n (``26.0 ± 0 (n=5)``): every
+            seed gave the same value (a deterministic column, or a fixed result to look into).
         n: how many values the mean is over.
         scale: the column's power of ten (``column_scale``): the cell shows value / 10^scale.
         digits: significant digits of a value printed without a std.
@@ -80,9 +81,18 @@ def fmt_cell(
         s = std * f
         d = std_decimals(s)
         return f"{m:.{d}f} ± {s:.{d}f}"
-    if abs(m) >= 10 ** (digits - 1):
-        return f"{m:.0f}"
-    return f"{m:.{_sig_decimals(m, digits)}f}"
+    text = f"{m:.0f}" if abs(m) >= 10 ** (digits - 1) else f"{m:.{_sig_decimals(m, digits)}f}"
+    if n > 1 and std is not None and not math.isnan(std):
+        return f"{text} ± 0 (n={n})"
+    return text
+
+
+CI_METHOD = "Student's t"  # how every CI of the reports is computed (``ci95``)
+
+
+def ci_title(title: str, scale: int = 0) -> str:
+    """The title of a CI column, naming its method: ``95 % CI (Student's t), Accuracy %``."""
+    return scaled(f"95 % CI ({CI_METHOD}), {title}", scale)
 
 
 def ci95(vals: Sequence[float]) -> float | None:
@@ -139,10 +149,10 @@ def commit_label(records: Sequence[dict[str, Any]]) -> str:
 # Notes printed under the tables of every report (the leaderboard's and the paper report's).
 NOTES = (
     "- Cells: mean ± sample std over seeds, the std to 2 significant digits and the mean to the "
-    "same decimal place; a std of 0 (a deterministic value) is not printed. Seeds `1*`: one "
-    "seed, so no std and no CI. 95 % CI: mean ± t(0.975, n-1) · std / √n (Student's t), "
-    "clipped to the metric's range (accuracy within 0-100, MSE and NLL from 0, perplexity "
-    "from 1).\n"
+    "same decimal place; a std of 0 is printed with its n (`± 0 (n=5)`: every seed gave the "
+    "same value). Seeds `1*`: one seed, so no std and no CI. 95 % CI: mean ± t(0.975, n-1) · "
+    "std / √n (Student's t), clipped to the metric's range (accuracy within 0-100, MSE and NLL "
+    "from 0, perplexity from 1).\n"
     "- Each column has one unit: a power of ten in its title (×10^k) multiplies every cell.\n"
     "- Commit: the code the row's records were made with (`+dirty`: uncommitted changes); "
     "`mixed: ...` flags a row whose seeds come from different commits.\n"

@@ -1,28 +1,40 @@
 """Paper vs harness: each row of a seed paper's table beside the harness variant that fills it.
 
-One table per published table of the task (``harness.reporting.published``): each paper row
-beside the harness variant that has all of the row's knobs (``match_variant``), or ``not run`` and
-the command that would run it; the paper's numbers as printed, ours minus the paper's, and where
-the harness setting differs from the paper's (``setting_diff``), with the task's documented
-differences (``task_differences``) under the table.
+One table per published table of the task (``harness.reporting.published``). At the paper preset
+a row is filled only at its own setting (``row_key``: the row's knobs and every setting the paper
+states for its table), by the variant ``match_variant`` finds, or reads ``not run at this
+setting`` with the command that would run it (``row_command``: the shipped suite that does, else
+the flags); the paper's numbers as printed, ours minus the paper's, and where the harness's
+setting still differs (``setting_diff``: what the paper does not state, the seeds). At a smaller
+preset the table is the harness's own (``own_setting`` in its title), rows matched on their knobs,
+the paper's numbers as context and no difference taken.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 from harness.metrics import get_metric
+from harness.records import flat_config
 from harness.reporting.published import PaperRow, PaperTable
 from harness.reporting.render import Cell
-from harness.reporting.tables import Column, cell
+from harness.reporting.runs import Failed, failed_summary
+from harness.reporting.tables import EVENT_MARK, Column, cell, events_notes, row_name
 from harness.reporting.text import scaled, seeds_cell
 from harness.selection import Rule, choose
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+PAPER_PRESET = "paper"  # the preset whose runs are compared with the papers' numbers
+NOT_RUN = "not run at this setting"
+ONE = "the one variant at the row's setting"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -33,22 +45,69 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def match_variant(row: PaperRow, agg: pd.DataFrame, rule: Rule) -> tuple[Any, str]:
+def stated(value: Any) -> bool:
+    """Whether a paper states a setting (``"n.s."``: not stated)."""
+    return not (isinstance(value, str) and value.strip().lower() == "n.s.")
+
+
+def row_key(row: PaperRow, table: PaperTable, at_setting: bool = True) -> dict[str, Any]:
+    """The config a harness variant must have to fill a paper row.
+
+    Args:
+        row: the paper row; its own knobs (``row.config``) are always part of the key.
+        table: its table; every setting the paper states for it (``table.setting``, but
+            ``seeds``, ``n.s.`` values and fields the row's method does not have) is part of the
+            key too when ``at_setting``.
+        at_setting: False for a table at a smaller preset (``quick``), which is the harness's
+            own table with the paper's numbers as context: its rows match on the knobs alone.
+    """
+    key = {}
+    if at_setting:
+        fields = config_fields(row.method, table.task)
+        key = {
+            k: v
+            for k, v in table.setting.items()
+            if k != "seeds" and stated(v) and (k in fields or not fields)
+        }
+    return {**key, **row.config}
+
+
+@lru_cache(maxsize=256)
+def config_fields(method: str, task: str) -> frozenset[str]:
+    """The flat config keys of a method on a task (empty if either is unknown).
+
+    A table setting that only some of its methods have (EI-REHN's ``dz``) keys only their rows.
+    """
+    from harness.config import resolve
+
+    try:
+        return frozenset(flat_config({"config": resolve(method, task, 0, "smoke").to_dict()}))
+    except HarnessError:
+        return frozenset()
+
+
+def has_key(cfg: dict[str, Any], key: dict[str, Any]) -> bool:
+    """Whether a flat config has every value of ``key``."""
+    return all(_same(cfg.get(k), v) for k, v in key.items())
+
+
+def match_variant(
+    row: PaperRow, agg: pd.DataFrame, rule: Rule, key: dict[str, Any] | None = None
+) -> tuple[Any, str]:
     """The harness variant that fills a paper row, and how it was picked.
 
-    A variant qualifies only if it is of the row's method and has every one of the row's knobs
-    (``row.config``). One qualifying variant fills the row; among several, ``rule`` picks on
-    validation metrics (``harness.selection.choose``). None qualifies: ``(None, "not run")``.
+    A variant qualifies only if it is of the row's method and has every value of ``key``
+    (``row_key``; None: the row's knobs alone). One qualifying variant fills the row; among
+    several, ``rule`` picks on validation metrics (``harness.selection.choose``, which also
+    leaves out the variants with fewer seeds than the most any of them has). None qualifies:
+    ``(None, NOT_RUN)``.
     """
-    cand = [
-        r
-        for _, r in agg[agg["method"] == row.method].iterrows()
-        if all(_same(r["config"].get(k), v) for k, v in row.config.items())
-    ]
+    key = row.config if key is None else key
+    cand = [r for _, r in agg[agg["method"] == row.method].iterrows() if has_key(r["config"], key)]
     if not cand:
-        return None, "not run"
+        return None, NOT_RUN
     if len(cand) == 1:
-        return cand[0], "the one variant with the row's knobs"
+        return cand[0], ONE
     vid, why = choose({r["variant_id"]: r["records"] for r in cand}, rule)
     if vid is None:
         return None, f"not picked ({why})"
@@ -61,16 +120,45 @@ SETTING_NAMES = {
     "task.n_train": "training sequences",
     "task.chunk": "chunk",
     "hidden_size": "D",
+    "embed_size": "embedding",
+    "tie_embeddings": "tied embeddings",
+    "dz": "D_z",
+    "task.max_series": "series",
+    "task.max_tokens": "tokens",
+    "num_layers": "layers",
     "train.batch_size": "batch",
     "train.epochs": "epochs",
     "train.lr": "lr",
+    "lam": "λ",
 }
 
 
 def _value_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
+
+
+def _shown(key: str, v: Any) -> str:
+    """A setting's value in words: an ``embed_size`` of 0 is ``as D``, a data limit of 0 ``all``."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if v == 0 and key == "embed_size":
+        return "as D"
+    if v == 0 and key.rsplit(".", 1)[-1].startswith("max_"):
+        return "all"
+    return _value_text(v)
+
+
+def _name(key: str) -> str:
+    return SETTING_NAMES.get(key, key.rsplit(".", 1)[-1])
+
+
+def knobs_text(knobs: dict[str, Any]) -> str:
+    """``λ = 0.0002, depth = 5``: a row's knobs in words."""
+    return ", ".join(f"{_name(k)} = {_value_text(v)}" for k, v in knobs.items())
 
 
 def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, preset: str) -> str:
@@ -85,13 +173,36 @@ def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, prese
     """
     parts = [f"preset {preset}"]
     for k, paper in setting.items():
-        ours = seeds if k == "seeds" else cfg.get(k, "?")
+        if k != "seeds" and k not in cfg:  # a setting of the table's other methods (``dz``)
+            continue
+        ours = seeds if k == "seeds" else cfg[k]
         if not _same(ours, paper):
-            name = SETTING_NAMES.get(k, k.rsplit(".", 1)[-1])
-            parts.append(f"{name} {_value_text(ours)} (paper {_value_text(paper)})")
+            parts.append(f"{_name(k)} {_shown(k, ours)} (paper {_shown(k, paper)})")
     if cfg.get("train.compile"):  # same equations, fused float operations (docs/methods.md)
         parts.append("trained with its step compiled (train.compile)")
     return "; ".join(parts)
+
+
+def own_setting(table: PaperTable, cfgs: Sequence[dict[str, Any]]) -> str:
+    """The harness's values of a table's setting keys: ``D 50, T 50, epochs 15``.
+
+    A key with several values among ``cfgs`` lists them (``D 10/15/20``).
+    """
+    parts = []
+    for k in table.setting:
+        if k == "seeds":
+            continue
+        vals = sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=_num_first)
+        if vals:
+            parts.append(f"{_name(k)} {'/'.join(vals)}")
+    return ", ".join(parts)
+
+
+def _num_first(text: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
 
 
 def _decimals_of(text: str) -> int:
@@ -106,19 +217,108 @@ def _headline(table: PaperTable, primary: str) -> str:
 
 
 def run_command(task: str, preset: str, method: str, knobs: dict[str, Any], seeds: int) -> str:
-    """The ``harness run`` command that would fill a paper row."""
+    """The ``harness run`` command, in flags, that would run ``method`` with ``knobs``."""
     cmd = f"harness run --tasks {task} --methods {method} --preset {preset}"
     cmd += f" --seeds 0-{seeds - 1}" if seeds > 1 else ""
     return cmd + "".join(f" --set {k}={_value_text(v)}" for k, v in knobs.items())
 
 
+def row_command(
+    task: str, preset: str, row: PaperRow, key: dict[str, Any], seeds: int, at_setting: bool
+) -> str:
+    """The ``harness run`` line that would fill a paper row at ``key``.
+
+    At the paper's setting, a shipped suite (``tasks/suites/``) whose runs include the row's key,
+    narrowed to the row's method and knobs (``suite_command``); else the flags, with the values
+    of ``key`` that the preset does not already have.
+    """
+    if at_setting:
+        found = suite_command(task, preset, row.method, key, row.config)
+        if found:
+            return found
+    try:
+        from harness.config import resolve
+
+        default = flat_config({"config": resolve(row.method, task, 0, preset).to_dict()})
+    except Exception:  # an unknown method, task or preset: every value as a flag
+        default = {}
+    needed = {k: v for k, v in key.items() if k not in default or not _same(default[k], v)}
+    return run_command(task, preset, row.method, needed, seeds)
+
+
+def suite_command(
+    task: str, preset: str, method: str, key: dict[str, Any], knobs: dict[str, Any]
+) -> str | None:
+    """``harness run --suite NAME --methods METHOD [--set ...]`` if a shipped suite runs ``key``.
+
+    The command narrows the suite to the method, and with ``--set`` to the row's knobs and to
+    the values of ``key`` that the suite sweeps; it is returned only if the runs it resolves to
+    (seed 0, nothing built, no data read) include one with every value of ``key``.
+    """
+    from harness.suites import suite_names
+
+    for name in suite_names():
+        cmd = _suite_runs(name, task, preset, method, tuple(sorted(key.items())), tuple(knobs))
+        if cmd:
+            return cmd
+    return None
+
+
+@lru_cache(maxsize=256)
+def _suite_runs(
+    name: str, task: str, preset: str, method: str, key: tuple, knobs: tuple
+) -> str | None:
+    from harness.errors import HarnessError
+    from harness.records import flat_config
+    from harness.suites import load, plan, suite_path
+    from harness.sweep import build_configs
+
+    try:
+        sweep = load(suite_path(name))
+        if sweep.options.get("preset", "smoke") != preset:
+            return None
+        tasks = sweep.options.get("tasks", task)
+        grids = {k for *_, grid in plan(sweep, method, tasks, {}, {}, {"methods"}) for k in grid}
+        want = dict(key)
+        pinned = {
+            k: v
+            for k, v in want.items()
+            if k in knobs or any(k == g or k.rsplit(".", 1)[-1] == g for g in grids)
+        }
+        sets = {k: _value_text(v) for k, v in pinned.items()}
+        blocks = plan(sweep, method, tasks, sets, {}, {"methods"})
+        for ms, ts, over, grid in blocks:
+            if task not in ts:
+                continue
+            for cfg in build_configs(ms, [task], [0], preset, over, grid):
+                if has_key(flat_config({"config": cfg.to_dict()}), want):
+                    flags = "".join(f" --set {k}={v}" for k, v in sets.items())
+                    return f"harness run --suite {name} --methods {method}{flags}"
+    except (HarnessError, ValueError, KeyError):
+        return None
+    return None
+
+
 @dataclass
 class PaperVsHarness:
-    """One paper-vs-harness table: cells, and the notes printed under it."""
+    """One paper-vs-harness table: cells, the notes printed under it, and what filled it.
+
+    Attributes:
+        titles: column titles.
+        rows: cells.
+        notes: the notes under the table.
+        at_setting: whether its rows were matched at the paper's setting (the paper preset);
+            False: the harness's own table at a smaller preset, the paper's numbers as context.
+        own_setting: the harness's values of the table's setting keys (``own_setting``).
+        filled: index of a paper row in its table -> the variant id that filled it.
+    """
 
     titles: list[str]
     rows: list[list[Cell]]
     notes: list[str]
+    at_setting: bool = True
+    own_setting: str = ""
+    filled: dict[int, str] = field(default_factory=dict)
 
 
 def paper_vs_harness(
@@ -128,14 +328,33 @@ def paper_vs_harness(
     rule: Rule,
     task: str = "",
     preset: str = "",
+    *,
+    failed: Sequence[Failed] = (),
+    dirty_agg: pd.DataFrame | None = None,
 ) -> PaperVsHarness:
-    """Each paper row beside the harness variant with that row's knobs (``match_variant``).
+    """Each paper row beside the harness variant at that row's setting (``match_variant``).
 
-    Paper numbers are printed as the paper prints them, in its units (``table.scale``); ours are
-    in the same units. Rows that no variant fills say ``not run`` and the notes give the command
-    that would run them; the setting differences (``setting_diff``) are lettered notes.
+    At the paper preset a row's key is its knobs and every setting its table states
+    (``row_key``): a row with no variant at that setting says ``not run at this setting`` and the
+    notes give the command that would run it (``row_command``). At a smaller preset the table is
+    the harness's own: rows match on their knobs alone, the paper's numbers are context and there
+    is no "Ours − paper" column. Paper numbers are printed as the paper prints them, in its units
+    (``table.scale``); ours are in the same units.
+
+    Args:
+        table: the paper's table.
+        agg: the harness variants (``harness.reporting.runs.aggregate``).
+        primary: the primary metric.
+        rule: picks among several variants at a row's setting, on validation data.
+        task: the task (for the commands).
+        preset: the harness preset.
+        failed: the failed records of the task and preset (``failed_records``); the notes count
+            those at the table's rows' keys.
+        dirty_agg: the variants of records from dirty trees, left out of ``agg``; the notes name
+            the rows only they would fill.
     """
-    head = _headline(table, primary)
+    at_setting = preset == PAPER_PRESET
+    head = _headline(table, primary) if at_setting else ""
     titles = ["Paper row"]
     for k in table.columns:
         t = scaled(get_metric(k).title, table.scale.get(k, 0))
@@ -144,18 +363,24 @@ def paper_vs_harness(
         h = get_metric(head).title
         titles.append(f"Ours − paper: {scaled(h, table.scale.get(head, 0))}")
     titles += ["Ours: knobs", "Ours: seeds", "Setting vs paper", "Commit", "Picked by"]
-    rows, letters, commands = [], {}, []
+    rows, letters, commands, filled, keys = [], {}, [], {}, []
+    paper_seeds = table.setting.get("seeds")
     n_seeds = int(agg["seeds"].max()) if len(agg) else 1
-    for prow in table.rows:
-        ours, why = match_variant(prow, agg, rule)
+    if isinstance(paper_seeds, int) and not isinstance(paper_seeds, bool) and at_setting:
+        n_seeds = paper_seeds
+    only_dirty = []
+    for i, prow in enumerate(table.rows):
+        key = row_key(prow, table, at_setting)
+        keys.append((prow, key))
+        ours, why = match_variant(prow, agg, rule, key)
         cells: list[Cell] = [(prow.label, False)]
-        for k in table.columns:
+        for j, k in enumerate(table.columns):
             sc = table.scale.get(k, 0)
             paper = prow.printed[k]
             if k in prow.printed_std:
                 paper += f" ± {prow.printed_std[k]}"
             col = Column(k, k, scale=sc, form=get_metric(k).form)
-            mine = cell(ours, col) if ours is not None else "not run"
+            mine = cell(ours, col) if ours is not None else (NOT_RUN if j == 0 else "–")
             cells += [(paper, False), (mine, False)]
         if head:
             diff = "–"
@@ -165,60 +390,89 @@ def paper_vs_harness(
             cells.append((diff, False))
         knobs = ", ".join(f"{k}={_value_text(v)}" for k, v in prow.config.items()) or "–"
         if ours is None:
-            commands.append(run_command(task, preset, prow.method, prow.config, n_seeds))
+            commands.append(row_command(task, preset, prow, key, n_seeds, at_setting))
+            if dirty_agg is not None and len(dirty_agg):
+                if match_variant(prow, dirty_agg, rule, key)[0] is not None:
+                    only_dirty.append(prow.label)
             cells += [(knobs, False), ("0", False), ("–", False), ("–", False), (why, False)]
         else:
+            filled[i] = ours["variant_id"]
             diff_text = setting_diff(table.setting, ours["config"], ours["seeds"], preset)
             letter = letters.setdefault(diff_text, f"({chr(ord('a') + len(letters))})")
+            mark = f" {EVENT_MARK}" if ours["events"] else ""
             cells += [
                 (knobs, False),
-                (seeds_cell(ours["seeds"]), False),
+                (seeds_cell(ours["seeds"]) + mark, False),
                 (letter, False),
                 (ours["commit"], False),
-                (why, False),
+                (_picked_by(prow, why, rule, at_setting), False),
             ]
         rows.append(cells)
+    used = agg[agg["variant_id"].isin(filled.values())] if len(agg) else agg
+    notes = _notes(table, used, letters, commands, only_dirty, at_setting, failed, keys)
+    cfgs = list(used["config"]) if len(used) else []
+    if not cfgs:
+        methods = {r.method for r in table.rows}
+        cfgs = [c for m, c in zip(agg["method"], agg["config"], strict=True) if m in methods]
+    return PaperVsHarness(
+        titles, rows, notes, at_setting, own_setting(table, cfgs) if cfgs else "", filled
+    )
+
+
+def _picked_by(row: PaperRow, why: str, rule: Rule, at_setting: bool) -> str:
+    """What filled a row, labelled by what picked it (the paper's knobs, or ``rule``)."""
+    if why == ONE and not at_setting:
+        why = "the one variant with the row's knobs"
+    if row.config:
+        return f"at the paper's {knobs_text(row.config)} ({why})"
+    if why.startswith("the one variant"):
+        return why
+    return f"{rule.label()} ({why})"
+
+
+def _notes(
+    table: PaperTable,
+    used: pd.DataFrame,
+    letters: dict[str, str],
+    commands: list[str],
+    only_dirty: list[str],
+    at_setting: bool,
+    failed: Sequence[Failed],
+    keys: list[tuple[PaperRow, dict[str, Any]]],
+) -> list[str]:
+    """The notes under a paper-vs-harness table."""
     notes = [f"Setting vs paper {letter}: {text}." for text, letter in letters.items()]
     if commands:
+        where = "at the row's setting" if at_setting else "with the row's knobs"
         notes.append(
-            "Not run (no harness variant has the row's knobs); to run them: "
+            f"Not run (no harness variant {where}); to run them: "
             + "; ".join(f"`{c}`" for c in dict.fromkeys(commands))
             + "."
         )
-    return PaperVsHarness(titles, rows, notes)
-
-
-def task_differences(task: str) -> list[str]:
-    """The bullets under "Differences from the paper:" in the task module's docstring."""
-    import sys
-
-    from harness.registry import TASKS
-
-    try:
-        cls = TASKS.get(task)
-    except HarnessError:
-        return []
-    doc = sys.modules[cls.__module__].__doc__ or ""
-    _, found, rest = doc.partition("Differences from the paper:")
-    if not found:
-        return []
-    bullets: list[str] = []
-    for line in rest.strip("\n").splitlines():
-        if not line.strip():
-            break
-        if line.lstrip().startswith("- "):
-            bullets.append(line.strip()[2:])
-        elif bullets:
-            bullets[-1] += " " + line.strip()
-    return [b.replace("``", "`") for b in bullets]
-
-
-MATCH_RULE = (
-    "- Paper vs harness: a harness variant fills a paper row only if it has every one of the "
-    "row's knobs (Ours: knobs, e.g. λ, p, depth); with several such variants, {rule} picks one "
-    "on validation data; the test set never breaks a tie. A row no variant fills says `not run`, "
-    "and the command that would run it is listed under the table. Settings shared by the table "
-    "(preset, T, data size, D, epochs, batch, lr, seeds) may differ from the paper's: "
-    "Setting vs paper names, per row, a note listing each difference. Paper numbers are printed "
-    "as the paper prints them; Ours − paper is in the paper's unit.\n"
-)
+    if only_dirty:
+        notes.append(
+            "Rows that only records of a dirty tree would fill (left out; `--allow-dirty` "
+            f"tabulates them): {', '.join(dict.fromkeys(only_dirty))}."
+        )
+    if len(used):
+        top = int(used["seeds"].max())
+        few = [
+            f"{row_name(r['method'], r['label'])}: {r['seeds']}"
+            for _, r in used.iterrows()
+            if r["seeds"] < top
+        ]
+        notes.append(
+            f"Seed count of this table: {top} (the most seeds of any variant filling a row)"
+            + (f"; rows with fewer: {'; '.join(few)}." if few else ".")
+        )
+    at_rows = [
+        f
+        for f in failed
+        if any(
+            f.record["method"] == row.method and has_key(flat_config(f.record), key)
+            for row, key in keys
+        )
+    ]
+    notes.append(f"Failed records at this table's rows' settings: {failed_summary(at_rows)}.")
+    notes += events_notes(used) if len(used) else []
+    return notes
