@@ -60,8 +60,11 @@ def executor(
     device: str = "cpu",
     threads: int = 1,
     log_dir: str | None = None,
+    **options: Any,
 ) -> Executor:
-    """An executor from the registry (``local``, ``pool``, ``ray``; ``harness list executors``).
+    """An executor from the registry (``harness list executors``).
+
+    ``local``, ``pool``, ``ray`` or ``submitit``, or one a plugin registered.
 
     Args:
         name: the executor.
@@ -71,9 +74,15 @@ def executor(
         device: ``cpu``, ``cuda`` or ``auto``.
         threads: torch threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder.
+        **options: the other fields of ``ExecutorOptions`` (``slurm_partition``, ``slurm_time``,
+            ... for ``submitit``); None leaves a field at its default.
+
+    Raises:
+        TypeError: an option ``ExecutorOptions`` does not have.
     """
     run = RunOptions(data_dir, device, threads, log_dir)
-    return make_executor(name, run, ExecutorOptions(workers, ray_address))
+    given = {k: v for k, v in options.items() if v is not None}
+    return make_executor(name, run, ExecutorOptions(workers, ray_address, **given))
 
 
 @dataclass

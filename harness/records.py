@@ -46,6 +46,7 @@ class RunRecord(TypedDict, total=False):
         error: why a failed run failed (one line); None when ok.
         config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
         method_code: digest of the method's source files (``harness.resume.method_code``).
+        method_source: where the method came from (``harness.registry.source_of``), if known.
         env: where it ran (``harness.env.environment``).
         time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``.
         primary: the task's primary metric; ``higher_is_better`` its direction.
@@ -76,6 +77,7 @@ class RunRecord(TypedDict, total=False):
     error: str | None
     config: dict[str, Any]
     method_code: str | None
+    method_source: dict[str, str]
     env: dict[str, Any]
     time: dict[str, Any]
     primary: str
@@ -105,12 +107,13 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def start_record(cfg: Any, method_code: str | None) -> RunRecord:
+def start_record(cfg: Any, method_code: str | None, method_source: dict | None = None) -> RunRecord:
     """The record of a run about to start: its identity and config (status not yet set).
 
     Args:
         cfg: the ``RunConfig``.
         method_code: the method's code version (``harness.resume.method_code``).
+        method_source: where the method comes from (``harness.registry.method_source``).
     """
     return RunRecord(
         schema=SCHEMA_VERSION,
@@ -124,6 +127,7 @@ def start_record(cfg: Any, method_code: str | None) -> RunRecord:
         config=cfg.to_dict(),
         time={"start": _now()},
         events=[],
+        **({} if method_source is None else {"method_source": dict(method_source)}),
     )
 
 
@@ -357,6 +361,7 @@ _RUN_TYPES: dict[str, tuple[Any, str]] = {
     "primary": (_str_or_null, "a string"),
     "error": (_str_or_null, "a string"),
     "method_code": (_str_or_null, "a string"),
+    "method_source": (lambda v: isinstance(v, dict), "an object"),
     "higher_is_better": (lambda v: isinstance(v, bool), "a boolean"),
     "env": (lambda v: isinstance(v, dict), "an object"),
     "time": (lambda v: isinstance(v, dict), "an object"),

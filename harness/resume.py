@@ -21,9 +21,14 @@ from harness.records import latest
 def _package_files(module: Any) -> set[str]:
     """The source files of ``module`` and of the modules of its package it uses, transitively.
 
-    The package's ``__init__`` (which imports every module) is left out.
+    The package's ``__init__`` (which imports every module) is left out. A file imported by
+    ``--include`` is a top-level module of its own: its package is its folder, whose modules it
+    uses (shared ``_*.py`` pieces) count.
     """
+    from harness.registry import included_folder
+
     pkg = module.__name__.partition(".")[0]
+    folder = included_folder(module.__name__)
     seen: dict[str, Any] = {}
     todo = [module]
     while todo:
@@ -33,12 +38,20 @@ def _package_files(module: Any) -> set[str]:
         seen[mod.__name__] = mod
         for obj in vars(mod).values():
             name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
-            if not isinstance(name, str) or name == pkg or name.partition(".")[0] != pkg:
+            if not isinstance(name, str) or name == pkg:
                 continue
             other = sys.modules.get(name)
+            if name.partition(".")[0] != pkg and not _in_folder(other, folder):
+                continue
             if other is not None and name not in seen:
                 todo.append(other)
     return {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
+
+
+def _in_folder(module: Any, folder: Path | None) -> bool:
+    """Whether ``module`` is a file directly in ``folder`` (False when either is None)."""
+    file = getattr(module, "__file__", None)
+    return folder is not None and file is not None and Path(file).resolve().parent == folder
 
 
 @functools.cache
@@ -46,7 +59,8 @@ def method_code(method: str) -> str:
     """The code version of a registered method: a digest of its source files.
 
     The files are the module that registers the method and the modules of its package that it
-    uses (shared cells, kernels), transitively; not the harness itself.
+    uses (shared cells, kernels), transitively; not the harness itself. The same for a plugin
+    package (its own files) and an included file (it and the files of its folder it uses).
 
     Args:
         method: the registry key.

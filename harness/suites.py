@@ -12,6 +12,10 @@ A flag given beside the file overrides the file's value; ``--set`` and ``--grid`
 by key. In a file with parts, ``--methods`` and ``--tasks`` keep, in each part, only the names they
 select.
 
+``include`` (a path or a list of them: ``.py`` files or folders, relative to the sweep file)
+imports the methods and tasks defined there before the names are looked up, as ``--include``
+does (the two add up).
+
 The suites are sweep files shipped as package data of the task package (its ``suites`` folder),
 one per seed-paper table; ``--suite ssa-table1`` reads ``suites/ssa_table1.toml`` there.
 """
@@ -45,6 +49,14 @@ OPTION_KEYS = {
     "no_report": "true or false",
     "force": "true or false",
     "ray_address": "an address",
+    "slurm_partition": "a partition name",
+    "slurm_time": "minutes, an integer in [1, 43200]",
+    "slurm_cpus": "an integer in [1, 1024]",
+    "slurm_gpus": "an integer in [0, 64]",
+    "slurm_mem": "GB, an integer in [1, 65536]",
+    "slurm_array_parallelism": "an integer in [1, 1024]",
+    "slurm_folder": "a path",
+    "include": "a path or a list of paths (.py files or folders, relative to the file)",
 }
 PART_KEYS = ("methods", "tasks", "set", "grid", "note")
 META_KEYS = ("description",)
@@ -199,10 +211,11 @@ def _option(key: str, value: Any, where: str) -> Any:
         if value not in choices:
             raise ConfigError(f"{where} expects one of {', '.join(choices)}, got {value!r}")
         return value
-    if key in ("workers", "threads"):
+    if key in ("workers", "threads", *_slurm_limits()):
         from harness.executors import MAX_THREADS, MAX_WORKERS
 
-        low, high = (1, MAX_WORKERS) if key == "workers" else (0, MAX_THREADS)
+        bounds = {"workers": (1, MAX_WORKERS), "threads": (0, MAX_THREADS), **_slurm_limits()}
+        low, high = bounds[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{where} expects an integer in [{low}, {high}], got {value!r}")
         return value
@@ -228,6 +241,12 @@ def _option(key: str, value: Any, where: str) -> Any:
     return value
 
 
+def _slurm_limits() -> dict[str, tuple[int, int]]:
+    from harness.executors.submitit import LIMITS
+
+    return LIMITS
+
+
 def _unknown(keys: list[str], allowed: list[str], where: str) -> None:
     if keys:
         raise ConfigError(f"{where}: unknown key '{keys[0]}' (keys: {', '.join(sorted(allowed))})")
@@ -251,7 +270,18 @@ def load(path: str | Path) -> SweepFile:
     _unknown([k for k in data if k not in allowed], allowed, str(path))
     sweep = SweepFile(str(path), description=str(data.get("description", "")))
     for key, value in data.items():
-        if key in OPTION_KEYS:
+        if key == "include":
+            paths = [value] if isinstance(value, str) else value
+            if (
+                not isinstance(paths, list)
+                or not paths
+                or not all(isinstance(p, str) and p for p in paths)
+            ):
+                raise ConfigError(
+                    f"{path}: 'include' expects {OPTION_KEYS['include']}, got {value!r}"
+                )
+            sweep.options[key] = [str(path.parent / Path(p).expanduser()) for p in paths]
+        elif key in OPTION_KEYS:
             sweep.options[key] = _option(key, value, f"{path}: '{key}'")
     parts = data.get("part", [])
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
@@ -295,9 +325,12 @@ def plan(
 
     Raises:
         ConfigError: unknown names, or flags that select nothing in any part.
+        PluginError: a path of the file's ``include`` that cannot be imported.
     """
-    from harness.registry import METHODS, TASKS
+    from harness.registry import METHODS, TASKS, include
 
+    if sweep is not None and sweep.options.get("include"):
+        include(sweep.options["include"])
     top = (sweep.options.get("set", {}), sweep.options.get("grid", {})) if sweep else ({}, {})
     if sweep is None or not sweep.parts:
         sets, grids = _layer(*top, overrides, grid)

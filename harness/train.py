@@ -29,7 +29,7 @@ from harness.flops import FLOPS_PER_MAC, sequence_macs
 from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
 from harness.model import SeqModel
-from harness.registry import METHODS, TASKS
+from harness.registry import METHODS, TASKS, method_source
 from harness.resume import method_code
 from harness.task import Split, Task
 from harness.trace import pack_depth, pack_mask
@@ -380,7 +380,7 @@ def run(
     returned as a failed record naming the reason, so a sweep goes on; only an interrupt
     (Ctrl-C, SIGTERM) propagates.
     """
-    rec = records.start_record(cfg, method_code(cfg.method))  # resume reruns other code's
+    rec = records.start_record(cfg, method_code(cfg.method), method_source(cfg.method))
     try:
         return _train_and_test(cfg, data_dir, device, callbacks, rec)
     except KeyboardInterrupt:

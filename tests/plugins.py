@@ -1,4 +1,5 @@
-"""Registration checks shared by the method and task tests.
+"""Registration checks shared by the method and task tests, and a scratch registry for the
+tests of plugins (``isolated_registry``).
 
 A module nobody imported never registers (the "Unknown model" trap). The check runs in a fresh
 interpreter that imports only the package, so a module imported by some test file at collection
@@ -9,10 +10,13 @@ underscore hold shared pieces and register nothing.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
+import os
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import import_module
 from pathlib import Path
 
@@ -70,3 +74,62 @@ def registration_problems(pkg: str, registry: str) -> list[str]:
     extra = sorted(set(registered) - {m.replace("_", "-") for m in files})
     problems += [f"'{k}' is registered but matches no file name" for k in extra]
     return problems
+
+
+# --- a scratch registry for the tests of plugins ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+_OURS = [ROOT / "harness", ROOT / "baselines", ROOT / "tasks", ROOT / "tests"]
+
+
+@contextlib.contextmanager
+def isolated_registry() -> Iterator[None]:
+    """Put back, after the block, all that loading plugins changes.
+
+    The method and task registries, what ``load_plugins`` remembers (included files, plugin
+    distributions, failed entry points, whether it loaded), ``$HARNESS_INCLUDE``, ``sys.path``,
+    the modules the plugins added (those outside the project's packages and the installed ones)
+    and the caches keyed by method name (``method_code``, ``legacy_values``).
+    """
+    from harness import config, registry, resume
+
+    registry.load_plugins()
+    items = {r: dict(r._items) for r in (registry.METHODS, registry.TASKS)}
+    saved = (dict(registry._INCLUDED), dict(registry._PLUGIN_DISTS), set(registry._FAILED))
+    modules, path = set(sys.modules), list(sys.path)
+    env = os.environ.get(registry.INCLUDE_ENV)
+    try:
+        yield
+    finally:
+        for r, before in items.items():
+            r._items.clear()
+            r._items.update(before)
+        for name, now in (("_INCLUDED", saved[0]), ("_PLUGIN_DISTS", saved[1])):
+            getattr(registry, name).clear()
+            getattr(registry, name).update(now)
+        registry._FAILED.clear()
+        registry._FAILED.update(saved[2])
+        registry._loaded = True
+        for name in set(sys.modules) - modules:
+            if _added_by_a_plugin(sys.modules[name]):
+                del sys.modules[name]
+        sys.path[:] = path
+        if env is None:
+            os.environ.pop(registry.INCLUDE_ENV, None)
+        else:
+            os.environ[registry.INCLUDE_ENV] = env
+        resume.method_code.cache_clear()
+        config.legacy_values.cache_clear()
+        registry._installed_distribution.cache_clear()
+
+
+def _added_by_a_plugin(module: object) -> bool:
+    """Whether a module is a plugin's (a file outside the project's packages and installs)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    path = Path(file).resolve()
+    if any(path.is_relative_to(p) for p in _OURS):
+        return False
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return not any(path.is_relative_to(p) for p in prefixes)

@@ -3,47 +3,29 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pandas as pd
 import pytest
-import torch
 
-from harness.method import Method
+from harness import conformance
 from harness.registry import METHODS
 from harness.reporting import figures as F
 from harness.reporting.runs import runs_frame
 
 
-def skips(cls) -> bool:
-    """Whether a method can skip: it has a fast path aimed at a Skip % (``at_skip``), or its eval
-    forward at the default config leaves some unit update, layer or column read undone on random
-    inputs."""
-    if cls.at_skip.__func__ is not Method.at_skip.__func__:
-        return True
-    torch.manual_seed(0)
-    m = cls(3, 10).eval()
-    with torch.no_grad():
-        out = m(torch.randn(4, 40, 3))
-    max_depth = m.cost().max_depth
-    return bool(
-        (out.mask <= 0).any()
-        or (out.depth is not None and (out.depth < max_depth).any())
-        or (out.reads is not None and (out.reads <= 0).any())
-    )
-
-
 @pytest.mark.parametrize("name", METHODS.names())
 def test_a_method_that_can_skip_declares_its_budget_knobs(name):
-    cls = METHODS.get(name)
-    fields = {f.name for f in dataclasses.fields(cls.config_cls)}
-    assert isinstance(cls.budget_knobs, tuple)
-    assert [k for k in cls.budget_knobs if k not in fields] == []  # each a field of its config
-    assert len(set(cls.budget_knobs)) == len(cls.budget_knobs)
-    if skips(cls):
-        assert cls.budget_knobs, f"{name} can skip but declares no budget knob"
-    else:
-        assert cls.budget_knobs == (), f"{name} never skips but declares {cls.budget_knobs}"
+    conformance.check_budget_knobs(name)
+
+
+def test_a_method_that_skips_without_a_knob_is_named(monkeypatch):
+    skipping = next(n for n in METHODS.names() if METHODS.get(n).budget_knobs)
+    monkeypatch.setattr(METHODS.get(skipping), "budget_knobs", ())
+    with pytest.raises(conformance.ConformanceError, match="can skip .* but declares none"):
+        conformance.check_budget_knobs(skipping)
+    dense = next(n for n in METHODS.names() if not conformance.can_skip(METHODS.get(n)))
+    monkeypatch.setattr(METHODS.get(dense), "budget_knobs", ("no_such_field",))
+    with pytest.raises(conformance.ConformanceError, match="no_such_field.* not fields"):
+        conformance.check_budget_knobs(dense)
 
 
 def rec(method, seed, knobs, mse, skip, hidden=8):

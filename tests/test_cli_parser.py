@@ -38,6 +38,7 @@ def options_without_help(parser: argparse.ArgumentParser) -> list[str]:
 def test_every_option_of_every_subcommand_has_help():
     parser = make_parser()
     commands = {"list", "run", "report", "compare", "flops", "bench", "data", "store"}
+    commands |= {"check", "new"}
     assert set(subcommands(parser)) == commands
     assert options_without_help(parser) == []
 
@@ -59,9 +60,13 @@ def test_shared_options_have_the_same_choices_everywhere():
     assert {tuple(a.choices) for a in seen["--preset"].values()} == {config.PRESETS}
     assert {tuple(a.choices) for a in seen["--device"].values()} == {("cpu", "cuda", "auto")}
     assert set(seen["--methods"]) == {"run", "flops", "bench"}
-    assert set(seen["--task"]) == {"report", "flops", "bench"}
+    assert set(seen["--task"]) == {"report", "flops", "bench", "check"}
     assert set(seen["--set"]) == {"run", "flops", "bench"}
     assert set(seen["--data-dir"]) == {"run", "flops", "bench", "data"}
+    # every command that reads the registry
+    readers = {"run", "report", "flops", "bench", "list", "data", "check", "new"}
+    assert set(seen["--include"]) == readers
+    assert len({(a.help, a.metavar, type(a)) for a in seen["--include"].values()}) == 1
 
 
 def test_version_matches_pyproject(capsys):

@@ -5,9 +5,10 @@ Every method with a real fast path (one that implements the ``at_skip`` hook; th
 the registry) is built by its hook at several target skips and must give, from ``fast_forward(x)``,
 the outputs, mask, depth and extras of ``model.eval()(x)`` at batch 1 and batch > 1. The
 comparisons run in float64 so that matmul rounding (the fast paths multiply fewer rows, in another
-order) cannot flip a thresholded decision; masks must match exactly. Hand-made decision regimes
-(decisions varying across units, steps and sequences; none, mixed, all skipped) are tested in each
-method's own test file with ``check_fast_equals_dense``.
+order) cannot flip a thresholded decision; masks must match exactly. These per-method properties
+are ``harness.conformance.check_fast_path`` and ``check_at_skip`` (what ``harness check`` runs).
+Hand-made decision regimes (decisions varying across units, steps and sequences; none, mixed, all
+skipped) are tested in each method's own test file with ``check_fast_equals_dense``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from reference import check_fast_equals_dense
 
+from harness import conformance
 from harness.bench import speedup
 from harness.bench.speedup import (
-    achieved_skip,
     build_at_skip,
     fast_path_methods,
     has_fast_path,
@@ -63,76 +63,23 @@ def test_every_overridden_fast_forward_is_measured_and_checked():
     assert overriding and overriding == FAST
 
 
-@pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize("target", [0.0, 0.5, 0.9])
-@pytest.mark.parametrize("name", FAST)
-def test_fast_forward_equals_dense_at_target_skips(name, target, batch):
-    m, setting = build_at_skip(name, V, D, target, T, seed=1)
-    assert not m.training and isinstance(setting, str) and "\n" not in setting
-    m = m.double()
-    ref = check_fast_equals_dense(m, torch.randn(batch, T, V, dtype=torch.float64))
-    assert abs(achieved_skip(ref, m) - target) < 0.15, (name, target, setting)
-
-
-@pytest.mark.parametrize("name", FAST)
-def test_float32_batch1(name):
-    """The everyday dtype: close outputs and identical masks at a fixed seed."""
-    m, _ = build_at_skip(name, V, D, 0.5, T)
-    x = torch.randn(1, T, V)
-    ref, out = m.eval()(x), m.fast_forward(x)
-    assert torch.equal(out.mask, ref.mask)
-    torch.testing.assert_close(out.outputs, ref.outputs, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", FAST)
-def test_build_at_skip_hits_its_target(name):
-    for target in (0.5, 0.9):
-        m, note = build_at_skip(name, 4, 40, target, 40)
-        with torch.no_grad():
-            out = m(torch.randn(3, 40, 4))
-        assert abs(achieved_skip(out, m) - target) < 0.12, (name, target, note)
-
-
-@pytest.mark.parametrize("name", FAST)
-def test_build_at_skip_is_seeded(name):
-    a, _ = build_at_skip(name, V, D, 0.5, T, seed=5)
-    torch.randn(7)  # whatever the global generator did before, the seed decides
-    b, _ = build_at_skip(name, V, D, 0.5, T, seed=5)
-    c, _ = build_at_skip(name, V, D, 0.5, T, seed=6)
-    pa, pb, pc = (dict(m.named_parameters()) for m in (a, b, c))
-    assert all(torch.equal(pa[k], pb[k]) for k in pa)
-    assert not all(torch.equal(pa[k], pc[k]) for k in pa)
-
-
-@pytest.mark.parametrize("name", FAST)
-def test_packed_weights_follow_parameter_updates(name):
-    """Weights repacked by a fast path are cached; an optimizer step must invalidate them."""
-    m, _ = build_at_skip(name, V, D, 0.5, T)
-    m = m.double()
-    x = torch.randn(2, T, V, dtype=torch.float64)
-    m.fast_forward(x)
-    opt = torch.optim.SGD(m.parameters(), lr=0.5)
-    m.train()(x).outputs.sum().backward()
-    opt.step()
-    check_fast_equals_dense(m, x)
-
-
 @pytest.mark.parametrize("name", METHODS.names())
-def test_fast_forward_keeps_mode_and_builds_no_graph(name):
-    m = METHODS.get(name)(V, 10).train()
-    out = m.fast_forward(torch.randn(2, 5, V))
-    assert m.training and not out.outputs.requires_grad
+def test_fast_forward_equals_the_dense_forward(name):
+    """With ``at_skip``: float64 at each target and batch 1 and 4, float32 at batch 1, after an
+    optimizer step; without: the default, the dense eval forward. Always: mode kept, no graph."""
+    conformance.check_fast_path(name)
 
 
-@pytest.mark.parametrize(
-    "name", [n for n, cls in METHODS.items() if not overrides_fast_forward(cls)]
-)
-def test_default_fast_forward_is_the_eval_forward(name):
-    m = METHODS.get(name)(V, 10).train()
-    x = torch.randn(2, 6, V)
-    out = m.fast_forward(x)
-    assert m.training
-    torch.testing.assert_close(out.outputs, m.eval()(x).outputs)
+@pytest.mark.parametrize("name", FAST)
+def test_build_at_skip_hits_its_target_and_is_seeded(name):
+    conformance.check_at_skip(name)
+
+
+def test_a_fast_forward_without_at_skip_is_refused(monkeypatch):
+    cls = METHODS.get(next(n for n in METHODS.names() if n not in FAST))
+    monkeypatch.setattr(cls, "fast_forward", lambda self, x: Method.fast_forward(self, x))
+    with pytest.raises(conformance.ConformanceError, match="at_skip is not"):
+        conformance.check_fast_path(cls.name)
 
 
 def test_measure_speedups_rows_and_markdown(monkeypatch):

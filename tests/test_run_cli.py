@@ -130,7 +130,7 @@ def test_config_file_parts_and_yaml(tmp_path, harness):
     [
         ('tasks = "adding"\nepochs = 3\n', "s.toml: unknown key 'epochs' (keys: "),
         ('workers = "two"\n', "'workers' expects an integer in [1, 1024], got 'two'"),
-        ('executor = "dask"\n', "'executor' expects one of local, pool, ray, got 'dask'"),
+        ('executor = "dask"\n', "'executor' expects one of local, pool, ray, submitit, got 'dask'"),
         ("set = { lr = nan }\n", "'set'.lr expects a finite number"),
         ("grid = { lam = 1 }\n", "'grid'.lam expects a non-empty list of values"),
         ("[[part]]\nmethod = 'gru'\n", "s.toml: part 1: unknown key 'method'"),

@@ -1,4 +1,4 @@
-"""The ``harness`` command line: list, run, report, compare, flops, bench, data, store.
+"""The ``harness`` command line: list, run, report, compare, flops, bench, data, store, check, new.
 
 One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
 ``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
@@ -16,12 +16,12 @@ import sys
 from typing import Any
 
 from harness import __version__
-from harness.cli import bench, compare, data, flops, listing, report, run, store
+from harness.cli import bench, check, compare, data, flops, listing, new, report, run, store
 from harness.cli.common import Parser
 from harness.errors import HarnessError, Interrupted
 
 # in the order ``harness --help`` lists them
-COMMANDS = (listing, run, report, compare, flops, bench, data, store)
+COMMANDS = (listing, run, report, compare, flops, bench, data, store, check, new)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the command line a generated report names
     old_handler = _on_sigterm(_interrupt)
     try:
+        if getattr(args, "include", None):  # --include: imported when the registry loads
+            from harness.registry import include
+
+            include(args.include)
         return args.func(args)
     except HarnessError as e:
         sys.stderr.write(f"error: {e}\n")

@@ -22,6 +22,7 @@ from harness.cli.common import (
     examples,
     float_at_least,
     float_in,
+    include_option,
     int_at_least,
     methods_option,
     out_of_memory,
@@ -93,6 +94,7 @@ def add_parser(subparsers: Any) -> None:
             threads_option(
                 "torch CPU threads while measuring (default: %(default)s; 0: torch's default)"
             ),
+            include_option(),
         ],
         epilog=examples(
             "harness bench --methods all --task TASK --preset smoke",

@@ -237,6 +237,18 @@ def device_option(default: str | None, help: str) -> argparse.ArgumentParser:
     return _option("--device", default=default, choices=DEVICES, help=help)
 
 
+def include_option() -> argparse.ArgumentParser:
+    """``--include PATH`` (repeatable): methods and tasks from a ``.py`` file or a folder."""
+    return _option(
+        "--include",
+        action="append",
+        metavar="PATH",
+        help="import the methods and tasks of a .py file, or of every .py file of a folder "
+        "(not test_*.py, _*.py), before the registry is read; repeatable; also "
+        "$HARNESS_INCLUDE (see docs/own-method.md)",
+    )
+
+
 def threads_option(help: str) -> argparse.ArgumentParser:
     """``--threads N``: torch CPU threads (default 1; 0 leaves torch's default; at most 1024)."""
     from harness.executors import MAX_THREADS

@@ -6,7 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli.common import add_command, data_dir_option, examples, tasks_option
+from harness.cli.common import (
+    add_command,
+    data_dir_option,
+    examples,
+    include_option,
+    tasks_option,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -22,6 +28,7 @@ def add_parser(subparsers: Any) -> None:
                 "otherwise only a corrupt one is",
             ),
             data_dir_option(),
+            include_option(),
         ],
         epilog=examples(
             "harness data list",

@@ -10,6 +10,7 @@ from harness.cli.common import (
     add_command,
     data_dir_option,
     examples,
+    include_option,
     int_at_least,
     methods_option,
     preset_option,
@@ -31,6 +32,7 @@ def add_parser(subparsers: Any) -> None:
             preset_option(help="the preset whose sizes are used (default: %(default)s)"),
             set_option(),
             data_dir_option(),
+            include_option(),
         ],
         epilog=examples("harness flops --methods METHOD[,METHOD...] --task TASK --json"),
     )

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli.common import add_command
+from harness.cli.common import add_command, include_option
 
 
 def add_parser(subparsers: Any) -> None:
@@ -19,6 +19,7 @@ def add_parser(subparsers: Any) -> None:
         subparsers,
         "list",
         "registered methods, tasks and executors",
+        parents=[include_option()],
         epilog="the names are what --methods, --tasks (globs such as 'PREFIX-*' too) and "
         "'run --executor' take",
     )
@@ -41,6 +42,19 @@ def _first_line(obj: Any) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
+def _plugin(cls: Any) -> str:
+    """``(plugin: PACKAGE VERSION) `` or ``(--include FILE) `` for what is not built in."""
+    from harness.registry import source_of
+
+    src = source_of(cls)
+    where = {
+        "entry-point": f"plugin: {src.get('package')} {src.get('version')}",
+        "include": f"--include {src.get('path')}",
+        "module": f"module {src.get('module')}",
+    }
+    return f"({where[src['kind']]}) " if src["kind"] in where else ""
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the methods, tasks and/or executors, one per line with its docstring's first line."""
     from harness.executors import EXECUTORS
@@ -49,13 +63,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.what in ("methods", "all"):
         print("methods:")
         for name, cls in METHODS.items():
-            print(f"  {name:16s} {_first_line(cls)}")
+            print(f"  {name:16s} {_plugin(cls)}{_first_line(cls)}")
     if args.what in ("tasks", "all"):
         print("tasks:")
         for name, cls in TASKS.items():
             arrow = "higher" if cls.higher_is_better else "lower"
             what = f"[{cls.kind}, {cls.primary} ({arrow} is better)]"
-            print(f"  {name:16s} {what} {_first_line(cls)}")
+            print(f"  {name:16s} {_plugin(cls)}{what} {_first_line(cls)}")
     if args.what in ("executors", "all"):
         print("executors:")
         for name, cls in EXECUTORS.items():

@@ -10,6 +10,7 @@ from harness.cli.common import (
     add_command,
     comma_list,
     examples,
+    include_option,
     one_of,
     preset_option,
 )
@@ -45,6 +46,7 @@ def add_parser(subparsers: Any) -> None:
                 default=None,
                 help="--paper: only this preset (default: every preset in the records)",
             ),
+            include_option(),
         ],
         epilog=examples(
             "harness report results/runs.jsonl",

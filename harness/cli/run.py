@@ -14,6 +14,7 @@ from harness.cli.common import (
     device_option,
     examples,
     float_at_least,
+    include_option,
     int_at_least,
     methods_option,
     parse_seeds,
@@ -23,6 +24,30 @@ from harness.cli.common import (
     threads_option,
 )
 from harness.executors import EXECUTORS, MAX_WORKERS
+from harness.executors.submitit import INSTALL as SUBMITIT_INSTALL
+from harness.executors.submitit import LIMITS as SLURM_LIMITS
+
+# --executor submitit: (dest, metavar, help); the numbers' bounds are SLURM_LIMITS
+SLURM_FLAGS = (
+    ("slurm_partition", "NAME", "the jobs' Slurm partition (default: the cluster's)"),
+    ("slurm_time", "MINUTES", "each job's time limit (default: 1440, a day; at most 43200)"),
+    ("slurm_cpus", "N", "CPUs per job (default: --threads)"),
+    ("slurm_gpus", "N", "GPUs per job (default: 1 with --device cuda, else 0)"),
+    ("slurm_mem", "GB", "memory per job (default: the partition's)"),
+    (
+        "slurm_array_parallelism",
+        "N",
+        "jobs queued or running at once, submitted as job arrays (default: 256 on Slurm; "
+        "without Slurm, as many as this machine's CPUs hold at --slurm-cpus each)",
+    ),
+    (
+        "slurm_folder",
+        "DIR",
+        "the jobs' pickles and logs, on a filesystem the nodes share (default: "
+        "$XDG_CACHE_HOME/condrnn-harness/submitit, else ~/.cache/condrnn-harness/submitit: "
+        "outside the checkout, in the home directory that clusters share)",
+    ),
+)
 
 EPILOG = examples(
     "harness run --tasks all --preset smoke",
@@ -32,6 +57,7 @@ EPILOG = examples(
     "    --seeds 0-2 --match-skip 76",
     "harness run --tasks all --seeds 0-4 --workers 8",
     "harness run --tasks all --preset paper --executor ray --ray-address ray://head:10001",
+    "harness run --suite ssa-table4 --executor submitit --slurm-partition gpu --slurm-time 240",
     "harness run --suite ssa-table4 --dry-run",
     "harness run --config sweep.toml --seeds 0-2 --out results/mine",
     note="method and task names: see 'harness list'; suites: 'harness run --suite list'\n"
@@ -55,6 +81,7 @@ def add_parser(subparsers: Any) -> None:
             data_dir_option(),
             device_option("cpu", "where the runs train and test (default: %(default)s)"),
             threads_option("torch CPU threads per run (default: %(default)s; 0: torch's default)"),
+            include_option(),
         ],
         epilog=EPILOG,
     )
@@ -123,7 +150,8 @@ def add_parser(subparsers: Any) -> None:
         default="local",
         choices=EXECUTORS.names(),
         help="local: in this process, or with --workers N > 1 the pool of N processes; pool: "
-        "worker processes; ray: Ray tasks (default: %(default)s; 'harness list executors')",
+        "worker processes; ray: Ray tasks; submitit: Slurm jobs, --slurm-* (default: "
+        "%(default)s; 'harness list executors')",
     )
     s.add_argument(
         "--workers",
@@ -139,6 +167,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="ADDRESS",
         help="ray executor: cluster address (default: a local Ray instance)",
     )
+    slurm = s.add_argument_group(
+        "--executor submitit (Slurm jobs; local processes where there is no Slurm)"
+    )
+    for dest, metavar, text in SLURM_FLAGS:
+        kind = int_at_least(*SLURM_LIMITS[dest]) if dest in SLURM_LIMITS else str
+        flag = "--" + dest.replace("_", "-")
+        slurm.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
     s.add_argument(
         "--log-dir",
         default=None,
@@ -265,6 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=args.device,
         threads=args.threads,
         log_dir=args.log_dir,
+        **{dest: getattr(args, dest) for dest, _, _ in SLURM_FLAGS},
     )
     progress: SweepProgress | None = None
 
@@ -381,9 +417,10 @@ def check_options(args: argparse.Namespace) -> None:
     """Reject option values and combinations that cannot work, before anything starts.
 
     Raises:
-        ConfigError: an unknown executor, ``--executor ray`` without Ray installed,
-            ``--ray-address`` or ``--workers`` with the wrong executor, ``--workers`` below 1, or
-            ``--device cuda`` on a machine without CUDA (local executor).
+        ConfigError: an unknown executor, ``--executor ray`` or ``submitit`` without its
+            package, ``--ray-address``, ``--slurm-*`` or ``--workers`` with the wrong executor,
+            ``--workers`` below 1, ``--device cuda`` on a machine without CUDA (local executor)
+            or with ``--slurm-gpus 0``.
     """
     import importlib.util
 
@@ -395,17 +432,26 @@ def check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--workers must be >= 1 (got {args.workers})")
     if args.ray_address and args.executor != "ray":
         raise ConfigError("--ray-address is only used with --executor ray")
-    if args.executor == "ray":
+    slurm = [dest for dest, _, _ in SLURM_FLAGS if getattr(args, dest, None) is not None]
+    if slurm and args.executor != "submitit":
+        raise ConfigError(f"--{slurm[0].replace('_', '-')} is only used with --executor submitit")
+    if args.executor in ("ray", "submitit"):
+        ray = args.executor == "ray"
         if args.workers != 1:
-            raise ConfigError(
-                "--workers is for the local executor; Ray runs as many runs as its CPUs allow"
-            )
+            how = "Ray runs as many runs as its CPUs allow" if ray else "see --slurm-*"
+            raise ConfigError(f"--workers is for the local executor; {how}")
         try:
-            found = importlib.util.find_spec("ray") is not None
+            found = importlib.util.find_spec(args.executor) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise ConfigError("--executor ray needs Ray: pip install 'condrnn-harness[ray]'")
+            raise ConfigError(
+                "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
+                if ray
+                else SUBMITIT_INSTALL
+            )
+        if args.device == "cuda" and getattr(args, "slurm_gpus", None) == 0:
+            raise ConfigError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")
     elif args.device == "cuda":
         import torch
 

@@ -15,7 +15,8 @@ reason.
 
 Registered executors (``harness list executors``): ``local`` (in this process, one run after
 the other), ``pool`` (worker processes on this machine, one torch thread each by default),
-``ray`` (Ray tasks on a cluster; the ``ray`` extra). Adding one: a module here with a class
+``ray`` (Ray tasks on a cluster; the ``ray`` extra), ``submitit`` (Slurm jobs, or local processes
+where there is no Slurm; the ``slurm`` extra). Adding one: a module here with a class
 decorated ``@register_executor("name")`` taking ``(RunOptions, ExecutorOptions)``, imported
 below.
 """
@@ -62,10 +63,28 @@ class ExecutorOptions:
     Attributes:
         workers: ``pool``: worker processes.
         ray_address: ``ray``: the cluster's address (None: a local Ray instance).
+        slurm_partition: ``submitit``: the Slurm partition (None: the cluster's default).
+        slurm_time: ``submitit``: each job's time limit in minutes (None: a day).
+        slurm_cpus: ``submitit``: CPUs per job (None: ``RunOptions.threads``, at least 1).
+        slurm_gpus: ``submitit``: GPUs per job (None: 1 with device ``cuda``, else 0).
+        slurm_mem: ``submitit``: memory per job in GB (None: the partition's default).
+        slurm_array_parallelism: ``submitit``: jobs in flight (None: 256 on Slurm, else as many
+            as this machine's CPUs hold).
+        slurm_folder: ``submitit``: the jobs' pickles and logs (None: the user cache).
+        submitit_cluster: ``submitit``: ``slurm``, ``local`` or ``debug`` (None: Slurm where
+            ``srun`` is found, else local processes).
     """
 
     workers: int = 1
     ray_address: str | None = None
+    slurm_partition: str | None = None
+    slurm_time: int | None = None
+    slurm_cpus: int | None = None
+    slurm_gpus: int | None = None
+    slurm_mem: int | None = None
+    slurm_array_parallelism: int | None = None
+    slurm_folder: str | None = None
+    submitit_cluster: str | None = None
 
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
@@ -165,4 +184,4 @@ def make_executor(name: str, run: RunOptions, options: ExecutorOptions) -> Execu
 
 
 # the implementations register themselves on import
-from harness.executors import local, pool, ray  # noqa: E402, F401
+from harness.executors import local, pool, ray, submitit  # noqa: E402, F401

@@ -1,0 +1,21 @@
+"""The example plugin's method through the harness's generic checks (the package installed)."""
+
+import pytest
+
+from harness import conformance
+from harness.registry import METHODS, method_source
+
+
+def test_the_entry_point_registers_the_method():
+    assert "example-skip" in METHODS
+    assert method_source("example-skip") == {
+        "kind": "entry-point",
+        "package": "condrnn-plugin-example",
+        "version": "0.1.0",
+    }
+
+
+@pytest.mark.parametrize("check", list(conformance.CHECKS))
+def test_generic_check(check):
+    (result,) = conformance.run_checks("example-skip", only=[check])
+    assert result.status != "fail", result.line()

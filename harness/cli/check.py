@@ -1,0 +1,65 @@
+"""``harness check``: the generic checks of the project's tests, on one registered method."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.cli.common import add_command, comma_list, examples, include_option
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``check`` to the ``harness`` subcommands."""
+    from harness.conformance import CHECKS
+
+    s = add_command(
+        subparsers,
+        "check",
+        "run the generic checks on one method (built-in or plugin)",
+        parents=[include_option()],
+        description="Run on one registered method the generic checks the project's tests run on "
+        "every method: one line per property, PASS, FAIL with the numbers, or SKIP where it "
+        "does not apply.",
+        epilog=examples(
+            "harness check METHOD",
+            "harness check METHOD --include my_methods/",
+            "harness check METHOD --only forward,cost",
+            note="checks: " + ", ".join(CHECKS) + "\nexit codes: 0 every check passed or was "
+            "skipped, 1 some check failed, 2 bad input (an unknown method or check)",
+        ),
+    )
+    s.add_argument("method", metavar="METHOD", help="a registered method ('harness list methods')")
+    s.add_argument(
+        "--only",
+        type=comma_list(str),
+        default=None,
+        metavar="CHECK[,CHECK...]",
+        help="run only these checks (default: all)",
+    )
+    s.add_argument(
+        "--task",
+        default=None,
+        metavar="TASK",
+        help="the task the training check trains on (default: the first built-in regression "
+        "task that generates its data)",
+    )
+    s.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Print one line per check as it finishes; 1 when any failed."""
+    from harness.conformance import iter_checks
+    from harness.registry import METHODS, TASKS, describe_source
+
+    cls = METHODS.get(args.method)  # an unknown name: one line with suggestions, exit 2
+    if args.task is not None:
+        TASKS.get(args.task)
+    print(f"{args.method} ({describe_source(cls)})", flush=True)
+    failed = passed = skipped = 0
+    for result in iter_checks(args.method, args.only, args.task):
+        print(result.line(), flush=True)
+        failed += result.status == "fail"
+        passed += result.status == "pass"
+        skipped += result.status == "skip"
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0

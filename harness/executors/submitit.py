@@ -1,0 +1,269 @@
+"""``submitit``: the runs of a sweep as Slurm jobs (or local processes where there is no Slurm).
+
+Needs the ``slurm`` extra (``pip install 'condrnn-harness[slurm]'``); nothing of submitit is
+imported until this executor is made. ``submitit.AutoExecutor`` picks Slurm where ``srun`` is
+found, else its local backend (one process per job on this machine); ``submitit_cluster``
+forces ``slurm``, ``local`` or ``debug`` (in this process, for tests). Each run is one job
+calling ``run_one`` on its config; the job's record comes back through submitit's result file.
+The ``--slurm-*`` options set each job's partition, time limit, CPUs, GPUs and memory, and how
+many jobs are in flight at once (``slots``). Jobs pickle their config into the submitit folder
+and import the harness on the node: the folder and the Python environment must be on a
+filesystem the compute nodes share.
+
+Arrays, and why runs are still claimed one by one: the pull loop (``harness.api._pull``) claims
+a run just before it hands it to ``submit``, and fills every free slot before it calls
+``wait_any``. ``submit`` only queues the run; ``wait_any`` first sends everything queued as one
+Slurm job array (``map_array``: one ``sbatch`` for the first fill, which is ``slots`` runs, and
+one for each refill), then polls. So scheduler load is that of arrays while claims stay per run
+and just in time, and each array element is its own job with its own result: a lost element is
+that run's failed record, as with the other executors. What this does not do is submit the whole
+sweep as one array up front and let Slurm's ``%N`` throttle run it: that would claim every run at
+once, hold claims for runs queued for hours, and leave nothing for a second sweep on the store.
+
+A job that ends without a record (killed by the scheduler: cancelled, out of memory, a node
+lost; or failing outside the run: the harness not importable on the node) is that run's failed
+record naming the job, its state and submitit's message, and the sweep goes on;
+``--retry-failed`` reruns it. A run out of time is failed too: Slurm signals the job before its
+limit, and submitit's handler raises inside the run ("timed-out and not checkpointable"), which
+the run records as its failure. A submission that the scheduler refuses (an unknown
+partition, a time over the partition's limit) stops the sweep with one line: it would refuse
+every run alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.errors import HarnessError
+from harness.executors import (
+    MAX_THREADS,
+    MAX_WORKERS,
+    EpochCallback,
+    ExecutorOptions,
+    RunOptions,
+    lost_record,
+    register_executor,
+    run_one,
+)
+
+INSTALL = "--executor submitit needs submitit: pip install 'condrnn-harness[slurm]'"
+CLUSTERS = ("slurm", "local", "debug")
+DEFAULT_TIME_MIN = 24 * 60  # Slurm's own default would be submitit's 5 minutes
+SLURM_PARALLELISM = 256  # submitit's default array parallelism
+# the numeric --slurm-* options: ExecutorOptions field -> (low, high)
+LIMITS = {
+    "slurm_time": (1, 43200),  # minutes: 30 days
+    "slurm_cpus": (1, MAX_THREADS),
+    "slurm_gpus": (0, 64),
+    "slurm_mem": (1, 65536),  # GB
+    "slurm_array_parallelism": (1, MAX_WORKERS),
+}
+# polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
+# second without Slurm, where a poll is a check on a local process and a file)
+POLL_FIRST_S, POLL_MAX_S, POLL_MAX_LOCAL_S = 0.25, 10.0, 1.0
+
+
+def default_folder() -> Path:
+    """Where jobs keep their pickles and logs without ``--slurm-folder``: the user cache.
+
+    ``$XDG_CACHE_HOME/condrnn-harness/submitit`` (else ``~/.cache/...``): outside the checkout and
+    the records, and in the home directory, which the compute nodes of a cluster usually share.
+    """
+    from harness.data_files import cache_dir
+
+    return cache_dir() / "submitit"
+
+
+def check_options(options: ExecutorOptions) -> None:
+    """Refuse numbers out of ``LIMITS`` and an unknown ``submitit_cluster``.
+
+    Raises:
+        HarnessError: naming the flag and its range.
+    """
+    for field, (low, high) in LIMITS.items():
+        value = getattr(options, field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            flag = "--" + field.replace("_", "-")
+            raise HarnessError(f"{flag} must be an integer in [{low}, {high}] (got {value!r})")
+    if options.submitit_cluster not in (None, *CLUSTERS):
+        got = options.submitit_cluster
+        raise HarnessError(f"submitit_cluster must be one of {', '.join(CLUSTERS)} (got {got!r})")
+
+
+def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = None) -> str:
+    """Why a job has no record, in one line: the job, its state and submitit's message.
+
+    submitit's messages run over many lines (a traceback, the tail of the job's log); the line
+    kept is the last one that says something: the exception of a traceback, or the last line the
+    job logged.
+    """
+    from submitit.core.utils import FailedJobError
+
+    lines = [ln.strip() for ln in str(err).splitlines()]
+    said = [
+        ln for ln in lines if ln.strip("-") and not ln.startswith(("You can check", "- ", "-\t"))
+    ]
+    last = re.sub(r"^submitit \w+ \(.*?\) - ", "", said[-1]) if said else ""  # its log prefix
+    if isinstance(err, FailedJobError):
+        what = f"it failed outside the run: {last}"
+    else:
+        what = "it produced no result" + (f" (its last log line: {last})" if last else "")
+    where = f"; logs: {log}" if log else ""
+    return (
+        f"the submitit job {job_id} ended without sending its record (state {state}): "
+        f"{what[:300]}{where}"
+    )
+
+
+@register_executor("submitit")
+class SubmititExecutor:
+    """submitit jobs: Slurm where there is Slurm, else local processes (``submitit_cluster``).
+
+    Args:
+        run: what every run gets, as the jobs see it (``data_dir``, ``log_dir`` must be paths the
+            nodes can reach).
+        options: the ``slurm_*`` fields: partition, time (minutes; default a day), CPUs per job
+            (default ``--threads``), GPUs per job (default 1 with ``--device cuda``, else 0),
+            memory (GB; default the partition's), array parallelism (jobs in flight; default 256
+            on Slurm, on the local backend as many as the CPUs hold), the folder of the jobs'
+            pickles and logs (default ``default_folder()``); ``submitit_cluster``.
+
+    Raises:
+        HarnessError: submitit is not installed, an option is out of range, or submitit cannot
+            be set up with them (the folder not writable, Slurm refusing a parameter).
+    """
+
+    in_process: ClassVar[bool] = False
+
+    def __init__(self, run: RunOptions, options: ExecutorOptions | None = None) -> None:
+        options = options or ExecutorOptions()
+        check_options(options)
+        try:
+            import submitit
+        except ImportError:
+            raise HarnessError(INSTALL) from None
+        folder = Path(options.slurm_folder or default_folder()).expanduser()
+        try:
+            self._ex = submitit.AutoExecutor(folder=folder, cluster=options.submitit_cluster)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise HarnessError(f"cannot set up submitit in {folder}: {e}") from None
+        self.run, self.cluster = run, self._ex.cluster
+        cpus = options.slurm_cpus or max(run.threads, 1)
+        gpus = options.slurm_gpus
+        if gpus is None:
+            gpus = 1 if run.device == "cuda" else 0
+        self.size = options.slurm_array_parallelism or (
+            SLURM_PARALLELISM
+            if self.cluster == "slurm"
+            else 1
+            if self.cluster == "debug"
+            else max((os.cpu_count() or 1) // cpus, 1)
+        )
+        params: dict[str, Any] = {
+            "name": "harness",
+            "timeout_min": options.slurm_time or DEFAULT_TIME_MIN,
+            "cpus_per_task": cpus,
+            "gpus_per_node": gpus or None,  # none asked: Slurm's own default, no GPU
+            "mem_gb": options.slurm_mem,  # None: the partition's default
+            "slurm_partition": options.slurm_partition,
+            "slurm_array_parallelism": self.size,
+        }
+        try:
+            self._ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
+        except (AssertionError, NameError, ValueError, TypeError) as e:
+            raise HarnessError(f"submitit refuses the --slurm-* options: {_one_line(e)}") from None
+        self._queued: list[tuple[int, dict[str, Any]]] = []
+        self._jobs: dict[int, tuple[Any, dict[str, Any]]] = {}  # handle -> (job, config dict)
+        self._next = 0
+
+    def slots(self) -> int:
+        """The array parallelism: how many jobs are queued or running at once."""
+        return self.size
+
+    def submit(self, cfg: Any, on_epoch: EpochCallback | None = None) -> Hashable:
+        """Queue the run; ``wait_any`` submits what is queued as one job array. Its handle."""
+        self._next += 1
+        self._queued.append((self._next, cfg.to_dict()))
+        return self._next
+
+    def _flush(self) -> None:
+        """Submit the queued runs: one job array (a single job for one run)."""
+        if not self._queued:
+            return
+        queued, self._queued = self._queued, []
+        cfgs = [d for _, d in queued]
+        try:
+            jobs = self._ex.map_array(run_one, cfgs, [self.run] * len(cfgs))
+        except Exception as e:  # sbatch refused: every run would be refused alike
+            raise HarnessError(
+                f"submitit could not submit {len(cfgs)} job(s) ({self.cluster}): {_one_line(e)}"
+            ) from None
+        for (handle, cfg_dict), job in zip(queued, jobs, strict=True):
+            if self.cluster != "slurm":
+                # the local backend writes the result before its process ends: no shared
+                # filesystem to wait for (submitit would wait 15 s for a job that left none)
+                job._results_timeout_s = 0
+            self._jobs[handle] = (job, cfg_dict)
+
+    def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
+        """Submit what is queued, then poll until some jobs end; each ``(handle, record)``.
+
+        A job that ended without a record (``lost_why``) gives its run a failed record.
+        """
+        self._flush()
+        if not self._jobs:
+            return []
+        delay, most = POLL_FIRST_S, POLL_MAX_S if self.cluster == "slurm" else POLL_MAX_LOCAL_S
+        while True:
+            done = [h for h, (job, _) in self._jobs.items() if job.done()]
+            if done:
+                return [(h, self._record(h)) for h in done]
+            time.sleep(delay)
+            delay = min(delay * 1.5, most)
+
+    def _record(self, handle: int) -> dict[str, Any]:
+        job, cfg_dict = self._jobs.pop(handle)
+        try:
+            rec = job.result()
+        except Exception as e:  # killed, timed out, or failed outside run_one
+            return lost_record(cfg_dict, lost_why(job.job_id, _state(job), e, _log(job)))
+        if not isinstance(rec, dict):
+            why = f"the submitit job {job.job_id} returned {type(rec).__name__}, not a record"
+            return lost_record(cfg_dict, why)
+        return rec
+
+    def cancel(self) -> None:
+        """Cancel every job in flight (``scancel`` on Slurm) and drop the queued runs."""
+        self._queued.clear()
+        for job, _ in self._jobs.values():
+            with contextlib.suppress(Exception):
+                job.cancel(check=False)
+        self._jobs.clear()
+
+    def close(self) -> None:
+        """Nothing is held: the jobs' files stay in the folder (logs for the failed ones)."""
+
+
+def _state(job: Any) -> str:
+    try:
+        return str(job.state)
+    except Exception:
+        return "UNKNOWN"
+
+
+def _log(job: Any) -> Path | None:
+    with contextlib.suppress(Exception):
+        return Path(job.paths.stderr)
+    return None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())[:400]

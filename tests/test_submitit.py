@@ -1,0 +1,273 @@
+"""``--executor submitit``: runs as Slurm jobs, tested without Slurm.
+
+submitit's local backend (one process per job) runs real sweeps: the serial executor's records,
+a job killed mid-run as that run's failed record, resume and ``--retry-failed``. A fake Slurm
+(``srun``, ``sbatch``, ``sacct``, ``scancel`` as shell scripts on ``PATH``) checks what would be
+sent to a cluster: one job array per fill with the ``--slurm-*`` options, a job the scheduler
+killed (``OUT_OF_MEMORY``) as a failed record, ``scancel`` on an interrupt.
+"""
+
+import json
+import os
+import shutil
+import signal
+import sys
+
+import pytest
+
+pytest.importorskip("submitit", reason="the slurm extra (submitit) is not installed")
+
+from harness import api
+from harness.errors import HarnessError
+from harness.executors import ExecutorOptions, RunOptions, make_executor
+from harness.executors import submitit as sub
+from harness.reporting.compare import compare
+
+SPEC = api.SweepSpec.of("gru,sa-rnn", "adding", seeds=[0, 1], set={"train.epochs": 1})
+ONE_RUN = ("run", "--tasks", "adding", "--methods", "gru", "--set", "train.epochs=1")
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return api.plan_sweep(SPEC)
+
+
+@pytest.fixture(scope="module")
+def serial(sweep, tmp_path_factory):
+    result = api.run_sweep(sweep, tmp_path_factory.mktemp("serial") / "r.jsonl")
+    assert result.exit_code == 0
+    return result.records
+
+
+def local_jobs(tmp_path, **options):
+    """The submitit executor on submitit's local backend: each run a process, two at once."""
+    folder = str(tmp_path / "jobs")
+    opts = ExecutorOptions(
+        submitit_cluster="local", slurm_folder=folder, slurm_array_parallelism=2, **options
+    )
+    return make_executor("submitit", RunOptions(), opts)
+
+
+def stored(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_smoke_sweep_as_local_jobs_gives_the_serial_records_one_array_per_fill(
+    sweep, serial, tmp_path, monkeypatch
+):
+    ex = local_jobs(tmp_path)
+    assert ex.cluster == "local" and ex.slots() == 2 and not ex.in_process
+    sizes = []
+    real_map = ex._ex.map_array
+    monkeypatch.setattr(
+        ex._ex, "map_array", lambda f, *a: sizes.append(len(a[0])) or real_map(f, *a)
+    )
+    result = api.run_sweep(sweep, tmp_path / "r.jsonl", ex)
+    assert result.exit_code == 0 and len(result.records) == 4
+    res = compare(serial, stored(tmp_path / "r.jsonl"))
+    assert res.ok and res.matched == 4, res.drifted
+    # the first fill (both slots) went as one array; each run was a job of its own
+    assert sizes[0] == 2 and sum(sizes) == 4
+    assert len(list((tmp_path / "jobs").glob("*_result.pkl"))) == 4
+
+
+def test_a_killed_job_is_its_runs_failed_record_and_retry_failed_reruns_only_it(
+    sweep, serial, tmp_path, monkeypatch
+):
+    victim = sweep.configs[0]
+    doomed, real = victim.to_dict(), sub.run_one
+
+    def job(cfg_dict, run):  # a closure: cloudpickle sends it to the job by value
+        if cfg_dict == doomed:  # as the kernel's (or Slurm's) out-of-memory killer would
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(cfg_dict, run)
+
+    monkeypatch.setattr(sub, "run_one", job)
+    store = tmp_path / "r.jsonl"
+    result = api.run_sweep(sweep, store, local_jobs(tmp_path))
+    assert result.exit_code == 1  # the sweep went on
+    status = {r["run_id"]: r["status"] for r in result.records}
+    assert status.pop(victim.run_id) == "failed" and list(status.values()) == ["ok"] * 3
+    (lost,) = [r for r in stored(store) if r["status"] == "failed"]
+    assert lost["run_id"] == victim.run_id and lost["method"] == "gru" and lost["seed"] == 0
+    assert (
+        "the submitit job" in lost["error"] and "ended without sending its record" in lost["error"]
+    )
+    assert (
+        "(state FINISHED): it produced no result" in lost["error"] and "_log.err" in lost["error"]
+    )
+    assert "\n" not in lost["error"]
+
+    again = api.run_sweep(sweep, store, local_jobs(tmp_path))  # resume: a failed record counts
+    assert again.todo == [] and again.records == []
+    monkeypatch.setattr(sub, "run_one", real)
+    retried = api.run_sweep(sweep, store, local_jobs(tmp_path), retry_failed=True)
+    assert [c.run_id for c in retried.todo] == [victim.run_id] and retried.exit_code == 0
+    res = compare(serial, stored(store))  # the latest record of each run counts
+    assert res.ok and res.matched == 4, res.drifted
+
+
+def test_the_command_line_runs_a_sweep_as_jobs(harness, serial, tmp_path):
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", "--out", "r")
+    assert p.returncode == 0, p.stderr
+    assert "1 runs: 0 already recorded" in p.stderr and "wrote r/LEADERBOARD.md" in p.stdout
+    recs = stored(tmp_path / "r" / "runs.jsonl")
+    assert recs[0]["argv"][:3] == ["harness", "run", "--tasks"]
+    res = compare(serial, recs, only_present=True)
+    assert res.ok and res.matched == 1, res.drifted
+    assert list((tmp_path / "jobs").glob("*_result.pkl"))
+
+
+def one_line_error(p, needle):
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
+    harness, tmp_path, monkeypatch
+):
+    cases = [
+        (["--slurm-partition", "gpu"], "--slurm-partition is only used with --executor submitit"),
+        (["--slurm-array-parallelism", "4"], "--slurm-array-parallelism is only used with"),
+        (["--executor", "submitit", "--workers", "2"], "--workers is for the local executor"),
+        (["--executor", "submitit", "--slurm-time", "43201"], "--slurm-time: must be <= 43200"),
+        (["--executor", "submitit", "--slurm-cpus", "0"], "--slurm-cpus: must be >= 1"),
+        (["--executor", "submitit", "--slurm-mem", "x"], "--slurm-mem: expects an integer"),
+        (
+            ["--executor", "submitit", "--device", "cuda", "--slurm-gpus", "0"],
+            "--device cuda with --slurm-gpus 0",
+        ),
+    ]
+    for extra, needle in cases:
+        one_line_error(harness(*ONE_RUN, *extra), needle)
+    (tmp_path / "s.toml").write_text('tasks = "adding"\nslurm_partition = "gpu"\n')
+    one_line_error(harness("run", "--config", "s.toml"), "--slurm-partition is only used with")
+    (tmp_path / "t.toml").write_text('executor = "submitit"\nslurm_time = 0\n')
+    one_line_error(harness("run", "--config", "t.toml"), "expects an integer in [1, 43200], got 0")
+    monkeypatch.setitem(sys.modules, "submitit", None)  # the slurm extra not installed
+    p = harness(*ONE_RUN, "--executor", "submitit")
+    one_line_error(p, "--executor submitit needs submitit: pip install 'condrnn-harness[slurm]'")
+    assert not (tmp_path / "results").exists()  # nothing ran, nothing was written
+
+
+def test_a_sweep_file_holds_the_slurm_options():
+    from harness import suites
+
+    path = "sweep.toml"
+    data = {"executor": "submitit", "slurm_partition": "gpu", "slurm_time": 240, "slurm_gpus": 1}
+    options = {k: suites._option(k, v, f"{path}: '{k}'") for k, v in data.items()}
+    assert options == data
+    for key, (low, high) in sub.LIMITS.items():
+        assert key in suites.OPTION_KEYS and f"[{low}, {high}]" in suites.OPTION_KEYS[key]
+        with pytest.raises(HarnessError, match=rf"expects an integer in \[{low}, {high}\]"):
+            suites._option(key, high + 1, key)
+
+
+def test_the_library_refuses_bad_options_in_one_line(tmp_path):
+    with pytest.raises(HarnessError, match=r"--slurm-time must be an integer in \[1, 43200\]"):
+        local_jobs(tmp_path, slurm_time=0)
+    with pytest.raises(HarnessError, match="submitit_cluster must be one of slurm, local, debug"):
+        make_executor("submitit", RunOptions(), ExecutorOptions(submitit_cluster="lsf"))
+    if shutil.which("srun") is None:  # Slurm forced where there is none
+        with pytest.raises(HarnessError, match="cannot set up submitit in .*srun"):
+            make_executor("submitit", RunOptions(), ExecutorOptions(submitit_cluster="slurm"))
+
+
+def test_the_debug_backend_runs_in_this_process(sweep, serial, tmp_path):
+    ex = make_executor(
+        "submitit",
+        RunOptions(),
+        ExecutorOptions(submitit_cluster="debug", slurm_folder=str(tmp_path)),
+    )
+    assert ex.slots() == 1
+    recs = [rec for _, rec in api._pull(ex, sweep.configs[:1], lambda event: None)]
+    res = compare(serial, recs, only_present=True)
+    assert res.ok and res.matched == 1
+
+
+def test_lost_why_keeps_the_line_that_says_what_happened():
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    failed = FailedJobError(
+        "Job (task=0) failed during processing with trace:\n----------------------\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'harness'\n\n----------------------\n"
+        "You can check full logs with 'job.stderr(0)' and 'job.stdout(0)'or at paths:\n"
+        "  - /jobs/7_0_log.err\n  - /jobs/7_0_log.out"
+    )
+    why = sub.lost_why("7", "FAILED", failed)
+    assert why == (
+        "the submitit job 7 ended without sending its record (state FAILED): it failed outside "
+        "the run: ModuleNotFoundError: No module named 'harness'"
+    )
+    lost = UncompletedJobError("Job 8 (task: 0) with path /j/8_0_result.pkl\nhas not produced")
+    assert "(state TIMEOUT): it produced no result" in sub.lost_why("8", "TIMEOUT", lost)
+
+
+# --- a fake Slurm ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """``srun``, ``sbatch``, ``sacct`` and ``scancel`` on ``PATH``, writing and reading files."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tools = {
+        "srun": "exit 0",
+        "sbatch": f'cp "$1" {tmp_path}/sbatch.sh; echo "Submitted batch job $(cat {tmp_path}/id)"',
+        "sacct": f"cat {tmp_path}/sacct.txt",
+        "scancel": f'echo "$@" >> {tmp_path}/scancel.txt',
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    from submitit.slurm.slurm import SlurmJob
+
+    monkeypatch.setattr(SlurmJob, "_results_timeout_s", 0)  # no shared filesystem to wait for
+    return tmp_path
+
+
+def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_failed_record(
+    fake_slurm, sweep
+):
+    import cloudpickle
+    from submitit.core.utils import JobPaths
+
+    folder = fake_slurm / "jobs"
+    options = ExecutorOptions(
+        slurm_partition="gpu", slurm_time=240, slurm_mem=4, slurm_array_parallelism=2,
+        slurm_folder=str(folder),
+    )  # fmt: skip
+    ex = make_executor("submitit", RunOptions(threads=2), options)
+    assert ex.cluster == "slurm" and ex.slots() == 2
+    (fake_slurm / "id").write_text("4242")
+    (fake_slurm / "sacct.txt").write_text(
+        "JobID|State|NodeList\n4242_0|COMPLETED|n1\n4242_1|OUT_OF_MEMORY|n1\n"
+    )
+    result = JobPaths(folder, "4242_0", 0).result_pickle  # element 0 ran and sent its record
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.write_bytes(cloudpickle.dumps(("success", {"run_id": "ran", "status": "ok"})))
+    handles = [ex.submit(cfg) for cfg in sweep.configs[:2]]
+    done = dict(ex.wait_any())
+    assert set(done) == set(handles)
+    assert done[handles[0]] == {"run_id": "ran", "status": "ok"}
+    lost = done[handles[1]]
+    assert lost["status"] == "failed" and lost["run_id"] == sweep.configs[1].run_id
+    assert (
+        "the submitit job 4242_1 ended without sending its record (state OUT_OF_MEMORY)"
+        in (lost["error"])
+    )
+    script = (fake_slurm / "sbatch.sh").read_text()
+    for line in ("--array=0-1%2", "--partition=gpu", "--time=240", "--mem=4GB"):
+        assert f"#SBATCH {line}\n" in script
+    assert "#SBATCH --cpus-per-task=2\n" in script and "gpus" not in script
+
+    (fake_slurm / "id").write_text("4343")  # an interrupt cancels the jobs in flight
+    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4343|RUNNING|n1\n")
+    ex.submit(sweep.configs[2])
+    ex._flush()
+    ex.cancel()
+    assert (fake_slurm / "scancel.txt").read_text().split() == ["4343"]
+    assert "--array" not in (fake_slurm / "sbatch.sh").read_text()  # one run: a plain job
