@@ -200,3 +200,33 @@ def _umask() -> int:
 def write_text(path: str | os.PathLike, text: str) -> None:
     """``write_bytes`` of UTF-8 text."""
     write_bytes(path, text.encode("utf-8"))
+
+
+BOARD_FILE = "LEADERBOARD.md"  # a store's leaderboard, beside it
+
+
+def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
+    """Where the reports of records go by default: next to them, never elsewhere.
+
+    A store ``DIR`` or ``DIR/runs.jsonl`` gives the leaderboard ``DIR/LEADERBOARD.md``; a store
+    ``X.jsonl`` of another name gives ``X.md`` beside it. The folder (the second value) is the
+    one holding the records (the paper report goes to its ``paper/``).
+
+    Raises:
+        HarnessError: the sources lie in different places (the caller names the output).
+    """
+    from harness.store import DEFAULT_FILE, store_path
+
+    places = set()
+    for source in sources:
+        store = store_path(source)
+        own = store.name == DEFAULT_FILE
+        board = store.parent / BOARD_FILE if own else store.with_suffix(".md")
+        places.add((board, store.parent))
+    if len(places) != 1:
+        where = ", ".join(sorted(str(b) for b, _ in places)) or "none"
+        raise HarnessError(
+            f"the records given would put their report in several places ({where}); name the "
+            "output (--out FILE, or --out-dir DIR with --paper)"
+        )
+    return places.pop()

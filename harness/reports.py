@@ -33,6 +33,7 @@ def report(
     select: str | None = None,
     figures: bool = True,
     option: str = "the leaderboard",
+    command: str = "harness report",
 ) -> tuple[list[Path], list[str]]:
     """The leaderboard of the records in ``sources``, written to ``out`` (other formats beside it).
 
@@ -46,6 +47,7 @@ def report(
         select: a selection rule (``best-val``, ``val-skip-band:T:W``, ``val-skip-nearest:T``).
         figures: also draw the learning curves (``<out stem>_curves.png`` / ``.pdf``).
         option: how the caller names ``out`` in messages (``--out``).
+        command: the command writing it, named in its header (``harness run``).
 
     Returns:
         The paths written, and the unusable lines of the sources (the report lists them too).
@@ -72,9 +74,9 @@ def report(
         path = out if fmt == "md" else out.with_suffix(f".{fmt}")
         if fmt == "md":
             names = [str(s) for s in sources]
-            write_text(path, lb.leaderboard_markdown(records, names, problems, rule))
+            write_text(path, lb.leaderboard_markdown(records, names, problems, rule, command))
         elif fmt == "tex":
-            write_text(path, lb.leaderboard_tex(records, rule))
+            write_text(path, lb.leaderboard_tex(records, rule, command))
         else:
             write_frame(lb.leaderboard_frame(records, rule), path)
         written.append(path)

@@ -24,16 +24,18 @@ def test_speedup_writes_speedup_report_naming_its_command(in_tmp, capsys):
     args += ["--batches", "2", "--seq-len", "4", "--budget", "0", "--skips", "0.5"]
     args += ["--threads", "2"]
     assert main(args) == 0
-    assert capsys.readouterr().out.split() == ["reports/SPEEDUP.md", "reports/SPEEDUP.jsonl"]
-    text = (in_tmp / "reports" / "SPEEDUP.md").read_text()
-    raw = [json.loads(x) for x in (in_tmp / "reports" / "SPEEDUP.jsonl").read_text().splitlines()]
+    printed = capsys.readouterr().out.split()
+    assert printed == [".benchmarks/SPEEDUP.md", ".benchmarks/SPEEDUP.jsonl"]  # not reports/
+    text = (in_tmp / ".benchmarks" / "SPEEDUP.md").read_text()
+    raw = (in_tmp / ".benchmarks" / "SPEEDUP.jsonl").read_text().splitlines()
+    raw = [json.loads(x) for x in raw]
     assert [(r["method"], r["D"], r["B"]) for r in raw] == [("skip-rnn", 16, 2), ("vc-rnn", 16, 2)]
     assert all(len(r["rounds_ms"]["fused"]) == r["rounds"] for r in raw)
     assert "`SPEEDUP.jsonl`" in text
     assert "`harness " + " ".join(args) + "`" in text
     assert "threads: 2" in text and "host-process" not in text
     assert "| skip-rnn | 16 | 2 | 50 |" in text and "| vc-rnn | 16 | 2 | 50 |" in text
-    assert not (in_tmp / "reports" / "TIMING.md").exists()
+    assert not (in_tmp / ".benchmarks" / "TIMING.md").exists()
     assert torch.get_num_threads() == threads, "the thread count is restored"
 
 
@@ -99,10 +101,10 @@ def test_timing_suite_writes_timing_report_naming_its_command(in_tmp, capsys):
     args += ["--device", "cpu"]
     assert main(args) == 0
     printed = capsys.readouterr().out.split()
-    assert printed == [".benchmarks/timing.jsonl", "reports/TIMING.md"]
-    text = (in_tmp / "reports" / "TIMING.md").read_text()
+    assert printed == [".benchmarks/timing.jsonl", ".benchmarks/TIMING.md"]
+    text = (in_tmp / ".benchmarks" / "TIMING.md").read_text()
     assert "`harness " + " ".join(args) + "`" in text and "host-process" not in text
-    assert not (in_tmp / "reports" / "SPEEDUP.md").exists()
+    assert not (in_tmp / ".benchmarks" / "SPEEDUP.md").exists()
 
 
 def test_timing_suite_takes_several_tasks_and_says_which_it_skips(in_tmp, capsys):
@@ -111,11 +113,11 @@ def test_timing_suite_takes_several_tasks_and_says_which_it_skips(in_tmp, capsys
     args += ["--set", "seq_len=4", "--set", "hidden_size=4", "--set", "n_test=8"]
     assert main(args) == 0
     out, err = capsys.readouterr()
-    assert out.split() == [".benchmarks/timing.jsonl", "reports/TIMING.md"]
+    assert out.split() == [".benchmarks/timing.jsonl", ".benchmarks/TIMING.md"]
     skips = [ln for ln in err.splitlines() if "yahoo" in ln]
     assert len(skips) == 1 and skips[0].startswith("task 'yahoo' skipped: no usable data")
     assert "`rnn` train on cpu (synthetic): " in err and "`rnn` train on cpu (adding): " in err
-    text = (in_tmp / "reports" / "TIMING.md").read_text()
+    text = (in_tmp / ".benchmarks" / "TIMING.md").read_text()
     heads = [ln.split(" on ")[0] for ln in text.splitlines() if ln.startswith("## ")]
     assert heads == ["## synthetic (smoke preset)", "## adding (smoke preset)", "## Not timed"]
 

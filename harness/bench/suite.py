@@ -1,4 +1,4 @@
-"""``harness bench``: time every method's model, record the timings, write ``reports/TIMING.md``.
+"""``harness bench``: time every method's model, record the timings, write ``TIMING.md``.
 
 The timing runs in this process (no test runner, no checkout needed): for every (task, method,
 phase, device), ``harness.bench.phases`` builds the model at the task preset's sizes and
@@ -270,7 +270,7 @@ def run_bench(
     device: str = "auto",
     out_dir: str | os.PathLike = ".benchmarks",
     *,
-    report: str | os.PathLike = "reports/TIMING.md",
+    report: str | os.PathLike = ".benchmarks/TIMING.md",
     overrides: dict[str, Any] | None = None,
     rounds: int = 10,
     warmup: int = 2,

@@ -35,8 +35,10 @@ from harness.cli.common import (
 )
 from harness.errors import ConfigError
 
-TIMING_REPORT = "reports/TIMING.md"
-SPEEDUP_REPORT = "reports/SPEEDUP.md"
+# Without --report the reports go next to the timings, never into the checkout's reports/:
+# TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
+TIMING_REPORT = "TIMING.md"
+SPEEDUP_REPORT = ".benchmarks/SPEEDUP.md"
 
 # Options that only one mode reads, with their defaults: a value other than the default in the
 # other mode would be silently ignored, so it is an error instead.
@@ -70,7 +72,8 @@ def add_parser(subparsers: Any) -> None:
         "timing suite -> timing records + report; or --speedup: fast paths' speedups",
         description="Timing suite: times training steps and inference of each method against\n"
         "torch's fused cells (and an eager step-loop GRU) at each task's preset sizes;\n"
-        f"appends timing records and writes {TIMING_REPORT}, one table per task and device.\n"
+        f"appends timing records to --out and writes {TIMING_REPORT} beside them, one table per\n"
+        "task and device.\n"
         "With --speedup: measures the realised speedup of the fast inference paths of the\n"
         "methods that have one, on untrained models at target skips, against their own dense\n"
         "loop, the same path without skipping and torch's fused cell; writes\n"
@@ -108,7 +111,7 @@ def add_parser(subparsers: Any) -> None:
         "--report",
         default=None,
         metavar="FILE",
-        help=f"the Markdown to write (default: {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
+        help=f"the Markdown to write (default: --out's {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
         "--speedup, whose raw timings go beside it, with .jsonl for .md)",
     )
     s.add_argument(
@@ -192,7 +195,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     task = require_task(args.task, "bench (without --speedup)", many=True)
     from harness.outputs import refuse_overwrite
 
-    report = Path(args.report or TIMING_REPORT)
+    report = Path(args.report or Path(args.out) / TIMING_REPORT)
     store = ("the timing records (--out)", Path(args.out) / "timing.jsonl")
     refuse_overwrite(report, "--report" if args.report else "the timing report", [store])
     check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
@@ -207,7 +210,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.preset,
         args.device or "auto",  # every device to time on (harness.env.bench_devices)
         args.out,
-        report=args.report or TIMING_REPORT,
+        report=str(report),
         overrides=config.parse_set(args.set or []),
         rounds=args.rounds,
         warmup=args.warmup,

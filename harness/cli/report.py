@@ -18,8 +18,9 @@ from harness.errors import HarnessError
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
-DEFAULT_BOARD = "reports/LEADERBOARD.md"
-DEFAULT_PAPER_DIR = "reports/paper"
+# Without --out / --out-dir a report goes next to its records (harness.outputs.beside_records):
+# DIR/LEADERBOARD.md and DIR/paper/ for records in DIR/runs.jsonl (X.md for X.jsonl), never into
+# the checkout's committed reports/.
 
 
 def _task_option() -> argparse.ArgumentParser:
@@ -64,7 +65,8 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--out",
         metavar="FILE",
-        help=f"the leaderboard to write (default: {DEFAULT_BOARD})",
+        help="the leaderboard to write (default: next to the records: DIR/LEADERBOARD.md for "
+        "DIR or DIR/runs.jsonl, X.md for X.jsonl)",
     )
     s.add_argument(
         "--paper",
@@ -74,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--out-dir",
         metavar="DIR",
-        help=f"--paper: output directory (default: {DEFAULT_PAPER_DIR})",
+        help="--paper: output directory (default: paper/ in the records' folder)",
     )
     s.add_argument(
         "--format",
@@ -142,21 +144,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         from harness.selection import parse_rule
 
         parse_rule(args.select)
+    if not (args.out or args.out_dir):
+        from harness.outputs import beside_records
+
+        board, folder = beside_records(sources)
     if not args.paper:
         paths, problems = api.report(
             sources,
-            Path(args.out or DEFAULT_BOARD),
+            Path(args.out or board),
             formats=tuple(args.formats or ("md",)),
             select=args.select,
             figures=not args.no_figures,
-            option="--out" if args.out else "the default leaderboard",
+            option="--out" if args.out else "the leaderboard (next to its records)",
         )
         for p in paths:
             print(f"wrote {p}")
     else:
         paths, problems = api.paper_report(
             sources,
-            args.out_dir or DEFAULT_PAPER_DIR,
+            args.out_dir or folder / "paper",
             tasks=tasks,
             preset=args.preset,
             formats=tuple(args.formats or ("md", "tex")),

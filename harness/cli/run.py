@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.cli.board import FORMATS, print_board
 from harness.cli.common import (
     add_command,
     check_writable,
@@ -127,6 +128,14 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--no-report", action="store_true", help="neither write nor print the leaderboard"
+    )
+    s.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="what is printed at the end: table, the leaderboard's main columns fitted to the "
+        "terminal; md, the leaderboard's Markdown as written (default: table in a terminal, md "
+        "when stdout is a pipe or a file)",
     )
     s.add_argument("--force", action="store_true", help="rerun runs already recorded (appended)")
     s.add_argument(
@@ -337,10 +346,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     say_finish(result, out)
     _say_skipped(sweep, out)
     if board is not None:
-        paths, _ = api.report([store.path], board, figures=False, select=args.select)
+        paths, _ = api.report(
+            [store.path], board, figures=False, select=args.select, command="harness run"
+        )
         for p in paths:
             print(f"wrote {p}")
-        print(board.read_text())
+        print_board(store.path, board, args.select, args.format)
     if args.match_skip is not None:
         print_match_skip(store, sweep.configs, args.match_skip, spec.swept(), out)
     if result.failed:
@@ -473,15 +484,8 @@ def report_path(out: str, report: str | None) -> Path:
     """Where ``harness run`` writes its leaderboard: ``--report``, else next to ``--out``.
 
     ``--out DIR`` (records in ``DIR/runs.jsonl``) gives ``DIR/LEADERBOARD.md``; ``--out X.jsonl``
-    gives ``X.md`` beside it.
+    gives ``X.md`` beside it (``harness.outputs.beside_records``, as ``harness report``).
     """
-    from harness.store import store_path
+    from harness.outputs import beside_records
 
-    if report:
-        return Path(report)
-    store = store_path(out)
-    return (
-        store.with_suffix(".md")
-        if Path(out).suffix == ".jsonl"
-        else store.parent / ("LEADERBOARD.md")
-    )
+    return Path(report) if report else beside_records([out])[0]
