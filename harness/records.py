@@ -32,6 +32,13 @@ STATUSES = ("ok", "failed")  # what a record's status can be; any other is an un
 KNOWN_SCHEMAS: dict[str, tuple[int, ...]] = {"run": (1,), "timing": (1, 2)}
 # what the reports read from a run that finished (status ok), beyond REQUIRED
 OK_RUN_REQUIRED = ("metrics", "variant_id", "primary", "higher_is_better")
+# the ``method`` of a reference predictor's record starts with it (``harness.references``)
+REF_PREFIX = "ref:"
+
+
+def is_reference(method: Any) -> bool:
+    """Whether ``method`` names a reference predictor (``ref:NAME``), not a method."""
+    return isinstance(method, str) and method.startswith(REF_PREFIX)
 
 
 class RunRecord(TypedDict, total=False):
@@ -235,9 +242,22 @@ def config_hash(d: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# Fields the ids leave out at the value that reproduces the code before them, though the config
+# keeps them: (section, field) -> that value. ``task_cfg.split``: a task's split of its data,
+# ``series`` (S-SA's split by series) being the only one before a task could split by group.
+UNHASHED_AT = {("task_cfg", "split"): "series"}
+
+
 def identity(cfg_dict: dict[str, Any]) -> tuple[str, str]:
-    """``(run_id, variant_id)`` of a config dict (``RunConfig.run_id`` / ``variant_id``)."""
+    """``(run_id, variant_id)`` of a config dict (``RunConfig.run_id`` / ``variant_id``).
+
+    Hashed from ``canonical_config``, less the fields at their ``UNHASHED_AT`` value.
+    """
     d = canonical_config(cfg_dict)
+    for (section, name), value in UNHASHED_AT.items():
+        fields = d.get(section)
+        if isinstance(fields, dict) and name in fields and fields[name] == value:
+            d[section] = {k: v for k, v in fields.items() if k != name}
     return config_hash(d), config_hash({k: v for k, v in d.items() if k != "seed"})
 
 
@@ -378,7 +398,8 @@ def validate(rec: Any) -> list[str]:
     failed, ``config`` an object, ``metrics`` an object of numbers or nulls, ...), that the
     ``schema`` version is one this harness reads for the record's ``kind``, and that a run that
     finished (``status`` ok) has what the reports read from it (``metrics``, ``variant_id``,
-    ``primary``, ``higher_is_better``, ``config.model``).
+    ``primary``, ``higher_is_better``, ``config.model``; a reference predictor's run has no
+    model).
 
     Args:
         rec: the JSON value of one line.
@@ -415,7 +436,9 @@ def validate(rec: Any) -> list[str]:
         if lacking:
             problems.append(f"a finished (ok) run lacks {lacking}")
         model = rec["config"].get("model") if isinstance(rec.get("config"), dict) else None
-        if not (isinstance(model, dict) and _is_int(model.get("hidden_size"))):
+        if not is_reference(rec.get("method")) and not (
+            isinstance(model, dict) and _is_int(model.get("hidden_size"))
+        ):
             problems.append("a finished (ok) run lacks config.model.hidden_size")
     return problems
 

@@ -21,6 +21,10 @@ Differences from the paper:
   says which data a run used ("uci-har" or "hapt-rebuilt").
 - S-EI does not say how it validated. We hold out ``val_subjects`` (3) whole training subjects:
   windows overlap by 50 %, so a window-level split would leak samples into validation.
+- Every split is by subject, the dataset's natural group: UCI HAR's own split is by subject (21
+  training vs 9 test volunteers, kept as it is), and validation takes whole training subjects,
+  so no volunteer has windows in two splits (``Splits.info["subjects"]`` lists each split's).
+  Unlike ``seizures`` (``task.split``), there is no split by window to choose instead.
 - Validation subjects and subsets are a fixed function of ``data_seed`` (run seeds vary only the
   model, as in the other tasks); the test split is always UCI HAR's 9 test subjects.
 """

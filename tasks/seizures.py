@@ -12,6 +12,27 @@ Sources, in this order (knob ``source``, default ``auto``), under ``<root>/epile
    11,500 series with the same contents, in another order; set S is the seizure class.
 ``Splits.info["source"]`` records which one was read.
 
+Recordings. Each of the 500 Bonn recordings (one file, 23.6 s) gives 23 consecutive pieces, so
+the 11,500 series are 500 groups of 23. From the Bonn files the recording is the file. In the
+CSV, the row id ``X<k>.<tag>`` (``X21.V1.791``) names piece k (1-23, samples (k-1)*178 ... of its
+recording; epileptic_seizure/PROVENANCE.md checked 17 rows against the Bonn files: ``X21.V1.791``
+is ``O080.txt`` piece 21) and the recording's tag; as the tags are not known to be unique across
+the five sets, the recording is the tag together with the row's label y. ``split=recording``
+checks that this gives whole recordings (every one holds pieces 1..23 once) and refuses the CSV
+otherwise (one line; ``task.source=bonn`` reads the recordings themselves). The shared data hold
+no copy of the CSV, so this mapping is checked on generated files here, and on the real CSV by
+``tests/test_seizures.py`` where one is present (also against the Bonn files, by content).
+
+Splits (knob ``split``):
+- ``series`` (default): S-SA's split, by series (``tasks._ssa.balanced_splits``). The 23 pieces of
+  a recording are scattered over train, validation and test: on the Bonn data at seed 0, 458 of
+  the 460 test series (99.6 %) share their recording with a training series.
+- ``recording``: every piece of a recording in one split (``tasks._ssa.group_splits``): per
+  class, 80/10/10 of the recordings the balancing sample keeps (all 100 seizure recordings and
+  100 of the 400 others: 80/10/10 recordings per class, 3,680 / 460 / 460 series, as ``series``
+  gives), drawn from the seed. It asks whether a model recognises a recording it has not seen a
+  piece of, which S-SA's split does not.
+
 S-SA's preprocessing: keep the 2,300 seizure series and sample as many non-seizure ones (4,600),
 centre each series (subtract its mean over all 178 samples), then average chunks of 10 samples:
 178 // 10 = 17 steps, the trailing 8 samples dropped. V = 1.
@@ -25,6 +46,9 @@ Differences from the paper:
 - ``scale`` (default ``none``, S-SA's text: centre only). ``series`` also divides each series
   by its own standard deviation, removing the amplitude; it is there to test one explanation of
   why S-SA's GRU reaches 84.7 % where the harness's reaches 96-98 % (docs/papers.md).
+- ``split`` (default ``series``, S-SA's split by series, under which 99.6 % of the test series
+  share a recording with a training series). ``recording`` keeps every piece of a recording in
+  one split; a run's ``Splits.info["split"]`` (its record's ``data.split``) says which it used.
 """
 
 from __future__ import annotations
@@ -68,6 +92,8 @@ BONN_SETS = ("Z", "O", "N", "F", "S")  # UCI y = 5, 4, 3, 2, 1; S (y = 1) is the
 SERIES_LEN, PIECES = 178, 23
 SOURCES = ("auto", "csv", "bonn")
 SCALES = ("none", "series")
+SPLITS = ("series", "recording")  # S-SA's split by series | every piece of a recording together
+_CSV_ID = re.compile(r"X(\d+)\.(.+)")  # X<piece>.<recording tag>
 # manifest_digest of the 500 Bonn files (epileptic_seizure/SHA256SUMS): the data identity of
 # every seizures record made on them (part of its run id).
 BONN_SHA256 = {"bonn_eeg/*/*": "77845819d1d90e33588bda0dbb42d72d7b6a44b8275953184e63337e4158b0e6"}
@@ -83,13 +109,15 @@ class SeizuresConfig:
     # none (S-SA's text: centre only) | series (also divide by the std)
     scale: str = knob("none", choices=SCALES, legacy="none")  # a knob since 76f0e60
     max_series: int = knob(0, ge=0, le=MAX_SPLIT)  # keep at most this many (0: all 4,600)
+    # series (S-SA's split) | recording (every piece of a recording in one split)
+    split: str = knob("series", choices=SPLITS, legacy="series")  # not in the ids at series
 
     def __post_init__(self) -> None:
         check_knobs(self, "task", "seizures")
 
 
-def parse_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The UCI CSV: ``x [N, 178]`` and ``y [N]`` in 1..5."""
+def parse_csv(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The UCI CSV: ``x [N, 178]``, ``y [N]`` in 1..5 and the row ids ``[N]`` (``X21.V1.791``)."""
     rows = list(csv.reader(io.StringIO(read_text(path))))
     if not rows:
         raise CorruptDataError(f"corrupt data file {path}: empty")
@@ -105,7 +133,44 @@ def parse_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     y = data[:, -1].astype(np.int64)
     if len(data) == 0 or not np.isin(y, [1, 2, 3, 4, 5]).all():
         raise CorruptDataError(f"corrupt data file {path}: no rows, or labels outside 1..5")
-    return data[:, :-1], y
+    ids = np.array([r[0].strip().strip('"') for r in rows[1:] if r])
+    return data[:, :-1], y, ids
+
+
+def csv_recordings(ids: np.ndarray, y: np.ndarray, path: Path | str) -> np.ndarray:
+    """The recording of each CSV row (``[N]`` ints): its id's tag and its label, checked whole.
+
+    ``X<k>.<tag>`` is piece k of the recording ``(y, tag)``; every recording must hold pieces
+    1..23 once each (the module notes say why the label is part of it).
+
+    Raises:
+        CorruptDataError: an id not of that form, or a recording that is not whole.
+    """
+    parsed = [_CSV_ID.fullmatch(i) for i in ids]
+    bad = next((i for i, m in zip(ids, parsed, strict=True) if m is None), None)
+    if bad is not None:
+        raise CorruptDataError(
+            f"corrupt data file {path}: row id '{bad}' is not X<piece>.<recording>, so "
+            "split=recording cannot group its rows (task.source=bonn reads the recordings)"
+        )
+    keys = np.array([f"{label}:{m.group(2)}" for label, m in zip(y, parsed, strict=True)])
+    pieces = np.array([int(m.group(1)) for m in parsed])
+    names, rec = np.unique(keys, return_inverse=True)
+    order = np.lexsort((pieces, rec))
+    whole = np.arange(1, PIECES + 1)
+    split_at = np.cumsum(np.bincount(rec))[:-1]
+    broken = [
+        names[r]
+        for r, p in enumerate(np.split(pieces[order], split_at))
+        if not np.array_equal(p, whole)
+    ]
+    if broken:
+        raise CorruptDataError(
+            f"corrupt data file {path}: {len(broken)} of {len(names)} recordings (label:tag of "
+            f"the row ids, e.g. '{broken[0]}') do not hold pieces 1..{PIECES} once each, so "
+            "split=recording cannot trust them (task.source=bonn reads the recordings)"
+        )
+    return rec
 
 
 def parse_bonn(folder: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -160,14 +225,26 @@ class Seizures(SSATask):
 
     def raw(self) -> tuple[np.ndarray, np.ndarray, str]:
         """The 11,500 raw series, UCI labels and a description of the source used (cached)."""
+        x, y, _, source = self.load()
+        return x, y, source
+
+    def groups(self) -> np.ndarray:
+        """The recording of each series (``[N]`` ints; ``split=recording``)."""
+        x, y, ids, source = self.load()
+        if ids is None:  # the Bonn files, read one after the other: 23 pieces each
+            return np.arange(len(x)) // PIECES
+        return csv_recordings(ids, y, source.split(": ", 1)[1])
+
+    def load(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
+        """``raw``'s series and labels, the CSV's row ids (None for the Bonn files), the source."""
         if self.cfg.source in ("auto", "csv"):
             for name in CSV_NAMES:
                 try:
                     path = find_file(self.folder / name)
                 except MissingDataError:
                     continue
-                x, y = cached("seizures-csv", [path], lambda p=path: parse_csv(p))
-                return x, y, f"uci-csv: {path}"
+                x, y, ids = cached("seizures-csv", [path], lambda p=path: parse_csv(p))
+                return x, y, ids, f"uci-csv: {path}"
             if self.cfg.source == "csv":
                 raise MissingDataError(
                     f"missing data file {self.folder / CSV_NAMES[0]} (or "
@@ -182,7 +259,7 @@ class Seizures(SSATask):
             )
         files = sorted(p for p in bonn.glob("*/*") if p.is_file())
         x, y = cached("seizures-bonn", files, lambda: parse_bonn(bonn))
-        return x, y, f"bonn-eeg: {bonn}"
+        return x, y, None, f"bonn-eeg: {bonn}"
 
     def series(self) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         x, y, source = self.raw()

@@ -25,6 +25,10 @@ Differences from the paper:
   default.
 - The data are not shipped with the project (none could be obtained); the loader is tested on
   generated files in the official layout.
+- Splits: S-SA's, by series (``tasks/_ssa.py``), the only one: the file is one stream of rows
+  with no identifier (77 features and the label; no topic, source or time stamp column), so it
+  has no natural group to split by, and the harness invents none. Consecutive windows of the
+  stream are neighbours in time and may fall in different splits.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ Differences from the paper:
 - Windows may straddle two series (that is what reproduces 209; per-file chunking gives 179).
 - The values are used as they are (S-SA describes no scaling for Yahoo).
 - The data are not shipped; the loader is tested on generated files in the same format.
+- Splits: S-SA's, by series (``tasks/_ssa.py``), the only one. The files are natural groups (67
+  traffic series), but S-SA's windows straddle them (that is what gives 209), so a window can
+  belong to two series and a split by file is not a partition of S-SA's windows; it would need
+  per-file windows, which give 179, not S-SA's count. Left alone: consecutive windows of one
+  series may fall in different splits.
 """
 
 from __future__ import annotations

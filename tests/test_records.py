@@ -83,6 +83,20 @@ def test_compile_added_later_keeps_every_id():
     assert back["run_id"] == rec["run_id"] and "written_run_id" not in back
 
 
+def test_split_added_later_keeps_every_id():
+    # task.split is left out of the ids at series (S-SA's split, the only one before it existed)
+    today = make_record(method="gru", task="seizures")
+    assert today["config"]["task_cfg"]["split"] == "series"  # the record keeps it
+    old = json.loads(to_json(today))
+    del old["config"]["task_cfg"]["split"]
+    assert records.identity(old["config"]) == (today["run_id"], today["variant_id"])
+    back = from_json(json.dumps(old), legacy_values)
+    assert back["run_id"] == today["run_id"] and "written_run_id" not in back
+    assert back["config"]["task_cfg"]["split"] == "series"
+    other = config.resolve("gru", "seizures", 0, "smoke", {"task.split": "recording"})
+    assert other.run_id != today["run_id"] and other.to_dict()["task_cfg"]["split"] == "recording"
+
+
 def test_every_committed_record_migrates_to_a_complete_config():
     # each field added since records exist declares its legacy value (knob(legacy=...))
     for path in [*ROOT.glob("results/**/*.jsonl")]:
