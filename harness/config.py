@@ -19,8 +19,14 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import references
 from harness.errors import ConfigError
-from harness.records import canonical_config, config_hash, identity  # noqa: F401  (config_hash: bench)
+from harness.records import (  # noqa: F401  (config_hash: bench)
+    canonical_config,
+    config_hash,
+    identity,
+    is_reference,
+)
 from harness.registry import after_load
 
 PRESETS = ("smoke", "quick", "paper")
@@ -349,6 +355,8 @@ def resolve(
     """
     from harness.registry import METHODS, TASKS
 
+    if is_reference(method):  # a reference predictor: no trainer, no model (harness.references)
+        return references.resolve(method, task, seed, preset, overrides)
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
     task_cls = TASKS.get(task)
@@ -388,6 +396,8 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
     """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
     from harness.registry import METHODS, TASKS
 
+    if is_reference(d.get("method")):
+        return references.from_dict(d)
     try:
         return RunConfig(
             method=d["method"],
@@ -408,6 +418,8 @@ def default_sections(method: str, task: str) -> dict[str, Any]:
     """The default config sections of a (method, task) pair, for key lookups."""
     from harness.registry import METHODS, TASKS
 
+    if is_reference(method):
+        return references.default_sections(method, task)
     return {
         "train": TrainConfig(),
         "model": ModelConfig(),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.records import latest
+from harness.records import is_reference, latest
 
 
 def _package_files(module: Any) -> set[str]:
@@ -62,6 +62,8 @@ def method_code(method: str) -> str:
     uses (shared cells, kernels), transitively; not the harness itself. The same for a plugin
     package (its own files) and an included file (it and the files of its folder it uses).
 
+    A reference predictor (``ref:NAME``) has its own digest (``harness.references``).
+
     Args:
         method: the registry key.
 
@@ -70,6 +72,10 @@ def method_code(method: str) -> str:
     """
     from harness.registry import METHODS
 
+    if is_reference(method):
+        from harness.references import reference_code
+
+        return reference_code(method)
     module = sys.modules[METHODS.get(method).__module__]
     h = hashlib.sha256()
     for path in sorted(_package_files(module)):
@@ -83,9 +89,11 @@ def current_code(method: str) -> str | None:
 
     (A timing reference such as torch's fused cell has no code version of the harness's.)
     """
+    from harness.references import REFERENCES
     from harness.registry import METHODS
 
-    return method_code(method) if method in METHODS else None
+    known = method in REFERENCES if is_reference(method) else method in METHODS
+    return method_code(method) if known else None
 
 
 def code_changes(rows: Iterable[dict[str, Any]]) -> list[str]:

@@ -39,7 +39,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.metrics import higher_is_better
-from harness.records import latest
+from harness.records import is_reference, latest
 
 RULES = ("best-val", "val-skip-band:TARGET:WIDTH", "val-skip-nearest:TARGET")
 
@@ -295,7 +295,8 @@ def select(
     Returns:
         ``(records, reasons)``: the kept records, and per chosen variant id the reason text
         (``"best-val of 4 (val mse 0.0012)"``); a (task, preset, method) with no qualifying
-        variant is keyed ``"task/preset/method"`` with the reason it has no row.
+        variant is keyed ``"task/preset/method"`` with the reason it has no row. A reference
+        predictor (``ref:NAME``, no Skip %) keeps its best-val variant whatever the rule.
     """
     recs = latest(records)
     groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
@@ -305,7 +306,11 @@ def select(
             groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
     reasons: dict[str, str] = {}
     for key, variants in sorted(groups.items()):
-        vid, why = choose(variants, rule)
+        if is_reference(key[2]):  # no Skip % to match: a reference predictor's best on val
+            vid, why = choose(variants, Rule("best-val"))
+            why = f"reference predictor, {why}"
+        else:
+            vid, why = choose(variants, rule)
         reasons[vid if vid is not None else "/".join(key)] = why
     kept = [r for r in recs if r.get("status") != "ok" or r["variant_id"] in reasons]
     return kept, reasons

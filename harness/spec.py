@@ -13,13 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.errors import ConfigError
+
 
 @dataclass
 class Block:
     """Methods x tasks with their own overrides and grid (one ``[[part]]`` of a sweep file).
 
     Attributes:
-        methods: registered method names.
+        methods: registered method and reference (``ref:NAME``) names.
         tasks: registered task names.
         set: ``key -> value`` overrides, as ``--set`` gives them.
         grid: ``key -> values`` swept (cartesian product), as ``--grid`` gives them.
@@ -41,6 +43,9 @@ class SweepSpec:
         preset: ``smoke``, ``quick`` or ``paper``.
         named_tasks: tasks the user named outright: their missing data is an error, where a task
             reached through ``all`` or a glob is skipped with the reason.
+        named_methods: methods and references the user named outright: a reference named
+            outright for a task named outright that it cannot serve is an error; otherwise the
+            pair is skipped with the reason.
         config: the sweep file it came from (provenance).
         suite: the shipped suite it came from (provenance).
         select: the leaderboard's selection rule (provenance; ``report`` applies it).
@@ -51,6 +56,7 @@ class SweepSpec:
     seeds: list[int] = field(default_factory=lambda: [0])
     preset: str = "smoke"
     named_tasks: set[str] = field(default_factory=set)
+    named_methods: set[str] = field(default_factory=set)
     config: str | None = None
     suite: str | None = None
     select: str | None = None
@@ -67,17 +73,18 @@ class SweepSpec:
         set: dict[str, Any] | None = None,
         grid: dict[str, Sequence[Any]] | None = None,
     ) -> SweepSpec:
-        """One block from names or globs (``"METHOD,PREFIX-*"``), as ``harness run`` takes them."""
-        from harness.registry import METHODS, TASKS
+        """One block from names or globs (``"METHOD,PREFIX-*,ref:*"``), as ``harness run`` does."""
+        from harness.references import named_outright, resolve_names
+        from harness.registry import TASKS
 
         block = Block(
-            METHODS.resolve(methods),
+            resolve_names(methods),
             TASKS.resolve(tasks),
             {k: str(v) for k, v in (set or {}).items()},
             {k: [str(v) for v in vs] for k, vs in (grid or {}).items()},
         )
         named = {t.strip() for t in tasks.split(",")} - {"all"}
-        return cls([block], list(seeds), preset, named)
+        return cls([block], list(seeds), preset, named, named_outright(methods))
 
     def tasks(self) -> list[str]:
         """Every task of the sweep, in order."""
@@ -99,6 +106,8 @@ class Sweep:
         skipped_tasks: ``(task, reason)`` of tasks reached through ``all`` or a glob whose data
             are missing.
         notes: what the data checks said (data without published checksums).
+        skipped_references: one line per (reference, task) pair left out because the
+            reference cannot serve the task (reached through a glob or ``all``).
     """
 
     spec: SweepSpec
@@ -106,6 +115,7 @@ class Sweep:
     labels: dict[str, str]
     skipped_tasks: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped_references: list[str] = field(default_factory=list)
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -150,30 +160,56 @@ def plan_sweep(
     from harness.sweep import validate, variant_labels
 
     runnable, skipped = usable_tasks(spec.named_tasks, spec.tasks(), data_dir)
-    cfgs, notes = attach_identity(resolve_configs(spec, runnable), data_dir, allow_unverified)
+    unserved: list[str] = []
+    resolved = resolve_configs(spec, runnable, unserved, data_dir)
+    cfgs, notes = attach_identity(resolved, data_dir, allow_unverified)
     validate(cfgs, data_dir)
-    return Sweep(spec, cfgs, variant_labels(cfgs), skipped, notes)
+    return Sweep(spec, cfgs, variant_labels(cfgs), skipped, notes, unserved)
 
 
-def resolve_configs(spec: SweepSpec, tasks: Sequence[str] | None = None) -> list[Any]:
+def resolve_configs(
+    spec: SweepSpec,
+    tasks: Sequence[str] | None = None,
+    unserved: list[str] | None = None,
+    data_dir: str | None = None,
+) -> list[Any]:
     """Every distinct run of ``spec`` as a ``RunConfig``, block by block; ``tasks``: only these.
 
-    Each is resolved and bounds-checked; nothing is built and no data are read.
+    Each is resolved and bounds-checked; nothing is built and no data are read. A reference
+    (``ref:NAME``) that cannot serve a task is left out for it, with one line appended to
+    ``unserved``, unless both were named outright (then it is an error).
 
     Raises:
-        ConfigError: a key no selected method or task has, a bad or out-of-range value.
+        ConfigError: a key no selected method or task has, a bad or out-of-range value, a
+            reference named outright for a task named outright that it cannot serve.
     """
+    from harness.records import is_reference
+    from harness.references import cannot_serve, skipped_lines
+    from harness.references import unserved as why_not
+    from harness.registry import TASKS
     from harness.sweep import build_configs
 
     cfgs, seen = [], set()
+    skipped: dict[str, dict[str, list[str]]] = {}  # task -> why -> references
     for b in spec.blocks:
         ts = [t for t in b.tasks if tasks is None or t in tasks]
         if not ts:
             continue
         for cfg in build_configs(b.methods, ts, spec.seeds, spec.preset, b.set, b.grid):
-            if cfg.run_id not in seen:
-                seen.add(cfg.run_id)
+            if cfg.run_id in seen:
+                continue
+            seen.add(cfg.run_id)
+            why = why_not(cfg, data_dir) if is_reference(cfg.method) else None
+            if why is None:
                 cfgs.append(cfg)
+            elif cfg.method in spec.named_methods and cfg.task in spec.named_tasks:
+                task = TASKS.get(cfg.task)
+                raise ConfigError(f"{cannot_serve(cfg.method, task, why)}; drop one of them")
+            else:
+                refs = skipped.setdefault(cfg.task, {}).setdefault(why, [])
+                refs += [] if cfg.method in refs else [cfg.method]
+    if unserved is not None:
+        unserved += skipped_lines(skipped)
     return cfgs
 
 

@@ -10,7 +10,8 @@ whose rows give each method its own sizes or knob values is written as one file.
 
 A flag given beside the file overrides the file's value; ``--set`` and ``--grid`` override it key
 by key. In a file with parts, ``--methods`` and ``--tasks`` keep, in each part, only the names they
-select.
+select; the reference predictors ``--methods`` names (``ref:*``) join every part, so that they
+run at each part's task settings.
 
 ``include`` (a path or a list of them: ``.py`` files or folders, relative to the sweep file)
 imports the methods and tasks defined there before the names are looked up, as ``--include``
@@ -319,36 +320,50 @@ def plan(
         given: the options given as flags (``methods``, ``tasks``, ...).
 
     Returns:
-        One block per part (one block for a file without parts): registered method and task
-        names, and the merged overrides and grid. Blocks left with no method or task are
-        dropped.
+        One block per part (one block for a file without parts): registered method (and
+        reference) and task names, and the merged overrides and grid. Blocks left with no method
+        or task are dropped.
 
     Raises:
         ConfigError: unknown names, or flags that select nothing in any part.
         PluginError: a path of the file's ``include`` that cannot be imported.
     """
-    from harness.registry import METHODS, TASKS, include
+    from harness.records import is_reference
+    from harness.references import resolve_names
+    from harness.registry import TASKS, include
 
     if sweep is not None and sweep.options.get("include"):
         include(sweep.options["include"])
     top = (sweep.options.get("set", {}), sweep.options.get("grid", {})) if sweep else ({}, {})
     if sweep is None or not sweep.parts:
         sets, grids = _layer(*top, overrides, grid)
-        return [(METHODS.resolve(methods), TASKS.resolve(tasks), sets, grids)]
-    chosen_m = METHODS.resolve(methods) if "methods" in given else None
+        return [(resolve_names(methods), TASKS.resolve(tasks), sets, grids)]
+    chosen_m = resolve_names(methods) if "methods" in given else None
     chosen_t = TASKS.resolve(tasks) if "tasks" in given else None
+    refs = [m for m in chosen_m or [] if is_reference(m)]
     blocks = []
     for part in sweep.parts:
-        ms = METHODS.resolve(part.methods or methods)
+        ms = resolve_names(part.methods or methods)
         ts = TASKS.resolve(part.tasks or tasks)
         ms = [m for m in ms if chosen_m is None or m in chosen_m]
+        ms += [r for r in refs if r not in ms]
         ts = [t for t in ts if chosen_t is None or t in chosen_t]
         if ms and ts:
             sets, grids = _layer(*_layer(*top, part.set, part.grid), overrides, grid)
+            if all(is_reference(m) for m in ms):  # a part's own knobs (lam) are not theirs
+                sets = {k: v for k, v in sets.items() if _taken(k, ms, ts)}
+                grids = {k: v for k, v in grids.items() if _taken(k, ms, ts)}
             blocks.append((ms, ts, sets, grids))
     if not blocks:
         raise ConfigError(f"--methods/--tasks select no run of {sweep.path}")
     return blocks
+
+
+def _taken(key: str, methods: list[str], tasks: list[str]) -> bool:
+    """Whether some (method, task) pair has the override ``key``."""
+    from harness.config import accepts
+
+    return any(accepts(m, t, key) for m in methods for t in tasks)
 
 
 def _layer(

@@ -64,7 +64,7 @@ def build_configs(
     key a method lacks) are kept once.
 
     Args:
-        methods: registered method names.
+        methods: registered method and reference (``ref:NAME``) names.
         tasks: registered task names.
         seeds: the seeds of every variant.
         preset: the preset (``harness.config.PRESETS``).
@@ -126,17 +126,19 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
     the middle of the sweep.
 
     Args:
-        cfgs: run configs (``build_configs``); one model is built per ``variant_id``.
+        cfgs: run configs (``build_configs``); one model is built per ``variant_id``. A
+            reference predictor's run has no model (``harness.references``) and is left alone.
         data_dir: dataset root for real-data tasks.
 
     Raises:
         ConfigError: the first config whose task or model cannot be built, named in the message.
     """
+    from harness.records import is_reference
     from harness.train import build
 
     seen = set()
     for cfg in cfgs:
-        if cfg.variant_id not in seen:
+        if cfg.variant_id not in seen and not is_reference(cfg.method):
             seen.add(cfg.variant_id)
             try:
                 with out_of_memory_as_error(cfg):
@@ -265,7 +267,8 @@ def estimate_seconds(
             total += sum(same) / len(same)
             counts["variant"] += 1
         elif like:
-            total += sum(s * c.train.epochs / e if e else s for s, e in like) / len(like)
+            epochs = c.train.epochs if hasattr(c, "train") else None  # a reference has none
+            total += sum(s * epochs / e if e and epochs else s for s, e in like) / len(like)
             counts["method"] += 1
         else:
             counts["unknown"] += 1

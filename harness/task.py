@@ -149,7 +149,9 @@ class Task:
 
     Subclasses set the class attributes and implement ``splits``, ``input_size``, ``output_size``
     and ``presets``. ``kind`` has no default: a class whose ``kind`` is not a ``TaskKind`` is
-    refused where it is defined (a ConfigError), before it can register.
+    refused where it is defined (a ConfigError), before it can register. ``reference_notes``
+    says what a reference predictor (``harness.references``, ``ref:NAME``) is on this task, in
+    a sentence the tables print under the reference's description.
 
     Args:
         cfg: an instance of ``config_cls``.
@@ -164,6 +166,7 @@ class Task:
     config_cls: ClassVar[type] = NoTaskConfig
     presets: ClassVar[dict[str, Preset]] = {}
     description: ClassVar[str] = ""
+    reference_notes: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

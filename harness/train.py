@@ -378,8 +378,13 @@ def run(
     Whatever goes wrong inside the run (building the model or the data, an allocation failure,
     divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
     returned as a failed record naming the reason, so a sweep goes on; only an interrupt
-    (Ctrl-C, SIGTERM) propagates.
+    (Ctrl-C, SIGTERM) propagates. A reference predictor's config (``ref:NAME``) is fitted and
+    scored by ``harness.references.run`` instead.
     """
+    if records.is_reference(cfg.method):
+        from harness.references.run import run_reference
+
+        return run_reference(cfg, data_dir)
     rec = records.start_record(cfg, method_code(cfg.method), method_source(cfg.method))
     try:
         return _train_and_test(cfg, data_dir, device, callbacks, rec)

@@ -39,6 +39,7 @@ from harness.config import (
     check_knobs,
     knob,
 )
+from harness.references import Reference, register_reference
 from harness.registry import register_task
 from harness.task import Split, Splits, Task, TaskKind
 
@@ -167,3 +168,28 @@ class Synthetic(Task):
             parts.append(Split(seg[:, :-1], seg[:, 1:]))
             start += size
         return Splits(*parts, info={"mean_depth": float(rs.mean()), "max_depth": int(rs.max())})
+
+
+@register_reference("noise-floor")
+class NoiseFloor(Reference):
+    """The noise floor of these data (``noise_floor``): a bound on any model's test MSE."""
+
+    kinds = (TaskKind.REGRESSION,)
+    bound = True
+    description = (
+        "the lowest MSE any predictor can reach on these data (noise_floor: the variance of "
+        "the next value given the hidden state, a Monte Carlo estimate seeded by the run seed); "
+        "a bound, not a predictor"
+    )
+
+    @classmethod
+    def serves(cls, task: Task) -> str | None:
+        if isinstance(task, Synthetic):
+            return None
+        return "the bound of another task's data"
+
+    def fit(self, task: Task, train: Split, seed: int) -> None:
+        self.floor = noise_floor(task.cfg, seed=seed)
+
+    def score(self, task: Task, split: Split, batch_size: int) -> dict[str, float]:
+        return {"mse": self.floor}

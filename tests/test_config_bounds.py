@@ -18,15 +18,18 @@ import pytest
 from harness import config
 from harness.config import ModelConfig, TrainConfig, bounds_of
 from harness.errors import ConfigError
+from harness.references import REFERENCES
 from harness.registry import METHODS, TASKS
 
 METHOD_TASK, TASK_METHOD = "adding", "gru"  # the partner each method / task is resolved with
 
-# (section, owner, config class): the two generic sections, then every method and task
+# (section, owner, config class): the two generic sections, then every method, reference
+# predictor (its knobs are its "method" section) and task
 SECTIONS = [
     ("train", "", TrainConfig),
     ("model", "", ModelConfig),
     *[("method", name, cls.config_cls) for name, cls in METHODS.items()],
+    *[("method", name, cls.config_cls) for name, cls in REFERENCES.items()],
     *[("task", name, cls.config_cls) for name, cls in TASKS.items()],
 ]
 

@@ -34,7 +34,8 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
     from harness.store import load
 
     records, _ = load([store])
-    print_tables(brief_tables(records, parse_rule(select) if select else None), stdout, board)
+    rule = parse_rule(select) if select else None
+    print_tables(brief_tables(records, rule, str(store)), stdout, board)
 
 
 def print_tables(tables: Sequence[Any], console: Any, board: Path) -> None:
@@ -50,6 +51,8 @@ def print_tables(tables: Sequence[Any], console: Any, board: Path) -> None:
             rows = [[row[i] for i in keep] for row in brief.rows]
             table = _table(brief.title, [brief.columns[i] for i in keep], rows)
         console.print(table)
+        for note in getattr(brief, "notes", ()):
+            console.print(f"  {note}", highlight=False, markup=False)
     if not tables:
         console.print("no run finished ok: no table", highlight=False)
     console.print(

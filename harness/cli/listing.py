@@ -18,15 +18,16 @@ def add_parser(subparsers: Any) -> None:
     s = add_command(
         subparsers,
         "list",
-        "registered methods, tasks and executors",
+        "registered methods, tasks, reference predictors and executors",
         parents=[include_option()],
         epilog="the names are what --methods, --tasks (globs such as 'PREFIX-*' too) and "
-        "'run --executor' take",
+        "'run --executor' take; references run with --methods 'ref:*' (or beside the methods: "
+        "'all,ref:*')",
     )
     s.add_argument(
         "what",
         nargs="?",
-        choices=["methods", "tasks", "executors", "all"],
+        choices=["methods", "tasks", "references", "executors", "all"],
         default="all",
         help="what to list (default: %(default)s)",
     )
@@ -55,6 +56,24 @@ def _plugin(cls: Any) -> str:
     return f"({where[src['kind']]}) " if src["kind"] in where else ""
 
 
+def print_references() -> None:
+    """The reference predictors: name, the task kinds they serve, what each is.
+
+    Under each, what a task says of it on that task (``Task.reference_notes``).
+    """
+    from harness.references import REFERENCES, describe
+    from harness.registry import TASKS
+
+    print("references (not methods: non-recurrent baselines, first rows of every table):")
+    for name, cls in REFERENCES.items():
+        kinds = "/".join(str(k) for k in cls.kinds)
+        what = "a bound, " if cls.bound else ""
+        print(f"  {name:16s} {_plugin(cls)}[{what}{kinds}] {describe(name)}")
+        for task, tcls in TASKS.items():
+            if name in tcls.reference_notes:
+                print(f"  {'':16s}   on {task}: {tcls.reference_notes[name]}")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the methods, tasks and/or executors, one per line with its docstring's first line."""
     from harness.executors import EXECUTORS
@@ -70,6 +89,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             arrow = "higher" if cls.higher_is_better else "lower"
             what = f"[{cls.kind}, {cls.primary} ({arrow} is better)]"
             print(f"  {name:16s} {_plugin(cls)}{what} {_first_line(cls)}")
+    if args.what in ("references", "all"):
+        print_references()
     if args.what in ("executors", "all"):
         print("executors:")
         for name, cls in EXECUTORS.items():

@@ -159,7 +159,7 @@ def summary(name: str, rec: dict[str, Any]) -> str:
         return f"[red]✗ {name}: {rec['error']}[/]"
     m = rec["metrics"]
     primary = rec["primary"]
-    extra = f" skip {m['skip_pct']:.1f}%"
+    extra = f" skip {m['skip_pct']:.1f}%" if m.get("skip_pct") is not None else ""
     if "mean_depth" in m:
         extra += f" depth {m['mean_depth']:.2f}"
     t = rec.get("time", {})

@@ -57,6 +57,7 @@ EPILOG = examples(
     "harness run --tasks TASK --methods METHOD[,METHOD...] --grid lam=0,1e-4,1e-3,1e-2 \\",
     "    --seeds 0-2 --match-skip 76",
     "harness run --tasks all --seeds 0-4 --workers 8",
+    "harness run --tasks TASK --methods 'all,ref:*' --seeds 0-4",
     "harness run --tasks all --preset paper --executor ray --ray-address ray://head:10001",
     "harness run --suite ssa-table4 --executor submitit --slurm-partition gpu --slurm-time 240",
     "harness run --suite ssa-table4 --dry-run",
@@ -76,7 +77,10 @@ def add_parser(subparsers: Any) -> None:
         "train and test methods on tasks; write records + leaderboard",
         parents=[
             tasks_option(),
-            methods_option(),
+            methods_option(
+                "; reference predictors: 'ref:*' or ref:NAME, beside them too ('all,ref:*'; "
+                "see 'harness list references')"
+            ),
             preset_option(),
             set_option(),
             data_dir_option(),
@@ -233,6 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say_resume,
     )
     from harness.outputs import refuse_overwrite
+    from harness.references import named_outright
     from harness.suites import plan
     from harness.sweep import parse_grid
 
@@ -245,11 +250,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from harness.selection import parse_rule
 
         parse_rule(args.select)
-    named = (
-        args.tasks
-        if sweep_file is None or not sweep_file.parts
-        else ",".join(p.tasks or args.tasks for p in sweep_file.parts)
-    )
+    parts = sweep_file.parts if sweep_file is not None else []
+    named = ",".join(p.tasks or args.tasks for p in parts) if parts else args.tasks
+    named_m = ",".join([*(p.methods or args.methods for p in parts), args.methods])
     spec = api.SweepSpec(
         blocks=[
             api.Block(m, t, s, g)
@@ -265,6 +268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         seeds=parse_seeds(args.seeds),
         preset=args.preset,
         named_tasks={p.strip() for p in named.split(",")} - {"all"},
+        named_methods=named_outright(named_m),
         config=sweep_file.path if sweep_file else None,
         suite=args.suite,
         select=args.select,
@@ -362,6 +366,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _say_skipped(sweep: Any, out: Any) -> None:
     for t, reason in sweep.skipped_tasks:
         out.print(f"[yellow]skipped task '{t}': {reason}[/]", highlight=False)
+    for line in sweep.skipped_references:
+        out.print(f"[yellow]{line}[/]", highlight=False)
 
 
 # --- sweep files and option checks ------------------------------------------------------------

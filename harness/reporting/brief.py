@@ -3,9 +3,10 @@
 One table per (task, preset) with the columns a reader scans first: the method (followed by its
 variant's settings where a method has several), the seeds, the primary metric, Skip %,
 √(Acc×Skip) where the task has it, and the effective MACs per sequence. Rows, order and number
-format are the full leaderboard's (``harness.reporting.leaderboard``: the same variants, sorted
-by the primary metric, cells by ``fmt_cell``); the other columns (CIs, dense cost, parameters,
-time, commit) are in the Markdown file beside the records.
+format are the full leaderboard's (``harness.reporting.leaderboard``: the same variants, the
+reference predictors first, then sorted by the primary metric, cells by ``fmt_cell``); the other
+columns (CIs, dense cost, parameters, time, commit) are in the Markdown file beside the records.
+Under each table, short notes on its reference predictors (``harness.reporting.references``).
 """
 
 from __future__ import annotations
@@ -13,22 +14,24 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.metrics import get_metric, higher_is_better
-from harness.records import latest
+from harness.records import is_reference, latest
+from harness.reporting.references import method_cell, record_notes
 from harness.reporting.runs import variant_label
 from harness.reporting.text import arrow, column_scale, fmt_cell, scaled, seeds_cell
 
 
 @dataclass
 class BriefTable:
-    """One (task, preset) table: its title, column titles and formatted rows."""
+    """One (task, preset) table: its title, column titles, formatted rows and notes."""
 
     title: str
     columns: list[str]
     rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
 
 
 def _effective_macs(rec: dict[str, Any]) -> float | None:
@@ -39,12 +42,15 @@ def _finite(values: Any) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(v)]
 
 
-def brief_tables(records: Sequence[dict[str, Any]], select: Any = None) -> list[BriefTable]:
+def brief_tables(
+    records: Sequence[dict[str, Any]], select: Any = None, store: str = "results"
+) -> list[BriefTable]:
     """The brief tables of ``records`` (ok runs, the latest record of each run).
 
     Args:
         records: run records.
         select: a ``harness.selection.Rule``; None: every variant has a row.
+        store: the records store, named in the command that adds reference predictors.
     """
     if select is not None:
         from harness.selection import select as select_records
@@ -84,10 +90,14 @@ def brief_tables(records: Sequence[dict[str, Any]], select: Any = None) -> list[
                 for v, mu, sc in zip(vals, mean, scales, strict=True)
             ]
             sort = mean[0] if not math.isnan(mean[0]) else (-math.inf if higher else math.inf)
-            name = f"{method} {label}" if label else method
-            rows.append((sort, [name, seeds_cell(len({r["seed"] for r in group})), *cells]))
-        rows.sort(key=lambda x: x[0], reverse=higher)
+            sort = -sort if higher else sort
+            name = f"{method_cell(method)} {label}" if label else method_cell(method)
+            first = 0 if is_reference(method) else 1  # reference rows first
+            seeds = seeds_cell(len({r["seed"] for r in group}))
+            rows.append(((first, sort), [name, seeds, *cells]))
+        rows.sort(key=lambda x: x[0])
         columns = ["Method", "Seeds", *titles]
         body = [row for _, row in rows]
-        tables.append(BriefTable(f"{task} ({preset} preset)", columns, body))
+        notes = record_notes(records, task, preset, store, brief=True)
+        tables.append(BriefTable(f"{task} ({preset} preset)", columns, body, notes))
     return tables

@@ -4,7 +4,10 @@ What they show follows the seed papers' figures:
 
 - ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, one point per method
   variant (mean over seeds, error bars: std over seeds), each method's Pareto front drawn as a
-  step line (the region it attains).
+  step line (the region it attains); each reference predictor (``ref:NAME``, which has neither
+  Skip % nor FLOPs) a labelled horizontal band, its mean ± 95 % CI over seeds
+  (``reference_bands``), that every point is read against. The other figures leave the
+  references out.
 - ``budget_figure``: metric and Skip % vs a budget knob (S-SA Fig. 4 for λ), mean ± std over
   seeds. A method names its budget knobs (``harness.method.Method.budget_knobs``: a penalty's
   weight such as ``lam``, a skip probability, a threshold); a knob gets a figure when a method
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.metrics import get_metric
+from harness.records import is_reference
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
     LINESTYLES,
@@ -54,6 +58,7 @@ from harness.reporting.patterns import (
     mask_figure,
     mask_image,
 )
+from harness.reporting.references import draw_bands, reference_bands
 from harness.reporting.text import arrow
 
 if TYPE_CHECKING:
@@ -111,7 +116,13 @@ def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def tradeoff_figure(points: pd.DataFrame, primary: str, higher: bool, metric_title: str) -> Figure:
+def tradeoff_figure(
+    points: pd.DataFrame,
+    primary: str,
+    higher: bool,
+    metric_title: str,
+    bands: Sequence[tuple[str, float, float]] = (),
+) -> Figure:
     """Metric vs Skip % (left) and vs effective FLOPs (right), Pareto front per method.
 
     Args:
@@ -120,6 +131,8 @@ def tradeoff_figure(points: pd.DataFrame, primary: str, higher: bool, metric_tit
         primary: the primary metric's key (its column in ``points``).
         higher: whether higher values of the metric are better (sets the Pareto fronts).
         metric_title: axis label of the metric.
+        bands: the reference predictors (``reference_bands``): a horizontal band each, on both
+            panels, labelled on the right one.
     """
     from matplotlib.figure import Figure
 
@@ -156,6 +169,7 @@ def tradeoff_figure(points: pd.DataFrame, primary: str, higher: bool, metric_tit
                         linestyle=st["linestyle"],
                         lw=1,
                     )
+            draw_bands(ax, bands, primary, text=x == "flops")
             ax.set_xlabel(xlabel)
             if x == "flops" and spans_decades(points[x]):
                 ax.set_xscale("log", nonpositive="clip")
@@ -415,11 +429,17 @@ def report_figures(
     def keep(caption: str, fig: Figure, kind: str) -> None:
         out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
 
+    bands = reference_bands(runs, primary, variant_labels(runs))
+    runs = runs[[not is_reference(m) for m in runs["method"]]]
+    if runs.empty:  # reference predictors alone: no method to draw
+        return out
     points = variant_points(runs, [primary, "skip_pct", "flops"])
+    names = ", ".join(b[0] for b in bands)
+    refs = f"; bands: the reference predictors ({names}), mean ± 95 % CI" if bands else ""
     keep(
         f"{title} vs Skip % and vs effective FLOPs per sequence: variant means, error bars ± std "
-        "over seeds; steps: each method's Pareto front.",
-        tradeoff_figure(points, primary, higher, title),
+        f"over seeds; steps: each method's Pareto front{refs}.",
+        tradeoff_figure(points, primary, higher, title, bands),
         "tradeoff",
     )
     choice = mask_choice(runs, skip_target, selected)

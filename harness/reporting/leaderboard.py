@@ -21,7 +21,8 @@ from typing import Any
 import pandas as pd
 
 from harness.metrics import METRICS, get_metric, higher_is_better
-from harness.records import latest
+from harness.records import is_reference, latest
+from harness.reporting.references import method_cell, record_notes
 from harness.reporting.render import render_tex
 from harness.reporting.runs import (
     KEYS,
@@ -111,10 +112,14 @@ def leaderboard_rows(
             method = group[0]["method"]
             same_method = [r for r in in_table if r["method"] == method]
             row: dict[str, Any] = {
-                "Method": method,
+                "Method": method_cell(method),
                 "Variant": variant_label(group, same_method),
-                get_metric("hidden_size").title: group[0]["config"]["model"]["hidden_size"],
+                # a reference predictor has no model (harness.references)
+                get_metric("hidden_size").title: (group[0]["config"].get("model") or {}).get(
+                    "hidden_size", "–"
+                ),
                 "Seeds": seeds_cell(len({r["seed"] for r in group})),
+                "_ref": not is_reference(method),  # reference rows first
             }
             for (key, h, _), v, sc in zip(measures, vals, scales, strict=True):
                 m = get_metric(key)
@@ -139,7 +144,8 @@ def leaderboard_rows(
                 row["Picked by"] = picked.get(vid, "–")
             rows.append(row)
         df = pd.DataFrame(rows)
-        df = df.sort_values("_sort", ascending=not higher, na_position="last").drop(columns="_sort")
+        df = df.sort_values(["_ref", "_sort"], ascending=[True, not higher], na_position="last")
+        df = df.drop(columns=["_ref", "_sort"])
         if not df["Variant"].astype(bool).any():
             df = df.drop(columns="Variant")
         # Depth columns only when some method in the table has a depth trace.
@@ -181,7 +187,8 @@ def leaderboard_markdown(
         parts.append(df.to_markdown(index=False, disable_numparse=True) + "\n")
         missing = [k for k in picked or {} if k.startswith(f"{task}/{preset}/")]
         parts += [f"- {k.split('/')[-1]}: no row ({picked[k]})." for k in missing]
-        parts += [""] if missing else []
+        store = str(sources[0]) if sources else "results"
+        parts += [f"- {n}" for n in record_notes(records, task, preset, store)] + [""]
     if failed:
         parts.append("## Failed runs\n")
         parts.append(f"{failed_summary(failed)}; every failed record, superseded ones included:\n")

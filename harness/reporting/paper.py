@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import HarnessError
 from harness.metrics import get_metric
 from harness.outputs import write_text
-from harness.records import latest
+from harness.records import is_reference, latest
 from harness.reporting.published import PaperTable, tables_for
+from harness.reporting.references import notes as reference_notes
+from harness.reporting.references import row as ref_row
 from harness.reporting.render import (
     FORMATS,
     NO_PYARROW,
@@ -226,14 +228,19 @@ def _write_one(
         return _render(head + head_notes + NOTES, tables, figs, out, stem, opts, None, None, None)
     primary, higher = runs["primary"].iloc[0], bool(runs["higher"].iloc[0])  # the registry's
     papers = tables_for(task, opts.published)
-    order = list(dict.fromkeys(r.method for t in papers for r in t.rows))
+    refs = sorted({m for m in runs["method"] if is_reference(m)})  # reference predictors first
+    order = refs + list(dict.fromkeys(r.method for t in papers for r in t.rows))
     keys = list(dict.fromkeys([primary, *KEYS]))
     agg = aggregate(runs, keys, order)
     picked = None
     shown = agg
     if select is not None:
         _, why = select_records(list(runs["record"]), select)
-        picked = {k: (f"{select.label()} ({v})" if "/" not in k else v) for k, v in why.items()}
+        own = "reference predictor"  # picked by best-val whatever the rule (harness.selection)
+        picked = {
+            k: (f"{select.label()} ({v})" if "/" not in k and not v.startswith(own) else v)
+            for k, v in why.items()
+        }
         shown = agg[agg["variant_id"].isin(picked)].reset_index(drop=True)
     seeds = ", ".join(map(str, sorted(runs["seed"].unique())))
     ours = f"harness, preset {preset}, seeds {seeds}"
@@ -246,13 +253,17 @@ def _write_one(
             f"tab:{slug}",
             main.titles,
             main.rows,
-            main.notes + [f"{k.split('/')[-1]}: no row ({picked[k]})." for k in unpicked],
+            main.notes
+            + [f"{k.split('/')[-1]}: no row ({picked[k]})." for k in unpicked]
+            + _reference_notes(task, preset, shown, runs, primary, higher, opts),
         )
     )
+    agg = agg[[not is_reference(m) for m in agg["method"]]]  # the paper rows are methods
     dirty_runs = runs_frame(latest(left_out)) if left_out and not opts.allow_dirty else None
     dirty_agg = None
     if dirty_runs is not None and not dirty_runs.empty:
         dirty_agg = aggregate(dirty_runs, keys, order)
+        dirty_agg = dirty_agg[[not is_reference(m) for m in dirty_agg["method"]]]
     differences = task_differences(task)
     for j, t in enumerate(papers):
         pvh = paper_vs_harness(
@@ -299,6 +310,34 @@ def _write_one(
         + head_notes
     )
     return _render(head, tables, figs, out, stem, opts, shown, picked, (task, preset))
+
+
+def _reference_notes(
+    task: str,
+    preset: str,
+    shown: pd.DataFrame,
+    runs: pd.DataFrame,
+    primary: str,
+    higher: bool,
+    opts: Options,
+) -> list[str]:
+    """What the table's reference predictors are and whether the task separates the methods.
+
+    ``harness.reporting.references.notes``; with no reference row, the command that adds them.
+    """
+    rows = [ref_row(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in shown.iterrows()]
+    methods = runs[[not is_reference(m) for m in runs["method"]]]
+    methods = methods if len(methods) else runs
+    return reference_notes(
+        task,
+        preset,
+        rows,
+        primary,
+        higher,
+        store=str(opts.sources[0]) if opts.sources else "results",
+        seeds=[int(s) for s in methods["seed"]],
+        task_cfgs=[r["config"].get("task_cfg") or {} for r in methods["record"]],
+    )
 
 
 def _render(

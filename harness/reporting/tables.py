@@ -8,7 +8,9 @@ the metric registry (``harness.metrics``). The best test mean per measured colum
 display only. Each row's per-seed primary metric is tested against a reference row chosen on
 validation (``reference``): paired t and Wilcoxon signed-rank tests where the two share their
 seeds, Welch's t-test where they do not (``compare_seeds``), Holm-corrected over the table
-(``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``).
+(``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``). The rows of
+reference predictors (``ref:NAME``, ``harness.reporting.references``) are never bold, never the
+reference row and never tested (``–``), so Holm's family holds the methods' rows alone.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.metrics import get_metric
+from harness.records import is_reference
+from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
 from harness.reporting.text import (
     arrow,
@@ -250,13 +254,17 @@ def build_main_table(
         picked: variant id -> why the selection rule picked it (adds a "Picked by" column).
     """
     cols = layout(agg, primary, higher)
-    ref, how = reference(agg, primary, higher)
+    # reference predictors (harness.references): never bold, not the reference, not tested
+    predictors = [is_reference(m) for m in agg["method"]]
+    among = [i for i, p in enumerate(predictors) if not p]
+    ref, how = reference(agg.iloc[among], primary, higher)
+    ref = among[ref] if ref >= 0 else -1
     shown = {c.key for c in cols}  # D_h as a column is not repeated in the variant label
     labels = [", ".join(t for k, t in p.items() if k not in shown) for p in agg["parts"]]
     pcol = next(c for c in cols if c.key == primary)
     tests = [
         compare_seeds(r[f"{primary}_by_seed"], agg.iloc[ref][f"{primary}_by_seed"])
-        if ref >= 0 and i != ref
+        if ref >= 0 and i != ref and not predictors[i]
         else Comparison("", None)
         for i, (_, r) in enumerate(agg.iterrows())
     ]
@@ -269,10 +277,13 @@ def build_main_table(
     titles += [f"p vs reference ({ptitle}, Holm)"] if with_p else []
     titles += ["Wilcoxon p (Holm)"] if with_w else []
     titles += ["Commit"] + (["Picked by"] if picked is not None else [])
-    bolds = [_bold(list(agg[c.key]), c.higher) for c in cols]
+    bolds = [
+        _bold([math.nan if p else v for v, p in zip(agg[c.key], predictors, strict=True)], c.higher)
+        for c in cols
+    ]
     rows = []
     for i, (_, r) in enumerate(agg.iterrows()):
-        cells: list[Cell] = [(r["method"], False)]
+        cells: list[Cell] = [(method_cell(r["method"]), False)]
         cells += [(labels[i], False)] if "Variant" in titles else []
         mark = f" {EVENT_MARK}" if r["events"] else ""
         cells.append((seeds_cell(r["seeds"]) + mark, False))
@@ -280,9 +291,10 @@ def build_main_table(
         cells.append((fmt_ci(r[primary], r[f"{primary}_vals"], pcol.scale, primary), False))
         if with_p:
             text = f"{fmt_p(p_adj[i])} ({tests[i].test})" if p_adj[i] is not None else "n/a"
+            text = "–" if predictors[i] else text
             cells.append((f"{how} (reference)" if i == ref else text, False))
         if with_w:
-            cells.append(("–" if i == ref else fmt_p(w_adj[i]), False))
+            cells.append(("–" if i == ref or predictors[i] else fmt_p(w_adj[i]), False))
         cells.append((r["commit"], False))
         cells += [(picked.get(r["variant_id"], "–"), False)] if picked is not None else []
         rows.append(cells)

@@ -1,0 +1,381 @@
+"""Reference predictors: trivial, non-recurrent baselines run through the task interface.
+
+A reference (``ref:NAME``) is not a method: it has no recurrent model, no epochs and no Skip %.
+It says whether a task separates the methods at all, so every leaderboard and paper table shows
+the references first (``harness.reporting.references``). A reference gets the task's splits for
+the run's seed (``Task.splits``), is fitted on the training split only and predicts each
+validation and test batch as a model would, so that its metrics come from the task's own
+``batch_stats`` and ``finalize`` (``harness.references.run``). Its run is recorded like any run
+(``harness.records``), under ``method`` = ``ref:NAME``, with a run id hashed from its task, the
+task's config, the preset, the seed, its name and its own config (``RefConfig``).
+
+Built-in references (``harness.references.predictors``): ``ref:majority`` and ``ref:logreg``
+(classification), ``ref:mean`` and ``ref:last`` (regression), ``ref:unigram`` and ``ref:bigram``
+(language models). A task declares a reference of its own in its module with
+``@register_reference`` (a bound the task computes, say). ``harness run --methods 'ref:*'`` runs
+them (``resolve_names``); ``--methods all`` stays the registered methods.
+
+This module imports no torch: the registry, the base class and the run config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import functools
+import hashlib
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.errors import ConfigError
+from harness.records import REF_PREFIX, canonical_config, identity, is_reference
+from harness.registry import PluginError, UnknownNameError, describe_source
+
+__all__ = [
+    "REFERENCES",
+    "REF_PREFIX",
+    "NoReferenceConfig",
+    "RefConfig",
+    "Reference",
+    "describe",
+    "is_reference",
+    "register_reference",
+    "resolve_names",
+]
+
+_KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+BUILTIN = "harness.references.predictors"  # the module that registers the built-in references
+
+
+@dataclass(frozen=True)
+class NoReferenceConfig:
+    """Config of a reference with no knobs."""
+
+
+class Reference:
+    """Base class of a reference predictor (see the module docstring).
+
+    A subclass sets ``kinds`` (the ``harness.task.TaskKind`` values it serves) and implements
+    ``fit`` and ``predict``; ``config_cls`` holds its knobs (declared with
+    ``harness.config.knob``); ``description`` says what it is in one sentence (``harness list
+    references``, the notes under the tables). ``bound``: the reference is a bound the task
+    computes (what no predictor can beat), not a predictor: it overrides ``score``, and the
+    tables do not judge the methods against it.
+
+    Args:
+        cfg: an instance of ``config_cls``.
+    """
+
+    name: ClassVar[str] = "ref:?"
+    kinds: ClassVar[tuple[str, ...]] = ()
+    config_cls: ClassVar[type] = NoReferenceConfig
+    bound: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+
+    def __init__(self, cfg: Any = None) -> None:
+        self.cfg = cfg if cfg is not None else self.config_cls()
+
+    @classmethod
+    def serves(cls, task: Any) -> str | None:
+        """None when the reference can run on ``task``; otherwise why not, in a few words.
+
+        The words complete "ref:NAME ...": ``for classification tasks``.
+        """
+        if task.kind in cls.kinds:
+            return None
+        return f"for {' or '.join(str(k) for k in cls.kinds)} tasks"
+
+    def fit(self, task: Any, train: Any, seed: int) -> None:
+        """Fit on the training split (a ``harness.task.Split``) only."""
+        raise NotImplementedError
+
+    def predict(self, batch: Any) -> Any:
+        """The prediction for a ``harness.task.Batch``, shaped as a model's ``pred`` would be."""
+        raise NotImplementedError
+
+    def num_params(self) -> int:
+        """How many numbers the fit produced (a record's ``params``)."""
+        return 0
+
+    def score(self, task: Any, split: Any, batch_size: int) -> dict[str, float]:
+        """The task's metrics of the predictions on ``split`` (``batch_stats``, ``finalize``)."""
+        stats: dict[str, list[float]] = {}
+        for batch in split.batches(batch_size):
+            for k, (s, c) in task.batch_stats(self.predict(batch), batch).items():
+                acc = stats.setdefault(k, [0.0, 0.0])
+                acc[0] += s
+                acc[1] += c
+        return task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+
+
+class ReferenceRegistry:
+    """``ref:NAME`` -> reference class, with "did you mean" lookup and globs (``ref:*``).
+
+    Looked up, it loads the built-in references and the plugins (``harness.registry``), whose
+    task modules register the references they declare.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, type[Reference]] = {}
+
+    def register(self, name: str) -> Callable[[type[Reference]], type[Reference]]:
+        """Decorator registering a class as ``ref:<name>`` (``name`` kebab-case, no prefix).
+
+        Raises:
+            PluginError: the name is registered already, by another class.
+        """
+        if not _KEY.match(name):
+            raise ValueError(f"reference key {name!r} is not kebab-case")
+        key = REF_PREFIX + name
+
+        def deco(cls: type[Reference]) -> type[Reference]:
+            old = self._items.get(key)
+            if old is not None and old is not cls:
+                raise PluginError(
+                    f"reference '{key}' is registered twice: by {describe_source(old)} and by "
+                    f"{describe_source(cls)}"
+                )
+            cls.name = key
+            self._items[key] = cls
+            return cls
+
+        return deco
+
+    def _load(self) -> None:
+        from harness.registry import load_plugins
+
+        load_plugins()
+        importlib.import_module(BUILTIN)
+
+    def get(self, name: str) -> type[Reference]:
+        """The class registered as ``name``; UnknownNameError with suggestions."""
+        self._load()
+        if name in self._items:
+            return self._items[name]
+        close = difflib.get_close_matches(name, list(self._items), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise UnknownNameError(f"Unknown reference '{name}'.{hint} Available: {self._avail()}")
+
+    def _avail(self) -> str:
+        return ", ".join(sorted(self._items))
+
+    def names(self, pattern: str = f"{REF_PREFIX}*") -> list[str]:
+        """Registered names matching a glob (``ref:*``), sorted."""
+        self._load()
+        return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
+
+    def resolve(self, part: str) -> list[str]:
+        """One name or glob: the names it gives (an unknown name or an empty glob: an error)."""
+        if any(c in part for c in "*?["):
+            found = self.names(part)
+            if not found:
+                raise UnknownNameError(f"No reference matches '{part}'. Available: {self._avail()}")
+            return found
+        self.get(part)
+        return [part]
+
+    def __contains__(self, name: str) -> bool:
+        self._load()
+        return name in self._items
+
+    def items(self) -> list[tuple[str, type[Reference]]]:
+        """Every ``(name, class)``, sorted by name."""
+        self._load()
+        return sorted(self._items.items())
+
+
+REFERENCES = ReferenceRegistry()
+register_reference = REFERENCES.register
+
+
+def resolve_names(spec: str | Iterable[str]) -> list[str]:
+    """Method and reference names and globs (``"all,ref:*"``), in order, repeats dropped.
+
+    A part starting with ``ref:`` is looked up among the references, any other among the
+    methods (``all`` is every method, never a reference).
+
+    Raises:
+        UnknownNameError: an unknown name, a glob that matches nothing, or no name at all.
+    """
+    from harness.registry import METHODS
+
+    parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
+    out: list[str] = []
+    for part in (p for p in parts if p):
+        found = REFERENCES.resolve(part) if is_reference(part) else METHODS.resolve(part)
+        out.extend(n for n in found if n not in out)
+    if not out:
+        return METHODS.resolve("")  # the registry's "no method given" message
+    return out
+
+
+def named_outright(spec: str | Iterable[str]) -> set[str]:
+    """The names a ``--methods`` or ``--tasks`` value gives outright (not a glob, not ``all``)."""
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    return {p.strip() for p in parts if p.strip() and not any(c in p for c in "*?[")} - {"all"}
+
+
+def describe(name: str) -> str:
+    """A reference's description (``Reference.description``, else its docstring's first line)."""
+    cls = REFERENCES.get(name)
+    return cls.description or (cls.__doc__ or "").strip().split("\n", 1)[0]
+
+
+# --- a reference run's config -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    """Everything that determines a reference run (what ``RunConfig`` is to a method's run).
+
+    No trainer and no model: its run id hashes the reference, the task, the task's config, the
+    preset, the seed, the reference's own config and the data's identity.
+    """
+
+    method: str
+    task: str
+    seed: int
+    preset: str
+    method_cfg: Any
+    task_cfg: Any
+    data: Any = None  # harness.config.DataIdentity of real data, None for generated data
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in its canonical form (``harness.records.canonical_config``)."""
+        return canonical_config(
+            {
+                "method": self.method,
+                "task": self.task,
+                "seed": self.seed,
+                "preset": self.preset,
+                "method_cfg": dataclasses.asdict(self.method_cfg),
+                "task_cfg": dataclasses.asdict(self.task_cfg),
+                "data": None if self.data is None else dataclasses.asdict(self.data),
+            }
+        )
+
+    @property
+    def run_id(self) -> str:
+        """Hash of the config (``harness.records.identity``)."""
+        return identity(self.to_dict())[0]
+
+    @property
+    def variant_id(self) -> str:
+        """Hash of the config without the seed."""
+        return identity(self.to_dict())[1]
+
+
+def default_sections(name: str, task: str, preset: str | None = None) -> dict[str, Any]:
+    """The config sections a reference run has: ``method`` (its own) and ``task``.
+
+    Args:
+        name: the reference.
+        task: the task.
+        preset: the task config is the preset's (None: the config class's defaults).
+    """
+    from harness.config import build_config
+    from harness.registry import TASKS
+
+    task_cls = TASKS.get(task)
+    given = dict(task_cls.preset(preset).task) if preset is not None else {}
+    return {
+        "method": build_config(REFERENCES.get(name).config_cls, {}),
+        "task": build_config(task_cls.config_cls, given, task),
+    }
+
+
+def resolve(
+    name: str, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
+) -> RefConfig:
+    """A reference run's config: the task's preset, then the overrides it has keys for.
+
+    Raises:
+        ConfigError: an unknown preset, key or name, a value out of its declared range.
+    """
+    from harness.config import MAX_SEED, PRESETS, apply_overrides, check_knobs
+
+    if preset not in PRESETS:
+        raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
+    owners = {"method": name, "task": task}
+    sections = apply_overrides(default_sections(name, task, preset), overrides or {}, owners)
+    for sec, obj in sections.items():
+        check_knobs(obj, sec, owners[sec])
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ConfigError(f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]")
+    return RefConfig(name, task, int(seed), preset, sections["method"], sections["task"])
+
+
+def from_dict(d: dict[str, Any]) -> RefConfig:
+    """Rebuild a RefConfig from ``RefConfig.to_dict()`` output (a record's config)."""
+    from harness.config import DataIdentity, build_config
+    from harness.registry import TASKS
+
+    try:
+        return RefConfig(
+            method=d["method"],
+            task=d["task"],
+            seed=int(d["seed"]),
+            preset=d["preset"],
+            method_cfg=build_config(REFERENCES.get(d["method"]).config_cls, d["method_cfg"]),
+            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
+            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
+        )
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"malformed reference run config: {e}") from None
+
+
+def unserved(cfg: RefConfig, data_dir: str | None = None) -> str | None:
+    """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None."""
+    from harness.registry import TASKS
+
+    return REFERENCES.get(cfg.method).serves(TASKS.get(cfg.task)(cfg.task_cfg, data_dir))
+
+
+def cannot_serve(name: str, task: Any, why: str) -> str:
+    """One line: reference ``name`` cannot run on ``task`` (a Task), and why."""
+    return f"{name} cannot run on '{task.name}' (a {task.kind} task): {name} is {why}"
+
+
+def skipped_lines(skipped: dict[str, dict[str, list[str]]]) -> list[str]:
+    """One line per task: the references left out for it, grouped by why.
+
+    Args:
+        skipped: task -> why (``Reference.serves``) -> the references it holds for.
+    """
+    from harness.registry import TASKS
+
+    lines = []
+    for task, whys in skipped.items():
+        kind = TASKS.get(task).kind
+        parts = "; ".join(f"{', '.join(sorted(refs))} ({why})" for why, refs in whys.items())
+        lines.append(f"reference predictors skipped on '{task}' (a {kind} task): {parts}")
+    return lines
+
+
+@functools.cache
+def reference_code(name: str) -> str:
+    """The code version of a reference (a record's ``method_code``): a digest of its files.
+
+    The files are this package's base and runner modules and the module that registers the
+    reference (for a task's own reference: the task's module and the modules of its package
+    it uses, as ``harness.resume.method_code`` takes them).
+    """
+    from harness.resume import _package_files
+
+    module = sys.modules[REFERENCES.get(name).__module__]
+    files = {__file__, str(Path(__file__).with_name("run.py"))}
+    if module.__name__.partition(".")[0] == __name__.partition(".")[0]:
+        files.add(module.__file__)
+    else:
+        files |= _package_files(module)
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(Path(path).name.encode() + b"\0")
+        h.update(Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]

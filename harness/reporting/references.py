@@ -1,0 +1,330 @@
+"""Reference predictors in the reports: first rows, what each is, whether a task separates.
+
+A reference predictor (``harness.references``, ``ref:NAME``) is no method: the leaderboard, the
+terminal's brief tables and the paper tables show its rows first, labelled ``(reference)``,
+never bold, left out of the paired tests' reference row and of Holm's family. Under each table
+a note says what each reference is (``notes``) and, where the best reference comes as close to
+the best method row as ``separation`` says, that the task does not separate the methods at this
+setting. A table whose records hold no reference run says so, with the command that adds them
+(``add_command``).
+
+The rule (``RULE``): the best reference predictor (a bound, such as a noise floor, is not a
+predictor) is compared with the best method row by their mean primary metric over seeds. The
+task does not separate the methods when the best method row is better by at most 2 percentage
+points (a percentage: accuracy), by at most 10 % of the reference's value (MSE, perplexity: the
+methods remove less than a tenth of the reference's error), or by at most the half-width of the
+95 % CI (Student's t) of either row. Both rows are chosen by their test means: the statement is
+a diagnosis of the table, not a choice of any row.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from harness.metrics import get_metric
+from harness.records import is_reference
+from harness.reporting.text import ci95
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+POINTS = 2.0  # percentage points: within them, a percentage does not separate the methods
+SHARE = 0.10  # of the reference's value: within it, any other metric does not
+RULE = (
+    "the rule: a task does not separate the methods at a setting when the best method row beats "
+    f"the best reference predictor (bounds aside) by at most {POINTS:g} percentage points "
+    f"(accuracy), by at most {SHARE:.0%} of the reference's value (MSE, perplexity), or by at "
+    "most the 95 % CI half-width of either row (means over seeds, test split)"
+)
+NOTE_HEAD = (
+    "Reference predictors (first rows, `(reference)`): non-recurrent baselines run through the "
+    "same task interface and splits, not methods: never bold, not tested against, not in the "
+    "p-values' family."
+)
+
+
+def method_cell(method: str) -> str:
+    """A row's Method cell: ``ref:NAME (reference)`` for a reference, else the method."""
+    return f"{method} (reference)" if is_reference(method) else method
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a table as the rule reads it: its method, its label, the per-seed values.
+
+    Attributes:
+        method: the method or reference (``ref:NAME``).
+        label: the variant's settings, "" for none.
+        values: the finite per-seed primary metric values.
+    """
+
+    method: str
+    label: str
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        """The mean over seeds (NaN without a value)."""
+        return statistics.fmean(self.values) if self.values else math.nan
+
+    @property
+    def half(self) -> float:
+        """The 95 % CI half-width (0 below two seeds)."""
+        return ci95(list(self.values)) or 0.0
+
+    @property
+    def name(self) -> str:
+        """``method (label)`` or the method alone."""
+        return f"{self.method} ({self.label})" if self.label else self.method
+
+
+def row(method: str, label: str, values: Iterable[Any]) -> Row:
+    """A ``Row`` from any values (None and NaN dropped)."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    return Row(method, label, tuple(vals))
+
+
+def _bound(method: str) -> bool:
+    """Whether a reference is a bound (``Reference.bound``); False when not registered here."""
+    from harness.references import REFERENCES
+
+    try:
+        return bool(REFERENCES.get(method).bound)
+    except Exception:  # a reference this harness does not know: taken as a predictor
+        return False
+
+
+def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
+    """The sentence "this task does not separate the methods ..." where ``RULE`` says so.
+
+    Args:
+        rows: every row of the table (references and methods).
+        primary: the primary metric.
+        higher: its direction.
+
+    Returns:
+        The sentence naming both rows and which margin held; None where the best method row
+        stands clear of every reference (or either side has no value).
+    """
+    sign = 1.0 if higher else -1.0
+    refs = [r for r in rows if is_reference(r.method) and r.values and not _bound(r.method)]
+    methods = [r for r in rows if not is_reference(r.method) and r.values]
+    if not refs or not methods:
+        return None
+    ref = max(refs, key=lambda r: sign * r.mean)
+    best = max(methods, key=lambda r: sign * r.mean)
+    gap = sign * (best.mean - ref.mean)  # how much better the best method row is
+    percent = get_metric(primary).percent
+    margin = POINTS if percent else SHARE * abs(ref.mean)
+    ci = max(ref.half, best.half)
+    if gap > max(margin, ci):
+        return None
+    title = get_metric(primary).title
+    if gap <= 0:
+        why = "at least as good as the best method row"
+    elif gap <= margin:
+        why = f"within {POINTS:g} points" if percent else f"within {SHARE:.0%}"
+        why += " of the best method row"
+    else:
+        why = "within the 95 % CI of the best method row"
+    return (
+        f"This task does not separate the methods at this setting: {ref.name}'s mean {title} "
+        f"({ref.mean:.4g}) is {why}'s, {best.name} ({best.mean:.4g})."
+    )
+
+
+def seeds_text(seeds: Iterable[int]) -> str:
+    """Seeds as ``--seeds`` takes them: ``0-4``, ``0,2,5``, ``0-2,7``."""
+    out: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The task settings every record of a table shares that the preset does not give.
+
+    So that the references run at the table's setting: ``{field: value}`` of the fields whose
+    value is the same in every ``task_cfgs`` and differs from the preset's.
+    """
+    from harness.references import default_sections
+
+    if not task_cfgs:
+        return {}
+    try:
+        import dataclasses
+
+        preset_cfg = dataclasses.asdict(default_sections("ref:mean", task, preset)["task"])
+    except Exception:  # a task or preset this harness does not know
+        preset_cfg = {}
+    out = {}
+    for k, v in task_cfgs[0].items():
+        if all(c.get(k) == v for c in task_cfgs) and preset_cfg.get(k, v) != v:
+            out[k] = v
+    return out
+
+
+def add_command(
+    task: str, preset: str, seeds: Iterable[int], store: str, sets: dict[str, Any] | None = None
+) -> str:
+    """The ``harness run`` line that adds the reference predictors' runs to a table's store."""
+    cmd = f"harness run --tasks {task} --preset {preset} --seeds {seeds_text(seeds)}"
+    cmd += f" --methods 'ref:*' --out {store}"
+    return cmd + "".join(f" --set task.{k}={v}" for k, v in (sets or {}).items())
+
+
+def _describe(method: str, task: str) -> str:
+    from harness.references import describe
+    from harness.registry import TASKS
+
+    try:
+        text = describe(method)
+    except Exception:  # not registered here (a plugin's)
+        return "a reference predictor this harness does not know"
+    try:
+        note = TASKS.get(task).reference_notes.get(method)
+    except Exception:
+        note = None
+    return f"{text}; on this task, {note}" if note else text
+
+
+def notes(
+    task: str,
+    preset: str,
+    rows: Sequence[Row],
+    primary: str,
+    higher: bool,
+    *,
+    store: str,
+    seeds: Iterable[int],
+    task_cfgs: Sequence[dict[str, Any]] = (),
+    brief: bool = False,
+) -> list[str]:
+    """The notes under a table about its reference predictors.
+
+    Args:
+        task: the table's task.
+        preset: its preset.
+        rows: every row of the table (``row``).
+        primary: the primary metric.
+        higher: its direction.
+        store: the records store the add command writes to.
+        seeds: the table's seeds.
+        task_cfgs: the task configs of the table's records (the add command's ``--set``).
+        brief: the terminal's short form (no descriptions).
+
+    Returns:
+        What each reference is and ``RULE`` (and the verdict where due); or, with no reference
+        row, that none was run and the command that runs them.
+    """
+    refs = list(dict.fromkeys(r.method for r in rows if is_reference(r.method)))
+    if not refs:
+        cmd = add_command(task, preset, seeds, store, task_sets(task, preset, task_cfgs))
+        return [f"No reference predictor was run for this table; to add them: `{cmd}`."]
+    verdict = separation(rows, primary, higher)
+    if brief:
+        head = "ref:* rows: reference predictors, not methods ('harness list references')."
+        return [head] + ([verdict] if verdict else [])
+    what = "; ".join(f"{m}: {_describe(m, task)}" for m in refs)
+    out = [f"{NOTE_HEAD} {what}. Separation, {RULE}."]
+    return out + ([verdict] if verdict else [])
+
+
+def record_notes(
+    records: Sequence[dict[str, Any]], task: str, preset: str, store: str, brief: bool = False
+) -> list[str]:
+    """``notes`` of the (task, preset) table made of ``records`` (ok runs, latest of each run)."""
+    from harness.metrics import higher_is_better
+    from harness.records import latest
+    from harness.reporting.runs import variant_label
+
+    recs = [
+        r
+        for r in latest(records)
+        if r.get("status") == "ok" and (r["task"], r["preset"]) == (task, preset)
+    ]
+    if not recs:
+        return []
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        groups.setdefault(r["variant_id"], []).append(r)
+    primary = recs[0]["primary"]
+    rows = []
+    for g in groups.values():
+        same = [r for r in recs if r["method"] == g[0]["method"]]
+        values = (r["metrics"].get(primary) for r in g)
+        rows.append(row(g[0]["method"], variant_label(g, same), values))
+    methods = [r for r in recs if not is_reference(r["method"])] or recs
+    return notes(
+        task,
+        preset,
+        rows,
+        primary,
+        higher_is_better(recs[0]),
+        store=store,
+        seeds={r["seed"] for r in methods},
+        task_cfgs=[r["config"].get("task_cfg") or {} for r in methods],
+        brief=brief,
+    )
+
+
+# --- in the trade-off figures -------------------------------------------------------------------
+
+REFERENCE_COLOR = "#555555"  # the reference predictors' bands: grey, set apart from the methods
+
+
+def reference_bands(
+    runs: pd.DataFrame, primary: str, labels: dict[str, str] | None = None
+) -> list[tuple[str, float, float]]:
+    """``(label, mean, 95 % CI half-width)`` of each reference predictor variant in ``runs``.
+
+    Args:
+        runs: one row per run (``harness.reporting.runs.runs_frame``).
+        primary: the metric the band spans.
+        labels: variant id -> its settings, added to the name where a reference has several.
+
+    Returns:
+        One band per variant, by name; the half-width is 0 below two seeds.
+    """
+    out = []
+    for (method, vid), g in runs.groupby(["method", "variant_id"], sort=True):
+        if not is_reference(method) or primary not in g:
+            continue
+        vals = [float(v) for v in g[primary] if v is not None and not math.isnan(float(v))]
+        if vals:
+            label = (labels or {}).get(vid)
+            name = f"{method} ({label})" if label else method
+            out.append((name, statistics.fmean(vals), ci95(vals) or 0.0))
+    return out
+
+
+def draw_bands(ax: Any, bands: Sequence[tuple[str, float, float]], key: str, text: bool) -> None:
+    """Reference bands on a matplotlib axis: a mean line, the CI shaded, the name at the right.
+
+    Args:
+        ax: the axis.
+        bands: ``reference_bands``.
+        key: the metric (a percentage's band stays within [0, 100]).
+        text: write each band's name (at the right edge, above its line).
+    """
+    import numpy as np
+
+    from harness.reporting.figstyle import LINESTYLES, band
+
+    for k, (label, mean, half) in enumerate(bands):
+        lo, hi = band(np.array([mean]), np.array([half]), key)
+        ls = LINESTYLES[1 + k % (len(LINESTYLES) - 1)]
+        ax.axhspan(float(lo[0]), float(hi[0]), color=REFERENCE_COLOR, alpha=0.18, lw=0)
+        ax.axhline(mean, color=REFERENCE_COLOR, linestyle=ls, lw=0.8)
+        if text:
+            ax.text(
+                0.99, mean, label, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+                color=REFERENCE_COLOR, fontsize=7,
+            )  # fmt: skip
