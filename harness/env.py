@@ -47,6 +47,13 @@ def _is_project_root(root: Path) -> bool:
         return False
 
 
+# What the harness writes into its own checkout: records stores and generated reports. A change
+# there cannot move a number, so it does not make a run's code "dirty" (a sweep appending to a
+# committed store would otherwise record every run after its first as dirty).
+OUTPUT_FOLDERS = ("results", "reports")
+_NOT_CODE = tuple(f":(exclude){folder}" for folder in OUTPUT_FOLDERS)
+
+
 def checkout_state(root: Path) -> tuple[str | None, bool | None]:
     """(commit sha, dirty) of the checkout of this project whose top level is ``root``.
 
@@ -59,8 +66,9 @@ def checkout_state(root: Path) -> tuple[str | None, bool | None]:
         root: the folder that holds the ``harness`` package.
 
     Returns:
-        ``(sha, dirty)``, dirty meaning tracked files differ from the commit; ``(None, None)``
-        when ``root`` is not such a checkout or git is unavailable.
+        ``(sha, dirty)``, dirty meaning tracked files outside ``OUTPUT_FOLDERS`` (the records
+        stores and reports) differ from the commit; ``(None, None)`` when ``root`` is not such
+        a checkout or git is unavailable.
     """
     root = Path(root).resolve()
     try:
@@ -68,7 +76,7 @@ def checkout_state(root: Path) -> tuple[str | None, bool | None]:
         if not top or Path(top).resolve() != root or not _is_project_root(root):
             return None, None
         sha = _git(root, "rev-parse", "HEAD").strip()
-        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", *_NOT_CODE)
         return sha, bool(status.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None

@@ -89,6 +89,23 @@ def test_a_checkout_of_this_project_elsewhere_records_its_commit(tmp_path):
     assert env.checkout_state(clone) == (sha, True)
 
 
+def test_records_and_reports_appended_in_the_checkout_leave_it_clean(tmp_path):
+    # a sweep appends to a committed store, a report rewrites a committed file: not code
+    clone = tmp_path / "clone"
+    for folder in ("results/quick", "reports"):
+        (clone / folder).mkdir(parents=True)
+    (clone / "results" / "quick" / "runs.jsonl").write_text("{}\n")
+    (clone / "reports" / "LEADERBOARD.md").write_text("# old\n")
+    sha = committed_repo(clone, f'[project]\nname = "{env.PROJECT}"\nversion = "0"\n')
+    install_copy(clone)
+    with open(clone / "results" / "quick" / "runs.jsonl", "a") as f:
+        f.write("{}\n")
+    (clone / "reports" / "LEADERBOARD.md").write_text("# new\n")
+    assert env.checkout_state(clone) == (sha, False)
+    (clone / "README").write_text("edited\n")  # anything else: dirty
+    assert env.checkout_state(clone) == (sha, True)
+
+
 def test_outside_any_repository_records_no_commit(tmp_path):
     site = install_copy(tmp_path / "site-packages")
     assert env.checkout_state(site) == (None, None)
