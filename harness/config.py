@@ -22,9 +22,9 @@ from typing import Any
 from harness import references
 from harness.errors import ConfigError
 from harness.records import (  # noqa: F401  (config_hash: bench)
+    Identified,
     canonical_config,
     config_hash,
-    identity,
     is_reference,
 )
 from harness.registry import after_load
@@ -154,7 +154,7 @@ class DataIdentity:
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Identified):
     """Everything that determines one run.
 
     ``data`` identifies the data files of tasks that read them (None for generated data, whose
@@ -190,16 +190,6 @@ class RunConfig:
                 "data": None if self.data is None else dataclasses.asdict(self.data),
             }
         )
-
-    @property
-    def run_id(self) -> str:
-        """Hash of the fully resolved config (16 hex digits; ``harness.records.identity``)."""
-        return identity(self.to_dict())[0]
-
-    @property
-    def variant_id(self) -> str:
-        """Hash of the config without the seed: runs that differ only by seed share it."""
-        return identity(self.to_dict())[1]
 
 
 # --- typed overrides -----------------------------------------------------------------------------

@@ -248,6 +248,28 @@ def config_hash(d: dict[str, Any]) -> str:
 UNHASHED_AT = {("task_cfg", "split"): "series"}
 
 
+class Identified:
+    """A run's config whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
+
+    ``harness.config.RunConfig`` (a method's run) and ``harness.references.RefConfig`` (a
+    reference predictor's) are both hashed by ``identity``.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a canonical JSON-ready dict (``canonical_config``)."""
+        raise NotImplementedError
+
+    @property
+    def run_id(self) -> str:
+        """Hash of the fully resolved config (16 hex digits; ``identity``)."""
+        return identity(self.to_dict())[0]
+
+    @property
+    def variant_id(self) -> str:
+        """Hash of the config without the seed: runs that differ only by seed share it."""
+        return identity(self.to_dict())[1]
+
+
 def identity(cfg_dict: dict[str, Any]) -> tuple[str, str]:
     """``(run_id, variant_id)`` of a config dict (``RunConfig.run_id`` / ``variant_id``).
 

@@ -31,7 +31,7 @@ def _render(tables, width: int) -> list[str]:
     return console.file.getvalue().splitlines()
 
 
-@pytest.mark.parametrize("width", [100, 80])
+@pytest.mark.parametrize("width", [100, 120])
 def test_the_brief_tables_of_the_committed_records_fit_the_terminal(width):
     records, _ = load([QUICK])
     tables = brief_tables(records)
@@ -64,9 +64,12 @@ def test_the_brief_columns_are_the_primary_metric_skip_sqrt_and_macs():
     adding = by_title["adding (quick preset)"]
     assert adding.columns[2].startswith("MSE") and adding.columns[2].endswith("↓")
     assert not any(c.startswith("√") for c in adding.columns)  # no accuracy, no √
-    # sorted by the primary metric, variants named beside their method
-    assert adding.rows[0][0].startswith("sa-rnn lam=")
-    gru = [r for r in adding.rows if r[0] == "gru"]
+    # reference predictors first, then the methods sorted by the primary metric, variants named
+    # beside their method
+    methods = [r for r in adding.rows if not r[0].startswith("ref:")]
+    assert adding.rows[0][0] == "ref:mean (reference)" and len(methods) == len(adding.rows) - 1
+    assert methods[0][0].startswith("sa-rnn lam=")
+    gru = [r for r in methods if r[0] == "gru"]
     assert gru and gru[0][-1] == "39.0 ± 0 (n=3)"  # 3.9e5 effective MACs, every seed
 
 

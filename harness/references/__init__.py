@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.errors import ConfigError
-from harness.records import REF_PREFIX, canonical_config, identity, is_reference
+from harness.records import REF_PREFIX, Identified, canonical_config, is_reference
 from harness.registry import PluginError, UnknownNameError, describe_source
 
 __all__ = [
@@ -231,7 +231,7 @@ def describe(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class RefConfig:
+class RefConfig(Identified):
     """Everything that determines a reference run (what ``RunConfig`` is to a method's run).
 
     No trainer and no model: its run id hashes the reference, the task, the task's config, the
@@ -259,16 +259,6 @@ class RefConfig:
                 "data": None if self.data is None else dataclasses.asdict(self.data),
             }
         )
-
-    @property
-    def run_id(self) -> str:
-        """Hash of the config (``harness.records.identity``)."""
-        return identity(self.to_dict())[0]
-
-    @property
-    def variant_id(self) -> str:
-        """Hash of the config without the seed."""
-        return identity(self.to_dict())[1]
 
 
 def default_sections(name: str, task: str, preset: str | None = None) -> dict[str, Any]:

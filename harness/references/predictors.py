@@ -27,16 +27,8 @@ def _log_prior(counts: Tensor) -> Tensor:
     return (c / c.sum()).log()
 
 
-@register_reference("majority")
-class Majority(Reference):
-    """The class prior of the training labels (a class absent from them counts once)."""
-
-    kinds = (TaskKind.CLASSIFICATION,)
-    description = (
-        "the class prior of the training labels: predicts the majority class (ties: the lower "
-        "index), so its accuracy is that class's share of the test labels; its NLL is the "
-        "prior's cross-entropy"
-    )
+class _Prior(Reference):
+    """A prediction that ignores the input: the distribution of the training targets."""
 
     def fit(self, task, train: Split, seed: int) -> None:
         """Fit on the training split only (``Reference.fit``)."""
@@ -50,6 +42,18 @@ class Majority(Reference):
     def num_params(self) -> int:
         """How many numbers the fit produced."""
         return len(self.logits)
+
+
+@register_reference("majority")
+class Majority(_Prior):
+    """The class prior of the training labels (a class absent from them counts once)."""
+
+    kinds = (TaskKind.CLASSIFICATION,)
+    description = (
+        "the class prior of the training labels: predicts the majority class (ties: the lower "
+        "index), so its accuracy is that class's share of the test labels; its NLL is the "
+        "prior's cross-entropy"
+    )
 
 
 def summary_features(x: Tensor, lengths: Tensor | None) -> Tensor:
@@ -229,7 +233,7 @@ class Last(Reference):
 
 
 @register_reference("unigram")
-class Unigram(Reference):
+class Unigram(_Prior):
     """Unigram model: each token's relative frequency among the training targets."""
 
     kinds = (TaskKind.LM,)
@@ -237,19 +241,6 @@ class Unigram(Reference):
         "unigram model: each token's relative frequency among the training targets, whatever "
         "came before (a type never seen in training counts once)"
     )
-
-    def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
-        counts = torch.bincount(train.y.reshape(-1).long(), minlength=task.output_size)
-        self.logp = _log_prior(counts).float()  # [V]
-
-    def predict(self, batch: Batch) -> Tensor:
-        """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
-        return self.logp.expand(*batch.y.shape, len(self.logp))
-
-    def num_params(self) -> int:
-        """How many numbers the fit produced."""
-        return len(self.logp)
 
 
 @register_reference("bigram")
