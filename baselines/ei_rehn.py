@@ -32,9 +32,15 @@ Differences from the paper:
   applied at use. Computed as ``gbar * (W^0 h) + (gbar * sum_{k<r} w^k + (1 - gbar) * w^r) * h``:
   one D x D product and one diagonal (elementwise) product per branch and layer.
 - [DECISION] docs/methods.md 2.14(e): halting checked before computing layer r (Algorithm 1 as
-  printed computes one discarded layer more); identical outputs. ``step`` runs ``max_b R_t`` layers
-  of the batch; the sequence ``forward`` runs a fixed ``r_max`` layers with the rectified gate
-  (layers past R_t are exact copies of h), so the traced dense graph is input-independent.
+  printed computes one discarded layer more); identical outputs. ``step`` and training run the
+  batch's ``max_b R_t`` layers (training: at least one in a sequence's first step, so that every
+  parameter gets a gradient, 0 if nothing ran); the sequence ``forward`` in eval runs a fixed
+  ``r_max`` layers with the rectified gate (layers past R_t are exact copies of h, and every
+  gradient through them is multiplied by d = 0), so the traced dense graph is input-independent.
+- Training computes the same equations in another form (``baselines/_ei_rehn_stack.py``: a step's
+  layers as one autograd node with the derivatives written out, the input terms of all steps in
+  one matmul; docs/methods.md 2.14, "Training at the cost of the layers run"): equal to the eager
+  equations to float rounding, not bit for bit.
 - Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
   ``d^r_i = 0``. Equal in exact arithmetic (g-hat = sigmoid > 0); they differ only where floats
   round g-hat (torch's sigmoid is exactly 0 below about -88.7 in float32, -709.8 in float64) or
@@ -62,6 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from baselines._ei_rehn_stack import stack_layers
 from baselines._highway import (
     ElasticConfig,
     ElasticGate,
@@ -87,6 +94,7 @@ class EIREHN(ElasticHighway):
     """Elastic highway layers with hypernetwork-generated diagonal weights."""
 
     config_cls = EIREHNConfig
+    _compiled = False  # compile_step ran: training takes the compiled fixed-depth path
 
     def __init__(self, input_size: int, hidden_size: int, cfg: EIREHNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
@@ -130,6 +138,50 @@ class EIREHN(ElasticHighway):
         extras = {"elastic_d1_mean": tr.d[:, 0].mean(-1)}
         return StepOut(h, h, tr.mask, tr.n, extras)
 
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
+        """Training (train mode, grad enabled, not ``compile_step``): each step runs only the
+        batch's ``max_b R_t`` layers, as one autograd node (``stack_layers``). The further layers
+        of the fixed path are copies of h whose every gradient is multiplied by d = 0, so outputs,
+        trace and gradients are the same, to float rounding. Otherwise ``ElasticHighway.forward``:
+        the fixed ``r_max`` layers, the input-independent dense graph fvcore and FlopCounterMode
+        count."""
+        if self.training and torch.is_grad_enabled() and not self._compiled:
+            return self._train_forward(x, state)
+        return super().forward(x, lengths, state)
+
+    def _train_forward(self, x: Tensor, state: Tensor | None) -> SeqOut:
+        """``forward`` in training: ``max_b R_t`` layers per step (``stack_layers``), with what
+        every step reads taken once per sequence: the input terms of every step in one matmul
+        (``W_a``'s and ``W_x``'s, with their biases), alpha and beta (eqs. 13, 12)."""
+        h0 = self.init_state(x.shape[0], x) if state is None else state
+        D, gate = self.hidden_size, self.elastic
+        weight = torch.cat([gate.rate.weight[:, D:], self.weight_x])  # [3D, V]
+        terms = F.linear(x, weight, torch.cat([gate.rate.bias, self.bias]))  # [B, T, 3D]
+        alpha, beta = F.softplus(gate.alpha_hat), torch.sigmoid(gate.beta_hat)
+        rate_h_t = gate.rate.weight[:, :D].t()
+        init = torch.cat([self.s0, self.g0, self.z0])
+        hyper = (self.hyper.weight, self.hyper.bias)
+        weights = (self.weight0, self.bias, self.proj, self.mix_bias, *hyper, init)
+        ran = 0
+
+        def step(p_t: Tensor, h: Tensor) -> StepOut:
+            nonlocal ran
+            rate_x, bx = p_t.split((D, 2 * D), -1)
+            alpha_t = torch.sigmoid(torch.addmm(rate_x, h, rate_h_t))  # eq. 14
+            tr = gate.trace(alpha, beta, alpha_t)  # d [B, R_max, D], n, mask [B, D], R [B]
+            # One layer (a copy) where no layer has run yet, so that every parameter gets a
+            # gradient (0 if nothing ran) as on the fixed path: Adam steps a parameter whose
+            # gradient is 0 (momentum) and skips one whose gradient is None.
+            layers = max(int(tr.R.max()), int(ran == 0))
+            ran += layers
+            h = stack_layers(h, tr.d[:, :layers], bx, *weights)
+            return StepOut(h, h, tr.mask, tr.n, {"elastic_d1_mean": tr.d[:, 0].mean(-1)})
+
+        out = run_sequence(step, terms, h0)
+        self.tally_layers(ran, x.shape[1])
+        out.aux_loss = self.aux_loss(out)
+        return out
+
     def _layers(self, x_t: Tensor, h: Tensor, d: Tensor, layers: int) -> Tensor:
         """The highway layers 1..``layers`` of one step under the gate ``d`` (eqs. 17-22, 9-10)."""
         B, D = h.shape
@@ -157,13 +209,14 @@ class EIREHN(ElasticHighway):
 
     def compile_step(self) -> None:
         """Train with the fixed-depth layer stack of a step (``_fixed_layers``, the ``r_max``
-        layers ``forward`` runs) compiled by ``torch.compile`` (``train.compile``).
+        layers ``ElasticHighway.forward`` runs) compiled by ``torch.compile`` (``train.compile``)
+        in place of the eager ``max_b R_t`` layers of ``stack_layers``.
 
-        Eager, this method is a few hundred small operations per step and layer, forward and
-        backward (about 50,000 per training batch at S-EI's synthetic sizes: 21 steps x 10
-        layers); compiled, a batch of the training loop takes about two fifths of the time. Eval
-        passes (no grad) and the adaptive ``step`` stay eager. The outputs are the same
-        equations; the float rounding differs.
+        One graph for every step: the layers past ``max_b R_t`` are run too (copies of h; a graph
+        per depth would compile again for every depth the batches reach). At S-EI's HAR sizes a
+        training step takes about four fifths of the eager one's time, at the synthetic sizes
+        about the same (docs/methods.md 2.14). Eval passes (no grad) and the adaptive ``step``
+        stay eager. The outputs are the same equations; the float rounding differs.
 
         The elastic gate (eqs. 11-14) stays eager: inductor's vectorised CPU code computes
         ``expm1(x)`` as ``exp(x) - 1`` (torch 2.13; pytorch/pytorch#189803), which in float32 is
@@ -178,6 +231,7 @@ class EIREHN(ElasticHighway):
             return fixed(x_t, h, d) if torch.is_grad_enabled() else eager(x_t, h, d)
 
         self._fixed_layers = layers
+        self._compiled = True
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:

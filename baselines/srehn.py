@@ -119,5 +119,6 @@ class SREHN(ElasticHighway):
         weights = self._weights()
         step = lambda p_t, h: self._step(p_t, h, weights, adaptive=False)  # noqa: E731
         out = run_sequence(step, self._input_terms(x), h0)
+        self.tally_layers(self.cfg.r_max * x.shape[1], x.shape[1])
         out.aux_loss = self.aux_loss(out)
         return out

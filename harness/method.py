@@ -289,3 +289,11 @@ class Method(nn.Module):
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
         """Called by the trainer before each epoch (0-based): annealing schedules live here."""
         self.epoch = epoch
+
+    def train_diagnostics(self) -> dict[str, float]:
+        """Measures of the training passes so far, recorded with a run's diagnostics.
+
+        For example how many layers a depth-adaptive method really ran per step in training
+        (``harness.train`` adds them to the record). Default: none.
+        """
+        return {}

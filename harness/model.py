@@ -92,6 +92,14 @@ class SeqModel(nn.Module):
         for layer in self.layers:
             layer.on_epoch_start(epoch, num_epochs)
 
+    def train_diagnostics(self) -> dict[str, float]:
+        """The layers' ``Method.train_diagnostics``, each averaged over the layers that give it."""
+        seen: dict[str, list[float]] = {}
+        for layer in self.methods:
+            for k, v in layer.train_diagnostics().items():
+                seen.setdefault(k, []).append(v)
+        return {k: sum(v) / len(v) for k, v in seen.items()}
+
     def method_param_count(self) -> int:
         """The number of parameters in the method layers (no embedding or read-out)."""
         return sum(p.numel() for p in self.layers.parameters())

@@ -467,7 +467,7 @@ def _train_and_test(
         val_metrics=val_metrics,
         macs=test.macs,
         flops_per_mac=FLOPS_PER_MAC,
-        diagnostics=test.diagnostics,
+        diagnostics={**test.diagnostics, **model.train_diagnostics()},
         trace=test.trace,
         train_s=train_s,
         eval_s=eval_s,

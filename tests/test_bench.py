@@ -26,6 +26,7 @@ RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite to
     "device_name", "median_s", "mean_s", "stddev_s", "min_s", "max_s", "iqr_s", "rounds",
     "iterations", "warmup_rounds", "sizes", "params", "env", "bench_id", "time", "benchmark",
     "run_id", "ratio_vs_gru", "fused_cell", "mac_ratio", "ratio_vs_cell", "method_code",
+    "dense_macs", "cell_macs",
 }  # fmt: skip
 METHOD_KEYS = RECORD_KEYS | {"target"}  # a method's record; a reference's has "reference"
 GRU_LOOP = phases.REFERENCES[phases.STEP_LOOP]
@@ -82,9 +83,11 @@ def record(
     *,
     cell: str = "GRU",
     target: dict | None = None,
+    macs: tuple[int, int] = (100, 100),
     **sizes,
 ) -> dict:
-    """A timing record as ``timing_record`` makes it, with hand-picked numbers."""
+    """A timing record as ``timing_record`` makes it, with hand-picked numbers; ``macs`` are its
+    dense MACs per step and its fused cell's."""
     reference = method in phases.REFERENCES.values()
     info = {
         "method": method,
@@ -99,6 +102,8 @@ def record(
         "config": {"method": method, "task": "adding", "seed": 0, "preset": "smoke"},
         "fused_cell": cell,
         "mac_ratio": 1.0,
+        "dense_macs": macs[0],
+        "cell_macs": macs[1],
     }
     if not reference:
         info["target"] = target or {
@@ -193,7 +198,7 @@ def test_apply_ratios_against_the_fused_gru_the_own_cell_and_the_target():
 def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
     recs = with_ratios([
         record("skip-rnn", "inference", 0.005),
-        record("skip-rnn", "train", 0.040),
+        record("skip-rnn", "train", 0.040, macs=(200, 100)),
         record("phased-lstm", "inference", 0.004, cell="LSTM"),
         record("phased-lstm", "train", 0.012, cell="LSTM"),
         record(phases.REFERENCE, "inference", 0.002),
@@ -214,24 +219,27 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header == [
         "Method", "Cell", "D", "L", "Params", "Inference ms ↓", "× fused cell ↓",
-        "Train step ms ↓", "× fused cell ↓", "× fused GRU ↓", "MACs / GRU", "Target (train)",
-        "Met",
+        "Train step ms ↓", "× fused cell ↓", "× fused GRU ↓", "MACs / GRU", "× cell per MAC ↓",
+        "Target (train)", "Met",
     ]  # fmt: skip
     refs = [f"**{name}** (reference)" for name in (phases.REFERENCE, LSTM_REF, GRU_LOOP)]
     assert [ln.split("|")[1].strip() for ln in lines[1:4]] == refs  # references first
     # every time is median (min–max) in ms: the rounds were [m / 2, m, 2 m]
     assert table_row(md, refs[0])[5:] == [
-        "2 (1–4)", "1.00", "10 (5–20)", "1.00", "1.00", "1.00", "–", "–"
+        "2 (1–4)", "1.00", "10 (5–20)", "1.00", "1.00", "1.00", "1.00", "–", "–"
     ]  # fmt: skip
     assert table_row(md, refs[2])[1] == "GRU" and table_row(md, refs[2])[8:10] == ["1.50", "1.50"]
     assert table_row(md, refs[1])[1] == "LSTM" and table_row(md, refs[1])[8:10] == ["1.00", "0.80"]
     assert table_row(md, "skip-rnn")[5:] == [
-        "5 (2.5–10)", "2.50", "40 (20–80)", "4.00", "4.00", "1.00", "≤ 2.00 × GRU", "**no**"
+        "5 (2.5–10)", "2.50", "40 (20–80)", "4.00", "4.00", "1.00", "**2.00** ⚑",
+        "≤ 2.00 × GRU", "**no**",
     ]  # fmt: skip
     assert table_row(md, "phased-lstm")[1] == "LSTM"
     assert table_row(md, "phased-lstm")[6:] == [
-        "4.00", "12 (6–24)", "1.50", "1.20", "1.00", "≤ 2.00 × LSTM", "yes"
+        "4.00", "12 (6–24)", "1.50", "1.20", "1.00", "1.50", "≤ 2.00 × LSTM", "yes"
     ]  # fmt: skip
+    assert table_row(md, refs[2])[11] == "1.50"  # the step loop's time per MAC: not above 1.5
+    assert "⚑ Train step above 1.5× its fused cell per MAC: `skip-rnn`." in md
     methods = [ln.split("|")[1].strip() for ln in lines[4:]]
     assert methods == ["rnn", "phased-lstm", "skip-rnn"]  # by their train ratio to their cell
     assert "advisory" in md and "harness bench --methods skip-rnn,rnn" in md and "abc" in md
@@ -244,6 +252,41 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
         "after 1 warm-up round(s)." in md
     )
     assert "## Not timed" not in timing_report.timing_markdown(recs, [], "c")
+
+
+def test_the_train_step_per_dense_mac_against_the_fused_cell_in_every_row():
+    """``× cell per MAC``: the time over the fused cell's time x the dense MACs / the cell's, in
+    every row (references too), flagged above ``MAC_BOUND``; "–" in the rows of records made
+    before the MACs were recorded, which the report still renders."""
+    recs = with_ratios([
+        record(phases.REFERENCE, "train", 0.010, macs=(360, 360)),
+        record(GRU_LOOP, "train", 0.018, macs=(360, 360)),
+        record(LSTM_REF, "train", 0.008, cell="LSTM", macs=(480, 480)),
+        record("ei-rehn", "train", 0.150, macs=(6000, 360)),
+        record("hsg", "train", 0.060, macs=(1800, 360)),
+        record("phased-lstm", "train", 0.020, cell="LSTM", macs=(500, 480)),
+    ])  # fmt: skip
+    old = record("rnn", "train", 0.004, ratio=0.4)
+    for k in ("dense_macs", "cell_macs"):
+        del old[k]  # a record timed before the MACs were recorded
+    md = timing_report.timing_markdown([*recs, old], ["t.jsonl"], "c")
+    header = next(ln for ln in md.splitlines() if ln.startswith("| Method |"))
+    assert [c.strip() for c in header.strip("|").split("|")][11] == "× cell per MAC ↓"
+
+    def per_mac(method: str) -> str:
+        return table_row(md, method)[11]
+
+    assert per_mac(f"**{phases.REFERENCE}** (reference)") == "1.00"
+    assert per_mac(f"**{LSTM_REF}** (reference)") == "1.00"
+    assert per_mac(f"**{GRU_LOOP}** (reference)") == "**1.80** ⚑"
+    assert per_mac("ei-rehn") == "0.90"  # 15 x GRU at 16.7 x its MACs
+    assert per_mac("hsg") == "1.20"  # 6 x GRU at 5 x its MACs
+    assert per_mac("phased-lstm") == "**2.40** ⚑"  # 2.5 x LSTM at 1.04 x its MACs
+    assert per_mac("rnn") == "–"
+    assert timing_report.per_mac_ratio(old) is None
+    assert timing_report.per_mac_ratio(recs[3]) == pytest.approx(15 * 360 / 6000)
+    assert f"⚑ Train step above 1.5× its fused cell per MAC: `{GRU_LOOP}`, `phased-lstm`." in md
+    assert "Every method should train within 1.5×" in md
 
 
 def test_markdown_pairs_references_by_size_and_gives_uneven_round_counts():
@@ -309,6 +352,8 @@ def test_fused_cell_mac_ratio_and_target_come_from_the_method_class():
         macs = p.model.methods[0].cost().dense_step()
         assert p.info["fused_cell"] == cls.fused_cell, name
         assert p.info["mac_ratio"] == pytest.approx(macs / gru_macs), name
+        assert p.info["dense_macs"] == macs, name
+        assert p.info["cell_macs"] == phases.fused_macs(cls.fused_cell, 2, 10), name
         target = p.info["target"]
         if cls.has_depth:
             assert target["ratio"] == pytest.approx(2 * macs / gru_macs), name
@@ -414,9 +459,16 @@ def test_run_bench_end_to_end_tiny(tmp_path):
             assert target["measured"] == pytest.approx(by[m, phase]["ratio_vs_cell"])
             assert target["met"] == (target["measured"] <= 2.0)
     assert by["lstm", "train"]["fused_cell"] == "LSTM" and by["lstm", "train"]["mac_ratio"] == 4 / 3
+    # the MACs per step behind the time per MAC, the method's and its fused cell's: V 2, D 4
+    assert by["lstm", "train"]["dense_macs"] == by["lstm", "train"]["cell_macs"] == 4 * 4 * 6
+    assert by[GRU_LOOP, "train"]["dense_macs"] == by[GRU_LOOP, "train"]["cell_macs"] == 3 * 4 * 6
+    assert (by["rnn", "train"]["dense_macs"], by["rnn", "train"]["cell_macs"]) == (24, 24)
     text = md.read_text()
     row = table_row(text, f"**{ref}** (reference)")
-    assert row[6] == row[8] == row[9] == "1.00"  # its ratio columns
+    assert row[6] == row[8] == row[9] == row[11] == "1.00"  # its ratio columns
+    rnn_per_mac = timing_report.per_mac_ratio(by["rnn", "train"])
+    assert rnn_per_mac == pytest.approx(by["rnn", "train"]["ratio_vs_cell"])  # the RNN's MACs
+    assert table_row(text, "rnn")[11].split()[0].strip("*") == timing_report._ratio(rnn_per_mac)
     assert table_row(text, "lstm")[1] == "LSTM"
     assert "advisory" in text and "--set seq_len=4" in text and str(jsonl) in text
 

@@ -104,6 +104,10 @@ def test_timing_suite_writes_timing_report_naming_its_command(in_tmp, capsys):
     assert printed == [".benchmarks/timing.jsonl", ".benchmarks/TIMING.md"]
     text = (in_tmp / ".benchmarks" / "TIMING.md").read_text()
     assert "`harness " + " ".join(args) + "`" in text and "host-process" not in text
+    gru = next(ln for ln in text.splitlines() if ln.startswith("| gru |"))
+    header = next(ln for ln in text.splitlines() if ln.startswith("| Method |"))
+    per_mac = header.split(" | ").index("× cell per MAC ↓")
+    assert gru.split(" | ")[per_mac] != "–"  # the time per MAC against the fused GRU
     assert not (in_tmp / ".benchmarks" / "SPEEDUP.md").exists()
 
 

@@ -1,8 +1,9 @@
 """EI-REHN and SREHN (docs/methods.md 2.13, 2.14): the batched cells against a literal per-sequence
 Algorithm 1 (same h_t and R_t, including R_t = 0 and R_t = R_max; same gradients), the elastic
 gate (eq. 11) against exact arithmetic for any alpha, the one halting case where Algorithm 1 and
-the project differ, the initialisation trap, parameter counts against S-EI Tables 1-2, and MACs
-on hand-built depths."""
+the project differ, the initialisation trap, parameter counts against S-EI Tables 1-2, MACs on
+hand-built depths, and EI-REHN's training path (the batch's depth only, its layers as one autograd
+node with a hand-written backward) against the fixed-depth equations."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import torch.nn.functional as F
 from reference import assert_grads_match
 from torch import nn
 
-from baselines._highway import ElasticConfig, active_limit, elastic_gate
+from baselines._ei_rehn_stack import stack_layers
+from baselines._highway import ElasticConfig, ElasticHighway, active_limit, elastic_gate
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.srehn import SREHN
 from harness.errors import ConfigError
@@ -316,7 +318,9 @@ def test_alive_at_default_init_and_dead_trap() -> None:
     assert torch.all(out.outputs == 0)  # h never leaves h_0 = 0
     F.mse_loss(out.outputs, y).backward()
     for name, p in dead.named_parameters():
-        assert p.grad is None or torch.all(p.grad == 0), name  # max(., 0) blocks every gradient
+        # max(., 0) blocks every gradient; training still runs one (copy) layer so that every
+        # parameter gets a zero gradient, not None, as on the fixed path (Adam steps the former)
+        assert p.grad is not None and torch.all(p.grad == 0), name
 
 
 def _count(*modules: nn.Module) -> int:
@@ -453,8 +457,9 @@ def test_compiled_training_keeps_a_tiny_local_rate_finite_in_float32() -> None:
 
 @pytest.mark.kernel  # torch.compile builds C++ with inductor (tens of seconds, a compiler needed)
 def test_compiled_step_trains_like_eager() -> None:
-    """``train.compile``: the compiled fixed-depth step gives eager's outputs, trace and gradients
-    (float64, to fused-rounding tolerance); passes without grad, and ``step``, stay eager."""
+    """``train.compile``: the compiled fixed-depth step gives eager training's outputs, trace and
+    gradients (float64, to fused-rounding tolerance); passes without grad, and ``step``, stay
+    eager."""
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
@@ -474,8 +479,133 @@ def test_compiled_step_trains_like_eager() -> None:
     for a, b in zip(g_got, g_want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     graphs = counters["stats"]["unique_graphs"]
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x).outputs, want.outputs.detach(), rtol=0, atol=0)
+    with torch.no_grad():  # eager, bit for bit
+        torch.testing.assert_close(compiled(x).outputs, eager(x).outputs, rtol=0, atol=0)
     out = compiled.step(x[:, 0], compiled.init_state(4, x), 0)
     assert counters["stats"]["unique_graphs"] == graphs  # no-grad and step passes: eager
     assert out.h.shape == (4, 6)
+
+
+# --- the training path: max_b R_t layers, hand-written backward ---------------------------------
+
+
+def _randomised(m: EIREHN) -> EIREHN:
+    """Every parameter drawn at random (the learned vectors and biases start at 0 otherwise)."""
+    torch.manual_seed(11)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.7)
+        m.elastic.alpha_hat.fill_(-3.0)  # alive: d^1 > 0, depths below R_max
+        m.elastic.rate.bias.fill_(-2.0)
+    return m
+
+
+@pytest.mark.parametrize("layers", [1, 3, R_MAX])
+def test_stack_layers_equals_the_layer_equations(layers: int) -> None:
+    """``stack_layers`` (the training forward's layers, derivatives written by hand) against
+    ``EIREHN._layers`` (the equations in torch ops, autograd): h_t, and the gradients of every
+    input, the gate d included (zeros among its values), in float64."""
+    V, D = 3, 6
+    m = _randomised(EIREHN(V, D, EIREHNConfig(r_max=R_MAX)).double())
+    B = 5
+    x = torch.randn(B, V, dtype=torch.float64)
+    h = torch.randn(B, D, dtype=torch.float64, requires_grad=True)
+    d = torch.rand(B, R_MAX, D, dtype=torch.float64).sub(0.3).clamp(min=0).requires_grad_()
+    bx = F.linear(x, m.weight_x) + m.bias  # layer 1's input term and bias
+    init = torch.cat([m.s0, m.g0, m.z0])
+    weights = (m.weight0, m.bias, m.proj, m.mix_bias, m.hyper.weight, m.hyper.bias, init)
+    got = stack_layers(h, d[:, :layers], bx, *weights)
+    want = m._layers(x, h, d, layers)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-13)
+    w = torch.randn_like(want)
+    leaves = [h, d, *m.parameters()]
+    g_got = torch.autograd.grad((got * w).sum(), leaves, allow_unused=True)
+    g_want = torch.autograd.grad((want * w).sum(), leaves, allow_unused=True)
+    for i, (a, b) in enumerate(zip(g_got, g_want, strict=True)):
+        a = torch.zeros_like(leaves[i]) if a is None else a
+        b = torch.zeros_like(leaves[i]) if b is None else b
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13, msg=f"input {i}")
+    assert torch.all(g_got[1][:, layers:] == 0)  # the layers not run get no gradient
+
+
+def test_training_runs_the_batch_depth_and_equals_the_fixed_depth() -> None:
+    """Training runs ``max_b R_t`` layers per step (at least one in the first step) and gives
+    the fixed ``r_max``-layer path's outputs, trace and gradients (float64); the layers it ran
+    are what the run records (``train_layers_per_step``)."""
+    V, D = 3, 4
+    m = EIREHN(V, D, EIREHNConfig(r_max=R_MAX)).double()
+    _craft(m)
+    x = _crafted_input(V)
+    out = m(x)  # train mode, grad enabled: the adaptive path
+    fixed = ElasticHighway.forward(m, x)  # r_max layers at every step
+    torch.testing.assert_close(out.outputs, fixed.outputs, rtol=0, atol=1e-13)
+    assert torch.equal(out.mask, fixed.mask) and torch.equal(out.depth, fixed.depth)
+    torch.testing.assert_close(out.extras["elastic_d1_mean"], fixed.extras["elastic_d1_mean"])
+    w = torch.randn_like(out.outputs)
+    assert_grads_match(m, (out.outputs * w).sum(), (fixed.outputs * w).sum(), rtol=1e-10)
+    batch_depth = out.depth.amax(-1).amax(0)  # [T], max_b R_t
+    assert 0 < batch_depth.sum() < R_MAX * x.shape[1]  # some layers skipped
+    ran = batch_depth.sum().item() + (batch_depth[0] == 0)  # one copy layer if step 1 has none
+    fresh = EIREHN(V, D, EIREHNConfig(r_max=R_MAX)).double()
+    fresh.load_state_dict(m.state_dict())
+    assert fresh.train_diagnostics() == {}
+    fresh(x)
+    with torch.no_grad():
+        fresh(x)  # not a training pass: not counted
+    fresh.eval()(x)
+    assert fresh.train_diagnostics() == {"train_layers_per_step": ran / x.shape[1]}
+
+
+@pytest.mark.parametrize("shape", ["broadcast", "per_unit"])
+def test_gate_backward_against_autograd_of_the_literal_ops(shape: str) -> None:
+    """``elastic_gate``'s hand-written backward against autograd through the same ops, with
+    units at u = 0 (alpha_t rounded to 0: d = beta, no gradient through u), units cut off at
+    d = 0 and large alpha."""
+    torch.manual_seed(12)
+    B, R, D = 4, 6, 5
+    alpha = F.softplus(torch.randn(D, dtype=torch.float64) * 3 - 2)
+    alpha[0] = 60.0  # large alpha: depth 1 or 0
+    alpha.requires_grad_()
+    beta = torch.sigmoid(torch.randn(D, dtype=torch.float64) + 2).requires_grad_()
+    alpha_t = torch.sigmoid(torch.randn(B, 1, D, dtype=torch.float64) * 3 - 3)
+    alpha_t[0, 0, 1] = 0.0  # u = 0 at r = 1 (and alpha > 0 from r = 2 on)
+    if shape == "per_unit":
+        alpha_t = alpha_t.expand(B, R, D).clone()
+    alpha_t.requires_grad_()
+    r = torch.arange(1, R + 1, dtype=torch.float64)[:, None]
+
+    def literal(alpha, beta, alpha_t):
+        u = alpha * (r - 1) + alpha_t * r
+        pos = u > 0
+        log1m = torch.log(-torch.expm1(-torch.where(pos, u, 1.0)))
+        q = (alpha + alpha_t) * r + torch.where(pos, log1m, -math.inf)
+        return torch.relu(beta - q.clamp(max=0.0).exp())
+
+    got, want = elastic_gate(alpha, beta, alpha_t, r), literal(alpha, beta, alpha_t)
+    assert got.grad_fn is not None and type(got.grad_fn).__name__ == "_ElasticGateBackward"
+    assert torch.equal(got, want)  # the same ops: the same values
+    assert (want == 0).any() and (want > 0).any()
+    weights = torch.rand_like(want)
+    inf = torch.where(want == 0, math.inf, weights)  # no gradient where d = 0, however large
+    for w in (weights, inf):
+        for a, b in zip(
+            torch.autograd.grad((got * w).sum(), (alpha, beta, alpha_t), retain_graph=True),
+            torch.autograd.grad((want * w).sum(), (alpha, beta, alpha_t), retain_graph=True),
+            strict=True,
+        ):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
+
+
+def test_a_run_records_the_layers_training_ran() -> None:
+    """The record of a run carries ``train_layers_per_step`` in its diagnostics: between 1 and
+    R_max for EI-REHN, R_max for SREHN (its training runs the fixed depth); none for RHN."""
+    from harness import config, train
+
+    over = {"train.epochs": "1", "train.max_train_batches": "2"}
+    got = {}
+    for method in ("ei-rehn", "srehn", "rhn"):
+        rec = train.run(config.resolve(method, "synthetic", 0, "smoke", over))
+        assert rec["status"] == "ok", rec.get("error")
+        got[method] = rec["diagnostics"].get("train_layers_per_step")
+    assert 1 <= got["ei-rehn"] <= 10 and got["srehn"] == 10 and got["rhn"] is None

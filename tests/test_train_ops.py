@@ -1,4 +1,5 @@
-"""The training loops of the skipping methods in fewer autograd ops per step (issue 12, part 2).
+"""The training loops of the skipping methods in fewer autograd ops per step (issue 12, part 2;
+EI-REHN's and the elastic gate's hand-written backwards, issue 32).
 
 At the paper sizes a training step is bound by per-op dispatch, so these loops use shorter forms
 of the shared equations (``addmm``, ``addcmul``, ``lerp``, projections and transposes taken once
@@ -18,8 +19,17 @@ from baselines._highway import CoupledHighway, elastic_layers
 from harness.registry import METHODS
 
 # Autograd nodes added by one more step of a training forward (V = 3, D = 4); the literal forms
-# before issue 12 added 35, 30, 37, 21 and 157.
-NODES_PER_STEP = {"skip-rnn": 21, "sa-rnn": 17, "vc-rnn": 20, "phased-lstm": 12, "srehn": 82}
+# before issue 12 added 35, 30, 37, 21 and 157. SREHN's and EI-REHN's elastic gate is one node
+# (issue 32; SREHN added 82 before), and EI-REHN's highway layers are one node per step (it added
+# 361 before: 10 layers of about 35).
+NODES_PER_STEP = {
+    "skip-rnn": 21,
+    "sa-rnn": 17,
+    "vc-rnn": 20,
+    "phased-lstm": 12,
+    "srehn": 67,
+    "ei-rehn": 7,
+}
 
 
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -50,6 +50,9 @@ REFERENCES = {
 }
 REFERENCE = REFERENCES["GRU"]
 TARGET_FACTOR = 2.0
+# A training step should cost at most this many times its fused cell's step per dense MAC
+# (issue 32): time <= MAC_BOUND x the cell's time x the method's dense MACs / the cell's.
+MAC_BOUND = 1.5
 
 SplitCache = dict[tuple[str, Any, int], Split]
 
@@ -61,7 +64,8 @@ class Phase:
     Attributes:
         fn: one round of work, no arguments; waits for the device before returning.
         info: method, task, preset, seed, phase, device, sizes (B, T, V, D, layers), params,
-            config, fused cell and (for a method) its MAC ratio and target, for the record.
+            config, fused cell, the dense MACs per step of the timed layers and of the fused
+            cell at their sizes, and (for a method) its MAC ratio and target, for the record.
         model: the module timed.
         reference_key: equal for phases whose references are the same ("" for a reference).
         make_reference: builds the reference phase of a kind of ``REFERENCES`` (None for a
@@ -307,6 +311,8 @@ def method_phase(
         "params": sum(p.numel() for p in model.parameters()),
         "config": cfg.to_dict(),
         "fused_cell": first.fused_cell,
+        "dense_macs": method_macs,
+        "cell_macs": fused_macs(first.fused_cell, first.input_size, first.hidden_size, layers),
         "mac_ratio": method_macs / gru_macs,
         "target": timing_target(first, layers, method_macs),
     }
@@ -338,6 +344,8 @@ def method_phase(
             },
             # the step loop computes the GRU's arithmetic: its ratio to the fused GRU is dispatch
             "fused_cell": cell,
+            "dense_macs": fused_macs(cell, first.input_size, first.hidden_size, layers),
+            "cell_macs": fused_macs(cell, first.input_size, first.hidden_size, layers),
             "mac_ratio": FUSED_CELLS[cell] / FUSED_CELLS["GRU"],
         }
         if phase == "inference":

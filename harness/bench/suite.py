@@ -14,9 +14,11 @@ eager ``nn.GRUCell`` step loop (dispatch cost at the GRU's arithmetic) and the f
 method held against another one (``Method.fused_cell``, e.g. the LSTM). Every time is also given
 as a ratio to the fused GRU (``ratio_vs_gru``) and to the method's own fused cell
 (``ratio_vs_cell``), and a method's record carries its advisory target (``target``, see
-``phases.timing_target``) and whether it was met. Timing is advisory: nothing here is a pass/fail
-gate, and a method whose timing fails is listed under "Not timed", not fatal. The report is
-rendered from the records by ``harness.bench.timing_report``.
+``phases.timing_target``) and whether it was met. Every record also holds the dense MACs per
+step of what it timed (``dense_macs``) and of its fused cell at the same sizes (``cell_macs``),
+from which the report gives the time per MAC against the cell's. Timing is advisory: nothing here
+is a pass/fail gate, and a method whose timing fails is listed under "Not timed", not fatal. The
+report is rendered from the records by ``harness.bench.timing_report``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ from harness.resume import current_code
 from harness.store import Store
 from harness.timing import summarize, time_fn
 
-TIMING_SCHEMA = 2  # 2: references of several kinds, ratio_vs_cell, mac_ratio and target
+# 2: references of several kinds, ratio_vs_cell, mac_ratio and target; dense_macs and cell_macs
+# (issue 32) are optional: records made before them lack them
+TIMING_SCHEMA = 2
 STATS = ("median", "mean", "stddev", "min", "max", "iqr")
 
 
@@ -105,6 +109,8 @@ def timing_record(
         "benchmark": f"{info['method']}[{info['phase']}-{info['device']}]",
         "fused_cell": info.get("fused_cell"),
         "mac_ratio": info.get("mac_ratio"),
+        "dense_macs": info.get("dense_macs"),  # per step, the timed layers
+        "cell_macs": info.get("cell_macs"),  # per step, its fused cell at the same sizes
         "method_code": current_code(info["method"]),  # the report names it, warns if it moved
     }
     if reference:

@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from harness.bench.phases import PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
+from harness.bench.phases import MAC_BOUND, PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
 from harness.resume import code_changes
 
 RATIO = "× fused GRU"
 CELL_RATIO = "× fused cell"
+PER_MAC = "× cell per MAC"
+FLAG = "⚑"
 
 
 def _codes(rows: Sequence[dict[str, Any]]) -> str:
@@ -47,6 +49,31 @@ def _ratio(r: float | None) -> str:
     return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
 
 
+def per_mac_ratio(r: dict[str, Any]) -> float | None:
+    """A timing's ratio to its fused cell per dense MAC.
+
+    Its time over (the cell's time x its dense MACs per step / the cell's), from
+    ``ratio_vs_cell``, ``dense_macs`` and ``cell_macs``.
+
+    Args:
+        r: a timing record.
+
+    Returns:
+        The ratio, or None where the record lacks one of the three (records made before the
+        MACs were recorded, a failed reference).
+    """
+    ratio, macs, cell = r.get("ratio_vs_cell"), r.get("dense_macs"), r.get("cell_macs")
+    if ratio is None or not macs or not cell:
+        return None
+    return ratio * cell / macs
+
+
+def _per_mac(r: dict[str, Any]) -> str:
+    """``per_mac_ratio`` as a cell, bold and flagged above ``MAC_BOUND``."""
+    x = per_mac_ratio(r)
+    return "–" if x is None else f"**{_ratio(x)}** {FLAG}" if x > MAC_BOUND else _ratio(x)
+
+
 def _cell_name(reference: str | None) -> str:
     """``torch.nn.LSTM (fused)`` -> ``LSTM``."""
     return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
@@ -68,7 +95,8 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
 
     The reference rows come first (marked), then a row per method. Each phase gets its time in
     ms as median (min–max) and its ratio to the row's fused cell; the train step also gets the
-    ratio to the fused GRU, the dense MAC ratio to the GRU and the target with whether it is met.
+    ratio to the fused GRU, the dense MAC ratio to the GRU, the ratio to the fused cell per dense
+    MAC (flagged above ``MAC_BOUND``) and the target with whether it is met.
     """
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
@@ -86,6 +114,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
     cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
     cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
     cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
+    cols += [f"{PER_MAC} ↓"]
     cols += ["Target (train)", "Met"]
     kinds = list(REFERENCES.values())
 
@@ -109,7 +138,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         inf, train = row.get("inference", {}), row.get("train", {})
         cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
         cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
-        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"])]
+        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"]), _per_mac(train)]
         target = train.get("target")
         if target:
             met = target.get("met")
@@ -118,6 +147,14 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         else:
             cells += ["–", "–"]
         lines.append("| " + " | ".join(cells) + " |")
+    above = [
+        row["method"]
+        for row in sorted(rows.values(), key=order)
+        if (per_mac_ratio(row.get("train", {})) or 0) > MAC_BOUND
+    ]
+    if above:
+        lines += ["", f"{FLAG} Train step above {MAC_BOUND:g}× its fused cell per MAC: "]
+        lines[-1] += ", ".join(f"`{m}`" for m in above) + "."
     return "\n".join(lines)
 
 
@@ -182,6 +219,11 @@ def timing_markdown(
         f"median / the median of that reference at the same sizes in the same run, device and "
         f"phase; {RATIO} likewise against the fused GRU. MACs / GRU: dense MACs per step of the "
         "method's layers over the fused GRU's at the same sizes.",
+        f"- {PER_MAC} (train step): the median over the fused cell's median × the method's "
+        "dense MACs per step / the cell's (`dense_macs`, `cell_macs` in the records), i.e. the "
+        "time per dense MAC against the fused cell's. Every method should train within "
+        f"{MAC_BOUND:g}×: a row above it is flagged (**bold** {FLAG}) and listed under "
+        "its table. – where a record lacks the MACs (timed before they were recorded).",
         f"- Target (train step): within {factor}× its fused cell; a depth-adaptive (highway) "
         f"method, which runs several layers per step, within {factor}× the fused GRU × its "
         "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
