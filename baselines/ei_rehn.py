@@ -18,7 +18,7 @@ with ``alpha = softplus(alpha_hat)`` (eq. 13), ``beta = sigmoid(beta_hat)`` (eq.
 in {s, g}. ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``, ``L_ti = ln(beta_i + e^alpha_i)/(alpha_i +
 alpha_ti)``: the layers where some ``d^r_i > 0``, which is Algorithm 1's "while ||g^r||_1 > 0 and
 r <= R_max" as long as g-hat > 0 (see below). Eq. 11 is evaluated in a form that cannot overflow
-(``baselines._highway.elastic_gate``), exact to float rounding for any alpha.
+(``baselines._elastic.elastic_gate``), exact to float rounding for any alpha.
 Parameters (docs/methods.md 2.14(f)):
 ``D(D+V+1) + 2D + 2[D^2 + DV + D + 2D D_z + D] + [2D D_z + D_z^2 + D_z] + [2D + D_z]``.
 With a linear read-out this gives S-EI Table 1's three counts (807 / 1732 / 2862) exactly; Table
@@ -69,14 +69,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._ei_rehn_stack import stack_layers
-from baselines._highway import (
-    ElasticConfig,
-    ElasticGate,
-    ElasticHighway,
-    highway_mix,
-    run_sequence,
-    weight_bound,
-)
+from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway
+from baselines._highway import highway_mix, run_sequence, weight_bound
 from harness.config import MAX_WIDTH, knob
 from harness.method import SeqOut, StepCost, StepOut
 from harness.registry import register_method

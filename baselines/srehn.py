@@ -12,7 +12,7 @@ The SRHN layer (``baselines/srhn.py``) with the highway update replaced by the e
 
 for r = 1..R_t with ``R_t = min(R_max, max_i(ceil(L_ti) - 1))`` (Algorithm 1's halting rule,
 computed before any layer runs, on d; see below). Eq. 11 is evaluated in a form that cannot
-overflow (``baselines._highway.elastic_gate``), exact to float rounding for any alpha.
+overflow (``baselines._elastic.elastic_gate``), exact to float rounding for any alpha.
 Parameters: SRHN + ``D(D+V+1) + 2D``.
 
 Differences from the paper:
@@ -44,15 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from baselines._highway import (
-    CoupledHighway,
-    ElasticConfig,
-    ElasticGate,
-    ElasticHighway,
-    elastic_layers,
-    run_sequence,
-    weight_bound,
-)
+from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway, elastic_layers
+from baselines._highway import CoupledHighway, run_sequence, weight_bound
 from harness.method import SeqOut, StepCost, StepOut
 from harness.registry import register_method
 

@@ -19,7 +19,7 @@ from reference import assert_grads_match
 from torch import nn
 
 from baselines._ei_rehn_stack import stack_layers
-from baselines._highway import ElasticConfig, ElasticHighway, active_limit, elastic_gate
+from baselines._elastic import ElasticConfig, ElasticHighway, active_limit, elastic_gate
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.srehn import SREHN
 from harness.errors import ConfigError

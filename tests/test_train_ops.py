@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from baselines._cells import gru_step, gru_step_lean, masked_lerp, masked_update
-from baselines._highway import CoupledHighway, elastic_layers
+from baselines._elastic import elastic_layers
+from baselines._highway import CoupledHighway
 from harness.registry import METHODS
 
 # Autograd nodes added by one more step of a training forward (V = 3, D = 4); the literal forms
