@@ -55,7 +55,8 @@ class RunRecord(TypedDict, total=False):
         method_code: digest of the method's source files (``harness.resume.method_code``).
         method_source: where the method came from (``harness.registry.source_of``), if known.
         env: where it ran (``harness.env.environment``).
-        time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``.
+        time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``; ``compile_s`` (the part of
+            ``train_s`` spent compiling) for runs with ``train.compile``.
         primary: the task's primary metric; ``higher_is_better`` its direction.
         selection: the rule that chose the test metrics (text).
         params: ``total`` and ``method`` parameter counts.
@@ -158,8 +159,14 @@ def finish_ok(
     trace: dict[str, Any],
     train_s: float,
     eval_s: float,
+    compiled: dict[str, float] | None = None,
 ) -> RunRecord:
-    """Complete ``rec`` as a finished run (status ``ok``)."""
+    """Complete ``rec`` as a finished run (status ``ok``).
+
+    ``compiled`` (runs with ``train.compile``): ``compile_s``, the seconds of ``train_s`` that
+    ``torch.compile`` spent compiling, goes to ``time``; the FX-graph cache hits and misses to
+    ``diagnostics`` (``harness.train.CompileClock``).
+    """
     rec.update(
         status="ok",
         error=None,
@@ -174,6 +181,9 @@ def finish_ok(
         trace=trace,
     )
     rec["time"].update(train_s=train_s, eval_s=eval_s, end=_now())
+    if compiled:
+        rec["time"]["compile_s"] = compiled["compile_s"]
+        rec["diagnostics"].update({k: v for k, v in compiled.items() if k != "compile_s"})
     return rec
 
 

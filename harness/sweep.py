@@ -236,33 +236,61 @@ def estimate_seconds(
     are what the records say: one process at the recorded ``--threads``, on the recorded
     machine, under whatever load it had.
 
+    Compilation (``train.compile``) is counted once per variant, not once per run: a run's
+    recorded ``time.compile_s`` is taken out of its time, and each variant of ``todo`` that
+    compiles adds the largest ``compile_s`` recorded for it (else for its method on its task and
+    preset), what a cold cache costs; its other seeds load the compiled graphs from inductor's
+    cache (``harness.train.CompileClock``).
+
     Returns:
         ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
         ``{"variant": ..., "method": ..., "unknown": ...}``.
     """
 
-    def took(r: dict[str, Any]) -> float | None:
+    def seconds(t: dict[str, Any], key: str) -> float:
+        v = float(t.get(key) or 0.0)
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(key)
+        return v
+
+    def took(r: dict[str, Any]) -> tuple[float, float] | None:
+        """(seconds less compilation, compilation seconds) of a run."""
         t = r.get("time") or {}
         try:
-            s = float(t["train_s"]) + float(t.get("eval_s") or 0.0)
+            s = float(t["train_s"]) + seconds(t, "eval_s")
+            compiling = min(seconds(t, "compile_s"), s)
         except (KeyError, TypeError, ValueError):
             return None
-        return s if math.isfinite(s) and s >= 0 else None
+        return (s - compiling, compiling) if math.isfinite(s) and s >= 0 else None
 
     by_variant: dict[str, list[float]] = {}
     # (seconds, epochs run or None) of the runs of each (method, task, preset)
     by_method: dict[tuple[str, str, str], list[tuple[float, int | None]]] = {}
+    compile_variant: dict[str, float] = {}  # the most a run of the variant spent compiling
+    compile_method: dict[tuple[str, str, str], float] = {}
     for r in latest(records):
-        s = took(r) if r.get("status") == "ok" else None
-        if s is not None:
+        got = took(r) if r.get("status") == "ok" else None
+        if got is not None:
+            s, compiling = got
+            key = (r["method"], r["task"], r["preset"])
             by_variant.setdefault(r["variant_id"], []).append(s)
             e = r.get("epochs_run")
             e = e if isinstance(e, int) and e > 0 else None
-            by_method.setdefault((r["method"], r["task"], r["preset"]), []).append((s, e))
+            by_method.setdefault(key, []).append((s, e))
+            if compiling > 0:
+                compile_variant[r["variant_id"]] = max(
+                    compiling, compile_variant.get(r["variant_id"], 0)
+                )
+                compile_method[key] = max(compiling, compile_method.get(key, 0.0))
     total, counts = 0.0, {"variant": 0, "method": 0, "unknown": 0}
+    compiles: dict[str, float] = {}  # variant of todo -> its compilation, counted once
     for c in todo:
         same = by_variant.get(c.variant_id) or []
         like = by_method.get((c.method, c.task, c.preset)) or []
+        if getattr(getattr(c, "train", None), "compile", False) and (same or like):
+            compiles[c.variant_id] = compile_variant.get(
+                c.variant_id, compile_method.get((c.method, c.task, c.preset), 0.0)
+            )
         if same:
             total += sum(same) / len(same)
             counts["variant"] += 1
@@ -272,7 +300,7 @@ def estimate_seconds(
             counts["method"] += 1
         else:
             counts["unknown"] += 1
-    return total, counts
+    return total + sum(compiles.values()), counts
 
 
 def match_skip(

@@ -486,6 +486,43 @@ def test_compiled_step_trains_like_eager() -> None:
     assert out.h.shape == (4, 6)
 
 
+@pytest.mark.kernel  # torch.compile builds C++ with inductor (tens of seconds, a compiler needed)
+def test_compiled_runs_record_their_compile_time_and_reuse_the_cache(tmp_path, monkeypatch) -> None:
+    """A run with ``train.compile`` records the seconds it spent compiling (``time.compile_s``,
+    part of ``train_s``) and inductor's cache hits and misses. The next run of the same process
+    (another seed, same graphs) reuses the compiled code; a new process loads it from inductor's
+    on-disk cache (hits, no miss) and compiles for less. An eager run records neither."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from harness import config
+    from harness.train import run
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # a cold cache
+    torch._dynamo.reset()
+    on = {"train.compile": "true", "train.epochs": "1", "train.max_train_batches": "2"}
+    first, second = (run(config.resolve("ei-rehn", "synthetic", s, "smoke", on)) for s in (0, 1))
+    assert first["status"] == second["status"] == "ok", (first["error"], second["error"])
+    assert 0 < first["time"]["compile_s"] <= first["time"]["train_s"]
+    assert first["diagnostics"]["compile_cache_misses"] > 0
+    assert second["diagnostics"]["compile_cache_misses"] == 0
+    assert second["time"]["compile_s"] < first["time"]["compile_s"]
+    eager = run(config.resolve("ei-rehn", "synthetic", 0, "smoke", {"train.epochs": "1"}))
+    assert "compile_s" not in eager["time"] and "compile_cache_hits" not in eager["diagnostics"]
+
+    out = tmp_path / "runs.jsonl"
+    sets = [a for k, v in on.items() for a in ("--set", f"{k}={v}")]
+    argv = ["run", "--tasks", "synthetic", "--methods", "ei-rehn", "--seeds", "2"]
+    cmd = [sys.executable, "-m", "harness", *argv, *sets, "--out", str(out), "--no-report"]
+    subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ))
+    (third,) = (json.loads(line) for line in out.read_text().splitlines())
+    assert third["diagnostics"]["compile_cache_hits"] > 0, third["diagnostics"]
+    assert third["diagnostics"]["compile_cache_misses"] == 0
+    assert third["time"]["compile_s"] < first["time"]["compile_s"]
+
+
 # --- the training path: max_b R_t layers, hand-written backward ---------------------------------
 
 

@@ -223,6 +223,38 @@ def test_estimate_seconds_from_the_variant_then_the_method():
     assert s == 100.0
 
 
+def test_estimate_seconds_counts_compilation_once_per_variant():
+    """A compiled run's ``time.compile_s`` is paid once per variant (a cold cache), not per seed:
+    the other seeds load the compiled graphs from inductor's cache."""
+    from harness import config
+    from harness.sweep import estimate_seconds
+
+    on = {"train.compile": "true"}
+    s0, s1, s2 = (config.resolve("ei-rehn", "synthetic", s, "smoke", on) for s in (0, 1, 2))
+    wide = config.resolve("ei-rehn", "synthetic", 0, "smoke", {**on, "hidden_size": "7"})
+
+    def rec(cfg, train_s, compile_s=None):
+        t = {"train_s": train_s, "eval_s": 1.0}
+        if compile_s is not None:
+            t["compile_s"] = compile_s
+        return {
+            "run_id": cfg.run_id, "variant_id": cfg.variant_id, "method": cfg.method,
+            "task": cfg.task, "preset": cfg.preset, "seed": cfg.seed, "status": "ok",
+            "time": t, "epochs_run": None,
+        }  # fmt: skip
+
+    # seed 0 compiled afresh (40 of its 50 s), seed 1 loaded from the cache (2 of 12 s)
+    recs = [rec(s0, 50.0, 40.0), rec(s1, 12.0, 2.0)]
+    s, n = estimate_seconds([s2], recs)  # steady 11 a run (mean of 11, 11) + 40 once
+    assert (s, n) == (51.0, {"variant": 1, "method": 0, "unknown": 0})
+    s, _ = estimate_seconds([s1, s2], recs)  # two runs, one compilation
+    assert s == 2 * 11.0 + 40.0
+    s, _ = estimate_seconds([wide], recs)  # another variant: its method's steady time + 40
+    assert s == 11.0 + 40.0
+    s, _ = estimate_seconds([s2], [rec(s0, 50.0)])  # records made before compile_s: as is
+    assert s == 51.0
+
+
 def test_progress_lines_show_variant_epochs_and_the_leaderboard_goes_next_to_out(tmp_path, harness):
     p = harness(
         "run",
