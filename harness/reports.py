@@ -97,6 +97,7 @@ def paper_report(
     select: str | None = None,
     figures: bool = True,
     allow_dirty: bool = False,
+    against: Sequence[str] = (),
 ) -> tuple[list[Path], list[str]]:
     """The paper-style report of the records in ``sources`` (tables, figures) into ``out_dir``.
 
@@ -104,6 +105,7 @@ def paper_report(
     (``paper_<task>_<preset>.<format>``) and the figures already in ``out_dir/figures`` under
     their names are checked before anything is written. The tables hold records of clean
     commits only unless ``allow_dirty`` (``harness.reporting.paper.write_paper_report``).
+    ``against``: methods every method row is compared with, paired by seed.
 
     Returns:
         The paths written, and the unusable lines of the sources.
@@ -126,6 +128,7 @@ def paper_report(
         figures=figures,
         select=_rule(select),
         allow_dirty=allow_dirty,
+        against=tuple(against),
     )
     return paths, problems
 

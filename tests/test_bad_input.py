@@ -101,6 +101,8 @@ CASES = [
     (["report", "a.jsonl", "--paper", "--task", "zz*"], "No task matches 'zz*'"),
     (["report", "a.jsonl", "--task", "adding"], "--task: only used with --paper"),
     (["report", "a.jsonl", "--out-dir", "x"], "--out-dir: only used with --paper (the leaderbo"),
+    (["report", "a.jsonl", "--against", "gru"], "--against: only used with --paper (the leaderb"),
+    (["report", "a.jsonl", "--paper", "--against", "gru,sa_rnn"], "Unknown method 'sa_rnn'. Did"),
     (["report", "a.jsonl", "--paper", "--out", "x.md"], "--out: the leaderboard's file; --paper"),
     # 8. options with fixed values: argparse choices, before anything starts
     (RUN + ["--match-skip", "nan"], "argument --match-skip: expects a finite number, got 'nan'"),

@@ -98,6 +98,15 @@ def add_parser(subparsers: Any) -> None:
         "nearest TARGET); default: every variant",
     )
     s.add_argument(
+        "--against",
+        type=comma_list(str),
+        default=None,
+        metavar="METHOD[,METHOD...]",
+        help="--paper: a table after the main one comparing every method row with each of these "
+        "methods, paired by seed (row - method: mean difference, paired t and Wilcoxon p, Holm "
+        "per column), on the primary metric and, against a method that skips, on √(Acc×Skip)",
+    )
+    s.add_argument(
         "--allow-dirty",
         action="store_true",
         help="--paper: also tabulate records made from a tree with uncommitted changes "
@@ -129,6 +138,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         ("--preset", args.preset),
         ("--out-dir", args.out_dir),
         ("--allow-dirty", args.allow_dirty),
+        ("--against", args.against),
     )
     given = [f for f, v in paper_only if v]
     if given and not args.paper:
@@ -140,6 +150,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         from harness.registry import TASKS
 
         tasks = TASKS.resolve(args.task)  # names and globs, as 'run --tasks' takes them
+    if args.against:  # an unknown method is one line before anything is read
+        from harness.registry import METHODS
+
+        for name in args.against:
+            METHODS.get(name)
     if args.select:  # a bad rule is one line before anything is read
         from harness.selection import parse_rule
 
@@ -169,6 +184,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             select=args.select,
             figures=not args.no_figures,
             allow_dirty=args.allow_dirty,
+            against=args.against or (),
         )
         for p in paths:
             print(p)

@@ -36,6 +36,7 @@ from harness.errors import HarnessError
 from harness.metrics import get_metric
 from harness.outputs import write_text
 from harness.records import is_reference, latest
+from harness.reporting.against import against_table
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes
 from harness.reporting.references import row as ref_row
@@ -90,6 +91,7 @@ def write_paper_report(
     published: str | Path | None = None,
     select: Rule | None = None,
     allow_dirty: bool = False,
+    against: Sequence[str] = (),
 ) -> list[Path]:
     """Write the paper-style report of every chosen (task, preset) with ok runs.
 
@@ -111,6 +113,8 @@ def write_paper_report(
             main table).
         allow_dirty: also tabulate records made from a tree with uncommitted changes
             (``env.git_dirty``); by default they are left out, and each report says how many.
+        against: methods to compare every method row with, paired by seed, in a table after
+            the main one (``harness.reporting.against``).
 
     Returns:
         The paths written. Raises HarnessError if the records hold no ok run of the chosen
@@ -132,7 +136,7 @@ def write_paper_report(
             f"no ok runs for tasks {list(tasks or ['all'])}, presets "
             f"{list(presets or ['all'])} in {', '.join(sources)}"
         )
-    opts = Options(sources, formats, figures, published, select, allow_dirty)
+    opts = Options(sources, formats, figures, published, select, allow_dirty, tuple(against))
     try:
         return _write(chosen, groups, Path(out_dir), opts)
     except OSError as e:
@@ -151,6 +155,7 @@ class Options:
     published: str | Path | None
     select: Rule | None
     allow_dirty: bool
+    against: tuple[str, ...] = ()
 
 
 def _write(
@@ -258,6 +263,16 @@ def _write_one(
             + _reference_notes(task, preset, shown, runs, primary, higher, opts),
         )
     )
+    versus = against_table(shown, primary, higher, opts.against)
+    if versus is not None:
+        names = ", ".join(opts.against)
+        tables.append(
+            Table(
+                f"{task} ({preset} preset), {rows_rule}: paired comparisons with {names}",
+                f"tab:{slug}-against",
+                *versus,
+            )
+        )
     agg = agg[[not is_reference(m) for m in agg["method"]]]  # the paper rows are methods
     dirty_runs = runs_frame(latest(left_out)) if left_out and not opts.allow_dirty else None
     dirty_agg = None

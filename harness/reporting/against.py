@@ -1,0 +1,157 @@
+"""Paired comparisons against named methods (``harness report --paper --against gru,sa-rnn``).
+
+The main table tests every row against one reference row chosen on validation. A paper's claim
+is usually against named methods instead: S-SA's headline is that SA-RNN has the best
+√(Acc × Skip) at a matched budget, and a skipping method's accuracy is read against the dense
+GRU's. This table gives, for each method row and each named method M, the difference row − M
+of the primary metric and, where M skips updates, of √(Acc × Skip), with its test:
+
+- seeds shared (a run seed fixes the split, the balancing sample and the batch order, the same
+  for every method): the per-seed differences, mean ± sample std, paired t-test and Wilcoxon's
+  signed-rank test (exact, two-sided);
+- seeds not shared: the difference of the means and Welch's t-test.
+
+Holm's step-down correction runs over each column's tests (one family per compared measure and
+named method). Reference predictors (``ref:NAME``) are not compared.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.metrics import get_metric
+from harness.records import is_reference
+from harness.reporting.references import method_cell
+from harness.reporting.render import Cell
+from harness.reporting.tables import compare_seeds, holm, reference, row_name
+from harness.reporting.text import fmt_cell, fmt_p, seeds_cell
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SQRT = "geo_mean"  # √(Acc × Skip)
+
+
+def _finite(by_seed: dict[Any, float]) -> dict[Any, float]:
+    return {s: v for s, v in by_seed.items() if v is not None and not math.isnan(v)}
+
+
+def difference(a: dict[Any, float], b: dict[Any, float]) -> tuple[float, float | None, int]:
+    """``a − b`` (seed -> value each), its std and how many values it is over.
+
+    The mean of the per-seed differences and their sample std when both have the same seeds
+    (pairs), else the difference of the means (std None, over the smaller side). NaN without
+    values.
+    """
+    fa, fb = _finite(a), _finite(b)
+    if not fa or not fb:
+        return math.nan, None, 0
+    if fa.keys() == fb.keys():
+        diffs = [fa[s] - fb[s] for s in sorted(fa)]
+        std = statistics.stdev(diffs) if len(diffs) > 1 else None
+        return statistics.fmean(diffs), std, len(diffs)
+    apart = statistics.fmean(fa.values()) - statistics.fmean(fb.values())
+    return apart, None, min(len(fa), len(fb))
+
+
+def _signed(text: str) -> str:
+    return text if text.startswith(("-", "–")) or text == "0" else f"+{text}"
+
+
+def _skips(row: Any) -> bool:
+    skip = row.get("skip_pct")
+    return skip is not None and not math.isnan(skip) and skip > 0
+
+
+def against_table(
+    agg: pd.DataFrame, primary: str, higher: bool, names: Sequence[str]
+) -> tuple[list[str], list[list[Cell]], list[str]] | None:
+    """The comparison table of ``agg``'s method rows against each method of ``names``.
+
+    Args:
+        agg: ``harness.reporting.runs.aggregate``'s rows, as the main table shows them.
+        primary: the primary metric's key.
+        higher: its direction.
+        names: the methods to compare against, in order.
+
+    Returns:
+        ``(titles, rows, notes)``, or None when ``names`` is empty. A named method with no row
+        in ``agg`` gets a note, no column; with several rows (no ``--select``), the one the main
+        table's reference rule picks among them (``harness.reporting.tables.reference``).
+    """
+    if not names:
+        return None
+    methods = [(i, r) for i, (_, r) in enumerate(agg.iterrows()) if not is_reference(r["method"])]
+    notes: list[str] = []
+    targets: list[tuple[str, Any]] = []  # (name, its row)
+    for name in names:
+        mine = agg[agg["method"] == name]
+        if mine.empty:
+            notes.append(f"{name}: no row in this table, so no comparison with it.")
+            continue
+        j, how = reference(mine.reset_index(drop=True), primary, higher)
+        row = mine.iloc[max(j, 0)]
+        if len(mine) > 1:
+            notes.append(
+                f"{name} has {len(mine)} rows here; compared with {row_name(name, row['label'])} "
+                f"({how})."
+            )
+        targets.append((name, row))
+    if not targets:
+        return [], [], notes
+    ptitle = get_metric(primary).title
+    sqrt_title = get_metric(SQRT).title
+    cols: list[tuple[str, str, Any]] = []  # (title, key, target row)
+    for name, row in targets:
+        cols.append((f"− {name}: {ptitle}", primary, row))
+        if SQRT in agg and _skips(row):
+            cols.append((f"− {name}: {sqrt_title}", SQRT, row))
+    labels = [r["label"] for _, r in methods]
+    titles = ["Method"] + (["Variant"] if any(labels) else []) + ["Seeds"]
+    titles += [t for t, _, _ in cols]
+    cells: list[list[str]] = [[] for _ in methods]
+    for _title, key, target in cols:
+        tests, diffs = [], []
+        for _i, r in methods:
+            if r["variant_id"] == target["variant_id"]:
+                tests.append(None)
+                diffs.append(None)
+                continue
+            tests.append(compare_seeds(r[f"{key}_by_seed"], target[f"{key}_by_seed"]))
+            diffs.append(difference(r[f"{key}_by_seed"], target[f"{key}_by_seed"]))
+        p_t = holm([c.p if c else None for c in tests])
+        p_w = holm([c.wilcoxon if c else None for c in tests])
+        for k, (c, d) in enumerate(zip(tests, diffs, strict=True)):
+            if c is None or d is None:
+                cells[k].append("–")
+                continue
+            mean, std, n = d
+            text = _signed(fmt_cell(mean, std, n))
+            if std is None and not math.isnan(mean):
+                text += " (means)"
+            if p_t[k] is not None:
+                text += f"; p {fmt_p(p_t[k])} ({c.test}"
+                text += f", W {fmt_p(p_w[k])})" if p_w[k] is not None else ")"
+            cells[k].append(text)
+    rows: list[list[Cell]] = []
+    for k, (_i, r) in enumerate(methods):
+        line: list[Cell] = [(method_cell(r["method"]), False)]
+        line += [(labels[k], False)] if "Variant" in titles else []
+        line.append((seeds_cell(r["seeds"]), False))
+        line += [(t, False) for t in cells[k]]
+        rows.append(line)
+    notes.insert(
+        0,
+        "Each cell: row − the named method, mean ± sample std of the per-seed differences over "
+        "their shared seeds (a run seed fixes the split, the balancing sample and the batch "
+        "order, the same for every method: paired samples), then p: paired t-test and, after "
+        "W, Wilcoxon's signed-rank test (exact, two-sided); rows whose seeds differ: the "
+        "difference of the means, marked (means), and Welch's t-test. Holm's step-down "
+        "correction over each column's tests. "
+        f"{sqrt_title} is compared only against a method that skips updates. – : the named "
+        "method's own row.",
+    )
+    return titles, rows, notes
