@@ -85,7 +85,7 @@ def test_caption_and_label_above_the_table():
 # The content streams are left uncompressed and each tabular is bracketed by two marked-content
 # points, so the test reads the size every glyph of every table was printed at.
 PREAMBLE = r"""\documentclass[10pt%s]{article}
-\usepackage{booktabs,graphicx}
+\usepackage{booktabs,graphicx,xcolor}
 \setlength{\textwidth}{7in}\setlength{\columnsep}{0.4in}\setlength{\oddsidemargin}{-0.25in}
 \setlength{\textheight}{9.5in}\setlength{\topmargin}{-0.75in}
 \pdfcompresslevel=0 \pdfobjcompresslevel=0

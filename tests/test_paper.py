@@ -351,3 +351,52 @@ def test_a_users_published_file_replaces_the_shipped_one(tmp_path):
     assert "| SA-RNN, mine | 77.7 " in md
     # Methods of the published table lead the main table.
     assert md.index("| sa-rnn ") < md.index("| gru ")
+
+
+def test_unsolved_runs_skip_pct_is_greyed_and_out_of_the_comparison(tmp_path):
+    """Adding: Skip % is the mean over the runs that solved the task; the unsolved runs' Skip %
+    follows greyed, is never bold and is not in Ours − paper (S-SA Table 4)."""
+
+    def add(method, seed, mse, skip, **knobs):
+        return rec(method, seed, task="adding", primary="mse", higher=False, mse=mse,
+                   solved=float(mse <= 1.67e-3), skip_pct=skip, **knobs)  # fmt: skip
+
+    recs = [add("gru", s, 1e-3, 0.0) for s in range(3)]
+    # SA-RNN lambda 1e-4: seeds 0 and 1 solved at 80 and 84 % skip, seed 2 unsolved at 99 %
+    sa = ((0, 1e-3, 80.0), (1, 1.5e-3, 84.0), (2, 0.1, 99.0))
+    recs += [add("sa-rnn", s, m, k, lam=1e-4) for s, m, k in sa]
+    recs += [add("skip-rnn", s, 0.09, 95.0, lam=1e-7) for s in range(3)]  # none solved
+    agg, (titles, rows) = table(recs)
+    skip = dict(zip([r[0][0] for r in rows], col(titles, rows, "Skip %"), strict=True))
+    assert skip["sa-rnn"] == ("82.0 ± 2.8 (n=2) \x0e(unsolved 1/3: 99.0)\x0f", True)  # bold: 82
+    assert skip["skip-rnn"] == ("\x0e(unsolved 3/3: 95.0 ± 0 (n=3))\x0f", False)  # not 95
+    assert skip["gru"] == ("0 ± 0 (n=3)", False)
+    write_paper_report(recs, ["r"], tmp_path, formats=("md", "tex"), figures=False)
+    md = (tmp_path / "paper_adding_smoke.md").read_text()
+    assert '<span style="color:gray">(unsolved 1/3: 99.0)</span>' in md
+    assert md.count("Skip % on a task with a solved line") >= 1
+    tex = (tmp_path / "paper_adding_smoke.tex").read_text()
+    assert r"\textcolor{gray}{(unsolved 3/3: 95.0" in tex and "\x0e" not in tex
+    assert "xcolor" in tex
+
+
+def test_ours_minus_paper_takes_the_solved_runs_skip_pct_only():
+    from harness.reporting.published import tables_for as published
+
+    t4 = published("adding")[0]
+    sa = next(r for r in t4.rows if r.method == "sa-rnn" and r.config.get("lam") == 1e-4)
+
+    def add(seed, mse, skip):
+        return rec("sa-rnn", seed, task="adding", primary="mse", higher=False, mse=mse,
+                   solved=float(mse <= 1.67e-3), skip_pct=skip, lam=1e-4)  # fmt: skip
+
+    runs = runs_frame([add(0, 1e-3, 80.0), add(1, 0.1, 99.0)])
+    agg = aggregate(runs, KEYS, ["sa-rnn"])
+    pvh = paper_vs_harness(t4, agg, "mse", Rule("best-val"), "adding", "smoke")
+    assert not pvh.at_setting  # smoke: no difference column; the cell is greyed all the same
+    row = next(r for r in pvh.rows if r[0][0] == sa.label)
+    j = pvh.titles.index("Ours: Skip %")
+    assert row[j][0] == "80.0 (n=1) \x0e(unsolved 1/2: 99.0)\x0f"
+    from harness.reporting.tables import comparable
+
+    assert comparable(agg.iloc[0], "skip_pct") == 80.0 and agg.iloc[0]["skip_pct"] == 89.5

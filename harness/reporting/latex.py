@@ -1,7 +1,8 @@
 """LaTeX tables that print at 8 pt or more, and the figures' floats.
 
 ``tex_escape`` turns the reports' text (units ``×10^k``, ``D_h``, arrows, ±) into LaTeX that
-needs only booktabs and graphicx. ``render_tex`` sets one table: ``tex_layout`` decides its
+needs only booktabs and graphicx (and xcolor for a greyed cell,
+``harness.reporting.text.grey``). ``render_tex`` sets one table: ``tex_layout`` decides its
 float (``table`` for one column of a two-column paper, ``table*`` for the text width), its font
 size (9 or 8 pt, never scaled) and, for a table too wide for 7 in, how its columns are split
 over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
@@ -14,6 +15,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from harness.reporting.text import GREY_OFF, GREY_ON
 
 Cell = tuple[str, bool]  # a table cell: (text, bold)
 
@@ -136,6 +139,7 @@ def _math_em(m: re.Match) -> float:
 def tex_width(text: str, size: float, bold: bool = False) -> float:
     """Estimated natural width in pt of ``tex_escape(text)`` set in Computer Modern at ``size``."""
     em, pos = 0.0, 0
+    text = text.replace(GREY_ON, "").replace(GREY_OFF, "")  # colour takes no width
     for m in _MATH.finditer(text):
         em += _em(text[pos : m.start()]) + _math_em(m)
         pos = m.end()
@@ -346,7 +350,7 @@ def _tex_head(c: _Column) -> str:
 
 
 def _tex_cell(c: _Column, text: str, bold: bool, size: float) -> str:
-    tex = tex_escape(text)
+    tex = tex_escape(text).replace(GREY_ON, r"\textcolor{gray}{").replace(GREY_OFF, "}")
     if bold and text not in ("", "–"):
         tex = rf"\textbf{{{tex}}}"
     if c.wrap and tex_width(text, size, bold) > c.width:

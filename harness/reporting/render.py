@@ -1,4 +1,4 @@
-"""Rendering tables: GitHub Markdown, LaTeX (booktabs and graphicx only), csv and parquet.
+"""Rendering tables: GitHub Markdown, LaTeX (booktabs, graphicx, xcolor), csv and parquet.
 
 A table is a list of titles and rows of ``Cell`` (text, bold). ``render_md`` and ``render_tex``
 render one table (LaTeX: ``harness.reporting.latex``, which sets no table below 8 pt);
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from harness.errors import HarnessError
 from harness.outputs import write_bytes, write_text
 from harness.reporting.latex import TEX_FIGURE, Cell, figure_env, render_tex, tex_escape
+from harness.reporting.text import GREY_OFF, GREY_ON
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,8 +40,13 @@ def render_md(titles: list[str], rows: list[list[Cell]]) -> str:
     """A GitHub Markdown table; bold cells as ``**x**``."""
     import pandas as pd
 
-    body = [[f"**{t}**" if b and t not in ("", "–") else t for t, b in r] for r in rows]
+    body = [[_md_grey(f"**{t}**" if b and t not in ("", "–") else t) for t, b in r] for r in rows]
     return pd.DataFrame(body, columns=titles).to_markdown(index=False, disable_numparse=True)
+
+
+def _md_grey(text: str) -> str:
+    """Greyed spans (``harness.reporting.text.grey``) as HTML spans."""
+    return text.replace(GREY_ON, '<span style="color:gray">').replace(GREY_OFF, "</span>")
 
 
 def markdown_document(head: str, tables: list[Table], figs: list, out: Path) -> str:
@@ -70,7 +76,7 @@ def latex_document(head: str, tables: list[Table], figs: list, out: Path) -> str
     """
     text = head.replace("<!-- ", "").replace(" -->", "").replace("`", "")
     parts = ["% " + line for line in text.splitlines() if line.strip()]
-    parts.append("% Needs \\usepackage{booktabs,graphicx}.\n")
+    parts.append("% Needs \\usepackage{booktabs,graphicx,xcolor}.\n")
     parts += [render_tex(t.titles, t.rows, t.caption, t.label, t.notes, t.keep) for t in tables]
     for caption, paths in figs:
         parts.append(

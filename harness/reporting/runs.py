@@ -201,6 +201,35 @@ def _sort_key(v: Any) -> tuple[int, Any]:
     return (0, float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, str(v))
 
 
+def solved_split(skip: dict[Any, float], solved: dict[Any, float]) -> dict[str, Any]:
+    """Skip % over the solved runs and, apart, over the unsolved ones (S-SA Table 4's rule).
+
+    A skip rate only means something for a run that solved the task: a run that never learnt
+    it can skip anything. For a task that records ``solved`` (adding), ``skip_pct_solved`` and
+    ``skip_pct_unsolved`` hold ``(mean, std, n)`` over the seeds that solved it (``solved`` 1)
+    and those that did not (0); the tables print the first as the Skip % and the second greyed,
+    out of every comparison. Empty when no seed recorded ``solved``.
+    """
+    both = [
+        (s, v, solved[s])
+        for s, v in skip.items()
+        if not math.isnan(v) and s in solved and not math.isnan(solved[s])
+    ]
+    if not both:
+        return {}
+
+    def stats(vals: list[float]) -> tuple[float, float, int]:
+        if not vals:
+            return math.nan, 0.0, 0
+        std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        return statistics.fmean(vals), std, len(vals)
+
+    return {
+        "skip_pct_solved": stats([v for _, v, ok in both if ok > 0]),
+        "skip_pct_unsolved": stats([v for _, v, ok in both if ok <= 0]),
+    }
+
+
 def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()) -> pd.DataFrame:
     """Aggregate runs over seeds into one row per method variant.
 
@@ -208,8 +237,9 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
     ``parts`` by key), ``seeds`` (how many), ``seed_list``, ``config``, ``records``, ``events``
     (``events_text`` of its runs, "" without any), ``event_runs`` (how many had one), and per
     key ``k`` the mean, ``k_std`` (sample std, 0 for one seed), ``k_vals`` (the finite values,
-    by seed) and ``k_by_seed`` (seed -> value, NaN where none was recorded). Methods in
-    ``order`` come first.
+    by seed) and ``k_by_seed`` (seed -> value, NaN where none was recorded); with ``solved``
+    and ``skip_pct`` among the keys, ``skip_pct_solved`` and ``skip_pct_unsolved``
+    (``solved_split``). Methods in ``order`` come first.
     """
     import pandas as pd
 
@@ -244,6 +274,8 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
                 row[f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
                 row[f"{k}_vals"] = vals
                 row[f"{k}_by_seed"] = dict(zip(row["seed_list"], col, strict=True))
+            if "solved" in keys and "skip_pct" in keys:
+                row.update(solved_split(row["skip_pct_by_seed"], row["solved_by_seed"]))
             rows.append(row)
     agg = pd.DataFrame(rows)
     agg["label"] = [", ".join(p.values()) for p in agg["parts"]]

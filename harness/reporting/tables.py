@@ -31,6 +31,7 @@ from harness.reporting.text import (
     fmt_cell,
     fmt_ci,
     fmt_p,
+    grey,
     scaled,
     seeds_cell,
 )
@@ -195,9 +196,54 @@ def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
     return [column("hidden_size"), column("params"), column(primary, list(agg[primary]), higher)]
 
 
+def solved_skip(row: Any) -> tuple[tuple[float, float, int], tuple[float, float, int]] | None:
+    """``row``'s Skip % over its solved and its unsolved seeds (``runs.solved_split``).
+
+    None for a row of a task without ``solved``.
+    """
+    ok, not_ok = row.get("skip_pct_solved"), row.get("skip_pct_unsolved")
+    return (ok, not_ok) if isinstance(ok, tuple) and isinstance(not_ok, tuple) else None
+
+
+def comparable(row: Any, key: str) -> float:
+    """``row``'s mean of ``key`` as the table compares it (bold, Ours − paper).
+
+    For Skip % on a task with ``solved``, the mean over the solved seeds only (NaN if none).
+    """
+    split = solved_skip(row) if key == "skip_pct" else None
+    return split[0][0] if split is not None else row[key]
+
+
+SOLVED_NOTE = (
+    "Skip % on a task with a solved line: the mean over the runs that solved it, (n=k) where "
+    "only k of the row's seeds did; the Skip % of the runs that did not follows, greyed, as "
+    "(unsolved u/n: value). A run that never learnt the task can skip anything, so the greyed "
+    "values are out of the comparison: never bold, no Ours − paper."
+)
+
+
+def solved_notes(rows: Sequence[Any]) -> list[str]:
+    """``SOLVED_NOTE`` when a row of ``rows`` has an unsolved run, else nothing."""
+    return [SOLVED_NOTE] if any((x := solved_skip(r)) and x[1][2] for r in rows) else []
+
+
 def cell(row: Any, col: Column) -> str:
-    """The text of ``row``'s cell in column ``col`` (``row``: an ``aggregate`` row)."""
+    """The text of ``row``'s cell in column ``col`` (``row``: an ``aggregate`` row).
+
+    Skip % on a task that records ``solved`` (adding): the mean over the seeds that solved it,
+    and the unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the
+    task can skip anything, so its Skip % is out of the comparison (S-SA Table 4).
+    """
     mean = row[col.key]
+    split = solved_skip(row) if col.key == "skip_pct" else None
+    if split is not None:
+        (m, sd, n), (um, usd, un) = split
+        text = fmt_cell(m, sd, n, col.scale) + (f" (n={n})" if un else "") if n else ""
+        if un:
+            text += (" " if text else "") + grey(
+                f"(unsolved {un}/{n + un}: {fmt_cell(um, usd, un, col.scale)})"
+            )
+        return text or "–"
     if col.form == "int":
         if mean is None or math.isnan(mean):
             return "–"
@@ -278,7 +324,13 @@ def build_main_table(
     titles += ["Wilcoxon p (Holm)"] if with_w else []
     titles += ["Commit"] + (["Picked by"] if picked is not None else [])
     bolds = [
-        _bold([math.nan if p else v for v, p in zip(agg[c.key], predictors, strict=True)], c.higher)
+        _bold(
+            [
+                math.nan if p else comparable(r, c.key)
+                for (_, r), p in zip(agg.iterrows(), predictors, strict=True)
+            ],
+            c.higher,
+        )
         for c in cols
     ]
     rows = []
@@ -316,6 +368,8 @@ def build_main_table(
         )
     notes += seed_count_notes(agg)
     notes += events_notes(agg)
+    if any(c.key == "skip_pct" for c in cols):
+        notes += solved_notes([r for _, r in agg.iterrows()])
     return MainTable(titles, rows, notes)
 
 

@@ -166,6 +166,22 @@ NOTES = (
 )
 
 
+# A greyed span of a cell's text (``grey``): Markdown renders it as a grey HTML span, LaTeX as
+# ``\textcolor{gray}{...}`` (xcolor). The text itself also says what it is, for a viewer that
+# drops the colour.
+GREY_ON, GREY_OFF = "\x0e", "\x0f"
+
+
+def grey(text: str) -> str:
+    """``text`` marked to be printed greyed (out of the table's comparison)."""
+    return f"{GREY_ON}{text}{GREY_OFF}"
+
+
+def ungrey(text: str) -> str:
+    """``text`` without its grey marks."""
+    return text.replace(GREY_ON, "").replace(GREY_OFF, "")
+
+
 def seeds_cell(n: int) -> str:
     """The seed count, ``1*`` for one seed (see ``NOTES``)."""
     return f"{n}*" if n == 1 else str(n)

@@ -24,7 +24,15 @@ from harness.records import flat_config
 from harness.reporting.published import PaperRow, PaperTable
 from harness.reporting.render import Cell
 from harness.reporting.runs import Failed, failed_summary
-from harness.reporting.tables import EVENT_MARK, Column, cell, events_notes, row_name
+from harness.reporting.tables import (
+    EVENT_MARK,
+    Column,
+    cell,
+    comparable,
+    events_notes,
+    row_name,
+    solved_notes,
+)
 from harness.reporting.text import scaled, seeds_cell
 from harness.selection import Rule, choose
 
@@ -384,8 +392,8 @@ def paper_vs_harness(
             cells += [(paper, False), (mine, False)]
         if head:
             diff = "–"
-            if ours is not None and not math.isnan(ours[head]):
-                d = (ours[head] - prow.values[head]) * 10.0 ** -table.scale.get(head, 0)
+            if ours is not None and not math.isnan(comparable(ours, head)):
+                d = (comparable(ours, head) - prow.values[head]) * 10.0 ** -table.scale.get(head, 0)
                 diff = f"{d:+.{_decimals_of(prow.printed[head])}f}".replace("-", "−")
             cells.append((diff, False))
         knobs = ", ".join(f"{k}={_value_text(v)}" for k, v in prow.config.items()) or "–"
@@ -410,6 +418,8 @@ def paper_vs_harness(
         rows.append(cells)
     used = agg[agg["variant_id"].isin(filled.values())] if len(agg) else agg
     notes = _notes(table, used, letters, commands, only_dirty, at_setting, failed, keys)
+    if "skip_pct" in table.columns:
+        notes += solved_notes([r for _, r in used.iterrows()] if len(used) else [])
     cfgs = list(used["config"]) if len(used) else []
     if not cfgs:
         methods = {r.method for r in table.rows}
