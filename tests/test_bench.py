@@ -220,26 +220,26 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
     assert header == [
         "Method", "Cell", "D", "L", "Params", "Inference ms ↓", "× fused cell ↓",
         "Train step ms ↓", "× fused cell ↓", "× fused GRU ↓", "MACs / GRU", "× cell per MAC ↓",
-        "Target (train)", "Met",
+        "Ops / step (train)", "Target (train)", "Met",
     ]  # fmt: skip
     refs = [f"**{name}** (reference)" for name in (phases.REFERENCE, LSTM_REF, GRU_LOOP)]
     assert [ln.split("|")[1].strip() for ln in lines[1:4]] == refs  # references first
     # every time is median (min–max) in ms: the rounds were [m / 2, m, 2 m]
     assert table_row(md, refs[0])[5:] == [
-        "2 (1–4)", "1.00", "10 (5–20)", "1.00", "1.00", "1.00", "1.00", "–", "–"
+        "2 (1–4)", "1.00", "10 (5–20)", "1.00", "1.00", "1.00", "1.00", "–", "–", "–"
     ]  # fmt: skip
     assert table_row(md, refs[2])[1] == "GRU" and table_row(md, refs[2])[8:10] == ["1.50", "1.50"]
     assert table_row(md, refs[1])[1] == "LSTM" and table_row(md, refs[1])[8:10] == ["1.00", "0.80"]
     assert table_row(md, "skip-rnn")[5:] == [
-        "5 (2.5–10)", "2.50", "40 (20–80)", "4.00", "4.00", "1.00", "**2.00** ⚑",
+        "5 (2.5–10)", "2.50", "40 (20–80)", "4.00", "4.00", "1.00", "**2.00** ⚑", "–",
         "≤ 2.00 × GRU", "**no**",
     ]  # fmt: skip
     assert table_row(md, "phased-lstm")[1] == "LSTM"
     assert table_row(md, "phased-lstm")[6:] == [
-        "4.00", "12 (6–24)", "1.50", "1.20", "1.00", "1.50", "≤ 2.00 × LSTM", "yes"
+        "4.00", "12 (6–24)", "1.50", "1.20", "1.00", "1.50", "–", "≤ 2.00 × LSTM", "yes"
     ]  # fmt: skip
     assert table_row(md, refs[2])[11] == "1.50"  # the step loop's time per MAC: not above 1.5
-    assert "⚑ Train step above 1.5× its fused cell per MAC: `skip-rnn`." in md
+    assert "⚑ Train step above 1.5× its fused cell per MAC: `skip-rnn` (2.00)." in md
     methods = [ln.split("|")[1].strip() for ln in lines[4:]]
     assert methods == ["rnn", "phased-lstm", "skip-rnn"]  # by their train ratio to their cell
     assert "advisory" in md and "harness bench --methods skip-rnn,rnn" in md and "abc" in md
@@ -285,7 +285,15 @@ def test_the_train_step_per_dense_mac_against_the_fused_cell_in_every_row():
     assert per_mac("rnn") == "–"
     assert timing_report.per_mac_ratio(old) is None
     assert timing_report.per_mac_ratio(recs[3]) == pytest.approx(15 * 360 / 6000)
-    assert f"⚑ Train step above 1.5× its fused cell per MAC: `{GRU_LOOP}`, `phased-lstm`." in md
+    flagged = f"⚑ Train step above 1.5× its fused cell per MAC: `{GRU_LOOP}` (1.80); "
+    assert flagged + "`phased-lstm` (2.40)." in md
+    # with the ops a step of the row and of its fused cell (harness.bench.profile)
+    recs[5]["ops_per_step"] = {"python": 24.6, "aten": 71.2}
+    recs[2]["ops_per_step"] = {"python": 9.25, "aten": 5.7}
+    md = timing_report.timing_markdown(recs, ["t.jsonl"], "c")
+    assert table_row(md, "phased-lstm")[12] == "24.6 / 71.2" and table_row(md, "hsg")[12] == "–"
+    want = "`phased-lstm` (2.40; 24.6 / 71.2 ops a step against LSTM's 9.25 / 5.7)."
+    assert flagged + want in md
     assert "Every method should train within 1.5×" in md
 
 
@@ -436,7 +444,8 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     )  # both methods have the same sizes: one reference of each kind per phase
     for r in recs:
         keys = RECORD_KEYS | {"reference"} if r["method"] in refs else METHOD_KEYS
-        assert set(r) == keys
+        train = {"ops_per_step"} if r["phase"] == "train" else set()
+        assert set(r) == keys | train
         assert r["sizes"]["T"] == 4 and r["sizes"]["D"] == 4 and r["sizes"]["layers"] == 1
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["min_s"] <= r["mean_s"]
         assert r["iqr_s"] >= 0 and r["stddev_s"] >= 0
@@ -459,6 +468,9 @@ def test_run_bench_end_to_end_tiny(tmp_path):
             assert target["measured"] == pytest.approx(by[m, phase]["ratio_vs_cell"])
             assert target["met"] == (target["measured"] <= 2.0)
     assert by["lstm", "train"]["fused_cell"] == "LSTM" and by["lstm", "train"]["mac_ratio"] == 4 / 3
+    # what a step dispatches: the step loop calls more from Python a step than the fused GRU
+    loop, fused = by[GRU_LOOP, "train"]["ops_per_step"], by[ref, "train"]["ops_per_step"]
+    assert loop["python"] > fused["python"] > 0 and loop["aten"] > 0
     # the MACs per step behind the time per MAC, the method's and its fused cell's: V 2, D 4
     assert by["lstm", "train"]["dense_macs"] == by["lstm", "train"]["cell_macs"] == 4 * 4 * 6
     assert by[GRU_LOOP, "train"]["dense_macs"] == by[GRU_LOOP, "train"]["cell_macs"] == 3 * 4 * 6
@@ -656,3 +668,20 @@ def test_a_timing_report_names_the_code_it_timed_and_warns_when_it_changed():
     assert f"Code timed (`method_code`): gru {'0' * 16}." in md
     assert f"**Timed with other code than today's**: gru: measured with {'0' * 16}" in md
     assert "other code" not in timing_markdown(timed[:1], ["t.jsonl"], "harness bench")
+
+
+def test_count_ops_counts_python_calls_and_aten_operators_backward_included():
+    from harness.bench.profile import count_ops, ops_per_step
+
+    x = torch.ones(3, requires_grad=True)
+
+    def fn() -> None:
+        y = torch.sin(x) * 2  # Python: sin, mul; ATen: sin, mul
+        y.sum().backward()  # Python: sum, backward; ATen: sum, then the backward's operators
+
+    py, aten = count_ops(fn)
+    assert py == 4
+    assert aten >= 5  # sin, mul, sum forward; at least the backward's cos and mul
+    _, forward_only = count_ops(lambda: torch.sin(x) * 2)
+    assert forward_only == 2 and aten > 3
+    assert ops_per_step(fn, 2) == {"python": 2.0, "aten": aten / 2}

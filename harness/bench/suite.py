@@ -44,6 +44,7 @@ from harness.bench.phases import (
     SplitCache,
     method_phase,
 )
+from harness.bench.profile import ops_per_step
 from harness.bench.timing_report import format_ms, timing_markdown
 from harness.config import config_hash
 from harness.errors import ConfigError, HarnessError
@@ -208,6 +209,11 @@ def time_methods(
             say(f"{label}: failed ({_one_line(e)})")
             return None, None
         rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
+        if phase.info["phase"] == "train":  # what a step dispatches (one more, untimed step)
+            try:
+                rec["ops_per_step"] = ops_per_step(phase.fn, phase.info["sizes"].get("T") or 1)
+            except Exception as e:  # the timing stands without its profile
+                say(f"{label}: ops not counted ({_one_line(e)})")
         say(f"{label}: {format_ms(rec['median_s'])} ms")
         return phase, rec
 

@@ -114,7 +114,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
     cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
     cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
     cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
-    cols += [f"{PER_MAC} ↓"]
+    cols += [f"{PER_MAC} ↓", OPS]
     cols += ["Target (train)", "Met"]
     kinds = list(REFERENCES.values())
 
@@ -139,6 +139,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
         cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
         cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"]), _per_mac(train)]
+        cells.append(_ops(train))
         target = train.get("target")
         if target:
             met = target.get("met")
@@ -148,14 +149,44 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             cells += ["–", "–"]
         lines.append("| " + " | ".join(cells) + " |")
     above = [
-        row["method"]
+        row["train"]
         for row in sorted(rows.values(), key=order)
         if (per_mac_ratio(row.get("train", {})) or 0) > MAC_BOUND
     ]
     if above:
         lines += ["", f"{FLAG} Train step above {MAC_BOUND:g}× its fused cell per MAC: "]
-        lines[-1] += ", ".join(f"`{m}`" for m in above) + "."
+        lines[-1] += "; ".join(_flagged(r, records) for r in above) + "."
     return "\n".join(lines)
+
+
+OPS = "Ops / step (train)"
+
+
+def _ops(r: dict[str, Any]) -> str:
+    """``python / aten`` ops a step of a train timing (``harness.bench.profile``), or –."""
+    ops = r.get("ops_per_step")
+    return "–" if not ops else f"{ops['python']:.3g} / {ops['aten']:.3g}"
+
+
+def _flagged(r: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
+    """A flagged train timing, with its ops a step beside its fused cell's at the same sizes."""
+    text = f"`{r['method']}` ({_ratio(per_mac_ratio(r))}"
+    cell = REFERENCES.get(r.get("fused_cell") or "")
+    dims = ("V", "D", "layers", "T")
+    ref = next(
+        (
+            x
+            for x in records
+            if x.get("reference")
+            and x["method"] == cell
+            and x["phase"] == "train"
+            and all(x["sizes"].get(k) == r["sizes"].get(k) for k in dims)
+        ),
+        None,
+    )
+    if r.get("ops_per_step") and ref is not None and ref.get("ops_per_step"):
+        text += f"; {_ops(r)} ops a step against {_cell_name(cell)}'s {_ops(ref)}"
+    return text + ")"
 
 
 def timing_markdown(
@@ -224,6 +255,15 @@ def timing_markdown(
         "time per dense MAC against the fused cell's. Every method should train within "
         f"{MAC_BOUND:g}×: a row above it is flagged (**bold** {FLAG}) and listed under "
         "its table. – where a record lacks the MACs (timed before they were recorded).",
+        f"- {OPS}: what one training step dispatches per time step (`harness.bench.profile`, "
+        "one more, untimed step): the torch functions called from Python / the ATen operators "
+        "run, forward and backward (optimizer and loss included, spread over the steps). On a "
+        "CPU `nn.LSTM` trains as one fused operator (a handful of ATen calls a step), "
+        "`nn.GRU` and `nn.RNN` as ATen calls a step issued from C++; a method that decides "
+        "per step runs its step from Python. At the sizes of the paper presets a step's "
+        "arithmetic is small, so a flagged row that calls more operators a step than its cell "
+        "is bound by their dispatch, which only a whole-sequence kernel of the method would "
+        "remove; the flagged list gives both counts.",
         f"- Target (train step): within {factor}× its fused cell; a depth-adaptive (highway) "
         f"method, which runs several layers per step, within {factor}× the fused GRU × its "
         "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
