@@ -165,7 +165,7 @@ def finish_ok(
 
     ``compiled`` (runs with ``train.compile``): ``compile_s``, the seconds of ``train_s`` that
     ``torch.compile`` spent compiling, goes to ``time``; the FX-graph cache hits and misses to
-    ``diagnostics`` (``harness.train.CompileClock``).
+    ``diagnostics`` (``harness.timing.CompileClock``).
     """
     rec.update(
         status="ok",

@@ -240,7 +240,7 @@ def estimate_seconds(
     recorded ``time.compile_s`` is taken out of its time, and each variant of ``todo`` that
     compiles adds the largest ``compile_s`` recorded for it (else for its method on its task and
     preset), what a cold cache costs; its other seeds load the compiled graphs from inductor's
-    cache (``harness.train.CompileClock``).
+    cache (``harness.timing.CompileClock``).
 
     Returns:
         ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,

@@ -32,6 +32,7 @@ from harness.model import SeqModel
 from harness.registry import METHODS, TASKS, method_source
 from harness.resume import method_code
 from harness.task import Split, Task
+from harness.timing import CompileClock
 from harness.trace import pack_depth, pack_mask
 
 
@@ -51,50 +52,6 @@ def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
         for layer in model.methods:
             layer.compile_step()
     return task, model
-
-
-# What torch.compile's own timers call the compilation of a frame (dynamo, AOTAutograd and
-# inductor; the backward too when it is loaded from the cache) and the lazy compilation of a
-# backward graph at its first backward (a cache miss).
-_COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
-
-
-class CompileClock:
-    """What ``torch.compile`` spent on a run (``train.compile``).
-
-    Seconds compiling, and how many compiled graphs inductor built afresh or loaded from its
-    on-disk cache.
-
-    Read from torch's own compile timers and counters (``torch._dynamo.utils``), as differences
-    between ``start`` and ``stop``, so the runs of one process each get their own. The cache is
-    inductor's FX-graph cache (``TORCHINDUCTOR_CACHE_DIR``, by default
-    ``/tmp/torchinductor_$USER``), kept across runs and processes: the first run of a sweep
-    compiles, the later runs of the same graphs load them (``harness.sweep.estimate_seconds``
-    counts the compilation once).
-    """
-
-    def __init__(self) -> None:
-        self._at: tuple[float, int, int] | None = None
-
-    @staticmethod
-    def _read() -> tuple[float, int, int]:
-        from torch._dynamo.utils import compilation_time_metrics, counters
-
-        seconds = sum(sum(compilation_time_metrics.get(k, ())) for k in _COMPILE_TIMERS)
-        inductor = counters["inductor"]
-        return seconds, inductor["fxgraph_cache_hit"], inductor["fxgraph_cache_miss"]
-
-    def start(self) -> None:
-        """Take the counts the run's are measured from."""
-        self._at = self._read()
-
-    def stop(self) -> dict[str, float]:
-        """``compile_s`` (for the record's ``time``), ``compile_cache_hits`` and ``_misses``."""
-        if self._at is None:
-            return {}
-        now = self._read()
-        s, hits, misses = (b - a for a, b in zip(self._at, now, strict=True))
-        return {"compile_s": s, "compile_cache_hits": hits, "compile_cache_misses": misses}
 
 
 @dataclass

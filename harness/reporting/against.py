@@ -1,4 +1,4 @@
-"""Paired comparisons against named methods (``harness report --paper --against gru,sa-rnn``).
+"""Paired comparisons against named methods (``harness report --paper --against M1,M2``).
 
 The main table tests every row against one reference row chosen on validation. A paper's claim
 is usually against named methods instead: S-SA's headline is that SA-RNN has the best

@@ -204,11 +204,11 @@ def _sort_key(v: Any) -> tuple[int, Any]:
 def solved_split(skip: dict[Any, float], solved: dict[Any, float]) -> dict[str, Any]:
     """Skip % over the solved runs and, apart, over the unsolved ones (S-SA Table 4's rule).
 
-    A skip rate only means something for a run that solved the task: a run that never learnt
-    it can skip anything. For a task that records ``solved`` (adding), ``skip_pct_solved`` and
-    ``skip_pct_unsolved`` hold ``(mean, std, n)`` over the seeds that solved it (``solved`` 1)
-    and those that did not (0); the tables print the first as the Skip % and the second greyed,
-    out of every comparison. Empty when no seed recorded ``solved``.
+    A skip rate only means something for a run that solved the task: a run that never learnt it can
+    skip anything. For a task that records ``solved`` (S-SA Table 4's), ``skip_pct_solved`` and
+    ``skip_pct_unsolved`` hold ``(mean, std, n)`` over the seeds that solved it (``solved`` 1) and
+    those that did not (0); the tables print the first as the Skip % and the second greyed, out of
+    every comparison. Empty when no seed recorded ``solved``.
     """
     both = [
         (s, v, solved[s])

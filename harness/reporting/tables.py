@@ -230,8 +230,8 @@ def solved_notes(rows: Sequence[Any]) -> list[str]:
 def cell(row: Any, col: Column) -> str:
     """The text of ``row``'s cell in column ``col`` (``row``: an ``aggregate`` row).
 
-    Skip % on a task that records ``solved`` (adding): the mean over the seeds that solved it,
-    and the unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the
+    Skip % on a task that records ``solved`` (S-SA Table 4's): the mean over the seeds that solved
+    it, and the unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the
     task can skip anything, so its Skip % is out of the comparison (S-SA Table 4).
     """
     mean = row[col.key]
