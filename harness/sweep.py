@@ -224,10 +224,10 @@ def fresh_costs(
     return rows
 
 
-def estimate_seconds(
+def estimate_runs(
     todo: Sequence[config.RunConfig], records: Sequence[dict[str, Any]]
-) -> tuple[float, dict[str, int]]:
-    """The time the runs in ``todo`` would take, from the recorded times of runs like them.
+) -> tuple[list[float | None], dict[str, int]]:
+    """The time each run in ``todo`` would take, from the recorded times of runs like them.
 
     A run is estimated by the mean ``time.train_s + time.eval_s`` of the recorded ok runs of
     its variant (same config, any seed); failing that, by the recorded ok runs of its method on
@@ -243,8 +243,9 @@ def estimate_seconds(
     cache (``harness.timing.CompileClock``).
 
     Returns:
-        ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
-        ``{"variant": ..., "method": ..., "unknown": ...}``.
+        ``(per_run, counts)``: the seconds of each run of ``todo`` (None where no run like it is
+        recorded; a compiling variant's compilation on its first run), and how many runs were
+        estimated each way, ``{"variant": ..., "method": ..., "unknown": ...}``.
     """
 
     def seconds(t: dict[str, Any], key: str) -> float:
@@ -282,25 +283,58 @@ def estimate_seconds(
                     compiling, compile_variant.get(r["variant_id"], 0)
                 )
                 compile_method[key] = max(compiling, compile_method.get(key, 0.0))
-    total, counts = 0.0, {"variant": 0, "method": 0, "unknown": 0}
-    compiles: dict[str, float] = {}  # variant of todo -> its compilation, counted once
+    per_run: list[float | None] = []
+    counts = {"variant": 0, "method": 0, "unknown": 0}
+    compiled: set[str] = set()  # variants of todo whose compilation is counted (once)
     for c in todo:
         same = by_variant.get(c.variant_id) or []
         like = by_method.get((c.method, c.task, c.preset)) or []
+        extra = 0.0
         if getattr(getattr(c, "train", None), "compile", False) and (same or like):
-            compiles[c.variant_id] = compile_variant.get(
-                c.variant_id, compile_method.get((c.method, c.task, c.preset), 0.0)
-            )
+            if c.variant_id not in compiled:
+                compiled.add(c.variant_id)
+                key = (c.method, c.task, c.preset)
+                extra = compile_variant.get(c.variant_id, compile_method.get(key, 0.0))
         if same:
-            total += sum(same) / len(same)
+            per_run.append(sum(same) / len(same) + extra)
             counts["variant"] += 1
         elif like:
             epochs = c.train.epochs if hasattr(c, "train") else None  # a reference has none
-            total += sum(s * epochs / e if e and epochs else s for s, e in like) / len(like)
+            mean = sum(s * epochs / e if e and epochs else s for s, e in like) / len(like)
+            per_run.append(mean + extra)
             counts["method"] += 1
         else:
+            per_run.append(None)
             counts["unknown"] += 1
-    return total + sum(compiles.values()), counts
+    return per_run, counts
+
+
+def estimate_seconds(
+    todo: Sequence[config.RunConfig], records: Sequence[dict[str, Any]]
+) -> tuple[float, dict[str, int]]:
+    """The time the runs in ``todo`` would take in one process (``estimate_runs``, summed).
+
+    Returns:
+        ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
+        ``{"variant": ..., "method": ..., "unknown": ...}``.
+    """
+    per_run, counts = estimate_runs(todo, records)
+    return sum(s for s in per_run if s is not None), counts
+
+
+def wall_seconds(per_run: Sequence[float | None], workers: int) -> float:
+    """The wall time of runs of these durations on ``workers`` parallel workers.
+
+    Runs are independent, each on one worker: the longest first, each to the worker free
+    soonest (LPT scheduling, within 4/3 of the best schedule). With at least as many workers as
+    runs it is the longest run. Runs without an estimate (None) are left out.
+    """
+    import heapq
+
+    loads = [0.0] * max(workers, 1)
+    for s in sorted((s for s in per_run if s is not None), reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + s)
+    return max(loads)
 
 
 def match_skip(

@@ -349,3 +349,31 @@ def test_run_select_keeps_the_variant_picked_on_validation(tmp_path, harness):
     from harness import suites
 
     assert suites.load(suites.suite_path("ssa-table1")).options["select"] == ("val-skip-nearest:76")
+
+
+def test_wall_seconds_schedules_independent_runs_longest_first():
+    from harness.sweep import wall_seconds
+
+    runs = [5.0, 4.0, 3.0, 3.0, 3.0, None]  # None: not estimated, left out
+    assert wall_seconds(runs, 1) == 18.0
+    # LPT: 5 | 4, then each 3 to the worker free soonest: 5 + 3 | 4 + 3 + 3 (the best is 9)
+    assert wall_seconds(runs, 2) == 10.0
+    assert wall_seconds(runs, 3) == 7.0  # 5 | 4 + 3 | 3 + 3
+    assert wall_seconds(runs, 100) == 5.0  # at least as many workers as runs: the longest run
+    assert wall_seconds([], 4) == 0.0
+
+
+def test_dry_run_estimate_on_n_workers():
+    from harness import config
+    from harness.cli.progress import estimate_line
+
+    cfgs = [config.resolve("gru", "adding", s, "smoke") for s in range(4)]
+    recs = [{
+        "run_id": "x", "variant_id": cfgs[0].variant_id, "method": "gru", "task": "adding",
+        "preset": "smoke", "seed": 9, "status": "ok", "time": {"train_s": 59.0, "eval_s": 1.0},
+    }]  # fmt: skip
+    assert estimate_line(cfgs, recs).startswith("estimated time: 4 min 00 s in one process (")
+    line = estimate_line(cfgs, recs, workers=3)
+    assert (
+        "4 min 00 s in one process, 2 min 00 s on 3 workers (the longest run: 1 min 00 s)" in line
+    )

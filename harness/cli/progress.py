@@ -23,18 +23,28 @@ def fmt_duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def estimate_line(todo: list[Any], records: list[dict[str, Any]]) -> str:
-    """``--dry-run``'s estimate of the time the runs to run would take, from the store's times."""
-    from harness.sweep import estimate_seconds
+def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int = 1) -> str:
+    """``--dry-run``'s estimate of the time the runs to run would take, from the store's times.
 
-    seconds, n = estimate_seconds(todo, records)
+    With ``workers`` > 1, also the wall time on that many parallel workers
+    (``harness.sweep.wall_seconds``: the runs are independent) and the longest run, its floor.
+    """
+    from harness.sweep import estimate_runs, wall_seconds
+
+    per_run, n = estimate_runs(todo, records)
+    seconds = sum(s for s in per_run if s is not None)
     known = n["variant"] + n["method"]
     if not known:
         return "estimated time: unknown (no recorded run of these variants or methods in the store)"
     parts = [f"{n['variant']} from recorded seeds of the same variant"]
     if n["method"]:
         parts.append(f"{n['method']} from the same method, task and preset")
-    text = f"estimated time: {fmt_duration(seconds)} in one process ({', '.join(parts)}"
+    text = f"estimated time: {fmt_duration(seconds)} in one process"
+    if workers > 1:
+        wall = fmt_duration(wall_seconds(per_run, workers))
+        longest = fmt_duration(max(s for s in per_run if s is not None))
+        text += f", {wall} on {workers} workers (the longest run: {longest})"
+    text += f" ({', '.join(parts)}"
     if n["unknown"]:
         text += f"; {n['unknown']} run(s) with no recorded run like them, not counted"
     return text + "; times as recorded, machine load included)"

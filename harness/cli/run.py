@@ -172,7 +172,7 @@ def add_parser(subparsers: Any) -> None:
         default=1,
         metavar="N",
         help="local executor: runs in parallel processes (default: %(default)s: in this process; "
-        f"at most {MAX_WORKERS})",
+        f"at most {MAX_WORKERS}); with --dry-run, the estimate on N parallel workers too",
     )
     s.add_argument(
         "--ray-address",
@@ -301,7 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print_dry_run(sweep.configs, {c.run_id for c in todo}, sweep.labels)
         if todo:
-            out.print(estimate_line(todo, recorded), highlight=False)
+            out.print(estimate_line(todo, recorded, args.workers), highlight=False)
         _say_skipped(sweep, out)
         out.print("dry run: nothing was run or written")
         return 0
