@@ -111,25 +111,49 @@ class CoupledHighway(nn.Module):
         """``[W_H; W_T] x``: ``[..., V] -> [..., 2D]`` (no bias; each layer adds its own)."""
         return F.linear(x, self.weight_x)
 
-    def transform(self, r: int, h: Tensor, xp: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Layer ``r`` (0-based) candidate ``s`` and transform gate ``tau``, each ``[B, D]``."""
+    def layer_weights(self) -> list[tuple[Tensor, Tensor]]:
+        """Each layer's ``(weight [2D, D], bias [2D])``, split once: a sequence's forward takes
+        them here and passes them to every step. Indexing the stacked parameters at every layer
+        of every step instead (``weight_h[r]``) gives each index its own backward node, which
+        allocates a zero tensor the size of the whole stack and adds the slice's gradient into
+        it: at D 830 and depth 10, three quarters of a training step went to filling those
+        zeros (``unbind`` has one backward node a sequence)."""
+        return list(zip(self.weight_h.unbind(0), self.bias.unbind(0), strict=True))
+
+    def transform(
+        self,
+        r: int,
+        h: Tensor,
+        xp: Tensor | None,
+        weights: list[tuple[Tensor, Tensor]] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Layer ``r`` (0-based) candidate ``s`` and transform gate ``tau``, each ``[B, D]``;
+        ``weights``: ``layer_weights()``, taken once per sequence (None: indexed here)."""
         k = 0 if self.shared else r
-        a = F.linear(h, self.weight_h[k], self.bias[k])  # [B, 2D]
+        w, b = weights[k] if weights is not None else (self.weight_h[k], self.bias[k])
+        a = F.linear(h, w, b)  # [B, 2D]
         if xp is not None:
             a = a + xp  # the input enters at the first layer only
         s, tau = a.chunk(2, -1)
         return torch.tanh(s), torch.sigmoid(tau)  # the RHN layer, S-EI eqs. 6-8
 
-    def forward(self, xp: Tensor, h: Tensor, d: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        xp: Tensor,
+        h: Tensor,
+        d: Tensor | None = None,
+        weights: list[tuple[Tensor, Tensor]] | None = None,
+    ) -> Tensor:
         """Run the stack from ``h [B, D]`` with the projected input ``xp [B, 2D]``.
 
         Without ``d``: ``depth`` RHN layers, ``g = tau``. With an elastic gate ``d [B, R, D]``:
-        R layers with ``g^r = d^r * tau^r`` (SREHN, docs/methods.md 2.13).
+        R layers with ``g^r = d^r * tau^r`` (SREHN, docs/methods.md 2.13). ``weights``: the
+        layers' weights split once per sequence (``layer_weights``), None to index them here.
         """
-        layers = self.depth if d is None else d.shape[1]
-        for r in range(layers):
-            s, tau = self.transform(r, h, xp if r == 0 else None)
-            g = tau if d is None else d[:, r] * tau  # [B, D]
+        gates = [None] * self.depth if d is None else d.unbind(1)  # one node, not one a layer
+        for r, d_r in enumerate(gates):
+            s, tau = self.transform(r, h, xp if r == 0 else None, weights)
+            g = tau if d_r is None else d_r * tau  # [B, D]
             h = highway_mix(g, s, h)  # coupled carry c = 1 - tau; S-EI eq. 9 when elastic
         return h
 
@@ -184,8 +208,10 @@ class FixedDepthHighway(Method):
     def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
         return ref.new_zeros(batch_size, self.hidden_size)
 
-    def _advance(self, xp_t: Tensor, h: Tensor) -> StepOut:
-        h = self.cell(xp_t, h)  # [B, D] = h^L
+    def _advance(
+        self, xp_t: Tensor, h: Tensor, weights: list[tuple[Tensor, Tensor]] | None = None
+    ) -> StepOut:
+        h = self.cell(xp_t, h, weights=weights)  # [B, D] = h^L
         return StepOut(h, h, torch.ones_like(h), torch.full_like(h, float(self.cfg.depth)))
 
     def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
@@ -193,4 +219,6 @@ class FixedDepthHighway(Method):
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         h0 = self.init_state(x.shape[0], x) if state is None else state
-        return run_sequence(self._advance, self.cell.input_proj(x), h0)  # [B, T, 2D] projected
+        weights = self.cell.layer_weights()  # split once a sequence (see layer_weights)
+        xp = self.cell.input_proj(x)  # [B, T, 2D] projected
+        return run_sequence(lambda xp_t, h: self._advance(xp_t, h, weights), xp, h0)

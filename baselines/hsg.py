@@ -85,8 +85,10 @@ class HSG(Method):
     def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
         return ref.new_zeros(batch_size, self.hidden_size)
 
-    def _advance(self, xp_t: Tensor, s: Tensor) -> StepOut:
-        y = self.cell(xp_t, s)  # [B, D] RHN output, started from the HSG state
+    def _advance(
+        self, xp_t: Tensor, s: Tensor, weights: list[tuple[Tensor, Tensor]] | None = None
+    ) -> StepOut:
+        y = self.cell(xp_t, s, weights=weights)  # [B, D] RHN output, started from the HSG state
         g = torch.sigmoid(self.gate(torch.cat([s, y], -1)))  # [B, D] state gate
         s = highway_mix(g, s, y)  # g * s_{t-1} + (1 - g) * y_t
         ones = torch.ones_like(s)
@@ -97,4 +99,6 @@ class HSG(Method):
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         s0 = self.init_state(x.shape[0], x) if state is None else state
-        return run_sequence(self._advance, self.cell.input_proj(x), s0)  # [B, T, 2D] projected
+        weights = self.cell.layer_weights()  # split once a sequence (CoupledHighway)
+        xp = self.cell.input_proj(x)  # [B, T, 2D] projected
+        return run_sequence(lambda xp_t, s: self._advance(xp_t, s, weights), xp, s0)

@@ -104,3 +104,29 @@ def test_autograd_nodes_per_training_step(name):
         loss = out.outputs.sum() + (0 if out.aux_loss is None else out.aux_loss)
         counts.append(_graph_nodes(loss))
     assert counts[1] - counts[0] <= NODES_PER_STEP[name]
+
+
+def _node_names(t: torch.Tensor) -> list[str]:
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is not None and fn not in seen:
+            seen.add(fn)
+            stack.extend(nxt for nxt, _ in fn.next_functions)
+    return [type(fn).__name__ for fn in seen]
+
+
+@pytest.mark.parametrize("name", ["rhn", "hsg", "srhn", "srehn"])
+def test_stacked_layer_weights_are_split_once_a_sequence_not_indexed_each_step(name):
+    """A highway stack's per-layer weights come from one ``unbind`` a sequence: indexing the
+    stacked parameter at every layer of every step adds a backward node each that fills a zero
+    tensor the size of the whole stack (at D 830, depth 10, three quarters of a training
+    step), so no select of a parameter is left in the training graph."""
+    torch.manual_seed(0)
+    m = METHODS.get(name)(3, 4).train()
+    selects = []
+    for T in (4, 5):
+        out = m(torch.randn(2, T, 3))
+        names = _node_names(out.outputs.sum() + (0 if out.aux_loss is None else out.aux_loss))
+        selects.append(sum(n.startswith("SelectBackward") for n in names))
+    assert selects[0] == selects[1] <= 3, selects  # a few a sequence, none a step or layer
