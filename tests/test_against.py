@@ -86,3 +86,19 @@ def test_a_named_method_without_a_row_is_said_and_the_report_has_the_table(tmp_p
     )
     write_paper_report(recs, ["r"], tmp_path / "b", formats=("md",), figures=False)
     assert "paired comparisons" not in (tmp_path / "b" / "paper_seizures_smoke.md").read_text()
+
+
+def test_the_headline_note_says_who_has_the_best_sqrt_and_by_how_much():
+    recs, _ = _records()
+    titles, rows, notes = _table(recs, ["sa-rnn"])
+    # sqrt(acc * skip): sa-rnn 83.9, vc-rnn 79, skip-rnn about 75, gru 0
+    best = next(n for n in notes if n.startswith("√(Acc×Skip): "))
+    assert best.startswith("√(Acc×Skip): sa-rnn has the best mean of the method rows (83.9); ")
+    assert "the next, vc-rnn, is 4.86 below it (p " in best
+    # a worse named method: its rank and the best row (vc-rnn's runs, now at 99)
+    recs += [rec("vc-rnn", s, accuracy=99.0, skip_pct=99.0, geo_mean=99.0) for s in (7, 8, 9)]
+    agg = aggregate(runs_frame(recs), KEYS, [])
+    notes = against_table(agg, "accuracy", True, ["skip-rnn"])[2]
+    line = next(n for n in notes if n.startswith("√(Acc×Skip): "))
+    assert line.startswith("√(Acc×Skip): skip-rnn ranks 3 of 4 method rows (74.1); ")
+    assert "the best is vc-rnn (99, 24.9 above; p " in line

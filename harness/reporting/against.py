@@ -66,6 +66,44 @@ def _skips(row: Any) -> bool:
     return skip is not None and not math.isnan(skip) and skip > 0
 
 
+def _best_note(
+    methods: list[tuple[int, Any]],
+    target: Any,
+    key: str,
+    title: str,
+    p: list[float | None],
+) -> str:
+    """Whether the named method has the best mean ``key`` of the method rows, or who does.
+
+    A paper's headline is often that (S-SA claims the best √(Acc × Skip) for SA-RNN); the note
+    gives the difference and the p of the table's cell.
+    """
+    name = row_name(target["method"], target["label"])
+    means = [(r[key], k) for k, (_, r) in enumerate(methods) if not math.isnan(r[key])]
+    if not means:
+        return f"{title}: no row has a value."
+    order = sorted(means, key=lambda m: -m[0])
+    rank = next(
+        i for i, (_, k) in enumerate(order) if methods[k][1]["variant_id"] == target["variant_id"]
+    )
+    best, k = order[0]
+    if rank == 0:
+        if len(order) == 1:
+            return f"{title}: {name} has the only value ({best:.3g})."
+        second, j = order[1]
+        other = row_name(methods[j][1]["method"], methods[j][1]["label"])
+        return (
+            f"{title}: {name} has the best mean of the method rows ({best:.3g}); the next, "
+            f"{other}, is {best - second:.3g} below it (p {fmt_p(p[j])}, the cell above)."
+        )
+    top = row_name(methods[k][1]["method"], methods[k][1]["label"])
+    return (
+        f"{title}: {name} ranks {rank + 1} of {len(order)} method rows ({target[key]:.3g}); the "
+        f"best is {top} ({best:.3g}, {best - target[key]:.3g} above; p {fmt_p(p[k])}, the cell "
+        "above)."
+    )
+
+
 def against_table(
     agg: pd.DataFrame, primary: str, higher: bool, names: Sequence[str]
 ) -> tuple[list[str], list[list[Cell]], list[str]] | None:
@@ -136,6 +174,8 @@ def against_table(
                 text += f"; p {fmt_p(p_t[k])} ({c.test}"
                 text += f", W {fmt_p(p_w[k])})" if p_w[k] is not None else ")"
             cells[k].append(text)
+        if key == SQRT:
+            notes.append(_best_note(methods, target, key, sqrt_title, p_t))
     rows: list[list[Cell]] = []
     for k, (_i, r) in enumerate(methods):
         line: list[Cell] = [(method_cell(r["method"]), False)]
