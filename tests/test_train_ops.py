@@ -84,14 +84,19 @@ def test_elastic_layers_equal_the_coupled_highway_stack():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
 
 
-def _graph_nodes(t: torch.Tensor) -> int:
+def _graph(t: torch.Tensor) -> set:
+    """The autograd nodes behind ``t``."""
     seen, stack = set(), [t.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is not None and fn not in seen:
             seen.add(fn)
             stack.extend(nxt for nxt, _ in fn.next_functions)
-    return len(seen)
+    return seen
+
+
+def _graph_nodes(t: torch.Tensor) -> int:
+    return len(_graph(t))
 
 
 @pytest.mark.parametrize("name", sorted(NODES_PER_STEP))
@@ -107,13 +112,7 @@ def test_autograd_nodes_per_training_step(name):
 
 
 def _node_names(t: torch.Tensor) -> list[str]:
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is not None and fn not in seen:
-            seen.add(fn)
-            stack.extend(nxt for nxt, _ in fn.next_functions)
-    return [type(fn).__name__ for fn in seen]
+    return [type(fn).__name__ for fn in _graph(t)]
 
 
 @pytest.mark.parametrize("name", ["rhn", "hsg", "srhn", "srehn"])

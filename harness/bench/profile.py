@@ -25,9 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class _PythonCalls(TorchFunctionMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
+    n = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.n += 1
@@ -35,9 +33,7 @@ class _PythonCalls(TorchFunctionMode):
 
 
 class _AtenOps(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
+    n = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n += 1
