@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines._cells import cached_pack, masked_update
+from baselines._cells import cached_pack, masked_lerp
 from harness.config import MAX_WIDTH, check_knobs, knob
 from harness.errors import ConfigError
 from harness.method import Method, SeqOut, StepCost, StepOut
@@ -137,15 +137,19 @@ class ClockworkRNN(Method):
         h = ref.new_zeros(batch_size, self.hidden_size)
         return h, torch.zeros(batch_size, dtype=torch.long, device=ref.device)
 
-    def _step(self, xp_t: Tensor, h: Tensor, u: Tensor, w_hh: Tensor) -> Tensor:
-        h_new = torch.tanh(xp_t + F.linear(h, w_hh))  # [B, D] eq. 1, all units (masked dense)
-        return masked_update(u, h_new, h)  # inactive modules are exact copies
+    def _step(self, xp_t: Tensor, h: Tensor, u: Tensor, w_hh_t: Tensor) -> Tensor:
+        """Eq. 1 for every unit (masked dense), then the inactive modules copied exactly:
+        ``addmm``, ``tanh`` and ``lerp`` (``masked_lerp``), three ops a step where the literal
+        ``tanh(xp + h W^T)`` and ``masked_update`` take seven; ``w_hh_t`` is the masked recurrent
+        weight transposed once a sequence. The same values, to matmul rounding."""
+        h_new = torch.tanh(torch.addmm(xp_t, h, w_hh_t))  # [B, D] eq. 1
+        return masked_lerp(u, h_new, h)  # inactive modules are exact copies
 
     def step(self, x_t: Tensor, state: tuple[Tensor, Tensor], t: int) -> StepOut:
         h, clock = state
         u = self.active_mask(clock, 1, h.dtype)[:, 0]  # [B, D]
         xp_t = F.linear(x_t, self.weight_ih, self.bias)  # [B, D]
-        h = self._step(xp_t, h, u, self.weight_hh * self.hh_mask)
+        h = self._step(xp_t, h, u, (self.weight_hh * self.hh_mask).t())
         return StepOut(h, (h, clock + 1), u)
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
@@ -153,11 +157,11 @@ class ClockworkRNN(Method):
         h, clock = self.init_state(B, x) if state is None else state
         u = self.active_mask(clock, T, x.dtype)  # [B, T, D], input-independent
         xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
-        w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
+        w_hh_t = (self.weight_hh * self.hh_mask).t()  # [D, D] block upper-triangular, transposed
         hs = []
         # one unbind, linear backward (see Method.step_loop)
         for xp_t, u_t in zip(xp.unbind(1), u.unbind(1), strict=True):
-            h = self._step(xp_t, h, u_t, w_hh)
+            h = self._step(xp_t, h, u_t, w_hh_t)
             hs.append(h)
         out = SeqOut(torch.stack(hs, 1), u, state=(h, clock + T))
         out.aux_loss = self.aux_loss(out)
