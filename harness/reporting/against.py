@@ -26,17 +26,13 @@ from harness.metrics import get_metric
 from harness.records import is_reference
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
-from harness.reporting.tables import compare_seeds, holm, reference, row_name
+from harness.reporting.tables import compare_seeds, finite_by_seed, holm, reference, row_name
 from harness.reporting.text import fmt_cell, fmt_p, seeds_cell
 
 if TYPE_CHECKING:
     import pandas as pd
 
 SQRT = "geo_mean"  # √(Acc × Skip)
-
-
-def _finite(by_seed: dict[Any, float]) -> dict[Any, float]:
-    return {s: v for s, v in by_seed.items() if v is not None and not math.isnan(v)}
 
 
 def difference(a: dict[Any, float], b: dict[Any, float]) -> tuple[float, float | None, int]:
@@ -46,7 +42,7 @@ def difference(a: dict[Any, float], b: dict[Any, float]) -> tuple[float, float |
     (pairs), else the difference of the means (std None, over the smaller side). NaN without
     values.
     """
-    fa, fb = _finite(a), _finite(b)
+    fa, fb = finite_by_seed(a), finite_by_seed(b)
     if not fa or not fb:
         return math.nan, None, 0
     if fa.keys() == fb.keys():

@@ -129,6 +129,11 @@ class Comparison:
     wilcoxon: float | None = None
 
 
+def finite_by_seed(by_seed: dict[Any, float]) -> dict[Any, float]:
+    """``by_seed`` (seed -> value) without the seeds that recorded no finite value."""
+    return {s: v for s, v in by_seed.items() if v is not None and not math.isnan(v)}
+
+
 def compare_seeds(a: dict[Any, float], b: dict[Any, float]) -> Comparison:
     """``a`` against ``b`` (seed -> value): paired where both have the same seeds, else Welch.
 
@@ -136,8 +141,7 @@ def compare_seeds(a: dict[Any, float], b: dict[Any, float]) -> Comparison:
     the same for every method, so two rows with the same seeds are paired samples. Seeds
     without a finite value are left out first.
     """
-    fa = {s: v for s, v in a.items() if v is not None and not math.isnan(v)}
-    fb = {s: v for s, v in b.items() if v is not None and not math.isnan(v)}
+    fa, fb = finite_by_seed(a), finite_by_seed(b)
     if fa.keys() == fb.keys() and len(fa) >= 2:
         seeds = sorted(fa)
         t, w = paired_p([fa[s] for s in seeds], [fb[s] for s in seeds])
