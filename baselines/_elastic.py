@@ -258,5 +258,12 @@ class ElasticHighway(Method):
             return {}
         return {"train_layers_per_step": self._layers_run / self._steps_run}
 
+    def train_state(self) -> dict[str, int]:
+        """The training-depth tally (a resumed run records the whole run's)."""
+        return {"layers_run": self._layers_run, "steps_run": self._steps_run}
+
+    def load_train_state(self, state: dict[str, int]) -> None:
+        self._layers_run, self._steps_run = state["layers_run"], state["steps_run"]
+
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         return elastic_penalty(out, self.cfg.lam_d)  # docs/methods.md 2.14(k), off when lam_d = 0

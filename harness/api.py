@@ -60,6 +60,8 @@ def executor(
     device: str = "cpu",
     threads: int = 1,
     log_dir: str | None = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_every_s: float = 600.0,
     **options: Any,
 ) -> Executor:
     """An executor from the registry (``harness list executors``).
@@ -74,13 +76,16 @@ def executor(
         device: ``cpu``, ``cuda`` or ``auto``.
         threads: torch threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder.
+        checkpoint_dir: each run keeps a checkpoint of its training there and goes on from one
+            it finds (``harness.checkpoint.folder_for(store)`` is the CLI's choice; None: none).
+        checkpoint_every_s: the least seconds between two checkpoints of a run.
         **options: the other fields of ``ExecutorOptions`` (``slurm_partition``, ``slurm_time``,
             ... for ``submitit``); None leaves a field at its default.
 
     Raises:
         TypeError: an option ``ExecutorOptions`` does not have.
     """
-    run = RunOptions(data_dir, device, threads, log_dir)
+    run = RunOptions(data_dir, device, threads, log_dir, checkpoint_dir, checkpoint_every_s)
     given = {k: v for k, v in options.items() if v is not None}
     return make_executor(name, run, ExecutorOptions(workers, ray_address, **given))
 

@@ -1,13 +1,15 @@
 """Errors the CLI turns into one clear line and exit code 2 (bad input), never a traceback.
 
 Also how an allocation failure is told apart from other errors (``allocation_failure``) and
-turned into one such line (``out_of_memory``).
+turned into one such line (``out_of_memory``), and the one line a failed run's record gives as
+its reason (``failure_reason``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import traceback
 from collections.abc import Iterator
 
 
@@ -98,3 +100,20 @@ def out_of_memory(
             raise
         head = f"{what} does not fit in memory" if what else "does not fit in memory"
         raise error(f"{head}{detail}{need}") from None
+
+
+def failure_reason(e: BaseException) -> str:
+    """One line saying why a run failed: the exception, its message and where it was raised.
+
+    An allocation failure says so first (``out of memory: ...``): the message of a numpy or torch
+    allocator names the size it asked for.
+    """
+    text = " ".join(str(e).split())  # one line, however the message was laid out
+    if len(text) > 500:
+        text = text[:500] + " ..."
+    where = ""
+    if e.__traceback__ is not None:
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        where = f" ({tb.filename}:{tb.lineno})"
+    head = "out of memory: " if allocation_failure(e) is not None else ""
+    return f"{head}{type(e).__name__}: {text}{where}"

@@ -297,3 +297,15 @@ class Method(nn.Module):
         (``harness.train`` adds them to the record). Default: none.
         """
         return {}
+
+    def train_state(self) -> dict[str, Any]:
+        """What ``train_diagnostics`` counts that is not a parameter or buffer.
+
+        Plain Python numbers, saved with a run's checkpoint (``harness.checkpoint``) so that a
+        resumed run records the same diagnostics. A method that keeps such tallies returns them
+        here and restores them in ``load_train_state``. Default: none.
+        """
+        return {}
+
+    def load_train_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``train_state`` returned. Default: nothing to restore."""

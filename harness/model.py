@@ -7,6 +7,7 @@ output layer, stacking, last-step or every-step read-out) is done here once, for
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -99,6 +100,15 @@ class SeqModel(nn.Module):
             for k, v in layer.train_diagnostics().items():
                 seen.setdefault(k, []).append(v)
         return {k: sum(v) / len(v) for k, v in seen.items()}
+
+    def train_state(self) -> list[dict[str, Any]]:
+        """Every layer's ``Method.train_state``, in order (a run's checkpoint keeps it)."""
+        return [layer.train_state() for layer in self.methods]
+
+    def load_train_state(self, state: list[dict[str, Any]]) -> None:
+        """Give every layer back what ``train_state`` took."""
+        for layer, s in zip(self.methods, state, strict=True):
+            layer.load_train_state(s)
 
     def method_param_count(self) -> int:
         """The number of parameters in the method layers (no embedding or read-out)."""

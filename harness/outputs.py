@@ -230,3 +230,12 @@ def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
             "output (--out FILE, or --out-dir DIR with --paper)"
         )
     return places.pop()
+
+
+def leaderboard_path(out: str, report: str | None) -> Path:
+    """Where ``harness run`` writes its leaderboard: ``--report``, else next to ``--out``.
+
+    ``--out DIR`` (records in ``DIR/runs.jsonl``) gives ``DIR/LEADERBOARD.md``; ``--out X.jsonl``
+    gives ``X.md`` beside it (``beside_records``, as ``harness report``).
+    """
+    return Path(report) if report else beside_records([out])[0]

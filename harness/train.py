@@ -13,7 +13,6 @@ import dataclasses
 import math
 import random
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +22,9 @@ import torch
 
 from harness import env, records
 from harness import events as events_mod
+from harness.checkpoint import Checkpointer, restore_training, training_state
 from harness.config import RunConfig
-from harness.errors import DivergedError, HarnessError, allocation_failure
+from harness.errors import DivergedError, HarnessError, failure_reason
 from harness.flops import FLOPS_PER_MAC, sequence_macs
 from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
@@ -288,6 +288,7 @@ def train_model(
     device,
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
     events: list[dict[str, Any]] | None = None,
+    checkpoint: Checkpointer | None = None,
 ) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
     """Train with Adam, leaving the best-validation parameters loaded.
 
@@ -296,6 +297,10 @@ def train_model(
     (``harness.events``): an epoch whose gradient norm overflowed float32 and was clipped in
     float64, an epoch whose training loss is above ``SPIKE_FACTOR`` times its best so far, and
     the non-finite loss or gradient that ends a run.
+
+    With ``checkpoint`` (``harness.checkpoint``), a saved state of this run is loaded first and
+    training goes on from the epoch after it, exactly as the uninterrupted run would have; the
+    state is saved again at the end of an epoch once ``checkpoint.every_s`` seconds have passed.
 
     Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
     None if no epoch had a finite one). Raises DivergedError on a non-finite loss or gradient
@@ -310,7 +315,12 @@ def train_model(
     train_s = 0.0
     events = [] if events is None else events
     best_loss: tuple[float, int] | None = None  # (the lowest epoch training loss, its epoch)
-    for epoch in range(tc.epochs):
+    first, saved = 0, checkpoint.load(device) if checkpoint is not None else None
+    if saved is not None:  # go on after the saved epoch, as if the run had not stopped
+        (history, best_loss, stale, best_val, best_epoch, best_state, best_metrics, train_s,
+         events[:]) = restore_training(saved, model, opt, gen)  # fmt: skip
+        first = saved["epoch"] + 1
+    for epoch in range(first, tc.epochs):
         model.on_epoch_start(epoch, tc.epochs)
         model.train()
         t0 = time.perf_counter()
@@ -355,6 +365,10 @@ def train_model(
             stale += 1
             if tc.patience and stale >= tc.patience:
                 break
+        if checkpoint is not None and epoch + 1 < tc.epochs and checkpoint.due():
+            loop = (history, best_loss, stale, best_val, best_epoch, best_state, best_metrics,
+                    train_s, events)  # fmt: skip
+            checkpoint.save(training_state(epoch, model, opt, gen, device, loop))
     if best_state is not None:
         model.load_state_dict(best_state)
     return history, best_epoch, train_s, best_metrics
@@ -371,10 +385,14 @@ def run(
     data_dir: str | None = None,
     device: str = "cpu",
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
+    checkpoint_dir: str | None = None,
+    checkpoint_every_s: float = 600.0,
 ) -> records.RunRecord:
     """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
 
-    ``callbacks`` go to ``train_model`` (called after every epoch).
+    ``callbacks`` go to ``train_model`` (called after every epoch). With ``checkpoint_dir``, the
+    run keeps a checkpoint there (``harness.checkpoint``: at the end of an epoch, at most every
+    ``checkpoint_every_s`` seconds), goes on from one it finds, and removes it once recorded.
 
     Whatever goes wrong inside the run (building the model or the data, an allocation failure,
     divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
@@ -386,17 +404,24 @@ def run(
         from harness.references.run import run_reference
 
         return run_reference(cfg, data_dir)
-    rec = records.start_record(cfg, method_code(cfg.method), method_source(cfg.method))
+    code = method_code(cfg.method)
+    rec = records.start_record(cfg, code, method_source(cfg.method))
+    checkpoint = None
+    if checkpoint_dir is not None:
+        checkpoint = Checkpointer.of_run(checkpoint_dir, cfg.run_id, code, checkpoint_every_s)
     try:
-        return _train_and_test(cfg, data_dir, device, callbacks, rec)
-    except KeyboardInterrupt:
+        done = _train_and_test(cfg, data_dir, device, callbacks, rec, checkpoint)
+    except KeyboardInterrupt:  # the checkpoint stays: the next start of this run goes on from it
         raise
     except DivergedError as e:  # the epochs it finished stay on record
-        return records.finish_failed(rec, f"diverged: {e}", e.history, e.train_s)
+        done = records.finish_failed(rec, f"diverged: {e}", e.history, e.train_s)
     except HarnessError as e:  # bad input met inside the run: its message is the reason
-        return records.finish_failed(rec, f"{type(e).__name__}: {e}")
+        done = records.finish_failed(rec, f"{type(e).__name__}: {e}")
     except Exception as e:  # recorded as a failed run; the sweep goes on
-        return records.finish_failed(rec, failure_reason(e))
+        done = records.finish_failed(rec, failure_reason(e))
+    if checkpoint is not None:
+        checkpoint.finish(done)
+    return done
 
 
 def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> records.RunRecord:
@@ -413,29 +438,13 @@ def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> records.RunReco
     return records.failed_record(cfg_dict, failure_reason(e), code)
 
 
-def failure_reason(e: BaseException) -> str:
-    """One line saying why a run failed: the exception, its message and where it was raised.
-
-    An allocation failure says so first (``out of memory: ...``): the message of a numpy or torch
-    allocator names the size it asked for.
-    """
-    text = " ".join(str(e).split())  # one line, however the message was laid out
-    if len(text) > 500:
-        text = text[:500] + " ..."
-    where = ""
-    if e.__traceback__ is not None:
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        where = f" ({tb.filename}:{tb.lineno})"
-    head = "out of memory: " if allocation_failure(e) is not None else ""
-    return f"{head}{type(e).__name__}: {text}{where}"
-
-
 def _train_and_test(
     cfg: RunConfig,
     data_dir: str | None,
     device: str,
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]],
     rec: records.RunRecord,
+    checkpoint: Checkpointer | None = None,
 ) -> records.RunRecord:
     """The body of ``run``: trains, tests and completes ``rec`` as a finished run."""
     dev = env.resolve_device(device)
@@ -455,8 +464,10 @@ def _train_and_test(
     clock = CompileClock()
     if cfg.train.compile:
         clock.start()
+    if checkpoint is not None:  # what the record keeps across processes (load replaces it)
+        checkpoint.meta = {"start": rec["time"]["start"], "resumed": []}
     history, best_epoch, train_s, val_metrics = train_model(
-        cfg, task, model, splits, dev, callbacks, rec["events"]
+        cfg, task, model, splits, dev, callbacks, rec["events"], checkpoint
     )
     compiled = clock.stop()
     t0 = time.perf_counter()

@@ -117,3 +117,28 @@ def test_sigterm_stops_a_pooled_sweep_like_ctrl_c(tmp_path):
     lines = (tmp_path / "s.jsonl").read_text().splitlines()
     assert all(json.loads(x)["status"] == "ok" for x in lines)  # records intact
     assert not (tmp_path / "s.jsonl.claims").exists()  # its claims were dropped
+
+
+def test_a_run_killed_mid_training_goes_on_from_its_checkpoint(tmp_path):
+    """kill -9 in the middle of a run: the next sweep resumes it from its last checkpoint and
+    records what an uninterrupted run records (same history and metrics)."""
+    args = ["--tasks", "adding", "--methods", "gru", "--seeds", "0", "--no-report"]
+    args += ["--set", "train.epochs=150", "--checkpoint-every", "0"]
+    p = harness_process(tmp_path, *args, "--out", "s.jsonl", start_new_session=True)
+    folder = tmp_path / "s.jsonl.checkpoints"
+    if not wait_for(lambda: any(folder.glob("*.pt")), 120, 0.05):
+        p.kill()
+        pytest.fail(f"no checkpoint appeared: {p.communicate()}")
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert Store(tmp_path / "s.jsonl").read()[0] == []  # nothing recorded yet
+    again = harness_process(tmp_path, *args, "--out", "s.jsonl")
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    whole = harness_process(tmp_path, *args, "--out", "whole.jsonl", "--no-checkpoint")
+    assert whole.communicate(timeout=300) and whole.returncode == 0
+    (rec,), _ = Store(tmp_path / "s.jsonl").read()
+    (ref,), _ = Store(tmp_path / "whole.jsonl").read()
+    assert rec["time"]["resumed"][0]["epoch"] > 0
+    assert rec["history"] == ref["history"] and rec["metrics"] == ref["metrics"]
+    assert not folder.exists() and not (tmp_path / "whole.jsonl.checkpoints").exists()

@@ -264,6 +264,32 @@ def threads_option(help: str) -> argparse.ArgumentParser:
 MAX_SEEDS = 10_000
 
 
+def checkpoint_options(s: argparse.ArgumentParser) -> None:
+    """``--checkpoint-every MINUTES`` and ``--no-checkpoint`` (``harness run``)."""
+    s.add_argument(
+        "--checkpoint-every",
+        type=float_at_least(0.0),
+        default=10.0,
+        metavar="MINUTES",
+        help="each run keeps a checkpoint of its training in OUT.checkpoints/ at the end of an "
+        "epoch, at most every MINUTES (0: every epoch), and a run started again goes on from its "
+        "checkpoint; removed once the run is recorded (default: 10)",
+    )
+    s.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="keep no checkpoints: a run stopped in the middle starts again from its first epoch",
+    )
+
+
+def checkpoint_settings(args: argparse.Namespace, store: Path) -> dict[str, Any]:
+    """``api.executor``'s checkpoint arguments from ``checkpoint_options``' flags."""
+    from harness.checkpoint import folder_for
+
+    folder = None if args.no_checkpoint else str(folder_for(store))
+    return {"checkpoint_dir": folder, "checkpoint_every_s": 60.0 * args.checkpoint_every}
+
+
 def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
     """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from harness.cli.board import FORMATS, print_board
 from harness.cli.common import (
     add_command,
     check_writable,
+    checkpoint_options,
+    checkpoint_settings,
     console,
     data_dir_option,
     device_option,
@@ -187,6 +188,7 @@ def add_parser(subparsers: Any) -> None:
         kind = int_at_least(*SLURM_LIMITS[dest]) if dest in SLURM_LIMITS else str
         flag = "--" + dest.replace("_", "-")
         slurm.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
+    checkpoint_options(s)
     s.add_argument(
         "--log-dir",
         default=None,
@@ -236,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say_finish,
         say_resume,
     )
-    from harness.outputs import refuse_overwrite
+    from harness.outputs import leaderboard_path, refuse_overwrite
     from harness.references import named_outright
     from harness.suites import plan
     from harness.sweep import parse_grid
@@ -284,7 +286,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = api.open_store(args.out, create=False)  # after every check: bad input creates nothing
     board = None
     if not args.no_report and not args.dry_run:  # never over the store; writable before training
-        board = report_path(args.out, args.report)
+        board = leaderboard_path(args.out, args.report)
         option = "--report" if args.report else "the leaderboard"
         refuse_overwrite(board, option, [("the records store (--out)", store.path)])
         check_writable(board)
@@ -313,6 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=args.device,
         threads=args.threads,
         log_dir=args.log_dir,
+        **checkpoint_settings(args, store.path),
         **{dest: getattr(args, dest) for dest, _, _ in SLURM_FLAGS},
     )
     progress: SweepProgress | None = None
@@ -484,14 +487,3 @@ def list_suites() -> int:
         sweep = suites.load(suites.suite_path(name))
         print(f"{name:14s} {sweep.description}")
     return 0
-
-
-def report_path(out: str, report: str | None) -> Path:
-    """Where ``harness run`` writes its leaderboard: ``--report``, else next to ``--out``.
-
-    ``--out DIR`` (records in ``DIR/runs.jsonl``) gives ``DIR/LEADERBOARD.md``; ``--out X.jsonl``
-    gives ``X.md`` beside it (``harness.outputs.beside_records``, as ``harness report``).
-    """
-    from harness.outputs import beside_records
-
-    return Path(report) if report else beside_records([out])[0]

@@ -48,12 +48,17 @@ class RunOptions:
         device: ``cpu``, ``cuda`` or ``auto`` (``harness.env.resolve_device``).
         threads: torch CPU threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder (None: none).
+        checkpoint_dir: each run keeps a checkpoint of its training here and goes on from one
+            it finds (``harness.checkpoint``; None: no checkpoints).
+        checkpoint_every_s: the least seconds between two checkpoints of a run.
     """
 
     data_dir: str | None = None
     device: str = "cpu"
     threads: int = 1
     log_dir: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -148,13 +153,14 @@ def _run_config(
     if run.threads:
         torch.set_num_threads(run.threads)
     cfg = config.from_dict(cfg_dict)
+    saving = {"checkpoint_dir": run.checkpoint_dir, "checkpoint_every_s": run.checkpoint_every_s}
     if not run.log_dir:
-        return train_run(cfg, run.data_dir, run.device, list(callbacks))
+        return train_run(cfg, run.data_dir, run.device, list(callbacks), **saving)
     from harness.tracking import TensorBoardLogger
 
     logger = TensorBoardLogger(run.log_dir, cfg)
     try:
-        rec = train_run(cfg, run.data_dir, run.device, [logger, *callbacks])
+        rec = train_run(cfg, run.data_dir, run.device, [logger, *callbacks], **saving)
         logger.finish(rec)
     finally:
         logger.close()

@@ -31,7 +31,7 @@ def run_reference(cfg: RefConfig, data_dir: str | None = None) -> records.RunRec
         cfg: the reference run's config (``harness.references.resolve``).
         data_dir: where real-data tasks look for their files.
     """
-    from harness.train import failure_reason
+    from harness.errors import failure_reason
 
     cls = REFERENCES.get(cfg.method)
     rec = records.start_record(cfg, reference_code(cfg.method), source_of(cls))
