@@ -9,6 +9,16 @@ one autograd node per step, and the weight gradients of all the step's layers in
 weight. Equal to ``_layers`` to float rounding, values and gradients (tests/test_ei_rehn.py, in
 float64); not bit for bit.
 
+On CPU in float32/float64, where the optional C++ kernel builds (``baselines._kernels``,
+``ei_rehn_stack_kernel``), ``stack_layers`` runs ``_FusedStack``: the same forward and backward
+(``csrc/ei_rehn_stack.cpp``) with no Python per layer, only the matmuls calling ATen (into
+preallocated buffers) and tanh/sigmoid ATen's vectorised ones on whole buffers, every other
+elementwise part of a layer one fused loop over B x D. The Python ``_Stack`` below is the reference
+(and the path wherever the kernel cannot run, or with ``HARNESS_NO_KERNELS=1``): the kernel equals
+it to float rounding, not bit for bit (tests/test_kernels.py, float64, against ``_Stack`` and
+``_layers``). At HAR's sizes this cuts the layers' time by a third to a half; they are then bound
+by their matmuls (docs/methods.md 2.14).
+
 Layer r (0-based) from ``h = h^r``, ``u = [s^r; g^r; z^r]`` (``[s0; g0; z0]`` at r = 0) and
 ``acc = sum_{k<r} w^k``, the branches s and g side by side in ``[B, 2D]`` tensors (s first)::
 
@@ -35,6 +45,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from baselines._kernels import ei_rehn_stack_kernel
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
@@ -66,7 +78,21 @@ def stack_layers(
     if d.shape[1] == 0:
         return h
     args = (h, d, bx, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, init)
+    kernel = _kernel(args)
+    if kernel is not None:
+        return _FusedStack.apply(kernel, *args)
     return _Stack.apply(*args)
+
+
+def _kernel(args: tuple[Tensor, ...]):
+    """The fused kernel where it can run these tensors (CPU, float32/64, one dtype), else None
+    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set)."""
+    dtype = args[0].dtype
+    if dtype not in (torch.float32, torch.float64):
+        return None
+    if any(t.device.type != "cpu" or t.dtype != dtype for t in args):
+        return None
+    return ei_rehn_stack_kernel()  # built (or found built) at the first call, never at import
 
 
 class _Stack(torch.autograd.Function):
@@ -154,3 +180,23 @@ class _Stack(torch.autograd.Function):
             dz_all.sum(0),
             du.sum(0),
         )
+
+
+class _FusedStack(torch.autograd.Function):
+    """``_Stack`` in C++ (``csrc/ei_rehn_stack.cpp``): the same forward, what it saves packed
+    per layer ``[R, B, .]``, and the same 10 gradients (bias's None where R = 1)."""
+
+    @staticmethod
+    def forward(ctx, kernel, *args):
+        args = [t.contiguous() for t in args]
+        h, *saved = kernel.forward(*args)
+        d, weight0, proj, hyper_weight = args[1], args[3], args[5], args[7]
+        ctx.kernel = kernel
+        ctx.save_for_backward(d, weight0, proj, hyper_weight, *saved)
+        return h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h):
+        grads = ctx.kernel.backward(grad_h.contiguous(), *ctx.saved_tensors)
+        return None, *grads

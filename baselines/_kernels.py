@@ -1,4 +1,5 @@
-"""Optional fused CPU kernels for the fast inference paths (``fast_forward``).
+"""Optional fused CPU kernels: the fast inference paths (``fast_forward``) of SA-RNN and VC-RNN,
+and EI-REHN's training stack.
 
 In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
 and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
@@ -17,9 +18,16 @@ decision path are ATen's own ``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot p
 vectorised reductions (``omp simd``), summed in a different order than BLAS, so outputs agree to
 rounding, as the PyTorch fast paths do.
 
-``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` say which of the two happened without
-building anything: reports are rendered from measured rows, and rendering must never start a
-compiler.
+``csrc/ei_rehn_stack.cpp`` (``ei_rehn_stack_kernel()``) is EI-REHN's highway layers of one training
+step, forward and backward, exactly ``_Stack`` of ``baselines._ei_rehn_stack`` (the Python code is
+the reference; the kernel equals it to float rounding, not bit for bit): a step's ~50 small torch
+ops per layer become fused loops over the B x D units, with ATen's matmuls and its vectorised tanh
+and sigmoid on whole buffers. Its source is part of EI-REHN's code version (``method_code``: the
+loader's ``kernel_source_files``), as the kernel runs in the training that records carry.
+
+``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``ei_rehn_stack_kernel_status()`` say
+which of the two happened without building anything: reports are rendered from measured rows, and
+rendering must never start a compiler.
 
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
 directory is keyed by a digest of the source and the shared headers, the flags, the torch version
@@ -34,6 +42,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,3 +179,33 @@ def vcrnn_kernel() -> Any:
     """The compiled ``vcrnn_sequence`` function, or None where it cannot be built."""
     mod, _last["vcrnn"] = _load("vcrnn", "VC-RNN")
     return None if mod is None else mod.vcrnn_sequence
+
+
+def kernel_sources(stem: str) -> tuple[Path, ...]:
+    """``csrc/<stem>.cpp`` and the headers of ``csrc`` it includes (``#include "..."``)."""
+    source = CSRC / f"{stem}.cpp"
+    included = re.findall(r'^#include "([^"]+)"', source.read_text(), re.MULTILINE)
+    return (source, *(CSRC / name for name in included))
+
+
+def ei_rehn_stack_kernel_status() -> KernelStatus:
+    """The state of the EI-REHN training-stack kernel, found without building or loading it."""
+    return _status(ei_rehn_stack_kernel, "ei_rehn_stack")
+
+
+@functools.lru_cache(maxsize=1)
+def ei_rehn_stack_kernel() -> Any:
+    """The compiled EI-REHN training stack (``forward``, ``backward``: ``_Stack``'s, see
+    ``baselines._ei_rehn_stack``), or None where it cannot be built."""
+    mod, _last["ei_rehn_stack"] = _load("ei_rehn_stack", "EI-REHN stack")
+    return mod
+
+
+# The sources a method's training runs are part of its code version: ``harness.resume``'s
+# ``method_code`` adds the files that ``kernel_source_files()`` names, for each object a method's
+# modules hold. Only this kernel's: SA-RNN's and VC-RNN's kernels run in the batch-1 inference
+# benchmark, not in the training runs whose records carry the code version (and adding them would
+# mark every record of those methods stale).
+ei_rehn_stack_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
+    kernel_sources, "ei_rehn_stack"
+)

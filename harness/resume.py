@@ -21,7 +21,9 @@ from harness.records import is_reference, latest
 def _package_files(module: Any) -> set[str]:
     """The source files of ``module`` and of the modules of its package it uses, transitively.
 
-    The package's ``__init__`` (which imports every module) is left out. A file imported by
+    The package's ``__init__`` (which imports every module) is left out. An object of those
+    modules with a ``kernel_source_files()`` (a compiled kernel's loader, ``baselines._kernels``)
+    adds the files it names: the C++ sources the method runs. A file imported by
     ``--include`` is a top-level module of its own: its package is its folder, whose modules it
     uses (shared ``_*.py`` pieces) count.
     """
@@ -30,6 +32,7 @@ def _package_files(module: Any) -> set[str]:
     pkg = module.__name__.partition(".")[0]
     folder = included_folder(module.__name__)
     seen: dict[str, Any] = {}
+    extra: set[str] = set()
     todo = [module]
     while todo:
         mod = todo.pop()
@@ -43,9 +46,12 @@ def _package_files(module: Any) -> set[str]:
             other = sys.modules.get(name)
             if name.partition(".")[0] != pkg and not _in_folder(other, folder):
                 continue
+            sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
+            if callable(sources):
+                extra.update(str(p) for p in sources())
             if other is not None and name not in seen:
                 todo.append(other)
-    return {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
+    return extra | {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
 
 
 def _in_folder(module: Any, folder: Path | None) -> bool:

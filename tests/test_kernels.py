@@ -1,10 +1,11 @@
-"""The optional fused C++ kernels of SA-RNN's and VC-RNN's batch-1 fast paths
-(``baselines._kernels``).
+"""The optional fused C++ kernels of SA-RNN's and VC-RNN's batch-1 fast paths and of EI-REHN's
+training stack (``baselines._kernels``).
 
 The default run never compiles them (tests/conftest.py sets ``HARNESS_NO_KERNELS=1``) and checks
 that asking for their state, or rendering a speedup report, builds nothing. The tests marked
 ``kernel`` (``pytest -m kernel``) build them into a fresh cache dir and check them against the
-dense forward; they fail, rather than skip, wherever the kernels are expected to build.
+dense forward (EI-REHN's: against the Python ``_Stack`` and the layer equations); they fail, rather
+than skip, wherever the kernels are expected to build.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
 
+import baselines._ei_rehn_stack as ei_stack
 import baselines._kernels as kernels
 import baselines.sa_rnn as sa
 import baselines.vc_rnn as vc
+from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.sa_rnn import SARNN, SARNNConfig
 from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.bench.speedup_report import speedup_markdown
@@ -30,11 +33,12 @@ from harness.bench.speedup_report import speedup_markdown
 def fresh_kernel(tmp_path, monkeypatch):
     """An empty build cache and kernels that nothing in this process has asked for yet."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    kernels.sarnn_kernel.cache_clear()
-    kernels.vcrnn_kernel.cache_clear()
+    loaders = (kernels.sarnn_kernel, kernels.vcrnn_kernel, kernels.ei_rehn_stack_kernel)
+    for loader in loaders:
+        loader.cache_clear()
     yield tmp_path / "condrnn-harness" / "kernels"
-    kernels.sarnn_kernel.cache_clear()  # later tests get the state their environment says
-    kernels.vcrnn_kernel.cache_clear()
+    for loader in loaders:  # later tests get the state their environment says
+        loader.cache_clear()
 
 
 @pytest.fixture
@@ -292,3 +296,160 @@ def test_the_vcrnn_kernel_builds_and_equals_the_dense_forward(fresh_kernel, monk
         n = len(calls)
         m.fast_forward(torch.randn(2, 30, V, dtype=m.sched_h.dtype))
         assert len(calls) == n  # batch 2: the PyTorch path
+
+
+# --- EI-REHN's training stack (baselines/_ei_rehn_stack.py, csrc/ei_rehn_stack.cpp) -------------
+
+
+def stack_inputs(m: EIREHN, layers: int, dtype: torch.dtype, B: int = 5):
+    """Leaves h, d (zeros among its values, R_max layers) and the inputs of ``stack_layers``."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(B, m.input_size, dtype=dtype, generator=g)
+    h = torch.randn(B, m.hidden_size, dtype=dtype, generator=g).requires_grad_()
+    d = torch.rand(B, m.cfg.r_max, m.hidden_size, dtype=dtype, generator=g)
+    d = d.sub(0.3).clamp(min=0).requires_grad_()
+    bx = F.linear(x, m.weight_x) + m.bias
+    init = torch.cat([m.s0, m.g0, m.z0])
+    weights = (m.weight0, m.bias, m.proj, m.mix_bias, m.hyper.weight, m.hyper.bias, init)
+    return x, h, d, (h, d[:, :layers], bx, *weights)
+
+
+def test_ei_rehn_default_run_uses_the_python_stack(fresh_kernel, no_build):
+    from test_ei_rehn import R_MAX, _randomised
+
+    assert kernels.ei_rehn_stack_kernel_status() == kernels.KernelStatus(
+        "unavailable", kernels.DISABLED
+    )
+    m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)).double())
+    _, _, _, args = stack_inputs(m, 3, torch.float64)
+    out = ei_stack.stack_layers(*args)
+    assert type(out.grad_fn).__name__ == "_StackBackward"
+    assert kernels.ei_rehn_stack_kernel_status().state == "unavailable"
+    assert not fresh_kernel.exists()
+
+
+def test_ei_rehn_failed_build_falls_back_to_the_python_stack(fresh_kernel, monkeypatch):
+    from test_ei_rehn import R_MAX, _randomised
+
+    def load(*args, **kwargs):
+        raise RuntimeError("Error building extension 'harness_ei_rehn_stack'\n[1/2] c++ ...")
+
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)).double())
+    _, _, _, args = stack_inputs(m, 3, torch.float64)
+    with pytest.warns(UserWarning, match="EI-REHN stack kernel unavailable"):
+        out = ei_stack.stack_layers(*args)
+    assert type(out.grad_fn).__name__ == "_StackBackward"
+    why = "RuntimeError: Error building extension 'harness_ei_rehn_stack'"
+    assert kernels.ei_rehn_stack_kernel_status() == kernels.KernelStatus("unavailable", why)
+
+
+def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeypatch, no_build):
+    """A changed ``csrc/ei_rehn_stack.cpp`` changes EI-REHN's ``method_code`` (records made with
+    other kernel code are stale), and asking for it builds nothing."""
+    import sys
+
+    from harness import resume
+
+    for f in kernels.CSRC.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(kernels, "CSRC", tmp_path)
+    files = resume._package_files(sys.modules[EIREHN.__module__])
+    assert str(tmp_path / "ei_rehn_stack.cpp") in files
+    assert kernels.__file__ in files
+    resume.method_code.cache_clear()
+    before = resume.method_code("ei-rehn")
+    (tmp_path / "ei_rehn_stack.cpp").write_text(
+        (tmp_path / "ei_rehn_stack.cpp").read_text() + "// changed\n"
+    )
+    resume.method_code.cache_clear()
+    assert resume.method_code("ei-rehn") != before
+    resume.method_code.cache_clear()
+
+
+def ei_rehn_kernel_or_skip():
+    """The built EI-REHN stack kernel (into the fresh cache dir), skipping where not expected."""
+    expected = kernel_expected()
+    if expected is None:
+        why = "no ninja or no C++ compiler (c++, g++) on PATH"
+        if os.environ.get("HARNESS_NO_KERNELS"):
+            why = "HARNESS_NO_KERNELS is set"
+        pytest.skip(f"the C++ kernel is not expected to build here: {why}")
+    assert kernels.ei_rehn_stack_kernel_status().state == "not tried"
+    kernel = kernels.ei_rehn_stack_kernel()
+    status = kernels.ei_rehn_stack_kernel_status()
+    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
+    assert status.state == "loaded"
+    return kernel
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("layers", [1, 3, 6])
+def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(fresh_kernel, layers):
+    """The fused stack against the Python ``_Stack`` and against ``EIREHN._layers`` (autograd of
+    the equations): h_t to 1e-13 and the gradient of every input (the gate d, zeros among its
+    values, included) to rtol 1e-11 in float64; to 1e-5 in float32. Bias's gradient is None
+    where one layer ran, as ``_Stack``'s."""
+    from test_ei_rehn import R_MAX, _randomised
+
+    assert layers <= R_MAX
+    kernel = ei_rehn_kernel_or_skip()
+    assert list(fresh_kernel.glob("ei_rehn_stack-*/*.so")), "not built into the fresh cache dir"
+    for dtype, tol in ((torch.float64, None), (torch.float32, 1e-5)):
+        m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype)
+        x, h, d, args = stack_inputs(m, layers, dtype)
+        assert (args[1] == 0).any() and (args[1] > 0).any()
+        fused = ei_stack.stack_layers(*args)
+        assert type(fused.grad_fn).__name__ == "_FusedStackBackward"
+        python = ei_stack._Stack.apply(*args)
+        leaves = [h, d, *m.parameters()]
+        w = torch.randn_like(fused)
+        grads = [
+            torch.autograd.grad((y * w).sum(), leaves, allow_unused=True, retain_graph=True)
+            for y in (fused, python)
+        ]
+        refs = [(python, grads[1])]
+        if dtype == torch.float64:
+            eqs = m._layers(x, h, d, layers)
+            refs.append((eqs, torch.autograd.grad((eqs * w).sum(), leaves, allow_unused=True)))
+        for want, g_want in refs:
+            rtol, atol = (0, 1e-13) if tol is None else (tol, tol)
+            torch.testing.assert_close(fused, want, rtol=rtol, atol=atol)
+            for i, (a, b) in enumerate(zip(grads[0], g_want, strict=True)):
+                a = torch.zeros_like(leaves[i]) if a is None else a
+                b = torch.zeros_like(leaves[i]) if b is None else b
+                rtol, atol = (1e-11, 1e-13) if tol is None else (tol, tol)
+                torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"input {i} {dtype}")
+        assert torch.all(grads[0][1][:, layers:] == 0)  # the layers not run get no gradient
+        # the kernel's own gradients: bias's is None where one layer ran, as _Stack's
+        contiguous = [a.detach().contiguous() for a in args]
+        out, *saved = kernel.forward(*contiguous)
+        d_, w0, proj, hyper = contiguous[1], contiguous[3], contiguous[5], contiguous[7]
+        got = kernel.backward(torch.ones_like(out), d_, w0, proj, hyper, *saved)
+        assert len(got) == 10 and (got[4] is None) == (layers == 1)
+
+
+@pytest.mark.kernel
+def test_ei_rehn_training_with_the_kernel_equals_the_python_path(fresh_kernel, monkeypatch):
+    """A whole training forward and backward (train mode, the batch's depth per step) with the
+    fused stack equals the Python ``_Stack``'s in float64: outputs, trace and every parameter's
+    gradient."""
+    from reference import assert_grads_match
+    from test_ei_rehn import R_MAX, _randomised
+
+    kernel = ei_rehn_kernel_or_skip()
+    m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)).double()).train()
+    x = torch.randn(4, 12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    calls = []
+    monkeypatch.setattr(ei_stack, "ei_rehn_stack_kernel", lambda: calls.append(1) or kernel)
+    fused = m(x)
+    assert len(calls) == x.shape[1], "the fused stack did not run at every step"
+    monkeypatch.setattr(ei_stack, "ei_rehn_stack_kernel", lambda: None)
+    python = m(x)
+    depth = fused.depth.amax(-1).amax(0)
+    assert 1 < depth.max() and depth.min() < R_MAX  # various depths, fewer than R_max somewhere
+    torch.testing.assert_close(fused.outputs, python.outputs, rtol=0, atol=1e-13)
+    assert torch.equal(fused.mask, python.mask) and torch.equal(fused.depth, python.depth)
+    w = torch.randn_like(fused.outputs)
+    assert_grads_match(m, (fused.outputs * w).sum(), (python.outputs * w).sum(), rtol=1e-11)
