@@ -5,7 +5,10 @@
   every layer at once, plus the depth trace: ``n_{t,i} = #{r : d^r_{t,i} > 0}``, mask
   ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (docs/methods.md 1.1, 2.14(e, h)). ``elastic_gate``
   evaluates eq. 11 without overflow, exact to float rounding for any alpha; with gradients it is
-  one autograd node whose backward is written out (``_ElasticGate``).
+  one autograd node whose backward is written out (``_ElasticGate``). EI-REHN's training step runs
+  the same gate, forward and backward, in C++ fused with its local rate, depth trace and layers
+  (``baselines._ei_rehn_fused``) where the kernel builds; this Python code is the reference it is
+  tested against (tests/test_kernels.py) and the path everywhere else (SREHN, eval, no kernel).
 - ``elastic_layers``: SREHN's shared-weight stack under an elastic gate, in few ops per layer.
 - ``ElasticHighway``: the base of SREHN and EI-REHN (fixed-depth ``forward``, adaptive ``step``,
   the compute penalty, the training-depth tally).
@@ -139,7 +142,10 @@ def elastic_gate(alpha: Tensor, beta: Tensor, alpha_t: Tensor, r: Tensor) -> Ten
     exactly, with no gradient through u (``1 - e^{-u}`` has an infinite log-derivative there).
 
     With gradients, one autograd node (``_ElasticGate``) whose backward is written out: about 12
-    kernels instead of autograd's 25 for the 15 ops (the gate runs at every step).
+    kernels instead of autograd's 25 for the 15 ops (the gate runs at every step). The reference of
+    the C++ gate in EI-REHN's fused training step (``csrc/ei_rehn_stack.cpp``, ``gate_forward`` and
+    ``gate_backward``: these ops and this backward, ATen's expm1, log and exp, equal to float
+    rounding; d bit for bit in the tests).
 
     Args:
         alpha: ``softplus(alpha_hat)`` (eq. 13), broadcastable against the others.

@@ -18,12 +18,18 @@ decision path are ATen's own ``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot p
 vectorised reductions (``omp simd``), summed in a different order than BLAS, so outputs agree to
 rounding, as the PyTorch fast paths do.
 
-``csrc/ei_rehn_stack.cpp`` (``ei_rehn_stack_kernel()``) is EI-REHN's highway layers of one training
-step, forward and backward, exactly ``_Stack`` of ``baselines._ei_rehn_stack`` (the Python code is
-the reference; the kernel equals it to float rounding, not bit for bit): a step's ~50 small torch
-ops per layer become fused loops over the B x D units, with ATen's matmuls and its vectorised tanh
-and sigmoid on whole buffers. Its source is part of EI-REHN's code version (``method_code``: the
-loader's ``kernel_source_files``), as the kernel runs in the training that records carry.
+``csrc/ei_rehn_stack.cpp`` (``ei_rehn_stack_kernel()``) is EI-REHN's training step, forward and
+backward, in two entry points: ``forward``/``backward``, a step's highway layers, exactly ``_Stack``
+of ``baselines._ei_rehn_stack``; and ``step_forward``/``step_backward``, the whole step
+(``baselines._ei_rehn_fused``: the local rate's matmul and sigmoid, the elastic gate of
+``baselines._elastic`` with its depth trace, then the same layers), one call and one autograd node
+per step, which EI-REHN's training runs. The Python code (``_Stack``, ``_ElasticGate``) is the
+reference; the kernel equals it to float rounding, not bit for bit: a step's ~50 small torch ops per
+layer, and the gate's ~25, become fused loops over the B x D units, with ATen's matmuls and its
+vectorised tanh, sigmoid, expm1, log and exp on whole buffers. Its source is part of EI-REHN's code
+version (``method_code``: the loader's ``kernel_source_files``), as the kernel runs in the training
+that records carry; whether a run's training used it is in its diagnostics
+(``train_fused_kernel``).
 
 ``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``ei_rehn_stack_kernel_status()`` say
 which of the two happened without building anything: reports are rendered from measured rows, and
@@ -195,8 +201,9 @@ def ei_rehn_stack_kernel_status() -> KernelStatus:
 
 @functools.lru_cache(maxsize=1)
 def ei_rehn_stack_kernel() -> Any:
-    """The compiled EI-REHN training stack (``forward``, ``backward``: ``_Stack``'s, see
-    ``baselines._ei_rehn_stack``), or None where it cannot be built."""
+    """The compiled EI-REHN training kernel (``forward``, ``backward``: ``_Stack``'s, see
+    ``baselines._ei_rehn_stack``; ``step_forward``, ``step_backward``: the whole step, see
+    ``baselines._ei_rehn_fused``), or None where it cannot be built."""
     mod, _last["ei_rehn_stack"] = _load("ei_rehn_stack", "EI-REHN stack")
     return mod
 

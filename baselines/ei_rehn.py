@@ -40,7 +40,9 @@ Differences from the paper:
 - Training computes the same equations in another form (``baselines/_ei_rehn_stack.py``: a step's
   layers as one autograd node with the derivatives written out, the input terms of all steps in
   one matmul; docs/methods.md 2.14, "Training at the cost of the layers run"): equal to the eager
-  equations to float rounding, not bit for bit.
+  equations to float rounding, not bit for bit. Where the C++ kernel builds, a whole step (local
+  rate, gate, depth trace, layers) is one C++ call (``baselines/_ei_rehn_fused.py``); the Python
+  step is the reference, and ``train_fused_kernel`` in the diagnostics says which one ran.
 - Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
   ``d^r_i = 0``. Equal in exact arithmetic (g-hat = sigmoid > 0); they differ only where floats
   round g-hat (torch's sigmoid is exactly 0 below about -88.7 in float32, -709.8 in float64) or
@@ -68,6 +70,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from baselines._ei_rehn_fused import fused_step, step_kernel
 from baselines._ei_rehn_stack import stack_layers
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway
 from baselines._highway import highway_mix, run_sequence, weight_bound
@@ -89,6 +92,7 @@ class EIREHN(ElasticHighway):
 
     config_cls = EIREHNConfig
     _compiled = False  # compile_step ran: training takes the compiled fixed-depth path
+    _fused_steps = 0  # steps of the training forwards run by the fused C++ step (fused_step)
 
     def __init__(self, input_size: int, hidden_size: int, cfg: EIREHNConfig | None = None) -> None:
         super().__init__(input_size, hidden_size, cfg)
@@ -152,11 +156,21 @@ class EIREHN(ElasticHighway):
         weight = torch.cat([gate.rate.weight[:, D:], self.weight_x])  # [3D, V]
         terms = F.linear(x, weight, torch.cat([gate.rate.bias, self.bias]))  # [B, T, 3D]
         alpha, beta = F.softplus(gate.alpha_hat), torch.sigmoid(gate.beta_hat)
-        rate_h_t = gate.rate.weight[:, :D].t()
+        rate_h = gate.rate.weight[:, :D]
+        rate_h_t = rate_h.t()
         init = torch.cat([self.s0, self.g0, self.z0])
         hyper = (self.hyper.weight, self.hyper.bias)
         weights = (self.weight0, self.bias, self.proj, self.mix_bias, *hyper, init)
+        kernel = step_kernel(terms, h0, rate_h, alpha, beta, *weights)
         ran = 0
+
+        def fused(p_t: Tensor, h: Tensor) -> StepOut:  # the same step in one C++ node
+            nonlocal ran
+            h, d1, n, mask, layers = fused_step(
+                kernel, ran == 0, p_t, h, rate_h, alpha, beta, gate.r_max, weights
+            )
+            ran += layers
+            return StepOut(h, h, mask, n, {"elastic_d1_mean": d1.mean(-1)})
 
         def step(p_t: Tensor, h: Tensor) -> StepOut:
             nonlocal ran
@@ -171,10 +185,26 @@ class EIREHN(ElasticHighway):
             h = stack_layers(h, tr.d[:, :layers], bx, *weights)
             return StepOut(h, h, tr.mask, tr.n, {"elastic_d1_mean": tr.d[:, 0].mean(-1)})
 
-        out = run_sequence(step, terms, h0)
+        out = run_sequence(step if kernel is None else fused, terms, h0)
         self.tally_layers(ran, x.shape[1])
+        self._fused_steps += 0 if kernel is None else x.shape[1]
         out.aux_loss = self.aux_loss(out)
         return out
+
+    def train_diagnostics(self) -> dict[str, float]:
+        """``ElasticHighway``'s and ``train_fused_kernel``: the fraction of the training forwards'
+        steps that the fused C++ step ran (1.0: all of them, 0.0: the Python path throughout)."""
+        out = super().train_diagnostics()
+        if self._steps_run:
+            out["train_fused_kernel"] = self._fused_steps / self._steps_run
+        return out
+
+    def train_state(self) -> dict[str, int]:
+        return {**super().train_state(), "fused_steps": self._fused_steps}
+
+    def load_train_state(self, state: dict[str, int]) -> None:
+        super().load_train_state(state)
+        self._fused_steps = state.get("fused_steps", 0)  # a checkpoint from before the tally
 
     def _layers(self, x_t: Tensor, h: Tensor, d: Tensor, layers: int) -> Tensor:
         """The highway layers 1..``layers`` of one step under the gate ``d`` (eqs. 17-22, 9-10)."""

@@ -590,7 +590,28 @@ def test_training_runs_the_batch_depth_and_equals_the_fixed_depth() -> None:
     with torch.no_grad():
         fresh(x)  # not a training pass: not counted
     fresh.eval()(x)
-    assert fresh.train_diagnostics() == {"train_layers_per_step": ran / x.shape[1]}
+    # the Python step (kernels are off in the default run; tests/test_kernels.py: 1.0 with them)
+    want = {"train_layers_per_step": ran / x.shape[1], "train_fused_kernel": 0.0}
+    assert fresh.train_diagnostics() == want
+
+
+def test_the_fused_step_tally_is_kept_with_the_training_state() -> None:
+    """``train_fused_kernel`` is the fraction of the training forwards' steps the fused C++ step
+    ran; its tally (``fused_steps``) goes with ``train_state`` into a checkpoint and back, and a
+    state saved before the tally existed loads as no fused steps."""
+    m = EIREHN(3, 4, EIREHNConfig(r_max=R_MAX))
+    m(torch.randn(2, 5, 3))  # the Python path: kernels are off in the default run
+    m._fused_steps += 15  # as if three more sequences of 5 steps had run fused
+    m._layers_run, m._steps_run = m._layers_run + 15, m._steps_run + 15
+    state = m.train_state()
+    assert state["fused_steps"] == 15 and state["steps_run"] == 20
+    fresh = EIREHN(3, 4, EIREHNConfig(r_max=R_MAX))
+    fresh.load_train_state(state)
+    assert fresh.train_diagnostics() == m.train_diagnostics()
+    assert fresh.train_diagnostics()["train_fused_kernel"] == 0.75
+    old = {k: v for k, v in state.items() if k != "fused_steps"}
+    fresh.load_train_state(old)
+    assert fresh.train_diagnostics()["train_fused_kernel"] == 0.0
 
 
 @pytest.mark.parametrize("shape", ["broadcast", "per_unit"])

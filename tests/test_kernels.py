@@ -4,13 +4,15 @@ training stack (``baselines._kernels``).
 The default run never compiles them (tests/conftest.py sets ``HARNESS_NO_KERNELS=1``) and checks
 that asking for their state, or rendering a speedup report, builds nothing. The tests marked
 ``kernel`` (``pytest -m kernel``) build them into a fresh cache dir and check them against the
-dense forward (EI-REHN's: against the Python ``_Stack`` and the layer equations); they fail, rather
+dense forward (EI-REHN's: its layers against the Python ``_Stack`` and the layer equations, its
+fused training step against the Python step and the literal ops of the gate); they fail, rather
 than skip, wherever the kernels are expected to build.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 
@@ -19,6 +21,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
 
+import baselines._ei_rehn_fused as ei_fused
 import baselines._ei_rehn_stack as ei_stack
 import baselines._kernels as kernels
 import baselines.sa_rnn as sa
@@ -430,26 +433,186 @@ def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(fresh_kern
         assert len(got) == 10 and (got[4] is None) == (layers == 1)
 
 
+def step_case(case: str, dtype: torch.dtype, B: int = 5):
+    """An EI-REHN layer (V 3, D 6, R_max ``R_MAX``) and one step's x, h for the fused-step tests.
+
+    "random": random parameters, various depths. "edges": units at alpha_hat = 100 and 1000
+    (depth 0 or 1), a unit whose local rate rounds to 0 (u = 0 at r = 1: d^1 = beta, no gradient
+    through u; float64 only, sigmoid(-800) = 0) and units cut off at d = 0. "dead": alpha_hat =
+    1000 everywhere, so d = 0 at every layer of every unit (no layer runs, or a copy at ``first``).
+    """
+    from test_ei_rehn import R_MAX, _randomised
+
+    m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype).train()
+    with torch.no_grad():
+        if case == "edges":
+            m.elastic.alpha_hat[0] = 100.0
+            m.elastic.alpha_hat[1] = 1000.0
+            m.elastic.rate.bias[2] = -800.0  # alpha_t of unit 2 is exactly 0
+            m.elastic.rate.weight[2] = 0.0
+            m.elastic.rate.bias[3] = 1.0  # alpha_t ~ 0.7: cut off after few layers
+        elif case == "dead":
+            m.elastic.alpha_hat.fill_(1000.0)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(B, 3, dtype=dtype, generator=g)
+    h = torch.randn(B, 6, dtype=dtype, generator=g).requires_grad_()
+    return m, x, h
+
+
+def literal_gate(alpha: torch.Tensor, beta: torch.Tensor, alpha_t: torch.Tensor, r_max: int):
+    """Eq. 11 in ``_gate``'s overflow-safe form as plain torch ops (autograd differentiates it)."""
+    r = torch.arange(1, r_max + 1, dtype=alpha.dtype)[:, None]
+    u = alpha * (r - 1) + alpha_t[:, None] * r
+    pos = u > 0
+    log1m = torch.log(-torch.expm1(-torch.where(pos, u, 1.0)))
+    q = (alpha + alpha_t[:, None]) * r + torch.where(pos, log1m, -math.inf)
+    return torch.relu(beta - q.clamp(max=0.0).exp())
+
+
+def steps_of(m: EIREHN, x: torch.Tensor, h: torch.Tensor, first: bool, kernel):
+    """One training step three ways: the fused C++ step (``fused_step``), the Python step of
+    ``_train_forward`` (``_ElasticGate``, ``_Stack``) and the literal ops (``literal_gate``,
+    ``EIREHN._layers``), each ``(h_t, d^1, n, mask, layers)``."""
+    D, gate = m.hidden_size, m.elastic
+    p = F.linear(
+        x,
+        torch.cat([gate.rate.weight[:, D:], m.weight_x]),
+        torch.cat([gate.rate.bias, m.bias]),
+    )
+    alpha, beta = F.softplus(gate.alpha_hat), torch.sigmoid(gate.beta_hat)
+    rate_h = gate.rate.weight[:, :D]
+    init = torch.cat([m.s0, m.g0, m.z0])
+    weights = (m.weight0, m.bias, m.proj, m.mix_bias, m.hyper.weight, m.hyper.bias, init)
+    fused = ei_fused.fused_step(kernel, first, p, h, rate_h, alpha, beta, gate.r_max, weights)
+    assert type(fused[0].grad_fn).__name__ == "_FusedStepBackward"
+    rate_x, bx = p.split((D, 2 * D), -1)
+    alpha_t = torch.sigmoid(torch.addmm(rate_x, h, rate_h.t()))
+    out = [fused]
+    for literal in (False, True):
+        if literal:
+            d = literal_gate(alpha, beta, alpha_t, gate.r_max)
+            n = (d.detach() > 0).sum(1)
+            trace = (d, n.to(d.dtype), (n > 0).to(d.dtype), n.amax(-1))
+        else:
+            tr = gate.trace(alpha, beta, alpha_t)
+            assert type(tr.d.grad_fn).__name__ == "_ElasticGateBackward"
+            trace = (tr.d, tr.n, tr.mask, tr.R)
+        d, n, mask, R = trace
+        layers = max(int(R.max()), int(first))
+        if literal:
+            h_t = m._layers(x, h, d, layers)
+        else:
+            h_t = ei_stack._Stack.apply(h, d[:, :layers], bx, *weights) if layers else h
+        out.append((h_t, d[:, 0], n, mask, layers))
+    return out
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(
+    ("case", "first"), [("random", False), ("edges", False), ("dead", False), ("dead", True)]
+)
+def test_the_fused_ei_rehn_step_equals_the_python_step_and_the_literal_ops(
+    fresh_kernel, case, first
+):
+    """One training step in the fused C++ node (local rate, elastic gate, depth trace, layers)
+    against the Python step (``_ElasticGate``, ``_Stack``) and autograd of the literal ops, in
+    float64: h_t to 1e-13, d^1 bit for bit (the same ATen expm1, log, exp), n, mask and the layer
+    count exactly, and the gradient of h and of every parameter (alpha_hat, beta_hat, W_a and its
+    bias, the layers') to rtol 1e-11, from h_t and from d^1 (the compute penalty's path), also
+    with an infinite upstream gradient where d^1 = 0 (0 there, not NaN). To 1e-5 in float32."""
+    kernel = ei_rehn_kernel_or_skip()
+    for dtype in (torch.float64, torch.float32):
+        if dtype == torch.float32 and case == "edges":
+            continue  # the u = 0 unit needs float64's range (sigmoid(-800) = 0)
+        m, x, h = step_case(case, dtype)
+        (fused, python, literal) = steps_of(m, x, h, first, kernel)
+        d1 = python[1].detach()
+        if case == "edges":
+            assert (d1[:, 2] == torch.sigmoid(m.elastic.beta_hat[2])).all()  # u = 0: d = beta
+            assert (d1[:, :2] == 0).all() and (d1 > 0).any()  # alpha 100, 1000: depth 0
+            assert python[4] > 0 and ((python[2] > 0) & (python[2] < m.cfg.r_max)).any()
+        if case == "dead":
+            assert (d1 == 0).all() and fused[4] == python[4] == int(first)
+        if case == "random":
+            assert 1 < python[4] and (python[2] < python[4]).any()  # various depths
+        leaves = [h, *m.parameters()]
+        w_h = torch.randn_like(fused[0])
+        finite = torch.rand_like(d1)
+        for w_d1 in (finite, torch.where(d1 == 0, math.inf, finite)):
+            (fused, python, literal) = steps_of(m, x, h, first, kernel)  # _Stack frees its graph
+            grads = []
+            for h_t, d1_, *_ in (fused, python, literal):
+                loss = (h_t * w_h).sum() + (d1_ * w_d1).sum()
+                grads.append(
+                    torch.autograd.grad(loss, leaves, allow_unused=True, retain_graph=True)
+                )
+            for want, g_want in ((python, grads[1]), (literal, grads[2])):
+                if dtype == torch.float64:
+                    torch.testing.assert_close(fused[0], want[0], rtol=0, atol=1e-13)
+                    if want is python:
+                        assert torch.equal(fused[1], want[1])
+                    rtol, atol = 1e-11, 1e-13
+                else:
+                    rtol = atol = 1e-5
+                torch.testing.assert_close(fused[1], want[1], rtol=rtol, atol=atol)
+                assert torch.equal(fused[2], want[2]) and torch.equal(fused[3], want[3])
+                assert fused[4] == want[4]
+                for i, (a, b) in enumerate(zip(grads[0], g_want, strict=True)):
+                    a = torch.zeros_like(leaves[i]) if a is None else a
+                    b = torch.zeros_like(leaves[i]) if b is None else b
+                    assert torch.isfinite(a).all(), f"leaf {i}"
+                    torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"leaf {i} {dtype}")
+
+
 @pytest.mark.kernel
 def test_ei_rehn_training_with_the_kernel_equals_the_python_path(fresh_kernel, monkeypatch):
-    """A whole training forward and backward (train mode, the batch's depth per step) with the
-    fused stack equals the Python ``_Stack``'s in float64: outputs, trace and every parameter's
-    gradient."""
-    from reference import assert_grads_match
+    """A whole training forward and backward (train mode, the batch's depth per step, the compute
+    penalty on) with the fused step (rate, gate, trace and layers in C++), with the fused layers
+    only (the Python gate) and on the Python path, in float64: outputs, trace, the penalty and
+    every parameter's gradient equal; ``train_fused_kernel`` says which ran."""
     from test_ei_rehn import R_MAX, _randomised
 
     kernel = ei_rehn_kernel_or_skip()
-    m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)).double()).train()
+    cfg = EIREHNConfig(r_max=R_MAX, lam_d=0.3)
+    state = _randomised(EIREHN(3, 6, cfg).double()).state_dict()
     x = torch.randn(4, 12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
-    calls = []
-    monkeypatch.setattr(ei_stack, "ei_rehn_stack_kernel", lambda: calls.append(1) or kernel)
-    fused = m(x)
-    assert len(calls) == x.shape[1], "the fused stack did not run at every step"
-    monkeypatch.setattr(ei_stack, "ei_rehn_stack_kernel", lambda: None)
-    python = m(x)
-    depth = fused.depth.amax(-1).amax(0)
+    steps, stacks = [], []
+    runs = {}
+    for name, step_k, stack_k in (
+        ("fused", kernel, kernel),
+        ("stack", None, kernel),
+        ("python", None, None),
+    ):
+        monkeypatch.setattr(ei_fused, "ei_rehn_stack_kernel", lambda k=step_k: steps.append(1) or k)
+        monkeypatch.setattr(
+            ei_stack, "ei_rehn_stack_kernel", lambda k=stack_k: stacks.append(1) or k
+        )
+        m = EIREHN(3, 6, cfg).double().train()
+        m.load_state_dict(state)
+        steps.clear(), stacks.clear()
+        out = m(x)
+        runs[name] = m, out
+        assert len(steps) == 1  # asked once per sequence
+        assert len(stacks) == (0 if name == "fused" else x.shape[1])
+        fused = 1.0 if name == "fused" else 0.0
+        assert m.train_diagnostics()["train_fused_kernel"] == fused
+    m, python = runs["python"]
+    depth = python.depth.amax(-1).amax(0)
     assert 1 < depth.max() and depth.min() < R_MAX  # various depths, fewer than R_max somewhere
-    torch.testing.assert_close(fused.outputs, python.outputs, rtol=0, atol=1e-13)
-    assert torch.equal(fused.mask, python.mask) and torch.equal(fused.depth, python.depth)
-    w = torch.randn_like(fused.outputs)
-    assert_grads_match(m, (fused.outputs * w).sum(), (python.outputs * w).sum(), rtol=1e-11)
+    w = torch.randn_like(python.outputs)
+    want = (python.outputs * w).sum() + python.aux_loss
+    g_ref = torch.autograd.grad(want, list(m.parameters()))
+    names = [k for k, _ in m.named_parameters()]
+    for name in ("fused", "stack"):
+        m_k, out = runs[name]
+        torch.testing.assert_close(out.outputs, python.outputs, rtol=0, atol=1e-13)
+        assert torch.equal(out.mask, python.mask) and torch.equal(out.depth, python.depth)
+        torch.testing.assert_close(out.aux_loss, python.aux_loss, rtol=1e-13, atol=0)
+        assert (
+            m_k.train_diagnostics()["train_layers_per_step"]
+            == (m.train_diagnostics()["train_layers_per_step"])
+        )
+        got = (out.outputs * w).sum() + out.aux_loss
+        g = torch.autograd.grad(got, list(m_k.parameters()))
+        for n, a, b in zip(names, g, g_ref, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13, msg=f"{name}: {n}")

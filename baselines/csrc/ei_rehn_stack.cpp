@@ -1,6 +1,11 @@
-// EI-REHN's highway layers of one training step, forward and backward, loaded by
-// baselines/_kernels.py (``ei_rehn_stack_kernel``) for baselines/_ei_rehn_stack.py.
+// EI-REHN's training step, forward and backward, loaded by baselines/_kernels.py
+// (``ei_rehn_stack_kernel``): ``forward``/``backward`` are a step's highway layers, for
+// baselines/_ei_rehn_stack.py; ``step_forward``/``step_backward`` the whole step (the local rate,
+// the elastic gate and its depth trace, then the same layers), for baselines/_ei_rehn_fused.py,
+// which EI-REHN's training runs. The gate is ``_gate``/``_ElasticGate`` of baselines/_elastic.py
+// (the reference; see ``gate_forward``).
 //
+// The layers:
 // Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/_ei_rehn_stack.py (the equations
 // are in its docstring; the Python code is the reference), without a Python call per layer: the
 // matmuls are ATen's (``at::mm_out``, ``at::addmm_out`` into preallocated buffers; the weight
@@ -15,7 +20,9 @@
 // Layout: u = [s; g; z] rows of width U = 2D + Dz; the branches s and g side by side (s first)
 // in rows of width 2D, [w; gbar] rows of width 4D.
 #include <torch/extension.h>
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -23,20 +30,22 @@ namespace {
 // The forward of layers 0..R-1. Saved for the backward, per layer r: H[r] = h^r (its input),
 // SGZ[r + 1] = [s; g; z] (its output, SGZ[0] = init: layer 0's u), GBAR[r], HW[r] = h W0^T,
 // AW[r] = acc - w (-w at r = 0) and DIAG[r].
+// The gate d^r_{b,j} is dp[b * dstride + r * D + j] (r < R), layer 1's input term and bias
+// bx[b * bx_stride + c].
 template <typename T>
-void forward_layers(at::Tensor& out, const at::Tensor& d, const at::Tensor& bx,
-                    const at::Tensor& weight0, const at::Tensor& bias, const at::Tensor& proj,
-                    const at::Tensor& mix_bias, const at::Tensor& hyper_weight,
-                    const at::Tensor& hyper_bias, at::Tensor& H, at::Tensor& SGZ,
-                    at::Tensor& GBAR, at::Tensor& HW, at::Tensor& AW, at::Tensor& DIAG) {
-  const int64_t B = d.size(0), R = d.size(1), D = d.size(2), Dz = hyper_weight.size(0);
+void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, const T* bxp,
+                    int64_t bx_stride, const at::Tensor& weight0, const at::Tensor& bias,
+                    const at::Tensor& proj, const at::Tensor& mix_bias,
+                    const at::Tensor& hyper_weight, const at::Tensor& hyper_bias, at::Tensor& H,
+                    at::Tensor& SGZ, at::Tensor& GBAR, at::Tensor& HW, at::Tensor& AW,
+                    at::Tensor& DIAG) {
+  const int64_t B = out.size(0), D = out.size(1), Dz = hyper_weight.size(0);
   const int64_t D2 = 2 * D, D4 = 4 * D, U = D2 + Dz;
   const auto w0_t = weight0.t(), proj_t = proj.t(), hyper_t = hyper_weight.t();
   at::Tensor z = at::empty({B, Dz}, out.options()), wm = at::empty({B, D4}, out.options());
   at::Tensor A = at::empty({2, B, D}, out.options());  // the pre-activations a_s, a_g, then s, g
   at::Tensor As = A.select(0, 0), Ag = A.select(0, 1);
   std::vector<T> acc(B * D2);
-  const T* dp = d.data_ptr<T>();
   const T* mbp = mix_bias.data_ptr<T>();
   const T* wmp = wm.data_ptr<T>();
   const T* zp = z.data_ptr<T>();
@@ -62,8 +71,8 @@ void forward_layers(at::Tensor& out, const at::Tensor& d, const at::Tensor& bx,
     }
     at::sigmoid_(gbar);
     // a = base + gbar * hw + diag * [h; h], diag = w + gbar * (acc - w) (eqs. 17, 22)
-    const T* base = r == 0 ? bx.data_ptr<T>() : bias.data_ptr<T>();
-    const int64_t base_row = r == 0 ? D2 : 0;
+    const T* base = r == 0 ? bxp : bias.data_ptr<T>();
+    const int64_t base_row = r == 0 ? bx_stride : 0;
     for (int64_t b = 0; b < B; ++b) {
       const T* wrow = wmp + b * D4;
       const T* hrow = hp + b * D;
@@ -105,7 +114,7 @@ void forward_layers(at::Tensor& out, const at::Tensor& d, const at::Tensor& bx,
     for (int64_t b = 0; b < B; ++b) {
       const T* srow = asp + b * D;
       const T* grow = agp + b * D;
-      const T* drow = dp + (b * R + r) * D;
+      const T* drow = dp + b * dstride + r * D;
       const T* hrow = hp + b * D;
       const T* zrow = zp + b * Dz;
       T* orow = o + b * U;
@@ -146,14 +155,15 @@ inline void branch_backward(const Rows<T>& p, int64_t D) {
   }
 }
 
+// The gradients of the R layers (d as in ``forward_layers``), dd [B, R, D] among them.
 template <typename T>
-std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const at::Tensor& d,
-                                        const at::Tensor& weight0, const at::Tensor& proj,
-                                        const at::Tensor& hyper_weight, const at::Tensor& H,
-                                        const at::Tensor& SGZ, const at::Tensor& GBAR,
-                                        const at::Tensor& HW, const at::Tensor& AW,
-                                        const at::Tensor& DIAG) {
-  const int64_t B = d.size(0), R = d.size(1), D = d.size(2), Dz = hyper_weight.size(0);
+std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, int64_t dstride,
+                                        int64_t R, const at::Tensor& weight0,
+                                        const at::Tensor& proj, const at::Tensor& hyper_weight,
+                                        const at::Tensor& H, const at::Tensor& SGZ,
+                                        const at::Tensor& GBAR, const at::Tensor& HW,
+                                        const at::Tensor& AW, const at::Tensor& DIAG) {
+  const int64_t B = grad_h.size(0), D = grad_h.size(1), Dz = hyper_weight.size(0);
   const int64_t D2 = 2 * D, D4 = 4 * D, U = D2 + Dz;
   const auto opts = grad_h.options();
   at::Tensor DA = at::empty({R, B, D2}, opts), DHW = at::empty({R, B, D2}, opts);
@@ -162,7 +172,6 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const at::Tens
   at::Tensor dh = grad_h.clone(), dh_next = at::empty({B, D}, opts);
   at::Tensor base = at::empty({B, D}, opts), dzz = at::empty({B, Dz}, opts);
   std::vector<T> dacc(B * D2), dadiag(D2);
-  const T* dp = d.data_ptr<T>();
   T* ddp = dd.data_ptr<T>();
   T* dup = du.data_ptr<T>();
   T* basep = base.data_ptr<T>();
@@ -184,7 +193,7 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const at::Tens
       const T* hrow = hp + b * D;
       const T* srow = o + b * U;
       const T* grow = srow + D;
-      const T* drow = dp + (b * R + r) * D;
+      const T* drow = dp + b * dstride + r * D;
       const T* dsn = dup + b * U;  // ds_next, dg_next: what layer r + 1 sent back through u
       const T* dgn = dsn + D;
       T* ddrow = ddp + (b * R + r) * D;
@@ -244,7 +253,7 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const at::Tens
       dh,
       dd,
       DA.select(0, 0),
-      at::mm(DHW.view({N, D2}).t(), H.view({N, D})),
+      at::mm(DHW.view({N, D2}).t(), H.narrow(0, 0, R).reshape({N, D})),
       R > 1 ? DA.narrow(0, 1, R - 1).reshape({(R - 1) * B, D2}).sum(0) : at::Tensor(),
       at::mm(dpw_all.t(), SGZ.narrow(0, 1, R).reshape({N, U}).narrow(1, D2, Dz)),
       dpw_all.narrow(1, D2, D2).sum(0),
@@ -252,6 +261,132 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const at::Tens
       dz_all.sum(0),
       du.sum(0),
   };
+}
+
+
+// The elastic gate of every layer r = 0..Rm-1 (layer number rr = r + 1) from the local rate
+// ``at = alpha_t`` [B, D]: ``_gate`` of baselines/_elastic.py (eq. 11 without overflow),
+//     u = alpha (rr - 1) + alpha_t rr;  m = -expm1(-(u > 0 ? u : 1));
+//     q = (alpha + alpha_t) rr + (u > 0 ? log(m) : -inf);  e = exp(min(q, 0));  d = relu(beta - e)
+// with the same roundings (no contraction, the products and sums in the Python code's order) and
+// expm1, log and exp ATen's own vectorised ones on whole [B, Rm, D] buffers (scalar libm calls
+// were several times slower). Into DG (d; u until the last pass), MG (m) and EG (e), then the
+// depth trace: n = #{r : d^r > 0}, mask = 1[n > 0] (float) and R_b = max_j n; returns max_b R_b.
+template <typename T>
+int64_t gate_forward(const T* alpha, const T* beta, const T* at, at::Tensor& DG, at::Tensor& MG,
+                     at::Tensor& EG, at::Tensor& n, at::Tensor& mask) {
+  const int64_t B = DG.size(0), Rm = DG.size(1), D = DG.size(2);
+  T* up = DG.data_ptr<T>();
+  T* mp = MG.data_ptr<T>();
+  T* ep = EG.data_ptr<T>();
+  for (int64_t b = 0; b < B; ++b) {
+    const T* arow = at + b * D;
+    for (int64_t r = 0; r < Rm; ++r) {
+      const T rr = T(r + 1), r1 = T(r);
+      T* urow = up + (b * Rm + r) * D;
+      T* mrow = mp + (b * Rm + r) * D;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) {
+        const T u = alpha[j] * r1 + arow[j] * rr;
+        urow[j] = u;
+        mrow[j] = -(u > T(0) ? u : T(1));
+      }
+    }
+  }
+  at::expm1_(MG);
+  const int64_t N = B * Rm * D;
+#pragma omp simd
+  for (int64_t i = 0; i < N; ++i) mp[i] = -mp[i];  // m = 1 - e^{-u}
+  at::log_out(EG, MG);
+  const T inf = std::numeric_limits<T>::infinity();
+  for (int64_t b = 0; b < B; ++b) {
+    const T* arow = at + b * D;
+    for (int64_t r = 0; r < Rm; ++r) {
+      const T rr = T(r + 1);
+      const T* urow = up + (b * Rm + r) * D;
+      T* erow = ep + (b * Rm + r) * D;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) {
+        const T q = (alpha[j] + arow[j]) * rr + (urow[j] > T(0) ? erow[j] : -inf);
+        erow[j] = q > T(0) ? T(0) : q;  // q.clamp(max=0)
+      }
+    }
+  }
+  at::exp_(EG);
+  T* np = n.data_ptr<T>();
+  T* maskp = mask.data_ptr<T>();
+  int64_t layers = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    T* nrow = np + b * D;
+    std::fill(nrow, nrow + D, T(0));
+    for (int64_t r = 0; r < Rm; ++r) {
+      T* drow = up + (b * Rm + r) * D;
+      const T* erow = ep + (b * Rm + r) * D;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) {
+        const T v = beta[j] - erow[j];
+        const T d = v < T(0) ? T(0) : v;  // relu, eq. 11
+        drow[j] = d;
+        nrow[j] += d > T(0) ? T(1) : T(0);
+      }
+    }
+    T R = 0;
+    for (int64_t j = 0; j < D; ++j) {
+      maskp[b * D + j] = nrow[j] > T(0) ? T(1) : T(0);
+      R = std::max(R, nrow[j]);
+    }
+    layers = std::max(layers, static_cast<int64_t>(R));
+  }
+  return layers;
+}
+
+// ``_ElasticGate.backward`` for the layers r < L from G [B, L, D], the gradient of their gate
+// (the layers' plus that of d^1 at r = 0): where d > 0, dq = -(e g), du = dq / m,
+// dalpha += dq + du (rr - 1), dbeta += g, dalpha_t += du rr; where d = 0 nothing (0, not 0 * inf).
+template <typename T>
+void gate_backward(const at::Tensor& G, const at::Tensor& DG, const at::Tensor& MG,
+                   const at::Tensor& EG, T* dalpha, T* dbeta, T* dat) {
+  const int64_t B = DG.size(0), Rm = DG.size(1), D = DG.size(2), L = G.size(1);
+  const T* gp = G.data_ptr<T>();
+  const T* dp = DG.data_ptr<T>();
+  const T* mp = MG.data_ptr<T>();
+  const T* ep = EG.data_ptr<T>();
+  std::fill(dalpha, dalpha + D, T(0));
+  std::fill(dbeta, dbeta + D, T(0));
+  std::fill(dat, dat + B * D, T(0));
+  for (int64_t b = 0; b < B; ++b) {
+    T* atrow = dat + b * D;
+    for (int64_t r = 0; r < L; ++r) {
+      const T rr = T(r + 1), r1 = T(r);
+      const int64_t o = (b * Rm + r) * D;
+      const T* grow = gp + (b * L + r) * D;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) {
+        const T g = dp[o + j] > T(0) ? grow[j] : T(0);
+        const T dq = -(ep[o + j] * g);
+        const T du = dq / mp[o + j];
+        dalpha[j] += dq + du * r1;
+        dbeta[j] += g;
+        atrow[j] += du * rr;
+      }
+    }
+  }
+}
+
+// eq. 14's sigmoid backward as ATen's, grad (1 - y) y, from dalpha_t into p's first D columns.
+template <typename T>
+void rate_backward(const at::Tensor& dat, const at::Tensor& AT, at::Tensor& dp) {
+  const int64_t B = AT.size(0), D = AT.size(1);
+  const T* ap = AT.data_ptr<T>();
+  const T* gp = dat.data_ptr<T>();
+  T* pp = dp.data_ptr<T>();
+  for (int64_t b = 0; b < B; ++b) {
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) {
+      const T y = ap[b * D + j];
+      pp[b * 3 * D + j] = gp[b * D + j] * (T(1) - y) * y;
+    }
+  }
 }
 
 void check(const at::Tensor& t, const at::Tensor& ref, const char* name) {
@@ -289,8 +424,9 @@ std::vector<at::Tensor> ei_rehn_stack_forward(at::Tensor h, at::Tensor d, at::Te
   H.select(0, 0).copy_(h);
   SGZ.select(0, 0).copy_(init.view({1, U}).expand({B, U}));
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_stack_forward", [&] {
-    forward_layers<scalar_t>(out, d, bx, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias,
-                             H, SGZ, GBAR, HW, AW, DIAG);
+    forward_layers<scalar_t>(out, d.data_ptr<scalar_t>(), R * D, R, bx.data_ptr<scalar_t>(),
+                             2 * D, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, H,
+                             SGZ, GBAR, HW, AW, DIAG);
   });
   return {out, H, SGZ, GBAR, HW, AW, DIAG};
 }
@@ -307,13 +443,129 @@ std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
   TORCH_CHECK(grad_h.sizes() == H.select(0, 0).sizes(), "ei_rehn_stack_backward: grad_h shape");
   std::vector<at::Tensor> grads;
   AT_DISPATCH_FLOATING_TYPES(grad_h.scalar_type(), "ei_rehn_stack_backward", [&] {
-    grads = backward_layers<scalar_t>(grad_h, d, weight0, proj, hyper_weight, H, SGZ, GBAR, HW,
+    grads = backward_layers<scalar_t>(grad_h, d.data_ptr<scalar_t>(), d.size(1) * d.size(2),
+                                      d.size(1), weight0, proj, hyper_weight, H, SGZ, GBAR, HW,
                                       AW, DIAG);
   });
   return grads;
 }
 
+// One training step of EI-REHN's ``_train_forward`` (baselines/_ei_rehn_fused.py): the local rate
+// alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace, then
+// the layers 1..L, L = max(max_b R_b, first) (``stack_layers``). p [B, 3D] is the step's input
+// terms [W_a,x x + b_a; W_x x + b] (rows of any stride). Returns ({h_t, d^1, n, mask, saved...},
+// L); saved = {AT, DG, MG, EG, H, SGZ, GBAR, HW, AW, DIAG} for ``ei_rehn_step_backward``.
+std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
+    at::Tensor p, at::Tensor h, at::Tensor rate_h, at::Tensor alpha, at::Tensor beta,
+    at::Tensor weight0, at::Tensor bias, at::Tensor proj, at::Tensor mix_bias,
+    at::Tensor hyper_weight, at::Tensor hyper_bias, at::Tensor init, int64_t r_max, bool first) {
+  const std::vector<std::pair<const at::Tensor*, const char*>> args = {
+      {&alpha, "alpha"}, {&beta, "beta"}, {&weight0, "weight0"}, {&bias, "bias"},
+      {&proj, "proj"}, {&mix_bias, "mix_bias"}, {&hyper_weight, "hyper_weight"},
+      {&hyper_bias, "hyper_bias"}, {&init, "init"}};
+  check(h, h, "h");
+  for (const auto& [t, name] : args) check(*t, h, name);
+  const int64_t B = h.size(0), D = h.size(1), Dz = hyper_weight.size(0), U = 2 * D + Dz;
+  TORCH_CHECK(p.device().is_cpu() && p.scalar_type() == h.scalar_type() && p.dim() == 2 &&
+                  p.size(0) == B && p.size(1) == 3 * D && p.stride(1) == 1,
+              "ei_rehn_step: p must be [B, 3D] of h's dtype with contiguous rows");
+  TORCH_CHECK(rate_h.device().is_cpu() && rate_h.scalar_type() == h.scalar_type() &&
+                  rate_h.sizes() == at::IntArrayRef({D, D}),
+              "ei_rehn_step: rate_h must be [D, D] of h's dtype");
+  TORCH_CHECK(r_max >= 1 && alpha.numel() == D && beta.numel() == D &&
+                  weight0.sizes() == at::IntArrayRef({2 * D, D}) && bias.numel() == 2 * D &&
+                  proj.sizes() == at::IntArrayRef({4 * D, Dz}) && mix_bias.numel() == 2 * D &&
+                  hyper_weight.sizes() == at::IntArrayRef({Dz, U}) &&
+                  hyper_bias.numel() == Dz && init.numel() == U,
+              "ei_rehn_step_forward: inconsistent shapes");
+  const auto opts = h.options();
+  at::Tensor AT = at::addmm(p.narrow(1, 0, D), h, rate_h.t());
+  at::sigmoid_(AT);  // eq. 14
+  at::Tensor DG = at::empty({B, r_max, D}, opts), MG = at::empty_like(DG), EG = at::empty_like(DG);
+  at::Tensor n = at::empty({B, D}, opts), mask = at::empty({B, D}, opts);
+  int64_t L = 0;
+  AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_step_gate", [&] {
+    L = gate_forward<scalar_t>(alpha.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
+                               AT.data_ptr<scalar_t>(), DG, MG, EG, n, mask);
+  });
+  L = std::max<int64_t>(L, first ? 1 : 0);
+  at::Tensor out = L > 0 ? at::empty({B, D}, opts) : h.clone();
+  at::Tensor H = at::empty({std::max<int64_t>(L, 1), B, D}, opts);
+  at::Tensor SGZ = at::empty({L + 1, B, U}, opts), GBAR = at::empty({L, B, 2 * D}, opts);
+  at::Tensor HW = at::empty_like(GBAR), AW = at::empty_like(GBAR), DIAG = at::empty_like(GBAR);
+  H.select(0, 0).copy_(h);
+  if (L > 0) {
+    SGZ.select(0, 0).copy_(init.view({1, U}).expand({B, U}));
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_step_layers", [&] {
+      forward_layers<scalar_t>(out, DG.data_ptr<scalar_t>(), r_max * D, L,
+                               p.data_ptr<scalar_t>() + D, p.stride(0), weight0, bias, proj,
+                               mix_bias, hyper_weight, hyper_bias, H, SGZ, GBAR, HW, AW, DIAG);
+    });
+  }
+  at::Tensor d1 = DG.select(1, 0).clone();
+  return {{out, d1, n, mask, AT, DG, MG, EG, H, SGZ, GBAR, HW, AW, DIAG}, L};
+}
+
+// The gradients of ``ei_rehn_step_forward``'s inputs p, h, rate_h, alpha, beta, weight0, bias,
+// proj, mix_bias, hyper_weight, hyper_bias, init (the layers' undefined, None, where L = 0;
+// bias's where L = 1, as ``_Stack``'s), from those of h_t and d^1 (none: undefined).
+std::vector<at::Tensor> ei_rehn_step_backward(
+    at::Tensor grad_h, c10::optional<at::Tensor> grad_d1, at::Tensor rate_h, at::Tensor weight0,
+    at::Tensor proj, at::Tensor hyper_weight, at::Tensor AT, at::Tensor DG, at::Tensor MG,
+    at::Tensor EG, at::Tensor H, at::Tensor SGZ, at::Tensor GBAR, at::Tensor HW, at::Tensor AW,
+    at::Tensor DIAG) {
+  for (const at::Tensor* t : {&weight0, &proj, &hyper_weight, &AT, &DG, &MG, &EG, &H, &SGZ,
+                              &GBAR, &HW, &AW, &DIAG})
+    check(*t, grad_h, "every input");
+  const int64_t B = AT.size(0), D = AT.size(1), L = GBAR.size(0);
+  TORCH_CHECK(grad_h.sizes() == AT.sizes(), "ei_rehn_step_backward: grad_h shape");
+  const bool has_d1 = grad_d1.has_value() && grad_d1->defined();
+  at::Tensor gd1 = has_d1 ? grad_d1->contiguous() : at::Tensor();
+  TORCH_CHECK(!has_d1 || (gd1.sizes() == AT.sizes() && gd1.scalar_type() == AT.scalar_type()),
+              "ei_rehn_step_backward: grad_d1 shape");
+  const auto opts = grad_h.options();
+  std::vector<at::Tensor> layer_grads(10);
+  at::Tensor dp = at::empty({B, 3 * D}, opts), dalpha = at::empty({D}, opts);
+  at::Tensor dbeta = at::empty({D}, opts), dat = at::empty({B, D}, opts), dh;
+  AT_DISPATCH_FLOATING_TYPES(grad_h.scalar_type(), "ei_rehn_step_backward", [&] {
+    at::Tensor G;  // the gradient of the gate of the layers that ran, plus d^1's
+    if (L > 0) {
+      layer_grads = backward_layers<scalar_t>(grad_h, DG.data_ptr<scalar_t>(), DG.size(1) * D, L,
+                                              weight0, proj, hyper_weight, H, SGZ, GBAR, HW, AW,
+                                              DIAG);
+      dh = layer_grads[0];
+      G = layer_grads[1];
+      if (has_d1) G.select(1, 0).add_(gd1);
+      dp.narrow(1, D, 2 * D).copy_(layer_grads[2]);
+    } else {
+      dh = grad_h.clone();
+      G = has_d1 ? gd1.view({B, 1, D}) : at::empty({B, 0, D}, opts);
+      dp.narrow(1, D, 2 * D).zero_();
+    }
+    gate_backward<scalar_t>(G, DG, MG, EG, dalpha.data_ptr<scalar_t>(), dbeta.data_ptr<scalar_t>(),
+                            dat.data_ptr<scalar_t>());
+    rate_backward<scalar_t>(dat, AT, dp);
+  });
+  at::Tensor dpre = dp.narrow(1, 0, D);
+  dh.addmm_(dpre, rate_h);  // pre = p_a + h rate_h^T
+  at::Tensor drate_h = at::mm(dpre.t(), H.select(0, 0));
+  return {dp,
+          dh,
+          drate_h,
+          dalpha,
+          dbeta,
+          layer_grads[3],
+          layer_grads[4],
+          layer_grads[5],
+          layer_grads[6],
+          layer_grads[7],
+          layer_grads[8],
+          layer_grads[9]};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &ei_rehn_stack_forward, "EI-REHN's layers of one training step");
   m.def("backward", &ei_rehn_stack_backward, "their 10 gradients (_Stack.backward)");
+  m.def("step_forward", &ei_rehn_step_forward, "a whole training step: rate, gate, trace, layers");
+  m.def("step_backward", &ei_rehn_step_backward, "its 12 gradients");
 }
