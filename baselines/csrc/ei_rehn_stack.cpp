@@ -27,18 +27,20 @@
 
 namespace {
 
-// The forward of layers 0..R-1. Saved for the backward, per layer r: H[r] = h^r (its input),
-// SGZ[r + 1] = [s; g; z] (its output, SGZ[0] = init: layer 0's u), GBAR[r], HW[r] = h W0^T,
-// AW[r] = acc - w (-w at r = 0) and DIAG[r].
+// The forward of layers 0..R-1 from h^0 = H[0] [1, B, D]. Saved for the backward, per layer r:
+// SGZ[r + 1] = [s; g; z] (its output, SGZ[0] = init: layer 0's u), GBAR[r], HW[r] = h W0^T and
+// W[r] = w. Not saved, to halve what the backward reads back from memory besides the matmuls'
+// inputs: the layers' inputs h^r (r > 0), acc - w and diag, which ``backward_layers`` recomputes
+// from H[0], SGZ, W and GBAR with the same operations in the same order (the same bits).
 // The gate d^r_{b,j} is dp[b * dstride + r * D + j] (r < R), layer 1's input term and bias
 // bx[b * bx_stride + c].
 template <typename T>
 void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, const T* bxp,
                     int64_t bx_stride, const at::Tensor& weight0, const at::Tensor& bias,
                     const at::Tensor& proj, const at::Tensor& mix_bias,
-                    const at::Tensor& hyper_weight, const at::Tensor& hyper_bias, at::Tensor& H,
-                    at::Tensor& SGZ, at::Tensor& GBAR, at::Tensor& HW, at::Tensor& AW,
-                    at::Tensor& DIAG) {
+                    const at::Tensor& hyper_weight, const at::Tensor& hyper_bias,
+                    const at::Tensor& H, at::Tensor& SGZ, at::Tensor& GBAR, at::Tensor& HW,
+                    at::Tensor& W) {
   const int64_t B = out.size(0), D = out.size(1), Dz = hyper_weight.size(0);
   const int64_t D2 = 2 * D, D4 = 4 * D, U = D2 + Dz;
   const auto w0_t = weight0.t(), proj_t = proj.t(), hyper_t = hyper_weight.t();
@@ -46,13 +48,15 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
   at::Tensor A = at::empty({2, B, D}, out.options());  // the pre-activations a_s, a_g, then s, g
   at::Tensor As = A.select(0, 0), Ag = A.select(0, 1);
   std::vector<T> acc(B * D2);
+  at::Tensor hbuf = R > 1 ? at::empty({2, B, D}, out.options()) : at::Tensor();  // h^r, r > 0
   const T* mbp = mix_bias.data_ptr<T>();
   const T* wmp = wm.data_ptr<T>();
   const T* zp = z.data_ptr<T>();
   T* asp = As.data_ptr<T>();
   T* agp = Ag.data_ptr<T>();
   for (int64_t r = 0; r < R; ++r) {
-    at::Tensor sgz = SGZ.select(0, r + 1), h = H.select(0, r), hw = HW.select(0, r);
+    at::Tensor sgz = SGZ.select(0, r + 1), hw = HW.select(0, r);
+    at::Tensor h = r == 0 ? H.select(0, 0) : hbuf.select(0, (r - 1) % 2);
     at::Tensor gbar = GBAR.select(0, r);
     at::addmm_out(z, hyper_bias, SGZ.select(0, r), hyper_t);
     at::tanh_(z);  // eq. 18
@@ -61,8 +65,7 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
     const T* hp = h.data_ptr<T>();
     const T* hwp = hw.data_ptr<T>();
     T* gp = gbar.data_ptr<T>();
-    T* awp = AW.select(0, r).data_ptr<T>();
-    T* dgp = DIAG.select(0, r).data_ptr<T>();
+    T* wsp = W.select(0, r).data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
       const T* wrow = wmp + b * D4 + D2;
       T* grow = gp + b * D2;
@@ -89,8 +92,7 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
             const T w = wrow[c], gb = gp[i], aw = -w;
             const T diag = w + gb * aw;
             accrow[c] = w;
-            awp[i] = aw;
-            dgp[i] = diag;
+            wsp[i] = w;
             arow[j] = brow[c] + gb * hwp[i] + diag * hrow[j];
           }
         } else {
@@ -100,8 +102,7 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
             const T w = wrow[c], gb = gp[i], aw = accrow[c] - w;
             const T diag = w + gb * aw;
             accrow[c] = accrow[c] + w;
-            awp[i] = aw;
-            dgp[i] = diag;
+            wsp[i] = w;
             arow[j] = brow[c] + gb * hwp[i] + diag * hrow[j];
           }
         }
@@ -110,7 +111,7 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
     at::tanh_(As);  // s, eq. 22
     at::sigmoid_(Ag);  // g
     T* o = sgz.data_ptr<T>();
-    T* hn = r + 1 < R ? H.select(0, r + 1).data_ptr<T>() : out.data_ptr<T>();
+    T* hn = r + 1 < R ? hbuf.select(0, r % 2).data_ptr<T>() : out.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
       const T* srow = asp + b * D;
       const T* grow = agp + b * D;
@@ -133,10 +134,11 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
 
 // One branch (s or g) of a row of layer r's backward, from da: dhw, dpw = [dw; dm], da * diag,
 // and dacc (eq. 17) updated in place. NEXT: layer r + 1 ran (dacc holds what it sent back);
-// ACC: r > 0 (this layer's acc depends on earlier layers' w).
+// ACC: r > 0 (this layer's acc depends on earlier layers' w). acc - w and diag as the forward
+// computed them (``forward_layers``), from w, acc (r > 0) and gbar.
 template <typename T>
 struct Rows {
-  const T *da, *gbar, *h, *hw, *aw, *diag;
+  const T *da, *gbar, *h, *hw, *w, *acc;
   T *dhw, *dacc, *dw, *dm, *dadiag;
 };
 
@@ -144,28 +146,69 @@ template <typename T, bool NEXT, bool ACC>
 inline void branch_backward(const Rows<T>& p, int64_t D) {
 #pragma omp simd
   for (int64_t j = 0; j < D; ++j) {
-    const T da = p.da[j], gb = p.gbar[j];
+    const T da = p.da[j], gb = p.gbar[j], w = p.w[j];
+    const T aw = ACC ? p.acc[j] - w : -w;
+    const T diag = w + gb * aw;
     p.dhw[j] = da * gb;
     const T ddiag = da * p.h[j];
-    const T dgbar = da * p.hw[j] + ddiag * p.aw[j];
+    const T dgbar = da * p.hw[j] + ddiag * aw;
     p.dw[j] = (NEXT ? p.dacc[j] + ddiag : ddiag) - ddiag * gb;
     if (ACC) p.dacc[j] = NEXT ? p.dacc[j] + ddiag * gb : ddiag * gb;
     p.dm[j] = dgbar * (T(1) - gb) * gb;  // eqs. 19-21
-    p.dadiag[j] = da * p.diag[j];
+    p.dadiag[j] = da * diag;
   }
 }
 
-// The gradients of the R layers (d as in ``forward_layers``), dd [B, R, D] among them.
+// The gradients of the R layers (d as in ``forward_layers``), dd [B, R, D] among them. First the
+// layers' inputs h^r and acc^r = sum_{k<r} w^k, recomputed as the forward computed them (the same
+// operations, the same order: the same bits), into a buffer of this thread's that stays in cache
+// (kept from call to call: no allocation, no page faults).
 template <typename T>
 std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, int64_t dstride,
                                         int64_t R, const at::Tensor& weight0,
                                         const at::Tensor& proj, const at::Tensor& hyper_weight,
-                                        const at::Tensor& H, const at::Tensor& SGZ,
+                                        const at::Tensor& H0, const at::Tensor& SGZ,
                                         const at::Tensor& GBAR, const at::Tensor& HW,
-                                        const at::Tensor& AW, const at::Tensor& DIAG) {
+                                        const at::Tensor& W) {
   const int64_t B = grad_h.size(0), D = grad_h.size(1), Dz = hyper_weight.size(0);
   const int64_t D2 = 2 * D, D4 = 4 * D, U = D2 + Dz;
   const auto opts = grad_h.options();
+  static thread_local std::vector<T> scratch;  // H, then acc^r at (r - 1) B 2D, r > 0
+  scratch.resize(std::max<size_t>(scratch.size(), R * B * D + (R - 1) * B * D2));
+  at::Tensor H = at::from_blob(scratch.data(), {R, B, D}, opts);
+  T* const ACC = scratch.data() + R * B * D;
+  H.select(0, 0).copy_(H0.select(0, 0));
+  {
+    T* hp = H.data_ptr<T>();
+    const T* wp = W.data_ptr<T>();
+    for (int64_t r = 0; r + 1 < R; ++r) {
+      const T* o = SGZ.select(0, r + 1).data_ptr<T>();
+      const T* hrow0 = hp + r * B * D;
+      T* hnrow0 = hp + (r + 1) * B * D;
+      for (int64_t b = 0; b < B; ++b) {
+        const T* srow = o + b * U;
+        const T* grow = srow + D;
+        const T* drow = dp + b * dstride + r * D;
+        const T* hrow = hrow0 + b * D;
+        T* hnrow = hnrow0 + b * D;
+#pragma omp simd
+        for (int64_t j = 0; j < D; ++j) {
+          const T gate = drow[j] * grow[j];  // as forward_layers
+          hnrow[j] = hrow[j] + gate * (srow[j] - hrow[j]);
+        }
+      }
+      const int64_t N2 = B * D2;
+      const T* wr = wp + r * N2;
+      T* acc = ACC + r * N2;
+      if (r == 0) {
+        std::copy(wr, wr + N2, acc);
+      } else {
+        const T* prev = acc - N2;
+#pragma omp simd
+        for (int64_t i = 0; i < N2; ++i) acc[i] = prev[i] + wr[i];
+      }
+    }
+  }
   at::Tensor DA = at::empty({R, B, D2}, opts), DHW = at::empty({R, B, D2}, opts);
   at::Tensor DPW = at::empty({R, B, D4}, opts), DZ = at::empty({R, B, Dz}, opts);
   at::Tensor dd = at::empty({B, R, D}, opts), du = at::empty({B, U}, opts);
@@ -182,8 +225,8 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
     const T* o = SGZ.select(0, r + 1).data_ptr<T>();
     const T* gp = GBAR.select(0, r).data_ptr<T>();
     const T* hwp = HW.select(0, r).data_ptr<T>();
-    const T* awp = AW.select(0, r).data_ptr<T>();
-    const T* dgp = DIAG.select(0, r).data_ptr<T>();
+    const T* wsp = W.select(0, r).data_ptr<T>();
+    const T* accp = r > 0 ? ACC + (r - 1) * B * D2 : nullptr;
     const T* dhp = dh.data_ptr<T>();
     T* dap = DA.select(0, r).data_ptr<T>();
     T* dhwp = DHW.select(0, r).data_ptr<T>();
@@ -215,8 +258,9 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
       T* dpwrow = dpwp + b * D4;
       for (int64_t half = 0; half < 2; ++half) {
         const int64_t c0 = half * D;
-        const Rows<T> rows{darow + c0, gp + o2 + c0, hrow, hwp + o2 + c0, awp + o2 + c0,
-                           dgp + o2 + c0, dhwp + o2 + c0, daccrow + c0, dpwrow + c0,
+        const Rows<T> rows{darow + c0,    gp + o2 + c0,    hrow,
+                           hwp + o2 + c0, wsp + o2 + c0,   accp ? accp + o2 + c0 : nullptr,
+                           dhwp + o2 + c0, daccrow + c0,   dpwrow + c0,
                            dpwrow + D2 + c0, dadiag.data() + c0};
         if (next && r > 0)
           branch_backward<T, true, true>(rows, D);
@@ -253,7 +297,7 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
       dh,
       dd,
       DA.select(0, 0),
-      at::mm(DHW.view({N, D2}).t(), H.narrow(0, 0, R).reshape({N, D})),
+      at::mm(DHW.view({N, D2}).t(), H.view({N, D})),
       R > 1 ? DA.narrow(0, 1, R - 1).reshape({(R - 1) * B, D2}).sum(0) : at::Tensor(),
       at::mm(dpw_all.t(), SGZ.narrow(0, 1, R).reshape({N, U}).narrow(1, D2, Dz)),
       dpw_all.narrow(1, D2, D2).sum(0),
@@ -397,7 +441,7 @@ void check(const at::Tensor& t, const at::Tensor& ref, const char* name) {
 }  // namespace
 
 // h_t after the layers of one step and what the backward reads:
-// {h, H [R, B, D], SGZ [R + 1, B, 2D + Dz], GBAR, HW, AW, DIAG [R, B, 2D]}.
+// {h, H [1, B, D] (h^0), SGZ [R + 1, B, 2D + Dz], GBAR, HW, W [R, B, 2D]}.
 std::vector<at::Tensor> ei_rehn_stack_forward(at::Tensor h, at::Tensor d, at::Tensor bx,
                                               at::Tensor weight0, at::Tensor bias,
                                               at::Tensor proj, at::Tensor mix_bias,
@@ -418,17 +462,17 @@ std::vector<at::Tensor> ei_rehn_stack_forward(at::Tensor h, at::Tensor d, at::Te
                   hyper_bias.numel() == Dz && init.numel() == U,
               "ei_rehn_stack_forward: inconsistent shapes");
   const auto opts = h.options();
-  at::Tensor out = at::empty({B, D}, opts), H = at::empty({R, B, D}, opts);
+  at::Tensor out = at::empty({B, D}, opts), H = at::empty({1, B, D}, opts);
   at::Tensor SGZ = at::empty({R + 1, B, U}, opts), GBAR = at::empty({R, B, 2 * D}, opts);
-  at::Tensor HW = at::empty_like(GBAR), AW = at::empty_like(GBAR), DIAG = at::empty_like(GBAR);
+  at::Tensor HW = at::empty_like(GBAR), W = at::empty_like(GBAR);
   H.select(0, 0).copy_(h);
   SGZ.select(0, 0).copy_(init.view({1, U}).expand({B, U}));
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_stack_forward", [&] {
     forward_layers<scalar_t>(out, d.data_ptr<scalar_t>(), R * D, R, bx.data_ptr<scalar_t>(),
                              2 * D, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, H,
-                             SGZ, GBAR, HW, AW, DIAG);
+                             SGZ, GBAR, HW, W);
   });
-  return {out, H, SGZ, GBAR, HW, AW, DIAG};
+  return {out, H, SGZ, GBAR, HW, W};
 }
 
 // The 10 gradients of ``_Stack.backward``, in its order (bias's undefined, None, where R = 1).
@@ -436,16 +480,15 @@ std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
                                                at::Tensor weight0, at::Tensor proj,
                                                at::Tensor hyper_weight, at::Tensor H,
                                                at::Tensor SGZ, at::Tensor GBAR, at::Tensor HW,
-                                               at::Tensor AW, at::Tensor DIAG) {
-  for (const at::Tensor* t : {&d, &weight0, &proj, &hyper_weight, &H, &SGZ, &GBAR, &HW, &AW,
-                              &DIAG})
+                                               at::Tensor W) {
+  for (const at::Tensor* t : {&d, &weight0, &proj, &hyper_weight, &H, &SGZ, &GBAR, &HW, &W})
     check(*t, grad_h, "every input");
   TORCH_CHECK(grad_h.sizes() == H.select(0, 0).sizes(), "ei_rehn_stack_backward: grad_h shape");
   std::vector<at::Tensor> grads;
   AT_DISPATCH_FLOATING_TYPES(grad_h.scalar_type(), "ei_rehn_stack_backward", [&] {
     grads = backward_layers<scalar_t>(grad_h, d.data_ptr<scalar_t>(), d.size(1) * d.size(2),
                                       d.size(1), weight0, proj, hyper_weight, H, SGZ, GBAR, HW,
-                                      AW, DIAG);
+                                      W);
   });
   return grads;
 }
@@ -454,7 +497,8 @@ std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
 // alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace, then
 // the layers 1..L, L = max(max_b R_b, first) (``stack_layers``). p [B, 3D] is the step's input
 // terms [W_a,x x + b_a; W_x x + b] (rows of any stride). Returns ({h_t, d^1, n, mask, saved...},
-// L); saved = {AT, DG, MG, EG, H, SGZ, GBAR, HW, AW, DIAG} for ``ei_rehn_step_backward``.
+// L); saved = {AT, DG, MG, EG, H, SGZ, GBAR, HW, W} for ``ei_rehn_step_backward`` (H [1, B, D]:
+// h^0 = h, as ``forward_layers`` saves).
 std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
     at::Tensor p, at::Tensor h, at::Tensor rate_h, at::Tensor alpha, at::Tensor beta,
     at::Tensor weight0, at::Tensor bias, at::Tensor proj, at::Tensor mix_bias,
@@ -490,20 +534,20 @@ std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
   });
   L = std::max<int64_t>(L, first ? 1 : 0);
   at::Tensor out = L > 0 ? at::empty({B, D}, opts) : h.clone();
-  at::Tensor H = at::empty({std::max<int64_t>(L, 1), B, D}, opts);
+  at::Tensor H = at::empty({1, B, D}, opts);
   at::Tensor SGZ = at::empty({L + 1, B, U}, opts), GBAR = at::empty({L, B, 2 * D}, opts);
-  at::Tensor HW = at::empty_like(GBAR), AW = at::empty_like(GBAR), DIAG = at::empty_like(GBAR);
+  at::Tensor HW = at::empty_like(GBAR), W = at::empty_like(GBAR);
   H.select(0, 0).copy_(h);
   if (L > 0) {
     SGZ.select(0, 0).copy_(init.view({1, U}).expand({B, U}));
     AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_step_layers", [&] {
       forward_layers<scalar_t>(out, DG.data_ptr<scalar_t>(), r_max * D, L,
                                p.data_ptr<scalar_t>() + D, p.stride(0), weight0, bias, proj,
-                               mix_bias, hyper_weight, hyper_bias, H, SGZ, GBAR, HW, AW, DIAG);
+                               mix_bias, hyper_weight, hyper_bias, H, SGZ, GBAR, HW, W);
     });
   }
   at::Tensor d1 = DG.select(1, 0).clone();
-  return {{out, d1, n, mask, AT, DG, MG, EG, H, SGZ, GBAR, HW, AW, DIAG}, L};
+  return {{out, d1, n, mask, AT, DG, MG, EG, H, SGZ, GBAR, HW, W}, L};
 }
 
 // The gradients of ``ei_rehn_step_forward``'s inputs p, h, rate_h, alpha, beta, weight0, bias,
@@ -512,10 +556,9 @@ std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
 std::vector<at::Tensor> ei_rehn_step_backward(
     at::Tensor grad_h, c10::optional<at::Tensor> grad_d1, at::Tensor rate_h, at::Tensor weight0,
     at::Tensor proj, at::Tensor hyper_weight, at::Tensor AT, at::Tensor DG, at::Tensor MG,
-    at::Tensor EG, at::Tensor H, at::Tensor SGZ, at::Tensor GBAR, at::Tensor HW, at::Tensor AW,
-    at::Tensor DIAG) {
+    at::Tensor EG, at::Tensor H, at::Tensor SGZ, at::Tensor GBAR, at::Tensor HW, at::Tensor W) {
   for (const at::Tensor* t : {&weight0, &proj, &hyper_weight, &AT, &DG, &MG, &EG, &H, &SGZ,
-                              &GBAR, &HW, &AW, &DIAG})
+                              &GBAR, &HW, &W})
     check(*t, grad_h, "every input");
   const int64_t B = AT.size(0), D = AT.size(1), L = GBAR.size(0);
   TORCH_CHECK(grad_h.sizes() == AT.sizes(), "ei_rehn_step_backward: grad_h shape");
@@ -531,8 +574,7 @@ std::vector<at::Tensor> ei_rehn_step_backward(
     at::Tensor G;  // the gradient of the gate of the layers that ran, plus d^1's
     if (L > 0) {
       layer_grads = backward_layers<scalar_t>(grad_h, DG.data_ptr<scalar_t>(), DG.size(1) * D, L,
-                                              weight0, proj, hyper_weight, H, SGZ, GBAR, HW, AW,
-                                              DIAG);
+                                              weight0, proj, hyper_weight, H, SGZ, GBAR, HW, W);
       dh = layer_grads[0];
       G = layer_grads[1];
       if (has_d1) G.select(1, 0).add_(gd1);
