@@ -25,18 +25,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from baselines._ei_rehn_stack import cpu_kernel
 from baselines._kernels import ei_rehn_stack_kernel
 
 
 def step_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run a step on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set)."""
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64):
-        return None
-    if any(t.device.type != "cpu" or t.dtype != dtype for t in tensors):
-        return None
-    return ei_rehn_stack_kernel()  # built (or found built) at the first call, never at import
+    """The kernel where it can run a step on these tensors, else None (``cpu_kernel``)."""
+    return cpu_kernel(tensors, ei_rehn_stack_kernel)
 
 
 def fused_step(

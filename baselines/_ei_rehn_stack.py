@@ -42,6 +42,8 @@ and its derivatives, from ``dh'`` and what the next layer sends back to ``s, g, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -78,21 +80,23 @@ def stack_layers(
     if d.shape[1] == 0:
         return h
     args = (h, d, bx, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, init)
-    kernel = _kernel(args)
+    kernel = cpu_kernel(args)
     if kernel is not None:
         return _FusedStack.apply(kernel, *args)
     return _Stack.apply(*args)
 
 
-def _kernel(args: tuple[Tensor, ...]):
-    """The fused kernel where it can run these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set)."""
-    dtype = args[0].dtype
+def cpu_kernel(tensors: tuple[Tensor, ...], loader: Any = None) -> Any:
+    """The C++ kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
+    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). ``loader`` (default this
+    module's ``ei_rehn_stack_kernel``) builds it, or finds it built, at the first call, never at
+    import; ``baselines._ei_rehn_fused`` passes its own."""
+    dtype = tensors[0].dtype
     if dtype not in (torch.float32, torch.float64):
         return None
-    if any(t.device.type != "cpu" or t.dtype != dtype for t in args):
+    if any(t.device.type != "cpu" or t.dtype != dtype for t in tensors):
         return None
-    return ei_rehn_stack_kernel()  # built (or found built) at the first call, never at import
+    return (loader or ei_rehn_stack_kernel)()
 
 
 class _Stack(torch.autograd.Function):
