@@ -237,9 +237,11 @@ class EIREHN(ElasticHighway):
         in place of the eager ``max_b R_t`` layers of ``stack_layers``.
 
         One graph for every step: the layers past ``max_b R_t`` are run too (copies of h; a graph
-        per depth would compile again for every depth the batches reach). At S-EI's HAR sizes a
-        training step takes about four fifths of the eager one's time, at the synthetic sizes
-        about the same (docs/methods.md 2.14). Eval passes (no grad) and the adaptive ``step``
+        per depth would compile again for every depth the batches reach). Against the eager
+        Python step, a HAR training step took about four fifths of its time, a synthetic one about
+        the same; against the fused C++ step (``baselines._ei_rehn_fused``), eager is now the
+        faster (HAR, back to back: 453-478 ms eager, 700-750 ms compiled; docs/methods.md 2.14).
+        Eval passes (no grad) and the adaptive ``step``
         stay eager. The outputs are the same equations; the float rounding differs.
 
         The elastic gate (eqs. 11-14) stays eager: inductor's vectorised CPU code computes
