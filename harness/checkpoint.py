@@ -24,12 +24,13 @@ import os
 import random
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from harness import records
 
 FORMAT = 1
 SUFFIX = ".checkpoints"  # the folder beside a records store: STORE.checkpoints/RUN_ID.pt
@@ -120,10 +121,16 @@ class Checkpointer:
         run_id: the run's id.
         identity: what must match for a checkpoint to be used (method code, harness commit).
         every_s: the least seconds between two saves (0: at the end of every epoch).
+        start: the run's start (its record's ``time.start``), kept across processes.
     """
 
     def __init__(
-        self, folder: str | os.PathLike[str], run_id: str, identity: dict[str, Any], every_s: float
+        self,
+        folder: str | os.PathLike[str],
+        run_id: str,
+        identity: dict[str, Any],
+        every_s: float,
+        start: str | None = None,
     ) -> None:
         self.path = Path(folder) / f"{run_id}.pt"
         self.run_id = run_id
@@ -131,11 +138,14 @@ class Checkpointer:
         self.every_s = float(every_s)
         self._last = time.monotonic()
         self._broken = False  # a save failed: stop trying, the run goes on
-        self.meta: dict[str, Any] = {}  # what the record keeps across processes (start, resumes)
+        # what the record keeps across processes (a loaded checkpoint's replaces it)
+        self.meta: dict[str, Any] = {"start": start, "resumed": []}
         self.resumed_at: int | None = None  # the epoch this process resumed at
 
     @classmethod
-    def of_run(cls, folder: str, run_id: str, method_code: str, every_s: float) -> Checkpointer:
+    def of_run(
+        cls, folder: str, run_id: str, method_code: str, every_s: float, start: str
+    ) -> Checkpointer:
         """The checkpoint of a run of this checkout (used with the same code only).
 
         Same code: the same method code and harness commit (and dirty flag).
@@ -144,7 +154,7 @@ class Checkpointer:
 
         sha, dirty = git_state()
         identity = {"method_code": method_code, "git_sha": sha, "git_dirty": dirty}
-        return cls(folder, run_id, identity, every_s)
+        return cls(folder, run_id, identity, every_s, start)
 
     def finish(self, rec: dict[str, Any]) -> None:
         """The run is over (``rec``, ok or failed): remove the checkpoint.
@@ -178,8 +188,7 @@ class Checkpointer:
         else:
             self.resumed_at = int(state["epoch"]) + 1
             meta = dict(state.get("meta") or {})
-            at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            resumed = [*meta.get("resumed", []), {"epoch": self.resumed_at, "at": at}]
+            resumed = [*meta.get("resumed", []), {"epoch": self.resumed_at, "at": records.now()}]
             self.meta = {**meta, "resumed": resumed}
             return state
         _say(f"checkpoint {self.path} is of {why}: not used, run starts afresh")

@@ -111,7 +111,8 @@ class RunRecord(TypedDict, total=False):
 # --- building a record ----------------------------------------------------------------------------
 
 
-def _now() -> str:
+def now() -> str:
+    """The time stamp every record time uses: UTC, ISO 8601, to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -133,7 +134,7 @@ def start_record(cfg: Any, method_code: str | None, method_source: dict | None =
         preset=cfg.preset,
         method_code=method_code,
         config=cfg.to_dict(),
-        time={"start": _now()},
+        time={"start": now()},
         events=[],
         **({} if method_source is None else {"method_source": dict(method_source)}),
     )
@@ -180,7 +181,7 @@ def finish_ok(
         diagnostics=diagnostics,
         trace=trace,
     )
-    rec["time"].update(train_s=train_s, eval_s=eval_s, end=_now())
+    rec["time"].update(train_s=train_s, eval_s=eval_s, end=now())
     if compiled:
         rec["time"]["compile_s"] = compiled["compile_s"]
         rec["diagnostics"].update({k: v for k, v in compiled.items() if k != "compile_s"})
@@ -200,7 +201,7 @@ def finish_failed(
         rec["epochs_run"] = len(history)
     if train_s is not None:
         rec["time"]["train_s"] = train_s
-    rec["time"]["end"] = _now()
+    rec["time"]["end"] = now()
     return rec
 
 
@@ -213,7 +214,7 @@ def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None)
         method_code: the method's code version, if it could be taken.
     """
     run_id, variant_id = identity(cfg_dict)
-    now = _now()
+    stamp = now()
     return RunRecord(
         schema=SCHEMA_VERSION,
         run_id=run_id,
@@ -226,7 +227,7 @@ def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None)
         config=cfg_dict,
         status="failed",
         error=" ".join(error.split()),
-        time={"start": now, "end": now},
+        time={"start": stamp, "end": stamp},
     )
 
 

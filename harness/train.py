@@ -408,7 +408,9 @@ def run(
     rec = records.start_record(cfg, code, method_source(cfg.method))
     checkpoint = None
     if checkpoint_dir is not None:
-        checkpoint = Checkpointer.of_run(checkpoint_dir, cfg.run_id, code, checkpoint_every_s)
+        checkpoint = Checkpointer.of_run(
+            checkpoint_dir, cfg.run_id, code, checkpoint_every_s, rec["time"]["start"]
+        )
     try:
         done = _train_and_test(cfg, data_dir, device, callbacks, rec, checkpoint)
     except KeyboardInterrupt:  # the checkpoint stays: the next start of this run goes on from it
@@ -464,8 +466,6 @@ def _train_and_test(
     clock = CompileClock()
     if cfg.train.compile:
         clock.start()
-    if checkpoint is not None:  # what the record keeps across processes (load replaces it)
-        checkpoint.meta = {"start": rec["time"]["start"], "resumed": []}
     history, best_epoch, train_s, val_metrics = train_model(
         cfg, task, model, splits, dev, callbacks, rec["events"], checkpoint
     )

@@ -55,6 +55,7 @@ def test_a_resumed_run_records_what_the_uninterrupted_one_does(
     (saved,) = folder.iterdir()
     assert saved.name == f"{cfg.run_id}.pt"
     started = torch.load(saved, weights_only=False)["meta"]["start"]
+    assert isinstance(started, str)  # the stopped process's start, kept in the checkpoint
     again = train.run(cfg, None, "cpu", [], str(folder), 0.0)
     for key in SAME:
         assert again.get(key) == whole.get(key), key
