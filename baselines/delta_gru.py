@@ -42,10 +42,11 @@ What the harness counts:
 - ``cost()``: the dense GRU, ``3D(D+V)`` MACs per step (every column read); what a delta
   implementation saves is the share of zero columns in ``reads``.
 
-Inference fast path (``fast_forward``, for ``harness bench --speedup``): the same function
-multiplying only the columns read: one product per non-zero input delta, projected before the
-loop, and per step only the rows of ``W_h^T`` whose unit's delta is non-zero in some sequence of
-the batch (at batch 1 exactly the non-zero deltas). ``at_skip`` calibrates ``theta_x`` and then
+Inference fast path (``fast_forward``, for ``harness bench --speedup``; its code is in
+``baselines/_delta_gru_fast.py``): the same function multiplying only the columns read: one
+product per non-zero input delta, projected before the loop, and per step only the rows of
+``W_h^T`` whose unit's delta is non-zero in some sequence of the batch (at batch 1 exactly the
+non-zero deltas). ``at_skip`` calibrates ``theta_x`` and then
 ``theta_h`` by bisection on a batch drawn inside it, so that the activity sparsity (the share of
 the V + D columns not read) hits the target.
 
@@ -78,15 +79,14 @@ Differences from the code:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines._cells import GRUWeights, cached_pack, gru_macs_per_unit
-from baselines._sparse import addmm_read_columns, bisect_level
+from baselines import _delta_gru_fast
+from baselines._cells import GRUWeights, gru_macs_per_unit
 from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -229,8 +229,8 @@ class DeltaGRU(Method):
         ``h``, its reference ``h^`` and the state side of the memories ``acc_h = W_h h^``
         (``[B, 3D]``; the n part starts at ``M_nh,0``): thresholds ``dh = h - h^``, adds
         ``addmm(acc_h, dh, W_h^T)`` (``torch.addmm`` in training, ``addmm_read_columns`` in the
-        fast path) and applies the reset-after GRU nonlinearities. Returns the new
-        ``(h, h^, acc_h, dh)``.
+        fast path, ``baselines._delta_gru_fast``) and applies the reset-after GRU
+        nonlinearities. Returns the new ``(h, h^, acc_h, dh)``.
         """
         D = self.hidden_size
         d = h - h_hat
@@ -287,118 +287,20 @@ class DeltaGRU(Method):
             return None
         return self.cfg.beta * abs_dh.sum()
 
-    # --- inference fast path -------------------------------------------------------------------
-    def _pack(self) -> tuple[Tensor, Tensor]:
-        """``W_i^T [V, 3D]`` and ``W_h^T [D, 3D]``, contiguous: row j is what column j reads."""
-        return self.cell.weight_ih.t().contiguous(), self.cell.weight_hh.t().contiguous()
-
-    def _input_deltas(self, x: Tensor, x_hat0: Tensor) -> tuple[Tensor, Tensor]:
-        """The thresholded input deltas ``dx [B, T, V]`` of ``forward`` and the last memorised
-        input ``x^_T [B, V]``, scanned in NumPy.
-
-        The same IEEE operations as ``_memorised_steps`` (subtract, absolute value, ``>=`` the
-        threshold in the inputs' dtype, select), so the same deltas bit for bit, at a fraction
-        of a torch op's dispatch per step; ``dx_t = x_t - x^_{t-1}`` where kept (the subtraction
-        ``forward`` makes as ``x^_t - x^_{t-1}``), else exactly 0.
-        """
-        xs = x.detach().cpu().numpy()
-        ref = x_hat0.detach().cpu().numpy().copy()
-        theta = xs.dtype.type(self.cfg.theta_x)
-        steps = []
-        for x_t in np.moveaxis(xs, 1, 0):  # T x [B, V] views
-            d = x_t - ref
-            keep = np.abs(d) >= theta
-            steps.append(np.where(keep, d, xs.dtype.type(0)))
-            ref = np.where(keep, x_t, ref)
-        dx = np.stack(steps, 1) if steps else np.zeros_like(xs)
-        return torch.from_numpy(dx).to(x.device), torch.from_numpy(ref).to(x.device)
-
-    @staticmethod
-    def _project_deltas(dx: Tensor, wi_t: Tensor) -> Tensor:
-        """``dx @ W_i^T`` for every step, ``[B, T, 3D]``, multiplying only the non-zero deltas.
-
-        Each non-zero ``dx[b, t, v]`` scales row v of ``W_i^T`` and is added into its step's row
-        (``index_add_``). Where more than half the deltas are non-zero, or their products would
-        take more than 4 Mi elements, one dense matmul does it (equal to rounding).
-        """
-        B, T, V = dx.shape
-        flat = dx.reshape(B * T, V)
-        nz = flat.nonzero()  # [N, 2]: (b * T + t, v)
-        n = nz.shape[0]
-        if 2 * n > flat.numel() or n * wi_t.shape[1] > 1 << 22:
-            return torch.matmul(dx, wi_t)
-        rows, cols = nz.unbind(1)
-        vals = flat[rows, cols].unsqueeze(1)  # [N, 1]
-        prods = wi_t.index_select(0, cols).mul_(vals)  # [N, 3D]
-        out = dx.new_zeros(B * T, wi_t.shape[1]).index_add_(0, rows, prods)
-        return out.view(B, T, -1)
-
-    @torch.no_grad()
+    # --- inference fast path (baselines/_delta_gru_fast.py) ---------------------------------------
     def fast_forward(self, x: Tensor) -> SeqOut:
-        """Inference that multiplies only the columns read: ``forward`` without the zero deltas.
-
-        The input side (deltas from a NumPy scan, ``_input_deltas``) is projected for the whole
-        sequence before the loop, one product per non-zero delta (``_project_deltas``), and added
-        into the memory at the steps that have one. Per step, the state deltas are
-        thresholded as in ``forward`` and only the rows of the cached ``W_h^T`` whose unit's
-        delta is non-zero in some sequence of the batch (the union; at batch 1 exactly the
-        non-zero deltas) are multiplied into the memory (``addmm_read_columns``: a weighted
-        ``embedding_bag`` at batch 1, a gathered ``addmm`` at batch > 1, nothing when no unit
-        changed enough); the gates are those of ``forward``. Outputs, reads, final state and
-        regulariser equal ``eval()(x)``'s, outputs to rounding (the sums run in another order; a
-        delta within rounding of ``theta_h`` could then be cut differently), reads and mask
-        exactly otherwise. Eval semantics, no autograd.
-        """
-        B, T, _ = x.shape
-        D = self.hidden_size
-        x_hat0, h, h_hat, m0, m_nh0 = self.init_state(B, x)
-        params = (self.cell.weight_ih, self.cell.weight_hh)
-        wi_t, wh_t = cached_pack(self, "_fast_delta", params, self._pack)
-        dx, x_last = self._input_deltas(x, x_hat0)
-        proj = self._project_deltas(dx, wi_t).unbind(1)  # T x [B, 3D]
-        changed = dx.ne(0).any(-1).any(0).tolist()  # [T]: some input delta at step t
-        acc_x = m0  # the input side of the memories, b + W_i x^_t
-        acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
-        hs, dhs = [], []
-        for proj_t, changed_t in zip(proj, changed, strict=True):
-            if changed_t:
-                acc_x = acc_x + proj_t
-            h, h_hat, acc_h, dh = self._state_step(acc_x, h, h_hat, acc_h, wh_t, addmm_read_columns)
-            hs.append(h)
-            dhs.append(dh)
-        return self._sequence_out(hs, dhs, dx, x_last, acc_x, h_hat, acc_h)
+        """Inference that multiplies only the columns read (``_delta_gru_fast.fast_forward``):
+        outputs equal ``eval()(x)``'s to rounding, reads, mask and final state exactly."""
+        return _delta_gru_fast.fast_forward(self, x)
 
     @classmethod
     def at_skip(
         cls, input_size: int, hidden_size: int, skip: float, seq_len: int
     ) -> tuple[DeltaGRU, str]:
         """An untrained Delta GRU (default initialisation) whose thresholds aim at activity
-        sparsity ``skip``: the share of the V + D columns its steps do not read.
-
-        The thresholds are calibrated by bisection on ``CALIBRATION_BATCH`` sequences
-        ``x ~ N(0, I)`` of length ``seq_len``, drawn after the model (so from the seeded global
-        generator, in a fixed order): ``theta_x`` so that the share of input columns not read is
-        ``skip`` (i.i.d. inputs change a lot from step to step, so it comes out large: about
-        2 at 90 %), then ``theta_h``, with that ``theta_x``, so that the share of all columns
-        not read is ``skip``. At ``skip = 0`` both are 0: the dense GRU, which still reads no
-        state column at the first step (``h_0 = 0``) and no delta that is exactly zero.
-        """
+        sparsity ``skip``, the share of the V + D columns its steps do not read
+        (``_delta_gru_fast.calibrate``, on ``CALIBRATION_BATCH`` sequences ``x ~ N(0, I)`` of
+        length ``seq_len`` drawn after the model, from the seeded global generator)."""
         model = cls(input_size, hidden_size).eval()
         x = torch.randn(CALIBRATION_BATCH, seq_len, input_size)
-        if skip <= 0:
-            model.cfg = replace(model.cfg, theta_x=0.0, theta_h=0.0)
-            return model, "theta_x = 0, theta_h = 0"
-        x_hat0 = x.new_zeros(x.shape[0], input_size)
-
-        def input_share(theta_x: float) -> float:
-            model.cfg = replace(model.cfg, theta_x=theta_x)
-            return (model._input_deltas(x, x_hat0)[0] == 0).double().mean().item()
-
-        def total_share(theta_h: float) -> float:
-            model.cfg = replace(model.cfg, theta_h=theta_h)
-            return 1.0 - model.fast_forward(x).reads.double().mean().item()
-
-        theta_x, _ = bisect_level(input_share, skip, 0.0, 2 * x.abs().max().item() + 1.0, 20)
-        model.cfg = replace(model.cfg, theta_x=theta_x)
-        theta_h, _ = bisect_level(total_share, skip, 0.0, 2.0, 16)  # |h - h^| < 2
-        return model, f"theta_x = {theta_x:.3g}, theta_h = {theta_h:.3g}"
+        return model, _delta_gru_fast.calibrate(model, x, skip)
