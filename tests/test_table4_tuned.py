@@ -7,18 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import api, suites
-from harness.cli.common import parse_seeds
+from test_matched_suites import configs
 
 STEP1_RECORDS = Path(__file__).resolve().parents[1] / "results" / "paper" / "adding_tuned.jsonl"
-
-
-def configs(name: str, seeds: list[int] | None = None) -> list:
-    """Every resolved run config of the shipped suite ``name`` (its own seeds by default)."""
-    sweep = suites.load(suites.suite_path(name))
-    blocks = suites.plan(sweep, "all", sweep.options.get("tasks", "all"), {}, {}, set())
-    seeds = parse_seeds(sweep.options["seeds"]) if seeds is None else seeds
-    return api.resolve_configs(api.SweepSpec([api.Block(*b) for b in blocks], seeds, "paper"))
 
 
 def test_step_2_runs_each_method_at_the_rate_step_1_chose_on_validation():
