@@ -8,7 +8,9 @@ metrics of that choice. A rule names how (``harness report --select RULE``):
   lies within TARGET ± WIDTH, the one with the best validation primary metric;
 - ``val-skip-nearest:TARGET``: the variant whose validation Skip % is nearest TARGET (ties: the
   best validation primary metric). This is S-SA's matched budget ("tuned to skip about as much
-  as SA-RNN"), taken on validation; a method with one variant (a dense baseline) keeps it.
+  as SA-RNN"), taken on validation; a method with one variant (a dense baseline) keeps it. An
+  activity-sparse method (Delta GRU, EGRU: it skips reads, never updates, so its Skip % is 0)
+  is matched on its validation activity sparsity % instead (``budget_measure``).
   Variants that differ only in their training settings (``train.*``: the learning rate, batch
   size, ...) are first reduced to the one with the best validation metric: S-SA chose the
   learning rate on validation and the budget knob (lambda) to match the Skip %, and a learning
@@ -79,8 +81,9 @@ class Rule:
                 f"val-skip-nearest:{self.target:g}: per method, the variant whose mean validation "
                 f"Skip % is nearest {self.target:g} (ties: the best mean validation primary "
                 "metric, then variant id), after variants that differ only in training settings "
-                "(learning rate, ...) are reduced to the best on validation; the test set is "
-                "never read"
+                "(learning rate, ...) are reduced to the best on validation; an activity-sparse "
+                "method (its Skip % 0 at every variant: Delta GRU, EGRU) by its mean validation "
+                "activity sparsity % instead; the test set is never read"
             )
         return (
             f"val-skip-band:{self.target:g}:{self.width:g}: per method, among the variants whose "
@@ -137,6 +140,27 @@ def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
     return split_mean(runs, key, "val")
 
 
+BUDGETS = {"skip_pct": "Skip %", "read_skip_pct": "activity sparsity %"}  # measure -> label
+
+
+def budget_measure(runs: Sequence[dict[str, Any]], split: str = "val") -> str:
+    """The measure a method's budget is matched on: ``skip_pct``, or ``read_skip_pct``.
+
+    An activity-sparse method (Delta GRU, EGRU) updates every unit at every step: its Skip % is
+    0 whatever its thresholds, and what they move is its activity sparsity (``read_skip_pct``,
+    recorded only by activity-sparse layers). ``runs`` (one method's records, every variant)
+    are matched on their activity sparsity when every run recorded one on ``split`` and none
+    skipped an update; otherwise on Skip %, S-SA's budget.
+    """
+    key = SPLITS[split]
+    for r in runs:
+        m = r.get(key) or {}
+        read, skip = m.get("read_skip_pct"), m.get("skip_pct")
+        if read is None or math.isnan(read) or skip is None or skip != 0:
+            return "skip_pct"
+    return "read_skip_pct" if runs else "skip_pct"
+
+
 def nearest_skip(
     records: Sequence[dict[str, Any]],
     target: float,
@@ -147,7 +171,9 @@ def nearest_skip(
     """Per group of ``records``, the variant whose mean Skip % on ``split`` is nearest ``target``.
 
     A variant is the records of one ``variant_id``; its Skip % is the mean over its runs
-    (``split_mean``: NaN, and so no candidate, unless every run recorded it). Among equally near
+    (``split_mean``: NaN, and so no candidate, unless every run recorded it). A group of an
+    activity-sparse method is matched on its activity sparsity % instead (``budget_measure``).
+    Among equally near
     variants the lower ``tie(runs)`` wins, then the lower variant id: never the order of the
     records.
 
@@ -160,8 +186,8 @@ def nearest_skip(
             validation primary metric, negated where higher is better); None: variant id only.
 
     Returns:
-        ``{group: (variant_id, mean Skip %)}``, the group as the tuple of its ``by`` values; a
-        group with no variant that recorded Skip % has no entry.
+        ``{group: (variant_id, mean Skip %, or activity sparsity %)}``, the group as the tuple
+        of its ``by`` values; a group with no variant that recorded Skip % has no entry.
     """
     groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
     for r in records:
@@ -169,7 +195,8 @@ def nearest_skip(
         variants.setdefault(r["variant_id"], []).append(r)
     out = {}
     for key, variants in groups.items():
-        skips = {vid: split_mean(runs, "skip_pct", split) for vid, runs in variants.items()}
+        measure = budget_measure([r for runs in variants.values() for r in runs], split)
+        skips = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
         cands = [vid for vid, skip in skips.items() if not math.isnan(skip)]
         if not cands:
             continue
@@ -275,8 +302,9 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         vid, skip = nearest_skip(runs, rule.target, "val", by=(), tie=_rank(primary, higher))[()]
         if tuned:
             within += f", {tuned} beaten on validation by the same knobs' other training settings"
+        label = BUDGETS[budget_measure(runs)]
         return vid, (
-            f"{rule} of {n}{within} (val Skip % {skip:.1f}, val {primary} {score[vid]:.4g})"
+            f"{rule} of {n}{within} (val {label} {skip:.1f}, val {primary} {score[vid]:.4g})"
         )
     best = min(score.items(), key=lambda s: (-s[1] if higher else s[1], s[0]))
     return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"

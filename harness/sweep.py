@@ -352,11 +352,12 @@ def match_skip(
         swept: config keys to show for each chosen variant (e.g. ``["lam"]``).
 
     Returns:
-        One row per (task, preset, method) with the chosen variant, its mean Skip %, its primary
+        One row per (task, preset, method) with the chosen variant, its mean Skip % (activity
+        sparsity % for an activity-sparse method, ``budget`` says which), its primary
         metric and the number of candidate variants; a (task, preset, method) none of whose
         variants recorded a test Skip % has no row.
     """
-    from harness.selection import nearest_skip
+    from harness.selection import BUDGETS, budget_measure, nearest_skip
 
     recs = [r for r in latest(records) if r.get("status") == "ok"]
     groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
@@ -380,6 +381,9 @@ def match_skip(
                 "method": method,
                 "variant_id": vid,
                 "skip_pct": skip,
+                "budget": BUDGETS[
+                    budget_measure([r for rs in variants.values() for r in rs], "test")
+                ],
                 primary: metric,
                 "seeds": len(runs),
                 "candidates": len(variants),

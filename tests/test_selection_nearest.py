@@ -92,3 +92,30 @@ def test_validation_ties_go_to_the_better_validation_metric():
     assert vid == "m-2" and why.startswith("val-skip-nearest:50 of 2 (val Skip % 60.0")
     # on test (no tie rule) the variant id decides
     assert match_skip(tied, 50.0)[0]["variant_id"] == "m-1"
+
+
+def sparse(method, vid, seed, read, skip=0.0):
+    """A record that also has an activity sparsity ``read`` (Skip % ``skip``)."""
+    r = rec(method, vid, seed, skip)
+    for key in ("metrics", "val_metrics"):
+        r[key]["read_skip_pct"] = read
+    return r
+
+
+def test_an_activity_sparse_method_is_matched_on_its_activity_sparsity():
+    # Skip % is 0 at every variant (Delta GRU, EGRU): the thresholds move the activity sparsity
+    recs = [sparse("d", "1", 0, 55.0), sparse("d", "2", 0, 80.0), sparse("d", "3", 0, 96.0)]
+    want = {"d": "d-2"}
+    kept, why = select(recs, parse_rule("val-skip-nearest:76"))
+    assert {r["method"]: r["variant_id"] for r in kept} == want
+    assert "val activity sparsity % 80.0" in why["d-2"]
+    assert {r["method"]: r["variant_id"] for r in match_skip(recs, 76.0)} == want
+    assert match_skip(recs, 76.0)[0]["budget"] == "activity sparsity %"
+    assert nearest_skip(recs, 90.0, "val") == {("adding", "smoke", "d"): ("d-3", 96.0)}
+    # a method that skips updates is matched on Skip %, whatever else it records
+    mixed = [sparse("m", "1", 0, 76.0, skip=10.0), sparse("m", "2", 0, 10.0, skip=70.0)]
+    assert nearest_skip(mixed, 76.0, "val") == {("adding", "smoke", "m"): ("m-2", 70.0)}
+    assert match_skip(mixed, 76.0)[0]["budget"] == "Skip %"
+    # one run without an activity sparsity: the whole method is matched on Skip %
+    partial = [*recs[:2], rec("d", "3", 0, 0.0)]
+    assert nearest_skip(partial, 76.0, "val")[("adding", "smoke", "d")][1] == 0.0

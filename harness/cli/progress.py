@@ -178,7 +178,16 @@ def summary(name: str, rec: dict[str, Any]) -> str:
 
 
 # a match_skip row holds its primary metric under the metric's own name, beside these keys
-_MATCH_SKIP_KEYS = ("task", "preset", "method", "variant_id", "skip_pct", "seeds", "candidates")
+_MATCH_SKIP_KEYS = (
+    "task",
+    "preset",
+    "method",
+    "variant_id",
+    "skip_pct",
+    "budget",
+    "seeds",
+    "candidates",
+)
 
 
 def print_match_skip(
@@ -200,7 +209,8 @@ def print_match_skip(
             row["task"],
             row["method"],
             *[str(row["values"][k]) for k in swept],
-            f"{row['skip_pct']:.1f}",
+            f"{row['skip_pct']:.1f}"
+            + ("" if row["budget"] == "Skip %" else " (activity sparsity)"),
             f"{primary} {row[primary]:.4g}",
             str(row["seeds"]),
             str(row["candidates"]),
