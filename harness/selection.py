@@ -173,9 +173,8 @@ def nearest_skip(
     A variant is the records of one ``variant_id``; its Skip % is the mean over its runs
     (``split_mean``: NaN, and so no candidate, unless every run recorded it). A group of an
     activity-sparse method is matched on its activity sparsity % instead (``budget_measure``).
-    Among equally near
-    variants the lower ``tie(runs)`` wins, then the lower variant id: never the order of the
-    records.
+    Among equally near variants the lower ``tie(runs)`` wins, then the lower variant id: never
+    the order of the records.
 
     Args:
         records: ok run records (the caller keeps the latest record of each run id).
