@@ -82,7 +82,7 @@ def test_the_seizures_dry_run_lists_every_run_of_both_splits(tmp_path, capsys):
     write_bonn(tmp_path)  # generated Bonn files: the dry run checks the data it would read
     base = ["--suite", "ssa-table1-matched", "--data-dir", str(tmp_path), "--allow-unverified-data"]
     want = toml_run_count("ssa-table1-matched")
-    assert want == 67 * 3 * 10  # 67 budget settings x 3 learning rates x 10 seeds
+    assert want == 70 * 3 * 10  # 70 budget settings x 3 learning rates x 10 seeds
     assert dry_run_count(capsys, *base, "--out", str(tmp_path / "series")) == want
     rec = ["--set", "task.split=recording", "--out", str(tmp_path / "recording")]
     assert dry_run_count(capsys, *base, *rec) == want
