@@ -194,17 +194,34 @@ def nearest_skip(
         variants.setdefault(r["variant_id"], []).append(r)
     out = {}
     for key, variants in groups.items():
-        measure = budget_measure([r for runs in variants.values() for r in runs], split)
-        skips = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
-        cands = [vid for vid, skip in skips.items() if not math.isnan(skip)]
-        if not cands:
-            continue
-        vid = min(
-            cands,
-            key=lambda v: (abs(skips[v] - target), tie(variants[v]) if tie else 0.0, v),
-        )
-        out[key] = (vid, skips[vid])
+        near = nearest_variant(variants, target, split, tie)
+        if near is not None:
+            out[key] = near[:2]
     return out
+
+
+def nearest_variant(
+    variants: dict[str, list[dict[str, Any]]],
+    target: float,
+    split: str,
+    tie: Callable[[list[dict[str, Any]]], float] | None = None,
+) -> tuple[str, float, str] | None:
+    """``nearest_skip`` for one group, given as variant id -> its runs.
+
+    Returns:
+        ``(variant_id, its mean on split, the measure)``, the measure being ``budget_measure``'s
+        (``skip_pct`` or ``read_skip_pct``); None when no variant recorded it on every run.
+    """
+    measure = budget_measure([r for runs in variants.values() for r in runs], split)
+    skips = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
+    cands = [vid for vid, skip in skips.items() if not math.isnan(skip)]
+    if not cands:
+        return None
+    vid = min(
+        cands,
+        key=lambda v: (abs(skips[v] - target), tie(variants[v]) if tie else 0.0, v),
+    )
+    return vid, skips[vid], measure
 
 
 def _knobs(runs: Sequence[dict[str, Any]]) -> str:
@@ -297,13 +314,12 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
     score = {vid: _val_mean(runs, primary) for vid, runs in pool.items()}
     if rule.name == "val-skip-nearest":
         pool, tuned = _best_training(pool, primary, higher)
-        runs = [r for vid in pool for r in pool[vid]]
-        vid, skip = nearest_skip(runs, rule.target, "val", by=(), tie=_rank(primary, higher))[()]
+        vid, skip, measure = nearest_variant(pool, rule.target, "val", _rank(primary, higher))
         if tuned:
             within += f", {tuned} beaten on validation by the same knobs' other training settings"
-        label = BUDGETS[budget_measure(runs)]
         return vid, (
-            f"{rule} of {n}{within} (val {label} {skip:.1f}, val {primary} {score[vid]:.4g})"
+            f"{rule} of {n}{within} (val {BUDGETS[measure]} {skip:.1f}, "
+            f"val {primary} {score[vid]:.4g})"
         )
     best = min(score.items(), key=lambda s: (-s[1] if higher else s[1], s[0]))
     return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"

@@ -343,7 +343,7 @@ def match_skip(
     """For each (task, preset, method), the variant whose mean TEST Skip % is nearest ``target``.
 
     This choice reads the test set; ``harness.selection`` chooses on validation data only. Both
-    take the variant as ``harness.selection.nearest_skip`` does (ties: the variant id; a variant
+    take the variant as ``harness.selection.nearest_variant`` does (ties: the variant id; a variant
     without a test Skip % on every seed is no candidate).
 
     Args:
@@ -357,19 +357,19 @@ def match_skip(
         metric and the number of candidate variants; a (task, preset, method) none of whose
         variants recorded a test Skip % has no row.
     """
-    from harness.selection import BUDGETS, budget_measure, nearest_skip
+    from harness.selection import BUDGETS, nearest_variant
 
     recs = [r for r in latest(records) if r.get("status") == "ok"]
     groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
     for r in recs:
         key = (r["task"], r["preset"], r["method"])
         groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
-    nearest = nearest_skip(recs, target, "test")
     rows = []
     for (task, preset, method), variants in sorted(groups.items()):
-        if (task, preset, method) not in nearest:
+        near = nearest_variant(variants, target, "test")
+        if near is None:
             continue
-        vid, skip = nearest[(task, preset, method)]
+        vid, skip, measure = near
         runs = variants[vid]
         primary = runs[0]["primary"]
         metric, _ = mean_std([r["metrics"].get(primary) for r in runs])
@@ -381,9 +381,7 @@ def match_skip(
                 "method": method,
                 "variant_id": vid,
                 "skip_pct": skip,
-                "budget": BUDGETS[
-                    budget_measure([r for rs in variants.values() for r in rs], "test")
-                ],
+                "budget": BUDGETS[measure],
                 primary: metric,
                 "seeds": len(runs),
                 "candidates": len(variants),
