@@ -25,8 +25,9 @@ read; a tie is broken by the variant id, never by a test number. The chosen vari
 metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
 test-based alternative (``harness.sweep.match_skip``).
 
-``nearest_skip`` is the one "variant whose Skip % is nearest a target" rule: on validation for
-``val-skip-nearest``, on test for ``--match-skip`` and for the update-pattern figure
+``nearest_variant`` is the one "variant whose Skip % is nearest a target" rule, for one group of
+variants (``nearest_skip`` groups records and calls it): on validation for ``val-skip-nearest``,
+on test for ``--match-skip`` and for the update-pattern figure
 (``harness.reporting.patterns.matched_budget``).
 """
 
@@ -213,15 +214,15 @@ def nearest_variant(
         (``skip_pct`` or ``read_skip_pct``); None when no variant recorded it on every run.
     """
     measure = budget_measure([r for runs in variants.values() for r in runs], split)
-    skips = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
-    cands = [vid for vid, skip in skips.items() if not math.isnan(skip)]
+    means = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
+    cands = [vid for vid, mean in means.items() if not math.isnan(mean)]
     if not cands:
         return None
     vid = min(
         cands,
-        key=lambda v: (abs(skips[v] - target), tie(variants[v]) if tie else 0.0, v),
+        key=lambda v: (abs(means[v] - target), tie(variants[v]) if tie else 0.0, v),
     )
-    return vid, skips[vid], measure
+    return vid, means[vid], measure
 
 
 def _knobs(runs: Sequence[dict[str, Any]]) -> str:
