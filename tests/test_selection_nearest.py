@@ -1,13 +1,17 @@
-"""One "variant nearest a Skip %" rule (harness.selection.nearest_skip) behind its three callers:
+"""One "variant nearest a Skip %" rule (harness.selection.nearest_variant) behind its three callers:
 ``--select val-skip-nearest`` (validation), ``run --match-skip`` and the update-pattern figure
 (test)."""
 
 from __future__ import annotations
 
+import io
 import math
+from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
+from harness.cli.progress import print_match_skip
 from harness.reporting.patterns import matched_budget
 from harness.reporting.runs import runs_frame
 from harness.selection import choose, nearest_skip, parse_rule, select
@@ -119,3 +123,14 @@ def test_an_activity_sparse_method_is_matched_on_its_activity_sparsity():
     # one run without an activity sparsity: the whole method is matched on Skip %
     partial = [*recs[:2], rec("d", "3", 0, 0.0)]
     assert nearest_skip(partial, 76.0, "val")[("adding", "smoke", "d")][1] == 0.0
+
+
+def test_the_match_skip_table_marks_a_row_matched_on_activity_sparsity():
+    recs = [sparse("d", "1", 0, 55.0), sparse("d", "2", 0, 80.0), rec("m", "1", 0, 70.0)]
+    store = SimpleNamespace(read=lambda: (recs, []))
+    cfgs = [SimpleNamespace(run_id=r["run_id"]) for r in recs]
+    buf = io.StringIO()
+    print_match_skip(store, cfgs, 76.0, [], Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "80.0 (activity sparsity)" in text  # d: matched on its activity sparsity
+    assert "70.0" in text and "70.0 (activity sparsity)" not in text  # m: on Skip %

@@ -196,6 +196,7 @@ def print_match_skip(
     """Per method, the swept variant with Skip % nearest ``target`` (among this sweep's runs)."""
     from rich.table import Table
 
+    from harness.selection import BUDGETS
     from harness.sweep import match_skip
 
     ids = {c.run_id for c in cfgs}
@@ -210,7 +211,7 @@ def print_match_skip(
             row["method"],
             *[str(row["values"][k]) for k in swept],
             f"{row['skip_pct']:.1f}"
-            + ("" if row["budget"] == "Skip %" else " (activity sparsity)"),
+            + ("" if row["budget"] == BUDGETS["skip_pct"] else " (activity sparsity)"),
             f"{primary} {row[primary]:.4g}",
             str(row["seeds"]),
             str(row["candidates"]),
