@@ -12,7 +12,8 @@ another front end (a cluster launcher, a web page) calls the same functions::
 Data flows one way: ``SweepSpec`` (what to run, as flags or a sweep file say it) ->
 ``plan_sweep`` (every run's ``RunConfig``, checked before anything runs: names, values and
 their bounds, data and their checksums, each model built once) -> ``run_sweep`` (resume from the
-store, claim each run just in time, the executor trains it, append its record) -> ``report`` /
+store, claim each run just in time, the executor trains it, append its record; a write that
+fails stops it without losing a finished run) -> ``report`` /
 ``compare`` (read records, write tables). Progress reaches the caller as ``SweepEvent`` s.
 """
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import DISK_FULL_NOTE, WriteFailed
 from harness.executors import Executor, ExecutorOptions, RunOptions, make_executor
 from harness.records import RunRecord
 from harness.reports import compare, load_records, paper_report, report
@@ -97,7 +99,7 @@ class SweepEvent:
     ``kind`` is one of: ``planned`` (``todo`` and ``resume`` set: what will run), ``epoch``
     (``cfg``, ``epoch``, ``row``: an epoch of the run in progress, in-process executors only),
     ``finished`` (``cfg``, ``record``), ``unwritten`` (``record``, ``fallback``, ``error``:
-    the store could not take it; it went to the fallback file).
+    the store could not take it; it went to the fallback file, and the sweep stops).
     """
 
     kind: str
@@ -124,7 +126,8 @@ class SweepResult:
         taken: ``(config, holder)`` of runs another sweep on the store held or recorded.
         unwritten: records the store could not take (in ``fallback``).
         fallback: the fallback file, if a record went there.
-        write_error: why the store could not take them.
+        write_error: why the sweep stopped before its end, in one line: a write that failed
+            (a full disk: the filesystem, the error and the path); empty when it did not.
     """
 
     store: Path
@@ -144,8 +147,8 @@ class SweepResult:
 
     @property
     def exit_code(self) -> int:
-        """0 every run succeeded, 1 some run failed, 2 a record could not be written."""
-        return 2 if self.unwritten else 1 if self.failed else 0
+        """0 every run succeeded, 1 some run failed, 2 a write failed and stopped the sweep."""
+        return 2 if self.write_error or self.unwritten else 1 if self.failed else 0
 
 
 def open_store(out: str | Path | Store, create: bool = True) -> Store:
@@ -194,10 +197,14 @@ def run_sweep(
 
     Runs recorded already are skipped (resume) unless ``force``; ``retry_failed`` reruns failed
     ones; a record made by other code of its method is rerun unless ``keep_stale``. Each run is
-    claimed just before it starts, so sweeps sharing a store split the work. A record the store
-    cannot take (a full disk) goes to a fallback file and the sweep goes on. The executor is
-    closed at the end; on an interrupt its runs in flight are stopped (not recorded) and the
-    interrupt propagates.
+    claimed just before it starts, so sweeps sharing a store split the work. A write that fails
+    on the way stops the sweep (``SweepResult.write_error``): no run starts any more, the runs
+    in flight finish, and every finished run is appended or, when the store cannot take it (a
+    full disk), kept in a fallback file (``SweepResult.fallback``). The writes that fail so are
+    the record, the claim, a submission (submitit's folder), and a run's checkpoint or
+    TensorBoard events on a full disk (optional: the run goes on without them and is
+    recorded). The executor is closed at the end; on an interrupt its runs in flight are stopped
+    (not recorded) and the interrupt propagates.
 
     Args:
         sweep: the planned sweep (``plan_sweep``).
@@ -224,45 +231,67 @@ def run_sweep(
     provenance = {"argv": list(argv), "sweep": sweep.provenance}
     try:
         with swept:
-            for cfg, rec in _pull(ex, swept.claimed(plan.todo), emit):
-                rec.update(provenance)
-                result.records.append(rec)
-                if not swept.append(rec):
-                    why = swept.error
-                    emit(SweepEvent("unwritten", cfg, rec, fallback=swept.fallback, error=why))
-                emit(SweepEvent("finished", cfg, rec))
+            try:
+                for cfg, rec in _pull(ex, swept.claimed(plan.todo), emit):
+                    full = rec.pop(DISK_FULL_NOTE, None)  # a checkpoint or event log's write
+                    rec.update(provenance)
+                    result.records.append(rec)
+                    if not swept.append(rec):
+                        why = swept.stopped
+                        emit(SweepEvent("unwritten", cfg, rec, fallback=swept.fallback, error=why))
+                    if full:
+                        swept.stop(full)
+                    emit(SweepEvent("finished", cfg, rec))
+            except WriteFailed as e:  # claiming or submitting a run; the finished are recorded
+                swept.stop(str(e))
     finally:
         ex.close()
     result.taken, result.unwritten = swept.taken, swept.unwritten
-    result.fallback, result.write_error = swept.fallback, swept.error
+    result.fallback, result.write_error = swept.fallback, swept.stopped
     return result
 
 
 def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None]) -> Any:
     """The one loop every executor is driven by: keep its slots filled, yield what finishes.
 
-    A config is read from ``todo`` (and so claimed) only when a slot is free for it. On an
-    exception (an interrupt, or the consumer stopping) the runs in flight are cancelled.
+    A config is read from ``todo`` (and so claimed) only when a slot is free for it and the
+    records of the runs finished before are handled (appended, or kept aside). A write
+    that fails while a run is claimed or submitted (``WriteFailed``) starts no run any more: the
+    runs in flight finish and are yielded, then it is raised. On any other exception (an
+    interrupt, or the consumer stopping) the runs in flight are cancelled.
     """
     it = iter(todo)
     pending: dict[Any, Any] = {}
+    failed: WriteFailed | None = None
 
     def fill() -> None:
-        while len(pending) < ex.slots():
-            cfg = next(it, None)
-            if cfg is None:
-                return
-            pending[ex.submit(cfg, _on_epoch(cfg, emit) if ex.in_process else None)] = cfg
+        nonlocal failed
+        try:
+            while failed is None and len(pending) < ex.slots():
+                cfg = next(it, None)
+                if cfg is None:
+                    return
+                pending[ex.submit(cfg, _on_epoch(cfg, emit) if ex.in_process else None)] = cfg
+        except WriteFailed as e:
+            failed = e
 
     try:
         fill()
         while pending:
-            finished = [(pending.pop(h), rec) for h, rec in ex.wait_any()]
-            fill()  # free slots start their next runs before the records are handled
-            yield from finished
+            try:
+                done = ex.wait_any()
+            except WriteFailed as e:  # a submission: its runs never started
+                failed = failed or e
+                for h in e.dropped:
+                    pending.pop(h, None)
+                continue
+            yield from [(pending.pop(h), rec) for h, rec in done]
+            fill()  # after the records are handled: a store that took none starts no run
     except BaseException:
         ex.cancel()
         raise
+    if failed is not None:
+        raise failed
 
 
 def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, dict], None]:

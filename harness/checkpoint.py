@@ -14,8 +14,10 @@ training time), plus ``time.resumed``: the epochs it resumed at and when.
 A checkpoint is used only by the run it was written for (its ``run_id``) and only with the same
 method code and harness commit (``method_code``, ``env.git_state``); anything else starts the run
 afresh and says so. It is written atomically (a temporary file renamed over the old one) and
-removed once the run is recorded. A checkpoint that cannot be written (a full disk, a folder a
-remote worker cannot see) costs only the ability to resume: the run goes on, with one warning.
+removed once the run is recorded. A checkpoint that cannot be written costs only the ability
+to resume: the run goes on without checkpoints. A folder a remote worker cannot see gives one
+warning; a full disk gives none here: the record says so (``harness.errors.DISK_FULL_NOTE``)
+and the sweep, once the run is recorded, stops with one line naming the filesystem.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 import torch
 
 from harness import records
+from harness.errors import DISK_FULL_NOTE, is_disk_full, write_failure
 
 FORMAT = 1
 SUFFIX = ".checkpoints"  # the folder beside a records store: STORE.checkpoints/RUN_ID.pt
@@ -138,6 +141,7 @@ class Checkpointer:
         self.every_s = float(every_s)
         self._last = time.monotonic()
         self._broken = False  # a save failed: stop trying, the run goes on
+        self.full = ""  # a save met a full disk: what the record tells the sweep
         # what the record keeps across processes (a loaded checkpoint's replaces it)
         self.meta: dict[str, Any] = {"start": start, "resumed": []}
         self.resumed_at: int | None = None  # the epoch this process resumed at
@@ -159,10 +163,13 @@ class Checkpointer:
     def finish(self, rec: dict[str, Any]) -> None:
         """The run is over (``rec``, ok or failed): remove the checkpoint.
 
-        A resumed run's record gets its first start and ``time.resumed``.
+        A resumed run's record gets its first start and ``time.resumed``; the record of a run
+        whose checkpoint met a full disk, ``DISK_FULL_NOTE`` (the sweep stops).
         """
         if self.resumed_at is not None:
             rec["time"].update(start=self.meta["start"], resumed=self.meta["resumed"])
+        if self.full:
+            rec.setdefault(DISK_FULL_NOTE, self.full)
         self.discard()
 
     def load(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
@@ -202,7 +209,8 @@ class Checkpointer:
     def save(self, state: dict[str, Any]) -> bool:
         """Write ``state`` (``training_state``) atomically; False where it cannot be written.
 
-        Then it warns once and tries no more: the run goes on without checkpoints.
+        Then it tries no more: the run goes on without checkpoints. It warns once, except on a
+        full disk, which ``finish`` tells the sweep instead.
         """
         full = {
             "format": FORMAT,
@@ -227,7 +235,10 @@ class Checkpointer:
             os.replace(tmp, self.path)
         except OSError as e:
             self._broken = True
-            _say(f"cannot write the checkpoint {self.path} ({e}); the run goes on without one")
+            if is_disk_full(e):
+                self.full = write_failure(self.path, e)
+            else:
+                _say(f"cannot write the checkpoint {self.path} ({e}); the run goes on without one")
             try:
                 tmp.unlink(missing_ok=True)
             except OSError:  # the folder is not there (or not a folder)

@@ -4,8 +4,8 @@ Sweeps sharing a store split the work: a sweep claims each run (``Claims``, a si
 ``<store>.claims``: run id, pid, host, time) under the store's lock just before starting it; a
 claim is stale once its process is gone (same host) or after ``CLAIM_TIMEOUT_S``.
 ``SweepStore`` is what a running sweep (``harness.api.run_sweep``) holds: it claims each run just
-in time, appends each record (keeping one the disk cannot take in a fallback file) and drops its
-claims when the sweep ends, however it ends.
+in time, appends each record (keeping one the disk cannot take in a fallback file, after which
+no run starts any more) and drops its claims when the sweep ends, however it ends.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.errors import WriteFailed, write_failure
 from harness.store import (
     AppendError,
     Store,
@@ -111,7 +112,11 @@ class Claims:
                 self._recorded_since.add(json.loads(line)["run_id"])
 
     def take(self, run_id: str) -> dict[str, Any] | None:
-        """Claim a run; None if claimed, else what holds it (a claim, or ``{"recorded": True}``)."""
+        """Claim a run; None if claimed, else what holds it (a claim, or ``{"recorded": True}``).
+
+        Raises:
+            WriteFailed: the claims file could not be written (a full disk); nothing is claimed.
+        """
         with self.store.locked():
             self._scan_new_records()
             if run_id in self._recorded_since:
@@ -132,7 +137,10 @@ class Claims:
                 "started": self._started,
                 "time": time.time(),
             }
-            write_claims(self.store.claims_path, claims)
+            try:
+                write_claims(self.store.claims_path, claims)
+            except OSError as e:
+                raise WriteFailed(self.store.claims_path, e) from None
             self.mine.add(run_id)
             return None
 
@@ -149,10 +157,12 @@ class SweepStore:
     """A sweep's side of its store: claims, records that cannot be written, release at the end.
 
     - ``claimed(todo)`` yields the runs this sweep claimed, just in time (``Claims``), and keeps
-      in ``taken`` the ones another sweep on the same store holds or has recorded.
+      in ``taken`` the ones another sweep on the same store holds or has recorded; it yields no
+      more once the sweep is ``stop``-ped.
     - ``append(rec)`` appends a record; one that cannot be written (a full disk, after retries)
       is kept in a fallback file (``harness.store.save_unwritten``), named in ``fallback``, and
-      the sweep goes on.
+      the sweep stops: no run starts any more, those in flight finish and are appended (or
+      kept aside).
     - On leaving ``with`` (an interrupt included), the claims of runs not recorded are dropped.
 
     Args:
@@ -165,7 +175,7 @@ class SweepStore:
         self.taken: list[tuple[Any, dict[str, Any]]] = []  # (config, what holds it)
         self.unwritten: list[dict[str, Any]] = []
         self.fallback: Path | None = None  # the fallback file, once a record went there
-        self.error: str = ""
+        self.stopped: str = ""  # why no run starts any more (a write that failed), in one line
 
     def __enter__(self) -> SweepStore:
         return self
@@ -176,6 +186,8 @@ class SweepStore:
     def claimed(self, todo: Iterable[Any]) -> Iterator[Any]:
         """The configs of ``todo`` this sweep claimed, claimed as they are read."""
         for cfg in todo:
+            if self.stopped:
+                return
             holder = self.claims.take(cfg.run_id)
             if holder is None:
                 yield cfg
@@ -188,7 +200,11 @@ class SweepStore:
             self.store.append(rec)
             return True
         except AppendError as e:
-            self.error = e.error.strerror or str(e.error)
             self.fallback = save_unwritten(rec, self.store.path, self.fallback)
             self.unwritten.append(rec)
+            self.stop(write_failure(self.store.path, e.error))
             return False
+
+    def stop(self, why: str) -> None:
+        """Start no run any more, for ``why`` (one line; the first reason given is kept)."""
+        self.stopped = self.stopped or why

@@ -2,15 +2,24 @@
 
 Also how an allocation failure is told apart from other errors (``allocation_failure``) and
 turned into one such line (``out_of_memory``), and the one line a failed run's record gives as
-its reason (``failure_reason``).
+its reason (``failure_reason``). And a write that fails on the way of a sweep (``WriteFailed``;
+``is_disk_full``, ``write_failure``: the full filesystem named by its mount point).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import re
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
+
+FULL_DISK = {errno.ENOSPC: "ENOSPC", errno.EDQUOT: "EDQUOT"}  # the errors of a full filesystem
+# A finished run's record holds this key (``write_failure``'s line) when one of its optional
+# writes (a checkpoint, TensorBoard events) met a full disk; the sweep pops it and stops.
+DISK_FULL_NOTE = "_disk_full"
 
 
 class HarnessError(Exception):
@@ -27,6 +36,49 @@ class DataError(HarnessError):
 
 class RecordError(HarnessError):
     """A results store that cannot be read or written."""
+
+
+class WriteFailed(HarnessError):
+    """A write a sweep or a command needs failed (``write_failure`` says what and why).
+
+    Args:
+        path: what was being written.
+        error: the OSError met.
+        dropped: handles of runs an executor dropped unstarted because of it (a submission).
+    """
+
+    def __init__(self, path: str | os.PathLike, error: OSError, dropped: list | tuple = ()) -> None:
+        self.path, self.error, self.dropped = Path(path), error, list(dropped)
+        super().__init__(write_failure(path, error))
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says the filesystem is full (``ENOSPC``) or the quota used up (``EDQUOT``)."""
+    return isinstance(e, OSError) and e.errno in FULL_DISK
+
+
+def mount_point(path: str | os.PathLike) -> Path:
+    """The mount point of the filesystem ``path`` is (or would be) on."""
+    p = Path(os.path.abspath(path))
+    with contextlib.suppress(OSError):
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        dev = p.stat().st_dev
+        while p != p.parent and p.parent.stat().st_dev == dev:
+            p = p.parent
+    return p
+
+
+def write_failure(path: str | os.PathLike, error: OSError) -> str:
+    """One line: ``path`` could not be written, and why; a full filesystem is named.
+
+    ``no space on the filesystem at MOUNT (ENOSPC: No space left on device) writing PATH``, else
+    ``cannot write PATH: REASON``.
+    """
+    if is_disk_full(error):
+        why = f"{FULL_DISK[error.errno]}: {error.strerror or os.strerror(error.errno)}"
+        return f"no space on the filesystem at {mount_point(path)} ({why}) writing {path}"
+    return f"cannot write {path}: {error.strerror or error}"
 
 
 class DivergedError(RuntimeError):

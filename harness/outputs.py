@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, WriteFailed
 
 SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it holds records
 
@@ -166,7 +166,8 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     created.
 
     Raises:
-        HarnessError: the target holds records (``refuse_overwrite``), or an OSError (one line).
+        HarnessError: the target holds records (``refuse_overwrite``).
+        WriteFailed: an OSError (one line; a full disk names its filesystem).
     """
     p = Path(path)
     refuse_overwrite(p, "output")
@@ -174,7 +175,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     except OSError as e:
-        raise HarnessError(f"cannot write {p}: {e.strerror or e}") from None
+        raise WriteFailed(p, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -184,7 +185,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise HarnessError(f"cannot write {p}: {e.strerror or e}") from None
+        raise WriteFailed(p, e) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

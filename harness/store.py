@@ -9,7 +9,8 @@ sweep loses at most the runs in flight and never corrupts what is already record
   nothing is ever dropped from the file by reading. ``Store.repair`` moves unusable lines (a
   torn last line left by a killed writer or a full disk) to a side file, keeping every byte.
 - A full disk does not lose a finished run: ``Store.append`` retries, then raises
-  ``AppendError`` and the caller keeps the record in a fallback file (``save_unwritten``).
+  ``AppendError`` and the caller keeps the record in a fallback file (``save_unwritten``); a
+  sweep then stops (``harness.claims.SweepStore``).
 - Concurrent sweeps on one store split the work: a sweep claims each run (``Claims``, a side
   file ``<store>.claims``) under the store's lock just before starting it.
 - ``SweepStore`` is a sweep's side of all that: claim just in time, append or fall back, release.
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import legacy_values
-from harness.errors import HarnessError, RecordError
+from harness.errors import HarnessError, RecordError, is_disk_full
 from harness.records import REQUIRED, NotJSON, RecordProblem, RunRecord, from_json, to_json
 
 DEFAULT_FILE = "runs.jsonl"
@@ -406,13 +407,26 @@ def read_claims(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_claims(path: Path, claims: dict[str, dict[str, Any]]) -> None:
-    """Replace the claims file (durably); no claim left removes it."""
+    """Replace the claims file (durably); no claim left removes it.
+
+    On a full disk, fewer claims than the file holds are written over it in place (which needs
+    no new space), so that a sweep a full disk stopped still releases its claims.
+    """
     if not claims:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         return
-    text = "".join(json.dumps(c, sort_keys=True) + "\n" for c in claims.values())
-    _write_durably(path, text.encode(), mode=None)
+    data = "".join(json.dumps(c, sort_keys=True) + "\n" for c in claims.values()).encode()
+    try:
+        _write_durably(path, data, mode=None)
+    except OSError as e:
+        if not is_disk_full(e) or not path.is_file() or path.stat().st_size < len(data):
+            raise
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def drop_claims(path: Path, run_ids: set[str]) -> None:

@@ -11,17 +11,25 @@ It needs the ``tensorboard`` package (``pip install 'condrnn-harness[tensorboard
 log directory is given. The logger holds only plain values until its first event, so it travels to
 worker processes and Ray tasks; with Ray, DIR must be a path the workers can write (a shared
 filesystem) and the files are written where each run executes.
+
+The event files are optional: a write that fails ends the run's events, not the run. It warns
+once on stderr; a full disk instead goes into the run's record (``harness.errors.DISK_FULL_NOTE``),
+and the sweep, once the run is recorded, stops with one line naming the filesystem.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import DISK_FULL_NOTE, ConfigError, is_disk_full, write_failure
 
 INSTALL = "pip install 'condrnn-harness[tensorboard]'"
 
@@ -60,6 +68,8 @@ class TensorBoardLogger:
         self.path = run_dir(log_dir, cfg)
         self.config = cfg.to_dict()
         self._writer: Any = None
+        self.failed = False  # a write failed: no more events, the run goes on
+        self.full = ""  # it met a full disk: what the record tells the sweep
 
     @property
     def writer(self) -> Any:
@@ -67,31 +77,87 @@ class TensorBoardLogger:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
+            _quiet_writer_threads()
             self._writer = SummaryWriter(str(self.path))
             self._writer.add_text("config", f"```\n{json.dumps(self.config, indent=1)}\n```")
         return self._writer
 
+    def _write(self, write: Callable[[], None]) -> None:
+        """Call ``write`` unless a write failed before; an OSError ends the events, not the run."""
+        if self.failed:
+            return
+        try:
+            write()
+        except OSError as e:
+            self.failed = True
+            if is_disk_full(e):
+                self.full = write_failure(self.path, e)
+            else:
+                print(
+                    f"harness: cannot write the TensorBoard events under {self.path} ({e}); the "
+                    "run goes on without them",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            writer, self._writer = self._writer, None
+            with contextlib.suppress(Exception):  # it fails again on what it still holds
+                if writer is not None:
+                    writer.close()
+
     def __call__(self, epoch: int, row: dict[str, Any]) -> None:
         """Write one epoch's history row: ``train/loss`` and ``val/<metric>`` per value."""
-        for key, value in row.items():
-            if key == "epoch" or not isinstance(value, (int, float)):
-                continue
-            tag = "train/loss" if key == "train_loss" else key.replace("_", "/", 1)
-            self.writer.add_scalar(tag, float(value), epoch)
-        self.writer.flush()
+
+        def write() -> None:
+            for key, value in row.items():
+                if key == "epoch" or not isinstance(value, (int, float)):
+                    continue
+                tag = "train/loss" if key == "train_loss" else key.replace("_", "/", 1)
+                self.writer.add_scalar(tag, float(value), epoch)
+            self.writer.flush()
+
+        self._write(write)
 
     def finish(self, record: dict[str, Any]) -> None:
-        """Write the run's test metrics (at its best epoch) and close the file."""
-        step = max(int(record.get("best_epoch") or 0), 0)
-        for key, value in (record.get("metrics") or {}).items():
-            if isinstance(value, (int, float)):
-                self.writer.add_scalar(f"test/{key}", float(value), step)
-        if record.get("status") != "ok":
-            self.writer.add_text("error", str(record.get("error")))
+        """Write the run's test metrics (at its best epoch) and close the file.
+
+        Where a write met a full disk, ``record`` gets ``DISK_FULL_NOTE`` (the sweep stops).
+        """
+
+        def write() -> None:
+            step = max(int(record.get("best_epoch") or 0), 0)
+            for key, value in (record.get("metrics") or {}).items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"test/{key}", float(value), step)
+            if record.get("status") != "ok":
+                self.writer.add_text("error", str(record.get("error")))
+
+        self._write(write)
         self.close()
+        if self.full:
+            record.setdefault(DISK_FULL_NOTE, self.full)
 
     def close(self) -> None:
         """Close the event file (if one was opened)."""
         if self._writer is not None:
-            self._writer.close()
+            self._write(self._writer.close)
             self._writer = None
+
+
+def _quiet_writer_threads() -> None:
+    """Keep the traceback of a failed write in tensorboard's writer thread off stderr.
+
+    The thread re-raises its error, which Python prints; the logger meets the same error on its
+    next call and handles it (``TensorBoardLogger._write``). Installed again where something
+    (a test framework) put its own ``threading.excepthook`` in place since.
+    """
+    hook = threading.excepthook
+    if getattr(hook, "harness_quiet", False):
+        return
+
+    def quiet(args: Any) -> None:
+        thread = type(args.thread).__name__
+        if not (thread == "_AsyncWriterThread" and isinstance(args.exc_value, OSError)):
+            hook(args)
+
+    quiet.harness_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = quiet

@@ -2,8 +2,9 @@
 
 ``SweepProgress`` turns ``harness.api.SweepEvent`` s into the progress display (the run in
 progress and its epoch, an ETA, one line per finished run); the other functions print what the
-sweep found and did (resume, runs left to other sweeps, records that could not be written, the
-``--match-skip`` table). Everything goes to stderr; stdout keeps the leaderboard.
+sweep found and did (resume, runs left to other sweeps, the ``--match-skip`` table) or say, in
+one line, why it stopped and where its records are (``stopped_line``). Everything goes to
+stderr; stdout keeps the leaderboard.
 """
 
 from __future__ import annotations
@@ -139,17 +140,14 @@ class SweepProgress:
             )
 
     def on_event(self, event: Any) -> None:
-        """A ``harness.api.SweepEvent``: an epoch of the run in progress, or a finished run."""
+        """A ``harness.api.SweepEvent``: an epoch of the run in progress, or a finished run.
+
+        A record kept aside (``unwritten``) is said at the end, in ``stopped_line``.
+        """
         if event.kind == "epoch":
             self.on_epoch(event.epoch, event.row)
         elif event.kind == "finished":
             self.done(event.cfg, event.record)
-        elif event.kind == "unwritten":
-            self.progress.console.print(
-                f"[red]could not write run {event.record['run_id']} to the store "
-                f"({event.error}); kept in {event.fallback}[/]",
-                highlight=False,
-            )
 
     def done(self, cfg: Any, rec: dict[str, Any]) -> None:
         """A run finished: its line, the bar, the ETA of the rest."""
@@ -256,7 +254,7 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
 
 
 def say_finish(result: Any, console: Any) -> None:
-    """Print the runs other sweeps took and the records the store could not take."""
+    """Print the runs other sweeps took."""
     if result.taken:
         console.print(
             f"{len(result.taken)} run(s) left to other sweeps on {result.store}:", highlight=False
@@ -271,16 +269,26 @@ def say_finish(result: Any, console: Any) -> None:
                 f"  {cfg.method}/{cfg.task}/{cfg.preset}/seed{cfg.seed} ({cfg.run_id}): {by}",
                 highlight=False,
             )
-    if not result.unwritten:
-        return
-    console.print(
-        f"[red]error: {len(result.unwritten)} finished run(s) not written to {result.store} "
-        f"({result.write_error}); their records are in {result.fallback}:[/]",
-        highlight=False,
-    )
-    for r in result.unwritten:
-        console.print(
-            f"  {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']} ({r['run_id']})",
-            highlight=False,
+
+
+def stopped_line(result: Any) -> str:
+    """Why a sweep stopped (a write that failed) and where its records are, in one line.
+
+    Args:
+        result: the ``harness.api.SweepResult`` (its ``write_error`` set).
+    """
+    store, fallback = result.store, result.fallback
+    kept = len(result.unwritten)
+    recorded = len(result.records) - kept
+    left = len(result.todo) - len(result.records) - len(result.taken)
+    parts = [f"the sweep stopped: {result.write_error}"]
+    if recorded:
+        parts.append(f"{recorded} finished run(s) recorded in {store}")
+    if kept:
+        parts.append(
+            f"{kept} finished run(s) kept in {fallback} (once there is room: "
+            f"cat {fallback} >> {store})"
         )
-    console.print(f"once there is room: cat {result.fallback} >> {result.store}", highlight=False)
+    if left:
+        parts.append(f"{left} run(s) not started (the same command resumes the sweep)")
+    return "; ".join(parts)

@@ -66,7 +66,8 @@ EPILOG = examples(
     note="method and task names: see 'harness list'; suites: 'harness run --suite list'\n"
     "runs already in the records are skipped (resume) unless --force\n"
     "exit codes: 0 every run succeeded, 1 some run failed, 2 bad input (checked before any run)\n"
-    "or a record that could not be written",
+    "or a write that failed (a full disk): the sweep stops, its finished runs recorded or kept\n"
+    "aside, one line says where",
 )
 
 
@@ -226,8 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Plan the sweep, run what is not recorded yet, write the leaderboard.
 
     Returns:
-        0 every run succeeded, 1 some run failed, 2 a record could not be written (bad input
-        raises a HarnessError: one line, exit 2).
+        0 every run succeeded, 1 some run failed (bad input, or a write that failed and stopped
+        the sweep, raises a HarnessError: one line, exit 2).
     """
     from harness import api, config
     from harness.cli.progress import (
@@ -237,7 +238,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_match_skip,
         say_finish,
         say_resume,
+        stopped_line,
     )
+    from harness.errors import HarnessError, WriteFailed
     from harness.outputs import leaderboard_path, refuse_overwrite
     from harness.references import named_outright
     from harness.suites import plan
@@ -352,10 +355,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress.__exit__(None, None, None)
     say_finish(result, out)
     _say_skipped(sweep, out)
+    if result.write_error:  # stopped: no leaderboard of a sweep half done
+        raise HarnessError(stopped_line(result))
     if board is not None:
-        paths, _ = api.report(
-            [store.path], board, figures=False, select=args.select, command="harness run"
-        )
+        try:
+            paths, _ = api.report(
+                [store.path], board, figures=False, select=args.select, command="harness run"
+            )
+        except WriteFailed as e:
+            raise HarnessError(
+                f"{e}; the leaderboard was not written, the sweep's records are in {store.path} "
+                f"(once there is room: harness report {store.path} --out {board})"
+            ) from None
         for p in paths:
             print(f"wrote {p}")
         print_board(store.path, board, args.select, args.format)

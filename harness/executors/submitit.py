@@ -27,7 +27,8 @@ record naming the job, its state and submitit's message, and the sweep goes on;
 limit, and submitit's handler raises inside the run ("timed-out and not checkpointable"), which
 the run records as its failure. A submission that the scheduler refuses (an unknown
 partition, a time over the partition's limit) stops the sweep with one line: it would refuse
-every run alike.
+every run alike. A submission that meets a full disk (the folder's) starts none of its runs
+(``WriteFailed``): the jobs in flight finish and are recorded, then the sweep stops.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, WriteFailed, is_disk_full
 from harness.executors import (
     MAX_THREADS,
     MAX_WORKERS,
@@ -155,7 +156,7 @@ class SubmititExecutor:
             self._ex = submitit.AutoExecutor(folder=folder, cluster=options.submitit_cluster)
         except (OSError, RuntimeError, ValueError) as e:
             raise HarnessError(f"cannot set up submitit in {folder}: {e}") from None
-        self.run, self.cluster = run, self._ex.cluster
+        self.run, self.cluster, self.folder = run, self._ex.cluster, folder
         cpus = options.slurm_cpus or max(run.threads, 1)
         gpus = options.slurm_gpus
         if gpus is None:
@@ -195,7 +196,12 @@ class SubmititExecutor:
         return self._next
 
     def _flush(self) -> None:
-        """Submit the queued runs: one job array (a single job for one run)."""
+        """Submit the queued runs: one job array (a single job for one run).
+
+        Raises:
+            WriteFailed: their pickles met a full disk; none of them started (``dropped``).
+            HarnessError: the scheduler refused them.
+        """
         if not self._queued:
             return
         queued, self._queued = self._queued, []
@@ -203,6 +209,8 @@ class SubmititExecutor:
         try:
             jobs = self._ex.map_array(run_one, cfgs, [self.run] * len(cfgs))
         except Exception as e:  # sbatch refused: every run would be refused alike
+            if is_disk_full(e):  # the folder is full: no job of them started (on Slurm)
+                raise WriteFailed(self.folder, e, [h for h, _ in queued]) from None
             raise HarnessError(
                 f"submitit could not submit {len(cfgs)} job(s) ({self.cluster}): {_one_line(e)}"
             ) from None
