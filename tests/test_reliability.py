@@ -1,17 +1,26 @@
 """Reliability: no output can overwrite records, tampered data never pass, no input stops a sweep
-halfway, the drift gate cannot pass on nothing, empty and odd values are refused.
+halfway, the drift gate cannot pass on nothing, empty and odd values are refused, a full disk
+loses no finished run.
 
 One table, one row per case: the files the case starts from, the command (called in-process, as
 the shell would), the exit code, what the last stderr line says, which files must keep their
 bytes, and for a sweep in which a run fails, the records that must be in the store afterwards.
-Bad input (exit 2) is exactly one stderr line.
+Bad input (exit 2) is exactly one stderr line; so is a sweep a full disk stopped, beside the
+progress lines of the runs it finished.
 """
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import hashlib
+import io
 import json
 import os
+import re
+import shutil
+import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +36,13 @@ STORE = json.dumps(GRU_ADDING) + "\n"  # a store holding one real record
 RUN = ["run", "--tasks", "adding", "--methods", "gru"]
 SPEEDUP = ["bench", "--speedup", "--methods", "sa-rnn", "--hidden", "8", "--batches", "1"]
 SPEEDUP += ["--skips", "0.5", "--seq-len", "4"]
+# a sweep into a store already holding STORE (seed 0), so that it runs seeds 1
+SWEEP = ["run", "--tasks", "adding", "--seeds", "1", "--out", "s.jsonl", "--methods"]
+BASE = ("gru", "adding", "ok")  # STORE's record
+# another sweep's claim, on another host and fresh: it must survive this sweep's release
+CLAIM = json.dumps({"host": "elsewhere", "pid": 1, "run_id": "f" * 16, "started": None,
+                    "time": time.time()}, sort_keys=True) + "\n"  # fmt: skip
+PROGRESS = re.compile(r"^\d+ runs: |^[✓✗] |━")  # the lines a sweep prints as it goes
 
 
 def _swap(text: str, old: str, new: str) -> str:
@@ -48,6 +64,11 @@ class Case:
         records: for a sweep with a failed run, ``(method, task, status)`` of every record the
             store must hold afterwards (its --out is ``s.jsonl``).
         patch: a fault injected before the command (``_FAULTS``).
+        full: a full disk: ``(glob, n)``: writes to the files the glob matches fail with ENOSPC
+            after the first ``n`` (``_full_disk``). Then every run that finished is in the store
+            or in the fallback file, which holds ``kept``; the store keeps its first bytes, the
+            claims file is as before, and the stderr line besides progress is one.
+        kept: with ``full``, ``(method, task, status)`` of the records kept in the fallback file.
     """
 
     id: str
@@ -58,6 +79,8 @@ class Case:
     unchanged: list[str] = field(default_factory=list)
     records: list[tuple[str, str, str]] | None = None
     patch: str | None = None
+    full: tuple[str, int] | None = None
+    kept: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 CASES = [
@@ -346,6 +369,65 @@ CASES = [
         "sha256 differs for bonn_eeg/S/S001.txt",
         patch="tampered_bonn",
     ),
+    # 6. a full disk, wherever a sweep meets it, loses no finished run: the sweep stops (no run
+    # starts any more), one line names the filesystem and where the records are, exit 2
+    Case(
+        "6 a full disk at the record append",
+        [*SWEEP, "gru,rnn,lstm"],
+        2,
+        "(ENOSPC: No space left on device) writing s.jsonl; 1 finished run(s) recorded in "
+        "s.jsonl; 1 finished run(s) kept in ",
+        files={"s.jsonl": STORE},
+        records=[BASE, ("gru", "adding", "ok")],
+        full=("s.jsonl", 1),
+        kept=[("rnn", "adding", "ok")],
+    ),
+    Case(
+        "6 a full disk at the claims file",
+        [*SWEEP, "gru,rnn"],
+        2,
+        "writing s.jsonl.claims; 1 finished run(s) recorded in s.jsonl; 1 run(s) not started",
+        files={"s.jsonl": STORE, "s.jsonl.claims": CLAIM},
+        records=[BASE, ("gru", "adding", "ok")],
+        full=(".s.jsonl.claims.*", 1),
+    ),
+    Case(
+        "6 a full disk at the leaderboard",
+        [*SWEEP, "gru"],
+        2,
+        "writing s.md; the leaderboard was not written, the sweep's records are in s.jsonl",
+        files={"s.jsonl": STORE},
+        records=[BASE, ("gru", "adding", "ok")],
+        full=(".s.md.*", 0),
+    ),
+    Case(
+        "6 a full disk at a checkpoint",
+        [*SWEEP, "gru,rnn", "--checkpoint-every", "0"],
+        2,
+        "writing s.jsonl.checkpoints/",
+        files={"s.jsonl": STORE},
+        records=[BASE, ("gru", "adding", "ok")],
+        full=("s.jsonl.checkpoints/*", 0),
+    ),
+    Case(
+        "6 a full disk at the TensorBoard events",
+        [*SWEEP, "gru,rnn", "--log-dir", "tb"],
+        2,
+        "writing tb/adding_smoke/gru/",
+        files={"s.jsonl": STORE},
+        records=[BASE, ("gru", "adding", "ok")],
+        full=("tb/*", 0),
+    ),
+    Case(
+        "6 a full disk at submitit's folder",
+        [*SWEEP, "gru,rnn", "--executor", "submitit", "--slurm-folder", "sub"]
+        + ["--slurm-array-parallelism", "1"],
+        2,
+        "writing sub; 1 finished run(s) recorded in s.jsonl; 1 run(s) not started",
+        files={"s.jsonl": STORE},
+        records=[BASE, ("gru", "adding", "ok")],
+        full=("sub/*.pkl", 1),
+    ),
 ]
 
 
@@ -417,6 +499,96 @@ def _inject(fault: str, root: Path, monkeypatch) -> None:
         raise AssertionError(fault)
 
 
+def _full_disk(root: Path, pattern: str, after: int, monkeypatch) -> None:
+    """Writes to the files under ``root`` matching ``pattern`` fail with ENOSPC after ``after``.
+
+    Every way a sweep (or a library it uses) writes a file is caught: opened by name (``open``,
+    ``io.open``, pathlib) or descriptor (``os.fdopen``) for writing, then pointed at
+    ``/dev/full``, which fails writes with ENOSPC in the kernel, at the flush where a full disk
+    fails them (a full disk still creates files); ``os.write`` on a descriptor (the store's
+    appends). Each such write, or opening for writing, counts; opening for appending does not
+    (the harness opens its store so to check it), it is only caught once the count is over.
+    """
+    real_open, real_write, seen = io.open, os.write, [0]
+
+    def hit(fd: int, count: bool = True) -> bool:
+        path = os.path.realpath(f"/proc/self/fd/{fd}")
+        if not path.startswith(f"{root}/"):
+            return False
+        if not fnmatch.fnmatch(os.path.relpath(path, root), pattern):
+            return False
+        seen[0] += count
+        return seen[0] > after
+
+    def to_dev_full(fd: int) -> None:
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)
+        os.close(full)
+
+    def full_open(file, mode="r", *args, **kwargs):
+        writing = isinstance(file, (str, bytes, os.PathLike, int)) and set(mode) & set("wax+")
+        count = "a" not in mode
+        if isinstance(file, int) and writing and hit(file, count):
+            to_dev_full(file)
+        f = real_open(file, mode, *args, **kwargs)
+        if not isinstance(file, int) and writing and hit(f.fileno(), count):
+            to_dev_full(f.fileno())
+        return f
+
+    def full_write(fd, data):
+        if hit(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    for target in ("builtins.open", "io.open"):
+        monkeypatch.setattr(target, full_open)
+    monkeypatch.setattr(os, "write", full_write)
+    monkeypatch.setattr("harness.store.APPEND_RETRY_DELAYS_S", (0.0, 0.0))
+
+
+def _finished_runs(monkeypatch) -> list[str]:
+    """The run ids of every record an executor of a sweep gives back, as they come."""
+    from harness import api
+
+    finished: list[str] = []
+    make = api.make_executor
+
+    def tracked(*args, **kwargs):
+        ex = make(*args, **kwargs)
+        wait = ex.wait_any
+
+        def wait_any():
+            done = wait()
+            finished.extend(rec["run_id"] for _, rec in done)
+            return done
+
+        ex.wait_any = wait_any
+        return ex
+
+    monkeypatch.setattr(api, "make_executor", tracked)
+    return finished
+
+
+def _check_nothing_lost(
+    store: Path, cache: Path, line: str, finished: list[str], start: bytes
+) -> list[dict]:
+    """Every finished run is in the store (which began with ``start``) or in the one fallback
+    file (under the harness's ``cache``), which ``line`` names; returns the fallback's records.
+    """
+    data = store.read_bytes()
+    assert data.startswith(start), "the store lost bytes it held"
+    stored = [json.loads(x) for x in data[len(start) :].decode().splitlines()]
+    files = sorted((cache / "condrnn-harness" / "unwritten").glob("*.jsonl"))
+    assert len(files) <= 1, files
+    kept = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+    if kept:
+        assert f"kept in {files[0]} (once there is room: cat {files[0]} >> " in line, line
+    assert sorted(finished) == sorted(r["run_id"] for r in stored + kept)
+    return kept
+
+
+# a thread's traceback (tensorboard's writer on a full disk) would be a stderr line too
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_reliability(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -430,6 +602,9 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
     if case.patch:
         _inject(case.patch, tmp_path, monkeypatch)
     before = {name: _digest(tmp_path / name) for name in case.unchanged}
+    if case.full:
+        finished = _finished_runs(monkeypatch)
+        _full_disk(tmp_path, *case.full, monkeypatch)
     capsys.readouterr()
     try:
         code = main(case.argv)
@@ -439,6 +614,14 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
     assert code == case.code, "\n".join(err)
     assert err and case.says in err[-1], "\n".join(err)
     assert not any("Traceback" in line for line in err)
+    if case.full:
+        err = [line for line in err if not PROGRESS.search(line)]
+        assert "ENOSPC" in err[-1]
+        store, cache = tmp_path / "s.jsonl", tmp_path / "cache"
+        kept = _check_nothing_lost(store, cache, err[-1], finished, STORE.encode())
+        assert sorted((r["method"], r["task"], r["status"]) for r in kept) == sorted(case.kept)
+        claims = tmp_path / "s.jsonl.claims"  # released: as before the sweep
+        assert (claims.read_text() if claims.exists() else None) == case.files.get(claims.name)
     if case.code == 2:
         assert len(err) == 1, "\n".join(err)
     for name in case.unchanged:
@@ -450,3 +633,101 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
         for r in recs:
             if r["status"] == "failed":
                 assert r["error"] and "\n" not in r["error"]
+
+
+class _TwoSlots:
+    """An executor of two slots whose runs finish one per ``wait_any``, in order."""
+
+    in_process = False
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+        self.cancelled = False
+
+    def slots(self) -> int:
+        return 2
+
+    def submit(self, cfg: str, on_epoch=None) -> str:
+        self.queue.append(cfg)
+        return cfg
+
+    def wait_any(self) -> list:
+        handle = self.queue.pop(0)
+        return [(handle, {"run_id": handle})]
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_claim_that_meets_a_full_disk_lets_the_runs_in_flight_finish():
+    from harness import api
+    from harness.errors import WriteFailed
+
+    full = WriteFailed("s.jsonl.claims", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    def todo():  # claims "a" and "b", then the claims file cannot be written
+        yield "a"
+        yield "b"
+        raise full
+
+    ex, got = _TwoSlots(), []
+    with pytest.raises(WriteFailed) as raised:
+        for cfg, _ in api._pull(ex, todo(), lambda event: None):
+            got.append(cfg)
+    assert got == ["a", "b"] and not ex.cancelled  # "b" was in flight when "c" met the disk
+    assert raised.value is full
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 200 KiB tmpfs at ``tmp_path/fs`` (root only; skipped where it cannot be mounted)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if shutil.which("mount") is None or not Path("/proc/self/mounts").exists():
+        pytest.skip("no mount command here")
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(fs)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield fs
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], capture_output=True)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("free_pages", [1, 3])
+def test_the_reported_sweep_into_a_full_tmpfs_loses_no_finished_run(
+    free_pages, small_fs, tmp_path, monkeypatch, capsys
+):
+    """The reported sweep, into a store on a real full filesystem (a filler file leaves it
+    ``free_pages`` pages): its records go to the store or the fallback, one line, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr("harness.store.APPEND_RETRY_DELAYS_S", (0.0, 0.0))
+    store = small_fs / "store" / "runs.jsonl"
+    store.parent.mkdir()
+    start = json.dumps(dict(GRU_ADDING, run_id="0" * 16)) + "\n"  # a run of no other sweep
+    store.write_text(start)
+    fs = os.statvfs(small_fs)
+    (small_fs / "filler").write_bytes(bytes((fs.f_bavail - free_pages) * fs.f_frsize))
+    finished = _finished_runs(monkeypatch)
+    capsys.readouterr()
+    code = main(
+        ["run", "--tasks", "adding", "--methods", "gru,skip-rnn,sa-rnn", "--seeds", "0-3"]
+        + ["--preset", "smoke", "--out", str(store.parent)]
+    )
+    err = capsys.readouterr().err.splitlines()
+    said = [line for line in err if line.strip() and not PROGRESS.search(line)]
+    assert code == 2 and len(said) == 1, "\n".join(err)
+    assert said[0].startswith(f"error: the sweep stopped: no space on the filesystem at {small_fs}")
+    assert "(ENOSPC: No space left on device)" in said[0] and "run(s) not started" in said[0]
+    assert finished  # a run finished before the disk was full
+    _check_nothing_lost(store, tmp_path / "cache", said[0], finished, start.encode())
+    assert not store.with_name("runs.jsonl.claims").exists()
+    assert not store.with_name("LEADERBOARD.md").exists()
