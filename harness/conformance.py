@@ -6,6 +6,9 @@ says it does not concern the method (e.g. the fast path of a method without ``at
 project's tests call these functions parametrized over the registry, so a failure reads the same
 there and in ``harness check``; ``run_checks`` runs them all, one ``Result`` per property. torch,
 fvcore and the trainer are imported inside the functions: importing this module stays light.
+The static part, which builds nothing (``harness.method.missing_parts``: a ``Method`` subclass,
+a frozen-dataclass config, ``cost`` and a recurrence), runs when a method registers
+(``harness.registry.check_method``), and again first in ``check_config``.
 """
 
 from __future__ import annotations
@@ -115,15 +118,20 @@ def _close(what: str, got: Any, want: Any, rtol: float = 0.0, atol: float = 0.0)
 
 @_check("config", "config: declared knobs, serialised and read back")
 def check_config(name: str) -> str | None:
-    """Fields declared with ``knob`` (not booleans), defaults in bounds; JSON round trip."""
+    """Static parts as registered; fields declared with ``knob``, defaults in bounds; JSON trip.
+
+    The static parts are what registration checks (``harness.method.missing_parts``); booleans
+    need no bounds.
+    """
     import typing
 
     from harness import config
+    from harness.method import missing_parts
 
+    lacks = missing_parts(METHODS.get(name))  # registration refuses these: a class edited since
+    if lacks:
+        raise _Fail("; ".join(lacks))
     cls = METHODS.get(name).config_cls
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen:
-        raise _Fail(f"{cls.__name__} is not a frozen dataclass (@dataclass(frozen=True))")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         b = config.bounds_of(cls, f.name)

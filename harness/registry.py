@@ -9,15 +9,18 @@ registry is first read:
    every file registered under its own name);
 2. the installed plugins: every entry point of the groups ``condrnn_harness.methods`` and
    ``condrnn_harness.tasks`` (``ENTRY_POINT_GROUPS``) is loaded, which imports its module. A
-   plugin that fails to import is skipped with one line on stderr naming it; the rest still work;
+   plugin that fails to import (an exception, or ``sys.exit``) is skipped with one line on stderr
+   naming it; the rest still work;
 3. the files named by ``include`` (``--include PATH``, ``include = [...]`` in a sweep file, or
    ``$HARNESS_INCLUDE``): ``.py`` files, or folders whose ``.py`` files are all imported (except
    ``test_*.py`` and the shared pieces ``_*.py``, which the others import). Each is imported as a
    top-level module named after its file, with its folder on ``sys.path``. A file that fails to
-   import is an error (``PluginError``): it was asked for by name.
+   import (an exception, or ``sys.exit``) is an error (``PluginError``): it was asked for by
+   name.
 
 A key registered from two sources (a plugin's key that a built-in, another plugin or an included
-file already has) is a ``PluginError`` naming both. Then every task preset's per-method overrides
+file already has) is a ``PluginError`` naming both; so is a method that lacks what a method must
+have (``check_method``), wherever it registers from. Then every task preset's per-method overrides
 are checked against the registered methods and their keys. ``source_of`` says where an entry came
 from (records keep it as ``method_source``).
 """
@@ -60,12 +63,18 @@ class Registry:
         plugins: look up only once the method and task packages are imported
             (``load_plugins``); False for a registry whose entries register themselves when
             their own module is imported (the executors).
+        check: called as ``check(name, obj)`` on every object before it registers; raises
+            ``PluginError`` (one line) for one that cannot be what the registry holds
+            (``check_method``).
     """
 
-    def __init__(self, kind: str, plugins: bool = True) -> None:
+    def __init__(
+        self, kind: str, plugins: bool = True, check: Callable[[str, Any], None] | None = None
+    ) -> None:
         self.kind = kind
         self._items: dict[str, Any] = {}
         self._plugins = plugins
+        self._check = check
 
     def _load(self) -> None:
         if self._plugins:
@@ -76,7 +85,8 @@ class Registry:
 
         Raises:
             PluginError: ``name`` is registered already, by another object (the message names
-                where each comes from: a built-in module, a plugin package, an included file).
+                where each comes from: a built-in module, a plugin package, an included file),
+                or the registry's ``check`` refuses ``obj``.
         """
         if not _KEY.match(name):
             raise ValueError(f"{self.kind} key {name!r} is not kebab-case")
@@ -88,6 +98,8 @@ class Registry:
                     f"{self.kind} '{name}' is registered twice: by {describe_source(old)} and by "
                     f"{describe_source(obj)}; a key names one {self.kind}, rename one of them"
                 )
+            if self._check is not None:
+                self._check(name, obj)
             obj.name = name
             self._items[name] = obj
             return obj
@@ -148,7 +160,30 @@ class Registry:
         return sorted(self._items.items())
 
 
-METHODS = Registry("method")
+def check_method(name: str, obj: Any) -> None:
+    """Refuse, in one line, an object registering as a method that lacks what a method must have.
+
+    The one check of everything that registers as a method: a built-in module, an installed
+    plugin (entry point), an included file, or ``register_method`` called directly. It is
+    static (``harness.method.missing_parts``: a ``Method`` subclass, a frozen-dataclass
+    ``config_cls``, ``cost`` and a recurrence implemented), so a class that lacks a part is
+    refused when it registers, before any run starts.
+
+    Raises:
+        PluginError: ``method 'NAME' (WHERE FROM): class C does not override cost(); ...``.
+    """
+    from harness.method import missing_parts  # torch: imported by any method module already
+
+    lacks = missing_parts(obj)
+    if lacks:
+        what = f"class {obj.__qualname__}" if isinstance(obj, type) else repr(obj)
+        raise PluginError(
+            f"method '{name}' ({describe_source(obj)}): {what} {'; '.join(lacks)}; see "
+            "harness.method.Method for what a method must have"
+        )
+
+
+METHODS = Registry("method", check=check_method)
 TASKS = Registry("task")
 register_method = METHODS.register
 register_task = TASKS.register
@@ -227,10 +262,10 @@ def _load_entry_points() -> None:
             before = _snapshot()
             try:
                 ep.load()
-            except PluginError:
+            except (PluginError, KeyboardInterrupt):
                 _restore(before)
                 raise
-            except Exception as e:
+            except BaseException as e:  # SystemExit too: a plugin does not end the command
                 _restore(before)
                 _FAILED.add(ident)
                 sys.stderr.write(
@@ -339,8 +374,9 @@ def _import_file(file: Path) -> None:
         del sys.modules[name]
         del _INCLUDED[name]
         _restore(before)
-        if isinstance(e, PluginError) or not isinstance(e, Exception):
+        if isinstance(e, (PluginError, KeyboardInterrupt)):
             raise
+        # SystemExit too: an included file does not end the command (nor give its exit code)
         raise PluginError(f"--include {file} failed to import: {_one_line(e)}") from None
 
 

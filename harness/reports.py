@@ -6,6 +6,7 @@ of the command's own inputs (``harness.outputs``). ``harness.api`` re-exports th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ def report(
     """The leaderboard of the records in ``sources``, written to ``out`` (other formats beside it).
 
     Nothing is written over a records store or over one of ``sources`` (checked before anything
-    is written); the learning curves go beside ``out`` unless ``figures`` is False.
+    is written); the learning curves go beside ``out`` unless ``figures`` is False. A ``select``
+    rule that keeps no method row of a table is said on stderr (one line) and in the table.
 
     Args:
         sources: records files or folders.
@@ -69,6 +71,7 @@ def report(
             raise HarnessError(NO_PYARROW)
     rule = _rule(select)
     records, problems = load_records(sources)
+    _say_empty(records, rule)
     written = []
     for fmt in formats:
         path = out if fmt == "md" else out.with_suffix(f".{fmt}")
@@ -105,7 +108,9 @@ def paper_report(
     (``paper_<task>_<preset>.<format>``) and the figures already in ``out_dir/figures`` under
     their names are checked before anything is written. The tables hold records of clean
     commits only unless ``allow_dirty`` (``harness.reporting.paper.write_paper_report``).
-    ``against``: methods every method row is compared with, paired by seed.
+    ``against``: methods every method row is compared with, paired by seed. A ``select`` rule
+    that keeps no method row of a table, and an ``against`` method with no ok record, are said
+    on stderr, one line each (the report says so too).
 
     Returns:
         The paths written, and the unusable lines of the sources.
@@ -118,6 +123,19 @@ def paper_report(
     inputs = _inputs(sources)
     for path in paper_paths(records, out_dir, tasks, preset, formats):
         refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
+    tabled = [
+        r
+        for r in records
+        if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
+    ]
+    _say_empty(tabled, _rule(select))
+    ran = {r.get("method") for r in tabled if r.get("status") == "ok"}
+    absent = [m for m in against if m not in ran]
+    if absent:  # the report says so under its main table
+        sys.stderr.write(
+            f"warning: --against {', '.join(absent)}: no ok record of it in these records, so no "
+            "comparison with it\n"
+        )
     paths = write_paper_report(
         records,
         [str(s) for s in sources],
@@ -131,6 +149,25 @@ def paper_report(
         against=tuple(against),
     )
     return paths, problems
+
+
+def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
+    """Warn on stderr, in one line, of the tables in which ``rule`` keeps no method row.
+
+    The report says so in each such table (``harness.selection.no_row_line``), and why, per
+    method; the exit code is unchanged.
+    """
+    if rule is None:
+        return
+    from harness.selection import empty_tables, select
+
+    empty = empty_tables(records, select(records, rule)[0])
+    if empty:
+        where = ", ".join(f"{task} ({preset})" for task, preset in empty)
+        sys.stderr.write(
+            f"warning: --select {rule} keeps no method row of {where}: no variant qualifies "
+            "(the report says why, per method)\n"
+        )
 
 
 def _rule(select: str | None) -> Any:

@@ -95,33 +95,30 @@ class Rule:
 
 
 def parse_rule(text: str) -> Rule:
-    """``best-val`` or ``val-skip-band:TARGET:WIDTH``; anything else raises ConfigError."""
+    """A rule of ``RULES``; anything else raises ConfigError.
+
+    TARGET is a Skip % (0 to 100); a band's WIDTH is above 0 (a band of width 0 would keep
+    only a variant that skipped exactly TARGET %).
+    """
     if text == "best-val":
         return Rule("best-val")
     name, _, rest = text.partition(":")
-    if name == "val-skip-nearest":
-        try:
-            t = float(rest)
-        except ValueError:
-            t = math.nan
-        if math.isfinite(t):
-            return Rule(name, t)
-        raise ConfigError(
-            f"selection rule {text!r}: TARGET must be a number (e.g. val-skip-nearest:76)"
-        )
-    if name == "val-skip-band":
-        target, _, width = rest.partition(":")
-        try:
-            t, w = float(target), float(width)
-        except ValueError:
-            t = w = math.nan
-        if math.isfinite(t) and math.isfinite(w) and w >= 0:
-            return Rule(name, t, w)
-        raise ConfigError(
-            f"selection rule {text!r}: TARGET and WIDTH must be numbers, WIDTH >= 0 "
-            "(e.g. val-skip-band:75:5)"
-        )
-    raise ConfigError(f"unknown selection rule {text!r}; use one of {', '.join(RULES)}")
+    if name not in ("val-skip-nearest", "val-skip-band"):
+        raise ConfigError(f"unknown selection rule {text!r}; use one of {', '.join(RULES)}")
+    band = name == "val-skip-band"
+    parts = rest.split(":")
+    try:
+        numbers = [float(p) for p in parts] if len(parts) == 1 + band else []
+    except ValueError:
+        numbers = []
+    if numbers and 0 <= numbers[0] <= 100 and (not band or 0 < numbers[1] < math.inf):
+        return Rule(name, *numbers)
+    form, example = ("TARGET:WIDTH", "75:5") if band else ("TARGET", "76")
+    width = ", WIDTH a number above 0" if band else ""
+    raise ConfigError(
+        f"selection rule {text!r}: expects {name}:{form}, TARGET a Skip % from 0 to 100{width} "
+        f"(e.g. {name}:{example})"
+    )
 
 
 SPLITS = {"val": "val_metrics", "test": "metrics"}  # the record key of each split's metrics
@@ -358,3 +355,25 @@ def select(
         reasons[vid if vid is not None else "/".join(key)] = why
     kept = [r for r in recs if r.get("status") != "ok" or r["variant_id"] in reasons]
     return kept, reasons
+
+
+def empty_tables(
+    records: Sequence[dict[str, Any]], kept: Sequence[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """The (task, preset) tables whose methods ran in ``records`` but have no row in ``kept``.
+
+    ``kept`` is what ``select`` kept of ``records``: such a table shows no method (at most the
+    reference predictors, which keep their best-val variant whatever the rule); its report
+    says so in place of the rows (``no_row_line``) and the command warns on stderr.
+    """
+
+    def tables(recs: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
+        ok = (r for r in latest(recs) if r.get("status") == "ok" and not is_reference(r["method"]))
+        return {(r["task"], r["preset"]) for r in ok}
+
+    return sorted(tables(records) - tables(kept))
+
+
+def no_row_line(rule: Rule) -> str:
+    """What a table says where ``rule`` keeps no variant of any of its methods."""
+    return f"No method row: {rule} keeps no variant of any method here (why, per method, below)."

@@ -88,6 +88,18 @@ def test_a_named_method_without_a_row_is_said_and_the_report_has_the_table(tmp_p
     assert "paired comparisons" not in (tmp_path / "b" / "paper_seizures_smoke.md").read_text()
 
 
+def test_no_named_method_with_a_row_leaves_the_main_table_and_a_note_in_both_formats(tmp_path):
+    recs, _ = _records()
+    write_paper_report(recs, ["r"], tmp_path, formats=("md", "tex"), figures=False,
+                       against=("lstm",))  # fmt: skip
+    note = "lstm: no row in this table, so no comparison with it."
+    md = (tmp_path / "paper_seizures_smoke.md").read_text()
+    tex = (tmp_path / "paper_seizures_smoke.tex").read_text()
+    assert "paired comparisons" not in md and "-against}" not in tex  # no empty table
+    main = md.split("## seizures (smoke preset), every variant; harness")[1].split("\n## ")[0]
+    assert f"- {note}" in main and note in tex  # under the main table, in both
+
+
 def test_the_headline_note_says_who_has_the_best_sqrt_and_by_how_much():
     recs, _ = _records()
     titles, rows, notes = _table(recs, ["sa-rnn"])

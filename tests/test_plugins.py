@@ -267,6 +267,54 @@ def test_an_entry_point_that_takes_a_builtin_key_is_an_error(tmp_path, monkeypat
     assert "plugin package clashy 0.1 (module fakeplug_clash)" in err
 
 
+def test_an_entry_point_that_calls_sys_exit_is_one_line_and_skipped(tmp_path, monkeypatch, harness):
+    (tmp_path / "fakeplug_exits.py").write_text("import sys\n\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = FakeEntryPoint("x", "fakeplug_exits", "condrnn_harness.methods", FakeDist("exity", "0.2"))
+    installed(monkeypatch, ep)
+    code, out, err = harness("list", "methods")
+    assert code == 0 and "  gru " in out  # the command goes on, without the plugin
+    assert err.count("\n") == 1 and err.startswith(
+        "warning: plugin 'x' of exity 0.2 (fakeplug_exits) failed to import and is skipped: "
+        "SystemExit: 0 ("
+    )
+
+
+def test_what_registers_as_a_method_is_checked_wherever_it_comes_from(
+    tmp_path, monkeypatch, harness
+):
+    """One check (``check_method``) for a built-in, an entry point, an included file (in
+    tests/test_reliability.py) and ``register_method`` called directly."""
+    from harness.method import Method, NoConfig
+
+    class Loose(Method):
+        """A config that is not a frozen dataclass, no cost, no recurrence."""
+
+        config_cls = dict
+
+    for obj, says in [
+        (Loose, "class test_what_registers_as_a_method_is_checked_wherever_it_comes_from.<locals>"
+         ".Loose its config_cls dict is not a frozen dataclass (@dataclass(frozen=True)); does "
+         "not override cost(); overrides neither forward() nor init_state() and step(); see "),
+        (NoConfig, "class NoConfig is not a subclass of harness.method.Method: it lacks "
+         "config_cls, cost(), init_state(), step(), forward()"),
+        (len, "is a builtin_function_or_method, not a class"),
+    ]:  # fmt: skip
+        with pytest.raises(PluginError, match=re.escape(says)):
+            registry.register_method("loose-direct")(obj)
+    assert "loose-direct" not in METHODS
+    clash_file(tmp_path, "half-plugin", "fakeplug_half")  # a Method with no cost, no step
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = FakeEntryPoint("x", "fakeplug_half", "condrnn_harness.methods", FakeDist("halfy", "0.3"))
+    installed(monkeypatch, ep)
+    code, _, err = harness("list", "methods")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(
+        "error: method 'half-plugin' (plugin package halfy 0.3 (module fakeplug_half)): class "
+        "Clash does not override cost(); overrides neither forward() nor init_state() and step()"
+    )
+
+
 def test_the_example_package_loads_through_its_entry_point(monkeypatch):
     """What CI does after ``pip install -e examples/plugin``, without installing it."""
     from harness import conformance

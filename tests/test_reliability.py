@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plugins import isolated_registry
 
 from harness.cli import main
 
@@ -43,6 +44,12 @@ BASE = ("gru", "adding", "ok")  # STORE's record
 CLAIM = json.dumps({"host": "elsewhere", "pid": 1, "run_id": "f" * 16, "started": None,
                     "time": time.time()}, sort_keys=True) + "\n"  # fmt: skip
 PROGRESS = re.compile(r"^\d+ runs: |^[✓✗] |━")  # the lines a sweep prints as it goes
+REGISTER = "from harness.method import Method\nfrom harness.registry import register_method\n\n\n"
+NOT_A_METHOD = REGISTER + '@register_method("not-a-method")\nclass NotAMethod:\n    """No."""\n'
+HALF_METHOD = (
+    REGISTER + '@register_method("half-method")\nclass Half(Method):\n    """No cost."""\n'
+)
+EXITS = "import sys\n\nsys.exit(0)\n"  # a plugin that ends the process as it is imported
 
 
 def _swap(text: str, old: str, new: str) -> str:
@@ -428,6 +435,89 @@ CASES = [
         records=[BASE, ("gru", "adding", "ok")],
         full=("sub/*.pkl", 1),
     ),
+    # 7. plugins and options (issue 50, section 2)
+    Case(
+        "7 --paper --against a method with no records, LaTeX on",
+        ["report", "base.jsonl", "--paper", "--against", "lstm", "--out-dir", "p", "--no-figures"],
+        0,
+        "warning: --against lstm: no ok record of it in these records, so no comparison",
+        unchanged=["base.jsonl"],
+    ),
+    Case(
+        "7 --include registers a class that is not a Method",
+        ["run", "--tasks", "adding", "--methods", "not-a-method", "--include", "nm.py"]
+        + ["--out", "s.jsonl"],
+        2,
+        "method 'not-a-method' (--include ",
+        files={"nm.py": NOT_A_METHOD},
+        records=[],
+    ),
+    Case(
+        "7 --include registers a Method that lacks its parts",
+        ["run", "--tasks", "adding", "--methods", "half-method", "--include", "half.py"]
+        + ["--out", "s.jsonl"],
+        2,
+        "class Half does not override cost(); overrides neither forward() nor init_state() and",
+        files={"half.py": HALF_METHOD},
+        records=[],
+    ),
+    Case(
+        "7 an included file calls sys.exit(0): list",
+        ["list", "methods", "--include", "exits.py"],
+        2,
+        "exits.py failed to import: SystemExit: 0 (",
+        files={"exits.py": EXITS},
+    ),
+    Case(
+        "7 an included file calls sys.exit(0): run",
+        [*RUN, "--include", "exits.py", "--out", "s.jsonl"],
+        2,
+        "exits.py failed to import: SystemExit: 0 (",
+        files={"exits.py": EXITS},
+        records=[],
+    ),
+    Case(
+        "7 an included file calls sys.exit(0): check",
+        ["check", "gru", "--only", "config", "--include", "exits.py"],
+        2,
+        "exits.py failed to import: SystemExit: 0 (",
+        files={"exits.py": EXITS},
+    ),
+    Case(
+        "7 run --select a band of width 0",
+        [*RUN, "--select", "val-skip-band:50:0", "--out", "s.jsonl"],
+        2,
+        "selection rule 'val-skip-band:50:0': expects val-skip-band:TARGET:WIDTH",
+        records=[],
+    ),
+    Case(
+        "7 report --select a band of width 0",
+        ["report", "base.jsonl", "--select", "val-skip-band:50:0", "--out", "x.md"],
+        2,
+        "WIDTH a number above 0",
+        unchanged=["x.md"],  # not written
+    ),
+    Case(
+        "7 run --select a nearest target above 100",
+        [*RUN, "--select", "val-skip-nearest:150", "--out", "s.jsonl"],
+        2,
+        "selection rule 'val-skip-nearest:150': expects val-skip-nearest:TARGET, TARGET a Skip %",
+        records=[],
+    ),
+    Case(
+        "7 report --select a nearest target below 0",
+        ["report", "base.jsonl", "--select", "val-skip-nearest:-5", "--out", "x.md"],
+        2,
+        "TARGET a Skip % from 0 to 100",
+        unchanged=["x.md"],
+    ),
+    Case(
+        "7 check --task without its data",
+        ["check", "gru", "--only", "training", "--task", "ptb"],
+        2,
+        "task 'ptb': missing data file ",
+        patch="no_data",
+    ),
 ]
 
 
@@ -495,6 +585,9 @@ def _inject(fault: str, root: Path, monkeypatch) -> None:
         monkeypatch.setattr("tasks.synthetic.Synthetic.splits", gone)
     elif fault == "fifo":
         os.mkfifo(root / "fifo.jsonl")
+    elif fault == "no_data":
+        (root / "empty").mkdir()
+        monkeypatch.setenv("HARNESS_DATA_DIR", str(root / "empty"))
     else:
         raise AssertionError(fault)
 
@@ -606,10 +699,11 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
         finished = _finished_runs(monkeypatch)
         _full_disk(tmp_path, *case.full, monkeypatch)
     capsys.readouterr()
-    try:
-        code = main(case.argv)
-    except SystemExit as e:  # argparse's usage errors
-        code = e.code
+    with isolated_registry():  # what an --include registers stays in this case
+        try:
+            code = main(case.argv)
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == case.code, "\n".join(err)
     assert err and case.says in err[-1], "\n".join(err)
@@ -731,3 +825,26 @@ def test_the_reported_sweep_into_a_full_tmpfs_loses_no_finished_run(
     _check_nothing_lost(store, tmp_path / "cache", said[0], finished, start.encode())
     assert not store.with_name("runs.jsonl.claims").exists()
     assert not store.with_name("LEADERBOARD.md").exists()
+
+
+def test_a_selection_that_keeps_no_row_says_so_in_the_table_and_on_stderr(tmp_path, harness):
+    """A valid rule that no variant meets: exit 0, one warning line, the table says why."""
+    (tmp_path / "s.jsonl").write_text(STORE)  # gru: Skip % 0, outside the band
+    warning = (
+        "warning: --select val-skip-band:50:5 keeps no method row of adding (smoke): no variant "
+        "qualifies (the report says why, per method)\n"
+    )
+    rule = ["--select", "val-skip-band:50:5", "--no-figures"]
+    code, _, err = harness("report", "s.jsonl", "--out", "x.md", "--format", "md,tex", *rule)
+    assert (code, err) == (0, warning)
+    table = (tmp_path / "x.md").read_text().split("## adding (smoke preset)\n")[1]
+    no_row = "No method row: val-skip-band:50:5 keeps no variant of any method here"
+    assert table.lstrip().startswith(no_row)  # where the rows would be
+    assert "- gru: no row (val-skip-band:50:5: no variant of 1 in the band)." in table
+    assert f"% adding (smoke preset): {no_row}" in (tmp_path / "x.tex").read_text()
+    code, _, err = harness("report", "s.jsonl", "--paper", "--out-dir", "p", *rule)
+    assert (code, err) == (0, warning)
+    assert f"- {no_row}" in (tmp_path / "p" / "paper_adding_smoke.md").read_text()
+    code, out, err = harness(*RUN, "--out", "r.jsonl", "--select", "val-skip-band:50:5")
+    assert code == 0 and err.splitlines()[-1] == warning.strip()
+    assert no_row in out  # the leaderboard it prints

@@ -35,11 +35,18 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
 
     records, _ = load([store])
     rule = parse_rule(select) if select else None
-    print_tables(brief_tables(records, rule, str(store)), stdout, board)
+    none = "no run finished ok: no table"
+    if rule and any(r.get("status") == "ok" for r in records):
+        none = f"--select {rule} keeps no row: no table"
+    print_tables(brief_tables(records, rule, str(store)), stdout, board, none)
 
 
-def print_tables(tables: Sequence[Any], console: Any, board: Path) -> None:
+def print_tables(
+    tables: Sequence[Any], console: Any, board: Path, none: str = "no run finished ok: no table"
+) -> None:
     """Print the brief tables on ``console``, within its width, and where the full one is.
+
+    ``none`` is what it says where there is no table.
 
     A table too wide for the console even with the method's cell wrapped loses its
     √(Acc×Skip) column (it follows from the two beside it); numbers are never wrapped.
@@ -54,7 +61,7 @@ def print_tables(tables: Sequence[Any], console: Any, board: Path) -> None:
         for note in getattr(brief, "notes", ()):
             console.print(f"  {note}", highlight=False, markup=False)
     if not tables:
-        console.print("no run finished ok: no table", highlight=False)
+        console.print(none, highlight=False)
     console.print(
         f"the full leaderboard (CIs, dense cost, parameters, time, commits, failures): {board}",
         highlight=False,

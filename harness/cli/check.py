@@ -25,7 +25,8 @@ def add_parser(subparsers: Any) -> None:
             "harness check METHOD --include my_methods/",
             "harness check METHOD --only forward,cost",
             note="checks: " + ", ".join(CHECKS) + "\nexit codes: 0 every check passed or was "
-            "skipped, 1 some check failed, 2 bad input (an unknown method or check)",
+            "skipped, 1 some check failed, 2 bad input (an unknown method or check, the data of "
+            "--task not found)",
         ),
     )
     s.add_argument("method", metavar="METHOD", help="a registered method ('harness list methods')")
@@ -50,10 +51,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Print one line per check as it finishes; 1 when any failed."""
     from harness.conformance import iter_checks
     from harness.registry import METHODS, TASKS, describe_source
+    from harness.spec import usable_tasks
 
     cls = METHODS.get(args.method)  # an unknown name: one line with suggestions, exit 2
     if args.task is not None:
         TASKS.get(args.task)
+        if not args.only or "training" in args.only:  # its data missing: one line, as for run
+            usable_tasks([args.task], [args.task], None)
     print(f"{args.method} ({describe_source(cls)})", flush=True)
     failed = passed = skipped = 0
     for result in iter_checks(args.method, args.only, args.task):

@@ -63,7 +63,7 @@ from harness.reporting.runs import (
 from harness.reporting.tables import build_main_table
 from harness.reporting.text import NOTES, header
 from harness.reporting.versus import PaperVsHarness, knobs_text, paper_vs_harness
-from harness.selection import Rule
+from harness.selection import Rule, no_row_line
 from harness.selection import select as select_records
 
 if TYPE_CHECKING:
@@ -252,19 +252,24 @@ def _write_one(
     rows_rule = f"rows picked by {select}" if select else "every variant"
     main = build_main_table(shown, primary, higher, picked)
     unpicked = sorted(k for k in (picked or {}) if "/" in k)
+    methods_in = [{m for m in df["method"] if not is_reference(m)} for df in (agg, shown)]
+    no_method = select is not None and bool(methods_in[0]) and not methods_in[1]
+    versus = against_table(shown, primary, higher, opts.against)
     tables.append(
         Table(
             f"{task} ({preset} preset), {rows_rule}; {ours}",
             f"tab:{slug}",
             main.titles,
             main.rows,
-            main.notes
+            ([no_row_line(select)] if no_method else [])
+            + main.notes
             + [f"{k.split('/')[-1]}: no row ({picked[k]})." for k in unpicked]
-            + _reference_notes(task, preset, shown, runs, primary, higher, opts),
+            + _reference_notes(task, preset, shown, runs, primary, higher, opts)
+            # no named method has a row: no comparison table, its notes say why
+            + (versus[2] if versus is not None and not versus[0] else []),
         )
     )
-    versus = against_table(shown, primary, higher, opts.against)
-    if versus is not None:
+    if versus is not None and versus[0]:
         names = ", ".join(opts.against)
         tables.append(
             Table(
