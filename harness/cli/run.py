@@ -179,7 +179,8 @@ def add_parser(subparsers: Any) -> None:
         "--ray-address",
         default=None,
         metavar="ADDRESS",
-        help="ray executor: cluster address (default: a local Ray instance)",
+        help="ray executor: cluster address; auto: the one ray start left (default: a new Ray "
+        "instance on this machine, listening on 127.0.0.1 only)",
     )
     slurm = s.add_argument_group(
         "--executor submitit (Slurm jobs; local processes where there is no Slurm)"
