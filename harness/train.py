@@ -321,7 +321,7 @@ def train_model(
          events[:]) = restore_training(saved, model, opt, gen)  # fmt: skip
         first = saved["epoch"] + 1
     for epoch in range(first, tc.epochs):
-        model.on_epoch_start(epoch, tc.epochs)
+        model.on_epoch_start(epoch, tc.epochs)  # untimed: it may build a kernel
         model.train()
         t0 = time.perf_counter()
         losses, overflowed = [], []

@@ -2,6 +2,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+import netns
 import pytest
 import torch
 
@@ -68,3 +69,17 @@ def harness(tmp_path, monkeypatch, capsys):
         return CliResult(code, out, err)
 
     return call
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("netns") and not netns.inside() and (why := netns.unavailable()):
+        pytest.skip(f"starts servers, so runs only in a private network namespace: {why}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A ``netns`` test outside such a namespace runs in one (see ``netns.py``), not here."""
+    if pyfuncitem.get_closest_marker("netns") and not netns.inside():
+        netns.run_inside(pyfuncitem)
+        return True
+    return None

@@ -1,10 +1,15 @@
 """Executors behind one protocol give the same records as a serial run; a dead worker is a
 failed record, not a stopped sweep; the library drives a sweep without the command line."""
 
+import contextlib
+import importlib.util
+import ipaddress
 import json
 import os
 import signal
+import socket
 
+import netns
 import pytest
 
 from harness import api, config
@@ -89,14 +94,65 @@ def test_flush_denormals_zeroes_subnormals():
     assert (tiny * 1.0).tolist()[0] == 0.0 and (tiny * 1.0).tolist()[1] > 0
 
 
+def _needs_ray():
+    # not importorskip: Ray must be imported by the executor, after it set RAY_ENABLE_...
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("the ray extra is not installed")
+
+
+@pytest.mark.netns
 def test_ray_matches_serial(serial):
-    pytest.importorskip("ray", reason="the ray extra is not installed")
+    _needs_ray()
     ex = make_executor("ray", RunOptions(), ExecutorOptions())  # a real local Ray instance
     try:
         recs = drive(ex)
     finally:
         ex.shutdown()
     _same(serial, recs)
+
+
+def _loopback(ip):
+    address = ipaddress.ip_address(ip)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
+@pytest.mark.netns
+def test_a_local_ray_instance_listens_on_loopback_only():
+    _needs_ray()
+    # the namespace routes off loopback (tests/netns.py), as a networked machine does: Ray's own
+    # pick of a node address would be netns.ADDRESS (a UDP connect sends nothing)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))
+        assert not _loopback(probe.getsockname()[0])
+    ex = make_executor("ray", RunOptions(), ExecutorOptions())
+    try:
+        assert [r["status"] for r in drive(ex, CONFIGS[:1])] == ["ok"]  # a worker is up too
+        psutil = pytest.importorskip("psutil")  # Ray's own copy, on the path once Ray is imported
+        listening = {}  # every listening socket in the namespace: process name -> addresses
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN:
+                with contextlib.suppress(psutil.Error):
+                    name = psutil.Process(conn.pid).name()
+                    listening.setdefault(name, set()).add(conn.laddr.ip)
+    finally:
+        ex.shutdown()
+    assert {"gcs_server", "raylet"} <= set(listening), listening
+    wide = {name: ips for name, ips in listening.items() if not all(map(_loopback, ips))}
+    assert not wide, f"Ray listens beyond loopback: {wide}"
+
+
+@pytest.mark.netns
+def test_a_local_ray_instance_is_refused_once_ray_was_imported_without_the_setting(monkeypatch):
+    _needs_ray()
+    from harness.errors import HarnessError
+    from harness.executors.ray import LOOPBACK_ONLY
+
+    monkeypatch.setenv(LOOPBACK_ONLY, "1")  # Ray's default on Linux, read when it is imported
+    import ray
+
+    with pytest.raises(HarnessError, match=f"would listen beyond loopback, on {netns.ADDRESS}"):
+        make_executor("ray", RunOptions(), ExecutorOptions())
+    assert not ray.is_initialized()
 
 
 def test_bad_workers_is_an_error():

@@ -15,6 +15,8 @@ import importlib.util
 import math
 import os
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -346,6 +348,58 @@ def test_ei_rehn_failed_build_falls_back_to_the_python_stack(fresh_kernel, monke
     assert type(out.grad_fn).__name__ == "_StackBackward"
     why = "RuntimeError: Error building extension 'harness_ei_rehn_stack'"
     assert kernels.ei_rehn_stack_kernel_status() == kernels.KernelStatus("unavailable", why)
+
+
+BUILDING = "building the fused EI-REHN kernel (once, cached in "
+
+
+def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
+    fresh_kernel, monkeypatch, capsys
+):
+    """The first EI-REHN run on a machine compiles its kernel (30-60 s): one line on stderr says
+    so, and the build runs in ``on_epoch_start``, before the epoch's timer (``time.train_s``)
+    starts. The compiler is a stand-in that records when it is called and fails, so the run takes
+    the Python path."""
+    from types import SimpleNamespace
+
+    from harness import config, train
+
+    order = []
+
+    def load(**kwargs):
+        order.append("build")
+        raise RuntimeError("no compiler here")
+
+    def perf_counter():  # harness.train's clock: every start (and stop) of a timed phase
+        order.append("timer")
+        return time.perf_counter()
+
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=perf_counter))
+    cfg = config.resolve("ei-rehn", "adding", 0, "smoke")
+    assert cfg.train.epochs >= 2  # the build is asked for at every epoch's start, and runs once
+    with pytest.warns(UserWarning, match="EI-REHN stack kernel unavailable"):
+        rec = train.run(cfg)
+    assert rec["status"] == "ok", rec.get("error")
+    assert order.count("build") == 1 and order.index("build") < order.index("timer"), order
+    err = capsys.readouterr().err
+    assert err.count(BUILDING) == 1 and f"{BUILDING}{fresh_kernel}" in err
+
+
+def test_a_kernel_found_built_is_loaded_without_a_word(fresh_kernel, monkeypatch, capsys):
+    def load(*, name, build_directory, **kwargs):  # a build leaves NAME.so in its directory
+        (Path(build_directory) / f"{name}{torch.utils.cpp_extension.LIB_EXT}").touch()
+        return "the module"
+
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    weights = torch.zeros(3)
+    assert ei_fused.step_kernel(weights) == "the module"
+    assert capsys.readouterr().err.count(BUILDING) == 1
+    kernels.ei_rehn_stack_kernel.cache_clear()  # a later process: the binary is there
+    assert ei_fused.step_kernel(weights) == "the module"
+    assert BUILDING not in capsys.readouterr().err
 
 
 def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeypatch, no_build):

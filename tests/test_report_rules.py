@@ -272,3 +272,31 @@ def test_a_report_names_the_harness_commit_that_rendered_it(monkeypatch):
     assert "rendered by the harness at 0123456789 (clean)" in text.header([], ["r.jsonl"], "t")
     monkeypatch.setattr("harness.env.git_state", lambda: ("0123456789abcdef", True))
     assert "rendered by the harness at 0123456789+dirty" in text.header([], ["r.jsonl"], "t")
+
+
+def test_the_metric_selection_line_says_which_rule_is_which_tasks():
+    from builders import make_record
+
+    from harness.reporting import text
+
+    ppl = "test metrics at the epoch with the lowest validation perplexity"
+    mse = "test metrics at the epoch with the lowest validation mse"
+    refs = "reference predictors: fitted once on the training split, no epochs to choose from"
+    recs = [
+        make_record(task="adding"),
+        make_record(task="synthetic"),
+        make_record(task="ptb", selection=ppl),
+        *(
+            make_record(task=t, method="ref:mean", selection=refs)
+            for t in ("adding", "synthetic", "ptb")
+        ),
+    ]
+    line = next(x for x in text.header(recs, ["r.jsonl"], "t").splitlines() if "selection" in x)
+    # the references' rule is every task's: it names none
+    assert line == (
+        f"- Metric selection: {refs}; {mse} (tasks adding, synthetic); {ppl} (task ptb). "
+        "Mean ± sample std over seeds."
+    )
+    # one task: nothing to tell apart
+    line = next(x for x in text.header(recs[:1], ["r.jsonl"], "t").splitlines() if "selection" in x)
+    assert line == f"- Metric selection: {mse}. Mean ± sample std over seeds."

@@ -130,6 +130,7 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
     cases = [
         (["--slurm-partition", "gpu"], "--slurm-partition is only used with --executor submitit"),
         (["--slurm-array-parallelism", "4"], "--slurm-array-parallelism is only used with"),
+        (["--slurm-local"], "--slurm-local is only used with --executor submitit"),
         (["--executor", "submitit", "--workers", "2"], "--workers is for the local executor"),
         (["--executor", "submitit", "--slurm-time", "43201"], "--slurm-time: must be <= 43200"),
         (["--executor", "submitit", "--slurm-cpus", "0"], "--slurm-cpus: must be >= 1"),
@@ -156,8 +157,11 @@ def test_a_sweep_file_holds_the_slurm_options():
 
     path = "sweep.toml"
     data = {"executor": "submitit", "slurm_partition": "gpu", "slurm_time": 240, "slurm_gpus": 1}
+    data["slurm_local"] = True
     options = {k: suites._option(k, v, f"{path}: '{k}'") for k, v in data.items()}
     assert options == data
+    with pytest.raises(HarnessError, match="expects true or false, got 'yes'"):
+        suites._option("slurm_local", "yes", "slurm_local")
     for key, (low, high) in sub.LIMITS.items():
         assert key in suites.OPTION_KEYS and f"[{low}, {high}]" in suites.OPTION_KEYS[key]
         with pytest.raises(HarnessError, match=rf"expects an integer in \[{low}, {high}\]"):
@@ -271,3 +275,13 @@ def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_fai
     ex.cancel()
     assert (fake_slurm / "scancel.txt").read_text().split() == ["4343"]
     assert "--array" not in (fake_slurm / "sbatch.sh").read_text()  # one run: a plain job
+
+
+def test_slurm_local_runs_the_jobs_here_where_slurm_is_installed(fake_slurm, harness, serial):
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-local", "--slurm-folder", "jobs")
+    assert p.returncode == 0, p.stderr
+    assert not (fake_slurm / "sbatch.sh").exists()  # nothing was submitted
+    recs = stored(fake_slurm / "results" / "runs.jsonl")
+    res = compare(serial, recs, only_present=True)
+    assert res.ok and res.matched == 1, res.drifted
+    assert list((fake_slurm / "jobs").glob("*_result.pkl"))  # submitit's local jobs ran it

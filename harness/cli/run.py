@@ -180,15 +180,22 @@ def add_parser(subparsers: Any) -> None:
         "--ray-address",
         default=None,
         metavar="ADDRESS",
-        help="ray executor: cluster address (default: a local Ray instance)",
+        help="ray executor: cluster address; auto: the one ray start left (default: a new Ray "
+        "instance on this machine, listening on 127.0.0.1 only)",
     )
     slurm = s.add_argument_group(
-        "--executor submitit (Slurm jobs; local processes where there is no Slurm)"
+        "--executor submitit (Slurm jobs where srun is on PATH, else local processes)"
     )
     for dest, metavar, text in SLURM_FLAGS:
         kind = int_at_least(*SLURM_LIMITS[dest]) if dest in SLURM_LIMITS else str
         flag = "--" + dest.replace("_", "-")
         slurm.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
+    slurm.add_argument(
+        "--slurm-local",
+        action="store_true",
+        help="run the jobs as processes on this machine even where Slurm is installed (default: "
+        "submitted with sbatch wherever srun is on PATH)",
+    )
     checkpoint_options(s)
     s.add_argument(
         "--log-dir",
@@ -320,6 +327,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         **checkpoint_settings(args, store.path),
         **{dest: getattr(args, dest) for dest, _, _ in SLURM_FLAGS},
+        submitit_cluster="local" if args.slurm_local else None,
     )
     progress: SweepProgress | None = None
 
@@ -464,6 +472,7 @@ def check_options(args: argparse.Namespace) -> None:
     if args.ray_address and args.executor != "ray":
         raise ConfigError("--ray-address is only used with --executor ray")
     slurm = [dest for dest, _, _ in SLURM_FLAGS if getattr(args, dest, None) is not None]
+    slurm += ["slurm_local"] if getattr(args, "slurm_local", False) else []
     if slurm and args.executor != "submitit":
         raise ConfigError(f"--{slurm[0].replace('_', '-')} is only used with --executor submitit")
     if args.executor in ("ray", "submitit"):

@@ -67,7 +67,8 @@ class ExecutorOptions:
 
     Attributes:
         workers: ``pool``: worker processes.
-        ray_address: ``ray``: the cluster's address (None: a local Ray instance).
+        ray_address: ``ray``: the cluster's address (None: a new local Ray instance, on
+            127.0.0.1 only).
         slurm_partition: ``submitit``: the Slurm partition (None: the cluster's default).
         slurm_time: ``submitit``: each job's time limit in minutes (None: a day).
         slurm_cpus: ``submitit``: CPUs per job (None: ``RunOptions.threads``, at least 1).

@@ -4,11 +4,20 @@ Needs the ``ray`` extra (``pip install 'condrnn-harness[ray]'``); nothing of Ray
 until this executor is made. Each run is one task (``--threads`` CPUs, one GPU with
 ``--device cuda``); as many are in flight as the cluster has CPUs for. A task that Ray loses (its
 worker killed, a node gone) is that run's failed record, naming what Ray said.
+
+Without an address the executor starts a Ray instance of its own (``address="local"``: never one
+found through ``RAY_ADDRESS`` or ``ray start``) on loopback alone. On Linux Ray takes as the node
+address the one its default route leaves from, listens on all interfaces, and replaces a given
+``127.0.0.1`` (``_node_ip_address``, ``ray start --node-ip-address``) by that address too;
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (read once, when Ray is imported) makes it take
+127.0.0.1, and then every Ray server (GCS, raylet, workers, agents) listens there only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import os
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
@@ -22,6 +31,9 @@ from harness.executors import (
     run_one,
 )
 
+# Ray's switch (ray._private.ray_constants) for a node of its own on loopback; "0" = loopback.
+LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
 
 @register_executor("ray")
 class RayExecutor:
@@ -30,15 +42,19 @@ class RayExecutor:
     Args:
         run: what every run gets, as the workers see it (``data_dir``, ``log_dir`` must be
             paths the workers can reach).
-        options: ``ray_address``.
+        options: ``ray_address`` (None: a local instance on 127.0.0.1).
 
     Raises:
-        HarnessError: Ray is not installed, or cannot be reached.
+        HarnessError: Ray is not installed, or cannot be reached, or a local instance would
+            listen beyond loopback (Ray was imported before, without the setting above).
     """
 
     in_process: ClassVar[bool] = False
 
     def __init__(self, run: RunOptions, options: ExecutorOptions | None = None) -> None:
+        address = options.ray_address if options else None
+        if not address:  # before Ray is imported: its node address is then 127.0.0.1
+            os.environ[LOOPBACK_ONLY] = "0"
         try:
             import ray
         except ImportError:
@@ -46,10 +62,16 @@ class RayExecutor:
                 "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
             ) from None
         self.ray, self.run = ray, run
-        address = options.ray_address if options else None
         if not ray.is_initialized():
+            node_ip = None if address else ray.util.get_node_ip_address()  # a new node's
+            if node_ip and not ipaddress.ip_address(node_ip).is_loopback:
+                raise HarnessError(
+                    f"a local Ray instance would listen beyond loopback, on {node_ip}: Ray was "
+                    f"imported before {LOOPBACK_ONLY}=0 was set; set it before Ray is imported, "
+                    "or give --ray-address"
+                )
             try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+                ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
             except (ConnectionError, ValueError, RuntimeError) as e:
                 raise HarnessError(f"cannot connect to Ray at {address or 'local'}: {e}") from None
         self._cpus = max(run.threads, 1)

@@ -200,6 +200,24 @@ def rendering_commit() -> str:
     return "an unknown commit" if sha is None else f"{sha[:10]}{'+dirty' if dirty else ' (clean)'}"
 
 
+def selection_rules(records: Sequence[dict[str, Any]]) -> str:
+    """The records' selection rules, each naming its tasks unless every task of them has it.
+
+    For example ``test metrics at the epoch with the lowest validation mse (tasks adding,
+    synthetic); test metrics at the epoch with the lowest validation perplexity (task ptb)``.
+    """
+    tasks: dict[str, set[str]] = {}
+    for r in records:
+        if r.get("selection"):
+            tasks.setdefault(r["selection"], set()).add(str(r.get("task", "?")))
+    every = set().union(*tasks.values())
+    parts = []
+    for rule, names in sorted(tasks.items()):
+        which = f"task{'s' if len(names) > 1 else ''} {', '.join(sorted(names))}"
+        parts.append(rule if names == every else f"{rule} ({which})")
+    return "; ".join(parts)
+
+
 def header(
     records: Sequence[dict[str, Any]],
     sources: Sequence[str],
@@ -227,7 +245,7 @@ def header(
     ) or ["unknown"]
     devices = sorted({e.get("device_name", "?") for e in envs}) or ["unknown"]
     torches = sorted({e.get("torch", "?") for e in envs}) or ["unknown"]
-    rules = sorted({r.get("selection", "") for r in records if r.get("selection")})
+    rules = selection_rules(records)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"# {title}",
@@ -238,7 +256,7 @@ def header(
         f"({len(records)} records), rendered by the harness at {rendering_commit()}.",
         f"- Commits: {', '.join(commits)}; devices: {', '.join(devices)}; "
         f"torch: {', '.join(torches)}.",
-        f"- Metric selection: {'; '.join(rules) or 'n/a'}. Mean ± sample std over seeds.",
+        f"- Metric selection: {rules or 'n/a'}. Mean ± sample std over seeds.",
         f"- FLOPs: {UNIT_NOTE}. Effective = S-SA convention (updated units × full row cost + "
         "decision network); dense = no skipping.",
         "",
