@@ -145,8 +145,14 @@ class EGRU(Method):
         nn.init.xavier_normal_(self.kernel)
         nn.init.xavier_normal_(self.recurrent_kernel)
         m = self.cfg.thr_mean
-        beta = torch.distributions.Beta(torch.tensor(3.0 * m / (1.0 - m)), torch.tensor(3.0))
-        self.thr = nn.Parameter(beta.sample(torch.Size([D])))  # theta, one per unit
+        # Drawn with the CPU generator whatever device the module is built on, then moved there
+        # (torch's Beta sampler has no meta kernel, and its argument check reads values).
+        cpu = torch.device("cpu")
+        beta = torch.distributions.Beta(
+            torch.tensor(3.0 * m / (1.0 - m), device=cpu), torch.tensor(3.0, device=cpu)
+        )
+        theta = beta.sample(torch.Size([D])).to(self.kernel.device)
+        self.thr = nn.Parameter(theta)  # theta, one per unit
 
     def cost(self) -> StepCost:
         """Dense GRU-sized step, ``3D(D + V)`` MACs: input and recurrent matmuls, all rows."""
