@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from baselines._cells import cached_pack
+from baselines._kernels import on_cpu
 from baselines._sparse import addmm_read_columns, bisect_level
 from harness.method import SeqOut
 
@@ -40,10 +41,13 @@ def input_deltas(x: Tensor, x_hat0: Tensor, theta_x: float) -> tuple[Tensor, Ten
     The same IEEE operations as ``DeltaGRU._memorised_steps`` (subtract, absolute value, ``>=``
     the threshold in the inputs' dtype, select), so the same deltas bit for bit, at a fraction of
     a torch op's dispatch per step; ``dx_t = x_t - x^_{t-1}`` where kept (the subtraction
-    ``forward`` makes as ``x^_t - x^_{t-1}``), else exactly 0.
+    ``forward`` makes as ``x^_t - x^_{t-1}``), else exactly 0. Off the CPU (``on_cpu``: CUDA,
+    meta) the same scan runs in torch ops (``scan_deltas``), without a copy to the host.
     """
-    xs = x.detach().cpu().numpy()
-    ref = x_hat0.detach().cpu().numpy().copy()
+    if not on_cpu("Delta GRU's NumPy delta scan", x, x_hat0):
+        return scan_deltas(x, x_hat0, theta_x)
+    xs = x.detach().numpy()
+    ref = x_hat0.detach().numpy().copy()
     theta = xs.dtype.type(theta_x)
     steps = []
     for x_t in np.moveaxis(xs, 1, 0):  # T x [B, V] views
@@ -53,6 +57,17 @@ def input_deltas(x: Tensor, x_hat0: Tensor, theta_x: float) -> tuple[Tensor, Ten
         ref = np.where(keep, x_t, ref)
     dx = np.stack(steps, 1) if steps else np.zeros_like(xs)
     return torch.from_numpy(dx).to(x.device), torch.from_numpy(ref).to(x.device)
+
+
+def scan_deltas(x: Tensor, x_hat0: Tensor, theta_x: float) -> tuple[Tensor, Tensor]:
+    """``input_deltas`` in torch ops, on ``x``'s device: the same deltas, bit for bit."""
+    ref, steps = x_hat0.detach(), []
+    for x_t in x.detach().unbind(1):
+        d = x_t - ref
+        keep = d.abs() >= theta_x
+        steps.append(torch.where(keep, d, 0.0))
+        ref = torch.where(keep, x_t, ref)
+    return (torch.stack(steps, 1) if steps else torch.zeros_like(x)), ref
 
 
 def project_deltas(dx: Tensor, wi_t: Tensor) -> Tensor:

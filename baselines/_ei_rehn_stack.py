@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import ei_rehn_stack_kernel
+from baselines._kernels import ei_rehn_stack_kernel, on_cpu
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
@@ -88,13 +88,14 @@ def stack_layers(
 
 def cpu_kernel(tensors: tuple[Tensor, ...], loader: Any = None) -> Any:
     """The C++ kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). ``loader`` (default this
-    module's ``ei_rehn_stack_kernel``) builds it, or finds it built, at the first call, never at
-    import; ``baselines._ei_rehn_fused`` passes its own."""
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64):
+    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set; off the CPU, the first time,
+    with a warning, ``baselines._kernels.on_cpu``). ``loader`` (default this module's
+    ``ei_rehn_stack_kernel``) builds it, or finds it built, at the first call, never at import;
+    ``baselines._ei_rehn_fused`` passes its own."""
+    if not on_cpu("EI-REHN's fused training kernel", *tensors):
         return None
-    if any(t.device.type != "cpu" or t.dtype != dtype for t in tensors):
+    dtype = tensors[0].dtype
+    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
         return None
     return (loader or ei_rehn_stack_kernel)()
 

@@ -31,6 +31,10 @@ version (``method_code``: the loader's ``kernel_source_files``), as the kernel r
 that records carry; whether a run's training used it is in its diagnostics
 (``train_fused_kernel``).
 
+The kernels take CPU tensors only. Every caller asks ``on_cpu`` before it asks for a kernel: on
+another device (CUDA, meta) it takes its PyTorch path, which computes the same thing, and the
+first such fallback of each fast path in a process says so in one warning line.
+
 ``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``ei_rehn_stack_kernel_status()`` say
 which of the two happened without building anything: reports are rendered from measured rows, and
 rendering must never start a compiler.
@@ -82,6 +86,25 @@ class KernelStatus:
         else:
             state = f"unavailable here, {self.reason}: PyTorch fallback"
         return f"{method}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
+
+
+# The fast paths ``on_cpu`` has sent to their PyTorch path in this process (each warns once).
+_off_cpu: set[str] = set()
+
+
+def on_cpu(what: str, *tensors: Any) -> bool:
+    """Whether ``tensors`` are all on the CPU, the one device the CPU-only code ``what`` (a
+    method's fused kernel, say) runs on. Where not, the caller runs its PyTorch path instead; the
+    first time in a process for each ``what``, a warning says so in one line."""
+    device = next((t.device for t in tensors if t.device.type != "cpu"), None)
+    if device is None:
+        return True
+    if what not in _off_cpu:
+        _off_cpu.add(what)
+        warnings.warn(
+            f"{what} runs on CPU only: on {device.type} the PyTorch path runs", stacklevel=2
+        )
+    return False
 
 
 # What the last call of each kernel's loader found; meaningful only while its lru_cache holds a

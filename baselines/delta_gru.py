@@ -60,7 +60,10 @@ Differences from the code:
 - [DECISION] Initialisation: by default (``init="gru"``) the GRU family's U(+-1/sqrt(D)) for
   weights and biases, drawn in the same order as ``baselines/gru.py`` (same seed, same starting
   weights). ``init="authors"`` gives the code's ``reset_parameters``: Xavier-uniform for each gate
-  block of ``W_i``, orthogonal for each gate block of ``W_h``, zero biases. The README's
+  block of ``W_i``, orthogonal for each gate block of ``W_h``, zero biases, in every layer (each
+  harness layer is its own instance). The code's ``reset_parameters`` too makes every layer's
+  ``W_h`` blocks orthogonal, but also the ``W_i`` blocks of the layers after the first (every
+  ``weight`` outside ``l0``), which are Xavier-uniform here in every layer. The README's
   pretrain-a-GRU-then-retrain recipe is not reproduced: a run trains the delta network from its
   initialisation (the code allows that too).
 - Quantisation (``qa``, ``qw``, the fixed-point formats ``aqi/aqf``, ``wqi/wqf``, ``nqi/nqf``) and

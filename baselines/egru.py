@@ -62,6 +62,16 @@ Differences from the paper/code:
 - The optional activity regulariser is the sMNIST script's,
   ``activity_reg * (mean(o) - activity_target)^2`` with the mean over batch, steps and units
   (off by default, as there); the language-model script's regulariser is not implemented.
+- The regulariser is each layer's, and the model sums the layers' auxiliary losses; the sMNIST
+  script regularises the last layer's events only (its ``RNNMultiLayerWrapper`` returns the last
+  layer's states). The same at one layer, both defaults.
+- The code keeps ``dampening_factor`` and ``pseudo_derivative_support`` as float32 tensors
+  (``torch.Tensor([x])``), this module as Python floats: the same pseudo-derivative in float32,
+  bit for bit (torch rounds the scalar to float32); in float64 the code's is float32's 0.7,
+  0.699999988..., this module's 0.7.
+- ``step`` (the per-step reference, ``Method.step_loop``) does not clamp theta; ``forward`` and
+  ``fast_forward`` do, in place, so they differ only for a theta outside [0, 1] that no forward
+  has clamped yet.
 - Sample times are not used (``uses_times`` False): one step per sample, as in the code.
 - Cost: dense ``3D(D + V)`` MACs per step (``cost``); what skipping the unread columns saves is
   the harness's read-based accounting, not this module's.
@@ -145,8 +155,14 @@ class EGRU(Method):
         nn.init.xavier_normal_(self.kernel)
         nn.init.xavier_normal_(self.recurrent_kernel)
         m = self.cfg.thr_mean
-        beta = torch.distributions.Beta(torch.tensor(3.0 * m / (1.0 - m)), torch.tensor(3.0))
-        self.thr = nn.Parameter(beta.sample(torch.Size([D])))  # theta, one per unit
+        # Drawn with the CPU generator whatever device the module is built on, then moved there
+        # (torch's Beta sampler has no meta kernel, and its argument check reads values).
+        cpu = torch.device("cpu")
+        beta = torch.distributions.Beta(
+            torch.tensor(3.0 * m / (1.0 - m), device=cpu), torch.tensor(3.0, device=cpu)
+        )
+        theta = beta.sample(torch.Size([D])).to(self.kernel.device)
+        self.thr = nn.Parameter(theta)  # theta, one per unit
 
     def cost(self) -> StepCost:
         """Dense GRU-sized step, ``3D(D + V)`` MACs: input and recurrent matmuls, all rows."""

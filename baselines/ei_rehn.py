@@ -43,6 +43,8 @@ Differences from the paper:
   equations to float rounding, not bit for bit. Where the C++ kernel builds, a whole step (local
   rate, gate, depth trace, layers) is one C++ call (``baselines/_ei_rehn_fused.py``); the Python
   step is the reference, and ``train_fused_kernel`` in the diagnostics says which one ran.
+  The Python step reads the batch's depth on the host (``int(tr.R.max())``, one sync per step:
+  how many layers run depends on it); the kernel is CPU-only, so on CUDA that is the path.
 - Halting on d, not on g: Algorithm 1 stops at ``||g^r||_1 = 0``, this code when every
   ``d^r_i = 0``. Equal in exact arithmetic (g-hat = sigmoid > 0); they differ only where floats
   round g-hat (torch's sigmoid is exactly 0 below about -88.7 in float32, -709.8 in float64) or

@@ -85,7 +85,7 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines._highway import run_sequence
-from baselines._kernels import sarnn_kernel, sarnn_kernel_status
+from baselines._kernels import on_cpu, sarnn_kernel, sarnn_kernel_status
 from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.flops import effective_step_macs
 from harness.method import Method, SeqOut, StepCost, StepOut
@@ -213,7 +213,7 @@ class SARNN(Method):
         before = self.cell.form == "before"
         cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
         hh, ih, src_h, src_i, buf_h, buf_i = cached_pack(self, "_fast_gru", cell_params, self._pack)
-        kernel = sarnn_kernel() if B == 1 and x.device.type == "cpu" else None
+        kernel = sarnn_kernel() if B == 1 and on_cpu("SA-RNN's fused kernel", x) else None
         if kernel is not None:  # fused C++ loop: reads only the needed rows, once
             coord = F.linear(x[0], self.w_i, self.b_u)  # [T, D]
             xs = torch.cat([x[0], x.new_ones(T, 1)], -1)  # [T, V+1]

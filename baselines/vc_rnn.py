@@ -56,7 +56,7 @@ from baselines._cells import (
     masked_lerp,
     pack_gru_rows,
 )
-from baselines._kernels import vcrnn_kernel, vcrnn_kernel_status
+from baselines._kernels import on_cpu, vcrnn_kernel, vcrnn_kernel_status
 from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut
 from harness.registry import register_method
@@ -229,7 +229,7 @@ class VCRNN(Method):
         D, eps = self.hidden_size, self.cfg.eps
         cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
         hh, ih = cached_pack(self, "_fast_gru", cell_params, lambda: pack_gru_rows(self.cell))
-        kernel = vcrnn_kernel() if B == 1 and x.device.type == "cpu" else None
+        kernel = vcrnn_kernel() if B == 1 and on_cpu("VC-RNN's fused kernel", x) else None
         if kernel is not None:  # fused C++ loop: rows and columns [:k_t] only, no dispatch
             sched = F.linear(x[0], self.sched_x, self.sched_b).view(T)  # [T]
             xs = torch.cat([x[0], x.new_ones(T, 1)], -1)  # [T, V+1]

@@ -1,0 +1,165 @@
+"""Every registered method trains off the CPU: its forward and backward run on the ``meta`` device
+(the module built under ``torch.device("meta")``, its input there, the step outside the context).
+A meta tensor has a shape and no values, so a tensor a method makes on another device
+(``torch.zeros(n)`` without ``device=``) fails the step, and so does a host synchronisation
+(``.item()``, ``int(t)``, ``.tolist()``, ``if t.any():``), which needs a value. The syncs a method
+needs per training step are ``HOST_SYNCS`` (and in its section of docs/methods.md): its run must
+stop exactly there. The default test run sets ``HARNESS_NO_KERNELS=1`` (conftest), the path
+training takes without the kernels.
+
+The CPU-only fast code (the fused C++ kernels, Delta GRU's NumPy delta scan) asks
+``baselines._kernels.on_cpu`` first: on another device it takes the PyTorch path, and says so in one
+warning per process and fast path. Checked on meta, where the kernel must not even be asked for.
+"""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import baselines.sa_rnn
+import baselines.vc_rnn
+from baselines import _kernels
+from baselines._delta_gru_fast import input_deltas, scan_deltas
+from baselines._ei_rehn_fused import step_kernel
+from baselines._ei_rehn_stack import cpu_kernel
+from harness import conformance
+from harness.registry import METHODS
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = METHODS.names()
+V, D, B, T = conformance.V, conformance.D, conformance.B, conformance.T
+# The host synchronisations a method needs per training step: (file, the code that syncs). Each
+# is explained in the method's section of docs/methods.md.
+HOST_SYNCS = {"ei-rehn": ("baselines/ei_rehn.py", "int(tr.R.max())")}
+META_VALUE = r"item\(\) cannot be called on meta tensors"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fallback_warnings(monkeypatch):
+    """Each test sees the first fallback of a process: ``on_cpu``'s record starts empty."""
+    monkeypatch.setattr(_kernels, "_off_cpu", set())
+
+
+def meta_model(name: str):
+    """The method at the conformance checks' sizes, seeded as they build it, on meta."""
+    with torch.device("meta"):
+        return conformance._make(name)
+
+
+def train_step(model) -> None:
+    x = torch.randn(B, T, V, device="meta")
+    out = model.train()(x)
+    loss = (out.outputs**2).sum() + (0 if out.aux_loss is None else out.aux_loss)
+    loss.backward()
+
+
+def fallback_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "runs on CPU only" in str(w.message)]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in HOST_SYNCS])
+def test_forward_and_backward_run_on_meta(name):
+    model = meta_model(name)
+    train_step(model)
+    for pname, p in model.named_parameters():
+        assert p.device.type == "meta", pname
+        assert p.grad is not None and p.grad.device.type == "meta", pname
+
+
+@pytest.mark.filterwarnings("ignore:.*runs on CPU only")  # checked below
+@pytest.mark.parametrize("name", sorted(HOST_SYNCS))
+def test_a_needed_host_sync_is_where_the_meta_run_stops(name):
+    path, code = HOST_SYNCS[name]
+    model = meta_model(name)
+    with pytest.raises(RuntimeError, match=META_VALUE) as err:
+        train_step(model)
+    ours = [f for f in traceback.extract_tb(err.tb) if Path(f.filename).is_relative_to(ROOT)]
+    assert Path(ours[-1].filename) == ROOT / path and code in ours[-1].line, ours[-1]
+    docs = (ROOT / "docs" / "methods.md").read_text()
+    assert f"`{code}`" in docs, f"{name}'s host sync {code} is not in docs/methods.md"
+
+
+def test_ei_rehn_training_on_meta_takes_the_python_step_and_says_so_once():
+    model = meta_model("ei-rehn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match=META_VALUE):
+                train_step(model)  # the kernel refused: the Python step's depth sync
+    assert fallback_warnings(caught) == [
+        "EI-REHN's fused training kernel runs on CPU only: on meta the PyTorch path runs"
+    ]
+
+
+def test_on_cpu_refuses_other_devices_with_one_warning_per_fast_path():
+    cpu, meta = torch.zeros(2), torch.zeros(2, device="meta")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _kernels.on_cpu("A's kernel", cpu, cpu)
+        assert not _kernels.on_cpu("A's kernel", cpu, meta)
+        assert not _kernels.on_cpu("A's kernel", meta)
+        assert not _kernels.on_cpu("B's kernel", meta)
+        assert _kernels.on_cpu("B's kernel", cpu)
+    assert fallback_warnings(caught) == [
+        "A's kernel runs on CPU only: on meta the PyTorch path runs",
+        "B's kernel runs on CPU only: on meta the PyTorch path runs",
+    ]
+
+
+def test_ei_rehn_dispatch_never_asks_for_the_kernel_off_the_cpu():
+    def build():
+        raise AssertionError("the kernel was asked for")
+
+    meta = [torch.zeros(2, 3, device="meta"), torch.zeros(3, device="meta")]
+    with pytest.warns(UserWarning, match="runs on CPU only: on meta"):
+        assert cpu_kernel(tuple(meta), build) is None
+    assert step_kernel(*meta) is None  # the training step's dispatch, with the real loader
+    cpu = (torch.zeros(2, 3), torch.zeros(3))
+    assert cpu_kernel(cpu, lambda: "kernel") == "kernel"
+    assert cpu_kernel(tuple(t.half() for t in cpu), build) is None  # CPU, but not float32/64
+
+
+FUSED = [
+    ("sa-rnn", baselines.sa_rnn, "sarnn_kernel", "SA-RNN's fused kernel"),
+    ("vc-rnn", baselines.vc_rnn, "vcrnn_kernel", "VC-RNN's fused kernel"),
+]
+
+
+@pytest.mark.parametrize("name, module, loader, what", FUSED)
+def test_batch_1_fast_path_off_the_cpu_takes_the_pytorch_path(
+    name, module, loader, what, monkeypatch
+):
+    def build():
+        raise AssertionError("the kernel was asked for")
+
+    monkeypatch.setattr(module, loader, build)
+    model = meta_model(name).eval()
+    x = torch.randn(1, T, V, device="meta")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            # the PyTorch path decides on the host which rows to compute: on meta there is no
+            # value to decide on (on CUDA it runs)
+            with pytest.raises((NotImplementedError, RuntimeError)) as err:
+                model.fast_forward(x)
+            assert traceback.extract_tb(err.tb)[-1].name != "build"
+    assert fallback_warnings(caught) == [f"{what} runs on CPU only: on meta the PyTorch path runs"]
+
+
+def test_delta_gru_delta_scan_off_the_cpu_is_the_same_scan_in_torch():
+    x = torch.randint(-4, 5, (3, 12, 4)).float() / 4  # quarter steps: ties |dx| = theta_x
+    x_hat0 = torch.zeros(3, 4)
+    for theta in (0.0, 0.5, 0.7):
+        want, want_last = input_deltas(x, x_hat0, theta)
+        got, got_last = scan_deltas(x, x_hat0, theta)
+        assert torch.equal(got, want) and torch.equal(got_last, want_last)
+        assert (want == 0).any() and (want != 0).any()
+    with pytest.warns(UserWarning, match="Delta GRU's NumPy delta scan runs on CPU only"):
+        dx, last = input_deltas(x.to("meta"), x_hat0.to("meta"), 0.5)
+    assert dx.device.type == last.device.type == "meta"
+    assert dx.shape == x.shape and last.shape == x_hat0.shape
