@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from harness import records
+from harness.env import git_state
 
 FORMAT = 1
 SUFFIX = ".checkpoints"  # the folder beside a records store: STORE.checkpoints/RUN_ID.pt
@@ -150,8 +151,6 @@ class Checkpointer:
 
         Same code: the same method code and harness commit (and dirty flag).
         """
-        from harness.env import git_state
-
         sha, dirty = git_state()
         identity = {"method_code": method_code, "git_sha": sha, "git_dirty": dirty}
         return cls(folder, run_id, identity, every_s, start)

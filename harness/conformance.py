@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.registry import METHODS, TASKS, source_of
+from harness import config
+from harness.errors import ConfigError
+from harness.registry import METHODS, TASKS, _one_line, source_of
 
 V, D, B, T = 3, 10, 2, 6  # the sizes of the model checks
 FAST_D, FAST_T = 20, 20  # the sizes of the fast-path checks
@@ -117,8 +119,6 @@ def _close(what: str, got: Any, want: Any, rtol: float = 0.0, atol: float = 0.0)
 def check_config(name: str) -> str | None:
     """Fields declared with ``knob`` (not booleans), defaults in bounds; JSON round trip."""
     import typing
-
-    from harness import config
 
     cls = METHODS.get(name).config_cls
     params = getattr(cls, "__dataclass_params__", None)
@@ -429,7 +429,7 @@ def training_task() -> str:
 @_check("training", "trains: the loss decreases, the same seed gives the same metrics")
 def check_training(name: str, task: str | None = None) -> str | None:
     """Four smoke epochs (D 10) on ``task`` (``training_task()``): the loss falls; repeatable."""
-    from harness import config, train
+    from harness import train
 
     task = task or training_task()
     cfg = config.resolve(name, task, 0, "smoke", {"epochs": "4", "hidden_size": "10"})
@@ -468,9 +468,6 @@ def iter_checks(
         UnknownNameError: no such method (with suggestions).
         ConfigError: an unknown check id.
     """
-    from harness.errors import ConfigError
-    from harness.registry import _one_line
-
     METHODS.get(name)
     unknown = sorted(set(only or []) - set(CHECKS))
     if unknown:

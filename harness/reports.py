@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
+from harness.outputs import check_writable, refuse_overwrite, write_text
 from harness.records import RunRecord
+from harness.reporting import compare as gate
+from harness.reporting import paper
+from harness.reporting.paper import NO_PYARROW, write_frame
+from harness.selection import parse_rule
+from harness.store import load, store_path
 
 
 def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
@@ -20,8 +27,6 @@ def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[s
         The records, and one line per unusable line (``FILE:N: malformed record skipped
         (why)``).
     """
-    from harness.store import load
-
     return load(sources)
 
 
@@ -52,9 +57,7 @@ def report(
     Returns:
         The paths written, and the unusable lines of the sources (the report lists them too).
     """
-    from harness.outputs import refuse_overwrite, write_text
     from harness.reporting import leaderboard as lb
-    from harness.reporting.paper import NO_PYARROW, write_frame
 
     out = Path(out)
     inputs = _inputs(sources)
@@ -62,8 +65,6 @@ def report(
         refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
     if "parquet" in formats:
         from importlib.util import find_spec
-
-        from harness.errors import HarnessError
 
         if find_spec("pyarrow") is None:
             raise HarnessError(NO_PYARROW)
@@ -110,15 +111,12 @@ def paper_report(
     Returns:
         The paths written, and the unusable lines of the sources.
     """
-    from harness.outputs import refuse_overwrite
-    from harness.reporting.paper import write_paper_report
-
     out_dir = Path(out_dir)
     records, problems = load_records(sources)
     inputs = _inputs(sources)
     for path in paper_paths(records, out_dir, tasks, preset, formats):
         refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
-    paths = write_paper_report(
+    paths = paper.write_paper_report(
         records,
         [str(s) for s in sources],
         out_dir,
@@ -136,15 +134,12 @@ def paper_report(
 def _rule(select: str | None) -> Any:
     if not select:
         return None
-    from harness.selection import parse_rule
 
     return parse_rule(select)
 
 
 def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
     """The records files a report reads, as ``refuse_overwrite`` takes them."""
-    from harness.store import store_path
-
     return [("an input (records)", store_path(s)) for s in sources]
 
 
@@ -212,9 +207,6 @@ def compare(
         HarnessError: unusable lines (without ``skip_malformed``), a tolerance naming no
             measure, an output path that is an input or a store.
     """
-    from harness.outputs import check_writable, refuse_overwrite, write_text
-    from harness.reporting import compare as gate
-
     if markdown is not None:
         inputs = [("the reference (REFERENCE)", reference), ("CURRENT", current)]
         refuse_overwrite(markdown, "--markdown", inputs)
