@@ -14,7 +14,6 @@ are in ``baselines/delta_gru.py``.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,13 +22,10 @@ from torch import Tensor
 from baselines._cells import cached_pack
 from baselines._kernels import on_cpu
 from baselines._sparse import addmm_read_columns, bisect_level
-from harness.method import SeqOut
-
-if TYPE_CHECKING:
-    from baselines.delta_gru import DeltaGRU
+from harness.method import Method, SeqOut
 
 
-def pack(model: DeltaGRU) -> tuple[Tensor, Tensor]:
+def pack(model: Method) -> tuple[Tensor, Tensor]:
     """``W_i^T [V, 3D]`` and ``W_h^T [D, 3D]``, contiguous: row j is what column j reads."""
     return model.cell.weight_ih.t().contiguous(), model.cell.weight_hh.t().contiguous()
 
@@ -91,7 +87,7 @@ def project_deltas(dx: Tensor, wi_t: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def fast_forward(model: DeltaGRU, x: Tensor) -> SeqOut:
+def fast_forward(model: Method, x: Tensor) -> SeqOut:
     """Inference that multiplies only the columns read: ``model.forward`` without the zero deltas.
 
     The input side (deltas from ``input_deltas``) is projected for the whole sequence before the
@@ -125,7 +121,7 @@ def fast_forward(model: DeltaGRU, x: Tensor) -> SeqOut:
     return model._sequence_out(hs, dhs, dx, x_last, acc_x, h_hat, acc_h)
 
 
-def calibrate(model: DeltaGRU, x: Tensor, skip: float) -> str:
+def calibrate(model: Method, x: Tensor, skip: float) -> str:
     """Set ``model``'s thresholds so that its activity sparsity on ``x`` (the share of the V + D
     columns its steps do not read) is ``skip``; returns them, for a report.
 

@@ -28,6 +28,7 @@ from torch.autograd.function import once_differentiable
 
 from baselines._ei_rehn_stack import cpu_kernel
 from baselines._kernels import CSRC, build_key, ei_rehn_stack_kernel, ei_rehn_stack_kernel_status
+from harness.data import cache_dir
 
 
 def step_kernel(*tensors: Tensor) -> Any:
@@ -44,8 +45,6 @@ def _load_saying_so() -> Any:
     """
     if ei_rehn_stack_kernel_status().state == "not tried":
         from torch.utils.cpp_extension import LIB_EXT
-
-        from harness.data import cache_dir
 
         key = build_key(CSRC / "ei_rehn_stack.cpp")
         build = cache_dir() / "kernels" / f"ei_rehn_stack-{key}"

@@ -58,6 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.data import cache_dir
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp-simd", "-march=native")
 DISABLED = "disabled by HARNESS_NO_KERNELS"
@@ -157,8 +159,6 @@ def _load(stem: str, label: str) -> tuple[Any, KernelStatus]:
         return None, KernelStatus("unavailable", DISABLED)
     try:
         from torch.utils.cpp_extension import load
-
-        from harness.data import cache_dir
 
         source = CSRC / f"{stem}.cpp"
         key = build_key(source)

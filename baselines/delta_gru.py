@@ -88,7 +88,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines import _delta_gru_fast
+import baselines._delta_gru_fast as _delta_gru_fast
 from baselines._cells import GRUWeights, gru_macs_per_unit
 from harness.config import MAX_PENALTY, check_knobs, knob
 from harness.method import Method, SeqOut, StepCost, StepOut

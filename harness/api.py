@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.claims import SweepStore
 from harness.errors import DISK_FULL_NOTE, WriteFailed
 from harness.executors import Executor, ExecutorOptions, RunOptions, make_executor
 from harness.records import RunRecord
 from harness.reports import compare, load_records, paper_report, report
+from harness.resume import plan_resume
 from harness.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
 from harness.store import Store, output_store_path
 
@@ -173,8 +175,6 @@ def plan_runs(
     keep_stale: bool = False,
 ) -> tuple[Any, list[RunRecord]]:
     """Which runs of ``sweep`` the store lacks (``harness.resume.plan_resume``), and its records."""
-    from harness.resume import plan_resume
-
     recorded = store.read()[0]
     plan = plan_resume(
         sweep.configs, recorded, force=force, retry_failed=retry_failed, keep_stale=keep_stale
@@ -219,8 +219,6 @@ def run_sweep(
     Returns:
         What the sweep did (``SweepResult.exit_code``: 0, 1 or 2).
     """
-    from harness.claims import SweepStore
-
     store = open_store(store)
     emit = on_event or (lambda event: None)
     ex = executor or make_executor("local", RunOptions(), ExecutorOptions())

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from harness import records
+from harness.env import git_state
 from harness.errors import DISK_FULL_NOTE, is_disk_full, write_failure
 
 FORMAT = 1
@@ -154,8 +155,6 @@ class Checkpointer:
 
         Same code: the same method code and harness commit (and dirty flag).
         """
-        from harness.env import git_state
-
         sha, dirty = git_state()
         identity = {"method_code": method_code, "git_sha": sha, "git_dirty": dirty}
         return cls(folder, run_id, identity, every_s, start)

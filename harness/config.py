@@ -19,7 +19,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import references
 from harness.errors import ConfigError
 from harness.records import (  # noqa: F401  (config_hash: bench)
     Identified,
@@ -27,7 +26,7 @@ from harness.records import (  # noqa: F401  (config_hash: bench)
     config_hash,
     is_reference,
 )
-from harness.registry import after_load
+from harness.registry import METHODS, REFERENCES, TASKS, PresetError, after_load
 
 PRESETS = ("smoke", "quick", "paper")
 DEVICES = ("cpu", "cuda", "auto")  # auto: CUDA when available (harness.env.resolve_device)
@@ -57,8 +56,6 @@ def legacy_values(method: str, task: str) -> dict[str, dict[str, Any]]:
         ``{"train": {...}, "model": {...}, "method_cfg": {...}, "task_cfg": {...}}``; a method
         or task the registry does not know contributes nothing.
     """
-    from harness.registry import METHODS, TASKS
-
     classes = {"train": TrainConfig, "model": ModelConfig}
     if method in METHODS:
         classes["method_cfg"] = METHODS.get(method).config_cls
@@ -343,10 +340,8 @@ def resolve(
     Layers apply in order: the task preset, then its per-method overrides, then the user's
     overrides (which win).
     """
-    from harness.registry import METHODS, TASKS
-
-    if is_reference(method):  # a reference predictor: no trainer, no model (harness.references)
-        return references.resolve(method, task, seed, preset, overrides)
+    if (ref := _reference(method)) is not None:  # no trainer, no model: its own config
+        return ref.resolve_config(task, seed, preset, overrides)
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
     task_cls = TASKS.get(task)
@@ -382,12 +377,15 @@ def resolve(
     )
 
 
+def _reference(name: Any) -> Any:
+    """The reference predictor registered as ``name`` (``harness.references``), else None."""
+    return REFERENCES.get(name) if isinstance(name, str) and name in REFERENCES else None
+
+
 def from_dict(d: dict[str, Any]) -> RunConfig:
     """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
-    from harness.registry import METHODS, TASKS
-
-    if is_reference(d.get("method")):
-        return references.from_dict(d)
+    if (ref := _reference(d.get("method"))) is not None:
+        return ref.config_from_dict(d)
     try:
         return RunConfig(
             method=d["method"],
@@ -406,10 +404,8 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 
 def default_sections(method: str, task: str) -> dict[str, Any]:
     """The default config sections of a (method, task) pair, for key lookups."""
-    from harness.registry import METHODS, TASKS
-
-    if is_reference(method):
-        return references.default_sections(method, task)
+    if (ref := _reference(method)) is not None:
+        return ref.config_sections(task)
     return {
         "train": TrainConfig(),
         "model": ModelConfig(),
@@ -463,8 +459,6 @@ def check_presets() -> None:
         PresetError: one line naming the task, the preset and the bad key, with suggestions.
     """
     import difflib
-
-    from harness.registry import METHODS, TASKS, PresetError
 
     for task, task_cls in sorted(TASKS._items.items()):
         for preset, p in getattr(task_cls, "presets", {}).items():

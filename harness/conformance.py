@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.registry import METHODS, TASKS, source_of
+from harness import config
+from harness.errors import ConfigError
+from harness.registry import METHODS, TASKS, _one_line, source_of
 
 V, D, B, T = 3, 10, 2, 6  # the sizes of the model checks
 FAST_D, FAST_T = 20, 20  # the sizes of the fast-path checks
@@ -125,7 +127,6 @@ def check_config(name: str) -> str | None:
     """
     import typing
 
-    from harness import config
     from harness.method import missing_parts
 
     lacks = missing_parts(METHODS.get(name))  # registration refuses these: a class edited since
@@ -437,7 +438,7 @@ def training_task() -> str:
 @_check("training", "trains: the loss decreases, the same seed gives the same metrics")
 def check_training(name: str, task: str | None = None) -> str | None:
     """Four smoke epochs (D 10) on ``task`` (``training_task()``): the loss falls; repeatable."""
-    from harness import config, train
+    from harness import train
 
     task = task or training_task()
     cfg = config.resolve(name, task, 0, "smoke", {"epochs": "4", "hidden_size": "10"})
@@ -476,9 +477,6 @@ def iter_checks(
         UnknownNameError: no such method (with suggestions).
         ConfigError: an unknown check id.
     """
-    from harness.errors import ConfigError
-    from harness.registry import _one_line
-
     METHODS.get(name)
     unknown = sorted(set(only or []) - set(CHECKS))
     if unknown:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.config import DataIdentity
 from harness.data_fetch import MIRROR_ENV, Fetcher, extract
 from harness.data_files import (
     CorruptDataError,
@@ -50,6 +51,7 @@ from harness.data_sums import (
     verify_sha256,
 )
 from harness.errors import DataError
+from harness.registry import TASKS
 
 __all__ = [
     "MIRROR_ENV",
@@ -235,8 +237,6 @@ def status_rows(
     Status is one of ``found``, ``missing``, ``checksum mismatch``, ``corrupt``; tasks whose data
     are generated (``data_status()`` is None) are left out.
     """
-    from harness.registry import TASKS
-
     rows = []
     for name, cls in TASKS.items():
         if tasks is not None and name not in tasks:
@@ -287,9 +287,6 @@ def attach_identity(
             read), unless ``allow_unverified`` covers it.
     """
     import dataclasses
-
-    from harness.config import DataIdentity
-    from harness.registry import TASKS
 
     known: dict[tuple[str, str], DataIdentity | None] = {}
     bad: list[str] = []

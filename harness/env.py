@@ -157,6 +157,18 @@ def device_name(device: torch.device) -> str:
 _cpu = {"flush_denormal": False}
 
 
+def set_seed(seed: int) -> None:
+    """Seed python, numpy and torch (a run's model, its data order and a reference's fit)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def flush_denormals() -> bool:
     """Flush subnormal floats to zero on the CPU for this process; returns whether it can.
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.registry import load_plugins
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -108,8 +110,6 @@ def get_metric(name: str) -> Metric:
     the name as its title, no direction, printed as a plain number.
     """
     if name not in METRICS:
-        from harness.registry import load_plugins
-
         load_plugins()
     return METRICS.get(name) or Metric(name, name)
 

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import HarnessError, WriteFailed
+from harness.files import check_writable, explain, file_kind  # noqa: F401  (re-exported)
+from harness.store import DEFAULT_FILE, store_path
 
 SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it holds records
 
@@ -85,80 +87,6 @@ def refuse_overwrite(
         )
 
 
-def file_kind(path: str | os.PathLike) -> str:
-    """What an existing path is, for messages: ``a folder``, ``a character device``, ..."""
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return "unreadable"
-    for test, name in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def explain(path: str | os.PathLike, error: OSError) -> str:
-    """Why ``path`` could not be created or written, in words (for an OSError met doing so).
-
-    ``File exists`` and ``Not a directory`` from creating a folder mean that some parent of
-    ``path`` is a file: that parent is named.
-    """
-    p = Path(path)
-    if isinstance(error, (FileExistsError, NotADirectoryError)):
-        for parent in [*reversed(p.parents), p]:
-            if parent.exists() and not parent.is_dir():
-                return f"{parent} is a file, not a folder"
-    if p.exists() and not p.is_file() and not p.is_dir():
-        return f"it is {file_kind(p)}, not a regular file"
-    return error.strerror or str(error)
-
-
-def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
-    """Fail before the work, not after it, when ``path`` cannot be written.
-
-    The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
-    file is created in it and removed; an existing file is opened for appending (not changed);
-    an existing path that is neither a regular file nor (with ``directory``) a folder is refused
-    without being opened (opening a named pipe blocks). Folders this check created are removed
-    again, so a command that then stops on other bad input leaves nothing behind.
-
-    Args:
-        path: the file (or, with ``directory``, the folder) a command will write.
-        directory: ``path`` is a folder the command writes files into.
-
-    Raises:
-        HarnessError: one line naming the path and the reason.
-    """
-    p = Path(path)
-    folder = p if directory else p.parent
-    created = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
-    try:
-        if p.exists() and not (p.is_dir() if directory else p.is_file()):
-            raise HarnessError(f"cannot write {p}: it is {file_kind(p)}, not a regular file")
-        folder.mkdir(parents=True, exist_ok=True)
-        if not directory and p.exists():
-            with open(p, "a"):
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-    except OSError as e:
-        raise HarnessError(f"cannot write {p}: {explain(p, e)}") from None
-    finally:
-        for f in created:
-            with contextlib.suppress(OSError):
-                f.rmdir()
-
-
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write a generated file atomically (a temporary file beside it, renamed over it).
 
@@ -216,8 +144,6 @@ def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
     Raises:
         HarnessError: the sources lie in different places (the caller names the output).
     """
-    from harness.store import DEFAULT_FILE, store_path
-
     places = set()
     for source in sources:
         store = store_path(source)

@@ -60,18 +60,25 @@ class Registry:
 
     Args:
         kind: what the registry holds, used in messages ("method", "task").
-        plugins: look up only once the method and task packages are imported
+        plugins: look up only once the built-in packages and the plugins are imported
             (``load_plugins``); False for a registry whose entries register themselves when
             their own module is imported (the executors).
         check: called as ``check(name, obj)`` on every object before it registers; raises
             ``PluginError`` (one line) for one that cannot be what the registry holds
             (``check_method``).
+        prefix: what every key starts with (``ref:`` for the reference predictors); a class
+            registers under its kebab-case name, and its key is the prefix and the name.
     """
 
     def __init__(
-        self, kind: str, plugins: bool = True, check: Callable[[str, Any], None] | None = None
+        self,
+        kind: str,
+        plugins: bool = True,
+        check: Callable[[str, Any], None] | None = None,
+        prefix: str = "",
     ) -> None:
         self.kind = kind
+        self.prefix = prefix
         self._items: dict[str, Any] = {}
         self._plugins = plugins
         self._check = check
@@ -90,6 +97,7 @@ class Registry:
         """
         if not _KEY.match(name):
             raise ValueError(f"{self.kind} key {name!r} is not kebab-case")
+        name = self.prefix + name
 
         def deco(obj: Any) -> Any:
             old = self._items.get(name)
@@ -185,12 +193,17 @@ def check_method(name: str, obj: Any) -> None:
 
 METHODS = Registry("method", check=check_method)
 TASKS = Registry("task")
+# The reference predictors (``harness.references``): ``ref:NAME``, built in or declared by a task.
+REFERENCES = Registry("reference", prefix="ref:")
 register_method = METHODS.register
 register_task = TASKS.register
+register_reference = REFERENCES.register
 
 # The built-in packages whose modules register the methods and the tasks (their __init__ imports
 # each).
 PLUGIN_PACKAGES = {"method": "baselines", "task": "tasks"}
+# The module that registers the built-in reference predictors, imported with them.
+BUILTIN_REFERENCES = "harness.references.predictors"
 # The entry-point groups an installed plugin package declares its methods and tasks in
 # (``[project.entry-points."condrnn_harness.methods"]``); loading an entry point imports its module.
 ENTRY_POINT_GROUPS = {"method": "condrnn_harness.methods", "task": "condrnn_harness.tasks"}
@@ -229,7 +242,7 @@ def load_plugins() -> None:
         return
     _loaded = True  # before the imports: a module that looks a name up must not recurse here
     try:
-        for pkg in PLUGIN_PACKAGES.values():
+        for pkg in (*PLUGIN_PACKAGES.values(), BUILTIN_REFERENCES):
             importlib.import_module(pkg)
         _load_entry_points()
         for path in _env_paths():
@@ -481,3 +494,46 @@ def _installed_distribution(top: str) -> tuple[str, str] | None:
         except metadata.PackageNotFoundError:
             continue
     return None
+
+
+# --- a component's code: the files its digest covers ------------------------------------------
+
+
+def source_files(module: Any) -> set[str]:
+    """The source files of ``module`` and of the modules of its package it uses, transitively.
+
+    The package's ``__init__`` (which imports every module) is left out. An object of those
+    modules with a ``kernel_source_files()`` (a compiled kernel's loader, ``baselines._kernels``)
+    adds the files it names: the C++ sources the method runs. A file imported by
+    ``--include`` is a top-level module of its own: its package is its folder, whose modules it
+    uses (shared ``_*.py`` pieces) count.
+    """
+    pkg = module.__name__.partition(".")[0]
+    folder = included_folder(module.__name__)
+    seen: dict[str, Any] = {}
+    extra: set[str] = set()
+    todo = [module]
+    while todo:
+        mod = todo.pop()
+        if mod.__name__ in seen:
+            continue
+        seen[mod.__name__] = mod
+        for obj in vars(mod).values():
+            name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
+            if not isinstance(name, str) or name == pkg:
+                continue
+            other = sys.modules.get(name)
+            if name.partition(".")[0] != pkg and not _in_folder(other, folder):
+                continue
+            sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
+            if callable(sources):
+                extra.update(str(p) for p in sources())
+            if other is not None and name not in seen:
+                todo.append(other)
+    return extra | {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
+
+
+def _in_folder(module: Any, folder: Path | None) -> bool:
+    """Whether ``module`` is a file directly in ``folder`` (False when either is None)."""
+    file = getattr(module, "__file__", None)
+    return folder is not None and file is not None and Path(file).resolve().parent == folder

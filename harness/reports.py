@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
+from harness.outputs import check_writable, refuse_overwrite, write_text
 from harness.records import RunRecord
+from harness.reporting import compare as gate
+from harness.reporting import paper
+from harness.reporting.paper import NO_PYARROW, write_frame
+from harness.selection import empty_tables, parse_rule, select
+from harness.store import load, store_path
 
 
 def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
@@ -21,8 +28,6 @@ def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[s
         The records, and one line per unusable line (``FILE:N: malformed record skipped
         (why)``).
     """
-    from harness.store import load
-
     return load(sources)
 
 
@@ -54,9 +59,7 @@ def report(
     Returns:
         The paths written, and the unusable lines of the sources (the report lists them too).
     """
-    from harness.outputs import refuse_overwrite, write_text
     from harness.reporting import leaderboard as lb
-    from harness.reporting.paper import NO_PYARROW, write_frame
 
     out = Path(out)
     inputs = _inputs(sources)
@@ -64,8 +67,6 @@ def report(
         refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
     if "parquet" in formats:
         from importlib.util import find_spec
-
-        from harness.errors import HarnessError
 
         if find_spec("pyarrow") is None:
             raise HarnessError(NO_PYARROW)
@@ -115,9 +116,6 @@ def paper_report(
     Returns:
         The paths written, and the unusable lines of the sources.
     """
-    from harness.outputs import refuse_overwrite
-    from harness.reporting.paper import write_paper_report
-
     out_dir = Path(out_dir)
     records, problems = load_records(sources)
     inputs = _inputs(sources)
@@ -136,7 +134,7 @@ def paper_report(
             f"warning: --against {', '.join(absent)}: no ok record of it in these records, so no "
             "comparison with it\n"
         )
-    paths = write_paper_report(
+    paths = paper.write_paper_report(
         records,
         [str(s) for s in sources],
         out_dir,
@@ -159,7 +157,6 @@ def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
     """
     if rule is None:
         return
-    from harness.selection import empty_tables, select
 
     empty = empty_tables(records, select(records, rule)[0])
     if empty:
@@ -173,15 +170,12 @@ def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
 def _rule(select: str | None) -> Any:
     if not select:
         return None
-    from harness.selection import parse_rule
 
     return parse_rule(select)
 
 
 def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
     """The records files a report reads, as ``refuse_overwrite`` takes them."""
-    from harness.store import store_path
-
     return [("an input (records)", store_path(s)) for s in sources]
 
 
@@ -249,9 +243,6 @@ def compare(
         HarnessError: unusable lines (without ``skip_malformed``), a tolerance naming no
             measure, an output path that is an input or a store.
     """
-    from harness.outputs import check_writable, refuse_overwrite, write_text
-    from harness.reporting import compare as gate
-
     if markdown is not None:
         inputs = [("the reference (REFERENCE)", reference), ("CURRENT", current)]
         refuse_overwrite(markdown, "--markdown", inputs)

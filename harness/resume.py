@@ -16,48 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import is_reference, latest
-
-
-def _package_files(module: Any) -> set[str]:
-    """The source files of ``module`` and of the modules of its package it uses, transitively.
-
-    The package's ``__init__`` (which imports every module) is left out. An object of those
-    modules with a ``kernel_source_files()`` (a compiled kernel's loader, ``baselines._kernels``)
-    adds the files it names: the C++ sources the method runs. A file imported by
-    ``--include`` is a top-level module of its own: its package is its folder, whose modules it
-    uses (shared ``_*.py`` pieces) count.
-    """
-    from harness.registry import included_folder
-
-    pkg = module.__name__.partition(".")[0]
-    folder = included_folder(module.__name__)
-    seen: dict[str, Any] = {}
-    extra: set[str] = set()
-    todo = [module]
-    while todo:
-        mod = todo.pop()
-        if mod.__name__ in seen:
-            continue
-        seen[mod.__name__] = mod
-        for obj in vars(mod).values():
-            name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
-            if not isinstance(name, str) or name == pkg:
-                continue
-            other = sys.modules.get(name)
-            if name.partition(".")[0] != pkg and not _in_folder(other, folder):
-                continue
-            sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
-            if callable(sources):
-                extra.update(str(p) for p in sources())
-            if other is not None and name not in seen:
-                todo.append(other)
-    return extra | {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
-
-
-def _in_folder(module: Any, folder: Path | None) -> bool:
-    """Whether ``module`` is a file directly in ``folder`` (False when either is None)."""
-    file = getattr(module, "__file__", None)
-    return folder is not None and file is not None and Path(file).resolve().parent == folder
+from harness.references import REFERENCES, reference_code
+from harness.registry import METHODS, source_files
 
 
 @functools.cache
@@ -76,15 +36,11 @@ def method_code(method: str) -> str:
     Returns:
         16 hex digits of the SHA-256 of the files' names and contents.
     """
-    from harness.registry import METHODS
-
     if is_reference(method):
-        from harness.references import reference_code
-
         return reference_code(method)
     module = sys.modules[METHODS.get(method).__module__]
     h = hashlib.sha256()
-    for path in sorted(_package_files(module)):
+    for path in sorted(source_files(module)):
         h.update(Path(path).name.encode() + b"\0")
         h.update(Path(path).read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -95,9 +51,6 @@ def current_code(method: str) -> str | None:
 
     (A timing reference such as torch's fused cell has no code version of the harness's.)
     """
-    from harness.references import REFERENCES
-    from harness.registry import METHODS
-
     known = method in REFERENCES if is_reference(method) else method in METHODS
     return method_code(method) if known else None
 

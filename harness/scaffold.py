@@ -15,6 +15,7 @@ from pathlib import Path
 from string import Template
 
 from harness.errors import ConfigError
+from harness.registry import METHODS, describe_source
 
 KINDS = {
     "dense": "a gated cell that updates every unit at every step (the step loop, no skipping)",
@@ -74,8 +75,6 @@ def new_method(name: str, kind: str, out: str | Path) -> list[Path]:
             already (nothing is overwritten; nothing is written).
     """
     import importlib.util
-
-    from harness.registry import METHODS, describe_source
 
     files = render(name, kind)
     key, module, _ = names(name)

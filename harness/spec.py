@@ -13,7 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.data import attach_identity, task_row
+from harness.errors import ConfigError, DataError
+from harness.records import is_reference
+from harness.references import cannot_serve, named_outright, resolve_names, skipped_lines
+from harness.references import unserved as why_not
+from harness.registry import TASKS
+from harness.sweep import build_configs, validate, variant_labels
 
 
 @dataclass
@@ -74,9 +80,6 @@ class SweepSpec:
         grid: dict[str, Sequence[Any]] | None = None,
     ) -> SweepSpec:
         """One block from names or globs (``"METHOD,PREFIX-*,ref:*"``), as ``harness run`` does."""
-        from harness.references import named_outright, resolve_names
-        from harness.registry import TASKS
-
         block = Block(
             resolve_names(methods),
             TASKS.resolve(tasks),
@@ -156,9 +159,6 @@ def plan_sweep(
     Raises:
         HarnessError: one line naming what is wrong (exit 2 on the command line).
     """
-    from harness.data import attach_identity
-    from harness.sweep import validate, variant_labels
-
     runnable, skipped = usable_tasks(spec.named_tasks, spec.tasks(), data_dir)
     unserved: list[str] = []
     resolved = resolve_configs(spec, runnable, unserved, data_dir)
@@ -183,12 +183,6 @@ def resolve_configs(
         ConfigError: a key no selected method or task has, a bad or out-of-range value, a
             reference named outright for a task named outright that it cannot serve.
     """
-    from harness.records import is_reference
-    from harness.references import cannot_serve, skipped_lines
-    from harness.references import unserved as why_not
-    from harness.registry import TASKS
-    from harness.sweep import build_configs
-
     cfgs, seen = [], set()
     skipped: dict[str, dict[str, list[str]]] = {}  # task -> why -> references
     for b in spec.blocks:
@@ -227,10 +221,6 @@ def usable_tasks(
         DataError: a task named outright whose data are missing or corrupt (one line: why,
             and how to get them).
     """
-    from harness.data import task_row
-    from harness.errors import DataError
-    from harness.registry import TASKS
-
     named = set(named)
     runnable, skipped = [], []
     for t in tasks:

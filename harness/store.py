@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import legacy_values
+from harness.data_files import cache_dir
 from harness.errors import HarnessError, RecordError, is_disk_full
+from harness.files import check_writable, explain, file_kind
 from harness.records import REQUIRED, NotJSON, RecordProblem, RunRecord, from_json, to_json
 
 DEFAULT_FILE = "runs.jsonl"
@@ -63,8 +65,6 @@ def output_store_path(out: str | os.PathLike) -> Path:
         RecordError: ``out`` names neither: an existing file that is not ``.jsonl``, or a
             device (``/dev/null``), pipe or socket.
     """
-    from harness.outputs import file_kind
-
     p = Path(out)
     if p.suffix != ".jsonl" and p.exists() and not p.is_dir():
         raise RecordError(
@@ -163,10 +163,8 @@ class Store:
 
         Args:
             create: create the folder and the (empty) file; without it the check leaves
-                nothing behind (``harness.outputs.check_writable``).
+                nothing behind (``harness.files.check_writable``).
         """
-        from harness.outputs import check_writable, explain, file_kind
-
         if self.path.exists() and not self.path.is_file():
             raise RecordError(
                 f"cannot write results to {self.path}: it is {file_kind(self.path)}, "
@@ -447,8 +445,6 @@ def fallback_dir() -> Path:
     ``harness.data.cache_dir()`` (``$XDG_CACHE_HOME/condrnn-harness``, else
     ``~/.cache/condrnn-harness``): one cache root for everything the harness keeps.
     """
-    from harness.data import cache_dir
-
     return cache_dir() / "unwritten"
 
 

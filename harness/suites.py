@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config import DEVICES, PRESETS, accepts
 from harness.errors import ConfigError
+from harness.executors import EXECUTORS, MAX_THREADS, MAX_WORKERS
+from harness.executors.submitit import LIMITS
+from harness.records import is_reference
+from harness.references import resolve_names
+from harness.registry import PLUGIN_PACKAGES, TASKS, include
+from harness.selection import parse_rule
 
 # file key -> what it holds (for the error messages); the argparse dest is the same name
 OPTION_KEYS = {
@@ -88,8 +95,6 @@ class SweepFile:
 def suite_dir() -> Path:
     """The folder of the shipped suite files (``suites/`` in the task package's data)."""
     from importlib.resources import files
-
-    from harness.registry import PLUGIN_PACKAGES
 
     return Path(str(files(PLUGIN_PACKAGES["task"]))) / "suites"
 
@@ -184,8 +189,6 @@ def _table(value: Any, where: str, lists: bool) -> dict[str, Any]:
 
 def _option(key: str, value: Any, where: str) -> Any:
     """A top-level option checked for type and turned into what the flag's parser gives."""
-    from harness.config import DEVICES, PRESETS
-    from harness.executors import EXECUTORS
 
     def bad() -> ConfigError:
         return ConfigError(f"{where} expects {OPTION_KEYS[key]}, got {value!r}")
@@ -214,8 +217,6 @@ def _option(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} expects one of {', '.join(choices)}, got {value!r}")
         return value
     if key in ("workers", "threads", *_slurm_limits()):
-        from harness.executors import MAX_THREADS, MAX_WORKERS
-
         bounds = {"workers": (1, MAX_WORKERS), "threads": (0, MAX_THREADS), **_slurm_limits()}
         low, high = bounds[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -224,7 +225,6 @@ def _option(key: str, value: Any, where: str) -> Any:
     if key == "select":
         if not isinstance(value, str):
             raise bad()
-        from harness.selection import parse_rule
 
         parse_rule(value)  # a bad rule is one line, naming it
         return value
@@ -244,7 +244,6 @@ def _option(key: str, value: Any, where: str) -> Any:
 
 
 def _slurm_limits() -> dict[str, tuple[int, int]]:
-    from harness.executors.submitit import LIMITS
 
     return LIMITS
 
@@ -329,10 +328,6 @@ def plan(
         ConfigError: unknown names, or flags that select nothing in any part.
         PluginError: a path of the file's ``include`` that cannot be imported.
     """
-    from harness.records import is_reference
-    from harness.references import resolve_names
-    from harness.registry import TASKS, include
-
     if sweep is not None and sweep.options.get("include"):
         include(sweep.options["include"])
     top = (sweep.options.get("set", {}), sweep.options.get("grid", {})) if sweep else ({}, {})
@@ -362,8 +357,6 @@ def plan(
 
 def _taken(key: str, methods: list[str], tasks: list[str]) -> bool:
     """Whether some (method, task) pair has the override ``key``."""
-    from harness.config import accepts
-
     return any(accepts(m, t, key) for m in methods for t in tasks)
 
 

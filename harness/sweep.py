@@ -21,7 +21,9 @@ from harness.errors import (  # noqa: F401  (allocation_failure, out_of_memory: 
     out_of_memory,
 )
 from harness.metrics import mean_std
-from harness.records import flat_config, latest
+from harness.records import flat_config, is_reference, latest
+from harness.registry import METHODS
+from harness.selection import BUDGETS, nearest_variant
 
 MAX_RUNS = 100_000  # a bigger sweep is a typo, and would take minutes just to resolve
 
@@ -133,7 +135,6 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
     Raises:
         ConfigError: the first config whose task or model cannot be built, named in the message.
     """
-    from harness.records import is_reference
     from harness.train import build
 
     seen = set()
@@ -153,8 +154,6 @@ def variant_labels(cfgs: list[Any]) -> dict[str, str]:
     Three runs of one method at three lambda values are labelled ``lam=0``, ``lam=0.001``, ...;
     a method run once per seed gets an empty label.
     """
-    from harness.records import flat_config
-
     groups: dict[tuple[str, str], list[Any]] = {}
     for c in cfgs:
         groups.setdefault((c.method, c.task), []).append(c)
@@ -203,7 +202,6 @@ def fresh_costs(
         HarnessError: unknown methods or task, missing data, bad overrides or preset.
     """
     from harness.flops import model_costs
-    from harness.registry import METHODS
     from harness.train import build
 
     if batch < 1:
@@ -357,8 +355,6 @@ def match_skip(
         metric and the number of candidate variants; a (task, preset, method) none of whose
         variants recorded a test Skip % has no row.
     """
-    from harness.selection import BUDGETS, nearest_variant
-
     recs = [r for r in latest(records) if r.get("status") == "ok"]
     groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
     for r in recs:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from harness.flops import FLOPS_PER_MAC, sequence_macs
 from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
 from harness.model import SeqModel
+from harness.references.run import run_reference
 from harness.registry import METHODS, TASKS, method_source
 from harness.resume import method_code
 from harness.task import Split, Task
@@ -36,17 +36,10 @@ from harness.timing import CompileClock
 from harness.trace import pack_depth, pack_mask
 
 
-def set_seed(seed: int) -> None:
-    """Seed python, numpy and torch."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
     """Instantiate the task and a freshly initialised model (seeded by ``cfg.seed``)."""
     task = TASKS.get(cfg.task)(cfg.task_cfg, data_dir)
-    set_seed(cfg.seed)
+    env.set_seed(cfg.seed)
     model = SeqModel(METHODS.get(cfg.method), cfg.method_cfg, task, cfg.model)
     if cfg.train.compile:
         for layer in model.methods:
@@ -401,8 +394,6 @@ def run(
     scored by ``harness.references.run`` instead.
     """
     if records.is_reference(cfg.method):
-        from harness.references.run import run_reference
-
         return run_reference(cfg, data_dir)
     code = method_code(cfg.method)
     rec = records.start_record(cfg, code, method_source(cfg.method))

@@ -407,12 +407,12 @@ def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeyp
     other kernel code are stale), and asking for it builds nothing."""
     import sys
 
-    from harness import resume
+    from harness import registry, resume
 
     for f in kernels.CSRC.iterdir():
         shutil.copy(f, tmp_path / f.name)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
-    files = resume._package_files(sys.modules[EIREHN.__module__])
+    files = registry.source_files(sys.modules[EIREHN.__module__])
     assert str(tmp_path / "ei_rehn_stack.cpp") in files
     assert kernels.__file__ in files
     resume.method_code.cache_clear()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import claims as claims_mod
-from harness import records, resume
+from harness import records, registry, resume
 from harness import store as store_mod
 from harness.claims import Claims
 from harness.errors import RecordError
@@ -344,7 +344,7 @@ def test_compare_ignores_the_code_version_and_the_command_line(tmp_path, harness
 
 
 def test_the_code_version_covers_the_shared_modules_a_method_uses():
-    files = {Path(f).name for f in resume._package_files(sys.modules["baselines.gru"])}
+    files = {Path(f).name for f in registry.source_files(sys.modules["baselines.gru"])}
     assert files == {"gru.py", "_cells.py"}
     assert resume.method_code("gru") != resume.method_code("rnn")
 

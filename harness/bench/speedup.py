@@ -51,6 +51,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.bench.phases import FUSED_CELLS, fused_macs
+
 # the report is rendered in harness.bench.speedup_report; its names stay importable from here
 from harness.bench.speedup_report import COLUMNS_NOTE, speedup_markdown  # noqa: F401
 from harness.env import resolve_device
@@ -275,8 +277,6 @@ def fused_cell(cell: str, input_size: int, hidden_size: int) -> torch.nn.Module:
     One layer of ``input_size`` inputs and ``hidden_size`` units: the dense model a user would
     otherwise run.
     """
-    from harness.bench.phases import FUSED_CELLS
-
     if cell not in FUSED_CELLS:
         raise ConfigError(f"fused_cell {cell!r} is not one of {', '.join(FUSED_CELLS)}")
     return getattr(torch.nn, cell)(input_size, hidden_size, batch_first=True).eval()
@@ -405,8 +405,6 @@ def measure_one(
         extra["noskip_skip"] = achieved_skip(noskip_ref, noskip)
         paths["noskip"] = lambda: noskip.fast_forward(x)
     if cell is not None:
-        from harness.bench.phases import fused_macs
-
         name = type(cell).__name__
         alt_macs["fused"] = float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1])
         extra["fused_cell"] = name

@@ -52,6 +52,7 @@ from harness.outputs import write_text
 from harness.registry import METHODS, TASKS
 from harness.resume import current_code
 from harness.store import Store
+from harness.sweep import build_configs
 from harness.timing import summarize, time_fn
 
 # 2: references of several kinds, ratio_vs_cell, mac_ratio and target; dense_macs and cell_macs
@@ -321,8 +322,6 @@ def run_bench(
         ConfigError: a bad preset, an override no selected (method, task) pair has, or a bad
             round/thread count.
     """
-    from harness.sweep import build_configs
-
     names = METHODS.resolve(methods)
     task_names = TASKS.resolve(tasks)
     devices = env.bench_devices(device)

@@ -19,6 +19,7 @@ from harness import __version__
 from harness.cli import bench, check, compare, data, flops, listing, new, report, run, store
 from harness.cli.common import Parser
 from harness.errors import HarnessError, Interrupted
+from harness.registry import include
 
 # in the order ``harness --help`` lists them
 COMMANDS = (listing, run, report, compare, flops, bench, data, store, check, new)
@@ -60,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     old_handler = _on_sigterm(_interrupt)
     try:
         if getattr(args, "include", None):  # --include: imported when the registry loads
-            from harness.registry import include
-
             include(args.include)
         return args.func(args)
     except HarnessError as e:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import config
 from harness.cli.common import (
     add_command,
     check_writable,
@@ -33,7 +34,9 @@ from harness.cli.common import (
     threads_option,
     write_report,
 )
+from harness.env import flush_denormals, resolve_device
 from harness.errors import ConfigError
+from harness.outputs import refuse_overwrite
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
 # TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
@@ -193,7 +196,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_speedup(args, command)
     _only_for(args, SPEEDUP_ONLY, "with --speedup")
     task = require_task(args.task, "bench (without --speedup)", many=True)
-    from harness.outputs import refuse_overwrite
 
     report = Path(args.report or Path(args.out) / TIMING_REPORT)
     store = ("the timing records (--out)", Path(args.out) / "timing.jsonl")
@@ -201,7 +203,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
     check_writable(report)
 
-    from harness import config
     from harness.bench.suite import run_bench
 
     paths = run_bench(
@@ -225,8 +226,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
-    from harness.env import flush_denormals, resolve_device
-    from harness.outputs import refuse_overwrite
 
     # the one device measured on: the CPU unless --device names another (auto: CUDA if present)
     device = resolve_device(args.device or "cpu").type

@@ -11,6 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.reporting.brief import brief_tables
+from harness.selection import parse_rule
+from harness.store import load
+
 FORMATS = ("table", "md")
 
 
@@ -29,9 +33,6 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
     if (given or ("table" if stdout.is_terminal else "md")) == "md":
         print(board.read_text())
         return
-    from harness.reporting.brief import brief_tables
-    from harness.selection import parse_rule
-    from harness.store import load
 
     records, _ = load([store])
     rule = parse_rule(select) if select else None

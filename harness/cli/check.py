@@ -6,12 +6,13 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, comma_list, examples, include_option
+from harness.conformance import CHECKS, iter_checks
+from harness.registry import METHODS, TASKS, describe_source
+from harness.spec import usable_tasks
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``check`` to the ``harness`` subcommands."""
-    from harness.conformance import CHECKS
-
     s = add_command(
         subparsers,
         "check",
@@ -49,10 +50,6 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Print one line per check as it finishes; 1 when any failed."""
-    from harness.conformance import iter_checks
-    from harness.registry import METHODS, TASKS, describe_source
-    from harness.spec import usable_tasks
-
     cls = METHODS.get(args.method)  # an unknown name: one line with suggestions, exit 2
     if args.task is not None:
         TASKS.get(args.task)

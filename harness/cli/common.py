@@ -21,6 +21,11 @@ from typing import Any, NoReturn
 
 from harness.config import DEVICES, PRESETS
 from harness.errors import ConfigError
+from harness.executors import MAX_THREADS
+from harness.outputs import check_writable as check
+from harness.outputs import write_text
+from harness.registry import TASKS
+from harness.sweep import out_of_memory as oom
 
 
 class Parser(argparse.ArgumentParser):
@@ -251,8 +256,6 @@ def include_option() -> argparse.ArgumentParser:
 
 def threads_option(help: str) -> argparse.ArgumentParser:
     """``--threads N``: torch CPU threads (default 1; 0 leaves torch's default; at most 1024)."""
-    from harness.executors import MAX_THREADS
-
     return _option(
         "--threads", type=int_at_least(0, MAX_THREADS), default=1, metavar="N", help=help
     )
@@ -331,8 +334,6 @@ def require_task(task: str | None, command: str, many: bool = False) -> str:
         ConfigError: no ``--task`` (the message names the registered tasks), an unknown name, or
             a glob matching several tasks.
     """
-    from harness.registry import TASKS
-
     if not task:
         raise ConfigError(f"{command} needs --task TASK; tasks: {', '.join(TASKS.names())}")
     names = TASKS.resolve(task)
@@ -345,22 +346,16 @@ def require_task(task: str | None, command: str, many: bool = False) -> str:
 
 def write_report(path: Path, text: str) -> None:
     """Write a generated file (``harness.outputs.write_text``: atomic, never over records)."""
-    from harness.outputs import write_text
-
     write_text(path, text)
 
 
 def check_writable(path: Path, directory: bool = False) -> None:
     """``harness.outputs.check_writable``: fail before the work when ``path`` cannot be written."""
-    from harness.outputs import check_writable as check
-
     check(path, directory)
 
 
 def out_of_memory(what: str) -> contextlib.AbstractContextManager[None]:
     """``harness.sweep.out_of_memory``: an allocation failure becomes one line about ``what``."""
-    from harness.sweep import out_of_memory as oom
-
     return oom(what)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import api
 from harness.cli.common import add_command, console, examples
+from harness.reporting.compare import parse_tolerances
 
 
 def add_parser(subparsers: Any) -> None:
@@ -62,9 +64,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """
     from rich.markup import escape
     from rich.table import Table
-
-    from harness import api
-    from harness.reporting.compare import parse_tolerances
 
     res, skipped = api.compare(
         args.reference,

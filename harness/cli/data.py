@@ -6,13 +6,17 @@ import argparse
 import sys
 from typing import Any
 
+from harness import data
 from harness.cli.common import (
     add_command,
+    console,
     data_dir_option,
     examples,
     include_option,
     tasks_option,
 )
+from harness.errors import DataError
+from harness.registry import TASKS
 
 
 def add_parser(subparsers: Any) -> None:
@@ -70,13 +74,9 @@ def wide_console() -> Any:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Print (or fetch) the datasets; 2 if one asked for is missing or any is corrupt, else 0."""
-    from harness import data
-
     tasks = None
     spec = ",".join([*([args.tasks] if args.tasks else []), *args.names])
     if spec:
-        from harness.registry import TASKS
-
         tasks = TASKS.resolve(spec)
     if args.action == "fetch":
         return fetch(tasks, spec, args.data_dir, args.mirror)
@@ -115,11 +115,6 @@ def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str 
     A task named explicitly whose data cannot be downloaded (a licence) or verified is an error
     (exit 2); without names such tasks are reported and the others fetched.
     """
-    from harness import data
-    from harness.cli.common import console
-    from harness.errors import DataError
-    from harness.registry import TASKS
-
     out = console()
     root = data.data_root(data_dir)
     fetcher = data.Fetcher(root, mirror, say=lambda line: out.print(line, highlight=False))

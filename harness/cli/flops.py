@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from harness import config
 from harness.cli.common import (
     add_command,
     data_dir_option,
@@ -18,6 +19,7 @@ from harness.cli.common import (
     set_option,
     task_option,
 )
+from harness.sweep import fresh_costs
 
 
 def add_parser(subparsers: Any) -> None:
@@ -57,13 +59,10 @@ def _seq_len(row: dict[str, Any]) -> str:
 
 def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.sweep.fresh_costs``) as a table or as JSON."""
-    from harness import config
-
     task = require_task(args.task, "flops")
     overrides = config.parse_set(args.set or [])
 
     from harness.flops import UNIT_NOTE
-    from harness.sweep import fresh_costs
 
     rows = fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
     if args.json:

@@ -11,6 +11,9 @@ import sys
 from typing import Any
 
 from harness.cli.common import add_command, include_option
+from harness.executors import EXECUTORS
+from harness.references import REFERENCES, describe
+from harness.registry import METHODS, TASKS, source_of
 
 
 def add_parser(subparsers: Any) -> None:
@@ -45,8 +48,6 @@ def _first_line(obj: Any) -> str:
 
 def _plugin(cls: Any) -> str:
     """``(plugin: PACKAGE VERSION) `` or ``(--include FILE) `` for what is not built in."""
-    from harness.registry import source_of
-
     src = source_of(cls)
     where = {
         "entry-point": f"plugin: {src.get('package')} {src.get('version')}",
@@ -61,9 +62,6 @@ def print_references() -> None:
 
     Under each, what a task says of it on that task (``Task.reference_notes``).
     """
-    from harness.references import REFERENCES, describe
-    from harness.registry import TASKS
-
     print("references (not methods: non-recurrent baselines, first rows of every table):")
     for name, cls in REFERENCES.items():
         kinds = "/".join(str(k) for k in cls.kinds)
@@ -76,9 +74,6 @@ def print_references() -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the methods, tasks and/or executors, one per line with its docstring's first line."""
-    from harness.executors import EXECUTORS
-    from harness.registry import METHODS, TASKS
-
     if args.what in ("methods", "all"):
         print("methods:")
         for name, cls in METHODS.items():

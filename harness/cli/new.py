@@ -6,12 +6,12 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, examples, include_option
+from harness.conformance import training_task
+from harness.scaffold import KINDS, names, new_method
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``new`` to the ``harness`` subcommands."""
-    from harness.scaffold import KINDS
-
     s = add_command(
         subparsers,
         "new",
@@ -45,9 +45,6 @@ def add_parser(subparsers: Any) -> None:
 def cmd_new(args: argparse.Namespace) -> int:
     """Write the two files and say what to run next."""
     from pathlib import Path
-
-    from harness.conformance import training_task
-    from harness.scaffold import names, new_method
 
     paths = new_method(args.name, args.kind, args.out)
     key = names(args.name)[0]

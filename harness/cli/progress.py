@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.records import label
+from harness.resume import method_code
+from harness.selection import BUDGETS
+from harness.sweep import estimate_runs, match_skip, wall_seconds
+
 
 def fmt_duration(seconds: float) -> str:
     """A duration as a person reads it: ``0.4 s``, ``12 s``, ``3 min 20 s``, ``2 h 05 min``."""
@@ -30,8 +35,6 @@ def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int =
     With ``workers`` > 1, also the wall time on that many parallel workers
     (``harness.sweep.wall_seconds``: the runs are independent) and the longest run, its floor.
     """
-    from harness.sweep import estimate_runs, wall_seconds
-
     per_run, n = estimate_runs(todo, records)
     seconds = sum(s for s in per_run if s is not None)
     known = n["variant"] + n["method"]
@@ -194,9 +197,6 @@ def print_match_skip(
     """Per method, the swept variant with Skip % nearest ``target`` (among this sweep's runs)."""
     from rich.table import Table
 
-    from harness.selection import BUDGETS
-    from harness.sweep import match_skip
-
     ids = {c.run_id for c in cfgs}
     records = [r for r in store.read()[0] if r["run_id"] in ids]
     table = Table(title=f"variants nearest test Skip {target:g} % (test-based)")
@@ -226,8 +226,6 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
         console: the rich console.
         limit: records named per kind (the rest are counted).
     """
-    from harness.records import label
-    from harness.resume import method_code
 
     def names(recs: list[dict[str, Any]]) -> str:
         shown = [label(r) for r in recs[:limit]]

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness import api
 from harness.cli.common import (
     add_command,
     comma_list,
@@ -15,6 +16,9 @@ from harness.cli.common import (
     preset_option,
 )
 from harness.errors import HarnessError
+from harness.outputs import beside_records
+from harness.registry import METHODS, TASKS
+from harness.selection import parse_rule
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
@@ -130,8 +134,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     Malformed records are an error (exit 2) once the report is written without them.
     """
-    from harness import api
-
     sources = args.records or [DEFAULT_RECORDS]
     paper_only = (
         ("--task", args.task),
@@ -147,21 +149,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise HarnessError("--out: the leaderboard's file; --paper writes into --out-dir")
     tasks = None
     if args.task:
-        from harness.registry import TASKS
-
         tasks = TASKS.resolve(args.task)  # names and globs, as 'run --tasks' takes them
     if args.against:  # an unknown method is one line before anything is read
-        from harness.registry import METHODS
-
         for name in args.against:
             METHODS.get(name)
     if args.select:  # a bad rule is one line before anything is read
-        from harness.selection import parse_rule
-
         parse_rule(args.select)
     if not (args.out or args.out_dir):
-        from harness.outputs import beside_records
-
         board, folder = beside_records(sources)
     if not args.paper:
         paths, problems = api.report(

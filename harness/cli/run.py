@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import api, config, suites
 from harness.cli.board import FORMATS, print_board
 from harness.cli.common import (
     add_command,
@@ -25,9 +26,25 @@ from harness.cli.common import (
     tasks_option,
     threads_option,
 )
+from harness.cli.progress import (
+    SweepProgress,
+    estimate_line,
+    print_dry_run,
+    print_match_skip,
+    say_finish,
+    say_resume,
+    stopped_line,
+)
+from harness.errors import ConfigError, HarnessError, WriteFailed
 from harness.executors import EXECUTORS, MAX_WORKERS
 from harness.executors.submitit import INSTALL as SUBMITIT_INSTALL
 from harness.executors.submitit import LIMITS as SLURM_LIMITS
+from harness.outputs import leaderboard_path, refuse_overwrite
+from harness.references import named_outright
+from harness.selection import parse_rule
+from harness.suites import plan
+from harness.sweep import parse_grid
+from harness.tracking import check_log_dir
 
 # --executor submitit: (dest, metavar, help); the numbers' bounds are SLURM_LIMITS
 SLURM_FLAGS = (
@@ -237,30 +254,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         0 every run succeeded, 1 some run failed (bad input, or a write that failed and stopped
         the sweep, raises a HarnessError: one line, exit 2).
     """
-    from harness import api, config
-    from harness.cli.progress import (
-        SweepProgress,
-        estimate_line,
-        print_dry_run,
-        print_match_skip,
-        say_finish,
-        say_resume,
-        stopped_line,
-    )
-    from harness.errors import HarnessError, WriteFailed
-    from harness.outputs import leaderboard_path, refuse_overwrite
-    from harness.references import named_outright
-    from harness.suites import plan
-    from harness.sweep import parse_grid
-
     out = console()
     if args.suite == "list":
         return list_suites()
     sweep_file, given = apply_sweep_file(args)
     check_options(args)
     if args.select:  # a bad rule is refused before anything runs
-        from harness.selection import parse_rule
-
         parse_rule(args.select)
     parts = sweep_file.parts if sweep_file is not None else []
     named = ",".join(p.tasks or args.tasks for p in parts) if parts else args.tasks
@@ -287,8 +286,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         match_skip=args.match_skip,
     )
     if args.log_dir and not args.dry_run:
-        from harness.tracking import check_log_dir
-
         check_log_dir(args.log_dir)
     sweep = api.plan_sweep(spec, args.data_dir, args.allow_unverified_data)
     for note in sweep.notes:
@@ -437,9 +434,6 @@ def apply_sweep_file(args: argparse.Namespace) -> tuple[Any, set[str]]:
     Raises:
         ConfigError: both ``--config`` and ``--suite``, an unknown suite, or a bad file.
     """
-    from harness import suites
-    from harness.errors import ConfigError
-
     given = given_options(getattr(args, "parser", None), getattr(args, "argv", None))
     if args.config and args.suite:
         raise ConfigError("give --config FILE or --suite NAME, not both")
@@ -462,8 +456,6 @@ def check_options(args: argparse.Namespace) -> None:
             or with ``--slurm-gpus 0``.
     """
     import importlib.util
-
-    from harness.errors import ConfigError
 
     if args.executor not in EXECUTORS.names():
         EXECUTORS.get(args.executor)  # one line: unknown, with suggestions
@@ -501,8 +493,6 @@ def check_options(args: argparse.Namespace) -> None:
 
 def list_suites() -> int:
     """Print the shipped suites with their descriptions (``harness run --suite list``)."""
-    from harness import suites
-
     for name in suites.suite_names():
         sweep = suites.load(suites.suite_path(name))
         print(f"{name:14s} {sweep.description}")

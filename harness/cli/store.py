@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, examples
+from harness.errors import RecordError
+from harness.store import Store, store_path
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,9 +36,6 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """``check``: 0 if every line is usable, else 1; ``repair``: 0 once repaired."""
-    from harness.errors import RecordError
-    from harness.store import Store, store_path
-
     store = Store(store_path(args.path))
     if not store.path.is_file():
         raise RecordError(f"no records file at {store.path}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
-from harness.executors import (
+from harness.executors.base import (
     EpochCallback,
     ExecutorOptions,
     RunOptions,

@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
 from harness.errors import HarnessError
-from harness.executors import (
+from harness.executors.base import (
     MAX_WORKERS,
     EpochCallback,
     ExecutorOptions,

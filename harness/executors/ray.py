@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from harness.errors import HarnessError
-from harness.executors import (
+from harness.executors.base import (
     EpochCallback,
     ExecutorOptions,
     RunOptions,

@@ -41,8 +41,9 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harness.data_files import cache_dir
 from harness.errors import HarnessError, WriteFailed, is_disk_full
-from harness.executors import (
+from harness.executors.base import (
     MAX_THREADS,
     MAX_WORKERS,
     EpochCallback,
@@ -76,8 +77,6 @@ def default_folder() -> Path:
     ``$XDG_CACHE_HOME/condrnn-harness/submitit`` (else ``~/.cache/...``): outside the checkout and
     the records, and in the home directory, which the compute nodes of a cluster usually share.
     """
-    from harness.data_files import cache_dir
-
     return cache_dir() / "submitit"
 
 

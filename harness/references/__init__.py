@@ -21,21 +21,25 @@ This module imports no torch: the registry, the base class and the run config.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import fnmatch
 import functools
 import hashlib
-import importlib
-import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harness.config import (
+    MAX_SEED,
+    PRESETS,
+    DataIdentity,
+    apply_overrides,
+    build_config,
+    check_knobs,
+)
 from harness.errors import ConfigError
 from harness.records import REF_PREFIX, Identified, canonical_config, is_reference
-from harness.registry import PluginError, UnknownNameError, describe_source
+from harness.registry import METHODS, REFERENCES, TASKS, register_reference, source_files
 
 __all__ = [
     "REFERENCES",
@@ -48,9 +52,6 @@ __all__ = [
     "register_reference",
     "resolve_names",
 ]
-
-_KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-BUILTIN = "harness.references.predictors"  # the module that registers the built-in references
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,23 @@ class Reference:
             return None
         return f"for {' or '.join(str(k) for k in cls.kinds)} tasks"
 
+    @classmethod
+    def resolve_config(
+        cls, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
+    ) -> RefConfig:
+        """The run config of this reference on ``task`` (``harness.config.resolve`` asks)."""
+        return resolve(cls.name, task, seed, preset, overrides)
+
+    @classmethod
+    def config_from_dict(cls, d: dict[str, Any]) -> RefConfig:
+        """A run config of this reference from its dict (``harness.config.from_dict`` asks)."""
+        return from_dict(d)
+
+    @classmethod
+    def config_sections(cls, task: str) -> dict[str, Any]:
+        """The default config sections on ``task`` (``harness.config.default_sections`` asks)."""
+        return default_sections(cls.name, task)
+
     def fit(self, task: Any, train: Any, seed: int) -> None:
         """Fit on the training split (a ``harness.task.Split``) only."""
         raise NotImplementedError
@@ -114,86 +132,6 @@ class Reference:
         return task.finalize({k: (s, c) for k, (s, c) in stats.items()})
 
 
-class ReferenceRegistry:
-    """``ref:NAME`` -> reference class, with "did you mean" lookup and globs (``ref:*``).
-
-    Looked up, it loads the built-in references and the plugins (``harness.registry``), whose
-    task modules register the references they declare.
-    """
-
-    def __init__(self) -> None:
-        self._items: dict[str, type[Reference]] = {}
-
-    def register(self, name: str) -> Callable[[type[Reference]], type[Reference]]:
-        """Decorator registering a class as ``ref:<name>`` (``name`` kebab-case, no prefix).
-
-        Raises:
-            PluginError: the name is registered already, by another class.
-        """
-        if not _KEY.match(name):
-            raise ValueError(f"reference key {name!r} is not kebab-case")
-        key = REF_PREFIX + name
-
-        def deco(cls: type[Reference]) -> type[Reference]:
-            old = self._items.get(key)
-            if old is not None and old is not cls:
-                raise PluginError(
-                    f"reference '{key}' is registered twice: by {describe_source(old)} and by "
-                    f"{describe_source(cls)}"
-                )
-            cls.name = key
-            self._items[key] = cls
-            return cls
-
-        return deco
-
-    def _load(self) -> None:
-        from harness.registry import load_plugins
-
-        load_plugins()
-        importlib.import_module(BUILTIN)
-
-    def get(self, name: str) -> type[Reference]:
-        """The class registered as ``name``; UnknownNameError with suggestions."""
-        self._load()
-        if name in self._items:
-            return self._items[name]
-        close = difflib.get_close_matches(name, list(self._items), n=3, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise UnknownNameError(f"Unknown reference '{name}'.{hint} Available: {self._avail()}")
-
-    def _avail(self) -> str:
-        return ", ".join(sorted(self._items))
-
-    def names(self, pattern: str = f"{REF_PREFIX}*") -> list[str]:
-        """Registered names matching a glob (``ref:*``), sorted."""
-        self._load()
-        return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
-
-    def resolve(self, part: str) -> list[str]:
-        """One name or glob: the names it gives (an unknown name or an empty glob: an error)."""
-        if any(c in part for c in "*?["):
-            found = self.names(part)
-            if not found:
-                raise UnknownNameError(f"No reference matches '{part}'. Available: {self._avail()}")
-            return found
-        self.get(part)
-        return [part]
-
-    def __contains__(self, name: str) -> bool:
-        self._load()
-        return name in self._items
-
-    def items(self) -> list[tuple[str, type[Reference]]]:
-        """Every ``(name, class)``, sorted by name."""
-        self._load()
-        return sorted(self._items.items())
-
-
-REFERENCES = ReferenceRegistry()
-register_reference = REFERENCES.register
-
-
 def resolve_names(spec: str | Iterable[str]) -> list[str]:
     """Method and reference names and globs (``"all,ref:*"``), in order, repeats dropped.
 
@@ -203,8 +141,6 @@ def resolve_names(spec: str | Iterable[str]) -> list[str]:
     Raises:
         UnknownNameError: an unknown name, a glob that matches nothing, or no name at all.
     """
-    from harness.registry import METHODS
-
     parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
     out: list[str] = []
     for part in (p for p in parts if p):
@@ -269,9 +205,6 @@ def default_sections(name: str, task: str, preset: str | None = None) -> dict[st
         task: the task.
         preset: the task config is the preset's (None: the config class's defaults).
     """
-    from harness.config import build_config
-    from harness.registry import TASKS
-
     task_cls = TASKS.get(task)
     given = dict(task_cls.preset(preset).task) if preset is not None else {}
     return {
@@ -288,8 +221,6 @@ def resolve(
     Raises:
         ConfigError: an unknown preset, key or name, a value out of its declared range.
     """
-    from harness.config import MAX_SEED, PRESETS, apply_overrides, check_knobs
-
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
     owners = {"method": name, "task": task}
@@ -303,9 +234,6 @@ def resolve(
 
 def from_dict(d: dict[str, Any]) -> RefConfig:
     """Rebuild a RefConfig from ``RefConfig.to_dict()`` output (a record's config)."""
-    from harness.config import DataIdentity, build_config
-    from harness.registry import TASKS
-
     try:
         return RefConfig(
             method=d["method"],
@@ -322,8 +250,6 @@ def from_dict(d: dict[str, Any]) -> RefConfig:
 
 def unserved(cfg: RefConfig, data_dir: str | None = None) -> str | None:
     """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None."""
-    from harness.registry import TASKS
-
     return REFERENCES.get(cfg.method).serves(TASKS.get(cfg.task)(cfg.task_cfg, data_dir))
 
 
@@ -338,8 +264,6 @@ def skipped_lines(skipped: dict[str, dict[str, list[str]]]) -> list[str]:
     Args:
         skipped: task -> why (``Reference.serves``) -> the references it holds for.
     """
-    from harness.registry import TASKS
-
     lines = []
     for task, whys in skipped.items():
         kind = TASKS.get(task).kind
@@ -356,14 +280,12 @@ def reference_code(name: str) -> str:
     reference (for a task's own reference: the task's module and the modules of its package
     it uses, as ``harness.resume.method_code`` takes them).
     """
-    from harness.resume import _package_files
-
     module = sys.modules[REFERENCES.get(name).__module__]
     files = {__file__, str(Path(__file__).with_name("run.py"))}
     if module.__name__.partition(".")[0] == __name__.partition(".")[0]:
         files.add(module.__file__)
     else:
-        files |= _package_files(module)
+        files |= source_files(module)
     h = hashlib.sha256()
     for path in sorted(files):
         h.update(Path(path).name.encode() + b"\0")

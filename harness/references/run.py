@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from harness import env, records
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, failure_reason
 from harness.flops import FLOPS_PER_MAC
 from harness.references import REFERENCES, RefConfig, cannot_serve, reference_code
 from harness.registry import TASKS, source_of
@@ -31,8 +31,6 @@ def run_reference(cfg: RefConfig, data_dir: str | None = None) -> records.RunRec
         cfg: the reference run's config (``harness.references.resolve``).
         data_dir: where real-data tasks look for their files.
     """
-    from harness.errors import failure_reason
-
     cls = REFERENCES.get(cfg.method)
     rec = records.start_record(cfg, reference_code(cfg.method), source_of(cls))
     try:
@@ -48,15 +46,13 @@ def run_reference(cfg: RefConfig, data_dir: str | None = None) -> records.RunRec
 def _fit_and_score(cfg: RefConfig, data_dir: str | None, rec: Any) -> records.RunRecord:
     import torch
 
-    from harness.train import set_seed
-
     rec["env"] = env.environment(torch.device("cpu"))
     task = TASKS.get(cfg.task)(cfg.task_cfg, data_dir)
     cls = REFERENCES.get(cfg.method)
     why = cls.serves(task)
     if why is not None:
         raise ConfigError(cannot_serve(cfg.method, task, why))
-    set_seed(cfg.seed)
+    env.set_seed(cfg.seed)
     splits = task.splits(cfg.seed)
     records.describe_task(rec, task, SELECTION)
     rec["data"] = dict(splits.info)

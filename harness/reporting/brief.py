@@ -22,6 +22,7 @@ from harness.records import is_reference, latest
 from harness.reporting.references import method_cell, record_notes
 from harness.reporting.runs import variant_label
 from harness.reporting.text import arrow, column_scale, fmt_cell, scaled, seeds_cell
+from harness.selection import select as select_records
 
 
 @dataclass
@@ -53,8 +54,6 @@ def brief_tables(
         store: the records store, named in the command that adds reference predictors.
     """
     if select is not None:
-        from harness.selection import select as select_records
-
         records, _ = select_records(records, select)
     recs = [r for r in latest(records) if r.get("status") == "ok"]
     tables = []

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.metrics import get_metric, higher_is_better
+from harness.records import latest
 from harness.reporting.figstyle import (
     ONE_COLUMN,
     TWO_COLUMNS,
@@ -53,8 +54,6 @@ def curve_choice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dic
     Ok runs with a history; per method, the variant with the best mean validation primary
     metric (its records' ``val_metrics``), so the choice never looks at the test split.
     """
-    from harness.records import latest
-
     groups: dict[tuple[str, str], dict[str, dict[str, list]]] = {}
     for r in latest(records):
         if r.get("status") == "ok" and r.get("history"):

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.metrics import get_metric
+from harness.outputs import write_bytes
+from harness.registry import METHODS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -112,8 +114,6 @@ def method_style(method: str) -> dict[str, str]:
     method has its own colour (16) and pair; a name not registered gets a style past them,
     from a checksum of the name, whose pair no registered method has.
     """
-    from harness.registry import METHODS
-
     names = METHODS.names()
     if method in names:
         return style_at(names.index(method))
@@ -123,8 +123,6 @@ def method_style(method: str) -> dict[str, str]:
 
 def method_order(methods: Sequence[str]) -> list[str]:
     """Distinct methods in registry order (unregistered ones last, by name)."""
-    from harness.registry import METHODS
-
     names = METHODS.names()
     uniq = list(dict.fromkeys(methods))
     return sorted(uniq, key=lambda m: (names.index(m), "") if m in names else (len(names), m))
@@ -172,8 +170,6 @@ def save(fig: Figure, stem: Path) -> list[Path]:
     never over a records store).
     """
     import io
-
-    from harness.outputs import write_bytes
 
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     with style():

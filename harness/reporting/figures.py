@@ -37,6 +37,7 @@ import numpy as np
 
 from harness.metrics import get_metric
 from harness.records import is_reference
+from harness.registry import METHODS, UnknownNameError
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
     LINESTYLES,
@@ -182,8 +183,6 @@ def tradeoff_figure(
 
 def budget_knobs(method: str) -> tuple[str, ...]:
     """The budget knobs ``method`` declares (``Method.budget_knobs``); none if not registered."""
-    from harness.registry import METHODS, UnknownNameError
-
     try:
         return tuple(METHODS.get(method).budget_knobs)
     except UnknownNameError:

@@ -36,6 +36,7 @@ from harness.errors import HarnessError
 from harness.metrics import get_metric
 from harness.outputs import write_text
 from harness.records import is_reference, latest
+from harness.registry import TASKS
 from harness.reporting.against import against_table
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes
@@ -415,8 +416,6 @@ def one_result_notes(
 def task_differences(task: str) -> list[str]:
     """The bullets under "Differences from the paper:" in the task module's docstring."""
     import sys
-
-    from harness.registry import TASKS
 
     try:
         cls = TASKS.get(task)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.metrics import get_metric
+from harness.registry import TASKS, UnknownNameError
 from harness.reporting.figstyle import (
     MARK_COLOR,
     ONE_COLUMN,
@@ -28,6 +30,8 @@ from harness.reporting.figstyle import (
     method_style,
     style,
 )
+from harness.selection import nearest_skip, split_mean
+from harness.trace import unpack_depth, unpack_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,8 +40,6 @@ if TYPE_CHECKING:
 
 def mask_image(record: dict[str, Any]) -> np.ndarray:
     """The recorded first test sequence's update mask as ``[units, T]`` (layers stacked)."""
-    from harness.trace import unpack_mask
-
     trace = record.get("trace") or {}
     layers = [
         np.asarray(unpack_mask(rows, units), dtype=np.uint8).reshape(len(rows), units).T
@@ -51,8 +53,6 @@ def depth_image(record: dict[str, Any]) -> np.ndarray:
 
     Empty when the record holds no depth trace (the method is not depth-adaptive).
     """
-    from harness.trace import unpack_depth
-
     layers = [unpack_depth(rows).T for rows in (record.get("trace") or {}).get("first_depth", [])]
     return np.concatenate(layers, axis=0) if layers else np.zeros((0, 0), dtype=np.int64)
 
@@ -172,8 +172,6 @@ def majority_share(record: dict[str, Any]) -> float | None:
     classification (``harness.task.TaskKind``), whose primary metric is not a percentage, or
     that is not registered.
     """
-    from harness.metrics import get_metric
-    from harness.registry import TASKS, UnknownNameError
     from harness.task import TaskKind
 
     try:
@@ -211,8 +209,6 @@ def at_chance(records: list[dict[str, Any]]) -> bool:
     At chance: within ``CHANCE_MARGIN`` points above the majority class's share, or below it.
     Never for a regression or language task, nor without a validation metric.
     """
-    from harness.selection import split_mean
-
     chance = majority_share(records[0]) if records else None
     if chance is None:
         return False
@@ -303,8 +299,6 @@ def matched_budget(runs: pd.DataFrame, target: float | None = None) -> tuple[flo
         ``(target, {method: variant_id})``; a method none of whose variants recorded a Skip %
         is left out.
     """
-    from harness.selection import nearest_skip
-
     if target is None:
         means = runs.groupby("variant_id", sort=False)["skip_pct"].mean()
         skipping = means[means > 1]

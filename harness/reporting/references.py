@@ -25,8 +25,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.metrics import get_metric
-from harness.records import is_reference
+from harness.metrics import get_metric, higher_is_better
+from harness.records import is_reference, latest
+from harness.references import REFERENCES, default_sections, describe
+from harness.registry import TASKS
+from harness.reporting.runs import variant_label
 from harness.reporting.text import ci95
 
 if TYPE_CHECKING:
@@ -90,8 +93,6 @@ def row(method: str, label: str, values: Iterable[Any]) -> Row:
 
 def _bound(method: str) -> bool:
     """Whether a reference is a bound (``Reference.bound``); False when not registered here."""
-    from harness.references import REFERENCES
-
     try:
         return bool(REFERENCES.get(method).bound)
     except Exception:  # a reference this harness does not know: taken as a predictor
@@ -154,8 +155,6 @@ def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> di
     So that the references run at the table's setting: ``{field: value}`` of the fields whose
     value is the same in every ``task_cfgs`` and differs from the preset's.
     """
-    from harness.references import default_sections
-
     if not task_cfgs:
         return {}
     try:
@@ -181,8 +180,6 @@ def add_command(
 
 
 def _describe(method: str, task: str) -> str:
-    from harness.references import describe
-    from harness.registry import TASKS
 
     try:
         text = describe(method)
@@ -241,10 +238,6 @@ def record_notes(
     records: Sequence[dict[str, Any]], task: str, preset: str, store: str, brief: bool = False
 ) -> list[str]:
     """``notes`` of the (task, preset) table made of ``records`` (ok runs, latest of each run)."""
-    from harness.metrics import higher_is_better
-    from harness.records import latest
-    from harness.reporting.runs import variant_label
-
     recs = [
         r
         for r in latest(records)

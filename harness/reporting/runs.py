@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.events import derive_events
 from harness.metrics import higher_is_better
 from harness.records import flat_config, latest
 from harness.reporting.text import ci95, commit_label
@@ -137,8 +138,6 @@ def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
     A record made before events were recorded gives the training-loss spikes of its history
     (``harness.events.derive_events``).
     """
-    from harness.events import derive_events
-
     return list(derive_events(rec))
 
 

@@ -35,6 +35,7 @@ from harness.reporting.text import (
     scaled,
     seeds_cell,
 )
+from harness.selection import split_mean
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,8 +173,6 @@ def reference(agg: pd.DataFrame, primary: str, higher: bool) -> tuple[int, str]:
     mean, labelled as such: a test number then chose it, so it is for display only. ``-1`` for
     a table without a finite primary metric.
     """
-    from harness.selection import split_mean
-
     if not len(agg) or not agg[primary].notna().any():
         return -1, ""
     top = int(agg["seeds"].max())

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from harness import env
 from harness.metrics import get_metric
 
 
@@ -194,9 +195,7 @@ def fmt_p(p: float | None) -> str:
 
 def rendering_commit() -> str:
     """The harness commit that renders a report: ``abcdef1234`` (clean), ``+dirty``, or unknown."""
-    from harness.env import git_state
-
-    sha, dirty = git_state()
+    sha, dirty = env.git_state()
     return "an unknown commit" if sha is None else f"{sha[:10]}{'+dirty' if dirty else ' (clean)'}"
 
 

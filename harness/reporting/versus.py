@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from harness.config import resolve
 from harness.errors import HarnessError
 from harness.metrics import get_metric
 from harness.records import flat_config
@@ -35,6 +36,8 @@ from harness.reporting.tables import (
 )
 from harness.reporting.text import scaled, seeds_cell
 from harness.selection import Rule, choose
+from harness.suites import load, plan, suite_names, suite_path
+from harness.sweep import build_configs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,8 +89,6 @@ def config_fields(method: str, task: str) -> frozenset[str]:
 
     A table setting that only some of its methods have (EI-REHN's ``dz``) keys only their rows.
     """
-    from harness.config import resolve
-
     try:
         return frozenset(flat_config({"config": resolve(method, task, 0, "smoke").to_dict()}))
     except HarnessError:
@@ -245,8 +246,6 @@ def row_command(
         if found:
             return found
     try:
-        from harness.config import resolve
-
         default = flat_config({"config": resolve(row.method, task, 0, preset).to_dict()})
     except Exception:  # an unknown method, task or preset: every value as a flag
         default = {}
@@ -263,8 +262,6 @@ def suite_command(
     the values of ``key`` that the suite sweeps; it is returned only if the runs it resolves to
     (seed 0, nothing built, no data read) include one with every value of ``key``.
     """
-    from harness.suites import suite_names
-
     for name in suite_names():
         cmd = _suite_runs(name, task, preset, method, tuple(sorted(key.items())), tuple(knobs))
         if cmd:
@@ -276,10 +273,6 @@ def suite_command(
 def _suite_runs(
     name: str, task: str, preset: str, method: str, key: tuple, knobs: tuple
 ) -> str | None:
-    from harness.errors import HarnessError
-    from harness.records import flat_config
-    from harness.suites import load, plan, suite_path
-    from harness.sweep import build_configs
 
     try:
         sweep = load(suite_path(name))

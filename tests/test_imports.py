@@ -1,0 +1,145 @@
+"""The import graph of harness/, baselines/ and tasks/: no cycles, and no import of a project
+module inside a function unless it defers a heavy dependency (and is listed in ``DEFERRED``).
+
+The graph holds every import of a project module, at module level (a ``TYPE_CHECKING`` block
+included) and inside functions, so a cycle kept alive by an import inside a function is still
+a cycle here. An import inside a function is allowed only to keep a light module light: the
+command line's parser (``tests/test_cli_parser.py``), the data layer, the environment and the
+reports must not load torch (or pandas, matplotlib) until a command needs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "baselines", "tasks")
+
+# importer -> imported: the heavy dependency the import inside a function defers (what the
+# imported module loads and the importer does not).
+DEFERRED = {
+    ("harness.cli.bench", "harness.bench.speedup"): "torch",
+    ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
+    ("harness.cli.bench", "harness.bench.suite"): "torch",
+    ("harness.cli.common", "harness.checkpoint"): "torch",
+    ("harness.cli.flops", "harness.flops"): "torch",
+    ("harness.conformance", "harness.bench.speedup"): "torch",
+    ("harness.conformance", "harness.flops"): "torch",
+    ("harness.conformance", "harness.method"): "torch",
+    ("harness.conformance", "harness.task"): "torch",
+    ("harness.conformance", "harness.train"): "torch",
+    ("harness.executors.base", "harness.train"): "torch",
+    ("harness.reporting.paper", "harness.reporting.figures"): "numpy and matplotlib",
+    ("harness.reporting.patterns", "harness.task"): "torch",
+    ("harness.reporting.references", "harness.reporting.figstyle"): "numpy and matplotlib",
+    ("harness.registry", "harness.method"): "torch",
+    ("harness.reporting.text", "harness.flops"): "torch",
+    ("harness.reports", "harness.reporting.figures"): "numpy and matplotlib",
+    ("harness.reports", "harness.reporting.leaderboard"): "pandas",
+    ("harness.sweep", "harness.flops"): "torch",
+    ("harness.sweep", "harness.train"): "torch",
+}
+
+
+def _modules() -> dict[str, Path]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    out = {}
+    for p in files:
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _targets(node: ast.AST, module: str, is_package: bool, mods: dict) -> set[str]:
+    """The project modules an import statement loads (a package's submodules by name)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in mods}
+    base = node.module or ""
+    if node.level:
+        up = (module if is_package else module.rpartition(".")[0]).split(".")
+        up = up[: len(up) - (node.level - 1)]
+        base = ".".join(up + ([base] if base else []))
+    subs = {f"{base}.{a.name}" for a in node.names} & mods.keys()
+    names_left = any(f"{base}.{a.name}" not in mods for a in node.names)
+    return subs | ({base} if base in mods and names_left else set())
+
+
+def import_graph() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
+    """Every project module's imports of project modules, and those made inside functions."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    inside: set[tuple[str, str]] = set()
+    for m, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_function = {
+            id(n)
+            for f in ast.walk(tree)
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(f)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            found = _targets(node, m, path.name == "__init__.py", mods) - {m}
+            graph[m] |= found
+            if id(node) in in_function:
+                inside |= {(m, t) for t in found}
+    return graph, inside
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_project_has_no_import_cycle():
+    graph, _ = import_graph()
+    assert cycles(graph) == []
+
+
+def test_a_project_module_is_imported_inside_a_function_only_to_defer_a_heavy_dependency():
+    _, inside = import_graph()
+    unlisted = sorted(inside - DEFERRED.keys())
+    assert not unlisted, (
+        "imports inside functions that are not in DEFERRED (move them to the module top; if "
+        f"one must defer a heavy dependency, list it with the dependency): {unlisted}"
+    )
+    stale = sorted(DEFERRED.keys() - inside)
+    assert not stale, f"DEFERRED lists imports that are no longer made inside a function: {stale}"
+
+
+def test_the_cycle_finder_finds_a_cycle_through_an_import_inside_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
