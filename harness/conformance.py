@@ -120,11 +120,7 @@ def _close(what: str, got: Any, want: Any, rtol: float = 0.0, atol: float = 0.0)
 
 @_check("config", "config: declared knobs, serialised and read back")
 def check_config(name: str) -> str | None:
-    """Static parts as registered; fields declared with ``knob``, defaults in bounds; JSON trip.
-
-    The static parts are what registration checks (``harness.method.missing_parts``); booleans
-    need no bounds.
-    """
+    """Static parts (``harness.method.missing_parts``); knobs (not booleans) in bounds; JSON."""
     import typing
 
     from harness.method import missing_parts

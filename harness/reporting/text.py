@@ -202,8 +202,8 @@ def rendering_commit() -> str:
 def selection_rules(records: Sequence[dict[str, Any]]) -> str:
     """The records' selection rules, each naming its tasks unless every task of them has it.
 
-    For example ``test metrics at the epoch with the lowest validation mse (tasks adding,
-    synthetic); test metrics at the epoch with the lowest validation perplexity (task ptb)``.
+    For example ``test metrics at the epoch with the lowest validation mse (tasks A, B); test
+    metrics at the epoch with the lowest validation perplexity (task C)``.
     """
     tasks: dict[str, set[str]] = {}
     for r in records:
