@@ -19,7 +19,6 @@ every gradient, the gate's edge cases included).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import torch
@@ -27,30 +26,12 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from baselines._ei_rehn_stack import cpu_kernel
-from baselines._kernels import CSRC, build_key, ei_rehn_stack_kernel, ei_rehn_stack_kernel_status
-from harness.data import cache_dir
+from baselines._kernels import ei_rehn_stack_kernel
 
 
 def step_kernel(*tensors: Tensor) -> Any:
     """The kernel where it can run a step on these tensors, else None (``cpu_kernel``)."""
-    return cpu_kernel(tensors, _load_saying_so)
-
-
-def _load_saying_so() -> Any:
-    """``ei_rehn_stack_kernel()``, saying on stderr first when that compiles it (30-60 s).
-
-    That is once per machine and CPU: the build leaves its binary in the cache dir, where
-    ``baselines._kernels`` (``_load``) finds it again. (The announcement is here, not there: an edit
-    of ``_kernels.py`` would change SA-RNN's and VC-RNN's code version.)
-    """
-    if ei_rehn_stack_kernel_status().state == "not tried":
-        from torch.utils.cpp_extension import LIB_EXT
-
-        key = build_key(CSRC / "ei_rehn_stack.cpp")
-        build = cache_dir() / "kernels" / f"ei_rehn_stack-{key}"
-        if not (build / f"harness_ei_rehn_stack_{key}{LIB_EXT}").exists():
-            print(f"building the fused EI-REHN kernel (once, cached in {build})", file=sys.stderr)
-    return ei_rehn_stack_kernel()
+    return cpu_kernel(tensors, ei_rehn_stack_kernel)
 
 
 def fused_step(

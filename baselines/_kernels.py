@@ -53,6 +53,7 @@ import hashlib
 import os
 import platform
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,18 +153,25 @@ def _status(loader: Any, stem: str) -> KernelStatus:
     return KernelStatus("not tried")
 
 
-def _load(stem: str, label: str) -> tuple[Any, KernelStatus]:
+def _load(stem: str, label: str, announce: str | None = None) -> tuple[Any, KernelStatus]:
     """Build (or find built) and load ``csrc/<stem>.cpp``: ``(module, status)``; the module is
-    None where it cannot be built (with a warning naming ``label``) or kernels are disabled."""
+    None where it cannot be built (with a warning naming ``label``) or kernels are disabled.
+
+    With ``announce`` (the kernel's name), a build that compiles (no binary in the cache yet: the
+    first on a machine and CPU, 30-60 s) is said first on stderr, in one line."""
     if os.environ.get("HARNESS_NO_KERNELS"):
         return None, KernelStatus("unavailable", DISABLED)
     try:
-        from torch.utils.cpp_extension import load
+        from torch.utils.cpp_extension import LIB_EXT, load
 
         source = CSRC / f"{stem}.cpp"
         key = build_key(source)
         build = cache_dir() / "kernels" / f"{stem}-{key}"
         build.mkdir(parents=True, exist_ok=True)
+        if announce and not (build / f"harness_{stem}_{key}{LIB_EXT}").exists():
+            print(
+                f"building the fused {announce} kernel (once, cached in {build})", file=sys.stderr
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = load(
@@ -227,7 +235,7 @@ def ei_rehn_stack_kernel() -> Any:
     """The compiled EI-REHN training kernel (``forward``, ``backward``: ``_Stack``'s, see
     ``baselines._ei_rehn_stack``; ``step_forward``, ``step_backward``: the whole step, see
     ``baselines._ei_rehn_fused``), or None where it cannot be built."""
-    mod, _last["ei_rehn_stack"] = _load("ei_rehn_stack", "EI-REHN stack")
+    mod, _last["ei_rehn_stack"] = _load("ei_rehn_stack", "EI-REHN stack", announce="EI-REHN")
     return mod
 
 
