@@ -1,7 +1,7 @@
-"""What a path is and whether it can be written, in words.
+"""What a path is and whether it can be written, in words; writing a file whole or not at all.
 
 The file-system facts beneath the records store (``harness.store``) and the commands' outputs
-(``harness.outputs``).
+(``harness.outputs``), and the one atomic write both use (``write_atomically``).
 """
 
 from __future__ import annotations
@@ -85,3 +85,39 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
         for f in created:
             with contextlib.suppress(OSError):
                 f.rmdir()
+
+
+def write_atomically(path: Path, data: bytes, mode: int | None, durable: bool = False) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    A reader never sees half a file, and a write that fails (or is interrupted) leaves the old
+    one; the temporary file is removed.
+
+    Args:
+        path: the file; its folder exists.
+        data: the new content.
+        mode: the file's permission bits (None: the temporary file's, 0600).
+        durable: fsync the file before the rename and the folder after it, so that both reach
+            the disk (the records store's rewrites and the claims).
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        with contextlib.suppress(OSError):  # the rename itself reaches the disk
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)

@@ -16,12 +16,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import HarnessError, WriteFailed
-from harness.files import check_writable, explain, file_kind  # noqa: F401  (re-exported)
+from harness.files import (  # noqa: F401  (re-exported)
+    check_writable,
+    explain,
+    file_kind,
+    write_atomically,
+)
 from harness.store import DEFAULT_FILE, store_path
 
 SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it holds records
@@ -101,23 +105,10 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     refuse_overwrite(p, "output")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        # the mode the file had, else what open() would give
+        write_atomically(p, data, p.stat().st_mode if p.exists() else 0o666 & ~_umask())
     except OSError as e:
         raise WriteFailed(p, e) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        with contextlib.suppress(OSError):  # the mode the file had, else what open() would give
-            os.chmod(tmp, p.stat().st_mode & 0o7777 if p.exists() else 0o666 & ~_umask())
-        os.replace(tmp, p)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise WriteFailed(p, e) from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _umask() -> int:

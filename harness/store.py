@@ -35,7 +35,7 @@ from typing import Any
 from harness.config import legacy_values
 from harness.data_files import cache_dir
 from harness.errors import HarnessError, RecordError, is_disk_full
-from harness.files import check_writable, explain, file_kind
+from harness.files import check_writable, explain, file_kind, write_atomically
 from harness.records import REQUIRED, NotJSON, RecordProblem, RunRecord, from_json, to_json
 
 DEFAULT_FILE = "runs.jsonl"
@@ -339,8 +339,8 @@ class Store:
             )
             kept = b"".join(line.raw for line in lines if not line.problem)
             try:
-                _write_durably(side, rejected, mode=None)
-                _write_durably(self.path, kept, mode=self.path.stat().st_mode)
+                write_atomically(side, rejected, None, durable=True)
+                write_atomically(self.path, kept, self.path.stat().st_mode, durable=True)
             except OSError as e:
                 raise RecordError(f"cannot repair {self.path}: {e.strerror or e}") from None
             res.moved = [(line.number, line.problem or "") for line in bad]
@@ -361,29 +361,6 @@ def _signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _write_durably(path: Path, data: bytes, mode: int | None) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync, and rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # the rename itself reaches the disk
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 # --- the claims side file (``harness.claims``), read and written under the store's lock --------
@@ -416,7 +393,7 @@ def write_claims(path: Path, claims: dict[str, dict[str, Any]]) -> None:
         return
     data = "".join(json.dumps(c, sort_keys=True) + "\n" for c in claims.values()).encode()
     try:
-        _write_durably(path, data, mode=None)
+        write_atomically(path, data, None, durable=True)
     except OSError as e:
         if not is_disk_full(e) or not path.is_file() or path.stat().st_size < len(data):
             raise

@@ -21,6 +21,7 @@ from harness import records, registry, resume
 from harness import store as store_mod
 from harness.claims import Claims
 from harness.errors import RecordError
+from harness.files import write_atomically
 from harness.records import validate as validate_record
 from harness.store import Store
 
@@ -162,7 +163,7 @@ def test_an_append_waiting_on_a_repair_goes_to_the_repaired_store(tmp_path):
         time.sleep(0.3)
         assert not repaired.is_set()
         lines = store.lines()
-        store_mod._write_durably(path, b"".join(x.raw for x in lines if not x.problem), None)
+        write_atomically(path, b"".join(x.raw for x in lines if not x.problem), None, True)
     t.join(10)
     assert repaired.is_set()
     recs, problems = store.read()
@@ -370,3 +371,37 @@ def test_sigterm_ends_a_command_like_ctrl_c_with_143(harness, monkeypatch):
 def test_records_are_validated_on_append_only_for_required_keys(tmp_path):
     with pytest.raises(RecordError, match="lacks required keys"):
         Store(tmp_path / "r.jsonl").append({"run_id": "x"})
+
+
+def test_the_one_atomic_write_keeps_modes_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """``harness.files.write_atomically``, under the store's rewrites and every generated file:
+    the mode asked for (a generated file keeps its own, a new one gets what open() gives), and a
+    write that fails leaves the old file and no temporary file beside it."""
+    from harness.outputs import write_text
+
+    board = tmp_path / "LEADERBOARD.md"
+    board.write_text("old\n")
+    board.chmod(0o640)
+    write_text(board, "new\n")
+    assert board.read_text() == "new\n" and board.stat().st_mode & 0o777 == 0o640
+    fresh = tmp_path / "fresh.md"
+    write_text(fresh, "x\n")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~mask
+    claims = tmp_path / "s.jsonl.claims"
+    write_atomically(claims, b"{}\n", None, durable=True)
+    assert claims.read_bytes() == b"{}\n" and claims.stat().st_mode & 0o777 == 0o600
+
+    def no_rename(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_rename)
+    with pytest.raises(OSError):
+        write_atomically(board, b"lost\n", 0o640)
+    assert board.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "LEADERBOARD.md",
+        "fresh.md",
+        "s.jsonl.claims",
+    ]
