@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import functools
+import hashlib
 import importlib
 import os
 import re
@@ -537,3 +538,12 @@ def _in_folder(module: Any, folder: Path | None) -> bool:
     """Whether ``module`` is a file directly in ``folder`` (False when either is None)."""
     file = getattr(module, "__file__", None)
     return folder is not None and file is not None and Path(file).resolve().parent == folder
+
+
+def code_digest(files: Iterable[str]) -> str:
+    """A component's code version: 16 hex digits of the SHA-256 of its files' names and contents."""
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(Path(path).name.encode() + b"\0")
+        h.update(Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]

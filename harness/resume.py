@@ -8,16 +8,14 @@ record was made by other code of their method.
 from __future__ import annotations
 
 import functools
-import hashlib
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness.records import is_reference, latest
 from harness.references import REFERENCES, reference_code
-from harness.registry import METHODS, source_files
+from harness.registry import METHODS, code_digest, source_files
 
 
 @functools.cache
@@ -39,11 +37,7 @@ def method_code(method: str) -> str:
     if is_reference(method):
         return reference_code(method)
     module = sys.modules[METHODS.get(method).__module__]
-    h = hashlib.sha256()
-    for path in sorted(source_files(module)):
-        h.update(Path(path).name.encode() + b"\0")
-        h.update(Path(path).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return code_digest(source_files(module))
 
 
 def current_code(method: str) -> str | None:

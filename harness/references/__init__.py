@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,7 +38,14 @@ from harness.config import (
 )
 from harness.errors import ConfigError
 from harness.records import REF_PREFIX, Identified, canonical_config, is_reference
-from harness.registry import METHODS, REFERENCES, TASKS, register_reference, source_files
+from harness.registry import (
+    METHODS,
+    REFERENCES,
+    TASKS,
+    code_digest,
+    register_reference,
+    source_files,
+)
 
 __all__ = [
     "REFERENCES",
@@ -286,8 +292,4 @@ def reference_code(name: str) -> str:
         files.add(module.__file__)
     else:
         files |= source_files(module)
-    h = hashlib.sha256()
-    for path in sorted(files):
-        h.update(Path(path).name.encode() + b"\0")
-        h.update(Path(path).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return code_digest(files)
