@@ -57,6 +57,7 @@ __all__ = [
     "is_reference",
     "register_reference",
     "resolve_names",
+    "role",
 ]
 
 
@@ -161,6 +162,21 @@ def named_outright(spec: str | Iterable[str]) -> set[str]:
     """The names a ``--methods`` or ``--tasks`` value gives outright (not a glob, not ``all``)."""
     parts = spec.split(",") if isinstance(spec, str) else list(spec)
     return {p.strip() for p in parts if p.strip() and not any(c in p for c in "*?[")} - {"all"}
+
+
+def role(method: Any) -> str:
+    """How a report places a record's row: ``"method"``, ``"reference"`` or ``"bound"``.
+
+    The one place that decides whether a name is a reference predictor: a report asks, and puts
+    reference rows first, judges the methods against the predictors and never against a bound
+    (``Reference.bound``). A reference this harness does not have registered is a predictor.
+    """
+    if not is_reference(method):
+        return "method"
+    try:
+        return "bound" if REFERENCES.get(method).bound else "reference"
+    except Exception:  # a reference this harness does not know: taken as a predictor
+        return "reference"
 
 
 def describe(name: str) -> str:
