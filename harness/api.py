@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.claims import SweepStore
+from harness.config import legacy_values
 from harness.errors import DISK_FULL_NOTE, WriteFailed
 from harness.executors import Executor, ExecutorOptions, RunOptions, make_executor
 from harness.records import RunRecord
@@ -160,7 +161,7 @@ def open_store(out: str | Path | Store, create: bool = True) -> Store:
         RecordError: a path that cannot be a store (a device, below a file, not writable) or an
             existing file that holds something other than records.
     """
-    store = out if isinstance(out, Store) else Store(output_store_path(out))
+    store = out if isinstance(out, Store) else Store(output_store_path(out), legacy_values)
     store.check_writable(create=create)
     store.check_target()
     return store

@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 
 from harness.errors import DataError
+from harness.files import cache_dir
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
@@ -30,12 +31,6 @@ def data_root(data_dir: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return cache_dir() / "data"
-
-
-def cache_dir() -> Path:
-    """The per-user cache directory of the harness (also used for derived, cached data)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "condrnn-harness"
 
 
 class MissingDataError(DataError):

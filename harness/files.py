@@ -15,6 +15,12 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 
+def cache_dir() -> Path:
+    """The per-user cache directory of the harness: derived data, sums, unwritten records."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "condrnn-harness"
+
+
 def file_kind(path: str | os.PathLike) -> str:
     """What an existing path is, for messages: ``a folder``, ``a character device``, ..."""
     try:

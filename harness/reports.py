@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.config import legacy_values
 from harness.errors import HarnessError
 from harness.outputs import check_writable, refuse_overwrite, write_text
 from harness.records import RunRecord
@@ -28,7 +29,7 @@ def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[s
         The records, and one line per unusable line (``FILE:N: malformed record skipped
         (why)``).
     """
-    return load(sources)
+    return load(sources, legacy_values)
 
 
 def report(

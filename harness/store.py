@@ -32,11 +32,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.config import legacy_values
-from harness.data_files import cache_dir
 from harness.errors import HarnessError, RecordError, is_disk_full
-from harness.files import check_writable, explain, file_kind, write_atomically
-from harness.records import REQUIRED, NotJSON, RecordProblem, RunRecord, from_json, to_json
+from harness.files import cache_dir, check_writable, explain, file_kind, write_atomically
+from harness.records import (
+    REQUIRED,
+    Legacy,
+    NotJSON,
+    RecordProblem,
+    RunRecord,
+    from_json,
+    to_json,
+)
 
 DEFAULT_FILE = "runs.jsonl"
 APPEND_RETRY_DELAYS_S = (0.5, 2.0, 5.0)  # waits before each retry of a failed append
@@ -91,13 +97,14 @@ class Line:
     problem: str | None = None
 
 
-def parse_lines(data: bytes, complete: bool = True) -> list[Line]:
+def parse_lines(data: bytes, complete: bool = True, legacy: Legacy | None = None) -> list[Line]:
     """Split a store's bytes into checked lines.
 
     Args:
         data: the file's bytes (or its beginning).
         complete: whether ``data`` is the whole file (a last line without a newline is then
             torn; otherwise it is just cut by the read and is left out).
+        legacy: migrates the records read, as in ``Store``.
 
     Returns:
         Every line, blank ones included (with neither record nor problem).
@@ -117,7 +124,7 @@ def parse_lines(data: bytes, complete: bool = True) -> list[Line]:
             continue
         torn = " (the last line has no newline: a writer was killed or the disk filled)"
         try:
-            line.record = from_json(part, legacy_values)
+            line.record = from_json(part, legacy)
         except NotJSON as e:
             line.problem = str(e) + (torn if last else "")
         except RecordProblem as e:
@@ -145,10 +152,14 @@ class Store:
 
     Args:
         path: the ``.jsonl`` file (created on first append with its parent directories).
+        legacy: the declared legacy values of the config fields added since a record was written
+            (``harness.config.legacy_values``, passed by the layer that knows the configs): read
+            records are migrated with them (``harness.records.migrate``). None: read as written.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, legacy: Legacy | None = None) -> None:
         self.path = Path(path)
+        self.legacy = legacy
 
     @property
     def claims_path(self) -> Path:
@@ -294,7 +305,7 @@ class Store:
             return []
         except OSError as e:
             raise RecordError(f"cannot read {self.path}: {e.strerror or e}") from None
-        return parse_lines(data)
+        return parse_lines(data, legacy=self.legacy)
 
     def read(self) -> tuple[list[RunRecord], list[str]]:
         """All usable records in file order, and one message per unusable line."""
@@ -419,7 +430,7 @@ def drop_claims(path: Path, run_ids: set[str]) -> None:
 def fallback_dir() -> Path:
     """Where records that could not be appended are kept: the harness's cache, ``unwritten/``.
 
-    ``harness.data.cache_dir()`` (``$XDG_CACHE_HOME/condrnn-harness``, else
+    ``harness.files.cache_dir()`` (``$XDG_CACHE_HOME/condrnn-harness``, else
     ``~/.cache/condrnn-harness``): one cache root for everything the harness keeps.
     """
     return cache_dir() / "unwritten"
@@ -459,14 +470,19 @@ def save_unwritten(record: dict[str, Any], store: Path, into: Path | None = None
     )
 
 
-def load(paths: Iterable[str | os.PathLike]) -> tuple[list[RunRecord], list[str]]:
-    """Records and problems from several stores (files or ``--out`` directories)."""
+def load(
+    paths: Iterable[str | os.PathLike], legacy: Legacy | None = None
+) -> tuple[list[RunRecord], list[str]]:
+    """Records and problems from several stores (files or ``--out`` directories).
+
+    ``legacy`` migrates what is read, as in ``Store``.
+    """
     records, problems = [], []
     for p in paths:
         path = store_path(p)
         if not path.exists():
             raise RecordError(f"no records file at {path}")
-        r, pr = Store(path).read()
+        r, pr = Store(path, legacy).read()
         records += r
         problems += pr
     return records, problems

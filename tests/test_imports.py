@@ -143,3 +143,19 @@ def test_the_cycle_finder_finds_a_cycle_through_an_import_inside_a_function():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# The bottom layer: the records, the store and its claims, the file-system facts and the errors.
+PERSISTENCE = {"harness.errors", "harness.files", "harness.records", "harness.store", "harness.claims"}
+
+
+def test_persistence_sits_at_the_bottom_and_imports_no_config_data_or_registry():
+    graph, _ = import_graph()
+    for module in sorted(PERSISTENCE):
+        reached, todo = set(), [module]
+        while todo:
+            for m in graph[todo.pop()] - reached:
+                reached.add(m)
+                todo.append(m)
+        above = sorted(reached - PERSISTENCE - {"harness"})
+        assert not above, f"{module} imports {above}: persistence imports only persistence"

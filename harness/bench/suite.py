@@ -338,7 +338,7 @@ def run_bench(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl, md = out / "timing.jsonl", Path(report)
-    store = Store(jsonl)
+    store = Store(jsonl, config.legacy_values)
     store.check_writable()
     say = progress or (lambda line: None)
     skipped: dict[str, int] = {}

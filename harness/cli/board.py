@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.config import legacy_values
 from harness.reporting.brief import brief_tables
 from harness.selection import parse_rule
 from harness.store import load
@@ -34,7 +35,7 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
         print(board.read_text())
         return
 
-    records, _ = load([store])
+    records, _ = load([store], legacy_values)
     rule = parse_rule(select) if select else None
     none = "no run finished ok: no table"
     if rule and any(r.get("status") == "ok" for r in records):

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, examples
+from harness.config import legacy_values
 from harness.errors import RecordError
 from harness.store import Store, store_path
 
@@ -36,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """``check``: 0 if every line is usable, else 1; ``repair``: 0 once repaired."""
-    store = Store(store_path(args.path))
+    store = Store(store_path(args.path), legacy_values)
     if not store.path.is_file():
         raise RecordError(f"no records file at {store.path}")
     if args.action == "check":

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.config import legacy_values
 from harness.errors import HarnessError
 from harness.metrics import DEFAULT_TOLERANCE, get_metric
 from harness.records import latest
@@ -257,7 +258,7 @@ def load_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     A line is unreadable when it is not JSON (a torn last line) or fails
     ``harness.records.validate`` (missing or ill-typed keys, an unknown schema version).
     """
-    return load([path])
+    return load([path], legacy_values)
 
 
 def load_strict(path: str) -> list[dict[str, Any]]:
