@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness.components.method import StepCost
 from harness.errors import ConfigError
-from harness.method import StepCost
 
 GRU_FORMS = ("after", "before")
 """Where the GRU's reset gate acts: ``after`` the recurrent matmul (default, docs/methods.md 2.3

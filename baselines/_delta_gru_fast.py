@@ -22,7 +22,7 @@ from torch import Tensor
 from baselines._cells import cached_pack
 from baselines._kernels import on_cpu
 from baselines._sparse import addmm_read_columns, bisect_level
-from harness.method import Method, SeqOut
+from harness.components.method import Method, SeqOut
 
 
 def pack(model: Method) -> tuple[Tensor, Tensor]:

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from baselines._highway import BIAS_BOUND, INIT_BOUND_MAX, run_sequence
-from harness.config import MAX_LAYERS, MAX_PENALTY, check_knobs, knob
-from harness.method import Method, SeqOut, StepOut
+from harness.components.config import MAX_LAYERS, MAX_PENALTY, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepOut
 
 ALPHA_HAT_INIT = -3.0  # [DECISION] docs/methods.md 2.14(g): alpha = softplus(-3) = 0.049
 BETA_HAT_INIT = 3.0  # beta = sigmoid(3) = 0.953

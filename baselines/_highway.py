@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.config import MAX_LAYERS, check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
+from harness.components.config import MAX_LAYERS, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
 
 TRANSFORM_BIAS = -2.0  # RHN transform-gate bias, rhn_train.py PTB value (docs/methods.md 2.10)
 HSG_GATE_BIAS = -2.0  # [DECISION] docs/methods.md 2.11: the seed's value was lost; closed at start

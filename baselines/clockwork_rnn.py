@@ -46,10 +46,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_lerp
-from harness.config import MAX_WIDTH, check_knobs, knob
+from harness.components.config import MAX_WIDTH, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 from harness.errors import ConfigError
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
 
 _MAX_PERIOD = 2**62  # periods are int64
 

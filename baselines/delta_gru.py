@@ -90,9 +90,9 @@ from torch import Tensor, nn
 
 import baselines._delta_gru_fast as _delta_gru_fast
 from baselines._cells import GRUWeights, gru_macs_per_unit
-from harness.config import MAX_PENALTY, check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 # (x^ [B, V], h [B, D], h^ [B, D], M [B, 3D] (r, z: input and state part; n: input part, bias
 # included), M_nh [B, D] (the state part of n)), as the code's (x_p, h, h_p, dm, dm_nh).

@@ -85,9 +85,9 @@ import torch
 from torch import Tensor, nn
 
 from baselines._sparse import addmm_read_columns, bisect_level
-from harness.config import MAX_PENALTY, check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 # (c_{t-1} [B, D], y_{t-1} [B, D]): the internal state after its reset, and the events.
 EGRUState = tuple[Tensor, Tensor]

@@ -76,9 +76,9 @@ from baselines._ei_rehn_fused import fused_step, step_kernel
 from baselines._ei_rehn_stack import stack_layers
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway
 from baselines._highway import highway_mix, run_sequence, weight_bound
-from harness.config import MAX_WIDTH, knob
-from harness.method import SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_WIDTH, knob
+from harness.components.method import SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @dataclass(frozen=True)

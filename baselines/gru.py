@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from baselines._cells import GRU_FORMS, GRUWeights, gru_macs_per_unit
-from harness.config import check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ from baselines._highway import (
     run_sequence,
     weight_bound,
 )
-from harness.config import knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,10 @@ import torch
 from torch import Tensor, nn
 
 from baselines._cells import LSTMWeights
-from harness.config import check_knobs, knob
+from harness.components.config import check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 from harness.errors import ConfigError
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
 
 _R_ON_MIN = 1e-3
 # Periods are float32 parameters: up to a million steps (or ms) they keep 1/16-step resolution.

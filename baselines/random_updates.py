@@ -43,10 +43,10 @@ from baselines._cells import (
     gru_macs_per_unit,
     masked_update,
 )
-from harness.config import MAX_SEED, check_knobs, knob
-from harness.flops import effective_step_macs
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_SEED, check_knobs, knob
+from harness.components.flops import effective_step_macs
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @register_method("rnn")

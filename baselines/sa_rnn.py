@@ -86,10 +86,10 @@ from baselines._cells import (
 )
 from baselines._highway import run_sequence
 from baselines._kernels import on_cpu, sarnn_kernel, sarnn_kernel_status
-from harness.config import MAX_PENALTY, check_knobs, knob
-from harness.flops import effective_step_macs
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.flops import effective_step_macs
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,9 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from harness.config import MAX_PENALTY, check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 # (h_{t-1} [B, D], h~_{t-1} [B, D], u_{t-1} [B, 1], P_{t-2} [B, 1], C_{t-1} [B, 1]): the step
 # before's candidate and gate wait for the projection p_{t-1} that forms P_{t-1}.

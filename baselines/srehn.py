@@ -46,8 +46,8 @@ from torch import Tensor
 
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway, elastic_layers
 from baselines._highway import CoupledHighway, run_sequence, weight_bound
-from harness.method import SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.method import SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 
 @register_method("srehn")

@@ -24,7 +24,7 @@ Differences from the paper:
 from __future__ import annotations
 
 from baselines._highway import FixedDepthHighway
-from harness.registry import register_method
+from harness.components.registry import register_method
 
 
 @register_method("srhn")

@@ -57,9 +57,9 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines._kernels import on_cpu, vcrnn_kernel, vcrnn_kernel_status
-from harness.config import MAX_PENALTY, check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 # sigmoid(lam * (m D - i)): at 1e4 the soft band is far narrower than one unit, a hard step
 MAX_SHARPNESS = 1e4

@@ -1,6 +1,6 @@
 import torch
 
-from harness.env import flush_denormals
+from harness.pipeline.env import flush_denormals
 
 
 def pytest_configure(config):

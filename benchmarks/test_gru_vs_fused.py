@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from harness.registry import METHODS
+from harness.components.registry import METHODS
 
 B, T, V, D = 32, 100, 8, 128
 

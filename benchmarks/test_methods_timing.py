@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from harness.bench.phases import PHASES, SplitCache, method_phase
-from harness.registry import METHODS
+from harness.components.registry import METHODS
 
 TASK = os.environ.get("HARNESS_BENCH_TASK", "adding")
 PRESET = os.environ.get("HARNESS_BENCH_PRESET", "smoke")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.bench.speedup import achieved_skip, build_at_skip, interleaved_times
-from harness.flops import sequence_macs
+from harness.components.flops import sequence_macs
 
 D, B, T, V, SKIP = 1024, 1, 50, 8, 0.9
 

@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.claims import SweepStore
-from harness.config import legacy_values
+from harness.components.config import legacy_values
 from harness.errors import DISK_FULL_NOTE, WriteFailed
 from harness.executors import Executor, ExecutorOptions, RunOptions, make_executor
-from harness.records import RunRecord
-from harness.reports import compare, load_records, paper_report, report
-from harness.resume import plan_resume
-from harness.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
-from harness.store import Store, output_store_path
+from harness.persistence.claims import SweepStore
+from harness.persistence.records import RunRecord
+from harness.persistence.store import Store, output_store_path
+from harness.pipeline.resume import plan_resume
+from harness.pipeline.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
+from harness.reporting.reports import compare, load_records, paper_report, report
 
 __all__ = [
     "Block",
@@ -82,7 +82,8 @@ def executor(
         threads: torch threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder.
         checkpoint_dir: each run keeps a checkpoint of its training there and goes on from one
-            it finds (``harness.checkpoint.folder_for(store)`` is the CLI's choice; None: none).
+            it finds (``harness.pipeline.checkpoint.folder_for(store)`` is the CLI's choice; None:
+            none).
         checkpoint_every_s: the least seconds between two checkpoints of a run.
         **options: the other fields of ``ExecutorOptions`` (``slurm_partition``, ``slurm_time``,
             ... for ``submitit``); None leaves a field at its default.
@@ -124,7 +125,7 @@ class SweepResult:
         store: the store's path.
         planned: the runs of the sweep.
         todo: the runs it had to run (not recorded, or rerun).
-        resume: the resume plan (``harness.resume.ResumePlan``).
+        resume: the resume plan (``harness.pipeline.resume.ResumePlan``).
         records: the records this sweep appended (or kept aside), in the order they finished.
         taken: ``(config, holder)`` of runs another sweep on the store held or recorded.
         unwritten: records the store could not take (in ``fallback``).
@@ -175,7 +176,7 @@ def plan_runs(
     retry_failed: bool = False,
     keep_stale: bool = False,
 ) -> tuple[Any, list[RunRecord]]:
-    """Which runs of ``sweep`` the store lacks (``harness.resume.plan_resume``), and its records."""
+    """The runs of ``sweep`` the store lacks (``harness.pipeline.resume``), and its records."""
     recorded = store.read()[0]
     plan = plan_resume(
         sweep.configs, recorded, force=force, retry_failed=retry_failed, keep_stale=keep_stale

@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from harness.config import ModelConfig, Preset, TrainConfig
+from harness.components.config import ModelConfig, Preset, TrainConfig
+from harness.components.task import Split, Splits, Task, TaskKind
 from harness.data import CorruptDataError, data_root, status
-from harness.task import Split, Splits, Task, TaskKind
 
 
 def ssa_presets(smoke_series: int, quick_epochs: int, lam: float) -> dict[str, Preset]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.config import (
+from harness.components.config import (
     MAX_SEED,
     MAX_SEQ_LEN,
     MAX_SPLIT,
@@ -32,9 +32,9 @@ from harness.config import (
     check_knobs,
     knob,
 )
-from harness.metrics import Metric, register_metric
-from harness.registry import register_task
-from harness.task import Batch, Split, Splits, Task, TaskKind
+from harness.components.metrics import Metric, register_metric
+from harness.components.registry import register_task
+from harness.components.task import Batch, Split, Splits, Task, TaskKind
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.config import (
+from harness.components.config import (
     MAX_SEED,
     MAX_SEQ_LEN,
     MAX_SPLIT,
@@ -72,9 +72,9 @@ from harness.config import (
     check_knobs,
     knob,
 )
+from harness.components.registry import register_task
+from harness.components.task import Split, Splits, Task, TaskKind
 from harness.errors import ConfigError
-from harness.registry import register_task
-from harness.task import Split, Splits, Task, TaskKind
 
 SAMPLINGS = ("regular", "high-res", "async")
 TIME_INPUTS = ("time", "gap", "none")

@@ -39,11 +39,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.config import MAX_SEED, MAX_SPLIT, ModelConfig, Preset, TrainConfig, check_knobs, knob
+from harness.components.config import (
+    MAX_SEED,
+    MAX_SPLIT,
+    ModelConfig,
+    Preset,
+    TrainConfig,
+    check_knobs,
+    knob,
+)
+from harness.components.registry import register_task
+from harness.components.task import Split, Splits, Task, TaskKind
 from harness.data import data_root, disk_cached, extract, find_file, verify_sha256
 from harness.errors import ConfigError, DataError
-from harness.registry import register_task
-from harness.task import Split, Splits, Task, TaskKind
 
 UCI_URL = "https://archive.ics.uci.edu/dataset/240/human+activity+recognition+using+smartphones"
 HAPT_URL = "https://archive.ics.uci.edu/dataset/341"

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.config import (
+from harness.components.config import (
     MAX_DATA_STEPS,
     MAX_SEQ_LEN,
     ModelConfig,
@@ -43,10 +43,10 @@ from harness.config import (
     check_knobs,
     knob,
 )
+from harness.components.registry import register_task
+from harness.components.task import Split, Splits, Task, TaskKind
 from harness.data import CorruptDataError, cached, data_root, find_file, read_text, status
 from harness.errors import ConfigError
-from harness.registry import register_task
-from harness.task import Split, Splits, Task, TaskKind
 
 SOURCE = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz (simple-examples/data/)"
 # ``harness data fetch``: the same three files as committed by Zaremba et al. (ptb/PROVENANCE.md)

@@ -62,7 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import MAX_SPLIT, check_knobs, knob
+from harness.components.config import MAX_SPLIT, check_knobs, knob
+from harness.components.registry import register_task
 from harness.data import (
     CorruptDataError,
     MissingDataError,
@@ -72,7 +73,6 @@ from harness.data import (
     read_sums,
     read_text,
 )
-from harness.registry import register_task
 from tasks._ssa import SSATask, ssa_presets
 
 SOURCE = "https://archive.ics.uci.edu/dataset/388/epileptic+seizure+recognition"

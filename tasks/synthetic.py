@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.config import (
+from harness.components.config import (
     MAX_LAYERS,
     MAX_SEED,
     MAX_SEQ_LEN,
@@ -39,9 +39,9 @@ from harness.config import (
     check_knobs,
     knob,
 )
+from harness.components.registry import register_task
+from harness.components.task import Split, Splits, Task, TaskKind
 from harness.references import Reference, register_reference
-from harness.registry import register_task
-from harness.task import Split, Splits, Task, TaskKind
 
 
 @dataclass(frozen=True)

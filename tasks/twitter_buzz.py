@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import MAX_SEQ_LEN, MAX_SPLIT, check_knobs, knob
+from harness.components.config import MAX_SEQ_LEN, MAX_SPLIT, check_knobs, knob
+from harness.components.registry import register_task
 from harness.data import CorruptDataError, MissingDataError, cached, extract, find_file, read_text
-from harness.registry import register_task
 from tasks._ssa import SSATask, ssa_presets
 
 SOURCE = "https://archive.ics.uci.edu/dataset/248/buzz+in+social+media (classification.tar.gz)"

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import MAX_SEQ_LEN, MAX_SPLIT, check_knobs, knob
+from harness.components.config import MAX_SEQ_LEN, MAX_SPLIT, check_knobs, knob
+from harness.components.registry import register_task
 from harness.data import CorruptDataError, MissingDataError, NotFetchableError, cached, read_text
-from harness.registry import register_task
 from tasks._ssa import SSATask, ssa_presets
 
 SOURCE = (

@@ -1,26 +1,26 @@
 """The one builder of run records for tests: ``make_record(**overrides)``.
 
-Built by the functions that build a real run's record (``harness.records``), from the config
-``harness.config.resolve`` gives, so a test record has every key a report reads and a real run
-id; a test states only what it is about.
+Built by the functions that build a real run's record (``harness.persistence.records``), from the
+config ``harness.components.config.resolve`` gives, so a test record has every key a report reads
+and a real run id; a test states only what it is about.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness import records
-from harness.config import resolve
+from harness.components.config import resolve
+from harness.persistence import records
 
 
 def make_record(set: dict[str, Any] | None = None, **overrides: Any) -> records.RunRecord:
     """A complete, valid ok record, by default a GRU on ``adding`` (smoke preset, seed 0).
 
-    For tests and examples. Its config is the one ``harness.config.resolve`` gives for its
-    method, task, seed and preset (with ``set``, as ``--set`` would), so its run and variant ids
-    are a real run's; the measured parts are plausible placeholders. Any other key is set as
-    given; a key with dots sets a nested value (``**{"metrics.mse": 0.1}``). ``run_id`` and
-    ``variant_id`` may be given to override the computed ones.
+    For tests and examples. Its config is the one ``harness.components.config.resolve`` gives for
+    its method, task, seed and preset (with ``set``, as ``--set`` would), so its run and variant ids
+    are a real run's; the measured parts are plausible placeholders. Any other key is set as given;
+    a key with dots sets a nested value (``**{"metrics.mse": 0.1}``). ``run_id`` and ``variant_id``
+    may be given to override the computed ones.
 
     Args:
         set: config overrides (``{"lam": "1e-3", "hidden_size": 16}``).

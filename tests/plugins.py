@@ -23,7 +23,7 @@ from pathlib import Path
 PROBE = """
 import json, sys
 import {pkg}
-from harness.registry import {registry}
+from harness.components.registry import {registry}
 print(json.dumps({{k: v.__module__ for k, v in {registry}._items.items()}}))
 """
 
@@ -91,7 +91,8 @@ def isolated_registry() -> Iterator[None]:
     the modules the plugins added (those outside the project's packages and the installed ones)
     and the caches keyed by method name (``method_code``, ``legacy_values``).
     """
-    from harness import config, registry, resume
+    from harness.components import config, registry
+    from harness.pipeline import resume
 
     registry.load_plugins()
     items = {r: dict(r._items) for r in (registry.METHODS, registry.TASKS)}

@@ -86,7 +86,7 @@ def check_fast_equals_dense(m, x: torch.Tensor):
 
 def assert_dense_counts(m, x) -> None:
     """fvcore and torch's FlopCounterMode count exactly the analytic dense MACs on ``x``."""
-    from harness.flops import fvcore_macs, torch_flops
+    from harness.components.flops import fvcore_macs, torch_flops
 
     cost = m.cost()
     B, T = x.shape[:2]

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from harness import config
-from harness.flops import effective_step_macs
-from harness.method import SeqOut, StepCost
-from harness.train import run
+from harness.components import config
+from harness.components.flops import effective_step_macs
+from harness.components.method import SeqOut, StepCost
+from harness.pipeline.train import run
 
 
 def test_effective_macs_charge_only_the_columns_read():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness import conformance
-from harness.registry import METHODS
+from harness.components import conformance
+from harness.components.registry import METHODS
 from harness.reporting import figures as F
 from harness.reporting.runs import runs_frame
 

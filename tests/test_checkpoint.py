@@ -1,5 +1,5 @@
 """A run stopped in the middle goes on from its checkpoint and records what it would have recorded
-uninterrupted (harness.checkpoint)."""
+uninterrupted (harness.pipeline.checkpoint)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import checkpoint, config, train
+from harness.components import config
 from harness.executors import RunOptions, run_one
+from harness.pipeline import checkpoint, train
 
 # What a resumed run must give exactly as the uninterrupted one.
 SAME = ("status", "best_epoch", "epochs_run", "history", "metrics", "val_metrics", "macs",

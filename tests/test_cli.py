@@ -107,8 +107,8 @@ def test_flops_set_reaches_the_models(harness):
 
 
 def test_flops_charges_each_sequence_its_true_length(harness):
-    from harness import config
-    from harness.train import build
+    from harness.components import config
+    from harness.pipeline.train import build
 
     p = harness("flops", "--methods", "gru", "--task", "freq-discrimination", "--json", check=True)
     (row,) = json.loads(p.stdout)["rows"]
@@ -142,8 +142,9 @@ def test_diverging_run_is_recorded_as_failed_and_sweep_goes_on(tmp_path, harness
 def test_a_run_diverging_in_its_second_epoch_keeps_the_first_on_record(monkeypatch, what):
     import math
 
-    from harness import config, train
-    from harness.records import validate as validate_record
+    from harness.components import config
+    from harness.persistence.records import validate as validate_record
+    from harness.pipeline import train
 
     real_build = train.build
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import __version__, config
+from harness import __version__
 from harness.cli import main, make_parser
+from harness.components import config
 
 ROOT = Path(__file__).resolve().parent.parent
 

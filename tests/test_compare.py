@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
-from harness import config, train
+from harness.components import config
 from harness.errors import HarnessError
+from harness.pipeline import train
 from harness.reporting.compare import compare, environment_differences, markdown, parse_tolerances
 
 CFGS = [config.resolve(m, "synthetic", 0, "smoke") for m in ("gru", "lstm")]

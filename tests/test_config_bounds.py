@@ -1,4 +1,5 @@
-"""Every config field declares its valid values (``harness.config.knob``), and they are enforced.
+"""Every config field declares its valid values (``harness.components.config.knob``), and they are
+enforced.
 
 Parametrized over the registries: a new method or task is covered without editing this file.
 Each section's fields are checked for declared bounds that admit the default; a value just
@@ -15,11 +16,11 @@ import typing
 
 import pytest
 
-from harness import config
-from harness.config import ModelConfig, TrainConfig, bounds_of
+from harness.components import config
+from harness.components.config import ModelConfig, TrainConfig, bounds_of
+from harness.components.registry import METHODS, TASKS
 from harness.errors import ConfigError
 from harness.references import REFERENCES
-from harness.registry import METHODS, TASKS
 
 METHOD_TASK, TASK_METHOD = "adding", "gru"  # the partner each method / task is resolved with
 
@@ -52,7 +53,7 @@ def test_every_field_declares_bounds_that_admit_its_default(entry):
         b = bounds_of(cls, f.name)
         if kind is bool:
             continue  # its type is its set
-        assert b is not None, f"{where} declares no bounds: use harness.config.knob"
+        assert b is not None, f"{where} declares no bounds: use harness.components.config.knob"
         assert b.admits(f.default), f"{where}: the default {f.default!r} is out of its bounds"
         if kind is str:
             assert b.choices, f"{where}: a string field needs choices="
@@ -243,7 +244,7 @@ def test_shipped_presets_name_registered_methods_and_keys():
 def test_a_preset_naming_an_unknown_method_or_key_is_refused_when_the_registry_loads(
     methods, expected, monkeypatch
 ):
-    from harness import registry
+    from harness.components import registry
 
     _with_overrides(monkeypatch, "seizures", "quick", methods)
     with pytest.raises(registry.PresetError, match=expected) as err:
@@ -257,7 +258,7 @@ def test_a_preset_naming_an_unknown_method_or_key_is_refused_when_the_registry_l
 
 
 def test_an_ambiguous_preset_key_is_refused(monkeypatch):
-    from harness import registry
+    from harness.components import registry
 
     _with_overrides(monkeypatch, "synthetic", "paper", {"srehn": {"r_max": 5}})
     with pytest.raises(

@@ -1,4 +1,5 @@
-"""The conformance checks (``harness.conformance``, ``harness check``) fail where they should.
+"""The conformance checks (``harness.components.conformance``, ``harness check``) fail where they
+should.
 
 Each check is run on a method made by the scaffold and then broken in the one way the check
 guards against: the failure must name the property and show the numbers. The checks passing on
@@ -14,12 +15,12 @@ import pytest
 import torch
 from plugins import isolated_registry
 
-from harness import conformance
-from harness.conformance import ConformanceError
+from harness.components import conformance
+from harness.components.conformance import ConformanceError
+from harness.components.method import StepCost
+from harness.components.registry import METHODS, UnknownNameError, include
+from harness.components.scaffold import new_method
 from harness.errors import ConfigError
-from harness.method import StepCost
-from harness.registry import METHODS, UnknownNameError, include
-from harness.scaffold import new_method
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +201,7 @@ def test_budget_knobs_name_the_missing_declaration(monkeypatch):
 
 
 def test_training_names_the_losses_and_a_failed_run(monkeypatch):
-    from harness import train
+    from harness.pipeline import train
 
     run = train.run
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from builders import make_record
 
-from harness import config
+from harness.components import config
+from harness.components.metrics import depth_stats, geometric_mean, mean_std, skip_fraction
+from harness.components.registry import METHODS, TASKS, UnknownNameError
 from harness.errors import ConfigError, RecordError
-from harness.metrics import depth_stats, geometric_mean, mean_std, skip_fraction
-from harness.records import latest
-from harness.registry import METHODS, TASKS, UnknownNameError
-from harness.store import Store
+from harness.persistence.records import latest
+from harness.persistence.store import Store
 
 
 def test_unknown_name_suggests_close_matches():

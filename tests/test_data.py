@@ -9,6 +9,7 @@ import os
 import pytest
 
 from harness import data
+from harness.components.registry import TASKS
 from harness.data import (
     CorruptDataError,
     DataError,
@@ -21,7 +22,6 @@ from harness.data import (
     status_rows,
     verify_sha256,
 )
-from harness.registry import TASKS
 
 REAL_DATA_TASKS = {"ptb", "seizures", "twitter-buzz", "yahoo"}
 
@@ -143,7 +143,7 @@ def test_importing_the_data_modules_does_not_import_torch():
     import sys
 
     probe = (
-        "import sys, harness.data, harness.data_files, harness.data_sums, harness.data_fetch; "
+        "import sys, harness.data, harness.data.files, harness.data.sums, harness.data.fetch; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 
 import tasks.ptb
-from harness import config, data, data_sums
+from harness import data
 from harness.cli import main
+from harness.components import config
 from harness.data import attach_identity, content_sha256, verify_sha256
+from harness.data import sums as data_sums
 
 RUN = ["--methods", "gru", "--preset", "smoke", "--no-report"]
 WORDS = "the cat sat on a dog <unk> and".split()

@@ -12,10 +12,10 @@ from reference import assert_grads_match
 
 from baselines.delta_gru import DeltaGRU, DeltaGRUConfig
 from baselines.gru import GRU
-from harness.config import resolve
+from harness.components.config import resolve
+from harness.components.flops import fvcore_macs, sequence_macs
+from harness.components.method import SeqOut
 from harness.errors import ConfigError
-from harness.flops import fvcore_macs, sequence_macs
-from harness.method import SeqOut
 
 B, T, V, D = 2, 5, 3, 4
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.registry import METHODS
+from harness.components.registry import METHODS
 
 V, D, B, T = 3, 4, 2, 5
 
@@ -153,7 +153,8 @@ def test_parameter_counts_and_inits():
     ],
 )
 def test_whole_model_matches_s_ei_table_1_counts(name, hidden, count):
-    from harness import config, train
+    from harness.components import config
+    from harness.pipeline import train
 
     cfg = config.resolve(name, "synthetic", 0, "paper", {"hidden_size": str(hidden)})
     _, model = train.build(cfg)
@@ -205,7 +206,7 @@ def test_gru_weights_run_either_form_on_the_same_parameters():
 
 
 def test_gru_form_is_a_validated_config_field_of_the_gru_methods():
-    from harness.config import resolve
+    from harness.components.config import resolve
     from harness.errors import ConfigError
 
     names = gru_form_methods()

@@ -10,9 +10,9 @@ import torch
 from reference import assert_grads_match
 
 from baselines.egru import EGRU, EGRUConfig
-from harness import config
+from harness.components import config
+from harness.components.metrics import skip_fraction
 from harness.errors import ConfigError
-from harness.metrics import skip_fraction
 
 B, T, V, D = 2, 5, 3, 4
 

@@ -22,9 +22,9 @@ from baselines._ei_rehn_stack import stack_layers
 from baselines._elastic import ElasticConfig, ElasticHighway, active_limit, elastic_gate
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.srehn import SREHN
+from harness.components.flops import fvcore_macs, sequence_macs
+from harness.components.method import SeqOut
 from harness.errors import ConfigError
-from harness.flops import fvcore_macs, sequence_macs
-from harness.method import SeqOut
 
 R_MAX = 6
 
@@ -497,8 +497,8 @@ def test_compiled_runs_record_their_compile_time_and_reuse_the_cache(tmp_path, m
     import subprocess
     import sys
 
-    from harness import config
-    from harness.train import run
+    from harness.components import config
+    from harness.pipeline.train import run
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # a cold cache
     torch._dynamo.reset()
@@ -658,7 +658,8 @@ def test_gate_backward_against_autograd_of_the_literal_ops(shape: str) -> None:
 def test_a_run_records_the_layers_training_ran() -> None:
     """The record of a run carries ``train_layers_per_step`` in its diagnostics: between 1 and
     R_max for EI-REHN, R_max for SREHN (its training runs the fixed depth); none for RHN."""
-    from harness import config, train
+    from harness.components import config
+    from harness.pipeline import train
 
     over = {"train.epochs": "1", "train.max_train_batches": "2"}
     got = {}

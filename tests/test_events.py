@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from harness import config, events, train
-from harness.train import descend
+from harness.components import config
+from harness.pipeline import events, train
+from harness.pipeline.train import descend
 
 
 def test_descend_says_when_it_clipped_an_overflowing_norm_in_float64():

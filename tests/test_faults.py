@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
+from harness.persistence.store import Store
 
 pytestmark = pytest.mark.slow
 

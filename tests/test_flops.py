@@ -4,9 +4,9 @@ import pytest
 import torch
 from reference import assert_dense_counts
 
-from harness.flops import effective_step_macs, fvcore_macs, sequence_macs, torch_flops
-from harness.method import SeqOut, StepCost
-from harness.registry import METHODS
+from harness.components.flops import effective_step_macs, fvcore_macs, sequence_macs, torch_flops
+from harness.components.method import SeqOut, StepCost
+from harness.components.registry import METHODS
 
 
 @pytest.mark.parametrize("op,gates", [("gru", 3), ("lstm", 4), ("rnn_tanh", 1)])

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from harness import config
+from harness.components import config
+from harness.components.model import SeqModel
+from harness.components.registry import METHODS, TASKS
+from harness.components.task import Batch, Split
 from harness.errors import ConfigError
-from harness.model import SeqModel
-from harness.registry import METHODS, TASKS
-from harness.task import Batch, Split
-from harness.train import build, evaluate
+from harness.pipeline.train import build, evaluate
 from tasks.freq_discrimination import FreqDiscriminationConfig, generate, pack
 
 TASK = "freq-discrimination"

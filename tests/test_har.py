@@ -13,10 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import config
+from harness.components import config
+from harness.components.registry import TASKS
+from harness.components.task import Batch
 from harness.errors import ConfigError, DataError
-from harness.registry import TASKS
-from harness.task import Batch
 from tasks import har
 from tasks.har import CHANNELS, HAR, HARConfig
 

@@ -10,7 +10,7 @@ from reference import assert_grads_match
 from baselines._highway import HighwayConfig
 from baselines.hsg import HSG, HSGConfig
 from baselines.rhn import RHN
-from harness.flops import fvcore_macs, sequence_macs
+from harness.components.flops import fvcore_macs, sequence_macs
 
 
 def reference_hsg(m: HSG, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,23 +22,23 @@ DEFERRED = {
     ("harness.cli.bench", "harness.bench.speedup"): "torch",
     ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
     ("harness.cli.bench", "harness.bench.suite"): "torch",
-    ("harness.cli.common", "harness.checkpoint"): "torch",
-    ("harness.cli.flops", "harness.flops"): "torch",
-    ("harness.conformance", "harness.bench.speedup"): "torch",
-    ("harness.conformance", "harness.flops"): "torch",
-    ("harness.conformance", "harness.method"): "torch",
-    ("harness.conformance", "harness.task"): "torch",
-    ("harness.conformance", "harness.train"): "torch",
-    ("harness.executors.base", "harness.train"): "torch",
+    ("harness.cli.common", "harness.pipeline.checkpoint"): "torch",
+    ("harness.cli.flops", "harness.components.flops"): "torch",
+    ("harness.components.conformance", "harness.bench.speedup"): "torch",
+    ("harness.components.conformance", "harness.components.flops"): "torch",
+    ("harness.components.conformance", "harness.components.method"): "torch",
+    ("harness.components.conformance", "harness.components.task"): "torch",
+    ("harness.components.conformance", "harness.pipeline.train"): "torch",
+    ("harness.executors.base", "harness.pipeline.train"): "torch",
     ("harness.reporting.paper", "harness.reporting.figures"): "numpy and matplotlib",
-    ("harness.reporting.patterns", "harness.task"): "torch",
+    ("harness.reporting.patterns", "harness.components.task"): "torch",
     ("harness.reporting.references", "harness.reporting.figstyle"): "numpy and matplotlib",
-    ("harness.registry", "harness.method"): "torch",
-    ("harness.reporting.text", "harness.flops"): "torch",
-    ("harness.reports", "harness.reporting.figures"): "numpy and matplotlib",
-    ("harness.reports", "harness.reporting.leaderboard"): "pandas",
-    ("harness.sweep", "harness.flops"): "torch",
-    ("harness.sweep", "harness.train"): "torch",
+    ("harness.components.registry", "harness.components.method"): "torch",
+    ("harness.reporting.text", "harness.components.flops"): "torch",
+    ("harness.reporting.reports", "harness.reporting.figures"): "numpy and matplotlib",
+    ("harness.reporting.reports", "harness.reporting.leaderboard"): "pandas",
+    ("harness.pipeline.sweep", "harness.components.flops"): "torch",
+    ("harness.pipeline.sweep", "harness.pipeline.train"): "torch",
 }
 
 
@@ -146,7 +146,13 @@ def test_the_cycle_finder_finds_a_cycle_through_an_import_inside_a_function():
 
 
 # The bottom layer: the records, the store and its claims, the file-system facts and the errors.
-PERSISTENCE = {"harness.errors", "harness.files", "harness.records", "harness.store", "harness.claims"}
+PERSISTENCE = {
+    "harness.errors",
+    "harness.persistence.files",
+    "harness.persistence.records",
+    "harness.persistence.store",
+    "harness.persistence.claims",
+}
 
 
 def test_persistence_sits_at_the_bottom_and_imports_no_config_data_or_registry():

@@ -362,7 +362,8 @@ def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
     the Python path."""
     from types import SimpleNamespace
 
-    from harness import config, train
+    from harness.components import config
+    from harness.pipeline import train
 
     order = []
 
@@ -370,7 +371,7 @@ def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
         order.append("build")
         raise RuntimeError("no compiler here")
 
-    def perf_counter():  # harness.train's clock: every start (and stop) of a timed phase
+    def perf_counter():  # harness.pipeline.train's clock: every start (and stop) of a timed phase
         order.append("timer")
         return time.perf_counter()
 
@@ -407,7 +408,8 @@ def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeyp
     other kernel code are stale), and asking for it builds nothing."""
     import sys
 
-    from harness import registry, resume
+    from harness.components import registry
+    from harness.pipeline import resume
 
     for f in kernels.CSRC.iterdir():
         shutil.copy(f, tmp_path / f.name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.registry import METHODS, TASKS
+from harness.components.registry import METHODS, TASKS
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
@@ -61,37 +61,36 @@ def test_the_check_finds_a_key(tmp_path):
 # --- the shape of the library -----------------------------------------------------------------
 
 ROOT = HARNESS.parent
-MAX_LINES = 500
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
-def long_module_exceptions(text: str) -> dict[str, str]:
-    """The modules ``docs/architecture.md`` lets run over ``MAX_LINES``, with the reason given.
+def module_map(text: str) -> dict[str, str]:
+    """``docs/architecture.md``'s module map: module path -> what it owns.
 
-    They are the items ``- `PATH`: REASON`` of its section "Modules over 500 lines".
+    The items ``- `NAME.py`: WHAT`` under the headings ``### `FOLDER/``` of "Module map".
     """
-    section = text.split("## Modules over 500 lines", 1)[1].split("\n## ", 1)[0]
-    return dict(re.findall(r"^- `([^`]+)`: (.+)$", section, re.M))
+    section = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
+    out, folder = {}, None
+    for line in section.splitlines():
+        if m := re.match(r"^### `([\w/]+/)`$", line):
+            folder = m.group(1)
+        elif (m := re.match(r"^- `([\w.]+\.py)`: (.+)$", line)) and folder:
+            out[folder + m.group(1)] = m.group(2)
+    return out
 
 
-def test_no_module_is_over_500_lines_unless_the_architecture_says_why():
-    allowed = long_module_exceptions(ARCHITECTURE.read_text())
-    long = {
-        p.relative_to(ROOT).as_posix(): n
-        for folder in ("harness", "baselines", "tasks")
-        for p in (ROOT / folder).rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_LINES
-    }
-    unexplained = {p: n for p, n in long.items() if p not in allowed}
-    assert not unexplained, f"over {MAX_LINES} lines with no reason in {ARCHITECTURE.name}"
-    assert not set(allowed) - set(long), "exceptions listed for modules that are short now"
-    assert all(len(why.split()) >= 5 for why in allowed.values()), "give the reason"
+def test_every_module_of_harness_is_on_the_module_map_and_the_map_names_only_modules():
+    mapped = module_map(ARCHITECTURE.read_text())
+    modules = {p.relative_to(ROOT).as_posix() for p in HARNESS.rglob("*.py")}
+    assert not sorted(modules - mapped.keys()), "modules missing from the module map"
+    assert not sorted(mapped.keys() - modules), "the module map names modules that do not exist"
+    assert all(len(what.split()) >= 2 for what in mapped.values()), "say what each one owns"
 
 
-def test_the_exceptions_are_read_from_the_document():
-    text = "## Modules over 500 lines\n\n- `harness/x.py`: one table of forty entries, kept whole\n"
-    assert long_module_exceptions(text + "\n## Next\n- `harness/y.py`: not this one at all") == {
-        "harness/x.py": "one table of forty entries, kept whole"
+def test_the_module_map_is_read_from_the_document():
+    text = "## Module map\n\n### `harness/x/`\n- `a.py`: the a of x\n- not an item\n\n## Next\n"
+    assert module_map(text + "### `harness/y/`\n- `b.py`: not this one") == {
+        "harness/x/a.py": "the a of x"
     }
 
 

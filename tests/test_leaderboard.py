@@ -8,10 +8,10 @@ import pytest
 from builders import make_record
 
 from harness.cli import main
+from harness.components.selection import Rule, parse_rule, select
 from harness.errors import ConfigError
 from harness.reporting.leaderboard import leaderboard_markdown, leaderboard_rows
 from harness.reporting.text import column_scale, commit_label, fmt_cell
-from harness.selection import Rule, parse_rule, select
 
 
 def rec(method, seed, lam, test, val, val_skip=50.0, sha="abcdef1234567", dirty=False):

@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import config, train
+from harness.components import config
+from harness.components.registry import METHODS
 from harness.data import MissingDataError
-from harness.registry import METHODS
+from harness.pipeline import train
 
 NAMES = METHODS.names()
 V, D, B = 3, 10, 2

@@ -1,5 +1,6 @@
 """Generic tests, parametrized over every registered method (a new method is tested without
-editing this file). The properties are ``harness.conformance``'s checks, the ones ``harness check
+editing this file). The properties are ``harness.components.conformance``'s checks, the ones
+``harness check
 NAME`` runs, so a failure here reads as it does there."""
 
 import importlib
@@ -10,9 +11,9 @@ import torch
 from plugins import registration_problems
 
 import baselines
-from harness import config, conformance
-from harness.method import Method
-from harness.registry import METHODS
+from harness.components import config, conformance
+from harness.components.method import Method
+from harness.components.registry import METHODS
 
 NAMES = METHODS.names()
 V, D, B, T = 3, 10, 2, 6
@@ -63,7 +64,7 @@ def test_forward_equals_step_loop(name):
 
 
 def test_step_loop_stacks_the_column_reads():
-    from harness.method import StepOut
+    from harness.components.method import StepOut
 
     class Toy(Method):  # reads input 0 always, the other columns where the state is positive
         def init_state(self, batch, x):

@@ -1,4 +1,5 @@
-"""The metric registry (harness.metrics): every recorded measure has an entry, and every report,
+"""The metric registry (harness.components.metrics): every recorded measure has an entry, and every
+report,
 figure and the drift gate take titles, directions, percentages, ranges and tolerances from it."""
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from harness.metrics import METRICS, Metric, get_metric, higher_is_better, register_metric
-from harness.registry import TASKS
+from harness.components.metrics import (
+    METRICS,
+    Metric,
+    get_metric,
+    higher_is_better,
+    register_metric,
+)
+from harness.components.registry import TASKS
+from harness.components.task import Batch
 from harness.reporting import compare as gate
 from harness.reporting import figstyle
 from harness.reporting.curves import curves_figure
@@ -23,7 +31,6 @@ from harness.reporting.paper import write_paper_report
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import main_table
 from harness.reporting.text import fmt_ci
-from harness.task import Batch
 
 ROOT = Path(__file__).resolve().parent.parent
 STORES = [
@@ -51,7 +58,7 @@ def test_every_measure_of_the_committed_stores_has_an_entry(path):
         for epoch in r.get("history") or []:
             keys |= {k.removeprefix("val_") for k in epoch if k != "epoch"}
         missing |= {k for k in keys if k not in METRICS}
-    assert not missing, f"measures without a harness.metrics entry: {sorted(missing)}"
+    assert not missing, f"measures without a harness.components.metrics entry: {sorted(missing)}"
 
 
 def fake_batch(task):

@@ -19,7 +19,7 @@ from pathlib import Path
 from plugins import ROOT, isolated_registry
 from test_plugins import FakeDist, FakeEntryPoint
 
-from harness import registry
+from harness.components import registry
 
 DOC = ROOT / "docs" / "own-method.md"
 

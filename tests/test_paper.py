@@ -10,7 +10,9 @@ import pytest
 import torch
 from builders import make_record
 
+from harness.components.selection import Rule
 from harness.errors import HarnessError
+from harness.persistence.trace import pack_mask
 from harness.reporting.figures import pareto_front
 from harness.reporting.paper import write_paper_report
 from harness.reporting.patterns import mask_figure, mask_image
@@ -19,8 +21,6 @@ from harness.reporting.render import render_md, render_tex
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import main_table, welch_p
 from harness.reporting.versus import paper_vs_harness, setting_diff
-from harness.selection import Rule
-from harness.trace import pack_mask
 
 KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]
 

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from harness import config
+from harness.components import config
+from harness.components.flops import sequence_macs
+from harness.components.method import SeqOut
+from harness.components.metrics import skip_fraction
+from harness.components.registry import METHODS
 from harness.errors import ConfigError
-from harness.flops import sequence_macs
-from harness.method import SeqOut
-from harness.metrics import skip_fraction
-from harness.registry import METHODS
 
 
 def make(V=2, D=3, **knobs):

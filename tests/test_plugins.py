@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from plugins import ROOT, isolated_registry
 
-from harness import records, registry, resume
-from harness.registry import METHODS, PluginError, include, method_source
-from harness.scaffold import render
+from harness.components import registry
+from harness.components.registry import METHODS, PluginError, include, method_source
+from harness.components.scaffold import render
+from harness.persistence import records
+from harness.pipeline import resume
 
 try:
     import tomllib
@@ -32,7 +34,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 EXAMPLE = ROOT / "examples" / "plugin"
-BROKEN = "from harness.registry import register_method\n\nraise ImportError('no such weights')\n"
+BROKEN = (
+    "from harness.components.registry import register_method\n\n"
+    "raise ImportError('no such weights')\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +59,8 @@ def clash_file(folder: Path, key: str, module: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{module}.py"
     path.write_text(
-        "from harness.method import Method\nfrom harness.registry import register_method\n\n\n"
+        "from harness.components.method import Method\n"
+        "from harness.components.registry import register_method\n\n\n"
         f'@register_method("{key}")\nclass Clash(Method):\n    """Takes a taken key."""\n'
     )
     return path
@@ -285,7 +291,7 @@ def test_what_registers_as_a_method_is_checked_wherever_it_comes_from(
 ):
     """One check (``check_method``) for a built-in, an entry point, an included file (in
     tests/test_reliability.py) and ``register_method`` called directly."""
-    from harness.method import Method, NoConfig
+    from harness.components.method import Method, NoConfig
 
     class Loose(Method):
         """A config that is not a frozen dataclass, no cost, no recurrence."""
@@ -296,7 +302,7 @@ def test_what_registers_as_a_method_is_checked_wherever_it_comes_from(
         (Loose, "class test_what_registers_as_a_method_is_checked_wherever_it_comes_from.<locals>"
          ".Loose its config_cls dict is not a frozen dataclass (@dataclass(frozen=True)); does "
          "not override cost(); overrides neither forward() nor init_state() and step(); see "),
-        (NoConfig, "class NoConfig is not a subclass of harness.method.Method: it lacks "
+        (NoConfig, "class NoConfig is not a subclass of harness.components.method.Method: it lacks "
          "config_cls, cost(), init_state(), step(), forward()"),
         (len, "is a builtin_function_or_method, not a class"),
     ]:  # fmt: skip
@@ -317,7 +323,7 @@ def test_what_registers_as_a_method_is_checked_wherever_it_comes_from(
 
 def test_the_example_package_loads_through_its_entry_point(monkeypatch):
     """What CI does after ``pip install -e examples/plugin``, without installing it."""
-    from harness import conformance
+    from harness.components import conformance
 
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
     dist = FakeDist(project["name"], project["version"])
@@ -342,7 +348,7 @@ def test_the_example_package_loads_through_its_entry_point(monkeypatch):
 
 
 def test_records_keep_the_method_source(tmp_path):
-    from harness import config
+    from harness.components import config
 
     cfg = config.resolve("gru", "adding", 0, "smoke")
     assert "method_source" not in records.start_record(cfg, "c0de")  # the default: left out
@@ -439,7 +445,8 @@ def test_worker_processes_import_the_included_files(tmp_path, harness):
 
 def test_plugins_load_lazily():
     code = (
-        "import sys, harness, harness.registry, harness.conformance, harness.scaffold, "
+        "import sys, harness, harness.components.registry, harness.components.conformance, "
+        "harness.components.scaffold, "
         "harness.cli\nprint(sorted(m for m in ('torch', 'baselines', 'tasks', 'importlib.metadata')"
         " if m in sys.modules))"
     )

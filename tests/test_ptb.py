@@ -7,9 +7,9 @@ import gzip
 import pytest
 import torch
 
+from harness.components.registry import TASKS
+from harness.components.task import Batch
 from harness.data import DataError, data_root, status_rows
-from harness.registry import TASKS
-from harness.task import Batch
 from tasks.ptb import PTB, PTBConfig
 
 TRAIN = " the cat sat\n the dog <unk> sat\n a cat\n"

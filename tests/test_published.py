@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import config
+from harness.components import config
+from harness.components.registry import METHODS, TASKS
 from harness.errors import HarnessError
-from harness.records import flat_config
-from harness.registry import METHODS, TASKS
+from harness.persistence.records import flat_config
 from harness.reporting.published import default_path, load_tables, tables_for
 
 ROWS = {

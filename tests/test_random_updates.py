@@ -4,12 +4,12 @@ the fixed test-time RNG, exact copies, Skip % and effective MACs."""
 import pytest
 import torch
 
-from harness import config
+from harness.components import config
+from harness.components.flops import sequence_macs
+from harness.components.method import SeqOut
+from harness.components.metrics import skip_fraction
+from harness.components.registry import METHODS
 from harness.errors import ConfigError
-from harness.flops import sequence_macs
-from harness.method import SeqOut
-from harness.metrics import skip_fraction
-from harness.registry import METHODS
 
 V, D = 2, 3
 

@@ -1,4 +1,4 @@
-"""The run record has one home (``harness.records``): built, written, read and migrated there."""
+"""The run record has one home (``harness.persistence.records``): built, written, read, migrated."""
 
 import json
 import re
@@ -8,10 +8,11 @@ import pytest
 import torch
 from builders import make_record
 
-from harness import config, records
-from harness.config import legacy_values
-from harness.records import RecordProblem, from_json, migrate, to_json
-from harness.trace import pack_depth, pack_mask, unpack_depth, unpack_mask
+from harness.components import config
+from harness.components.config import legacy_values
+from harness.persistence import records
+from harness.persistence.records import RecordProblem, from_json, migrate, to_json
+from harness.persistence.trace import pack_depth, pack_mask, unpack_depth, unpack_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,18 +19,20 @@ import pytest
 import torch
 from builders import make_record
 
-from harness import api, config, records
+from harness import api
+from harness.components import config
+from harness.components.selection import Rule, select
+from harness.components.task import Split, Task, TaskKind
 from harness.data import data_root
 from harness.executors import ExecutorOptions, RunOptions, make_executor, run_one
+from harness.persistence import records
+from harness.pipeline.resume import method_code
 from harness.references import REFERENCES, RefConfig, reference_code, resolve_names
 from harness.references.predictors import summary_features
 from harness.reporting.leaderboard import leaderboard_markdown
 from harness.reporting.references import separation
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import build_main_table
-from harness.resume import method_code
-from harness.selection import Rule, select
-from harness.task import Split, Task, TaskKind
 
 # --- toy tasks: the task interface without data --------------------------------------------------
 

@@ -44,7 +44,10 @@ BASE = ("gru", "adding", "ok")  # STORE's record
 CLAIM = json.dumps({"host": "elsewhere", "pid": 1, "run_id": "f" * 16, "started": None,
                     "time": time.time()}, sort_keys=True) + "\n"  # fmt: skip
 PROGRESS = re.compile(r"^\d+ runs: |^[✓✗] |━")  # the lines a sweep prints as it goes
-REGISTER = "from harness.method import Method\nfrom harness.registry import register_method\n\n\n"
+REGISTER = (
+    "from harness.components.method import Method\n"
+    "from harness.components.registry import register_method\n\n\n"
+)
 NOT_A_METHOD = REGISTER + '@register_method("not-a-method")\nclass NotAMethod:\n    """No."""\n'
 HALF_METHOD = (
     REGISTER + '@register_method("half-method")\nclass Half(Method):\n    """No cost."""\n'
@@ -636,7 +639,7 @@ def _full_disk(root: Path, pattern: str, after: int, monkeypatch) -> None:
     for target in ("builtins.open", "io.open"):
         monkeypatch.setattr(target, full_open)
     monkeypatch.setattr(os, "write", full_write)
-    monkeypatch.setattr("harness.store.APPEND_RETRY_DELAYS_S", (0.0, 0.0))
+    monkeypatch.setattr("harness.persistence.store.APPEND_RETRY_DELAYS_S", (0.0, 0.0))
 
 
 def _finished_runs(monkeypatch) -> list[str]:
@@ -686,7 +689,7 @@ def _check_nothing_lost(
 def test_reliability(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr("harness.data_sums._SUM_CACHES", {})
+    monkeypatch.setattr("harness.data.sums._SUM_CACHES", {})
     (tmp_path / "blocker").write_text("a file, not a folder")
     files = {"base.jsonl": STORE, **case.files}
     for name, text in files.items():
@@ -803,7 +806,7 @@ def test_the_reported_sweep_into_a_full_tmpfs_loses_no_finished_run(
     ``free_pages`` pages): its records go to the store or the fallback, one line, exit 2."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr("harness.store.APPEND_RETRY_DELAYS_S", (0.0, 0.0))
+    monkeypatch.setattr("harness.persistence.store.APPEND_RETRY_DELAYS_S", (0.0, 0.0))
     store = small_fs / "store" / "runs.jsonl"
     store.parent.mkdir()
     start = json.dumps(dict(GRU_ADDING, run_id="0" * 16)) + "\n"  # a run of no other sweep

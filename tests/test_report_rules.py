@@ -11,12 +11,12 @@ import pytest
 from builders import make_record
 
 from harness.cli import main
+from harness.components.selection import Rule, choose, parse_rule, select
 from harness.reporting.paper import write_paper_report
 from harness.reporting.published import tables_for
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import build_main_table, holm, paired_p
 from harness.reporting.versus import paper_vs_harness
-from harness.selection import Rule, choose, parse_rule, select
 
 KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]
 
@@ -268,9 +268,9 @@ def test_each_result_is_labelled_by_what_picked_it(tmp_path):
 def test_a_report_names_the_harness_commit_that_rendered_it(monkeypatch):
     from harness.reporting import text
 
-    monkeypatch.setattr("harness.env.git_state", lambda: ("0123456789abcdef", False))
+    monkeypatch.setattr("harness.pipeline.env.git_state", lambda: ("0123456789abcdef", False))
     assert "rendered by the harness at 0123456789 (clean)" in text.header([], ["r.jsonl"], "t")
-    monkeypatch.setattr("harness.env.git_state", lambda: ("0123456789abcdef", True))
+    monkeypatch.setattr("harness.pipeline.env.git_state", lambda: ("0123456789abcdef", True))
     assert "rendered by the harness at 0123456789+dirty" in text.header([], ["r.jsonl"], "t")
 
 

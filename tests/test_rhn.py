@@ -11,9 +11,9 @@ from torch import nn
 
 from baselines._highway import HighwayConfig
 from baselines.rhn import RHN
+from harness.components.flops import fvcore_macs, sequence_macs
+from harness.components.metrics import depth_stats, skip_fraction
 from harness.errors import ConfigError
-from harness.flops import fvcore_macs, sequence_macs
-from harness.metrics import depth_stats, skip_fraction
 
 
 def reference_rhn(m: RHN, x: torch.Tensor) -> torch.Tensor:

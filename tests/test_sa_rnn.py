@@ -9,12 +9,12 @@ import torch
 from reference import REF_GRU, assert_grads_match, ste
 
 from baselines.sa_rnn import SARNN, SARNNConfig
-from harness import train
-from harness.config import resolve
+from harness.components.config import resolve
+from harness.components.flops import sequence_macs
+from harness.components.method import SeqOut
+from harness.components.metrics import skip_fraction
 from harness.errors import ConfigError
-from harness.flops import sequence_macs
-from harness.method import SeqOut
-from harness.metrics import skip_fraction
+from harness.pipeline import train
 
 
 def ref_sa_rnn(m: SARNN, x: torch.Tensor, slope: float, lam: float):
@@ -464,7 +464,7 @@ def test_fast_path_counts_exactly_the_exact_macs(form, monkeypatch):
     from torch.utils.flop_counter import FlopCounterMode
 
     import baselines.sa_rnn as sa
-    from harness.flops import effective_step_macs
+    from harness.components.flops import effective_step_macs
 
     monkeypatch.setattr(sa, "sarnn_kernel", lambda: None)
     D = 24

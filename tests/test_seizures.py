@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from harness import config
 from harness.cli import main
+from harness.components import config
+from harness.components.registry import TASKS
+from harness.components.task import Batch
 from harness.data import DataError, data_root, status_rows
 from harness.errors import ConfigError
-from harness.registry import TASKS
-from harness.task import Batch
 from tasks import seizures
 from tasks._ssa import balanced_splits, group_splits
 from tasks.seizures import Seizures, SeizuresConfig, preprocess

@@ -1,5 +1,6 @@
-"""One "variant nearest a Skip %" rule (harness.selection.nearest_variant) behind its three callers:
-``--select val-skip-nearest`` (validation), ``run --match-skip`` and the update-pattern figure
+"""One "variant nearest a Skip %" rule (harness.components.selection.nearest_variant) behind its
+three callers: ``--select val-skip-nearest`` (validation), ``run --match-skip`` and the
+update-pattern figure
 (test)."""
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from harness.cli.progress import print_match_skip
+from harness.components.selection import choose, nearest_skip, parse_rule, select
+from harness.pipeline.sweep import match_skip
 from harness.reporting.patterns import matched_budget
 from harness.reporting.runs import runs_frame
-from harness.selection import choose, nearest_skip, parse_rule, select
-from harness.sweep import match_skip
 
 
 def rec(method, vid, seed, skip, mse=1.0, val_skip=None, val_mse=None):

@@ -12,12 +12,12 @@ import torch
 from reference import ref_gru, ste
 
 from baselines.skip_rnn import SkipRNN, SkipRNNConfig
-from harness import train
-from harness.config import resolve
+from harness.components.config import resolve
+from harness.components.flops import fvcore_macs, sequence_macs, torch_flops
+from harness.components.method import SeqOut
+from harness.components.metrics import skip_fraction
 from harness.errors import ConfigError
-from harness.flops import fvcore_macs, sequence_macs, torch_flops
-from harness.method import SeqOut
-from harness.metrics import skip_fraction
+from harness.pipeline import train
 
 # --- the authors' cell, transcribed -----------------------------------------------------------
 

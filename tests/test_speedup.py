@@ -21,10 +21,10 @@ from harness.bench.speedup import (
     speedup_markdown,
     union_macs,
 )
+from harness.components.flops import sequence_macs
+from harness.components.method import SeqOut
+from harness.components.registry import METHODS
 from harness.errors import ConfigError
-from harness.flops import sequence_macs
-from harness.method import SeqOut
-from harness.registry import METHODS
 
 FAST = fast_path_methods()
 ALTS = ("dense", "noskip", "fused")
@@ -241,7 +241,7 @@ def test_measured_rows_of_activity_sparse_methods():
 
 
 def test_the_speedup_report_names_the_code_it_timed_and_warns_when_it_changed(rows):
-    from harness.resume import method_code
+    from harness.pipeline.resume import method_code
 
     md = speedup_markdown(rows, "harness bench --speedup")
     assert "Code timed (`method_code`): " in md and method_code(rows[0]["method"]) in md

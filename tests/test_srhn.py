@@ -9,7 +9,7 @@ from reference import assert_grads_match
 
 from baselines._highway import HighwayConfig
 from baselines.srhn import SRHN
-from harness.flops import sequence_macs
+from harness.components.flops import sequence_macs
 
 
 def reference_srhn(m: SRHN, x: torch.Tensor) -> torch.Tensor:

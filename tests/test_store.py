@@ -16,14 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import claims as claims_mod
-from harness import records, registry, resume
-from harness import store as store_mod
-from harness.claims import Claims
+from harness.components import registry
 from harness.errors import RecordError
-from harness.files import write_atomically
-from harness.records import validate as validate_record
-from harness.store import Store
+from harness.persistence import claims as claims_mod
+from harness.persistence import records
+from harness.persistence import store as store_mod
+from harness.persistence.claims import Claims
+from harness.persistence.files import write_atomically
+from harness.persistence.records import validate as validate_record
+from harness.persistence.store import Store
+from harness.pipeline import resume
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference" / "smoke.jsonl"
@@ -374,10 +376,11 @@ def test_records_are_validated_on_append_only_for_required_keys(tmp_path):
 
 
 def test_the_one_atomic_write_keeps_modes_and_leaves_no_temporary_file(tmp_path, monkeypatch):
-    """``harness.files.write_atomically``, under the store's rewrites and every generated file:
-    the mode asked for (a generated file keeps its own, a new one gets what open() gives), and a
+    """``harness.persistence.files.write_atomically``, under the store's rewrites and every
+    generated file: the mode asked for (a generated file keeps its own, a new one gets what open()
+    gives), and a
     write that fails leaves the old file and no temporary file beside it."""
-    from harness.outputs import write_text
+    from harness.persistence.outputs import write_text
 
     board = tmp_path / "LEADERBOARD.md"
     board.write_text("old\n")

@@ -5,10 +5,10 @@ import pytest
 import torch
 from plugins import registration_problems
 
-from harness import config
+from harness.components import config
+from harness.components.registry import TASKS
+from harness.components.task import Batch, Task, TaskKind
 from harness.errors import ConfigError
-from harness.registry import TASKS
-from harness.task import Batch, Task, TaskKind
 
 NAMES = TASKS.names()
 
@@ -63,7 +63,7 @@ def test_generated_task_splits_are_deterministic_and_shaped(name):
 
 @pytest.mark.parametrize("bogus", ["classifcation", "classification", 3, "none"])
 def test_a_task_class_with_a_kind_that_is_not_a_task_kind_is_refused_where_it_is_defined(bogus):
-    with pytest.raises(ConfigError, match="not a harness.task.TaskKind") as e:
+    with pytest.raises(ConfigError, match="not a harness.components.task.TaskKind") as e:
 
         class Bogus(Task):
             kind = bogus
@@ -88,7 +88,9 @@ def test_a_kind_changed_after_definition_is_refused_when_the_loss_is_computed():
     t.kind = "bogus"  # no silent fallback to cross-entropy
     batch = Batch(torch.zeros(2, 3, 1), torch.tensor([0, 1]))
     for score in (t.loss, t.batch_stats):
-        with pytest.raises(ConfigError, match="'bogus', which is not a harness.task.TaskKind"):
+        with pytest.raises(
+            ConfigError, match="'bogus', which is not a harness.components.task.TaskKind"
+        ):
             score(torch.zeros(2, 2), batch)
 
 
@@ -125,8 +127,10 @@ def test_each_kind_selects_its_loss_and_metrics():
 
 
 def test_a_task_kind_reads_and_prints_as_its_string():
-    assert TaskKind.CLASSIFICATION == "classification"  # harness.train compares with strings
-    assert f"{TaskKind.LM}" == str(TaskKind.LM) == "lm"  # harness list, records
+    assert (
+        TaskKind.CLASSIFICATION == "classification"
+    )  # harness.pipeline.train compares with strings assert f"{TaskKind.LM}" == str(TaskKind.LM) ==
+    "lm"  # harness list, records
     import json
 
     assert json.dumps({"kind": TaskKind.REGRESSION}) == '{"kind": "regression"}'
@@ -213,9 +217,9 @@ def test_synthetic_noise_floor_bounds_every_model():
 def test_every_method_builds_at_every_task_preset(preset, task):
     # a preset whose sizes a method cannot take (e.g. Clockwork's modules not dividing D) must
     # set that method's knobs: `harness run --methods all --preset P` then never refuses
+    from harness.components.registry import METHODS
     from harness.errors import ConfigError
-    from harness.registry import METHODS
-    from harness.sweep import build_configs, validate
+    from harness.pipeline.sweep import build_configs, validate
 
     try:
         validate(build_configs(METHODS.names(), [task], [0], preset, {}))

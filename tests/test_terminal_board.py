@@ -18,8 +18,8 @@ from plugins import ROOT
 from rich.console import Console
 
 from harness.cli.board import print_tables
+from harness.persistence.store import load
 from harness.reporting.brief import brief_tables
-from harness.store import load
 
 QUICK = ROOT / "results" / "quick" / "runs.jsonl"
 RUN = ("run", "--tasks", "adding", "--methods", "gru,skip-rnn", "--preset", "smoke")

@@ -1,4 +1,4 @@
-"""``harness run --log-dir``: TensorBoard event files per run (harness.tracking)."""
+"""``harness run --log-dir``: TensorBoard event files per run (harness.pipeline.tracking)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from harness import tracking
 from harness.cli import main
+from harness.pipeline import tracking
 
 RUN = ["run", "--tasks", "synthetic", "--methods", "rnn", "--preset", "smoke", "--no-report"]
 
@@ -58,7 +58,7 @@ def test_logger_writes_history_rows(tmp_path):
     pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from harness import config
+    from harness.components import config
 
     cfg = config.resolve("rnn", "synthetic", 3, "smoke")
     log = tracking.TensorBoardLogger(tmp_path, cfg)

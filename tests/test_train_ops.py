@@ -17,7 +17,7 @@ import torch
 from baselines._cells import gru_step, gru_step_lean, masked_lerp, masked_update
 from baselines._elastic import elastic_layers
 from baselines._highway import CoupledHighway
-from harness.registry import METHODS
+from harness.components.registry import METHODS
 
 # Autograd nodes added by one more step of a training forward (V = 3, D = 4); the literal forms
 # before issue 12 added 35, 30, 37, 21 and 157. SREHN's and EI-REHN's elastic gate is one node

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from harness.components.registry import TASKS
+from harness.components.task import Batch
 from harness.data import DataError, data_root
-from harness.registry import TASKS
-from harness.task import Batch
 from tasks.twitter_buzz import FILES, TwitterBuzz, TwitterBuzzConfig, preprocess
 
 ROWS = 5 * 15 * 20  # 20 windows of 15 steps of 5 rows

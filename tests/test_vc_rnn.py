@@ -9,11 +9,11 @@ import torch
 from reference import REF_GRU, assert_grads_match
 
 from baselines.vc_rnn import VCRNN, VCRNNConfig
-from harness.config import resolve
+from harness.components.config import resolve
+from harness.components.flops import sequence_macs
+from harness.components.method import SeqOut
+from harness.components.metrics import skip_fraction
 from harness.errors import ConfigError
-from harness.flops import sequence_macs
-from harness.method import SeqOut
-from harness.metrics import skip_fraction
 
 
 def ref_vc_rnn(m: VCRNN, x: torch.Tensor, sharpness: float, cfg: VCRNNConfig):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from harness.components.registry import TASKS
+from harness.components.task import Batch
 from harness.data import DataError, data_root, status_rows
-from harness.registry import TASKS
-from harness.task import Batch
 from tasks.yahoo import Yahoo, YahooConfig
 
 ARCHIVE = "ydata-labeled-time-series-anomalies-v1_0/A1Benchmark"

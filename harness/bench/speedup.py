@@ -15,13 +15,13 @@ of them alike:
   or ``nn.RNN``; eval, ``no_grad``, the same B, T, V, D), what a user would otherwise run.
 
 Each comparison has a bound, the speedup the saved work allows: MACs of the alternative / MACs
-the fast path must do (``harness.flops.sequence_macs``, the exact-realisable count). The fast
-path's MACs are those of the *union* of the batch's decisions (a unit computed for one sequence
-of the batch is read, as a weight row, for all of them; likewise a column some sequence reads;
-the deepest sequence sets a step's depth): at
-batch 1, or where the decisions of the batch coincide, that is the FLOP reduction; at batch > 1
-with independent per-unit decisions it is the memory-traffic bound of reading the union of the
-rows. ``realised / bound`` = the fraction of the bound turned into time (1 = every saved MAC).
+the fast path must do (``harness.components.flops.sequence_macs``, the exact-realisable count). The
+fast path's MACs are those of the *union* of the batch's decisions (a unit computed for one sequence
+of the batch is read, as a weight row, for all of them; likewise a column some sequence reads; the
+deepest sequence sets a step's depth): at batch 1, or where the decisions of the batch coincide,
+that is the FLOP reduction; at batch > 1 with independent per-unit decisions it is the
+memory-traffic bound of reading the union of the rows. ``realised / bound`` = the fraction of the
+bound turned into time (1 = every saved MAC).
 
 A speedup is the median of per-round ratios (alternative / fast); its spread (min-max over the
 rounds) and the number of rounds are kept in the row, and so are the raw per-round times
@@ -55,13 +55,13 @@ from harness.bench.phases import FUSED_CELLS, fused_macs
 
 # the report is rendered in harness.bench.speedup_report; its names stay importable from here
 from harness.bench.speedup_report import COLUMNS_NOTE, speedup_markdown  # noqa: F401
-from harness.env import resolve_device
+from harness.components.flops import sequence_macs
+from harness.components.method import Method, SeqOut
+from harness.components.registry import METHODS
 from harness.errors import ConfigError
-from harness.flops import sequence_macs
-from harness.method import Method, SeqOut
-from harness.registry import METHODS
-from harness.resume import current_code
-from harness.timing import synchronize
+from harness.pipeline.env import resolve_device
+from harness.pipeline.resume import current_code
+from harness.pipeline.timing import synchronize
 
 
 def has_fast_path(method_cls: type[Method]) -> bool:
@@ -307,7 +307,7 @@ def measure_speedups(
         batches: batch sizes B.
         seq_len: T.
         device: ``cpu``, ``cuda`` or ``auto``, the one device measured on
-            (``harness.env.resolve_device``: auto is CUDA when available, else the CPU).
+            (``harness.pipeline.env.resolve_device``: auto is CUDA when available, else the CPU).
         input_size: V.
         budget_s: seconds of timing per row (at least 3 rounds are timed regardless).
         seed: seeds each model (``build_at_skip``) and, with B added, its inputs.

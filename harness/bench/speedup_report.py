@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from harness.env import device_name, git_state
-from harness.flops import UNIT_NOTE
-from harness.resume import code_changes
+from harness.components.flops import UNIT_NOTE
+from harness.pipeline.env import device_name, git_state
+from harness.pipeline.resume import code_changes
 
 # The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
 COLUMNS_NOTE = (

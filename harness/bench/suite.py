@@ -2,10 +2,10 @@
 
 The timing runs in this process (no test runner, no checkout needed): for every (task, method,
 phase, device), ``harness.bench.phases`` builds the model at the task preset's sizes and
-``harness.timing`` runs warm-up rounds, then timed rounds, synchronising the device around each.
-Each timing is a record (one JSON line, appended to ``OUT/timing.jsonl`` through the same atomic
-store as run records) with the median, mean, stddev, min, max and iqr in seconds, the rounds, the
-sizes timed and the environment.
+``harness.pipeline.timing`` runs warm-up rounds, then timed rounds, synchronising the device around
+each. Each timing is a record (one JSON line, appended to ``OUT/timing.jsonl`` through the same
+atomic store as run records) with the median, mean, stddev, min, max and iqr in seconds, the rounds,
+the sizes timed and the environment.
 
 The references (``phases.REFERENCES``) are the same model with torch's own cell in place of the
 method's layers, timed in the same run at the sizes of each timed method (once per distinct size),
@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-from harness import config, env
 from harness.bench.phases import (
     PHASES,
     REFERENCE,
@@ -46,14 +45,16 @@ from harness.bench.phases import (
 )
 from harness.bench.profile import ops_per_step
 from harness.bench.timing_report import format_ms, timing_markdown
-from harness.config import config_hash
+from harness.components import config
+from harness.components.config import config_hash
+from harness.components.registry import METHODS, TASKS
 from harness.errors import ConfigError, HarnessError
-from harness.outputs import write_text
-from harness.registry import METHODS, TASKS
-from harness.resume import current_code
-from harness.store import Store
-from harness.sweep import build_configs
-from harness.timing import summarize, time_fn
+from harness.persistence.outputs import write_text
+from harness.persistence.store import Store
+from harness.pipeline import env
+from harness.pipeline.resume import current_code
+from harness.pipeline.sweep import build_configs
+from harness.pipeline.timing import summarize, time_fn
 
 # 2: references of several kinds, ratio_vs_cell, mac_ratio and target; dense_macs and cell_macs
 # (issue 32) are optional: records made before them lack them
@@ -77,7 +78,8 @@ def timing_record(
         phase: what was timed (its ``info`` fills the record).
         times: seconds per timed round.
         warmup: untimed rounds before them.
-        environment: ``harness.env.environment`` of the device, with the thread count in use.
+        environment: ``harness.pipeline.env.environment`` of the device, with the thread count in
+            use.
         bench_id: the id of the ``harness bench`` invocation.
         start: ISO time the timing started.
         reference: whether this is a reference timing (adds ``reference: true``).
@@ -300,7 +302,7 @@ def run_bench(
             is skipped with one line (through ``progress`` and in the report).
         preset: the preset whose sizes are timed.
         device: ``cpu``, ``cuda`` or ``auto``: every device to time on
-            (``harness.env.bench_devices``; auto is the CPU, plus CUDA when present).
+            (``harness.pipeline.env.bench_devices``; auto is the CPU, plus CUDA when present).
         out_dir: gets the timing records, appended to ``timing.jsonl``.
         report: the Markdown to write.
         overrides: config overrides (``{"seq_len": 5}``), as ``--set``; each applies to the

@@ -3,7 +3,8 @@
 One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
 ``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
 so ``harness --help`` and ``harness --version`` stay fast. The CLI parses, calls and prints: the
-work is done by ``harness.sweep``, ``harness.flops``, ``harness.bench`` and ``harness.reporting``.
+work is done by ``harness.pipeline.sweep``, ``harness.components.flops``, ``harness.bench`` and
+``harness.reporting``.
 
 Bad input (unknown names, bad ``--set`` values, missing data, unwritable output, malformed
 records) gives one line on stderr and exit code 2, never a traceback.
@@ -18,8 +19,8 @@ from typing import Any
 from harness import __version__
 from harness.cli import bench, check, compare, data, flops, listing, new, report, run, store
 from harness.cli.common import Parser
+from harness.components.registry import include
 from harness.errors import HarnessError, Interrupted
-from harness.registry import include
 
 # in the order ``harness --help`` lists them
 COMMANDS = (listing, run, report, compare, flops, bench, data, store, check, new)

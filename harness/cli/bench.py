@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness import config
 from harness.cli.common import (
     add_command,
     check_writable,
@@ -34,9 +33,10 @@ from harness.cli.common import (
     threads_option,
     write_report,
 )
-from harness.env import flush_denormals, resolve_device
+from harness.components import config
 from harness.errors import ConfigError
-from harness.outputs import refuse_overwrite
+from harness.persistence.outputs import refuse_overwrite
+from harness.pipeline.env import flush_denormals, resolve_device
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
 # TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
@@ -209,7 +209,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.methods,
         task,
         args.preset,
-        args.device or "auto",  # every device to time on (harness.env.bench_devices)
+        args.device or "auto",  # every device to time on (harness.pipeline.env.bench_devices)
         args.out,
         report=str(report),
         overrides=config.parse_set(args.set or []),

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import legacy_values
+from harness.components.config import legacy_values
+from harness.components.selection import parse_rule
+from harness.persistence.store import load
 from harness.reporting.brief import brief_tables
-from harness.selection import parse_rule
-from harness.store import load
 
 FORMATS = ("table", "md")
 

@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, comma_list, examples, include_option
-from harness.conformance import CHECKS, iter_checks
-from harness.registry import METHODS, TASKS, describe_source
-from harness.spec import usable_tasks
+from harness.components.conformance import CHECKS, iter_checks
+from harness.components.registry import METHODS, TASKS, describe_source
+from harness.pipeline.spec import usable_tasks
 
 
 def add_parser(subparsers: Any) -> None:

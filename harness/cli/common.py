@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.config import DEVICES, PRESETS
+from harness.components.config import DEVICES, PRESETS
+from harness.components.registry import TASKS
 from harness.errors import ConfigError
 from harness.executors import MAX_THREADS
-from harness.outputs import check_writable as check
-from harness.outputs import write_text
-from harness.registry import TASKS
-from harness.sweep import out_of_memory as oom
+from harness.persistence.outputs import check_writable as check
+from harness.persistence.outputs import write_text
+from harness.pipeline.sweep import out_of_memory as oom
 
 
 class Parser(argparse.ArgumentParser):
@@ -238,7 +238,7 @@ def data_dir_option(scope: str = "") -> argparse.ArgumentParser:
 
 
 def device_option(default: str | None, help: str) -> argparse.ArgumentParser:
-    """``--device cpu|cuda|auto`` (None: the command picks; ``harness.env.resolve_device``)."""
+    """``--device cpu|cuda|auto`` (None: the command picks; ``env.resolve_device``)."""
     return _option("--device", default=default, choices=DEVICES, help=help)
 
 
@@ -287,7 +287,7 @@ def checkpoint_options(s: argparse.ArgumentParser) -> None:
 
 def checkpoint_settings(args: argparse.Namespace, store: Path) -> dict[str, Any]:
     """``api.executor``'s checkpoint arguments from ``checkpoint_options``' flags."""
-    from harness.checkpoint import folder_for
+    from harness.pipeline.checkpoint import folder_for
 
     folder = None if args.no_checkpoint else str(folder_for(store))
     return {"checkpoint_dir": folder, "checkpoint_every_s": 60.0 * args.checkpoint_every}
@@ -345,17 +345,17 @@ def require_task(task: str | None, command: str, many: bool = False) -> str:
 
 
 def write_report(path: Path, text: str) -> None:
-    """Write a generated file (``harness.outputs.write_text``: atomic, never over records)."""
+    """Write a generated file (``outputs.write_text``: atomic, never over records)."""
     write_text(path, text)
 
 
 def check_writable(path: Path, directory: bool = False) -> None:
-    """``harness.outputs.check_writable``: fail before the work when ``path`` cannot be written."""
+    """``outputs.check_writable``: fail before the work when ``path`` cannot be written."""
     check(path, directory)
 
 
 def out_of_memory(what: str) -> contextlib.AbstractContextManager[None]:
-    """``harness.sweep.out_of_memory``: an allocation failure becomes one line about ``what``."""
+    """``sweep.out_of_memory``: an allocation failure becomes one line about ``what``."""
     return oom(what)
 
 

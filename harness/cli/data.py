@@ -15,8 +15,8 @@ from harness.cli.common import (
     include_option,
     tasks_option,
 )
+from harness.components.registry import TASKS
 from harness.errors import DataError
-from harness.registry import TASKS
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from harness import config
 from harness.cli.common import (
     add_command,
     data_dir_option,
@@ -19,7 +18,8 @@ from harness.cli.common import (
     set_option,
     task_option,
 )
-from harness.sweep import fresh_costs
+from harness.components import config
+from harness.pipeline.sweep import fresh_costs
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,11 +58,11 @@ def _seq_len(row: dict[str, Any]) -> str:
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
-    """Print the MAC table (``harness.sweep.fresh_costs``) as a table or as JSON."""
+    """Print the MAC table (``harness.pipeline.sweep.fresh_costs``) as a table or as JSON."""
     task = require_task(args.task, "flops")
     overrides = config.parse_set(args.set or [])
 
-    from harness.flops import UNIT_NOTE
+    from harness.components.flops import UNIT_NOTE
 
     rows = fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
     if args.json:

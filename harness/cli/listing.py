@@ -11,9 +11,9 @@ import sys
 from typing import Any
 
 from harness.cli.common import add_command, include_option
+from harness.components.registry import METHODS, TASKS, source_of
 from harness.executors import EXECUTORS
 from harness.references import REFERENCES, describe
-from harness.registry import METHODS, TASKS, source_of
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, examples, include_option
-from harness.conformance import training_task
-from harness.scaffold import KINDS, names, new_method
+from harness.components.conformance import training_task
+from harness.components.scaffold import KINDS, names, new_method
 
 
 def add_parser(subparsers: Any) -> None:

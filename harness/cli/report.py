@@ -15,16 +15,16 @@ from harness.cli.common import (
     one_of,
     preset_option,
 )
+from harness.components.registry import METHODS, TASKS
+from harness.components.selection import parse_rule
 from harness.errors import HarnessError
-from harness.outputs import beside_records
-from harness.registry import METHODS, TASKS
-from harness.selection import parse_rule
+from harness.persistence.outputs import beside_records
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
-# Without --out / --out-dir a report goes next to its records (harness.outputs.beside_records):
-# DIR/LEADERBOARD.md and DIR/paper/ for records in DIR/runs.jsonl (X.md for X.jsonl), never into
-# the checkout's committed reports/.
+# Without --out / --out-dir a report goes next to its records
+# (harness.persistence.outputs.beside_records): DIR/LEADERBOARD.md and DIR/paper/ for records in
+# DIR/runs.jsonl (X.md for X.jsonl), never into the checkout's committed reports/.
 
 
 def _task_option() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness import api, config, suites
+from harness import api
 from harness.cli.board import FORMATS, print_board
 from harness.cli.common import (
     add_command,
@@ -35,16 +35,18 @@ from harness.cli.progress import (
     say_resume,
     stopped_line,
 )
+from harness.components import config
+from harness.components.selection import parse_rule
 from harness.errors import ConfigError, HarnessError, WriteFailed
 from harness.executors import EXECUTORS, MAX_WORKERS
 from harness.executors.submitit import INSTALL as SUBMITIT_INSTALL
 from harness.executors.submitit import LIMITS as SLURM_LIMITS
-from harness.outputs import leaderboard_path, refuse_overwrite
+from harness.persistence.outputs import leaderboard_path, refuse_overwrite
+from harness.pipeline import suites
+from harness.pipeline.suites import plan
+from harness.pipeline.sweep import parse_grid
+from harness.pipeline.tracking import check_log_dir
 from harness.references import named_outright
-from harness.selection import parse_rule
-from harness.suites import plan
-from harness.sweep import parse_grid
-from harness.tracking import check_log_dir
 
 # --executor submitit: (dest, metavar, help); the numbers' bounds are SLURM_LIMITS
 SLURM_FLAGS = (
@@ -422,8 +424,8 @@ def given_options(parser: argparse.ArgumentParser | None, argv: list[str] | None
 def apply_sweep_file(args: argparse.Namespace) -> tuple[Any, set[str]]:
     """Fill ``args`` from ``--config`` / ``--suite``, leaving the options given as flags alone.
 
-    ``--set`` and ``--grid`` are merged with the file's key by key later (``harness.suites.plan``)
-    and stay as the flags gave them here.
+    ``--set`` and ``--grid`` are merged with the file's key by key later
+    (``harness.pipeline.suites.plan``) and stay as the flags gave them here.
 
     Args:
         args: the parsed ``harness run`` arguments (with ``argv``, the command line).

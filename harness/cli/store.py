@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from harness.cli.common import add_command, examples
-from harness.config import legacy_values
+from harness.components.config import legacy_values
 from harness.errors import RecordError
-from harness.store import Store, store_path
+from harness.persistence.store import Store, store_path
 
 
 def add_parser(subparsers: Any) -> None:

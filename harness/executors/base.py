@@ -6,10 +6,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from harness import config, records
-from harness.registry import Registry
-from harness.resume import method_code
-from harness.tracking import TensorBoardLogger
+from harness.components import config
+from harness.components.registry import Registry
+from harness.persistence import records
+from harness.pipeline.resume import method_code
+from harness.pipeline.tracking import TensorBoardLogger
 
 # The most worker processes and torch threads per run a sweep may ask for: beyond any machine
 # here, and below the counts at which thread pools fail to allocate (--threads 1000000 ended in
@@ -27,11 +28,11 @@ class RunOptions:
 
     Attributes:
         data_dir: the dataset root (None: ``$HARNESS_DATA_DIR``, else the user cache).
-        device: ``cpu``, ``cuda`` or ``auto`` (``harness.env.resolve_device``).
+        device: ``cpu``, ``cuda`` or ``auto`` (``harness.pipeline.env.resolve_device``).
         threads: torch CPU threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder (None: none).
         checkpoint_dir: each run keeps a checkpoint of its training here and goes on from one
-            it finds (``harness.checkpoint``; None: no checkpoints).
+            it finds (``harness.pipeline.checkpoint``; None: no checkpoints).
         checkpoint_every_s: the least seconds between two checkpoints of a run.
     """
 
@@ -110,12 +111,12 @@ def run_one(
 ) -> dict[str, Any]:
     """Run one config (as a plain dict: configs travel so) and return its record.
 
-    With ``run.log_dir``, the run also writes TensorBoard events (``harness.tracking``).
-    ``callbacks`` (in-process runs only) go to ``harness.train.run``, called after every epoch.
-    Anything raised around the run (setting the threads, opening the event log) is the run's
+    With ``run.log_dir``, the run also writes TensorBoard events (``harness.pipeline.tracking``).
+    ``callbacks`` (in-process runs only) go to ``harness.pipeline.train.run``, called after every
+    epoch. Anything raised around the run (setting the threads, opening the event log) is the run's
     failed record too; only an interrupt propagates.
     """
-    from harness.train import failed_record
+    from harness.pipeline.train import failed_record
 
     try:
         return _run_config(cfg_dict, run, callbacks)
@@ -130,7 +131,7 @@ def _run_config(
 ) -> dict[str, Any]:
     import torch
 
-    from harness.train import run as train_run
+    from harness.pipeline.train import run as train_run
 
     if run.threads:
         torch.set_num_threads(run.threads)

@@ -41,7 +41,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.data_files import cache_dir
+from harness.data.files import cache_dir
 from harness.errors import HarnessError, WriteFailed, is_disk_full
 from harness.executors.base import (
     MAX_THREADS,

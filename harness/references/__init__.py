@@ -6,8 +6,8 @@ the references first (``harness.reporting.references``). A reference gets the ta
 the run's seed (``Task.splits``), is fitted on the training split only and predicts each
 validation and test batch as a model would, so that its metrics come from the task's own
 ``batch_stats`` and ``finalize`` (``harness.references.run``). Its run is recorded like any run
-(``harness.records``), under ``method`` = ``ref:NAME``, with a run id hashed from its task, the
-task's config, the preset, the seed, its name and its own config (``RefConfig``).
+(``harness.persistence.records``), under ``method`` = ``ref:NAME``, with a run id hashed from its
+task, the task's config, the preset, the seed, its name and its own config (``RefConfig``).
 
 Built-in references (``harness.references.predictors``): ``ref:majority`` and ``ref:logreg``
 (classification), ``ref:mean`` and ``ref:last`` (regression), ``ref:unigram`` and ``ref:bigram``
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.config import (
+from harness.components.config import (
     MAX_SEED,
     PRESETS,
     DataIdentity,
@@ -36,9 +36,7 @@ from harness.config import (
     build_config,
     check_knobs,
 )
-from harness.errors import ConfigError
-from harness.records import REF_PREFIX, Identified, canonical_config, is_reference
-from harness.registry import (
+from harness.components.registry import (
     METHODS,
     REFERENCES,
     TASKS,
@@ -46,6 +44,8 @@ from harness.registry import (
     register_reference,
     source_files,
 )
+from harness.errors import ConfigError
+from harness.persistence.records import REF_PREFIX, Identified, canonical_config, is_reference
 
 __all__ = [
     "REFERENCES",
@@ -69,12 +69,12 @@ class NoReferenceConfig:
 class Reference:
     """Base class of a reference predictor (see the module docstring).
 
-    A subclass sets ``kinds`` (the ``harness.task.TaskKind`` values it serves) and implements
-    ``fit`` and ``predict``; ``config_cls`` holds its knobs (declared with
-    ``harness.config.knob``); ``description`` says what it is in one sentence (``harness list
-    references``, the notes under the tables). ``bound``: the reference is a bound the task
-    computes (what no predictor can beat), not a predictor: it overrides ``score``, and the
-    tables do not judge the methods against it.
+    A subclass sets ``kinds`` (the ``harness.components.task.TaskKind`` values it serves) and
+    implements ``fit`` and ``predict``; ``config_cls`` holds its knobs (declared with
+    ``harness.components.config.knob``); ``description`` says what it is in one sentence (``harness
+    list references``, the notes under the tables). ``bound``: the reference is a bound the task
+    computes (what no predictor can beat), not a predictor: it overrides ``score``, and the tables
+    do not judge the methods against it.
 
     Args:
         cfg: an instance of ``config_cls``.
@@ -103,25 +103,25 @@ class Reference:
     def resolve_config(
         cls, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
     ) -> RefConfig:
-        """The run config of this reference on ``task`` (``harness.config.resolve`` asks)."""
+        """The run config of this reference on ``task`` (``config.resolve`` asks)."""
         return resolve(cls.name, task, seed, preset, overrides)
 
     @classmethod
     def config_from_dict(cls, d: dict[str, Any]) -> RefConfig:
-        """A run config of this reference from its dict (``harness.config.from_dict`` asks)."""
+        """A run config of this reference from its dict (``config.from_dict`` asks)."""
         return from_dict(d)
 
     @classmethod
     def config_sections(cls, task: str) -> dict[str, Any]:
-        """The default config sections on ``task`` (``harness.config.default_sections`` asks)."""
+        """The default config sections on ``task`` (``config.default_sections`` asks)."""
         return default_sections(cls.name, task)
 
     def fit(self, task: Any, train: Any, seed: int) -> None:
-        """Fit on the training split (a ``harness.task.Split``) only."""
+        """Fit on the training split (a ``harness.components.task.Split``) only."""
         raise NotImplementedError
 
     def predict(self, batch: Any) -> Any:
-        """The prediction for a ``harness.task.Batch``, shaped as a model's ``pred`` would be."""
+        """The prediction for a ``task.Batch``, shaped as a model's ``pred`` would be."""
         raise NotImplementedError
 
     def num_params(self) -> int:
@@ -202,10 +202,10 @@ class RefConfig(Identified):
     preset: str
     method_cfg: Any
     task_cfg: Any
-    data: Any = None  # harness.config.DataIdentity of real data, None for generated data
+    data: Any = None  # harness.components.config.DataIdentity of real data, None for generated data
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict in its canonical form (``harness.records.canonical_config``)."""
+        """A JSON-ready dict in its canonical form (``records.canonical_config``)."""
         return canonical_config(
             {
                 "method": self.method,
@@ -300,7 +300,7 @@ def reference_code(name: str) -> str:
 
     The files are this package's base and runner modules and the module that registers the
     reference (for a task's own reference: the task's module and the modules of its package
-    it uses, as ``harness.resume.method_code`` takes them).
+    it uses, as ``harness.pipeline.resume.method_code`` takes them).
     """
     module = sys.modules[REFERENCES.get(name).__module__]
     files = {__file__, str(Path(__file__).with_name("run.py"))}

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.config import MAX_PENALTY, check_knobs, knob
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.task import Batch, Split, TaskKind
 from harness.references import Reference, register_reference
-from harness.task import Batch, Split, TaskKind
 
 CHUNK = 4096  # sequences whose features are taken at once (bounds the memory of a long split)
 

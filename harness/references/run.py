@@ -1,10 +1,11 @@
 """One reference run: fit on the training split, score validation and test, build its record.
 
-``harness.train.run`` hands a ``ref:`` config here, so every executor (``harness.executors``)
-runs references as it runs methods. The record is built by ``harness.records`` like a method's:
-``metrics`` (test) and ``val_metrics`` from the task's own scoring, ``params`` the numbers the
-fit produced, no MACs, no trace and no epochs (``history`` empty, ``best_epoch`` -1). References
-run on the CPU, whatever device the sweep trains on: they are deterministic there.
+``harness.pipeline.train.run`` hands a ``ref:`` config here, so every executor
+(``harness.executors``) runs references as it runs methods. The record is built by
+``harness.persistence.records`` like a method's: ``metrics`` (test) and ``val_metrics`` from the
+task's own scoring, ``params`` the numbers the fit produced, no MACs, no trace and no epochs
+(``history`` empty, ``best_epoch`` -1). References run on the CPU, whatever device the sweep trains
+on: they are deterministic there.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import dataclasses
 import time
 from typing import Any
 
-from harness import env, records
+from harness.components.flops import FLOPS_PER_MAC
+from harness.components.registry import TASKS, source_of
 from harness.errors import ConfigError, HarnessError, failure_reason
-from harness.flops import FLOPS_PER_MAC
+from harness.persistence import records
+from harness.pipeline import env
 from harness.references import REFERENCES, RefConfig, cannot_serve, reference_code
-from harness.registry import TASKS, source_of
 
 # what a reference's record says chose its test metrics (``selection``)
 SELECTION = "reference predictors: fitted once on the training split, no epochs to choose from"

@@ -22,8 +22,8 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.metrics import get_metric
-from harness.records import is_reference
+from harness.components.metrics import get_metric
+from harness.persistence.records import is_reference
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
 from harness.reporting.tables import compare_seeds, finite_by_seed, holm, reference, row_name

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.metrics import get_metric, higher_is_better
-from harness.records import is_reference, latest
+from harness.components.metrics import get_metric, higher_is_better
+from harness.components.selection import select as select_records
+from harness.persistence.records import is_reference, latest
 from harness.reporting.references import method_cell, record_notes
 from harness.reporting.runs import variant_label
 from harness.reporting.text import arrow, column_scale, fmt_cell, scaled, seeds_cell
-from harness.selection import select as select_records
 
 
 @dataclass
@@ -50,7 +50,7 @@ def brief_tables(
 
     Args:
         records: run records.
-        select: a ``harness.selection.Rule``; None: every variant has a row.
+        select: a ``harness.components.selection.Rule``; None: every variant has a row.
         store: the records store, named in the command that adds reference predictors.
     """
     if select is not None:

@@ -4,11 +4,11 @@ Runs are matched by run id (the hash of the resolved config). For each matched p
 metric, MAC/FLOP count and parameter count is compared: parameter counts and dense MACs/FLOPs
 exactly; effective MACs/FLOPs with a small relative tolerance (a mask can flip on the last bit of
 a float across CPUs); each test metric with the tolerance its metric registry entry gives
-(``harness.metrics.Metric.tolerance``: by default a small absolute plus relative one, as CPU runs
-are deterministic for a fixed thread count). A status change is drift. Reference runs absent from
-the current records are reported as missing (also a failure); current runs absent from the reference
-are listed as new (not a failure). A different torch version or device between the two sets of
-records is reported too (it explains drift; it is not a failure by itself).
+(``harness.components.metrics.Metric.tolerance``: by default a small absolute plus relative one, as
+CPU runs are deterministic for a fixed thread count). A status change is drift. Reference runs
+absent from the current records are reported as missing (also a failure); current runs absent from
+the reference are listed as new (not a failure). A different torch version or device between the two
+sets of records is reported too (it explains drift; it is not a failure by itself).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config import legacy_values
+from harness.components.config import legacy_values
+from harness.components.metrics import DEFAULT_TOLERANCE, get_metric
 from harness.errors import HarnessError
-from harness.metrics import DEFAULT_TOLERANCE, get_metric
-from harness.records import latest
-from harness.store import load
+from harness.persistence.records import latest
+from harness.persistence.store import load
 
 # (absolute, relative) per measure prefix; a test metric's own is its registry entry's tolerance.
 DEFAULT_TOLERANCES = {
@@ -169,7 +169,7 @@ def compare(
         reference: the reference records.
         current: the records checked against them.
         tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES`` and the test
-            metrics' registry tolerances (``harness.metrics``).
+            metrics' registry tolerances (``harness.components.metrics``).
         only_present: compare only the runs in both (a partial rerun); the others are counted
             in ``left_out`` instead of listed as missing and new.
         allow_empty: pass a comparison that compared no run (``Comparison.empty``).
@@ -256,7 +256,7 @@ def load_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The records of a store, and one ``FILE:N: why`` message per line the gate cannot read.
 
     A line is unreadable when it is not JSON (a torn last line) or fails
-    ``harness.records.validate`` (missing or ill-typed keys, an unknown schema version).
+    ``harness.persistence.records.validate`` (missing or ill-typed keys, an unknown schema version).
     """
     return load([path], legacy_values)
 

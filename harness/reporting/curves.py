@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.metrics import get_metric, higher_is_better
-from harness.records import latest
+from harness.components.metrics import get_metric, higher_is_better
+from harness.persistence.records import latest
 from harness.reporting.figstyle import (
     ONE_COLUMN,
     TWO_COLUMNS,

@@ -4,9 +4,9 @@ Every figure gives a method the same colour, marker and line style (``method_sty
 from the registry order: 16 colours, mostly Paul Tol's colour-blind-safe ones, each method with
 its own colour and marker); axes whose values span a decade or more
 are logarithmic (``spans_decades``); bands and error bars of a percentage (the metric registry's
-``percent``, ``harness.metrics``) stay within [0, 100] (``band``, ``error_bars``). Figures are
-sized for one column (``ONE_COLUMN`` inches wide) or two (``TWO_COLUMNS``), text is at least 7 pt
-(``STYLE``) and PDFs embed TrueType fonts.
+``percent``, ``harness.components.metrics``) stay within [0, 100] (``band``, ``error_bars``).
+Figures are sized for one column (``ONE_COLUMN`` inches wide) or two (``TWO_COLUMNS``), text is at
+least 7 pt (``STYLE``) and PDFs embed TrueType fonts.
 
 matplotlib is imported inside the functions (``import harness`` stays light). Figures are
 ``matplotlib.figure.Figure`` objects built under ``style()``, never through pyplot's global
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.metrics import get_metric
-from harness.outputs import write_bytes
-from harness.registry import METHODS
+from harness.components.metrics import get_metric
+from harness.components.registry import METHODS
+from harness.persistence.outputs import write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -166,8 +166,8 @@ def legend(fig: Figure, methods: Sequence[str], labels: dict[str, str] | None = 
 def save(fig: Figure, stem: Path) -> list[Path]:
     """Write ``stem.png`` and ``stem.pdf`` at the figure's size; returns both paths.
 
-    Each is rendered in memory and written through ``harness.outputs.write_bytes`` (atomically,
-    never over a records store).
+    Each is rendered in memory and written through ``harness.persistence.outputs.write_bytes``
+    (atomically, never over a records store).
     """
     import io
 

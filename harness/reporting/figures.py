@@ -9,9 +9,9 @@ What they show follows the seed papers' figures:
   (``reference_bands``), that every point is read against. The other figures leave the
   references out.
 - ``budget_figure``: metric and Skip % vs a budget knob (S-SA Fig. 4 for λ), mean ± std over
-  seeds. A method names its budget knobs (``harness.method.Method.budget_knobs``: a penalty's
-  weight such as ``lam``, a skip probability, a threshold); a knob gets a figure when a method
-  that declares it was run at several values of it. Where its values span decades the axis is
+  seeds. A method names its budget knobs (``harness.components.method.Method.budget_knobs``: a
+  penalty's weight such as ``lam``, a skip probability, a threshold); a knob gets a figure when a
+  method that declares it was run at several values of it. Where its values span decades the axis is
   logarithmic, and 0 has its own tick left of a break.
 - the update patterns and the depth histogram (``harness.reporting.patterns``) and the learning
   curves (``harness.reporting.curves``).
@@ -21,7 +21,7 @@ where a method's trace holds them, a budget figure where a method was run at sev
 knob it declares, curves where records hold a history, the depth histogram where traces hold one;
 no method or task is singled out by name. Sizes, palette and per-method styles:
 ``harness.reporting.figstyle``; titles, directions and percentages: the metric registry
-(``harness.metrics``).
+(``harness.components.metrics``).
 
 matplotlib and pandas are imported inside the functions (``import harness`` stays light).
 """
@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.metrics import get_metric
-from harness.records import is_reference
-from harness.registry import METHODS, UnknownNameError
+from harness.components.metrics import get_metric
+from harness.components.registry import METHODS, UnknownNameError
+from harness.persistence.records import is_reference
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
     LINESTYLES,

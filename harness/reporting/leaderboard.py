@@ -7,8 +7,9 @@ the std, no "± 0"); the primary metric also gets its 95 % CI, and each row the 
 records. Arrows give each column's direction. The header (``harness.reporting.text.header``) says
 which records, commits, devices and torch versions the numbers come from, the rule that chose each
 test metric, and the FLOP unit. Each measure's title, direction, unit and cell form are the metric
-registry's (``harness.metrics``). With a selection rule (``harness.selection``) each method has one
-row, the variant the rule picked on validation data.
+registry's (``harness.components.metrics``). With a selection rule
+(``harness.components.selection``) each method has one row, the variant the rule picked on
+validation data.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from harness.metrics import METRICS, get_metric, higher_is_better
-from harness.records import is_reference, latest
+from harness.components.metrics import METRICS, get_metric, higher_is_better
+from harness.components.selection import empty_tables, no_row_line
+from harness.components.selection import select as select_records
+from harness.persistence.records import is_reference, latest
 from harness.reporting.references import method_cell, record_notes
 from harness.reporting.render import render_tex
 from harness.reporting.runs import (
@@ -45,8 +48,6 @@ from harness.reporting.text import (
     scaled,
     seeds_cell,
 )
-from harness.selection import empty_tables, no_row_line
-from harness.selection import select as select_records
 
 
 def _values(group: list[dict[str, Any]], get: Any) -> list[float]:
@@ -171,7 +172,7 @@ def leaderboard_markdown(
         records: run records.
         sources: the files they came from (named in the header).
         problems: malformed-line messages, listed at the end.
-        select: a ``harness.selection.Rule``; None: every variant has a row.
+        select: a ``harness.components.selection.Rule``; None: every variant has a row.
         command: the command writing it, named in the header.
     """
     picked = None

@@ -7,13 +7,12 @@ Per (task, preset), ``write_paper_report`` writes ``paper_<task>_<preset>.md`` /
 - the main table (``harness.reporting.tables``), in the layout of the seed paper that reports
   this kind of task. One row per method variant (runs differing only by seed,
   ``harness.reporting.runs``), labelled by the config values that vary among a method's
-  variants, or with a selection rule (``harness.selection``) one row per method, picked on
-  validation data among the variants with the most seeds. Cells are
-  ``harness.reporting.text.fmt_cell`` (mean ± std over seeds, one unit per column); the best
-  test mean per measured column is bold (display only); a 95 % CI of the primary metric, the
-  commit of the row's records, p-values against a reference row chosen on validation (paired
-  where the seeds are shared, Holm-corrected), and a mark on rows whose runs had training
-  events;
+  variants, or with a selection rule (``harness.components.selection``) one row per method, picked
+  on validation data among the variants with the most seeds. Cells are
+  ``harness.reporting.text.fmt_cell`` (mean ± std over seeds, one unit per column); the best test
+  mean per measured column is bold (display only); a 95 % CI of the primary metric, the commit of
+  the row's records, p-values against a reference row chosen on validation (paired where the seeds
+  are shared, Holm-corrected), and a mark on rows whose runs had training events;
 - one "paper vs harness" table per published table of the task (``harness.reporting.versus``):
   at the paper preset each paper row at its own setting, at a smaller preset the harness's own
   table with the paper's numbers as context. Methods that a published table lists come first in
@@ -32,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.components.metrics import get_metric
+from harness.components.registry import TASKS
+from harness.components.selection import Rule, no_row_line
+from harness.components.selection import select as select_records
 from harness.errors import HarnessError
-from harness.metrics import get_metric
-from harness.outputs import write_text
-from harness.records import is_reference, latest
-from harness.registry import TASKS
+from harness.persistence.outputs import write_text
+from harness.persistence.records import is_reference, latest
 from harness.reporting.against import against_table
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes
@@ -64,8 +65,6 @@ from harness.reporting.runs import (
 from harness.reporting.tables import build_main_table
 from harness.reporting.text import NOTES, header
 from harness.reporting.versus import PaperVsHarness, knobs_text, paper_vs_harness
-from harness.selection import Rule, no_row_line
-from harness.selection import select as select_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,10 +107,10 @@ def write_paper_report(
         figures: also draw the figures (PNG and PDF).
         published: the published-results file to compare with (None: the shipped one; see
             ``harness.reporting.published.load_tables``).
-        select: a selection rule (``harness.selection``): the main table then has one row per
-            method, the variant the rule picks on validation data. It also picks among several
-            variants at a paper row's setting (None: ``best-val`` there, all variants in the
-            main table).
+        select: a selection rule (``harness.components.selection``): the main table then has one row
+            per method, the variant the rule picks on validation data. It also picks among several
+            variants at a paper row's setting (None: ``best-val`` there, all variants in the main
+            table).
         allow_dirty: also tabulate records made from a tree with uncommitted changes
             (``env.git_dirty``); by default they are left out, and each report says how many.
         against: methods to compare every method row with, paired by seed, in a table after
@@ -242,7 +241,8 @@ def _write_one(
     shown = agg
     if select is not None:
         _, why = select_records(list(runs["record"]), select)
-        own = "reference predictor"  # picked by best-val whatever the rule (harness.selection)
+        # picked by best-val whatever the rule (harness.components.selection)
+        own = "reference predictor"
         picked = {
             k: (f"{select.label()} ({v})" if "/" not in k and not v.startswith(own) else v)
             for k, v in why.items()

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.metrics import get_metric
-from harness.registry import TASKS, UnknownNameError
+from harness.components.metrics import get_metric
+from harness.components.registry import TASKS, UnknownNameError
+from harness.components.selection import nearest_skip, split_mean
+from harness.persistence.trace import unpack_depth, unpack_mask
 from harness.reporting.figstyle import (
     MARK_COLOR,
     ONE_COLUMN,
@@ -30,8 +32,6 @@ from harness.reporting.figstyle import (
     method_style,
     style,
 )
-from harness.selection import nearest_skip, split_mean
-from harness.trace import unpack_depth, unpack_mask
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -169,10 +169,10 @@ def majority_share(record: dict[str, Any]) -> float | None:
     From the class counts the record's ``data`` gives (``class_counts``; ``n_positive`` and
     ``n_negative``; ``positive_pct``), where the task did not balance its splits
     (``per_class``); else 100 / the task's number of classes. None for a task that is not a
-    classification (``harness.task.TaskKind``), whose primary metric is not a percentage, or
-    that is not registered.
+    classification (``harness.components.task.TaskKind``), whose primary metric is not a percentage,
+    or that is not registered.
     """
-    from harness.task import TaskKind
+    from harness.components.task import TaskKind
 
     try:
         cls = TASKS.get(record.get("task", ""))
@@ -286,7 +286,8 @@ def matched_budget(runs: pd.DataFrame, target: float | None = None) -> tuple[flo
 
     The update patterns show it for a method the table picked no variant of (``mask_choice``).
 
-    The variant is taken by ``harness.selection.nearest_skip`` on the test split, one group per
+    The variant is taken by ``harness.components.selection.nearest_skip`` on the test split, one
+    group per
     method: ties go to the lower variant id.
 
     Args:

@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from harness.components.registry import PLUGIN_PACKAGES
 from harness.errors import HarnessError
-from harness.registry import PLUGIN_PACKAGES
 
 try:
     import tomllib

@@ -25,10 +25,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.metrics import get_metric, higher_is_better
-from harness.records import is_reference, latest
+from harness.components.metrics import get_metric, higher_is_better
+from harness.components.registry import TASKS
+from harness.persistence.records import is_reference, latest
 from harness.references import REFERENCES, default_sections, describe
-from harness.registry import TASKS
 from harness.reporting.runs import variant_label
 from harness.reporting.text import ci95
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import HarnessError
-from harness.outputs import write_bytes, write_text
+from harness.persistence.outputs import write_bytes, write_text
 from harness.reporting.latex import TEX_FIGURE, Cell, figure_env, render_tex, tex_escape
 from harness.reporting.text import GREY_OFF, GREY_ON
 
@@ -94,7 +94,8 @@ def latex_document(head: str, tables: list[Table], figs: list, out: Path) -> str
 def write_frame(df: pd.DataFrame, path: Path) -> None:
     """``df`` as ``.csv`` or ``.parquet`` (pyarrow needed; its absence is one HarnessError line).
 
-    Written through ``harness.outputs.write_bytes``: atomically, never over a records store.
+    Written through ``harness.persistence.outputs.write_bytes``: atomically, never over a records
+    store.
     """
     import io
 

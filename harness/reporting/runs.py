@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.events import derive_events
-from harness.metrics import higher_is_better
-from harness.records import flat_config, latest
+from harness.components.metrics import higher_is_better
+from harness.persistence.records import flat_config, latest
+from harness.pipeline.events import derive_events
 from harness.reporting.text import ci95, commit_label
 
 if TYPE_CHECKING:
@@ -133,10 +133,10 @@ def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """What happened while a run trained: its ``events`` (``harness.events``).
+    """What happened while a run trained: its ``events`` (``harness.pipeline.events``).
 
     A record made before events were recorded gives the training-loss spikes of its history
-    (``harness.events.derive_events``).
+    (``harness.pipeline.events.derive_events``).
     """
     return list(derive_events(rec))
 
@@ -175,7 +175,7 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per ok run (the latest line of each run id): identity, metrics, FLOPs, params.
 
     Columns: ``task``, ``preset``, ``method``, ``variant_id``, ``seed``, ``primary``,
-    ``higher`` (the primary metric's direction, ``harness.metrics.higher_is_better``),
+    ``higher`` (the primary metric's direction, ``harness.components.metrics.higher_is_better``),
     ``record``, ``config`` (flat), ``hidden_size``, ``flops`` (effective), ``params`` (total)
     and one column per recorded metric.
     """

@@ -4,8 +4,9 @@ The layout is that of the seed paper that reports this kind of task, chosen from
 primary metric: S-SA Tables 1-3 for accuracy (√(Acc×Skip), Skip %, accuracy, effective FLOPs),
 S-SA Table 4 for an MSE task that records ``solved`` (solved, MSE, Skip %, FLOPs), S-EI Table 1
 otherwise (D_h, # params, metric). Every column's title, direction, unit and cell form come from
-the metric registry (``harness.metrics``). The best test mean per measured column is bold, for
-display only. Each row's per-seed primary metric is tested against a reference row chosen on
+the metric registry (``harness.components.metrics``). The best test mean per measured column is
+bold, for display only. Each row's per-seed primary metric is tested against a reference row chosen
+on
 validation (``reference``): paired t and Wilcoxon signed-rank tests where the two share their
 seeds, Welch's t-test where they do not (``compare_seeds``), Holm-corrected over the table
 (``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``). The rows of
@@ -20,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.metrics import get_metric
-from harness.records import is_reference
+from harness.components.metrics import get_metric
+from harness.components.selection import split_mean
+from harness.persistence.records import is_reference
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
 from harness.reporting.text import (
@@ -35,7 +37,6 @@ from harness.reporting.text import (
     scaled,
     seeds_cell,
 )
-from harness.selection import split_mean
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 class Column:
     """A table column: title, the measure key, direction (None: no bold), 10^scale unit, form.
 
-    ``form`` is the registry's (``harness.metrics.Metric.form``): ``num``, ``int`` or ``yes-no``.
+    ``form`` is the registry's (``harness.components.metrics.Metric.form``): ``num``, ``int`` or
+    ``yes-no``.
     """
 
     title: str
@@ -412,7 +414,7 @@ def events_notes(agg: pd.DataFrame) -> list[str]:
     ]
 
 
-# What the events are (``harness.events``), said once in each note that lists some.
+# What the events are (``harness.pipeline.events``), said once in each note that lists some.
 EVENTS_MEANING = (
     "a gradient norm that overflowed float32 and was clipped in float64 "
     "(grad_overflow_clipped), an epoch's training loss above 10x its best so far (loss_spike; "

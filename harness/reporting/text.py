@@ -2,8 +2,8 @@
 
 The leaderboard (``harness.reporting.leaderboard``), the paper-style report
 (``harness.reporting.paper``) and its figures take their wording from here, and each measure's
-title, direction and range from the metric registry (``harness.metrics``), so one measure reads
-the same everywhere.
+title, direction and range from the metric registry (``harness.components.metrics``), so one measure
+reads the same everywhere.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from harness import env
-from harness.metrics import get_metric
+from harness.components.metrics import get_metric
+from harness.pipeline import env
 
 
 def arrow(higher: bool | None) -> str:
@@ -111,7 +111,7 @@ def fmt_ci(
     """``[low, high]``, the 95 % CI of the mean of ``vals`` to the decimals of their std.
 
     The interval is clipped to the values ``metric`` can take (its registered ``range``,
-    ``harness.metrics``: an accuracy's ends at 100, an MSE's starts at 0).
+    ``harness.components.metrics``: an accuracy's ends at 100, an MSE's starts at 0).
     """
     h = ci95(vals)
     if mean is None or math.isnan(mean) or h is None:
@@ -232,7 +232,7 @@ def header(
         title: the Markdown title.
         command: the command that writes the report (``harness run`` writes its leaderboard).
     """
-    from harness.flops import UNIT_NOTE  # harness.flops imports torch
+    from harness.components.flops import UNIT_NOTE  # harness.components.flops imports torch
 
     envs = [r.get("env", {}) for r in records]
     commits = sorted(

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from harness.config import resolve
+from harness.components.config import resolve
+from harness.components.metrics import get_metric
+from harness.components.selection import Rule, choose
 from harness.errors import HarnessError
-from harness.metrics import get_metric
-from harness.records import flat_config
+from harness.persistence.records import flat_config
+from harness.pipeline.suites import load, plan, suite_names, suite_path
+from harness.pipeline.sweep import build_configs
 from harness.reporting.published import PaperRow, PaperTable
 from harness.reporting.render import Cell
 from harness.reporting.runs import Failed, failed_summary
@@ -35,9 +38,6 @@ from harness.reporting.tables import (
     solved_notes,
 )
 from harness.reporting.text import scaled, seeds_cell
-from harness.selection import Rule, choose
-from harness.suites import load, plan, suite_names, suite_path
-from harness.sweep import build_configs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,8 +107,8 @@ def match_variant(
 
     A variant qualifies only if it is of the row's method and has every value of ``key``
     (``row_key``; None: the row's knobs alone). One qualifying variant fills the row; among
-    several, ``rule`` picks on validation metrics (``harness.selection.choose``, which also
-    leaves out the variants with fewer seeds than the most any of them has). None qualifies:
+    several, ``rule`` picks on validation metrics (``harness.components.selection.choose``, which
+    also leaves out the variants with fewer seeds than the most any of them has). None qualifies:
     ``(None, NOT_RUN)``.
     """
     key = row.config if key is None else key

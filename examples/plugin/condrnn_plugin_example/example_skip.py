@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.config import MAX_PENALTY, check_knobs, knob
-from harness.method import Method, SeqOut, StepCost, StepOut
-from harness.registry import register_method
+from harness.components.config import MAX_PENALTY, check_knobs, knob
+from harness.components.method import Method, SeqOut, StepCost, StepOut
+from harness.components.registry import register_method
 
 # (h_{t-1} [B, D], a_{t-1} [B, 1], u_{t-1} [B, 1])
 State = tuple[Tensor, Tensor, Tensor]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness import conformance
-from harness.registry import METHODS, method_source
+from harness.components import conformance
+from harness.components.registry import METHODS, method_source
 
 
 def test_the_entry_point_registers_the_method():

@@ -1,0 +1,482 @@
+"""Frozen configuration dataclasses, presets, and typed ``key=value`` overrides.
+
+A run is fully described by a ``RunConfig``: method, task, seed, preset, the trainer settings, the
+model wrapper settings, the method's knobs and the task's knobs. Its ``run_id`` is a hash of all of
+them, so a store can resume a sweep and a drift gate can match runs across commits.
+
+Overrides (``--set key=value``) name a field as ``section.field`` or as a bare ``field`` when only
+one section has it; sections are ``train``, ``model``, ``method`` and ``task``. Values are coerced
+to the field's declared type; an unknown key lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.components.registry import METHODS, REFERENCES, TASKS, PresetError, after_load
+from harness.errors import ConfigError
+from harness.persistence.records import (  # noqa: F401  (config_hash: bench)
+    Identified,
+    canonical_config,
+    config_hash,
+    is_reference,
+)
+
+PRESETS = ("smoke", "quick", "paper")
+DEVICES = ("cpu", "cuda", "auto")  # auto: CUDA when available (harness.pipeline.env.resolve_device)
+from harness.components.knobs import (  # noqa: E402, F401  (methods and tasks import them here)
+    MAX_DATA_STEPS,
+    MAX_LAYERS,
+    MAX_PENALTY,
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    MAX_SPLIT,
+    MAX_WIDTH,
+    NO_LEGACY,
+    Bounds,
+    bounds_of,
+    check_data_steps,
+    check_knob,
+    check_knobs,
+    knob,
+)
+
+
+@functools.cache
+def legacy_values(method: str, task: str) -> dict[str, dict[str, Any]]:
+    """The fields of a (method, task) pair's config that declare a legacy value, by record section.
+
+    Returns:
+        ``{"train": {...}, "model": {...}, "method_cfg": {...}, "task_cfg": {...}}``; a method
+        or task the registry does not know contributes nothing.
+    """
+    classes = {"train": TrainConfig, "model": ModelConfig}
+    if method in METHODS:
+        classes["method_cfg"] = METHODS.get(method).config_cls
+    if task in TASKS:
+        classes["task_cfg"] = TASKS.get(task).config_cls
+    return {
+        sec: {
+            f.name: f.metadata["legacy"] for f in dataclasses.fields(cls) if "legacy" in f.metadata
+        }
+        for sec, cls in classes.items()
+    }
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of the one training loop (``harness.pipeline.train``).
+
+    Attributes:
+        epochs: passes over the training split.
+        batch_size: training batch size.
+        lr: Adam learning rate.
+        clip: global gradient-norm clip (0 disables).
+        weight_decay: Adam L2 weight decay.
+        eval_batch_size: batch size for validation and test passes.
+        patience: stop after this many epochs without validation improvement (0: never).
+        max_train_batches: cap on training batches per epoch (0: no cap).
+        compile: train with the method's per-step function compiled by ``torch.compile``
+            (``Method.compile_step``; only methods that define one, else a ConfigError). The
+            same equations with the operations fused: the float rounding differs from eager
+            training, so compiled runs are their own variant. Inductor builds C++ on the CPU: a
+            C++ compiler is needed, and each new process compiles again (tens of seconds).
+    """
+
+    epochs: int = knob(1, ge=1, le=100_000)
+    batch_size: int = knob(32, ge=1, le=1_000_000)
+    lr: float = knob(1e-3, gt=0)
+    clip: float = knob(1.0, ge=0)
+    weight_decay: float = knob(0.0, ge=0)
+    eval_batch_size: int = knob(256, ge=1, le=1_000_000)
+    patience: int = knob(0, ge=0, le=100_000)
+    max_train_batches: int = knob(0, ge=0, le=10**9)
+    compile: bool = knob(False, legacy=False)  # added 2026-11-25; eager before
+
+    def __post_init__(self) -> None:
+        check_knobs(self, "train")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Settings of the generic wrapper around a method (``harness.components.model.SeqModel``).
+
+    Attributes:
+        hidden_size: D of every layer.
+        num_layers: stacked layers of the method.
+        embed_size: embedding size for token inputs (0: same as hidden_size).
+        tie_embeddings: share the embedding with the output layer when sizes allow.
+    """
+
+    hidden_size: int = knob(32, ge=1, le=MAX_WIDTH)
+    num_layers: int = knob(1, ge=1, le=MAX_LAYERS)
+    embed_size: int = knob(0, ge=0, le=MAX_WIDTH)
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        check_knobs(self, "model")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A task's settings for one preset: trainer, model, task knobs, and per-method overrides.
+
+    Per-method overrides look like ``{"<method key>": {"hidden_size": 20}}``, with keys in any
+    section; ``check_presets`` refuses an unknown method or key when the
+    registry loads.
+    """
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: dict[str, Any] = field(default_factory=dict)
+    methods: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataIdentity:
+    """Which data files a run read: their digest and whether they are the published data.
+
+    ``digest`` is ``harness.data.manifest_digest`` of the files' content sums; ``verified`` is
+    True when they match the sums the task publishes (``harness.data.attach_identity``).
+    """
+
+    digest: str
+    verified: bool
+
+
+@dataclass(frozen=True)
+class RunConfig(Identified):
+    """Everything that determines one run.
+
+    ``data`` identifies the data files of tasks that read them (None for generated data, whose
+    run ids therefore do not change); it is part of ``run_id`` and ``variant_id``.
+    """
+
+    method: str
+    task: str
+    seed: int
+    preset: str
+    train: TrainConfig
+    model: ModelConfig
+    method_cfg: Any
+    task_cfg: Any
+    data: DataIdentity | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every resolved value, in its canonical form.
+
+        ``harness.persistence.records.canonical_config``: the fields whose absence the ids were kept
+        stable by (``train.compile`` when False, ``data`` for generated data) are left out.
+        """
+        return canonical_config(
+            {
+                "method": self.method,
+                "task": self.task,
+                "seed": self.seed,
+                "preset": self.preset,
+                "train": dataclasses.asdict(self.train),
+                "model": dataclasses.asdict(self.model),
+                "method_cfg": dataclasses.asdict(self.method_cfg),
+                "task_cfg": dataclasses.asdict(self.task_cfg),
+                "data": None if self.data is None else dataclasses.asdict(self.data),
+            }
+        )
+
+
+# --- typed overrides -----------------------------------------------------------------------------
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """Coerce ``value`` (a string from the CLI or a Python value) to the annotated type ``tp``."""
+    if isinstance(tp, str):  # postponed annotations
+        tp = eval(tp, {"typing": typing, "Any": Any})  # noqa: S307 - our own dataclass annotations
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return coerce(value, args[0], key)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        s = str(value).strip().lower()
+        if s in ("1", "true", "yes", "on"):
+            return True
+        if s in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"'{key}' expects true/false, got '{value}'")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"'{key}' expects an integer, got '{value}'")
+        if isinstance(value, int):
+            return value
+        try:
+            f = float(str(value))
+        except ValueError:
+            raise ConfigError(f"'{key}' expects an integer, got '{value}'") from None
+        if not f.is_integer():
+            raise ConfigError(f"'{key}' expects an integer, got '{value}'")
+        return int(f)
+    if tp is float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"'{key}' expects a number, got '{value}'") from None
+        if not math.isfinite(number):  # a record stores it as null: it would not say what ran
+            raise ConfigError(f"'{key}' expects a finite number, got '{value}'")
+        return number
+    if tp is str:
+        return str(value)
+    raise ConfigError(f"'{key}' has a type ({tp}) that cannot be set from the command line")
+
+
+def _fields(obj_or_cls: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls))
+    return {f.name: hints[f.name] for f in dataclasses.fields(obj_or_cls)}
+
+
+def apply_overrides(
+    sections: dict[str, Any], overrides: dict[str, Any], owners: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Apply ``{key: value}`` overrides to a dict of frozen config dataclasses by section.
+
+    Each value is coerced to its field's type and checked against the field's declared bounds
+    (``knob``) before the section is rebuilt.
+
+    Args:
+        sections: ``{"train": TrainConfig(...), "model": ..., "method": ..., "task": ...}``.
+        overrides: keys ``section.field`` or a bare ``field`` owned by exactly one section.
+        owners: the method or task each section belongs to, named in the messages.
+
+    Returns:
+        A new dict of sections with the overrides applied (types coerced, values validated).
+
+    Raises:
+        ConfigError: an unknown or ambiguous key, a bad value, or two spellings of one field
+            (``lr`` and ``train.lr``) with different values.
+    """
+    changes: dict[str, dict[str, Any]] = {s: {} for s in sections}
+    spelled: dict[tuple[str, str], str] = {}  # (section, field) -> the key that set it
+    for key, value in overrides.items():
+        sec, fld = _locate(sections, key)
+        coerced = coerce(value, _fields(sections[sec])[fld], key)
+        check_knob(sections[sec], fld, coerced, key, (owners or {}).get(sec, ""))
+        first = spelled.setdefault((sec, fld), key)
+        if first != key and changes[sec][fld] != coerced:
+            raise ConfigError(
+                f"'{first}={overrides[first]}' and '{key}={value}' set {sec}.{fld} to "
+                "different values; give one"
+            )
+        changes[sec][fld] = coerced
+    out = {}
+    for sec, obj in sections.items():
+        if not changes[sec]:
+            out[sec] = obj
+            continue
+        try:
+            out[sec] = dataclasses.replace(obj, **changes[sec])
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{sec}: {e}") from None
+    return out
+
+
+def _locate(sections: dict[str, Any], key: str) -> tuple[str, str]:
+    if "." in key:
+        sec, fld = key.split(".", 1)
+        if sec not in sections:
+            raise ConfigError(
+                f"Unknown config section '{sec}' in '{key}'. Sections: {list(sections)}"
+            )
+        if fld not in _fields(sections[sec]):
+            raise ConfigError(f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}")
+        return sec, fld
+    owners = [s for s, obj in sections.items() if key in _fields(obj)]
+    if not owners:
+        raise ConfigError(f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}")
+    if len(owners) > 1:
+        raise ConfigError(
+            f"Key '{key}' is ambiguous; write one of: {', '.join(f'{s}.{key}' for s in owners)}"
+        )
+    return owners[0], key
+
+
+def valid_keys(sections: dict[str, Any]) -> list[str]:
+    """Every settable ``section.field`` key."""
+    return [f"{s}.{f}" for s, obj in sections.items() for f in _fields(obj)]
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """Parse ``["a=1", "train.lr=0.01"]`` into a dict; a malformed item is a ConfigError."""
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"--set expects key=value, got '{item}'")
+        k, v = (part.strip() for part in item.split("=", 1))
+        if out.get(k, v) != v:
+            raise ConfigError(f"--set {k}={out[k]} and --set {k}={v} conflict; give one value")
+        out[k] = v
+    return out
+
+
+def resolve(
+    method: str,
+    task: str,
+    seed: int,
+    preset: str,
+    overrides: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Build the fully resolved RunConfig from a task preset and overrides.
+
+    Layers apply in order: the task preset, then its per-method overrides, then the user's
+    overrides (which win).
+    """
+    if (ref := _reference(method)) is not None:  # no trainer, no model: its own config
+        return ref.resolve_config(task, seed, preset, overrides)
+    if preset not in PRESETS:
+        raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
+    task_cls = TASKS.get(task)
+    method_cls = METHODS.get(method)
+    p = task_cls.preset(preset)
+    sections = {
+        "train": p.train,
+        "model": p.model,
+        "method": build_config(method_cls.config_cls, {}),
+        "task": build_config(task_cls.config_cls, dict(p.task), task),
+    }
+    owners = {"method": method, "task": task}
+    sections = apply_overrides(sections, p.methods.get(method, {}), owners)
+    sections = apply_overrides(sections, overrides or {}, owners)
+    for sec, obj in sections.items():  # the preset's values and the defaults too
+        check_knobs(obj, sec, owners.get(sec, ""))
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ConfigError(f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]")
+    if sections["train"].compile and not method_cls.compiles():
+        able = ", ".join(n for n, cls in METHODS.items() if cls.compiles()) or "none"
+        raise ConfigError(
+            f"train.compile: method '{method}' has no compiled step (those with one: {able})"
+        )
+    return RunConfig(
+        method=method,
+        task=task,
+        seed=int(seed),
+        preset=preset,
+        train=sections["train"],
+        model=sections["model"],
+        method_cfg=sections["method"],
+        task_cfg=sections["task"],
+    )
+
+
+def _reference(name: Any) -> Any:
+    """The reference predictor registered as ``name`` (``harness.references``), else None."""
+    return REFERENCES.get(name) if isinstance(name, str) and name in REFERENCES else None
+
+
+def from_dict(d: dict[str, Any]) -> RunConfig:
+    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
+    if (ref := _reference(d.get("method"))) is not None:
+        return ref.config_from_dict(d)
+    try:
+        return RunConfig(
+            method=d["method"],
+            task=d["task"],
+            seed=int(d["seed"]),
+            preset=d["preset"],
+            train=TrainConfig(**d["train"]),
+            model=ModelConfig(**d["model"]),
+            method_cfg=build_config(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
+            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
+            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
+        )
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"malformed run config: {e}") from None
+
+
+def default_sections(method: str, task: str) -> dict[str, Any]:
+    """The default config sections of a (method, task) pair, for key lookups."""
+    if (ref := _reference(method)) is not None:
+        return ref.config_sections(task)
+    return {
+        "train": TrainConfig(),
+        "model": ModelConfig(),
+        "method": build_config(METHODS.get(method).config_cls, {}),
+        "task": build_config(TASKS.get(task).config_cls, {}),
+    }
+
+
+def accepts(method: str, task: str, key: str) -> bool:
+    """Whether an override key names a field of this (method, task) pair."""
+    try:
+        _locate(default_sections(method, task), key)
+        return True
+    except ConfigError as e:
+        if "ambiguous" in str(e):
+            raise
+        return False
+
+
+def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
+    """Instantiate a config dataclass, turning bad values into ConfigError.
+
+    Each given value is checked against its field's declared bounds
+    (``harness.components.config.knob``) first, so an out-of-range value is named with its range.
+
+    Args:
+        cls: the config dataclass.
+        values: field values.
+        owner: the method or task it configures, named in the messages.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {unknown} for {cls.__name__}; valid: {sorted(names)}")
+    for name, value in values.items():
+        check_knob(cls, name, value, name, owner)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{cls.__name__}: {e}") from None
+
+
+@after_load
+def check_presets() -> None:
+    """Check that every task preset's per-method overrides name registered methods and keys.
+
+    ``harness.components.config.resolve`` reads a preset's overrides by method key, so a misspelt
+    key (snake_case for kebab-case) would silently run the method without them.
+
+    Raises:
+        PresetError: one line naming the task, the preset and the bad key, with suggestions.
+    """
+    import difflib
+
+    for task, task_cls in sorted(TASKS._items.items()):
+        for preset, p in getattr(task_cls, "presets", {}).items():
+            where = f"task '{task}', preset '{preset}'"
+            for method, overrides in p.methods.items():
+                if method not in METHODS._items:
+                    raise PresetError(f"{where}: {METHODS._unknown(method)}")
+                for key in overrides:
+                    try:
+                        ok = accepts(method, task, key)
+                    except ConfigError as e:  # a bare key that two sections own
+                        raise PresetError(f"{where}, method '{method}': {e}") from None
+                    if not ok:
+                        keys = valid_keys(default_sections(method, task))
+                        short = [k.split(".", 1)[1] for k in keys]
+                        close = difflib.get_close_matches(key, keys + short, n=3, cutoff=0.6)
+                        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                        raise PresetError(
+                            f"{where}, method '{method}': unknown key '{key}'.{hint} "
+                            f"Valid keys: {', '.join(keys)}"
+                        )

@@ -1,0 +1,228 @@
+"""MAC/FLOP accounting. Convention, printed in every report: 1 MAC = 2 FLOPs.
+
+Three numbers per method and sequence (docs/methods.md 1.2):
+
+- ``dense``: what the dense computation executes, counted by fvcore on the method module (with the
+  handles registered below for the fused RNN ops fvcore would otherwise count as zero) and, from
+  the analytic cost model, ``StepCost.dense_step() * T``;
+- ``effective`` (primary, S-SA's convention): updated units x full row cost + decision network,
+  summed from the update mask and depth with the method's ``StepCost``;
+- ``exact``: what a sparse implementation could realise, where the method says it differs.
+
+Biases, nonlinearities, elementwise gating, embeddings and the read-out are not charged.
+
+Note for method authors: fvcore counts a jit trace, which drops computation that feeds no output
+(e.g. a decision projection computed after the last step), while FlopCounterMode counts every
+executed op; compute such terms where they are used so both counters agree.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from harness.components.method import Method, SeqOut, StepCost
+from harness.components.metrics import valid_steps
+
+FLOPS_PER_MAC = 2
+UNIT_NOTE = (
+    "1 MAC = 2 FLOPs; MACs/FLOPs per sequence; "
+    "biases, nonlinearities, embeddings and read-out not charged"
+)
+
+
+def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:
+    """Paper-effective MACs of every step, ``[B, T]`` (float64), from the mask, depth and reads.
+
+    Rows and columns under one convention: an updated unit costs its row of every gate matrix
+    (``per_unit``), and of that row only the columns the step reads (``SeqOut.reads``: the share
+    of the V + D input and previous-state columns read; all of them when ``reads`` is None). A
+    step of an activity-sparse cell that updates k units and reads c of its V + D columns costs
+    ``per_unit * k * c / (V + D)``, which for its cells (``per_unit = G (V + D)``) is
+    ``G * k * c``: the products of the nonzero columns only.
+    """
+    mask = out.mask.detach()
+    k = (mask > 0).sum(-1).double()  # [B, T] updated units
+    active = (k > 0).double()
+    if out.depth is not None:
+        R = out.depth.detach().amax(-1).double()  # executed depth R_t = max_i n_{t,i}
+    else:
+        R = active
+    rows = k if out.reads is None else k * read_share(out.reads)
+    return cost.always + cost.per_unit * rows + cost.per_active_step * active + cost.per_layer * R
+
+
+def read_share(reads: Tensor) -> Tensor:
+    """The share of the V + D columns each step reads, ``[B, T]`` (float64)."""
+    return (reads.detach() > 0).double().mean(-1)
+
+
+def per_sequence(step_macs: Tensor, lengths: Tensor | None = None) -> Tensor:
+    """Sum ``[B, T]`` per-step MACs over each sequence's true length -> ``[B]``."""
+    B, T = step_macs.shape
+    return (step_macs * valid_steps(B, T, lengths, step_macs.device).double()).sum(1)
+
+
+def sequence_macs(method: Method, out: SeqOut, lengths: Tensor | None = None) -> dict[str, Tensor]:
+    """Per-sequence ``effective``, ``exact`` and ``dense`` (analytic) MACs, each ``[B]``."""
+    cost = method.cost()
+    eff = effective_step_macs(cost, out)
+    exact = method.exact_step_macs(out)
+    B, T = eff.shape
+    dense = torch.full((B, T), float(cost.dense_step()), dtype=torch.float64, device=eff.device)
+    return {
+        "effective": per_sequence(eff, lengths),
+        "exact": per_sequence(eff if exact is None else exact.double(), lengths),
+        "dense": per_sequence(dense, lengths),
+    }
+
+
+# --- fvcore ---------------------------------------------------------------------------------
+
+
+def _rnn_handle(gates: int):
+    """The fvcore handle for a fused multi-layer RNN op: MACs of every gate matmul at every step."""
+
+    def handle(inputs: list[Any], outputs: list[Any]) -> int:
+        from fvcore.nn.jit_handles import get_shape
+
+        x_shape = get_shape(inputs[0])
+        out_shape = get_shape(outputs[0])
+        num_layers = int(inputs[4].toIValue())
+        bidir = bool(inputs[7].toIValue())
+        batch_first = bool(inputs[8].toIValue())
+        dirs = 2 if bidir else 1
+        B, T = (x_shape[0], x_shape[1]) if batch_first else (x_shape[1], x_shape[0])
+        D = out_shape[-1] // dirs
+        total, v = 0, x_shape[-1]
+        for _ in range(num_layers):
+            total += B * T * dirs * gates * D * (v + D)
+            v = dirs * D
+        return total
+
+    return handle
+
+
+RNN_HANDLES = {
+    "aten::gru": _rnn_handle(3),
+    "aten::lstm": _rnn_handle(4),
+    "aten::rnn_tanh": _rnn_handle(1),
+    "aten::rnn_relu": _rnn_handle(1),
+}
+# Substrings of op names whose FLOPs must never be silently zero: products, convolutions and
+# torch's recurrent ops, fused or per cell (named as in RNN_HANDLES, without the namespace).
+_MATMUL_LIKE = ("mm", "matmul", "linear", "einsum", "bmm", "conv")
+_MATMUL_LIKE += tuple(op.split("::", 1)[1] for op in RNN_HANDLES)
+
+
+class _OutputsOnly(nn.Module):
+    def __init__(self, method: nn.Module) -> None:
+        super().__init__()
+        self.method = method
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.method(x).outputs
+
+
+def fvcore_macs(method: nn.Module, x: Tensor) -> tuple[int, dict[str, int]]:
+    """MACs fvcore counts for ``method(x)`` (whole batch) and the ops it could not count.
+
+    Raises:
+        RuntimeError: if fvcore left a matmul-like op uncounted (it would be silently zero).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fvcore.nn import FlopCountAnalysis
+
+        was_training = method.training
+        method.eval()
+        try:
+            fca = FlopCountAnalysis(_OutputsOnly(method), (x,)).set_op_handle(**RNN_HANDLES)
+            fca.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+            fca.tracer_warnings("none")
+            total = int(fca.total())
+            unsupported = dict(fca.unsupported_ops())
+        finally:
+            method.train(was_training)
+    missed = [op for op in unsupported if any(m in op for m in _MATMUL_LIKE)]
+    if missed:
+        raise RuntimeError(f"fvcore left matmul-like ops uncounted: {missed}")
+    return total, unsupported
+
+
+def torch_flops(method: nn.Module, x: Tensor) -> int:
+    """FLOPs torch's FlopCounterMode counts for ``method(x)`` (it counts 2 per MAC)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = method.training
+    method.eval()
+    try:
+        # oneDNN's fused CPU LSTM has no FlopCounterMode formula; without it the op decomposes
+        # into matmuls that are counted.
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as fc:
+                method(x)
+    finally:
+        method.train(was_training)
+    return int(fc.get_total_flops())
+
+
+def dense_sequence_macs(method: Method, seq_len: int, batch: int = 2) -> int:
+    """Dense MACs per sequence counted by fvcore on random inputs of length ``seq_len``."""
+    p = next(method.parameters())
+    x = torch.randn(batch, seq_len, method.input_size, device=p.device, dtype=p.dtype)
+    total, _ = fvcore_macs(method, x)
+    return total // batch
+
+
+# --- per-method table ------------------------------------------------------------------------
+
+
+def model_costs(
+    model: nn.Module, x: Tensor, lengths: Tensor | None = None, times: Tensor | None = None
+) -> dict[str, Any]:
+    """MACs, FLOPs and parameters per sequence of a built model on a batch, summed over its layers.
+
+    The model (a ``harness.components.model.SeqModel``) runs in eval mode, without gradients.
+    Sequences shorter than T (``lengths``) are charged their own steps, as the records charge them;
+    fvcore counts the padded batch, and its dense count is scaled to the mean true length (the dense
+    cost of a step does not depend on the step).
+
+    Args:
+        model: the model, whose ``methods`` are its recurrent layers.
+        x: a batch of input sequences, ``[B, T, ...]``.
+        lengths: the true length of each sequence, ``[B]`` (None: all T).
+        times: the sample times, ``[B, T]``, for the methods that read them.
+
+    Returns:
+        ``seq_len`` (T, the padded length), ``mean_len`` (the mean true length), ``params_total``,
+        ``params_method`` and ``macs_*`` / ``flops_*`` for ``dense_fvcore`` (fvcore's count of
+        the dense computation), ``dense`` (the analytic cost model) and ``effective``, each summed
+        over the layers and averaged over the sequences.
+    """
+    model.eval()
+    with torch.no_grad():
+        out = model(x, lengths, times)
+    T = x.shape[1]
+    mean_len = float(lengths.double().mean()) if lengths is not None else float(T)
+    row: dict[str, Any] = {
+        "seq_len": T,
+        "mean_len": mean_len,
+        "params_total": sum(p.numel() for p in model.parameters()),
+        "params_method": model.method_param_count(),
+        "macs_dense_fvcore": 0.0,
+        "macs_dense": 0.0,
+        "macs_effective": 0.0,
+    }
+    for layer, trace in zip(model.methods, out.layers, strict=True):
+        row["macs_dense_fvcore"] += dense_sequence_macs(layer, T) * mean_len / T
+        macs = sequence_macs(layer, trace, lengths)
+        row["macs_dense"] += float(macs["dense"].mean())
+        row["macs_effective"] += float(macs["effective"].mean())
+    for k in ("dense_fvcore", "dense", "effective"):
+        row[f"flops_{k}"] = FLOPS_PER_MAC * row[f"macs_{k}"]
+    return row

@@ -1,0 +1,202 @@
+"""The valid values of a config field, declared next to it: ``knob``, ``Bounds``, the limits.
+
+Every field of the train, model, method and task config dataclasses is declared with ``knob``
+(its interval or set of values, and for a field added after records existed the value older
+records read as); ``harness.components.config.resolve`` checks every run of a sweep against them
+before the first run starts. ``harness.components.config`` re-exports these names, which is where
+methods and tasks import them from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import ConfigError
+
+# The most stacked layers (and highway micro-steps) a model may have: far beyond any seed paper
+# (2 layers, depth 40), and below the depth at which a training graph's recursive teardown
+# overflows the C++ stack (SIGABRT, no record: 100,000 layers did, after 100 s of training).
+MAX_LAYERS = 64
+MAX_SEED = 2**32 - 1  # numpy's seeds; torch's would go to 2**64 - 1
+MAX_WIDTH = 65_536  # units of a layer (hidden, embedding, hypernetwork): 54x S-EI's PTB 1,200
+# The sizes of a task's data: the longest sequence a task may give a model (and the most tokens a
+# language-model window may hold), the most sequences in one split, and the most time steps all
+# splits of a generated task may hold together. 80x the longest preset sequence (high-res
+# frequency discrimination, 1,250) and 100x the largest generated data (7.5 million steps), yet a
+# run at these limits needs tens of GiB, not terabytes.
+MAX_SEQ_LEN = 100_000
+MAX_SPLIT = 10_000_000
+MAX_DATA_STEPS = 1_000_000_000
+# The largest weight of a method's regulariser (lambda, gamma, beta): far above any paper's (S-SA
+# sweeps SA-RNN's lambda up to 5), far below what would overflow a float32 loss.
+MAX_PENALTY = 1e6
+
+
+# --- the valid values of a config field, declared next to it -----------------------------------
+
+NO_LEGACY = object()  # knob(legacy=...) not given: every record holds the field
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a config field accepts: an interval (either end open or closed) or a set.
+
+    Built by ``knob``; read by ``check_knobs``, which every run of a sweep passes before the
+    first run starts (``resolve``).
+    """
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    def admits(self, value: Any) -> bool:
+        """Whether ``value`` lies within the bounds (a non-finite number never does)."""
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return not (
+            (self.ge is not None and not value >= self.ge)
+            or (self.gt is not None and not value > self.gt)
+            or (self.le is not None and not value <= self.le)
+            or (self.lt is not None and not value < self.lt)
+        )
+
+    def describe(self, kind: type | None = None) -> str:
+        """``an integer in [1, 4096]``, ``a number in (0, 1)``, ``one of after, before``."""
+        if self.choices is not None:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        noun = "an integer" if kind is int else "a number"
+
+        def num(x: float) -> str:  # an integer bound in full: 4294967295, not 4.29497e+09
+            return str(int(x)) if kind is int and float(x).is_integer() else f"{x:g}"
+
+        low = (
+            f"[{num(self.ge)}"
+            if self.ge is not None
+            else f"({num(self.gt)}"
+            if self.gt is not None
+            else "(-inf"
+        )
+        high = (
+            f"{num(self.le)}]"
+            if self.le is not None
+            else f"{num(self.lt)})"
+            if self.lt is not None
+            else "inf)"
+        )
+        return f"{noun} in {low}, {high}"
+
+
+def knob(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple[Any, ...] | None = None,
+    legacy: Any = NO_LEGACY,
+) -> Any:
+    """A config dataclass field with its valid values.
+
+    ``hidden_size: int = knob(32, ge=1, le=65_536)``. Every field of a config (train, model,
+    method and task sections) declares its bounds this way, except booleans (their type is their
+    set); ``tests/test_config_bounds.py`` checks that none is missing. Bounds that tie two fields
+    together (``min_duration <= max_duration``) stay in the dataclass's ``__post_init__``, after
+    its ``check_knobs`` call.
+
+    Args:
+        default: the field's default value.
+        ge: the value must be >= this.
+        gt: the value must be > this.
+        le: the value must be <= this.
+        lt: the value must be < this.
+        choices: the value must be one of these (instead of an interval).
+        legacy: for a field added after records existed, the value that reproduces what the
+            code did before it: a record that lacks the field reads as holding this value
+            (``harness.persistence.records.migrate``), so the same setting is one variant whichever
+            code recorded it. Omitted for fields every record holds.
+
+    Returns:
+        A ``dataclasses.field`` carrying ``Bounds`` (none for a boolean given no bounds) and the
+        legacy value in its metadata.
+    """
+    bounded = choices is not None or any(b is not None for b in (ge, gt, le, lt))
+    meta: dict[str, Any] = {}
+    if bounded:
+        meta["bounds"] = Bounds(ge, gt, le, lt, tuple(choices) if choices else None)
+    if legacy is not NO_LEGACY:
+        meta["legacy"] = legacy
+    return field(default=default, metadata=meta)
+
+
+def bounds_of(cls_or_obj: Any, name: str) -> Bounds | None:
+    """The ``Bounds`` a config field declares (None: a boolean, or none declared)."""
+    f = next((f for f in dataclasses.fields(cls_or_obj) if f.name == name), None)
+    return None if f is None else f.metadata.get("bounds")
+
+
+def check_knob(cls_or_obj: Any, name: str, value: Any, key: str, owner: str = "") -> None:
+    """Raise ConfigError when ``value`` lies outside the bounds field ``name`` declares.
+
+    Args:
+        cls_or_obj: the config dataclass (or an instance).
+        name: the field.
+        value: the value, already coerced to the field's type.
+        key: the field as the user spelled it (``update_bias``, ``train.lr``).
+        owner: the method or task the field belongs to, named in the message.
+
+    Raises:
+        ConfigError: ``update_bias=1e+308 is out of range for METHOD: expected a number in
+            [-100, 100]``.
+    """
+    b = bounds_of(cls_or_obj, name)
+    if b is None or b.admits(value):
+        return
+    hints = typing.get_type_hints(cls_or_obj if isinstance(cls_or_obj, type) else type(cls_or_obj))
+    kind = hints.get(name)
+    where = f" for {owner}" if owner else ""
+    shown = (
+        f"'{value}'"
+        if isinstance(value, str)
+        else f"{value:g}"
+        if isinstance(value, float)
+        else value
+    )
+    raise ConfigError(f"{key}={shown} is out of range{where}: expected {b.describe(kind)}")
+
+
+def check_knobs(obj: Any, section: str, owner: str = "") -> None:
+    """``check_knob`` for every field of a config dataclass instance (``section.field`` keys)."""
+    for f in dataclasses.fields(obj):
+        check_knob(obj, f.name, getattr(obj, f.name), f"{section}.{f.name}", owner)
+
+
+def check_data_steps(owner: str, formula: str, steps: int) -> None:
+    """Raise ConfigError when a generated task's splits would hold over ``MAX_DATA_STEPS`` steps.
+
+    Each size is bounded on its own; their product is checked here, before any data exist.
+
+    Args:
+        owner: the task, named in the message.
+        formula: how ``steps`` follows from the fields (``(n_train + n_val + n_test) * seq_len``).
+        steps: the time steps of all splits together.
+
+    Raises:
+        ConfigError: ``TASK: (n_train + n_val + n_test) * seq_len = 5,000,000,000 time steps,
+            more than 1,000,000,000; use fewer or shorter sequences``.
+    """
+    if steps > MAX_DATA_STEPS:
+        raise ConfigError(
+            f"{owner}: {formula} = {steps:,} time steps, more than {MAX_DATA_STEPS:,}; use fewer "
+            "or shorter sequences"
+        )

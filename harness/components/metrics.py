@@ -1,0 +1,189 @@
+"""Every measure a record holds, described once; and the measures computed from traces.
+
+The registry (``METRICS``, ``register_metric``, ``get_metric``) says of each measure its title,
+unit, direction, whether it is a percentage, the values it can take, how a table prints it and
+the drift gate's tolerance for it. The leaderboard, the paper tables, the figures and the drift
+gate (``harness.reporting``) read it; none keeps a table of its own. The harness registers the
+measures it computes itself: Skip % and the other trace measures (``harness.pipeline.train``), the
+scores ``harness.components.task.Task`` computes for each task kind, the geometric mean, and the
+counts the reports print (FLOPs, parameters, D). A task whose own scoring records another measure
+registers it in its module (``register_metric``, e.g. a 0/1 ``solved``);
+``tests/test_metrics_registry.py`` fails for a recorded measure without an entry.
+
+Skip % follows docs/methods.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per sequence,
+``1 - sum_{t,i} u_{t,i} / (T_true * D)``, then averaged over sequences. Depth-adaptive methods also
+get depth-skip % ``1 - sum n / (T D R_max)`` and mean depth ``mean_t max_i n_{t,i}``.
+
+This module imports torch only inside the functions that need it, so the reports can read the
+registry without it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.components.registry import load_plugins
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+FORMS = ("num", "int", "yes-no")
+GROUPS = ("score", "compute", "detail")
+DEFAULT_TOLERANCE = (1e-6, 1e-4)  # the drift gate's (absolute, relative) tolerance of a metric
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How the reports, the figures and the drift gate treat one measure.
+
+    Attributes:
+        name: its key: in a record's ``metrics`` and ``val_metrics`` (``val_<name>`` in the
+            per-epoch history), or a report column's key (``flops``, ``params``).
+        title: what tables and axes print for it (``Skip %``, ``MSE``).
+        unit: its unit (``%`` for a percentage, ``FLOPs``, ``nats``); empty for a plain number.
+        higher: its direction: True when higher is better, False when lower is better, None when
+            neither (no arrow, never bold, not a sort key).
+        percent: a percentage (unit ``%``, range 0-100): printed without a power of ten, its
+            confidence intervals, bands and error bars clipped to [0, 100].
+        range: ``(low, high)``, the values it can take (None: unbounded on that side); a
+            confidence interval is clipped to it.
+        large: a count (FLOPs): a table prints it in a power of ten ``x10^k`` from 10^5 up, as
+            S-SA does (``harness.reporting.text.column_scale``).
+        form: how a table cell shows it over seeds: ``num`` (mean ± std), ``int`` (a whole
+            number), ``yes-no`` (a 0/1 outcome: Yes, No, or how many seeds of how many).
+        group: ``score`` (how well the task is done: a table column), ``compute`` (how much work
+            was done or skipped: the leaderboard's trace columns, in registration order), or
+            ``detail`` (recorded, never a table column).
+        tolerance: the drift gate's default ``(absolute, relative)`` tolerance for it as a test
+            metric (``harness.reporting.compare``; ``--tol`` overrides it).
+    """
+
+    name: str
+    title: str
+    unit: str = ""
+    higher: bool | None = None
+    percent: bool = False
+    range: tuple[float | None, float | None] = (None, None)
+    large: bool = False
+    form: str = "num"
+    group: str = "score"
+    tolerance: tuple[float, float] = DEFAULT_TOLERANCE
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS or self.group not in GROUPS:
+            raise ValueError(
+                f"metric {self.name!r}: form must be one of {FORMS} and group one of {GROUPS}"
+            )
+        if self.percent != (self.unit == "%") or (self.percent and self.range != (0.0, 100.0)):
+            raise ValueError(f"metric {self.name!r}: a percentage has unit '%' and range 0-100")
+
+
+# name -> Metric, in registration order (the leaderboard orders its trace columns by it)
+METRICS: dict[str, Metric] = {}
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Add ``metric`` to ``METRICS``; registering the same description again changes nothing.
+
+    Returns:
+        The metric, so that a module can keep it: ``SOLVED = register_metric(Metric(...))``.
+
+    Raises:
+        ValueError: another description is registered under the same name.
+    """
+    known = METRICS.get(metric.name)
+    if known is not None and known != metric:
+        raise ValueError(f"metric {metric.name!r} registered twice, differently: {known}")
+    METRICS[metric.name] = metric
+    return metric
+
+
+def get_metric(name: str) -> Metric:
+    """The registered description of measure ``name``.
+
+    A name not registered yet is looked up again after the methods and tasks are imported (a
+    task registers its own measures in its module); one still unknown gets a neutral description:
+    the name as its title, no direction, printed as a plain number.
+    """
+    if name not in METRICS:
+        load_plugins()
+    return METRICS.get(name) or Metric(name, name)
+
+
+def higher_is_better(record: dict) -> bool:
+    """The direction of a record's primary metric: the registry's, else the record's flag."""
+    higher = get_metric(record["primary"]).higher
+    return bool(record.get("higher_is_better")) if higher is None else higher
+
+
+_PCT = {"unit": "%", "percent": True, "range": (0.0, 100.0)}
+for _m in (
+    # the trace measures (harness.pipeline.train), in the order the leaderboard prints them
+    Metric("skip_pct", "Skip %", higher=True, group="compute", **_PCT),
+    Metric("read_skip_pct", "Activity sparsity %", higher=True, group="compute", **_PCT),
+    Metric("mean_depth", "Mean depth", "layers", range=(0.0, None), group="compute"),
+    Metric("depth_skip_pct", "Depth-skip %", higher=True, group="compute", **_PCT),
+    # the scores of the task kinds (harness.components.task.Task.batch_stats / finalize)
+    Metric("accuracy", "Accuracy %", higher=True, **_PCT),
+    Metric("mse", "MSE", higher=False, range=(0.0, None)),
+    Metric("perplexity", "Perplexity", higher=False, range=(1.0, None)),
+    Metric("nll", "NLL", "nats", higher=False, range=(0.0, None), group="detail"),
+    # S-SA's headline measure of classification runs (harness.pipeline.train)
+    Metric("geo_mean", "√(Acc×Skip)", higher=True, **_PCT),
+    # the per-epoch training loss of the history (learning curves)
+    Metric("train_loss", "training loss", higher=False, group="detail"),
+    # the counts the reports print beside the metrics (a record's flops, params and config)
+    Metric("flops", "Effective FLOPs", "FLOPs", higher=False, large=True, group="compute"),
+    Metric("dense_flops", "Dense FLOPs", "FLOPs", large=True, group="compute"),
+    Metric("params", "# params", range=(0.0, None), form="int", group="compute"),
+    Metric("hidden_size", "D_h", range=(1.0, None), form="int", group="compute"),
+):
+    register_metric(_m)
+del _m
+
+
+def valid_steps(batch: int, steps: int, lengths: Tensor | None, device=None) -> Tensor:
+    """``[B, T]`` float mask of the steps inside each sequence's true length."""
+    import torch
+
+    t = torch.arange(steps, device=device)
+    if lengths is None:
+        return torch.ones(batch, steps, device=device)
+    return (t[None, :] < lengths.to(device)[:, None]).float()
+
+
+def skip_fraction(mask: Tensor, lengths: Tensor | None = None) -> Tensor:
+    """Per-sequence share of unit updates skipped, ``[B]``, from a ``[B, T, D]`` update mask."""
+    B, T, D = mask.shape
+    valid = valid_steps(B, T, lengths, mask.device)
+    updates = (mask.detach() > 0).float().sum(-1)  # [B, T] ceiling rule: any update counts
+    return 1.0 - (updates * valid).sum(1) / (valid.sum(1) * D)
+
+
+def depth_stats(depth: Tensor, max_depth: int, lengths: Tensor | None = None) -> dict[str, Tensor]:
+    """Per-sequence ``depth_skip`` (fraction) and ``mean_depth`` (mean over steps of max_i n)."""
+    B, T, D = depth.shape
+    valid = valid_steps(B, T, lengths, depth.device)
+    n = depth.detach().float()
+    steps = valid.sum(1)
+    return {
+        "depth_skip": 1.0 - (n.sum(-1) * valid).sum(1) / (steps * D * max_depth),
+        "mean_depth": (n.amax(-1) * valid).sum(1) / steps,
+    }
+
+
+def geometric_mean(accuracy_pct: float, skip_pct: float) -> float:
+    """S-SA's headline metric ``sqrt(Accuracy% x Skip%)``; 0 for a method that never skips."""
+    return math.sqrt(max(accuracy_pct, 0.0) * max(skip_pct, 0.0))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value); NaNs are dropped."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return float("nan"), float("nan")
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0

@@ -1,0 +1,551 @@
+"""Name -> class registries for methods and tasks, and the plugins that fill them.
+
+Methods (``baselines/``) and tasks (``tasks/``) register themselves with a decorator; the harness
+looks them up by name and never imports one directly. ``load_plugins()`` imports, once, when a
+registry is first read:
+
+1. the built-in packages (``PLUGIN_PACKAGES``), whose ``__init__`` modules import every file
+   explicitly, so a file nobody imported cannot silently miss its registration (tests check that
+   every file registered under its own name);
+2. the installed plugins: every entry point of the groups ``condrnn_harness.methods`` and
+   ``condrnn_harness.tasks`` (``ENTRY_POINT_GROUPS``) is loaded, which imports its module. A
+   plugin that fails to import (an exception, or ``sys.exit``) is skipped with one line on stderr
+   naming it; the rest still work;
+3. the files named by ``include`` (``--include PATH``, ``include = [...]`` in a sweep file, or
+   ``$HARNESS_INCLUDE``): ``.py`` files, or folders whose ``.py`` files are all imported (except
+   ``test_*.py`` and the shared pieces ``_*.py``, which the others import). Each is imported as a
+   top-level module named after its file, with its folder on ``sys.path``. A file that fails to
+   import (an exception, or ``sys.exit``) is an error (``PluginError``): it was asked for by
+   name.
+
+A key registered from two sources (a plugin's key that a built-in, another plugin or an included
+file already has) is a ``PluginError`` naming both; so is a method that lacks what a method must
+have (``check_method``), wherever it registers from. Then every task preset's per-method overrides
+are checked against the registered methods and their keys. ``source_of`` says where an entry came
+from (records keep it as ``method_source``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import functools
+import hashlib
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+_KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class UnknownNameError(HarnessError):
+    """A name that no registry entry matches."""
+
+
+class PresetError(HarnessError):
+    """A task preset whose per-method overrides name an unknown method or key."""
+
+
+class PluginError(HarnessError):
+    """A key registered from two sources, or an included file that cannot be imported."""
+
+
+class Registry:
+    """A kebab-case name -> object registry with "did you mean" lookup.
+
+    Args:
+        kind: what the registry holds, used in messages ("method", "task").
+        plugins: look up only once the built-in packages and the plugins are imported
+            (``load_plugins``); False for a registry whose entries register themselves when
+            their own module is imported (the executors).
+        check: called as ``check(name, obj)`` on every object before it registers; raises
+            ``PluginError`` (one line) for one that cannot be what the registry holds
+            (``check_method``).
+        prefix: what every key starts with (``ref:`` for the reference predictors); a class
+            registers under its kebab-case name, and its key is the prefix and the name.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        plugins: bool = True,
+        check: Callable[[str, Any], None] | None = None,
+        prefix: str = "",
+    ) -> None:
+        self.kind = kind
+        self.prefix = prefix
+        self._items: dict[str, Any] = {}
+        self._plugins = plugins
+        self._check = check
+
+    def _load(self) -> None:
+        if self._plugins:
+            load_plugins()
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        """Decorator registering ``obj`` under ``name`` and setting ``obj.name``.
+
+        Raises:
+            PluginError: ``name`` is registered already, by another object (the message names
+                where each comes from: a built-in module, a plugin package, an included file),
+                or the registry's ``check`` refuses ``obj``.
+        """
+        if not _KEY.match(name):
+            raise ValueError(f"{self.kind} key {name!r} is not kebab-case")
+        name = self.prefix + name
+
+        def deco(obj: Any) -> Any:
+            old = self._items.get(name)
+            if old is not None and old is not obj:
+                raise PluginError(
+                    f"{self.kind} '{name}' is registered twice: by {describe_source(old)} and by "
+                    f"{describe_source(obj)}; a key names one {self.kind}, rename one of them"
+                )
+            if self._check is not None:
+                self._check(name, obj)
+            obj.name = name
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def get(self, name: str) -> Any:
+        """The object registered as ``name``; raises UnknownNameError with suggestions."""
+        self._load()
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownNameError(self._unknown(name)) from None
+
+    def _unknown(self, name: str) -> str:
+        avail = sorted(self._items)
+        close = difflib.get_close_matches(name.replace("_", "-").lower(), avail, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return f"Unknown {self.kind} '{name}'.{hint} Available: {', '.join(avail)}"
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Registered names matching a glob, sorted; ``all`` means ``*``."""
+        self._load()
+        pattern = "*" if pattern == "all" else pattern
+        return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
+
+    def resolve(self, spec: str | Iterable[str]) -> list[str]:
+        """Expand comma-separated names and globs, keeping order and dropping repeats.
+
+        A plain name that is not registered, or a glob that matches nothing, is an error.
+        """
+        parts = spec.split(",") if isinstance(spec, str) else list(spec)
+        out: list[str] = []
+        for part in (p.strip() for p in parts):
+            if not part:
+                continue
+            if any(c in part for c in "*?[") or part == "all":
+                found = self.names(part)
+                if not found:
+                    raise UnknownNameError(
+                        f"No {self.kind} matches '{part}'. Available: {', '.join(self.names())}"
+                    )
+            else:
+                self.get(part)
+                found = [part]
+            out.extend(n for n in found if n not in out)
+        if not out:
+            raise UnknownNameError(f"No {self.kind} given. Available: {', '.join(self.names())}")
+        return out
+
+    def __contains__(self, name: str) -> bool:
+        self._load()
+        return name in self._items
+
+    def items(self) -> list[tuple[str, Any]]:
+        """Every ``(name, registered object)`` pair, sorted by name."""
+        self._load()
+        return sorted(self._items.items())
+
+
+def check_method(name: str, obj: Any) -> None:
+    """Refuse, in one line, an object registering as a method that lacks what a method must have.
+
+    The one check of everything that registers as a method: a built-in module, an installed
+    plugin (entry point), an included file, or ``register_method`` called directly. It is
+    static (``harness.components.method.missing_parts``: a ``Method`` subclass, a frozen-dataclass
+    ``config_cls``, ``cost`` and a recurrence implemented), so a class that lacks a part is
+    refused when it registers, before any run starts.
+
+    Raises:
+        PluginError: ``method 'NAME' (WHERE FROM): class C does not override cost(); ...``.
+    """
+    from harness.components.method import (
+        missing_parts,  # torch: imported by any method module already
+    )
+
+    lacks = missing_parts(obj)
+    if lacks:
+        what = f"class {obj.__qualname__}" if isinstance(obj, type) else repr(obj)
+        raise PluginError(
+            f"method '{name}' ({describe_source(obj)}): {what} {'; '.join(lacks)}; see "
+            "harness.components.method.Method for what a method must have"
+        )
+
+
+METHODS = Registry("method", check=check_method)
+TASKS = Registry("task")
+# The reference predictors (``harness.references``): ``ref:NAME``, built in or declared by a task.
+REFERENCES = Registry("reference", prefix="ref:")
+register_method = METHODS.register
+register_task = TASKS.register
+register_reference = REFERENCES.register
+
+# The built-in packages whose modules register the methods and the tasks (their __init__ imports
+# each).
+PLUGIN_PACKAGES = {"method": "baselines", "task": "tasks"}
+# The module that registers the built-in reference predictors, imported with them.
+BUILTIN_REFERENCES = "harness.references.predictors"
+# The entry-point groups an installed plugin package declares its methods and tasks in
+# (``[project.entry-points."condrnn_harness.methods"]``); loading an entry point imports its module.
+ENTRY_POINT_GROUPS = {"method": "condrnn_harness.methods", "task": "condrnn_harness.tasks"}
+# The included paths, os.pathsep-separated: set by ``include`` so that worker processes spawned
+# by a sweep import them too; a user may set it instead of passing --include.
+INCLUDE_ENV = "HARNESS_INCLUDE"
+
+_loaded = False
+_AFTER_LOAD: list[Callable[[], None]] = []
+_INCLUDED: dict[str, Path] = {}  # module name -> the included file it was imported from
+_PLUGIN_DISTS: dict[str, tuple[str, str]] = {}  # top-level module -> (distribution, version)
+_FAILED: set[str] = set()  # entry points that failed to import (said once)
+
+
+def after_load(check: Callable[[], None]) -> Callable[[], None]:
+    """Run ``check`` each time the plugins have been loaded (``load_plugins``).
+
+    How a module above the registry checks what registered
+    (``harness.components.config.check_presets``) without the registry importing it.
+    """
+    _AFTER_LOAD.append(check)
+    return check
+
+
+def load_plugins() -> None:
+    """Import the built-in packages, the installed plugins and the included files, once.
+
+    Raises:
+        PluginError: a key registered from two sources, or an included file that cannot be
+            imported.
+        HarnessError: a check registered with ``after_load`` failed (``PresetError``: a task
+            preset names an unknown method or key); every later call raises it again.
+    """
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # before the imports: a module that looks a name up must not recurse here
+    try:
+        for pkg in (*PLUGIN_PACKAGES.values(), BUILTIN_REFERENCES):
+            importlib.import_module(pkg)
+        _load_entry_points()
+        for path in _env_paths():
+            for file in _files_of(path):
+                _import_file(file)
+        for check in _AFTER_LOAD:
+            check()
+    except BaseException:
+        _loaded = False
+        raise
+
+
+# --- plugins: installed packages ------------------------------------------------------------------
+
+
+def _load_entry_points() -> None:
+    """Load every entry point of ``ENTRY_POINT_GROUPS``; one that fails is said once, skipped."""
+    from importlib import metadata
+
+    for group in ENTRY_POINT_GROUPS.values():
+        eps = sorted(metadata.entry_points(group=group), key=lambda e: (e.value, e.name))
+        for ep in eps:
+            dist = getattr(ep, "dist", None)
+            package = (dist.metadata["Name"], dist.version) if dist is not None else ("?", "?")
+            ident = f"{group}:{ep.name}={ep.value}"
+            if ident in _FAILED:
+                continue
+            top = ep.value.partition(":")[0].strip().partition(".")[0]
+            _PLUGIN_DISTS.setdefault(top, package)
+            before = _snapshot()
+            try:
+                ep.load()
+            except (PluginError, KeyboardInterrupt):
+                _restore(before)
+                raise
+            except BaseException as e:  # SystemExit too: a plugin does not end the command
+                _restore(before)
+                _FAILED.add(ident)
+                sys.stderr.write(
+                    f"warning: plugin '{ep.name}' of {package[0]} {package[1]} ({ep.value}) "
+                    f"failed to import and is skipped: {_one_line(e)}\n"
+                )
+
+
+# --- plugins: included files ----------------------------------------------------------------------
+
+
+def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Import the methods and tasks of ``.py`` files or folders of them (``--include``).
+
+    A folder gives each of its ``.py`` files except ``test_*.py`` and ``_*.py``, in name order.
+    The paths are imported when the registry loads (at once if it has loaded) and are added to
+    ``$HARNESS_INCLUDE``, so that the worker processes of a sweep import them too.
+
+    Args:
+        paths: files or folders (relative paths are taken from the current directory).
+
+    Returns:
+        The files they give.
+
+    Raises:
+        PluginError: a path that does not exist, a file that is not ``.py``, a folder with no
+            file to import, or (when the registry has loaded) a file that cannot be imported.
+    """
+    new = [Path(p).expanduser().resolve() for p in paths]
+    files = [f for p in new for f in _files_of(p)]
+    if _loaded:  # else they are imported when the registry loads
+        before = _snapshot()
+        try:
+            for file in files:
+                _import_file(file)
+            for check in _AFTER_LOAD:
+                check()
+        except BaseException:
+            _restore(before)
+            raise
+    known = _env_paths()
+    merged = known + [p for p in dict.fromkeys(new) if p not in known]
+    os.environ[INCLUDE_ENV] = os.pathsep.join(str(p) for p in merged)
+    return files
+
+
+def _env_paths() -> list[Path]:
+    raw = os.environ.get(INCLUDE_ENV, "")
+    return list(dict.fromkeys(Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p))
+
+
+def _files_of(path: Path) -> list[Path]:
+    """The files an included path gives (a ``.py`` file, or a folder's importable files)."""
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.glob("*.py")
+            if p.is_file() and not p.name.startswith(("_", "test_")) and p.name != "conftest.py"
+        )
+        if not files:
+            raise PluginError(
+                f"--include {path}: no .py file to import there (test_*.py and _*.py are not "
+                "imported)"
+            )
+        return files
+    if not path.exists():
+        raise PluginError(f"--include {path}: no such file or folder")
+    if path.suffix != ".py":
+        raise PluginError(f"--include {path}: expects a .py file or a folder of them")
+    return [path]
+
+
+def _import_file(file: Path) -> None:
+    """Import one included file as the top-level module named after it (once)."""
+    import importlib.util
+
+    name = file.stem
+    if not name.isidentifier():
+        raise PluginError(f"--include {file}: '{name}' is not a Python module name; rename it")
+    mod = sys.modules.get(name)
+    if mod is not None:
+        if _file_of(mod) == file:  # imported already (by its own test, or included before)
+            _INCLUDED[name] = file
+            return
+        raise PluginError(
+            f"--include {file}: a module named '{name}' is already imported from "
+            f"{_file_of(mod) or 'elsewhere'}; rename the file"
+        )
+    found = importlib.util.find_spec(name)
+    if found is not None and found.origin and Path(found.origin).resolve() != file:
+        raise PluginError(
+            f"--include {file}: its module name '{name}' is taken by {found.origin}; rename "
+            "the file"
+        )
+    if str(file.parent) not in sys.path:  # the files it imports from its folder (``_*.py``)
+        sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(name, file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    _INCLUDED[name] = file
+    before = _snapshot()
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:
+        del sys.modules[name]
+        del _INCLUDED[name]
+        _restore(before)
+        if isinstance(e, (PluginError, KeyboardInterrupt)):
+            raise
+        # SystemExit too: an included file does not end the command (nor give its exit code)
+        raise PluginError(f"--include {file} failed to import: {_one_line(e)}") from None
+
+
+def _file_of(module: Any) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one line: its type, its message and the innermost place it was raised."""
+    text = " ".join(str(e).split()) or "(no message)"
+    where = ""
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f" ({e.filename}:{e.lineno})"
+    elif e.__traceback__ is not None:
+        tb = e.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+    return f"{type(e).__name__}: {text}{where}"
+
+
+def _snapshot() -> dict[Registry, dict[str, Any]]:
+    return {r: dict(r._items) for r in (METHODS, TASKS)}
+
+
+def _restore(snapshot: dict[Registry, dict[str, Any]]) -> None:
+    """Forget what registered since ``snapshot`` (a plugin that failed half-way)."""
+    for registry, items in snapshot.items():
+        registry._items.clear()
+        registry._items.update(items)
+
+
+# --- where an entry came from -------------------------------------------------------------------
+
+
+def source_of(obj: Any) -> dict[str, str]:
+    """Where a registered class comes from, as records keep it (``method_source``).
+
+    Returns:
+        ``{"kind": "builtin"}`` (the built-in packages), ``{"kind": "entry-point", "package":
+        NAME, "version": V}`` (an installed distribution), ``{"kind": "include", "path": P,
+        "sha256": D}`` (an included file and the digest of its content), or ``{"kind":
+        "module", "module": M}`` (imported some other way, e.g. by a test or a notebook).
+    """
+    module = getattr(obj, "__module__", None) or "?"
+    top = module.partition(".")[0]
+    if top in PLUGIN_PACKAGES.values() or top == "harness":  # (the executors register in harness)
+        return {"kind": "builtin"}
+    if module in _INCLUDED:
+        import hashlib
+
+        path = _INCLUDED[module]
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:  # removed since it was imported: the record says so
+            digest = "unreadable"
+        return {"kind": "include", "path": str(path), "sha256": digest}
+    dist = _PLUGIN_DISTS.get(top) or _installed_distribution(top)
+    if dist is not None:
+        return {"kind": "entry-point", "package": dist[0], "version": dist[1]}
+    return {"kind": "module", "module": module}
+
+
+def method_source(name: str) -> dict[str, str]:
+    """``source_of`` the method registered as ``name`` (what a record keeps as ``method_source``).
+
+    Raises:
+        UnknownNameError: no such method (with suggestions).
+    """
+    return source_of(METHODS.get(name))
+
+
+def describe_source(obj: Any) -> str:
+    """``source_of`` in words, for messages: ``built-in module baselines.x``, ``--include P``..."""
+    src = source_of(obj)
+    module = getattr(obj, "__module__", "?")
+    if src["kind"] == "builtin":
+        return f"built-in module {module}"
+    if src["kind"] == "include":
+        return f"--include {src['path']}"
+    if src["kind"] == "entry-point":
+        return f"plugin package {src['package']} {src['version']} (module {module})"
+    return f"module {module}"
+
+
+def included_folder(module: str) -> Path | None:
+    """The folder of the included file imported as ``module``; None for any other module."""
+    file = _INCLUDED.get(module)
+    return None if file is None else file.parent
+
+
+@functools.cache
+def _installed_distribution(top: str) -> tuple[str, str] | None:
+    """The installed distribution providing the top-level module ``top``, with its version."""
+    from importlib import metadata
+
+    names = metadata.packages_distributions().get(top) or []
+    for dist_name in names:
+        try:
+            return dist_name, metadata.version(dist_name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+# --- a component's code: the files its digest covers ------------------------------------------
+
+
+def source_files(module: Any) -> set[str]:
+    """The source files of ``module`` and of the modules of its package it uses, transitively.
+
+    The package's ``__init__`` (which imports every module) is left out. An object of those
+    modules with a ``kernel_source_files()`` (a compiled kernel's loader, ``baselines._kernels``)
+    adds the files it names: the C++ sources the method runs. A file imported by
+    ``--include`` is a top-level module of its own: its package is its folder, whose modules it
+    uses (shared ``_*.py`` pieces) count.
+    """
+    pkg = module.__name__.partition(".")[0]
+    folder = included_folder(module.__name__)
+    seen: dict[str, Any] = {}
+    extra: set[str] = set()
+    todo = [module]
+    while todo:
+        mod = todo.pop()
+        if mod.__name__ in seen:
+            continue
+        seen[mod.__name__] = mod
+        for obj in vars(mod).values():
+            name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
+            if not isinstance(name, str) or name == pkg:
+                continue
+            other = sys.modules.get(name)
+            if name.partition(".")[0] != pkg and not _in_folder(other, folder):
+                continue
+            sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
+            if callable(sources):
+                extra.update(str(p) for p in sources())
+            if other is not None and name not in seen:
+                todo.append(other)
+    return extra | {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
+
+
+def _in_folder(module: Any, folder: Path | None) -> bool:
+    """Whether ``module`` is a file directly in ``folder`` (False when either is None)."""
+    file = getattr(module, "__file__", None)
+    return folder is not None and file is not None and Path(file).resolve().parent == folder
+
+
+def code_digest(files: Iterable[str]) -> str:
+    """A component's code version: 16 hex digits of the SHA-256 of its files' names and contents."""
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(Path(path).name.encode() + b"\0")
+        h.update(Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]

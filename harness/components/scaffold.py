@@ -1,0 +1,105 @@
+"""``harness new method``: a documented template of a new method and its test file.
+
+A template per kind of conditional computation (``KINDS``), in ``harness/components/templates/``:
+each holds the ``Method`` subclass with its config (fields declared with ``knob``), ``cost()`` and
+the hooks its kind has (``fast_forward`` and ``at_skip`` for skip and depth, ``budget_knobs`` for
+the kinds that skip), with ``# eq. N`` placeholders for the user's paper. Fresh from the template, a
+method passes ``harness check`` (``harness.components.conformance``) and trains; its test file runs
+the same checks under pytest.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from string import Template
+
+from harness.components.registry import METHODS, describe_source
+from harness.errors import ConfigError
+
+KINDS = {
+    "dense": "a gated cell that updates every unit at every step (the step loop, no skipping)",
+    "skip": "a binary update gate per step, Skip RNN-like, with fast_forward and at_skip",
+    "depth": "highway micro-steps a controller stops, with a depth output, fast_forward, at_skip",
+    "activity": "thresholded input and state deltas, Delta GRU-like: the columns a step reads",
+}
+_NAME = re.compile(r"^[a-z][a-z0-9]*([-_][a-z0-9]+)*$")
+
+
+def names(name: str) -> tuple[str, str, str]:
+    """The registry key (kebab-case), module name (snake_case) and class name of ``name``.
+
+    Raises:
+        ConfigError: ``name`` is not lower-case words of letters and digits joined by ``-`` or
+            ``_``, starting with a letter.
+    """
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"'{name}' is not a method name: lower-case letters and digits, words joined by '-' "
+            "or '_', starting with a letter (e.g. my-skip)"
+        )
+    words = re.split(r"[-_]", name)
+    return "-".join(words), "_".join(words), "".join(w.capitalize() for w in words)
+
+
+def render(name: str, kind: str) -> dict[str, str]:
+    """The files of a new method: ``{file name: text}`` (the method, then its test file).
+
+    Raises:
+        ConfigError: a bad name or an unknown kind.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"unknown kind '{kind}'; kinds: {', '.join(KINDS)}")
+    key, module, cls = names(name)
+    folder = Path(__file__).resolve().parent / "templates"
+    values = {"key": key, "module": module, "Class": cls, "kind": kind}
+    method = Template((folder / f"method_{kind}.py.tmpl").read_text(encoding="utf-8"))
+    test = Template((folder / "test_method.py.tmpl").read_text(encoding="utf-8"))
+    return {f"{module}.py": method.substitute(values), f"test_{module}.py": test.substitute(values)}
+
+
+def new_method(name: str, kind: str, out: str | Path) -> list[Path]:
+    """Write ``OUT/<module>.py`` and ``OUT/test_<module>.py`` for a new method of ``kind``.
+
+    Args:
+        name: the method's name, kebab- or snake-case (``my-skip``, ``my_skip``).
+        kind: one of ``KINDS``.
+        out: the folder to write into (made if missing).
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ConfigError: a bad name or kind, a name already registered (a built-in, a plugin, an
+            included file), a module name that an installed module has, or a file that exists
+            already (nothing is overwritten; nothing is written).
+    """
+    import importlib.util
+
+    files = render(name, kind)
+    key, module, _ = names(name)
+    if key in METHODS:
+        where = describe_source(METHODS.get(key))
+        raise ConfigError(f"method '{key}' is registered already ({where}); choose another name")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is not None:
+        raise ConfigError(
+            f"a module named '{module}' exists already ({found.origin}); choose another name"
+        )
+    folder = Path(out)
+    paths = [folder / f for f in files]
+    there = [str(p) for p in paths if p.exists()]
+    if there:
+        verb = "exists" if len(there) == 1 else "exist"
+        raise ConfigError(f"{', '.join(there)} {verb} already; nothing was written")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, text in zip(paths, files.values(), strict=True):
+            with open(path, "x", encoding="utf-8") as f:  # "x": never over a file
+                f.write(text)
+    except OSError as e:
+        raise ConfigError(f"cannot write into {folder}: {e.strerror or e}") from None
+    return paths

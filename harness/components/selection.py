@@ -1,0 +1,379 @@
+"""Choosing one variant per (task, preset, method) from a sweep, on the validation split only.
+
+S-SA (section 4.2) picks each method's hyperparameters on validation data and reports the test
+metrics of that choice. A rule names how (``harness report --select RULE``):
+
+- ``best-val``: the variant with the best validation primary metric (mean over its seeds);
+- ``val-skip-band:TARGET:WIDTH``: among the variants whose validation Skip % (mean over seeds)
+  lies within TARGET ± WIDTH, the one with the best validation primary metric;
+- ``val-skip-nearest:TARGET``: the variant whose validation Skip % is nearest TARGET (ties: the
+  best validation primary metric). This is S-SA's matched budget ("tuned to skip about as much
+  as SA-RNN"), taken on validation; a method with one variant (a dense baseline) keeps it. An
+  activity-sparse method (Delta GRU, EGRU: it skips reads, never updates, so its Skip % is 0)
+  is matched on its validation activity sparsity % instead (``budget_measure``).
+  Variants that differ only in their training settings (``train.*``: the learning rate, batch
+  size, ...) are first reduced to the one with the best validation metric: S-SA chose the
+  learning rate on validation and the budget knob (lambda) to match the Skip %, and a learning
+  rate picked for its Skip % would be picked for the wrong reason.
+
+Every rule first keeps the variants with the most seeds: a variant with fewer seeds is not
+eligible while one with more exists (``most_seeds``), so a mean over one seed never competes with
+a mean over three (a lucky seed would win more often than a mean).
+
+Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
+read; a tie is broken by the variant id, never by a test number. The chosen variant's test
+metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
+test-based alternative (``harness.pipeline.sweep.match_skip``).
+
+``nearest_variant`` is the one "variant whose Skip % is nearest a target" rule, for one group of
+variants (``nearest_skip`` groups records and calls it): on validation for ``val-skip-nearest``,
+on test for ``--match-skip`` and for the update-pattern figure
+(``harness.reporting.patterns.matched_budget``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.components.metrics import higher_is_better
+from harness.errors import ConfigError
+from harness.persistence.records import is_reference, latest
+
+RULES = ("best-val", "val-skip-band:TARGET:WIDTH", "val-skip-nearest:TARGET")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A selection rule (``best-val``, ``val-skip-band``, ``val-skip-nearest``) and its numbers."""
+
+    name: str
+    target: float | None = None
+    width: float | None = None
+
+    def __str__(self) -> str:
+        if self.name == "best-val":
+            return "best-val"
+        if self.name == "val-skip-nearest":
+            return f"val-skip-nearest:{self.target:g}"
+        return f"val-skip-band:{self.target:g}:{self.width:g}"
+
+    def label(self) -> str:
+        """What picked a row under this rule, in a few words (``at matched budget 76 %``)."""
+        if self.name == "best-val":
+            return "at the best validation score"
+        if self.name == "val-skip-nearest":
+            return f"at matched budget {self.target:g} %"
+        return f"in the Skip % band {self.target:g} ± {self.width:g}"
+
+    def describe(self) -> str:
+        """One sentence for a report's notes."""
+        if self.name == "best-val":
+            return (
+                "best-val: per method, the variant with the best mean validation primary metric "
+                "over its seeds (ties: variant id; the test set is never read)"
+            )
+        if self.name == "val-skip-nearest":
+            return (
+                f"val-skip-nearest:{self.target:g}: per method, the variant whose mean validation "
+                f"Skip % is nearest {self.target:g} (ties: the best mean validation primary "
+                "metric, then variant id), after variants that differ only in training settings "
+                "(learning rate, ...) are reduced to the best on validation; an activity-sparse "
+                "method (its Skip % 0 at every variant: Delta GRU, EGRU) by its mean validation "
+                "activity sparsity % instead; the test set is never read"
+            )
+        return (
+            f"val-skip-band:{self.target:g}:{self.width:g}: per method, among the variants whose "
+            f"mean validation Skip % is within {self.target:g} ± {self.width:g}, the one with "
+            "the best mean validation primary metric (ties: variant id; the test set is never "
+            "read)"
+        )
+
+
+def parse_rule(text: str) -> Rule:
+    """A rule of ``RULES``; anything else raises ConfigError.
+
+    TARGET is a Skip % (0 to 100); a band's WIDTH is above 0 (a band of width 0 would keep
+    only a variant that skipped exactly TARGET %).
+    """
+    if text == "best-val":
+        return Rule("best-val")
+    name, _, rest = text.partition(":")
+    if name not in ("val-skip-nearest", "val-skip-band"):
+        raise ConfigError(f"unknown selection rule {text!r}; use one of {', '.join(RULES)}")
+    band = name == "val-skip-band"
+    parts = rest.split(":")
+    try:
+        numbers = [float(p) for p in parts] if len(parts) == 1 + band else []
+    except ValueError:
+        numbers = []
+    if numbers and 0 <= numbers[0] <= 100 and (not band or 0 < numbers[1] < math.inf):
+        return Rule(name, *numbers)
+    form, example = ("TARGET:WIDTH", "75:5") if band else ("TARGET", "76")
+    width = ", WIDTH a number above 0" if band else ""
+    raise ConfigError(
+        f"selection rule {text!r}: expects {name}:{form}, TARGET a Skip % from 0 to 100{width} "
+        f"(e.g. {name}:{example})"
+    )
+
+
+SPLITS = {"val": "val_metrics", "test": "metrics"}  # the record key of each split's metrics
+
+
+def split_mean(runs: Sequence[dict[str, Any]], key: str, split: str = "val") -> float:
+    """Mean of metric ``key`` on ``split`` (``val`` or ``test``) over ``runs``.
+
+    NaN unless every run recorded a number for it.
+    """
+    vals = [(r.get(SPLITS[split]) or {}).get(key) for r in runs]
+    vals = [float(v) for v in vals if v is not None and not math.isnan(v)]
+    return statistics.fmean(vals) if len(vals) == len(runs) and vals else math.nan
+
+
+def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
+    return split_mean(runs, key, "val")
+
+
+BUDGETS = {"skip_pct": "Skip %", "read_skip_pct": "activity sparsity %"}  # measure -> label
+
+
+def budget_measure(runs: Sequence[dict[str, Any]], split: str = "val") -> str:
+    """The measure a method's budget is matched on: ``skip_pct``, or ``read_skip_pct``.
+
+    An activity-sparse method (Delta GRU, EGRU) updates every unit at every step: its Skip % is
+    0 whatever its thresholds, and what they move is its activity sparsity (``read_skip_pct``,
+    recorded only by activity-sparse layers). ``runs`` (one method's records, every variant)
+    are matched on their activity sparsity when every run recorded one on ``split`` and none
+    skipped an update; otherwise on Skip %, S-SA's budget.
+    """
+    key = SPLITS[split]
+    for r in runs:
+        m = r.get(key) or {}
+        read, skip = m.get("read_skip_pct"), m.get("skip_pct")
+        if read is None or math.isnan(read) or skip is None or skip != 0:
+            return "skip_pct"
+    return "read_skip_pct" if runs else "skip_pct"
+
+
+def nearest_skip(
+    records: Sequence[dict[str, Any]],
+    target: float,
+    split: str,
+    by: Sequence[str] = ("task", "preset", "method"),
+    tie: Callable[[list[dict[str, Any]]], float] | None = None,
+) -> dict[tuple[Any, ...], tuple[str, float]]:
+    """Per group of ``records``, the variant whose mean Skip % on ``split`` is nearest ``target``.
+
+    A variant is the records of one ``variant_id``; its Skip % is the mean over its runs
+    (``split_mean``: NaN, and so no candidate, unless every run recorded it). A group of an
+    activity-sparse method is matched on its activity sparsity % instead (``budget_measure``).
+    Among equally near variants the lower ``tie(runs)`` wins, then the lower variant id: never
+    the order of the records.
+
+    Args:
+        records: ok run records (the caller keeps the latest record of each run id).
+        target: the Skip % to match.
+        split: ``val`` (the records' ``val_metrics``) or ``test`` (their ``metrics``).
+        by: the record keys whose values form a group (``()``: one group of all records).
+        tie: a variant's runs -> a number, lower first among equally near variants (e.g. the
+            validation primary metric, negated where higher is better); None: variant id only.
+
+    Returns:
+        ``{group: (variant_id, mean Skip %, or activity sparsity %)}``, the group as the tuple
+        of its ``by`` values; a group with no variant that recorded Skip % has no entry.
+    """
+    groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
+    for r in records:
+        variants = groups.setdefault(tuple(r[k] for k in by), {})
+        variants.setdefault(r["variant_id"], []).append(r)
+    out = {}
+    for key, variants in groups.items():
+        near = nearest_variant(variants, target, split, tie)
+        if near is not None:
+            out[key] = near[:2]
+    return out
+
+
+def nearest_variant(
+    variants: dict[str, list[dict[str, Any]]],
+    target: float,
+    split: str,
+    tie: Callable[[list[dict[str, Any]]], float] | None = None,
+) -> tuple[str, float, str] | None:
+    """``nearest_skip`` for one group, given as variant id -> its runs.
+
+    Returns:
+        ``(variant_id, its mean on split, the measure)``, the measure being ``budget_measure``'s
+        (``skip_pct`` or ``read_skip_pct``); None when no variant recorded it on every run.
+    """
+    measure = budget_measure([r for runs in variants.values() for r in runs], split)
+    means = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
+    cands = [vid for vid, mean in means.items() if not math.isnan(mean)]
+    if not cands:
+        return None
+    vid = min(
+        cands,
+        key=lambda v: (abs(means[v] - target), tie(variants[v]) if tie else 0.0, v),
+    )
+    return vid, means[vid], measure
+
+
+def _knobs(runs: Sequence[dict[str, Any]]) -> str:
+    """A variant's config without its training settings and seed: what its budget depends on."""
+    cfg = runs[0].get("config") or {}
+    return json.dumps({k: v for k, v in cfg.items() if k not in ("train", "seed")}, sort_keys=True)
+
+
+def _best_training(
+    variants: dict[str, list[dict[str, Any]]], primary: str, higher: bool
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Per group of variants that differ only in ``train.*``, the best on validation.
+
+    Returns the kept variants and how many were dropped. A group none of whose variants has a
+    validation metric keeps them all (the caller reports that no metric was recorded).
+    """
+    groups: dict[str, list[str]] = {}
+    for vid, runs in variants.items():
+        groups.setdefault(_knobs(runs), []).append(vid)
+    kept: dict[str, list[dict[str, Any]]] = {}
+    for vids in groups.values():
+        scored = [(vid, _val_mean(variants[vid], primary)) for vid in vids]
+        scored = [(vid, v) for vid, v in scored if not math.isnan(v)]
+        if not scored:
+            kept.update({vid: variants[vid] for vid in vids})
+            continue
+        vid, _ = min(scored, key=lambda s: (-s[1] if higher else s[1], s[0]))
+        kept[vid] = variants[vid]
+    return kept, len(variants) - len(kept)
+
+
+def _rank(primary: str, higher: bool) -> Callable[[list[dict[str, Any]]], float]:
+    """A variant's runs -> its mean validation ``primary``, negated where higher is better."""
+    return lambda runs: -_val_mean(runs, primary) if higher else _val_mean(runs, primary)
+
+
+def seed_count(runs: Sequence[dict[str, Any]]) -> int:
+    """How many seeds a variant's runs have."""
+    return len({r["seed"] for r in runs})
+
+
+def most_seeds(
+    variants: dict[str, list[dict[str, Any]]],
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The variants with the most seeds, and how many others were left out for having fewer."""
+    top = max(seed_count(runs) for runs in variants.values())
+    kept = {vid: runs for vid, runs in variants.items() if seed_count(runs) == top}
+    return kept, len(variants) - len(kept)
+
+
+def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
+    """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
+
+    The candidates are the variants the rule can score on validation (a mean validation
+    primary metric, and for ``val-skip-nearest`` a mean validation Skip %, over every seed;
+    for ``val-skip-band``, only those in the band). Among them only those with the most seeds
+    are eligible (``most_seeds``); the reason says how many were left out for having fewer.
+
+    Returns:
+        ``(variant_id, reason)``; ``(None, reason)`` when no variant qualifies (none in the
+        Skip % band, or no validation metric recorded).
+    """
+    first = next(iter(variants.values()))[0]
+    primary, higher = first["primary"], higher_is_better(first)
+    n = len(variants)
+    pool = dict(variants)
+    within = ""
+    if rule.name == "val-skip-band":
+        pool = {
+            vid: runs
+            for vid, runs in variants.items()
+            if abs(_val_mean(runs, "skip_pct") - rule.target) <= rule.width
+        }
+        if not pool:
+            return None, f"{rule}: no variant of {n} in the band"
+        within = f", {len(pool)} in the band"
+    pool = {vid: runs for vid, runs in pool.items() if not math.isnan(_val_mean(runs, primary))}
+    if not pool:
+        return None, f"{rule}: no validation {primary} recorded"
+    if rule.name == "val-skip-nearest":
+        pool = {
+            vid: runs for vid, runs in pool.items() if not math.isnan(_val_mean(runs, "skip_pct"))
+        }
+        if not pool:
+            return None, f"{rule}: no validation skip_pct recorded"
+    pool, fewer = most_seeds(pool)
+    if fewer:
+        top = seed_count(next(iter(pool.values())))
+        within += f", {fewer} with fewer than {top} seeds not eligible"
+    score = {vid: _val_mean(runs, primary) for vid, runs in pool.items()}
+    if rule.name == "val-skip-nearest":
+        pool, tuned = _best_training(pool, primary, higher)
+        vid, skip, measure = nearest_variant(pool, rule.target, "val", _rank(primary, higher))
+        if tuned:
+            within += f", {tuned} beaten on validation by the same knobs' other training settings"
+        return vid, (
+            f"{rule} of {n}{within} (val {BUDGETS[measure]} {skip:.1f}, "
+            f"val {primary} {score[vid]:.4g})"
+        )
+    best = min(score.items(), key=lambda s: (-s[1] if higher else s[1], s[0]))
+    return best[0], f"{rule} of {n}{within} (val {primary} {best[1]:.4g})"
+
+
+def select(
+    records: Sequence[dict[str, Any]], rule: Rule
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The records of the variant ``rule`` picks per (task, preset, method), and the reasons.
+
+    Args:
+        records: run records; failed runs are kept (the reports count them), ok runs only of the
+            chosen variants.
+        rule: the selection rule.
+
+    Returns:
+        ``(records, reasons)``: the kept records, and per chosen variant id the reason text
+        (``"best-val of 4 (val mse 0.0012)"``); a (task, preset, method) with no qualifying
+        variant is keyed ``"task/preset/method"`` with the reason it has no row. A reference
+        predictor (``ref:NAME``, no Skip %) keeps its best-val variant whatever the rule.
+    """
+    recs = latest(records)
+    groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
+    for r in recs:
+        if r.get("status") == "ok":
+            key = (r["task"], r["preset"], r["method"])
+            groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
+    reasons: dict[str, str] = {}
+    for key, variants in sorted(groups.items()):
+        if is_reference(key[2]):  # no Skip % to match: a reference predictor's best on val
+            vid, why = choose(variants, Rule("best-val"))
+            why = f"reference predictor, {why}"
+        else:
+            vid, why = choose(variants, rule)
+        reasons[vid if vid is not None else "/".join(key)] = why
+    kept = [r for r in recs if r.get("status") != "ok" or r["variant_id"] in reasons]
+    return kept, reasons
+
+
+def empty_tables(
+    records: Sequence[dict[str, Any]], kept: Sequence[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """The (task, preset) tables whose methods ran in ``records`` but have no row in ``kept``.
+
+    ``kept`` is what ``select`` kept of ``records``: such a table shows no method (at most the
+    reference predictors, which keep their best-val variant whatever the rule); its report
+    says so in place of the rows (``no_row_line``) and the command warns on stderr.
+    """
+
+    def tables(recs: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
+        ok = (r for r in latest(recs) if r.get("status") == "ok" and not is_reference(r["method"]))
+        return {(r["task"], r["preset"]) for r in ok}
+
+    return sorted(tables(records) - tables(kept))
+
+
+def no_row_line(rule: Rule) -> str:
+    """What a table says where ``rule`` keeps no variant of any of its methods."""
+    return f"No method row: {rule} keeps no variant of any method here (why, per method, below)."

@@ -1,0 +1,286 @@
+"""The task interface: a task owns its data, its loss and its scoring.
+
+A task declares its ``kind`` (a ``TaskKind``: classification, regression, lm), its read-out
+(``last`` step or ``every`` step), its primary metric and direction, its knobs (``config_cls``)
+and its presets.
+``splits(seed)`` returns train/val/test ``Split``s of tensors; the loss and the metrics come from
+the kind, so tasks only override them when they score differently.
+
+Metrics are accumulated as (sum, count) pairs over batches (``batch_stats``) and turned into
+numbers once at the end (``finalize``), so a test set never has to sit in memory as logits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from harness.components.config import Preset
+from harness.errors import ConfigError
+
+
+class TaskKind(str, Enum):
+    """What a task predicts; it selects the loss and the metrics (``Task.loss``).
+
+    A ``str`` subclass, so ``task.kind == "classification"`` holds, and the kind prints and
+    serialises (f-strings, JSON) as its value.
+    """
+
+    CLASSIFICATION = "classification"  # one label per sequence: cross-entropy, nll, accuracy
+    REGRESSION = "regression"  # real targets: mean squared error
+    LM = "lm"  # a token per step: cross-entropy, nll, perplexity
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def check_kind(owner: str, kind: object) -> TaskKind:
+    """``kind`` when it is a ``TaskKind``; otherwise a ConfigError naming ``owner``.
+
+    Args:
+        owner: the task class, for the message.
+        kind: the value its ``kind`` attribute holds (None: it has none).
+
+    Raises:
+        ConfigError: ``kind`` is not a TaskKind (a plain string included, whose member it names).
+    """
+    if isinstance(kind, TaskKind):
+        return kind
+    valid = {k.value: k.name for k in TaskKind}
+    if kind is None:
+        raise ConfigError(f"Task {owner} declares no kind; kinds: {', '.join(valid)}")
+    hint = f" (write TaskKind.{valid[kind]})" if isinstance(kind, str) and kind in valid else ""
+    raise ConfigError(
+        f"Task {owner} declares kind {kind!r}, which is not a "
+        f"harness.components.task.TaskKind{hint}; "
+        f"kinds: {', '.join(valid)}"
+    )
+
+
+@dataclass
+class Batch:
+    """A batch: ``x [B, T, V]`` (float) or ``[B, T]`` (token ids), targets ``y``, true lengths.
+
+    ``times [B, T]`` (float), when not None, is the time of each sample in the task's time unit
+    (see ``Split``).
+    """
+
+    x: Tensor
+    y: Tensor
+    lengths: Tensor | None = None
+    times: Tensor | None = None
+
+    def to(self, device: torch.device | str) -> Batch:
+        """A copy of the batch with its tensors on ``device``."""
+        return Batch(
+            self.x.to(device),
+            self.y.to(device),
+            None if self.lengths is None else self.lengths.to(device),
+            None if self.times is None else self.times.to(device),
+        )
+
+
+@dataclass
+class Split:
+    """One split held as tensors; ``y`` is ``[N]`` (labels), ``[N, O]`` or ``[N, T, ...]``.
+
+    Attributes:
+        x: inputs, ``[N, T, V]`` or token ids ``[N, T]``; sequences shorter than T are padded at
+            the end.
+        y: targets.
+        lengths: true length of each sequence, ``[N]``; None when all have length T.
+        times: the time of each sample, ``[N, T]`` (float, non-decreasing along T, in the task's
+            time unit); None when the samples are at equal steps. The model passes them only to
+            methods that set ``Method.uses_times``.
+    """
+
+    x: Tensor
+    y: Tensor
+    lengths: Tensor | None = None
+    times: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.x) != len(self.y):
+            raise ValueError(f"x and y differ in length ({len(self.x)} vs {len(self.y)})")
+        if self.times is not None and tuple(self.times.shape) != tuple(self.x.shape[:2]):
+            raise ValueError(
+                f"times must be [N, T] = {tuple(self.x.shape[:2])} (got {tuple(self.times.shape)})"
+            )
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def batches(
+        self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
+    ) -> Iterator[Batch]:
+        """Yield batches; shuffled with ``generator`` when ``shuffle``."""
+        n = len(self)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        for i in range(0, n, batch_size):
+            idx = order[i : i + batch_size]
+            lengths = None if self.lengths is None else self.lengths[idx]
+            times = None if self.times is None else self.times[idx]
+            yield Batch(self.x[idx], self.y[idx], lengths, times)
+
+
+@dataclass
+class Splits:
+    """Train/validation/test splits plus facts worth recording (e.g. which data source)."""
+
+    train: Split
+    val: Split
+    test: Split
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NoTaskConfig:
+    """Config of a task with no knobs."""
+
+
+class Task:
+    """Base class of every registered task.
+
+    Subclasses set the class attributes and implement ``splits``, ``input_size``, ``output_size``
+    and ``presets``. ``kind`` has no default: a class whose ``kind`` is not a ``TaskKind`` is
+    refused where it is defined (a ConfigError), before it can register. ``reference_notes``
+    says what a reference predictor (``harness.references``, ``ref:NAME``) is on this task, in
+    a sentence the tables print under the reference's description.
+
+    Args:
+        cfg: an instance of ``config_cls``.
+        data_dir: where real-data tasks look for their files (see ``harness.data``).
+    """
+
+    name: ClassVar[str] = "?"
+    kind: ClassVar[TaskKind]
+    readout: ClassVar[str] = "last"
+    primary: ClassVar[str] = "mse"
+    higher_is_better: ClassVar[bool] = False
+    config_cls: ClassVar[type] = NoTaskConfig
+    presets: ClassVar[dict[str, Preset]] = {}
+    description: ClassVar[str] = ""
+    reference_notes: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_kind(cls.__qualname__, getattr(cls, "kind", None))
+
+    def __init__(self, cfg: Any = None, data_dir: str | None = None) -> None:
+        self.cfg = cfg if cfg is not None else self.config_cls()
+        self.data_dir = data_dir
+
+    @classmethod
+    def preset(cls, name: str) -> Preset:
+        """The task's settings for a preset."""
+        try:
+            return cls.presets[name]
+        except KeyError:
+            raise ConfigError(
+                f"Task '{cls.name}' has no preset '{name}'. Available: {', '.join(cls.presets)}"
+            ) from None
+
+    # --- shapes --------------------------------------------------------------------------------
+    @property
+    def input_size(self) -> int:
+        """V for float inputs; the vocabulary size for token inputs."""
+        raise NotImplementedError
+
+    @property
+    def output_size(self) -> int:
+        """Classes, regression targets, or vocabulary size."""
+        raise NotImplementedError
+
+    @property
+    def token_input(self) -> bool:
+        """True when inputs are token ids (the wrapper adds an embedding)."""
+        return self.kind is TaskKind.LM
+
+    def splits(self, seed: int) -> Splits:
+        """Deterministic train/val/test splits for ``seed``."""
+        raise NotImplementedError
+
+    def marked_steps(self, x: Tensor) -> list[int]:
+        """Steps of one input sequence that figures mark on its update pattern (default none).
+
+        Args:
+            x: one sequence's inputs, ``[T, input_size]`` (token ids ``[T]``).
+
+        Returns:
+            The step indices to mark, e.g. where the target's inputs are.
+        """
+        return []
+
+    def data_status(self) -> dict[str, Any] | None:
+        """For real-data tasks, where the data was looked for and whether it is usable.
+
+        The dict holds ``{"status": "found"|"missing"|"corrupt", ...}``; None for generated
+        tasks.
+        """
+        return None
+
+    def fetch(self, fetcher: Any) -> str | None:
+        """Download the task's published data into the data root (``harness data fetch``).
+
+        Args:
+            fetcher: a ``harness.data.Fetcher`` (downloads, verifies, installs).
+
+        Returns:
+            One line saying what was installed; None for generated tasks.
+
+        Raises:
+            DataError: the data cannot be downloaded (e.g. a licence forbids it: the message says
+                how to obtain them) or do not match the published checksums.
+        """
+        return None
+
+    # --- scoring -------------------------------------------------------------------------------
+    def loss(self, pred: Tensor, batch: Batch) -> Tensor:
+        """Mean training loss of a batch, chosen by the kind.
+
+        Regression: mean squared error; classification and lm: cross-entropy over every label
+        (one per sequence, or one per step).
+
+        Raises:
+            ConfigError: the task's kind is not a TaskKind.
+        """
+        kind = check_kind(type(self).__qualname__, self.kind)
+        if kind is TaskKind.REGRESSION:
+            return F.mse_loss(pred, batch.y)
+        if kind in (TaskKind.CLASSIFICATION, TaskKind.LM):
+            return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1))
+        raise ConfigError(f"Task {type(self).__qualname__}: no loss for kind {kind.value!r}")
+
+    def batch_stats(self, pred: Tensor, batch: Batch) -> dict[str, tuple[float, float]]:
+        """``{metric: (sum, count)}`` contributions of a batch, chosen by the kind.
+
+        Raises:
+            ConfigError: the task's kind is not a TaskKind.
+        """
+        kind = check_kind(type(self).__qualname__, self.kind)
+        pred = pred.detach().float()
+        if kind is TaskKind.REGRESSION:
+            se = (pred - batch.y).pow(2)
+            return {"mse": (se.sum().item(), se.numel())}
+        if kind not in (TaskKind.CLASSIFICATION, TaskKind.LM):
+            raise ConfigError(f"Task {type(self).__qualname__}: no metrics for kind {kind.value!r}")
+        flat, y = pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1)
+        nll = F.cross_entropy(flat, y, reduction="sum").item()
+        if kind is TaskKind.LM:
+            return {"nll": (nll, y.numel())}
+        correct = (flat.argmax(-1) == y).sum().item()
+        return {"nll": (nll, y.numel()), "accuracy": (100.0 * correct, y.numel())}
+
+    def finalize(self, stats: dict[str, tuple[float, float]]) -> dict[str, float]:
+        """Turn accumulated (sum, count) pairs into metric values."""
+        out = {k: s / c if c else float("nan") for k, (s, c) in stats.items()}
+        if self.kind is TaskKind.LM and "nll" in out:
+            out["perplexity"] = math.exp(min(out["nll"], 50.0))
+        return out

@@ -1,0 +1,320 @@
+"""Datasets: where they live, how they are read, checked and identified, and how they are fetched.
+
+This module gathers the data modules; tasks and commands import every name from here:
+
+- ``harness.data.files``: the data root (``--data-dir``, ``HARNESS_DATA_DIR``, the user cache),
+  the readers (``find_file``, ``open_text``, ``read_text``: ``NAME`` or ``NAME.gz``) and the
+  errors (``MissingDataError``, ``CorruptDataError``, ``NotFetchableError``, all ``DataError``);
+- ``harness.data.sums``: content sums, verification against published sums, the sum cache;
+- ``harness.data.fetch``: downloads (``Fetcher``, ``extract``);
+- here: parsed data cached per process (``cached``) and on disk (``disk_cached``), the status
+  rows real-data tasks report (``status``; ``status_rows`` collects them for ``harness data
+  list|verify`` and, with ``verify``, checks the files against the sums the tasks ship) and the
+  data identity of a run (``attach_identity``).
+
+Importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.components.config import DataIdentity
+from harness.components.registry import TASKS
+from harness.data.fetch import MIRROR_ENV, Fetcher, extract
+from harness.data.files import (
+    CorruptDataError,
+    MissingDataError,
+    NotFetchableError,
+    cache_dir,
+    data_root,
+    find_file,
+    open_text,
+    read_text,
+)
+from harness.data.sums import (
+    _SUM_CACHES,  # noqa: F401  (tests/test_reliability.py patches it here)
+    cached_content_sha256,
+    check_sha256,
+    content_sha256,
+    file_sums,
+    manifest_digest,
+    member_differences,
+    read_sums,
+    save_sum_cache,
+    sha256,
+    stat_key,
+    verify_sha256,
+)
+from harness.errors import DataError
+
+__all__ = [
+    "MIRROR_ENV",
+    "CorruptDataError",
+    "DataError",
+    "Fetcher",
+    "MissingDataError",
+    "NotFetchableError",
+    "attach_identity",
+    "cache_dir",
+    "cached",
+    "cached_content_sha256",
+    "check_sha256",
+    "content_sha256",
+    "data_root",
+    "disk_cached",
+    "extract",
+    "file_sums",
+    "find_file",
+    "manifest_digest",
+    "member_differences",
+    "open_text",
+    "read_sums",
+    "read_text",
+    "save_sum_cache",
+    "sha256",
+    "stat_key",
+    "status",
+    "status_rows",
+    "task_row",
+    "verify_sha256",
+]
+
+
+# --- parsed-data cache ----------------------------------------------------------------------------
+
+_CACHE: dict[tuple, Any] = {}
+
+
+def cached(name: str, files: list[Path], load: Callable[[], Any]) -> Any:
+    """``load()`` once per process for the same files (keyed by path, size and mtime)."""
+    key = (name, *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    if key not in _CACHE:
+        if len(_CACHE) > 32:
+            _CACHE.clear()
+        _CACHE[key] = load()
+    return _CACHE[key]
+
+
+def disk_cached(
+    subdir: str, name: str, files: list[Path], build: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], str]:
+    """Arrays derived from data files, cached on disk under ``cache_dir()/subdir``.
+
+    The key is ``name`` (include a pipeline version in it) plus every source file's name and
+    sha256, so a changed file or pipeline rebuilds. Returns the arrays and ``"hit"`` or
+    ``"built"``; an unreadable entry is rebuilt and an unwritable cache only warns.
+    """
+    import zipfile
+
+    import numpy as np
+
+    h = hashlib.sha256(f"{name}\n".encode())
+    for p in files:
+        h.update(f"{p.name} {sha256(p)}\n".encode())
+    path = cache_dir() / subdir / f"{name}-{h.hexdigest()[:20]}.npz"
+    if path.is_file():
+        try:
+            with np.load(path) as z:
+                return {k: z[k] for k in z.files}, "hit"
+        except (OSError, ValueError, zipfile.BadZipFile):
+            pass
+    arrays = build()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:  # a read-only cache costs time on the next run, not this run
+        warnings.warn(f"could not write the cache {path}: {e}", stacklevel=2)
+    return arrays, "built"
+
+
+# --- status rows (``harness data list|verify``) ---------------------------------------------------
+
+
+def status(
+    dataset: str,
+    path: str | os.PathLike,
+    source: str,
+    check: Callable[[], str],
+    sums: dict[str, str] | None = None,
+    files: list[str] | None = None,
+) -> dict[str, Any]:
+    """A ``Task.data_status()`` dict, built by calling ``check()``.
+
+    ``check()`` loads and parses the data and returns a detail line: the status is ``found`` on
+    success, ``missing``/``corrupt`` on a DataError. ``sums`` (see ``verify_sha256``) are the
+    published checksums ``task_row(verify=True)`` checks; data without them name the files they
+    read in ``files`` (relative paths or globs), whose content digest then identifies them. A
+    task whose sums hold a glob's one digest may add the published sum of each of its files to
+    the row as ``sha256_members`` (``{glob: {path: sha256}}``, ``check_sha256``), so that a
+    mismatch names the files.
+    """
+    row: dict[str, Any] = {"dataset": dataset, "path": str(path), "source": source}
+    try:
+        row.update(status="found", detail=check())
+    except MissingDataError as e:
+        row.update(status="missing", detail=str(e))
+    except DataError as e:
+        row.update(status="corrupt", detail=str(e))
+    if sums:
+        row["sha256"] = dict(sums)
+    if files:
+        row["files"] = list(files)
+    return row
+
+
+def task_row(
+    name: str, task: Any, verify: bool = False, fresh: bool = False
+) -> dict[str, Any] | None:
+    """The data row of one task instance (``status_rows``); None for generated data.
+
+    With ``verify`` a found dataset is checked against the task's published sums and the row
+    gains ``digest`` (``manifest_digest`` of the files as found) and ``verified`` (True when
+    they match the published sums; False when they differ or the task publishes none). With
+    ``fresh`` every file is hashed again, whatever the sum cache says.
+    """
+    try:
+        st = task.data_status()
+    except DataError as e:
+        st = {"status": "corrupt", "detail": str(e)}
+    if st is None:
+        return None
+    sums, files = st.pop("sha256", None), st.pop("files", None)
+    members = st.pop("sha256_members", None)
+    row = {
+        "task": name,
+        "dataset": st.get("dataset", name),
+        "status": st.get("status", "?"),
+        "path": st.get("path") or str(data_root(task.data_dir)),
+        "source": st.get("source", ""),
+        "detail": st.get("detail", ""),
+    }
+    if not verify or row["status"] != "found":
+        return row
+    try:
+        if sums:
+            row["status"], checked, row["digest"] = check_sha256(row["path"], sums, fresh, members)
+            row["verified"] = row["status"] == "found"
+        else:
+            got, absent, n = file_sums(row["path"], files or ["**/*"], fresh)
+            if absent:
+                raise MissingDataError(f"missing data file {Path(row['path']) / absent[0]}")
+            row["digest"], row["verified"] = manifest_digest(got), False
+            checked = f"no published checksums; content digest {row['digest'][:12]} of {n} files"
+    except DataError as e:
+        row["status"], row["detail"] = "corrupt", str(e)
+        return row
+    row["check"] = checked
+    return row
+
+
+def status_rows(
+    data_dir: str | os.PathLike | None = None,
+    verify: bool = False,
+    tasks: list[str] | None = None,
+    fresh: bool = False,
+) -> list[dict[str, Any]]:
+    """One row per registered real-data task: ``task, dataset, status, path, source, detail``.
+
+    Args:
+        data_dir: the data root (resolved as in ``data_root``).
+        verify: also check the files against the sha256 sums the task ships (the ``sha256``
+            entry of its ``data_status()``, see ``status``); status becomes
+            ``"checksum mismatch"`` when they differ, and the row gains ``check`` (the result,
+            e.g. ``sha256 verified for 3 files``), ``digest`` and ``verified`` (``task_row``).
+        tasks: only these task names (default: all registered).
+        fresh: with ``verify``, hash every file again whatever the sum cache says (``harness
+            data verify`` does: a check that trusts the cache is not a check).
+
+    Status is one of ``found``, ``missing``, ``checksum mismatch``, ``corrupt``; tasks whose data
+    are generated (``data_status()`` is None) are left out.
+    """
+    rows = []
+    for name, cls in TASKS.items():
+        if tasks is not None and name not in tasks:
+            continue
+        try:
+            task = cls(data_dir=str(data_dir) if data_dir else None)
+        except DataError as e:
+            rows.append(
+                {
+                    "task": name,
+                    "dataset": name,
+                    "status": "corrupt",
+                    "path": str(data_root(data_dir)),
+                    "source": "",
+                    "detail": str(e),
+                }
+            )
+            continue
+        row = task_row(name, task, verify, fresh)
+        if row is not None:
+            if verify and "check" in row:
+                row["detail"] = f"{row['detail']}; {row['check']}"
+            rows.append(row)
+    return rows
+
+
+def attach_identity(
+    cfgs: list[Any], data_dir: str | None = None, allow_unverified: bool = False
+) -> tuple[list[Any], list[str]]:
+    """Verify the data of every run that reads data files and key the runs by it.
+
+    Each distinct (task, task config) is checked once (``task_row(verify=True)``; sums are
+    cached per file, so a rerun costs nothing) and its runs get ``RunConfig.data``, which is part
+    of their run id: a record made on other data never stands in for one made on the published
+    data. Runs of generated tasks are returned unchanged.
+
+    Args:
+        cfgs: ``RunConfig`` s (``harness.pipeline.sweep.build_configs``).
+        data_dir: the data root (``data_root``).
+        allow_unverified: run on data that differ from the published sums (recorded as
+            ``verified: false`` with their own digest) instead of refusing them.
+
+    Returns:
+        The configs with their data identity, and notes for data without published sums.
+
+    Raises:
+        DataError: one line naming, per task, the files that differ (or why the data cannot be
+            read), unless ``allow_unverified`` covers it.
+    """
+    import dataclasses
+
+    known: dict[tuple[str, str], DataIdentity | None] = {}
+    bad: list[str] = []
+    notes: list[str] = []
+    out = []
+    for cfg in cfgs:
+        key = (cfg.task, repr(cfg.task_cfg))
+        if key not in known:
+            row = task_row(cfg.task, TASKS.get(cfg.task)(cfg.task_cfg, data_dir), verify=True)
+            known[key] = None
+            if row is None:
+                pass
+            elif row["status"] == "found" or (
+                row["status"] == "checksum mismatch" and allow_unverified
+            ):
+                known[key] = DataIdentity(row["digest"], row["verified"])
+                if not row["verified"]:
+                    notes.append(f"task '{cfg.task}' runs on unverified data ({row['check']})")
+            elif row["status"] == "checksum mismatch":
+                bad.append(
+                    f"the data of task '{cfg.task}' under {row['path']} do not match the "
+                    f"published checksums ({row['check']})"
+                )
+            else:
+                bad.append(f"task '{cfg.task}': {row['detail']}")
+        ident = known[key]
+        out.append(cfg if ident is None else dataclasses.replace(cfg, data=ident))
+    if bad:
+        hint = " (--allow-unverified-data runs on them anyway)" if not allow_unverified else ""
+        raise DataError("; ".join(bad) + (hint if "checksums" in "".join(bad) else ""))
+    return out, notes

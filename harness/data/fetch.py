@@ -1,0 +1,195 @@
+"""Downloads (``harness data fetch``): a task's published files, verified, under the data root.
+
+Import these names from ``harness.data``, which gathers the data modules.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.data.files import CorruptDataError
+from harness.data.sums import check_sha256, file_sums, manifest_digest, verify_sha256
+from harness.errors import DataError
+
+MIRROR_ENV = "HARNESS_DATA_MIRROR"
+
+
+class Fetcher:
+    """Downloads a task's published files and installs them, verified, under the data root.
+
+    Every download goes to a temporary file that is renamed when complete; a dataset is built in
+    a staging folder next to its destination, checked against the published sums and only then
+    moved into place, so a failed or corrupt download leaves nothing half-unpacked.
+
+    Args:
+        root: the data root (``data_root``).
+        mirror: a base URL that replaces every official address: a file is fetched from
+            ``MIRROR/<dataset folder>/<file name>`` (default: ``$HARNESS_DATA_MIRROR``, else the
+            official addresses).
+        say: called with one line per download.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        mirror: str | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.mirror = mirror or os.environ.get(MIRROR_ENV) or None
+        self.say = say or (lambda line: None)
+
+    def address(self, url: str, dataset: str) -> str:
+        """Where ``url`` is fetched from (the mirror's copy when a mirror is set)."""
+        from urllib.parse import quote, unquote
+
+        if not self.mirror:
+            return url
+        name = unquote(url.rstrip("/").rsplit("/", 1)[-1])
+        return f"{self.mirror.rstrip('/')}/{quote(dataset)}/{quote(name)}"
+
+    def download(self, url: str, dataset: str, folder: Path) -> Path:
+        """Download ``url`` into ``folder`` (via a temporary file); DataError if it fails."""
+        import shutil
+        import urllib.request
+        from urllib.parse import unquote
+
+        src = self.address(url, dataset)
+        dest = folder / (unquote(src.rstrip("/").rsplit("/", 1)[-1]) or "download")
+        part = folder / f".{dest.name}.{os.getpid()}.part"
+        self.say(f"downloading {src}")
+        try:
+            with urllib.request.urlopen(src, timeout=60) as r, open(part, "wb") as f:
+                shutil.copyfileobj(r, f, 1 << 20)
+            os.replace(part, dest)
+        except (OSError, ValueError) as e:  # URLError and HTTPError are OSErrors
+            part.unlink(missing_ok=True)
+            raise DataError(f"cannot download {src}: {getattr(e, 'reason', e)}") from None
+        return dest
+
+    def install(
+        self,
+        dataset: str,
+        sums: dict[str, str] | None,
+        build: Callable[[Path, Callable[[str], Path]], Any],
+    ) -> str:
+        """Build ``<root>/<dataset>`` from downloads, verify it, move it into place.
+
+        Args:
+            dataset: the dataset folder under the root.
+            sums: the published sums (``verify_sha256``); None when none are published (the
+                data are then installed unverified and the line says so).
+            build: ``build(stage, get)`` writes the dataset's layout into ``stage``; ``get(url)``
+                downloads a file and returns its local path.
+
+        Returns:
+            One line: installed (and verified), or already present and verified.
+
+        Raises:
+            DataError: a download failed, or the files do not match ``sums`` (nothing installed).
+        """
+        import shutil
+
+        target = self.root / dataset
+        if sums and target.is_dir():
+            st, detail = verify_sha256(target, sums)
+            if st == "found":
+                return f"already present in {target} ({detail})"
+        work = self.root / f".{dataset}.fetch-{os.getpid()}"
+        try:
+            shutil.rmtree(work, ignore_errors=True)
+            (work / "stage").mkdir(parents=True)
+            (work / "downloads").mkdir()
+        except OSError as e:
+            raise DataError(f"cannot write under {self.root}: {e.strerror or e}") from None
+        try:
+            stage = work / "stage"
+            build(stage, lambda url: self.download(url, dataset, work / "downloads"))
+            if sums:
+                st, detail, _ = check_sha256(stage, sums)
+                if st != "found":
+                    raise DataError(
+                        f"the download of {dataset} does not match the published checksums "
+                        f"({detail}); nothing was installed"
+                    )
+            else:
+                got, _, n = file_sums(stage, ["**/*"])
+                detail = (
+                    f"no published checksums; content digest {manifest_digest(got)[:12]} "
+                    f"of {n} files"
+                )
+            target.mkdir(parents=True, exist_ok=True)
+            for entry in sorted(stage.iterdir()):
+                dest = target / entry.name
+                if dest.exists() or dest.is_symlink():
+                    os.replace(dest, work / f"replaced-{entry.name}")
+                os.replace(entry, dest)
+        except OSError as e:
+            raise DataError(f"cannot install {dataset} under {self.root}: {e}") from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return f"installed in {target} ({detail})"
+
+
+def extract(archive: Path, pick: Callable[[str], str | None], stage: Path, depth: int = 2) -> int:
+    """Copy the members of a zip or tar archive that ``pick`` names into ``stage``.
+
+    Archives inside the archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``) are opened too, up to
+    ``depth`` levels (some official downloads wrap the dataset's own archive).
+
+    Args:
+        archive: a zip or (compressed) tar file.
+        pick: member path (posix, as stored) -> relative destination, or None to leave it.
+        stage: the folder destinations are relative to.
+        depth: how many nested archives deep to look.
+
+    Returns:
+        How many files were written.
+
+    Raises:
+        CorruptDataError: the file is no readable archive.
+    """
+    import shutil
+    import tarfile
+    import tempfile
+    import zipfile
+
+    def members():
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                for info in z.infolist():
+                    if not info.is_dir():
+                        with z.open(info) as f:
+                            yield info.filename, f
+        else:
+            with tarfile.open(archive) as t:
+                for info in t:
+                    f = t.extractfile(info) if info.isfile() else None
+                    if f is not None:
+                        yield info.name, f
+
+    n = 0
+    try:
+        for name, f in members():
+            if depth and name.lower().endswith((".zip", ".tar", ".tar.gz", ".tgz")):
+                with tempfile.TemporaryDirectory(dir=stage.parent) as tmp:
+                    inner = Path(tmp) / Path(name).name
+                    with open(inner, "wb") as out:
+                        shutil.copyfileobj(f, out)
+                    n += extract(inner, pick, stage, depth - 1)
+                continue
+            rel = pick(name)
+            if rel is None or rel.startswith("/") or ".." in Path(rel).parts:
+                continue
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as out:
+                shutil.copyfileobj(f, out)
+            n += 1
+    except (OSError, EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError) as e:
+        raise CorruptDataError(f"corrupt download {archive.name}: {e}") from None
+    return n

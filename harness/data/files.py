@@ -1,0 +1,75 @@
+"""Where datasets live and how their files are opened.
+
+Resolution order for the data root: an explicit ``--data-dir``, then ``HARNESS_DATA_DIR``, then a
+per-user cache directory (``$XDG_CACHE_HOME/condrnn-harness/data`` or ``~/.cache/...``). The root
+holds one folder per dataset in its original published layout (see the project README).
+Text files may be stored gzip-compressed as ``NAME.gz``; ``find_file`` and ``open_text`` accept
+both forms.
+
+A missing file raises ``MissingDataError`` and an unreadable one ``CorruptDataError`` (both
+``DataError``: one line naming the file and where to get it). Import these names from
+``harness.data``, which gathers the data modules.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zlib
+from pathlib import Path
+
+from harness.errors import DataError
+from harness.persistence.files import cache_dir
+
+
+def data_root(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data root: ``data_dir``, else ``$HARNESS_DATA_DIR``, else the user cache directory."""
+    if data_dir:
+        return Path(data_dir).expanduser()
+    env = os.environ.get("HARNESS_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return cache_dir() / "data"
+
+
+class MissingDataError(DataError):
+    """A dataset file that is not where the harness looked."""
+
+
+class CorruptDataError(DataError):
+    """A dataset file that is present but cannot be read or parsed."""
+
+
+class NotFetchableError(DataError):
+    """A dataset ``harness data fetch`` may not download (e.g. its licence); says how to get it."""
+
+
+def find_file(path: str | os.PathLike, source: str = "") -> Path:
+    """``path`` or ``path.gz``, whichever exists; else a DataError naming both and the source."""
+    p = Path(path)
+    for cand in (p, p.with_name(p.name + ".gz")):
+        if cand.is_file():
+            return cand
+    where = f" Get it from {source}." if source else ""
+    raise MissingDataError(f"missing data file {p} (or {p.name}.gz).{where}")
+
+
+def open_text(path: str | os.PathLike, source: str = "") -> io.TextIOBase:
+    """Open a text data file, transparently decompressing ``.gz``; accepts either name."""
+    p = find_file(path, source)
+    try:
+        if p.suffix == ".gz":
+            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", errors="replace")
+        return open(p, encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise DataError(f"cannot read data file {p}: {e}") from None
+
+
+def read_text(path: str | os.PathLike, source: str = "") -> str:
+    """The whole text of a data file (``NAME`` or ``NAME.gz``); corrupt gzip is a DataError."""
+    try:
+        with open_text(path, source) as f:
+            return f.read()
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
+        raise CorruptDataError(f"corrupt data file {find_file(path)}: {e}") from None

@@ -1,0 +1,230 @@
+"""Content sums of dataset files: verification against published sums, and the sum cache.
+
+A file's sum is the sha256 of its content (of the decompressed bytes for ``NAME.gz``), so a
+dataset verifies whether its files are stored compressed or not; a folder of files has one digest,
+``manifest_digest`` of their sums. Sums are remembered per file in the user cache, keyed on what a
+user cannot set back (``stat_key``), so checking a dataset again costs a ``stat`` per file.
+Import these names from ``harness.data``, which gathers the data modules.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from harness.data.files import CorruptDataError, MissingDataError, cache_dir, find_file
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def content_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's content: the decompressed bytes of ``NAME.gz``, else the bytes."""
+    p = Path(path)
+    if p.suffix != ".gz":
+        return sha256(p)
+    h = hashlib.sha256()
+    try:
+        with gzip.open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise CorruptDataError(f"corrupt data file {p}: {e}") from None
+    return h.hexdigest()
+
+
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix().removesuffix(".gz")
+
+
+def manifest_digest(sums: dict[str, str]) -> str:
+    """One digest for a set of files: sha256 of their ``sha256sum`` lines sorted by path.
+
+    ``sums`` maps relative paths (without a ``.gz`` suffix) to content sha256 sums, so the digest
+    is the same whether the files are stored compressed or not.
+    """
+    lines = "".join(f"{h}  {rel}\n" for rel, h in sorted(sums.items()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+# --- content sums, cached per file in the user cache ---------------------------------------------
+
+_SUM_CACHES: dict[Path, dict[str, list]] = {}
+
+
+def _sum_cache() -> tuple[Path, dict[str, list]]:
+    path = cache_dir() / "sha256-cache.json"
+    if path not in _SUM_CACHES:
+        try:
+            loaded = json.loads(path.read_text())
+            _SUM_CACHES[path] = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            _SUM_CACHES[path] = {}
+    return path, _SUM_CACHES[path]
+
+
+def stat_key(st: os.stat_result) -> list[int]:
+    """What a cached sum is keyed on: device, inode, size, mtime and ctime (nanoseconds).
+
+    A user can set a file's mtime back (``touch -r``, ``cp -p``, ``rsync -t``, ``tar x`` do) but
+    not its ctime, which any write or ``utime`` call moves; a file copied or replaced gets a new
+    inode. So a changed file never matches its old entry, whatever its size and mtime say.
+    """
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def cached_content_sha256(path: str | os.PathLike, fresh: bool = False) -> str:
+    """``content_sha256`` remembered per file under ``stat_key`` (``save_sum_cache``).
+
+    A file whose key is unchanged is not read again, so checking a dataset before a second run
+    costs a ``stat`` per file.
+
+    Args:
+        path: the file.
+        fresh: hash it whatever the cache says (``harness data verify``), and remember the sum.
+    """
+    p = Path(path).absolute()
+    st = p.stat()
+    _, sums = _sum_cache()
+    hit = sums.get(str(p))
+    key = stat_key(st)
+    if not fresh and isinstance(hit, list) and len(hit) == len(key) + 1 and hit[:-1] == key:
+        return hit[-1]
+    digest = content_sha256(p)
+    sums[str(p)] = [*key, digest]
+    return digest
+
+
+def save_sum_cache() -> None:
+    """Write the remembered sums to ``cache_dir()/sha256-cache.json`` (atomically; best effort)."""
+    path, sums = _sum_cache()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(sums))
+        os.replace(tmp, path)
+    except OSError:  # an unwritable cache costs time on the next run, not this run
+        tmp.unlink(missing_ok=True)
+
+
+def file_sums(
+    folder: str | os.PathLike,
+    keys: Iterable[str],
+    fresh: bool = False,
+    members: dict[str, dict[str, str]] | None = None,
+) -> tuple[dict[str, str], list, int]:
+    """The content sums of the files ``keys`` name under ``folder`` (as ``verify_sha256`` reads).
+
+    Args:
+        folder: the dataset folder the keys are relative to.
+        keys: relative paths (``NAME`` also finds ``NAME.gz``) or globs.
+        fresh: hash every file, whatever the cache says (``cached_content_sha256``).
+        members: filled, when given, with ``{glob: {relative path: sha256}}`` of each glob's
+            files.
+
+    Returns:
+        ``({key: sha256, or manifest_digest of the files a glob matches}, absent keys, files)``.
+    """
+    root, got, absent, n = Path(folder), {}, [], 0
+    for rel in keys:
+        if any(c in rel for c in "*?["):
+            files = sorted(p for p in root.glob(rel) if p.is_file())
+            sums = {_rel(p, root): cached_content_sha256(p, fresh) for p in files}
+            got[rel] = manifest_digest(sums)
+            if members is not None:
+                members[rel] = sums
+            n += len(files)
+            continue
+        try:
+            p = find_file(root / rel)
+        except MissingDataError:
+            absent.append(rel)
+            continue
+        got[rel] = cached_content_sha256(p, fresh)
+        n += 1
+    save_sum_cache()
+    return got, absent, n
+
+
+def check_sha256(
+    folder: str | os.PathLike,
+    known: dict[str, str],
+    fresh: bool = False,
+    known_members: dict[str, dict[str, str]] | None = None,
+) -> tuple[str, str, str]:
+    """``verify_sha256`` plus the digest of the files as found (``manifest_digest`` of their sums).
+
+    The digest equals ``manifest_digest(known)`` exactly when every file matches.
+
+    Args:
+        folder: the dataset folder.
+        known: as ``verify_sha256``.
+        fresh: hash every file, whatever the cache says.
+        known_members: for a glob of ``known``, the published sum of each of its files
+            (``read_sums``), so that a mismatch names the files that differ, are absent or are
+            extra; without it a mismatch names the glob.
+    """
+    root = Path(folder)
+    members: dict[str, dict[str, str]] = {}
+    got, absent, n = file_sums(root, known, fresh, members)
+    bad = [f"{rel} (absent)" for rel in absent]
+    for rel, want in known.items():
+        if rel in got and got[rel] != want:
+            if rel in (known_members or {}):
+                bad += member_differences(members.get(rel, {}), known_members[rel])
+            elif any(c in rel for c in "*?["):
+                count = sum(1 for p in root.glob(rel) if p.is_file())
+                bad.append(f"one or more of the {count} files {rel}")
+            else:
+                bad.append(find_file(root / rel).relative_to(root).as_posix())
+    digest = manifest_digest({**got, **{rel: "absent" for rel in absent}})
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        return "checksum mismatch", "sha256 differs for " + shown, digest
+    return "found", f"sha256 verified for {n} files", digest
+
+
+def member_differences(got: dict[str, str], want: dict[str, str]) -> list[str]:
+    """The files of a glob whose sums differ from the published ones: changed, absent, extra."""
+    out = [rel for rel in sorted(want) if rel in got and got[rel] != want[rel]]
+    out += [f"{rel} (absent)" for rel in sorted(want) if rel not in got]
+    out += [f"{rel} (not in the published data)" for rel in sorted(got) if rel not in want]
+    return out or ["the file list"]
+
+
+def read_sums(path: str | os.PathLike) -> dict[str, str]:
+    """A ``sha256sum`` listing (``<hex>  <relative path>`` per line) as ``{path: sha256}``."""
+    sums = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        digest, _, rel = line.strip().partition("  ")
+        if digest and rel:
+            sums[rel.lstrip("*")] = digest
+    return sums
+
+
+def verify_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str, str]:
+    """Check the files under ``folder`` against known content sha256 sums.
+
+    Sums are cached per file (``cached_content_sha256``), so a second check is nearly free.
+
+    Args:
+        folder: the dataset folder the keys are relative to.
+        known: ``{relative path: sha256}`` (``NAME`` also matches ``NAME.gz``, hashed
+            decompressed), or ``{glob: digest}`` where the digest is ``manifest_digest`` of every
+            file the glob matches (one constant for a folder of hundreds of files).
+
+    Returns:
+        ``(status, detail)`` with status ``"found"`` or ``"checksum mismatch"``.
+    """
+    return check_sha256(folder, known)[:2]

@@ -1,0 +1,210 @@
+"""Concurrent sweeps on one store, and a sweep's side of the store.
+
+Sweeps sharing a store split the work: a sweep claims each run (``Claims``, a side file
+``<store>.claims``: run id, pid, host, time) under the store's lock just before starting it; a
+claim is stale once its process is gone (same host) or after ``CLAIM_TIMEOUT_S``.
+``SweepStore`` is what a running sweep (``harness.api.run_sweep``) holds: it claims each run just
+in time, appends each record (keeping one the disk cannot take in a fallback file, after which
+no run starts any more) and drops its claims when the sweep ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.errors import WriteFailed, write_failure
+from harness.persistence.store import (
+    AppendError,
+    Store,
+    drop_claims,
+    read_claims,
+    save_unwritten,
+    write_claims,
+)
+
+CLAIM_TIMEOUT_S = 48 * 3600  # a claim this old is stale whoever holds it
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_is_stale(claim: dict[str, Any], now: float | None = None) -> bool:
+    """Whether a claim no longer holds its run.
+
+    It is stale when it is older than ``CLAIM_TIMEOUT_S`` or, made on this host, when its process
+    is gone (or its pid now belongs to a process started later).
+    """
+    now = time.time() if now is None else now
+    if not isinstance(claim.get("time"), (int, float)) or now - claim["time"] > CLAIM_TIMEOUT_S:
+        return True
+    if claim.get("host") != socket.gethostname():
+        return False
+    pid = claim.get("pid")
+    if not _is_int(pid) or not _alive(pid):
+        return True
+    started = claim.get("started")
+    return started is not None and _process_start(pid) not in (None, started)
+
+
+class Claims:
+    """This process's claims on runs of a store, so that concurrent sweeps split the work.
+
+    A sweep calls ``take`` just before it starts a run: under the store's lock, the run is
+    refused when another sweep recorded it since this one began, or holds a claim on it that is
+    not stale (``claim_is_stale``); otherwise the claim (run id, pid, host, time) is written to
+    ``<store>.claims``. Appending the run's record drops its claim; ``release`` drops the rest.
+
+    Args:
+        store: the store the sweep appends to.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.mine: set[str] = set()
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self._started = _process_start(self.pid)
+        try:
+            self._offset = store.path.stat().st_size
+        except FileNotFoundError:
+            self._offset = 0
+        self._recorded_since: set[str] = set()
+
+    def _scan_new_records(self) -> None:
+        """Run ids appended to the store since the last look (call under the lock)."""
+        with open(self.store.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < self._offset:  # the store was repaired meanwhile
+                self._offset = size
+                return
+            f.seek(self._offset)
+            data = f.read(size - self._offset)
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                self._recorded_since.add(json.loads(line)["run_id"])
+
+    def take(self, run_id: str) -> dict[str, Any] | None:
+        """Claim a run; None if claimed, else what holds it (a claim, or ``{"recorded": True}``).
+
+        Raises:
+            WriteFailed: the claims file could not be written (a full disk); nothing is claimed.
+        """
+        with self.store.locked():
+            self._scan_new_records()
+            if run_id in self._recorded_since:
+                return {"run_id": run_id, "recorded": True}
+            claims = read_claims(self.store.claims_path)
+            other = claims.get(run_id)
+            mine = other is not None and (other.get("pid"), other.get("host")) == (
+                self.pid,
+                self.host,
+            )
+            if other and not mine and not claim_is_stale(other):
+                return other
+            claims = {k: c for k, c in claims.items() if not claim_is_stale(c)}
+            claims[run_id] = {
+                "run_id": run_id,
+                "pid": self.pid,
+                "host": self.host,
+                "started": self._started,
+                "time": time.time(),
+            }
+            try:
+                write_claims(self.store.claims_path, claims)
+            except OSError as e:
+                raise WriteFailed(self.store.claims_path, e) from None
+            self.mine.add(run_id)
+            return None
+
+    def release(self) -> None:
+        """Drop this sweep's remaining claims (runs it claimed and did not record)."""
+        if not self.mine:
+            return
+        with contextlib.suppress(OSError), self.store.locked():
+            drop_claims(self.store.claims_path, self.mine)
+        self.mine.clear()
+
+
+class SweepStore:
+    """A sweep's side of its store: claims, records that cannot be written, release at the end.
+
+    - ``claimed(todo)`` yields the runs this sweep claimed, just in time (``Claims``), and keeps
+      in ``taken`` the ones another sweep on the same store holds or has recorded; it yields no
+      more once the sweep is ``stop``-ped.
+    - ``append(rec)`` appends a record; one that cannot be written (a full disk, after retries)
+      is kept in a fallback file (``harness.persistence.store.save_unwritten``), named in
+      ``fallback``, and the sweep stops: no run starts any more, those in flight finish and are
+      appended (or kept aside).
+    - On leaving ``with`` (an interrupt included), the claims of runs not recorded are dropped.
+
+    Args:
+        store: the ``harness.persistence.store.Store``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.claims = Claims(store)
+        self.taken: list[tuple[Any, dict[str, Any]]] = []  # (config, what holds it)
+        self.unwritten: list[dict[str, Any]] = []
+        self.fallback: Path | None = None  # the fallback file, once a record went there
+        self.stopped: str = ""  # why no run starts any more (a write that failed), in one line
+
+    def __enter__(self) -> SweepStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.claims.release()
+
+    def claimed(self, todo: Iterable[Any]) -> Iterator[Any]:
+        """The configs of ``todo`` this sweep claimed, claimed as they are read."""
+        for cfg in todo:
+            if self.stopped:
+                return
+            holder = self.claims.take(cfg.run_id)
+            if holder is None:
+                yield cfg
+            else:
+                self.taken.append((cfg, holder))
+
+    def append(self, rec: dict[str, Any]) -> bool:
+        """Append ``rec``; False when the store could not take it (it is in ``fallback``)."""
+        try:
+            self.store.append(rec)
+            return True
+        except AppendError as e:
+            self.fallback = save_unwritten(rec, self.store.path, self.fallback)
+            self.unwritten.append(rec)
+            self.stop(write_failure(self.store.path, e.error))
+            return False
+
+    def stop(self, why: str) -> None:
+        """Start no run any more, for ``why`` (one line; the first reason given is kept)."""
+        self.stopped = self.stopped or why

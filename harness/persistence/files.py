@@ -1,0 +1,129 @@
+"""What a path is and whether it can be written, in words; writing a file whole or not at all.
+
+The file-system facts beneath the records store (``harness.persistence.store``) and the commands'
+outputs (``harness.persistence.outputs``), and the one atomic write both use (``write_atomically``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+
+def cache_dir() -> Path:
+    """The per-user cache directory of the harness: derived data, sums, unwritten records."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "condrnn-harness"
+
+
+def file_kind(path: str | os.PathLike) -> str:
+    """What an existing path is, for messages: ``a folder``, ``a character device``, ..."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "unreadable"
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def explain(path: str | os.PathLike, error: OSError) -> str:
+    """Why ``path`` could not be created or written, in words (for an OSError met doing so).
+
+    ``File exists`` and ``Not a directory`` from creating a folder mean that some parent of
+    ``path`` is a file: that parent is named.
+    """
+    p = Path(path)
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        for parent in [*reversed(p.parents), p]:
+            if parent.exists() and not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+    if p.exists() and not p.is_file() and not p.is_dir():
+        return f"it is {file_kind(p)}, not a regular file"
+    return error.strerror or str(error)
+
+
+def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
+    """Fail before the work, not after it, when ``path`` cannot be written.
+
+    The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
+    file is created in it and removed; an existing file is opened for appending (not changed);
+    an existing path that is neither a regular file nor (with ``directory``) a folder is refused
+    without being opened (opening a named pipe blocks). Folders this check created are removed
+    again, so a command that then stops on other bad input leaves nothing behind.
+
+    Args:
+        path: the file (or, with ``directory``, the folder) a command will write.
+        directory: ``path`` is a folder the command writes files into.
+
+    Raises:
+        HarnessError: one line naming the path and the reason.
+    """
+    p = Path(path)
+    folder = p if directory else p.parent
+    created = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
+    try:
+        if p.exists() and not (p.is_dir() if directory else p.is_file()):
+            raise HarnessError(f"cannot write {p}: it is {file_kind(p)}, not a regular file")
+        folder.mkdir(parents=True, exist_ok=True)
+        if not directory and p.exists():
+            with open(p, "a"):
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as e:
+        raise HarnessError(f"cannot write {p}: {explain(p, e)}") from None
+    finally:
+        for f in created:
+            with contextlib.suppress(OSError):
+                f.rmdir()
+
+
+def write_atomically(path: Path, data: bytes, mode: int | None, durable: bool = False) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    A reader never sees half a file, and a write that fails (or is interrupted) leaves the old
+    one; the temporary file is removed.
+
+    Args:
+        path: the file; its folder exists.
+        data: the new content.
+        mode: the file's permission bits (None: the temporary file's, 0600).
+        durable: fsync the file before the rename and the folder after it, so that both reach
+            the disk (the records store's rewrites and the claims).
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        with contextlib.suppress(OSError):  # the rename itself reaches the disk
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)

@@ -1,0 +1,561 @@
+"""The run record: its schema, the only code that builds one, and the reader that checks it.
+
+A record is one JSON line per finished run (status ``ok`` or ``failed``), a plain dict typed as
+``RunRecord``. This module is the one place that writes its schema: ``start_record`` /
+``finish_ok`` / ``finish_failed`` (what ``harness.pipeline.train.run`` calls), ``failed_record`` (a
+run that could not start), ``to_json`` (one strict-JSON line) and ``from_json`` (parse and check a
+line). Records of the timing benchmark (``kind: timing``) share the required keys and the checks.
+
+Reading migrates: a record made before a config field existed reads as if it held the value the
+field declares for older records (``harness.components.config.knob(legacy=...)``), with the ids of
+the same setting made today, so one setting is one variant whichever code recorded it. The line on
+disk is never rewritten: the id it was written under stays in ``written_run_id``. Its ``trace`` is
+packed by ``harness.persistence.trace``, its ``events`` described by ``harness.pipeline.events``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any, TypedDict
+
+SCHEMA_VERSION = 1
+# what every record holds (run and timing records)
+REQUIRED = ("schema", "run_id", "method", "task", "seed", "preset", "status", "config")
+# ``(method, task) -> {record section: {field: legacy value}}``
+# (``harness.components.config.legacy_values``)
+Legacy = Callable[[str, str], dict[str, dict[str, Any]]]
+STATUSES = ("ok", "failed")  # what a record's status can be; any other is an unusable line
+# record kind (``kind``; a run record has none) -> the schema versions this harness reads
+KNOWN_SCHEMAS: dict[str, tuple[int, ...]] = {"run": (1,), "timing": (1, 2)}
+# what the reports read from a run that finished (status ok), beyond REQUIRED
+OK_RUN_REQUIRED = ("metrics", "variant_id", "primary", "higher_is_better")
+# the ``method`` of a reference predictor's record starts with it (``harness.references``)
+REF_PREFIX = "ref:"
+
+
+def is_reference(method: Any) -> bool:
+    """Whether ``method`` names a reference predictor (``ref:NAME``), not a method."""
+    return isinstance(method, str) and method.startswith(REF_PREFIX)
+
+
+class RunRecord(TypedDict, total=False):
+    """One run, as stored (one JSON line). ``REQUIRED`` keys are always there.
+
+    Attributes:
+        schema: the record format's version (``SCHEMA_VERSION``).
+        run_id: hash of the fully resolved config (``RunConfig.run_id``).
+        variant_id: the same without the seed: runs that differ only by seed share it.
+        method: the method's registry key; ``task`` the task's; ``seed``, ``preset``.
+        status: ``ok`` or ``failed``.
+        error: why a failed run failed (one line); None when ok.
+        config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
+        method_code: digest of the method's source files (``harness.pipeline.resume.method_code``).
+        method_source: where the method came from (``harness.components.registry.source_of``), if
+            known.
+        env: where it ran (``harness.pipeline.env.environment``).
+        time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``; ``compile_s`` (the part of
+            ``train_s`` spent compiling) for runs with ``train.compile``.
+        primary: the task's primary metric; ``higher_is_better`` its direction.
+        selection: the rule that chose the test metrics (text).
+        params: ``total`` and ``method`` parameter counts.
+        data: the splits' sizes and, for data files, their ``digest`` and ``verified``.
+        best_epoch: the epoch whose parameters were tested; ``epochs_run`` those trained.
+        history: one row per epoch (``train_loss``, ``val_<primary>``).
+        metrics: test metrics (the task's, ``skip_pct``, ...).
+        val_metrics: validation metrics of the best epoch.
+        macs: MACs per sequence (``dense``, ``effective``, ...); ``flops`` twice them.
+        diagnostics: method-specific measures (``diag_*`` of the layers).
+        trace: the first test sequence's update pattern and per-step shares (``pack_mask``).
+        events: what happened while it trained (``harness.pipeline.events``): gradient norms clipped
+            in float64 after overflowing float32, loss spikes, the non-finite value that ended it.
+        argv: the command line of the sweep that made it; ``sweep`` the resolved sweep.
+        written_run_id: set by the reader when migration changed ``run_id`` (not stored).
+    """
+
+    schema: int
+    run_id: str
+    variant_id: str | None
+    method: str
+    task: str
+    seed: int
+    preset: str
+    status: str
+    error: str | None
+    config: dict[str, Any]
+    method_code: str | None
+    method_source: dict[str, str]
+    env: dict[str, Any]
+    time: dict[str, Any]
+    primary: str
+    higher_is_better: bool
+    selection: str
+    params: dict[str, float]
+    data: dict[str, Any]
+    best_epoch: int
+    epochs_run: int
+    history: list[dict[str, Any]]
+    metrics: dict[str, float | None]
+    val_metrics: dict[str, float | None]
+    macs: dict[str, float]
+    flops: dict[str, float]
+    diagnostics: dict[str, float]
+    trace: dict[str, Any]
+    events: list[dict[str, Any]]
+    argv: list[str]
+    sweep: dict[str, Any]
+    written_run_id: str
+
+
+# --- building a record ----------------------------------------------------------------------------
+
+
+def now() -> str:
+    """The time stamp every record time uses: UTC, ISO 8601, to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def start_record(cfg: Any, method_code: str | None, method_source: dict | None = None) -> RunRecord:
+    """The record of a run about to start: its identity and config (status not yet set).
+
+    Args:
+        cfg: the ``RunConfig``.
+        method_code: the method's code version (``harness.pipeline.resume.method_code``).
+        method_source: where the method comes from (``harness.components.registry.method_source``).
+    """
+    return RunRecord(
+        schema=SCHEMA_VERSION,
+        run_id=cfg.run_id,
+        variant_id=cfg.variant_id,
+        method=cfg.method,
+        task=cfg.task,
+        seed=cfg.seed,
+        preset=cfg.preset,
+        method_code=method_code,
+        config=cfg.to_dict(),
+        time={"start": now()},
+        events=[],
+        **({} if method_source is None else {"method_source": dict(method_source)}),
+    )
+
+
+def describe_task(rec: RunRecord, task: Any, selection: str) -> None:
+    """What a record says about its task: primary metric, direction, the selection rule."""
+    rec["primary"] = task.primary
+    rec["higher_is_better"] = bool(task.higher_is_better)
+    rec["selection"] = selection
+
+
+def finish_ok(
+    rec: RunRecord,
+    *,
+    best_epoch: int,
+    history: list[dict[str, Any]],
+    metrics: dict[str, float],
+    val_metrics: dict[str, float],
+    macs: dict[str, float],
+    flops_per_mac: int,
+    diagnostics: dict[str, float],
+    trace: dict[str, Any],
+    train_s: float,
+    eval_s: float,
+    compiled: dict[str, float] | None = None,
+) -> RunRecord:
+    """Complete ``rec`` as a finished run (status ``ok``).
+
+    ``compiled`` (runs with ``train.compile``): ``compile_s``, the seconds of ``train_s`` that
+    ``torch.compile`` spent compiling, goes to ``time``; the FX-graph cache hits and misses to
+    ``diagnostics`` (``harness.pipeline.timing.CompileClock``).
+    """
+    rec.update(
+        status="ok",
+        error=None,
+        best_epoch=best_epoch,
+        epochs_run=len(history),
+        history=history,
+        metrics=metrics,
+        val_metrics=val_metrics,
+        macs=macs,
+        flops={k: flops_per_mac * v for k, v in macs.items()},
+        diagnostics=diagnostics,
+        trace=trace,
+    )
+    rec["time"].update(train_s=train_s, eval_s=eval_s, end=now())
+    if compiled:
+        rec["time"]["compile_s"] = compiled["compile_s"]
+        rec["diagnostics"].update({k: v for k, v in compiled.items() if k != "compile_s"})
+    return rec
+
+
+def finish_failed(
+    rec: RunRecord,
+    error: str,
+    history: list[dict[str, Any]] | None = None,
+    train_s: float | None = None,
+) -> RunRecord:
+    """Complete ``rec`` as a failed run: why (one line), and the epochs it finished if any."""
+    rec.update(status="failed", error=" ".join(error.split()))
+    if history is not None:
+        rec["history"] = history
+        rec["epochs_run"] = len(history)
+    if train_s is not None:
+        rec["time"]["train_s"] = train_s
+    rec["time"]["end"] = now()
+    return rec
+
+
+def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None) -> RunRecord:
+    """The failed record of a run that could not start, from its config as a dict.
+
+    Args:
+        cfg_dict: ``RunConfig.to_dict()``.
+        error: why (one line).
+        method_code: the method's code version, if it could be taken.
+    """
+    run_id, variant_id = identity(cfg_dict)
+    stamp = now()
+    return RunRecord(
+        schema=SCHEMA_VERSION,
+        run_id=run_id,
+        variant_id=variant_id,
+        method=cfg_dict.get("method"),
+        task=cfg_dict.get("task"),
+        seed=cfg_dict.get("seed"),
+        preset=cfg_dict.get("preset"),
+        method_code=method_code,
+        config=cfg_dict,
+        status="failed",
+        error=" ".join(error.split()),
+        time={"start": stamp, "end": stamp},
+    )
+
+
+def canonical_config(d: dict[str, Any]) -> dict[str, Any]:
+    """A config dict in the form its ids are hashed from.
+
+    Fields added to the config after records existed are left out at the value that reproduces
+    the code before them, where the ids were kept stable that way: ``train.compile`` when False,
+    ``data`` when None (generated data).
+    """
+    out = dict(d)
+    train = out.get("train")
+    if isinstance(train, dict) and "compile" in train and not train["compile"]:
+        out["train"] = {k: v for k, v in train.items() if k != "compile"}
+    if out.get("data", 0) is None:
+        del out["data"]
+    return out
+
+
+def config_hash(d: dict[str, Any]) -> str:
+    """Stable short hash of a JSON-serialisable dict."""
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# Fields the ids leave out at the value that reproduces the code before them, though the config
+# keeps them: (section, field) -> that value. ``task_cfg.split``: a task's split of its data,
+# ``series`` (S-SA's split by series) being the only one before a task could split by group.
+UNHASHED_AT = {("task_cfg", "split"): "series"}
+
+
+class Identified:
+    """A run's config whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
+
+    ``harness.components.config.RunConfig`` (a method's run) and ``harness.references.RefConfig`` (a
+    reference predictor's) are both hashed by ``identity``.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a canonical JSON-ready dict (``canonical_config``)."""
+        raise NotImplementedError
+
+    @property
+    def run_id(self) -> str:
+        """Hash of the fully resolved config (16 hex digits; ``identity``)."""
+        return identity(self.to_dict())[0]
+
+    @property
+    def variant_id(self) -> str:
+        """Hash of the config without the seed: runs that differ only by seed share it."""
+        return identity(self.to_dict())[1]
+
+
+def identity(cfg_dict: dict[str, Any]) -> tuple[str, str]:
+    """``(run_id, variant_id)`` of a config dict (``RunConfig.run_id`` / ``variant_id``).
+
+    Hashed from ``canonical_config``, less the fields at their ``UNHASHED_AT`` value.
+    """
+    d = canonical_config(cfg_dict)
+    for (section, name), value in UNHASHED_AT.items():
+        fields = d.get(section)
+        if isinstance(fields, dict) and name in fields and fields[name] == value:
+            d[section] = {k: v for k, v in fields.items() if k != name}
+    return config_hash(d), config_hash({k: v for k, v in d.items() if k != "seed"})
+
+
+# --- one line -------------------------------------------------------------------------------------
+
+
+def _clean(obj: Any) -> Any:
+    """Replace NaN/inf by None so every line is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def to_json(rec: RunRecord | dict[str, Any]) -> str:
+    """One record as one strict-JSON line (sorted keys, no spaces, NaN/inf as null), no newline.
+
+    ``written_run_id`` (the reader's note) is not stored.
+    """
+    data = {k: v for k, v in rec.items() if k != "written_run_id"}
+    return json.dumps(_clean(data), sort_keys=True, separators=(",", ":"))
+
+
+class RecordProblem(ValueError):
+    """A line that is not a usable record; the message says why."""
+
+
+class NotJSON(RecordProblem):
+    """A line that is not strict JSON (or not UTF-8): a torn line, a NaN token."""
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _non_finite(token: str) -> Any:
+    raise _NonFinite(
+        f"{token} is not a JSON value (the harness writes a number that is not finite as null)"
+    )
+
+
+def from_json(text: str | bytes, legacy: Legacy | None = None) -> RunRecord:
+    """Parse and check one line (``validate``), then migrate it (``migrate``) given ``legacy``.
+
+    Args:
+        text: the line (without its newline).
+        legacy: the declared legacy values of a (method, task) pair's config fields
+            (``harness.components.config.legacy_values``; the store passes it): fill the fields
+            added since the record was written and take its ids afresh. None: read as written.
+
+    Raises:
+        RecordProblem: not UTF-8, not strict JSON (a ``NaN`` or ``Infinity`` token included),
+            or a record the reports cannot use (``validate``).
+    """
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        rec = json.loads(text, parse_constant=_non_finite)
+    except UnicodeDecodeError:
+        raise NotJSON("not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise NotJSON(e.msg) from None
+    except _NonFinite as e:
+        raise NotJSON(str(e)) from None
+    problems = validate(rec)
+    if problems:
+        raise RecordProblem("; ".join(problems))
+    return migrate(rec, legacy) if legacy is not None else rec
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    names.update({list: "an array", dict: "an object"})
+    shown = json.dumps(v)[:24] if isinstance(v, (bool, int, float, str)) else ""
+    return names.get(type(v), type(v).__name__) + (f" ({shown})" if shown else "")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number_or_null(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _numbers(v: Any) -> bool:
+    return isinstance(v, dict) and all(_is_number_or_null(x) for x in v.values())
+
+
+def _str_or_null(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+# key -> (check, what it expects); checked whenever the key is present
+_TYPES: dict[str, tuple[Any, str]] = {
+    "run_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "method": (lambda v: isinstance(v, str), "a string"),
+    "task": (lambda v: isinstance(v, str), "a string"),
+    "preset": (lambda v: isinstance(v, str), "a string"),
+    "status": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
+    "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "config": (lambda v: isinstance(v, dict), "an object"),
+}
+# run records only
+_RUN_TYPES: dict[str, tuple[Any, str]] = {
+    "metrics": (_numbers, "an object of numbers"),
+    "val_metrics": (_numbers, "an object of numbers"),
+    "macs": (_numbers, "an object of numbers"),
+    "flops": (_numbers, "an object of numbers"),
+    "params": (_numbers, "an object of numbers"),
+    "diagnostics": (_numbers, "an object of numbers"),
+    "variant_id": (_str_or_null, "a string"),
+    "primary": (_str_or_null, "a string"),
+    "error": (_str_or_null, "a string"),
+    "method_code": (_str_or_null, "a string"),
+    "method_source": (lambda v: isinstance(v, dict), "an object"),
+    "higher_is_better": (lambda v: isinstance(v, bool), "a boolean"),
+    "env": (lambda v: isinstance(v, dict), "an object"),
+    "time": (lambda v: isinstance(v, dict), "an object"),
+    "trace": (lambda v: isinstance(v, dict), "an object"),
+    "history": (lambda v: isinstance(v, list), "an array"),
+    "events": (lambda v: isinstance(v, list), "an array"),
+}
+
+
+def validate(rec: Any) -> list[str]:
+    """What is wrong with one parsed record line; empty when the reports can use it.
+
+    Checks the required keys and their types (``seed`` a non-negative integer, ``status`` ok or
+    failed, ``config`` an object, ``metrics`` an object of numbers or nulls, ...), that the
+    ``schema`` version is one this harness reads for the record's ``kind``, and that a run that
+    finished (``status`` ok) has what the reports read from it (``metrics``, ``variant_id``,
+    ``primary``, ``higher_is_better``, ``config.model``; a reference predictor's run has no
+    model).
+
+    Args:
+        rec: the JSON value of one line.
+
+    Returns:
+        One short message per problem.
+    """
+    if not isinstance(rec, dict):
+        return [f"not a record: {_json_type(rec)}"]
+    missing = [k for k in REQUIRED if k not in rec]
+    problems = [f"missing {missing}"] if missing else []
+    kind = rec.get("kind", "run")
+    if kind not in KNOWN_SCHEMAS:
+        return [*problems, f"unknown record kind {kind!r}"]
+    if "schema" in rec:
+        schema, known = rec["schema"], KNOWN_SCHEMAS[kind]
+        if not _is_int(schema):
+            problems.append(f"schema: expected an integer, got {_json_type(schema)}")
+        elif schema not in known:
+            problems.append(
+                f"schema version {schema} is unknown (this harness reads {kind} records of "
+                f"schema {', '.join(map(str, known))}; was it written by a newer harness?)"
+            )
+    types = {**_TYPES, **(_RUN_TYPES if kind == "run" else {})}
+    for key, (ok, want) in types.items():
+        if key in rec and not ok(rec[key]):
+            problems.append(f"{key}: expected {want}, got {_json_type(rec[key])}")
+    if kind == "run" and isinstance(rec.get("config"), dict):
+        for sec in ("train", "model", "method_cfg", "task_cfg"):
+            if sec in rec["config"] and not isinstance(rec["config"][sec], dict):
+                problems.append(f"config.{sec}: expected an object")
+    if kind == "run" and rec.get("status") == "ok":
+        lacking = [k for k in OK_RUN_REQUIRED if k not in rec]
+        if lacking:
+            problems.append(f"a finished (ok) run lacks {lacking}")
+        model = rec["config"].get("model") if isinstance(rec.get("config"), dict) else None
+        if not is_reference(rec.get("method")) and not (
+            isinstance(model, dict) and _is_int(model.get("hidden_size"))
+        ):
+            problems.append("a finished (ok) run lacks config.model.hidden_size")
+    return problems
+
+
+# --- migration ------------------------------------------------------------------------------------
+
+
+def migrate(rec: dict[str, Any], legacy: Legacy) -> RunRecord:
+    """A run record as the current harness would have written it for the same setting.
+
+    Each config section that lacks a field its config class now has gets the value that field
+    declares for records made before it existed (``harness.components.config.knob(legacy=...)``);
+    the run and variant ids are then taken from the completed config. A record whose ids change this
+    way keeps the id it was written under in ``written_run_id``; timing records and records of a
+    method or task this harness does not know are returned unchanged.
+
+    Args:
+        rec: a checked record (``validate``).
+        legacy: ``(method, task) -> {section: {field: value}}``, the legacy values the config
+            fields declare (``harness.components.config.legacy_values``).
+
+    Returns:
+        The record (the same dict, changed in place).
+    """
+    if rec.get("kind", "run") != "run":
+        return rec  # type: ignore[return-value]
+    filled = _fill_legacy(rec["config"], legacy(rec["method"], rec["task"]))
+    canonical = canonical_config(rec["config"])
+    if not any(name in canonical.get(sec, {}) for sec, name in filled):
+        return rec  # type: ignore[return-value]  # the ids do not hash what was filled
+    run_id, variant_id = identity(rec["config"])
+    if run_id != rec["run_id"]:
+        rec["written_run_id"] = rec["run_id"]
+        rec["run_id"], rec["variant_id"] = run_id, variant_id
+    return rec  # type: ignore[return-value]
+
+
+def _fill_legacy(
+    config: dict[str, Any], declared: dict[str, dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """Fill the fields a record's config lacks from their declared legacy values.
+
+    Returns:
+        ``(section, field)`` of each field filled.
+    """
+    filled = []
+    for section, values in declared.items():
+        have = config.get(section)
+        if not isinstance(have, dict):
+            continue
+        for name, value in values.items():
+            if name not in have:
+                have[name] = value
+                filled.append((section, name))
+    return filled
+
+
+# --- reading many records -------------------------------------------------------------------------
+
+
+def latest(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """The last record of each run id (a rerun supersedes the earlier line)."""
+    by_id: dict[str, RunRecord] = {}
+    for r in records:
+        by_id.pop(r["run_id"], None)
+        by_id[r["run_id"]] = r
+    return list(by_id.values())
+
+
+def flat_config(rec: RunRecord | dict[str, Any]) -> dict[str, Any]:
+    """A record's resolved config as one flat dict, keyed as ``--set`` and ``--grid`` accept.
+
+    Method and model fields are keyed by name, trainer and task fields as ``train.x`` /
+    ``task.x``.
+    """
+    c = rec["config"]
+    out = {**c.get("method_cfg", {}), **c.get("model", {})}
+    out.update({f"train.{k}": v for k, v in c.get("train", {}).items()})
+    out.update({f"task.{k}": v for k, v in c.get("task_cfg", {}).items()})
+    return out
+
+
+def label(rec: RunRecord | dict[str, Any]) -> str:
+    """A record's run as ``method/task/preset/seedN``."""
+    return f"{rec['method']}/{rec['task']}/{rec['preset']}/seed{rec['seed']}"

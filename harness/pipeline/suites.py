@@ -1,0 +1,388 @@
+"""Sweep files (``harness run --config FILE``) and the shipped suites (``--suite NAME``).
+
+A sweep file holds what the ``harness run`` flags hold, under the flags' names with ``_`` for
+``-`` (``tasks``, ``methods``, ``seeds``, ``preset``, ``set``, ``grid``, ``match_skip``,
+``executor``, ``workers``, ...), as TOML (or YAML when PyYAML is installed). ``set`` is a table of
+``key = value`` overrides, ``grid`` a table of lists. A file may also hold ``[[part]]`` tables,
+each with its own ``methods``, ``tasks``, ``set`` and ``grid`` (a part's ``set`` and ``grid`` add
+to the file's, key by key): the sweep is the union of the parts' runs. This is how a paper table
+whose rows give each method its own sizes or knob values is written as one file.
+
+A flag given beside the file overrides the file's value; ``--set`` and ``--grid`` override it key
+by key. In a file with parts, ``--methods`` and ``--tasks`` keep, in each part, only the names they
+select; the reference predictors ``--methods`` names (``ref:*``) join every part, so that they
+run at each part's task settings.
+
+``include`` (a path or a list of them: ``.py`` files or folders, relative to the sweep file)
+imports the methods and tasks defined there before the names are looked up, as ``--include``
+does (the two add up).
+
+The suites are sweep files shipped as package data of the task package (its ``suites`` folder),
+one per seed-paper table; ``--suite ssa-table1`` reads ``suites/ssa_table1.toml`` there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.components.config import DEVICES, PRESETS, accepts
+from harness.components.registry import PLUGIN_PACKAGES, TASKS, include
+from harness.components.selection import parse_rule
+from harness.errors import ConfigError
+from harness.executors import EXECUTORS, MAX_THREADS, MAX_WORKERS
+from harness.executors.submitit import LIMITS
+from harness.persistence.records import is_reference
+from harness.references import resolve_names
+
+# file key -> what it holds (for the error messages); the argparse dest is the same name
+OPTION_KEYS = {
+    "tasks": "a name, a glob or a list of them",
+    "methods": "a name, a glob or a list of them",
+    "seeds": "e.g. '0-4', 3 or [0, 1, 2]",
+    "preset": "a preset name",
+    "set": "a table of key = value",
+    "grid": "a table of key = [values]",
+    "match_skip": "a number",
+    "select": "a selection rule: best-val or val-skip-band:TARGET:WIDTH",
+    "executor": "an executor name",
+    "workers": "an integer in [1, 1024]",
+    "threads": "an integer in [0, 1024]",
+    "device": "a device name",
+    "data_dir": "a path",
+    "out": "a path",
+    "report": "a path",
+    "no_report": "true or false",
+    "force": "true or false",
+    "ray_address": "an address",
+    "slurm_partition": "a partition name",
+    "slurm_time": "minutes, an integer in [1, 43200]",
+    "slurm_cpus": "an integer in [1, 1024]",
+    "slurm_gpus": "an integer in [0, 64]",
+    "slurm_mem": "GB, an integer in [1, 65536]",
+    "slurm_array_parallelism": "an integer in [1, 1024]",
+    "slurm_folder": "a path",
+    "slurm_local": "true or false",
+    "include": "a path or a list of paths (.py files or folders, relative to the file)",
+}
+PART_KEYS = ("methods", "tasks", "set", "grid", "note")
+META_KEYS = ("description",)
+SUFFIXES = (".toml", ".yaml", ".yml")
+
+
+@dataclass
+class Part:
+    """One block of a sweep: its methods and tasks (specs), overrides and grid."""
+
+    methods: str | None = None
+    tasks: str | None = None
+    set: dict[str, str] = field(default_factory=dict)
+    grid: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class SweepFile:
+    """A parsed sweep file: its options (argparse dests -> values) and its parts."""
+
+    path: str
+    description: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    parts: list[Part] = field(default_factory=list)
+
+
+def suite_dir() -> Path:
+    """The folder of the shipped suite files (``suites/`` in the task package's data)."""
+    from importlib.resources import files
+
+    return Path(str(files(PLUGIN_PACKAGES["task"]))) / "suites"
+
+
+def suite_names() -> list[str]:
+    """The shipped suites' names (``ssa-table1``, ...), sorted."""
+    return sorted(p.stem.replace("_", "-") for p in suite_dir().glob("*.toml"))
+
+
+def suite_path(name: str) -> Path:
+    """The file of the suite ``name`` (``ssa-table1`` or ``ssa_table1``).
+
+    Raises:
+        ConfigError: no such suite (the message lists them).
+    """
+    path = suite_dir() / (name.replace("-", "_") + ".toml")
+    if not path.is_file():
+        raise ConfigError(
+            f"Unknown suite '{name}'. Suites: {', '.join(suite_names())} ('--suite list' "
+            "describes them)"
+        )
+    return path
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if path.suffix not in SUFFIXES:
+        raise ConfigError(f"{path}: a sweep file is .toml, .yaml or .yml")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file") from None
+    if path.suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    else:
+        try:
+            import yaml
+        except ModuleNotFoundError:
+            raise ConfigError(
+                f"{path}: YAML sweep files need PyYAML (pip install pyyaml), or write it as TOML"
+            ) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+        data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expects a table of options at the top level")
+    return data
+
+
+def _scalar(value: Any, where: str) -> str:
+    """A file value as the string a flag would give (what ``--set`` and ``--grid`` parse)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} expects a finite number, got {value}")
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ConfigError(f"{where} expects a number, a string or true/false, got {value!r}")
+
+
+def _names(value: Any, where: str) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise ConfigError(f"{where} expects {OPTION_KEYS['tasks']}, got {value!r}")
+
+
+def _table(value: Any, where: str, lists: bool) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} expects {OPTION_KEYS['grid' if lists else 'set']}")
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if not lists:
+            out[k] = _scalar(v, f"{where}.{k}")
+        elif isinstance(v, list) and v:
+            out[k] = [_scalar(x, f"{where}.{k}") for x in v]
+        else:
+            raise ConfigError(f"{where}.{k} expects a non-empty list of values, got {v!r}")
+    return out
+
+
+def _option(key: str, value: Any, where: str) -> Any:
+    """A top-level option checked for type and turned into what the flag's parser gives."""
+
+    def bad() -> ConfigError:
+        return ConfigError(f"{where} expects {OPTION_KEYS[key]}, got {value!r}")
+
+    if key in ("tasks", "methods"):
+        return _names(value, where)
+    if key == "seeds":
+        if isinstance(value, bool):
+            raise bad()
+        if isinstance(value, int):
+            return str(value)
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            return ",".join(str(v) for v in value)
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if key in ("set", "grid"):
+        return _table(value, where, lists=key == "grid")
+    choices = {"preset": PRESETS, "executor": EXECUTORS.names(), "device": DEVICES}.get(key)
+    if choices:
+        if value not in choices:
+            raise ConfigError(f"{where} expects one of {', '.join(choices)}, got {value!r}")
+        return value
+    if key in ("workers", "threads", *_slurm_limits()):
+        bounds = {"workers": (1, MAX_WORKERS), "threads": (0, MAX_THREADS), **_slurm_limits()}
+        low, high = bounds[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{where} expects an integer in [{low}, {high}], got {value!r}")
+        return value
+    if key == "select":
+        if not isinstance(value, str):
+            raise bad()
+
+        parse_rule(value)  # a bad rule is one line, naming it
+        return value
+    if key == "match_skip":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad()
+        if not math.isfinite(value):
+            raise bad()
+        return float(value)
+    if key in ("no_report", "force", "slurm_local"):
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if not isinstance(value, str) or not value:  # paths and the address
+        raise bad()
+    return value
+
+
+def _slurm_limits() -> dict[str, tuple[int, int]]:
+
+    return LIMITS
+
+
+def _unknown(keys: list[str], allowed: list[str], where: str) -> None:
+    if keys:
+        raise ConfigError(f"{where}: unknown key '{keys[0]}' (keys: {', '.join(sorted(allowed))})")
+
+
+def load(path: str | Path) -> SweepFile:
+    """Read and check a sweep file.
+
+    Args:
+        path: a ``.toml`` (or ``.yaml``/``.yml``) file.
+
+    Returns:
+        Its options (argparse dests -> values as the flags give them) and parts.
+
+    Raises:
+        ConfigError: an unreadable file, an unknown key, or a value of the wrong type.
+    """
+    path = Path(path)
+    data = _read(path)
+    allowed = [*OPTION_KEYS, *META_KEYS, "part"]
+    _unknown([k for k in data if k not in allowed], allowed, str(path))
+    sweep = SweepFile(str(path), description=str(data.get("description", "")))
+    for key, value in data.items():
+        if key == "include":
+            paths = [value] if isinstance(value, str) else value
+            if (
+                not isinstance(paths, list)
+                or not paths
+                or not all(isinstance(p, str) and p for p in paths)
+            ):
+                raise ConfigError(
+                    f"{path}: 'include' expects {OPTION_KEYS['include']}, got {value!r}"
+                )
+            sweep.options[key] = [str(path.parent / Path(p).expanduser()) for p in paths]
+        elif key in OPTION_KEYS:
+            sweep.options[key] = _option(key, value, f"{path}: '{key}'")
+    parts = data.get("part", [])
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise ConfigError(f"{path}: 'part' expects [[part]] tables")
+    for i, raw in enumerate(parts, 1):
+        where = f"{path}: part {i}"
+        _unknown([k for k in raw if k not in PART_KEYS], list(PART_KEYS), where)
+        sweep.parts.append(
+            Part(
+                methods=_names(raw["methods"], f"{where} 'methods'") if "methods" in raw else None,
+                tasks=_names(raw["tasks"], f"{where} 'tasks'") if "tasks" in raw else None,
+                set=_table(raw.get("set", {}), f"{where} 'set'", lists=False),
+                grid=_table(raw.get("grid", {}), f"{where} 'grid'", lists=True),
+            )
+        )
+    return sweep
+
+
+def plan(
+    sweep: SweepFile | None,
+    methods: str,
+    tasks: str,
+    overrides: dict[str, str],
+    grid: dict[str, list[str]],
+    given: set[str],
+) -> list[tuple[list[str], list[str], dict[str, str], dict[str, list[str]]]]:
+    """The (methods, tasks, overrides, grid) blocks a sweep is built from, flags applied.
+
+    Args:
+        sweep: the sweep file (None: the flags alone).
+        methods: the ``--methods`` value (the flag's, else the file's, else the default).
+        tasks: the ``--tasks`` value, likewise.
+        overrides: ``--set`` given beside the file (they win over the file's, key by key).
+        grid: ``--grid`` given beside the file, likewise.
+        given: the options given as flags (``methods``, ``tasks``, ...).
+
+    Returns:
+        One block per part (one block for a file without parts): registered method (and
+        reference) and task names, and the merged overrides and grid. Blocks left with no method
+        or task are dropped.
+
+    Raises:
+        ConfigError: unknown names, or flags that select nothing in any part.
+        PluginError: a path of the file's ``include`` that cannot be imported.
+    """
+    if sweep is not None and sweep.options.get("include"):
+        include(sweep.options["include"])
+    top = (sweep.options.get("set", {}), sweep.options.get("grid", {})) if sweep else ({}, {})
+    if sweep is None or not sweep.parts:
+        sets, grids = _layer(*top, overrides, grid)
+        return [(resolve_names(methods), TASKS.resolve(tasks), sets, grids)]
+    chosen_m = resolve_names(methods) if "methods" in given else None
+    chosen_t = TASKS.resolve(tasks) if "tasks" in given else None
+    refs = [m for m in chosen_m or [] if is_reference(m)]
+    blocks = []
+    for part in sweep.parts:
+        ms = resolve_names(part.methods or methods)
+        ts = TASKS.resolve(part.tasks or tasks)
+        ms = [m for m in ms if chosen_m is None or m in chosen_m]
+        ms += [r for r in refs if r not in ms]
+        ts = [t for t in ts if chosen_t is None or t in chosen_t]
+        if ms and ts:
+            sets, grids = _layer(*_layer(*top, part.set, part.grid), overrides, grid)
+            if all(is_reference(m) for m in ms):  # a part's own knobs (lam) are not theirs
+                sets = {k: v for k, v in sets.items() if _taken(k, ms, ts)}
+                grids = {k: v for k, v in grids.items() if _taken(k, ms, ts)}
+            blocks.append((ms, ts, sets, grids))
+    if not blocks:
+        raise ConfigError(f"--methods/--tasks select no run of {sweep.path}")
+    return blocks
+
+
+def _taken(key: str, methods: list[str], tasks: list[str]) -> bool:
+    """Whether some (method, task) pair has the override ``key``."""
+    return any(accepts(m, t, key) for m in methods for t in tasks)
+
+
+def _layer(
+    sets: dict[str, str],
+    grids: dict[str, list[str]],
+    new_set: dict[str, str],
+    new_grid: dict[str, list[str]],
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """``new_set`` and ``new_grid`` laid over ``sets`` and ``grids``.
+
+    A key set anew, as a value or as a grid, replaces the key's earlier value or grid, under
+    either spelling (``lr`` and ``train.lr`` name one field).
+    """
+    new = [*new_set, *new_grid]
+
+    def kept(key: str) -> bool:
+        return not any(_same_field(key, k) for k in new)
+
+    sets = {k: v for k, v in sets.items() if kept(k)} | new_set
+    grids = {k: v for k, v in grids.items() if kept(k)} | new_grid
+    return sets, grids
+
+
+def _same_field(a: str, b: str) -> bool:
+    """Whether two override keys name one field: equal, or one is the other's bare name."""
+    if a == b:
+        return True
+    return ("." not in a or "." not in b) and a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1]

@@ -1,0 +1,163 @@
+"""TensorBoard event files per run (``harness run --log-dir DIR``).
+
+``TensorBoardLogger`` is a training-loop callback (``harness.pipeline.train.train_model``'s
+``callbacks``): called with ``(epoch, row)`` after every epoch, it writes the row's training loss
+and validation metric; ``finish`` adds the run's test metrics and closes the file. Each run writes
+under ``DIR/<task>_<preset>/<method>/<run id>``, so ``tensorboard --logdir DIR`` groups runs by
+task and method.
+
+It needs the ``tensorboard`` package (``pip install 'condrnn-harness[tensorboard]'``);
+``check_log_dir`` checks for it before a sweep starts, and nothing of it is imported unless a
+log directory is given. The logger holds only plain values until its first event, so it travels to
+worker processes and Ray tasks; with Ray, DIR must be a path the workers can write (a shared
+filesystem) and the files are written where each run executes.
+
+The event files are optional: a write that fails ends the run's events, not the run. It warns
+once on stderr; a full disk instead goes into the run's record (``harness.errors.DISK_FULL_NOTE``),
+and the sweep, once the run is recorded, stops with one line naming the filesystem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import DISK_FULL_NOTE, ConfigError, is_disk_full, write_failure
+
+INSTALL = "pip install 'condrnn-harness[tensorboard]'"
+
+
+def check_log_dir(log_dir: str | Path) -> None:
+    """Check, before any run, that TensorBoard files can be written to ``log_dir``.
+
+    Creates the directory. Raises ConfigError (one line) when the ``tensorboard`` package cannot
+    be imported or the directory cannot be created or written.
+    """
+    if importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(f"--log-dir needs the tensorboard package: {INSTALL}")
+    path = Path(log_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--log-dir {log_dir}: cannot create it ({e.strerror or e})") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"--log-dir {log_dir}: not writable")
+
+
+def run_dir(log_dir: str | Path, cfg: Any) -> Path:
+    """Where one run's event file goes: ``log_dir/<task>_<preset>/<method>/<run id>``."""
+    return Path(log_dir) / f"{cfg.task}_{cfg.preset}" / cfg.method / cfg.run_id
+
+
+class TensorBoardLogger:
+    """Per-epoch scalars of one run in a TensorBoard event file.
+
+    Args:
+        log_dir: the root directory (``--log-dir``).
+        cfg: the run's ``RunConfig`` (names the run's directory).
+    """
+
+    def __init__(self, log_dir: str | Path, cfg: Any) -> None:
+        self.path = run_dir(log_dir, cfg)
+        self.config = cfg.to_dict()
+        self._writer: Any = None
+        self.failed = False  # a write failed: no more events, the run goes on
+        self.full = ""  # it met a full disk: what the record tells the sweep
+
+    @property
+    def writer(self) -> Any:
+        """The ``SummaryWriter``, opened at the first event."""
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            _quiet_writer_threads()
+            self._writer = SummaryWriter(str(self.path))
+            self._writer.add_text("config", f"```\n{json.dumps(self.config, indent=1)}\n```")
+        return self._writer
+
+    def _write(self, write: Callable[[], None]) -> None:
+        """Call ``write`` unless a write failed before; an OSError ends the events, not the run."""
+        if self.failed:
+            return
+        try:
+            write()
+        except OSError as e:
+            self.failed = True
+            if is_disk_full(e):
+                self.full = write_failure(self.path, e)
+            else:
+                print(
+                    f"harness: cannot write the TensorBoard events under {self.path} ({e}); the "
+                    "run goes on without them",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            writer, self._writer = self._writer, None
+            with contextlib.suppress(Exception):  # it fails again on what it still holds
+                if writer is not None:
+                    writer.close()
+
+    def __call__(self, epoch: int, row: dict[str, Any]) -> None:
+        """Write one epoch's history row: ``train/loss`` and ``val/<metric>`` per value."""
+
+        def write() -> None:
+            for key, value in row.items():
+                if key == "epoch" or not isinstance(value, (int, float)):
+                    continue
+                tag = "train/loss" if key == "train_loss" else key.replace("_", "/", 1)
+                self.writer.add_scalar(tag, float(value), epoch)
+            self.writer.flush()
+
+        self._write(write)
+
+    def finish(self, record: dict[str, Any]) -> None:
+        """Write the run's test metrics (at its best epoch) and close the file.
+
+        Where a write met a full disk, ``record`` gets ``DISK_FULL_NOTE`` (the sweep stops).
+        """
+
+        def write() -> None:
+            step = max(int(record.get("best_epoch") or 0), 0)
+            for key, value in (record.get("metrics") or {}).items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"test/{key}", float(value), step)
+            if record.get("status") != "ok":
+                self.writer.add_text("error", str(record.get("error")))
+
+        self._write(write)
+        self.close()
+        if self.full:
+            record.setdefault(DISK_FULL_NOTE, self.full)
+
+    def close(self) -> None:
+        """Close the event file (if one was opened)."""
+        if self._writer is not None:
+            self._write(self._writer.close)
+            self._writer = None
+
+
+def _quiet_writer_threads() -> None:
+    """Keep the traceback of a failed write in tensorboard's writer thread off stderr.
+
+    The thread re-raises its error, which Python prints; the logger meets the same error on its
+    next call and handles it (``TensorBoardLogger._write``). Installed again where something
+    (a test framework) put its own ``threading.excepthook`` in place since.
+    """
+    hook = threading.excepthook
+    if getattr(hook, "harness_quiet", False):
+        return
+
+    def quiet(args: Any) -> None:
+        thread = type(args.thread).__name__
+        if not (thread == "_AsyncWriterThread" and isinstance(args.exc_value, OSError)):
+            hook(args)
+
+    quiet.harness_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = quiet

@@ -1,0 +1,483 @@
+"""The one training and evaluation loop, shared by every method and task.
+
+Adam with global-norm gradient clipping; validation after every epoch; the test metrics reported
+are those of the parameters from the epoch with the best validation primary metric (the rule is
+named in every record). A non-finite loss or gradient ends the run as failed, with the reason
+and the epochs it finished recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.components.config import RunConfig
+from harness.components.flops import FLOPS_PER_MAC, sequence_macs
+from harness.components.method import SeqOut
+from harness.components.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
+from harness.components.model import SeqModel
+from harness.components.registry import METHODS, TASKS, method_source
+from harness.components.task import Split, Task
+from harness.errors import DivergedError, HarnessError, failure_reason
+from harness.persistence import records
+from harness.persistence.trace import pack_depth, pack_mask
+from harness.pipeline import env
+from harness.pipeline import events as events_mod
+from harness.pipeline.checkpoint import Checkpointer, restore_training, training_state
+from harness.pipeline.resume import method_code
+from harness.pipeline.timing import CompileClock
+from harness.references.run import run_reference
+
+
+def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
+    """Instantiate the task and a freshly initialised model (seeded by ``cfg.seed``)."""
+    task = TASKS.get(cfg.task)(cfg.task_cfg, data_dir)
+    env.set_seed(cfg.seed)
+    model = SeqModel(METHODS.get(cfg.method), cfg.method_cfg, task, cfg.model)
+    if cfg.train.compile:
+        for layer in model.methods:
+            layer.compile_step()
+    return task, model
+
+
+@dataclass
+class EvalResult:
+    """Metrics of one pass over a split: task metrics, compute trace, MACs and diagnostics.
+
+    When traced, it also holds the update pattern of the first sequence and the histogram of
+    executed depth.
+    """
+
+    metrics: dict[str, float]
+    macs: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    trace: dict[str, Any] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def evaluate(
+    model: SeqModel, task: Task, split: Split, batch_size: int, device, trace: bool = False
+) -> EvalResult:
+    """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs.
+
+    All are averaged over the split's sequences (Skip % per sequence over its true length,
+    docs/methods.md 1.1). With ``trace``, also keep the first sequence's per-layer update mask and,
+    for depth models, the histogram of executed depth R_t over every step of every sequence.
+    """
+    model.eval()
+    stats: dict[str, list[float]] = {}
+    sums: dict[str, float] = {}
+    n_seq = 0
+    traced: dict[str, Any] = {}
+    for batch in split.batches(batch_size):
+        batch = batch.to(device)
+        out = model(batch.x, batch.lengths, batch.times)
+        if trace:
+            _trace(out, batch, traced, task, model)
+        for k, (s, c) in task.batch_stats(out.pred, batch).items():
+            acc = stats.setdefault(k, [0.0, 0.0])
+            acc[0] += s
+            acc[1] += c
+        B = batch.x.shape[0]
+        n_seq += B
+        per_seq: dict[str, torch.Tensor] = {}
+        units = sum(layer.hidden_size for layer in model.methods)
+        skipped = sum(
+            skip_fraction(o.mask, batch.lengths) * layer.hidden_size
+            for o, layer in zip(out.layers, model.methods, strict=True)
+        )
+        per_seq["skip"] = skipped / units
+        unread = unread_columns(out.layers)
+        if unread is not None:  # activity-sparse layers: the share of column reads skipped
+            valid = valid_steps(B, unread.shape[1], batch.lengths, unread.device).double()
+            per_seq["read_skip"] = (unread * valid).sum(1) / valid.sum(1)
+        for o, layer in zip(out.layers, model.methods, strict=True):
+            for k, v in sequence_macs(layer, o, batch.lengths).items():
+                per_seq[f"macs_{k}"] = per_seq.get(f"macs_{k}", 0) + v
+            if o.depth is not None:
+                for k, v in depth_stats(o.depth, layer.cost().max_depth, batch.lengths).items():
+                    per_seq[k] = per_seq.get(k, 0) + v / len(model.methods)
+            for k, v in o.extras.items():
+                per_seq[f"diag_{k}"] = per_seq.get(f"diag_{k}", 0) + v.float() / len(model.methods)
+        for k, v in per_seq.items():
+            sums[k] = sums.get(k, 0.0) + float(v.double().sum())
+    metrics = task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+    mean = {k: v / max(n_seq, 1) for k, v in sums.items()}
+    metrics["skip_pct"] = 100.0 * mean["skip"]
+    if "read_skip" in mean:
+        metrics["read_skip_pct"] = 100.0 * mean["read_skip"]
+    if trace:
+        _finish_trace(traced)
+    if "depth_skip" in mean:
+        metrics["depth_skip_pct"] = 100.0 * mean["depth_skip"]
+        metrics["mean_depth"] = mean["mean_depth"]
+    if task.kind == "classification" and "accuracy" in metrics:
+        metrics["geo_mean"] = geometric_mean(metrics["accuracy"], metrics["skip_pct"])
+    macs = {k[5:]: v for k, v in mean.items() if k.startswith("macs_")}
+    diags = {k[5:]: v for k, v in mean.items() if k.startswith("diag_")}
+    return EvalResult(metrics, macs, diags, traced)
+
+
+def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> None:
+    """Accumulate the first sequence's masks and the R_t histogram (see ``evaluate``).
+
+    The first sequence's record also holds, for depth models, its micro-steps per unit
+    (``first_depth``, ``pack_depth``) and, where the task marks steps of it, those steps
+    (``first_marks``, ``Task.marked_steps``).
+    """
+    if "first_mask" not in traced:
+        T = int(batch.lengths[0]) if batch.lengths is not None else batch.x.shape[1]
+        traced["first_mask"] = [pack_mask(o.mask[0, :T]) for o in out.layers]
+        traced["units"] = [o.mask.shape[-1] for o in out.layers]
+        if any(o.reads is not None for o in out.layers):
+            traced["first_reads"] = [
+                None if o.reads is None else pack_mask(o.reads[0, :T]) for o in out.layers
+            ]
+        if all(o.depth is not None for o in out.layers):
+            traced["first_depth"] = [pack_depth(o.depth[0, :T]) for o in out.layers]
+            traced["max_depth"] = [layer.cost().max_depth for layer in model.methods]
+        marks = task.marked_steps(batch.x[0, :T])
+        if marks:
+            traced["first_marks"] = [int(t) for t in marks]
+    # per step, over the test set: the share of rows (unit updates) and of columns (reads)
+    # skipped, each layer weighted by its units / columns; summed here, divided in _finish_trace
+    B, T = out.layers[0].mask.shape[:2]
+    valid = valid_steps(B, T, batch.lengths, out.layers[0].mask.device).double()
+    rows = sum((o.mask.detach() <= 0).double().sum(-1) for o in out.layers)
+    shares = {"skip_pct_per_step": rows / sum(o.mask.shape[-1] for o in out.layers)}
+    unread = unread_columns(out.layers)
+    if unread is not None:
+        shares["read_skip_pct_per_step"] = unread
+    acc = traced.setdefault("_per_step", {"n": torch.zeros(T, dtype=torch.float64)})
+    acc["n"] = _pad_add(acc["n"], valid.sum(0).cpu())
+    for name, share in shares.items():
+        acc[name] = _pad_add(
+            acc.get(name, torch.zeros(0, dtype=torch.float64)), (share * valid).sum(0).cpu()
+        )
+    hist = traced.setdefault("depth_hist", {})
+    for o in out.layers:
+        if o.depth is None:
+            continue
+        R = o.depth.amax(-1)  # [B, T]
+        if batch.lengths is not None:
+            valid = torch.arange(R.shape[1], device=R.device)[None] < batch.lengths[:, None]
+            R = R[valid]
+        for r, c in zip(*torch.unique(R.long(), return_counts=True), strict=True):
+            hist[str(int(r))] = hist.get(str(int(r)), 0) + int(c)
+    if not hist:
+        traced.pop("depth_hist")
+
+
+def unread_columns(layers: Sequence[SeqOut]) -> torch.Tensor | None:
+    """The share of column reads each step skips, ``[B, T]`` (float64), over the layers' reads.
+
+    Each layer with ``SeqOut.reads`` counts its V + D columns (docs/methods.md 1.1); None when
+    no layer has reads (the row-skipping methods). A model's layers are all of one method, so
+    either every layer has reads or none has.
+    """
+    reads = [o.reads.detach() for o in layers if o.reads is not None]
+    if not reads:
+        return None
+    return sum((r <= 0).double().sum(-1) for r in reads) / sum(r.shape[-1] for r in reads)
+
+
+def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b`` for 1-d tensors of possibly different lengths (the shorter one zero-padded)."""
+    n = max(len(a), len(b))
+    out = torch.zeros(n, dtype=torch.float64)
+    out[: len(a)] += a
+    out[: len(b)] += b
+    return out
+
+
+def _finish_trace(traced: dict[str, Any]) -> None:
+    """Turn the per-step sums of ``_trace`` into per-step means (percent, 2 decimals)."""
+    acc = traced.pop("_per_step", None)
+    if not acc:
+        return
+    n = acc.pop("n").clamp(min=1.0)
+    for name, total in acc.items():
+        traced[name] = [round(float(v), 2) for v in 100.0 * total / n]
+
+
+def _better(new: float, best: float | None, higher: bool) -> bool:
+    if new is None or math.isnan(new):
+        return False
+    return best is None or (new > best if higher else new < best)
+
+
+def descend(
+    total: torch.Tensor, opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], clip: float
+) -> float | None:
+    """One optimiser step on ``total``: backward, global-norm clipping (when ``clip > 0``), step.
+
+    The global norm is torch's (``get_total_norm``, in the gradients' dtype). Where that
+    overflows (float32: a norm above about 1.8e19, e.g. an exploding-gradient episode) while
+    every gradient is finite, it is taken again in float64 and the gradients are scaled by it:
+    the clipped step is then the one clipping defines, where torch's ``clip_grad_norm_`` would
+    scale every gradient by ``clip / inf = 0``.
+
+    Args:
+        total: the loss to minimise (task loss plus auxiliary loss).
+        opt: the optimiser over ``params``.
+        params: the trainable parameters, clipped together.
+        clip: the global gradient-norm bound; 0 turns clipping off.
+
+    Returns:
+        The float64 norm where the float32 one overflowed and the gradients were clipped with
+        it (an event the record keeps), else None.
+
+    Raises:
+        DivergedError: when clipping, a gradient with a non-finite element, before the step
+            (clipping it would write NaN into the parameters and the next batch's loss would be
+            NaN).
+    """
+    opt.zero_grad(set_to_none=True)
+    total.backward()
+    wide = None
+    if clip > 0:
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        if torch.isfinite(norm):
+            torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+        else:
+            wide = _clip_wide(grads, clip)
+    opt.step()
+    return wide
+
+
+def _clip_wide(grads: list[torch.Tensor], clip: float) -> float:
+    """Global-norm clipping of gradients whose norm overflowed their dtype, in float64.
+
+    Both the norm and the scaling: a float32 scale ``clip / norm`` can be subnormal (flushed to 0).
+    Returns the float64 norm.
+
+    Raises:
+        DivergedError: when some gradient element is inf or NaN.
+    """
+    wide = [g.to(torch.float64) for g in grads]
+    norm = torch.nn.utils.get_total_norm(wide)
+    if not torch.isfinite(norm):
+        raise DivergedError(f"non-finite gradient norm ({norm.item()})")
+    scale = clip / (norm.item() + 1e-6)
+    if scale < 1.0:
+        for g, w in zip(grads, wide, strict=True):
+            g.copy_(w * scale)
+    return norm.item()
+
+
+def train_model(
+    cfg: RunConfig,
+    task: Task,
+    model: SeqModel,
+    splits,
+    device,
+    callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
+    events: list[dict[str, Any]] | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
+    """Train with Adam, leaving the best-validation parameters loaded.
+
+    Each of ``callbacks`` is called after every epoch with ``(epoch, history row)`` (progress
+    display, ``harness.pipeline.tracking``). What happened on the way is appended to ``events``
+    (``harness.pipeline.events``): an epoch whose gradient norm overflowed float32 and was clipped
+    in float64, an epoch whose training loss is above ``SPIKE_FACTOR`` times its best so far, and
+    the non-finite loss or gradient that ends a run.
+
+    With ``checkpoint`` (``harness.pipeline.checkpoint``), a saved state of this run is loaded first
+    and training goes on from the epoch after it, exactly as the uninterrupted run would have; the
+    state is saved again at the end of an epoch once ``checkpoint.every_s`` seconds have passed.
+
+    Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
+    None if no epoch had a finite one). Raises DivergedError on a non-finite loss or gradient
+    norm, naming the epoch and batch and carrying the history of the epochs finished before it.
+    """
+    tc = cfg.train
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history: list[dict[str, Any]] = []
+    best_val, best_epoch, best_state, best_metrics, stale = None, -1, None, None, 0
+    train_s = 0.0
+    events = [] if events is None else events
+    best_loss: tuple[float, int] | None = None  # (the lowest epoch training loss, its epoch)
+    first, saved = 0, checkpoint.load(device) if checkpoint is not None else None
+    if saved is not None:  # go on after the saved epoch, as if the run had not stopped
+        (history, best_loss, stale, best_val, best_epoch, best_state, best_metrics, train_s,
+         events[:]) = restore_training(saved, model, opt, gen)  # fmt: skip
+        first = saved["epoch"] + 1
+    for epoch in range(first, tc.epochs):
+        model.on_epoch_start(epoch, tc.epochs)  # untimed: it may build a kernel
+        model.train()
+        t0 = time.perf_counter()
+        losses, overflowed = [], []
+        for i, batch in enumerate(splits.train.batches(tc.batch_size, True, gen)):
+            if tc.max_train_batches and i >= tc.max_train_batches:
+                break
+            batch = batch.to(device)
+            out = model(batch.x, batch.lengths, batch.times)
+            loss = task.loss(out.pred, batch)
+            total = loss if out.aux_loss is None else loss + out.aux_loss
+            try:
+                if not torch.isfinite(total):
+                    raise DivergedError(f"non-finite loss ({total.item()})")
+                wide = descend(total, opt, params, tc.clip)
+            except DivergedError as e:
+                kind = "non_finite_loss" if "loss" in str(e) else "non_finite_gradient"
+                events.append(events_mod.event(epoch, kind, f"batch {i}: {e}"))
+                spent = train_s + time.perf_counter() - t0
+                raise DivergedError(f"{e} at epoch {epoch}, batch {i}", history, spent) from None
+            if wide is not None:
+                overflowed.append(wide)
+            losses.append(loss.item())
+        train_s += time.perf_counter() - t0
+        if overflowed:
+            events.append(events_mod.overflow_event(epoch, overflowed, tc.clip))
+        epoch_loss = float(np.mean(losses))
+        spike = events_mod.loss_spike(epoch, epoch_loss, best_loss)
+        if spike is not None:
+            events.append(spike)
+        if best_loss is None or epoch_loss < best_loss[0]:
+            best_loss = (epoch_loss, epoch)
+        val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics
+        v = val.get(task.primary, float("nan"))
+        history.append({"epoch": epoch, "train_loss": epoch_loss, f"val_{task.primary}": v})
+        for callback in callbacks:
+            callback(epoch, history[-1])
+        if _better(v, best_val, task.higher_is_better):
+            best_val, best_epoch, best_metrics, stale = v, epoch, val, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+            if tc.patience and stale >= tc.patience:
+                break
+        if checkpoint is not None and epoch + 1 < tc.epochs and checkpoint.due():
+            loop = (history, best_loss, stale, best_val, best_epoch, best_state, best_metrics,
+                    train_s, events)  # fmt: skip
+            checkpoint.save(training_state(epoch, model, opt, gen, device, loop))
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return history, best_epoch, train_s, best_metrics
+
+
+def selection_rule(task: Task) -> str:
+    """The rule that chose a run's test metrics (best validation epoch), as recorded text."""
+    d = "highest" if task.higher_is_better else "lowest"
+    return f"test metrics at the epoch with the {d} validation {task.primary}"
+
+
+def run(
+    cfg: RunConfig,
+    data_dir: str | None = None,
+    device: str = "cpu",
+    callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
+    checkpoint_dir: str | None = None,
+    checkpoint_every_s: float = 600.0,
+) -> records.RunRecord:
+    """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
+
+    ``callbacks`` go to ``train_model`` (called after every epoch). With ``checkpoint_dir``, the
+    run keeps a checkpoint there (``harness.pipeline.checkpoint``: at the end of an epoch, at most
+    every ``checkpoint_every_s`` seconds), goes on from one it finds, and removes it once recorded.
+
+    Whatever goes wrong inside the run (building the model or the data, an allocation failure,
+    divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
+    returned as a failed record naming the reason, so a sweep goes on; only an interrupt
+    (Ctrl-C, SIGTERM) propagates. A reference predictor's config (``ref:NAME``) is fitted and
+    scored by ``harness.references.run`` instead.
+    """
+    if records.is_reference(cfg.method):
+        return run_reference(cfg, data_dir)
+    code = method_code(cfg.method)
+    rec = records.start_record(cfg, code, method_source(cfg.method))
+    checkpoint = None
+    if checkpoint_dir is not None:
+        checkpoint = Checkpointer.of_run(
+            checkpoint_dir, cfg.run_id, code, checkpoint_every_s, rec["time"]["start"]
+        )
+    try:
+        done = _train_and_test(cfg, data_dir, device, callbacks, rec, checkpoint)
+    except KeyboardInterrupt:  # the checkpoint stays: the next start of this run goes on from it
+        raise
+    except DivergedError as e:  # the epochs it finished stay on record
+        done = records.finish_failed(rec, f"diverged: {e}", e.history, e.train_s)
+    except HarnessError as e:  # bad input met inside the run: its message is the reason
+        done = records.finish_failed(rec, f"{type(e).__name__}: {e}")
+    except Exception as e:  # recorded as a failed run; the sweep goes on
+        done = records.finish_failed(rec, failure_reason(e))
+    if checkpoint is not None:
+        checkpoint.finish(done)
+    return done
+
+
+def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> records.RunRecord:
+    """The failed record of a run that could not even start (its config as a dict).
+
+    For a failure around ``run`` (setting the thread count, opening a run's event log): the
+    record holds what every record holds (run id, config, status, error), so a sweep records
+    the run and goes on.
+    """
+    try:
+        code = method_code(cfg_dict["method"])
+    except Exception:  # an unknown method: the record says so in its error
+        code = None
+    return records.failed_record(cfg_dict, failure_reason(e), code)
+
+
+def _train_and_test(
+    cfg: RunConfig,
+    data_dir: str | None,
+    device: str,
+    callbacks: Sequence[Callable[[int, dict[str, Any]], None]],
+    rec: records.RunRecord,
+    checkpoint: Checkpointer | None = None,
+) -> records.RunRecord:
+    """The body of ``run``: trains, tests and completes ``rec`` as a finished run."""
+    dev = env.resolve_device(device)
+    env.flush_denormals()  # subnormal gradients slow long sequences several-fold on CPUs
+    rec["env"] = env.environment(dev)
+    task, model = build(cfg, data_dir)
+    splits = task.splits(cfg.seed)
+    model.to(dev)
+    records.describe_task(rec, task, selection_rule(task))
+    rec["params"] = {
+        "total": sum(p.numel() for p in model.parameters()),
+        "method": model.method_param_count(),
+    }
+    rec["data"] = dict(splits.info)
+    if cfg.data is not None:  # which files: their digest, and whether they are the published data
+        rec["data"].update(dataclasses.asdict(cfg.data))
+    clock = CompileClock()
+    if cfg.train.compile:
+        clock.start()
+    history, best_epoch, train_s, val_metrics = train_model(
+        cfg, task, model, splits, dev, callbacks, rec["events"], checkpoint
+    )
+    compiled = clock.stop()
+    t0 = time.perf_counter()
+    test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
+    eval_s = time.perf_counter() - t0
+    if val_metrics is None:  # no finite validation value: report the final parameters'
+        val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
+    return records.finish_ok(
+        rec,
+        best_epoch=best_epoch,
+        history=history,
+        metrics=test.metrics,
+        val_metrics=val_metrics,
+        macs=test.macs,
+        flops_per_mac=FLOPS_PER_MAC,
+        diagnostics={**test.diagnostics, **model.train_diagnostics()},
+        trace=test.trace,
+        train_s=train_s,
+        eval_s=eval_s,
+        compiled=compiled,
+    )

@@ -1,0 +1,261 @@
+"""Reading records and writing what they say: the leaderboard, the paper report, the gate.
+
+Every output is checked before anything is written: never over a records store, never over one
+of the command's own inputs (``harness.persistence.outputs``). ``harness.api`` re-exports these
+functions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.components.config import legacy_values
+from harness.components.selection import empty_tables, parse_rule, select
+from harness.errors import HarnessError
+from harness.persistence.outputs import check_writable, refuse_overwrite, write_text
+from harness.persistence.records import RunRecord
+from harness.persistence.store import load, store_path
+from harness.reporting import compare as gate
+from harness.reporting import paper
+from harness.reporting.paper import NO_PYARROW, write_frame
+
+
+def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
+    """The usable records of several stores (files or ``--out`` folders).
+
+    Returns:
+        The records, and one line per unusable line (``FILE:N: malformed record skipped
+        (why)``).
+    """
+    return load(sources, legacy_values)
+
+
+def report(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    formats: Sequence[str] = ("md",),
+    select: str | None = None,
+    figures: bool = True,
+    option: str = "the leaderboard",
+    command: str = "harness report",
+) -> tuple[list[Path], list[str]]:
+    """The leaderboard of the records in ``sources``, written to ``out`` (other formats beside it).
+
+    Nothing is written over a records store or over one of ``sources`` (checked before anything
+    is written); the learning curves go beside ``out`` unless ``figures`` is False. A ``select``
+    rule that keeps no method row of a table is said on stderr (one line) and in the table.
+
+    Args:
+        sources: records files or folders.
+        out: the Markdown file (``.tex``, ``.csv``, ``.parquet`` go beside it with their suffix).
+        formats: any of ``md``, ``tex``, ``csv``, ``parquet``.
+        select: a selection rule (``best-val``, ``val-skip-band:T:W``, ``val-skip-nearest:T``).
+        figures: also draw the learning curves (``<out stem>_curves.png`` / ``.pdf``).
+        option: how the caller names ``out`` in messages (``--out``).
+        command: the command writing it, named in its header (``harness run``).
+
+    Returns:
+        The paths written, and the unusable lines of the sources (the report lists them too).
+    """
+    from harness.reporting import leaderboard as lb
+
+    out = Path(out)
+    inputs = _inputs(sources)
+    for path in leaderboard_paths(out, formats, figures):
+        refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
+    if "parquet" in formats:
+        from importlib.util import find_spec
+
+        if find_spec("pyarrow") is None:
+            raise HarnessError(NO_PYARROW)
+    rule = _rule(select)
+    records, problems = load_records(sources)
+    _say_empty(records, rule)
+    written = []
+    for fmt in formats:
+        path = out if fmt == "md" else out.with_suffix(f".{fmt}")
+        if fmt == "md":
+            names = [str(s) for s in sources]
+            write_text(path, lb.leaderboard_markdown(records, names, problems, rule, command))
+        elif fmt == "tex":
+            write_text(path, lb.leaderboard_tex(records, rule, command))
+        else:
+            write_frame(lb.leaderboard_frame(records, rule), path)
+        written.append(path)
+    if figures:
+        from harness.reporting.figures import write_curves
+
+        written += write_curves(records, out.with_name(f"{out.stem}_curves"))
+    return written, problems
+
+
+def paper_report(
+    sources: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    tasks: Sequence[str] | None = None,
+    preset: str | None = None,
+    formats: Sequence[str] = ("md", "tex"),
+    select: str | None = None,
+    figures: bool = True,
+    allow_dirty: bool = False,
+    against: Sequence[str] = (),
+) -> tuple[list[Path], list[str]]:
+    """The paper-style report of the records in ``sources`` (tables, figures) into ``out_dir``.
+
+    Nothing is written over a records store or over one of ``sources``: the tables
+    (``paper_<task>_<preset>.<format>``) and the figures already in ``out_dir/figures`` under
+    their names are checked before anything is written. The tables hold records of clean
+    commits only unless ``allow_dirty`` (``harness.reporting.paper.write_paper_report``).
+    ``against``: methods every method row is compared with, paired by seed. A ``select`` rule
+    that keeps no method row of a table, and an ``against`` method with no ok record, are said
+    on stderr, one line each (the report says so too).
+
+    Returns:
+        The paths written, and the unusable lines of the sources.
+    """
+    out_dir = Path(out_dir)
+    records, problems = load_records(sources)
+    inputs = _inputs(sources)
+    for path in paper_paths(records, out_dir, tasks, preset, formats):
+        refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
+    tabled = [
+        r
+        for r in records
+        if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
+    ]
+    _say_empty(tabled, _rule(select))
+    ran = {r.get("method") for r in tabled if r.get("status") == "ok"}
+    absent = [m for m in against if m not in ran]
+    if absent:  # the report says so under its main table
+        sys.stderr.write(
+            f"warning: --against {', '.join(absent)}: no ok record of it in these records, so no "
+            "comparison with it\n"
+        )
+    paths = paper.write_paper_report(
+        records,
+        [str(s) for s in sources],
+        out_dir,
+        tasks=list(tasks) if tasks else None,
+        presets=[preset] if preset else None,
+        formats=tuple(formats),
+        figures=figures,
+        select=_rule(select),
+        allow_dirty=allow_dirty,
+        against=tuple(against),
+    )
+    return paths, problems
+
+
+def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
+    """Warn on stderr, in one line, of the tables in which ``rule`` keeps no method row.
+
+    The report says so in each such table (``harness.components.selection.no_row_line``), and why,
+    per method; the exit code is unchanged.
+    """
+    if rule is None:
+        return
+
+    empty = empty_tables(records, select(records, rule)[0])
+    if empty:
+        where = ", ".join(f"{task} ({preset})" for task, preset in empty)
+        sys.stderr.write(
+            f"warning: --select {rule} keeps no method row of {where}: no variant qualifies "
+            "(the report says why, per method)\n"
+        )
+
+
+def _rule(select: str | None) -> Any:
+    if not select:
+        return None
+
+    return parse_rule(select)
+
+
+def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
+    """The records files a report reads, as ``refuse_overwrite`` takes them."""
+    return [("an input (records)", store_path(s)) for s in sources]
+
+
+def leaderboard_paths(board: Path, formats: Sequence[str], figures: bool) -> list[Path]:
+    """Every file the leaderboard writes: ``board`` per format, and its learning curves."""
+    paths = [board if fmt == "md" else board.with_suffix(f".{fmt}") for fmt in formats]
+    if figures:
+        curves = board.with_name(f"{board.stem}_curves")
+        paths += [curves.with_suffix(".png"), curves.with_suffix(".pdf")]
+    return paths
+
+
+def paper_paths(
+    records: Sequence[RunRecord],
+    out_dir: Path,
+    tasks: Sequence[str] | None,
+    preset: str | None,
+    formats: Sequence[str],
+) -> list[Path]:
+    """The files ``paper_report`` may write into ``out_dir``, known before it writes any.
+
+    Its tables, ``paper_<task>_<preset>.<format>`` for each (task, preset) of the records, and
+    the figures already in ``figures/`` under that stem (the figures drawn depend on the runs, so
+    the existing files are the ones that could be written over).
+    """
+    groups = {
+        (r["task"], r["preset"])
+        for r in records
+        if (tasks is None or r["task"] in tasks) and (preset is None or r["preset"] == preset)
+    }
+    paths = []
+    for task, pre in sorted(groups):
+        stem = f"{task}_{pre}"
+        paths += [out_dir / f"paper_{stem}.{fmt}" for fmt in formats]
+        paths += sorted((out_dir / "figures").glob(f"{stem}_*"))
+    return paths
+
+
+def compare(
+    reference: str | Path,
+    current: str | Path,
+    tol: dict[str, tuple[float, float]] | None = None,
+    *,
+    only_present: bool = False,
+    allow_empty: bool = False,
+    skip_malformed: bool = False,
+    markdown: str | Path | None = None,
+) -> tuple[Any, list[str]]:
+    """The drift gate: the records of ``current`` against those of ``reference``.
+
+    Args:
+        reference: the reference store.
+        current: the store checked against it.
+        tol: ``{measure prefix: (abs, rel)}`` over the default tolerances.
+        only_present: compare only the runs in both (a partial rerun).
+        allow_empty: pass a comparison that compared nothing.
+        skip_malformed: skip unusable lines (named in the second value) instead of refusing.
+        markdown: also write the comparison there (never over an input or a records store).
+
+    Returns:
+        The ``harness.reporting.compare.Comparison`` (``ok``: the gate passes) and the skipped
+        lines.
+
+    Raises:
+        HarnessError: unusable lines (without ``skip_malformed``), a tolerance naming no
+            measure, an output path that is an input or a store.
+    """
+    if markdown is not None:
+        inputs = [("the reference (REFERENCE)", reference), ("CURRENT", current)]
+        refuse_overwrite(markdown, "--markdown", inputs)
+        check_writable(markdown)
+    skipped: list[str] = []
+    if skip_malformed:
+        (ref, a), (cur, b) = gate.load_records(str(reference)), gate.load_records(str(current))
+        skipped = a + b
+    else:
+        ref, cur = gate.load_strict(str(reference)), gate.load_strict(str(current))
+    res = gate.compare(ref, cur, tol, only_present=only_present, allow_empty=allow_empty)
+    if markdown is not None:
+        write_text(markdown, gate.markdown(res, str(reference), str(current)))
+    return res, skipped
