@@ -1,6 +1,6 @@
 import torch
 
-from harness.pipeline.env import flush_denormals
+from harness.env import flush_denormals
 
 
 def pytest_configure(config):

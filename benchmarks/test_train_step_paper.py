@@ -30,10 +30,10 @@ import os
 import pytest
 import torch
 
+from harness import env
 from harness.bench.phases import REFERENCES, STEP_LOOP, Phase, SplitCache, method_phase
 from harness.bench.suite import apply_ratios, reference_kinds, runnable_tasks, timing_record
 from harness.components.registry import METHODS, TASKS
-from harness.pipeline import env
 from harness.pipeline.timing import time_fn
 
 PRESET = os.environ.get("HARNESS_BENCH_PAPER_PRESET", "paper")

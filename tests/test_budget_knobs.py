@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.components import conformance
+from harness.authoring import conformance
 from harness.components.registry import METHODS
 from harness.reporting import figures as F
 from harness.reporting.runs import runs_frame

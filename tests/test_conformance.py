@@ -1,4 +1,4 @@
-"""The conformance checks (``harness.components.conformance``, ``harness check``) fail where they
+"""The conformance checks (``harness.authoring.conformance``, ``harness check``) fail where they
 should.
 
 Each check is run on a method made by the scaffold and then broken in the one way the check
@@ -15,11 +15,11 @@ import pytest
 import torch
 from plugins import isolated_registry
 
-from harness.components import conformance
-from harness.components.conformance import ConformanceError
+from harness.authoring import conformance
+from harness.authoring.conformance import ConformanceError
+from harness.authoring.scaffold import new_method
 from harness.components.method import StepCost
 from harness.components.registry import METHODS, UnknownNameError, include
-from harness.components.scaffold import new_method
 from harness.errors import ConfigError
 
 

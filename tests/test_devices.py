@@ -1,4 +1,4 @@
-"""``--device`` resolution (``harness.pipeline.env``): the one device to run on, and every device
+"""``--device`` resolution (``harness.env``): the one device to run on, and every device
 the
 timing suite times on."""
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
+from harness import env
 from harness.errors import HarnessError
-from harness.pipeline import env
 
 
 @pytest.fixture(params=[False, True], ids=["no-cuda", "cuda"])
@@ -49,6 +49,6 @@ def test_cuda_without_cuda_and_unknown_names_are_one_line_errors(resolve, monkey
 
 
 def test_importing_env_does_not_import_torch():
-    probe = "import sys, harness.pipeline.env; print('torch' in sys.modules)"
+    probe = "import sys, harness.env; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

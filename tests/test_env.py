@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.pipeline import env
+from harness import env
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -88,7 +88,7 @@ def test_a_worker_killed_mid_run_is_that_runs_failed_record_and_the_pool_goes_on
 def test_flush_denormals_zeroes_subnormals():
     import torch
 
-    from harness.pipeline.env import flush_denormals
+    from harness.env import flush_denormals
 
     assert flush_denormals()
     tiny = torch.tensor([1e-39, 1e-30], dtype=torch.float32)  # 1e-39 is subnormal in float32

@@ -6,7 +6,7 @@ the registry) is built by its hook at several target skips and must give, from `
 the outputs, mask, depth and extras of ``model.eval()(x)`` at batch 1 and batch > 1. The
 comparisons run in float64 so that matmul rounding (the fast paths multiply fewer rows, in another
 order) cannot flip a thresholded decision; masks must match exactly. These per-method properties
-are ``harness.components.conformance.check_fast_path`` and ``check_at_skip`` (what ``harness check``
+are ``harness.authoring.conformance.check_fast_path`` and ``check_at_skip`` (what ``harness check``
 runs). Hand-made decision regimes (decisions varying across units, steps and sequences; none, mixed,
 all skipped) are tested in each method's own test file with ``check_fast_equals_dense``.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.authoring import conformance
 from harness.bench import speedup
 from harness.bench.speedup import (
     build_at_skip,
@@ -26,7 +27,6 @@ from harness.bench.speedup import (
     measure_speedups,
     speedup_markdown,
 )
-from harness.components import conformance
 from harness.components.method import Method
 from harness.components.registry import METHODS
 from harness.errors import ConfigError, HarnessError

@@ -27,7 +27,7 @@ from baselines import _kernels
 from baselines._delta_gru_fast import input_deltas, scan_deltas
 from baselines._ei_rehn_fused import step_kernel
 from baselines._ei_rehn_stack import cpu_kernel
-from harness.components import conformance
+from harness.authoring import conformance
 from harness.components.registry import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """Generic tests, parametrized over every registered method (a new method is tested without
-editing this file). The properties are ``harness.components.conformance``'s checks, the ones
+editing this file). The properties are ``harness.authoring.conformance``'s checks, the ones
 ``harness check
 NAME`` runs, so a failure here reads as it does there."""
 
@@ -11,7 +11,8 @@ import torch
 from plugins import registration_problems
 
 import baselines
-from harness.components import config, conformance
+from harness.authoring import conformance
+from harness.components import config
 from harness.components.method import Method
 from harness.components.registry import METHODS
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from plugins import ROOT, isolated_registry
 
+from harness.authoring.scaffold import render
 from harness.components import registry
 from harness.components.registry import METHODS, PluginError, include, method_source
-from harness.components.scaffold import render
 from harness.persistence import records
 from harness.pipeline import resume
 
@@ -323,7 +323,7 @@ def test_what_registers_as_a_method_is_checked_wherever_it_comes_from(
 
 def test_the_example_package_loads_through_its_entry_point(monkeypatch):
     """What CI does after ``pip install -e examples/plugin``, without installing it."""
-    from harness.components import conformance
+    from harness.authoring import conformance
 
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
     dist = FakeDist(project["name"], project["version"])
@@ -445,8 +445,8 @@ def test_worker_processes_import_the_included_files(tmp_path, harness):
 
 def test_plugins_load_lazily():
     code = (
-        "import sys, harness, harness.components.registry, harness.components.conformance, "
-        "harness.components.scaffold, "
+        "import sys, harness, harness.components.registry, harness.authoring.conformance, "
+        "harness.authoring.scaffold, "
         "harness.cli\nprint(sorted(m for m in ('torch', 'baselines', 'tasks', 'importlib.metadata')"
         " if m in sys.modules))"
     )

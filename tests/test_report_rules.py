@@ -268,9 +268,9 @@ def test_each_result_is_labelled_by_what_picked_it(tmp_path):
 def test_a_report_names_the_harness_commit_that_rendered_it(monkeypatch):
     from harness.reporting import text
 
-    monkeypatch.setattr("harness.pipeline.env.git_state", lambda: ("0123456789abcdef", False))
+    monkeypatch.setattr("harness.env.git_state", lambda: ("0123456789abcdef", False))
     assert "rendered by the harness at 0123456789 (clean)" in text.header([], ["r.jsonl"], "t")
-    monkeypatch.setattr("harness.pipeline.env.git_state", lambda: ("0123456789abcdef", True))
+    monkeypatch.setattr("harness.env.git_state", lambda: ("0123456789abcdef", True))
     assert "rendered by the harness at 0123456789+dirty" in text.header([], ["r.jsonl"], "t")
 
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 from plugins import ROOT, isolated_registry
 
-from harness.components.scaffold import KINDS, names, render
+from harness.authoring.scaffold import KINDS, names, render
 
 # the checks a kind's template does not concern (SKIP is right for them)
 NOT_APPLICABLE = {

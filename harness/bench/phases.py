@@ -32,11 +32,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness import env
 from harness.components.config import RunConfig, TrainConfig, resolve
 from harness.components.method import Method
 from harness.components.model import SeqModel
 from harness.components.task import Batch, Split, Task
-from harness.pipeline import env
 from harness.pipeline.timing import synced
 from harness.pipeline.train import build, descend
 

@@ -58,8 +58,8 @@ from harness.bench.speedup_report import COLUMNS_NOTE, speedup_markdown  # noqa:
 from harness.components.flops import sequence_macs
 from harness.components.method import Method, SeqOut
 from harness.components.registry import METHODS
+from harness.env import resolve_device
 from harness.errors import ConfigError
-from harness.pipeline.env import resolve_device
 from harness.pipeline.resume import current_code
 from harness.pipeline.timing import synchronize
 
@@ -307,7 +307,7 @@ def measure_speedups(
         batches: batch sizes B.
         seq_len: T.
         device: ``cpu``, ``cuda`` or ``auto``, the one device measured on
-            (``harness.pipeline.env.resolve_device``: auto is CUDA when available, else the CPU).
+            (``harness.env.resolve_device``: auto is CUDA when available, else the CPU).
         input_size: V.
         budget_s: seconds of timing per row (at least 3 rounds are timed regardless).
         seed: seeds each model (``build_at_skip``) and, with B added, its inputs.

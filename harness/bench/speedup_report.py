@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from harness.components.flops import UNIT_NOTE
-from harness.pipeline.env import device_name, git_state
+from harness.env import device_name, git_state
 from harness.pipeline.resume import code_changes
 
 # The report's sentence on activity-sparse rows (those whose skip_kind is "columns").

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from harness import env
 from harness.bench.phases import (
     PHASES,
     REFERENCE,
@@ -51,7 +52,6 @@ from harness.components.registry import METHODS, TASKS
 from harness.errors import ConfigError, HarnessError
 from harness.persistence.outputs import write_text
 from harness.persistence.store import Store
-from harness.pipeline import env
 from harness.pipeline.resume import current_code
 from harness.pipeline.sweep import build_configs
 from harness.pipeline.timing import summarize, time_fn
@@ -78,7 +78,7 @@ def timing_record(
         phase: what was timed (its ``info`` fills the record).
         times: seconds per timed round.
         warmup: untimed rounds before them.
-        environment: ``harness.pipeline.env.environment`` of the device, with the thread count in
+        environment: ``harness.env.environment`` of the device, with the thread count in
             use.
         bench_id: the id of the ``harness bench`` invocation.
         start: ISO time the timing started.
@@ -302,7 +302,7 @@ def run_bench(
             is skipped with one line (through ``progress`` and in the report).
         preset: the preset whose sizes are timed.
         device: ``cpu``, ``cuda`` or ``auto``: every device to time on
-            (``harness.pipeline.env.bench_devices``; auto is the CPU, plus CUDA when present).
+            (``harness.env.bench_devices``; auto is the CPU, plus CUDA when present).
         out_dir: gets the timing records, appended to ``timing.jsonl``.
         report: the Markdown to write.
         overrides: config overrides (``{"seq_len": 5}``), as ``--set``; each applies to the

@@ -34,9 +34,9 @@ from harness.cli.common import (
     write_report,
 )
 from harness.components import config
+from harness.env import flush_denormals, resolve_device
 from harness.errors import ConfigError
 from harness.persistence.outputs import refuse_overwrite
-from harness.pipeline.env import flush_denormals, resolve_device
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
 # TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
@@ -209,7 +209,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.methods,
         task,
         args.preset,
-        args.device or "auto",  # every device to time on (harness.pipeline.env.bench_devices)
+        args.device or "auto",  # every device to time on (harness.env.bench_devices)
         args.out,
         report=str(report),
         overrides=config.parse_set(args.set or []),

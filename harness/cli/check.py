@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.authoring.conformance import CHECKS, iter_checks
 from harness.cli.common import add_command, comma_list, examples, include_option
-from harness.components.conformance import CHECKS, iter_checks
 from harness.components.registry import METHODS, TASKS, describe_source
 from harness.pipeline.spec import usable_tasks
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.authoring.conformance import training_task
+from harness.authoring.scaffold import KINDS, names, new_method
 from harness.cli.common import add_command, examples, include_option
-from harness.components.conformance import training_task
-from harness.components.scaffold import KINDS, names, new_method
 
 
 def add_parser(subparsers: Any) -> None:

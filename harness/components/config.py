@@ -29,7 +29,7 @@ from harness.persistence.records import (  # noqa: F401  (config_hash: bench)
 )
 
 PRESETS = ("smoke", "quick", "paper")
-DEVICES = ("cpu", "cuda", "auto")  # auto: CUDA when available (harness.pipeline.env.resolve_device)
+DEVICES = ("cpu", "cuda", "auto")  # auto: CUDA when available (harness.env.resolve_device)
 from harness.components.knobs import (  # noqa: E402, F401  (methods and tasks import them here)
     MAX_DATA_STEPS,
     MAX_LAYERS,

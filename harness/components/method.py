@@ -322,7 +322,7 @@ def missing_parts(obj: Any) -> list[str]:
     ``cost`` and either ``init_state`` and ``step`` or its own ``forward``. The registry refuses
     a class that lacks any of these (``harness.components.registry.check_method``), before any run
     starts; what needs a model built (shapes, costs, gradients) is
-    ``harness.components.conformance``'s.
+    ``harness.authoring.conformance``'s.
 
     Returns:
         One phrase per missing part (``does not override cost()``); empty when nothing lacks.

@@ -28,7 +28,7 @@ class RunOptions:
 
     Attributes:
         data_dir: the dataset root (None: ``$HARNESS_DATA_DIR``, else the user cache).
-        device: ``cpu``, ``cuda`` or ``auto`` (``harness.pipeline.env.resolve_device``).
+        device: ``cpu``, ``cuda`` or ``auto`` (``harness.env.resolve_device``).
         threads: torch CPU threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder (None: none).
         checkpoint_dir: each run keeps a checkpoint of its training here and goes on from one

@@ -56,7 +56,7 @@ class RunRecord(TypedDict, total=False):
         method_code: digest of the method's source files (``harness.pipeline.resume.method_code``).
         method_source: where the method came from (``harness.components.registry.source_of``), if
             known.
-        env: where it ran (``harness.pipeline.env.environment``).
+        env: where it ran (``harness.env.environment``).
         time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``; ``compile_s`` (the part of
             ``train_s`` spent compiling) for runs with ``train.compile``.
         primary: the task's primary metric; ``higher_is_better`` its direction.

@@ -4,5 +4,5 @@
 expands its blocks and grids, ``resume`` says what is left to run; an executor
 (``harness.executors``) hands each config to ``train``, the one training and evaluation loop,
 which keeps its state in a ``checkpoint``, reports ``events`` and TensorBoard logs
-(``tracking``), and measures in the environment ``env`` with the helpers of ``timing``.
+(``tracking``), and times with the helpers of ``timing``.
 """

@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.env import git_state
 from harness.errors import DISK_FULL_NOTE, is_disk_full, write_failure
 from harness.persistence import records
-from harness.pipeline.env import git_state
 
 FORMAT = 1
 SUFFIX = ".checkpoints"  # the folder beside a records store: STORE.checkpoints/RUN_ID.pt

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness import env
 from harness.components.config import RunConfig
 from harness.components.flops import FLOPS_PER_MAC, sequence_macs
 from harness.components.method import SeqOut
@@ -29,7 +30,6 @@ from harness.components.task import Split, Task
 from harness.errors import DivergedError, HarnessError, failure_reason
 from harness.persistence import records
 from harness.persistence.trace import pack_depth, pack_mask
-from harness.pipeline import env
 from harness.pipeline import events as events_mod
 from harness.pipeline.checkpoint import Checkpointer, restore_training, training_state
 from harness.pipeline.resume import method_code

@@ -14,11 +14,11 @@ import dataclasses
 import time
 from typing import Any
 
+from harness import env
 from harness.components.flops import FLOPS_PER_MAC
 from harness.components.registry import TASKS, source_of
 from harness.errors import ConfigError, HarnessError, failure_reason
 from harness.persistence import records
-from harness.pipeline import env
 from harness.references import REFERENCES, RefConfig, cannot_serve, reference_code
 
 # what a reference's record says chose its test metrics (``selection``)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from harness import env
 from harness.components.metrics import get_metric
-from harness.pipeline import env
 
 
 def arrow(higher: bool | None) -> str:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.components import conformance
+from harness.authoring import conformance
 from harness.components.registry import METHODS, method_source
 
 

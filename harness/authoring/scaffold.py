@@ -1,10 +1,10 @@
 """``harness new method``: a documented template of a new method and its test file.
 
-A template per kind of conditional computation (``KINDS``), in ``harness/components/templates/``:
+A template per kind of conditional computation (``KINDS``), in ``harness/authoring/templates/``:
 each holds the ``Method`` subclass with its config (fields declared with ``knob``), ``cost()`` and
 the hooks its kind has (``fast_forward`` and ``at_skip`` for skip and depth, ``budget_knobs`` for
 the kinds that skip), with ``# eq. N`` placeholders for the user's paper. Fresh from the template, a
-method passes ``harness check`` (``harness.components.conformance``) and trains; its test file runs
+method passes ``harness check`` (``harness.authoring.conformance``) and trains; its test file runs
 the same checks under pytest.
 """
 
