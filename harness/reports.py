@@ -15,6 +15,7 @@ from harness.errors import HarnessError
 from harness.outputs import check_writable, refuse_overwrite, write_text
 from harness.records import RunRecord
 from harness.reporting import compare as gate
+from harness.reporting import leaderboard as lb
 from harness.reporting import paper
 from harness.reporting.paper import NO_PYARROW, write_frame
 from harness.selection import empty_tables, parse_rule, select
@@ -59,8 +60,6 @@ def report(
     Returns:
         The paths written, and the unusable lines of the sources (the report lists them too).
     """
-    from harness.reporting import leaderboard as lb
-
     out = Path(out)
     inputs = _inputs(sources)
     for path in leaderboard_paths(out, formats, figures):

@@ -36,7 +36,6 @@ DEFERRED = {
     ("harness.registry", "harness.method"): "torch",
     ("harness.reporting.text", "harness.flops"): "torch",
     ("harness.reports", "harness.reporting.figures"): "numpy and matplotlib",
-    ("harness.reports", "harness.reporting.leaderboard"): "pandas",
     ("harness.sweep", "harness.flops"): "torch",
     ("harness.sweep", "harness.train"): "torch",
 }

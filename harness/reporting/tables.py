@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.metrics import get_metric
-from harness.records import is_reference
+from harness.references import role
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
 from harness.reporting.text import (
@@ -304,7 +304,7 @@ def build_main_table(
     """
     cols = layout(agg, primary, higher)
     # reference predictors (harness.references): never bold, not the reference, not tested
-    predictors = [is_reference(m) for m in agg["method"]]
+    predictors = [role(m) != "method" for m in agg["method"]]
     among = [i for i, p in enumerate(predictors) if not p]
     ref, how = reference(agg.iloc[among], primary, higher)
     ref = among[ref] if ref >= 0 else -1
