@@ -186,7 +186,7 @@ def boards(records: Sequence[dict[str, Any]], picked: dict[str, str] | None = No
 
         kept = [Column(c.title, c.key, place(c)) for c in columns if any(r.cells.get(c.title) for _, r in rows)]
         for _, r in rows:
-            r.cells = {c.title: r.cells.get(c.title) or "–" for c in kept}
+            r.cells = {c.title: "–" if r.cells.get(c.title) is None else r.cells[c.title] for c in kept}
         out.append(Board(task, preset, kept, [r for _, r in rows]))
     return out
 
