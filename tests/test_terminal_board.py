@@ -1,6 +1,6 @@
 """What ``harness run`` prints at the end, and where reports go when no output is named.
 
-In a terminal: the leaderboard's model (``harness.reporting.leaderboard``) within the terminal's width; the
+In a terminal: the leaderboard's model (``harness.reporting.leaderboard``) within its width; the
 leaderboard's Markdown when stdout is not a terminal or with ``--format md``. ``harness report``
 and ``harness bench`` without an output write next to their records, never into ``reports/``.
 """

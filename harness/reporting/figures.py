@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.metrics import get_metric
-from harness.registry import METHODS, UnknownNameError
 from harness.references import role
+from harness.registry import METHODS, UnknownNameError
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
     LINESTYLES,

@@ -124,71 +124,84 @@ def boards(records: Sequence[dict[str, Any]], picked: dict[str, str] | None = No
         picked: variant id -> why a selection rule picked it (adds a "Picked by" column).
     """
     recs = [r for r in latest(records) if r.get("status") == "ok"]
-    out = []
-    for task, preset in sorted({(r["task"], r["preset"]) for r in recs}):
-        in_table = [r for r in recs if r["task"] == task and r["preset"] == preset]
-        primary = in_table[0].get("primary", "")
-        higher = higher_is_better(in_table[0])  # the registry's direction of the primary
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for r in in_table:
-            groups.setdefault(r["variant_id"], []).append(r)
-        keys = _measures(in_table, primary)
-        seeded = [
-            {k: {r["seed"]: float(v) for r in g if _finite(v := measure(r, k))} for k in keys}
-            for g in groups.values()
-        ]
-        columns = [Column("Method", terse=TERSE), Column("Variant"), Column("Seeds", terse=TERSE)]
-        scales = {}
-        for k in keys:
-            m = get_metric(k)
-            means = [statistics.fmean(s[k].values()) for s in seeded if s[k]]
-            scales[k] = 0 if m.percent or m.form != "num" else column_scale(means, large=m.large)
-            h = higher if k == primary else m.higher
-            columns.append(Column(scaled(m.title, scales[k]) + arrow(h) if m.form == "num" else m.title, k))
-            if k == primary:
-                columns.append(Column(ci := ci_title(m.title, scales[k])))
-        columns += [Column("Train s"), Column("Commit")] + [Column("Picked by")] * bool(picked)
-        rows = []
-        for (vid, group), vals in zip(groups.items(), seeded, strict=True):
-            method = group[0]["method"]
-            cells = {
-                "Method": method_cell(method),
-                "Variant": variant_label(group, [r for r in in_table if r["method"] == method]),
-                "Seeds": seeds_cell(len({r["seed"] for r in group})),
-                "Commit": commit_label(group),
-                "Picked by": (picked or {}).get(vid, "–"),
-            }
-            for c in columns:
-                if c.key:
-                    v = list(vals[c.key].values())
-                    cells[c.title] = _text(c.key, v, len(group), scales[c.key])
-            v = list(vals[primary].values())
-            cells[ci] = fmt_ci(statistics.fmean(v), v, scales[primary], primary)
-            t = [x for r in group if _finite(x := (r.get("time") or {}).get("train_s"))]
-            cells["Train s"] = fmt_cell(statistics.fmean(t)) if t else "–"
-            sort = statistics.fmean(v) * (-1 if higher else 1) if v else math.inf
-            p = picked.get(vid, "") if picked else ""
-            seeds = sorted({r["seed"] for r in group})
-            row = Row(method, cells["Variant"], vid, seeds, cells["Commit"], p, cells, vals)
-            rows.append(((role(method) == "method", sort), row))
-        rows.sort(key=lambda x: x[0])
-        methods = [r for (m, _), r in rows if m] or [r for _, r in rows]
+    places = sorted({(r["task"], r["preset"]) for r in recs})
+    return [
+        _board(t, p, [r for r in recs if (r["task"], r["preset"]) == (t, p)], picked)
+        for t, p in places
+    ]
 
-        def place(c: Column, primary: str = primary) -> int:
-            """The terminal's rule: the primary, and each measure with a direction that every
-            method row holds (the compute ones always, the other scores where the width allows)."""
-            m = get_metric(c.key)
-            if c.key == primary or not c.key:
-                return TERSE if c.key or c.terse else FULL
-            if m.form != "num" or m.higher is None or not all(r.values[c.key] for r in methods):
-                return FULL
-            return WIDE if m.group == "score" else TERSE
 
-        kept = [Column(c.title, c.key, place(c)) for c in columns if any(r.cells.get(c.title) for _, r in rows)]
-        for _, r in rows:
-            r.cells = {c.title: "–" if r.cells.get(c.title) is None else r.cells[c.title] for c in kept}
-        out.append(Board(task, preset, kept, [r for _, r in rows]))
-    return out
+def _board(task: str, preset: str, in_table: list[dict[str, Any]], picked: Any) -> Board:
+    primary = in_table[0].get("primary", "")
+    higher = higher_is_better(in_table[0])  # the registry's direction of the primary
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in in_table:
+        groups.setdefault(r["variant_id"], []).append(r)
+    keys = _measures(in_table, primary)
+    seeded = [
+        {k: {r["seed"]: float(v) for r in g if _finite(v := measure(r, k))} for k in keys}
+        for g in groups.values()
+    ]
+    columns = [Column("Method", terse=TERSE), Column("Variant"), Column("Seeds", terse=TERSE)]
+    scales = {}
+    for k in keys:
+        m = get_metric(k)
+        means = [statistics.fmean(s[k].values()) for s in seeded if s[k]]
+        scales[k] = 0 if m.percent or m.form != "num" else column_scale(means, large=m.large)
+        h = higher if k == primary else m.higher
+        columns.append(
+            Column(scaled(m.title, scales[k]) + arrow(h) if m.form == "num" else m.title, k)
+        )
+        if k == primary:
+            columns.append(Column(ci := ci_title(m.title, scales[k])))
+    columns += [Column("Train s"), Column("Commit")] + [Column("Picked by")] * bool(picked)
+    rows = []
+    for (vid, group), vals in zip(groups.items(), seeded, strict=True):
+        method = group[0]["method"]
+        v = list(vals[primary].values())
+        t = [x for r in group if _finite(x := (r.get("time") or {}).get("train_s"))]
+        cells = {
+            "Method": method_cell(method),
+            "Variant": variant_label(group, [r for r in in_table if r["method"] == method]),
+            "Seeds": seeds_cell(len({r["seed"] for r in group})),
+            ci: fmt_ci(statistics.fmean(v), v, scales[primary], primary),
+            "Train s": fmt_cell(statistics.fmean(t)) if t else "–",
+            "Commit": commit_label(group),
+            "Picked by": (picked or {}).get(vid, "–"),
+        }
+        for c in columns[3:]:
+            if c.key:
+                cells[c.title] = _text(c.key, list(vals[c.key].values()), len(group), scales[c.key])
+        sort = statistics.fmean(v) * (-1 if higher else 1) if v else math.inf
+        seeds = sorted({r["seed"] for r in group})
+        p = (picked or {}).get(vid, "")
+        row = Row(method, cells["Variant"], vid, seeds, cells["Commit"], p, cells, vals)
+        rows.append(((role(method) == "method", sort), row))
+    rows.sort(key=lambda x: x[0])
+    body = [r for _, r in rows]
+    methods = [r for (m, _), r in rows if m] or body
+    kept = [
+        Column(c.title, c.key, _place(c, primary, methods))
+        for c in columns
+        if any(r.cells.get(c.title) for r in body)
+    ]
+    for r in body:
+        r.cells = {c.title: "–" if r.cells.get(c.title) is None else r.cells[c.title] for c in kept}
+    return Board(task, preset, kept, body)
+
+
+def _place(c: Column, primary: str, methods: list[Row]) -> int:
+    """A column's place in the terminal (``TERSE``, ``WIDE`` or ``FULL``: the file only).
+
+    The primary and each measure with a direction that every method row holds: the compute ones
+    always, the other scores where the width allows.
+    """
+    if not c.key or c.key == primary:
+        return TERSE if c.key else c.terse
+    m = get_metric(c.key)
+    if m.form != "num" or m.higher is None or not all(r.values[c.key] for r in methods):
+        return FULL
+    return WIDE if m.group == "score" else TERSE
 
 
 def _finite(v: Any) -> bool:
@@ -218,7 +231,9 @@ def leaderboard_rows(
     out = {}
     for b in boards(records, picked):
         cols = [c.title for c in b.columns]
-        out[(b.task, b.preset)] = pd.DataFrame([[r.cells[t] for t in cols] for r in b.rows], columns=cols)
+        out[(b.task, b.preset)] = pd.DataFrame(
+            [[r.cells[t] for t in cols] for r in b.rows], columns=cols
+        )
     return out
 
 
@@ -284,7 +299,9 @@ def leaderboard_tex(
     for b in boards(records, picked):
         cols = [c.title for c in b.columns]
         rows = [[(r.cells[t], False) for t in cols] for r in b.rows]
-        label = "tab:leaderboard-" + "".join(c if c.isalnum() else "-" for c in f"{b.task}-{b.preset}")
+        label = "tab:leaderboard-" + "".join(
+            c if c.isalnum() else "-" for c in f"{b.task}-{b.preset}"
+        )
         parts.append(render_tex(cols, rows, b.title, label))
     return "\n".join(parts)
 

@@ -36,8 +36,8 @@ from harness.errors import HarnessError
 from harness.metrics import get_metric
 from harness.outputs import write_text
 from harness.records import latest
-from harness.registry import TASKS
 from harness.references import role
+from harness.registry import TASKS
 from harness.reporting.against import against_table
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes

@@ -1,7 +1,7 @@
 """Reference predictors in the reports: first rows, what each is, whether a task separates.
 
 A reference predictor (``harness.references``, ``ref:NAME``) is no method: the leaderboard, the
-terminal's brief tables and the paper tables show its rows first, labelled ``(reference)``,
+terminal's tables and the paper tables show its rows first, labelled ``(reference)``,
 never bold, left out of the paired tests' reference row and of Holm's family. Under each table
 a note says what each reference is (``notes``) and, where the best reference comes as close to
 the best method row as ``separation`` says, that the task does not separate the methods at this
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.metrics import get_metric, higher_is_better
 from harness.records import latest
-from harness.references import REFERENCES, default_sections, describe, role
+from harness.references import default_sections, describe, role
 from harness.registry import TASKS
 from harness.reporting.runs import variant_label
 from harness.reporting.text import ci95
