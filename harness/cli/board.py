@@ -19,6 +19,7 @@ from harness.selection import select as select_records
 from harness.store import load
 
 FORMATS = ("table", "md")
+NONE = "no run finished ok: no table"
 
 
 def print_board(store: Path, board: Path, select: str | None, given: str | None) -> None:
@@ -39,41 +40,32 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
 
     records, _ = load([store])
     rule = parse_rule(select) if select else None
-    none = "no run finished ok: no table"
+    none = NONE
     if rule and any(r.get("status") == "ok" for r in records):
         none = f"--select {rule} keeps no row: no table"
     print_tables(records, rule, str(store), stdout, board, none)
 
 
 def print_tables(
-    records: Sequence[dict[str, Any]],
-    rule: Any,
-    store: str,
-    console: Any,
-    board: Path,
-    none: str = "no run finished ok: no table",
+    records: Sequence[dict], rule: Any, store: str, console: Any, board: Path, none: str = NONE
 ) -> None:
-    """Print the leaderboard of ``records`` on ``console``, within its width, and where the file is.
+    """Print the leaderboard of ``records`` on ``console``, and where its Markdown ``board`` is.
 
-    Args:
-        records: run records.
-        rule: a ``harness.selection.Rule`` or None.
-        store: the records store, named in the command that adds reference predictors.
-        console: a ``rich`` console.
-        board: the leaderboard's Markdown file, named last.
-        none: what it says where there is no table.
+    ``rule`` picks the rows, ``store`` is named in the notes, ``none`` is said for no table.
 
-    A table too wide for the console even with the method's cell wrapped keeps only its
-    ``TERSE`` columns (``harness.reporting.leaderboard.Column``); numbers are never wrapped.
+    A table too wide for the console even with the method's cell and the titles wrapped keeps
+    only its ``TERSE`` columns (``harness.reporting.leaderboard.Column``); numbers never wrap.
     """
-    picked = None
+    from rich.measure import Measurement
+
+    picked, wide = None, console.options.update_width(10_000)  # the narrowest it can be
     if rule is not None:
         records, picked = select_records(records, rule)
     tables = boards(records, picked)
     for b in tables:
         for place, tight in ((WIDE, False), (WIDE, True), (TERSE, True)):
             table = _table(b.title, *terminal(b, place), tight)
-            if _min_width(console, table) <= console.width:
+            if Measurement.get(console, wide, table).minimum <= console.width:
                 break
         console.print(table)
         for note in record_notes(records, b.task, b.preset, store, brief=True):
@@ -84,13 +76,6 @@ def print_tables(
         f"the full leaderboard (CIs, dense cost, parameters, time, commits, failures): {board}",
         highlight=False,
     )
-
-
-def _min_width(console: Any, table: Any) -> int:
-    """The narrowest ``table`` can print: titles and method cells wrapped, numbers whole."""
-    from rich.measure import Measurement
-
-    return Measurement.get(console, console.options.update_width(10_000), table).minimum
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], tight: bool) -> Any:

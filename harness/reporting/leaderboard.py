@@ -21,12 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.metrics import METRICS, get_metric, higher_is_better
+from harness.metrics import get_metric, higher_is_better
 from harness.records import latest
 from harness.references import role
 from harness.reporting.references import method_cell, record_notes
 from harness.reporting.render import render_tex
-from harness.reporting.runs import failed_records, failed_summary, measure, variant_label
+from harness.reporting.runs import (
+    failed_records,
+    failed_summary,
+    measure,
+    measures,
+    variant_label,
+)
 from harness.reporting.text import (
     NOTES,
     arrow,
@@ -60,14 +66,9 @@ class Column:
 
 @dataclass
 class Row:
-    """One method variant: who it is, its text per column title, its per-seed values per measure."""
+    """One method variant: who (csv's keys), its text per column title, its values by seed."""
 
-    method: str
-    variant: str
-    variant_id: str
-    seeds: list[int]
-    commit: str
-    picked: str
+    who: dict[str, Any]  # method, variant, variant_id, seeds, commit, picked_by
     cells: dict[str, str]
     values: dict[str, dict[int, float]]
 
@@ -89,11 +90,7 @@ class Board:
 
 def _measures(in_table: list[dict[str, Any]], primary: str) -> list[str]:
     """The measures with a column: the primary, then each registered one a record holds."""
-    held = [
-        k
-        for k, m in list(METRICS.items())
-        if m.group != "detail" and any(measure(r, k) is not None for r in in_table)
-    ]
+    held = [k for k in measures(in_table) if any(measure(r, k) is not None for r in in_table)]
 
     def place(k: str) -> int:
         m = get_metric(k)
@@ -173,10 +170,9 @@ def _board(task: str, preset: str, in_table: list[dict[str, Any]], picked: Any) 
             if c.key:
                 cells[c.title] = _text(c.key, list(vals[c.key].values()), len(group), scales[c.key])
         sort = statistics.fmean(v) * (-1 if higher else 1) if v else math.inf
-        seeds = sorted({r["seed"] for r in group})
-        p = (picked or {}).get(vid, "")
-        row = Row(method, cells["Variant"], vid, seeds, cells["Commit"], p, cells, vals)
-        rows.append(((role(method) == "method", sort), row))
+        who = {"method": method, "variant": cells["Variant"], "variant_id": vid}
+        who.update(seeds=len(group), commit=cells["Commit"], picked_by=(picked or {}).get(vid, ""))
+        rows.append(((role(method) == "method", sort), Row(who, cells, vals)))
     rows.sort(key=lambda x: x[0])
     body = [r for _, r in rows]
     methods = [r for (m, _), r in rows if m] or body
@@ -217,7 +213,7 @@ def terminal(board: Board, place: int = WIDE) -> tuple[list[str], list[list[str]
     cols = [c.title for c in board.columns if c.terse >= place]
     rows = []
     for r in board.rows:
-        cells = dict(r.cells, Method=f"{r.cells['Method']} {r.variant}".strip())
+        cells = dict(r.cells, Method=f"{r.cells['Method']} {r.who['variant']}".strip())
         rows.append([cells[t] for t in cols])
     return cols, rows
 
@@ -299,9 +295,8 @@ def leaderboard_tex(
     for b in boards(records, picked):
         cols = [c.title for c in b.columns]
         rows = [[(r.cells[t], False) for t in cols] for r in b.rows]
-        label = "tab:leaderboard-" + "".join(
-            c if c.isalnum() else "-" for c in f"{b.task}-{b.preset}"
-        )
+        name = f"{b.task}-{b.preset}"
+        label = "tab:leaderboard-" + "".join(c if c.isalnum() else "-" for c in name)
         parts.append(render_tex(cols, rows, b.title, label))
     return "\n".join(parts)
 
@@ -319,11 +314,9 @@ def leaderboard_frame(records: Sequence[dict[str, Any]], select: Any = None) -> 
     rows = []
     for b in boards(records, picked):
         keys = [c.key for c in b.columns if c.key]
-        seeds = sorted({s for r in b.rows for s in r.seeds})
+        seeds = sorted({s for r in b.rows for v in r.values.values() for s in v})
         for r in b.rows:
-            row = {"task": b.task, "preset": b.preset, "method": r.method, "variant": r.variant}
-            row.update(variant_id=r.variant_id, seeds=len(r.seeds), commit=r.commit)
-            row["picked_by"] = r.picked
+            row = {"task": b.task, "preset": b.preset, **r.who}
             for k in keys:
                 v = list(r.values[k].values())
                 row[k] = statistics.fmean(v) if v else math.nan

@@ -26,12 +26,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Where a record keeps the registered measures that are not among its ``metrics``.
-WHERE = {
-    "flops": ("flops", "effective"),
-    "dense_flops": ("flops", "dense"),
-    "params": ("params", "total"),
-    "hidden_size": ("config", "model", "hidden_size"),
-}
+WHERE = {"flops": ("flops", "effective"), "dense_flops": ("flops", "dense")}
+WHERE.update(params=("params", "total"), hidden_size=("config", "model", "hidden_size"))
 
 
 def measure(rec: dict[str, Any], key: str) -> Any:
@@ -191,8 +187,8 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     Columns: ``task``, ``preset``, ``method``, ``variant_id``, ``seed``, ``primary``,
     ``higher`` (the primary metric's direction, ``harness.metrics.higher_is_better``),
-    ``record``, ``config`` (flat), ``hidden_size``, ``flops`` (effective), ``params`` (total)
-    and one column per recorded metric.
+    ``record``, ``config`` (flat), one column per recorded metric and one per measure of
+    ``WHERE`` (``hidden_size``, ``flops`` (effective), ``dense_flops``, ``params`` (total)).
     """
     import pandas as pd
 
