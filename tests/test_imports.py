@@ -36,7 +36,6 @@ DEFERRED = {
     ("harness.components.registry", "harness.components.method"): "torch",
     ("harness.reporting.text", "harness.components.flops"): "torch",
     ("harness.reporting.reports", "harness.reporting.figures"): "numpy and matplotlib",
-    ("harness.reporting.reports", "harness.reporting.leaderboard"): "pandas",
     ("harness.pipeline.sweep", "harness.components.flops"): "torch",
     ("harness.pipeline.sweep", "harness.pipeline.train"): "torch",
 }

@@ -1,6 +1,6 @@
 """What ``harness run`` prints at the end, and where reports go when no output is named.
 
-In a terminal: the brief tables (``harness.reporting.brief``) within the terminal's width; the
+In a terminal: the leaderboard's model (``harness.reporting.leaderboard``) within its width; the
 leaderboard's Markdown when stdout is not a terminal or with ``--format md``. ``harness report``
 and ``harness bench`` without an output write next to their records, never into ``reports/``.
 """
@@ -19,67 +19,68 @@ from rich.console import Console
 
 from harness.cli.board import print_tables
 from harness.persistence.store import load
-from harness.reporting.brief import brief_tables
+from harness.reporting.leaderboard import TERSE, WIDE, boards, terminal
 
 QUICK = ROOT / "results" / "quick" / "runs.jsonl"
 RUN = ("run", "--tasks", "adding", "--methods", "gru,skip-rnn", "--preset", "smoke")
 
 
-def _render(tables, width: int) -> list[str]:
+def _render(records, width: int) -> list[str]:
     console = Console(file=io.StringIO(), width=width, color_system=None)
-    print_tables(tables, console, Path("runs/LEADERBOARD.md"))
+    print_tables(records, None, "results", console, Path("runs/LEADERBOARD.md"))
     return console.file.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("width", [100, 120])
-def test_the_brief_tables_of_the_committed_records_fit_the_terminal(width):
+def test_the_terminal_tables_of_the_committed_records_fit_the_terminal(width):
     records, _ = load([QUICK])
-    tables = brief_tables(records)
+    tables = boards(records)
     assert {t.title for t in tables} >= {"adding (quick preset)", "seizures (quick preset)"}
-    lines = _render(tables, width)
+    lines = _render(records, width)
     assert max(map(len, lines)) <= width
     text = "\n".join(lines)
     # every row is there, with its number cells whole (numbers never wrap); a narrow terminal
-    # may drop the √ column (below), no other
+    # may drop the WIDE columns (the task's other scores), no other
     for table in tables:
-        shown = [i for i, c in enumerate(table.columns) if i and not c.startswith("√")]
-        for row in table.rows:
-            for i in shown:
-                assert row[i] in text, (table.title, row)
+        columns, rows = terminal(table, TERSE)
+        for row in rows:
+            for cell in row[1:]:
+                assert cell in text, (table.title, row)
     assert "runs/LEADERBOARD.md" in text
 
 
-def test_the_brief_columns_are_the_primary_metric_skip_sqrt_and_macs():
+def test_the_terminal_columns_are_the_measures_every_method_row_holds():
     records, _ = load([QUICK])
-    by_title = {t.title: t for t in brief_tables(records)}
+    by_title = {t.title: t for t in boards(records)}
     seiz = by_title["seizures (quick preset)"]
-    assert seiz.columns == [
+    assert terminal(seiz, WIDE)[0] == [
         "Method",
         "Seeds",
         "Accuracy % ↑",
-        "Skip % ↑",
         "√(Acc×Skip) ↑",
-        "MACs (×10^4) ↓",
+        "Skip % ↑",
+        "Effective FLOPs (×10^4) ↓",
     ]
-    adding = by_title["adding (quick preset)"]
-    assert adding.columns[2].startswith("MSE") and adding.columns[2].endswith("↓")
-    assert not any(c.startswith("√") for c in adding.columns)  # no accuracy, no √
+    assert "√(Acc×Skip) ↑" not in terminal(seiz, TERSE)[0]
+    columns, rows = terminal(by_title["adding (quick preset)"], WIDE)
+    assert columns[2].startswith("MSE") and columns[2].endswith("↓")
+    assert not any(c.startswith("√") for c in columns)  # no accuracy, no √
     # reference predictors first, then the methods sorted by the primary metric, variants named
     # beside their method
-    methods = [r for r in adding.rows if not r[0].startswith("ref:")]
-    assert adding.rows[0][0] == "ref:mean (reference)" and len(methods) == len(adding.rows) - 1
+    methods = [r for r in rows if not r[0].startswith("ref:")]
+    assert rows[0][0] == "ref:mean (reference)" and len(methods) == len(rows) - 1
     assert methods[0][0].startswith("sa-rnn lam=")
     gru = [r for r in methods if r[0] == "gru"]
-    assert gru and gru[0][-1] == "39.0 ± 0 (n=3)"  # 3.9e5 effective MACs, every seed
+    assert gru and gru[0][-1] == "7.80 ± 0 (n=3)"  # 7.8e5 effective FLOPs, every seed
 
 
 def test_a_narrow_terminal_drops_the_sqrt_column_not_the_numbers():
     records, _ = load([QUICK])
-    seiz = [t for t in brief_tables(records) if t.title.startswith("seizures")]
+    seiz = [r for r in records if r["task"] == "seizures"]
     wide, narrow = _render(seiz, 100), _render(seiz, 80)
     assert any("√(Acc×Skip)" in line for line in wide)
     assert not any("√(Acc×Skip)" in line for line in narrow)
-    assert max(map(len, narrow)) <= 80 and any("MACs" in line for line in narrow)
+    assert max(map(len, narrow)) <= 80 and any("FLOPs" in line for line in narrow)
 
 
 def test_run_prints_markdown_through_a_pipe_and_a_table_when_asked(harness, monkeypatch):

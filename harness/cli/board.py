@@ -1,7 +1,8 @@
 """What ``harness run`` prints when it ends: the leaderboard, as a terminal can show it.
 
-In a terminal, one ``rich`` table per (task, preset) with the brief columns
-(``harness.reporting.brief``), fitted to the terminal's width (cells wrap, numbers never);
+In a terminal, one ``rich`` table per (task, preset): the leaderboard's model rendered for a
+terminal (``harness.reporting.leaderboard.terminal``), fitted to its width (cells wrap, numbers
+never), with the notes on its reference predictors;
 otherwise (stdout a pipe or a file, or ``--format md``) the leaderboard's Markdown as written.
 """
 
@@ -13,10 +14,13 @@ from typing import Any
 
 from harness.components.config import legacy_values
 from harness.components.selection import parse_rule
+from harness.components.selection import select as select_records
 from harness.persistence.store import load
-from harness.reporting.brief import brief_tables
+from harness.reporting.leaderboard import TERSE, WIDE, boards, terminal
+from harness.reporting.references import record_notes
 
 FORMATS = ("table", "md")
+NONE = "no run finished ok: no table"
 
 
 def print_board(store: Path, board: Path, select: str | None, given: str | None) -> None:
@@ -37,30 +41,35 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
 
     records, _ = load([store], legacy_values)
     rule = parse_rule(select) if select else None
-    none = "no run finished ok: no table"
+    none = NONE
     if rule and any(r.get("status") == "ok" for r in records):
         none = f"--select {rule} keeps no row: no table"
-    print_tables(brief_tables(records, rule, str(store)), stdout, board, none)
+    print_tables(records, rule, str(store), stdout, board, none)
 
 
 def print_tables(
-    tables: Sequence[Any], console: Any, board: Path, none: str = "no run finished ok: no table"
+    records: Sequence[dict], rule: Any, store: str, console: Any, board: Path, none: str = NONE
 ) -> None:
-    """Print the brief tables on ``console``, within its width, and where the full one is.
+    """Print the leaderboard of ``records`` on ``console``, and where its Markdown ``board`` is.
 
-    ``none`` is what it says where there is no table.
+    ``rule`` picks the rows, ``store`` is named in the notes, ``none`` is said for no table.
 
-    A table too wide for the console even with the method's cell wrapped loses its
-    √(Acc×Skip) column (it follows from the two beside it); numbers are never wrapped.
+    A table too wide for the console even with the method's cell and the titles wrapped keeps
+    only its ``TERSE`` columns (``harness.reporting.leaderboard.Column``); numbers never wrap.
     """
-    for brief in tables:
-        table = _table(brief.title, brief.columns, brief.rows)
-        if _min_width(console, table) > console.width:
-            keep = [i for i, c in enumerate(brief.columns) if not c.startswith("√")]
-            rows = [[row[i] for i in keep] for row in brief.rows]
-            table = _table(brief.title, [brief.columns[i] for i in keep], rows)
+    from rich.measure import Measurement
+
+    picked, wide = None, console.options.update_width(10_000)  # the narrowest it can be
+    if rule is not None:
+        records, picked = select_records(records, rule)
+    tables = boards(records, picked)
+    for b in tables:
+        for place, tight in ((WIDE, False), (WIDE, True), (TERSE, True)):
+            table = _table(b.title, *terminal(b, place), tight)
+            if Measurement.get(console, wide, table).minimum <= console.width:
+                break
         console.print(table)
-        for note in getattr(brief, "notes", ()):
+        for note in record_notes(records, b.task, b.preset, store, brief=True):
             console.print(f"  {note}", highlight=False, markup=False)
     if not tables:
         console.print(none, highlight=False)
@@ -70,21 +79,8 @@ def print_tables(
     )
 
 
-def _min_width(console: Any, table: Any) -> int:
-    """The narrowest ``table`` can print: its natural width less what its method cells wrap."""
-    import io
-
-    from rich.console import Console
-
-    wide = Console(file=io.StringIO(), width=10_000, color_system=None)
-    wide.print(table)
-    natural = max(map(len, wide.file.getvalue().splitlines()), default=0)
-    method = table.columns[0]
-    cells = [str(c) for c in method._cells]
-    return natural - max(map(len, [method.header, *cells])) + (method.min_width or 0)
-
-
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Any:
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], tight: bool) -> Any:
+    """A ``rich`` table: the method's cell wraps; a number never, a title (``tight``) by words."""
     from rich import box
     from rich.table import Table
 
@@ -92,15 +88,11 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) ->
         title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False
     )
     widest = max((len(row[0].split(" ")[0]) for row in rows), default=6)
-    for col in columns:  # only the method's cell wraps (its variant's settings)
-        method = col == "Method"
-        table.add_column(
-            col,
-            justify="left" if method else "right",
-            overflow="fold",
-            no_wrap=not method,
-            min_width=max(widest, 6) if method else None,
-        )
+    table.add_column(columns[0], overflow="fold", min_width=max(widest, 6))
+    for j, col in enumerate(columns[1:], 1):
+        title_width = max(map(len, col.split())) if tight else len(col)
+        whole = max((len(row[j]) for row in rows), default=1)
+        table.add_column(col, justify="right", width=max(whole, title_width))
     for row in rows:
         table.add_row(*row)
     return table

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.components.metrics import get_metric
-from harness.persistence.records import is_reference
+from harness.references import role
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
 from harness.reporting.tables import compare_seeds, finite_by_seed, holm, reference, row_name
@@ -118,7 +118,7 @@ def against_table(
     """
     if not names:
         return None
-    methods = [(i, r) for i, (_, r) in enumerate(agg.iterrows()) if not is_reference(r["method"])]
+    methods = [(i, r) for i, (_, r) in enumerate(agg.iterrows()) if role(r["method"]) == "method"]
     notes: list[str] = []
     targets: list[tuple[str, Any]] = []  # (name, its row)
     for name in names:

@@ -37,7 +37,7 @@ import numpy as np
 
 from harness.components.metrics import get_metric
 from harness.components.registry import METHODS, UnknownNameError
-from harness.persistence.records import is_reference
+from harness.references import role
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
     LINESTYLES,
@@ -429,7 +429,7 @@ def report_figures(
         out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
 
     bands = reference_bands(runs, primary, variant_labels(runs))
-    runs = runs[[not is_reference(m) for m in runs["method"]]]
+    runs = runs[[role(m) == "method" for m in runs["method"]]]
     if runs.empty:  # reference predictors alone: no method to draw
         return out
     points = variant_points(runs, [primary, "skip_pct", "flops"])

@@ -1,15 +1,16 @@
-"""Records -> pandas -> leaderboards (generated files; never edited by hand).
+"""The leaderboard: one table model (``Board``) per (task, preset), rendered four ways.
 
-One table per (task, preset). Rows are method variants: runs that differ only by seed are
-aggregated over seeds, with the number of seeds shown (``1*``: one seed). Cells use the one number
-format of the reports (``harness.reporting.text.fmt_cell``: one unit per column, the digits set by
-the std, no "± 0"); the primary metric also gets its 95 % CI, and each row the commit of its
-records. Arrows give each column's direction. The header (``harness.reporting.text.header``) says
-which records, commits, devices and torch versions the numbers come from, the rule that chose each
-test metric, and the FLOP unit. Each measure's title, direction, unit and cell form are the metric
-registry's (``harness.components.metrics``). With a selection rule
+``boards`` builds the model from records and the metric registry (``harness.components.metrics``):
+rows are method variants (runs that differ only by seed, aggregated over seeds, ``1*``: one seed),
+the reference rows first (``harness.references.role``), then by the primary metric; the columns are
+the primary metric (and its 95 % CI), then every registered measure the table's records hold, scores
+first, yes / no outcomes, then the compute measures in registry order (a ``detail`` measure gets
+none). Each measure's title, direction, unit and cell form are the registry's; cells use the one
+number format of the reports (``harness.reporting.text.fmt_cell``). With a selection rule
 (``harness.components.selection``) each method has one row, the variant the rule picked on
-validation data.
+validation data. The renderings: the terminal (``terminal``: the measures with a direction,
+``Column.terse``), Markdown (``leaderboard_markdown``, the file beside the records), LaTeX
+(``leaderboard_tex``) and csv / parquet numbers (``leaderboard_frame``).
 """
 
 from __future__ import annotations
@@ -17,28 +18,27 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from harness.components.metrics import METRICS, get_metric, higher_is_better
+from harness.components.metrics import get_metric, higher_is_better
 from harness.components.selection import empty_tables, no_row_line
 from harness.components.selection import select as select_records
-from harness.persistence.records import is_reference, latest
+from harness.persistence.records import latest
+from harness.references import role
 from harness.reporting.references import method_cell, record_notes
 from harness.reporting.render import render_tex
 from harness.reporting.runs import (
-    KEYS,
-    aggregate,
     failed_records,
     failed_summary,
-    runs_frame,
-    tidy,
+    measure,
+    measures,
     variant_label,
 )
 from harness.reporting.text import (
     NOTES,
     arrow,
+    ci95,
     ci_title,
     column_scale,
     commit_label,
@@ -49,114 +49,196 @@ from harness.reporting.text import (
     seeds_cell,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def _values(group: list[dict[str, Any]], get: Any) -> list[float]:
-    vals = [get(r) for r in group]
-    return [float(v) for v in vals if v is not None and not math.isnan(v)]
+FULL, WIDE, TERSE = 0, 1, 2  # a column's place: the file only, a wide enough terminal, always
 
 
-def _measures(in_table: list[dict[str, Any]], primary: str, higher: bool) -> list[tuple]:
-    """(key, direction, getter) of every numeric column, in order.
+@dataclass(frozen=True)
+class Column:
+    """A leaderboard column: its title, the measure it shows ("": a label), its terminal place."""
 
-    The primary metric first, then the task's other scores (by name), its yes / no outcomes, the
-    trace measures in registry order (Skip % always) and the effective and dense FLOPs. A
-    ``detail`` measure (the NLL) gets no column.
+    title: str
+    key: str = ""
+    terse: int = FULL
+
+
+@dataclass
+class Row:
+    """One method variant: who (csv's keys), its text per column title, its values by seed."""
+
+    who: dict[str, Any]  # method, variant, variant_id, seeds, commit, picked_by
+    cells: dict[str, str]
+    values: dict[str, dict[int, float]]
+
+
+@dataclass
+class Board:
+    """One (task, preset) table: its columns (in order) and its rows (in order)."""
+
+    task: str
+    preset: str
+    columns: list[Column]
+    rows: list[Row]
+
+    @property
+    def title(self) -> str:
+        """``task (preset preset)``."""
+        return f"{self.task} ({self.preset} preset)"
+
+
+def _measures(in_table: list[dict[str, Any]], primary: str) -> list[str]:
+    """The measures with a column: the primary, then each registered one a record holds."""
+    held = [k for k in measures(in_table) if any(measure(r, k) is not None for r in in_table)]
+
+    def place(k: str) -> int:
+        m = get_metric(k)
+        return [m.group == "score" and m.form == "num", m.form == "yes-no", True].index(True)
+
+    return [primary, *sorted((k for k in held if k != primary), key=place)]
+
+
+def _text(key: str, vals: list[float], n: int, scale: int) -> str | None:
+    """A cell's text in the registry's form (None: no value, the column may go)."""
+    if not vals:
+        return None
+    form = get_metric(key).form
+    if form == "yes-no":
+        k = sum(x > 0 for x in vals)
+        return {0: "No", len(vals): "Yes"}.get(k, f"{k}/{len(vals)}")
+    mean = statistics.fmean(vals)
+    if form == "int":
+        return f"{mean:.0f}"
+    return fmt_cell(mean, statistics.stdev(vals) if len(vals) > 1 else None, n, scale)
+
+
+def boards(records: Sequence[dict[str, Any]], picked: dict[str, str] | None = None) -> list[Board]:
+    """The leaderboard's tables of ``records`` (ok runs, the latest record of each run).
+
+    Args:
+        records: run records (already selected, if a rule picks the rows).
+        picked: variant id -> why a selection rule picked it (adds a "Picked by" column).
     """
-    recorded = {k for r in in_table for k in r["metrics"]}
-    described = {k: get_metric(k) for k in sorted(recorded | {primary})}
-    scores = [k for k, m in described.items() if m.group == "score" and m.form == "num"]
-    keys = [(primary, higher)] + [(k, described[k].higher) for k in scores if k != primary]
-    keys += [(k, None) for k, m in described.items() if m.form == "yes-no"]
-    keys += [
-        (m.name, m.higher)
-        for m in list(METRICS.values())
-        if m.group == "compute" and (m.name == "skip_pct" or m.name in recorded)
+    recs = [r for r in latest(records) if r.get("status") == "ok"]
+    places = sorted({(r["task"], r["preset"]) for r in recs})
+    return [
+        _board(t, p, [r for r in recs if (r["task"], r["preset"]) == (t, p)], picked)
+        for t, p in places
     ]
-    out = [(k, h, lambda r, k=k: r["metrics"].get(k)) for k, h in keys]
-    for key, kind in (("flops", "effective"), ("dense_flops", "dense")):
-        out.append(
-            (key, get_metric(key).higher, lambda r, kind=kind: (r.get("flops") or {}).get(kind))
+
+
+def _board(task: str, preset: str, in_table: list[dict[str, Any]], picked: Any) -> Board:
+    primary = in_table[0].get("primary", "")
+    higher = higher_is_better(in_table[0])  # the registry's direction of the primary
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in in_table:
+        groups.setdefault(r["variant_id"], []).append(r)
+    keys = _measures(in_table, primary)
+    seeded = [
+        {k: {r["seed"]: float(v) for r in g if _finite(v := measure(r, k))} for k in keys}
+        for g in groups.values()
+    ]
+    columns = [Column("Method", terse=TERSE), Column("Variant"), Column("Seeds", terse=TERSE)]
+    scales = {}
+    for k in keys:
+        m = get_metric(k)
+        means = [statistics.fmean(s[k].values()) for s in seeded if s[k]]
+        scales[k] = 0 if m.percent or m.form != "num" else column_scale(means, large=m.large)
+        h = higher if k == primary else m.higher
+        columns.append(
+            Column(scaled(m.title, scales[k]) + arrow(h) if m.form == "num" else m.title, k)
         )
-    return out
+        if k == primary:
+            columns.append(Column(ci := ci_title(m.title, scales[k])))
+    columns += [Column("Train s"), Column("Commit")] + [Column("Picked by")] * bool(picked)
+    rows = []
+    for (vid, group), vals in zip(groups.items(), seeded, strict=True):
+        method = group[0]["method"]
+        v = list(vals[primary].values())
+        t = [x for r in group if _finite(x := (r.get("time") or {}).get("train_s"))]
+        cells = {
+            "Method": method_cell(method),
+            "Variant": variant_label(group, [r for r in in_table if r["method"] == method]),
+            "Seeds": seeds_cell(len({r["seed"] for r in group})),
+            ci: fmt_ci(statistics.fmean(v), v, scales[primary], primary),
+            "Train s": fmt_cell(statistics.fmean(t)) if t else "–",
+            "Commit": commit_label(group),
+            "Picked by": (picked or {}).get(vid, "–"),
+        }
+        for c in columns[3:]:
+            if c.key:
+                cells[c.title] = _text(c.key, list(vals[c.key].values()), len(group), scales[c.key])
+        sort = statistics.fmean(v) * (-1 if higher else 1) if v else math.inf
+        who = {"method": method, "variant": cells["Variant"], "variant_id": vid}
+        who.update(seeds=len(group), commit=cells["Commit"], picked_by=(picked or {}).get(vid, ""))
+        rows.append(((role(method) == "method", sort), Row(who, cells, vals)))
+    rows.sort(key=lambda x: x[0])
+    body = [r for _, r in rows]
+    methods = [r for (m, _), r in rows if m] or body
+    kept = [
+        Column(c.title, c.key, _place(c, primary, methods))
+        for c in columns
+        if any(r.cells.get(c.title) for r in body)
+    ]
+    for r in body:
+        r.cells = {c.title: "–" if r.cells.get(c.title) is None else r.cells[c.title] for c in kept}
+    return Board(task, preset, kept, body)
 
 
-def _scale(key: str, means: list[float]) -> int:
-    """A column's power of ten: none for a percentage or a whole-number or yes / no column."""
-    m = get_metric(key)
-    return 0 if m.percent or m.form != "num" else column_scale(means, large=m.large)
+def _place(c: Column, primary: str, methods: list[Row]) -> int:
+    """A column's place in the terminal (``TERSE``, ``WIDE`` or ``FULL``: the file only).
+
+    The primary and each measure with a direction that every method row holds: the compute ones
+    always, the other scores where the width allows.
+    """
+    if not c.key or c.key == primary:
+        return TERSE if c.key else c.terse
+    m = get_metric(c.key)
+    if m.form != "num" or m.higher is None or not all(r.values[c.key] for r in methods):
+        return FULL
+    return WIDE if m.group == "score" else TERSE
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def terminal(board: Board, place: int = WIDE) -> tuple[list[str], list[list[str]]]:
+    """The columns and rows a terminal shows: those at ``place`` or above, the variant in Method.
+
+    The file's measures, fewer of them: the primary metric and the compute measures with a
+    direction always (effective FLOPs among them), the task's other scores where the width allows.
+    """
+    cols = [c.title for c in board.columns if c.terse >= place]
+    rows = []
+    for r in board.rows:
+        cells = dict(r.cells, Method=f"{r.cells['Method']} {r.who['variant']}".strip())
+        rows.append([cells[t] for t in cols])
+    return cols, rows
 
 
 def leaderboard_rows(
     records: Sequence[dict[str, Any]], picked: dict[str, str] | None = None
 ) -> dict[tuple[str, str], pd.DataFrame]:
-    """``{(task, preset): DataFrame}`` of formatted rows (ok runs only).
+    """``{(task, preset): DataFrame}`` of the Markdown and LaTeX cells (``boards``)."""
+    import pandas as pd
 
-    Args:
-        records: run records.
-        picked: variant id -> why a selection rule picked it (adds a "Picked by" column).
-    """
-    recs = [r for r in latest(records) if r.get("status") == "ok"]
-    tables: dict[tuple[str, str], pd.DataFrame] = {}
-    for task, preset in sorted({(r["task"], r["preset"]) for r in recs}):
-        in_table = [r for r in recs if r["task"] == task and r["preset"] == preset]
-        primary = in_table[0].get("primary", "")
-        higher = higher_is_better(in_table[0])  # the registry's direction of the primary
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for r in in_table:
-            groups.setdefault(r["variant_id"], []).append(r)
-        measures = _measures(in_table, primary, higher)
-        stats = [[_values(g, get) for *_, get in measures] for g in groups.values()]
-        scales = [
-            _scale(key, [statistics.fmean(s[j]) for s in stats if s[j]])
-            for j, (key, _, _) in enumerate(measures)
-        ]
-        rows = []
-        for (vid, group), vals in zip(groups.items(), stats, strict=True):
-            method = group[0]["method"]
-            same_method = [r for r in in_table if r["method"] == method]
-            row: dict[str, Any] = {
-                "Method": method_cell(method),
-                "Variant": variant_label(group, same_method),
-                # a reference predictor has no model (harness.references)
-                get_metric("hidden_size").title: (group[0]["config"].get("model") or {}).get(
-                    "hidden_size", "–"
-                ),
-                "Seeds": seeds_cell(len({r["seed"] for r in group})),
-                "_ref": not is_reference(method),  # reference rows first
-            }
-            for (key, h, _), v, sc in zip(measures, vals, scales, strict=True):
-                m = get_metric(key)
-                mean = statistics.fmean(v) if v else math.nan
-                std = statistics.stdev(v) if len(v) > 1 else None
-                if m.form == "yes-no":
-                    k = sum(x > 0 for x in v)
-                    row[m.title] = {0: "No", len(v): "Yes"}.get(k, f"{k}/{len(v)}") if v else None
-                    continue
-                row[scaled(m.title, sc) + arrow(h)] = (
-                    fmt_cell(mean, std, len(group), sc) if v else None
-                )
-                if key == primary:
-                    row["_sort"] = mean
-                    ci = ci_title(m.title, sc)
-                    row[ci] = fmt_ci(mean, v, sc, key)  # "–" below 2 seeds
-            row[get_metric("params").title] = group[0].get("params", {}).get("total", "–")
-            m = _values(group, lambda r: (r.get("time") or {}).get("train_s"))
-            row["Train s"] = fmt_cell(statistics.fmean(m)) if m else "–"
-            row["Commit"] = commit_label(group)
-            if picked is not None:
-                row["Picked by"] = picked.get(vid, "–")
-            rows.append(row)
-        df = pd.DataFrame(rows)
-        df = df.sort_values(["_ref", "_sort"], ascending=[True, not higher], na_position="last")
-        df = df.drop(columns=["_ref", "_sort"])
-        if not df["Variant"].astype(bool).any():
-            df = df.drop(columns="Variant")
-        # Depth columns only when some method in the table has a depth trace.
-        for title in list(df.columns):
-            if df[title].isna().all():
-                df = df.drop(columns=title)
-        tables[(task, preset)] = df.fillna("–")
-    return tables
+    out = {}
+    for b in boards(records, picked):
+        cols = [c.title for c in b.columns]
+        out[(b.task, b.preset)] = pd.DataFrame(
+            [[r.cells[t] for t in cols] for r in b.rows], columns=cols
+        )
+    return out
+
+
+def _select(records: Sequence[dict[str, Any]], select: Any) -> tuple[list, Any, list]:
+    """(kept records, picked, tables the rule left empty) of a selection rule (None: all)."""
+    if select is None:
+        return list(records), None, []
+    kept, picked = select_records(records, select)
+    return kept, picked, empty_tables(records, kept)
 
 
 def leaderboard_markdown(
@@ -175,12 +257,8 @@ def leaderboard_markdown(
         select: a ``harness.components.selection.Rule``; None: every variant has a row.
         command: the command writing it, named in the header.
     """
-    picked = None
     failed = failed_records(records)  # before selection: superseded records count too
-    empty: list[tuple[str, str]] = []
-    if select is not None:
-        kept, picked = select_records(records, select)
-        records, empty = kept, empty_tables(records, kept)
+    records, picked, empty = _select(records, select)
     parts = [header(records, sources, "Leaderboard", command)]
     parts.append(
         f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n" + NOTES
@@ -211,17 +289,15 @@ def leaderboard_tex(
     records: Sequence[dict[str, Any]], select: Any = None, command: str = "harness report"
 ) -> str:
     """The leaderboard as LaTeX tables (booktabs, graphicx), one per (task, preset)."""
-    picked = None
+    records, picked, empty = _select(records, select)
     parts = [f"% Generated by {command}. Needs \\usepackage{{booktabs,graphicx}}.\n"]
-    if select is not None:
-        kept, picked = select_records(records, select)
-        for task, preset in empty_tables(records, kept):
-            parts.append(f"% {task} ({preset} preset): {no_row_line(select)}")
-        records = kept
-    for (task, preset), df in leaderboard_rows(records, picked).items():
-        rows = [[(str(v), False) for v in row] for row in df.itertuples(index=False)]
-        label = "tab:leaderboard-" + "".join(c if c.isalnum() else "-" for c in f"{task}-{preset}")
-        parts.append(render_tex(list(df.columns), rows, f"{task} ({preset} preset)", label))
+    parts += [f"% {t} ({p} preset): {no_row_line(select)}" for t, p in empty]
+    for b in boards(records, picked):
+        cols = [c.title for c in b.columns]
+        rows = [[(r.cells[t], False) for t in cols] for r in b.rows]
+        name = f"{b.task}-{b.preset}"
+        label = "tab:leaderboard-" + "".join(c if c.isalnum() else "-" for c in name)
+        parts.append(render_tex(cols, rows, b.title, label))
     return "\n".join(parts)
 
 
@@ -229,16 +305,24 @@ def leaderboard_frame(records: Sequence[dict[str, Any]], select: Any = None) -> 
     """The leaderboard's numbers (not text) for csv / parquet: one row per variant.
 
     Columns: task, preset, method, variant, variant_id, seeds, commit, picked_by, and per measure
-    its mean, ``_std`` (NaN for one seed) and ``_ci95`` (half-width), in the measure's own unit.
+    its mean, ``_std`` (NaN for one seed) and ``_ci95`` (half-width), in the measure's own unit,
+    then its per-seed values ``_seed<s>`` (NaN where the variant has no run of that seed).
     """
-    picked = None
-    if select is not None:
-        records, picked = select_records(records, select)
-    runs = runs_frame(records)
-    if runs.empty:
-        return pd.DataFrame()
-    frames = []
-    for (task, preset), g in runs.groupby(["task", "preset"]):
-        keys = list(dict.fromkeys([g["primary"].iloc[0], *KEYS]))
-        frames.append(tidy(aggregate(g, keys), task, preset, picked))
-    return pd.concat(frames, ignore_index=True)
+    import pandas as pd
+
+    records, picked, _ = _select(records, select)
+    rows = []
+    for b in boards(records, picked):
+        keys = [c.key for c in b.columns if c.key]
+        seeds = sorted({s for r in b.rows for v in r.values.values() for s in v})
+        for r in b.rows:
+            row = {"task": b.task, "preset": b.preset, **r.who}
+            for k in keys:
+                v = list(r.values[k].values())
+                row[k] = statistics.fmean(v) if v else math.nan
+                row[f"{k}_std"] = statistics.stdev(v) if len(v) > 1 else math.nan
+                row[f"{k}_ci95"] = ci95(v) or math.nan
+            for k in keys:
+                row.update({f"{k}_seed{s}": r.values[k].get(s, math.nan) for s in seeds})
+            rows.append(row)
+    return pd.DataFrame(rows)

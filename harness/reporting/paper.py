@@ -37,7 +37,8 @@ from harness.components.selection import Rule, no_row_line
 from harness.components.selection import select as select_records
 from harness.errors import HarnessError
 from harness.persistence.outputs import write_text
-from harness.persistence.records import is_reference, latest
+from harness.persistence.records import latest
+from harness.references import role
 from harness.reporting.against import against_table
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes
@@ -54,11 +55,11 @@ from harness.reporting.render import (
     write_frame,
 )
 from harness.reporting.runs import (
-    KEYS,
     aggregate,
     dirty,
     failed_records,
     failed_summary,
+    measures,
     runs_frame,
     tidy,
 )
@@ -233,9 +234,9 @@ def _write_one(
         return _render(head + head_notes + NOTES, tables, figs, out, stem, opts, None, None, None)
     primary, higher = runs["primary"].iloc[0], bool(runs["higher"].iloc[0])  # the registry's
     papers = tables_for(task, opts.published)
-    refs = sorted({m for m in runs["method"] if is_reference(m)})  # reference predictors first
+    refs = sorted({m for m in runs["method"] if role(m) != "method"})  # reference predictors first
     order = refs + list(dict.fromkeys(r.method for t in papers for r in t.rows))
-    keys = list(dict.fromkeys([primary, *KEYS]))
+    keys = list(dict.fromkeys([primary, *measures(list(runs["record"]))]))
     agg = aggregate(runs, keys, order)
     picked = None
     shown = agg
@@ -253,7 +254,7 @@ def _write_one(
     rows_rule = f"rows picked by {select}" if select else "every variant"
     main = build_main_table(shown, primary, higher, picked)
     unpicked = sorted(k for k in (picked or {}) if "/" in k)
-    methods_in = [{m for m in df["method"] if not is_reference(m)} for df in (agg, shown)]
+    methods_in = [{m for m in df["method"] if role(m) == "method"} for df in (agg, shown)]
     no_method = select is not None and bool(methods_in[0]) and not methods_in[1]
     versus = against_table(shown, primary, higher, opts.against)
     tables.append(
@@ -279,12 +280,12 @@ def _write_one(
                 *versus,
             )
         )
-    agg = agg[[not is_reference(m) for m in agg["method"]]]  # the paper rows are methods
+    agg = agg[[role(m) == "method" for m in agg["method"]]]  # the paper rows are methods
     dirty_runs = runs_frame(latest(left_out)) if left_out and not opts.allow_dirty else None
     dirty_agg = None
     if dirty_runs is not None and not dirty_runs.empty:
         dirty_agg = aggregate(dirty_runs, keys, order)
-        dirty_agg = dirty_agg[[not is_reference(m) for m in dirty_agg["method"]]]
+        dirty_agg = dirty_agg[[role(m) == "method" for m in dirty_agg["method"]]]
     differences = task_differences(task)
     for j, t in enumerate(papers):
         pvh = paper_vs_harness(
@@ -347,7 +348,7 @@ def _reference_notes(
     ``harness.reporting.references.notes``; with no reference row, the command that adds them.
     """
     rows = [ref_row(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in shown.iterrows()]
-    methods = runs[[not is_reference(m) for m in runs["method"]]]
+    methods = runs[[role(m) == "method" for m in runs["method"]]]
     methods = methods if len(methods) else runs
     return reference_notes(
         task,

@@ -1,7 +1,7 @@
 """Reference predictors in the reports: first rows, what each is, whether a task separates.
 
 A reference predictor (``harness.references``, ``ref:NAME``) is no method: the leaderboard, the
-terminal's brief tables and the paper tables show its rows first, labelled ``(reference)``,
+terminal's tables and the paper tables show its rows first, labelled ``(reference)``,
 never bold, left out of the paired tests' reference row and of Holm's family. Under each table
 a note says what each reference is (``notes``) and, where the best reference comes as close to
 the best method row as ``separation`` says, that the task does not separate the methods at this
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.components.metrics import get_metric, higher_is_better
 from harness.components.registry import TASKS
-from harness.persistence.records import is_reference, latest
-from harness.references import REFERENCES, default_sections, describe
+from harness.persistence.records import latest
+from harness.references import default_sections, describe, role
 from harness.reporting.runs import variant_label
 from harness.reporting.text import ci95
 
@@ -52,7 +52,7 @@ NOTE_HEAD = (
 
 def method_cell(method: str) -> str:
     """A row's Method cell: ``ref:NAME (reference)`` for a reference, else the method."""
-    return f"{method} (reference)" if is_reference(method) else method
+    return f"{method} (reference)" if role(method) != "method" else method
 
 
 @dataclass(frozen=True)
@@ -91,14 +91,6 @@ def row(method: str, label: str, values: Iterable[Any]) -> Row:
     return Row(method, label, tuple(vals))
 
 
-def _bound(method: str) -> bool:
-    """Whether a reference is a bound (``Reference.bound``); False when not registered here."""
-    try:
-        return bool(REFERENCES.get(method).bound)
-    except Exception:  # a reference this harness does not know: taken as a predictor
-        return False
-
-
 def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
     """The sentence "this task does not separate the methods ..." where ``RULE`` says so.
 
@@ -112,8 +104,8 @@ def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
         stands clear of every reference (or either side has no value).
     """
     sign = 1.0 if higher else -1.0
-    refs = [r for r in rows if is_reference(r.method) and r.values and not _bound(r.method)]
-    methods = [r for r in rows if not is_reference(r.method) and r.values]
+    refs = [r for r in rows if role(r.method) == "reference" and r.values]
+    methods = [r for r in rows if role(r.method) == "method" and r.values]
     if not refs or not methods:
         return None
     ref = max(refs, key=lambda r: sign * r.mean)
@@ -221,7 +213,7 @@ def notes(
         What each reference is and ``RULE`` (and the verdict where due); or, with no reference
         row, that none was run and the command that runs them.
     """
-    refs = list(dict.fromkeys(r.method for r in rows if is_reference(r.method)))
+    refs = list(dict.fromkeys(r.method for r in rows if role(r.method) != "method"))
     if not refs:
         cmd = add_command(task, preset, seeds, store, task_sets(task, preset, task_cfgs))
         return [f"No reference predictor was run for this table; to add them: `{cmd}`."]
@@ -254,7 +246,7 @@ def record_notes(
         same = [r for r in recs if r["method"] == g[0]["method"]]
         values = (r["metrics"].get(primary) for r in g)
         rows.append(row(g[0]["method"], variant_label(g, same), values))
-    methods = [r for r in recs if not is_reference(r["method"])] or recs
+    methods = [r for r in recs if role(r["method"]) == "method"] or recs
     return notes(
         task,
         preset,
@@ -288,7 +280,7 @@ def reference_bands(
     """
     out = []
     for (method, vid), g in runs.groupby(["method", "variant_id"], sort=True):
-        if not is_reference(method) or primary not in g:
+        if role(method) == "method" or primary not in g:
             continue
         vals = [float(v) for v in g[primary] if v is not None and not math.isnan(float(v))]
         if vals:

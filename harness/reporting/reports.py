@@ -19,6 +19,7 @@ from harness.persistence.outputs import check_writable, refuse_overwrite, write_
 from harness.persistence.records import RunRecord
 from harness.persistence.store import load, store_path
 from harness.reporting import compare as gate
+from harness.reporting import leaderboard as lb
 from harness.reporting import paper
 from harness.reporting.paper import NO_PYARROW, write_frame
 
@@ -61,8 +62,6 @@ def report(
     Returns:
         The paths written, and the unusable lines of the sources (the report lists them too).
     """
-    from harness.reporting import leaderboard as lb
-
     out = Path(out)
     inputs = _inputs(sources)
     for path in leaderboard_paths(out, formats, figures):

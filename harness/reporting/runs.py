@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.components.metrics import higher_is_better
+from harness.components.metrics import METRICS, get_metric, higher_is_better
 from harness.persistence.records import flat_config, latest
 from harness.pipeline.events import derive_events
 from harness.reporting.text import ci95, commit_label
@@ -25,19 +25,30 @@ from harness.reporting.text import ci95, commit_label
 if TYPE_CHECKING:
     import pandas as pd
 
-# The measures aggregated per variant for the tables and their csv / parquet form, in column order.
-KEYS = [
-    "geo_mean",
-    "skip_pct",
-    "read_skip_pct",
-    "accuracy",
-    "solved",
-    "mse",
-    "perplexity",
-    "flops",
-    "params",
-    "hidden_size",
-]
+# Where a record keeps the registered measures that are not among its ``metrics``.
+WHERE = {"flops": ("flops", "effective"), "dense_flops": ("flops", "dense")}
+WHERE.update(params=("params", "total"), hidden_size=("config", "model", "hidden_size"))
+
+
+def measure(rec: dict[str, Any], key: str) -> Any:
+    """The value of the registered measure ``key`` in a record (None: it holds none)."""
+    if key in (rec.get("metrics") or {}):
+        return rec["metrics"][key]
+    value: Any = rec
+    for part in WHERE.get(key, ("metrics", key)):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def measures(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The registered measures, details aside, in registry order, ``records``' own among them.
+
+    A measure a record holds and the registry lacks yet is registered by its task's module
+    (``harness.components.metrics.get_metric`` imports it).
+    """
+    for k in {k for r in records for k in (r.get("metrics") or {})}:
+        get_metric(k)
+    return [k for k, m in list(METRICS.items()) if m.group != "detail"]
 
 
 def variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
@@ -176,8 +187,8 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     Columns: ``task``, ``preset``, ``method``, ``variant_id``, ``seed``, ``primary``,
     ``higher`` (the primary metric's direction, ``harness.components.metrics.higher_is_better``),
-    ``record``, ``config`` (flat), ``hidden_size``, ``flops`` (effective), ``params`` (total)
-    and one column per recorded metric.
+    ``record``, ``config`` (flat), one column per recorded metric and one per measure of
+    ``WHERE`` (``hidden_size``, ``flops`` (effective), ``dense_flops``, ``params`` (total)).
     """
     import pandas as pd
 
@@ -188,10 +199,8 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         cfg = flat_config(r)
         row = {k: r[k] for k in ("task", "preset", "method", "variant_id", "seed", "primary")}
         row.update(higher=higher_is_better(r), record=r, config=cfg)
-        row["hidden_size"] = cfg.get("hidden_size")
-        row["flops"] = (r.get("flops") or {}).get("effective", math.nan)
-        row["params"] = (r.get("params") or {}).get("total", math.nan)
         row.update({k: math.nan if v is None else v for k, v in (r.get("metrics") or {}).items()})
+        row.update({k: math.nan if (v := measure(r, k)) is None else v for k in WHERE})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -273,8 +282,9 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
                 row[f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
                 row[f"{k}_vals"] = vals
                 row[f"{k}_by_seed"] = dict(zip(row["seed_list"], col, strict=True))
-            if "solved" in keys and "skip_pct" in keys:
-                row.update(solved_split(row["skip_pct_by_seed"], row["solved_by_seed"]))
+            outcome = next((k for k in keys if get_metric(k).form == "yes-no"), None)
+            if outcome and "skip_pct" in keys:
+                row.update(solved_split(row["skip_pct_by_seed"], row[f"{outcome}_by_seed"]))
             rows.append(row)
     agg = pd.DataFrame(rows)
     agg["label"] = [", ".join(p.values()) for p in agg["parts"]]
@@ -307,12 +317,11 @@ def tidy(agg: pd.DataFrame, task: str, preset: str, picked: dict[str, str] | Non
             "commit": r["commit"],
             "picked_by": (picked or {}).get(r["variant_id"], ""),
         }
-        for k in KEYS:
-            if k in r:
-                row[k], row[f"{k}_std"] = r[k], r[f"{k}_std"] if r["seeds"] > 1 else math.nan
-                row[f"{k}_ci95"] = ci95(r[f"{k}_vals"]) or math.nan
-        for k in KEYS:
-            if k in r:
-                row.update({f"{k}_seed{s}": r[f"{k}_by_seed"].get(s, math.nan) for s in seeds})
+        keys = [k for k in METRICS if k in r]
+        for k in keys:
+            row[k], row[f"{k}_std"] = r[k], r[f"{k}_std"] if r["seeds"] > 1 else math.nan
+            row[f"{k}_ci95"] = ci95(r[f"{k}_vals"]) or math.nan
+        for k in keys:
+            row.update({f"{k}_seed{s}": r[f"{k}_by_seed"].get(s, math.nan) for s in seeds})
         rows.append(row)
     return pd.DataFrame(rows)

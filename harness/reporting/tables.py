@@ -1,9 +1,10 @@
 """The paper-style main table: its columns, cells, bold marks, marks and significance tests.
 
-The layout is that of the seed paper that reports this kind of task, chosen from the task's
-primary metric: S-SA Tables 1-3 for accuracy (√(Acc×Skip), Skip %, accuracy, effective FLOPs),
-S-SA Table 4 for an MSE task that records ``solved`` (solved, MSE, Skip %, FLOPs), S-EI Table 1
-otherwise (D_h, # params, metric). Every column's title, direction, unit and cell form come from
+The layout is that of the seed paper that reports this kind of task, chosen by the registry's
+description of its measures: S-SA Tables 1-3 for a percentage primary such as accuracy (the other
+scores: √(Acc×Skip), Skip %, accuracy, effective FLOPs), S-SA Table 4 for a task whose rows hold
+a yes / no outcome such as ``solved`` (solved, MSE, Skip %, FLOPs), S-EI Table 1 otherwise (D_h,
+# params, metric). Every column's title, direction, unit and cell form come from
 the metric registry (``harness.components.metrics``). The best test mean per measured column is
 bold, for display only. Each row's per-seed primary metric is tested against a reference row chosen
 on
@@ -21,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.components.metrics import get_metric
+from harness.components.metrics import METRICS, get_metric
 from harness.components.selection import split_mean
-from harness.persistence.records import is_reference
+from harness.references import role
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
 from harness.reporting.text import (
@@ -189,16 +190,24 @@ def reference(agg: pd.DataFrame, primary: str, higher: bool) -> tuple[int, str]:
 
 
 def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
-    """The seed paper's columns for this kind of task (see the module docstring)."""
+    """The seed paper's columns for this kind of task (see the module docstring).
+
+    The roles come from the registry: a percentage primary takes S-SA Tables 1-3 (the other
+    scores the rows hold first), a yes / no outcome the rows hold S-SA Table 4, any other task
+    S-EI Table 1; Skip % (activity sparsity where held), FLOPs and the model's size are the
+    papers' own columns.
+    """
+    held = [k for k in agg.columns if k in METRICS and agg[k].notna().any()]
+    scores = [METRICS[k] for k in agg.columns if k in METRICS and k != primary]
+    main = column(primary, list(agg[primary]), higher)
     flops = column("flops", list(agg["flops"]))
-    skip = [column("skip_pct")]
-    if "read_skip_pct" in agg and agg["read_skip_pct"].notna().any():  # activity-sparse rows
-        skip.append(column("read_skip_pct"))
-    if primary == "accuracy":
-        return [column("geo_mean"), *skip, column("accuracy"), flops]
-    if primary == "mse" and agg["solved"].notna().any():
-        return [column("solved"), column("mse", list(agg["mse"])), *skip, flops]
-    return [column("hidden_size"), column("params"), column(primary, list(agg[primary]), higher)]
+    skip = [column(k) for k in ("skip_pct", "read_skip_pct") if k == "skip_pct" or k in held]
+    if get_metric(primary).percent:  # the other percentage scores (√(Acc×Skip)), held or not
+        others = [column(m.name) for m in scores if m.group == "score" and m.percent]
+        return [*others, *skip, main, flops]
+    if outcome := [column(m.name) for m in scores if m.form == "yes-no" and m.name in held]:
+        return [*outcome, main, *skip, flops]
+    return [column("hidden_size"), column("params"), main]
 
 
 def solved_skip(row: Any) -> tuple[tuple[float, float, int], tuple[float, float, int]] | None:
@@ -306,7 +315,7 @@ def build_main_table(
     """
     cols = layout(agg, primary, higher)
     # reference predictors (harness.references): never bold, not the reference, not tested
-    predictors = [is_reference(m) for m in agg["method"]]
+    predictors = [role(m) != "method" for m in agg["method"]]
     among = [i for i, p in enumerate(predictors) if not p]
     ref, how = reference(agg.iloc[among], primary, higher)
     ref = among[ref] if ref >= 0 else -1

@@ -1,0 +1,100 @@
+"""One leaderboard model, four renderings: a measure registered by a plugin reaches every one.
+
+``harness.reporting.leaderboard`` builds one table per (task, preset) from the records and the
+metric registry; the terminal (``harness.cli.board``), the Markdown file, LaTeX and csv render it.
+A metric that an ``--include`` file registers gets a column in each, and the terminal shows the
+effective FLOPs the file shows, not a second count of its own.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from builders import make_record
+from plugins import isolated_registry
+from rich.console import Console
+
+from harness.cli import main
+from harness.cli.board import print_tables
+from harness.components import metrics
+from harness.reporting.leaderboard import boards, leaderboard_markdown
+
+PLUGIN = """
+from harness.components.metrics import Metric, register_metric
+
+register_metric(Metric("calm_pct", "Calm share %", "%", higher=True, percent=True,
+                       range=(0.0, 100.0)))
+"""
+
+
+@pytest.fixture
+def calm(tmp_path):
+    """Records of two methods over two seeds that hold ``calm_pct``, a plugin's measure."""
+    path = tmp_path / "calm_metric.py"
+    path.write_text(PLUGIN)
+    before = dict(metrics.METRICS)
+    recs = [
+        make_record(
+            method=m,
+            seed=s,
+            **{"metrics.calm_pct": 40.0 + 10 * s + j, "macs.effective": 3006.0, "flops": {}},
+        )
+        for j, m in enumerate(("gru", "lstm"))
+        for s in (0, 1)
+    ]
+    for r in recs:  # what a run records: effective FLOPs = 2 x MACs
+        r["flops"] = {"effective": 2 * r["macs"]["effective"], "dense": 2 * r["macs"]["dense"]}
+    with isolated_registry():
+        yield path, recs
+    metrics.METRICS.clear()
+    metrics.METRICS.update(before)
+
+
+def _terminal(recs, width: int = 200) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    print_tables(recs, None, "runs.jsonl", console, Path("LEADERBOARD.md"))
+    return console.file.getvalue()
+
+
+def _md_column(md: str, title: str) -> list[str]:
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    j = next(i for i, c in enumerate(head) if c.startswith(title))
+    return [[c.strip() for c in ln.strip("|").split("|")][j] for ln in lines[2:]]
+
+
+def test_a_plugin_metric_reaches_terminal_markdown_latex_and_csv(calm, tmp_path, capsys):
+    plugin, recs = calm
+    store = tmp_path / "runs.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "board.md"
+    args = ["report", str(store), "--include", str(plugin), "--out", str(out), "--no-figures"]
+    assert main([*args, "--format", "md,tex,csv"]) == 0
+    capsys.readouterr()
+    assert "Calm share % ↑" in out.read_text()
+    assert "Calm\\\\share \\% $\\uparrow$" in out.with_suffix(".tex").read_text()  # 2 lines
+    csv = out.with_suffix(".csv").read_text().splitlines()
+    head = csv[0].split(",")
+    assert {"calm_pct", "calm_pct_std", "calm_pct_ci95", "calm_pct_seed1"} <= set(head)
+    gru = dict(zip(head, next(r for r in csv[1:] if ",gru," in r).split(","), strict=True))
+    assert float(gru["calm_pct"]) == 45.0 and float(gru["calm_pct_seed1"]) == 50.0
+    text = _terminal(recs)
+    assert "Calm share % ↑" in text
+    (board,) = boards(recs)
+    calm_cells = [r.cells["Calm share % ↑"] for r in board.rows]
+    assert calm_cells == ["45.0 ± 7.1", "46.0 ± 7.1"]  # gru 40 / 50, lstm 41 / 51
+    assert all(c in text for c in calm_cells)
+
+
+def test_the_terminal_and_the_file_show_the_same_flops(calm):
+    _, recs = calm
+    md = leaderboard_markdown(recs, ["runs.jsonl"])
+    (flops,) = {c for c in _md_column(md, "Effective FLOPs")}
+    assert flops == "6012 ± 0 (n=2)"  # 2 x 3006 MACs: FLOPs, in the file and on the terminal
+    text = _terminal(recs)
+    assert "Effective FLOPs ↓" in text and "MACs" not in text
+    rows = [ln.split() for ln in text.splitlines() if ln.split()[:1] in (["gru"], ["lstm"])]
+    assert len(rows) == 2 and all(" ".join(r[-4:]) == flops for r in rows)
