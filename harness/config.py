@@ -383,23 +383,40 @@ def _reference(name: Any) -> Any:
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
+    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output, trusted: nothing is checked again.
+
+    A config is validated once, by ``resolve``; its dict is what crosses to an executor's worker
+    (``harness.executors.base.run_one``) and what a record keeps (``trusted``).
+    """
     if (ref := _reference(d.get("method"))) is not None:
         return ref.config_from_dict(d)
     try:
-        return RunConfig(
-            method=d["method"],
-            task=d["task"],
-            seed=int(d["seed"]),
-            preset=d["preset"],
-            train=TrainConfig(**d["train"]),
-            model=ModelConfig(**d["model"]),
-            method_cfg=build_config(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
-            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
-            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
-        )
+        sections = {
+            "train": trusted(TrainConfig, d["train"]),
+            "model": trusted(ModelConfig, d["model"]),
+            "method_cfg": trusted(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
+            "task_cfg": trusted(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
+            "data": trusted(DataIdentity, d["data"]) if d.get("data") is not None else None,
+        }
+        return trusted(RunConfig, {**d, **sections})
     except (KeyError, TypeError) as e:
         raise ConfigError(f"malformed run config: {e}") from None
+
+
+def trusted(cls: type, values: dict[str, Any]) -> Any:
+    """The config dataclass ``cls`` holding ``values`` as they are: not validated again.
+
+    For the values of a config ``resolve`` validated (its ``to_dict``): neither the knobs' bounds
+    nor ``__post_init__`` run; a field the dict leaves out (``canonical_config``) takes its default.
+
+    Raises:
+        KeyError: a field with no default is missing.
+    """
+    obj = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        given = f.name in values or f.default is dataclasses.MISSING
+        object.__setattr__(obj, f.name, values[f.name] if given else f.default)
+    return obj
 
 
 def default_sections(method: str, task: str) -> dict[str, Any]:

@@ -417,20 +417,6 @@ def run(
     return done
 
 
-def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> records.RunRecord:
-    """The failed record of a run that could not even start (its config as a dict).
-
-    For a failure around ``run`` (setting the thread count, opening a run's event log): the
-    record holds what every record holds (run id, config, status, error), so a sweep records
-    the run and goes on.
-    """
-    try:
-        code = method_code(cfg_dict["method"])
-    except Exception:  # an unknown method: the record says so in its error
-        code = None
-    return records.failed_record(cfg_dict, failure_reason(e), code)
-
-
 def _train_and_test(
     cfg: RunConfig,
     data_dir: str | None,

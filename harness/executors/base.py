@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from harness import config, records
+from harness.errors import failure_reason
 from harness.registry import Registry
 from harness.resume import method_code
 from harness.tracking import TensorBoardLogger
@@ -108,21 +109,21 @@ class Executor(Protocol):
 def run_one(
     cfg_dict: dict[str, Any], run: RunOptions, callbacks: tuple[EpochCallback, ...] = ()
 ) -> dict[str, Any]:
-    """Run one config (as a plain dict: configs travel so) and return its record.
+    """Run one config and return its record.
 
-    With ``run.log_dir``, the run also writes TensorBoard events (``harness.tracking``).
-    ``callbacks`` (in-process runs only) go to ``harness.train.run``, called after every epoch.
-    Anything raised around the run (setting the threads, opening the event log) is the run's
-    failed record too; only an interrupt propagates.
+    The config crosses as its dict (``to_dict``: what every executor's transport and a lost run's
+    record carry) and is rebuilt as it was (``config.from_dict``): it was validated once, when
+    the sweep resolved it. With ``run.log_dir``, the run also writes TensorBoard events
+    (``harness.tracking``). ``callbacks`` (in-process runs only) go to ``harness.train.run``,
+    called after every epoch. Anything raised around the run (setting the threads, opening the
+    event log) is the run's failed record too; only an interrupt propagates.
     """
-    from harness.train import failed_record
-
     try:
         return _run_config(cfg_dict, run, callbacks)
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        return failed_record(cfg_dict, e)
+        return lost_record(cfg_dict, failure_reason(e))
 
 
 def _run_config(
@@ -149,7 +150,7 @@ def _run_config(
 
 
 def lost_record(cfg_dict: dict[str, Any], why: str) -> dict[str, Any]:
-    """The failed record of a run whose worker never sent its record back (``why``)."""
+    """The failed record of a run that did not start or whose worker sent no record (``why``)."""
     try:
         code = method_code(cfg_dict["method"])
     except Exception:

@@ -35,6 +35,7 @@ from harness.config import (
     apply_overrides,
     build_config,
     check_knobs,
+    trusted,
 )
 from harness.errors import ConfigError
 from harness.records import REF_PREFIX, Identified, canonical_config, is_reference
@@ -255,17 +256,14 @@ def resolve(
 
 
 def from_dict(d: dict[str, Any]) -> RefConfig:
-    """Rebuild a RefConfig from ``RefConfig.to_dict()`` output (a record's config)."""
+    """Rebuild a RefConfig from ``RefConfig.to_dict()`` output, trusted (``config.trusted``)."""
     try:
-        return RefConfig(
-            method=d["method"],
-            task=d["task"],
-            seed=int(d["seed"]),
-            preset=d["preset"],
-            method_cfg=build_config(REFERENCES.get(d["method"]).config_cls, d["method_cfg"]),
-            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
-            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
-        )
+        sections = {
+            "method_cfg": trusted(REFERENCES.get(d["method"]).config_cls, d["method_cfg"]),
+            "task_cfg": trusted(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
+            "data": trusted(DataIdentity, d["data"]) if d.get("data") is not None else None,
+        }
+        return trusted(RefConfig, {**d, **sections})
     except (KeyError, TypeError) as e:
         raise ConfigError(f"malformed reference run config: {e}") from None
 
