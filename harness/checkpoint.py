@@ -26,6 +26,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -71,40 +72,61 @@ def set_random_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-# The training loop's own variables a checkpoint keeps, in the order ``training_state`` takes
-# them and ``restore_training`` gives them back.
-LOOP = ("history", "best_loss", "stale", "best_val", "best_epoch", "best_state", "best_metrics",
-        "train_s", "events")  # fmt: skip
+@dataclass
+class TrainState:
+    """The training loop's own variables, which it updates and a checkpoint keeps whole.
+
+    Attributes:
+        epoch: the last epoch finished (-1: none yet).
+        history: one row per finished epoch (``epoch``, ``train_loss``, ``val_PRIMARY``).
+        best_loss: the lowest epoch training loss so far and its epoch (loss spikes).
+        stale: epochs since the validation metric last improved (patience).
+        best_val: the best validation primary metric (None: no finite one yet).
+        best_epoch: its epoch (-1: none).
+        best_state: the model's parameters and buffers at that epoch.
+        best_metrics: the validation metrics at that epoch.
+        train_s: the training seconds, every process's together.
+        events: what happened on the way (``harness.events``).
+    """
+
+    epoch: int = -1
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_loss: tuple[float, int] | None = None
+    stale: int = 0
+    best_val: float | None = None
+    best_epoch: int = -1
+    best_state: dict[str, Any] | None = None
+    best_metrics: dict[str, float] | None = None
+    train_s: float = 0.0
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def training_state(
-    epoch: int,
+    loop: TrainState,
     model: Any,
     opt: torch.optim.Optimizer,
     gen: torch.Generator,
     device: torch.device | str,
-    loop: tuple[Any, ...],
 ) -> dict[str, Any]:
-    """What ``Checkpointer.save`` keeps after ``epoch``.
+    """What ``Checkpointer.save`` keeps after ``loop.epoch``.
 
-    The model (parameters, buffers and the methods' ``train_state``), Adam's state, the batch
-    order's generator, the global random states and the loop's variables (``LOOP``, in order).
+    ``loop``'s fields under their names, the model (parameters, buffers and the methods'
+    ``train_state``), Adam's state, the batch order's generator and the global random states.
     """
     return {
-        "epoch": epoch,
+        **vars(loop),
         "model": model.state_dict(),
         "train_state": model.train_state(),
         "optimizer": opt.state_dict(),
         "generator": gen.get_state(),
         "random": random_states(torch.device(device)),
-        **dict(zip(LOOP, loop, strict=True)),
     }
 
 
 def restore_training(
     saved: dict[str, Any], model: Any, opt: torch.optim.Optimizer, gen: torch.Generator
-) -> tuple[Any, ...]:
-    """Load what ``training_state`` took; returns the loop's variables (``LOOP``, in order).
+) -> TrainState:
+    """Load what ``training_state`` took; returns the loop's state, whole.
 
     Into ``model`` (parameters, buffers, ``train_state``), ``opt``, ``gen`` and the global
     random states.
@@ -114,7 +136,7 @@ def restore_training(
     opt.load_state_dict(saved["optimizer"])
     gen.set_state(saved["generator"])
     set_random_states(saved["random"])
-    return tuple(saved[k] for k in LOOP)
+    return TrainState(**{f.name: saved[f.name] for f in fields(TrainState)})
 
 
 class Checkpointer:
