@@ -23,7 +23,7 @@ from harness import env, records
 from harness import events as events_mod
 from harness.checkpoint import Checkpointer, TrainState, restore_training, training_state
 from harness.config import RunConfig
-from harness.errors import DivergedError, HarnessError, failure_reason
+from harness.errors import DivergedError, HarnessError, NonFiniteLoss, failure_reason
 from harness.flops import FLOPS_PER_MAC, sequence_macs
 from harness.method import SeqOut
 from harness.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
@@ -322,15 +322,12 @@ def train_model(
             total = loss if out.aux_loss is None else loss + out.aux_loss
             try:
                 if not torch.isfinite(total):
-                    raise DivergedError(f"non-finite loss ({total.item()})")
+                    raise NonFiniteLoss(f"non-finite loss ({total.item()})")
                 wide = descend(total, opt, params, tc.clip)
-            except DivergedError as e:
-                kind = "non_finite_loss" if "loss" in str(e) else "non_finite_gradient"
-                loop.events.append(events_mod.event(epoch, kind, f"batch {i}: {e}"))
+            except DivergedError as e:  # its type names the event
+                loop.events.append(events_mod.event(epoch, e.event, f"batch {i}: {e}"))
                 spent = loop.train_s + time.perf_counter() - t0
-                raise DivergedError(
-                    f"{e} at epoch {epoch}, batch {i}", loop.history, spent
-                ) from None
+                raise type(e)(f"{e} at epoch {epoch}, batch {i}", loop.history, spent) from None
             if wide is not None:
                 overflowed.append(wide)
             losses.append(loss.item())
