@@ -51,27 +51,6 @@ def _say(msg: str) -> None:
     print(f"harness: {msg}", file=sys.stderr, flush=True)
 
 
-def random_states(device: torch.device | None = None) -> dict[str, Any]:
-    """torch's, Python's and numpy's global random states (and CUDA's where in use)."""
-    states: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_random_states(states: dict[str, Any]) -> None:
-    """Restore what ``random_states`` took."""
-    torch.set_rng_state(states["torch"])
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    if "cuda" in states:
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
 @dataclass
 class TrainState:
     """The training loop's own variables, which it updates and a checkpoint keeps whole.
@@ -81,10 +60,9 @@ class TrainState:
         history: one row per finished epoch (``epoch``, ``train_loss``, ``val_PRIMARY``).
         best_loss: the lowest epoch training loss so far and its epoch (loss spikes).
         stale: epochs since the validation metric last improved (patience).
-        best_val: the best validation primary metric (None: no finite one yet).
-        best_epoch: its epoch (-1: none).
-        best_state: the model's parameters and buffers at that epoch.
-        best_metrics: the validation metrics at that epoch.
+        best_val: the best validation primary metric (None: no finite one yet); ``best_epoch``
+            its epoch (-1: none), ``best_state`` and ``best_metrics`` the model's parameters
+            and buffers and the validation metrics then.
         train_s: the training seconds, every process's together.
         events: what happened on the way (``harness.events``).
     """
@@ -111,15 +89,23 @@ def training_state(
     """What ``Checkpointer.save`` keeps after ``loop.epoch``.
 
     ``loop``'s fields under their names, the model (parameters, buffers and the methods'
-    ``train_state``), Adam's state, the batch order's generator and the global random states.
+    ``train_state``), Adam's state, the batch order's generator and the global random states
+    (torch's, Python's, numpy's; CUDA's where in use).
     """
+    rng = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if torch.device(device).type == "cuda" and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
     return {
         **vars(loop),
         "model": model.state_dict(),
         "train_state": model.train_state(),
         "optimizer": opt.state_dict(),
         "generator": gen.get_state(),
-        "random": random_states(torch.device(device)),
+        "random": rng,
     }
 
 
@@ -135,7 +121,12 @@ def restore_training(
     model.load_train_state(saved["train_state"])
     opt.load_state_dict(saved["optimizer"])
     gen.set_state(saved["generator"])
-    set_random_states(saved["random"])
+    rng = saved["random"]
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    if "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
     return TrainState(**{f.name: saved[f.name] for f in fields(TrainState)})
 
 
@@ -233,13 +224,9 @@ class Checkpointer:
         Then it tries no more: the run goes on without checkpoints. It warns once, except on a
         full disk, which ``finish`` tells the sweep instead.
         """
-        full = {
-            "format": FORMAT,
-            "run_id": self.run_id,
-            "identity": self.identity,
-            "meta": self.meta,
-            **state,
-        }
+        full = dict(
+            state, format=FORMAT, run_id=self.run_id, identity=self.identity, meta=self.meta
+        )
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             for attempt in (1, 2):  # another run may remove the emptied folder in between

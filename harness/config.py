@@ -390,29 +390,30 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
     """
     if (ref := _reference(d.get("method"))) is not None:
         return ref.config_from_dict(d)
+    method_cls = METHODS.get(d.get("method")).config_cls
+    return trusted(RunConfig, d, method_cls, train=TrainConfig, model=ModelConfig)
+
+
+def trusted(cls: type, d: dict[str, Any], method_cls: type, **sections: type) -> Any:
+    """The run config ``cls`` whose ``to_dict()`` is ``d``, as it was: not validated again.
+
+    Neither the knobs' bounds nor ``__post_init__`` run, for it or its sections (``method_cfg``
+    of ``method_cls``, ``task_cfg``, ``data``, ``sections``); a field left out takes its default.
+
+    Raises:
+        ConfigError: a field with no default is missing, or a section is not a dict.
+    """
+    task_cls = TASKS.get(d.get("task")).config_cls
+    sections.update(method_cfg=method_cls, task_cfg=task_cls, data=DataIdentity)
     try:
-        sections = {
-            "train": trusted(TrainConfig, d["train"]),
-            "model": trusted(ModelConfig, d["model"]),
-            "method_cfg": trusted(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
-            "task_cfg": trusted(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
-            "data": trusted(DataIdentity, d["data"]) if d.get("data") is not None else None,
-        }
-        return trusted(RunConfig, {**d, **sections})
+        given = {k: _as_is(c, d[k]) for k, c in sections.items() if d.get(k) is not None}
+        return _as_is(cls, {**d, **given})
     except (KeyError, TypeError) as e:
         raise ConfigError(f"malformed run config: {e}") from None
 
 
-def trusted(cls: type, values: dict[str, Any]) -> Any:
-    """The config dataclass ``cls`` holding ``values`` as they are: not validated again.
-
-    For the values of a config ``resolve`` validated (its ``to_dict``): neither the knobs' bounds
-    nor ``__post_init__`` run; a field the dict leaves out (``canonical_config``) takes its default.
-
-    Raises:
-        KeyError: a field with no default is missing.
-    """
-    obj = object.__new__(cls)
+def _as_is(cls: type, values: dict[str, Any]) -> Any:
+    obj = object.__new__(cls)  # no __init__: nothing checked
     for f in dataclasses.fields(cls):
         given = f.name in values or f.default is dataclasses.MISSING
         object.__setattr__(obj, f.name, values[f.name] if given else f.default)

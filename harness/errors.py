@@ -85,8 +85,7 @@ def write_failure(path: str | os.PathLike, error: OSError) -> str:
 class DivergedError(RuntimeError):
     """Training produced a non-finite gradient norm (``NonFiniteLoss``: a non-finite loss).
 
-    The run is recorded as failed, with the epochs it finished, and the sweep goes on. The
-    type names the event that ends the run (``event``, one of ``harness.events.EVENT_KINDS``).
+    The run is recorded as failed, with the epochs it finished, and the sweep goes on.
 
     Args:
         message: what went non-finite, and where.
@@ -94,7 +93,7 @@ class DivergedError(RuntimeError):
         train_s: the training seconds spent until then.
     """
 
-    event = "non_finite_gradient"
+    event = "non_finite_gradient"  # the type names the event that ends the run (harness.events)
 
     def __init__(
         self, message: str, history: list[dict] | None = None, train_s: float | None = None
@@ -125,9 +124,8 @@ class Interrupted(KeyboardInterrupt):
 def allocation_failure(e: BaseException) -> str | None:
     """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
 
-    Python and numpy report one as a MemoryError, torch as a ``torch.OutOfMemoryError`` (CUDA) or,
-    from its CPU allocator, a RuntimeError that names the allocator (``DefaultCPUAllocator: can't
-    allocate memory``): that one has no type of its own.
+    Python and numpy raise a MemoryError, torch a ``torch.OutOfMemoryError`` (CUDA) or, from its
+    CPU allocator, a RuntimeError that names it (``DefaultCPUAllocator: can't allocate memory``).
     """
     torch = sys.modules.get("torch")  # without torch imported, no torch error was raised
     typed = (MemoryError, torch.OutOfMemoryError) if torch else MemoryError

@@ -302,9 +302,8 @@ def train_model(
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
-    loop = TrainState()
-    if checkpoint is not None and (saved := checkpoint.load(device)) is not None:
-        loop = restore_training(saved, model, opt, gen)  # go on as if the run had not stopped
+    saved = checkpoint.load(device) if checkpoint is not None else None
+    loop = restore_training(saved, model, opt, gen) if saved is not None else TrainState()
     if events is not None:  # the caller's list: what happened stays there, whatever ends the run
         events[:] = loop.events
         loop.events = events
@@ -441,8 +440,7 @@ def _train_and_test(
     t0 = time.perf_counter()
     test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
     eval_s = time.perf_counter() - t0
-    val_metrics = loop.best_metrics
-    if val_metrics is None:  # no finite validation value: report the final parameters'
+    if (val_metrics := loop.best_metrics) is None:  # none finite: the final parameters'
         val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
     return records.finish_ok(
         rec,

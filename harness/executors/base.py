@@ -109,14 +109,12 @@ class Executor(Protocol):
 def run_one(
     cfg_dict: dict[str, Any], run: RunOptions, callbacks: tuple[EpochCallback, ...] = ()
 ) -> dict[str, Any]:
-    """Run one config and return its record.
+    """Run one config (as its dict: configs cross so, rebuilt trusted) and return its record.
 
-    The config crosses as its dict (``to_dict``: what every executor's transport and a lost run's
-    record carry) and is rebuilt as it was (``config.from_dict``): it was validated once, when
-    the sweep resolved it. With ``run.log_dir``, the run also writes TensorBoard events
-    (``harness.tracking``). ``callbacks`` (in-process runs only) go to ``harness.train.run``,
-    called after every epoch. Anything raised around the run (setting the threads, opening the
-    event log) is the run's failed record too; only an interrupt propagates.
+    With ``run.log_dir``, the run also writes TensorBoard events (``harness.tracking``).
+    ``callbacks`` (in-process runs only) go to ``harness.train.run``, called after every epoch.
+    Anything raised around the run (setting the threads, opening the event log) is the run's
+    failed record too; only an interrupt propagates.
     """
     try:
         return _run_config(cfg_dict, run, callbacks)

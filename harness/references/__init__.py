@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 from harness.config import (
     MAX_SEED,
     PRESETS,
-    DataIdentity,
     apply_overrides,
     build_config,
     check_knobs,
@@ -257,15 +256,7 @@ def resolve(
 
 def from_dict(d: dict[str, Any]) -> RefConfig:
     """Rebuild a RefConfig from ``RefConfig.to_dict()`` output, trusted (``config.trusted``)."""
-    try:
-        sections = {
-            "method_cfg": trusted(REFERENCES.get(d["method"]).config_cls, d["method_cfg"]),
-            "task_cfg": trusted(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
-            "data": trusted(DataIdentity, d["data"]) if d.get("data") is not None else None,
-        }
-        return trusted(RefConfig, {**d, **sections})
-    except (KeyError, TypeError) as e:
-        raise ConfigError(f"malformed reference run config: {e}") from None
+    return trusted(RefConfig, d, REFERENCES.get(d.get("method")).config_cls)
 
 
 def unserved(cfg: RefConfig, data_dir: str | None = None) -> str | None:
