@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import re
+import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,7 +83,7 @@ def write_failure(path: str | os.PathLike, error: OSError) -> str:
 
 
 class DivergedError(RuntimeError):
-    """Training produced a non-finite loss or gradient norm.
+    """Training produced a non-finite gradient norm (``NonFiniteLoss``: a non-finite loss).
 
     The run is recorded as failed, with the epochs it finished, and the sweep goes on.
 
@@ -92,12 +93,21 @@ class DivergedError(RuntimeError):
         train_s: the training seconds spent until then.
     """
 
+    # the type names the event that ends the run (harness.pipeline.events)
+    event = "non_finite_gradient"
+
     def __init__(
         self, message: str, history: list[dict] | None = None, train_s: float | None = None
     ) -> None:
         super().__init__(message)
         self.history = history or []
         self.train_s = train_s
+
+
+class NonFiniteLoss(DivergedError):
+    """Training produced a non-finite loss (see ``DivergedError``)."""
+
+    event = "non_finite_loss"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -112,19 +122,16 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-_OOM_TEXTS = ("can't allocate memory", "not enough memory", "out of memory")
-
-
 def allocation_failure(e: BaseException) -> str | None:
     """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
 
-    torch reports a failed allocation as a RuntimeError (``DefaultCPUAllocator: can't allocate
-    memory``, ``CUDA out of memory``); Python as a MemoryError.
+    Python and numpy raise a MemoryError, torch a ``torch.OutOfMemoryError`` (CUDA) or, from its
+    CPU allocator, a RuntimeError that names it (``DefaultCPUAllocator: can't allocate memory``).
     """
+    torch = sys.modules.get("torch")  # without torch imported, no torch error was raised
+    typed = (MemoryError, torch.OutOfMemoryError) if torch else MemoryError
     text = str(e)
-    if not isinstance(e, MemoryError) and not (
-        isinstance(e, RuntimeError) and any(t in text for t in _OOM_TEXTS)
-    ):
+    if not isinstance(e, typed) and not (isinstance(e, RuntimeError) and "CPUAllocator" in text):
         return None
     asked = re.search(r"allocate (\d+) bytes", text)
     return f"; it asked for {int(asked.group(1)) / 2**30:,.1f} GiB" if asked else ""

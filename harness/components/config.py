@@ -383,23 +383,41 @@ def _reference(name: Any) -> Any:
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output (e.g. a record's config)."""
+    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output, trusted: nothing is checked again.
+
+    A config is validated once, by ``resolve``; its dict is what crosses to an executor's worker
+    (``harness.executors.base.run_one``) and what a record keeps (``trusted``).
+    """
     if (ref := _reference(d.get("method"))) is not None:
         return ref.config_from_dict(d)
+    method_cls = METHODS.get(d.get("method")).config_cls
+    return trusted(RunConfig, d, method_cls, train=TrainConfig, model=ModelConfig)
+
+
+def trusted(cls: type, d: dict[str, Any], method_cls: type, **sections: type) -> Any:
+    """The run config ``cls`` whose ``to_dict()`` is ``d``, as it was: not validated again.
+
+    Neither the knobs' bounds nor ``__post_init__`` run, for it or its sections (``method_cfg``
+    of ``method_cls``, ``task_cfg``, ``data``, ``sections``); a field left out takes its default.
+
+    Raises:
+        ConfigError: a field with no default is missing, or a section is not a dict.
+    """
+    task_cls = TASKS.get(d.get("task")).config_cls
+    sections.update(method_cfg=method_cls, task_cfg=task_cls, data=DataIdentity)
     try:
-        return RunConfig(
-            method=d["method"],
-            task=d["task"],
-            seed=int(d["seed"]),
-            preset=d["preset"],
-            train=TrainConfig(**d["train"]),
-            model=ModelConfig(**d["model"]),
-            method_cfg=build_config(METHODS.get(d["method"]).config_cls, d["method_cfg"]),
-            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
-            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
-        )
+        given = {k: _as_is(c, d[k]) for k, c in sections.items() if d.get(k) is not None}
+        return _as_is(cls, {**d, **given})
     except (KeyError, TypeError) as e:
         raise ConfigError(f"malformed run config: {e}") from None
+
+
+def _as_is(cls: type, values: dict[str, Any]) -> Any:
+    obj = object.__new__(cls)  # no __init__: nothing checked
+    for f in dataclasses.fields(cls):
+        given = f.name in values or f.default is dataclasses.MISSING
+        object.__setattr__(obj, f.name, values[f.name] if given else f.default)
+    return obj
 
 
 def default_sections(method: str, task: str) -> dict[str, Any]:

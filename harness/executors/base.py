@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Protocol
 
 from harness.components import config
 from harness.components.registry import Registry
+from harness.errors import failure_reason
 from harness.persistence import records
 from harness.pipeline.resume import method_code
 from harness.pipeline.tracking import TensorBoardLogger
@@ -109,21 +110,19 @@ class Executor(Protocol):
 def run_one(
     cfg_dict: dict[str, Any], run: RunOptions, callbacks: tuple[EpochCallback, ...] = ()
 ) -> dict[str, Any]:
-    """Run one config (as a plain dict: configs travel so) and return its record.
+    """Run one config (as its dict: configs cross so, rebuilt trusted) and return its record.
 
     With ``run.log_dir``, the run also writes TensorBoard events (``harness.pipeline.tracking``).
     ``callbacks`` (in-process runs only) go to ``harness.pipeline.train.run``, called after every
     epoch. Anything raised around the run (setting the threads, opening the event log) is the run's
     failed record too; only an interrupt propagates.
     """
-    from harness.pipeline.train import failed_record
-
     try:
         return _run_config(cfg_dict, run, callbacks)
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        return failed_record(cfg_dict, e)
+        return lost_record(cfg_dict, failure_reason(e))
 
 
 def _run_config(
@@ -150,7 +149,7 @@ def _run_config(
 
 
 def lost_record(cfg_dict: dict[str, Any], why: str) -> dict[str, Any]:
-    """The failed record of a run whose worker never sent its record back (``why``)."""
+    """The failed record of a run that did not start or whose worker sent no record (``why``)."""
     try:
         code = method_code(cfg_dict["method"])
     except Exception:

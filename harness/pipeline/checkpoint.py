@@ -26,6 +26,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,61 +51,68 @@ def _say(msg: str) -> None:
     print(f"harness: {msg}", file=sys.stderr, flush=True)
 
 
-def random_states(device: torch.device | None = None) -> dict[str, Any]:
-    """torch's, Python's and numpy's global random states (and CUDA's where in use)."""
-    states: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
+@dataclass
+class TrainState:
+    """The training loop's own variables, which it updates and a checkpoint keeps whole.
 
+    Attributes:
+        epoch: the last epoch finished (-1: none yet).
+        history: one row per finished epoch (``epoch``, ``train_loss``, ``val_PRIMARY``).
+        best_loss: the lowest epoch training loss so far and its epoch (loss spikes).
+        stale: epochs since the validation metric last improved (patience).
+        best_val: the best validation primary metric (None: no finite one yet); ``best_epoch``
+            its epoch (-1: none), ``best_state`` and ``best_metrics`` the model's parameters
+            and buffers and the validation metrics then.
+        train_s: the training seconds, every process's together.
+        events: what happened on the way (``harness.pipeline.events``).
+    """
 
-def set_random_states(states: dict[str, Any]) -> None:
-    """Restore what ``random_states`` took."""
-    torch.set_rng_state(states["torch"])
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    if "cuda" in states:
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-# The training loop's own variables a checkpoint keeps, in the order ``training_state`` takes
-# them and ``restore_training`` gives them back.
-LOOP = ("history", "best_loss", "stale", "best_val", "best_epoch", "best_state", "best_metrics",
-        "train_s", "events")  # fmt: skip
+    epoch: int = -1
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_loss: tuple[float, int] | None = None
+    stale: int = 0
+    best_val: float | None = None
+    best_epoch: int = -1
+    best_state: dict[str, Any] | None = None
+    best_metrics: dict[str, float] | None = None
+    train_s: float = 0.0
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def training_state(
-    epoch: int,
+    loop: TrainState,
     model: Any,
     opt: torch.optim.Optimizer,
     gen: torch.Generator,
     device: torch.device | str,
-    loop: tuple[Any, ...],
 ) -> dict[str, Any]:
-    """What ``Checkpointer.save`` keeps after ``epoch``.
+    """What ``Checkpointer.save`` keeps after ``loop.epoch``.
 
-    The model (parameters, buffers and the methods' ``train_state``), Adam's state, the batch
-    order's generator, the global random states and the loop's variables (``LOOP``, in order).
+    ``loop``'s fields under their names, the model (parameters, buffers and the methods'
+    ``train_state``), Adam's state, the batch order's generator and the global random states
+    (torch's, Python's, numpy's; CUDA's where in use).
     """
+    rng = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if torch.device(device).type == "cuda" and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
     return {
-        "epoch": epoch,
+        **vars(loop),
         "model": model.state_dict(),
         "train_state": model.train_state(),
         "optimizer": opt.state_dict(),
         "generator": gen.get_state(),
-        "random": random_states(torch.device(device)),
-        **dict(zip(LOOP, loop, strict=True)),
+        "random": rng,
     }
 
 
 def restore_training(
     saved: dict[str, Any], model: Any, opt: torch.optim.Optimizer, gen: torch.Generator
-) -> tuple[Any, ...]:
-    """Load what ``training_state`` took; returns the loop's variables (``LOOP``, in order).
+) -> TrainState:
+    """Load what ``training_state`` took; returns the loop's state, whole.
 
     Into ``model`` (parameters, buffers, ``train_state``), ``opt``, ``gen`` and the global
     random states.
@@ -113,8 +121,13 @@ def restore_training(
     model.load_train_state(saved["train_state"])
     opt.load_state_dict(saved["optimizer"])
     gen.set_state(saved["generator"])
-    set_random_states(saved["random"])
-    return tuple(saved[k] for k in LOOP)
+    rng = saved["random"]
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    if "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return TrainState(**{f.name: saved[f.name] for f in fields(TrainState)})
 
 
 class Checkpointer:
@@ -211,13 +224,9 @@ class Checkpointer:
         Then it tries no more: the run goes on without checkpoints. It warns once, except on a
         full disk, which ``finish`` tells the sweep instead.
         """
-        full = {
-            "format": FORMAT,
-            "run_id": self.run_id,
-            "identity": self.identity,
-            "meta": self.meta,
-            **state,
-        }
+        full = dict(
+            state, format=FORMAT, run_id=self.run_id, identity=self.identity, meta=self.meta
+        )
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             for attempt in (1, 2):  # another run may remove the emptied folder in between

@@ -27,11 +27,11 @@ from harness.components.metrics import depth_stats, geometric_mean, skip_fractio
 from harness.components.model import SeqModel
 from harness.components.registry import METHODS, TASKS, method_source
 from harness.components.task import Split, Task
-from harness.errors import DivergedError, HarnessError, failure_reason
+from harness.errors import DivergedError, HarnessError, NonFiniteLoss, failure_reason
 from harness.persistence import records
 from harness.persistence.trace import pack_depth, pack_mask
 from harness.pipeline import events as events_mod
-from harness.pipeline.checkpoint import Checkpointer, restore_training, training_state
+from harness.pipeline.checkpoint import Checkpointer, TrainState, restore_training, training_state
 from harness.pipeline.resume import method_code
 from harness.pipeline.timing import CompileClock
 from harness.references.run import run_reference
@@ -283,38 +283,32 @@ def train_model(
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
     events: list[dict[str, Any]] | None = None,
     checkpoint: Checkpointer | None = None,
-) -> tuple[list[dict[str, Any]], int, float, dict[str, float] | None]:
-    """Train with Adam, leaving the best-validation parameters loaded.
+) -> TrainState:
+    """Train with Adam, leaving the best-validation parameters loaded; the loop's final state.
 
     Each of ``callbacks`` is called after every epoch with ``(epoch, history row)`` (progress
     display, ``harness.pipeline.tracking``). What happened on the way is appended to ``events``
-    (``harness.pipeline.events``): an epoch whose gradient norm overflowed float32 and was clipped
-    in float64, an epoch whose training loss is above ``SPIKE_FACTOR`` times its best so far, and
-    the non-finite loss or gradient that ends a run.
+    (``harness.pipeline.events``; it becomes the state's ``events``): an epoch whose gradient norm
+    overflowed float32 and was clipped in float64, an epoch whose training loss is above
+    ``SPIKE_FACTOR`` times its best so far, and the non-finite loss or gradient that ends a run.
 
     With ``checkpoint`` (``harness.pipeline.checkpoint``), a saved state of this run is loaded first
     and training goes on from the epoch after it, exactly as the uninterrupted run would have; the
     state is saved again at the end of an epoch once ``checkpoint.every_s`` seconds have passed.
 
-    Returns (history, best epoch, train seconds, the validation metrics of the best epoch or
-    None if no epoch had a finite one). Raises DivergedError on a non-finite loss or gradient
-    norm, naming the epoch and batch and carrying the history of the epochs finished before it.
+    Raises DivergedError on a non-finite loss or gradient norm, naming the epoch and batch and
+    carrying the history of the epochs finished before it.
     """
     tc = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
-    history: list[dict[str, Any]] = []
-    best_val, best_epoch, best_state, best_metrics, stale = None, -1, None, None, 0
-    train_s = 0.0
-    events = [] if events is None else events
-    best_loss: tuple[float, int] | None = None  # (the lowest epoch training loss, its epoch)
-    first, saved = 0, checkpoint.load(device) if checkpoint is not None else None
-    if saved is not None:  # go on after the saved epoch, as if the run had not stopped
-        (history, best_loss, stale, best_val, best_epoch, best_state, best_metrics, train_s,
-         events[:]) = restore_training(saved, model, opt, gen)  # fmt: skip
-        first = saved["epoch"] + 1
-    for epoch in range(first, tc.epochs):
+    saved = checkpoint.load(device) if checkpoint is not None else None
+    loop = restore_training(saved, model, opt, gen) if saved is not None else TrainState()
+    if events is not None:  # the caller's list: what happened stays there, whatever ends the run
+        events[:] = loop.events
+        loop.events = events
+    for epoch in range(loop.epoch + 1, tc.epochs):
         model.on_epoch_start(epoch, tc.epochs)  # untimed: it may build a kernel
         model.train()
         t0 = time.perf_counter()
@@ -328,44 +322,42 @@ def train_model(
             total = loss if out.aux_loss is None else loss + out.aux_loss
             try:
                 if not torch.isfinite(total):
-                    raise DivergedError(f"non-finite loss ({total.item()})")
+                    raise NonFiniteLoss(f"non-finite loss ({total.item()})")
                 wide = descend(total, opt, params, tc.clip)
-            except DivergedError as e:
-                kind = "non_finite_loss" if "loss" in str(e) else "non_finite_gradient"
-                events.append(events_mod.event(epoch, kind, f"batch {i}: {e}"))
-                spent = train_s + time.perf_counter() - t0
-                raise DivergedError(f"{e} at epoch {epoch}, batch {i}", history, spent) from None
+            except DivergedError as e:  # its type names the event
+                loop.events.append(events_mod.event(epoch, e.event, f"batch {i}: {e}"))
+                spent = loop.train_s + time.perf_counter() - t0
+                raise type(e)(f"{e} at epoch {epoch}, batch {i}", loop.history, spent) from None
             if wide is not None:
                 overflowed.append(wide)
             losses.append(loss.item())
-        train_s += time.perf_counter() - t0
+        loop.train_s += time.perf_counter() - t0
         if overflowed:
-            events.append(events_mod.overflow_event(epoch, overflowed, tc.clip))
+            loop.events.append(events_mod.overflow_event(epoch, overflowed, tc.clip))
         epoch_loss = float(np.mean(losses))
-        spike = events_mod.loss_spike(epoch, epoch_loss, best_loss)
+        spike = events_mod.loss_spike(epoch, epoch_loss, loop.best_loss)
         if spike is not None:
-            events.append(spike)
-        if best_loss is None or epoch_loss < best_loss[0]:
-            best_loss = (epoch_loss, epoch)
+            loop.events.append(spike)
+        if loop.best_loss is None or epoch_loss < loop.best_loss[0]:
+            loop.best_loss = (epoch_loss, epoch)
         val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics
         v = val.get(task.primary, float("nan"))
-        history.append({"epoch": epoch, "train_loss": epoch_loss, f"val_{task.primary}": v})
+        loop.history.append({"epoch": epoch, "train_loss": epoch_loss, f"val_{task.primary}": v})
+        loop.epoch = epoch
         for callback in callbacks:
-            callback(epoch, history[-1])
-        if _better(v, best_val, task.higher_is_better):
-            best_val, best_epoch, best_metrics, stale = v, epoch, val, 0
-            best_state = copy.deepcopy(model.state_dict())
+            callback(epoch, loop.history[-1])
+        if _better(v, loop.best_val, task.higher_is_better):
+            loop.best_val, loop.best_epoch, loop.best_metrics, loop.stale = v, epoch, val, 0
+            loop.best_state = copy.deepcopy(model.state_dict())
         else:
-            stale += 1
-            if tc.patience and stale >= tc.patience:
+            loop.stale += 1
+            if tc.patience and loop.stale >= tc.patience:
                 break
         if checkpoint is not None and epoch + 1 < tc.epochs and checkpoint.due():
-            loop = (history, best_loss, stale, best_val, best_epoch, best_state, best_metrics,
-                    train_s, events)  # fmt: skip
-            checkpoint.save(training_state(epoch, model, opt, gen, device, loop))
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return history, best_epoch, train_s, best_metrics
+            checkpoint.save(training_state(loop, model, opt, gen, device))
+    if loop.best_state is not None:
+        model.load_state_dict(loop.best_state)
+    return loop
 
 
 def selection_rule(task: Task) -> str:
@@ -418,20 +410,6 @@ def run(
     return done
 
 
-def failed_record(cfg_dict: dict[str, Any], e: BaseException) -> records.RunRecord:
-    """The failed record of a run that could not even start (its config as a dict).
-
-    For a failure around ``run`` (setting the thread count, opening a run's event log): the
-    record holds what every record holds (run id, config, status, error), so a sweep records
-    the run and goes on.
-    """
-    try:
-        code = method_code(cfg_dict["method"])
-    except Exception:  # an unknown method: the record says so in its error
-        code = None
-    return records.failed_record(cfg_dict, failure_reason(e), code)
-
-
 def _train_and_test(
     cfg: RunConfig,
     data_dir: str | None,
@@ -458,26 +436,24 @@ def _train_and_test(
     clock = CompileClock()
     if cfg.train.compile:
         clock.start()
-    history, best_epoch, train_s, val_metrics = train_model(
-        cfg, task, model, splits, dev, callbacks, rec["events"], checkpoint
-    )
+    loop = train_model(cfg, task, model, splits, dev, callbacks, rec["events"], checkpoint)
     compiled = clock.stop()
     t0 = time.perf_counter()
     test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
     eval_s = time.perf_counter() - t0
-    if val_metrics is None:  # no finite validation value: report the final parameters'
+    if (val_metrics := loop.best_metrics) is None:  # none finite: the final parameters'
         val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
     return records.finish_ok(
         rec,
-        best_epoch=best_epoch,
-        history=history,
+        best_epoch=loop.best_epoch,
+        history=loop.history,
         metrics=test.metrics,
         val_metrics=val_metrics,
         macs=test.macs,
         flops_per_mac=FLOPS_PER_MAC,
         diagnostics={**test.diagnostics, **model.train_diagnostics()},
         trace=test.trace,
-        train_s=train_s,
+        train_s=loop.train_s,
         eval_s=eval_s,
         compiled=compiled,
     )

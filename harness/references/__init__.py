@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 from harness.components.config import (
     MAX_SEED,
     PRESETS,
-    DataIdentity,
     apply_overrides,
     build_config,
     check_knobs,
+    trusted,
 )
 from harness.components.registry import (
     METHODS,
@@ -255,19 +255,8 @@ def resolve(
 
 
 def from_dict(d: dict[str, Any]) -> RefConfig:
-    """Rebuild a RefConfig from ``RefConfig.to_dict()`` output (a record's config)."""
-    try:
-        return RefConfig(
-            method=d["method"],
-            task=d["task"],
-            seed=int(d["seed"]),
-            preset=d["preset"],
-            method_cfg=build_config(REFERENCES.get(d["method"]).config_cls, d["method_cfg"]),
-            task_cfg=build_config(TASKS.get(d["task"]).config_cls, d["task_cfg"]),
-            data=DataIdentity(**d["data"]) if d.get("data") is not None else None,
-        )
-    except (KeyError, TypeError) as e:
-        raise ConfigError(f"malformed reference run config: {e}") from None
+    """Rebuild a RefConfig from ``RefConfig.to_dict()`` output, trusted (``config.trusted``)."""
+    return trusted(RefConfig, d, REFERENCES.get(d.get("method")).config_cls)
 
 
 def unserved(cfg: RefConfig, data_dir: str | None = None) -> str | None:
