@@ -11,20 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.reporting.brief import brief_tables
-from harness.selection import parse_rule
-from harness.store import load
-
 FORMATS = ("table", "md")
 
 
-def print_board(store: Path, board: Path, select: str | None, given: str | None) -> None:
-    """Print the leaderboard of ``store`` (written to ``board``) on stdout.
+def print_board(tables: Sequence[Any], none: str, board: Path, given: str | None) -> None:
+    """Print the leaderboard written to ``board`` on stdout: as ``tables`` in a terminal.
 
     Args:
-        store: the records file.
+        tables: the brief tables (``harness.api.board_tables``).
+        none: what to say where there is no table.
         board: the leaderboard's Markdown, written already.
-        select: the ``--select`` rule, if any.
         given: ``--format`` (``table`` or ``md``); None: a table when stdout is a terminal.
     """
     from rich.console import Console
@@ -33,13 +29,7 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
     if (given or ("table" if stdout.is_terminal else "md")) == "md":
         print(board.read_text())
         return
-
-    records, _ = load([store])
-    rule = parse_rule(select) if select else None
-    none = "no run finished ok: no table"
-    if rule and any(r.get("status") == "ok" for r in records):
-        none = f"--select {rule} keeps no row: no table"
-    print_tables(brief_tables(records, rule, str(store)), stdout, board, none)
+    print_tables(tables, stdout, board, none)
 
 
 def print_tables(

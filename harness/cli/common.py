@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.api import parse_seeds  # noqa: F401  (the CLI's seeds, parsed by the api)
 from harness.config import DEVICES, PRESETS
 from harness.errors import ConfigError
 from harness.executors import MAX_THREADS
@@ -264,9 +265,6 @@ def threads_option(help: str) -> argparse.ArgumentParser:
 # --- helpers of the commands ------------------------------------------------------------------
 
 
-MAX_SEEDS = 10_000
-
-
 def checkpoint_options(s: argparse.ArgumentParser) -> None:
     """``--checkpoint-every MINUTES`` and ``--no-checkpoint`` (``harness run``)."""
     s.add_argument(
@@ -291,38 +289,6 @@ def checkpoint_settings(args: argparse.Namespace, store: Path) -> dict[str, Any]
 
     folder = None if args.no_checkpoint else str(folder_for(store))
     return {"checkpoint_dir": folder, "checkpoint_every_s": 60.0 * args.checkpoint_every}
-
-
-def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
-    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
-
-    The count is checked before a range is expanded, so ``0-9999999`` fails at once.
-
-    Args:
-        spec: the ``--seeds`` value.
-        limit: the most seeds it may give.
-
-    Raises:
-        ConfigError: anything else, a negative seed, an empty or descending range, or more
-            than ``limit`` seeds.
-    """
-    usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
-    ranges: list[tuple[int, int]] = []
-    try:
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            lo, sep, hi = part.partition("-")
-            ranges.append((int(lo), int(hi) if sep else int(lo)))
-    except ValueError:  # also a negative seed: "-1" has no number before its "-"
-        raise ConfigError(usage) from None
-    if not ranges or any(hi < lo for lo, hi in ranges):
-        raise ConfigError(usage)
-    count = sum(hi - lo + 1 for lo, hi in ranges)
-    if count > limit:
-        raise ConfigError(f"--seeds '{spec}' gives {count:,} seeds; at most {limit:,} are allowed")
-    return list(dict.fromkeys(s for lo, hi in ranges for s in range(lo, hi + 1)))
 
 
 def require_task(task: str | None, command: str, many: bool = False) -> str:
