@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from harness import registry
-from harness.checkpoint import folder_for
 from harness.claims import SweepStore
 from harness.config import parse_set
 from harness.errors import DISK_FULL_NOTE, ConfigError, HarnessError, WriteFailed
@@ -503,6 +502,8 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
         option = "--report" if opts["report"] else "the leaderboard"
         refuse_overwrite(board, option, [("the records store (--out)", store.path)])
         check_writable(board)
+    from harness.checkpoint import folder_for  # torch: not on the parser's import path
+
     keep = None if opts.get("no_checkpoint") else str(folder_for(store.path))
     every = 60.0 * opts.get("checkpoint_every", 10.0)
     executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))

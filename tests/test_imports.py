@@ -19,10 +19,10 @@ PACKAGES = ("harness", "baselines", "tasks")
 # importer -> imported: the heavy dependency the import inside a function defers (what the
 # imported module loads and the importer does not).
 DEFERRED = {
+    ("harness.api", "harness.checkpoint"): "torch",
     ("harness.cli.bench", "harness.bench.speedup"): "torch",
     ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
     ("harness.cli.bench", "harness.bench.suite"): "torch",
-    ("harness.cli.common", "harness.checkpoint"): "torch",
     ("harness.cli.flops", "harness.flops"): "torch",
     ("harness.conformance", "harness.bench.speedup"): "torch",
     ("harness.conformance", "harness.flops"): "torch",

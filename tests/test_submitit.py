@@ -131,7 +131,10 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
         (["--slurm-partition", "gpu"], "--slurm-partition is only used with --executor submitit"),
         (["--slurm-array-parallelism", "4"], "--slurm-array-parallelism is only used with"),
         (["--slurm-local"], "--slurm-local is only used with --executor submitit"),
-        (["--executor", "submitit", "--workers", "2"], "--workers is only used with --executor local or pool"),
+        (
+            ["--executor", "submitit", "--workers", "2"],
+            "--workers is only used with --executor local or",
+        ),
         (["--executor", "submitit", "--slurm-time", "43201"], "--slurm-time: must be <= 43200"),
         (["--executor", "submitit", "--slurm-cpus", "0"], "--slurm-cpus: must be >= 1"),
         (["--executor", "submitit", "--slurm-mem", "x"], "--slurm-mem: expects an integer"),

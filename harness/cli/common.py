@@ -283,14 +283,6 @@ def checkpoint_options(s: argparse.ArgumentParser) -> None:
     )
 
 
-def checkpoint_settings(args: argparse.Namespace, store: Path) -> dict[str, Any]:
-    """``api.executor``'s checkpoint arguments from ``checkpoint_options``' flags."""
-    from harness.checkpoint import folder_for
-
-    folder = None if args.no_checkpoint else str(folder_for(store))
-    return {"checkpoint_dir": folder, "checkpoint_every_s": 60.0 * args.checkpoint_every}
-
-
 def require_task(task: str | None, command: str, many: bool = False) -> str:
     """The one task ``task`` names (a name or a glob matching one task).
 
