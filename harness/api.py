@@ -27,7 +27,7 @@ from typing import Any
 from harness import registry
 from harness.claims import SweepStore
 from harness.config import parse_set
-from harness.errors import DISK_FULL_NOTE, ConfigError, HarnessError, WriteFailed
+from harness.errors import DISK_FULL_NOTE, ConfigError, HarnessError, RecordError, WriteFailed
 from harness.executors import EXECUTORS, Executor, ExecutorOptions, RunOptions, make_executor
 from harness.executors.base import declared, options_for
 from harness.outputs import check_writable, leaderboard_path, refuse_overwrite
@@ -38,7 +38,7 @@ from harness.reports import compare, load_records, paper_report, report
 from harness.resume import plan_resume
 from harness.selection import parse_rule
 from harness.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
-from harness.store import Store, load, output_store_path
+from harness.store import Store, load, output_store_path, store_path
 from harness.suites import load as load_sweep_file
 from harness.suites import plan, suite_names, suite_path
 from harness.sweep import match_skip, parse_grid
@@ -57,6 +57,7 @@ __all__ = [
     "check_executor",
     "declared",
     "executor",
+    "existing_store",
     "include",
     "load_records",
     "open_store",
@@ -197,6 +198,18 @@ def open_store(out: str | Path | Store, create: bool = True) -> Store:
     store = out if isinstance(out, Store) else Store(output_store_path(out))
     store.check_writable(create=create)
     store.check_target()
+    return store
+
+
+def existing_store(path: str | Path) -> Store:
+    """The records store at ``path`` (a ``.jsonl`` file or a folder's), which must exist.
+
+    Raises:
+        RecordError: no records file there.
+    """
+    store = Store(store_path(path))
+    if not store.path.is_file():
+        raise RecordError(f"no records file at {store.path}")
     return store
 
 

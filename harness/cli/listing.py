@@ -10,8 +10,8 @@ import argparse
 import sys
 from typing import Any
 
+from harness.api import EXECUTORS
 from harness.cli.common import add_command, include_option
-from harness.executors import EXECUTORS
 from harness.references import REFERENCES, describe
 from harness.registry import METHODS, TASKS, source_of
 
