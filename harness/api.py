@@ -28,7 +28,14 @@ from harness import registry
 from harness.claims import SweepStore
 from harness.config import parse_set
 from harness.errors import DISK_FULL_NOTE, ConfigError, HarnessError, RecordError, WriteFailed
-from harness.executors import EXECUTORS, Executor, ExecutorOptions, RunOptions, make_executor
+from harness.executors import (
+    EXECUTORS,
+    MAX_THREADS,
+    Executor,
+    ExecutorOptions,
+    RunOptions,
+    make_executor,
+)
 from harness.executors.base import declared, options_for
 from harness.outputs import check_writable, leaderboard_path, refuse_overwrite
 from harness.records import RunRecord
@@ -46,6 +53,7 @@ from harness.tracking import check_log_dir
 
 __all__ = [
     "EXECUTORS",
+    "MAX_THREADS",
     "Block",
     "RunJob",
     "Sweep",

@@ -19,10 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.api import parse_seeds  # noqa: F401  (the CLI's seeds, parsed by the api)
+from harness.api import MAX_THREADS, parse_seeds  # noqa: F401  (parse_seeds: re-exported)
 from harness.config import DEVICES, PRESETS
 from harness.errors import ConfigError
-from harness.executors import MAX_THREADS
 from harness.outputs import check_writable as check
 from harness.outputs import write_text
 from harness.registry import TASKS
