@@ -84,51 +84,28 @@ __all__ = [
 # --- running a sweep ---------------------------------------------------------------------------
 
 
-def executor(
-    name: str = "local",
-    *,
-    data_dir: str | None = None,
-    device: str = "cpu",
-    threads: int = 1,
-    log_dir: str | None = None,
-    checkpoint_dir: str | None = None,
-    checkpoint_every_s: float = 600.0,
-    **options: Any,
-) -> Executor:
+def executor(name: str = "local", run: RunOptions | None = None, **options: Any) -> Executor:
     """An executor from the registry (``harness list executors``), checked (``check_executor``).
 
-    ``local``, ``pool``, ``ray`` or ``submitit``, or one a plugin registered.
-
     Args:
-        name: the executor.
-        data_dir: the dataset root every run reads (as the workers see it).
-        device: ``cpu``, ``cuda`` or ``auto``.
-        threads: torch threads per run (0: torch's default).
-        log_dir: TensorBoard event files per run under this folder.
-        checkpoint_dir: each run keeps a checkpoint of its training there and goes on from one
-            it finds (``harness.checkpoint.folder_for(store)`` is the CLI's choice; None: none).
-        checkpoint_every_s: the least seconds between two checkpoints of a run.
+        name: ``local``, ``pool``, ``ray``, ``submitit``, or one a plugin registered.
+        run: what every run gets (data root, device, threads, ...; default ``RunOptions()``).
         **options: the executor's declared options (``workers`` for ``pool``, ``ray_address``
             for ``ray``, ``slurm_partition``, ... for ``submitit``); None: its default.
-
-    Raises:
-        HarnessError: an unknown executor, an option it does not declare, a bad value, or a
-            machine it cannot run on (``preflight``).
     """
-    run = RunOptions(data_dir, device, threads, log_dir, checkpoint_dir, checkpoint_every_s)
+    run = run or RunOptions()
     name, checked = check_executor(name, run, options)
     return make_executor(name, run, checked)
 
 
 def check_executor(name: str, run: RunOptions, options: dict[str, Any]) -> tuple[str, Any]:
-    """The executor ``name`` resolves to, and its ``options`` checked, before anything runs.
+    """The executor ``name`` resolves to (``local`` with workers is ``pool``), and its options.
 
-    ``local`` with more than one worker is ``pool``. The options are checked against the
-    executor's declarations (``harness.executors.base.options_for``), then the executor's
-    ``preflight`` checks this machine (its package installed, CUDA present).
+    The options are checked against its declarations (``harness.executors.base.options_for``),
+    then its ``preflight`` checks this machine (its package installed, CUDA present).
 
-    Returns:
-        The executor's name and its ``ExecutorOptions``.
+    Raises:
+        HarnessError: an unknown executor, an option it does not declare, a bad value.
     """
     if name == "local" and (options.get("workers") or 1) > 1:
         name = "pool"
@@ -210,11 +187,7 @@ def open_store(out: str | Path | Store, create: bool = True) -> Store:
 
 
 def existing_store(path: str | Path) -> Store:
-    """The records store at ``path`` (a ``.jsonl`` file or a folder's), which must exist.
-
-    Raises:
-        RecordError: no records file there.
-    """
+    """The records store at ``path`` (a ``.jsonl`` file or a folder's); RecordError: none."""
     store = Store(store_path(path))
     if not store.path.is_file():
         raise RecordError(f"no records file at {store.path}")
@@ -390,15 +363,11 @@ def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
 
 @dataclass
 class RunJob:
-    """A ``harness run`` checked and planned (``prepare_run``), nothing run or written yet.
+    """A ``harness run`` checked and planned (``prepare_run``); nothing run or written yet.
 
-    Attributes:
-        opts: the options (argparse dests), a sweep file's where no flag was given.
-        spec: what to run.
-        sweep: the planned runs.
-        store: the records store (``--out``).
-        board: the leaderboard to write after the sweep (None: none, or a dry run).
-        executor: the executor's name, its ``ExecutorOptions`` and the ``RunOptions``.
+    ``opts`` are its options (a sweep file's where no flag was given), ``board`` the leaderboard
+    to write after the sweep (None: none), ``executor`` the executor's name, its options and
+    the ``RunOptions``.
     """
 
     opts: dict[str, Any]
@@ -413,25 +382,21 @@ class RunJob:
         """The executor trains in this process (epochs reach ``on_event``)."""
         return bool(EXECUTORS.get(self.executor[0]).in_process)
 
-    def _resume(self) -> dict[str, bool]:
-        return {k: bool(self.opts.get(k)) for k in ("force", "retry_failed", "keep_stale")}
-
     def plan(self) -> tuple[Any, list[RunRecord]]:
         """What a dry run shows: the runs the store lacks (``plan_runs``), and its records."""
-        return plan_runs(self.sweep, self.store, **self._resume())
+        return plan_runs(self.sweep, self.store, **self._resume)
 
     def run(self, on_event: Callable[[SweepEvent], None], argv: Sequence[str]) -> SweepResult:
         """Run the sweep on the executor chosen (``run_sweep``)."""
-        name, options, run = self.executor
-        ex = make_executor(name, run, options)
-        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self._resume())
+        ex = make_executor(self.executor[0], self.executor[2], self.executor[1])
+        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self._resume)
+
+    @property
+    def _resume(self) -> dict[str, bool]:
+        return {k: bool(self.opts.get(k)) for k in ("force", "retry_failed", "keep_stale")}
 
     def write_board(self) -> list[Path]:
-        """Write the leaderboard of every record of the store to ``board``; the files written.
-
-        Raises:
-            HarnessError: a write that failed (a full disk), saying how to write it later.
-        """
+        """Write the store's leaderboard to ``board``: the files (HarnessError: a failed write)."""
         try:
             paths, _ = report(
                 [self.store.path], self.board, figures=False, select=self.opts.get("select"),
@@ -453,11 +418,7 @@ class RunJob:
 
 
 def board_tables(store: str | Path, select: str | None) -> tuple[list[Any], str]:
-    """The brief tables of the leaderboard of ``store`` (``harness.reporting.brief``).
-
-    Returns:
-        The tables under the ``select`` rule, and what to say where there is none.
-    """
+    """The brief tables of ``store``'s leaderboard under ``select``, and the line for none."""
     records, _ = load([store])
     rule = parse_rule(select) if select else None
     none = "no run finished ok: no table"
@@ -467,11 +428,7 @@ def board_tables(store: str | Path, select: str | None) -> tuple[list[Any], str]
 
 
 def include(paths: Sequence[str]) -> None:
-    """Import the ``.py`` files or folders ``paths`` and the registry (``--include``) now.
-
-    Raises:
-        PluginError: a path that does not exist or cannot be imported.
-    """
+    """Import the ``.py`` files or folders ``paths`` (``--include``) and the registry, now."""
     if paths:
         registry.include(paths)
         registry.load_plugins()
@@ -483,22 +440,11 @@ def suites() -> list[tuple[str, str]]:
 
 
 def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
-    """Check and plan a ``harness run`` from its options, before anything runs or is written.
+    """Check and plan a ``harness run`` from its options (argparse dests), given as flags or not.
 
-    ``config`` or ``suite`` (a sweep file) fills the options not ``given`` as flags; ``set`` and
-    ``grid`` are merged with the file's key by key (``harness.suites.plan``). Every check comes
-    before the store is opened: bad input creates nothing.
-
-    Args:
-        opts: the options, by argparse dest (``tasks``, ``methods``, ``seeds``, ``executor``,
-            its declared options, ``out``, ...).
-        given: the options given as flags.
-
-    Returns:
-        The planned job.
-
-    Raises:
-        HarnessError: bad input (one line).
+    ``config`` or ``suite`` (a sweep file) fills the options not ``given``; ``set`` and ``grid``
+    merge with the file's key by key (``harness.suites.plan``). Every check comes before the
+    store is opened: bad input (a HarnessError, one line) creates nothing.
     """
     opts, given = dict(opts), set(given)
     if opts.get("config") and opts.get("suite"):

@@ -190,18 +190,15 @@ def executor_options(s: argparse.ArgumentParser) -> None:
     """A flag for each option the registered executors declare, in a group per executor."""
     seen: set[str] = set()
     for name, cls in api.EXECUTORS.items():
-        fresh = [o for o in getattr(cls, "options", ()) if o.name not in seen]
+        fresh = [o for o in api.declared(cls).values() if o.name not in seen]
         seen |= {o.name for o in fresh}
-        about = (cls.__doc__ or "").split("\n")[0]
-        group = s.add_argument_group(f"--executor {name}", about) if fresh else None
+        group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            if o.type is bool:
-                group.add_argument(o.flag, action="store_true", help=o.help)  # type: ignore
-                continue
             kind = int_at_least(*o.bounds) if o.bounds else o.type
-            group.add_argument(  # type: ignore[union-attr]
-                o.flag, type=kind, default=o.default, metavar=o.metavar, help=o.help
+            how = (
+                {"action": "store_true"} if o.type is bool else {"type": kind, "metavar": o.metavar}
             )
+            group.add_argument(o.flag, default=o.default, help=o.help, **how)  # type: ignore
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -48,13 +48,10 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class Option:
-    """One setting an executor declares (its ``options``): a ``harness run`` flag and a sweep key.
-
-    The flag is ``--`` and the name with ``-`` for ``_`` (``--slurm-time``), the sweep-file key the
-    name (``slurm_time``); both are built from the declarations of every registered executor.
+    """A setting an executor declares (its ``options``): a ``harness run`` flag and a sweep key.
 
     Attributes:
-        name: the setting, in snake_case.
+        name: the sweep-file key (``slurm_time``); the flag is ``--slurm-time``.
         type: ``str``, ``int`` (within ``bounds``) or ``bool`` (a flag without a value).
         default: the value when not given; a value equal to it counts as not given.
         help: the flag's help.
@@ -73,77 +70,56 @@ class Option:
 
     @property
     def flag(self) -> str:
-        """The ``harness run`` flag (``--slurm-time``)."""
+        """The ``harness run`` flag."""
         return "--" + self.name.replace("_", "-")
 
     def describe(self) -> str:
         """What a sweep file's value must be, in words."""
-        if self.type is bool:
-            return "true or false"
-        if self.bounds:
-            unit = f"{self.what}, " if self.what else ""
-            return f"{unit}an integer in [{self.bounds[0]}, {self.bounds[1]}]"
-        return self.what
+        if self.type is bool or not self.bounds:
+            return "true or false" if self.type is bool else self.what
+        return f"{self.what}, " * bool(self.what) + "an integer in [{}, {}]".format(*self.bounds)
 
     def check(self, value: Any) -> None:
         """Refuse an ``int`` out of ``bounds`` (one line naming the flag)."""
-        if self.bounds and not (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and self.bounds[0] <= value <= self.bounds[1]
-        ):
-            low, high = self.bounds
+        low, high = self.bounds or (value, value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{self.flag} must be an integer in [{low}, {high}] (got {value!r})")
 
 
 # the local and pool executors' one option (local with more than one worker is the pool)
+# fmt: off
 WORKERS = Option(
-    "workers",
-    int,
-    1,
-    "local executor: runs in parallel processes (default: %(default)s: in this process; "
-    f"at most {MAX_WORKERS}); with --dry-run, the estimate on N parallel workers too",
-    "N",
-    (1, MAX_WORKERS),
+    "workers", int, 1, "local executor: runs in parallel processes (default: %(default)s: in this "
+    f"process; at most {MAX_WORKERS}); with --dry-run, the estimate on N parallel workers too",
+    "N", (1, MAX_WORKERS),
 )
+# fmt: on
 
 
 class ExecutorOptions(SimpleNamespace):
     """An executor's own settings, by the names its ``options`` declare (``options_for``)."""
 
 
-def declared() -> dict[str, Option]:
-    """Every registered executor's options by name (the first declaration of a name wins)."""
-    found: dict[str, Option] = {}
-    for _, cls in EXECUTORS.items():
-        for option in _declared(cls):
-            found.setdefault(option.name, option)
-    return found
-
-
-def _declared(cls: Any) -> tuple[Option, ...]:
-    return tuple(getattr(cls, "options", ()))
+def declared(cls: Any = None) -> dict[str, Option]:
+    """The options of the executor class ``cls`` by name; None: of every registered one."""
+    classes = [cls] if cls is not None else [c for _, c in EXECUTORS.items()]
+    return {o.name: o for c in reversed(classes) for o in getattr(c, "options", ())}
 
 
 def options_for(name: str, values: dict[str, Any]) -> ExecutorOptions:
-    """``values`` checked against the declarations of the executor ``name``, with its defaults.
-
-    A value that is None or its declaration's default counts as not given.
+    """``values`` checked against the executor ``name``'s declared options, with its defaults.
 
     Raises:
-        HarnessError: an unknown executor (with suggestions), an option it does not declare
-            given (naming the executors that do), or a value out of bounds.
+        HarnessError: an unknown executor, a value given (not None, not its default) for an
+            option it does not declare (naming the executors that do), or one out of bounds.
     """
-    own = {o.name: o for o in _declared(EXECUTORS.get(name))}
-    every = declared()
+    own, every = declared(EXECUTORS.get(name)), declared()
     for key, value in values.items():
-        if key in own or value is None or (key in every and value == every[key].default):
+        option = every.get(key)
+        if key in own or value is None or (option and value == option.default):
             continue
-        users = [
-            n for n, c in EXECUTORS.items() if key in {o.name for o in getattr(c, "options", ())}
-        ]
-        flag = every[key].flag if key in every else key
-        raise ConfigError(f"{flag} is only used with --executor {' or '.join(users) or '(none)'}")
+        users = " or ".join(n for n, c in EXECUTORS.items() if key in declared(c)) or "(none)"
+        raise ConfigError(f"{option.flag if option else key} is only used with --executor {users}")
     given = {k: v for k, v in values.items() if k in own and v is not None}
     for key, value in given.items():
         own[key].check(value)

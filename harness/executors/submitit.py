@@ -60,65 +60,31 @@ INSTALL = "--executor submitit needs submitit: pip install 'condrnn-harness[slur
 CLUSTERS = ("slurm", "local", "debug")
 DEFAULT_TIME_MIN = 24 * 60  # Slurm's own default would be submitit's 5 minutes
 SLURM_PARALLELISM = 256  # submitit's default array parallelism
-OPTIONS = (
-    Option(
-        "slurm_partition",
-        help="the jobs' Slurm partition (default: the cluster's)",
-        metavar="NAME",
-        what="a partition name",
-    ),
-    Option(
-        "slurm_time",
-        int,
-        help="each job's time limit (default: 1440, a day; at most 43200)",
-        metavar="MINUTES",
-        bounds=(1, 43200),  # 30 days
-        what="minutes",
-    ),
+# fmt: off
+OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, an int's unit)
+    Option("slurm_partition", str, None, "the jobs' Slurm partition (default: the cluster's)",
+           "NAME", None, "a partition name"),
+    Option("slurm_time", int, None, "each job's time limit (default: 1440, a day; at most 43200)",
+           "MINUTES", (1, 43200), "minutes"),  # 30 days
     Option("slurm_cpus", int, None, "CPUs per job (default: --threads)", "N", (1, MAX_THREADS)),
-    Option(
-        "slurm_gpus",
-        int,
-        None,
-        "GPUs per job (default: 1 with --device cuda, else 0)",
-        "N",
-        (0, 64),
-    ),
-    Option(
-        "slurm_mem", int, None, "memory per job (default: the partition's)", "GB", (1, 65536), "GB"
-    ),
-    Option(
-        "slurm_array_parallelism",
-        int,
-        None,
-        "jobs queued or running at once, submitted as job arrays (default: 256 on Slurm; "
-        "without Slurm, as many as this machine's CPUs hold at --slurm-cpus each)",
-        "N",
-        (1, MAX_WORKERS),
-    ),
-    Option(
-        "slurm_folder",
-        help="the jobs' pickles and logs, on a filesystem the nodes share (default: "
-        "$XDG_CACHE_HOME/condrnn-harness/submitit, else ~/.cache/condrnn-harness/submitit: "
-        "outside the checkout, in the home directory that clusters share)",
-        metavar="DIR",
-        what="a path",
-    ),
-    Option(
-        "slurm_local",
-        bool,
-        False,
-        "run the jobs as processes on this machine even where Slurm is installed (default: "
-        "submitted with sbatch wherever srun is on PATH)",
-    ),
-    Option(
-        "submitit_cluster",
-        help="submitit's backend: slurm, local (as --slurm-local) or debug (in this process) "
-        "(default: slurm where srun is on PATH, else local)",
-        metavar="NAME",
-        what="slurm, local or debug",
-    ),
+    Option("slurm_gpus", int, None, "GPUs per job (default: 1 with --device cuda, else 0)", "N",
+           (0, 64)),
+    Option("slurm_mem", int, None, "memory per job (default: the partition's)", "GB",
+           (1, 65536), "GB"),
+    Option("slurm_array_parallelism", int, None, "jobs queued or running at once, submitted as "
+           "job arrays (default: 256 on Slurm; without Slurm, as many as this machine's CPUs "
+           "hold at --slurm-cpus each)", "N", (1, MAX_WORKERS)),
+    Option("slurm_folder", str, None, "the jobs' pickles and logs, on a filesystem the nodes "
+           "share (default: $XDG_CACHE_HOME/condrnn-harness/submitit, else "
+           "~/.cache/condrnn-harness/submitit: outside the checkout, in the home directory that "
+           "clusters share)", "DIR", None, "a path"),
+    Option("slurm_local", bool, False, "run the jobs as processes on this machine even where "
+           "Slurm is installed (default: submitted with sbatch wherever srun is on PATH)"),
+    Option("submitit_cluster", str, None, "submitit's backend: slurm, local (as --slurm-local) "
+           "or debug (in this process) (default: slurm where srun is on PATH, else local)",
+           "NAME", None, "slurm, local or debug"),
 )
+# fmt: on
 LIMITS = {o.name: o.bounds for o in OPTIONS if o.bounds}  # the numeric --slurm-* options
 # polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
 # second without Slurm, where a poll is a check on a local process and a file)
