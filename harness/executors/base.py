@@ -81,7 +81,9 @@ class Option:
 
     def check(self, value: Any) -> None:
         """Refuse an ``int`` out of ``bounds`` (one line naming the flag)."""
-        low, high = self.bounds or (value, value)
+        if not self.bounds:
+            return
+        low, high = self.bounds
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{self.flag} must be an integer in [{low}, {high}] (got {value!r})")
 
