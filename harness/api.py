@@ -101,11 +101,8 @@ def executor(name: str = "local", run: RunOptions | None = None, **options: Any)
 def check_executor(name: str, run: RunOptions, options: dict[str, Any]) -> tuple[str, Any]:
     """The executor ``name`` resolves to (``local`` with workers is ``pool``), and its options.
 
-    The options are checked against its declarations (``harness.executors.base.options_for``),
-    then its ``preflight`` checks this machine (its package installed, CUDA present).
-
-    Raises:
-        HarnessError: an unknown executor, an option it does not declare, a bad value.
+    The options are checked against its declarations (``options_for``), then its ``preflight``
+    checks this machine (its package installed, CUDA present): a HarnessError, one line.
     """
     if name == "local" and (options.get("workers") or 1) > 1:
         name = "pool"
@@ -332,15 +329,8 @@ MAX_SEEDS = 10_000
 def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
     """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
 
-    The count is checked before a range is expanded, so ``0-9999999`` fails at once.
-
-    Args:
-        spec: the ``--seeds`` value.
-        limit: the most seeds it may give.
-
-    Raises:
-        ConfigError: anything else, a negative seed, an empty or descending range, or more
-            than ``limit`` seeds.
+    The count is checked against ``limit`` before a range is expanded, so ``0-9999999`` fails
+    at once; anything else, a negative seed, an empty or descending range is a ConfigError.
     """
     usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
     ranges: list[tuple[int, int]] = []
@@ -365,9 +355,8 @@ def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
 class RunJob:
     """A ``harness run`` checked and planned (``prepare_run``); nothing run or written yet.
 
-    ``opts`` are its options (a sweep file's where no flag was given), ``board`` the leaderboard
-    to write after the sweep (None: none), ``executor`` the executor's name, its options and
-    the ``RunOptions``.
+    ``opts``: its options, a sweep file's where no flag was given; ``board``: the leaderboard to
+    write after the sweep (None: none); ``executor``: its name, its options and ``RunOptions``.
     """
 
     opts: dict[str, Any]
@@ -376,11 +365,6 @@ class RunJob:
     store: Store
     board: Path | None
     executor: tuple[str, Any, RunOptions]
-
-    @property
-    def in_process(self) -> bool:
-        """The executor trains in this process (epochs reach ``on_event``)."""
-        return bool(EXECUTORS.get(self.executor[0]).in_process)
 
     def plan(self) -> tuple[Any, list[RunRecord]]:
         """What a dry run shows: the runs the store lacks (``plan_runs``), and its records."""

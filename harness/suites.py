@@ -192,19 +192,11 @@ def _option(key: str, value: Any, where: str) -> Any:
     if key in ("tasks", "methods"):
         return _names(value, where)
     if key == "seeds":
-        if isinstance(value, bool):
-            raise bad()
-        if isinstance(value, int):
-            return str(value)
-        if (
-            isinstance(value, list)
-            and value
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        ):
+        if isinstance(value, list) and value and all(type(v) is int for v in value):
             return ",".join(str(v) for v in value)
-        if isinstance(value, str):
-            return value
-        raise bad()
+        if type(value) not in (int, str):
+            raise bad()
+        return str(value)
     if key in ("set", "grid"):
         return _table(value, where, lists=key == "grid")
     choices = {"preset": PRESETS, "executor": EXECUTORS.names(), "device": DEVICES}.get(key)
@@ -222,13 +214,10 @@ def _option(key: str, value: Any, where: str) -> Any:
     if key == "select":
         if not isinstance(value, str):
             raise bad()
-
         parse_rule(value)  # a bad rule is one line, naming it
         return value
     if key == "match_skip":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad()
-        if not math.isfinite(value):
+        if type(value) not in (int, float) or not math.isfinite(value):
             raise bad()
         return float(value)
     if key in ("no_report", "force") or option and option.type is bool:

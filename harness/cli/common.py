@@ -12,20 +12,18 @@ Nothing here imports torch: ``harness --help`` and ``harness --version`` stay fa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.api import MAX_THREADS, parse_seeds  # noqa: F401  (parse_seeds: re-exported)
 from harness.config import DEVICES, PRESETS
 from harness.errors import ConfigError
-from harness.outputs import check_writable as check
-from harness.outputs import write_text
+from harness.outputs import check_writable  # noqa: F401  (re-exported: the commands' checks)
+from harness.outputs import write_text as write_report  # noqa: F401  (atomic, never over records)
 from harness.registry import TASKS
-from harness.sweep import out_of_memory as oom
+from harness.sweep import out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
 
 
 class Parser(argparse.ArgumentParser):
@@ -299,21 +297,6 @@ def require_task(task: str | None, command: str, many: bool = False) -> str:
     if len(names) != 1:
         raise ConfigError(f"{command} takes one task; '{task}' matches {', '.join(names)}")
     return names[0]
-
-
-def write_report(path: Path, text: str) -> None:
-    """Write a generated file (``harness.outputs.write_text``: atomic, never over records)."""
-    write_text(path, text)
-
-
-def check_writable(path: Path, directory: bool = False) -> None:
-    """``harness.outputs.check_writable``: fail before the work when ``path`` cannot be written."""
-    check(path, directory)
-
-
-def out_of_memory(what: str) -> contextlib.AbstractContextManager[None]:
-    """``harness.sweep.out_of_memory``: an allocation failure becomes one line about ``what``."""
-    return oom(what)
 
 
 def console() -> Any:

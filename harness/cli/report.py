@@ -182,12 +182,9 @@ def _check_flags(args: argparse.Namespace) -> list[str] | None:
         raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
     if args.out and args.paper:
         raise HarnessError("--out: the leaderboard's file; --paper writes into --out-dir")
-    tasks = None
-    if args.task:
-        tasks = TASKS.resolve(args.task)  # names and globs, as 'run --tasks' takes them
-    if args.against:  # an unknown method is one line before anything is read
-        for name in args.against:
-            METHODS.get(name)
+    tasks = TASKS.resolve(args.task) if args.task else None  # names and globs, as 'run --tasks'
+    for name in args.against or ():  # an unknown method is one line before anything is read
+        METHODS.get(name)
     if args.select:  # a bad rule is one line before anything is read
         parse_rule(args.select)
     return tasks

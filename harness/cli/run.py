@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 from harness import api
@@ -209,8 +210,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         the sweep, raises a HarnessError: one line, exit 2).
     """
     out = console()
-    if args.suite == "list":
-        return list_suites()
+    if args.suite == "list":  # the shipped suites with their descriptions
+        for name, description in api.suites():
+            print(f"{name:14s} {description}")
+        return 0
     opts = {k: v for k, v in vars(args).items() if k not in ("func", "parser", "argv")}
     job = api.prepare_run(opts, given_options(args.parser, getattr(args, "argv", None)))
     for note in job.sweep.notes:
@@ -236,15 +239,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def dry_run(job: api.RunJob, out: Any) -> int:
     """Print the resolved runs, recorded or to run, and an estimate; nothing runs."""
     resume, recorded = job.plan()
-    say_resume(resume, out)
-    configs, todo = job.sweep.configs, resume.todo
-    out.print(
-        f"{len(configs)} runs: {len(configs) - len(todo)} already recorded in "
-        f"{job.store.path}, {len(todo)} to run"
-    )
-    print_dry_run(configs, {c.run_id for c in todo}, job.sweep.labels)
-    if todo:
-        out.print(estimate_line(todo, recorded, job.opts["workers"]), highlight=False)
+    _say_plan(job, resume, out)
+    print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
+    if resume.todo:
+        out.print(estimate_line(resume.todo, recorded, job.opts["workers"]), highlight=False)
     _say_skipped(job.sweep, out)
     out.print("dry run: nothing was run or written")
     return 0
@@ -252,29 +250,26 @@ def dry_run(job: api.RunJob, out: Any) -> int:
 
 def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepResult:
     """Run the sweep, showing its progress (every epoch's losses with ``-v``)."""
-    progress: SweepProgress | None = None
+    in_process = api.EXECUTORS.get(job.executor[0]).in_process
+    with contextlib.ExitStack() as stack:
+        shown: list[SweepProgress] = []
 
-    def on_event(event: api.SweepEvent) -> None:
-        nonlocal progress
-        if event.kind == "planned":
-            say_resume(event.resume, out)
-            n = len(job.sweep.configs)
-            out.print(
-                f"{n} runs: {n - len(event.todo)} already recorded in {job.store.path}, "
-                f"{len(event.todo)} to run"
-            )
-            if event.todo:
-                progress = SweepProgress(
-                    out, event.todo, job.sweep.labels, job.in_process, job.opts["verbose"]
-                ).__enter__()
-        elif progress is not None:
-            progress.on_event(event)
+        def on_event(event: api.SweepEvent) -> None:
+            if event.kind == "planned":
+                _say_plan(job, event.resume, out)
+                if event.todo:
+                    args = (out, event.todo, job.sweep.labels, in_process, job.opts["verbose"])
+                    shown.append(stack.enter_context(SweepProgress(*args)))
+            elif shown:
+                shown[0].on_event(event)
 
-    try:
         return job.run(on_event, argv)
-    finally:
-        if progress is not None:
-            progress.__exit__(None, None, None)
+
+
+def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
+    say_resume(resume, out)
+    n, todo = len(job.sweep.configs), len(resume.todo)
+    out.print(f"{n} runs: {n - todo} already recorded in {job.store.path}, {todo} to run")
 
 
 def _say_skipped(sweep: Any, out: Any) -> None:
@@ -284,22 +279,11 @@ def _say_skipped(sweep: Any, out: Any) -> None:
         out.print(f"[yellow]{line}[/]", highlight=False)
 
 
-# --- the options given as flags ---------------------------------------------------------------
-
-
 def given_options(parser: argparse.ArgumentParser | None, argv: list[str] | None) -> set[str]:
-    """The ``harness run`` options (argparse dests) given on the command line ``argv``.
+    """The ``run`` options (argparse dests) given in ``argv`` (``["run", ...]``; None: none).
 
-    The command line is parsed again by ``run``'s own parser with every default suppressed, so
-    an option set to its default value counts as given, and an abbreviated flag (``--work 2``)
-    too.
-
-    Args:
-        parser: the ``run`` subcommand's parser (``args.parser``).
-        argv: the arguments after the program name (``["run", ...]``); None: none given.
-
-    Returns:
-        The dests of the options present.
+    ``argv`` is parsed again by ``run``'s own ``parser`` with every default suppressed, so an
+    option set to its default value counts as given, and an abbreviated flag (``--work 2``) too.
     """
     if not argv or parser is None:
         return set()
@@ -312,10 +296,3 @@ def given_options(parser: argparse.ArgumentParser | None, argv: list[str] | None
         for action, default in saved:
             action.default = default
     return set(vars(given)) - {"func", "parser"}
-
-
-def list_suites() -> int:
-    """Print the shipped suites with their descriptions (``harness run --suite list``)."""
-    for name, description in api.suites():
-        print(f"{name:14s} {description}")
-    return 0

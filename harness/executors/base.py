@@ -50,14 +50,10 @@ class RunOptions:
 class Option:
     """A setting an executor declares (its ``options``): a ``harness run`` flag and a sweep key.
 
-    Attributes:
-        name: the sweep-file key (``slurm_time``); the flag is ``--slurm-time``.
-        type: ``str``, ``int`` (within ``bounds``) or ``bool`` (a flag without a value).
-        default: the value when not given; a value equal to it counts as not given.
-        help: the flag's help.
-        metavar: the flag's value in the help (``N``).
-        bounds: an ``int``'s ``(low, high)``.
-        what: a ``str``'s value in words (``a path``); an ``int``'s unit (``minutes``).
+    ``name`` is the sweep-file key (``slurm_time``; the flag ``--slurm-time``); ``type`` is
+    ``str``, ``int`` (within ``bounds``, ``(low, high)``) or ``bool`` (a flag without a value);
+    a value equal to ``default`` counts as not given; ``help`` and ``metavar`` are the flag's;
+    ``what`` is a ``str``'s value in words (``a path``), an ``int``'s unit (``minutes``).
     """
 
     name: str
@@ -89,13 +85,11 @@ class Option:
 
 
 # the local and pool executors' one option (local with more than one worker is the pool)
-# fmt: off
 WORKERS = Option(
     "workers", int, 1, "local executor: runs in parallel processes (default: %(default)s: in this "
     f"process; at most {MAX_WORKERS}); with --dry-run, the estimate on N parallel workers too",
     "N", (1, MAX_WORKERS),
-)
-# fmt: on
+)  # fmt: skip
 
 
 class ExecutorOptions(SimpleNamespace):

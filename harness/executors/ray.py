@@ -54,20 +54,10 @@ class RayExecutor:
     """
 
     in_process: ClassVar[bool] = False
-    options = (
-        Option(
-            "ray_address",
-            help="ray executor: cluster address; auto: the one ray start left (default: a new Ray "
-            "instance on this machine, listening on 127.0.0.1 only)",
-            metavar="ADDRESS",
-            what="an address",
-        ),
-    )
-
-    @staticmethod
-    def preflight(run: RunOptions, options: ExecutorOptions) -> None:
-        """Refuse a machine without Ray, before anything is planned."""
-        require("ray", INSTALL)
+    options = (Option("ray_address", str, None, "ray executor: cluster address; auto: the one "
+               "ray start left (default: a new Ray instance on this machine, listening on "
+               "127.0.0.1 only)", "ADDRESS", None, "an address"),)  # fmt: skip
+    preflight = staticmethod(lambda run, options: require("ray", INSTALL))  # before planning
 
     def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
         address = options.ray_address

@@ -60,7 +60,6 @@ INSTALL = "--executor submitit needs submitit: pip install 'condrnn-harness[slur
 CLUSTERS = ("slurm", "local", "debug")
 DEFAULT_TIME_MIN = 24 * 60  # Slurm's own default would be submitit's 5 minutes
 SLURM_PARALLELISM = 256  # submitit's default array parallelism
-# fmt: off
 OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, an int's unit)
     Option("slurm_partition", str, None, "the jobs' Slurm partition (default: the cluster's)",
            "NAME", None, "a partition name"),
@@ -83,8 +82,7 @@ OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, 
     Option("submitit_cluster", str, None, "submitit's backend: slurm, local (as --slurm-local) "
            "or debug (in this process) (default: slurm where srun is on PATH, else local)",
            "NAME", None, "slurm, local or debug"),
-)
-# fmt: on
+)  # fmt: skip
 LIMITS = {o.name: o.bounds for o in OPTIONS if o.bounds}  # the numeric --slurm-* options
 # polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
 # second without Slurm, where a poll is a check on a local process and a file)
@@ -101,11 +99,7 @@ def default_folder() -> Path:
 
 
 def preflight(run: RunOptions, options: ExecutorOptions) -> None:
-    """Refuse a machine without submitit, an unknown cluster, and ``cuda`` with no GPU per job.
-
-    Raises:
-        HarnessError: one line, naming the option.
-    """
+    """Refuse a machine without submitit, an unknown cluster, ``cuda`` with no GPU per job."""
     require("submitit", INSTALL)
     if options.submitit_cluster not in (None, *CLUSTERS):
         got = options.submitit_cluster
