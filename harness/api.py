@@ -20,80 +20,94 @@ fails stops it without losing a finished run) -> ``report`` /
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.components.config import legacy_values
-from harness.errors import DISK_FULL_NOTE, WriteFailed
-from harness.executors import Executor, ExecutorOptions, RunOptions, make_executor
+from harness.components import registry
+from harness.components.config import legacy_values, parse_set
+from harness.components.selection import parse_rule
+from harness.errors import DISK_FULL_NOTE, ConfigError, HarnessError, RecordError, WriteFailed
+from harness.executors import (
+    EXECUTORS,
+    MAX_THREADS,
+    Executor,
+    ExecutorOptions,
+    RunOptions,
+    make_executor,
+)
+from harness.executors.base import declared, options_for
 from harness.persistence.claims import SweepStore
+from harness.persistence.outputs import check_writable, leaderboard_path, refuse_overwrite
 from harness.persistence.records import RunRecord
-from harness.persistence.store import Store, output_store_path
+from harness.persistence.store import Store, load, output_store_path, store_path
 from harness.pipeline.resume import plan_resume
 from harness.pipeline.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
+from harness.pipeline.suites import load as load_sweep_file
+from harness.pipeline.suites import plan, suite_names, suite_path
+from harness.pipeline.sweep import match_skip, parse_grid
+from harness.pipeline.tracking import check_log_dir
+from harness.references import named_outright
 from harness.reporting.reports import compare, load_records, paper_report, report
 
 __all__ = [
+    "EXECUTORS",
+    "MAX_THREADS",
     "Block",
+    "RunJob",
     "Sweep",
     "SweepEvent",
     "SweepResult",
     "SweepSpec",
     "compare",
+    "board_records",
+    "check_executor",
+    "declared",
     "executor",
+    "existing_store",
+    "include",
     "load_records",
     "open_store",
     "paper_report",
     "plan_runs",
+    "parse_seeds",
     "plan_sweep",
+    "prepare_run",
     "report",
     "resolve_configs",
     "run_sweep",
+    "suites",
     "usable_tasks",
 ]
 
 # --- running a sweep ---------------------------------------------------------------------------
 
 
-def executor(
-    name: str = "local",
-    *,
-    workers: int = 1,
-    ray_address: str | None = None,
-    data_dir: str | None = None,
-    device: str = "cpu",
-    threads: int = 1,
-    log_dir: str | None = None,
-    checkpoint_dir: str | None = None,
-    checkpoint_every_s: float = 600.0,
-    **options: Any,
-) -> Executor:
-    """An executor from the registry (``harness list executors``).
-
-    ``local``, ``pool``, ``ray`` or ``submitit``, or one a plugin registered.
+def executor(name: str = "local", run: RunOptions | None = None, **options: Any) -> Executor:
+    """An executor from the registry (``harness list executors``), checked (``check_executor``).
 
     Args:
-        name: the executor.
-        workers: ``pool``: worker processes.
-        ray_address: ``ray``: the cluster (None: a local Ray instance).
-        data_dir: the dataset root every run reads (as the workers see it).
-        device: ``cpu``, ``cuda`` or ``auto``.
-        threads: torch threads per run (0: torch's default).
-        log_dir: TensorBoard event files per run under this folder.
-        checkpoint_dir: each run keeps a checkpoint of its training there and goes on from one
-            it finds (``harness.pipeline.checkpoint.folder_for(store)`` is the CLI's choice; None:
-            none).
-        checkpoint_every_s: the least seconds between two checkpoints of a run.
-        **options: the other fields of ``ExecutorOptions`` (``slurm_partition``, ``slurm_time``,
-            ... for ``submitit``); None leaves a field at its default.
-
-    Raises:
-        TypeError: an option ``ExecutorOptions`` does not have.
+        name: ``local``, ``pool``, ``ray``, ``submitit``, or one a plugin registered.
+        run: what every run gets (data root, device, threads, ...; default ``RunOptions()``).
+        **options: the executor's declared options (``workers`` for ``pool``, ``ray_address``
+            for ``ray``, ``slurm_partition``, ... for ``submitit``); None: its default.
     """
-    run = RunOptions(data_dir, device, threads, log_dir, checkpoint_dir, checkpoint_every_s)
-    given = {k: v for k, v in options.items() if v is not None}
-    return make_executor(name, run, ExecutorOptions(workers, ray_address, **given))
+    run = run or RunOptions()
+    name, checked = check_executor(name, run, options)
+    return make_executor(name, run, checked)
+
+
+def check_executor(name: str, run: RunOptions, options: dict[str, Any]) -> tuple[str, Any]:
+    """The executor ``name`` resolves to (``local`` with workers is ``pool``), and its options.
+
+    The options are checked against its declarations (``options_for``), then its ``preflight``
+    checks this machine (its package installed, CUDA present): a HarnessError, one line.
+    """
+    if name == "local" and (options.get("workers") or 1) > 1:
+        name = "pool"
+    checked = options_for(name, options)
+    getattr(EXECUTORS.get(name), "preflight", lambda run, options: None)(run, checked)
+    return name, checked
 
 
 @dataclass
@@ -165,6 +179,14 @@ def open_store(out: str | Path | Store, create: bool = True) -> Store:
     store = out if isinstance(out, Store) else Store(output_store_path(out), legacy_values)
     store.check_writable(create=create)
     store.check_target()
+    return store
+
+
+def existing_store(path: str | Path) -> Store:
+    """The records store at ``path`` (a ``.jsonl`` file or a folder's); RecordError: none."""
+    store = Store(store_path(path), legacy_values)
+    if not store.path.is_file():
+        raise RecordError(f"no records file at {store.path}")
     return store
 
 
@@ -296,3 +318,162 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
 
 def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, dict], None]:
     return lambda epoch, row: emit(SweepEvent("epoch", cfg, epoch=epoch, row=row))
+
+
+# --- the ``harness run`` command -----------------------------------------------------------------
+
+MAX_SEEDS = 10_000
+
+
+def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
+    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
+
+    The count is checked against ``limit`` before a range is expanded, so ``0-9999999`` fails
+    at once; anything else, a negative seed, an empty or descending range is a ConfigError.
+    """
+    usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
+    ranges: list[tuple[int, int]] = []
+    try:
+        for part in spec.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            lo, sep, hi = part.partition("-")
+            ranges.append((int(lo), int(hi) if sep else int(lo)))
+    except ValueError:  # also a negative seed: "-1" has no number before its "-"
+        raise ConfigError(usage) from None
+    if not ranges or any(hi < lo for lo, hi in ranges):
+        raise ConfigError(usage)
+    count = sum(hi - lo + 1 for lo, hi in ranges)
+    if count > limit:
+        raise ConfigError(f"--seeds '{spec}' gives {count:,} seeds; at most {limit:,} are allowed")
+    return list(dict.fromkeys(s for lo, hi in ranges for s in range(lo, hi + 1)))
+
+
+@dataclass
+class RunJob:
+    """A ``harness run`` checked and planned (``prepare_run``); nothing run or written yet.
+
+    ``opts``: its options, a sweep file's where no flag was given; ``board``: the leaderboard to
+    write after the sweep (None: none); ``executor``: its name, its options and ``RunOptions``.
+    """
+
+    opts: dict[str, Any]
+    spec: SweepSpec
+    sweep: Sweep
+    store: Store
+    board: Path | None
+    executor: tuple[str, Any, RunOptions]
+
+    def plan(self) -> tuple[Any, list[RunRecord]]:
+        """What a dry run shows: the runs the store lacks (``plan_runs``), and its records."""
+        return plan_runs(self.sweep, self.store, **self._resume)
+
+    def run(self, on_event: Callable[[SweepEvent], None], argv: Sequence[str]) -> SweepResult:
+        """Run the sweep on the executor chosen (``run_sweep``)."""
+        ex = make_executor(self.executor[0], self.executor[2], self.executor[1])
+        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self._resume)
+
+    @property
+    def _resume(self) -> dict[str, bool]:
+        return {k: bool(self.opts.get(k)) for k in ("force", "retry_failed", "keep_stale")}
+
+    def write_board(self) -> list[Path]:
+        """Write the store's leaderboard to ``board``: the files (HarnessError: a failed write)."""
+        try:
+            paths, _ = report(
+                [self.store.path], self.board, figures=False, select=self.opts.get("select"),
+                command="harness run",
+            )  # fmt: skip
+        except WriteFailed as e:
+            raise HarnessError(
+                f"{e}; the leaderboard was not written, the sweep's records are in "
+                f"{self.store.path} (once there is room: harness report {self.store.path} "
+                f"--out {self.board})"
+            ) from None
+        return paths
+
+    def match_skip(self) -> list[dict[str, Any]]:
+        """Per method, the swept variant with Skip % nearest ``match_skip`` (this sweep's runs)."""
+        ids = {c.run_id for c in self.sweep.configs}
+        records = [r for r in self.store.read()[0] if r["run_id"] in ids]
+        return match_skip(records, self.opts["match_skip"], self.spec.swept())
+
+
+def board_records(store: str | Path, select: str | None) -> tuple[list[RunRecord], Any, str]:
+    """The records of ``store`` (migrated), the ``select`` rule parsed, the line for no table."""
+    records, _ = load([store], legacy_values)
+    rule = parse_rule(select) if select else None
+    none = "no run finished ok: no table"
+    if rule and any(r.get("status") == "ok" for r in records):
+        none = f"--select {rule} keeps no row: no table"
+    return records, rule, none
+
+
+def include(paths: Sequence[str]) -> None:
+    """Import the ``.py`` files or folders ``paths`` (``--include``) and the registry, now."""
+    if paths:
+        registry.include(paths)
+        registry.load_plugins()
+
+
+def suites() -> list[tuple[str, str]]:
+    """The shipped suites, each ``(name, description)`` (``harness run --suite list``)."""
+    return [(n, load_sweep_file(suite_path(n)).description) for n in suite_names()]
+
+
+def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
+    """Check and plan a ``harness run`` from its options (argparse dests), given as flags or not.
+
+    ``config`` or ``suite`` (a sweep file) fills the options not ``given``; ``set`` and ``grid``
+    merge with the file's key by key (``harness.pipeline.suites.plan``). Every check comes before
+    the store is opened: bad input (a HarnessError, one line) creates nothing.
+    """
+    opts, given = dict(opts), set(given)
+    if opts.get("config") and opts.get("suite"):
+        raise ConfigError("give --config FILE or --suite NAME, not both")
+    file = None
+    if opts.get("config") or opts.get("suite"):
+        file = load_sweep_file(opts["config"] or suite_path(opts["suite"]))
+        opts |= {k: v for k, v in file.options.items() if k not in given | {"set", "grid"}}
+    run = RunOptions(opts["data_dir"], opts["device"], opts["threads"], opts["log_dir"])
+    options = {k: opts.get(k) for k in declared()}
+    executor = (*check_executor(opts["executor"], run, options), run)
+    if opts.get("select"):  # a bad rule is refused before anything runs
+        parse_rule(opts["select"])
+    spec = _spec(opts, file, given)
+    if opts["log_dir"] and not opts["dry_run"]:
+        check_log_dir(opts["log_dir"])
+    sweep = plan_sweep(spec, opts["data_dir"], opts["allow_unverified_data"])
+    store = open_store(opts["out"], create=False)  # after every check: bad input creates nothing
+    board = None
+    if not opts["no_report"] and not opts["dry_run"]:  # never over the store; writable first
+        board = leaderboard_path(opts["out"], opts["report"])
+        option = "--report" if opts["report"] else "the leaderboard"
+        refuse_overwrite(board, option, [("the records store (--out)", store.path)])
+        check_writable(board)
+    from harness.pipeline.checkpoint import folder_for  # torch: not on the parser's import path
+
+    keep = None if opts.get("no_checkpoint") else str(folder_for(store.path))
+    every = 60.0 * opts.get("checkpoint_every", 10.0)
+    executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
+    return RunJob(opts, spec, sweep, store, board, executor)
+
+
+def _spec(opts: dict[str, Any], file: Any, given: set[str]) -> SweepSpec:
+    """The ``SweepSpec`` of the options and the sweep file's parts."""
+    parts = file.parts if file is not None else []
+    named = ",".join(p.tasks or opts["tasks"] for p in parts) if parts else opts["tasks"]
+    named_m = ",".join([*(p.methods or opts["methods"] for p in parts), opts["methods"]])
+    sets, grid = parse_set(opts.get("set") or []), parse_grid(opts.get("grid") or [])
+    return SweepSpec(
+        blocks=[Block(*b) for b in plan(file, opts["methods"], opts["tasks"], sets, grid, given)],
+        seeds=parse_seeds(opts["seeds"]),
+        preset=opts["preset"],
+        named_tasks={p.strip() for p in named.split(",")} - {"all"},
+        named_methods=named_outright(named_m),
+        config=file.path if file else None,
+        suite=opts.get("suite"),
+        select=opts.get("select"),
+        match_skip=opts.get("match_skip"),
+    )

@@ -19,10 +19,10 @@ PACKAGES = ("harness", "baselines", "tasks")
 # importer -> imported: the heavy dependency the import inside a function defers (what the
 # imported module loads and the importer does not).
 DEFERRED = {
+    ("harness.api", "harness.pipeline.checkpoint"): "torch",
     ("harness.cli.bench", "harness.bench.speedup"): "torch",
     ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
     ("harness.cli.bench", "harness.bench.suite"): "torch",
-    ("harness.cli.common", "harness.pipeline.checkpoint"): "torch",
     ("harness.cli.flops", "harness.components.flops"): "torch",
     ("harness.authoring.conformance", "harness.bench.speedup"): "torch",
     ("harness.authoring.conformance", "harness.components.flops"): "torch",

@@ -31,7 +31,10 @@ def test_options_are_checked_before_anything_even_with_nothing_to_run(
     before = (tmp_path / "r" / "runs.jsonl").read_text()
     cases = [
         (["--ray-address", "ray://head:10001"], "--ray-address is only used with --executor ray"),
-        (["--executor", "ray", "--workers", "2"], "--workers is for the local executor"),
+        (
+            ["--executor", "ray", "--workers", "2"],
+            "--workers is only used with --executor local or",
+        ),
         (["--workers", "0"], "--workers: must be >= 1"),
         (["--executor", "dask"], "invalid choice: 'dask'"),
     ]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import math
-from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -128,10 +127,8 @@ def test_an_activity_sparse_method_is_matched_on_its_activity_sparsity():
 
 def test_the_match_skip_table_marks_a_row_matched_on_activity_sparsity():
     recs = [sparse("d", "1", 0, 55.0), sparse("d", "2", 0, 80.0), rec("m", "1", 0, 70.0)]
-    store = SimpleNamespace(read=lambda: (recs, []))
-    cfgs = [SimpleNamespace(run_id=r["run_id"]) for r in recs]
     buf = io.StringIO()
-    print_match_skip(store, cfgs, 76.0, [], Console(file=buf, width=200))
+    print_match_skip(match_skip(recs, 76.0, []), 76.0, [], Console(file=buf, width=200))
     text = buf.getvalue()
     assert "80.0 (activity sparsity)" in text  # d: matched on its activity sparsity
     assert "70.0" in text and "70.0 (activity sparsity)" not in text  # m: on Skip %

@@ -16,10 +16,9 @@ import argparse
 import sys
 from typing import Any
 
-from harness import __version__
+from harness import __version__, api
 from harness.cli import bench, check, compare, data, flops, listing, new, report, run, store
 from harness.cli.common import Parser
-from harness.components.registry import include
 from harness.errors import HarnessError, Interrupted
 
 # in the order ``harness --help`` lists them
@@ -57,12 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         interrupted (130 SIGINT, 143 SIGTERM).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = make_parser().parse_args(argv)
-    args.argv = argv  # the command line a generated report names
     old_handler = _on_sigterm(_interrupt)
     try:
-        if getattr(args, "include", None):  # --include: imported when the registry loads
-            include(args.include)
+        api.include(_includes(argv))  # first: an included executor's options are flags of run
+        args = make_parser().parse_args(argv)
+        args.argv = argv  # the command line a generated report names
         return args.func(args)
     except HarnessError as e:
         sys.stderr.write(f"error: {e}\n")
@@ -76,6 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signum
     finally:
         _on_sigterm(old_handler)
+
+
+def _includes(argv: list[str]) -> list[str]:
+    """The ``--include`` paths of ``argv`` (the parser, which checks them, is built after)."""
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    pre.add_argument("--include", action="append", default=[])
+    try:
+        return pre.parse_known_args(argv)[0].include
+    except argparse.ArgumentError:
+        return []
 
 
 def _interrupt(signum: int, frame: Any) -> None:

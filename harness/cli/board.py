@@ -12,10 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.components.config import legacy_values
-from harness.components.selection import parse_rule
 from harness.components.selection import select as select_records
-from harness.persistence.store import load
 from harness.reporting.leaderboard import TERSE, WIDE, boards, terminal
 from harness.reporting.references import record_notes
 
@@ -23,13 +20,17 @@ FORMATS = ("table", "md")
 NONE = "no run finished ok: no table"
 
 
-def print_board(store: Path, board: Path, select: str | None, given: str | None) -> None:
-    """Print the leaderboard of ``store`` (written to ``board``) on stdout.
+def print_board(
+    records: Sequence[dict], rule: Any, none: str, store: Path, board: Path, given: str | None
+) -> None:
+    """Print the leaderboard of ``records`` (written to ``board``) on stdout.
 
     Args:
-        store: the records file.
+        records: the records of ``store`` (``harness.api.board_records``).
+        rule: the ``--select`` rule, if any.
+        none: what to say where there is no table.
+        store: the records file, named in the notes.
         board: the leaderboard's Markdown, written already.
-        select: the ``--select`` rule, if any.
         given: ``--format`` (``table`` or ``md``); None: a table when stdout is a terminal.
     """
     from rich.console import Console
@@ -38,12 +39,6 @@ def print_board(store: Path, board: Path, select: str | None, given: str | None)
     if (given or ("table" if stdout.is_terminal else "md")) == "md":
         print(board.read_text())
         return
-
-    records, _ = load([store], legacy_values)
-    rule = parse_rule(select) if select else None
-    none = NONE
-    if rule and any(r.get("status") == "ok" for r in records):
-        none = f"--select {rule} keeps no row: no table"
     print_tables(records, rule, str(store), stdout, board, none)
 
 

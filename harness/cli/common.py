@@ -12,20 +12,18 @@ Nothing here imports torch: ``harness --help`` and ``harness --version`` stay fa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.api import MAX_THREADS, parse_seeds  # noqa: F401  (parse_seeds: re-exported)
 from harness.components.config import DEVICES, PRESETS
 from harness.components.registry import TASKS
 from harness.errors import ConfigError
-from harness.executors import MAX_THREADS
-from harness.persistence.outputs import check_writable as check
-from harness.persistence.outputs import write_text
-from harness.pipeline.sweep import out_of_memory as oom
+from harness.persistence.outputs import check_writable  # noqa: F401  (re-exported: the commands' checks)
+from harness.persistence.outputs import write_text as write_report  # noqa: F401  (atomic, never over records)
+from harness.pipeline.sweep import out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
 
 
 class Parser(argparse.ArgumentParser):
@@ -238,7 +236,7 @@ def data_dir_option(scope: str = "") -> argparse.ArgumentParser:
 
 
 def device_option(default: str | None, help: str) -> argparse.ArgumentParser:
-    """``--device cpu|cuda|auto`` (None: the command picks; ``env.resolve_device``)."""
+    """``--device cpu|cuda|auto`` (None: the command picks; ``harness.env.resolve_device``)."""
     return _option("--device", default=default, choices=DEVICES, help=help)
 
 
@@ -264,9 +262,6 @@ def threads_option(help: str) -> argparse.ArgumentParser:
 # --- helpers of the commands ------------------------------------------------------------------
 
 
-MAX_SEEDS = 10_000
-
-
 def checkpoint_options(s: argparse.ArgumentParser) -> None:
     """``--checkpoint-every MINUTES`` and ``--no-checkpoint`` (``harness run``)."""
     s.add_argument(
@@ -283,46 +278,6 @@ def checkpoint_options(s: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep no checkpoints: a run stopped in the middle starts again from its first epoch",
     )
-
-
-def checkpoint_settings(args: argparse.Namespace, store: Path) -> dict[str, Any]:
-    """``api.executor``'s checkpoint arguments from ``checkpoint_options``' flags."""
-    from harness.pipeline.checkpoint import folder_for
-
-    folder = None if args.no_checkpoint else str(folder_for(store))
-    return {"checkpoint_dir": folder, "checkpoint_every_s": 60.0 * args.checkpoint_every}
-
-
-def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
-    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
-
-    The count is checked before a range is expanded, so ``0-9999999`` fails at once.
-
-    Args:
-        spec: the ``--seeds`` value.
-        limit: the most seeds it may give.
-
-    Raises:
-        ConfigError: anything else, a negative seed, an empty or descending range, or more
-            than ``limit`` seeds.
-    """
-    usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
-    ranges: list[tuple[int, int]] = []
-    try:
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            lo, sep, hi = part.partition("-")
-            ranges.append((int(lo), int(hi) if sep else int(lo)))
-    except ValueError:  # also a negative seed: "-1" has no number before its "-"
-        raise ConfigError(usage) from None
-    if not ranges or any(hi < lo for lo, hi in ranges):
-        raise ConfigError(usage)
-    count = sum(hi - lo + 1 for lo, hi in ranges)
-    if count > limit:
-        raise ConfigError(f"--seeds '{spec}' gives {count:,} seeds; at most {limit:,} are allowed")
-    return list(dict.fromkeys(s for lo, hi in ranges for s in range(lo, hi + 1)))
 
 
 def require_task(task: str | None, command: str, many: bool = False) -> str:
@@ -342,21 +297,6 @@ def require_task(task: str | None, command: str, many: bool = False) -> str:
     if len(names) != 1:
         raise ConfigError(f"{command} takes one task; '{task}' matches {', '.join(names)}")
     return names[0]
-
-
-def write_report(path: Path, text: str) -> None:
-    """Write a generated file (``outputs.write_text``: atomic, never over records)."""
-    write_text(path, text)
-
-
-def check_writable(path: Path, directory: bool = False) -> None:
-    """``outputs.check_writable``: fail before the work when ``path`` cannot be written."""
-    check(path, directory)
-
-
-def out_of_memory(what: str) -> contextlib.AbstractContextManager[None]:
-    """``sweep.out_of_memory``: an allocation failure becomes one line about ``what``."""
-    return oom(what)
 
 
 def console() -> Any:

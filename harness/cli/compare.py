@@ -63,7 +63,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     It passes when nothing drifted or went missing and something was compared (1 otherwise).
     """
     from rich.markup import escape
-    from rich.table import Table
 
     res, skipped = api.compare(
         args.reference,
@@ -79,16 +78,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     for line in res.environment:  # numbers from another torch or device may drift for that reason
         out.print(f"[yellow]environment differs: {line}[/]")
-    if res.drifted:
-        table = Table(title="drifted measures")
-        for col in ("run", "measure", "reference", "current", "tolerance"):
-            table.add_column(col)
-        for d in res.drifted:
-            table.add_row(d.label, d.measure, str(d.reference), str(d.current), d.tolerance)
-        out.print(table)
-    for title, rows in (("missing from current", res.missing), ("new in current", res.new)):
-        for r in rows:
-            out.print(f"{title}: {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}")
+    _print_differences(res, out)
     if args.only_present:
         none = "; no run is in both, so nothing was compared" if not res.matched else ""
         out.print(
@@ -104,3 +94,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"{len(res.missing)} missing, {len(res.new)} new"
     )
     return 0 if res.ok else 1
+
+
+def _print_differences(res: Any, out: Any) -> None:
+    """The table of the drifted measures, then the runs missing from current and new in it."""
+    from rich.table import Table
+
+    if res.drifted:
+        table = Table(title="drifted measures")
+        for col in ("run", "measure", "reference", "current", "tolerance"):
+            table.add_column(col)
+        for d in res.drifted:
+            table.add_row(d.label, d.measure, str(d.reference), str(d.current), d.tolerance)
+        out.print(table)
+    for title, rows in (("missing from current", res.missing), ("new in current", res.new)):
+        for r in rows:
+            out.print(f"{title}: {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}")

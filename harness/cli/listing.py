@@ -10,9 +10,9 @@ import argparse
 import sys
 from typing import Any
 
+from harness.api import EXECUTORS
 from harness.cli.common import add_command, include_option
 from harness.components.registry import METHODS, TASKS, source_of
-from harness.executors import EXECUTORS
 from harness.references import REFERENCES, describe
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from harness.components.selection import BUDGETS
 from harness.persistence.records import label
 from harness.pipeline.resume import method_code
-from harness.pipeline.sweep import estimate_runs, match_skip, wall_seconds
+from harness.pipeline.sweep import estimate_runs, wall_seconds
 
 
 def fmt_duration(seconds: float) -> str:
@@ -193,18 +193,14 @@ _MATCH_SKIP_KEYS = (
 )
 
 
-def print_match_skip(
-    store: Any, cfgs: list[Any], target: float, swept: list[str], out: Any
-) -> None:
-    """Per method, the swept variant with Skip % nearest ``target`` (among this sweep's runs)."""
+def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str], out: Any) -> None:
+    """Per method, the variant with Skip % nearest ``target`` (``RunJob.match_skip``'s rows)."""
     from rich.table import Table
 
-    ids = {c.run_id for c in cfgs}
-    records = [r for r in store.read()[0] if r["run_id"] in ids]
     table = Table(title=f"variants nearest test Skip {target:g} % (test-based)")
     for col in ("task", "method", *swept, "Skip %", "metric", "seeds", "candidates"):
         table.add_column(col)
-    for row in match_skip(records, target, swept):
+    for row in rows:
         primary = next(k for k in row if k not in (*_MATCH_SKIP_KEYS, "values"))
         table.add_row(
             row["task"],

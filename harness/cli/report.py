@@ -135,26 +135,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     Malformed records are an error (exit 2) once the report is written without them.
     """
     sources = args.records or [DEFAULT_RECORDS]
-    paper_only = (
-        ("--task", args.task),
-        ("--preset", args.preset),
-        ("--out-dir", args.out_dir),
-        ("--allow-dirty", args.allow_dirty),
-        ("--against", args.against),
-    )
-    given = [f for f, v in paper_only if v]
-    if given and not args.paper:
-        raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
-    if args.out and args.paper:
-        raise HarnessError("--out: the leaderboard's file; --paper writes into --out-dir")
-    tasks = None
-    if args.task:
-        tasks = TASKS.resolve(args.task)  # names and globs, as 'run --tasks' takes them
-    if args.against:  # an unknown method is one line before anything is read
-        for name in args.against:
-            METHODS.get(name)
-    if args.select:  # a bad rule is one line before anything is read
-        parse_rule(args.select)
+    tasks = _check_flags(args)
     if not (args.out or args.out_dir):
         board, folder = beside_records(sources)
     if not args.paper:
@@ -185,3 +166,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     if problems:  # the report is written without them; the input is still bad
         raise _malformed(problems)
     return 0
+
+
+def _check_flags(args: argparse.Namespace) -> list[str] | None:
+    """Refuse flags of ``--paper`` without it, unknown names and a bad rule; the tasks named."""
+    paper_only = (
+        ("--task", args.task),
+        ("--preset", args.preset),
+        ("--out-dir", args.out_dir),
+        ("--allow-dirty", args.allow_dirty),
+        ("--against", args.against),
+    )
+    given = [f for f, v in paper_only if v]
+    if given and not args.paper:
+        raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
+    if args.out and args.paper:
+        raise HarnessError("--out: the leaderboard's file; --paper writes into --out-dir")
+    tasks = TASKS.resolve(args.task) if args.task else None  # names and globs, as 'run --tasks'
+    for name in args.against or ():  # an unknown method is one line before anything is read
+        METHODS.get(name)
+    if args.select:  # a bad rule is one line before anything is read
+        parse_rule(args.select)
+    return tasks

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness import api
 from harness.cli.common import add_command, examples
-from harness.components.config import legacy_values
-from harness.errors import RecordError
-from harness.persistence.store import Store, store_path
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,9 +35,7 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """``check``: 0 if every line is usable, else 1; ``repair``: 0 once repaired."""
-    store = Store(store_path(args.path), legacy_values)
-    if not store.path.is_file():
-        raise RecordError(f"no records file at {store.path}")
+    store = api.existing_store(args.path)
     if args.action == "check":
         lines = store.lines()
         bad = [line for line in lines if line.problem]

@@ -16,9 +16,10 @@ reason.
 Registered executors (``harness list executors``): ``local`` (in this process, one run after
 the other), ``pool`` (worker processes on this machine, one torch thread each by default),
 ``ray`` (Ray tasks on a cluster; the ``ray`` extra), ``submitit`` (Slurm jobs, or local processes
-where there is no Slurm; the ``slurm`` extra). Adding one: a module here with a class
-decorated ``@register_executor("name")`` taking ``(RunOptions, ExecutorOptions)``, imported
-below; the protocol, the options and ``run_one`` live in ``harness.executors.base``.
+where there is no Slurm; the ``slurm`` extra). Adding one: a module (here, imported below, or
+an ``--include`` file) with a class decorated ``@register_executor("name")`` taking
+``(RunOptions, ExecutorOptions)``; its ``options`` (``Option`` s) are its ``harness run`` flags
+and sweep-file keys. The protocol, ``Option`` and ``run_one`` live in ``harness.executors.base``.
 """
 
 from harness.executors import local, pool, ray, submitit  # noqa: F401  (they register)

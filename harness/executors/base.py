@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol
 
 from harness.components import config
 from harness.components.registry import Registry
-from harness.errors import failure_reason
+from harness.errors import ConfigError, failure_reason
 from harness.persistence import records
 from harness.pipeline.resume import method_code
 from harness.pipeline.tracking import TensorBoardLogger
@@ -46,42 +48,89 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
-class ExecutorOptions:
-    """The executors' own settings (each reads the ones it has).
+class Option:
+    """A setting an executor declares (its ``options``): a ``harness run`` flag and a sweep key.
 
-    Attributes:
-        workers: ``pool``: worker processes.
-        ray_address: ``ray``: the cluster's address (None: a new local Ray instance, on
-            127.0.0.1 only).
-        slurm_partition: ``submitit``: the Slurm partition (None: the cluster's default).
-        slurm_time: ``submitit``: each job's time limit in minutes (None: a day).
-        slurm_cpus: ``submitit``: CPUs per job (None: ``RunOptions.threads``, at least 1).
-        slurm_gpus: ``submitit``: GPUs per job (None: 1 with device ``cuda``, else 0).
-        slurm_mem: ``submitit``: memory per job in GB (None: the partition's default).
-        slurm_array_parallelism: ``submitit``: jobs in flight (None: 256 on Slurm, else as many
-            as this machine's CPUs hold).
-        slurm_folder: ``submitit``: the jobs' pickles and logs (None: the user cache).
-        submitit_cluster: ``submitit``: ``slurm``, ``local`` or ``debug`` (None: Slurm where
-            ``srun`` is found, else local processes).
+    ``name`` is the sweep-file key (``slurm_time``; the flag ``--slurm-time``); ``type`` is
+    ``str``, ``int`` (within ``bounds``, ``(low, high)``) or ``bool`` (a flag without a value);
+    a value equal to ``default`` counts as not given; ``help`` and ``metavar`` are the flag's;
+    ``what`` is a ``str``'s value in words (``a path``), an ``int``'s unit (``minutes``).
     """
 
-    workers: int = 1
-    ray_address: str | None = None
-    slurm_partition: str | None = None
-    slurm_time: int | None = None
-    slurm_cpus: int | None = None
-    slurm_gpus: int | None = None
-    slurm_mem: int | None = None
-    slurm_array_parallelism: int | None = None
-    slurm_folder: str | None = None
-    submitit_cluster: str | None = None
+    name: str
+    type: type = str
+    default: Any = None
+    help: str = ""
+    metavar: str | None = None
+    bounds: tuple[int, int] | None = None
+    what: str = ""
+
+    @property
+    def flag(self) -> str:
+        """The ``harness run`` flag."""
+        return "--" + self.name.replace("_", "-")
+
+    def describe(self) -> str:
+        """What a sweep file's value must be, in words."""
+        if self.type is bool or not self.bounds:
+            return "true or false" if self.type is bool else self.what
+        return f"{self.what}, " * bool(self.what) + "an integer in [{}, {}]".format(*self.bounds)
+
+    def check(self, value: Any) -> None:
+        """Refuse an ``int`` out of ``bounds`` (one line naming the flag)."""
+        if not self.bounds:
+            return
+        low, high = self.bounds
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{self.flag} must be an integer in [{low}, {high}] (got {value!r})")
+
+
+# the local and pool executors' one option (local with more than one worker is the pool)
+WORKERS = Option(
+    "workers", int, 1, "local executor: runs in parallel processes (default: %(default)s: in this "
+    f"process; at most {MAX_WORKERS}); with --dry-run, the estimate on N parallel workers too",
+    "N", (1, MAX_WORKERS),
+)  # fmt: skip
+
+
+class ExecutorOptions(SimpleNamespace):
+    """An executor's own settings, by the names its ``options`` declare (``options_for``)."""
+
+
+def declared(cls: Any = None) -> dict[str, Option]:
+    """The options of the executor class ``cls`` by name; None: of every registered one."""
+    classes = [cls] if cls is not None else [c for _, c in EXECUTORS.items()]
+    return {o.name: o for c in reversed(classes) for o in getattr(c, "options", ())}
+
+
+def options_for(name: str, values: dict[str, Any]) -> ExecutorOptions:
+    """``values`` checked against the executor ``name``'s declared options, with its defaults.
+
+    Raises:
+        HarnessError: an unknown executor, a value given (not None, not its default) for an
+            option it does not declare (naming the executors that do), or one out of bounds.
+    """
+    own, every = declared(EXECUTORS.get(name)), declared()
+    for key, value in values.items():
+        option = every.get(key)
+        if key in own or value is None or (option and value == option.default):
+            continue
+        users = " or ".join(n for n, c in EXECUTORS.items() if key in declared(c)) or "(none)"
+        raise ConfigError(f"{option.flag if option else key} is only used with --executor {users}")
+    given = {k: v for k, v in values.items() if k in own and v is not None}
+    for key, value in given.items():
+        own[key].check(value)
+    return ExecutorOptions(**{o.name: o.default for o in own.values()} | given)
 
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
 
 
 class Executor(Protocol):
-    """What ``harness.api.run_sweep`` drives.
+    """What ``harness.api.run_sweep`` drives, made as ``cls(RunOptions, ExecutorOptions)``.
+
+    An executor may also declare ``options`` (a tuple of ``Option``: its flags and sweep-file
+    keys) and ``preflight(run, options)``, a check before anything is planned or runs.
 
     Attributes:
         name: the registry key.
@@ -157,6 +206,25 @@ def lost_record(cfg_dict: dict[str, Any], why: str) -> dict[str, Any]:
     return records.failed_record(cfg_dict, why, code)
 
 
+def require(module: str, install: str) -> None:
+    """Refuse an executor whose package ``module`` is not installed: one line, ``install``."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(install)
+
+
+def require_cuda(run: RunOptions, options: ExecutorOptions) -> None:
+    """Refuse ``--device cuda`` where this machine has no CUDA device (runs that train here)."""
+    if run.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda requested but no CUDA device is available")
+
+
 def make_executor(name: str, run: RunOptions, options: ExecutorOptions) -> Executor:
     """The executor registered as ``name``, set up for a sweep.
 
@@ -164,4 +232,4 @@ def make_executor(name: str, run: RunOptions, options: ExecutorOptions) -> Execu
         HarnessError: an unknown name (with suggestions), or an executor that cannot start
             (Ray not installed or not reachable).
     """
-    return EXECUTORS.get(name)(run, options)
+    return EXECUTORS.get(name)(run, options_for(name, vars(options)))

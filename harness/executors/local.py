@@ -6,10 +6,12 @@ from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from harness.executors.base import (
+    WORKERS,
     EpochCallback,
     ExecutorOptions,
     RunOptions,
     register_executor,
+    require_cuda,
     run_one,
 )
 
@@ -22,10 +24,12 @@ class LocalExecutor:
 
     Args:
         run: what every run gets.
-        options: unused (``workers`` belongs to ``pool``).
+        options: unused (``harness.api.executor`` gives ``workers`` over 1 to ``pool``).
     """
 
     in_process: ClassVar[bool] = True
+    options = (WORKERS,)
+    preflight = staticmethod(require_cuda)
 
     def __init__(self, run: RunOptions, options: ExecutorOptions | None = None) -> None:
         self.run = run

@@ -22,12 +22,13 @@ from typing import Any, ClassVar
 
 from harness.errors import HarnessError
 from harness.executors.base import (
-    MAX_WORKERS,
+    WORKERS,
     EpochCallback,
     ExecutorOptions,
     RunOptions,
     lost_record,
     register_executor,
+    require_cuda,
     run_one,
 )
 
@@ -99,17 +100,14 @@ class PoolExecutor:
 
     Args:
         run: what every run gets (one torch thread per run by default).
-        options: ``workers``, the processes (1 to ``MAX_WORKERS``).
-
-    Raises:
-        HarnessError: ``workers`` out of range.
+        options: ``workers``, the processes (1 to ``MAX_WORKERS``, checked by ``WORKERS``).
     """
 
     in_process: ClassVar[bool] = False
+    options = (WORKERS,)
+    preflight = staticmethod(require_cuda)
 
     def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
-        if not 1 <= options.workers <= MAX_WORKERS:
-            raise HarnessError(f"--workers must be in [1, {MAX_WORKERS}] (got {options.workers})")
         import multiprocessing as mp
 
         self.run, self.size = run, options.workers

@@ -25,11 +25,15 @@ from harness.errors import HarnessError
 from harness.executors.base import (
     EpochCallback,
     ExecutorOptions,
+    Option,
     RunOptions,
     lost_record,
     register_executor,
+    require,
     run_one,
 )
+
+INSTALL = "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
 
 # Ray's switch (ray._private.ray_constants) for a node of its own on loopback; "0" = loopback.
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -50,17 +54,19 @@ class RayExecutor:
     """
 
     in_process: ClassVar[bool] = False
+    options = (Option("ray_address", str, None, "ray executor: cluster address; auto: the one "
+               "ray start left (default: a new Ray instance on this machine, listening on "
+               "127.0.0.1 only)", "ADDRESS", None, "an address"),)  # fmt: skip
+    preflight = staticmethod(lambda run, options: require("ray", INSTALL))  # before planning
 
-    def __init__(self, run: RunOptions, options: ExecutorOptions | None = None) -> None:
-        address = options.ray_address if options else None
+    def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
+        address = options.ray_address
         if not address:  # before Ray is imported: its node address is then 127.0.0.1
             os.environ[LOOPBACK_ONLY] = "0"
         try:
             import ray
         except ImportError:
-            raise HarnessError(
-                "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
-            ) from None
+            raise HarnessError(INSTALL) from None
         self.ray, self.run = ray, run
         if not ray.is_initialized():
             node_ip = None if address else ray.util.get_node_ip_address()  # a new node's

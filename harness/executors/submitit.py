@@ -48,9 +48,11 @@ from harness.executors.base import (
     MAX_WORKERS,
     EpochCallback,
     ExecutorOptions,
+    Option,
     RunOptions,
     lost_record,
     register_executor,
+    require,
     run_one,
 )
 
@@ -58,14 +60,30 @@ INSTALL = "--executor submitit needs submitit: pip install 'condrnn-harness[slur
 CLUSTERS = ("slurm", "local", "debug")
 DEFAULT_TIME_MIN = 24 * 60  # Slurm's own default would be submitit's 5 minutes
 SLURM_PARALLELISM = 256  # submitit's default array parallelism
-# the numeric --slurm-* options: ExecutorOptions field -> (low, high)
-LIMITS = {
-    "slurm_time": (1, 43200),  # minutes: 30 days
-    "slurm_cpus": (1, MAX_THREADS),
-    "slurm_gpus": (0, 64),
-    "slurm_mem": (1, 65536),  # GB
-    "slurm_array_parallelism": (1, MAX_WORKERS),
-}
+OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, an int's unit)
+    Option("slurm_partition", str, None, "the jobs' Slurm partition (default: the cluster's)",
+           "NAME", None, "a partition name"),
+    Option("slurm_time", int, None, "each job's time limit (default: 1440, a day; at most 43200)",
+           "MINUTES", (1, 43200), "minutes"),  # 30 days
+    Option("slurm_cpus", int, None, "CPUs per job (default: --threads)", "N", (1, MAX_THREADS)),
+    Option("slurm_gpus", int, None, "GPUs per job (default: 1 with --device cuda, else 0)", "N",
+           (0, 64)),
+    Option("slurm_mem", int, None, "memory per job (default: the partition's)", "GB",
+           (1, 65536), "GB"),
+    Option("slurm_array_parallelism", int, None, "jobs queued or running at once, submitted as "
+           "job arrays (default: 256 on Slurm; without Slurm, as many as this machine's CPUs "
+           "hold at --slurm-cpus each)", "N", (1, MAX_WORKERS)),
+    Option("slurm_folder", str, None, "the jobs' pickles and logs, on a filesystem the nodes "
+           "share (default: $XDG_CACHE_HOME/condrnn-harness/submitit, else "
+           "~/.cache/condrnn-harness/submitit: outside the checkout, in the home directory that "
+           "clusters share)", "DIR", None, "a path"),
+    Option("slurm_local", bool, False, "run the jobs as processes on this machine even where "
+           "Slurm is installed (default: submitted with sbatch wherever srun is on PATH)"),
+    Option("submitit_cluster", str, None, "submitit's backend: slurm, local (as --slurm-local) "
+           "or debug (in this process) (default: slurm where srun is on PATH, else local)",
+           "NAME", None, "slurm, local or debug"),
+)  # fmt: skip
+LIMITS = {o.name: o.bounds for o in OPTIONS if o.bounds}  # the numeric --slurm-* options
 # polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
 # second without Slurm, where a poll is a check on a local process and a file)
 POLL_FIRST_S, POLL_MAX_S, POLL_MAX_LOCAL_S = 0.25, 10.0, 1.0
@@ -80,22 +98,14 @@ def default_folder() -> Path:
     return cache_dir() / "submitit"
 
 
-def check_options(options: ExecutorOptions) -> None:
-    """Refuse numbers out of ``LIMITS`` and an unknown ``submitit_cluster``.
-
-    Raises:
-        HarnessError: naming the flag and its range.
-    """
-    for field, (low, high) in LIMITS.items():
-        value = getattr(options, field)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            flag = "--" + field.replace("_", "-")
-            raise HarnessError(f"{flag} must be an integer in [{low}, {high}] (got {value!r})")
+def preflight(run: RunOptions, options: ExecutorOptions) -> None:
+    """Refuse a machine without submitit, an unknown cluster, ``cuda`` with no GPU per job."""
+    require("submitit", INSTALL)
     if options.submitit_cluster not in (None, *CLUSTERS):
         got = options.submitit_cluster
         raise HarnessError(f"submitit_cluster must be one of {', '.join(CLUSTERS)} (got {got!r})")
+    if run.device == "cuda" and options.slurm_gpus == 0:
+        raise HarnessError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")
 
 
 def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = None) -> str:
@@ -142,17 +152,19 @@ class SubmititExecutor:
     """
 
     in_process: ClassVar[bool] = False
+    options = OPTIONS
+    preflight = staticmethod(preflight)
 
-    def __init__(self, run: RunOptions, options: ExecutorOptions | None = None) -> None:
-        options = options or ExecutorOptions()
-        check_options(options)
+    def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
+        preflight(run, options)
         try:
             import submitit
         except ImportError:
             raise HarnessError(INSTALL) from None
         folder = Path(options.slurm_folder or default_folder()).expanduser()
+        cluster = options.submitit_cluster or ("local" if options.slurm_local else None)
         try:
-            self._ex = submitit.AutoExecutor(folder=folder, cluster=options.submitit_cluster)
+            self._ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
         except (OSError, RuntimeError, ValueError) as e:
             raise HarnessError(f"cannot set up submitit in {folder}: {e}") from None
         self.run, self.cluster, self.folder = run, self._ex.cluster, folder

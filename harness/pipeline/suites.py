@@ -32,12 +32,13 @@ from harness.components.config import DEVICES, PRESETS, accepts
 from harness.components.registry import PLUGIN_PACKAGES, TASKS, include
 from harness.components.selection import parse_rule
 from harness.errors import ConfigError
-from harness.executors import EXECUTORS, MAX_THREADS, MAX_WORKERS
-from harness.executors.submitit import LIMITS
+from harness.executors import EXECUTORS, MAX_THREADS
+from harness.executors.base import declared
 from harness.persistence.records import is_reference
 from harness.references import resolve_names
 
-# file key -> what it holds (for the error messages); the argparse dest is the same name
+# file key -> what it holds (for the error messages); the argparse dest is the same name.
+# The executors' keys (workers, ray_address, slurm_*) are their declared options: option_keys()
 OPTION_KEYS = {
     "tasks": "a name, a glob or a list of them",
     "methods": "a name, a glob or a list of them",
@@ -48,7 +49,6 @@ OPTION_KEYS = {
     "match_skip": "a number",
     "select": "a selection rule: best-val or val-skip-band:TARGET:WIDTH",
     "executor": "an executor name",
-    "workers": "an integer in [1, 1024]",
     "threads": "an integer in [0, 1024]",
     "device": "a device name",
     "data_dir": "a path",
@@ -56,15 +56,6 @@ OPTION_KEYS = {
     "report": "a path",
     "no_report": "true or false",
     "force": "true or false",
-    "ray_address": "an address",
-    "slurm_partition": "a partition name",
-    "slurm_time": "minutes, an integer in [1, 43200]",
-    "slurm_cpus": "an integer in [1, 1024]",
-    "slurm_gpus": "an integer in [0, 64]",
-    "slurm_mem": "GB, an integer in [1, 65536]",
-    "slurm_array_parallelism": "an integer in [1, 1024]",
-    "slurm_folder": "a path",
-    "slurm_local": "true or false",
     "include": "a path or a list of paths (.py files or folders, relative to the file)",
 }
 PART_KEYS = ("methods", "tasks", "set", "grid", "note")
@@ -165,6 +156,11 @@ def _scalar(value: Any, where: str) -> str:
     raise ConfigError(f"{where} expects a number, a string or true/false, got {value!r}")
 
 
+def option_keys() -> dict[str, str]:
+    """Every key a sweep file may hold, with what it holds: ``OPTION_KEYS`` and the executors'."""
+    return OPTION_KEYS | {o.name: o.describe() for o in declared().values()}
+
+
 def _names(value: Any, where: str) -> str:
     if isinstance(value, str) and value.strip():
         return value
@@ -191,24 +187,16 @@ def _option(key: str, value: Any, where: str) -> Any:
     """A top-level option checked for type and turned into what the flag's parser gives."""
 
     def bad() -> ConfigError:
-        return ConfigError(f"{where} expects {OPTION_KEYS[key]}, got {value!r}")
+        return ConfigError(f"{where} expects {option_keys()[key]}, got {value!r}")
 
     if key in ("tasks", "methods"):
         return _names(value, where)
     if key == "seeds":
-        if isinstance(value, bool):
-            raise bad()
-        if isinstance(value, int):
-            return str(value)
-        if (
-            isinstance(value, list)
-            and value
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        ):
+        if isinstance(value, list) and value and all(type(v) is int for v in value):
             return ",".join(str(v) for v in value)
-        if isinstance(value, str):
-            return value
-        raise bad()
+        if type(value) not in (int, str):
+            raise bad()
+        return str(value)
     if key in ("set", "grid"):
         return _table(value, where, lists=key == "grid")
     choices = {"preset": PRESETS, "executor": EXECUTORS.names(), "device": DEVICES}.get(key)
@@ -216,36 +204,29 @@ def _option(key: str, value: Any, where: str) -> Any:
         if value not in choices:
             raise ConfigError(f"{where} expects one of {', '.join(choices)}, got {value!r}")
         return value
-    if key in ("workers", "threads", *_slurm_limits()):
-        bounds = {"workers": (1, MAX_WORKERS), "threads": (0, MAX_THREADS), **_slurm_limits()}
-        low, high = bounds[key]
+    option = declared().get(key)
+    bounds = (0, MAX_THREADS) if key == "threads" else option and option.bounds
+    if bounds:
+        low, high = bounds
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{where} expects an integer in [{low}, {high}], got {value!r}")
         return value
     if key == "select":
         if not isinstance(value, str):
             raise bad()
-
         parse_rule(value)  # a bad rule is one line, naming it
         return value
     if key == "match_skip":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad()
-        if not math.isfinite(value):
+        if type(value) not in (int, float) or not math.isfinite(value):
             raise bad()
         return float(value)
-    if key in ("no_report", "force", "slurm_local"):
+    if key in ("no_report", "force") or option and option.type is bool:
         if not isinstance(value, bool):
             raise bad()
         return value
     if not isinstance(value, str) or not value:  # paths and the address
         raise bad()
     return value
-
-
-def _slurm_limits() -> dict[str, tuple[int, int]]:
-
-    return LIMITS
 
 
 def _unknown(keys: list[str], allowed: list[str], where: str) -> None:
@@ -267,7 +248,8 @@ def load(path: str | Path) -> SweepFile:
     """
     path = Path(path)
     data = _read(path)
-    allowed = [*OPTION_KEYS, *META_KEYS, "part"]
+    keys = option_keys()
+    allowed = [*keys, *META_KEYS, "part"]
     _unknown([k for k in data if k not in allowed], allowed, str(path))
     sweep = SweepFile(str(path), description=str(data.get("description", "")))
     for key, value in data.items():
@@ -282,7 +264,7 @@ def load(path: str | Path) -> SweepFile:
                     f"{path}: 'include' expects {OPTION_KEYS['include']}, got {value!r}"
                 )
             sweep.options[key] = [str(path.parent / Path(p).expanduser()) for p in paths]
-        elif key in OPTION_KEYS:
+        elif key in keys:
             sweep.options[key] = _option(key, value, f"{path}: '{key}'")
     parts = data.get("part", [])
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
