@@ -86,7 +86,7 @@ _OURS = [ROOT / "harness", ROOT / "baselines", ROOT / "tasks", ROOT / "tests"]
 def isolated_registry() -> Iterator[None]:
     """Put back, after the block, all that loading plugins changes.
 
-    The method and task registries, what ``load_plugins`` remembers (included files, plugin
+    Every registry, what ``load_plugins`` remembers (included files, plugin
     distributions, failed entry points, whether it loaded), ``$HARNESS_INCLUDE``, ``sys.path``,
     the modules the plugins added (those outside the project's packages and the installed ones)
     and the caches keyed by method name (``method_code``, ``legacy_values``).
@@ -94,16 +94,14 @@ def isolated_registry() -> Iterator[None]:
     from harness import config, registry, resume
 
     registry.load_plugins()
-    items = {r: dict(r._items) for r in (registry.METHODS, registry.TASKS)}
+    items = registry._snapshot()
     saved = (dict(registry._INCLUDED), dict(registry._PLUGIN_DISTS), set(registry._FAILED))
     modules, path = set(sys.modules), list(sys.path)
     env = os.environ.get(registry.INCLUDE_ENV)
     try:
         yield
     finally:
-        for r, before in items.items():
-            r._items.clear()
-            r._items.update(before)
+        registry._restore(items)
         for name, now in (("_INCLUDED", saved[0]), ("_PLUGIN_DISTS", saved[1])):
             getattr(registry, name).clear()
             getattr(registry, name).update(now)

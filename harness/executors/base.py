@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from harness import config, records
-from harness.registry import Registry
+from harness.registry import Registry, needs
 from harness.resume import method_code
 from harness.tracking import TensorBoardLogger
 
@@ -16,9 +16,6 @@ from harness.tracking import TensorBoardLogger
 # a segmentation fault inside the first run).
 MAX_WORKERS = 1024
 MAX_THREADS = 1024
-
-EXECUTORS = Registry("executor", plugins=False)
-register_executor = EXECUTORS.register
 
 
 @dataclass(frozen=True)
@@ -103,6 +100,18 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release what the executor holds (worker processes) once nothing is in flight."""
+
+
+EXECUTORS = Registry(
+    "executor",
+    needs(
+        "",
+        *(m for m in (*Executor.__annotations__, *vars(Executor)) if m[0] != "_" and m != "name"),
+    ),
+    "harness.executors.Executor",
+    light=True,
+)
+register_executor = EXECUTORS.register
 
 
 def run_one(
