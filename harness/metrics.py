@@ -25,7 +25,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.registry import Registry
 
@@ -83,12 +83,13 @@ class Metric:
             raise ValueError(f"metric {self.name!r}: a percentage has unit '%' and range 0-100")
 
 
-def _lacks(obj: Any) -> list[str]:
-    return [] if isinstance(obj, Metric) else ["is not a harness.metrics.Metric"]
-
-
 # name -> Metric, in registration order (the leaderboard orders its trace columns by it)
-METRICS = Registry("metric", _lacks, "harness.metrics.Metric", key=re.compile(r"^[a-z0-9_]+$"))
+METRICS = Registry(
+    "metric",
+    lambda obj: [] if isinstance(obj, Metric) else ["is not a Metric"],
+    "harness.metrics.Metric",
+    key=re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$"),
+)
 
 
 def register_metric(metric: Metric) -> Metric:

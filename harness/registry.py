@@ -63,24 +63,20 @@ class Registry:
     Args:
         kind: what the registry holds, used in messages and to find its built-in module
             (``PLUGIN_PACKAGES``) and entry-point group (``ENTRY_POINT_GROUPS``).
-        check: called as ``check(obj)`` on every object before it registers; returns what
-            ``obj`` lacks of the kind's protocol, one phrase each (empty: nothing), and the
+        check: ``check(obj)``: what ``obj`` lacks of the kind's protocol, a phrase each; the
             registry refuses it in one line (``PluginError``) naming where it came from.
-        protocol: where a message sends the reader for what the kind must have.
-        prefix: what every key starts with (``ref:`` for the reference predictors); a class
-            registers under its name, and its key is the prefix and the name.
-        key: the form of a name (default kebab-case; the metrics' are snake_case, as records
-            keep them).
-        light: until the plugins are loaded, a lookup loads only the kind's own built-in module
-            and entry points, not the methods and tasks, which import torch (the executors,
-            whose names the command line's parser reads).
+        protocol: the class that says what the kind must have, for that line.
+        prefix: what every key starts with (``ref:`` for the reference predictors).
+        key: the form of a name (kebab-case; a metric's is snake_case, as records keep it).
+        light: until the plugins are loaded, a lookup loads only the kind's built-in module and
+            entry points, not the torch-importing rest (the executors: the parser reads them).
     """
 
     def __init__(
         self,
         kind: str,
-        check: Callable[[Any], list[str]] | None = None,
-        protocol: str = "",
+        check: Callable[[Any], list[str]],
+        protocol: str,
         prefix: str = "",
         key: re.Pattern[str] = _KEY,
         light: bool = False,
@@ -102,29 +98,26 @@ class Registry:
         """Decorator registering ``obj`` under ``name`` (and setting a class's ``name``).
 
         Raises:
-            PluginError: ``name`` is not of the registry's form, is registered already by
-                another object (the message names where each comes from: a built-in module, a
-                plugin package, an included file), or ``obj`` lacks what the kind must have.
+            PluginError: ``name`` is registered already by another object (the message names
+                where each comes from: a built-in module, a plugin package, an included file),
+                or ``obj`` lacks what the kind must have, its name the registry's form included.
         """
         key = self.prefix + name
 
         def deco(obj: Any) -> Any:
-            def where() -> str:
-                return f"{self.kind} '{key}' ({describe_source(obj)})"
-
-            if not self._key.match(name):
-                raise PluginError(f"{where()}: the name does not match {self._key.pattern}")
             old = self._items.get(key)
             if old is not None and old != obj:
                 raise PluginError(
                     f"{self.kind} '{key}' is registered twice: by {describe_source(old)} and by "
                     f"{describe_source(obj)}; a key names one {self.kind}, rename one of them"
                 )
-            lacks = self._check(obj) if self._check is not None else []
+            bad = not self._key.match(name)
+            lacks = [f"has a name not of the form {self._key.pattern}"] * bad + self._check(obj)
             if lacks:
                 what = f"class {obj.__qualname__}" if isinstance(obj, type) else repr(obj)
                 raise PluginError(
-                    f"{where()}: {' '.join(what.split())} {'; '.join(lacks)}; see {self._protocol}"
+                    f"{self.kind} '{key}' ({describe_source(obj)}): {' '.join(what.split())} "
+                    f"{'; '.join(lacks)}; see {self._protocol}"
                 )
             if isinstance(obj, type):
                 obj.name = key
@@ -193,13 +186,7 @@ class Registry:
 
 
 def check_method(obj: Any) -> list[str]:
-    """What an object registering as a method lacks (``harness.method.missing_parts``).
-
-    The one check of everything that registers as a method: a built-in module, an installed
-    plugin (entry point), an included file, or ``register_method`` called directly. It is
-    static (a ``Method`` subclass, a frozen-dataclass ``config_cls``, ``cost`` and a recurrence
-    implemented), so a class that lacks a part is refused when it registers, before any run.
-    """
+    """What an object registering as a method lacks (``harness.method.missing_parts``)."""
     from harness.method import missing_parts  # torch: imported by any method module already
 
     return missing_parts(obj)
@@ -208,9 +195,9 @@ def check_method(obj: Any) -> list[str]:
 def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
     """A registry's static check: a class deriving from ``base`` that defines ``members``.
 
-    ``base`` is a class's dotted name, found by name among the object's bases (nothing is
-    imported: the protocols live above the registry); ``""`` takes any class. A member is
-    defined when the class's differs from the base's (``a|b``: one of them is).
+    ``base``: a class's dotted name, found among the object's bases by name, as the protocols
+    live above the registry (``""``: any class). A member is defined when the class's is not the
+    base's (``a|b``: one of them).
     """
 
     def check(obj: Any) -> list[str]:
@@ -247,8 +234,7 @@ register_method = METHODS.register
 register_task = TASKS.register
 register_reference = REFERENCES.register
 
-# The built-in package or module of each kind, whose import registers its components (a
-# package's __init__ imports each of its modules).
+# The built-in package or module of each kind: importing it registers its components.
 PLUGIN_PACKAGES = {
     "method": "baselines",
     "task": "tasks",
@@ -505,11 +491,7 @@ def source_of(obj: Any) -> dict[str, str]:
 
 
 def method_source(name: str) -> dict[str, str]:
-    """``source_of`` the method registered as ``name`` (what a record keeps as ``method_source``).
-
-    Raises:
-        UnknownNameError: no such method (with suggestions).
-    """
+    """``source_of`` the method ``name`` (a record's ``method_source``); UnknownNameError: none."""
     return source_of(METHODS.get(name))
 
 
