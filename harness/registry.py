@@ -475,7 +475,7 @@ def source_of(obj: Any) -> dict[str, str]:
     """
     module = getattr(obj, "__module__", None) or "?"
     top = module.partition(".")[0]
-    if top in PLUGIN_PACKAGES.values() or top == "harness":  # (the executors register in harness)
+    if top in {p.partition(".")[0] for p in PLUGIN_PACKAGES.values()}:
         return {"kind": "builtin"}
     if module in _INCLUDED:
         path = _INCLUDED[module]
@@ -497,15 +497,13 @@ def method_source(name: str) -> dict[str, str]:
 
 def describe_source(obj: Any) -> str:
     """``source_of`` in words, for messages: ``built-in module baselines.x``, ``--include P``..."""
-    src = source_of(obj)
-    module = getattr(obj, "__module__", "?")
-    if src["kind"] == "builtin":
-        return f"built-in module {module}"
-    if src["kind"] == "include":
-        return f"--include {src['path']}"
-    if src["kind"] == "entry-point":
-        return f"plugin package {src['package']} {src['version']} (module {module})"
-    return f"module {module}"
+    src, module = source_of(obj), getattr(obj, "__module__", "?")
+    return {
+        "builtin": f"built-in module {module}",
+        "include": f"--include {src.get('path')}",
+        "entry-point": f"plugin package {src.get('package')} {src.get('version')} "
+        f"(module {module})",
+    }.get(src["kind"], f"module {module}")
 
 
 def included_folder(module: str) -> Path | None:

@@ -48,10 +48,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _first_line(obj: Any) -> str:
-    """The first paragraph of the module's (else the class's) docstring, on one line.
-
-    A paragraph, not the first source line: a docstring wrapped mid-sentence is not cut there.
-    """
+    """The first paragraph (not line) of the module's (else the class's) docstring, one line."""
     doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip()
     return " ".join(doc.split("\n\n", 1)[0].split())
 
