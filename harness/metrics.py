@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.registry import Registry
+from harness.registry import Registry, load_plugins
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -112,10 +112,13 @@ def register_metric(metric: Metric) -> Metric:
 def get_metric(name: str) -> Metric:
     """The registered description of measure ``name``.
 
-    One not registered (the methods, tasks and plugins loaded) gets a neutral description: the
-    name as its title, no direction, printed as a plain number.
+    A name not registered yet is looked up again after the plugins are loaded (a task registers
+    its own measures in its module); one still unknown gets a neutral description: the name as
+    its title, no direction, printed as a plain number.
     """
-    return METRICS.get(name) if name in METRICS else Metric(name, name)
+    if name not in METRICS._items:  # (without loading them, the harness's own are known)
+        load_plugins()
+    return METRICS._items.get(name) or Metric(name, name)
 
 
 def higher_is_better(record: dict) -> bool:
