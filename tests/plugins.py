@@ -1,5 +1,5 @@
-"""Registration checks shared by the method and task tests, and a scratch registry for the
-tests of plugins (``isolated_registry``).
+"""Registration checks shared by the method and task tests, a scratch registry for the tests of
+plugins (``isolated_registry``) and installed entry points faked (``installed``).
 
 A module nobody imported never registers (the "Unknown model" trap). The check runs in a fresh
 interpreter that imports only the package, so a module imported by some test file at collection
@@ -17,7 +17,8 @@ import pkgutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from importlib import import_module
+from dataclasses import dataclass
+from importlib import import_module, metadata
 from pathlib import Path
 
 PROBE = """
@@ -86,7 +87,7 @@ _OURS = [ROOT / "harness", ROOT / "baselines", ROOT / "tasks", ROOT / "tests"]
 def isolated_registry() -> Iterator[None]:
     """Put back, after the block, all that loading plugins changes.
 
-    The method and task registries, what ``load_plugins`` remembers (included files, plugin
+    Every registry, what ``load_plugins`` remembers (included files, plugin
     distributions, failed entry points, whether it loaded), ``$HARNESS_INCLUDE``, ``sys.path``,
     the modules the plugins added (those outside the project's packages and the installed ones)
     and the caches keyed by method name (``method_code``, ``legacy_values``).
@@ -95,16 +96,14 @@ def isolated_registry() -> Iterator[None]:
     from harness.pipeline import resume
 
     registry.load_plugins()
-    items = {r: dict(r._items) for r in (registry.METHODS, registry.TASKS)}
+    items = registry._snapshot()
     saved = (dict(registry._INCLUDED), dict(registry._PLUGIN_DISTS), set(registry._FAILED))
     modules, path = set(sys.modules), list(sys.path)
     env = os.environ.get(registry.INCLUDE_ENV)
     try:
         yield
     finally:
-        for r, before in items.items():
-            r._items.clear()
-            r._items.update(before)
+        registry._restore(items)
         for name, now in (("_INCLUDED", saved[0]), ("_PLUGIN_DISTS", saved[1])):
             getattr(registry, name).clear()
             getattr(registry, name).update(now)
@@ -134,3 +133,37 @@ def _added_by_a_plugin(module: object) -> bool:
         return False
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     return not any(path.is_relative_to(p) for p in prefixes)
+
+
+# --- entry points, faked: installing a package in a test would write site-packages ---------------
+
+
+@dataclass
+class FakeDist:
+    name: str
+    version: str
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"Name": self.name}
+
+
+@dataclass
+class FakeEntryPoint:
+    name: str
+    value: str
+    group: str
+    dist: FakeDist
+
+    def load(self):
+        return metadata.EntryPoint(self.name, self.value, self.group).load()
+
+
+def installed(monkeypatch, *eps: FakeEntryPoint) -> None:
+    """Make ``eps`` the installed entry points and have the registry load again."""
+    from harness.components import registry
+
+    monkeypatch.setattr(
+        metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group]
+    )
+    registry._loaded = False

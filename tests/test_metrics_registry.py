@@ -1,6 +1,6 @@
-"""The metric registry (harness.components.metrics): every recorded measure has an entry, and every
-report,
-figure and the drift gate take titles, directions, percentages, ranges and tolerances from it."""
+"""The metric registry (harness.components.metrics): every recorded measure has an entry, and
+every report, figure and the drift gate take titles, directions, percentages, ranges and
+tolerances from it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from harness.components.metrics import (
     higher_is_better,
     register_metric,
 )
-from harness.components.registry import TASKS
+from harness.components.registry import TASKS, PluginError
 from harness.components.task import Batch
 from harness.reporting import compare as gate
 from harness.reporting import figstyle
@@ -90,9 +90,10 @@ def test_every_task_scores_only_registered_measures_in_its_direction(name):
 
 
 def test_register_lookup_and_checks():
-    assert register_metric(METRICS["mse"]) is METRICS["mse"]  # the same entry again: no change
-    with pytest.raises(ValueError, match="registered twice"):
-        register_metric(dataclasses.replace(METRICS["mse"], title="Mean squared error"))
+    mse = METRICS.get("mse")
+    assert register_metric(mse) is mse  # the same entry again: no change
+    with pytest.raises(PluginError, match="metric 'mse' is registered twice: by built-in module"):
+        register_metric(dataclasses.replace(METRICS.get("mse"), title="Mean squared error"))
     with pytest.raises(ValueError, match="percentage"):
         Metric("x_pct", "X %", unit="%", percent=True)  # a percentage's range is 0-100
     with pytest.raises(ValueError, match="form"):
@@ -100,8 +101,9 @@ def test_register_lookup_and_checks():
     unknown = get_metric("not-a-measure")
     assert unknown.title == "not-a-measure" and unknown.higher is None and not unknown.percent
     # the kind scores and the trace measures; a task adds its own (the adding task: solved)
-    assert {"skip_pct", "read_skip_pct", "depth_skip_pct", "mean_depth", "geo_mean"} <= set(METRICS)
-    assert {"mse", "accuracy", "perplexity", "nll"} <= set(METRICS)
+    trace = {"skip_pct", "read_skip_pct", "depth_skip_pct", "mean_depth", "geo_mean"}
+    assert trace <= set(METRICS.names())
+    assert {"mse", "accuracy", "perplexity", "nll"} <= set(METRICS.names())
     assert get_metric("solved").form == "yes-no"
 
 
@@ -113,7 +115,7 @@ def test_the_notes_state_the_registered_ranges():
 
 
 def redescribe(monkeypatch, name, **changes):
-    monkeypatch.setitem(METRICS, name, dataclasses.replace(METRICS[name], **changes))
+    monkeypatch.setitem(METRICS._items, name, dataclasses.replace(METRICS.get(name), **changes))
 
 
 def rec(method, seed, mse, skip=50.0, flops=1e4, acc=None):

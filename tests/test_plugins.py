@@ -15,12 +15,10 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import pytest
-from plugins import ROOT, isolated_registry
+from plugins import ROOT, FakeDist, FakeEntryPoint, installed, isolated_registry
 
 from harness.authoring.scaffold import render
 from harness.components import registry
@@ -205,35 +203,6 @@ def test_a_sweep_file_includes_paths_relative_to_itself(tmp_path, harness):
 # --- entry points -------------------------------------------------------------------------------
 
 
-@dataclass
-class FakeDist:
-    name: str
-    version: str
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        return {"Name": self.name}
-
-
-@dataclass
-class FakeEntryPoint:
-    name: str
-    value: str
-    group: str
-    dist: FakeDist
-
-    def load(self):
-        return metadata.EntryPoint(self.name, self.value, self.group).load()
-
-
-def installed(monkeypatch, *eps: FakeEntryPoint) -> None:
-    """Make ``eps`` the installed entry points and have the registry load again."""
-    monkeypatch.setattr(
-        metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group]
-    )
-    registry._loaded = False
-
-
 def test_entry_points_register_methods_and_a_broken_one_is_one_line(tmp_path, monkeypatch, capsys):
     write_method(tmp_path / "fakeplug_pkg", "ep-method", module="methods")
     (tmp_path / "fakeplug_pkg" / "__init__.py").write_text("")
@@ -321,9 +290,10 @@ def test_what_registers_as_a_method_is_checked_wherever_it_comes_from(
     )
 
 
-def test_the_example_package_loads_through_its_entry_point(monkeypatch):
+def test_the_example_package_loads_through_its_entry_point(monkeypatch, harness):
     """What CI does after ``pip install -e examples/plugin``, without installing it."""
     from harness.authoring import conformance
+    from harness.cli.listing import KINDS as LISTED
 
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
     dist = FakeDist(project["name"], project["version"])
@@ -332,16 +302,39 @@ def test_the_example_package_loads_through_its_entry_point(monkeypatch):
     eps = [FakeEntryPoint(n, v, g, dist) for g, found in groups.items() for n, v in found.items()]
     monkeypatch.syspath_prepend(str(EXAMPLE))
     installed(monkeypatch, *eps)
-    assert [ep.name for ep in eps] == ["example-skip"] and "example-skip" in METHODS
-    assert method_source("example-skip") == {
-        "kind": "entry-point",
-        "package": "condrnn-plugin-example",
-        "version": "0.1.0",
-    }
+    assert [ep.group.rpartition(".")[2] for ep in eps] == [
+        "methods",
+        "tasks",
+        "metrics",
+        "references",
+    ]
+    assert "example-skip" in METHODS
+    package = {"kind": "entry-point", "package": "condrnn-plugin-example", "version": "0.1.0"}
+    assert method_source("example-skip") == package
     module = sys.modules[METHODS.get("example-skip").__module__]
     assert {Path(f).name for f in registry.source_files(module)} == {"example_skip.py"}
     results = conformance.run_checks("example-skip", only=["forward", "cost", "fast-path"])
     assert [r.status for r in results] == ["pass"] * 3, [r.line() for r in results]
+    # every kind it declares is listed, saying it comes from the package
+    for kind, name in [
+        ("methods", "example-skip"),
+        ("tasks", "example-mean"),
+        ("metrics", "mae"),
+        ("references", "ref:example-median"),
+    ]:
+        assert registry.source_of(LISTED[kind].get(name)) == package
+        listed = harness("list", kind, check=True).stdout.splitlines()
+        (line,) = [x for x in listed if x.startswith(f"  {name} ")]
+        assert "(plugin package condrnn-plugin-example 0.1.0 (module condrnn_plugin_" in line
+    # its task, metric and reference work: a smoke sweep records the package's MAE
+    args = ["--tasks", "example-mean", "--methods", "example-skip,ref:example-median"]
+    harness("run", *args, "--preset", "smoke", "--out", "r.jsonl", "--no-report", check=True)
+    recs = [json.loads(line) for line in Path("r.jsonl").read_text().splitlines()]
+    assert [(r["method"], r["status"]) for r in recs] == [
+        ("example-skip", "ok"),
+        ("ref:example-median", "ok"),
+    ]
+    assert all(r["metrics"]["mae"] >= 0 and r["method_source"] == package for r in recs)
 
 
 # --- records ------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def calm(tmp_path):
     """Records of two methods over two seeds that hold ``calm_pct``, a plugin's measure."""
     path = tmp_path / "calm_metric.py"
     path.write_text(PLUGIN)
-    before = dict(metrics.METRICS)
+    before = dict(metrics.METRICS._items)
     recs = [
         make_record(
             method=m,
@@ -49,8 +49,8 @@ def calm(tmp_path):
         r["flops"] = {"effective": 2 * r["macs"]["effective"], "dense": 2 * r["macs"]["dense"]}
     with isolated_registry():
         yield path, recs
-    metrics.METRICS.clear()
-    metrics.METRICS.update(before)
+    metrics.METRICS._items.clear()
+    metrics.METRICS._items.update(before)
 
 
 def _terminal(recs, width: int = 200) -> str:

@@ -14,19 +14,20 @@ Skip % follows docs/methods.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per 
 ``1 - sum_{t,i} u_{t,i} / (T_true * D)``, then averaged over sequences. Depth-adaptive methods also
 get depth-skip % ``1 - sum n / (T D R_max)`` and mean depth ``mean_t max_i n_{t,i}``.
 
-This module imports torch only inside the functions that need it, so the reports can read the
-registry without it.
+This module imports torch only inside the functions that need it: importing it stays light.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.components.registry import load_plugins
+from harness.components.registry import Registry, load_plugins
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -83,35 +84,42 @@ class Metric:
 
 
 # name -> Metric, in registration order (the leaderboard orders its trace columns by it)
-METRICS: dict[str, Metric] = {}
+METRICS = Registry(
+    "metric",
+    lambda obj: [] if isinstance(obj, Metric) else ["is not a Metric"],
+    "harness.components.metrics.Metric",
+    key=re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$"),
+)
 
 
 def register_metric(metric: Metric) -> Metric:
-    """Add ``metric`` to ``METRICS``; registering the same description again changes nothing.
+    """Register ``metric`` in ``METRICS``; registering the same description again changes nothing.
+
+    Its ``__module__`` becomes the caller's (as ``collections.namedtuple`` does), so that
+    ``harness.components.registry.source_of`` says where it came from: a built-in, a plugin, an
+    included file.
 
     Returns:
         The metric, so that a module can keep it: ``SOLVED = register_metric(Metric(...))``.
 
     Raises:
-        ValueError: another description is registered under the same name.
+        PluginError: another description is registered under the same name.
     """
-    known = METRICS.get(metric.name)
-    if known is not None and known != metric:
-        raise ValueError(f"metric {metric.name!r} registered twice, differently: {known}")
-    METRICS[metric.name] = metric
-    return metric
+    if "__module__" not in vars(metric):
+        object.__setattr__(metric, "__module__", sys._getframe(1).f_globals.get("__name__", "?"))
+    return METRICS.register(metric.name)(metric)
 
 
 def get_metric(name: str) -> Metric:
     """The registered description of measure ``name``.
 
-    A name not registered yet is looked up again after the methods and tasks are imported (a
-    task registers its own measures in its module); one still unknown gets a neutral description:
-    the name as its title, no direction, printed as a plain number.
+    A name not registered yet is looked up again after the plugins are loaded (a task registers
+    its own measures in its module); one still unknown gets a neutral description: the name as
+    its title, no direction, printed as a plain number.
     """
-    if name not in METRICS:
+    if name not in METRICS._items:  # (without loading them, the harness's own are known)
         load_plugins()
-    return METRICS.get(name) or Metric(name, name)
+    return METRICS._items.get(name) or Metric(name, name)
 
 
 def higher_is_better(record: dict) -> bool:

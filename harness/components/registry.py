@@ -1,16 +1,17 @@
-"""Name -> class registries for methods and tasks, and the plugins that fill them.
+"""One ``Registry`` type for every kind of component, and the plugins that fill them.
 
-Methods (``baselines/``) and tasks (``tasks/``) register themselves with a decorator; the harness
-looks them up by name and never imports one directly. ``load_plugins()`` imports, once, when a
-registry is first read:
+A component (a method, a task, a reference predictor, a metric, an executor) registers itself
+under its name in its kind's registry (``METHODS``, ``TASKS``, ``REFERENCES`` here,
+``harness.components.metrics.METRICS``, ``harness.executors.EXECUTORS``), which checks it against
+the kind's protocol; the harness looks components up by name and never imports one directly.
+``load_plugins()`` imports, once, when a registry is first read:
 
 1. the built-in packages (``PLUGIN_PACKAGES``), whose ``__init__`` modules import every file
    explicitly, so a file nobody imported cannot silently miss its registration (tests check that
    every file registered under its own name);
-2. the installed plugins: every entry point of the groups ``condrnn_harness.methods`` and
-   ``condrnn_harness.tasks`` (``ENTRY_POINT_GROUPS``) is loaded, which imports its module. A
-   plugin that fails to import (an exception, or ``sys.exit``) is skipped with one line on stderr
-   naming it; the rest still work;
+2. the installed plugins: every entry point of the groups ``condrnn_harness.<kind>s``
+   (``ENTRY_POINT_GROUPS``) is loaded, which imports its module. A plugin that fails to import
+   (an exception, or ``sys.exit``) is skipped with one line on stderr naming it; the rest work;
 3. the files named by ``include`` (``--include PATH``, ``include = [...]`` in a sweep file, or
    ``$HARNESS_INCLUDE``): ``.py`` files, or folders whose ``.py`` files are all imported (except
    ``test_*.py`` and the shared pieces ``_*.py``, which the others import). Each is imported as a
@@ -19,10 +20,10 @@ registry is first read:
    name.
 
 A key registered from two sources (a plugin's key that a built-in, another plugin or an included
-file already has) is a ``PluginError`` naming both; so is a method that lacks what a method must
-have (``check_method``), wherever it registers from. Then every task preset's per-method overrides
-are checked against the registered methods and their keys. ``source_of`` says where an entry came
-from (records keep it as ``method_source``).
+file already has) is a ``PluginError`` naming both; so is a component that lacks what its kind
+must have (``check_method``, ``needs``), wherever it registers from. Then every task preset's
+per-method overrides are checked against the registered methods and their keys. ``source_of``
+says where an entry came from (records keep a method's as ``method_source``).
 """
 
 from __future__ import annotations
@@ -57,60 +58,70 @@ class PluginError(HarnessError):
 
 
 class Registry:
-    """A kebab-case name -> object registry with "did you mean" lookup.
+    """A name -> component registry of one kind, with "did you mean" lookup.
 
     Args:
-        kind: what the registry holds, used in messages ("method", "task").
-        plugins: look up only once the built-in packages and the plugins are imported
-            (``load_plugins``); False for a registry whose entries register themselves when
-            their own module is imported (the executors).
-        check: called as ``check(name, obj)`` on every object before it registers; raises
-            ``PluginError`` (one line) for one that cannot be what the registry holds
-            (``check_method``).
-        prefix: what every key starts with (``ref:`` for the reference predictors); a class
-            registers under its kebab-case name, and its key is the prefix and the name.
+        kind: what the registry holds, used in messages and to find its built-in module
+            (``PLUGIN_PACKAGES``) and entry-point group (``ENTRY_POINT_GROUPS``).
+        check: ``check(obj)``: what ``obj`` lacks of the kind's protocol, a phrase each; the
+            registry refuses it in one line (``PluginError``) naming where it came from.
+        protocol: the class that says what the kind must have, for that line.
+        prefix: what every key starts with (``ref:`` for the reference predictors).
+        key: the form of a name (kebab-case; a metric's is snake_case, as records keep it).
+        light: until the plugins are loaded, a lookup loads only the kind's built-in module and
+            entry points, not the torch-importing rest (the executors: the parser reads them).
     """
 
     def __init__(
         self,
         kind: str,
-        plugins: bool = True,
-        check: Callable[[str, Any], None] | None = None,
+        check: Callable[[Any], list[str]],
+        protocol: str,
         prefix: str = "",
+        key: re.Pattern[str] = _KEY,
+        light: bool = False,
     ) -> None:
         self.kind = kind
         self.prefix = prefix
         self._items: dict[str, Any] = {}
-        self._plugins = plugins
-        self._check = check
+        self._check, self._protocol, self._key, self._light = check, protocol, key, light
+        _REGISTRIES.append(self)
 
     def _load(self) -> None:
-        if self._plugins:
+        if self._light and not _loaded:
+            importlib.import_module(PLUGIN_PACKAGES[self.kind])
+            _load_entry_points([ENTRY_POINT_GROUPS[self.kind]])
+        else:
             load_plugins()
 
     def register(self, name: str) -> Callable[[Any], Any]:
-        """Decorator registering ``obj`` under ``name`` and setting ``obj.name``.
+        """Decorator registering ``obj`` under ``name`` (and setting a class's ``name``).
 
         Raises:
-            PluginError: ``name`` is registered already, by another object (the message names
+            PluginError: ``name`` is registered already by another object (the message names
                 where each comes from: a built-in module, a plugin package, an included file),
-                or the registry's ``check`` refuses ``obj``.
+                or ``obj`` lacks what the kind must have, its name the registry's form included.
         """
-        if not _KEY.match(name):
-            raise ValueError(f"{self.kind} key {name!r} is not kebab-case")
-        name = self.prefix + name
+        key = self.prefix + name
 
         def deco(obj: Any) -> Any:
-            old = self._items.get(name)
-            if old is not None and old is not obj:
+            old = self._items.get(key)
+            if old is not None and old != obj:
                 raise PluginError(
-                    f"{self.kind} '{name}' is registered twice: by {describe_source(old)} and by "
+                    f"{self.kind} '{key}' is registered twice: by {describe_source(old)} and by "
                     f"{describe_source(obj)}; a key names one {self.kind}, rename one of them"
                 )
-            if self._check is not None:
-                self._check(name, obj)
-            obj.name = name
-            self._items[name] = obj
+            bad = not self._key.match(name)
+            lacks = [f"has a name not of the form {self._key.pattern}"] * bad + self._check(obj)
+            if lacks:
+                what = f"class {obj.__qualname__}" if isinstance(obj, type) else repr(obj)
+                raise PluginError(
+                    f"{self.kind} '{key}' ({describe_source(obj)}): {' '.join(what.split())} "
+                    f"{'; '.join(lacks)}; see {self._protocol}"
+                )
+            if isinstance(obj, type):
+                obj.name = key
+            self._items[key] = obj
             return obj
 
         return deco
@@ -168,48 +179,73 @@ class Registry:
         self._load()
         return sorted(self._items.items())
 
+    def values(self) -> list[Any]:
+        """Every registered object, in registration order."""
+        self._load()
+        return list(self._items.values())
 
-def check_method(name: str, obj: Any) -> None:
-    """Refuse, in one line, an object registering as a method that lacks what a method must have.
 
-    The one check of everything that registers as a method: a built-in module, an installed
-    plugin (entry point), an included file, or ``register_method`` called directly. It is
-    static (``harness.components.method.missing_parts``: a ``Method`` subclass, a frozen-dataclass
-    ``config_cls``, ``cost`` and a recurrence implemented), so a class that lacks a part is
-    refused when it registers, before any run starts.
+def check_method(obj: Any) -> list[str]:
+    """What an object registering as a method lacks (``method.missing_parts``)."""
+    # torch: imported by any method module already
+    from harness.components.method import missing_parts
 
-    Raises:
-        PluginError: ``method 'NAME' (WHERE FROM): class C does not override cost(); ...``.
+    return missing_parts(obj)
+
+
+def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
+    """A registry's static check: a class deriving from ``base`` that defines ``members``.
+
+    ``base``: a class's dotted name, found among the object's bases by name, as the protocols
+    live above the registry (``""``: any class). A member is defined when the class's is not the
+    base's (``a|b``: one of them).
     """
-    from harness.components.method import (
-        missing_parts,  # torch: imported by any method module already
-    )
 
-    lacks = missing_parts(obj)
-    if lacks:
-        what = f"class {obj.__qualname__}" if isinstance(obj, type) else repr(obj)
-        raise PluginError(
-            f"method '{name}' ({describe_source(obj)}): {what} {'; '.join(lacks)}; see "
-            "harness.components.method.Method for what a method must have"
-        )
+    def check(obj: Any) -> list[str]:
+        if not isinstance(obj, type):
+            return [f"is a {type(obj).__name__}, not a class"]
+        found = [c for c in obj.__mro__ if f"{c.__module__}.{c.__qualname__}" == base]
+        if base and not found:
+            return [f"is not a subclass of {base}"]
+        top = found[0] if found else object
+        return [
+            f"does not define {' or '.join(m.split('|'))}"
+            for m in members
+            if all(getattr(obj, a, None) is getattr(top, a, None) for a in m.split("|"))
+        ]
+
+    return check
 
 
-METHODS = Registry("method", check=check_method)
-TASKS = Registry("task")
+_REGISTRIES: list[Registry] = []  # every registry, for a plugin that fails half-way (_restore)
+METHODS = Registry("method", check_method, "harness.components.method.Method")
+TASKS = Registry(
+    "task",
+    needs("harness.components.task.Task", "splits", "input_size", "output_size", "presets"),
+    "harness.components.task.Task",
+)
 # The reference predictors (``harness.references``): ``ref:NAME``, built in or declared by a task.
-REFERENCES = Registry("reference", prefix="ref:")
+REFERENCES = Registry(
+    "reference",
+    needs("harness.references.Reference", "kinds", "fit", "predict|score"),
+    "harness.references.Reference",
+    prefix="ref:",
+)
 register_method = METHODS.register
 register_task = TASKS.register
 register_reference = REFERENCES.register
 
-# The built-in packages whose modules register the methods and the tasks (their __init__ imports
-# each).
-PLUGIN_PACKAGES = {"method": "baselines", "task": "tasks"}
-# The module that registers the built-in reference predictors, imported with them.
-BUILTIN_REFERENCES = "harness.references.predictors"
-# The entry-point groups an installed plugin package declares its methods and tasks in
+# The built-in package or module of each kind: importing it registers its components.
+PLUGIN_PACKAGES = {
+    "method": "baselines",
+    "task": "tasks",
+    "reference": "harness.references.predictors",
+    "metric": "harness.components.metrics",
+    "executor": "harness.executors",
+}
+# The entry-point group an installed plugin package declares each kind in
 # (``[project.entry-points."condrnn_harness.methods"]``); loading an entry point imports its module.
-ENTRY_POINT_GROUPS = {"method": "condrnn_harness.methods", "task": "condrnn_harness.tasks"}
+ENTRY_POINT_GROUPS = {k: f"condrnn_harness.{k}s" for k in PLUGIN_PACKAGES}
 # The included paths, os.pathsep-separated: set by ``include`` so that worker processes spawned
 # by a sweep import them too; a user may set it instead of passing --include.
 INCLUDE_ENV = "HARNESS_INCLUDE"
@@ -245,9 +281,9 @@ def load_plugins() -> None:
         return
     _loaded = True  # before the imports: a module that looks a name up must not recurse here
     try:
-        for pkg in (*PLUGIN_PACKAGES.values(), BUILTIN_REFERENCES):
+        for pkg in PLUGIN_PACKAGES.values():
             importlib.import_module(pkg)
-        _load_entry_points()
+        _load_entry_points(ENTRY_POINT_GROUPS.values())
         for path in _env_paths():
             for file in _files_of(path):
                 _import_file(file)
@@ -261,11 +297,11 @@ def load_plugins() -> None:
 # --- plugins: installed packages ------------------------------------------------------------------
 
 
-def _load_entry_points() -> None:
-    """Load every entry point of ``ENTRY_POINT_GROUPS``; one that fails is said once, skipped."""
+def _load_entry_points(groups: Iterable[str]) -> None:
+    """Load every entry point of ``groups``; one that fails is said once, skipped."""
     from importlib import metadata
 
-    for group in ENTRY_POINT_GROUPS.values():
+    for group in groups:
         eps = sorted(metadata.entry_points(group=group), key=lambda e: (e.value, e.name))
         for ep in eps:
             dist = getattr(ep, "dist", None)
@@ -294,7 +330,7 @@ def _load_entry_points() -> None:
 
 
 def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Import the methods and tasks of ``.py`` files or folders of them (``--include``).
+    """Import the components of ``.py`` files or folders of them (``--include``).
 
     A folder gives each of its ``.py`` files except ``test_*.py`` and ``_*.py``, in name order.
     The paths are imported when the registry loads (at once if it has loaded) and are added to
@@ -416,7 +452,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _snapshot() -> dict[Registry, dict[str, Any]]:
-    return {r: dict(r._items) for r in (METHODS, TASKS)}
+    return {r: dict(r._items) for r in _REGISTRIES}
 
 
 def _restore(snapshot: dict[Registry, dict[str, Any]]) -> None:
@@ -440,11 +476,9 @@ def source_of(obj: Any) -> dict[str, str]:
     """
     module = getattr(obj, "__module__", None) or "?"
     top = module.partition(".")[0]
-    if top in PLUGIN_PACKAGES.values() or top == "harness":  # (the executors register in harness)
+    if top in {p.partition(".")[0] for p in PLUGIN_PACKAGES.values()}:
         return {"kind": "builtin"}
     if module in _INCLUDED:
-        import hashlib
-
         path = _INCLUDED[module]
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -458,25 +492,19 @@ def source_of(obj: Any) -> dict[str, str]:
 
 
 def method_source(name: str) -> dict[str, str]:
-    """``source_of`` the method registered as ``name`` (what a record keeps as ``method_source``).
-
-    Raises:
-        UnknownNameError: no such method (with suggestions).
-    """
+    """``source_of`` the method ``name`` (a record's ``method_source``); UnknownNameError: none."""
     return source_of(METHODS.get(name))
 
 
 def describe_source(obj: Any) -> str:
     """``source_of`` in words, for messages: ``built-in module baselines.x``, ``--include P``..."""
-    src = source_of(obj)
-    module = getattr(obj, "__module__", "?")
-    if src["kind"] == "builtin":
-        return f"built-in module {module}"
-    if src["kind"] == "include":
-        return f"--include {src['path']}"
-    if src["kind"] == "entry-point":
-        return f"plugin package {src['package']} {src['version']} (module {module})"
-    return f"module {module}"
+    src, module = source_of(obj), getattr(obj, "__module__", "?")
+    return {
+        "builtin": f"built-in module {module}",
+        "include": f"--include {src.get('path')}",
+        "entry-point": f"plugin package {src.get('package')} {src.get('version')} "
+        f"(module {module})",
+    }.get(src["kind"], f"module {module}")
 
 
 def included_folder(module: str) -> Path | None:

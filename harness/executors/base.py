@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol
 
 from harness.components import config
-from harness.components.registry import Registry
+from harness.components.registry import Registry, needs
 from harness.errors import ConfigError, failure_reason
 from harness.persistence import records
 from harness.pipeline.resume import method_code
@@ -20,9 +20,6 @@ from harness.pipeline.tracking import TensorBoardLogger
 # a segmentation fault inside the first run).
 MAX_WORKERS = 1024
 MAX_THREADS = 1024
-
-EXECUTORS = Registry("executor", plugins=False)
-register_executor = EXECUTORS.register
 
 
 @dataclass(frozen=True)
@@ -154,6 +151,18 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release what the executor holds (worker processes) once nothing is in flight."""
+
+
+EXECUTORS = Registry(
+    "executor",
+    needs(
+        "",
+        *(m for m in (*Executor.__annotations__, *vars(Executor)) if m[0] != "_" and m != "name"),
+    ),
+    "harness.executors.Executor",
+    light=True,
+)
+register_executor = EXECUTORS.register
 
 
 def run_one(

@@ -48,7 +48,7 @@ def measures(records: Sequence[dict[str, Any]]) -> list[str]:
     """
     for k in {k for r in records for k in (r.get("metrics") or {})}:
         get_metric(k)
-    return [k for k, m in list(METRICS.items()) if m.group != "detail"]
+    return [m.name for m in METRICS.values() if m.group != "detail"]
 
 
 def variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
@@ -317,7 +317,7 @@ def tidy(agg: pd.DataFrame, task: str, preset: str, picked: dict[str, str] | Non
             "commit": r["commit"],
             "picked_by": (picked or {}).get(r["variant_id"], ""),
         }
-        keys = [k for k in METRICS if k in r]
+        keys = [m.name for m in METRICS.values() if m.name in r]
         for k in keys:
             row[k], row[f"{k}_std"] = r[k], r[f"{k}_std"] if r["seeds"] > 1 else math.nan
             row[f"{k}_ci95"] = ci95(r[f"{k}_vals"]) or math.nan

@@ -198,7 +198,7 @@ def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
     papers' own columns.
     """
     held = [k for k in agg.columns if k in METRICS and agg[k].notna().any()]
-    scores = [METRICS[k] for k in agg.columns if k in METRICS and k != primary]
+    scores = [METRICS.get(k) for k in agg.columns if k in METRICS and k != primary]
     main = column(primary, list(agg[primary]), higher)
     flops = column("flops", list(agg["flops"]))
     skip = [column(k) for k in ("skip_pct", "read_skip_pct") if k == "skip_pct" or k in held]

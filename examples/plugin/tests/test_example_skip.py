@@ -19,3 +19,17 @@ def test_the_entry_point_registers_the_method():
 def test_generic_check(check):
     (result,) = conformance.run_checks("example-skip", only=[check])
     assert result.status != "fail", result.line()
+
+
+def test_every_kind_the_package_declares_comes_from_it():
+    from harness.cli.listing import KINDS
+    from harness.components.registry import source_of
+
+    declared = {
+        "methods": "example-skip",
+        "tasks": "example-mean",
+        "metrics": "mae",
+        "references": "ref:example-median",
+    }
+    for kind, name in declared.items():
+        assert source_of(KINDS[kind].get(name)) == method_source("example-skip")
