@@ -25,7 +25,6 @@ from harness.persistence.records import (  # noqa: F401  (config_hash: bench)
     Identified,
     canonical_config,
     config_hash,
-    is_reference,
 )
 
 PRESETS = ("smoke", "quick", "paper")

@@ -42,7 +42,8 @@ from typing import Any
 
 from harness.components.metrics import higher_is_better
 from harness.errors import ConfigError
-from harness.persistence.records import is_reference, latest
+from harness.persistence.records import latest
+from harness.references import role
 
 RULES = ("best-val", "val-skip-band:TARGET:WIDTH", "val-skip-nearest:TARGET")
 
@@ -347,7 +348,7 @@ def select(
             groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
     reasons: dict[str, str] = {}
     for key, variants in sorted(groups.items()):
-        if is_reference(key[2]):  # no Skip % to match: a reference predictor's best on val
+        if role(key[2]) != "method":  # no Skip % to match: a reference predictor's best on val
             vid, why = choose(variants, Rule("best-val"))
             why = f"reference predictor, {why}"
         else:
@@ -368,7 +369,7 @@ def empty_tables(
     """
 
     def tables(recs: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
-        ok = (r for r in latest(recs) if r.get("status") == "ok" and not is_reference(r["method"]))
+        ok = (r for r in latest(recs) if r.get("status") == "ok" and role(r["method"]) == "method")
         return {(r["task"], r["preset"]) for r in ok}
 
     return sorted(tables(records) - tables(kept))

@@ -33,13 +33,6 @@ STATUSES = ("ok", "failed")  # what a record's status can be; any other is an un
 KNOWN_SCHEMAS: dict[str, tuple[int, ...]] = {"run": (1,), "timing": (1, 2)}
 # what the reports read from a run that finished (status ok), beyond REQUIRED
 OK_RUN_REQUIRED = ("metrics", "variant_id", "primary", "higher_is_better")
-# the ``method`` of a reference predictor's record starts with it (``harness.references``)
-REF_PREFIX = "ref:"
-
-
-def is_reference(method: Any) -> bool:
-    """Whether ``method`` names a reference predictor (``ref:NAME``), not a method."""
-    return isinstance(method, str) and method.startswith(REF_PREFIX)
 
 
 class RunRecord(TypedDict, total=False):
@@ -433,8 +426,8 @@ def validate(rec: Any) -> list[str]:
     failed, ``config`` an object, ``metrics`` an object of numbers or nulls, ...), that the
     ``schema`` version is one this harness reads for the record's ``kind``, and that a run that
     finished (``status`` ok) has what the reports read from it (``metrics``, ``variant_id``,
-    ``primary``, ``higher_is_better``, ``config.model``; a reference predictor's run has no
-    model).
+    ``primary``, ``higher_is_better``, and ``config.model`` where ``config.train`` is: a
+    reference predictor's run has neither).
 
     Args:
         rec: the JSON value of one line.
@@ -470,10 +463,9 @@ def validate(rec: Any) -> list[str]:
         lacking = [k for k in OK_RUN_REQUIRED if k not in rec]
         if lacking:
             problems.append(f"a finished (ok) run lacks {lacking}")
-        model = rec["config"].get("model") if isinstance(rec.get("config"), dict) else None
-        if not is_reference(rec.get("method")) and not (
-            isinstance(model, dict) and _is_int(model.get("hidden_size"))
-        ):
+        cfg = rec["config"] if isinstance(rec.get("config"), dict) else {}
+        model = cfg.get("model")  # a run with a trainer has a model; a reference's run neither
+        if "train" in cfg and not (isinstance(model, dict) and _is_int(model.get("hidden_size"))):
             problems.append("a finished (ok) run lacks config.model.hidden_size")
     return problems
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.components.registry import METHODS, code_digest, source_files
-from harness.persistence.records import is_reference, latest
-from harness.references import REFERENCES, reference_code
+from harness.components.registry import UnknownNameError, code_digest, source_files
+from harness.persistence.records import latest
+from harness.references import component
 
 
 @functools.cache
@@ -26,7 +26,7 @@ def method_code(method: str) -> str:
     uses (shared cells, kernels), transitively; not the harness itself. The same for a plugin
     package (its own files) and an included file (it and the files of its folder it uses).
 
-    A reference predictor (``ref:NAME``) has its own digest (``harness.references``).
+    A component with a ``code_version`` of its own (a reference predictor) is asked for it.
 
     Args:
         method: the registry key.
@@ -34,10 +34,10 @@ def method_code(method: str) -> str:
     Returns:
         16 hex digits of the SHA-256 of the files' names and contents.
     """
-    if is_reference(method):
-        return reference_code(method)
-    module = sys.modules[METHODS.get(method).__module__]
-    return code_digest(source_files(module))
+    cls = component(method)
+    if hasattr(cls, "code_version"):
+        return cls.code_version()
+    return code_digest(source_files(sys.modules[cls.__module__]))
 
 
 def current_code(method: str) -> str | None:
@@ -45,8 +45,10 @@ def current_code(method: str) -> str | None:
 
     (A timing reference such as torch's fused cell has no code version of the harness's.)
     """
-    known = method in REFERENCES if is_reference(method) else method in METHODS
-    return method_code(method) if known else None
+    try:
+        return method_code(method)
+    except UnknownNameError:
+        return None
 
 
 def code_changes(rows: Iterable[dict[str, Any]]) -> list[str]:

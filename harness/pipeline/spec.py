@@ -16,7 +16,6 @@ from typing import Any
 from harness.components.registry import TASKS
 from harness.data import attach_identity, task_row
 from harness.errors import ConfigError, DataError
-from harness.persistence.records import is_reference
 from harness.pipeline.sweep import build_configs, validate, variant_labels
 from harness.references import cannot_serve, named_outright, resolve_names, skipped_lines
 from harness.references import unserved as why_not
@@ -193,7 +192,7 @@ def resolve_configs(
             if cfg.run_id in seen:
                 continue
             seen.add(cfg.run_id)
-            why = why_not(cfg, data_dir) if is_reference(cfg.method) else None
+            why = why_not(cfg, data_dir)
             if why is None:
                 cfgs.append(cfg)
             elif cfg.method in spec.named_methods and cfg.task in spec.named_tasks:

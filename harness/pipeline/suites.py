@@ -34,8 +34,7 @@ from harness.components.selection import parse_rule
 from harness.errors import ConfigError
 from harness.executors import EXECUTORS, MAX_THREADS
 from harness.executors.base import declared
-from harness.persistence.records import is_reference
-from harness.references import resolve_names
+from harness.references import component, resolve_names
 
 # file key -> what it holds (for the error messages); the argparse dest is the same name.
 # The executors' keys (workers, ray_address, slurm_*) are their declared options: option_keys()
@@ -318,7 +317,7 @@ def plan(
         return [(resolve_names(methods), TASKS.resolve(tasks), sets, grids)]
     chosen_m = resolve_names(methods) if "methods" in given else None
     chosen_t = TASKS.resolve(tasks) if "tasks" in given else None
-    refs = [m for m in chosen_m or [] if is_reference(m)]
+    refs = [m for m in chosen_m or [] if not component(m).trains]
     blocks = []
     for part in sweep.parts:
         ms = resolve_names(part.methods or methods)
@@ -328,7 +327,7 @@ def plan(
         ts = [t for t in ts if chosen_t is None or t in chosen_t]
         if ms and ts:
             sets, grids = _layer(*_layer(*top, part.set, part.grid), overrides, grid)
-            if all(is_reference(m) for m in ms):  # a part's own knobs (lam) are not theirs
+            if not any(component(m).trains for m in ms):  # a part's knobs (lam) are not theirs
                 sets = {k: v for k, v in sets.items() if _taken(k, ms, ts)}
                 grids = {k: v for k, v in grids.items() if _taken(k, ms, ts)}
             blocks.append((ms, ts, sets, grids))

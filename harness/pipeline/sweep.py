@@ -23,7 +23,8 @@ from harness.errors import (  # noqa: F401  (allocation_failure, out_of_memory: 
     allocation_failure,
     out_of_memory,
 )
-from harness.persistence.records import flat_config, is_reference, latest
+from harness.persistence.records import flat_config, latest
+from harness.references import component
 
 MAX_RUNS = 100_000  # a bigger sweep is a typo, and would take minutes just to resolve
 
@@ -139,7 +140,7 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
 
     seen = set()
     for cfg in cfgs:
-        if cfg.variant_id not in seen and not is_reference(cfg.method):
+        if cfg.variant_id not in seen and component(cfg.method).trains:
             seen.add(cfg.variant_id)
             try:
                 with out_of_memory_as_error(cfg):

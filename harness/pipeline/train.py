@@ -34,6 +34,7 @@ from harness.pipeline import events as events_mod
 from harness.pipeline.checkpoint import Checkpointer, TrainState, restore_training, training_state
 from harness.pipeline.resume import method_code
 from harness.pipeline.timing import CompileClock
+from harness.references import RefConfig
 from harness.references.run import run_reference
 
 
@@ -386,7 +387,7 @@ def run(
     (Ctrl-C, SIGTERM) propagates. A reference predictor's config (``ref:NAME``) is fitted and
     scored by ``harness.references.run`` instead.
     """
-    if records.is_reference(cfg.method):
+    if isinstance(cfg, RefConfig):  # a reference predictor's run: it fits and scores itself
         return run_reference(cfg, data_dir)
     code = method_code(cfg.method)
     rec = records.start_record(cfg, code, method_source(cfg.method))

@@ -45,14 +45,14 @@ from harness.components.registry import (
     source_files,
 )
 from harness.errors import ConfigError
-from harness.persistence.records import REF_PREFIX, Identified, canonical_config, is_reference
+from harness.persistence.records import Identified, canonical_config
 
 __all__ = [
     "REFERENCES",
-    "REF_PREFIX",
     "NoReferenceConfig",
     "RefConfig",
     "Reference",
+    "component",
     "describe",
     "is_reference",
     "register_reference",
@@ -84,6 +84,7 @@ class Reference:
     kinds: ClassVar[tuple[str, ...]] = ()
     config_cls: ClassVar[type] = NoReferenceConfig
     bound: ClassVar[bool] = False
+    trains: ClassVar[bool] = False  # fitted once: no model, no epochs, no Skip % (Method.trains)
     description: ClassVar[str] = ""
 
     def __init__(self, cfg: Any = None) -> None:
@@ -116,6 +117,11 @@ class Reference:
         """The default config sections on ``task`` (``config.default_sections`` asks)."""
         return default_sections(cls.name, task)
 
+    @classmethod
+    def code_version(cls) -> str:
+        """Its code version, a record's ``method_code`` (``harness.resume.method_code`` asks)."""
+        return reference_code(cls.name)
+
     def fit(self, task: Any, train: Any, seed: int) -> None:
         """Fit on the training split (a ``harness.components.task.Split``) only."""
         raise NotImplementedError
@@ -137,6 +143,22 @@ class Reference:
                 acc[0] += s
                 acc[1] += c
         return task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+
+
+def is_reference(name: Any) -> bool:
+    """Whether ``name`` names a reference predictor (``ref:NAME``): the one test of the prefix."""
+    return isinstance(name, str) and name.startswith(REFERENCES.prefix)
+
+
+def component(name: str) -> Any:
+    """The class that runs ``name``: a ``Reference`` for ``ref:NAME``, else the method's class.
+
+    The core asks it what it needs (``trains``, ``code_version``) instead of testing the name.
+
+    Raises:
+        UnknownNameError: an unknown name, in the words of the registry it belongs to.
+    """
+    return (REFERENCES if is_reference(name) else METHODS).get(name)
 
 
 def resolve_names(spec: str | Iterable[str]) -> list[str]:
@@ -259,8 +281,13 @@ def from_dict(d: dict[str, Any]) -> RefConfig:
     return trusted(RefConfig, d, REFERENCES.get(d.get("method")).config_cls)
 
 
-def unserved(cfg: RefConfig, data_dir: str | None = None) -> str | None:
-    """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None."""
+def unserved(cfg: Any, data_dir: str | None = None) -> str | None:
+    """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None.
+
+    None too for a method's run (a ``RunConfig``): a method runs on every task.
+    """
+    if not isinstance(cfg, RefConfig):
+        return None
     return REFERENCES.get(cfg.method).serves(TASKS.get(cfg.task)(cfg.task_cfg, data_dir))
 
 
