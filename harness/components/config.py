@@ -339,10 +339,10 @@ def resolve(
     Layers apply in order: the task preset, then its per-method overrides, then the user's
     overrides (which win).
     """
-    if (ref := _reference(method)) is not None:  # no trainer, no model: its own config
-        return ref.resolve_config(task, seed, preset, overrides)
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
+    if (ref := _reference(method)) is not None:  # no trainer, no model: its own config
+        return ref.resolve_config(task, seed, preset, overrides)
     task_cls = TASKS.get(task)
     method_cls = METHODS.get(method)
     p = task_cls.preset(preset)

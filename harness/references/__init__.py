@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 
 from harness.components.config import (
     MAX_SEED,
-    PRESETS,
     apply_overrides,
     build_config,
     check_knobs,
@@ -104,13 +103,28 @@ class Reference:
     def resolve_config(
         cls, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
     ) -> RefConfig:
-        """The run config of this reference on ``task`` (``config.resolve`` asks)."""
-        return resolve(cls.name, task, seed, preset, overrides)
+        """Its run config on ``task`` (a known ``preset``; ``config.resolve`` asks).
+
+        The task's preset, then the overrides it has keys for.
+
+        Raises:
+            ConfigError: an unknown key or name, a value out of its declared range.
+        """
+        owners = {"method": cls.name, "task": task}
+        sections = default_sections(cls.name, task, preset)
+        sections = apply_overrides(sections, overrides or {}, owners)
+        for sec, obj in sections.items():
+            check_knobs(obj, sec, owners[sec])
+        if not 0 <= int(seed) <= MAX_SEED:
+            raise ConfigError(
+                f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]"
+            )
+        return RefConfig(cls.name, task, int(seed), preset, sections["method"], sections["task"])
 
     @classmethod
     def config_from_dict(cls, d: dict[str, Any]) -> RefConfig:
-        """A run config of this reference from its dict (``config.from_dict`` asks)."""
-        return from_dict(d)
+        """Its run config from ``RefConfig.to_dict()``, trusted (``config.from_dict`` asks)."""
+        return trusted(RefConfig, d, cls.config_cls)
 
     @classmethod
     def config_sections(cls, task: str) -> dict[str, Any]:
@@ -118,9 +132,21 @@ class Reference:
         return default_sections(cls.name, task)
 
     @classmethod
+    @functools.cache
     def code_version(cls) -> str:
-        """Its code version, a record's ``method_code`` (``harness.resume.method_code`` asks)."""
-        return reference_code(cls.name)
+        """Its code version (a record's ``method_code``): a digest of its files.
+
+        The files are this package's base and runner modules and the module that registers the
+        reference (for a task's own reference: the task's module and the modules of its package
+        it uses, as ``harness.pipeline.resume.method_code`` takes them).
+        """
+        module = sys.modules[cls.__module__]
+        files = {__file__, str(Path(__file__).with_name("run.py"))}
+        if module.__name__.partition(".")[0] == __name__.partition(".")[0]:
+            files.add(module.__file__)
+        else:
+            files |= source_files(module)
+        return code_digest(files)
 
     def fit(self, task: Any, train: Any, seed: int) -> None:
         """Fit on the training split (a ``harness.components.task.Split``) only."""
@@ -151,12 +177,9 @@ def is_reference(name: Any) -> bool:
 
 
 def component(name: str) -> Any:
-    """The class that runs ``name``: a ``Reference`` for ``ref:NAME``, else the method's class.
+    """The class that runs ``name`` (a ``Reference`` for ``ref:NAME``, else the method's).
 
     The core asks it what it needs (``trains``, ``code_version``) instead of testing the name.
-
-    Raises:
-        UnknownNameError: an unknown name, in the words of the registry it belongs to.
     """
     return (REFERENCES if is_reference(name) else METHODS).get(name)
 
@@ -257,30 +280,6 @@ def default_sections(name: str, task: str, preset: str | None = None) -> dict[st
     }
 
 
-def resolve(
-    name: str, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
-) -> RefConfig:
-    """A reference run's config: the task's preset, then the overrides it has keys for.
-
-    Raises:
-        ConfigError: an unknown preset, key or name, a value out of its declared range.
-    """
-    if preset not in PRESETS:
-        raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
-    owners = {"method": name, "task": task}
-    sections = apply_overrides(default_sections(name, task, preset), overrides or {}, owners)
-    for sec, obj in sections.items():
-        check_knobs(obj, sec, owners[sec])
-    if not 0 <= int(seed) <= MAX_SEED:
-        raise ConfigError(f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]")
-    return RefConfig(name, task, int(seed), preset, sections["method"], sections["task"])
-
-
-def from_dict(d: dict[str, Any]) -> RefConfig:
-    """Rebuild a RefConfig from ``RefConfig.to_dict()`` output, trusted (``config.trusted``)."""
-    return trusted(RefConfig, d, REFERENCES.get(d.get("method")).config_cls)
-
-
 def unserved(cfg: Any, data_dir: str | None = None) -> str | None:
     """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None.
 
@@ -308,20 +307,3 @@ def skipped_lines(skipped: dict[str, dict[str, list[str]]]) -> list[str]:
         parts = "; ".join(f"{', '.join(sorted(refs))} ({why})" for why, refs in whys.items())
         lines.append(f"reference predictors skipped on '{task}' (a {kind} task): {parts}")
     return lines
-
-
-@functools.cache
-def reference_code(name: str) -> str:
-    """The code version of a reference (a record's ``method_code``): a digest of its files.
-
-    The files are this package's base and runner modules and the module that registers the
-    reference (for a task's own reference: the task's module and the modules of its package
-    it uses, as ``harness.pipeline.resume.method_code`` takes them).
-    """
-    module = sys.modules[REFERENCES.get(name).__module__]
-    files = {__file__, str(Path(__file__).with_name("run.py"))}
-    if module.__name__.partition(".")[0] == __name__.partition(".")[0]:
-        files.add(module.__file__)
-    else:
-        files |= source_files(module)
-    return code_digest(files)

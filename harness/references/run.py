@@ -19,7 +19,7 @@ from harness.components.flops import FLOPS_PER_MAC
 from harness.components.registry import TASKS, source_of
 from harness.errors import ConfigError, HarnessError, failure_reason
 from harness.persistence import records
-from harness.references import REFERENCES, RefConfig, cannot_serve, reference_code
+from harness.references import REFERENCES, RefConfig, cannot_serve
 
 # what a reference's record says chose its test metrics (``selection``)
 SELECTION = "reference predictors: fitted once on the training split, no epochs to choose from"
@@ -30,11 +30,11 @@ def run_reference(cfg: RefConfig, data_dir: str | None = None) -> records.RunRec
     """Fit and score one reference; its record (status ``ok``, or ``failed`` with the reason).
 
     Args:
-        cfg: the reference run's config (``harness.references.resolve``).
+        cfg: the reference run's config (``Reference.resolve_config``).
         data_dir: where real-data tasks look for their files.
     """
     cls = REFERENCES.get(cfg.method)
-    rec = records.start_record(cfg, reference_code(cfg.method), source_of(cls))
+    rec = records.start_record(cfg, cls.code_version(), source_of(cls))
     try:
         return _fit_and_score(cfg, data_dir, rec)
     except KeyboardInterrupt:
