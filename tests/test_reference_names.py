@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from builders import make_record
 
-from harness import config, records, resume
+from harness.components import config
+from harness.components.registry import UnknownNameError
+from harness.persistence import records
+from harness.pipeline import resume
 from harness.references import component, unserved
-from harness.registry import UnknownNameError
 
 ROOT = Path(__file__).resolve().parents[1]
 # what tells a reference by its name: the old test and its prefix, or a test of the prefix itself
