@@ -129,8 +129,7 @@ class Method(nn.Module):
     # budget penalty, a skip probability, a threshold): the reports plot metric and Skip % against
     # each one a sweep varies. A method that never skips declares none.
     budget_knobs: ClassVar[tuple[str, ...]] = ()
-    # A model trained over epochs (a model config, a Skip % to match), unlike a Reference's fit.
-    trains: ClassVar[bool] = True
+    trains: ClassVar[bool] = True  # a model trained over epochs (a Reference is fitted once)
 
     def __init__(self, input_size: int, hidden_size: int, cfg: Any = None) -> None:
         super().__init__()

@@ -28,13 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.components.config import (
-    MAX_SEED,
-    apply_overrides,
-    build_config,
-    check_knobs,
-    trusted,
-)
+from harness.components.config import apply_overrides, build_config, trusted
+from harness.components.knobs import MAX_SEED, check_knobs
 from harness.components.registry import (
     METHODS,
     REFERENCES,
@@ -103,9 +98,7 @@ class Reference:
     def resolve_config(
         cls, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
     ) -> RefConfig:
-        """Its run config on ``task`` (a known ``preset``; ``config.resolve`` asks).
-
-        The task's preset, then the overrides it has keys for.
+        """Its run config on ``task``: the preset's, then the overrides it has keys for.
 
         Raises:
             ConfigError: an unknown key or name, a value out of its declared range.
@@ -177,10 +170,7 @@ def is_reference(name: Any) -> bool:
 
 
 def component(name: str) -> Any:
-    """The class that runs ``name`` (a ``Reference`` for ``ref:NAME``, else the method's).
-
-    The core asks it what it needs (``trains``, ``code_version``) instead of testing the name.
-    """
+    """The class that runs ``name``, which the core asks (``trains``, ``code_version``)."""
     return (REFERENCES if is_reference(name) else METHODS).get(name)
 
 
@@ -281,10 +271,7 @@ def default_sections(name: str, task: str, preset: str | None = None) -> dict[st
 
 
 def unserved(cfg: Any, data_dir: str | None = None) -> str | None:
-    """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None.
-
-    None too for a method's run (a ``RunConfig``): a method runs on every task.
-    """
+    """Why the reference of ``cfg`` cannot run on its task (``Reference.serves``), or None."""
     if not isinstance(cfg, RefConfig):
         return None
     return REFERENCES.get(cfg.method).serves(TASKS.get(cfg.task)(cfg.task_cfg, data_dir))
