@@ -43,7 +43,6 @@ from typing import Any
 from harness.components.metrics import higher_is_better
 from harness.errors import ConfigError
 from harness.persistence.records import latest
-from harness.references import role
 
 RULES = ("best-val", "val-skip-band:TARGET:WIDTH", "val-skip-nearest:TARGET")
 
@@ -348,7 +347,8 @@ def select(
             groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
     reasons: dict[str, str] = {}
     for key, variants in sorted(groups.items()):
-        if role(key[2]) != "method":  # no Skip % to match: a reference predictor's best on val
+        # no trainer (``config.train``), no Skip % to match: a reference predictor's best on val
+        if "train" not in next(iter(variants.values()))[0]["config"]:
             vid, why = choose(variants, Rule("best-val"))
             why = f"reference predictor, {why}"
         else:
@@ -369,7 +369,7 @@ def empty_tables(
     """
 
     def tables(recs: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
-        ok = (r for r in latest(recs) if r.get("status") == "ok" and role(r["method"]) == "method")
+        ok = (r for r in latest(recs) if r.get("status") == "ok" and "train" in r["config"])
         return {(r["task"], r["preset"]) for r in ok}
 
     return sorted(tables(records) - tables(kept))
