@@ -12,6 +12,7 @@ from builders import make_record
 
 from harness.components import config
 from harness.components.registry import UnknownNameError
+from harness.components.selection import empty_tables
 from harness.persistence import records
 from harness.pipeline import resume
 from harness.references import component, unserved
@@ -62,3 +63,9 @@ def test_a_trained_run_needs_its_model_and_a_reference_run_has_none():
     rec = make_record()
     del rec["config"]["model"]
     assert records.validate(rec) == ["a finished (ok) run lacks config.model.hidden_size"]
+
+
+def test_a_table_whose_rule_keeps_only_its_references_has_no_method_row():
+    ref, gru = make_record(method="ref:mean"), make_record()
+    assert empty_tables([ref, gru], [ref]) == [("adding", "smoke")]
+    assert empty_tables([ref], [ref]) == []  # references alone: no method ran here
