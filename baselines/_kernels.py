@@ -239,7 +239,7 @@ def ei_rehn_stack_kernel() -> Any:
     return mod
 
 
-# The sources a method's training runs are part of its code version: ``harness.pipeline.resume``'s
+# The sources a method's training runs are part of its code version: ``harness.planning.resume``'s
 # ``method_code`` adds the files that ``kernel_source_files()`` names, for each object a method's
 # modules hold. Only this kernel's: SA-RNN's and VC-RNN's kernels run in the batch-1 inference
 # benchmark, not in the training runs whose records carry the code version (and adding them would

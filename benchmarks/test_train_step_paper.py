@@ -6,7 +6,7 @@ The work timed, the references, the ratios and the targets are those of ``harnes
 (``harness.bench.phases.method_phase`` and ``make_reference``; ``harness.bench.suite``'s
 ``timing_record``, ``reference_kinds`` and ``apply_ratios``): a method's step comes from
 pytest-benchmark's rounds, each reference (the fused GRU, and the method's own fused cell where
-that is another) is timed once per size with ``harness.pipeline.timing.time_fn``, the same rounds.
+that is another) is timed once per size with ``harness.training.timing.time_fn``, the same rounds.
 The report with spreads and the eager step-loop GRU for every task at once is ``harness bench --task
 all --preset paper --device cpu --threads 1 --rounds 3 --warmup 1``.
 
@@ -34,7 +34,7 @@ from harness import env
 from harness.bench.phases import REFERENCES, STEP_LOOP, Phase, SplitCache, method_phase
 from harness.bench.suite import apply_ratios, reference_kinds, runnable_tasks, timing_record
 from harness.components.registry import METHODS, TASKS
-from harness.pipeline.timing import time_fn
+from harness.training.timing import time_fn
 
 PRESET = os.environ.get("HARNESS_BENCH_PAPER_PRESET", "paper")
 ROUNDS = int(os.environ.get("HARNESS_BENCH_ROUNDS", "3"))

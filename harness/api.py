@@ -41,14 +41,14 @@ from harness.persistence.claims import SweepStore
 from harness.persistence.outputs import check_writable, leaderboard_path, refuse_overwrite
 from harness.persistence.records import RunRecord
 from harness.persistence.store import Store, load, output_store_path, store_path
-from harness.pipeline.resume import plan_resume
-from harness.pipeline.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
-from harness.pipeline.suites import load as load_sweep_file
-from harness.pipeline.suites import plan, suite_names, suite_path
-from harness.pipeline.sweep import match_skip, parse_grid
-from harness.pipeline.tracking import check_log_dir
+from harness.planning.resume import plan_resume
+from harness.planning.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
+from harness.planning.suites import load as load_sweep_file
+from harness.planning.suites import plan, suite_names, suite_path
+from harness.planning.sweep import match_skip, parse_grid
 from harness.references import named_outright
 from harness.reporting.reports import compare, load_records, paper_report, report
+from harness.training.tracking import check_log_dir
 
 __all__ = [
     "EXECUTORS",
@@ -139,7 +139,7 @@ class SweepResult:
         store: the store's path.
         planned: the runs of the sweep.
         todo: the runs it had to run (not recorded, or rerun).
-        resume: the resume plan (``harness.pipeline.resume.ResumePlan``).
+        resume: the resume plan (``harness.planning.resume.ResumePlan``).
         records: the records this sweep appended (or kept aside), in the order they finished.
         taken: ``(config, holder)`` of runs another sweep on the store held or recorded.
         unwritten: records the store could not take (in ``fallback``).
@@ -198,7 +198,7 @@ def plan_runs(
     retry_failed: bool = False,
     keep_stale: bool = False,
 ) -> tuple[Any, list[RunRecord]]:
-    """The runs of ``sweep`` the store lacks (``harness.pipeline.resume``), and its records."""
+    """The runs of ``sweep`` the store lacks (``harness.planning.resume``), and its records."""
     recorded = store.read()[0]
     plan = plan_resume(
         sweep.configs, recorded, force=force, retry_failed=retry_failed, keep_stale=keep_stale
@@ -426,7 +426,7 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
     """Check and plan a ``harness run`` from its options (argparse dests), given as flags or not.
 
     ``config`` or ``suite`` (a sweep file) fills the options not ``given``; ``set`` and ``grid``
-    merge with the file's key by key (``harness.pipeline.suites.plan``). Every check comes before
+    merge with the file's key by key (``harness.planning.suites.plan``). Every check comes before
     the store is opened: bad input (a HarnessError, one line) creates nothing.
     """
     opts, given = dict(opts), set(given)
@@ -452,7 +452,7 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
         option = "--report" if opts["report"] else "the leaderboard"
         refuse_overwrite(board, option, [("the records store (--out)", store.path)])
         check_writable(board)
-    from harness.pipeline.checkpoint import folder_for  # torch: not on the parser's import path
+    from harness.training.checkpoint import folder_for  # torch: not on the parser's import path
 
     keep = None if opts.get("no_checkpoint") else str(folder_for(store.path))
     every = 60.0 * opts.get("checkpoint_every", 10.0)

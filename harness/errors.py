@@ -93,7 +93,7 @@ class DivergedError(RuntimeError):
         train_s: the training seconds spent until then.
     """
 
-    # the type names the event that ends the run (harness.pipeline.events)
+    # the type names the event that ends the run (harness.training.events)
     event = "non_finite_gradient"
 
     def __init__(

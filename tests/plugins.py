@@ -93,7 +93,7 @@ def isolated_registry() -> Iterator[None]:
     and the caches keyed by method name (``method_code``, ``legacy_values``).
     """
     from harness.components import config, registry
-    from harness.pipeline import resume
+    from harness.planning import resume
 
     registry.load_plugins()
     items = registry._snapshot()

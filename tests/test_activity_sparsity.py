@@ -6,7 +6,7 @@ import torch
 from harness.components import config
 from harness.components.flops import effective_step_macs
 from harness.components.method import SeqOut, StepCost
-from harness.pipeline.train import run
+from harness.training.train import run
 
 
 def test_effective_macs_charge_only_the_columns_read():

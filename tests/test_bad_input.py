@@ -14,7 +14,7 @@ from harness.cli import main
 from harness.cli.common import parse_seeds
 from harness.components import config
 from harness.errors import ConfigError, HarnessError
-from harness.pipeline import sweep
+from harness.planning import sweep
 
 RUN = ["run", "--tasks", "adding", "--methods", "gru", "--no-report", "--out", "r.jsonl"]
 FLOPS = ["flops", "--task", "adding", "--methods", "gru"]
@@ -148,7 +148,7 @@ def test_bad_input_is_one_line_and_exit_2(cli, monkeypatch, args, needle):
 
     monkeypatch.setattr("harness.bench.suite.run_bench", started)
     monkeypatch.setattr("harness.bench.speedup.measure_speedups", started)
-    monkeypatch.setattr("harness.pipeline.train.run", started)
+    monkeypatch.setattr("harness.training.train.run", started)
     before = sorted(p.name for p in Path.cwd().iterdir())
     code, _, err = cli(args)
     lines = err.strip().splitlines()
@@ -176,7 +176,7 @@ def test_an_allocation_failure_names_the_model(monkeypatch, capsys):
     def no_memory(*a, **k):
         raise MemoryError()
 
-    monkeypatch.setattr("harness.pipeline.train.build", no_memory)
+    monkeypatch.setattr("harness.training.train.build", no_memory)
     assert main(FLOPS + ["--set", "hidden_size=48"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [

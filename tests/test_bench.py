@@ -18,7 +18,7 @@ from harness.components.registry import METHODS
 from harness.errors import ConfigError, HarnessError
 from harness.persistence.records import REQUIRED
 from harness.persistence.store import Store
-from harness.pipeline import timing
+from harness.training import timing
 
 TINY = {"seq_len": 4, "hidden_size": 4, "n_test": 8}
 RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite too)
@@ -653,7 +653,7 @@ def test_device_auto_times_cuda_only_where_present(tmp_path):
 
 def test_a_timing_report_names_the_code_it_timed_and_warns_when_it_changed():
     from harness.bench.timing_report import timing_markdown
-    from harness.pipeline.resume import code_changes, method_code
+    from harness.training.code import code_changes, method_code
 
     now = method_code("gru")
     rows = [{"method": "gru", "method_code": now}, {"method": "gru", "method_code": "0" * 16}]

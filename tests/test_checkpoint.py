@@ -1,5 +1,5 @@
 """A run stopped in the middle goes on from its checkpoint and records what it would have recorded
-uninterrupted (harness.pipeline.checkpoint)."""
+uninterrupted (harness.training.checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from harness.components import config
 from harness.executors import RunOptions, run_one
-from harness.pipeline import checkpoint, train
+from harness.training import checkpoint, train
 
 # What a resumed run must give exactly as the uninterrupted one.
 SAME = ("status", "best_epoch", "epochs_run", "history", "metrics", "val_metrics", "macs",

@@ -108,7 +108,7 @@ def test_flops_set_reaches_the_models(harness):
 
 def test_flops_charges_each_sequence_its_true_length(harness):
     from harness.components import config
-    from harness.pipeline.train import build
+    from harness.training.train import build
 
     p = harness("flops", "--methods", "gru", "--task", "freq-discrimination", "--json", check=True)
     (row,) = json.loads(p.stdout)["rows"]
@@ -144,7 +144,7 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first_on_record(monkeypat
 
     from harness.components import config
     from harness.persistence.records import validate as validate_record
-    from harness.pipeline import train
+    from harness.training import train
 
     real_build = train.build
 

@@ -1,4 +1,4 @@
-"""Global-norm gradient clipping in the training loop (``harness.pipeline.train.descend``).
+"""Global-norm gradient clipping in the training loop (``harness.training.train.descend``).
 
 A float32 gradient norm overflows above about 1.8e19 while every gradient element is finite (an
 exploding-gradient episode: EI-REHN at D = 20 on the synthetic task reached 1.2e22). Clipping
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.errors import DivergedError
-from harness.pipeline.train import descend
+from harness.training.train import descend
 
 
 def _step(coef: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,8 +8,8 @@ import torch
 
 from harness.components import config
 from harness.errors import HarnessError
-from harness.pipeline import train
 from harness.reporting.compare import compare, environment_differences, markdown, parse_tolerances
+from harness.training import train
 
 CFGS = [config.resolve(m, "synthetic", 0, "smoke") for m in ("gru", "lstm")]
 

@@ -201,7 +201,7 @@ def test_budget_knobs_name_the_missing_declaration(monkeypatch):
 
 
 def test_training_names_the_losses_and_a_failed_run(monkeypatch):
-    from harness.pipeline import train
+    from harness.training import train
 
     run = train.run
 

@@ -154,7 +154,7 @@ def test_parameter_counts_and_inits():
 )
 def test_whole_model_matches_s_ei_table_1_counts(name, hidden, count):
     from harness.components import config
-    from harness.pipeline import train
+    from harness.training import train
 
     cfg = config.resolve(name, "synthetic", 0, "paper", {"hidden_size": str(hidden)})
     _, model = train.build(cfg)

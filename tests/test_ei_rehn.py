@@ -498,7 +498,7 @@ def test_compiled_runs_record_their_compile_time_and_reuse_the_cache(tmp_path, m
     import sys
 
     from harness.components import config
-    from harness.pipeline.train import run
+    from harness.training.train import run
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # a cold cache
     torch._dynamo.reset()
@@ -659,7 +659,7 @@ def test_a_run_records_the_layers_training_ran() -> None:
     """The record of a run carries ``train_layers_per_step`` in its diagnostics: between 1 and
     R_max for EI-REHN, R_max for SREHN (its training runs the fixed depth); none for RHN."""
     from harness.components import config
-    from harness.pipeline import train
+    from harness.training import train
 
     over = {"train.epochs": "1", "train.max_train_batches": "2"}
     got = {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from harness.components import config
-from harness.pipeline import events, train
-from harness.pipeline.train import descend
+from harness.training import events, train
+from harness.training.train import descend
 
 
 def test_descend_says_when_it_clipped_an_overflowing_norm_in_float64():

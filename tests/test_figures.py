@@ -20,13 +20,13 @@ from harness.components import config
 from harness.components.registry import METHODS, TASKS
 from harness.persistence.records import flat_config
 from harness.persistence.trace import pack_depth, pack_mask, unpack_depth
-from harness.pipeline import train
 from harness.reporting import curves as C
 from harness.reporting import figstyle as S
 from harness.reporting import figures as F
 from harness.reporting import patterns as P
 from harness.reporting.latex import figure_env, figure_width
 from harness.reporting.render import latex_document
+from harness.training import train
 
 
 def rec(method, seed, lam=None, *, mse=0.1, skip=50.0, flops=1e4, val=None, hist=(), trace=None):

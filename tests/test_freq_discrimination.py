@@ -17,7 +17,7 @@ from harness.components.model import SeqModel
 from harness.components.registry import METHODS, TASKS
 from harness.components.task import Batch, Split
 from harness.errors import ConfigError
-from harness.pipeline.train import build, evaluate
+from harness.training.train import build, evaluate
 from tasks.freq_discrimination import FreqDiscriminationConfig, generate, pack
 
 TASK = "freq-discrimination"

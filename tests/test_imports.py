@@ -19,7 +19,7 @@ PACKAGES = ("harness", "baselines", "tasks")
 # importer -> imported: the heavy dependency the import inside a function defers (what the
 # imported module loads and the importer does not).
 DEFERRED = {
-    ("harness.api", "harness.pipeline.checkpoint"): "torch",
+    ("harness.api", "harness.training.checkpoint"): "torch",
     ("harness.cli.bench", "harness.bench.speedup"): "torch",
     ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
     ("harness.cli.bench", "harness.bench.suite"): "torch",
@@ -28,16 +28,16 @@ DEFERRED = {
     ("harness.authoring.conformance", "harness.components.flops"): "torch",
     ("harness.authoring.conformance", "harness.components.method"): "torch",
     ("harness.authoring.conformance", "harness.components.task"): "torch",
-    ("harness.authoring.conformance", "harness.pipeline.train"): "torch",
-    ("harness.executors.base", "harness.pipeline.train"): "torch",
+    ("harness.authoring.conformance", "harness.training.train"): "torch",
+    ("harness.executors.base", "harness.training.train"): "torch",
     ("harness.reporting.paper", "harness.reporting.figures"): "numpy and matplotlib",
     ("harness.reporting.patterns", "harness.components.task"): "torch",
     ("harness.reporting.references", "harness.reporting.figstyle"): "numpy and matplotlib",
     ("harness.components.registry", "harness.components.method"): "torch",
     ("harness.reporting.text", "harness.components.flops"): "torch",
     ("harness.reporting.reports", "harness.reporting.figures"): "numpy and matplotlib",
-    ("harness.pipeline.sweep", "harness.components.flops"): "torch",
-    ("harness.pipeline.sweep", "harness.pipeline.train"): "torch",
+    ("harness.planning.sweep", "harness.components.flops"): "torch",
+    ("harness.planning.sweep", "harness.training.train"): "torch",
 }
 
 
@@ -167,7 +167,7 @@ def test_persistence_sits_at_the_bottom_and_imports_no_config_data_or_registry()
 
 
 def package_of(module: str) -> str:
-    """The layer a module belongs to: its package under ``harness`` (``harness.pipeline``), a
+    """The layer a module belongs to: its package under ``harness`` (``harness.planning``), a
     top-level module of ``harness`` (``harness.errors``), or its top package (``baselines``)."""
     parts = module.split(".")
     return ".".join(parts[:2]) if parts[0] == "harness" else parts[0]

@@ -363,7 +363,7 @@ def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
     from types import SimpleNamespace
 
     from harness.components import config
-    from harness.pipeline import train
+    from harness.training import train
 
     order = []
 
@@ -371,7 +371,7 @@ def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
         order.append("build")
         raise RuntimeError("no compiler here")
 
-    def perf_counter():  # harness.pipeline.train's clock: every start (and stop) of a timed phase
+    def perf_counter():  # harness.training.train's clock: every start (and stop) of a timed phase
         order.append("timer")
         return time.perf_counter()
 
@@ -409,7 +409,7 @@ def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeyp
     import sys
 
     from harness.components import registry
-    from harness.pipeline import resume
+    from harness.planning import resume
 
     for f in kernels.CSRC.iterdir():
         shutil.copy(f, tmp_path / f.name)

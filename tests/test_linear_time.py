@@ -16,7 +16,7 @@ import torch
 from harness.components import config
 from harness.components.registry import METHODS
 from harness.data import MissingDataError
-from harness.pipeline import train
+from harness.training import train
 
 NAMES = METHODS.names()
 V, D, B = 3, 10, 2

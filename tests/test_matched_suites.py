@@ -19,7 +19,7 @@ from harness import api
 from harness.cli import main
 from harness.cli.common import parse_seeds
 from harness.components.registry import METHODS
-from harness.pipeline import suites
+from harness.planning import suites
 
 MATCHED = {f"ssa-table{i}-matched": f"ssa-table{i}" for i in (1, 2, 3)}
 ACTIVITY_SPARSE = {"delta-gru", "egru"}  # skip no update: their thresholds set reads, not Skip %

@@ -24,7 +24,7 @@ from harness.authoring.scaffold import render
 from harness.components import registry
 from harness.components.registry import METHODS, PluginError, include, method_source
 from harness.persistence import records
-from harness.pipeline import resume
+from harness.planning import resume
 
 try:
     import tomllib

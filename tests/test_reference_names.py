@@ -14,8 +14,8 @@ from harness.components import config
 from harness.components.registry import UnknownNameError
 from harness.components.selection import empty_tables
 from harness.persistence import records
-from harness.pipeline import resume
 from harness.references import component, unserved
+from harness.training import code
 
 ROOT = Path(__file__).resolve().parents[1]
 # what tells a reference by its name: the old test and its prefix, or a test of the prefix itself
@@ -50,10 +50,10 @@ def test_the_scan_finds_a_name_test(tmp_path):
 def test_each_kind_answers_for_itself():
     gru, ref = component("gru"), component("ref:mean")
     assert gru.trains and not ref.trains
-    assert resume.method_code("ref:mean") == ref.code_version() != resume.method_code("gru")
+    assert code.method_code("ref:mean") == ref.code_version() != code.method_code("gru")
     with pytest.raises(UnknownNameError, match="Unknown reference 'ref:nope'"):
         component("ref:nope")
-    assert resume.current_code("ref:nope") is None and resume.current_code("nope") is None
+    assert code.current_code("ref:nope") is None and code.current_code("nope") is None
     assert unserved(config.resolve("gru", "adding", 0, "smoke")) is None
 
 

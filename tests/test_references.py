@@ -26,13 +26,13 @@ from harness.components.task import Split, Task, TaskKind
 from harness.data import data_root
 from harness.executors import ExecutorOptions, RunOptions, make_executor, run_one
 from harness.persistence import records
-from harness.pipeline.resume import method_code
 from harness.references import REFERENCES, RefConfig, resolve_names
 from harness.references.predictors import summary_features
 from harness.reporting.leaderboard import leaderboard_markdown
 from harness.reporting.references import separation
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import build_main_table
+from harness.training.code import method_code
 
 # --- toy tasks: the task interface without data --------------------------------------------------
 

@@ -160,7 +160,7 @@ def test_config_file_errors_of_their_own(tmp_path, harness, monkeypatch):
 
 def test_every_suite_resolves_without_running(harness):
     from harness.cli.common import parse_seeds
-    from harness.pipeline import suites
+    from harness.planning import suites
 
     names = suites.suite_names()
     assert {f"ssa-table{i}" for i in range(1, 5)} | {"ssa-figure5"} <= set(names)
@@ -199,7 +199,7 @@ def test_dry_run_writes_nothing_and_tells_recorded_from_to_run(tmp_path, harness
 
 def test_estimate_seconds_from_the_variant_then_the_method():
     from harness.components import config
-    from harness.pipeline.sweep import estimate_seconds
+    from harness.planning.sweep import estimate_seconds
 
     a0, a1 = (config.resolve("gru", "adding", s, "smoke") for s in (0, 1))
     other = config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "7"})
@@ -230,7 +230,7 @@ def test_estimate_seconds_counts_compilation_once_per_variant():
     """A compiled run's ``time.compile_s`` is paid once per variant (a cold cache), not per seed:
     the other seeds load the compiled graphs from inductor's cache."""
     from harness.components import config
-    from harness.pipeline.sweep import estimate_seconds
+    from harness.planning.sweep import estimate_seconds
 
     on = {"train.compile": "true"}
     s0, s1, s2 = (config.resolve("ei-rehn", "synthetic", s, "smoke", on) for s in (0, 1, 2))
@@ -349,13 +349,13 @@ def test_run_select_keeps_the_variant_picked_on_validation(tmp_path, harness):
     p = harness("run", "--config", "s.toml", "--methods", "gru", "--dry-run", check=True)
     (tmp_path / "b.toml").write_text('tasks = "adding"\nselect = "val-skip-nearest:x"\n')
     one_line_error(harness("run", "--config", "b.toml", "--dry-run"), "val-skip-nearest:x")
-    from harness.pipeline import suites
+    from harness.planning import suites
 
     assert suites.load(suites.suite_path("ssa-table1")).options["select"] == ("val-skip-nearest:76")
 
 
 def test_wall_seconds_schedules_independent_runs_longest_first():
-    from harness.pipeline.sweep import wall_seconds
+    from harness.planning.sweep import wall_seconds
 
     runs = [5.0, 4.0, 3.0, 3.0, 3.0, None]  # None: not estimated, left out
     assert wall_seconds(runs, 1) == 18.0

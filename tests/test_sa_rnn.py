@@ -14,7 +14,7 @@ from harness.components.flops import sequence_macs
 from harness.components.method import SeqOut
 from harness.components.metrics import skip_fraction
 from harness.errors import ConfigError
-from harness.pipeline import train
+from harness.training import train
 
 
 def ref_sa_rnn(m: SARNN, x: torch.Tensor, slope: float, lam: float):

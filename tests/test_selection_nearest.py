@@ -13,7 +13,7 @@ from rich.console import Console
 
 from harness.cli.progress import print_match_skip
 from harness.components.selection import choose, nearest_skip, parse_rule, select
-from harness.pipeline.sweep import match_skip
+from harness.planning.sweep import match_skip
 from harness.reporting.patterns import matched_budget
 from harness.reporting.runs import runs_frame
 

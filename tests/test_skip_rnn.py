@@ -17,7 +17,7 @@ from harness.components.flops import fvcore_macs, sequence_macs, torch_flops
 from harness.components.method import SeqOut
 from harness.components.metrics import skip_fraction
 from harness.errors import ConfigError
-from harness.pipeline import train
+from harness.training import train
 
 # --- the authors' cell, transcribed -----------------------------------------------------------
 

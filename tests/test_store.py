@@ -25,7 +25,7 @@ from harness.persistence.claims import Claims
 from harness.persistence.files import write_atomically
 from harness.persistence.records import validate as validate_record
 from harness.persistence.store import Store
-from harness.pipeline import resume
+from harness.planning import resume
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference" / "smoke.jsonl"

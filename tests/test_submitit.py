@@ -156,7 +156,7 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
 
 
 def test_a_sweep_file_holds_the_slurm_options():
-    from harness.pipeline import suites
+    from harness.planning import suites
 
     path = "sweep.toml"
     data = {"executor": "submitit", "slurm_partition": "gpu", "slurm_time": 240, "slurm_gpus": 1}

@@ -129,7 +129,7 @@ def test_each_kind_selects_its_loss_and_metrics():
 def test_a_task_kind_reads_and_prints_as_its_string():
     assert (
         TaskKind.CLASSIFICATION == "classification"
-    )  # harness.pipeline.train compares with strings assert f"{TaskKind.LM}" == str(TaskKind.LM) ==
+    )  # harness.training.train compares with strings assert f"{TaskKind.LM}" == str(TaskKind.LM) ==
     "lm"  # harness list, records
     import json
 
@@ -219,7 +219,7 @@ def test_every_method_builds_at_every_task_preset(preset, task):
     # set that method's knobs: `harness run --methods all --preset P` then never refuses
     from harness.components.registry import METHODS
     from harness.errors import ConfigError
-    from harness.pipeline.sweep import build_configs, validate
+    from harness.planning.sweep import build_configs, validate
 
     try:
         validate(build_configs(METHODS.names(), [task], [0], preset, {}))

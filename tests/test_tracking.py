@@ -1,4 +1,4 @@
-"""``harness run --log-dir``: TensorBoard event files per run (harness.pipeline.tracking)."""
+"""``harness run --log-dir``: TensorBoard event files per run (harness.training.tracking)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from harness.cli import main
-from harness.pipeline import tracking
+from harness.training import tracking
 
 RUN = ["run", "--tasks", "synthetic", "--methods", "rnn", "--preset", "smoke", "--no-report"]
 

@@ -13,7 +13,7 @@ import torch
 from harness.components import config, knobs
 from harness.errors import DivergedError, NonFiniteLoss, allocation_failure
 from harness.executors import RunOptions, run_one
-from harness.pipeline import checkpoint, train
+from harness.training import checkpoint, train
 
 TINY = {"epochs": "2", "max_train_batches": "2"}
 

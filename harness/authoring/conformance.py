@@ -436,7 +436,7 @@ def training_task() -> str:
 @_check("training", "trains: the loss decreases, the same seed gives the same metrics")
 def check_training(name: str, task: str | None = None) -> str | None:
     """Four smoke epochs (D 10) on ``task`` (``training_task()``): the loss falls; repeatable."""
-    from harness.pipeline import train
+    from harness.training import train
 
     task = task or training_task()
     cfg = config.resolve(name, task, 0, "smoke", {"epochs": "4", "hidden_size": "10"})

@@ -1,12 +1,12 @@
 """What ``harness bench`` times: one method's model in one phase on one device, and the references.
 
 A method's model is built as a run builds it (``harness.components.config.resolve`` +
-``harness.pipeline.train.build``) at the sizes of one task preset, and timed on one batch of the
+``harness.training.train.build``) at the sizes of one task preset, and timed on one batch of the
 task's test split (so batches are smaller when the split is):
 
 - ``inference``: eval mode, ``no_grad``, one forward pass (a batch of ``train.eval_batch_size``);
 - ``train``: train mode, forward + task loss + aux loss, backward, gradient clipping, Adam step,
-  as ``harness.pipeline.train.train_model`` does it (a batch of ``train.batch_size``).
+  as ``harness.training.train.train_model`` does it (a batch of ``train.batch_size``).
 
 A reference is the same model with its stack of method layers replaced by torch's own cell of as
 many layers: same batch, same embedding and read-out (copies), same loss, clipping and optimiser.
@@ -37,8 +37,8 @@ from harness.components.config import RunConfig, TrainConfig, resolve
 from harness.components.method import Method
 from harness.components.model import SeqModel
 from harness.components.task import Batch, Split, Task
-from harness.pipeline.timing import synced
-from harness.pipeline.train import build, descend
+from harness.training.timing import synced
+from harness.training.train import build, descend
 
 PHASES = {"inference": "Inference", "train": "Train step"}
 # Gate matrices per fused cell: a step of one layer is ``gates * D * (input + D)`` MACs.
@@ -225,7 +225,7 @@ def train_step(
     tc: TrainConfig,
     forward: Callable[[], tuple[Tensor, Tensor | None]],
 ) -> Callable[[], None]:
-    """One step of ``harness.pipeline.train.train_model``'s inner loop on ``batch``.
+    """One step of ``harness.training.train.train_model``'s inner loop on ``batch``.
 
     Args:
         params: the trainable parameters (clipped and stepped by Adam).

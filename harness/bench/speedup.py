@@ -60,8 +60,8 @@ from harness.components.method import Method, SeqOut
 from harness.components.registry import METHODS
 from harness.env import resolve_device
 from harness.errors import ConfigError
-from harness.pipeline.resume import current_code
-from harness.pipeline.timing import synchronize
+from harness.training.code import current_code
+from harness.training.timing import synchronize
 
 
 def has_fast_path(method_cls: type[Method]) -> bool:

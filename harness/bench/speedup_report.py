@@ -14,7 +14,7 @@ import torch
 
 from harness.components.flops import UNIT_NOTE
 from harness.env import device_name, git_state
-from harness.pipeline.resume import code_changes
+from harness.training.code import code_changes
 
 # The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
 COLUMNS_NOTE = (

@@ -2,7 +2,7 @@
 
 The timing runs in this process (no test runner, no checkout needed): for every (task, method,
 phase, device), ``harness.bench.phases`` builds the model at the task preset's sizes and
-``harness.pipeline.timing`` runs warm-up rounds, then timed rounds, synchronising the device around
+``harness.training.timing`` runs warm-up rounds, then timed rounds, synchronising the device around
 each. Each timing is a record (one JSON line, appended to ``OUT/timing.jsonl`` through the same
 atomic store as run records) with the median, mean, stddev, min, max and iqr in seconds, the rounds,
 the sizes timed and the environment.
@@ -52,9 +52,9 @@ from harness.components.registry import METHODS, TASKS
 from harness.errors import ConfigError, HarnessError
 from harness.persistence.outputs import write_text
 from harness.persistence.store import Store
-from harness.pipeline.resume import current_code
-from harness.pipeline.sweep import build_configs
-from harness.pipeline.timing import summarize, time_fn
+from harness.planning.sweep import build_configs
+from harness.training.code import current_code
+from harness.training.timing import summarize, time_fn
 
 # 2: references of several kinds, ratio_vs_cell, mac_ratio and target; dense_macs and cell_macs
 # (issue 32) are optional: records made before them lack them

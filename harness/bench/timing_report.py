@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from harness.bench.phases import MAC_BOUND, PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
-from harness.pipeline.resume import code_changes
+from harness.training.code import code_changes
 
 RATIO = "× fused GRU"
 CELL_RATIO = "× fused cell"

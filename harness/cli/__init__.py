@@ -3,7 +3,7 @@
 One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
 ``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
 so ``harness --help`` and ``harness --version`` stay fast. The CLI parses, calls and prints: the
-work is done by ``harness.pipeline.sweep``, ``harness.components.flops``, ``harness.bench`` and
+work is done by ``harness.planning.sweep``, ``harness.components.flops``, ``harness.bench`` and
 ``harness.reporting``.
 
 Bad input (unknown names, bad ``--set`` values, missing data, unwritable output, malformed

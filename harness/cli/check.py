@@ -8,7 +8,7 @@ from typing import Any
 from harness.authoring.conformance import CHECKS, iter_checks
 from harness.cli.common import add_command, comma_list, examples, include_option
 from harness.components.registry import METHODS, TASKS, describe_source
-from harness.pipeline.spec import usable_tasks
+from harness.planning.spec import usable_tasks
 
 
 def add_parser(subparsers: Any) -> None:

@@ -23,7 +23,7 @@ from harness.components.registry import TASKS
 from harness.errors import ConfigError
 from harness.persistence.outputs import check_writable  # noqa: F401  (re-exported: the commands' checks)
 from harness.persistence.outputs import write_text as write_report  # noqa: F401  (atomic, never over records)
-from harness.pipeline.sweep import out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
+from harness.planning.sweep import out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
 
 
 class Parser(argparse.ArgumentParser):

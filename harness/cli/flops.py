@@ -19,7 +19,7 @@ from harness.cli.common import (
     task_option,
 )
 from harness.components import config
-from harness.pipeline.sweep import fresh_costs
+from harness.planning.sweep import fresh_costs
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,7 +58,7 @@ def _seq_len(row: dict[str, Any]) -> str:
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
-    """Print the MAC table (``harness.pipeline.sweep.fresh_costs``) as a table or as JSON."""
+    """Print the MAC table (``harness.planning.sweep.fresh_costs``) as a table or as JSON."""
     task = require_task(args.task, "flops")
     overrides = config.parse_set(args.set or [])
 

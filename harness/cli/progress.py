@@ -13,8 +13,8 @@ from typing import Any
 
 from harness.components.selection import BUDGETS
 from harness.persistence.records import label
-from harness.pipeline.resume import method_code
-from harness.pipeline.sweep import estimate_runs, wall_seconds
+from harness.planning.sweep import estimate_runs, wall_seconds
+from harness.training.code import method_code
 
 
 def fmt_duration(seconds: float) -> str:
@@ -33,7 +33,7 @@ def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int =
     """``--dry-run``'s estimate of the time the runs to run would take, from the store's times.
 
     With ``workers`` > 1, also the wall time on that many parallel workers
-    (``harness.pipeline.sweep.wall_seconds``: the runs are independent) and the longest run, its
+    (``harness.planning.sweep.wall_seconds``: the runs are independent) and the longest run, its
     floor.
     """
     per_run, n = estimate_runs(todo, records)
@@ -78,7 +78,7 @@ class SweepProgress:
     """The progress display of a sweep: the run in progress, its epoch, an ETA, per-run lines.
 
     In this process (one worker) the run in progress and its epoch are shown (``on_epoch``, a
-    ``harness.pipeline.train.train_model`` callback); with ``--workers`` or Ray the runs train in
+    ``harness.training.train.train_model`` callback); with ``--workers`` or Ray the runs train in
     other processes, and the display shows how many have finished, the ETA and a line per finished
     run.
 
@@ -220,7 +220,7 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
     """Print what resuming found: records of changed method code, failed runs retried.
 
     Args:
-        plan: the ``harness.pipeline.resume.ResumePlan``.
+        plan: the ``harness.planning.resume.ResumePlan``.
         console: the rich console.
         limit: records named per kind (the rest are counted).
     """

@@ -70,7 +70,7 @@ def legacy_values(method: str, task: str) -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings of the one training loop (``harness.pipeline.train``).
+    """Settings of the one training loop (``harness.training.train``).
 
     Attributes:
         epochs: passes over the training split.

@@ -299,14 +299,14 @@ class Method(nn.Module):
         """Measures of the training passes so far, recorded with a run's diagnostics.
 
         For example how many layers a depth-adaptive method really ran per step in training
-        (``harness.pipeline.train`` adds them to the record). Default: none.
+        (``harness.training.train`` adds them to the record). Default: none.
         """
         return {}
 
     def train_state(self) -> dict[str, Any]:
         """What ``train_diagnostics`` counts that is not a parameter or buffer.
 
-        Plain Python numbers, saved with a run's checkpoint (``harness.pipeline.checkpoint``) so
+        Plain Python numbers, saved with a run's checkpoint (``harness.training.checkpoint``) so
         that a resumed run records the same diagnostics. A method that keeps such tallies returns
         them here and restores them in ``load_train_state``. Default: none.
         """

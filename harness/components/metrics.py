@@ -4,7 +4,7 @@ The registry (``METRICS``, ``register_metric``, ``get_metric``) says of each mea
 unit, direction, whether it is a percentage, the values it can take, how a table prints it and
 the drift gate's tolerance for it. The leaderboard, the paper tables, the figures and the drift
 gate (``harness.reporting``) read it; none keeps a table of its own. The harness registers the
-measures it computes itself: Skip % and the other trace measures (``harness.pipeline.train``), the
+measures it computes itself: Skip % and the other trace measures (``harness.training.train``), the
 scores ``harness.components.task.Task`` computes for each task kind, the geometric mean, and the
 counts the reports print (FLOPs, parameters, D). A task whose own scoring records another measure
 registers it in its module (``register_metric``, e.g. a 0/1 ``solved``);
@@ -130,7 +130,7 @@ def higher_is_better(record: dict) -> bool:
 
 _PCT = {"unit": "%", "percent": True, "range": (0.0, 100.0)}
 for _m in (
-    # the trace measures (harness.pipeline.train), in the order the leaderboard prints them
+    # the trace measures (harness.training.train), in the order the leaderboard prints them
     Metric("skip_pct", "Skip %", higher=True, group="compute", **_PCT),
     Metric("read_skip_pct", "Activity sparsity %", higher=True, group="compute", **_PCT),
     Metric("mean_depth", "Mean depth", "layers", range=(0.0, None), group="compute"),
@@ -140,7 +140,7 @@ for _m in (
     Metric("mse", "MSE", higher=False, range=(0.0, None)),
     Metric("perplexity", "Perplexity", higher=False, range=(1.0, None)),
     Metric("nll", "NLL", "nats", higher=False, range=(0.0, None), group="detail"),
-    # S-SA's headline measure of classification runs (harness.pipeline.train)
+    # S-SA's headline measure of classification runs (harness.training.train)
     Metric("geo_mean", "√(Acc×Skip)", higher=True, **_PCT),
     # the per-epoch training loss of the history (learning curves)
     Metric("train_loss", "training loss", higher=False, group="detail"),

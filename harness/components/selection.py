@@ -23,7 +23,7 @@ a mean over three (a lucky seed would win more often than a mean).
 Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
 read; a tie is broken by the variant id, never by a test number. The chosen variant's test
 metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
-test-based alternative (``harness.pipeline.sweep.match_skip``).
+test-based alternative (``harness.planning.sweep.match_skip``).
 
 ``nearest_variant`` is the one "variant whose Skip % is nearest a target" rule, for one group of
 variants (``nearest_skip`` groups records and calls it): on validation for ``val-skip-nearest``,

@@ -274,7 +274,7 @@ def attach_identity(
     data. Runs of generated tasks are returned unchanged.
 
     Args:
-        cfgs: ``RunConfig`` s (``harness.pipeline.sweep.build_configs``).
+        cfgs: ``RunConfig`` s (``harness.planning.sweep.build_configs``).
         data_dir: the data root (``data_root``).
         allow_unverified: run on data that differ from the published sums (recorded as
             ``verified: false`` with their own digest) instead of refusing them.

@@ -1,6 +1,6 @@
 """Executors: where the runs of a sweep train. One protocol, a registry, small implementations.
 
-Every executor runs ``run_one`` (``harness.pipeline.train.run`` with the sweep's ``RunOptions``:
+Every executor runs ``run_one`` (``harness.training.train.run`` with the sweep's ``RunOptions``:
 data root, device, torch threads, event logs) on the configs it is given, so the records, and
 therefore the store and resume, are the same whichever executor produced them; only timings and the
 order in which runs finish differ.

@@ -12,8 +12,8 @@ from harness.components import config
 from harness.components.registry import Registry, needs
 from harness.errors import ConfigError, failure_reason
 from harness.persistence import records
-from harness.pipeline.resume import method_code
-from harness.pipeline.tracking import TensorBoardLogger
+from harness.training.code import method_code
+from harness.training.tracking import TensorBoardLogger
 
 # The most worker processes and torch threads per run a sweep may ask for: beyond any machine
 # here, and below the counts at which thread pools fail to allocate (--threads 1000000 ended in
@@ -32,7 +32,7 @@ class RunOptions:
         threads: torch CPU threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder (None: none).
         checkpoint_dir: each run keeps a checkpoint of its training here and goes on from one
-            it finds (``harness.pipeline.checkpoint``; None: no checkpoints).
+            it finds (``harness.training.checkpoint``; None: no checkpoints).
         checkpoint_every_s: the least seconds between two checkpoints of a run.
     """
 
@@ -170,8 +170,8 @@ def run_one(
 ) -> dict[str, Any]:
     """Run one config (as its dict: configs cross so, rebuilt trusted) and return its record.
 
-    With ``run.log_dir``, the run also writes TensorBoard events (``harness.pipeline.tracking``).
-    ``callbacks`` (in-process runs only) go to ``harness.pipeline.train.run``, called after every
+    With ``run.log_dir``, the run also writes TensorBoard events (``harness.training.tracking``).
+    ``callbacks`` (in-process runs only) go to ``harness.training.train.run``, called after every
     epoch. Anything raised around the run (setting the threads, opening the event log) is the run's
     failed record too; only an interrupt propagates.
     """
@@ -188,7 +188,7 @@ def _run_config(
 ) -> dict[str, Any]:
     import torch
 
-    from harness.pipeline.train import run as train_run
+    from harness.training.train import run as train_run
 
     if run.threads:
         torch.set_num_threads(run.threads)

@@ -2,7 +2,7 @@
 
 A record is one JSON line per finished run (status ``ok`` or ``failed``), a plain dict typed as
 ``RunRecord``. This module is the one place that writes its schema: ``start_record`` /
-``finish_ok`` / ``finish_failed`` (what ``harness.pipeline.train.run`` calls), ``failed_record`` (a
+``finish_ok`` / ``finish_failed`` (what ``harness.training.train.run`` calls), ``failed_record`` (a
 run that could not start), ``to_json`` (one strict-JSON line) and ``from_json`` (parse and check a
 line). Records of the timing benchmark (``kind: timing``) share the required keys and the checks.
 
@@ -10,7 +10,7 @@ Reading migrates: a record made before a config field existed reads as if it hel
 field declares for older records (``harness.components.config.knob(legacy=...)``), with the ids of
 the same setting made today, so one setting is one variant whichever code recorded it. The line on
 disk is never rewritten: the id it was written under stays in ``written_run_id``. Its ``trace`` is
-packed by ``harness.persistence.trace``, its ``events`` described by ``harness.pipeline.events``.
+packed by ``harness.persistence.trace``, its ``events`` described by ``harness.training.events``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class RunRecord(TypedDict, total=False):
         status: ``ok`` or ``failed``.
         error: why a failed run failed (one line); None when ok.
         config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
-        method_code: digest of the method's source files (``harness.pipeline.resume.method_code``).
+        method_code: digest of the method's source files (``harness.training.code.method_code``).
         method_source: where the method came from (``harness.components.registry.source_of``), if
             known.
         env: where it ran (``harness.env.environment``).
@@ -63,7 +63,7 @@ class RunRecord(TypedDict, total=False):
         macs: MACs per sequence (``dense``, ``effective``, ...); ``flops`` twice them.
         diagnostics: method-specific measures (``diag_*`` of the layers).
         trace: the first test sequence's update pattern and per-step shares (``pack_mask``).
-        events: what happened while it trained (``harness.pipeline.events``): gradient norms clipped
+        events: what happened while it trained (``harness.training.events``): gradient norms clipped
             in float64 after overflowing float32, loss spikes, the non-finite value that ended it.
         argv: the command line of the sweep that made it; ``sweep`` the resolved sweep.
         written_run_id: set by the reader when migration changed ``run_id`` (not stored).
@@ -116,7 +116,7 @@ def start_record(cfg: Any, method_code: str | None, method_source: dict | None =
 
     Args:
         cfg: the ``RunConfig``.
-        method_code: the method's code version (``harness.pipeline.resume.method_code``).
+        method_code: the method's code version (``harness.training.code.method_code``).
         method_source: where the method comes from (``harness.components.registry.method_source``).
     """
     return RunRecord(
@@ -161,7 +161,7 @@ def finish_ok(
 
     ``compiled`` (runs with ``train.compile``): ``compile_s``, the seconds of ``train_s`` that
     ``torch.compile`` spent compiling, goes to ``time``; the FX-graph cache hits and misses to
-    ``diagnostics`` (``harness.pipeline.timing.CompileClock``).
+    ``diagnostics`` (``harness.training.timing.CompileClock``).
     """
     rec.update(
         status="ok",

@@ -131,7 +131,7 @@ class Reference:
 
         The files are this package's base and runner modules and the module that registers the
         reference (for a task's own reference: the task's module and the modules of its package
-        it uses, as ``harness.pipeline.resume.method_code`` takes them).
+        it uses, as ``harness.training.code.method_code`` takes them).
         """
         module = sys.modules[cls.__module__]
         files = {__file__, str(Path(__file__).with_name("run.py"))}

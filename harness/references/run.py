@@ -1,6 +1,6 @@
 """One reference run: fit on the training split, score validation and test, build its record.
 
-``harness.pipeline.train.run`` hands a ``ref:`` config here, so every executor
+``harness.training.train.run`` hands a ``ref:`` config here, so every executor
 (``harness.executors``) runs references as it runs methods. The record is built by
 ``harness.persistence.records`` like a method's: ``metrics`` (test) and ``val_metrics`` from the
 task's own scoring, ``params`` the numbers the fit produced, no MACs, no trace and no epochs

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.components.metrics import METRICS, get_metric, higher_is_better
 from harness.persistence.records import flat_config, latest
-from harness.pipeline.events import derive_events
 from harness.reporting.text import ci95, commit_label
+from harness.training.events import derive_events
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -144,10 +144,10 @@ def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """What happened while a run trained: its ``events`` (``harness.pipeline.events``).
+    """What happened while a run trained: its ``events`` (``harness.training.events``).
 
     A record made before events were recorded gives the training-loss spikes of its history
-    (``harness.pipeline.events.derive_events``).
+    (``harness.training.events.derive_events``).
     """
     return list(derive_events(rec))
 

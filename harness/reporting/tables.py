@@ -423,7 +423,7 @@ def events_notes(agg: pd.DataFrame) -> list[str]:
     ]
 
 
-# What the events are (``harness.pipeline.events``), said once in each note that lists some.
+# What the events are (``harness.training.events``), said once in each note that lists some.
 EVENTS_MEANING = (
     "a gradient norm that overflowed float32 and was clipped in float64 "
     "(grad_overflow_clipped), an epoch's training loss above 10x its best so far (loss_spike; "

@@ -23,8 +23,8 @@ from harness.components.metrics import get_metric
 from harness.components.selection import Rule, choose
 from harness.errors import HarnessError
 from harness.persistence.records import flat_config
-from harness.pipeline.suites import load, plan, suite_names, suite_path
-from harness.pipeline.sweep import build_configs
+from harness.planning.suites import load, plan, suite_names, suite_path
+from harness.planning.sweep import build_configs
 from harness.reporting.published import PaperRow, PaperTable
 from harness.reporting.render import Cell
 from harness.reporting.runs import Failed, failed_summary

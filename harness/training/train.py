@@ -30,12 +30,12 @@ from harness.components.task import Split, Task
 from harness.errors import DivergedError, HarnessError, NonFiniteLoss, failure_reason
 from harness.persistence import records
 from harness.persistence.trace import pack_depth, pack_mask
-from harness.pipeline import events as events_mod
-from harness.pipeline.checkpoint import Checkpointer, TrainState, restore_training, training_state
-from harness.pipeline.resume import method_code
-from harness.pipeline.timing import CompileClock
 from harness.references import RefConfig
 from harness.references.run import run_reference
+from harness.training import events as events_mod
+from harness.training.checkpoint import Checkpointer, TrainState, restore_training, training_state
+from harness.training.code import method_code
+from harness.training.timing import CompileClock
 
 
 def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
@@ -288,12 +288,12 @@ def train_model(
     """Train with Adam, leaving the best-validation parameters loaded; the loop's final state.
 
     Each of ``callbacks`` is called after every epoch with ``(epoch, history row)`` (progress
-    display, ``harness.pipeline.tracking``). What happened on the way is appended to ``events``
-    (``harness.pipeline.events``; it becomes the state's ``events``): an epoch whose gradient norm
+    display, ``harness.training.tracking``). What happened on the way is appended to ``events``
+    (``harness.training.events``; it becomes the state's ``events``): an epoch whose gradient norm
     overflowed float32 and was clipped in float64, an epoch whose training loss is above
     ``SPIKE_FACTOR`` times its best so far, and the non-finite loss or gradient that ends a run.
 
-    With ``checkpoint`` (``harness.pipeline.checkpoint``), a saved state of this run is loaded first
+    With ``checkpoint`` (``harness.training.checkpoint``), a saved state of this run is loaded first
     and training goes on from the epoch after it, exactly as the uninterrupted run would have; the
     state is saved again at the end of an epoch once ``checkpoint.every_s`` seconds have passed.
 
@@ -378,7 +378,7 @@ def run(
     """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
 
     ``callbacks`` go to ``train_model`` (called after every epoch). With ``checkpoint_dir``, the
-    run keeps a checkpoint there (``harness.pipeline.checkpoint``: at the end of an epoch, at most
+    run keeps a checkpoint there (``harness.training.checkpoint``: at the end of an epoch, at most
     every ``checkpoint_every_s`` seconds), goes on from one it finds, and removes it once recorded.
 
     Whatever goes wrong inside the run (building the model or the data, an allocation failure,

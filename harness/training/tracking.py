@@ -1,6 +1,6 @@
 """TensorBoard event files per run (``harness run --log-dir DIR``).
 
-``TensorBoardLogger`` is a training-loop callback (``harness.pipeline.train.train_model``'s
+``TensorBoardLogger`` is a training-loop callback (``harness.training.train.train_model``'s
 ``callbacks``): called with ``(epoch, row)`` after every epoch, it writes the row's training loss
 and validation metric; ``finish`` adds the run's test metrics and closes the file. Each run writes
 under ``DIR/<task>_<preset>/<method>/<run id>``, so ``tensorboard --logdir DIR`` groups runs by

@@ -16,7 +16,7 @@ from typing import Any
 from harness.components.registry import TASKS
 from harness.data import attach_identity, task_row
 from harness.errors import ConfigError, DataError
-from harness.pipeline.sweep import build_configs, validate, variant_labels
+from harness.planning.sweep import build_configs, validate, variant_labels
 from harness.references import cannot_serve, named_outright, resolve_names, skipped_lines
 from harness.references import unserved as why_not
 

@@ -136,7 +136,7 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
     Raises:
         ConfigError: the first config whose task or model cannot be built, named in the message.
     """
-    from harness.pipeline.train import build
+    from harness.training.train import build
 
     seen = set()
     for cfg in cfgs:
@@ -203,7 +203,7 @@ def fresh_costs(
         HarnessError: unknown methods or task, missing data, bad overrides or preset.
     """
     from harness.components.flops import model_costs
-    from harness.pipeline.train import build
+    from harness.training.train import build
 
     if batch < 1:
         raise ConfigError(f"batch must be >= 1 (got {batch})")
@@ -239,7 +239,7 @@ def estimate_runs(
     recorded ``time.compile_s`` is taken out of its time, and each variant of ``todo`` that
     compiles adds the largest ``compile_s`` recorded for it (else for its method on its task and
     preset), what a cold cache costs; its other seeds load the compiled graphs from inductor's
-    cache (``harness.pipeline.timing.CompileClock``).
+    cache (``harness.training.timing.CompileClock``).
 
     Returns:
         ``(per_run, counts)``: the seconds of each run of ``todo`` (None where no run like it is

@@ -64,7 +64,7 @@ class TrainState:
             its epoch (-1: none), ``best_state`` and ``best_metrics`` the model's parameters
             and buffers and the validation metrics then.
         train_s: the training seconds, every process's together.
-        events: what happened on the way (``harness.pipeline.events``).
+        events: what happened on the way (``harness.training.events``).
     """
 
     epoch: int = -1

@@ -1,6 +1,6 @@
 """What happened while a run trained: the ``events`` a record keeps, and the rules behind them.
 
-The training loop (``harness.pipeline.train.train_model``) appends an event for an epoch in which
+The training loop (``harness.training.train.train_model``) appends an event for an epoch in which
 the gradient norm overflowed float32 and was clipped in float64 (``grad_overflow_clipped``), for an
 epoch whose mean training loss is above ``SPIKE_FACTOR`` times the lowest of the epochs before
 (``loss_spike``), and for the non-finite loss or gradient that ends a run. Reports mark the table
