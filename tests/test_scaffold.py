@@ -88,7 +88,7 @@ def test_the_generated_files_lint_clean(tmp_path):
         assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.slow  # 7 s; tests/test_own_method_doc.py runs the skip kind's by default
+@pytest.mark.slow  # 7 s; tests/test_plugins_doc.py runs the skip kind's by default
 def test_the_generated_test_files_pass_under_pytest(tmp_path):
     for kind in KINDS:
         for file_name, text in render(f"tested-{kind}", kind).items():

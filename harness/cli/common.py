@@ -248,7 +248,7 @@ def include_option() -> argparse.ArgumentParser:
         metavar="PATH",
         help="import the methods and tasks of a .py file, or of every .py file of a folder "
         "(not test_*.py, _*.py), before the registry is read; repeatable; also "
-        "$HARNESS_INCLUDE (see docs/own-method.md)",
+        "$HARNESS_INCLUDE (see docs/plugins.md)",
     )
 
 

@@ -1,4 +1,4 @@
-"""docs/own-method.md works as written: every command of its ``bash`` blocks is run, in order, in
+"""docs/plugins.md works as written: every command of its ``bash`` blocks is run, in order, in
 an empty folder, and must succeed.
 
 ``harness`` commands run in this process (each with a registry loaded afresh, as a new process
@@ -21,7 +21,7 @@ from test_plugins import FakeDist, FakeEntryPoint
 
 from harness.components import registry
 
-DOC = ROOT / "docs" / "own-method.md"
+DOC = ROOT / "docs" / "plugins.md"
 
 try:
     import tomllib
