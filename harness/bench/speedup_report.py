@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from harness.components.flops import UNIT_NOTE
+from harness.components.metrics import UNIT_NOTE
 from harness.env import device_name, git_state
 from harness.training.code import code_changes
 

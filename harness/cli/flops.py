@@ -19,6 +19,7 @@ from harness.cli.common import (
     task_option,
 )
 from harness.components import config
+from harness.components.metrics import UNIT_NOTE
 from harness.planning.sweep import fresh_costs
 
 
@@ -61,8 +62,6 @@ def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.planning.sweep.fresh_costs``) as a table or as JSON."""
     task = require_task(args.task, "flops")
     overrides = config.parse_set(args.set or [])
-
-    from harness.components.flops import UNIT_NOTE
 
     rows = fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
     if args.json:

@@ -25,13 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.components.method import Method, SeqOut, StepCost
-from harness.components.metrics import valid_steps
-
-FLOPS_PER_MAC = 2
-UNIT_NOTE = (
-    "1 MAC = 2 FLOPs; MACs/FLOPs per sequence; "
-    "biases, nonlinearities, embeddings and read-out not charged"
-)
+from harness.components.metrics import FLOPS_PER_MAC, valid_steps
 
 
 def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:

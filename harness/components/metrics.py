@@ -36,6 +36,13 @@ FORMS = ("num", "int", "yes-no")
 GROUPS = ("score", "compute", "detail")
 DEFAULT_TOLERANCE = (1e-6, 1e-4)  # the drift gate's (absolute, relative) tolerance of a metric
 
+# how the FLOPs measures count (``harness.components.flops`` computes them)
+FLOPS_PER_MAC = 2
+UNIT_NOTE = (
+    "1 MAC = 2 FLOPs; MACs/FLOPs per sequence; "
+    "biases, nonlinearities, embeddings and read-out not charged"
+)
+
 
 @dataclass(frozen=True)
 class Metric:

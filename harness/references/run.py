@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from harness import env
-from harness.components.flops import FLOPS_PER_MAC
+from harness.components.metrics import FLOPS_PER_MAC
 from harness.components.registry import TASKS, source_of
 from harness.errors import ConfigError, HarnessError, failure_reason
 from harness.persistence import records

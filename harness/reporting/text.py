@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from harness import env
-from harness.components.metrics import get_metric
+from harness.components.metrics import UNIT_NOTE, get_metric
 
 
 def arrow(higher: bool | None) -> str:
@@ -232,8 +232,6 @@ def header(
         title: the Markdown title.
         command: the command that writes the report (``harness run`` writes its leaderboard).
     """
-    from harness.components.flops import UNIT_NOTE  # harness.components.flops imports torch
-
     envs = [r.get("env", {}) for r in records]
     commits = sorted(
         {

@@ -21,9 +21,15 @@ import torch
 
 from harness import env
 from harness.components.config import RunConfig
-from harness.components.flops import FLOPS_PER_MAC, sequence_macs
+from harness.components.flops import sequence_macs
 from harness.components.method import SeqOut
-from harness.components.metrics import depth_stats, geometric_mean, skip_fraction, valid_steps
+from harness.components.metrics import (
+    FLOPS_PER_MAC,
+    depth_stats,
+    geometric_mean,
+    skip_fraction,
+    valid_steps,
+)
 from harness.components.model import SeqModel
 from harness.components.registry import METHODS, TASKS, method_source
 from harness.components.task import Split, Task
