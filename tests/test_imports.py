@@ -30,7 +30,6 @@ DEFERRED = {
     ("harness.authoring.conformance", "harness.training.train"): "torch",
     ("harness.executors.base", "harness.training.train"): "torch",
     ("harness.reporting.paper", "harness.reporting.figures"): "numpy and matplotlib",
-    ("harness.reporting.patterns", "harness.components.task"): "torch",
     ("harness.reporting.references", "harness.reporting.figstyle"): "numpy and matplotlib",
     ("harness.components.registry", "harness.components.method"): "torch",
     ("harness.reporting.reports", "harness.reporting.figures"): "numpy and matplotlib",

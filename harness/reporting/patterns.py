@@ -172,11 +172,9 @@ def majority_share(record: dict[str, Any]) -> float | None:
     classification (``harness.components.task.TaskKind``), whose primary metric is not a percentage,
     or that is not registered.
     """
-    from harness.components.task import TaskKind
-
     try:
         cls = TASKS.get(record.get("task", ""))
-        if cls.kind != TaskKind.CLASSIFICATION or not get_metric(record["primary"]).percent:
+        if cls.kind != "classification" or not get_metric(record["primary"]).percent:
             return None
     except (UnknownNameError, KeyError):
         return None
