@@ -31,7 +31,6 @@ DEFERRED = {
     ("harness.executors.base", "harness.training.train"): "torch",
     ("harness.reporting.paper", "harness.reporting.figures"): "numpy and matplotlib",
     ("harness.reporting.references", "harness.reporting.figstyle"): "numpy and matplotlib",
-    ("harness.components.registry", "harness.components.method"): "torch",
     ("harness.reporting.reports", "harness.reporting.figures"): "numpy and matplotlib",
     ("harness.planning.sweep", "harness.components.flops"): "torch",
     ("harness.planning.sweep", "harness.training.train"): "torch",

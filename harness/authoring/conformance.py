@@ -6,7 +6,7 @@ says it does not concern the method (e.g. the fast path of a method without ``at
 project's tests call these functions parametrized over the registry, so a failure reads the same
 there and in ``harness check``; ``run_checks`` runs them all, one ``Result`` per property. torch,
 fvcore and the trainer are imported inside the functions: importing this module stays light.
-The static part, which builds nothing (``harness.components.method.missing_parts``: a ``Method``
+The static part, which builds nothing (``harness.components.registry.check_method``: a ``Method``
 subclass, a frozen-dataclass config, ``cost`` and a recurrence), runs when a method registers
 (``harness.components.registry.check_method``), and again first in ``check_config``.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.components import config
-from harness.components.registry import METHODS, TASKS, _one_line, source_of
+from harness.components.registry import METHODS, TASKS, _one_line, check_method, source_of
 from harness.errors import ConfigError
 
 V, D, B, T = 3, 10, 2, 6  # the sizes of the model checks
@@ -120,12 +120,10 @@ def _close(what: str, got: Any, want: Any, rtol: float = 0.0, atol: float = 0.0)
 
 @_check("config", "config: declared knobs, serialised and read back")
 def check_config(name: str) -> str | None:
-    """Static parts (``method.missing_parts``); knobs (not booleans) in bounds; JSON."""
+    """Static parts (``registry.check_method``); knobs (not booleans) in bounds; JSON."""
     import typing
 
-    from harness.components.method import missing_parts
-
-    lacks = missing_parts(METHODS.get(name))  # registration refuses these: a class edited since
+    lacks = check_method(METHODS.get(name))  # registration refuses these: a class edited since
     if lacks:
         raise _Fail("; ".join(lacks))
     cls = METHODS.get(name).config_cls

@@ -314,37 +314,3 @@ class Method(nn.Module):
 
     def load_train_state(self, state: dict[str, Any]) -> None:
         """Restore what ``train_state`` returned. Default: nothing to restore."""
-
-
-def missing_parts(obj: Any) -> list[str]:
-    """What ``obj`` lacks of what a registered method must have, checked without building it.
-
-    A method is a ``Method`` subclass whose ``config_cls`` is a frozen dataclass, that implements
-    ``cost`` and either ``init_state`` and ``step`` or its own ``forward``. The registry refuses
-    a class that lacks any of these (``harness.components.registry.check_method``), before any run
-    starts; what needs a model built (shapes, costs, gradients) is
-    ``harness.authoring.conformance``'s.
-
-    Returns:
-        One phrase per missing part (``does not override cost()``); empty when nothing lacks.
-    """
-    if not isinstance(obj, type):
-        return [
-            f"is a {type(obj).__name__}, not a class (subclass harness.components.method.Method)"
-        ]
-    if not issubclass(obj, Method):
-        wanted = ("config_cls", "cost", "init_state", "step", "forward")
-        lacks = [a if a == "config_cls" else f"{a}()" for a in wanted if not hasattr(obj, a)]
-        what = f": it lacks {', '.join(lacks)}" if lacks else ""
-        return [f"is not a subclass of harness.components.method.Method{what}"]
-    out = []
-    params = getattr(obj.config_cls, "__dataclass_params__", None)
-    if params is None or not params.frozen:
-        name = getattr(obj.config_cls, "__name__", repr(obj.config_cls))
-        out.append(f"its config_cls {name} is not a frozen dataclass (@dataclass(frozen=True))")
-    if obj.cost is Method.cost:
-        out.append("does not override cost()")
-    own_loop = obj.step is not Method.step and obj.init_state is not Method.init_state
-    if obj.forward is Method.forward and not own_loop:
-        out.append("overrides neither forward() nor init_state() and step()")
-    return out

@@ -186,11 +186,36 @@ class Registry:
 
 
 def check_method(obj: Any) -> list[str]:
-    """What an object registering as a method lacks (``method.missing_parts``)."""
-    # torch: imported by any method module already
-    from harness.components.method import missing_parts
+    """What ``obj`` lacks of what a registered method must have, checked without building it.
 
-    return missing_parts(obj)
+    A method is a ``harness.components.method.Method`` subclass (found among its bases by name, as
+    ``needs`` finds a protocol) whose ``config_cls`` is a frozen dataclass, that implements
+    ``cost`` and either ``init_state`` and ``step`` or its own ``forward``. The registry refuses a
+    class that lacks any of these, before any run starts; what needs a model built (shapes, costs,
+    gradients) is ``harness.authoring.conformance``'s.
+
+    Returns:
+        One phrase per missing part (``does not override cost()``); empty when nothing lacks.
+    """
+    method = "harness.components.method.Method"
+    if not isinstance(obj, type):
+        return [f"is a {type(obj).__name__}, not a class (subclass {method})"]
+    base = next((c for c in obj.__mro__ if f"{c.__module__}.{c.__qualname__}" == method), None)
+    if base is None:
+        wanted = ("config_cls", "cost", "init_state", "step", "forward")
+        lacks = [a if a == "config_cls" else f"{a}()" for a in wanted if not hasattr(obj, a)]
+        return [f"is not a subclass of {method}" + f": it lacks {', '.join(lacks)}" * bool(lacks)]
+    out = []
+    params = getattr(obj.config_cls, "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        name = getattr(obj.config_cls, "__name__", repr(obj.config_cls))
+        out.append(f"its config_cls {name} is not a frozen dataclass (@dataclass(frozen=True))")
+    if obj.cost is base.cost:
+        out.append("does not override cost()")
+    own_loop = obj.step is not base.step and obj.init_state is not base.init_state
+    if obj.forward is base.forward and not own_loop:
+        out.append("overrides neither forward() nor init_state() and step()")
+    return out
 
 
 def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
