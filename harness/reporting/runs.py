@@ -138,11 +138,6 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
-def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Each failed record among ``records`` as one line (``Failed.line``), superseded included."""
-    return [f.line() for f in failed_records(records)]
-
-
 def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """What happened while a run trained: its ``events`` (``harness.pipeline.events``).
 

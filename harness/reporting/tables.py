@@ -278,10 +278,6 @@ def _bold(means: Sequence[float], higher: bool | None) -> list[bool]:
     return [m is not None and not math.isnan(m) and math.isclose(m, best) for m in means]
 
 
-def _nan_low(x: float, higher: bool) -> float:
-    return (-math.inf if higher else math.inf) if x is None or math.isnan(x) else x
-
-
 @dataclass
 class MainTable:
     """The main table: titles, cells, and the notes printed under it."""

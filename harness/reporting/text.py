@@ -178,11 +178,6 @@ def grey(text: str) -> str:
     return f"{GREY_ON}{text}{GREY_OFF}"
 
 
-def ungrey(text: str) -> str:
-    """``text`` without its grey marks."""
-    return text.replace(GREY_ON, "").replace(GREY_OFF, "")
-
-
 def seeds_cell(n: int) -> str:
     """The seed count, ``1*`` for one seed (see ``NOTES``)."""
     return f"{n}*" if n == 1 else str(n)
