@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from harness.bench.timing_report import method_codes
 from harness.components.flops import UNIT_NOTE
 from harness.env import device_name, git_state
 from harness.pipeline.resume import code_changes
@@ -42,14 +43,6 @@ def _vs(r: dict[str, Any], alt: str) -> list[str]:
         f"{r[f'bound_{alt}']:.2f}x",
         f"{r[f'realised_frac_{alt}']:.2f}",
     ]
-
-
-def _codes(rows: Sequence[dict[str, Any]]) -> str:
-    """``method code, ...``: the code version each method was timed with (``?`` if unknown)."""
-    codes: dict[str, set[str]] = {}
-    for r in rows:
-        codes.setdefault(r["method"], set()).add(r.get("method_code") or "?")
-    return ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
 
 
 def speedup_markdown(
@@ -121,7 +114,7 @@ def speedup_markdown(
         f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
         f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
         "",
-        f"Code timed (`method_code`): {_codes(rows)}.",
+        f"Code timed (`method_code`): {method_codes(rows)}.",
         *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
         "",
         *[f"- {n}" for n in notes],
