@@ -29,7 +29,7 @@ from harness.components.metrics import get_metric, higher_is_better
 from harness.components.registry import TASKS
 from harness.persistence.records import latest
 from harness.references import default_sections, describe, role
-from harness.reporting.runs import variant_label
+from harness.reporting.runs import ranges, variant_label
 from harness.reporting.text import ci95
 
 if TYPE_CHECKING:
@@ -130,17 +130,6 @@ def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
     )
 
 
-def seeds_text(seeds: Iterable[int]) -> str:
-    """Seeds as ``--seeds`` takes them: ``0-4``, ``0,2,5``, ``0-2,7``."""
-    out: list[list[int]] = []
-    for s in sorted(set(seeds)):
-        if out and s == out[-1][1] + 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
-
-
 def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The task settings every record of a table shares that the preset does not give.
 
@@ -166,7 +155,7 @@ def add_command(
     task: str, preset: str, seeds: Iterable[int], store: str, sets: dict[str, Any] | None = None
 ) -> str:
     """The ``harness run`` line that adds the reference predictors' runs to a table's store."""
-    cmd = f"harness run --tasks {task} --preset {preset} --seeds {seeds_text(seeds)}"
+    cmd = f"harness run --tasks {task} --preset {preset} --seeds {ranges(seeds, ',')}"
     cmd += f" --methods 'ref:*' --out {store}"
     return cmd + "".join(f" --set task.{k}={v}" for k, v in (sets or {}).items())
 

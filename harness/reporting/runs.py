@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -147,15 +147,15 @@ def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return list(derive_events(rec))
 
 
-def epoch_ranges(epochs: Sequence[int]) -> str:
-    """``36-40, 42, 50-51``: sorted epochs, runs of consecutive ones as ranges."""
+def ranges(values: Iterable[int], sep: str = ", ") -> str:
+    """``36-40, 42, 50-51``: sorted values, consecutive ones as ranges (``--seeds``: sep ",")."""
     out: list[list[int]] = []
-    for e in sorted(set(epochs)):
+    for e in sorted(set(values)):
         if out and e == out[-1][1] + 1:
             out[-1][1] = e
         else:
             out.append([e, e])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+    return sep.join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 def events_text(runs: Sequence[dict[str, Any]]) -> str:
@@ -170,7 +170,7 @@ def events_text(runs: Sequence[dict[str, Any]]) -> str:
             kinds.setdefault(ev["kind"], []).append(int(ev["epoch"]))
         if kinds:
             what = ", ".join(
-                f"{k} at epoch{'s' if len(set(es)) > 1 else ''} {epoch_ranges(es)}"
+                f"{k} at epoch{'s' if len(set(es)) > 1 else ''} {ranges(es)}"
                 for k, es in kinds.items()
             )
             parts.append(f"seed {r['seed']}: {what}")
