@@ -388,8 +388,8 @@ def row_name(method: str, label: str) -> str:
     return f"{method} ({label})" if label else method
 
 
-def seed_count_notes(agg: pd.DataFrame) -> list[str]:
-    """The table's seed count (the most seeds of any row) and the rows that have fewer."""
+def seed_count_notes(agg: pd.DataFrame, rows: str = "any row") -> list[str]:
+    """The table's seed count (the most seeds of any of its ``rows``) and the rows with fewer."""
     if not len(agg):
         return []
     top = int(agg["seeds"].max())
@@ -398,7 +398,7 @@ def seed_count_notes(agg: pd.DataFrame) -> list[str]:
         for _, r in agg.iterrows()
         if r["seeds"] < top
     ]
-    text = f"Seed count of this table: {top} (the most seeds of any row)"
+    text = f"Seed count of this table: {top} (the most seeds of {rows})"
     return [text + (f"; rows with fewer: {'; '.join(fewer)}." if fewer else ".")]
 
 

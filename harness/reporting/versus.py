@@ -34,7 +34,7 @@ from harness.reporting.tables import (
     cell,
     comparable,
     events_notes,
-    row_name,
+    seed_count_notes,
     solved_notes,
 )
 from harness.reporting.text import scaled, seeds_cell
@@ -457,17 +457,7 @@ def _notes(
             "Rows that only records of a dirty tree would fill (left out; `--allow-dirty` "
             f"tabulates them): {', '.join(dict.fromkeys(only_dirty))}."
         )
-    if len(used):
-        top = int(used["seeds"].max())
-        few = [
-            f"{row_name(r['method'], r['label'])}: {r['seeds']}"
-            for _, r in used.iterrows()
-            if r["seeds"] < top
-        ]
-        notes.append(
-            f"Seed count of this table: {top} (the most seeds of any variant filling a row)"
-            + (f"; rows with fewer: {'; '.join(few)}." if few else ".")
-        )
+    notes += seed_count_notes(used, "any variant filling a row")
     at_rows = [
         f
         for f in failed
