@@ -213,33 +213,6 @@ def interleaved_rounds(
     return times
 
 
-def interleaved_times(
-    dense: Callable[[], Any],
-    fast: Callable[[], Any],
-    device: torch.device,
-    warmup: int = 1,
-    min_rounds: int = 3,
-    max_rounds: int = 15,
-    budget_s: float = 3.0,
-    block: int = 3,
-) -> dict[str, float]:
-    """Time a dense and a fast path with ``interleaved_rounds`` and compare them.
-
-    Returns:
-        The median dense and fast times (ms), the median of per-round ratios dense / fast
-        (``speedup``) and the number of rounds.
-    """
-    t = interleaved_rounds(
-        {"dense": dense, "fast": fast}, device, warmup, min_rounds, max_rounds, budget_s, block
-    )
-    return {
-        "dense_ms": 1e3 * statistics.median(t["dense"]),
-        "fast_ms": 1e3 * statistics.median(t["fast"]),
-        "speedup": ratio_spread(t["dense"], t["fast"])[0],
-        "rounds": len(t["fast"]),
-    }
-
-
 def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
     """Median, min and max of the per-round ratios ``num[i] / den[i]``."""
     ratios = [a / b for a, b in zip(num, den, strict=True)]
