@@ -50,8 +50,6 @@ from harness.reporting.render import (
     has_pyarrow,
     latex_document,
     markdown_document,
-    render_tex,
-    tex_escape,
     write_frame,
 )
 from harness.reporting.runs import (
@@ -69,16 +67,6 @@ from harness.reporting.versus import PaperVsHarness, knobs_text, paper_vs_harnes
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# Importable from here as before the report was split into modules (the CLI and tests use them).
-__all__ = [
-    "FORMATS",
-    "NO_PYARROW",
-    "render_tex",
-    "tex_escape",
-    "write_frame",
-    "write_paper_report",
-]
 
 
 def write_paper_report(
