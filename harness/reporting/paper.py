@@ -126,12 +126,17 @@ def write_paper_report(
             f"{list(presets or ['all'])} in {', '.join(sources)}"
         )
     opts = Options(sources, formats, figures, published, select, allow_dirty, tuple(against))
+    out, written = Path(out_dir), list[Path]()
     try:
-        return _write(chosen, groups, Path(out_dir), opts)
+        out.mkdir(parents=True, exist_ok=True)
+        for task, preset in groups:
+            group = [r for r in chosen if (r["task"], r["preset"]) == (task, preset)]
+            written += _write_one(task, preset, group, out, opts)
     except OSError as e:
         raise HarnessError(
             f"cannot write the paper report to {out_dir}: {e.strerror or e}"
         ) from None
+    return written
 
 
 @dataclass(frozen=True)
@@ -145,18 +150,6 @@ class Options:
     select: Rule | None
     allow_dirty: bool
     against: tuple[str, ...] = ()
-
-
-def _write(
-    records: list[dict[str, Any]], groups: list[tuple[str, str]], out: Path, opts: Options
-) -> list[Path]:
-    """One report per (task, preset) of ``groups``; see ``write_paper_report``."""
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for task, preset in groups:
-        group = [r for r in records if (r["task"], r["preset"]) == (task, preset)]
-        written += _write_one(task, preset, group, out, opts)
-    return written
 
 
 def _dirty_line(task: str, preset: str, left_out: list[dict[str, Any]], opts: Options) -> str:
