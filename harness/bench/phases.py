@@ -209,13 +209,12 @@ def reference_model(model: SeqModel, kind: str) -> ReferenceModel:
 
 def held_out_split(cfg: RunConfig, task: Task, splits: SplitCache | None = None) -> Split:
     """The task's test split, built once per (task, task config, seed) when given a cache."""
+    if splits is None:
+        return task.splits(cfg.seed).test
     key = (cfg.task, cfg.task_cfg, cfg.seed)
-    if splits is not None and key in splits:
-        return splits[key]
-    split = task.splits(cfg.seed).test
-    if splits is not None:
-        splits[key] = split
-    return split
+    if key not in splits:
+        splits[key] = task.splits(cfg.seed).test
+    return splits[key]
 
 
 def train_step(
@@ -344,8 +343,8 @@ def method_phase(
             },
             # the step loop computes the GRU's arithmetic: its ratio to the fused GRU is dispatch
             "fused_cell": cell,
-            "dense_macs": fused_macs(cell, first.input_size, first.hidden_size, layers),
-            "cell_macs": fused_macs(cell, first.input_size, first.hidden_size, layers),
+            "dense_macs": (macs := fused_macs(cell, first.input_size, first.hidden_size, layers)),
+            "cell_macs": macs,
             "mac_ratio": FUSED_CELLS[cell] / FUSED_CELLS["GRU"],
         }
         if phase == "inference":

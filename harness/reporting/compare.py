@@ -108,11 +108,8 @@ def _tolerance(
 
 
 def _measures(r: dict[str, Any]) -> dict[str, Any]:
-    out = {f"metrics.{k}": v for k, v in (r.get("metrics") or {}).items()}
-    out.update({f"macs.{k}": v for k, v in (r.get("macs") or {}).items()})
-    out.update({f"flops.{k}": v for k, v in (r.get("flops") or {}).items()})
-    out.update({f"params.{k}": v for k, v in (r.get("params") or {}).items()})
-    return out
+    groups = ("metrics", "macs", "flops", "params")
+    return {f"{g}.{k}": v for g in groups for k, v in (r.get(g) or {}).items()}
 
 
 def _differs(a: Any, b: Any, tol: tuple[float, float]) -> bool:

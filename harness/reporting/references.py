@@ -271,11 +271,9 @@ def reference_bands(
     for (method, vid), g in runs.groupby(["method", "variant_id"], sort=True):
         if role(method) == "method" or primary not in g:
             continue
-        vals = [float(v) for v in g[primary] if v is not None and not math.isnan(float(v))]
-        if vals:
-            label = (labels or {}).get(vid)
-            name = f"{method} ({label})" if label else method
-            out.append((name, statistics.fmean(vals), ci95(vals) or 0.0))
+        r = row(method, (labels or {}).get(vid) or "", g[primary])
+        if r.values:
+            out.append((r.name, r.mean, r.half))
     return out
 
 
