@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.bench.phases import MAC_BOUND, PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
 from harness.pipeline.resume import code_changes
+from harness.reporting.render import pipe_table
 from harness.reporting.text import commits
 
 RATIO = "× fused GRU"
@@ -127,7 +128,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         ratios = [row.get(p, {}).get("ratio_vs_cell") for p in ("train", "inference")]
         return (1, *[float("inf") if x is None else x for x in ratios])
 
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    body = []
     for row in sorted(rows.values(), key=order):
         name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
         s = row["sizes"]
@@ -148,7 +149,8 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             cells.append("–" if met is None else "yes" if met else "**no**")
         else:
             cells += ["–", "–"]
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
+    lines = pipe_table(cols, body)
     above = [
         row["train"]
         for row in sorted(rows.values(), key=order)

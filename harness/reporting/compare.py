@@ -23,6 +23,7 @@ from harness.components.metrics import DEFAULT_TOLERANCE, get_metric
 from harness.errors import HarnessError
 from harness.persistence.records import latest
 from harness.persistence.store import load
+from harness.reporting.render import pipe_table
 
 # (absolute, relative) per measure prefix; a test metric's own is its registry entry's tolerance.
 DEFAULT_TOLERANCES = {
@@ -303,17 +304,11 @@ def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
     if res.environment:
         lines += ["## Environment differs", ""] + [f"- {e}" for e in res.environment] + [""]
     if res.drifted:
-        lines += [
-            "## Drifted",
-            "",
-            "| run | measure | reference | current | tolerance |",
-            "|---|---|---|---|---|",
+        titles = ["run", "measure", "reference", "current", "tolerance"]
+        cells = [
+            [d.label, d.measure, str(d.reference), str(d.current), d.tolerance] for d in res.drifted
         ]
-        lines += [
-            f"| {d.label} | {d.measure} | {d.reference} | {d.current} | {d.tolerance} |"
-            for d in res.drifted
-        ]
-        lines.append("")
+        lines += ["## Drifted", "", *pipe_table(titles, cells), ""]
     for title, rows in (("Missing from current", res.missing), ("New in current", res.new)):
         if rows:
             lines += [f"## {title}", ""] + [f"- {label(r)} ({r['run_id']})" for r in rows] + [""]
