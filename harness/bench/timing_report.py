@@ -198,7 +198,6 @@ def timing_markdown(
     command: str,
     failed: Sequence[str] = (),
     skipped: dict[str, int] | None = None,
-    notes: Sequence[str] = (),
 ) -> str:
     """The TIMING.md text: generated-file header, one table per (task, device), what was not timed.
 
@@ -208,7 +207,6 @@ def timing_markdown(
         command: the command line that produced them.
         failed: one line per timing that failed.
         skipped: ``{reason: count}`` of timings not attempted.
-        notes: extra header bullet points.
 
     Returns:
         The Markdown.
@@ -265,7 +263,6 @@ def timing_markdown(
         f"method, which runs several layers per step, within {factor}× the fused GRU × its "
         "MACs / GRU. Met: whether the measured ratio is within it (advisory).",
         f"- Code timed (`method_code`): {method_codes(records)}.",
-        *[f"- {n}" for n in notes],
         *[f"- **Timed with other code than today's**: {line}" for line in code_changes(records)],
         "",
     ]

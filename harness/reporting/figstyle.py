@@ -151,16 +151,15 @@ def error_bars(mean: Any, std: Any, key: str) -> np.ndarray:
     return np.vstack([mean - lo, hi - mean])
 
 
-def legend(fig: Figure, methods: Sequence[str], labels: dict[str, str] | None = None) -> None:
+def legend(fig: Figure, methods: Sequence[str]) -> None:
     """One legend entry per method (its colour, marker and line style), outside the axes."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **method_style(m)) for m in methods]
-    text = [(labels or {}).get(m, m) for m in methods]
     if fig.get_figwidth() > ONE_COLUMN + 0.01:
-        fig.legend(handles, text, loc="outside right upper")
+        fig.legend(handles, methods, loc="outside right upper")
     else:
-        fig.legend(handles, text, loc="outside lower center", ncols=2)
+        fig.legend(handles, methods, loc="outside lower center", ncols=2)
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:

@@ -400,7 +400,6 @@ def report_figures(
     higher: bool,
     title: str,
     stem: Path,
-    skip_target: float | None = None,
     selected: dict[str, str] | None = None,
     rule: str = "",
 ) -> list[tuple[str, list[Path]]]:
@@ -413,8 +412,6 @@ def report_figures(
         higher: whether higher values of the primary metric are better.
         title: the primary metric's title, for axes and captions.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
-        skip_target: the Skip % the update patterns are matched at where the table picked no
-            variant (None: see ``harness.reporting.patterns.matched_budget``).
         selected: ``{method: variant_id}``, the variant the table shows per method where a
             selection rule picked one; the update patterns show it (unless it is at chance).
         rule: the selection rule that picked ``selected`` (e.g. ``val-skip-nearest:76``), named
@@ -441,7 +438,7 @@ def report_figures(
         tradeoff_figure(points, primary, higher, title, bands),
         "tradeoff",
     )
-    choice = mask_choice(runs, skip_target, selected)
+    choice = mask_choice(runs, None, selected)
     labels = variant_labels(runs)
     if any(mask_image(r).size for r in choice.records.values()):
         keep(

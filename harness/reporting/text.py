@@ -59,9 +59,7 @@ def std_decimals(std: float) -> int:
     return _sig_decimals(std, 2)
 
 
-def fmt_cell(
-    mean: float | None, std: float | None = None, n: int = 1, scale: int = 0, digits: int = 3
-) -> str:
+def fmt_cell(mean: float | None, std: float | None = None, n: int = 1, scale: int = 0) -> str:
     """The one number format of every generated table: ``mean ± std``, never e-notation.
 
     Args:
@@ -72,7 +70,6 @@ def fmt_cell(
             seed gave the same value (a deterministic column, or a fixed result to look into).
         n: how many values the mean is over.
         scale: the column's power of ten (``column_scale``): the cell shows value / 10^scale.
-        digits: significant digits of a value printed without a std.
     """
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "–"
@@ -82,7 +79,7 @@ def fmt_cell(
         s = std * f
         d = std_decimals(s)
         return f"{m:.{d}f} ± {s:.{d}f}"
-    text = f"{m:.0f}" if abs(m) >= 10 ** (digits - 1) else f"{m:.{_sig_decimals(m, digits)}f}"
+    text = f"{m:.0f}" if abs(m) >= 100 else f"{m:.{_sig_decimals(m, 3)}f}"  # 3 significant digits
     if n > 1 and std is not None and not math.isnan(std):
         return f"{text} ± 0 (n={n})"
     return text
