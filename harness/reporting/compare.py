@@ -250,23 +250,16 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def load_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The records of a store, and one ``FILE:N: why`` message per line the gate cannot read.
-
-    A line is unreadable when it is not JSON (a torn last line) or fails
-    ``harness.persistence.records.validate`` (missing or ill-typed keys, an unknown schema version).
-    """
-    return load([path], legacy_values)
-
-
 def load_strict(path: str) -> list[dict[str, Any]]:
     """Records of a store; for the gate a line it cannot read is bad input, not a warning.
+
+    Unreadable: not JSON (a torn last line), or failing ``harness.persistence.records.validate``.
 
     Raises:
         HarnessError: one line naming the unreadable lines (``FILE:N``, the first three and how
             many more) and what to do.
     """
-    records, problems = load_records(path)
+    records, problems = load([path], legacy_values)
     if problems:
         raise HarnessError(unreadable_message(problems))
     return records

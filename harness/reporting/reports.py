@@ -247,7 +247,7 @@ def compare(
         check_writable(markdown)
     skipped: list[str] = []
     if skip_malformed:
-        (ref, a), (cur, b) = gate.load_records(str(reference)), gate.load_records(str(current))
+        (ref, a), (cur, b) = load_records([str(reference)]), load_records([str(current)])
         skipped = a + b
     else:
         ref, cur = gate.load_strict(str(reference)), gate.load_strict(str(current))
