@@ -325,9 +325,9 @@ def measure_speedups(
 def measure_one(
     model: Method,
     x: Tensor,
-    budget_s: float = 3.0,
-    noskip: Method | None = None,
-    cell: torch.nn.Module | None = None,
+    budget_s: float,
+    noskip: Method,
+    cell: torch.nn.Module,
 ) -> dict[str, Any]:
     """Achieved skip, MAC counts, bounds, times and fast-vs-dense agreement of one model on ``x``.
 
@@ -339,15 +339,14 @@ def measure_one(
         model: a model with a fast path (eval mode).
         x: ``[B, T, V]`` inputs.
         budget_s: seconds of timing (at least 3 rounds regardless).
-        noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path;
-            None leaves that comparison out.
-        cell: torch's fused cell at the same sizes (``fused_cell``); None leaves it out.
+        noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path.
+        cell: torch's fused cell at the same sizes (``fused_cell``).
 
     Returns:
         skip (achieved; depth-skip for depth-adaptive methods), flop_reduction (dense /
         effective MACs), flop_reduction_exact (dense / exact-realisable), fast_macs (MACs of the
-        batch's union, per sequence); for each alternative A in ``dense`` and, where given,
-        ``noskip`` and ``fused``: ``A_ms`` (median ms), ``A_macs``, ``bound_A`` (A's MACs /
+        batch's union, per sequence); for each alternative A in ``dense``, ``noskip`` and
+        ``fused``: ``A_ms`` (median ms), ``A_macs``, ``bound_A`` (A's MACs /
         fast_macs), ``speedup_A`` with ``speedup_A_min`` / ``speedup_A_max`` (median and range
         of per-round A / fast) and ``realised_frac_A`` (speedup / bound); the dense comparison
         also under the plain names ``speedup``, ``bound`` and ``realised_frac``. Then fast_ms,
@@ -362,32 +361,21 @@ def measure_one(
     out = model.fast_forward(x)
     macs = {k: v.mean().item() for k, v in sequence_macs(model, ref).items()}
     fast_macs = union_macs(model, ref)
-    alt_macs = {"dense": macs["dense"]}
-
-    def dense() -> SeqOut:
-        with torch.no_grad():
-            return model(x)
-
-    paths: dict[str, Callable[[], Any]] = {"dense": dense}
-    extra: dict[str, Any] = {}
-    if noskip is not None:
-        noskip.eval()
-        with torch.no_grad():
-            noskip_ref = noskip(x)
-        alt_macs["noskip"] = union_macs(noskip, noskip_ref)
-        extra["noskip_skip"] = achieved_skip(noskip_ref, noskip)
-        paths["noskip"] = lambda: noskip.fast_forward(x)
-    if cell is not None:
-        name = type(cell).__name__
-        alt_macs["fused"] = float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1])
-        extra["fused_cell"] = name
-
-        def fused() -> Any:
-            with torch.no_grad():
-                return cell(x)
-
-        paths["fused"] = fused
-    paths["fast"] = lambda: model.fast_forward(x)
+    noskip.eval()
+    with torch.no_grad():
+        noskip_ref = noskip(x)
+    name = type(cell).__name__
+    alt_macs = {
+        "dense": macs["dense"],
+        "noskip": union_macs(noskip, noskip_ref),
+        "fused": float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1]),
+    }
+    paths: dict[str, Callable[[], Any]] = {
+        "dense": torch.no_grad()(lambda: model(x)),
+        "noskip": lambda: noskip.fast_forward(x),
+        "fused": torch.no_grad()(lambda: cell(x)),
+        "fast": lambda: model.fast_forward(x),
+    }
     times = interleaved_rounds(paths, x.device, budget_s=budget_s)
     row: dict[str, Any] = {
         "skip": achieved_skip(ref, model),
@@ -417,7 +405,8 @@ def measure_one(
         "fast_ms": 1e3 * statistics.median(times["fast"]),
         "rounds": len(times["fast"]),
         "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
-        **extra,
+        "noskip_skip": achieved_skip(noskip_ref, noskip),
+        "fused_cell": name,
         "max_abs_diff": (out.outputs - ref.outputs).abs().max().item(),
         "mask_mismatch": int((out.mask != ref.mask).sum().item()),
         "reads_mismatch": reads_mismatch(out, ref),
