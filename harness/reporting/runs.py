@@ -4,9 +4,9 @@ The leaderboard (``harness.reporting.leaderboard``) and the paper-style report
 (``harness.reporting.paper``) both build on these. A variant is a set of runs that differ only by
 seed; it is labelled by the config values that vary among its method's variants. Besides the
 frames: which records come from a dirty tree (``dirty``), what happened while a run trained
-(``run_events``, the record's ``events`` or, for older records, the loss spikes of its history)
-and every failed record, superseded ones included (``failed_records``). pandas is imported inside
-the functions.
+(``events_text``: the record's ``events`` or, for older records, the loss spikes of its history,
+``harness.pipeline.events.derive_events``) and every failed record, superseded ones included
+(``failed_records``). pandas is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -138,15 +138,6 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
-def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """What happened while a run trained: its ``events`` (``harness.pipeline.events``).
-
-    A record made before events were recorded gives the training-loss spikes of its history
-    (``harness.pipeline.events.derive_events``).
-    """
-    return list(derive_events(rec))
-
-
 def ranges(values: Iterable[int], sep: str = ", ") -> str:
     """``36-40, 42, 50-51``: sorted values, consecutive ones as ranges (``--seeds``: sep ",")."""
     out: list[list[int]] = []
@@ -166,7 +157,7 @@ def events_text(runs: Sequence[dict[str, Any]]) -> str:
     parts = []
     for r in sorted(runs, key=lambda r: r["seed"]):
         kinds: dict[str, list[int]] = {}
-        for ev in run_events(r):
+        for ev in derive_events(r):
             kinds.setdefault(ev["kind"], []).append(int(ev["epoch"]))
         if kinds:
             what = ", ".join(
@@ -268,7 +259,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
                 "records": list(g["record"]),
                 "commit": commit_label(list(g["record"])),
                 "events": events_text(list(g["record"])),
-                "event_runs": sum(1 for r in g["record"] if run_events(r)),
+                "event_runs": sum(1 for r in g["record"] if derive_events(r)),
             }
             for k in keys:
                 col = [float(v) for v in g[k]] if k in g else [math.nan] * len(g)

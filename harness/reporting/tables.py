@@ -278,7 +278,7 @@ def _bold(means: Sequence[float], higher: bool | None) -> list[bool]:
     return [m is not None and not math.isnan(m) and math.isclose(m, best) for m in means]
 
 
-EVENT_MARK = "‡"  # a row whose runs had a training event (``harness.reporting.runs.run_events``)
+EVENT_MARK = "‡"  # a row whose runs had a training event (``harness.pipeline.events``)
 
 
 def main_table(
