@@ -329,18 +329,9 @@ def _reference_notes(
     ``harness.reporting.references.notes``; with no reference row, the command that adds them.
     """
     rows = [ref_row(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in shown.iterrows()]
-    methods = runs[[role(m) == "method" for m in runs["method"]]]
-    methods = methods if len(methods) else runs
-    return reference_notes(
-        task,
-        preset,
-        rows,
-        primary,
-        higher,
-        store=str(opts.sources[0]) if opts.sources else "results",
-        seeds=[int(s) for s in methods["seed"]],
-        task_cfgs=[r["config"].get("task_cfg") or {} for r in methods["record"]],
-    )
+    store = str(opts.sources[0]) if opts.sources else "results"
+    recs = list(runs["record"])
+    return reference_notes(task, preset, rows, primary, higher, store=store, records=recs)
 
 
 def _render(

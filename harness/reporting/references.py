@@ -181,8 +181,7 @@ def notes(
     higher: bool,
     *,
     store: str,
-    seeds: Iterable[int],
-    task_cfgs: Sequence[dict[str, Any]] = (),
+    records: Sequence[dict[str, Any]],
     brief: bool = False,
 ) -> list[str]:
     """The notes under a table about its reference predictors.
@@ -194,8 +193,8 @@ def notes(
         primary: the primary metric.
         higher: its direction.
         store: the records store the add command writes to.
-        seeds: the table's seeds.
-        task_cfgs: the task configs of the table's records (the add command's ``--set``).
+        records: the table's ok records; the add command takes the seeds and the shared task
+            settings (``task_sets``) of its methods' records (of all, with no method row).
         brief: the terminal's short form (no descriptions).
 
     Returns:
@@ -204,7 +203,10 @@ def notes(
     """
     refs = list(dict.fromkeys(r.method for r in rows if role(r.method) != "method"))
     if not refs:
-        cmd = add_command(task, preset, seeds, store, task_sets(task, preset, task_cfgs))
+        methods = [r for r in records if role(r["method"]) == "method"] or list(records)
+        cfgs = [r["config"].get("task_cfg") or {} for r in methods]
+        seeds = {r["seed"] for r in methods}
+        cmd = add_command(task, preset, seeds, store, task_sets(task, preset, cfgs))
         return [f"No reference predictor was run for this table; to add them: `{cmd}`."]
     verdict = separation(rows, primary, higher)
     if brief:
@@ -235,18 +237,8 @@ def record_notes(
         same = [r for r in recs if r["method"] == g[0]["method"]]
         values = (r["metrics"].get(primary) for r in g)
         rows.append(row(g[0]["method"], variant_label(g, same), values))
-    methods = [r for r in recs if role(r["method"]) == "method"] or recs
-    return notes(
-        task,
-        preset,
-        rows,
-        primary,
-        higher_is_better(recs[0]),
-        store=store,
-        seeds={r["seed"] for r in methods},
-        task_cfgs=[r["config"].get("task_cfg") or {} for r in methods],
-        brief=brief,
-    )
+    higher = higher_is_better(recs[0])
+    return notes(task, preset, rows, primary, higher, store=store, records=recs, brief=brief)
 
 
 # --- in the trade-off figures -------------------------------------------------------------------
