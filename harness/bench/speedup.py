@@ -91,21 +91,15 @@ def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
     parts = methods.split(",") if isinstance(methods, str) else list(methods)
     out: list[str] = []
     for part in (p.strip() for p in parts if p.strip()):
-        if any(c in part for c in "*?[") or part == "all":
-            found = [n for n in METHODS.resolve(part) if n in have]
-            if not found:
-                raise ConfigError(
-                    f"no method with a fast path matches '{part}'; those with one: "
-                    + ", ".join(have)
-                )
-        else:
+        glob = any(c in part for c in "*?[") or part == "all"
+        if not glob:
             METHODS.get(part)  # unknown names: the registry's message, with suggestions
-            if part not in have:
-                raise ConfigError(
-                    f"method '{part}' has no fast inference path to measure; methods with one: "
-                    + ", ".join(have)
-                )
-            found = [part]
+        found = [n for n in (METHODS.resolve(part) if glob else [part]) if n in have]
+        if not found:
+            why = f"no method with a fast path matches '{part}'; those with one: "
+            if not glob:
+                why = f"method '{part}' has no fast inference path to measure; methods with one: "
+            raise ConfigError(why + ", ".join(have))
         out.extend(n for n in found if n not in out)
     if not out:
         raise ConfigError(f"no method given; methods with a fast path: {', '.join(have)}")

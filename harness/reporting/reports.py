@@ -166,10 +166,7 @@ def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
 
 
 def _rule(select: str | None) -> Any:
-    if not select:
-        return None
-
-    return parse_rule(select)
+    return parse_rule(select) if select else None
 
 
 def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
