@@ -60,7 +60,7 @@ from harness.reporting.patterns import (
     mask_image,
 )
 from harness.reporting.references import draw_bands, reference_bands
-from harness.reporting.text import arrow
+from harness.reporting.text import arrow, value_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,10 +189,6 @@ def budget_knobs(method: str) -> tuple[str, ...]:
         return ()
 
 
-def _value(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
     """Per variant id, the config values that vary among its method's variants (``k=v, ...``).
 
@@ -207,7 +203,7 @@ def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
         knobs = [k for k in budget_knobs(method) if k in varying]
         keys = [k for k in [*knobs, *sorted(varying - set(knobs))] if k != exclude]
         for vid, cfg in cfgs.items():
-            out[vid] = ", ".join(f"{k}={_value(cfg.get(k))}" for k in keys)
+            out[vid] = ", ".join(f"{k}={value_text(cfg.get(k))}" for k in keys)
     return out
 
 

@@ -184,10 +184,8 @@ def majority_share(record: dict[str, Any]) -> float | None:
     counts: list[float] = []
     if "per_class" not in info:
         raw = info.get("class_counts")
-        if isinstance(raw, dict):
-            counts = [float(v) for v in raw.values()]
-        elif isinstance(raw, list):
-            counts = [float(v) for v in raw]
+        if isinstance(raw, (dict, list)):
+            counts = [float(v) for v in (raw.values() if isinstance(raw, dict) else raw)]
         elif "n_positive" in info and "n_negative" in info:
             counts = [float(info["n_positive"]), float(info["n_negative"])]
         elif "positive_pct" in info:

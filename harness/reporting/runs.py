@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from harness.components.metrics import METRICS, get_metric, higher_is_better
 from harness.persistence.records import flat_config, latest
 from harness.pipeline.events import derive_events
-from harness.reporting.text import ci95, commit_label
+from harness.reporting.text import ci95, commit_label, value_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -247,10 +247,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
             g = g.sort_values("seed")
             row = {
                 "method": g["method"].iloc[0],
-                "parts": {
-                    k: f"{k}={cfg[k]:g}" if isinstance(cfg.get(k), float) else f"{k}={cfg.get(k)}"
-                    for k in varying
-                },
+                "parts": {k: f"{k}={value_text(cfg.get(k))}" for k in varying},
                 "sort": tuple(_sort_key(cfg.get(k)) for k in varying),
                 "seeds": g["seed"].nunique(),
                 "seed_list": [int(x) for x in g["seed"]],

@@ -42,6 +42,11 @@ def column_scale(values: Sequence[float], large: bool = False) -> int:
     return 3 * math.floor((low + 1) / 3) if low < -2 else 0
 
 
+def value_text(v: Any) -> str:
+    """A config value in a label: a float as ``%g`` (``lam=0.0002``), anything else as ``str``."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
 def scaled(title: str, scale: int) -> str:
     """A column title with its unit: ``MSE (×10^-3)``; unchanged for scale 0."""
     return f"{title} (×10^{scale})" if scale else title
