@@ -94,6 +94,16 @@ def style() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def figure(width: float, height: float, *grid: int, **kw: Any) -> Iterator[tuple[Figure, Any]]:
+    """Under ``style()``, a ``width`` x ``height`` in figure (constrained) and its subplots."""
+    from matplotlib.figure import Figure
+
+    with style():
+        fig = Figure(figsize=(width, height), layout="constrained")
+        yield fig, fig.subplots(*grid, **kw)
+
+
 def style_at(i: int) -> dict[str, str]:
     """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order).
 

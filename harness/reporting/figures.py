@@ -44,12 +44,12 @@ from harness.reporting.figstyle import (
     TWO_COLUMNS,
     band,
     error_bars,
+    figure,
     legend,
     method_order,
     method_style,
     save,
     spans_decades,
-    style,
 )
 from harness.reporting.patterns import (
     CHANCE_MARGIN,
@@ -135,17 +135,13 @@ def tradeoff_figure(
         bands: the reference predictors (``reference_bands``): a horizontal band each, on both
             panels, labelled on the right one.
     """
-    from matplotlib.figure import Figure
-
     skip, flops = get_metric("skip_pct"), get_metric("flops")
     xs = [
         ("skip_pct", skip.higher, skip.title + arrow(skip.higher)),
         ("flops", flops.higher, f"{flops.title} per sequence{arrow(flops.higher)}"),
     ]
     methods = method_order(points["method"])
-    with style():
-        fig = Figure(figsize=(TWO_COLUMNS, 2.6), layout="constrained")
-        axes = fig.subplots(1, 2, sharey=True)
+    with figure(TWO_COLUMNS, 2.6, 1, 2, sharey=True) as (fig, axes):
         for ax, (x, x_higher, xlabel) in zip(axes, xs, strict=True):
             for method in methods:
                 g = points[points["method"] == method]
@@ -305,15 +301,11 @@ def budget_figure(
         metric_title: axis label of the metric.
         higher: the metric's direction (an arrow in the label), if known.
     """
-    from matplotlib.figure import Figure
-
     runs = runs[runs[knob] >= 0]
     styles = _line_styles(runs)
     log = log_knob(list(runs[knob]))
     skip = get_metric("skip_pct")
-    with style():
-        fig = Figure(figsize=(TWO_COLUMNS, 2.6), layout="constrained")
-        axes = fig.subplots(1, 2)
+    with figure(TWO_COLUMNS, 2.6, 1, 2) as (fig, axes):
         panels = [(primary, metric_title + arrow(higher)), ("skip_pct", skip.title + arrow(True))]
         for ax, (y, title) in zip(axes, panels, strict=True):
             zero_x = _knob_axis(ax, list(runs[knob])) if log else None
