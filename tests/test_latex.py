@@ -19,7 +19,8 @@ from builders import make_record
 from harness.components.selection import parse_rule
 from harness.reporting.latex import tex_layout, tex_width
 from harness.reporting.leaderboard import leaderboard_tex
-from harness.reporting.paper import render_tex, tex_escape, write_paper_report
+from harness.reporting.paper import write_paper_report
+from harness.reporting.render import render_tex, tex_escape
 
 
 def rec(method, seed, task, primary, higher, hidden=50, lam=None, **metrics):

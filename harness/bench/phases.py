@@ -209,13 +209,12 @@ def reference_model(model: SeqModel, kind: str) -> ReferenceModel:
 
 def held_out_split(cfg: RunConfig, task: Task, splits: SplitCache | None = None) -> Split:
     """The task's test split, built once per (task, task config, seed) when given a cache."""
+    if splits is None:
+        return task.splits(cfg.seed).test
     key = (cfg.task, cfg.task_cfg, cfg.seed)
-    if splits is not None and key in splits:
-        return splits[key]
-    split = task.splits(cfg.seed).test
-    if splits is not None:
-        splits[key] = split
-    return split
+    if key not in splits:
+        splits[key] = task.splits(cfg.seed).test
+    return splits[key]
 
 
 def train_step(
@@ -327,6 +326,15 @@ def method_phase(
     ref_config = {"task": cfg.task, "preset": cfg.preset, "seed": cfg.seed, "sizes": sizes, **shape}
     key = json.dumps({"phase": phase, "device": str(device), **ref_config}, sort_keys=True)
 
+    def timed(module: nn.Module, forward: Callable[[], tuple[Tensor, Any]]) -> Callable[[], Any]:
+        """``phase`` on ``module``: one forward pass under no_grad, or one training step."""
+        if phase == "inference":
+            module.eval()
+            return synced(torch.no_grad()(lambda: forward()[0]), device)
+        module.train()
+        params = [p for p in module.parameters() if p.requires_grad]
+        return synced(train_step(params, task_obj, batch, cfg.train, forward), device)
+
     def make_reference(kind: str = "GRU") -> Phase:
         ref = reference_model(model, kind).to(device)
         cell = "GRU" if kind == STEP_LOOP else kind
@@ -344,42 +352,16 @@ def method_phase(
             },
             # the step loop computes the GRU's arithmetic: its ratio to the fused GRU is dispatch
             "fused_cell": cell,
-            "dense_macs": fused_macs(cell, first.input_size, first.hidden_size, layers),
-            "cell_macs": fused_macs(cell, first.input_size, first.hidden_size, layers),
+            "dense_macs": (macs := fused_macs(cell, first.input_size, first.hidden_size, layers)),
+            "cell_macs": macs,
             "mac_ratio": FUSED_CELLS[cell] / FUSED_CELLS["GRU"],
         }
-        if phase == "inference":
-            ref.eval()
-            fn = torch.no_grad()(lambda: ref(batch.x, batch.lengths))
-        else:
-            ref.train()
-            params = [p for p in ref.parameters() if p.requires_grad]
-            fn = train_step(
-                params, task_obj, batch, cfg.train, lambda: (ref(batch.x, batch.lengths), None)
-            )
-        return Phase(synced(fn, device), ref_info, ref)
-
-    if phase == "inference":
-        model.eval()
-
-        @torch.no_grad()
-        def infer() -> Tensor:
-            return model(batch.x, batch.lengths).pred
-
-        return Phase(synced(infer, device), info, model, key, make_reference)
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    model.on_epoch_start(0, cfg.train.epochs)
-    model.train()
+        return Phase(timed(ref, lambda: (ref(batch.x, batch.lengths), None)), ref_info, ref)
 
     def forward() -> tuple[Tensor, Tensor | None]:
         out = model(batch.x, batch.lengths)
         return out.pred, out.aux_loss
 
-    return Phase(
-        synced(train_step(params, task_obj, batch, cfg.train, forward), device),
-        info,
-        model,
-        key,
-        make_reference,
-    )
+    if phase == "train":
+        model.on_epoch_start(0, cfg.train.epochs)
+    return Phase(timed(model, forward), info, model, key, make_reference)

@@ -91,21 +91,15 @@ def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
     parts = methods.split(",") if isinstance(methods, str) else list(methods)
     out: list[str] = []
     for part in (p.strip() for p in parts if p.strip()):
-        if any(c in part for c in "*?[") or part == "all":
-            found = [n for n in METHODS.resolve(part) if n in have]
-            if not found:
-                raise ConfigError(
-                    f"no method with a fast path matches '{part}'; those with one: "
-                    + ", ".join(have)
-                )
-        else:
+        glob = any(c in part for c in "*?[") or part == "all"
+        if not glob:
             METHODS.get(part)  # unknown names: the registry's message, with suggestions
-            if part not in have:
-                raise ConfigError(
-                    f"method '{part}' has no fast inference path to measure; methods with one: "
-                    + ", ".join(have)
-                )
-            found = [part]
+        found = [n for n in (METHODS.resolve(part) if glob else [part]) if n in have]
+        if not found:
+            why = f"no method with a fast path matches '{part}'; those with one: "
+            if not glob:
+                why = f"method '{part}' has no fast inference path to measure; methods with one: "
+            raise ConfigError(why + ", ".join(have))
         out.extend(n for n in found if n not in out)
     if not out:
         raise ConfigError(f"no method given; methods with a fast path: {', '.join(have)}")
@@ -211,33 +205,6 @@ def interleaved_rounds(
             times[name].append(timed(name, f))
         rounds += 1
     return times
-
-
-def interleaved_times(
-    dense: Callable[[], Any],
-    fast: Callable[[], Any],
-    device: torch.device,
-    warmup: int = 1,
-    min_rounds: int = 3,
-    max_rounds: int = 15,
-    budget_s: float = 3.0,
-    block: int = 3,
-) -> dict[str, float]:
-    """Time a dense and a fast path with ``interleaved_rounds`` and compare them.
-
-    Returns:
-        The median dense and fast times (ms), the median of per-round ratios dense / fast
-        (``speedup``) and the number of rounds.
-    """
-    t = interleaved_rounds(
-        {"dense": dense, "fast": fast}, device, warmup, min_rounds, max_rounds, budget_s, block
-    )
-    return {
-        "dense_ms": 1e3 * statistics.median(t["dense"]),
-        "fast_ms": 1e3 * statistics.median(t["fast"]),
-        "speedup": ratio_spread(t["dense"], t["fast"])[0],
-        "rounds": len(t["fast"]),
-    }
 
 
 def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
@@ -352,9 +319,9 @@ def measure_speedups(
 def measure_one(
     model: Method,
     x: Tensor,
-    budget_s: float = 3.0,
-    noskip: Method | None = None,
-    cell: torch.nn.Module | None = None,
+    budget_s: float,
+    noskip: Method,
+    cell: torch.nn.Module,
 ) -> dict[str, Any]:
     """Achieved skip, MAC counts, bounds, times and fast-vs-dense agreement of one model on ``x``.
 
@@ -366,15 +333,14 @@ def measure_one(
         model: a model with a fast path (eval mode).
         x: ``[B, T, V]`` inputs.
         budget_s: seconds of timing (at least 3 rounds regardless).
-        noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path;
-            None leaves that comparison out.
-        cell: torch's fused cell at the same sizes (``fused_cell``); None leaves it out.
+        noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path.
+        cell: torch's fused cell at the same sizes (``fused_cell``).
 
     Returns:
         skip (achieved; depth-skip for depth-adaptive methods), flop_reduction (dense /
         effective MACs), flop_reduction_exact (dense / exact-realisable), fast_macs (MACs of the
-        batch's union, per sequence); for each alternative A in ``dense`` and, where given,
-        ``noskip`` and ``fused``: ``A_ms`` (median ms), ``A_macs``, ``bound_A`` (A's MACs /
+        batch's union, per sequence); for each alternative A in ``dense``, ``noskip`` and
+        ``fused``: ``A_ms`` (median ms), ``A_macs``, ``bound_A`` (A's MACs /
         fast_macs), ``speedup_A`` with ``speedup_A_min`` / ``speedup_A_max`` (median and range
         of per-round A / fast) and ``realised_frac_A`` (speedup / bound); the dense comparison
         also under the plain names ``speedup``, ``bound`` and ``realised_frac``. Then fast_ms,
@@ -389,32 +355,21 @@ def measure_one(
     out = model.fast_forward(x)
     macs = {k: v.mean().item() for k, v in sequence_macs(model, ref).items()}
     fast_macs = union_macs(model, ref)
-    alt_macs = {"dense": macs["dense"]}
-
-    def dense() -> SeqOut:
-        with torch.no_grad():
-            return model(x)
-
-    paths: dict[str, Callable[[], Any]] = {"dense": dense}
-    extra: dict[str, Any] = {}
-    if noskip is not None:
-        noskip.eval()
-        with torch.no_grad():
-            noskip_ref = noskip(x)
-        alt_macs["noskip"] = union_macs(noskip, noskip_ref)
-        extra["noskip_skip"] = achieved_skip(noskip_ref, noskip)
-        paths["noskip"] = lambda: noskip.fast_forward(x)
-    if cell is not None:
-        name = type(cell).__name__
-        alt_macs["fused"] = float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1])
-        extra["fused_cell"] = name
-
-        def fused() -> Any:
-            with torch.no_grad():
-                return cell(x)
-
-        paths["fused"] = fused
-    paths["fast"] = lambda: model.fast_forward(x)
+    noskip.eval()
+    with torch.no_grad():
+        noskip_ref = noskip(x)
+    name = type(cell).__name__
+    alt_macs = {
+        "dense": macs["dense"],
+        "noskip": union_macs(noskip, noskip_ref),
+        "fused": float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1]),
+    }
+    paths: dict[str, Callable[[], Any]] = {
+        "dense": torch.no_grad()(lambda: model(x)),
+        "noskip": lambda: noskip.fast_forward(x),
+        "fused": torch.no_grad()(lambda: cell(x)),
+        "fast": lambda: model.fast_forward(x),
+    }
     times = interleaved_rounds(paths, x.device, budget_s=budget_s)
     row: dict[str, Any] = {
         "skip": achieved_skip(ref, model),
@@ -444,7 +399,8 @@ def measure_one(
         "fast_ms": 1e3 * statistics.median(times["fast"]),
         "rounds": len(times["fast"]),
         "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
-        **extra,
+        "noskip_skip": achieved_skip(noskip_ref, noskip),
+        "fused_cell": name,
         "max_abs_diff": (out.outputs - ref.outputs).abs().max().item(),
         "mask_mismatch": int((out.mask != ref.mask).sum().item()),
         "reads_mismatch": reads_mismatch(out, ref),

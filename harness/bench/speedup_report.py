@@ -12,8 +12,10 @@ from typing import Any
 
 import torch
 
+from harness.bench.timing_report import method_codes
 from harness.components.metrics import UNIT_NOTE
 from harness.env import device_name, git_state
+from harness.reporting.render import pipe_table
 from harness.training.code import code_changes
 
 # The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
@@ -42,14 +44,6 @@ def _vs(r: dict[str, Any], alt: str) -> list[str]:
         f"{r[f'bound_{alt}']:.2f}x",
         f"{r[f'realised_frac_{alt}']:.2f}",
     ]
-
-
-def _codes(rows: Sequence[dict[str, Any]]) -> str:
-    """``method code, ...``: the code version each method was timed with (``?`` if unknown)."""
-    codes: dict[str, set[str]] = {}
-    for r in rows:
-        codes.setdefault(r["method"], set()).add(r.get("method_code") or "?")
-    return ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
 
 
 def speedup_markdown(
@@ -121,7 +115,7 @@ def speedup_markdown(
         f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
         f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
         "",
-        f"Code timed (`method_code`): {_codes(rows)}.",
+        f"Code timed (`method_code`): {method_codes(rows)}.",
         *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
         "",
         *[f"- {n}" for n in notes],
@@ -136,14 +130,11 @@ def speedup_markdown(
             *summary,
             "",
         ]
-    lines += [
-        "| Method | D | B | Target skip % | Skip % | Setting | FLOP reduction "
-        "| ms: dense / no skip / fused / fast "
-        "| vs own dense loop | bound | realised / bound "
-        "| vs same path, no skip | bound | realised / bound "
-        "| vs fused cell | bound | realised / bound | Max abs diff | Rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    titles = ["Method", "D", "B", "Target skip %", "Skip %", "Setting", "FLOP reduction"]
+    titles.append("ms: dense / no skip / fused / fast")
+    for alt in ("vs own dense loop", "vs same path, no skip", "vs fused cell"):
+        titles += [alt, "bound", "realised / bound"]
+    body = []
     for r in rows:
         red = f"{r['flop_reduction']:.2f}x"
         if abs(r["flop_reduction_exact"] - r["flop_reduction"]) > 1e-3 * r["flop_reduction"]:
@@ -157,28 +148,11 @@ def speedup_markdown(
         fused = _vs(r, "fused")
         fused[0] = cell + fused[0] if fused[0] != "–" else fused[0]
         ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    r["method"],
-                    str(r["D"]),
-                    str(r["B"]),
-                    f"{100 * r['target_skip']:.0f}",
-                    f"{100 * r['skip']:.1f}"
-                    + (" (cols)" if r.get("skip_kind") == "columns" else ""),
-                    r["setting"],
-                    red,
-                    ms,
-                    *_vs(r, "dense"),
-                    *_vs(r, "noskip"),
-                    *fused,
-                    diff,
-                    str(r["rounds"]),
-                ]
-            )
-            + " |"
-        )
+        skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
+        who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
+        body.append([*who, r["setting"], red, ms, *_vs(r, "dense"), *_vs(r, "noskip"), *fused])
+        body[-1] += [diff, str(r["rounds"])]
+    lines += pipe_table([*titles, "Max abs diff", "Rounds"], body)
     lines.append("")
     lines.append(f"T = {rows[0]['T']}, V = {rows[0]['V']}." if rows else "No rows.")
     return "\n".join(lines) + "\n"
@@ -195,13 +169,13 @@ def _fused_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
             best[r["method"]] = r
     if not best:
         return []
-    return [
-        "| Method | D | Target skip % | Fused cell | vs fused cell | bound | realised / bound |",
-        "|---|---|---|---|---|---|---|",
-        *[
-            f"| {m} | {r['D']} | {100 * r['target_skip']:.0f} | {r.get('fused_cell', '–')} "
-            f"| {r['speedup_fused']:.2f}x | {r['bound_fused']:.2f}x "
-            f"| {r['realised_frac_fused']:.2f} |"
+    titles = ["Method", "D", "Target skip %", "Fused cell", "vs fused cell", "bound"]
+    return pipe_table(
+        [*titles, "realised / bound"],
+        [
+            [m, str(r["D"]), f"{100 * r['target_skip']:.0f}", str(r.get("fused_cell", "–"))]
+            + [f"{r['speedup_fused']:.2f}x", f"{r['bound_fused']:.2f}x"]
+            + [f"{r['realised_frac_fused']:.2f}"]
             for m, r in best.items()
         ],
-    ]
+    )

@@ -89,34 +89,17 @@ def timing_record(
         so is whether a method's target was met.
     """
     info, stats = phase.info, summarize(times)
-    rec: dict[str, Any] = {
-        "schema": TIMING_SCHEMA,
-        "kind": "timing",
-        "method": info["method"],
-        "task": info["task"],
-        "seed": info["seed"],
-        "preset": info["preset"],
-        "status": "ok",
-        "config": info["config"],
-        "phase": info["phase"],
-        "device": info["device"],
-        "device_name": info["device_name"],
-        **{f"{k}_s": stats[k] for k in STATS},
-        "rounds": stats["rounds"],
-        "iterations": 1,
-        "warmup_rounds": warmup,
-        "sizes": info["sizes"],
-        "params": info["params"],
-        "env": environment,
-        "bench_id": bench_id,
-        "time": {"start": start},
-        "benchmark": f"{info['method']}[{info['phase']}-{info['device']}]",
-        "fused_cell": info.get("fused_cell"),
-        "mac_ratio": info.get("mac_ratio"),
-        "dense_macs": info.get("dense_macs"),  # per step, the timed layers
-        "cell_macs": info.get("cell_macs"),  # per step, its fused cell at the same sizes
-        "method_code": current_code(info["method"]),  # the report names it, warns if it moved
-    }
+    rec: dict[str, Any] = {"schema": TIMING_SCHEMA, "kind": "timing"}
+    rec.update({k: info[k] for k in ("method", "task", "seed", "preset")}, status="ok")
+    rec.update({k: info[k] for k in ("config", "phase", "device", "device_name")})
+    rec.update({f"{k}_s": stats[k] for k in STATS}, rounds=stats["rounds"], iterations=1)
+    rec.update(warmup_rounds=warmup, sizes=info["sizes"], params=info["params"], env=environment)
+    rec.update(bench_id=bench_id, time={"start": start})
+    rec["benchmark"] = f"{info['method']}[{info['phase']}-{info['device']}]"
+    # its fused cell, dense MACs / the GRU's, and dense MACs per step of the timed layers and of
+    # the fused cell at the same sizes
+    rec.update({k: info.get(k) for k in ("fused_cell", "mac_ratio", "dense_macs", "cell_macs")})
+    rec["method_code"] = current_code(info["method"])  # the report names it, warns if it moved
     if reference:
         rec["reference"] = True
     # Same config, phase and device -> same id: ``results.latest`` keeps the newest timing.

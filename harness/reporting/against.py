@@ -149,13 +149,11 @@ def against_table(
     cells: list[list[str]] = [[] for _ in methods]
     for _title, key, target in cols:
         tests, diffs = [], []
-        for _i, r in methods:
-            if r["variant_id"] == target["variant_id"]:
-                tests.append(None)
-                diffs.append(None)
-                continue
-            tests.append(compare_seeds(r[f"{key}_by_seed"], target[f"{key}_by_seed"]))
-            diffs.append(difference(r[f"{key}_by_seed"], target[f"{key}_by_seed"]))
+        for _i, r in methods:  # None: the named method's own row
+            own = r["variant_id"] == target["variant_id"]
+            mine, theirs = r[f"{key}_by_seed"], target[f"{key}_by_seed"]
+            tests.append(None if own else compare_seeds(mine, theirs))
+            diffs.append(None if own else difference(mine, theirs))
         p_t = holm([c.p if c else None for c in tests])
         p_w = holm([c.wilcoxon if c else None for c in tests])
         for k, (c, d) in enumerate(zip(tests, diffs, strict=True)):

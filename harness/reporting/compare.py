@@ -23,6 +23,7 @@ from harness.components.metrics import DEFAULT_TOLERANCE, get_metric
 from harness.errors import HarnessError
 from harness.persistence.records import latest
 from harness.persistence.store import load
+from harness.reporting.render import pipe_table
 
 # (absolute, relative) per measure prefix; a test metric's own is its registry entry's tolerance.
 DEFAULT_TOLERANCES = {
@@ -108,11 +109,8 @@ def _tolerance(
 
 
 def _measures(r: dict[str, Any]) -> dict[str, Any]:
-    out = {f"metrics.{k}": v for k, v in (r.get("metrics") or {}).items()}
-    out.update({f"macs.{k}": v for k, v in (r.get("macs") or {}).items()})
-    out.update({f"flops.{k}": v for k, v in (r.get("flops") or {}).items()})
-    out.update({f"params.{k}": v for k, v in (r.get("params") or {}).items()})
-    return out
+    groups = ("metrics", "macs", "flops", "params")
+    return {f"{g}.{k}": v for g in groups for k, v in (r.get(g) or {}).items()}
 
 
 def _differs(a: Any, b: Any, tol: tuple[float, float]) -> bool:
@@ -252,23 +250,16 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def load_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The records of a store, and one ``FILE:N: why`` message per line the gate cannot read.
-
-    A line is unreadable when it is not JSON (a torn last line) or fails
-    ``harness.persistence.records.validate`` (missing or ill-typed keys, an unknown schema version).
-    """
-    return load([path], legacy_values)
-
-
 def load_strict(path: str) -> list[dict[str, Any]]:
     """Records of a store; for the gate a line it cannot read is bad input, not a warning.
+
+    Unreadable: not JSON (a torn last line), or failing ``harness.persistence.records.validate``.
 
     Raises:
         HarnessError: one line naming the unreadable lines (``FILE:N``, the first three and how
             many more) and what to do.
     """
-    records, problems = load_records(path)
+    records, problems = load([path], legacy_values)
     if problems:
         raise HarnessError(unreadable_message(problems))
     return records
@@ -306,17 +297,11 @@ def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
     if res.environment:
         lines += ["## Environment differs", ""] + [f"- {e}" for e in res.environment] + [""]
     if res.drifted:
-        lines += [
-            "## Drifted",
-            "",
-            "| run | measure | reference | current | tolerance |",
-            "|---|---|---|---|---|",
+        titles = ["run", "measure", "reference", "current", "tolerance"]
+        cells = [
+            [d.label, d.measure, str(d.reference), str(d.current), d.tolerance] for d in res.drifted
         ]
-        lines += [
-            f"| {d.label} | {d.measure} | {d.reference} | {d.current} | {d.tolerance} |"
-            for d in res.drifted
-        ]
-        lines.append("")
+        lines += ["## Drifted", "", *pipe_table(titles, cells), ""]
     for title, rows in (("Missing from current", res.missing), ("New in current", res.new)):
         if rows:
             lines += [f"## {title}", ""] + [f"- {label(r)} ({r['run_id']})" for r in rows] + [""]

@@ -94,6 +94,16 @@ def style() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def figure(width: float, height: float, *grid: int, **kw: Any) -> Iterator[tuple[Figure, Any]]:
+    """Under ``style()``, a ``width`` x ``height`` in figure (constrained) and its subplots."""
+    from matplotlib.figure import Figure
+
+    with style():
+        fig = Figure(figsize=(width, height), layout="constrained")
+        yield fig, fig.subplots(*grid, **kw)
+
+
 def style_at(i: int) -> dict[str, str]:
     """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order).
 
@@ -151,16 +161,15 @@ def error_bars(mean: Any, std: Any, key: str) -> np.ndarray:
     return np.vstack([mean - lo, hi - mean])
 
 
-def legend(fig: Figure, methods: Sequence[str], labels: dict[str, str] | None = None) -> None:
+def legend(fig: Figure, methods: Sequence[str]) -> None:
     """One legend entry per method (its colour, marker and line style), outside the axes."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **method_style(m)) for m in methods]
-    text = [(labels or {}).get(m, m) for m in methods]
     if fig.get_figwidth() > ONE_COLUMN + 0.01:
-        fig.legend(handles, text, loc="outside right upper")
+        fig.legend(handles, methods, loc="outside right upper")
     else:
-        fig.legend(handles, text, loc="outside lower center", ncols=2)
+        fig.legend(handles, methods, loc="outside lower center", ncols=2)
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:

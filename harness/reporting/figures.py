@@ -44,12 +44,12 @@ from harness.reporting.figstyle import (
     TWO_COLUMNS,
     band,
     error_bars,
+    figure,
     legend,
     method_order,
     method_style,
     save,
     spans_decades,
-    style,
 )
 from harness.reporting.patterns import (
     CHANCE_MARGIN,
@@ -60,7 +60,7 @@ from harness.reporting.patterns import (
     mask_image,
 )
 from harness.reporting.references import draw_bands, reference_bands
-from harness.reporting.text import arrow
+from harness.reporting.text import arrow, value_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -135,17 +135,13 @@ def tradeoff_figure(
         bands: the reference predictors (``reference_bands``): a horizontal band each, on both
             panels, labelled on the right one.
     """
-    from matplotlib.figure import Figure
-
     skip, flops = get_metric("skip_pct"), get_metric("flops")
     xs = [
         ("skip_pct", skip.higher, skip.title + arrow(skip.higher)),
         ("flops", flops.higher, f"{flops.title} per sequence{arrow(flops.higher)}"),
     ]
     methods = method_order(points["method"])
-    with style():
-        fig = Figure(figsize=(TWO_COLUMNS, 2.6), layout="constrained")
-        axes = fig.subplots(1, 2, sharey=True)
+    with figure(TWO_COLUMNS, 2.6, 1, 2, sharey=True) as (fig, axes):
         for ax, (x, x_higher, xlabel) in zip(axes, xs, strict=True):
             for method in methods:
                 g = points[points["method"] == method]
@@ -189,10 +185,6 @@ def budget_knobs(method: str) -> tuple[str, ...]:
         return ()
 
 
-def _value(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
     """Per variant id, the config values that vary among its method's variants (``k=v, ...``).
 
@@ -207,7 +199,7 @@ def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
         knobs = [k for k in budget_knobs(method) if k in varying]
         keys = [k for k in [*knobs, *sorted(varying - set(knobs))] if k != exclude]
         for vid, cfg in cfgs.items():
-            out[vid] = ", ".join(f"{k}={_value(cfg.get(k))}" for k in keys)
+            out[vid] = ", ".join(f"{k}={value_text(cfg.get(k))}" for k in keys)
     return out
 
 
@@ -309,15 +301,11 @@ def budget_figure(
         metric_title: axis label of the metric.
         higher: the metric's direction (an arrow in the label), if known.
     """
-    from matplotlib.figure import Figure
-
     runs = runs[runs[knob] >= 0]
     styles = _line_styles(runs)
     log = log_knob(list(runs[knob]))
     skip = get_metric("skip_pct")
-    with style():
-        fig = Figure(figsize=(TWO_COLUMNS, 2.6), layout="constrained")
-        axes = fig.subplots(1, 2)
+    with figure(TWO_COLUMNS, 2.6, 1, 2) as (fig, axes):
         panels = [(primary, metric_title + arrow(higher)), ("skip_pct", skip.title + arrow(True))]
         for ax, (y, title) in zip(axes, panels, strict=True):
             zero_x = _knob_axis(ax, list(runs[knob])) if log else None
@@ -400,7 +388,6 @@ def report_figures(
     higher: bool,
     title: str,
     stem: Path,
-    skip_target: float | None = None,
     selected: dict[str, str] | None = None,
     rule: str = "",
 ) -> list[tuple[str, list[Path]]]:
@@ -413,8 +400,6 @@ def report_figures(
         higher: whether higher values of the primary metric are better.
         title: the primary metric's title, for axes and captions.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
-        skip_target: the Skip % the update patterns are matched at where the table picked no
-            variant (None: see ``harness.reporting.patterns.matched_budget``).
         selected: ``{method: variant_id}``, the variant the table shows per method where a
             selection rule picked one; the update patterns show it (unless it is at chance).
         rule: the selection rule that picked ``selected`` (e.g. ``val-skip-nearest:76``), named
@@ -441,7 +426,7 @@ def report_figures(
         tradeoff_figure(points, primary, higher, title, bands),
         "tradeoff",
     )
-    choice = mask_choice(runs, skip_target, selected)
+    choice = mask_choice(runs, None, selected)
     labels = variant_labels(runs)
     if any(mask_image(r).size for r in choice.records.values()):
         keep(

@@ -35,17 +35,15 @@ from harness.reporting.runs import (
     measures,
     variant_label,
 )
+from harness.reporting.tables import column as table_column
 from harness.reporting.text import (
     NOTES,
-    arrow,
     ci95,
     ci_title,
-    column_scale,
     commit_label,
     fmt_cell,
     fmt_ci,
     header,
-    scaled,
     seeds_cell,
 )
 
@@ -141,16 +139,13 @@ def _board(task: str, preset: str, in_table: list[dict[str, Any]], picked: Any) 
     ]
     columns = [Column("Method", terse=TERSE), Column("Variant"), Column("Seeds", terse=TERSE)]
     scales = {}
-    for k in keys:
-        m = get_metric(k)
+    for k in keys:  # titles and units as the paper tables have them
         means = [statistics.fmean(s[k].values()) for s in seeded if s[k]]
-        scales[k] = 0 if m.percent or m.form != "num" else column_scale(means, large=m.large)
-        h = higher if k == primary else m.higher
-        columns.append(
-            Column(scaled(m.title, scales[k]) + arrow(h) if m.form == "num" else m.title, k)
-        )
+        col = table_column(k, means, higher if k == primary else None)
+        scales[k] = col.scale
+        columns.append(Column(col.title, k))
         if k == primary:
-            columns.append(Column(ci := ci_title(m.title, scales[k])))
+            columns.append(Column(ci := ci_title(get_metric(k).title, col.scale)))
     columns += [Column("Train s"), Column("Commit")] + [Column("Picked by")] * bool(picked)
     rows = []
     for (vid, group), vals in zip(groups.items(), seeded, strict=True):

@@ -50,8 +50,6 @@ from harness.reporting.render import (
     has_pyarrow,
     latex_document,
     markdown_document,
-    render_tex,
-    tex_escape,
     write_frame,
 )
 from harness.reporting.runs import (
@@ -69,16 +67,6 @@ from harness.reporting.versus import PaperVsHarness, knobs_text, paper_vs_harnes
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# Importable from here as before the report was split into modules (the CLI and tests use them).
-__all__ = [
-    "FORMATS",
-    "NO_PYARROW",
-    "render_tex",
-    "tex_escape",
-    "write_frame",
-    "write_paper_report",
-]
 
 
 def write_paper_report(
@@ -138,12 +126,17 @@ def write_paper_report(
             f"{list(presets or ['all'])} in {', '.join(sources)}"
         )
     opts = Options(sources, formats, figures, published, select, allow_dirty, tuple(against))
+    out, written = Path(out_dir), list[Path]()
     try:
-        return _write(chosen, groups, Path(out_dir), opts)
+        out.mkdir(parents=True, exist_ok=True)
+        for task, preset in groups:
+            group = [r for r in chosen if (r["task"], r["preset"]) == (task, preset)]
+            written += _write_one(task, preset, group, out, opts)
     except OSError as e:
         raise HarnessError(
             f"cannot write the paper report to {out_dir}: {e.strerror or e}"
         ) from None
+    return written
 
 
 @dataclass(frozen=True)
@@ -157,18 +150,6 @@ class Options:
     select: Rule | None
     allow_dirty: bool
     against: tuple[str, ...] = ()
-
-
-def _write(
-    records: list[dict[str, Any]], groups: list[tuple[str, str]], out: Path, opts: Options
-) -> list[Path]:
-    """One report per (task, preset) of ``groups``; see ``write_paper_report``."""
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for task, preset in groups:
-        group = [r for r in records if (r["task"], r["preset"]) == (task, preset)]
-        written += _write_one(task, preset, group, out, opts)
-    return written
 
 
 def _dirty_line(task: str, preset: str, left_out: list[dict[str, Any]], opts: Options) -> str:
@@ -348,18 +329,9 @@ def _reference_notes(
     ``harness.reporting.references.notes``; with no reference row, the command that adds them.
     """
     rows = [ref_row(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in shown.iterrows()]
-    methods = runs[[role(m) == "method" for m in runs["method"]]]
-    methods = methods if len(methods) else runs
-    return reference_notes(
-        task,
-        preset,
-        rows,
-        primary,
-        higher,
-        store=str(opts.sources[0]) if opts.sources else "results",
-        seeds=[int(s) for s in methods["seed"]],
-        task_cfgs=[r["config"].get("task_cfg") or {} for r in methods["record"]],
-    )
+    store = str(opts.sources[0]) if opts.sources else "results"
+    recs = list(runs["record"])
+    return reference_notes(task, preset, rows, primary, higher, store=store, records=recs)
 
 
 def _render(

@@ -28,9 +28,9 @@ from harness.reporting.figstyle import (
     MARK_COLOR,
     ONE_COLUMN,
     TWO_COLUMNS,
+    figure,
     method_order,
     method_style,
-    style,
 )
 
 if TYPE_CHECKING:
@@ -70,7 +70,6 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
     (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
     more fill two columns row by row.
     """
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     panels, dense = [], []
@@ -84,9 +83,8 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
             panels.append((method, rec, mask, False))
     cols = 1 if len(panels) <= 5 else 2
     rows = max(math.ceil(len(panels) / cols), 1)
-    with style():
-        fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.0 * rows), layout="constrained")
-        grid = fig.subplots(rows, cols, squeeze=False, sharex=True)
+    kw = {"squeeze": False, "sharex": True}
+    with figure(TWO_COLUMNS, 0.5 + 1.0 * rows, rows, cols, **kw) as (fig, grid):
         axes = list(grid.flat)
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
@@ -132,15 +130,12 @@ def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
 
     Each method's bars are in its colour with its marker on top, as in every other figure.
     """
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     methods = method_order(list(hists))
     depths = sorted({int(r) for h in hists.values() for r in h})
-    with style():
-        fig = Figure(figsize=(ONE_COLUMN, 2.4), layout="constrained")
-        ax = fig.subplots()
+    with figure(ONE_COLUMN, 2.4) as (fig, ax):
         width = 0.8 / max(len(methods), 1)
         handles = []
         for k, method in enumerate(methods):
@@ -182,10 +177,8 @@ def majority_share(record: dict[str, Any]) -> float | None:
     counts: list[float] = []
     if "per_class" not in info:
         raw = info.get("class_counts")
-        if isinstance(raw, dict):
-            counts = [float(v) for v in raw.values()]
-        elif isinstance(raw, list):
-            counts = [float(v) for v in raw]
+        if isinstance(raw, (dict, list)):
+            counts = [float(v) for v in (raw.values() if isinstance(raw, dict) else raw)]
         elif "n_positive" in info and "n_negative" in info:
             counts = [float(info["n_positive"]), float(info["n_negative"])]
         elif "positive_pct" in info:

@@ -29,7 +29,7 @@ from harness.components.metrics import get_metric, higher_is_better
 from harness.components.registry import TASKS
 from harness.persistence.records import latest
 from harness.references import default_sections, describe, role
-from harness.reporting.runs import variant_label
+from harness.reporting.runs import ranges, variant_label
 from harness.reporting.text import ci95
 
 if TYPE_CHECKING:
@@ -130,17 +130,6 @@ def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
     )
 
 
-def seeds_text(seeds: Iterable[int]) -> str:
-    """Seeds as ``--seeds`` takes them: ``0-4``, ``0,2,5``, ``0-2,7``."""
-    out: list[list[int]] = []
-    for s in sorted(set(seeds)):
-        if out and s == out[-1][1] + 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
-
-
 def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The task settings every record of a table shares that the preset does not give.
 
@@ -166,7 +155,7 @@ def add_command(
     task: str, preset: str, seeds: Iterable[int], store: str, sets: dict[str, Any] | None = None
 ) -> str:
     """The ``harness run`` line that adds the reference predictors' runs to a table's store."""
-    cmd = f"harness run --tasks {task} --preset {preset} --seeds {seeds_text(seeds)}"
+    cmd = f"harness run --tasks {task} --preset {preset} --seeds {ranges(seeds, ',')}"
     cmd += f" --methods 'ref:*' --out {store}"
     return cmd + "".join(f" --set task.{k}={v}" for k, v in (sets or {}).items())
 
@@ -192,8 +181,7 @@ def notes(
     higher: bool,
     *,
     store: str,
-    seeds: Iterable[int],
-    task_cfgs: Sequence[dict[str, Any]] = (),
+    records: Sequence[dict[str, Any]],
     brief: bool = False,
 ) -> list[str]:
     """The notes under a table about its reference predictors.
@@ -205,8 +193,8 @@ def notes(
         primary: the primary metric.
         higher: its direction.
         store: the records store the add command writes to.
-        seeds: the table's seeds.
-        task_cfgs: the task configs of the table's records (the add command's ``--set``).
+        records: the table's ok records; the add command takes the seeds and the shared task
+            settings (``task_sets``) of its methods' records (of all, with no method row).
         brief: the terminal's short form (no descriptions).
 
     Returns:
@@ -215,7 +203,10 @@ def notes(
     """
     refs = list(dict.fromkeys(r.method for r in rows if role(r.method) != "method"))
     if not refs:
-        cmd = add_command(task, preset, seeds, store, task_sets(task, preset, task_cfgs))
+        methods = [r for r in records if role(r["method"]) == "method"] or list(records)
+        cfgs = [r["config"].get("task_cfg") or {} for r in methods]
+        seeds = {r["seed"] for r in methods}
+        cmd = add_command(task, preset, seeds, store, task_sets(task, preset, cfgs))
         return [f"No reference predictor was run for this table; to add them: `{cmd}`."]
     verdict = separation(rows, primary, higher)
     if brief:
@@ -246,18 +237,8 @@ def record_notes(
         same = [r for r in recs if r["method"] == g[0]["method"]]
         values = (r["metrics"].get(primary) for r in g)
         rows.append(row(g[0]["method"], variant_label(g, same), values))
-    methods = [r for r in recs if role(r["method"]) == "method"] or recs
-    return notes(
-        task,
-        preset,
-        rows,
-        primary,
-        higher_is_better(recs[0]),
-        store=store,
-        seeds={r["seed"] for r in methods},
-        task_cfgs=[r["config"].get("task_cfg") or {} for r in methods],
-        brief=brief,
-    )
+    higher = higher_is_better(recs[0])
+    return notes(task, preset, rows, primary, higher, store=store, records=recs, brief=brief)
 
 
 # --- in the trade-off figures -------------------------------------------------------------------
@@ -282,11 +263,9 @@ def reference_bands(
     for (method, vid), g in runs.groupby(["method", "variant_id"], sort=True):
         if role(method) == "method" or primary not in g:
             continue
-        vals = [float(v) for v in g[primary] if v is not None and not math.isnan(float(v))]
-        if vals:
-            label = (labels or {}).get(vid)
-            name = f"{method} ({label})" if label else method
-            out.append((name, statistics.fmean(vals), ci95(vals) or 0.0))
+        r = row(method, (labels or {}).get(vid) or "", g[primary])
+        if r.values:
+            out.append((r.name, r.mean, r.half))
     return out
 
 

@@ -8,6 +8,7 @@ figures); ``write_frame`` writes a table's numbers as ``.csv`` or ``.parquet``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +48,12 @@ def render_md(titles: list[str], rows: list[list[Cell]]) -> str:
 def _md_grey(text: str) -> str:
     """Greyed spans (``harness.reporting.text.grey``) as HTML spans."""
     return text.replace(GREY_ON, '<span style="color:gray">').replace(GREY_OFF, "</span>")
+
+
+def pipe_table(titles: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of an unpadded Markdown table: ``| a | b |`` rows under a ``|---|---|`` rule."""
+    rule = "|" + "---|" * len(titles)
+    return [f"| {' | '.join(titles)} |", rule, *(f"| {' | '.join(r)} |" for r in rows)]
 
 
 def markdown_document(head: str, tables: list[Table], figs: list, out: Path) -> str:

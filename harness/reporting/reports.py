@@ -21,7 +21,7 @@ from harness.persistence.store import load, store_path
 from harness.reporting import compare as gate
 from harness.reporting import leaderboard as lb
 from harness.reporting import paper
-from harness.reporting.paper import NO_PYARROW, write_frame
+from harness.reporting.render import NO_PYARROW, has_pyarrow, write_frame
 
 
 def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
@@ -66,11 +66,8 @@ def report(
     inputs = _inputs(sources)
     for path in leaderboard_paths(out, formats, figures):
         refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
-    if "parquet" in formats:
-        from importlib.util import find_spec
-
-        if find_spec("pyarrow") is None:
-            raise HarnessError(NO_PYARROW)
+    if "parquet" in formats and not has_pyarrow():
+        raise HarnessError(NO_PYARROW)
     rule = _rule(select)
     records, problems = load_records(sources)
     _say_empty(records, rule)
@@ -169,10 +166,7 @@ def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
 
 
 def _rule(select: str | None) -> Any:
-    if not select:
-        return None
-
-    return parse_rule(select)
+    return parse_rule(select) if select else None
 
 
 def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
@@ -250,7 +244,7 @@ def compare(
         check_writable(markdown)
     skipped: list[str] = []
     if skip_malformed:
-        (ref, a), (cur, b) = gate.load_records(str(reference)), gate.load_records(str(current))
+        (ref, a), (cur, b) = load_records([str(reference)]), load_records([str(current)])
         skipped = a + b
     else:
         ref, cur = gate.load_strict(str(reference)), gate.load_strict(str(current))

@@ -4,22 +4,22 @@ The leaderboard (``harness.reporting.leaderboard``) and the paper-style report
 (``harness.reporting.paper``) both build on these. A variant is a set of runs that differ only by
 seed; it is labelled by the config values that vary among its method's variants. Besides the
 frames: which records come from a dirty tree (``dirty``), what happened while a run trained
-(``run_events``, the record's ``events`` or, for older records, the loss spikes of its history)
-and every failed record, superseded ones included (``failed_records``). pandas is imported inside
-the functions.
+(``events_text``: the record's ``events`` or, for older records, the loss spikes of its history,
+``harness.training.events.derive_events``) and every failed record, superseded ones included
+(``failed_records``). pandas is imported inside the functions.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.components.metrics import METRICS, get_metric, higher_is_better
 from harness.persistence.records import flat_config, latest
-from harness.reporting.text import ci95, commit_label
+from harness.reporting.text import ci95, commit_label, value_text
 from harness.training.events import derive_events
 
 if TYPE_CHECKING:
@@ -138,29 +138,15 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
-def failed_runs(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Each failed record among ``records`` as one line (``Failed.line``), superseded included."""
-    return [f.line() for f in failed_records(records)]
-
-
-def run_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """What happened while a run trained: its ``events`` (``harness.training.events``).
-
-    A record made before events were recorded gives the training-loss spikes of its history
-    (``harness.training.events.derive_events``).
-    """
-    return list(derive_events(rec))
-
-
-def epoch_ranges(epochs: Sequence[int]) -> str:
-    """``36-40, 42, 50-51``: sorted epochs, runs of consecutive ones as ranges."""
+def ranges(values: Iterable[int], sep: str = ", ") -> str:
+    """``36-40, 42, 50-51``: sorted values, consecutive ones as ranges (``--seeds``: sep ",")."""
     out: list[list[int]] = []
-    for e in sorted(set(epochs)):
+    for e in sorted(set(values)):
         if out and e == out[-1][1] + 1:
             out[-1][1] = e
         else:
             out.append([e, e])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+    return sep.join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 def events_text(runs: Sequence[dict[str, Any]]) -> str:
@@ -171,11 +157,11 @@ def events_text(runs: Sequence[dict[str, Any]]) -> str:
     parts = []
     for r in sorted(runs, key=lambda r: r["seed"]):
         kinds: dict[str, list[int]] = {}
-        for ev in run_events(r):
+        for ev in derive_events(r):
             kinds.setdefault(ev["kind"], []).append(int(ev["epoch"]))
         if kinds:
             what = ", ".join(
-                f"{k} at epoch{'s' if len(set(es)) > 1 else ''} {epoch_ranges(es)}"
+                f"{k} at epoch{'s' if len(set(es)) > 1 else ''} {ranges(es)}"
                 for k, es in kinds.items()
             )
             parts.append(f"seed {r['seed']}: {what}")
@@ -261,10 +247,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
             g = g.sort_values("seed")
             row = {
                 "method": g["method"].iloc[0],
-                "parts": {
-                    k: f"{k}={cfg[k]:g}" if isinstance(cfg.get(k), float) else f"{k}={cfg.get(k)}"
-                    for k in varying
-                },
+                "parts": {k: f"{k}={value_text(cfg.get(k))}" for k in varying},
                 "sort": tuple(_sort_key(cfg.get(k)) for k in varying),
                 "seeds": g["seed"].nunique(),
                 "seed_list": [int(x) for x in g["seed"]],
@@ -273,7 +256,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
                 "records": list(g["record"]),
                 "commit": commit_label(list(g["record"])),
                 "events": events_text(list(g["record"])),
-                "event_runs": sum(1 for r in g["record"] if run_events(r)),
+                "event_runs": sum(1 for r in g["record"] if derive_events(r)),
             }
             for k in keys:
                 col = [float(v) for v in g[k]] if k in g else [math.nan] * len(g)

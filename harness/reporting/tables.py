@@ -26,7 +26,7 @@ from harness.components.metrics import METRICS, get_metric
 from harness.components.selection import split_mean
 from harness.references import role
 from harness.reporting.references import method_cell
-from harness.reporting.render import Cell
+from harness.reporting.render import Cell, Table
 from harness.reporting.text import (
     arrow,
     ci_title,
@@ -278,20 +278,7 @@ def _bold(means: Sequence[float], higher: bool | None) -> list[bool]:
     return [m is not None and not math.isnan(m) and math.isclose(m, best) for m in means]
 
 
-def _nan_low(x: float, higher: bool) -> float:
-    return (-math.inf if higher else math.inf) if x is None or math.isnan(x) else x
-
-
-@dataclass
-class MainTable:
-    """The main table: titles, cells, and the notes printed under it."""
-
-    titles: list[str]
-    rows: list[list[Cell]]
-    notes: list[str]
-
-
-EVENT_MARK = "‡"  # a row whose runs had a training event (``harness.reporting.runs.run_events``)
+EVENT_MARK = "‡"  # a row whose runs had a training event (``harness.training.events``)
 
 
 def main_table(
@@ -304,8 +291,8 @@ def main_table(
 
 def build_main_table(
     agg: pd.DataFrame, primary: str, higher: bool, picked: dict[str, str] | None = None
-) -> MainTable:
-    """The S-SA / S-EI style table (see the module docstring) and its notes.
+) -> Table:
+    """The S-SA / S-EI style table (see the module docstring) and its notes (no caption yet).
 
     Args:
         agg: ``harness.reporting.runs.aggregate``'s rows.
@@ -384,7 +371,7 @@ def build_main_table(
     notes += events_notes(agg)
     if any(c.key == "skip_pct" for c in cols):
         notes += solved_notes([r for _, r in agg.iterrows()])
-    return MainTable(titles, rows, notes)
+    return Table("", "", titles, rows, notes)
 
 
 def row_name(method: str, label: str) -> str:
@@ -392,8 +379,8 @@ def row_name(method: str, label: str) -> str:
     return f"{method} ({label})" if label else method
 
 
-def seed_count_notes(agg: pd.DataFrame) -> list[str]:
-    """The table's seed count (the most seeds of any row) and the rows that have fewer."""
+def seed_count_notes(agg: pd.DataFrame, rows: str = "any row") -> list[str]:
+    """The table's seed count (the most seeds of any of its ``rows``) and the rows with fewer."""
     if not len(agg):
         return []
     top = int(agg["seeds"].max())
@@ -402,7 +389,7 @@ def seed_count_notes(agg: pd.DataFrame) -> list[str]:
         for _, r in agg.iterrows()
         if r["seeds"] < top
     ]
-    text = f"Seed count of this table: {top} (the most seeds of any row)"
+    text = f"Seed count of this table: {top} (the most seeds of {rows})"
     return [text + (f"; rows with fewer: {'; '.join(fewer)}." if fewer else ".")]
 
 

@@ -34,7 +34,7 @@ from harness.reporting.tables import (
     cell,
     comparable,
     events_notes,
-    row_name,
+    seed_count_notes,
     solved_notes,
 )
 from harness.reporting.text import scaled, seeds_cell
@@ -225,13 +225,6 @@ def _headline(table: PaperTable, primary: str) -> str:
     return next((c for c in table.columns if c not in ("solved", "flops", "params")), "")
 
 
-def run_command(task: str, preset: str, method: str, knobs: dict[str, Any], seeds: int) -> str:
-    """The ``harness run`` command, in flags, that would run ``method`` with ``knobs``."""
-    cmd = f"harness run --tasks {task} --methods {method} --preset {preset}"
-    cmd += f" --seeds 0-{seeds - 1}" if seeds > 1 else ""
-    return cmd + "".join(f" --set {k}={_value_text(v)}" for k, v in knobs.items())
-
-
 def row_command(
     task: str, preset: str, row: PaperRow, key: dict[str, Any], seeds: int, at_setting: bool
 ) -> str:
@@ -241,8 +234,10 @@ def row_command(
     narrowed to the row's method and knobs (``suite_command``); else the flags, with the values
     of ``key`` that the preset does not already have.
     """
-    if at_setting:
-        found = suite_command(task, preset, row.method, key, row.config)
+    for name in suite_names() if at_setting else []:
+        found = suite_command(
+            name, task, preset, row.method, tuple(sorted(key.items())), tuple(row.config)
+        )
         if found:
             return found
     try:
@@ -250,30 +245,22 @@ def row_command(
     except Exception:  # an unknown method, task or preset: every value as a flag
         default = {}
     needed = {k: v for k, v in key.items() if k not in default or not _same(default[k], v)}
-    return run_command(task, preset, row.method, needed, seeds)
-
-
-def suite_command(
-    task: str, preset: str, method: str, key: dict[str, Any], knobs: dict[str, Any]
-) -> str | None:
-    """``harness run --suite NAME --methods METHOD [--set ...]`` if a shipped suite runs ``key``.
-
-    The command narrows the suite to the method, and with ``--set`` to the row's knobs and to
-    the values of ``key`` that the suite sweeps; it is returned only if the runs it resolves to
-    (seed 0, nothing built, no data read) include one with every value of ``key``.
-    """
-    for name in suite_names():
-        cmd = _suite_runs(name, task, preset, method, tuple(sorted(key.items())), tuple(knobs))
-        if cmd:
-            return cmd
-    return None
+    cmd = f"harness run --tasks {task} --methods {row.method} --preset {preset}"
+    cmd += f" --seeds 0-{seeds - 1}" if seeds > 1 else ""
+    return cmd + "".join(f" --set {k}={_value_text(v)}" for k, v in needed.items())
 
 
 @lru_cache(maxsize=256)
-def _suite_runs(
+def suite_command(
     name: str, task: str, preset: str, method: str, key: tuple, knobs: tuple
 ) -> str | None:
+    """``harness run --suite NAME --methods METHOD [--set ...]`` if suite ``name`` runs ``key``.
 
+    The command narrows the suite to the method, and with ``--set`` to the row's knobs and to
+    the values of ``key`` (``(field, value)`` pairs) that the suite sweeps; it is returned only if
+    the runs it resolves to (seed 0, nothing built, no data read) include one with every value of
+    ``key``.
+    """
     try:
         sweep = load(suite_path(name))
         if sweep.options.get("preset", "smoke") != preset:
@@ -457,17 +444,7 @@ def _notes(
             "Rows that only records of a dirty tree would fill (left out; `--allow-dirty` "
             f"tabulates them): {', '.join(dict.fromkeys(only_dirty))}."
         )
-    if len(used):
-        top = int(used["seeds"].max())
-        few = [
-            f"{row_name(r['method'], r['label'])}: {r['seeds']}"
-            for _, r in used.iterrows()
-            if r["seeds"] < top
-        ]
-        notes.append(
-            f"Seed count of this table: {top} (the most seeds of any variant filling a row)"
-            + (f"; rows with fewer: {'; '.join(few)}." if few else ".")
-        )
+    notes += seed_count_notes(used, "any variant filling a row")
     at_rows = [
         f
         for f in failed
