@@ -452,9 +452,8 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
         option = "--report" if opts["report"] else "the leaderboard"
         refuse_overwrite(board, option, [("the records store (--out)", store.path)])
         check_writable(board)
-    from harness.training.checkpoint import folder_for  # torch: not on the parser's import path
 
-    keep = None if opts.get("no_checkpoint") else str(folder_for(store.path))
+    keep = None if opts.get("no_checkpoint") else str(store.checkpoints_path)
     every = 60.0 * opts.get("checkpoint_every", 10.0)
     executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
     return RunJob(opts, spec, sweep, store, board, executor)

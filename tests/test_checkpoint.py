@@ -10,6 +10,7 @@ import torch
 
 from harness.components import config
 from harness.executors import RunOptions, run_one
+from harness.persistence.store import Store
 from harness.training import checkpoint, train
 
 # What a resumed run must give exactly as the uninterrupted one.
@@ -142,4 +143,4 @@ def test_the_sweep_options_carry_the_checkpoint_folder(tmp_path: Path) -> None:
     assert (folder / f"{cfg.run_id}.pt").exists()
     rec = run_one(cfg.to_dict(), opts)
     assert rec["time"]["resumed"][0]["epoch"] == 2 and not folder.exists()
-    assert checkpoint.folder_for(tmp_path / "s.jsonl") == folder
+    assert Store(tmp_path / "s.jsonl").checkpoints_path == folder

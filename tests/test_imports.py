@@ -19,7 +19,6 @@ PACKAGES = ("harness", "baselines", "tasks")
 # importer -> imported: the heavy dependency the import inside a function defers (what the
 # imported module loads and the importer does not).
 DEFERRED = {
-    ("harness.api", "harness.training.checkpoint"): "torch",
     ("harness.cli.bench", "harness.bench.speedup"): "torch",
     ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
     ("harness.cli.bench", "harness.bench.suite"): "torch",

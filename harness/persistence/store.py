@@ -170,6 +170,11 @@ class Store:
         self.legacy = legacy
 
     @property
+    def checkpoints_path(self) -> Path:
+        """The folder beside it where its runs keep their checkpoints: ``STORE.checkpoints/``."""
+        return self.path.with_name(self.path.name + ".checkpoints")
+
+    @property
     def claims_path(self) -> Path:
         """The side file of the runs that sweeps have claimed (``Claims``)."""
         return self.path.with_name(self.path.name + ".claims")

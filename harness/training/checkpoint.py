@@ -38,13 +38,6 @@ from harness.errors import DISK_FULL_NOTE, is_disk_full, write_failure
 from harness.persistence import records
 
 FORMAT = 1
-SUFFIX = ".checkpoints"  # the folder beside a records store: STORE.checkpoints/RUN_ID.pt
-
-
-def folder_for(store: str | os.PathLike[str]) -> Path:
-    """Where the checkpoints of a store's runs are kept: ``STORE.checkpoints/`` beside it."""
-    p = Path(store)
-    return p.with_name(p.name + SUFFIX)
 
 
 def _say(msg: str) -> None:
@@ -134,7 +127,7 @@ class Checkpointer:
     """The checkpoint of one run: ``folder/RUN_ID.pt``.
 
     Args:
-        folder: where checkpoints live (``folder_for(store)``).
+        folder: where checkpoints live (``Store.checkpoints_path``).
         run_id: the run's id.
         identity: what must match for a checkpoint to be used (method code, harness commit).
         every_s: the least seconds between two saves (0: at the end of every epoch).
