@@ -15,6 +15,7 @@ packed by ``harness.persistence.trace``, its ``events`` described by ``harness.t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -255,15 +256,19 @@ UNHASHED_AT = {("task_cfg", "split"): "series"}
 
 
 class Identified:
-    """A run's config whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
+    """A run's config dataclass whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
 
     ``harness.components.config.RunConfig`` (a method's run) and ``harness.references.RefConfig`` (a
     reference predictor's) are both hashed by ``identity``.
     """
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as a canonical JSON-ready dict (``canonical_config``)."""
-        raise NotImplementedError
+        """Every resolved value as a JSON-ready dict, in its canonical form (``canonical_config``).
+
+        Its sections (dataclasses) become dicts; the fields whose absence the ids were kept stable
+        by (``train.compile`` when False, ``data`` for generated data) are left out.
+        """
+        return canonical_config(dataclasses.asdict(self))  # type: ignore[call-overload]
 
     @property
     def run_id(self) -> str:
