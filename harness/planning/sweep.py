@@ -16,7 +16,7 @@ from typing import Any
 from harness.components import config
 from harness.components.metrics import mean_std
 from harness.components.registry import METHODS
-from harness.components.selection import BUDGETS, nearest_variant
+from harness.components.selection import BUDGETS, by_variant, nearest_variant
 from harness.errors import (  # noqa: F401  (allocation_failure, out_of_memory: callers of sweep)
     ConfigError,
     HarnessError,
@@ -356,11 +356,7 @@ def match_skip(
         metric and the number of candidate variants; a (task, preset, method) none of whose
         variants recorded a test Skip % has no row.
     """
-    recs = [r for r in latest(records) if r.get("status") == "ok"]
-    groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
-    for r in recs:
-        key = (r["task"], r["preset"], r["method"])
-        groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
+    groups = by_variant(r for r in latest(records) if r.get("status") == "ok")
     rows = []
     for (task, preset, method), variants in sorted(groups.items()):
         near = nearest_variant(variants, target, "test")
