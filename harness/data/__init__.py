@@ -189,14 +189,7 @@ def task_row(
         return None
     sums, files = st.pop("sha256", None), st.pop("files", None)
     members = st.pop("sha256_members", None)
-    row = {
-        "task": name,
-        "dataset": st.get("dataset", name),
-        "status": st.get("status", "?"),
-        "path": st.get("path") or str(data_root(task.data_dir)),
-        "source": st.get("source", ""),
-        "detail": st.get("detail", ""),
-    }
+    row = _row(name, st, task.data_dir)
     if not verify or row["status"] != "found":
         return row
     try:
@@ -214,6 +207,18 @@ def task_row(
         return row
     row["check"] = checked
     return row
+
+
+def _row(name: str, st: dict[str, Any], data_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """A task's row from its ``data_status()`` dict (the data root's path where it names none)."""
+    return {
+        "task": name,
+        "dataset": st.get("dataset", name),
+        "status": st.get("status", "?"),
+        "path": st.get("path") or str(data_root(data_dir)),
+        "source": st.get("source", ""),
+        "detail": st.get("detail", ""),
+    }
 
 
 def status_rows(
@@ -244,16 +249,7 @@ def status_rows(
         try:
             task = cls(data_dir=str(data_dir) if data_dir else None)
         except DataError as e:
-            rows.append(
-                {
-                    "task": name,
-                    "dataset": name,
-                    "status": "corrupt",
-                    "path": str(data_root(data_dir)),
-                    "source": "",
-                    "detail": str(e),
-                }
-            )
+            rows.append(_row(name, {"status": "corrupt", "detail": str(e)}, data_dir))
             continue
         row = task_row(name, task, verify, fresh)
         if row is not None:
