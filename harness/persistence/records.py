@@ -392,35 +392,27 @@ def _str_or_null(v: Any) -> bool:
     return v is None or isinstance(v, str)
 
 
+_STRING = (lambda v: isinstance(v, str), "a string")
+_OBJECT = (lambda v: isinstance(v, dict), "an object")
 # key -> (check, what it expects); checked whenever the key is present
 _TYPES: dict[str, tuple[Any, str]] = {
     "run_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "method": (lambda v: isinstance(v, str), "a string"),
-    "task": (lambda v: isinstance(v, str), "a string"),
-    "preset": (lambda v: isinstance(v, str), "a string"),
+    **dict.fromkeys(("method", "task", "preset"), _STRING),
     "status": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
     "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "config": (lambda v: isinstance(v, dict), "an object"),
+    "config": _OBJECT,
 }
 # run records only
 _RUN_TYPES: dict[str, tuple[Any, str]] = {
-    "metrics": (_numbers, "an object of numbers"),
-    "val_metrics": (_numbers, "an object of numbers"),
-    "macs": (_numbers, "an object of numbers"),
-    "flops": (_numbers, "an object of numbers"),
-    "params": (_numbers, "an object of numbers"),
-    "diagnostics": (_numbers, "an object of numbers"),
-    "variant_id": (_str_or_null, "a string"),
-    "primary": (_str_or_null, "a string"),
-    "error": (_str_or_null, "a string"),
-    "method_code": (_str_or_null, "a string"),
-    "method_source": (lambda v: isinstance(v, dict), "an object"),
+    **dict.fromkeys(
+        ("metrics", "val_metrics", "macs", "flops", "params", "diagnostics"),
+        (_numbers, "an object of numbers"),
+    ),
+    **dict.fromkeys(("variant_id", "primary", "error", "method_code"), (_str_or_null, "a string")),
+    "method_source": _OBJECT,
     "higher_is_better": (lambda v: isinstance(v, bool), "a boolean"),
-    "env": (lambda v: isinstance(v, dict), "an object"),
-    "time": (lambda v: isinstance(v, dict), "an object"),
-    "trace": (lambda v: isinstance(v, dict), "an object"),
-    "history": (lambda v: isinstance(v, list), "an array"),
-    "events": (lambda v: isinstance(v, list), "an array"),
+    **dict.fromkeys(("env", "time", "trace"), _OBJECT),
+    **dict.fromkeys(("history", "events"), (lambda v: isinstance(v, list), "an array")),
 }
 
 
