@@ -37,8 +37,6 @@ def run_reference(cfg: RefConfig, data_dir: str | None = None) -> records.RunRec
     rec = records.start_record(cfg, cls.code_version(), source_of(cls))
     try:
         return _fit_and_score(cfg, data_dir, rec)
-    except KeyboardInterrupt:
-        raise
     except HarnessError as e:
         return records.finish_failed(rec, f"{type(e).__name__}: {e}")
     except Exception as e:  # recorded as a failed run; the sweep goes on
