@@ -17,6 +17,7 @@ Importing it does not import torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import warnings
@@ -119,11 +120,8 @@ def disk_cached(
         h.update(f"{p.name} {sha256(p)}\n".encode())
     path = cache_dir() / subdir / f"{name}-{h.hexdigest()[:20]}.npz"
     if path.is_file():
-        try:
-            with np.load(path) as z:
-                return {k: z[k] for k in z.files}, "hit"
-        except (OSError, ValueError, zipfile.BadZipFile):
-            pass
+        with contextlib.suppress(OSError, ValueError, zipfile.BadZipFile), np.load(path) as z:
+            return {k: z[k] for k in z.files}, "hit"
     arrays = build()
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:

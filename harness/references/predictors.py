@@ -224,8 +224,7 @@ class Last(Reference):
         return why
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
-        pass
+        """Fit on the training split only (``Reference.fit``): nothing to fit."""
 
     def predict(self, batch: Batch) -> Tensor:
         """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
