@@ -327,10 +327,6 @@ class Store:
                 )
         return records, problems
 
-    def recorded_ids(self) -> set[str]:
-        """Run ids already in the store (any status): a resumed sweep skips them."""
-        return {r["run_id"] for r in self.read()[0]}
-
     def repair(self) -> Repair:
         """Move every unusable line to a side file ``<store>.rejected-<UTC time>``.
 

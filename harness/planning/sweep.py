@@ -308,19 +308,6 @@ def estimate_runs(
     return per_run, counts
 
 
-def estimate_seconds(
-    todo: Sequence[config.RunConfig], records: Sequence[dict[str, Any]]
-) -> tuple[float, dict[str, int]]:
-    """The time the runs in ``todo`` would take in one process (``estimate_runs``, summed).
-
-    Returns:
-        ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
-        ``{"variant": ..., "method": ..., "unknown": ...}``.
-    """
-    per_run, counts = estimate_runs(todo, records)
-    return sum(s for s in per_run if s is not None), counts
-
-
 def wall_seconds(per_run: Sequence[float | None], workers: int) -> float:
     """The wall time of runs of these durations on ``workers`` parallel workers.
 

@@ -128,7 +128,7 @@ class CompileClock:
     inductor's FX-graph cache (``TORCHINDUCTOR_CACHE_DIR``, by default
     ``/tmp/torchinductor_$USER``), kept across runs and processes: the first run of a sweep
     compiles, the later runs of the same graphs load them
-    (``harness.planning.sweep.estimate_seconds`` counts the compilation once).
+    (``harness.planning.sweep.estimate_runs`` counts the compilation once).
     """
 
     def __init__(self) -> None:
