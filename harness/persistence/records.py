@@ -120,19 +120,27 @@ def start_record(cfg: Any, method_code: str | None, method_source: dict | None =
         method_code: the method's code version (``harness.training.code.method_code``).
         method_source: where the method comes from (``harness.components.registry.method_source``).
     """
+    rec = _identified(cfg.to_dict(), method_code)
+    rec["events"] = []
+    if method_source is not None:
+        rec["method_source"] = dict(method_source)
+    return rec
+
+
+def _identified(cfg_dict: dict[str, Any], method_code: str | None) -> RunRecord:
+    """What every record of a run starts with: its ids, names, config and code, started now."""
+    run_id, variant_id = identity(cfg_dict)
     return RunRecord(
         schema=SCHEMA_VERSION,
-        run_id=cfg.run_id,
-        variant_id=cfg.variant_id,
-        method=cfg.method,
-        task=cfg.task,
-        seed=cfg.seed,
-        preset=cfg.preset,
+        run_id=run_id,
+        variant_id=variant_id,
+        method=cfg_dict.get("method"),
+        task=cfg_dict.get("task"),
+        seed=cfg_dict.get("seed"),
+        preset=cfg_dict.get("preset"),
         method_code=method_code,
-        config=cfg.to_dict(),
+        config=cfg_dict,
         time={"start": now()},
-        events=[],
-        **({} if method_source is None else {"method_source": dict(method_source)}),
     )
 
 
@@ -141,6 +149,11 @@ def describe_task(rec: RunRecord, task: Any, selection: str) -> None:
     rec["primary"] = task.primary
     rec["higher_is_better"] = bool(task.higher_is_better)
     rec["selection"] = selection
+
+
+def describe_data(rec: RunRecord, info: dict[str, Any], data: Any) -> None:
+    """A record's ``data``: the splits' ``info`` and, for data files, their ``DataIdentity``."""
+    rec["data"] = {**info, **({} if data is None else dataclasses.asdict(data))}
 
 
 def finish_ok(
@@ -209,22 +222,10 @@ def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None)
         error: why (one line).
         method_code: the method's code version, if it could be taken.
     """
-    run_id, variant_id = identity(cfg_dict)
-    stamp = now()
-    return RunRecord(
-        schema=SCHEMA_VERSION,
-        run_id=run_id,
-        variant_id=variant_id,
-        method=cfg_dict.get("method"),
-        task=cfg_dict.get("task"),
-        seed=cfg_dict.get("seed"),
-        preset=cfg_dict.get("preset"),
-        method_code=method_code,
-        config=cfg_dict,
-        status="failed",
-        error=" ".join(error.split()),
-        time={"start": stamp, "end": stamp},
-    )
+    rec = _identified(cfg_dict, method_code)
+    rec.update(status="failed", error=" ".join(error.split()))
+    rec["time"]["end"] = rec["time"]["start"]
+    return rec
 
 
 def canonical_config(d: dict[str, Any]) -> dict[str, Any]:

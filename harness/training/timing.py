@@ -18,20 +18,16 @@ from typing import Any
 import torch
 
 
-def _device(device: str | torch.device) -> torch.device:
-    return device if isinstance(device, torch.device) else torch.device(device)
-
-
 def synchronize(device: str | torch.device) -> None:
     """Wait for every queued kernel on ``device`` (a no-op on CPU)."""
-    dev = _device(device)
+    dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
 
 def synced(fn: Callable[[], Any], device: str | torch.device) -> Callable[[], Any]:
     """``fn`` followed by a device synchronisation, so a timer around a call sees all its work."""
-    dev = _device(device)
+    dev = torch.device(device)
     if dev.type != "cuda":
         return fn
 

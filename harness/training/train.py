@@ -9,7 +9,6 @@ and the epochs it finished recorded.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -430,9 +429,7 @@ def _train_and_test(
         "total": sum(p.numel() for p in model.parameters()),
         "method": model.method_param_count(),
     }
-    rec["data"] = dict(splits.info)
-    if cfg.data is not None:  # which files: their digest, and whether they are the published data
-        rec["data"].update(dataclasses.asdict(cfg.data))
+    records.describe_data(rec, splits.info, cfg.data)
     clock = CompileClock()
     if cfg.train.compile:
         clock.start()
