@@ -298,15 +298,10 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         if not pool:
             return None, f"{rule}: no variant of {n} in the band"
         within = f", {len(pool)} in the band"
-    pool = {vid: runs for vid, runs in pool.items() if not math.isnan(split_mean(runs, primary))}
-    if not pool:
-        return None, f"{rule}: no validation {primary} recorded"
-    if rule.name == "val-skip-nearest":
-        pool = {
-            vid: runs for vid, runs in pool.items() if not math.isnan(split_mean(runs, "skip_pct"))
-        }
+    for key in (primary, "skip_pct") if rule.name == "val-skip-nearest" else (primary,):
+        pool = {vid: runs for vid, runs in pool.items() if not math.isnan(split_mean(runs, key))}
         if not pool:
-            return None, f"{rule}: no validation skip_pct recorded"
+            return None, f"{rule}: no validation {key} recorded"
     pool, fewer = most_seeds(pool)
     if fewer:
         top = seed_count(next(iter(pool.values())))
