@@ -107,14 +107,8 @@ def build_configs(
                         cfgs.append(cfg)
     unused = [k for k in [*overrides, *(grid or {})] if k not in used]
     if unused:
-        keys = sorted(
-            {
-                k
-                for t in tasks
-                for m in methods
-                for k in config.valid_keys(config.default_sections(m, t))
-            }
-        )
+        sections = [config.default_sections(m, t) for t in tasks for m in methods]
+        keys = sorted({k for s in sections for k in config.valid_keys(s)})
         raise ConfigError(
             f"Unknown key '{unused[0]}' for the selected methods and tasks. "
             f"Valid keys: {', '.join(keys)}"
