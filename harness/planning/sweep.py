@@ -333,9 +333,9 @@ def match_skip(
 
     Returns:
         One row per (task, preset, method) with the chosen variant, its mean Skip % (activity
-        sparsity % for an activity-sparse method, ``budget`` says which), its primary
-        metric and the number of candidate variants; a (task, preset, method) none of whose
-        variants recorded a test Skip % has no row.
+        sparsity % for an activity-sparse method, ``budget`` says which), its primary metric
+        (under its own name, which ``primary`` holds) and the number of candidate variants; a
+        (task, preset, method) none of whose variants recorded a test Skip % has no row.
     """
     groups = by_variant(r for r in latest(records) if r.get("status") == "ok")
     rows = []
@@ -356,6 +356,7 @@ def match_skip(
                 "variant_id": vid,
                 "skip_pct": skip,
                 "budget": BUDGETS[measure],
+                "primary": primary,
                 primary: metric,
                 "seeds": len(runs),
                 "candidates": len(variants),
