@@ -290,21 +290,18 @@ def attach_identity(
         key = (cfg.task, repr(cfg.task_cfg))
         if key not in known:
             row = task_row(cfg.task, TASKS.get(cfg.task)(cfg.task_cfg, data_dir), verify=True)
+            status = None if row is None else row["status"]  # None: generated data
             known[key] = None
-            if row is None:
-                pass
-            elif row["status"] == "found" or (
-                row["status"] == "checksum mismatch" and allow_unverified
-            ):
+            if status == "found" or (status == "checksum mismatch" and allow_unverified):
                 known[key] = DataIdentity(row["digest"], row["verified"])
                 if not row["verified"]:
                     notes.append(f"task '{cfg.task}' runs on unverified data ({row['check']})")
-            elif row["status"] == "checksum mismatch":
+            elif status == "checksum mismatch":
                 bad.append(
                     f"the data of task '{cfg.task}' under {row['path']} do not match the "
                     f"published checksums ({row['check']})"
                 )
-            else:
+            elif status is not None:
                 bad.append(f"task '{cfg.task}': {row['detail']}")
         ident = known[key]
         out.append(cfg if ident is None else dataclasses.replace(cfg, data=ident))
