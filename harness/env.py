@@ -7,6 +7,7 @@ inside the functions that need it, so that importing this module stays light.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 import subprocess
@@ -144,12 +145,10 @@ def device_name(device: torch.device) -> str:
         import torch
 
         return torch.cuda.get_device_name(device)
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return f"cpu ({line.split(':', 1)[1].strip()})"
-    except OSError:
-        pass
     return f"cpu ({platform.processor() or platform.machine()})"
 
 

@@ -197,9 +197,16 @@ def test_dry_run_writes_nothing_and_tells_recorded_from_to_run(tmp_path, harness
     )
 
 
+def estimate_seconds(todo, records):
+    """The summed estimate of ``todo`` (``estimate_runs``), and how each run was estimated."""
+    from harness.planning.sweep import estimate_runs
+
+    per_run, counts = estimate_runs(todo, records)
+    return sum(s for s in per_run if s is not None), counts
+
+
 def test_estimate_seconds_from_the_variant_then_the_method():
     from harness.components import config
-    from harness.planning.sweep import estimate_seconds
 
     a0, a1 = (config.resolve("gru", "adding", s, "smoke") for s in (0, 1))
     other = config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "7"})
@@ -230,7 +237,6 @@ def test_estimate_seconds_counts_compilation_once_per_variant():
     """A compiled run's ``time.compile_s`` is paid once per variant (a cold cache), not per seed:
     the other seeds load the compiled graphs from inductor's cache."""
     from harness.components import config
-    from harness.planning.sweep import estimate_seconds
 
     on = {"train.compile": "true"}
     s0, s1, s2 = (config.resolve("ei-rehn", "synthetic", s, "smoke", on) for s in (0, 1, 2))

@@ -286,17 +286,6 @@ def _fast_vs_dense(m: Any, x: Any, atol: float = 1e-10, where: str = "") -> Any:
     return ref
 
 
-def assert_fast_equals_dense(m: Any, x: Any, atol: float = 1e-10) -> Any:
-    """``m.fast_forward(x) == m.eval()(x)`` (use float64), else ``ConformanceError``.
-
-    For a method's own tests on hand-made decision patterns. Returns the dense output.
-    """
-    try:
-        return _fast_vs_dense(m, x, atol)
-    except _Fail as e:
-        raise ConformanceError(CHECKS["fast-path"][0], str(e)) from None
-
-
 @_check("fast-path", "fast path == dense path")
 def check_fast_path(name: str) -> str | None:
     """``fast_forward`` equals the dense eval forward, keeps the mode, builds no graph.

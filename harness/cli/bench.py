@@ -117,67 +117,33 @@ def add_parser(subparsers: Any) -> None:
         help=f"the Markdown to write (default: --out's {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
         "--speedup, whose raw timings go beside it, with .jsonl for .md)",
     )
-    s.add_argument(
-        "--out",
-        default=TIMING_ONLY["out"],
-        metavar="DIR",
-        help="timing suite: the timing records go to DIR/timing.jsonl (default: %(default)s)",
-    )
-    s.add_argument(
-        "--rounds",
-        type=int_at_least(1),
-        default=TIMING_ONLY["rounds"],
-        metavar="N",
-        help="timing suite: timed rounds per method, phase and device (default: %(default)s)",
-    )
-    s.add_argument(
-        "--warmup",
-        type=int_at_least(0),
-        default=TIMING_ONLY["warmup"],
-        metavar="N",
-        help="timing suite: untimed rounds before them (default: %(default)s)",
-    )
+
+    def add_options(mode: str, only: dict[str, Any], rows: Any) -> None:
+        for flag, kind, metavar, what in rows:  # the default: ``only``'s, as a flag gives it
+            default = only[flag[2:].replace("-", "_")]
+            default = _csv(default) if isinstance(default, list) else default
+            help = f"{mode}: {what} (default: %(default)s)"
+            s.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
+
+    add_options("timing suite", TIMING_ONLY, (
+        ("--out", None, "DIR", "the timing records go to DIR/timing.jsonl"),
+        ("--rounds", int_at_least(1), "N", "timed rounds per method, phase and device"),
+        ("--warmup", int_at_least(0), "N", "untimed rounds before them"),
+    ))  # fmt: skip
     s.add_argument(
         "--speedup",
         action="store_true",
         help="measure the fast paths' realised speedups instead of the timing suite",
     )
-    s.add_argument(
-        "--skips",
-        type=comma_list(float_in(0.0, 1.0)),
-        default=_csv(SPEEDUP_ONLY["skips"]),
-        metavar="S[,S...]",
-        help="--speedup: target skips, fractions in [0, 1) (default: %(default)s)",
-    )
-    s.add_argument(
-        "--hidden",
-        type=comma_list(int_at_least(1)),
-        default=_csv(SPEEDUP_ONLY["hidden"]),
-        metavar="D[,D...]",
-        help="--speedup: hidden sizes (default: %(default)s)",
-    )
-    s.add_argument(
-        "--batches",
-        type=comma_list(int_at_least(1)),
-        default=_csv(SPEEDUP_ONLY["batches"]),
-        metavar="B[,B...]",
-        help="--speedup: batch sizes (default: %(default)s)",
-    )
-    s.add_argument(
-        "--seq-len",
-        type=int_at_least(1),
-        default=SPEEDUP_ONLY["seq_len"],
-        metavar="T",
-        help="--speedup: sequence length (default: %(default)s)",
-    )
-    s.add_argument(
-        "--budget",
-        type=float_at_least(0.0),
-        default=SPEEDUP_ONLY["budget"],
-        metavar="SECONDS",
-        help="--speedup: seconds of timing per row; at least 3 rounds are timed regardless "
-        "(default: %(default)s)",
-    )
+    add_options("--speedup", SPEEDUP_ONLY, (
+        ("--skips", comma_list(float_in(0.0, 1.0)), "S[,S...]",
+         "target skips, fractions in [0, 1)"),
+        ("--hidden", comma_list(int_at_least(1)), "D[,D...]", "hidden sizes"),
+        ("--batches", comma_list(int_at_least(1)), "B[,B...]", "batch sizes"),
+        ("--seq-len", int_at_least(1), "T", "sequence length"),
+        ("--budget", float_at_least(0.0), "SECONDS",
+         "seconds of timing per row; at least 3 rounds are timed regardless"),
+    ))  # fmt: skip
     s.set_defaults(func=cmd_bench)
 
 
@@ -226,21 +192,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
-
     # the one device measured on: the CPU unless --device names another (auto: CUDA if present)
     device = resolve_device(args.device or "cpu").type
-    report = Path(args.report or SPEEDUP_REPORT)
+    out = Path(args.report or SPEEDUP_REPORT)
+    data = speedup_data_path(out)
     option = "--report" if args.report else "the speedup report"
-    refuse_overwrite(report, option)
-    refuse_overwrite(speedup_data_path(report), f"{option}'s raw timings")
-    check_writable(report)  # before the measurement, not after
+    refuse_overwrite(out, option)
+    refuse_overwrite(data, f"{option}'s raw timings")
+    check_writable(out)  # before the measurement, not after
     import torch
 
     from harness.bench.speedup import measure_speedups, speedup_jsonl
     from harness.bench.speedup_report import speedup_markdown
 
-    out = Path(args.report or SPEEDUP_REPORT)
-    data = speedup_data_path(out)
     previous = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -180,19 +180,6 @@ def summary(name: str, rec: dict[str, Any]) -> str:
     return f"✓ {name}: {primary} {m.get(primary, float('nan')):.4g}{extra} ({took})"
 
 
-# a match_skip row holds its primary metric under the metric's own name, beside these keys
-_MATCH_SKIP_KEYS = (
-    "task",
-    "preset",
-    "method",
-    "variant_id",
-    "skip_pct",
-    "budget",
-    "seeds",
-    "candidates",
-)
-
-
 def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str], out: Any) -> None:
     """Per method, the variant with Skip % nearest ``target`` (``RunJob.match_skip``'s rows)."""
     from rich.table import Table
@@ -201,7 +188,7 @@ def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str]
     for col in ("task", "method", *swept, "Skip %", "metric", "seeds", "candidates"):
         table.add_column(col)
     for row in rows:
-        primary = next(k for k in row if k not in (*_MATCH_SKIP_KEYS, "values"))
+        primary = row["primary"]
         table.add_row(
             row["task"],
             row["method"],

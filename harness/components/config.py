@@ -21,11 +21,7 @@ from typing import Any
 
 from harness.components.registry import METHODS, REFERENCES, TASKS, PresetError, after_load
 from harness.errors import ConfigError
-from harness.persistence.records import (  # noqa: F401  (config_hash: bench)
-    Identified,
-    canonical_config,
-    config_hash,
-)
+from harness.persistence.records import Identified, config_hash  # noqa: F401  (config_hash: bench)
 
 PRESETS = ("smoke", "quick", "paper")
 DEVICES = ("cpu", "cuda", "auto")  # auto: CUDA when available (harness.env.resolve_device)
@@ -166,26 +162,6 @@ class RunConfig(Identified):
     method_cfg: Any
     task_cfg: Any
     data: DataIdentity | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with every resolved value, in its canonical form.
-
-        ``harness.persistence.records.canonical_config``: the fields whose absence the ids were kept
-        stable by (``train.compile`` when False, ``data`` for generated data) are left out.
-        """
-        return canonical_config(
-            {
-                "method": self.method,
-                "task": self.task,
-                "seed": self.seed,
-                "preset": self.preset,
-                "train": dataclasses.asdict(self.train),
-                "model": dataclasses.asdict(self.model),
-                "method_cfg": dataclasses.asdict(self.method_cfg),
-                "task_cfg": dataclasses.asdict(self.task_cfg),
-                "data": None if self.data is None else dataclasses.asdict(self.data),
-            }
-        )
 
 
 # --- typed overrides -----------------------------------------------------------------------------

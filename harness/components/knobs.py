@@ -79,20 +79,11 @@ class Bounds:
         def num(x: float) -> str:  # an integer bound in full: 4294967295, not 4.29497e+09
             return str(int(x)) if kind is int and float(x).is_integer() else f"{x:g}"
 
-        low = (
-            f"[{num(self.ge)}"
-            if self.ge is not None
-            else f"({num(self.gt)}"
-            if self.gt is not None
-            else "(-inf"
-        )
-        high = (
-            f"{num(self.le)}]"
-            if self.le is not None
-            else f"{num(self.lt)})"
-            if self.lt is not None
-            else "inf)"
-        )
+        low, high = "(-inf", "inf)"
+        if self.ge is not None or self.gt is not None:
+            low = f"[{num(self.ge)}" if self.ge is not None else f"({num(self.gt)}"
+        if self.le is not None or self.lt is not None:
+            high = f"{num(self.le)}]" if self.le is not None else f"{num(self.lt)})"
         return f"{noun} in {low}, {high}"
 
 

@@ -532,12 +532,6 @@ def describe_source(obj: Any) -> str:
     }.get(src["kind"], f"module {module}")
 
 
-def included_folder(module: str) -> Path | None:
-    """The folder of the included file imported as ``module``; None for any other module."""
-    file = _INCLUDED.get(module)
-    return None if file is None else file.parent
-
-
 @functools.cache
 def _installed_distribution(top: str) -> tuple[str, str] | None:
     """The installed distribution providing the top-level module ``top``, with its version."""
@@ -565,7 +559,8 @@ def source_files(module: Any) -> set[str]:
     uses (shared ``_*.py`` pieces) count.
     """
     pkg = module.__name__.partition(".")[0]
-    folder = included_folder(module.__name__)
+    included = _INCLUDED.get(module.__name__)
+    folder = None if included is None else included.parent
     seen: dict[str, Any] = {}
     extra: set[str] = set()
     todo = [module]
@@ -579,7 +574,8 @@ def source_files(module: Any) -> set[str]:
             if not isinstance(name, str) or name == pkg:
                 continue
             other = sys.modules.get(name)
-            if name.partition(".")[0] != pkg and not _in_folder(other, folder):
+            here = _file_of(other)  # an included file's package is its folder
+            if name.partition(".")[0] != pkg and (here is None or here.parent != folder):
                 continue
             sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
             if callable(sources):
@@ -587,12 +583,6 @@ def source_files(module: Any) -> set[str]:
             if other is not None and name not in seen:
                 todo.append(other)
     return extra | {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
-
-
-def _in_folder(module: Any, folder: Path | None) -> bool:
-    """Whether ``module`` is a file directly in ``folder`` (False when either is None)."""
-    file = getattr(module, "__file__", None)
-    return folder is not None and file is not None and Path(file).resolve().parent == folder
 
 
 def code_digest(files: Iterable[str]) -> str:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,10 +134,6 @@ def split_mean(runs: Sequence[dict[str, Any]], key: str, split: str = "val") -> 
     return statistics.fmean(vals) if len(vals) == len(runs) and vals else math.nan
 
 
-def _val_mean(runs: Sequence[dict[str, Any]], key: str) -> float:
-    return split_mean(runs, key, "val")
-
-
 BUDGETS = {"skip_pct": "Skip %", "read_skip_pct": "activity sparsity %"}  # measure -> label
 
 
@@ -157,6 +153,16 @@ def budget_measure(runs: Sequence[dict[str, Any]], split: str = "val") -> str:
         if read is None or math.isnan(read) or skip is None or skip != 0:
             return "skip_pct"
     return "read_skip_pct" if runs else "skip_pct"
+
+
+def by_variant(
+    records: Iterable[dict[str, Any]], by: Sequence[str] = ("task", "preset", "method")
+) -> dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]]:
+    """``records`` grouped by their ``by`` values (a tuple), then by ``variant_id``, in order."""
+    groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
+    for r in records:
+        groups.setdefault(tuple(r[k] for k in by), {}).setdefault(r["variant_id"], []).append(r)
+    return groups
 
 
 def nearest_skip(
@@ -186,12 +192,8 @@ def nearest_skip(
         ``{group: (variant_id, mean Skip %, or activity sparsity %)}``, the group as the tuple
         of its ``by`` values; a group with no variant that recorded Skip % has no entry.
     """
-    groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
-    for r in records:
-        variants = groups.setdefault(tuple(r[k] for k in by), {})
-        variants.setdefault(r["variant_id"], []).append(r)
     out = {}
-    for key, variants in groups.items():
+    for key, variants in by_variant(records, by).items():
         near = nearest_variant(variants, target, split, tie)
         if near is not None:
             out[key] = near[:2]
@@ -241,7 +243,7 @@ def _best_training(
         groups.setdefault(_knobs(runs), []).append(vid)
     kept: dict[str, list[dict[str, Any]]] = {}
     for vids in groups.values():
-        scored = [(vid, _val_mean(variants[vid], primary)) for vid in vids]
+        scored = [(vid, split_mean(variants[vid], primary)) for vid in vids]
         scored = [(vid, v) for vid, v in scored if not math.isnan(v)]
         if not scored:
             kept.update({vid: variants[vid] for vid in vids})
@@ -253,7 +255,7 @@ def _best_training(
 
 def _rank(primary: str, higher: bool) -> Callable[[list[dict[str, Any]]], float]:
     """A variant's runs -> its mean validation ``primary``, negated where higher is better."""
-    return lambda runs: -_val_mean(runs, primary) if higher else _val_mean(runs, primary)
+    return lambda runs: -split_mean(runs, primary) if higher else split_mean(runs, primary)
 
 
 def seed_count(runs: Sequence[dict[str, Any]]) -> int:
@@ -291,25 +293,20 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         pool = {
             vid: runs
             for vid, runs in variants.items()
-            if abs(_val_mean(runs, "skip_pct") - rule.target) <= rule.width
+            if abs(split_mean(runs, "skip_pct") - rule.target) <= rule.width
         }
         if not pool:
             return None, f"{rule}: no variant of {n} in the band"
         within = f", {len(pool)} in the band"
-    pool = {vid: runs for vid, runs in pool.items() if not math.isnan(_val_mean(runs, primary))}
-    if not pool:
-        return None, f"{rule}: no validation {primary} recorded"
-    if rule.name == "val-skip-nearest":
-        pool = {
-            vid: runs for vid, runs in pool.items() if not math.isnan(_val_mean(runs, "skip_pct"))
-        }
+    for key in (primary, "skip_pct") if rule.name == "val-skip-nearest" else (primary,):
+        pool = {vid: runs for vid, runs in pool.items() if not math.isnan(split_mean(runs, key))}
         if not pool:
-            return None, f"{rule}: no validation skip_pct recorded"
+            return None, f"{rule}: no validation {key} recorded"
     pool, fewer = most_seeds(pool)
     if fewer:
         top = seed_count(next(iter(pool.values())))
         within += f", {fewer} with fewer than {top} seeds not eligible"
-    score = {vid: _val_mean(runs, primary) for vid, runs in pool.items()}
+    score = {vid: split_mean(runs, primary) for vid, runs in pool.items()}
     if rule.name == "val-skip-nearest":
         pool, tuned = _best_training(pool, primary, higher)
         vid, skip, measure = nearest_variant(pool, rule.target, "val", _rank(primary, higher))
@@ -340,12 +337,8 @@ def select(
         predictor (``ref:NAME``, no Skip %) keeps its best-val variant whatever the rule.
     """
     recs = latest(records)
-    groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
-    for r in recs:
-        if r.get("status") == "ok":
-            key = (r["task"], r["preset"], r["method"])
-            groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
     reasons: dict[str, str] = {}
+    groups = by_variant(r for r in recs if r.get("status") == "ok")
     for key, variants in sorted(groups.items()):
         # no trainer (``config.train``), no Skip % to match: a reference predictor's best on val
         if "train" not in next(iter(variants.values()))[0]["config"]:

@@ -79,12 +79,8 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """A copy of the batch with its tensors on ``device``."""
-        return Batch(
-            self.x.to(device),
-            self.y.to(device),
-            None if self.lengths is None else self.lengths.to(device),
-            None if self.times is None else self.times.to(device),
-        )
+        tensors = (self.x, self.y, self.lengths, self.times)
+        return Batch(*(None if t is None else t.to(device) for t in tensors))
 
 
 @dataclass
@@ -125,9 +121,8 @@ class Split:
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         for i in range(0, n, batch_size):
             idx = order[i : i + batch_size]
-            lengths = None if self.lengths is None else self.lengths[idx]
-            times = None if self.times is None else self.times[idx]
-            yield Batch(self.x[idx], self.y[idx], lengths, times)
+            tensors = (self.x, self.y, self.lengths, self.times)
+            yield Batch(*(None if t is None else t[idx] for t in tensors))
 
 
 @dataclass

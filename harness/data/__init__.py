@@ -17,6 +17,7 @@ Importing it does not import torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import warnings
@@ -119,11 +120,8 @@ def disk_cached(
         h.update(f"{p.name} {sha256(p)}\n".encode())
     path = cache_dir() / subdir / f"{name}-{h.hexdigest()[:20]}.npz"
     if path.is_file():
-        try:
-            with np.load(path) as z:
-                return {k: z[k] for k in z.files}, "hit"
-        except (OSError, ValueError, zipfile.BadZipFile):
-            pass
+        with contextlib.suppress(OSError, ValueError, zipfile.BadZipFile), np.load(path) as z:
+            return {k: z[k] for k in z.files}, "hit"
     arrays = build()
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
@@ -189,14 +187,7 @@ def task_row(
         return None
     sums, files = st.pop("sha256", None), st.pop("files", None)
     members = st.pop("sha256_members", None)
-    row = {
-        "task": name,
-        "dataset": st.get("dataset", name),
-        "status": st.get("status", "?"),
-        "path": st.get("path") or str(data_root(task.data_dir)),
-        "source": st.get("source", ""),
-        "detail": st.get("detail", ""),
-    }
+    row = _row(name, st, task.data_dir)
     if not verify or row["status"] != "found":
         return row
     try:
@@ -214,6 +205,18 @@ def task_row(
         return row
     row["check"] = checked
     return row
+
+
+def _row(name: str, st: dict[str, Any], data_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """A task's row from its ``data_status()`` dict (the data root's path where it names none)."""
+    return {
+        "task": name,
+        "dataset": st.get("dataset", name),
+        "status": st.get("status", "?"),
+        "path": st.get("path") or str(data_root(data_dir)),
+        "source": st.get("source", ""),
+        "detail": st.get("detail", ""),
+    }
 
 
 def status_rows(
@@ -244,16 +247,7 @@ def status_rows(
         try:
             task = cls(data_dir=str(data_dir) if data_dir else None)
         except DataError as e:
-            rows.append(
-                {
-                    "task": name,
-                    "dataset": name,
-                    "status": "corrupt",
-                    "path": str(data_root(data_dir)),
-                    "source": "",
-                    "detail": str(e),
-                }
-            )
+            rows.append(_row(name, {"status": "corrupt", "detail": str(e)}, data_dir))
             continue
         row = task_row(name, task, verify, fresh)
         if row is not None:
@@ -296,21 +290,18 @@ def attach_identity(
         key = (cfg.task, repr(cfg.task_cfg))
         if key not in known:
             row = task_row(cfg.task, TASKS.get(cfg.task)(cfg.task_cfg, data_dir), verify=True)
+            status = None if row is None else row["status"]  # None: generated data
             known[key] = None
-            if row is None:
-                pass
-            elif row["status"] == "found" or (
-                row["status"] == "checksum mismatch" and allow_unverified
-            ):
+            if status == "found" or (status == "checksum mismatch" and allow_unverified):
                 known[key] = DataIdentity(row["digest"], row["verified"])
                 if not row["verified"]:
                     notes.append(f"task '{cfg.task}' runs on unverified data ({row['check']})")
-            elif row["status"] == "checksum mismatch":
+            elif status == "checksum mismatch":
                 bad.append(
                     f"the data of task '{cfg.task}' under {row['path']} do not match the "
                     f"published checksums ({row['check']})"
                 )
-            else:
+            elif status is not None:
                 bad.append(f"task '{cfg.task}': {row['detail']}")
         ident = known[key]
         out.append(cfg if ident is None else dataclasses.replace(cfg, data=ident))

@@ -177,9 +177,7 @@ def run_one(
     """
     try:
         return _run_config(cfg_dict, run, callbacks)
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:
+    except Exception as e:  # an interrupt is no Exception: it propagates
         return lost_record(cfg_dict, failure_reason(e))
 
 

@@ -32,10 +32,6 @@ from harness.persistence.store import (
 CLAIM_TIMEOUT_S = 48 * 3600  # a claim this old is stale whoever holds it
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _process_start(pid: int) -> str | None:
     """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
     try:
@@ -67,7 +63,7 @@ def claim_is_stale(claim: dict[str, Any], now: float | None = None) -> bool:
     if claim.get("host") != socket.gethostname():
         return False
     pid = claim.get("pid")
-    if not _is_int(pid) or not _alive(pid):
+    if type(pid) is not int or not _alive(pid):  # a claim's JSON: not a bool, not a string
         return True
     started = claim.get("started")
     return started is not None and _process_start(pid) not in (None, started)

@@ -15,6 +15,7 @@ packed by ``harness.persistence.trace``, its ``events`` described by ``harness.t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -119,19 +120,27 @@ def start_record(cfg: Any, method_code: str | None, method_source: dict | None =
         method_code: the method's code version (``harness.training.code.method_code``).
         method_source: where the method comes from (``harness.components.registry.method_source``).
     """
+    rec = _identified(cfg.to_dict(), method_code)
+    rec["events"] = []
+    if method_source is not None:
+        rec["method_source"] = dict(method_source)
+    return rec
+
+
+def _identified(cfg_dict: dict[str, Any], method_code: str | None) -> RunRecord:
+    """What every record of a run starts with: its ids, names, config and code, started now."""
+    run_id, variant_id = identity(cfg_dict)
     return RunRecord(
         schema=SCHEMA_VERSION,
-        run_id=cfg.run_id,
-        variant_id=cfg.variant_id,
-        method=cfg.method,
-        task=cfg.task,
-        seed=cfg.seed,
-        preset=cfg.preset,
+        run_id=run_id,
+        variant_id=variant_id,
+        method=cfg_dict.get("method"),
+        task=cfg_dict.get("task"),
+        seed=cfg_dict.get("seed"),
+        preset=cfg_dict.get("preset"),
         method_code=method_code,
-        config=cfg.to_dict(),
+        config=cfg_dict,
         time={"start": now()},
-        events=[],
-        **({} if method_source is None else {"method_source": dict(method_source)}),
     )
 
 
@@ -140,6 +149,11 @@ def describe_task(rec: RunRecord, task: Any, selection: str) -> None:
     rec["primary"] = task.primary
     rec["higher_is_better"] = bool(task.higher_is_better)
     rec["selection"] = selection
+
+
+def describe_data(rec: RunRecord, info: dict[str, Any], data: Any) -> None:
+    """A record's ``data``: the splits' ``info`` and, for data files, their ``DataIdentity``."""
+    rec["data"] = {**info, **({} if data is None else dataclasses.asdict(data))}
 
 
 def finish_ok(
@@ -208,22 +222,10 @@ def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None)
         error: why (one line).
         method_code: the method's code version, if it could be taken.
     """
-    run_id, variant_id = identity(cfg_dict)
-    stamp = now()
-    return RunRecord(
-        schema=SCHEMA_VERSION,
-        run_id=run_id,
-        variant_id=variant_id,
-        method=cfg_dict.get("method"),
-        task=cfg_dict.get("task"),
-        seed=cfg_dict.get("seed"),
-        preset=cfg_dict.get("preset"),
-        method_code=method_code,
-        config=cfg_dict,
-        status="failed",
-        error=" ".join(error.split()),
-        time={"start": stamp, "end": stamp},
-    )
+    rec = _identified(cfg_dict, method_code)
+    rec.update(status="failed", error=" ".join(error.split()))
+    rec["time"]["end"] = rec["time"]["start"]
+    return rec
 
 
 def canonical_config(d: dict[str, Any]) -> dict[str, Any]:
@@ -255,15 +257,19 @@ UNHASHED_AT = {("task_cfg", "split"): "series"}
 
 
 class Identified:
-    """A run's config whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
+    """A run's config dataclass whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
 
     ``harness.components.config.RunConfig`` (a method's run) and ``harness.references.RefConfig`` (a
     reference predictor's) are both hashed by ``identity``.
     """
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as a canonical JSON-ready dict (``canonical_config``)."""
-        raise NotImplementedError
+        """Every resolved value as a JSON-ready dict, in its canonical form (``canonical_config``).
+
+        Its sections (dataclasses) become dicts; the fields whose absence the ids were kept stable
+        by (``train.compile`` when False, ``data`` for generated data) are left out.
+        """
+        return canonical_config(dataclasses.asdict(self))  # type: ignore[call-overload]
 
     @property
     def run_id(self) -> str:
@@ -387,35 +393,27 @@ def _str_or_null(v: Any) -> bool:
     return v is None or isinstance(v, str)
 
 
+_STRING = (lambda v: isinstance(v, str), "a string")
+_OBJECT = (lambda v: isinstance(v, dict), "an object")
 # key -> (check, what it expects); checked whenever the key is present
 _TYPES: dict[str, tuple[Any, str]] = {
     "run_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "method": (lambda v: isinstance(v, str), "a string"),
-    "task": (lambda v: isinstance(v, str), "a string"),
-    "preset": (lambda v: isinstance(v, str), "a string"),
+    **dict.fromkeys(("method", "task", "preset"), _STRING),
     "status": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
     "seed": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "config": (lambda v: isinstance(v, dict), "an object"),
+    "config": _OBJECT,
 }
 # run records only
 _RUN_TYPES: dict[str, tuple[Any, str]] = {
-    "metrics": (_numbers, "an object of numbers"),
-    "val_metrics": (_numbers, "an object of numbers"),
-    "macs": (_numbers, "an object of numbers"),
-    "flops": (_numbers, "an object of numbers"),
-    "params": (_numbers, "an object of numbers"),
-    "diagnostics": (_numbers, "an object of numbers"),
-    "variant_id": (_str_or_null, "a string"),
-    "primary": (_str_or_null, "a string"),
-    "error": (_str_or_null, "a string"),
-    "method_code": (_str_or_null, "a string"),
-    "method_source": (lambda v: isinstance(v, dict), "an object"),
+    **dict.fromkeys(
+        ("metrics", "val_metrics", "macs", "flops", "params", "diagnostics"),
+        (_numbers, "an object of numbers"),
+    ),
+    **dict.fromkeys(("variant_id", "primary", "error", "method_code"), (_str_or_null, "a string")),
+    "method_source": _OBJECT,
     "higher_is_better": (lambda v: isinstance(v, bool), "a boolean"),
-    "env": (lambda v: isinstance(v, dict), "an object"),
-    "time": (lambda v: isinstance(v, dict), "an object"),
-    "trace": (lambda v: isinstance(v, dict), "an object"),
-    "history": (lambda v: isinstance(v, list), "an array"),
-    "events": (lambda v: isinstance(v, list), "an array"),
+    **dict.fromkeys(("env", "time", "trace"), _OBJECT),
+    **dict.fromkeys(("history", "events"), (lambda v: isinstance(v, list), "an array")),
 }
 
 

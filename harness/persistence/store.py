@@ -5,9 +5,8 @@ One JSON line per finished run (``harness.persistence.records``). A line is writ
 killed sweep loses at most the runs in flight and never corrupts what is already recorded.
 
 - Reading checks every line (``harness.persistence.records.from_json``: the required keys, their
-types,
-  strict JSON, a known ``schema`` version) and reports each unusable line with its line number;
-  nothing is ever dropped from the file by reading. ``Store.repair`` moves unusable lines (a
+  types, strict JSON, a known ``schema`` version) and reports each unusable line with its line
+  number; nothing is ever dropped from the file by reading. ``Store.repair`` moves unusable lines (a
   torn last line left by a killed writer or a full disk) to a side file, keeping every byte.
 - A full disk does not lose a finished run: ``Store.append`` retries, then raises
   ``AppendError`` and the caller keeps the record in a fallback file (``save_unwritten``); a
@@ -331,10 +330,6 @@ class Store:
                     f"{self.path}:{line.number}: malformed record skipped ({line.problem})"
                 )
         return records, problems
-
-    def recorded_ids(self) -> set[str]:
-        """Run ids already in the store (any status): a resumed sweep skips them."""
-        return {r["run_id"] for r in self.read()[0]}
 
     def repair(self) -> Repair:
         """Move every unusable line to a side file ``<store>.rejected-<UTC time>``.

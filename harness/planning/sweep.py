@@ -16,7 +16,7 @@ from typing import Any
 from harness.components import config
 from harness.components.metrics import mean_std
 from harness.components.registry import METHODS
-from harness.components.selection import BUDGETS, nearest_variant
+from harness.components.selection import BUDGETS, by_variant, nearest_variant
 from harness.errors import (  # noqa: F401  (allocation_failure, out_of_memory: callers of sweep)
     ConfigError,
     HarnessError,
@@ -107,14 +107,8 @@ def build_configs(
                         cfgs.append(cfg)
     unused = [k for k in [*overrides, *(grid or {})] if k not in used]
     if unused:
-        keys = sorted(
-            {
-                k
-                for t in tasks
-                for m in methods
-                for k in config.valid_keys(config.default_sections(m, t))
-            }
-        )
+        sections = [config.default_sections(m, t) for t in tasks for m in methods]
+        keys = sorted({k for s in sections for k in config.valid_keys(s)})
         raise ConfigError(
             f"Unknown key '{unused[0]}' for the selected methods and tasks. "
             f"Valid keys: {', '.join(keys)}"
@@ -308,19 +302,6 @@ def estimate_runs(
     return per_run, counts
 
 
-def estimate_seconds(
-    todo: Sequence[config.RunConfig], records: Sequence[dict[str, Any]]
-) -> tuple[float, dict[str, int]]:
-    """The time the runs in ``todo`` would take in one process (``estimate_runs``, summed).
-
-    Returns:
-        ``(seconds, counts)``: the summed estimate and how many runs were estimated each way,
-        ``{"variant": ..., "method": ..., "unknown": ...}``.
-    """
-    per_run, counts = estimate_runs(todo, records)
-    return sum(s for s in per_run if s is not None), counts
-
-
 def wall_seconds(per_run: Sequence[float | None], workers: int) -> float:
     """The wall time of runs of these durations on ``workers`` parallel workers.
 
@@ -352,15 +333,11 @@ def match_skip(
 
     Returns:
         One row per (task, preset, method) with the chosen variant, its mean Skip % (activity
-        sparsity % for an activity-sparse method, ``budget`` says which), its primary
-        metric and the number of candidate variants; a (task, preset, method) none of whose
-        variants recorded a test Skip % has no row.
+        sparsity % for an activity-sparse method, ``budget`` says which), its primary metric
+        (under its own name, which ``primary`` holds) and the number of candidate variants; a
+        (task, preset, method) none of whose variants recorded a test Skip % has no row.
     """
-    recs = [r for r in latest(records) if r.get("status") == "ok"]
-    groups: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
-    for r in recs:
-        key = (r["task"], r["preset"], r["method"])
-        groups.setdefault(key, {}).setdefault(r["variant_id"], []).append(r)
+    groups = by_variant(r for r in latest(records) if r.get("status") == "ok")
     rows = []
     for (task, preset, method), variants in sorted(groups.items()):
         near = nearest_variant(variants, target, "test")
@@ -379,6 +356,7 @@ def match_skip(
                 "variant_id": vid,
                 "skip_pct": skip,
                 "budget": BUDGETS[measure],
+                "primary": primary,
                 primary: metric,
                 "seeds": len(runs),
                 "candidates": len(variants),

@@ -20,7 +20,6 @@ This module imports no torch: the registry, the base class and the run config.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from collections.abc import Iterable
@@ -39,7 +38,7 @@ from harness.components.registry import (
     source_files,
 )
 from harness.errors import ConfigError
-from harness.persistence.records import Identified, canonical_config
+from harness.persistence.records import Identified
 
 __all__ = [
     "REFERENCES",
@@ -238,20 +237,6 @@ class RefConfig(Identified):
     method_cfg: Any
     task_cfg: Any
     data: Any = None  # harness.components.config.DataIdentity of real data, None for generated data
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict in its canonical form (``records.canonical_config``)."""
-        return canonical_config(
-            {
-                "method": self.method,
-                "task": self.task,
-                "seed": self.seed,
-                "preset": self.preset,
-                "method_cfg": dataclasses.asdict(self.method_cfg),
-                "task_cfg": dataclasses.asdict(self.task_cfg),
-                "data": None if self.data is None else dataclasses.asdict(self.data),
-            }
-        )
 
 
 def default_sections(name: str, task: str, preset: str | None = None) -> dict[str, Any]:

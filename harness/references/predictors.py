@@ -83,15 +83,6 @@ def summary_features(x: Tensor, lengths: Tensor | None) -> Tensor:
     return torch.cat([mean, std, low, high, diff], 1)
 
 
-def _features(split: Split | Batch) -> Tensor:
-    n = len(split.x)
-    parts = []
-    for i in range(0, n, CHUNK):
-        lengths = None if split.lengths is None else split.lengths[i : i + CHUNK]
-        parts.append(summary_features(split.x[i : i + CHUNK], lengths))
-    return torch.cat(parts) if parts else torch.zeros(0, 0, dtype=torch.float64)
-
-
 @dataclass(frozen=True)
 class LogRegConfig:
     """Knobs of ``ref:logreg``.
@@ -136,7 +127,7 @@ class LogReg(Reference):
     def fit(self, task, train: Split, seed: int) -> None:
         """Fit on the training split only (``Reference.fit``)."""
         torch.manual_seed(seed)
-        feats = _features(train)
+        feats = torch.cat([summary_features(b.x, b.lengths) for b in train.batches(CHUNK)])
         self.center = feats.mean(0)
         scale = feats.std(0, unbiased=False)
         self.scale = torch.where(scale > 1e-12, scale, torch.ones_like(scale))
@@ -167,7 +158,7 @@ class LogReg(Reference):
 
     def predict(self, batch: Batch) -> Tensor:
         """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
-        z = (_features(batch) - self.center) / self.scale
+        z = (summary_features(batch.x, batch.lengths) - self.center) / self.scale
         return (z @ self.weight + self.bias).float()
 
     def num_params(self) -> int:
@@ -224,8 +215,7 @@ class Last(Reference):
         return why
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
-        pass
+        """Fit on the training split only (``Reference.fit``): nothing to fit."""
 
     def predict(self, batch: Batch) -> Tensor:
         """The prediction for one batch, shaped as a model's (``Reference.predict``)."""

@@ -10,7 +10,6 @@ on: they are deterministic there.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -37,8 +36,6 @@ def run_reference(cfg: RefConfig, data_dir: str | None = None) -> records.RunRec
     rec = records.start_record(cfg, cls.code_version(), source_of(cls))
     try:
         return _fit_and_score(cfg, data_dir, rec)
-    except KeyboardInterrupt:
-        raise
     except HarnessError as e:
         return records.finish_failed(rec, f"{type(e).__name__}: {e}")
     except Exception as e:  # recorded as a failed run; the sweep goes on
@@ -57,9 +54,7 @@ def _fit_and_score(cfg: RefConfig, data_dir: str | None, rec: Any) -> records.Ru
     env.set_seed(cfg.seed)
     splits = task.splits(cfg.seed)
     records.describe_task(rec, task, SELECTION)
-    rec["data"] = dict(splits.info)
-    if cfg.data is not None:
-        rec["data"].update(dataclasses.asdict(cfg.data))
+    records.describe_data(rec, splits.info, cfg.data)
     batch = min(task.preset(cfg.preset).train.eval_batch_size, EVAL_BATCH)
     ref = cls(cfg.method_cfg)
     t0 = time.perf_counter()

@@ -22,6 +22,7 @@ and the sweep, once the run is recorded, stops with one line naming the filesyst
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
@@ -240,18 +241,14 @@ class Checkpointer:
                 self.full = write_failure(self.path, e)
             else:
                 _say(f"cannot write the checkpoint {self.path} ({e}); the run goes on without one")
-            try:
+            with contextlib.suppress(OSError):  # the folder is not there (or not a folder)
                 tmp.unlink(missing_ok=True)
-            except OSError:  # the folder is not there (or not a folder)
-                pass
             return False
         self._last = time.monotonic()
         return True
 
     def discard(self) -> None:
         """Remove the checkpoint (the run is recorded, or the file is of no use)."""
-        try:
+        with contextlib.suppress(OSError):  # not empty (other runs' checkpoints), or gone
             self.path.unlink(missing_ok=True)
             self.path.parent.rmdir()  # the folder goes with the last checkpoint
-        except OSError:  # not empty (other runs' checkpoints), or gone
-            pass

@@ -18,20 +18,16 @@ from typing import Any
 import torch
 
 
-def _device(device: str | torch.device) -> torch.device:
-    return device if isinstance(device, torch.device) else torch.device(device)
-
-
 def synchronize(device: str | torch.device) -> None:
     """Wait for every queued kernel on ``device`` (a no-op on CPU)."""
-    dev = _device(device)
+    dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
 
 def synced(fn: Callable[[], Any], device: str | torch.device) -> Callable[[], Any]:
     """``fn`` followed by a device synchronisation, so a timer around a call sees all its work."""
-    dev = _device(device)
+    dev = torch.device(device)
     if dev.type != "cuda":
         return fn
 
@@ -128,7 +124,7 @@ class CompileClock:
     inductor's FX-graph cache (``TORCHINDUCTOR_CACHE_DIR``, by default
     ``/tmp/torchinductor_$USER``), kept across runs and processes: the first run of a sweep
     compiles, the later runs of the same graphs load them
-    (``harness.planning.sweep.estimate_seconds`` counts the compilation once).
+    (``harness.planning.sweep.estimate_runs`` counts the compilation once).
     """
 
     def __init__(self) -> None:

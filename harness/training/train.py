@@ -9,7 +9,6 @@ and the epochs it finished recorded.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -390,7 +389,8 @@ def run(
     Whatever goes wrong inside the run (building the model or the data, an allocation failure,
     divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
     returned as a failed record naming the reason, so a sweep goes on; only an interrupt
-    (Ctrl-C, SIGTERM) propagates. A reference predictor's config (``ref:NAME``) is fitted and
+    (Ctrl-C, SIGTERM) propagates, and the checkpoint stays: the next start of this run goes on
+    from it. A reference predictor's config (``ref:NAME``) is fitted and
     scored by ``harness.references.run`` instead.
     """
     if isinstance(cfg, RefConfig):  # a reference predictor's run: it fits and scores itself
@@ -404,8 +404,6 @@ def run(
         )
     try:
         done = _train_and_test(cfg, data_dir, device, callbacks, rec, checkpoint)
-    except KeyboardInterrupt:  # the checkpoint stays: the next start of this run goes on from it
-        raise
     except DivergedError as e:  # the epochs it finished stay on record
         done = records.finish_failed(rec, f"diverged: {e}", e.history, e.train_s)
     except HarnessError as e:  # bad input met inside the run: its message is the reason
@@ -437,9 +435,7 @@ def _train_and_test(
         "total": sum(p.numel() for p in model.parameters()),
         "method": model.method_param_count(),
     }
-    rec["data"] = dict(splits.info)
-    if cfg.data is not None:  # which files: their digest, and whether they are the published data
-        rec["data"].update(dataclasses.asdict(cfg.data))
+    records.describe_data(rec, splits.info, cfg.data)
     clock = CompileClock()
     if cfg.train.compile:
         clock.start()
