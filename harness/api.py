@@ -42,12 +42,12 @@ from harness.persistence.outputs import check_writable, leaderboard_path, refuse
 from harness.persistence.records import RunRecord
 from harness.persistence.store import Store, load, output_store_path, store_path
 from harness.planning.resume import plan_resume
-from harness.planning.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs, usable_tasks
+from harness.planning.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs
 from harness.planning.suites import load as load_sweep_file
 from harness.planning.suites import plan, suite_names, suite_path
 from harness.planning.sweep import match_skip, parse_grid
 from harness.references import named_outright
-from harness.reporting.reports import compare, load_records, paper_report, report
+from harness.reporting.reports import compare, paper_report, report
 from harness.training.tracking import check_log_dir
 
 __all__ = [
@@ -55,21 +55,16 @@ __all__ = [
     "MAX_THREADS",
     "Block",
     "RunJob",
-    "Sweep",
     "SweepEvent",
     "SweepResult",
     "SweepSpec",
     "compare",
     "board_records",
-    "check_executor",
     "declared",
     "executor",
     "existing_store",
     "include",
-    "load_records",
-    "open_store",
     "paper_report",
-    "plan_runs",
     "parse_seeds",
     "plan_sweep",
     "prepare_run",
@@ -77,7 +72,6 @@ __all__ = [
     "resolve_configs",
     "run_sweep",
     "suites",
-    "usable_tasks",
 ]
 
 # --- running a sweep ---------------------------------------------------------------------------

@@ -20,10 +20,9 @@ from typing import Any, NoReturn
 from harness.api import MAX_THREADS, parse_seeds  # noqa: F401  (parse_seeds: re-exported)
 from harness.components.config import DEVICES, PRESETS
 from harness.components.registry import TASKS
-from harness.errors import ConfigError
+from harness.errors import ConfigError, out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
 from harness.persistence.outputs import check_writable  # noqa: F401  (re-exported: the commands' checks)
 from harness.persistence.outputs import write_text as write_report  # noqa: F401  (atomic, never over records)
-from harness.planning.sweep import out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
 
 
 class Parser(argparse.ArgumentParser):

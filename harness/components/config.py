@@ -33,7 +33,6 @@ from harness.components.knobs import (  # noqa: E402, F401  (methods and tasks i
     MAX_SEQ_LEN,
     MAX_SPLIT,
     MAX_WIDTH,
-    NO_LEGACY,
     Bounds,
     bounds_of,
     check_data_steps,

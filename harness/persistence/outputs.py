@@ -20,12 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import HarnessError, WriteFailed
-from harness.persistence.files import (  # noqa: F401  (re-exported)
-    check_writable,
-    explain,
-    file_kind,
-    write_atomically,
-)
+from harness.persistence.files import check_writable, write_atomically  # noqa: F401  (re-exported)
 from harness.persistence.store import DEFAULT_FILE, store_path
 
 SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it holds records

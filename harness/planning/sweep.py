@@ -17,12 +17,7 @@ from harness.components import config
 from harness.components.metrics import mean_std
 from harness.components.registry import METHODS
 from harness.components.selection import BUDGETS, by_variant, nearest_variant
-from harness.errors import (  # noqa: F401  (allocation_failure, out_of_memory: callers of sweep)
-    ConfigError,
-    HarnessError,
-    allocation_failure,
-    out_of_memory,
-)
+from harness.errors import ConfigError, HarnessError, out_of_memory
 from harness.persistence.records import flat_config, latest
 from harness.references import component
 

@@ -42,12 +42,10 @@ from harness.persistence.records import Identified
 
 __all__ = [
     "REFERENCES",
-    "NoReferenceConfig",
     "RefConfig",
     "Reference",
     "component",
     "describe",
-    "is_reference",
     "register_reference",
     "resolve_names",
     "role",
