@@ -326,12 +326,8 @@ class NotJSON(RecordProblem):
     """A line that is not strict JSON (or not UTF-8): a torn line, a NaN token."""
 
 
-class _NonFinite(ValueError):
-    pass
-
-
 def _non_finite(token: str) -> Any:
-    raise _NonFinite(
+    raise NotJSON(
         f"{token} is not a JSON value (the harness writes a number that is not finite as null)"
     )
 
@@ -357,8 +353,6 @@ def from_json(text: str | bytes, legacy: Legacy | None = None) -> RunRecord:
         raise NotJSON("not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise NotJSON(e.msg) from None
-    except _NonFinite as e:
-        raise NotJSON(str(e)) from None
     problems = validate(rec)
     if problems:
         raise RecordProblem("; ".join(problems))
@@ -381,20 +375,15 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number_or_null(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
 def _numbers(v: Any) -> bool:
-    return isinstance(v, dict) and all(_is_number_or_null(x) for x in v.values())
-
-
-def _str_or_null(v: Any) -> bool:
-    return v is None or isinstance(v, str)
+    return isinstance(v, dict) and all(
+        x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v.values()
+    )
 
 
 _STRING = (lambda v: isinstance(v, str), "a string")
 _OBJECT = (lambda v: isinstance(v, dict), "an object")
+_STRING_OR_NULL = (lambda v: v is None or isinstance(v, str), "a string")
 # key -> (check, what it expects); checked whenever the key is present
 _TYPES: dict[str, tuple[Any, str]] = {
     "run_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
@@ -409,7 +398,7 @@ _RUN_TYPES: dict[str, tuple[Any, str]] = {
         ("metrics", "val_metrics", "macs", "flops", "params", "diagnostics"),
         (_numbers, "an object of numbers"),
     ),
-    **dict.fromkeys(("variant_id", "primary", "error", "method_code"), (_str_or_null, "a string")),
+    **dict.fromkeys(("variant_id", "primary", "error", "method_code"), _STRING_OR_NULL),
     "method_source": _OBJECT,
     "higher_is_better": (lambda v: isinstance(v, bool), "a boolean"),
     **dict.fromkeys(("env", "time", "trace"), _OBJECT),
@@ -490,7 +479,13 @@ def migrate(rec: dict[str, Any], legacy: Legacy) -> RunRecord:
     """
     if rec.get("kind", "run") != "run":
         return rec  # type: ignore[return-value]
-    filled = _fill_legacy(rec["config"], legacy(rec["method"], rec["task"]))
+    filled = []  # (section, field) of each field filled from its declared legacy value
+    for section, values in legacy(rec["method"], rec["task"]).items():
+        have = rec["config"].get(section)
+        for name, value in values.items() if isinstance(have, dict) else ():
+            if name not in have:
+                have[name] = value
+                filled.append((section, name))
     canonical = canonical_config(rec["config"])
     if not any(name in canonical.get(sec, {}) for sec, name in filled):
         return rec  # type: ignore[return-value]  # the ids do not hash what was filled
@@ -499,26 +494,6 @@ def migrate(rec: dict[str, Any], legacy: Legacy) -> RunRecord:
         rec["written_run_id"] = rec["run_id"]
         rec["run_id"], rec["variant_id"] = run_id, variant_id
     return rec  # type: ignore[return-value]
-
-
-def _fill_legacy(
-    config: dict[str, Any], declared: dict[str, dict[str, Any]]
-) -> list[tuple[str, str]]:
-    """Fill the fields a record's config lacks from their declared legacy values.
-
-    Returns:
-        ``(section, field)`` of each field filled.
-    """
-    filled = []
-    for section, values in declared.items():
-        have = config.get(section)
-        if not isinstance(have, dict):
-            continue
-        for name, value in values.items():
-            if name not in have:
-                have[name] = value
-                filled.append((section, name))
-    return filled
 
 
 # --- reading many records -------------------------------------------------------------------------
