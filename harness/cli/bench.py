@@ -21,7 +21,6 @@ from harness.cli.common import (
     device_option,
     examples,
     float_at_least,
-    float_in,
     include_option,
     int_at_least,
     methods_option,
@@ -112,7 +111,6 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--report",
-        default=None,
         metavar="FILE",
         help=f"the Markdown to write (default: --out's {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
         "--speedup, whose raw timings go beside it, with .jsonl for .md)",
@@ -136,7 +134,7 @@ def add_parser(subparsers: Any) -> None:
         help="measure the fast paths' realised speedups instead of the timing suite",
     )
     add_options("--speedup", SPEEDUP_ONLY, (
-        ("--skips", comma_list(float_in(0.0, 1.0)), "S[,S...]",
+        ("--skips", comma_list(float_at_least(0.0, below=1.0)), "S[,S...]",
          "target skips, fractions in [0, 1)"),
         ("--hidden", comma_list(int_at_least(1)), "D[,D...]", "hidden sizes"),
         ("--batches", comma_list(int_at_least(1)), "B[,B...]", "batch sizes"),

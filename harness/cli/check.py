@@ -34,13 +34,11 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--only",
         type=comma_list(str),
-        default=None,
         metavar="CHECK[,CHECK...]",
         help="run only these checks (default: all)",
     )
     s.add_argument(
         "--task",
-        default=None,
         metavar="TASK",
         help="the task the training check trains on (default: the first built-in regression "
         "task that generates its data)",

@@ -108,8 +108,8 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def float_at_least(low: float) -> Callable[[str], float]:
-    """An argparse ``type`` accepting finite numbers >= ``low``."""
+def float_at_least(low: float, below: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite numbers >= ``low`` (and < ``below`` when given)."""
 
     def parse(text: str) -> float:
         try:
@@ -120,19 +120,8 @@ def float_at_least(low: float) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"expects a finite number, got '{text}'")
         if not value >= low:
             raise argparse.ArgumentTypeError(f"must be >= {low:g} (got {text})")
-        return value
-
-    return parse
-
-
-def float_in(low: float, high: float) -> Callable[[str], float]:
-    """An argparse ``type`` accepting numbers in ``[low, high)``."""
-    at_least = float_at_least(low)
-
-    def parse(text: str) -> float:
-        value = at_least(text)
-        if not value < high:
-            raise argparse.ArgumentTypeError(f"must be in [{low:g}, {high:g}) (got {text})")
+        if below is not None and not value < below:
+            raise argparse.ArgumentTypeError(f"must be in [{low:g}, {below:g}) (got {text})")
         return value
 
     return parse
@@ -195,9 +184,9 @@ def tasks_option(default: str | None = "all", note: str = "") -> argparse.Argume
     )
 
 
-def task_option(help: str) -> argparse.ArgumentParser:
+def task_option(help: str, metavar: str = "TASK") -> argparse.ArgumentParser:
     """``--task``: one task name (no default: no task is special)."""
-    return _option("--task", default=None, metavar="TASK", help=help)
+    return _option("--task", default=None, metavar=metavar, help=help)
 
 
 def preset_option(
@@ -228,7 +217,6 @@ def data_dir_option(scope: str = "") -> argparse.ArgumentParser:
     """``--data-dir``: the dataset root; ``scope`` prefixes the help."""
     return _option(
         "--data-dir",
-        default=None,
         metavar="DIR",
         help=f"{scope}dataset root (default: $HARNESS_DATA_DIR, else the user cache directory)",
     )

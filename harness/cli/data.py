@@ -55,7 +55,6 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--mirror",
-        default=None,
         metavar="URL",
         help="fetch: base URL that stands in for the official addresses",
     )

@@ -14,6 +14,7 @@ from harness.cli.common import (
     include_option,
     one_of,
     preset_option,
+    task_option,
 )
 from harness.components.registry import METHODS, TASKS
 from harness.components.selection import parse_rule
@@ -27,18 +28,6 @@ DEFAULT_RECORDS = "results/runs.jsonl"
 # DIR/runs.jsonl (X.md for X.jsonl), never into the checkout's committed reports/.
 
 
-def _task_option() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--task",
-        default=None,
-        metavar="TASK[,TASK...]",
-        help="--paper: only these tasks, comma-separated names or globs as 'run --tasks' takes "
-        "them (default: every task in the records)",
-    )
-    return parent
-
-
 def add_parser(subparsers: Any) -> None:
     """Add ``report`` to the ``harness`` subcommands."""
     s = add_command(
@@ -46,7 +35,11 @@ def add_parser(subparsers: Any) -> None:
         "report",
         "leaderboard from records (or, with --paper, paper tables and figures)",
         parents=[
-            _task_option(),
+            task_option(
+                "--paper: only these tasks, comma-separated names or globs as 'run --tasks' "
+                "takes them (default: every task in the records)",
+                metavar="TASK[,TASK...]",
+            ),
             preset_option(
                 default=None,
                 help="--paper: only this preset (default: every preset in the records)",
@@ -87,14 +80,12 @@ def add_parser(subparsers: Any) -> None:
         "--formats",
         dest="formats",
         type=comma_list(one_of(FORMATS)),
-        default=None,
         metavar="FORMAT[,FORMAT...]",
         help=f"table formats, any of {', '.join(FORMATS)} (parquet needs pyarrow); the "
         "leaderboard's go beside --out with their suffix (default: md; --paper: md,tex)",
     )
     s.add_argument(
         "--select",
-        default=None,
         metavar="RULE",
         help="one row per method, the variant RULE picks on the validation split: best-val, "
         "or val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation "
@@ -104,7 +95,6 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--against",
         type=comma_list(str),
-        default=None,
         metavar="METHOD[,METHOD...]",
         help="--paper: a table after the main one comparing every method row with each of these "
         "methods, paired by seed (row - method: mean difference, paired t and Wilcoxon p, Holm "

@@ -89,14 +89,12 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--match-skip",
         type=float_at_least(0.0),
-        default=None,
         metavar="TARGET",
         help="after the sweep, show per method the variant with TEST Skip %% nearest TARGET "
         "(test-based; to choose on validation: harness report --select val-skip-band:T:W)",
     )
     s.add_argument(
         "--select",
-        default=None,
         metavar="RULE",
         help="the leaderboard written after the sweep keeps one row per method: the variant RULE "
         "picks on the validation split (best-val, or val-skip-band:TARGET:WIDTH: the best "
@@ -111,7 +109,6 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--report",
-        default=None,
         metavar="FILE",
         help="leaderboard to write from all the records of --out (default: next to them: "
         "DIR/LEADERBOARD.md for --out DIR, X.md for --out X.jsonl)",
@@ -122,7 +119,6 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--format",
         choices=FORMATS,
-        default=None,
         help="what is printed at the end: table, the leaderboard's main columns fitted to the "
         "terminal; md, the leaderboard's Markdown as written (default: table in a terminal, md "
         "when stdout is a pipe or a file)",
@@ -156,20 +152,17 @@ def add_parser(subparsers: Any) -> None:
     checkpoint_options(s)
     s.add_argument(
         "--log-dir",
-        default=None,
         metavar="DIR",
         help="also write TensorBoard event files per run under DIR (needs the tensorboard extra)",
     )
     s.add_argument(
         "--config",
-        default=None,
         metavar="FILE",
         help="a sweep file (TOML; YAML with PyYAML) holding these options; flags given beside "
         "it override it",
     )
     s.add_argument(
         "--suite",
-        default=None,
         metavar="NAME",
         help="a shipped sweep file, one per seed-paper table ('--suite list' lists them)",
     )
