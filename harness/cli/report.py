@@ -114,11 +114,6 @@ def add_parser(subparsers: Any) -> None:
     s.set_defaults(func=cmd_report)
 
 
-def _malformed(problems: list[str]) -> HarnessError:
-    more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
-    return HarnessError(f"{problems[0]}{more}")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report (``harness.api.report`` / ``paper_report``).
 
@@ -154,7 +149,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         for p in paths:
             print(p)
     if problems:  # the report is written without them; the input is still bad
-        raise _malformed(problems)
+        more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
+        raise HarnessError(f"{problems[0]}{more}")
     return 0
 
 

@@ -53,15 +53,6 @@ def difference(a: dict[Any, float], b: dict[Any, float]) -> tuple[float, float |
     return apart, None, min(len(fa), len(fb))
 
 
-def _signed(text: str) -> str:
-    return text if text.startswith(("-", "–")) or text == "0" else f"+{text}"
-
-
-def _skips(row: Any) -> bool:
-    skip = row.get("skip_pct")
-    return skip is not None and not math.isnan(skip) and skip > 0
-
-
 def _best_note(
     methods: list[tuple[int, Any]],
     target: Any,
@@ -141,7 +132,7 @@ def against_table(
     cols: list[tuple[str, str, Any]] = []  # (title, key, target row)
     for name, row in targets:
         cols.append((f"− {name}: {ptitle}", primary, row))
-        if SQRT in agg and _skips(row):
+        if SQRT in agg and (row.get("skip_pct") or 0) > 0:  # a method that skips
             cols.append((f"− {name}: {sqrt_title}", SQRT, row))
     labels = [r["label"] for _, r in methods]
     titles = ["Method"] + (["Variant"] if any(labels) else []) + ["Seeds"]
@@ -161,7 +152,8 @@ def against_table(
                 cells[k].append("–")
                 continue
             mean, std, n = d
-            text = _signed(fmt_cell(mean, std, n))
+            text = fmt_cell(mean, std, n)
+            text = text if text.startswith(("-", "–")) or text == "0" else f"+{text}"
             if std is None and not math.isnan(mean):
                 text += " (means)"
             if p_t[k] is not None:
