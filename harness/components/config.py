@@ -11,6 +11,7 @@ to the field's declared type; an unknown key lists the valid ones.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -188,17 +189,12 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
             return False
         raise ConfigError(f"'{key}' expects true/false, got '{value}'")
     if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"'{key}' expects an integer, got '{value}'")
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
-        try:
-            f = float(str(value))
-        except ValueError:
-            raise ConfigError(f"'{key}' expects an integer, got '{value}'") from None
-        if not f.is_integer():
-            raise ConfigError(f"'{key}' expects an integer, got '{value}'")
-        return int(f)
+        with contextlib.suppress(ValueError):  # "3", "3.0", "1e3"; not "3.5", "nan" or True
+            if (f := float(str(value))).is_integer() and not isinstance(value, bool):
+                return int(f)
+        raise ConfigError(f"'{key}' expects an integer, got '{value}'")
     if tp is float:
         try:
             number = float(value)
@@ -257,8 +253,6 @@ def apply_overrides(
             continue
         try:
             out[sec] = dataclasses.replace(obj, **changes[sec])
-        except ConfigError:
-            raise
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{sec}: {e}") from None
     return out
