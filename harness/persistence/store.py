@@ -119,9 +119,7 @@ def parse_lines(data: bytes, complete: bool = True, legacy: Legacy | None = None
     parts = data.split(b"\n")
     for n, part in enumerate(parts, 1):
         last = n == len(parts)
-        if last and not part:
-            break
-        if last and not complete:
+        if last and not (part and complete):  # nothing after the last newline, or cut by the read
             break
         raw = part if last else part + b"\n"
         line = Line(n, raw)
@@ -436,20 +434,12 @@ def drop_claims(path: Path, run_ids: set[str]) -> None:
 # --- records that could not be written -----------------------------------------------------------
 
 
-def fallback_dir() -> Path:
-    """Where records that could not be appended are kept: the harness's cache, ``unwritten/``.
-
-    ``harness.persistence.files.cache_dir()`` (``$XDG_CACHE_HOME/condrnn-harness``, else
-    ``~/.cache/condrnn-harness``): one cache root for everything the harness keeps.
-    """
-    return cache_dir() / "unwritten"
-
-
 def save_unwritten(record: dict[str, Any], store: Path, into: Path | None = None) -> Path:
     """Keep a record that could not go to ``store`` in a fallback file; returns the file.
 
-    The file (``<store name>-<UTC time>-<pid>.jsonl`` in ``fallback_dir()``, else in the temp
-    directory) is a store itself: append it to the real one once there is room.
+    The file (``<store name>-<UTC time>-<pid>.jsonl`` in ``unwritten/`` of the harness's cache,
+    ``harness.persistence.files.cache_dir()``, else in the temp directory) is a store itself:
+    append it to the real one once there is room.
 
     Args:
         record: the finished run's record.
@@ -461,10 +451,10 @@ def save_unwritten(record: dict[str, Any], store: Path, into: Path | None = None
     """
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = f"{store.stem}-{stamp}-{os.getpid()}.jsonl"
-    candidates = [into] if into else [fallback_dir() / name, Path(tempfile.gettempdir()) / name]
+    fallbacks = [cache_dir() / "unwritten" / name, Path(tempfile.gettempdir()) / name]
     line = to_json(record) + "\n"
     errors = []
-    for path in candidates:
+    for path in [into] if into else fallbacks:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "a", encoding="utf-8") as f:
