@@ -224,12 +224,6 @@ def nearest_variant(
     return vid, means[vid], measure
 
 
-def _knobs(runs: Sequence[dict[str, Any]]) -> str:
-    """A variant's config without its training settings and seed: what its budget depends on."""
-    cfg = runs[0].get("config") or {}
-    return json.dumps({k: v for k, v in cfg.items() if k not in ("train", "seed")}, sort_keys=True)
-
-
 def _best_training(
     variants: dict[str, list[dict[str, Any]]], primary: str, higher: bool
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
@@ -239,8 +233,10 @@ def _best_training(
     validation metric keeps them all (the caller reports that no metric was recorded).
     """
     groups: dict[str, list[str]] = {}
-    for vid, runs in variants.items():
-        groups.setdefault(_knobs(runs), []).append(vid)
+    for vid, runs in variants.items():  # keyed by the config less its training settings and seed
+        cfg = runs[0].get("config") or {}
+        knobs = {k: v for k, v in cfg.items() if k not in ("train", "seed")}
+        groups.setdefault(json.dumps(knobs, sort_keys=True), []).append(vid)
     kept: dict[str, list[dict[str, Any]]] = {}
     for vids in groups.values():
         scored = [(vid, split_mean(variants[vid], primary)) for vid in vids]

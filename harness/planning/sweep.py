@@ -41,12 +41,6 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     return grid
 
 
-def expand_grid(grid: dict[str, list[str]]) -> list[dict[str, str]]:
-    """Cartesian product of a grid as override dicts (one empty dict for an empty grid)."""
-    keys = list(grid)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
-
-
 def build_configs(
     methods: list[str],
     tasks: list[str],
@@ -87,12 +81,14 @@ def build_configs(
     both = [k for k in grid or {} if k in overrides]
     if both:
         raise ConfigError(f"'{both[0]}' is given to both --set and --grid; give one")
+    combos = itertools.product(*(grid or {}).values())  # one empty point for an empty grid
+    grid_points = [dict(zip(grid or {}, combo, strict=True)) for combo in combos]
     cfgs: list[config.RunConfig] = []
     used: set[str] = set()
     seen: set[str] = set()
     for t in tasks:
         for m in methods:
-            for point in expand_grid(grid or {}):
+            for point in grid_points:
                 ov = {k: v for k, v in {**overrides, **point}.items() if config.accepts(m, t, k)}
                 used |= set(ov)
                 for s in seeds:

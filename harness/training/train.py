@@ -366,12 +366,6 @@ def train_model(
     return loop
 
 
-def selection_rule(task: Task) -> str:
-    """The rule that chose a run's test metrics (best validation epoch), as recorded text."""
-    d = "highest" if task.higher_is_better else "lowest"
-    return f"test metrics at the epoch with the {d} validation {task.primary}"
-
-
 def run(
     cfg: RunConfig,
     data_dir: str | None = None,
@@ -430,7 +424,10 @@ def _train_and_test(
     task, model = build(cfg, data_dir)
     splits = task.splits(cfg.seed)
     model.to(dev)
-    records.describe_task(rec, task, selection_rule(task))
+    best = "highest" if task.higher_is_better else "lowest"  # the rule that chose the test metrics
+    records.describe_task(
+        rec, task, f"test metrics at the epoch with the {best} validation {task.primary}"
+    )
     rec["params"] = {
         "total": sum(p.numel() for p in model.parameters()),
         "method": model.method_param_count(),
