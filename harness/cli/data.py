@@ -61,16 +61,6 @@ def add_parser(subparsers: Any) -> None:
     s.set_defaults(func=cmd_data)
 
 
-def wide_console() -> Any:
-    """A rich console on stdout that never cuts a cell when the output is not a terminal."""
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:  # piped: a table as wide as its longest path or description
-        console = Console(width=100_000)
-    return console
-
-
 def cmd_data(args: argparse.Namespace) -> int:
     """Print (or fetch) the datasets; 2 if one asked for is missing or any is corrupt, else 0."""
     tasks = None
@@ -90,6 +80,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
     """The status table: with ``verify``, the checksum result per dataset instead of the source."""
+    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
@@ -105,7 +96,8 @@ def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
         else:
             result = r.get("source", "")
         table.add_row(r["task"], r["dataset"], f"[{color}]{r['status']}[/]", str(r["path"]), result)
-    wide_console().print(table)
+    console = Console()  # on stdout; piped: a table as wide as its longest path or description
+    (console if console.is_terminal else Console(width=100_000)).print(table)
 
 
 def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str | None) -> int:

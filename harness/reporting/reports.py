@@ -64,7 +64,10 @@ def report(
     """
     out = Path(out)
     inputs = _inputs(sources)
-    for path in leaderboard_paths(out, formats, figures):
+    paths = [(fmt, out if fmt == "md" else out.with_suffix(f".{fmt}")) for fmt in formats]
+    curves = out.with_name(f"{out.stem}_curves")
+    drawn = [curves.with_suffix(".png"), curves.with_suffix(".pdf")] if figures else []
+    for path in [*(p for _, p in paths), *drawn]:
         refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
     if "parquet" in formats and not has_pyarrow():
         raise HarnessError(NO_PYARROW)
@@ -72,8 +75,7 @@ def report(
     records, problems = load_records(sources)
     _say_empty(records, rule)
     written = []
-    for fmt in formats:
-        path = out if fmt == "md" else out.with_suffix(f".{fmt}")
+    for fmt, path in paths:
         if fmt == "md":
             names = [str(s) for s in sources]
             write_text(path, lb.leaderboard_markdown(records, names, problems, rule, command))
@@ -85,7 +87,7 @@ def report(
     if figures:
         from harness.reporting.figures import write_curves
 
-        written += write_curves(records, out.with_name(f"{out.stem}_curves"))
+        written += write_curves(records, curves)
     return written, problems
 
 
@@ -172,15 +174,6 @@ def _rule(select: str | None) -> Any:
 def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
     """The records files a report reads, as ``refuse_overwrite`` takes them."""
     return [("an input (records)", store_path(s)) for s in sources]
-
-
-def leaderboard_paths(board: Path, formats: Sequence[str], figures: bool) -> list[Path]:
-    """Every file the leaderboard writes: ``board`` per format, and its learning curves."""
-    paths = [board if fmt == "md" else board.with_suffix(f".{fmt}") for fmt in formats]
-    if figures:
-        curves = board.with_name(f"{board.stem}_curves")
-        paths += [curves.with_suffix(".png"), curves.with_suffix(".pdf")]
-    return paths
 
 
 def paper_paths(
