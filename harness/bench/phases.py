@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from harness import env
-from harness.components.config import RunConfig, TrainConfig, resolve
+from harness.components.config import TrainConfig, resolve
 from harness.components.method import Method
 from harness.components.model import SeqModel
 from harness.components.task import Batch, Split, Task
@@ -207,16 +207,6 @@ def reference_model(model: SeqModel, kind: str) -> ReferenceModel:
     return FusedModel(model, kind)
 
 
-def held_out_split(cfg: RunConfig, task: Task, splits: SplitCache | None = None) -> Split:
-    """The task's test split, built once per (task, task config, seed) when given a cache."""
-    if splits is None:
-        return task.splits(cfg.seed).test
-    key = (cfg.task, cfg.task_cfg, cfg.seed)
-    if key not in splits:
-        splits[key] = task.splits(cfg.seed).test
-    return splits[key]
-
-
 def train_step(
     params: list[nn.Parameter],
     task: Task,
@@ -285,7 +275,11 @@ def method_phase(
             f"{method}: fused_cell {first.fused_cell!r} is not one of {', '.join(FUSED_CELLS)}"
         )
     model.to(device)
-    split = held_out_split(cfg, task_obj, splits)
+    splits = {} if splits is None else splits  # the test split, once per task, config and seed
+    key = (cfg.task, cfg.task_cfg, cfg.seed)
+    if key not in splits:
+        splits[key] = task_obj.splits(cfg.seed).test
+    split = splits[key]
     B = cfg.train.eval_batch_size if phase == "inference" else cfg.train.batch_size
     batch = next(iter(split.batches(B))).to(device)
     sizes = {

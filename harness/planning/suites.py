@@ -364,6 +364,5 @@ def _layer(
 
 def _same_field(a: str, b: str) -> bool:
     """Whether two override keys name one field: equal, or one is the other's bare name."""
-    if a == b:
-        return True
-    return ("." not in a or "." not in b) and a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1]
+    bare = "." not in a or "." not in b
+    return a == b or (bare and a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1])
