@@ -119,13 +119,18 @@ def paper_report(
     out_dir = Path(out_dir)
     records, problems = load_records(sources)
     inputs = _inputs(sources)
-    for path in paper_paths(records, out_dir, tasks, preset, formats):
-        refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
     tabled = [
         r
         for r in records
         if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
     ]
+    # the files it may write, known before it writes any: its tables and the figures already in
+    # figures/ under their stem (the figures drawn depend on the runs: the existing ones count)
+    for task, pre in sorted({(r["task"], r["preset"]) for r in tabled}):
+        stem = f"{task}_{pre}"
+        figs = sorted((out_dir / "figures").glob(f"{stem}_*"))
+        for path in [*(out_dir / f"paper_{stem}.{fmt}" for fmt in formats), *figs]:
+            refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
     _say_empty(tabled, _rule(select))
     ran = {r.get("method") for r in tabled if r.get("status") == "ok"}
     absent = [m for m in against if m not in ran]
@@ -174,32 +179,6 @@ def _rule(select: str | None) -> Any:
 def _inputs(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
     """The records files a report reads, as ``refuse_overwrite`` takes them."""
     return [("an input (records)", store_path(s)) for s in sources]
-
-
-def paper_paths(
-    records: Sequence[RunRecord],
-    out_dir: Path,
-    tasks: Sequence[str] | None,
-    preset: str | None,
-    formats: Sequence[str],
-) -> list[Path]:
-    """The files ``paper_report`` may write into ``out_dir``, known before it writes any.
-
-    Its tables, ``paper_<task>_<preset>.<format>`` for each (task, preset) of the records, and
-    the figures already in ``figures/`` under that stem (the figures drawn depend on the runs, so
-    the existing files are the ones that could be written over).
-    """
-    groups = {
-        (r["task"], r["preset"])
-        for r in records
-        if (tasks is None or r["task"] in tasks) and (preset is None or r["preset"] == preset)
-    }
-    paths = []
-    for task, pre in sorted(groups):
-        stem = f"{task}_{pre}"
-        paths += [out_dir / f"paper_{stem}.{fmt}" for fmt in formats]
-        paths += sorted((out_dir / "figures").glob(f"{stem}_*"))
-    return paths
 
 
 def compare(
