@@ -198,15 +198,6 @@ class StepLoopGRUModel(ReferenceModel):
         return h
 
 
-def reference_model(model: SeqModel, kind: str) -> ReferenceModel:
-    """The reference of ``kind`` (a key of ``REFERENCES``) for a method's model."""
-    if kind == STEP_LOOP:
-        return StepLoopGRUModel(model)
-    if kind not in FUSED_CELLS:
-        raise ValueError(f"unknown reference {kind!r}; known: {', '.join(REFERENCES)}")
-    return FusedModel(model, kind)
-
-
 def train_step(
     params: list[nn.Parameter],
     task: Task,
@@ -330,7 +321,9 @@ def method_phase(
         return synced(train_step(params, task_obj, batch, cfg.train, forward), device)
 
     def make_reference(kind: str = "GRU") -> Phase:
-        ref = reference_model(model, kind).to(device)
+        if kind != STEP_LOOP and kind not in FUSED_CELLS:
+            raise ValueError(f"unknown reference {kind!r}; known: {', '.join(REFERENCES)}")
+        ref = (StepLoopGRUModel(model) if kind == STEP_LOOP else FusedModel(model, kind)).to(device)
         cell = "GRU" if kind == STEP_LOOP else kind
         ref_info = {
             **{k: info[k] for k in ("task", "preset", "seed", "phase", "device", "device_name")},

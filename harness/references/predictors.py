@@ -21,19 +21,14 @@ from harness.references import Reference, register_reference
 CHUNK = 4096  # sequences whose features are taken at once (bounds the memory of a long split)
 
 
-def _log_prior(counts: Tensor) -> Tensor:
-    """Log relative frequencies; a value never counted gets one count (no probability 0)."""
-    c = counts.double().clamp(min=1.0)
-    return (c / c.sum()).log()
-
-
 class _Prior(Reference):
     """A prediction that ignores the input: the distribution of the training targets."""
 
     def fit(self, task, train: Split, seed: int) -> None:
         """Fit on the training split only (``Reference.fit``)."""
         counts = torch.bincount(train.y.reshape(-1).long(), minlength=task.output_size)
-        self.logits = _log_prior(counts).float()  # [K]
+        c = counts.double().clamp(min=1.0)  # a value never counted counts once: no probability 0
+        self.logits = (c / c.sum()).log().float()  # [K] log relative frequencies
 
     def predict(self, batch: Batch) -> Tensor:
         """The prediction for one batch, shaped as a model's (``Reference.predict``)."""

@@ -260,19 +260,14 @@ def load_strict(path: str) -> list[dict[str, Any]]:
             many more) and what to do.
     """
     records, problems = load([path], legacy_values)
-    if problems:
-        raise HarnessError(unreadable_message(problems))
+    if problems:  # one line: the first three, and the way out
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise HarnessError(
+            f"{len(problems)} unreadable record(s): {'; '.join(problems[:3])}{more}. The "
+            "drift gate needs well-formed records: move bad lines aside with 'harness store "
+            "repair FILE', or pass --skip-malformed to compare without them"
+        )
     return records
-
-
-def unreadable_message(problems: list[str], shown: int = 3) -> str:
-    """One line: the lines the gate cannot read (the first ``shown``), and the way out."""
-    more = f"; and {len(problems) - shown} more" if len(problems) > shown else ""
-    return (
-        f"{len(problems)} unreadable record(s): {'; '.join(problems[:shown])}{more}. The drift "
-        "gate needs well-formed records: move bad lines aside with 'harness store repair FILE', "
-        "or pass --skip-malformed to compare without them"
-    )
 
 
 def markdown(res: Comparison, ref_path: str, cur_path: str) -> str:
