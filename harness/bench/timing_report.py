@@ -81,13 +81,6 @@ def _cell_name(reference: str | None) -> str:
     return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
 
 
-def _row_key(r: dict[str, Any]) -> tuple[Any, ...]:
-    if not r.get("reference"):
-        return (r["method"],)
-    s = r["sizes"]  # a reference row pairs the two phases of one size (batch sizes differ)
-    return (r["method"], s.get("V"), s.get("D"), s.get("layers"), s.get("T"))
-
-
 def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
     return sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
 
@@ -102,7 +95,9 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
     """
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
-        key = _row_key(r)
+        key: tuple[Any, ...] = (r["method"],)
+        if r.get("reference"):  # a reference row pairs the two phases of one size (B differs)
+            key += tuple(r["sizes"].get(k) for k in ("V", "D", "layers", "T"))
         if r["phase"] in rows.get(key, {}):  # two references of one phase differ in B
             key = (*key, r["sizes"].get("B"))
         row = rows.setdefault(
