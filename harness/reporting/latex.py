@@ -276,15 +276,6 @@ def _place(cols: list[_Column], idx: list[int], sizes: Sequence[float] = ()) -> 
     return None
 
 
-def _row_keys(titles: list[str], rows: list[list[Cell]]) -> list[int]:
-    """The leading columns that tell the rows apart (the first, and the second if needed)."""
-    first = [r[0][0] for r in rows]
-    if len(set(first)) == len(first) or len(titles) < 3:
-        return [0]
-    pairs = [(r[0][0], r[1][0]) for r in rows]
-    return [0, 1] if len(set(pairs)) == len(pairs) else [0]
-
-
 def tex_layout(
     titles: list[str], rows: list[list[Cell]], keep: Sequence[str] = ()
 ) -> list[TexPart]:
@@ -302,7 +293,10 @@ def tex_layout(
         _Column(t, [r[i] for r in rows], a, wraps=i > 0 and a == "l")
         for i, (t, a) in enumerate(zip(titles, aligns, strict=True))
     ]
-    keys = _row_keys(titles, rows) if rows else [0]
+    keys = [0]  # the leading columns that tell the rows apart: the first, the second if needed
+    firsts, pairs = [r[0][0] for r in rows], [tuple(t for t, _ in r[:2]) for r in rows]
+    if len(set(firsts)) < len(firsts) and len(titles) >= 3 and len(set(pairs)) == len(pairs):
+        keys = [0, 1]
     rest = [i for i in range(len(cols)) if i not in keys]
     whole = _place(cols, sorted(keys + rest))
     if whole is not None:

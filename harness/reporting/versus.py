@@ -218,13 +218,6 @@ def _decimals_of(text: str) -> int:
     return len(text.partition(".")[2]) if "." in text and "e" not in text.lower() else 0
 
 
-def _headline(table: PaperTable, primary: str) -> str:
-    """The column the "ours − paper" difference is taken on: the primary metric if printed."""
-    if primary in table.columns:
-        return primary
-    return next((c for c in table.columns if c not in ("solved", "flops", "params")), "")
-
-
 def row_command(
     task: str, preset: str, row: PaperRow, key: dict[str, Any], seeds: int, at_setting: bool
 ) -> str:
@@ -342,7 +335,10 @@ def paper_vs_harness(
             the rows only they would fill.
     """
     at_setting = preset == PAPER_PRESET
-    head = _headline(table, primary) if at_setting else ""
+    head = ""  # the column "ours − paper" is taken on: the primary metric if printed
+    if at_setting:
+        others = (c for c in table.columns if c not in ("solved", "flops", "params"))
+        head = primary if primary in table.columns else next(others, "")
     titles = ["Paper row"]
     for k in table.columns:
         t = scaled(get_metric(k).title, table.scale.get(k, 0))
