@@ -249,11 +249,6 @@ def _best_training(
     return kept, len(variants) - len(kept)
 
 
-def _rank(primary: str, higher: bool) -> Callable[[list[dict[str, Any]]], float]:
-    """A variant's runs -> its mean validation ``primary``, negated where higher is better."""
-    return lambda runs: -split_mean(runs, primary) if higher else split_mean(runs, primary)
-
-
 def seed_count(runs: Sequence[dict[str, Any]]) -> int:
     """How many seeds a variant's runs have."""
     return len({r["seed"] for r in runs})
@@ -305,7 +300,10 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
     score = {vid: split_mean(runs, primary) for vid, runs in pool.items()}
     if rule.name == "val-skip-nearest":
         pool, tuned = _best_training(pool, primary, higher)
-        vid, skip, measure = nearest_variant(pool, rule.target, "val", _rank(primary, higher))
+        sign = -1.0 if higher else 1.0  # ties: the best mean validation primary first
+        vid, skip, measure = nearest_variant(
+            pool, rule.target, "val", lambda runs: sign * split_mean(runs, primary)
+        )
         if tuned:
             within += f", {tuned} beaten on validation by the same knobs' other training settings"
         return vid, (
