@@ -249,24 +249,6 @@ def threads_option(help: str) -> argparse.ArgumentParser:
 # --- helpers of the commands ------------------------------------------------------------------
 
 
-def checkpoint_options(s: argparse.ArgumentParser) -> None:
-    """``--checkpoint-every MINUTES`` and ``--no-checkpoint`` (``harness run``)."""
-    s.add_argument(
-        "--checkpoint-every",
-        type=float_at_least(0.0),
-        default=10.0,
-        metavar="MINUTES",
-        help="each run keeps a checkpoint of its training in OUT.checkpoints/ at the end of an "
-        "epoch, at most every MINUTES (0: every epoch), and a run started again goes on from its "
-        "checkpoint; removed once the run is recorded (default: 10)",
-    )
-    s.add_argument(
-        "--no-checkpoint",
-        action="store_true",
-        help="keep no checkpoints: a run stopped in the middle starts again from its first epoch",
-    )
-
-
 def require_task(task: str | None, command: str, many: bool = False) -> str:
     """The one task ``task`` names (a name or a glob matching one task).
 

@@ -10,7 +10,6 @@ from harness import api
 from harness.cli.board import FORMATS, print_board
 from harness.cli.common import (
     add_command,
-    checkpoint_options,
     console,
     data_dir_option,
     device_option,
@@ -149,7 +148,20 @@ def add_parser(subparsers: Any) -> None:
         "%(default)s; 'harness list executors')",
     )
     executor_options(s)
-    checkpoint_options(s)
+    s.add_argument(
+        "--checkpoint-every",
+        type=float_at_least(0.0),
+        default=10.0,
+        metavar="MINUTES",
+        help="each run keeps a checkpoint of its training in OUT.checkpoints/ at the end of an "
+        "epoch, at most every MINUTES (0: every epoch), and a run started again goes on from its "
+        "checkpoint; removed once the run is recorded (default: 10)",
+    )
+    s.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="keep no checkpoints: a run stopped in the middle starts again from its first epoch",
+    )
     s.add_argument(
         "--log-dir",
         metavar="DIR",
