@@ -70,12 +70,6 @@ def per_mac_ratio(r: dict[str, Any]) -> float | None:
     return ratio * cell / macs
 
 
-def _per_mac(r: dict[str, Any]) -> str:
-    """``per_mac_ratio`` as a cell, bold and flagged above ``MAC_BOUND``."""
-    x = per_mac_ratio(r)
-    return "–" if x is None else f"**{_ratio(x)}** {FLAG}" if x > MAC_BOUND else _ratio(x)
-
-
 def _cell_name(reference: str | None) -> str:
     """``torch.nn.LSTM (fused)`` -> ``LSTM``."""
     return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
@@ -135,7 +129,9 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         inf, train = row.get("inference", {}), row.get("train", {})
         cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
         cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
-        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"]), _per_mac(train)]
+        x = per_mac_ratio(train)  # bold and flagged above MAC_BOUND
+        per_mac = "–" if x is None else f"**{_ratio(x)}** {FLAG}" if x > MAC_BOUND else _ratio(x)
+        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"]), per_mac]
         cells.append(_ops(train))
         target = train.get("target")
         if target:
