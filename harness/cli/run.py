@@ -122,10 +122,10 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--format",
         choices=FORMATS,
-        default=None,
+        default="table",
         help="what is printed at the end: table, the leaderboard's main columns fitted to the "
-        "terminal; md, the leaderboard's Markdown as written (default: table in a terminal, md "
-        "when stdout is a pipe or a file)",
+        "terminal (to 100 columns through a pipe or into a file), then the file of the full "
+        "table; md, the leaderboard's Markdown as written (default: %(default)s)",
     )
     s.add_argument("--force", action="store_true", help="rerun runs already recorded (appended)")
     s.add_argument(
