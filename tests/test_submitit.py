@@ -142,6 +142,9 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
             ["--executor", "submitit", "--device", "cuda", "--slurm-gpus", "0"],
             "--device cuda with --slurm-gpus 0",
         ),
+        (["--slurm-opt", "qos=high"], "--slurm-opt is only used with --executor submitit"),
+        (["--executor", "submitit", "--slurm-opt", "account"], "--slurm-opt expects KEY=VALUE"),
+        (["--executor", "submitit", "--slurm-opt", "=abc"], "got '=abc'"),
     ]
     for extra, needle in cases:
         one_line_error(harness(*ONE_RUN, *extra), needle)
@@ -149,6 +152,10 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
     one_line_error(harness("run", "--config", "s.toml"), "--slurm-partition is only used with")
     (tmp_path / "t.toml").write_text('executor = "submitit"\nslurm_time = 0\n')
     one_line_error(harness("run", "--config", "t.toml"), "expects an integer in [1, 43200], got 0")
+    (tmp_path / "u.toml").write_text('executor = "submitit"\nslurm_opt = "qos=high"\n')
+    one_line_error(harness("run", "--config", "u.toml"), "expects a list of KEY=VALUE strings")
+    (tmp_path / "v.toml").write_text('executor = "submitit"\nslurm_opt = ["qos:high"]\n')
+    one_line_error(harness("run", "--config", "v.toml"), "got 'qos:high'")
     monkeypatch.setitem(sys.modules, "submitit", None)  # the slurm extra not installed
     p = harness(*ONE_RUN, "--executor", "submitit")
     one_line_error(p, "--executor submitit needs submitit: pip install 'condrnn-harness[slurm]'")
@@ -160,11 +167,13 @@ def test_a_sweep_file_holds_the_slurm_options():
 
     path = "sweep.toml"
     data = {"executor": "submitit", "slurm_partition": "gpu", "slurm_time": 240, "slurm_gpus": 1}
-    data["slurm_local"] = True
+    data |= {"slurm_local": True, "slurm_opt": ["account=abc"], "slurm_setup": ["module load x"]}
     options = {k: suites._option(k, v, f"{path}: '{k}'") for k, v in data.items()}
     assert options == data
     with pytest.raises(HarnessError, match="expects true or false, got 'yes'"):
         suites._option("slurm_local", "yes", "slurm_local")
+    with pytest.raises(HarnessError, match="expects a list of shell lines, got 'module load x'"):
+        suites._option("slurm_setup", "module load x", "slurm_setup")
     for key, (low, high) in sub.LIMITS.items():
         assert f"[{low}, {high}]" in suites.option_keys()[key]
         with pytest.raises(HarnessError, match=rf"expects an integer in \[{low}, {high}\]"):
@@ -176,6 +185,8 @@ def test_the_library_refuses_bad_options_in_one_line(tmp_path):
         local_jobs(tmp_path, slurm_time=0)
     with pytest.raises(HarnessError, match="submitit_cluster must be one of slurm, local, debug"):
         make_executor("submitit", RunOptions(), ExecutorOptions(submitit_cluster="lsf"))
+    with pytest.raises(HarnessError, match="--slurm-opt expects a list of strings"):
+        local_jobs(tmp_path, slurm_opt="account=abc")
     if shutil.which("srun") is None:  # Slurm forced where there is none
         with pytest.raises(HarnessError, match="cannot set up submitit in .*srun"):
             make_executor("submitit", RunOptions(), ExecutorOptions(submitit_cluster="slurm"))
@@ -288,3 +299,28 @@ def test_slurm_local_runs_the_jobs_here_where_slurm_is_installed(fake_slurm, har
     res = compare(serial, recs, only_present=True)
     assert res.ok and res.matched == 1, res.drifted
     assert list((fake_slurm / "jobs").glob("*_result.pkl"))  # submitit's local jobs ran it
+
+
+def test_slurm_opt_and_setup_lines_reach_the_job_script_from_flags_and_sweep_files(
+    fake_slurm, harness
+):
+    (fake_slurm / "id").write_text("4444")  # the job is lost: a failed record ends the sweep
+    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4444|FAILED|n1\n")
+    flags = ["--slurm-opt", "account=abc", "--slurm-opt", "qos=high", "--slurm-opt", "time=30"]
+    flags += ["--slurm-setup", "module load cuda", "--slurm-setup", "source venv/bin/activate"]
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", *flags)
+    assert p.returncode == 1, p.stderr
+    (fake_slurm / "s.toml").write_text(
+        'executor = "submitit"\nslurm_folder = "jobs"\nslurm_opt = ["account=abc", "qos=high", '
+        '"time=30"]\nslurm_setup = ["module load cuda", "source venv/bin/activate"]\n'
+    )
+    first = (fake_slurm / "sbatch.sh").read_text()
+    (fake_slurm / "sbatch.sh").unlink()
+    p = harness(*ONE_RUN, "--config", "s.toml", "--out", "from-file")
+    assert p.returncode == 1, p.stderr
+    for script in (first, (fake_slurm / "sbatch.sh").read_text()):
+        for line in ("--account=abc", "--qos=high", "--time=30"):  # time: it wins over 1440
+            assert f"#SBATCH {line}\n" in script
+        assert "#SBATCH --time=1440" not in script
+        setup = "\n# setup\nmodule load cuda\nsource venv/bin/activate\n"
+        assert setup in script and script.index(setup) < script.index("# command")

@@ -195,10 +195,10 @@ def executor_options(s: argparse.ArgumentParser) -> None:
         seen |= {o.name for o in fresh}
         group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            kind = int_at_least(*o.bounds) if o.bounds else o.type
-            how = (
-                {"action": "store_true"} if o.type is bool else {"type": kind, "metavar": o.metavar}
-            )
+            kind = {"type": int_at_least(*o.bounds) if o.bounds else o.type}
+            if o.type is list:  # repeatable: each flag adds a string
+                kind = {"action": "append"}
+            how = {"action": "store_true"} if o.type is bool else kind | {"metavar": o.metavar}
             group.add_argument(o.flag, default=o.default, help=o.help, **how)  # type: ignore
 
 

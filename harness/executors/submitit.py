@@ -6,7 +6,8 @@ found, else its local backend (one process per job on this machine); ``submitit_
 forces ``slurm``, ``local`` or ``debug`` (in this process, for tests). Each run is one job
 calling ``run_one`` on its config; the job's record comes back through submitit's result file.
 The ``--slurm-*`` options set each job's partition, time limit, CPUs, GPUs and memory, and how
-many jobs are in flight at once (``slots``). Jobs pickle their config into the submitit folder
+many jobs are in flight at once (``slots``); ``--slurm-opt KEY=VALUE`` passes any other sbatch
+option (``account=abc``) and ``--slurm-setup LINE`` a line the job script runs first. Jobs pickle their config into the submitit folder
 and import the harness on the node: the folder and the Python environment must be on a
 filesystem the compute nodes share.
 
@@ -77,6 +78,12 @@ OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, 
            "share (default: $XDG_CACHE_HOME/condrnn-harness/submitit, else "
            "~/.cache/condrnn-harness/submitit: outside the checkout, in the home directory that "
            "clusters share)", "DIR", None, "a path"),
+    Option("slurm_opt", list, None, "any other sbatch option, as KEY=VALUE without its dashes "
+           "(account=abc, qos=high, constraint=a100; repeatable; wins over the --slurm-* options "
+           "above)", "KEY=VALUE", None, "a list of KEY=VALUE strings (sbatch options)"),
+    Option("slurm_setup", list, None, "a line the job script runs before the run (module load "
+           "cuda, source venv/bin/activate; repeatable, in order)", "LINE", None,
+           "a list of shell lines"),
     Option("slurm_local", bool, False, "run the jobs as processes on this machine even where "
            "Slurm is installed (default: submitted with sbatch wherever srun is on PATH)"),
     Option("submitit_cluster", str, None, "submitit's backend: slurm, local (as --slurm-local) "
@@ -99,13 +106,32 @@ def default_folder() -> Path:
 
 
 def preflight(run: RunOptions, options: ExecutorOptions) -> None:
-    """Refuse a machine without submitit, an unknown cluster, ``cuda`` with no GPU per job."""
+    """Refuse no submitit, an unknown cluster, ``cuda`` with no GPU per job, a bad --slurm-opt."""
     require("submitit", INSTALL)
     if options.submitit_cluster not in (None, *CLUSTERS):
         got = options.submitit_cluster
         raise HarnessError(f"submitit_cluster must be one of {', '.join(CLUSTERS)} (got {got!r})")
     if run.device == "cuda" and options.slurm_gpus == 0:
         raise HarnessError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")
+    sbatch_options(options.slurm_opt)
+
+
+def sbatch_options(pairs: list[str] | None) -> dict[str, str]:
+    """``--slurm-opt`` values as submitit's ``slurm_additional_parameters`` (``{"qos": "high"}``).
+
+    Raises:
+        HarnessError: a value that is not KEY=VALUE with a KEY of letters, digits, ``-``, ``_``.
+    """
+    found = {}
+    for pair in pairs or ():
+        key, eq, value = pair.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z][\w-]*", key):
+            raise HarnessError(
+                f"--slurm-opt expects KEY=VALUE, an sbatch option without its dashes "
+                f"(account=abc), got {pair!r}"
+            )
+        found[key] = value
+    return found
 
 
 def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = None) -> str:
@@ -144,7 +170,8 @@ class SubmititExecutor:
             (default ``--threads``), GPUs per job (default 1 with ``--device cuda``, else 0),
             memory (GB; default the partition's), array parallelism (jobs in flight; default 256
             on Slurm, on the local backend as many as the CPUs hold), the folder of the jobs'
-            pickles and logs (default ``default_folder()``); ``submitit_cluster``.
+            pickles and logs (default ``default_folder()``), other sbatch options
+            (``sbatch_options``) and the job script's setup lines; ``submitit_cluster``.
 
     Raises:
         HarnessError: submitit is not installed, an option is out of range, or submitit cannot
@@ -187,6 +214,8 @@ class SubmititExecutor:
             "mem_gb": options.slurm_mem,  # None: the partition's default
             "slurm_partition": options.slurm_partition,
             "slurm_array_parallelism": self.size,
+            "slurm_additional_parameters": sbatch_options(options.slurm_opt) or None,
+            "slurm_setup": list(options.slurm_setup or ()) or None,
         }
         try:
             self._ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
