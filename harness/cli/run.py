@@ -269,8 +269,10 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
 
 def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
     say_resume(resume, out)
-    n, todo = len(job.sweep.configs), len(resume.todo)
-    out.print(f"{n} runs: {n - todo} already recorded in {job.store.path}, {todo} to run")
+    n, todo, failed = len(job.sweep.configs), len(resume.todo), len(resume.kept_failed)
+    kept = f", {failed} failed earlier (kept; --retry-failed reruns them)" * bool(failed)
+    done = n - todo - failed
+    out.print(f"{n} runs: {done} already recorded in {job.store.path}{kept}, {todo} to run")
 
 
 def _say_skipped(sweep: Any, out: Any) -> None:
