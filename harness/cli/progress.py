@@ -239,7 +239,9 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
 
 
 def say_finish(result: Any, console: Any) -> None:
-    """Print the runs other sweeps took."""
+    """Print the runs other sweeps took, and what the executor said at its close."""
+    for line in result.notes:
+        console.print(line, highlight=False)
     if result.taken:
         console.print(
             f"{len(result.taken)} run(s) left to other sweeps on {result.store}:", highlight=False

@@ -154,8 +154,12 @@ class Executor(Protocol):
     def cancel(self) -> None:
         """Stop every run in flight now (they are dropped, not recorded)."""
 
-    def close(self) -> None:
-        """Release what the executor holds (worker processes) once nothing is in flight."""
+    def close(self) -> list[str] | None:
+        """Release what the executor holds (worker processes) once nothing is in flight.
+
+        Returns:
+            Lines to show after the sweep (submitit: the logs it kept), or None.
+        """
 
 
 EXECUTORS = Registry(
