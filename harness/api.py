@@ -146,6 +146,7 @@ class SweepResult:
         fallback: the fallback file, if a record went there.
         write_error: why the sweep stopped before its end, in one line: a write that failed
             (a full disk: the filesystem, the error and the path); empty when it did not.
+        notes: lines the executor had to say at its close (the logs submitit kept).
     """
 
     store: Path
@@ -157,6 +158,7 @@ class SweepResult:
     unwritten: list[RunRecord] = field(default_factory=list)
     fallback: Path | None = None
     write_error: str = ""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -267,7 +269,7 @@ def run_sweep(
             except WriteFailed as e:  # claiming or submitting a run; the finished are recorded
                 swept.stop(str(e))
     finally:
-        ex.close()
+        result.notes = list(ex.close() or ())
     result.taken, result.unwritten = swept.taken, swept.unwritten
     result.fallback, result.write_error = swept.fallback, swept.stopped
     return result

@@ -195,10 +195,10 @@ def executor_options(s: argparse.ArgumentParser) -> None:
         seen |= {o.name for o in fresh}
         group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            kind = int_at_least(*o.bounds) if o.bounds else o.type
-            how = (
-                {"action": "store_true"} if o.type is bool else {"type": kind, "metavar": o.metavar}
-            )
+            kind = {"type": int_at_least(*o.bounds) if o.bounds else o.type}
+            if o.type is list:  # repeatable: each flag adds a string
+                kind = {"action": "append"}
+            how = {"action": "store_true"} if o.type is bool else kind | {"metavar": o.metavar}
             group.add_argument(o.flag, default=o.default, help=o.help, **how)  # type: ignore
 
 
@@ -269,8 +269,10 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
 
 def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
     say_resume(resume, out)
-    n, todo = len(job.sweep.configs), len(resume.todo)
-    out.print(f"{n} runs: {n - todo} already recorded in {job.store.path}, {todo} to run")
+    n, todo, failed = len(job.sweep.configs), len(resume.todo), len(resume.kept_failed)
+    kept = f", {failed} failed earlier (kept; --retry-failed reruns them)" * bool(failed)
+    done = n - todo - failed
+    out.print(f"{n} runs: {done} already recorded in {job.store.path}{kept}, {todo} to run")
 
 
 def _say_skipped(sweep: Any, out: Any) -> None:
