@@ -14,6 +14,7 @@ from builders import make_record
 
 from harness.api import load_records
 from harness.cli import main
+from harness.persistence.records import flat_config
 from harness.training import tracking
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
@@ -58,7 +59,7 @@ def test_each_run_s_knobs_metrics_and_status_read_back(tmp_path, capsys):
 
     hp, status, scalars = read[runs[0]["run_id"]]
     assert status == api_pb2.STATUS_SUCCESS
-    assert {k: hp[k] for k in ("method", "task", "preset", "seed", "status")} == {
+    assert {k: hp[k] for k in tracking.WHO} == {
         "method": "gru",
         "task": "adding",
         "preset": "smoke",
@@ -68,7 +69,7 @@ def test_each_run_s_knobs_metrics_and_status_read_back(tmp_path, capsys):
     assert hp["train.lr"] == pytest.approx(0.01) and hp["hidden_size"] == 10
     assert hp["gru_form"] == "after" and hp["tie_embeddings"] is True  # a bool stays a bool
     loaded = load_records([store])[0][1]  # as read (legacy_values fills newer knobs' defaults)
-    assert set(hp) == {"method", "task", "preset", "seed", "status", *tracking.flat_config(loaded)}
+    assert set(hp) == {*tracking.WHO, *flat_config(loaded)}
     assert scalars["test/mse"] == [pytest.approx(0.25)]  # the rerun's value, not the old line's
     assert scalars["val/mse"] == [pytest.approx(0.3)]
     assert scalars["flops/effective"] == [2000.0] and scalars["params/total"] == [100.0]

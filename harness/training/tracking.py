@@ -150,13 +150,10 @@ class TensorBoardLogger:
             self._writer = None
 
 
-def hparams_of(rec: dict[str, Any]) -> dict[str, Any]:
-    """A record's knobs as HParams: who it is, its status and ``flat_config``'s every knob."""
-    who = {k: rec.get(k) for k in ("method", "task", "preset", "seed", "status")}
-    return {**who, **flat_config(rec)}
+WHO = ("method", "task", "preset", "seed", "status")  # HParams besides the config's knobs
 
 
-def metrics_of(rec: dict[str, Any]) -> dict[str, float]:
+def _scalars(rec: dict[str, Any]) -> dict[str, float]:
     """A record's numbers as scalar tags: ``test/``, ``val/``, ``flops/``, ``params/`` + key."""
     groups = {"test": "metrics", "val": "val_metrics", "flops": "flops", "params": "params"}
     return {
@@ -170,10 +167,11 @@ def metrics_of(rec: dict[str, Any]) -> dict[str, float]:
 def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> list[Path]:
     """Write each run's HParams and metrics under ``log_dir`` (the layout of ``run_dir``).
 
-    The last record of each run id counts. A knob is a number, a bool or else its ``str``
-    (``None``, a list). TensorBoard builds the experiment from the runs: a knob's type, its values
-    (ticked to filter a string or bool, a range for a number), which knobs differ, the metrics.
-    A failed run's session ends as failed.
+    HParams: ``WHO`` and ``flat_config``'s every knob, each a number, a bool or else its ``str``
+    (``None``, a list); scalars: the test and validation metrics, FLOPs and parameters. The last
+    record of each run id counts; a failed run's session ends as failed. TensorBoard builds the
+    experiment from the runs: a knob's type, its values (ticked to filter a string or bool, a
+    range for a number), which knobs differ, the metrics.
 
     Returns:
         The run folders written.
@@ -194,7 +192,7 @@ def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> lis
     written = []
     for rec in latest(records):
         start = plugin_data_pb2.SessionStartInfo()
-        for key, v in hparams_of(rec).items():
+        for key, v in {**{k: rec.get(k) for k in WHO}, **flat_config(rec)}.items():
             if isinstance(v, bool):
                 start.hparams[key].bool_value = v
             elif isinstance(v, (int, float)):
@@ -211,7 +209,7 @@ def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> lis
                 w.file_writer.add_summary(
                     summary(metadata.SESSION_START_INFO_TAG, session_start_info=start)
                 )
-                for tag, value in metrics_of(rec).items():
+                for tag, value in _scalars(rec).items():
                     w.add_scalar(tag, value, 0)
                 w.file_writer.add_summary(
                     summary(metadata.SESSION_END_INFO_TAG, session_end_info=end)
