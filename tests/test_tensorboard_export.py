@@ -103,12 +103,15 @@ def test_a_second_export_into_the_same_folder_is_refused_and_changes_nothing(tmp
     assert sorted(p.relative_to(tb) for p in tb.rglob("*")) == before
 
 
-@pytest.mark.parametrize("where", ["store", "folder"])
-def test_the_store_or_its_folder_is_refused(tmp_path, capsys, where):
+@pytest.mark.parametrize(
+    ("where", "why"), [("store", "is an input (records)"), ("folder", "is not empty")]
+)
+def test_the_store_or_its_folder_is_refused(tmp_path, capsys, where, why):
     store, _ = _store(tmp_path)
     target = store if where == "store" else tmp_path
     assert main(["report", str(store), "--tensorboard", str(target)]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and why in err
     assert sorted(tmp_path.iterdir()) == [store]
 
 
