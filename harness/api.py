@@ -14,7 +14,8 @@ Data flows one way: ``SweepSpec`` (what to run, as flags or a sweep file say it)
 their bounds, data and their checksums, each model built once) -> ``run_sweep`` (resume from the
 store, claim each run just in time, the executor trains it, append its record; a write that
 fails stops it without losing a finished run) -> ``report`` /
-``compare`` (read records, write tables). Progress reaches the caller as ``SweepEvent`` s.
+``compare`` (read records, write tables) / ``export_tensorboard`` (TensorBoard HParams).
+Progress reaches the caller as ``SweepEvent`` s.
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ from harness.planning.suites import load as load_sweep_file
 from harness.planning.suites import plan, suite_names, suite_path
 from harness.planning.sweep import match_skip, parse_grid
 from harness.references import named_outright
-from harness.reporting.reports import compare, load_records, paper_report, report
+from harness.reporting.reports import (
+    compare,
+    export_tensorboard,
+    load_records,
+    paper_report,
+    report,
+)
 from harness.training.tracking import check_log_dir
 
 __all__ = [
@@ -65,6 +72,7 @@ __all__ = [
     "declared",
     "executor",
     "existing_store",
+    "export_tensorboard",
     "include",
     "load_records",
     "open_store",
