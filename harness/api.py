@@ -14,7 +14,8 @@ Data flows one way: ``SweepSpec`` (what to run, as flags or a sweep file say it)
 their bounds, data and their checksums, each model built once) -> ``run_sweep`` (resume from the
 store, claim each run just in time, the executor trains it, append its record; a write that
 fails stops it without losing a finished run) -> ``report`` /
-``compare`` (read records, write tables). Progress reaches the caller as ``SweepEvent`` s.
+``compare`` (read records, write tables) / ``export_tensorboard`` (TensorBoard HParams).
+Progress reaches the caller as ``SweepEvent`` s.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ from harness.planning.suites import load as load_sweep_file
 from harness.planning.suites import plan, suite_names, suite_path
 from harness.planning.sweep import match_skip, parse_grid
 from harness.references import named_outright
-from harness.reporting.reports import compare, paper_report, report
+from harness.reporting.reports import (
+    compare,
+    export_tensorboard,
+    paper_report,
+    report,
+)
 from harness.training.tracking import check_log_dir
 
 __all__ = [
@@ -63,6 +69,7 @@ __all__ = [
     "declared",
     "executor",
     "existing_store",
+    "export_tensorboard",
     "include",
     "paper_report",
     "parse_seeds",
@@ -140,6 +147,7 @@ class SweepResult:
         fallback: the fallback file, if a record went there.
         write_error: why the sweep stopped before its end, in one line: a write that failed
             (a full disk: the filesystem, the error and the path); empty when it did not.
+        notes: lines the executor had to say at its close (the logs submitit kept).
     """
 
     store: Path
@@ -151,6 +159,7 @@ class SweepResult:
     unwritten: list[RunRecord] = field(default_factory=list)
     fallback: Path | None = None
     write_error: str = ""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -261,7 +270,7 @@ def run_sweep(
             except WriteFailed as e:  # claiming or submitting a run; the finished are recorded
                 swept.stop(str(e))
     finally:
-        ex.close()
+        result.notes = list(ex.close() or ())
     result.taken, result.unwritten = swept.taken, swept.unwritten
     result.fallback, result.write_error = swept.fallback, swept.stopped
     return result

@@ -28,7 +28,8 @@ from harness.executors import ExecutorOptions, RunOptions, make_executor, run_on
 from harness.persistence import records
 from harness.references import REFERENCES, RefConfig, resolve_names
 from harness.references.predictors import summary_features
-from harness.reporting.leaderboard import leaderboard_markdown
+from harness.reporting.leaderboard import TERSE, boards, leaderboard_markdown, terminal
+from harness.reporting.paper import write_paper_report
 from harness.reporting.references import separation
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import build_main_table
@@ -375,3 +376,31 @@ def test_separation_needs_a_reference_and_a_method():
     assert separation([row("ref:logreg", "", [90.0])], "accuracy", True) is None
     both = [row("gru", "", [90.0]), row("ref:majority", "", [95.0])]
     assert "at least as good as the best method row" in separation(both, "accuracy", True)
+
+
+def test_a_method_row_worse_than_the_best_reference_predictor_is_marked_and_named(tmp_path):
+    def mse(method, seed, value):
+        return make_record(method=method, task="synthetic", seed=seed, metrics={"mse": value})
+
+    recs = [mse("gru", s, 0.01) for s in range(2)] + [mse("lstm", s, 0.6 + s / 10) for s in (0, 1)]
+    recs += [mse("ref:mean", s, 0.5) for s in range(2)] + [mse("ref:last", s, 0.8) for s in (0, 1)]
+    recs += [mse("ref:noise-floor", s, 0.001) for s in range(2)]  # a bound: every row is worse
+    note = (
+        "† a method row whose mean MSE is worse than the best reference predictor's, ref:mean "
+        "(0.5): lstm (0.65)."
+    )
+    text = leaderboard_markdown(recs, ["s.jsonl"])
+    cells = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in text.splitlines()
+             if line.startswith("| ") and "Method" not in line}  # fmt: skip
+    assert text.split("| Method")[1].split("|")[2].strip().startswith("MSE")
+    assert cells["lstm"].endswith(" †") and "†" not in cells["gru"] + cells["ref:last (reference)"]
+    assert f"- {note}" in text
+    (board,) = boards(recs)
+    assert [r[2].endswith("†") for r in terminal(board, TERSE)[1]] == [False] * 3 + [False, True]
+    agg = aggregate(runs_frame(recs), ["mse", "flops", "params", "hidden_size"], ["ref:mean"])
+    main = build_main_table(agg, "mse", False)
+    col = next(i for i, t in enumerate(main.titles) if t.startswith("MSE"))
+    assert {r[0][0]: r[col][0].endswith(" †") for r in main.rows}["lstm"]
+    assert sum(r[col][0].endswith("†") for r in main.rows) == 1
+    (md,) = write_paper_report(recs, ["s.jsonl"], tmp_path, formats=("md",), figures=False)
+    assert note in md.read_text()

@@ -850,4 +850,4 @@ def test_a_selection_that_keeps_no_row_says_so_in_the_table_and_on_stderr(tmp_pa
     assert f"- {no_row}" in (tmp_path / "p" / "paper_adding_smoke.md").read_text()
     code, out, err = harness(*RUN, "--out", "r.jsonl", "--select", "val-skip-band:50:5")
     assert code == 0 and err.splitlines()[-1] == warning.strip()
-    assert no_row in out  # the leaderboard it prints
+    assert "--select val-skip-band:50:5 keeps no row: no table" in out  # the table it prints

@@ -216,9 +216,39 @@ def test_paired_tests_where_the_seeds_are_shared_against_a_reference_chosen_on_v
     # by hand: differences 1, 1, 1.5; t = 1.1667 / (0.28868 / sqrt(3)) = 7.0 on 2 df, and
     # for 2 df the two-sided p is 1 - t / sqrt(t^2 + 2) = 0.019804 (Welch: 0.72)
     assert paired_p([81, 83, 86.5], [80, 82, 85])[0] == pytest.approx(0.019804, rel=1e-4)
-    # Wilcoxon, exact: 3 differences of one sign, two-sided p = 2 / 2^3 = 0.25
+    # Wilcoxon, exact (two differences tied: every sign flip): 3 differences of one sign,
+    # two-sided p = 2 / 2^3 = 0.25
     assert [r[t.titles.index("Wilcoxon p (Holm)")][0] for r in t.rows] == ["–", "0.25"]
     assert any("Holm's step-down correction over the table's 1 t-tests" in n for n in t.notes)
+
+
+def test_wilcoxon_is_exact_where_scipy_computes_it_so_else_named_the_normal_approximation():
+    # no zero, no tie: the exact null distribution; 3 of one sign: p = 2 / 2^3
+    assert paired_p([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])[1:] == (pytest.approx(0.25), True)
+    # ranks 1..6 with signs + + + + - +: W- = 5, P(W- <= 5) = 10 / 64 of the 2^6 sign sets
+    assert paired_p([1, 2, 3, 4, -5, 6], [0] * 6)[1:] == (pytest.approx(20 / 64), True)
+    # a tie (1, 1) or a zero: every sign flip, still exact
+    assert paired_p([1, 1, 1.5], [0, 0, 0])[1:] == (pytest.approx(0.25), True)
+    assert paired_p([0, 1, 2, 3], [0, 0, 0, 0])[1:] == (pytest.approx(0.25), True)
+    assert paired_p([0.7, 0.8, 0.95], [0.6, 0.7, 0.8])[1:] == (pytest.approx(0.25), True)
+    # 14 differences with a tie: no exact test, the normal approximation (ties-corrected z)
+    d = [*range(1, 13), -13, 13]
+    ranks = [*range(1, 13), 13.5, 13.5]
+    w_minus = 13.5
+    mean, var = 14 * 15 / 4, (14 * 15 * 29 - (2**3 - 2) / 2) / 24
+    z = (w_minus - mean) / math.sqrt(var)
+    assert sum(ranks) == 14 * 15 / 2 and paired_p(d, [0] * 14)[1:] == (
+        pytest.approx(math.erfc(-z / math.sqrt(2))),
+        False,
+    )
+    # and it is named so in the table: marked, the note says what the mark means
+    gru = [acc_run("gru", s, 80.0, val=99.0, preset="smoke") for s in range(14)]
+    lstm = [acc_run("lstm", s, 80.0 + x, preset="smoke") for s, x in enumerate(d)]
+    t = build_main_table(aggregate(runs_frame(gru + lstm), KEYS), "accuracy", True)
+    cells = [r[t.titles.index("Wilcoxon p (Holm)")][0] for r in t.rows]
+    assert cells[0] == "–" and cells[1].startswith("≈") and cells[1] != "≈n/a"
+    assert any("else the normal approximation, marked ≈" in n for n in t.notes)
+    assert not any("(exact, two-sided)" in n for n in t.notes)
 
 
 def test_holm_by_hand():

@@ -329,7 +329,10 @@ def test_records_of_other_method_code_are_rerun_unless_kept(tmp_path, harness):
 def test_retry_failed_reruns_failed_runs_and_the_latest_record_wins(tmp_path, harness):
     assert harness(*GRU, "--out", "s.jsonl")[0] == 0
     rewrite(tmp_path / "s.jsonl", status="failed", error="diverged: test")
-    assert "1 already recorded" in harness(*GRU, "--out", "s.jsonl")[2]
+    code, _, err = harness(*GRU, "--out", "s.jsonl")  # resume keeps the failure, and says so
+    assert code == 0 and "failed earlier: gru/adding/smoke/seed0\n" in err
+    assert "1 runs: 0 already recorded in " in err
+    assert "s.jsonl, 1 failed earlier (kept; --retry-failed reruns them), 0 to run" in err
     code, _, err = harness(*GRU, "--out", "s.jsonl", "--retry-failed")
     assert code == 0 and "retrying 1 failed run(s): gru/adding/smoke/seed0" in err
     recs, _ = Store(tmp_path / "s.jsonl").read()

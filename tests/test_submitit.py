@@ -68,7 +68,7 @@ def test_a_smoke_sweep_as_local_jobs_gives_the_serial_records_one_array_per_fill
     assert res.ok and res.matched == 4, res.drifted
     # the first fill (both slots) went as one array; each run was a job of its own
     assert sizes[0] == 2 and sum(sizes) == 4
-    assert len(list((tmp_path / "jobs").glob("*_result.pkl"))) == 4
+    assert sorted((tmp_path / "jobs").iterdir()) == [] and result.notes == []  # all succeeded
 
 
 def test_a_killed_job_is_its_runs_failed_record_and_retry_failed_reruns_only_it(
@@ -97,9 +97,19 @@ def test_a_killed_job_is_its_runs_failed_record_and_retry_failed_reruns_only_it(
         "(state FINISHED): it produced no result" in lost["error"] and "_log.err" in lost["error"]
     )
     assert "\n" not in lost["error"]
+    # the jobs of the runs that succeeded left nothing; the lost one's logs are kept and named
+    log = lost["error"].rsplit("; logs: ", 1)[1]
+    job_id = os.path.basename(log).split("_")[0]
+    left = sorted(p.name for p in (tmp_path / "jobs").iterdir())
+    assert left == [f"{job_id}_0_log.err", f"{job_id}_0_log.out", f"{job_id}_submitted.pkl"]
+    assert result.notes == [f"submitit kept the logs of 1 failed run(s): {log}"]
 
     again = api.run_sweep(sweep, store, local_jobs(tmp_path))  # resume: a failed record counts
-    assert again.todo == [] and again.records == []
+    assert (
+        again.todo == []
+        and again.records == []
+        and [r["run_id"] for r in again.resume.kept_failed] == [victim.run_id]
+    )
     monkeypatch.setattr(sub, "run_one", real)
     retried = api.run_sweep(sweep, store, local_jobs(tmp_path), retry_failed=True)
     assert [c.run_id for c in retried.todo] == [victim.run_id] and retried.exit_code == 0
@@ -115,7 +125,7 @@ def test_the_command_line_runs_a_sweep_as_jobs(harness, serial, tmp_path):
     assert recs[0]["argv"][:3] == ["harness", "run", "--tasks"]
     res = compare(serial, recs, only_present=True)
     assert res.ok and res.matched == 1, res.drifted
-    assert list((tmp_path / "jobs").glob("*_result.pkl"))
+    assert (tmp_path / "jobs").is_dir() and not list((tmp_path / "jobs").iterdir())  # removed
 
 
 def one_line_error(p, needle):
@@ -142,6 +152,9 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
             ["--executor", "submitit", "--device", "cuda", "--slurm-gpus", "0"],
             "--device cuda with --slurm-gpus 0",
         ),
+        (["--slurm-opt", "qos=high"], "--slurm-opt is only used with --executor submitit"),
+        (["--executor", "submitit", "--slurm-opt", "account"], "--slurm-opt expects KEY=VALUE"),
+        (["--executor", "submitit", "--slurm-opt", "=abc"], "got '=abc'"),
     ]
     for extra, needle in cases:
         one_line_error(harness(*ONE_RUN, *extra), needle)
@@ -149,6 +162,10 @@ def test_slurm_flags_are_refused_without_the_executor_and_checked_with_it(
     one_line_error(harness("run", "--config", "s.toml"), "--slurm-partition is only used with")
     (tmp_path / "t.toml").write_text('executor = "submitit"\nslurm_time = 0\n')
     one_line_error(harness("run", "--config", "t.toml"), "expects an integer in [1, 43200], got 0")
+    (tmp_path / "u.toml").write_text('executor = "submitit"\nslurm_opt = "qos=high"\n')
+    one_line_error(harness("run", "--config", "u.toml"), "expects a list of KEY=VALUE strings")
+    (tmp_path / "v.toml").write_text('executor = "submitit"\nslurm_opt = ["qos:high"]\n')
+    one_line_error(harness("run", "--config", "v.toml"), "got 'qos:high'")
     monkeypatch.setitem(sys.modules, "submitit", None)  # the slurm extra not installed
     p = harness(*ONE_RUN, "--executor", "submitit")
     one_line_error(p, "--executor submitit needs submitit: pip install 'condrnn-harness[slurm]'")
@@ -160,11 +177,13 @@ def test_a_sweep_file_holds_the_slurm_options():
 
     path = "sweep.toml"
     data = {"executor": "submitit", "slurm_partition": "gpu", "slurm_time": 240, "slurm_gpus": 1}
-    data["slurm_local"] = True
+    data |= {"slurm_local": True, "slurm_opt": ["account=abc"], "slurm_setup": ["module load x"]}
     options = {k: suites._option(k, v, f"{path}: '{k}'") for k, v in data.items()}
     assert options == data
     with pytest.raises(HarnessError, match="expects true or false, got 'yes'"):
         suites._option("slurm_local", "yes", "slurm_local")
+    with pytest.raises(HarnessError, match="expects a list of shell lines, got 'module load x'"):
+        suites._option("slurm_setup", "module load x", "slurm_setup")
     for key, (low, high) in sub.LIMITS.items():
         assert f"[{low}, {high}]" in suites.option_keys()[key]
         with pytest.raises(HarnessError, match=rf"expects an integer in \[{low}, {high}\]"):
@@ -176,6 +195,8 @@ def test_the_library_refuses_bad_options_in_one_line(tmp_path):
         local_jobs(tmp_path, slurm_time=0)
     with pytest.raises(HarnessError, match="submitit_cluster must be one of slurm, local, debug"):
         make_executor("submitit", RunOptions(), ExecutorOptions(submitit_cluster="lsf"))
+    with pytest.raises(HarnessError, match="--slurm-opt expects a list of strings"):
+        local_jobs(tmp_path, slurm_opt="account=abc")
     if shutil.which("srun") is None:  # Slurm forced where there is none
         with pytest.raises(HarnessError, match="cannot set up submitit in .*srun"):
             make_executor("submitit", RunOptions(), ExecutorOptions(submitit_cluster="slurm"))
@@ -278,6 +299,30 @@ def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_fai
     ex.cancel()
     assert (fake_slurm / "scancel.txt").read_text().split() == ["4343"]
     assert "--array" not in (fake_slurm / "sbatch.sh").read_text()  # one run: a plain job
+    lost_log = JobPaths(folder, "4242_1", 0).stderr
+    assert ex.close() == [f"submitit kept the logs of 1 failed run(s): {lost_log}"]
+    # element 0's files are gone; the array's script stays with element 1's files, and the
+    # cancelled job's (4343: it neither succeeded nor failed) stay
+    assert not result.exists() and not JobPaths(folder, "4242_0", 0).submitted_pickle.exists()
+    assert (folder / "4242_submission.sh").exists() and (folder / "4242_1_submitted.pkl").exists()
+    assert (folder / "4343_submitted.pkl").exists()
+
+
+def test_on_slurm_the_files_of_a_job_whose_run_succeeded_are_removed_at_the_end(fake_slurm, sweep):
+    import cloudpickle
+    from submitit.core.utils import JobPaths
+
+    folder = fake_slurm / "jobs"
+    ex = make_executor("submitit", RunOptions(), ExecutorOptions(slurm_folder=str(folder)))
+    (fake_slurm / "id").write_text("4545")
+    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4545|COMPLETED|n1\n")
+    result = JobPaths(folder, "4545", 0).result_pickle
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.write_bytes(cloudpickle.dumps(("success", {"run_id": "ran", "status": "ok"})))
+    ex.submit(sweep.configs[0])
+    assert [rec for _, rec in ex.wait_any()] == [{"run_id": "ran", "status": "ok"}]
+    assert (folder / "4545_submission.sh").exists() and list(folder.glob(".submission_file_*"))
+    assert ex.close() == [] and list(folder.iterdir()) == []  # submitit's link to it too
 
 
 def test_slurm_local_runs_the_jobs_here_where_slurm_is_installed(fake_slurm, harness, serial):
@@ -287,4 +332,32 @@ def test_slurm_local_runs_the_jobs_here_where_slurm_is_installed(fake_slurm, har
     recs = stored(fake_slurm / "results" / "runs.jsonl")
     res = compare(serial, recs, only_present=True)
     assert res.ok and res.matched == 1, res.drifted
-    assert list((fake_slurm / "jobs").glob("*_result.pkl"))  # submitit's local jobs ran it
+    assert "submitit kept" not in p.stdout + p.stderr
+    assert (fake_slurm / "jobs").is_dir() and not list((fake_slurm / "jobs").iterdir())
+
+
+def test_slurm_opt_and_setup_lines_reach_the_job_script_from_flags_and_sweep_files(
+    fake_slurm, harness
+):
+    (fake_slurm / "id").write_text("4444")  # the job is lost: a failed record ends the sweep
+    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4444|FAILED|n1\n")
+    flags = ["--slurm-opt", "account=abc", "--slurm-opt", "qos=high", "--slurm-opt", "time=30"]
+    flags += ["--slurm-setup", "module load cuda", "--slurm-setup", "source venv/bin/activate"]
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", *flags)
+    assert p.returncode == 1, p.stderr
+    assert "submitit kept the logs of 1 failed run(s): " in p.stdout + p.stderr
+    assert "jobs/4444_0_log.err" in p.stdout + p.stderr
+    (fake_slurm / "s.toml").write_text(
+        'executor = "submitit"\nslurm_folder = "jobs"\nslurm_opt = ["account=abc", "qos=high", '
+        '"time=30"]\nslurm_setup = ["module load cuda", "source venv/bin/activate"]\n'
+    )
+    first = (fake_slurm / "sbatch.sh").read_text()
+    (fake_slurm / "sbatch.sh").unlink()
+    p = harness(*ONE_RUN, "--config", "s.toml", "--out", "from-file")
+    assert p.returncode == 1, p.stderr
+    for script in (first, (fake_slurm / "sbatch.sh").read_text()):
+        for line in ("--account=abc", "--qos=high", "--time=30"):  # time: it wins over 1440
+            assert f"#SBATCH {line}\n" in script
+        assert "#SBATCH --time=1440" not in script
+        setup = "\n# setup\nmodule load cuda\nsource venv/bin/activate\n"
+        assert setup in script and script.index(setup) < script.index("# command")

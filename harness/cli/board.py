@@ -1,9 +1,10 @@
 """What ``harness run`` prints when it ends: the leaderboard, as a terminal can show it.
 
-In a terminal, one ``rich`` table per (task, preset): the leaderboard's model rendered for a
-terminal (``harness.reporting.leaderboard.terminal``), fitted to its width (cells wrap, numbers
-never), with the notes on its reference predictors;
-otherwise (stdout a pipe or a file, or ``--format md``) the leaderboard's Markdown as written.
+One ``rich`` table per (task, preset): the leaderboard's model rendered for a terminal
+(``harness.reporting.leaderboard.terminal``), fitted to its width (cells wrap, numbers never), with
+the notes on its reference predictors, then the file that holds the full table. The same through a
+pipe or into a file, fitted to ``PIPE_WIDTH`` columns; ``--format md`` prints the leaderboard's
+Markdown as written instead.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from harness.reporting.references import record_notes
 
 FORMATS = ("table", "md")
 NONE = "no run finished ok: no table"
+PIPE_WIDTH = 100  # the columns of a table printed to a pipe or a file (no terminal width)
 
 
 def print_board(
@@ -31,14 +33,16 @@ def print_board(
         none: what to say where there is no table.
         store: the records file, named in the notes.
         board: the leaderboard's Markdown, written already.
-        given: ``--format`` (``table`` or ``md``); None: a table when stdout is a terminal.
+        given: ``--format``: ``md`` prints the Markdown; else the tables (``print_tables``).
     """
     from rich.console import Console
 
-    stdout = Console(highlight=False)
-    if (given or ("table" if stdout.is_terminal else "md")) == "md":
+    if given == "md":
         print(board.read_text())
         return
+    stdout = Console(highlight=False)
+    if not stdout.is_terminal:
+        stdout.width = PIPE_WIDTH
     print_tables(records, rule, str(store), stdout, board, none)
 
 

@@ -204,7 +204,7 @@ def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str]
 
 
 def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
-    """Print what resuming found: records of changed method code, failed runs retried.
+    """Print what resuming found: records of changed method code, failed runs retried or kept.
 
     Args:
         plan: the ``harness.planning.resume.ResumePlan``.
@@ -234,10 +234,14 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
         console.print(
             f"retrying {len(plan.failed)} failed run(s): {names(plan.failed)}", highlight=False
         )
+    if plan.kept_failed:
+        console.print(f"failed earlier: {names(plan.kept_failed)}", highlight=False)
 
 
 def say_finish(result: Any, console: Any) -> None:
-    """Print the runs other sweeps took."""
+    """Print the runs other sweeps took, and what the executor said at its close."""
+    for line in result.notes:
+        console.print(line, highlight=False)
     if result.taken:
         console.print(
             f"{len(result.taken)} run(s) left to other sweeps on {result.store}:", highlight=False

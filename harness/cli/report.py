@@ -1,4 +1,8 @@
-"""``harness report``: the leaderboard, or with ``--paper`` the paper-style report, of records."""
+"""``harness report``: the leaderboard, or with ``--paper`` the paper-style report, of records.
+
+With ``--tensorboard DIR`` it writes instead each run's knobs and metrics as TensorBoard HParams
+(``harness.api.export_tensorboard``), and nothing else.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ def add_parser(subparsers: Any) -> None:
             "harness report results/runs.jsonl",
             "harness report results/runs.jsonl --paper --task TASK --preset quick",
             "harness report results/runs.jsonl --paper --task 'TASK,PREFIX-*'",
+            "harness report results/runs.jsonl --tensorboard tb/ && tensorboard --logdir tb/",
             note="malformed record lines are skipped and listed in the report, which is still "
             "written;\nthe exit code is then 2",
         ),
@@ -111,22 +116,30 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="tables only: no learning curves beside the leaderboard, no --paper figures",
     )
+    s.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="instead of a report, write each run's knobs (HParams) and test/val metrics, FLOPs "
+        "and parameters into a new or empty DIR for TensorBoard's HParams dashboard (needs the "
+        "tensorboard extra)",
+    )
     s.set_defaults(func=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the report (``harness.api.report`` / ``paper_report``).
+    """Write the report (``harness.api.report`` / ``paper_report`` / ``export_tensorboard``).
 
     Malformed records are an error (exit 2) once the report is written without them.
     """
     sources = args.records or [DEFAULT_RECORDS]
     tasks = _check_flags(args)
-    if not (args.out or args.out_dir):
-        board, folder = beside_records(sources)
-    if not args.paper:
+    if args.tensorboard:
+        paths, problems = api.export_tensorboard(sources, args.tensorboard)
+        print(f"wrote {len(paths)} runs' HParams: tensorboard --logdir {args.tensorboard}")
+    elif not args.paper:
         paths, problems = api.report(
             sources,
-            Path(args.out or board),
+            Path(args.out or beside_records(sources)[0]),
             formats=tuple(args.formats or ("md",)),
             select=args.select,
             figures=not args.no_figures,
@@ -137,7 +150,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         paths, problems = api.paper_report(
             sources,
-            args.out_dir or folder / "paper",
+            args.out_dir or beside_records(sources)[1] / "paper",
             tasks=tasks,
             preset=args.preset,
             formats=tuple(args.formats or ("md", "tex")),
@@ -155,15 +168,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _check_flags(args: argparse.Namespace) -> list[str] | None:
-    """Refuse flags of ``--paper`` without it, unknown names and a bad rule; the tasks named."""
-    paper_only = (
-        ("--task", args.task),
-        ("--preset", args.preset),
-        ("--out-dir", args.out_dir),
-        ("--allow-dirty", args.allow_dirty),
-        ("--against", args.against),
-    )
-    given = [f for f, v in paper_only if v]
+    """Refuse misplaced flags, unknown names and a bad rule; return the tasks named.
+
+    Flags of ``--paper`` need it; ``--tensorboard`` takes no flag of a report.
+    """
+
+    def used(*flags: str) -> list[str]:  # the flags given (``--format``'s dest is ``formats``)
+        return [
+            f for f in flags if getattr(args, f[2:].replace("-", "_").replace("format", "formats"))
+        ]
+
+    given = used("--task", "--preset", "--out-dir", "--allow-dirty", "--against")
+    flags = used("--paper", "--out", "--format", "--select", "--no-figures") + given
+    if args.tensorboard and flags:
+        raise HarnessError(
+            f"{', '.join(flags)}: not used with --tensorboard, which writes only the export"
+        )
     if given and not args.paper:
         raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
     if args.out and args.paper:

@@ -118,9 +118,10 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--format",
         choices=FORMATS,
+        default="table",
         help="what is printed at the end: table, the leaderboard's main columns fitted to the "
-        "terminal; md, the leaderboard's Markdown as written (default: table in a terminal, md "
-        "when stdout is a pipe or a file)",
+        "terminal (to 100 columns through a pipe or into a file), then the file of the full "
+        "table; md, the leaderboard's Markdown as written (default: %(default)s)",
     )
     s.add_argument("--force", action="store_true", help="rerun runs already recorded (appended)")
     s.add_argument(
@@ -200,10 +201,10 @@ def executor_options(s: argparse.ArgumentParser) -> None:
         seen |= {o.name for o in fresh}
         group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            kind = int_at_least(*o.bounds) if o.bounds else o.type
-            how = (
-                {"action": "store_true"} if o.type is bool else {"type": kind, "metavar": o.metavar}
-            )
+            kind = {"type": int_at_least(*o.bounds) if o.bounds else o.type}
+            if o.type is list:  # repeatable: each flag adds a string
+                kind = {"action": "append"}
+            how = {"action": "store_true"} if o.type is bool else kind | {"metavar": o.metavar}
             group.add_argument(o.flag, default=o.default, help=o.help, **how)  # type: ignore
 
 
@@ -274,8 +275,10 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
 
 def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
     say_resume(resume, out)
-    n, todo = len(job.sweep.configs), len(resume.todo)
-    out.print(f"{n} runs: {n - todo} already recorded in {job.store.path}, {todo} to run")
+    n, todo, failed = len(job.sweep.configs), len(resume.todo), len(resume.kept_failed)
+    kept = f", {failed} failed earlier (kept; --retry-failed reruns them)" * bool(failed)
+    done = n - todo - failed
+    out.print(f"{n} runs: {done} already recorded in {job.store.path}{kept}, {todo} to run")
 
 
 def _say_skipped(sweep: Any, out: Any) -> None:

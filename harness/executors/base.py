@@ -49,9 +49,10 @@ class Option:
     """A setting an executor declares (its ``options``): a ``harness run`` flag and a sweep key.
 
     ``name`` is the sweep-file key (``slurm_time``; the flag ``--slurm-time``); ``type`` is
-    ``str``, ``int`` (within ``bounds``, ``(low, high)``) or ``bool`` (a flag without a value);
-    a value equal to ``default`` counts as not given; ``help`` and ``metavar`` are the flag's;
-    ``what`` is a ``str``'s value in words (``a path``), an ``int``'s unit (``minutes``).
+    ``str``, ``int`` (within ``bounds``, ``(low, high)``), ``bool`` (a flag without a value) or
+    ``list`` (of strings: a repeatable flag, a sweep file's list); a value equal to ``default``
+    counts as not given; ``help`` and ``metavar`` are the flag's; ``what`` is a ``str``'s or a
+    ``list``'s value in words (``a path``), an ``int``'s unit (``minutes``).
     """
 
     name: str
@@ -74,7 +75,11 @@ class Option:
         return f"{self.what}, " * bool(self.what) + "an integer in [{}, {}]".format(*self.bounds)
 
     def check(self, value: Any) -> None:
-        """Refuse an ``int`` out of ``bounds`` (one line naming the flag)."""
+        """Refuse an ``int`` out of ``bounds``, a ``list`` not of strings (one line: the flag)."""
+        if self.type is list and not (
+            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        ):
+            raise ConfigError(f"{self.flag} expects a list of strings (got {value!r})")
         if not self.bounds:
             return
         low, high = self.bounds
@@ -149,8 +154,12 @@ class Executor(Protocol):
     def cancel(self) -> None:
         """Stop every run in flight now (they are dropped, not recorded)."""
 
-    def close(self) -> None:
-        """Release what the executor holds (worker processes) once nothing is in flight."""
+    def close(self) -> list[str] | None:
+        """Release what the executor holds (worker processes) once nothing is in flight.
+
+        Returns:
+            Lines to show after the sweep (submitit: the logs it kept), or None.
+        """
 
 
 EXECUTORS = Registry(

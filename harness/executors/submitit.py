@@ -6,9 +6,10 @@ found, else its local backend (one process per job on this machine); ``submitit_
 forces ``slurm``, ``local`` or ``debug`` (in this process, for tests). Each run is one job
 calling ``run_one`` on its config; the job's record comes back through submitit's result file.
 The ``--slurm-*`` options set each job's partition, time limit, CPUs, GPUs and memory, and how
-many jobs are in flight at once (``slots``). Jobs pickle their config into the submitit folder
-and import the harness on the node: the folder and the Python environment must be on a
-filesystem the compute nodes share.
+many jobs are in flight at once (``slots``); ``--slurm-opt KEY=VALUE`` passes any other sbatch
+option (``account=abc``) and ``--slurm-setup LINE`` a line the job script runs first. Jobs
+pickle their config into the submitit folder and import the harness on the node: the folder and
+the Python environment must be on a filesystem the compute nodes share.
 
 Arrays, and why runs are still claimed one by one: the pull loop (``harness.api._pull``) claims
 a run just before it hands it to ``submit``, and fills every free slot before it calls
@@ -23,12 +24,14 @@ once, hold claims for runs queued for hours, and leave nothing for a second swee
 A job that ends without a record (killed by the scheduler: cancelled, out of memory, a node
 lost; or failing outside the run: the harness not importable on the node) is that run's failed
 record naming the job, its state and submitit's message, and the sweep goes on;
-``--retry-failed`` reruns it. A run out of time is failed too: Slurm signals the job before its
-limit, and submitit's handler raises inside the run ("timed-out and not checkpointable"), which
-the run records as its failure. A submission that the scheduler refuses (an unknown
-partition, a time over the partition's limit) stops the sweep with one line: it would refuse
-every run alike. A submission that meets a full disk (the folder's) starts none of its runs
-(``WriteFailed``): the jobs in flight finish and are recorded, then the sweep stops.
+``--retry-failed`` reruns it. At the end of the sweep (``close``) the files of the jobs whose run
+succeeded are removed; a failed run's job keeps its logs, which a line names. A run out of time
+is failed too: Slurm signals the job before its limit, and submitit's handler raises inside the
+run ("timed-out and not checkpointable"), which the run records as its failure. A submission
+that the scheduler refuses (an unknown partition, a time over the partition's limit) stops the
+sweep with one line: it would refuse every run alike. A submission that meets a full disk (the
+folder's) starts none of its runs (``WriteFailed``): the jobs in flight finish and are recorded,
+then the sweep stops.
 """
 
 from __future__ import annotations
@@ -77,6 +80,12 @@ OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, 
            "share (default: $XDG_CACHE_HOME/condrnn-harness/submitit, else "
            "~/.cache/condrnn-harness/submitit: outside the checkout, in the home directory that "
            "clusters share)", "DIR", None, "a path"),
+    Option("slurm_opt", list, None, "any other sbatch option, as KEY=VALUE without its dashes "
+           "(account=abc, qos=high, constraint=a100; repeatable; wins over the --slurm-* options "
+           "above)", "KEY=VALUE", None, "a list of KEY=VALUE strings (sbatch options)"),
+    Option("slurm_setup", list, None, "a line the job script runs before the run (module load "
+           "cuda, source venv/bin/activate; repeatable, in order)", "LINE", None,
+           "a list of shell lines"),
     Option("slurm_local", bool, False, "run the jobs as processes on this machine even where "
            "Slurm is installed (default: submitted with sbatch wherever srun is on PATH)"),
     Option("submitit_cluster", str, None, "submitit's backend: slurm, local (as --slurm-local) "
@@ -99,13 +108,32 @@ def default_folder() -> Path:
 
 
 def preflight(run: RunOptions, options: ExecutorOptions) -> None:
-    """Refuse a machine without submitit, an unknown cluster, ``cuda`` with no GPU per job."""
+    """Refuse no submitit, an unknown cluster, ``cuda`` with no GPU per job, a bad --slurm-opt."""
     require("submitit", INSTALL)
     if options.submitit_cluster not in (None, *CLUSTERS):
         got = options.submitit_cluster
         raise HarnessError(f"submitit_cluster must be one of {', '.join(CLUSTERS)} (got {got!r})")
     if run.device == "cuda" and options.slurm_gpus == 0:
         raise HarnessError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")
+    sbatch_options(options.slurm_opt)
+
+
+def sbatch_options(pairs: list[str] | None) -> dict[str, str]:
+    """``--slurm-opt`` values as submitit's ``slurm_additional_parameters`` (``{"qos": "high"}``).
+
+    Raises:
+        HarnessError: a value that is not KEY=VALUE with a KEY of letters, digits, ``-``, ``_``.
+    """
+    found = {}
+    for pair in pairs or ():
+        key, eq, value = pair.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z][\w-]*", key):
+            raise HarnessError(
+                f"--slurm-opt expects KEY=VALUE, an sbatch option without its dashes "
+                f"(account=abc), got {pair!r}"
+            )
+        found[key] = value
+    return found
 
 
 def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = None) -> str:
@@ -144,7 +172,8 @@ class SubmititExecutor:
             (default ``--threads``), GPUs per job (default 1 with ``--device cuda``, else 0),
             memory (GB; default the partition's), array parallelism (jobs in flight; default 256
             on Slurm, on the local backend as many as the CPUs hold), the folder of the jobs'
-            pickles and logs (default ``default_folder()``); ``submitit_cluster``.
+            pickles and logs (default ``default_folder()``), other sbatch options
+            (``sbatch_options``) and the job script's setup lines; ``submitit_cluster``.
 
     Raises:
         HarnessError: submitit is not installed, an option is out of range, or submitit cannot
@@ -187,6 +216,8 @@ class SubmititExecutor:
             "mem_gb": options.slurm_mem,  # None: the partition's default
             "slurm_partition": options.slurm_partition,
             "slurm_array_parallelism": self.size,
+            "slurm_additional_parameters": sbatch_options(options.slurm_opt) or None,
+            "slurm_setup": list(options.slurm_setup or ()) or None,
         }
         try:
             self._ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
@@ -194,6 +225,8 @@ class SubmititExecutor:
             raise HarnessError(f"submitit refuses the --slurm-* options: {_one_line(e)}") from None
         self._queued: list[tuple[int, dict[str, Any]]] = []
         self._jobs: dict[int, tuple[Any, dict[str, Any]]] = {}  # handle -> (job, config dict)
+        self._ok: list[Any] = []  # the finished jobs whose run succeeded, and the others
+        self._failed: list[Any] = []
         self._next = 0
 
     def slots(self) -> int:
@@ -253,10 +286,11 @@ class SubmititExecutor:
         try:
             rec = job.result()
         except Exception as e:  # killed, timed out, or failed outside run_one
-            return lost_record(cfg_dict, lost_why(job.job_id, _state(job), e, _log(job)))
+            rec = lost_record(cfg_dict, lost_why(job.job_id, _state(job), e, _log(job)))
         if not isinstance(rec, dict):
             why = f"the submitit job {job.job_id} returned {type(rec).__name__}, not a record"
-            return lost_record(cfg_dict, why)
+            rec = lost_record(cfg_dict, why)
+        (self._ok if rec.get("status") == "ok" else self._failed).append(job)
         return rec
 
     def cancel(self) -> None:
@@ -267,8 +301,32 @@ class SubmititExecutor:
                 job.cancel(check=False)
         self._jobs.clear()
 
-    def close(self) -> None:
-        """Nothing is held: the jobs' files stay in the folder (logs for the failed ones)."""
+    def close(self) -> list[str]:
+        """Remove the files of the jobs whose run succeeded; a line naming the failed ones' logs.
+
+        The pickles and logs of a job whose run failed (or that sent no record) stay in the
+        folder, and so does the script of a job array while one of its jobs' files do (and
+        submitit's link to a script while the script is there).
+        """
+        kept = {job.paths.submission_file for job in self._failed}
+        for job in self._ok:
+            p = job.paths
+            script = {p.submission_file} - kept  # a job array's: one for all its jobs
+            for path in (p.submitted_pickle, p.result_pickle, p.stdout, p.stderr, *script):
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+        for link in self.folder.glob(".submission_file_*.sh"):  # submitit's links to the scripts
+            if link.is_symlink() and not link.exists():
+                with contextlib.suppress(OSError):
+                    link.unlink()
+        logs = [str(_log(job)) for job in self._failed]
+        self._ok, self._failed = [], []
+        if not logs:
+            return []
+        more = f" and {len(logs) - 10} more" * (len(logs) > 10)
+        return [
+            f"submitit kept the logs of {len(logs)} failed run(s): {', '.join(logs[:10])}{more}"
+        ]
 
 
 def _state(job: Any) -> str:

@@ -80,11 +80,9 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
             raise HarnessError(f"cannot write {p}: it is {file_kind(p)}, not a regular file")
         folder.mkdir(parents=True, exist_ok=True)
         if not directory and p.exists():
-            with open(p, "a"):
-                pass
+            open(p, "a").close()  # opened for appending: what a write needs
         else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
+            tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:
         raise HarnessError(f"cannot write {p}: {explain(p, e)}") from None
     finally:

@@ -200,8 +200,7 @@ class Store:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a"):
-                pass
+            open(self.path, "a").close()
         except OSError as e:
             raise RecordError(
                 f"cannot write results to {self.path}: {explain(self.path, e)}"

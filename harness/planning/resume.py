@@ -23,6 +23,7 @@ class ResumePlan:
         todo: the configs to run.
         done: how many are recorded and kept.
         failed: the latest records of failed runs that are rerun (``retry_failed``).
+        kept_failed: the latest records of failed runs that are kept (not ``retry_failed``).
         stale: the latest records made by other code of their method (``method_code``).
         kept_stale: whether the stale records were kept (not rerun).
     """
@@ -30,6 +31,7 @@ class ResumePlan:
     todo: list[Any]
     done: int = 0
     failed: list[dict[str, Any]] = field(default_factory=list)
+    kept_failed: list[dict[str, Any]] = field(default_factory=list)
     stale: list[dict[str, Any]] = field(default_factory=list)
     kept_stale: bool = False
 
@@ -74,9 +76,10 @@ def plan_resume(
             if not keep_stale:
                 plan.todo.append(cfg)
                 continue
-        if retry_failed and rec.get("status") != "ok":
-            plan.failed.append(rec)
-            plan.todo.append(cfg)
-            continue
+        if rec.get("status") != "ok":
+            (plan.failed if retry_failed else plan.kept_failed).append(rec)
+            if retry_failed:
+                plan.todo.append(cfg)
+                continue
         plan.done += 1
     return plan

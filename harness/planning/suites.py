@@ -219,6 +219,10 @@ def _option(key: str, value: Any, where: str) -> Any:
         if type(value) not in (int, float) or not math.isfinite(value):
             raise bad()
         return float(value)
+    if option and option.type is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise bad()
+        return value
     if key in ("no_report", "force") or option and option.type is bool:
         if not isinstance(value, bool):
             raise bad()

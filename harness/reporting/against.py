@@ -8,7 +8,7 @@ of the primary metric and, where M skips updates, of √(Acc × Skip), with its 
 
 - seeds shared (a run seed fixes the split, the balancing sample and the batch order, the same
   for every method): the per-seed differences, mean ± sample std, paired t-test and Wilcoxon's
-  signed-rank test (exact, two-sided);
+  signed-rank test (``harness.reporting.tables.WILCOXON``);
 - seeds not shared: the difference of the means and Welch's t-test.
 
 Holm's step-down correction runs over each column's tests (one family per compared measure and
@@ -26,7 +26,14 @@ from harness.components.metrics import get_metric
 from harness.references import role
 from harness.reporting.references import method_cell
 from harness.reporting.render import Cell
-from harness.reporting.tables import compare_seeds, finite_by_seed, holm, reference, row_name
+from harness.reporting.tables import (
+    WILCOXON,
+    compare_seeds,
+    finite_by_seed,
+    holm,
+    reference,
+    row_name,
+)
 from harness.reporting.text import fmt_cell, fmt_p, seeds_cell
 
 if TYPE_CHECKING:
@@ -158,7 +165,7 @@ def against_table(
                 text += " (means)"
             if p_t[k] is not None:
                 text += f"; p {fmt_p(p_t[k])} ({c.test}"
-                text += f", W {fmt_p(p_w[k])})" if p_w[k] is not None else ")"
+                text += f", W {c.w_text(p_w[k])})" if p_w[k] is not None else ")"
             cells[k].append(text)
         if key == SQRT:
             notes.append(_best_note(methods, target, key, sqrt_title, p_t))
@@ -174,7 +181,7 @@ def against_table(
         "Each cell: row − the named method, mean ± sample std of the per-seed differences over "
         "their shared seeds (a run seed fixes the split, the balancing sample and the batch "
         "order, the same for every method: paired samples), then p: paired t-test and, after "
-        "W, Wilcoxon's signed-rank test (exact, two-sided); rows whose seeds differ: the "
+        f"W, {WILCOXON}; rows whose seeds differ: the "
         "difference of the means, marked (means), and Welch's t-test. Holm's step-down "
         "correction over each column's tests. "
         f"{sqrt_title} is compared only against a method that skips updates. – : the named "

@@ -26,7 +26,8 @@ from harness.components.selection import empty_tables, no_row_line
 from harness.components.selection import select as select_records
 from harness.persistence.records import latest
 from harness.references import role
-from harness.reporting.references import method_cell, record_notes
+from harness.reporting.references import WORSE, method_cell, record_notes, worse
+from harness.reporting.references import row as judged
 from harness.reporting.render import render_tex
 from harness.reporting.runs import (
     failed_records,
@@ -147,8 +148,10 @@ def _board(task: str, preset: str, in_table: list[dict[str, Any]], picked: Any) 
         if k == primary:
             columns.append(Column(ci := ci_title(get_metric(k).title, col.scale)))
     columns += [Column("Train s"), Column("Commit")] + [Column("Picked by")] * bool(picked)
+    pairs = zip(groups.values(), seeded, strict=True)  # marked: worse than the best reference
+    marked = worse([judged(g[0]["method"], "", s[primary].values()) for g, s in pairs], higher)
     rows = []
-    for (vid, group), vals in zip(groups.items(), seeded, strict=True):
+    for (vid, group), vals, mark in zip(groups.items(), seeded, marked, strict=True):
         method = group[0]["method"]
         v = list(vals[primary].values())
         t = [x for r in group if _finite(x := (r.get("time") or {}).get("train_s"))]
@@ -164,6 +167,8 @@ def _board(task: str, preset: str, in_table: list[dict[str, Any]], picked: Any) 
         for c in columns[3:]:
             if c.key:
                 cells[c.title] = _text(c.key, list(vals[c.key].values()), len(group), scales[c.key])
+        if mark:  # on the primary's cell
+            cells[columns[3].title] += f" {WORSE}"
         sort = statistics.fmean(v) * (-1 if higher else 1) if v else math.inf
         who = {"method": method, "variant": cells["Variant"], "variant_id": vid}
         who.update(seeds=len(group), commit=cells["Commit"], picked_by=(picked or {}).get(vid, ""))

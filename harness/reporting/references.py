@@ -5,8 +5,9 @@ terminal's tables and the paper tables show its rows first, labelled ``(referenc
 never bold, left out of the paired tests' reference row and of Holm's family. Under each table
 a note says what each reference is (``notes``) and, where the best reference comes as close to
 the best method row as ``separation`` says, that the task does not separate the methods at this
-setting. A table whose records hold no reference run says so, with the command that adds them
-(``add_command``).
+setting; a method row whose mean primary metric is worse than the best reference's has that cell
+marked ``†`` (``WORSE``, ``worse``), and a note names those rows. A table whose records hold no
+reference run says so, with the command that adds them (``add_command``).
 
 The rule (``RULE``): the best reference predictor (a bound, such as a noise floor, is not a
 predictor) is compared with the best method row by their mean primary metric over seeds. The
@@ -43,6 +44,7 @@ RULE = (
     f"(accuracy), by at most {SHARE:.0%} of the reference's value (MSE, perplexity), or by at "
     "most the 95 % CI half-width of either row (means over seeds, test split)"
 )
+WORSE = "†"  # marks the primary metric of a method row worse than the best reference predictor
 NOTE_HEAD = (
     "Reference predictors (first rows, `(reference)`): non-recurrent baselines run through the "
     "same task interface and splits, not methods: never bold, not tested against, not in the "
@@ -91,6 +93,36 @@ def row(method: str, label: str, values: Iterable[Any]) -> Row:
     return Row(method, label, tuple(vals))
 
 
+def best_reference(rows: Sequence[Row], higher: bool) -> Row | None:
+    """The reference predictor row (bounds aside) with the best mean, None without one."""
+    refs = [r for r in rows if role(r.method) == "reference" and r.values]
+    return max(refs, key=lambda r: r.mean if higher else -r.mean) if refs else None
+
+
+def worse(rows: Sequence[Row], higher: bool) -> list[bool]:
+    """Per row: a method row whose mean is worse than the best reference predictor's (``WORSE``)."""
+    ref = best_reference(rows, higher)
+    sign = 1.0 if higher else -1.0
+    return [
+        ref is not None and role(r.method) == "method" and sign * (r.mean - ref.mean) < 0
+        for r in rows
+    ]  # a row without a value has a NaN mean: never worse
+
+
+def worse_notes(rows: Sequence[Row], primary: str, higher: bool) -> list[str]:
+    """The note naming the rows ``worse`` marks with ``WORSE``, and that reference's mean."""
+    names = [
+        f"{r.name} ({r.mean:.4g})" for r, w in zip(rows, worse(rows, higher), strict=True) if w
+    ]
+    ref = best_reference(rows, higher)
+    if not names or ref is None:
+        return []
+    return [
+        f"{WORSE} a method row whose mean {get_metric(primary).title} is worse than the best "
+        f"reference predictor's, {ref.name} ({ref.mean:.4g}): {'; '.join(names)}."
+    ]
+
+
 def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
     """The sentence "this task does not separate the methods ..." where ``RULE`` says so.
 
@@ -104,11 +136,10 @@ def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
         stands clear of every reference (or either side has no value).
     """
     sign = 1.0 if higher else -1.0
-    refs = [r for r in rows if role(r.method) == "reference" and r.values]
+    ref = best_reference(rows, higher)
     methods = [r for r in rows if role(r.method) == "method" and r.values]
-    if not refs or not methods:
+    if ref is None or not methods:
         return None
-    ref = max(refs, key=lambda r: sign * r.mean)
     best = max(methods, key=lambda r: sign * r.mean)
     gap = sign * (best.mean - ref.mean)  # how much better the best method row is
     percent = get_metric(primary).percent
@@ -198,8 +229,8 @@ def notes(
         brief: the terminal's short form (no descriptions).
 
     Returns:
-        What each reference is and ``RULE`` (and the verdict where due); or, with no reference
-        row, that none was run and the command that runs them.
+        What each reference is and ``RULE`` (the verdict where due, ``worse_notes``); or, with no
+        reference row, that none was run and the command that runs them.
     """
     refs = list(dict.fromkeys(r.method for r in rows if role(r.method) != "method"))
     if not refs:
@@ -208,13 +239,13 @@ def notes(
         seeds = {r["seed"] for r in methods}
         cmd = add_command(task, preset, seeds, store, task_sets(task, preset, cfgs))
         return [f"No reference predictor was run for this table; to add them: `{cmd}`."]
-    verdict = separation(rows, primary, higher)
+    verdict = [v] if (v := separation(rows, primary, higher)) else []
+    verdict += worse_notes(rows, primary, higher)
     if brief:
         head = "ref:* rows: reference predictors, not methods ('harness list references')."
-        return [head] + ([verdict] if verdict else [])
+        return [head, *verdict]
     what = "; ".join(f"{m}: {_describe(m, task)}" for m in refs)
-    out = [f"{NOTE_HEAD} {what}. Separation, {RULE}."]
-    return out + ([verdict] if verdict else [])
+    return [f"{NOTE_HEAD} {what}. Separation, {RULE}.", *verdict]
 
 
 def record_notes(

@@ -22,6 +22,7 @@ from harness.reporting import compare as gate
 from harness.reporting import leaderboard as lb
 from harness.reporting import paper
 from harness.reporting.render import NO_PYARROW, has_pyarrow, write_frame
+from harness.training import tracking
 
 
 def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
@@ -89,6 +90,36 @@ def report(
 
         written += write_curves(records, curves)
     return written, problems
+
+
+def export_tensorboard(
+    sources: Sequence[str | Path], out_dir: str | Path
+) -> tuple[list[Path], list[str]]:
+    """Each run of the records in ``sources`` as TensorBoard HParams under ``out_dir``.
+
+    ``tracking.write_hparams`` writes them (``tensorboard --logdir out_dir``, HParams tab).
+    ``out_dir`` must be new or empty: a second export into it would add a second event file to
+    every run (delete the folder, or give another, to export again).
+
+    Raises:
+        HarnessError: the tensorboard package is missing, ``out_dir`` is not empty, is one of
+            ``sources`` or cannot be written, or the sources hold no usable record.
+
+    Returns:
+        The run folders written, and the unusable lines of the sources.
+    """
+    out_dir = Path(out_dir)
+    refuse_overwrite(out_dir, "--tensorboard", _inputs(sources))
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise HarnessError(
+            f"--tensorboard {out_dir} is not empty: export into a new or empty folder "
+            "(delete it to export again)"
+        )
+    records, problems = load_records(sources)
+    if not records:
+        raise HarnessError(f"--tensorboard: no usable record in {', '.join(map(str, sources))}")
+    tracking.check_log_dir(out_dir, "--tensorboard")
+    return tracking.write_hparams(records, out_dir), problems
 
 
 def paper_report(

@@ -10,9 +10,10 @@ bold, for display only. Each row's per-seed primary metric is tested against a r
 on
 validation (``reference``): paired t and Wilcoxon signed-rank tests where the two share their
 seeds, Welch's t-test where they do not (``compare_seeds``), Holm-corrected over the table
-(``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``). The rows of
-reference predictors (``ref:NAME``, ``harness.reporting.references``) are never bold, never the
-reference row and never tested (``–``), so Holm's family holds the methods' rows alone.
+(``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``), a method row
+worse than the best reference predictor ``†`` on its primary metric (``references.WORSE``). The
+rows of reference predictors (``ref:NAME``, ``harness.reporting.references``) are never bold,
+never the reference row and never tested (``–``), so Holm's family holds the methods' rows alone.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from harness.components.metrics import METRICS, get_metric
 from harness.components.selection import split_mean
 from harness.references import role
-from harness.reporting.references import method_cell
+from harness.reporting.references import WORSE, method_cell, worse
+from harness.reporting.references import row as judge
 from harness.reporting.render import Cell, Table
 from harness.reporting.text import (
     arrow,
@@ -93,28 +95,42 @@ def _p(p: Any) -> float | None:
     return None if math.isnan(p) else p
 
 
-def paired_p(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
+APPROX = "≈"  # a Wilcoxon p-value from the normal approximation (``paired_p``)
+WILCOXON = (
+    "Wilcoxon's signed-rank test (two-sided; exact: the test's own null distribution, or every "
+    "sign flip of the differences where some are 0 or tied and there are at most 13; else the "
+    f"normal approximation, marked {APPROX})"
+)
+
+
+def paired_p(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None, bool]:
     """Two-sided p-values of paired samples (``a[i]`` with ``b[i]``): paired t, Wilcoxon.
 
-    Wilcoxon's signed-rank test is exact for small samples (scipy's default); pairs with a
-    difference of 0 are dropped as scipy does. None where a test has no answer: fewer than 2
-    pairs, every difference the same (t), every difference 0 (Wilcoxon).
+    Wilcoxon's signed-rank test (scipy's, zero differences dropped, tied ones given their mean
+    rank) is exact where scipy computes it so: its null distribution (``method="exact"``) where no
+    difference is 0 or tied (to 10 significant digits, so that rounding makes no rank) and
+    n <= 50; else every sign flip of the n differences (``PermutationMethod``) where n <= 13;
+    else the normal approximation, the third value False. None where a test has no answer:
+    fewer than 2 pairs, every difference the same (t), every difference 0 (Wilcoxon).
     """
     if len(a) != len(b) or len(a) < 2:
-        return None, None
+        return None, None, True
     import warnings
 
-    from scipy.stats import ttest_rel, wilcoxon
+    from scipy.stats import PermutationMethod, ttest_rel, wilcoxon
 
-    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    diffs = [float(f"{x - y:.10g}") for x, y in zip(a, b, strict=True)]
+    n = len(diffs)
+    plain = 0 not in diffs and len({abs(d) for d in diffs}) == n <= 50  # no zero, no tie
+    how = "exact" if plain else PermutationMethod() if n <= 13 else "asymptotic"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         t = _p(ttest_rel(a, b).pvalue)
         try:
-            w = _p(wilcoxon(diffs).pvalue) if any(d != 0 for d in diffs) else None
+            w = _p(wilcoxon(diffs, method=how).pvalue) if any(d != 0 for d in diffs) else None
         except ValueError:  # too few non-zero differences
             w = None
-    return t, w
+    return t, w, how != "asymptotic"
 
 
 @dataclass(frozen=True)
@@ -126,11 +142,17 @@ class Comparison:
             test: fewer than 2 values on a side).
         p: the t-test's p-value (paired or Welch), before correction.
         wilcoxon: Wilcoxon's signed-rank p-value, paired rows only.
+        exact: whether that p-value is exact (else the normal approximation's, ``paired_p``).
     """
 
     test: str
     p: float | None
     wilcoxon: float | None = None
+    exact: bool = True
+
+    def w_text(self, p: float | None) -> str:
+        """``p`` (this test's Wilcoxon p, Holm-adjusted) as printed, ``≈`` if approximate."""
+        return ("" if self.exact or p is None else APPROX) + fmt_p(p)
 
 
 def finite_by_seed(by_seed: dict[Any, float]) -> dict[Any, float]:
@@ -148,8 +170,7 @@ def compare_seeds(a: dict[Any, float], b: dict[Any, float]) -> Comparison:
     fa, fb = finite_by_seed(a), finite_by_seed(b)
     if fa.keys() == fb.keys() and len(fa) >= 2:
         seeds = sorted(fa)
-        t, w = paired_p([fa[s] for s in seeds], [fb[s] for s in seeds])
-        return Comparison("paired t", t, w)
+        return Comparison("paired t", *paired_p([fa[s] for s in seeds], [fb[s] for s in seeds]))
     p = welch_p(list(fa.values()), list(fb.values()))
     return Comparison("Welch" if p is not None else "", p)
 
@@ -334,20 +355,23 @@ def build_main_table(
         )
         for c in cols
     ]
+    judged = [judge(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in agg.iterrows()]
+    marked = worse(judged, higher)
     rows = []
     for i, (_, r) in enumerate(agg.iterrows()):
         cells: list[Cell] = [(method_cell(r["method"]), False)]
         cells += [(labels[i], False)] if "Variant" in titles else []
         mark = f" {EVENT_MARK}" if r["events"] else ""
         cells.append((seeds_cell(r["seeds"]) + mark, False))
-        cells += [(cell(r, c), bolds[j][i]) for j, c in enumerate(cols)]
+        low = f" {WORSE}" * marked[i]  # on the primary's cell: worse than a reference predictor
+        cells += [(cell(r, c) + low * (c is pcol), bolds[j][i]) for j, c in enumerate(cols)]
         cells.append((fmt_ci(r[primary], r[f"{primary}_vals"], pcol.scale, primary), False))
         if with_p:
             text = f"{fmt_p(p_adj[i])} ({tests[i].test})" if p_adj[i] is not None else "n/a"
             text = "–" if predictors[i] else text
             cells.append((f"{how} (reference)" if i == ref else text, False))
         if with_w:
-            cells.append(("–" if i == ref or predictors[i] else fmt_p(w_adj[i]), False))
+            cells.append(("–" if i == ref or predictors[i] else tests[i].w_text(w_adj[i]), False))
         cells.append((r["commit"], False))
         cells += [(picked.get(r["variant_id"], "–"), False)] if picked is not None else []
         rows.append(cells)
@@ -361,8 +385,8 @@ def build_main_table(
             "among the rows "
             "with the table's seed count). A run seed fixes what the task draws from it (split, "
             "balancing sample) and the batch order, the same for every method, so rows with the "
-            "same seeds as the reference are paired samples: paired t-test, and Wilcoxon's "
-            "signed-rank test (exact, two-sided) beside it; rows whose seeds differ: Welch's "
+            f"same seeds as the reference are paired samples: paired t-test, and {WILCOXON} "
+            "beside it; rows whose seeds differ: Welch's "
             f"t-test (scipy.stats). Holm's step-down correction over the table's {n_t} t-tests"
             f"{wil}. Bold marks the best test mean of a column, for display only: nothing is "
             "chosen by it."

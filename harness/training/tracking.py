@@ -15,6 +15,10 @@ filesystem) and the files are written where each run executes.
 The event files are optional: a write that fails ends the run's events, not the run. It warns
 once on stderr; a full disk instead goes into the run's record (``harness.errors.DISK_FULL_NOTE``),
 and the sweep, once the run is recorded, stops with one line naming the filesystem.
+
+``write_hparams`` (``harness report STORE --tensorboard DIR``) writes finished records after the
+fact, in the same layout: each run's knobs as HParams and its numbers as scalars, so that
+TensorBoard's HParams dashboard filters and sorts a whole sweep.
 """
 
 from __future__ import annotations
@@ -25,30 +29,32 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from harness.errors import DISK_FULL_NOTE, ConfigError, is_disk_full, write_failure
+from harness.errors import DISK_FULL_NOTE, ConfigError, WriteFailed, is_disk_full, write_failure
+from harness.persistence.records import flat_config, latest
 
 INSTALL = "pip install 'condrnn-harness[tensorboard]'"
 
 
-def check_log_dir(log_dir: str | Path) -> None:
+def check_log_dir(log_dir: str | Path, option: str = "--log-dir") -> None:
     """Check, before any run, that TensorBoard files can be written to ``log_dir``.
 
-    Creates the directory. Raises ConfigError (one line) when the ``tensorboard`` package cannot
-    be imported or the directory cannot be created or written.
+    Creates the directory. Raises ConfigError (one line, naming ``option``) when the
+    ``tensorboard`` package cannot be imported or the directory cannot be created or written.
     """
     if importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError(f"--log-dir needs the tensorboard package: {INSTALL}")
+        raise ConfigError(f"{option} needs the tensorboard package: {INSTALL}")
     path = Path(log_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"--log-dir {log_dir}: cannot create it ({e.strerror or e})") from None
+        raise ConfigError(f"{option} {log_dir}: cannot create it ({e.strerror or e})") from None
     if not os.access(path, os.W_OK):
-        raise ConfigError(f"--log-dir {log_dir}: not writable")
+        raise ConfigError(f"{option} {log_dir}: not writable")
 
 
 def run_dir(log_dir: str | Path, cfg: Any) -> Path:
@@ -141,6 +147,76 @@ class TensorBoardLogger:
         if self._writer is not None:
             self._write(self._writer.close)
             self._writer = None
+
+
+WHO = ("method", "task", "preset", "seed", "status")  # HParams besides the config's knobs
+
+
+def _scalars(rec: dict[str, Any]) -> dict[str, float]:
+    """A record's numbers as scalar tags: ``test/``, ``val/``, ``flops/``, ``params/`` + key."""
+    groups = {"test": "metrics", "val": "val_metrics", "flops": "flops", "params": "params"}
+    return {
+        f"{tag}/{key}": float(value)
+        for tag, field in groups.items()
+        for key, value in (rec.get(field) or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> list[Path]:
+    """Write each run's HParams and metrics under ``log_dir`` (the layout of ``run_dir``).
+
+    HParams: ``WHO`` and ``flat_config``'s every knob, each a number, a bool or else its ``str``
+    (``None``, a list); scalars: the test and validation metrics, FLOPs and parameters. The last
+    record of each run id counts; a failed run's session ends as failed. TensorBoard builds the
+    experiment from the runs: a knob's type, its values (ticked to filter a string or bool, a
+    range for a number), which knobs differ, the metrics.
+
+    Returns:
+        The run folders written.
+
+    Raises:
+        WriteFailed: an event file could not be written (one line).
+    """
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import Summary
+
+    def summary(tag: str, **data: Any) -> Any:
+        content = plugin_data_pb2.HParamsPluginData(version=metadata.PLUGIN_DATA_VERSION, **data)
+        meta = metadata.create_summary_metadata(content)
+        return Summary(value=[Summary.Value(tag=tag, metadata=meta)])
+
+    _quiet_writer_threads()
+    written = []
+    for rec in latest(records):
+        start = plugin_data_pb2.SessionStartInfo()
+        for key, v in {**{k: rec.get(k) for k in WHO}, **flat_config(rec)}.items():
+            if isinstance(v, bool):
+                start.hparams[key].bool_value = v
+            elif isinstance(v, (int, float)):
+                start.hparams[key].number_value = v
+            else:
+                start.hparams[key].string_value = str(v)
+        ok = rec["status"] == "ok"
+        end = plugin_data_pb2.SessionEndInfo(
+            status=api_pb2.STATUS_SUCCESS if ok else api_pb2.STATUS_FAILURE
+        )
+        where = run_dir(log_dir, SimpleNamespace(**rec))
+        try:
+            with SummaryWriter(str(where)) as w:
+                w.file_writer.add_summary(
+                    summary(metadata.SESSION_START_INFO_TAG, session_start_info=start)
+                )
+                for tag, value in _scalars(rec).items():
+                    w.add_scalar(tag, value, 0)
+                w.file_writer.add_summary(
+                    summary(metadata.SESSION_END_INFO_TAG, session_end_info=end)
+                )
+        except OSError as e:
+            raise WriteFailed(where, e) from None
+        written.append(where)
+    return written
 
 
 def _quiet_writer_threads() -> None:
