@@ -12,9 +12,9 @@ import json
 import pytest
 from builders import make_record
 
-from harness.api import load_records
 from harness.cli import main
 from harness.persistence.records import flat_config
+from harness.reporting.reports import load_records
 from harness.training import tracking
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
