@@ -200,7 +200,7 @@ def check_method(obj: Any) -> list[str]:
     method = "harness.components.method.Method"
     if not isinstance(obj, type):
         return [f"is a {type(obj).__name__}, not a class (subclass {method})"]
-    base = next((c for c in obj.__mro__ if f"{c.__module__}.{c.__qualname__}" == method), None)
+    base = base_named(obj, method)
     if base is None:
         wanted = ("config_cls", "cost", "init_state", "step", "forward")
         lacks = [a if a == "config_cls" else f"{a}()" for a in wanted if not hasattr(obj, a)]
@@ -218,6 +218,11 @@ def check_method(obj: Any) -> list[str]:
     return out
 
 
+def base_named(cls: type, dotted: str) -> type | None:
+    """The class among ``cls``'s bases (itself included) whose dotted name is ``dotted``."""
+    return next((c for c in cls.__mro__ if f"{c.__module__}.{c.__qualname__}" == dotted), None)
+
+
 def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
     """A registry's static check: a class deriving from ``base`` that defines ``members``.
 
@@ -229,10 +234,9 @@ def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
     def check(obj: Any) -> list[str]:
         if not isinstance(obj, type):
             return [f"is a {type(obj).__name__}, not a class"]
-        found = [c for c in obj.__mro__ if f"{c.__module__}.{c.__qualname__}" == base]
-        if base and not found:
+        top = base_named(obj, base) if base else object
+        if top is None:
             return [f"is not a subclass of {base}"]
-        top = found[0] if found else object
         return [
             f"does not define {' or '.join(m.split('|'))}"
             for m in members
