@@ -27,9 +27,9 @@ from harness.persistence.outputs import beside_records
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
-# Without --out / --out-dir a report goes next to its records
-# (harness.persistence.outputs.beside_records): DIR/LEADERBOARD.md and DIR/paper/ for records in
-# DIR/runs.jsonl (X.md for X.jsonl), never into the checkout's committed reports/.
+DESTS = {"--format": "formats"}  # the flags whose value is not under their own name
+# Without --out / --out-dir a report goes beside its records (the flags' help says where, from
+# harness.persistence.outputs.beside_records), never into the checkout's committed reports/.
 
 
 def add_parser(subparsers: Any) -> None:
@@ -173,10 +173,8 @@ def _check_flags(args: argparse.Namespace) -> list[str] | None:
     Flags of ``--paper`` need it; ``--tensorboard`` takes no flag of a report.
     """
 
-    def used(*flags: str) -> list[str]:  # the flags given (``--format``'s dest is ``formats``)
-        return [
-            f for f in flags if getattr(args, f[2:].replace("-", "_").replace("format", "formats"))
-        ]
+    def used(*flags: str) -> list[str]:  # the flags given (their values: DESTS or own name)
+        return [f for f in flags if getattr(args, DESTS.get(f, f[2:].replace("-", "_")))]
 
     given = used("--task", "--preset", "--out-dir", "--allow-dirty", "--against")
     flags = used("--paper", "--out", "--format", "--select", "--no-figures") + given
