@@ -445,7 +445,8 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     for r in recs:
         keys = RECORD_KEYS | {"reference"} if r["method"] in refs else METHOD_KEYS
         train = {"ops_per_step"} if r["phase"] == "train" else set()
-        assert set(r) == keys | train
+        assert set(r) == keys | train | {"command"}  # the command that timed it, in the store
+        assert r["command"].startswith("harness bench --methods rnn,lstm")
         assert r["sizes"]["T"] == 4 and r["sizes"]["D"] == 4 and r["sizes"]["layers"] == 1
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["min_s"] <= r["mean_s"]
         assert r["iqr_s"] >= 0 and r["stddev_s"] >= 0

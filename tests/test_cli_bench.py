@@ -131,3 +131,31 @@ def test_timing_suite_with_no_task_that_has_data_is_one_line(in_tmp, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no usable data for task 'yahoo'" in err[0]
+
+
+def test_a_timing_report_rendered_from_stores_timed_in_parallel(in_tmp, capsys):
+    """Two timing commands with their own --out (as on two cores), one report from both: each
+    task's table in the order the stores are given, each timing command named; nothing timed."""
+    tiny = ["--methods", "rnn", "--rounds", "1", "--warmup", "0", "--device", "cpu"]
+    tiny += ["--set", "seq_len=4", "--set", "hidden_size=4", "--set", "n_test=8"]
+    timed = []
+    for task in ("adding", "synthetic"):
+        timed.append(["bench", "--task", task, "--out", task, *tiny])
+        assert main(timed[-1]) == 0
+    capsys.readouterr()
+    args = ["bench", "--from", "synthetic,adding/timing.jsonl", "--report", "T.md"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.split() == ["T.md"]
+    text = (in_tmp / "T.md").read_text()
+    heads = [ln.split(" on ")[0] for ln in text.splitlines() if ln.startswith("## ")]
+    assert heads == ["## synthetic (smoke preset)", "## adding (smoke preset)"]
+    assert "`harness " + " ".join(args) + "`" in text
+    assert all(f"- Timed by `harness {' '.join(t)}`." in text for t in timed)
+    # the rendering refuses to write over an input, needs --report, and times nothing
+    assert main(["bench", "--from", "adding", "--report", "adding/timing.jsonl"]) == 2
+    assert main(["bench", "--from", "adding"]) == 2
+    assert main(["bench", "--from", "adding", "--report", "U.md", "--rounds", "3"]) == 2
+    assert main(["bench", "--from", "nowhere", "--report", "U.md"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and "--from" in err[0] and "--report" in err[1]
+    assert "--rounds" in err[2] and "nowhere" in err[3]

@@ -99,7 +99,7 @@ def test_measure_speedups_rows_and_markdown(monkeypatch):
     assert [(r["method"], r["B"]) for r in rows] == [(n, b) for n in FAST for b in (1, 2)]
     for r in rows:
         assert r["mask_mismatch"] == 0 and r["max_abs_diff"] < 1e-4
-        assert r["speedup"] > 0 and r["flop_reduction"] >= 1 and r["rounds"] >= 3
+        assert r["speedup_dense"] > 0 and r["flop_reduction"] >= 1 and r["rounds"] >= 3
         assert (r["D"], r["T"], r["V"], r["target_skip"]) == (20, 6, 8, 0.5)
     mine = [r for r in rows if r["method"] == first]
     assert all(r["note"].startswith("NOTE-ONE after ") for r in mine)

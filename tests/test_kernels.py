@@ -89,7 +89,7 @@ def test_rendering_a_report_builds_nothing(fresh_kernel, no_build, monkeypatch):
     row = {
         "method": SARNN.name, "D": 8, "B": 32, "T": 5, "V": 2, "target_skip": 0.5, "skip": 0.5,
         "setting": "s", "flop_reduction": 2.0, "flop_reduction_exact": 2.0, "dense_ms": 1.0,
-        "fast_ms": 0.5, "speedup": 2.0, "realised_frac": 1.0, "max_abs_diff": 0.0,
+        "fast_ms": 0.5, "speedup_dense": 2.0, "mac_ratio_dense": 2.0, "max_abs_diff": 0.0,
         "mask_mismatch": 0, "rounds": 3, "note": note,
     }  # fmt: skip
     md = speedup_markdown([row], "c")

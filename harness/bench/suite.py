@@ -331,6 +331,18 @@ def run_bench(
         say(f"task '{t}' skipped: no usable data ({why})")
         skipped[f"task `{t}`: no usable data ({why})"] = len(names) * len(PHASES) * len(devices)
     bench_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
+    if command is None:
+        command = "harness bench " + " ".join(
+            f"{flag} {shlex.quote(str(v))}"
+            for flag, v in (
+                ("--methods", methods if isinstance(methods, str) else ",".join(names)),
+                ("--task", tasks if isinstance(tasks, str) else ",".join(task_names)),
+                ("--preset", preset),
+                ("--device", device),
+                ("--out", out_dir),
+                *(("--set", f"{k}={v}") for k, v in (overrides or {}).items()),
+            )
+        )
     previous = torch.get_num_threads()
     if threads > 0:
         torch.set_num_threads(threads)
@@ -346,22 +358,11 @@ def run_bench(
             records += recs
             failed += fails
             for r in recs:  # each task's records are kept even if a later task is interrupted
+                r["command"] = command  # what timed it, for a report rendered from the records
                 store.append(r)
     finally:
         torch.set_num_threads(previous)
     if device == "auto" and all(d.type != "cuda" for d in devices):
         skipped["CUDA not available (device auto)"] = len(names) * len(PHASES) * len(runnable)
-    if command is None:
-        command = "harness bench " + " ".join(
-            f"{flag} {shlex.quote(str(v))}"
-            for flag, v in (
-                ("--methods", methods if isinstance(methods, str) else ",".join(names)),
-                ("--task", tasks if isinstance(tasks, str) else ",".join(task_names)),
-                ("--preset", preset),
-                ("--device", device),
-                ("--out", out_dir),
-                *(("--set", f"{k}={v}") for k, v in (overrides or {}).items()),
-            )
-        )
     write_text(md, timing_markdown(records, [str(jsonl)], command, failed, skipped))
     return jsonl, md

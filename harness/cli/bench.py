@@ -36,6 +36,8 @@ from harness.components import config
 from harness.env import flush_denormals, resolve_device
 from harness.errors import ConfigError
 from harness.persistence.outputs import refuse_overwrite
+from harness.persistence.records import latest
+from harness.persistence.store import load
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
 # TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
@@ -123,6 +125,14 @@ def add_parser(subparsers: Any) -> None:
             help = f"{mode}: {what} (default: %(default)s)"
             s.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
 
+    s.add_argument(
+        "--from",
+        dest="sources",
+        type=comma_list(str),
+        metavar="STORE[,STORE...]",
+        help="timing suite: time nothing; render the report (--report, required) from the "
+        "timing records in these stores (files or --out folders), e.g. of runs made in parallel",
+    )
     add_options("timing suite", TIMING_ONLY, (
         ("--out", None, "DIR", "the timing records go to DIR/timing.jsonl"),
         ("--rounds", int_at_least(1), "N", "timed rounds per method, phase and device"),
@@ -159,6 +169,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _only_for(args, TIMING_ONLY, "by the timing suite (without --speedup)")
         return _bench_speedup(args, command)
     _only_for(args, SPEEDUP_ONLY, "with --speedup")
+    if args.sources:
+        return _render_timing(args, command)
     task = require_task(args.task, "bench (without --speedup)", many=True)
 
     report = Path(args.report or Path(args.out) / TIMING_REPORT)
@@ -187,6 +199,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for p in paths:
         print(p)
     return 0
+
+
+def _render_timing(args: argparse.Namespace, command: str) -> int:
+    if not args.report:
+        raise ConfigError("bench --from: name the report to write with --report FILE")
+    _only_for(args, {k: v for k, v in TIMING_ONLY.items() if k != "out"}, "when timing")
+    stores = [Path(p) / "timing.jsonl" if Path(p).is_dir() else Path(p) for p in args.sources]
+    refuse_overwrite(Path(args.report), "--report", [("--from", p) for p in stores])
+    records, problems = load(stores)
+    for line in problems:
+        print(line, file=sys.stderr)
+    timings = [r for r in latest(records) if r.get("kind") == "timing"]
+    if not timings:
+        raise ConfigError(f"bench --from: no timing records in {', '.join(map(str, stores))}")
+    from harness.bench.timing_report import timing_markdown
+
+    text = timing_markdown(timings, [str(p) for p in stores], command)
+    write_report(Path(args.report), text)
+    print(args.report)
+    return 2 if problems else 0
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
