@@ -445,7 +445,7 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     for r in recs:
         keys = RECORD_KEYS | {"reference"} if r["method"] in refs else METHOD_KEYS
         train = {"ops_per_step"} if r["phase"] == "train" else set()
-        assert set(r) == keys | train | {"command"}  # the command that timed it, in the store
+        assert set(r) == keys | train | {"command", "reference_key"}  # for bench --from
         assert r["command"].startswith("harness bench --methods rnn,lstm")
         assert r["sizes"]["T"] == 4 and r["sizes"]["D"] == 4 and r["sizes"]["layers"] == 1
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["min_s"] <= r["mean_s"]
@@ -686,3 +686,20 @@ def test_count_ops_counts_python_calls_and_aten_operators_backward_included():
     _, forward_only = count_ops(lambda: torch.sin(x) * 2)
     assert forward_only == 2 and aten > 3
     assert ops_per_step(fn, 2) == {"python": 2.0, "aten": aten / 2}
+
+
+def test_merged_timings_are_paired_with_the_references_shown():
+    """Timings of one size from two runs: each ratio against the last timing of its reference."""
+
+    def rec(method, median, key="k", **kw):
+        return {"method": method, "median_s": median, "reference_key": key, **kw}
+
+    gru = phases.REFERENCE
+    first = [rec(gru, 1.0, reference=True, fused_cell="GRU"), rec("a", 3.0, fused_cell="GRU")]
+    second = [rec(gru, 2.0, reference=True, fused_cell="GRU"), rec("b", 5.0, fused_cell="GRU")]
+    old = {"method": "c", "median_s": 9.0, "ratio_vs_gru": 4.5, "fused_cell": "GRU"}
+    other = [rec(gru, 4.0, key="k2", reference=True), rec("d", 8.0, key="k2", fused_cell="GRU")]
+    merged = bench.pair_references(first + second + [old] + other)
+    assert [r["method"] for r in merged] == ["a", gru, "b", "c", gru, "d"]  # one GRU a size
+    assert [r["ratio_vs_gru"] for r in merged] == [1.5, 1.0, 2.5, 4.5, 1.0, 2.0]
+    assert merged[0]["ratio_vs_cell"] == 1.5  # the fused cell of "a" is the GRU

@@ -159,3 +159,18 @@ def test_a_timing_report_rendered_from_stores_timed_in_parallel(in_tmp, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and "--from" in err[0] and "--report" in err[1]
     assert "--rounds" in err[2] and "nowhere" in err[3]
+
+
+def test_methods_of_one_task_timed_apart_share_the_references_shown(in_tmp, capsys):
+    """One task's methods split over two timing commands: the report shows each reference once
+    (the last timing of it) and every ratio against that one."""
+    tiny = ["--task", "adding", "--rounds", "1", "--warmup", "0", "--device", "cpu"]
+    tiny += ["--set", "seq_len=4", "--set", "hidden_size=4", "--set", "n_test=8"]
+    for m in ("gru", "skip-rnn"):
+        assert main(["bench", "--methods", m, "--out", m, *tiny]) == 0
+    assert main(["bench", "--from", "gru,skip-rnn", "--report", "T.md"]) == 0
+    capsys.readouterr()
+    text = (in_tmp / "T.md").read_text()
+    for ref in ("torch.nn.GRU (fused)", "torch.nn.GRUCell (step loop)"):
+        rows = [ln for ln in text.splitlines() if ln.startswith(f"| **{ref}** (reference) |")]
+        assert len(rows) == 1, rows

@@ -136,6 +136,31 @@ def apply_ratios(rec: dict[str, Any], refs: dict[str, dict[str, Any] | None]) ->
         target["met"] = None if measured is None else measured <= target["ratio"]
 
 
+def pair_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timings merged from several stores, each reference once, the ratios against it.
+
+    Each run of the timing suite times its own references; merged (``harness bench --from``),
+    the last timing of each reference stands for its sizes (the others are dropped), and every
+    record that names its references (``reference_key``) gets its ratios against those, so that
+    each ratio in a report is a quotient of two medians it shows. Records without the key are
+    kept as they are.
+    """
+    refs: dict[str, dict[str, dict[str, Any] | None]] = {}
+    for r in records:
+        if r.get("reference") and r.get("reference_key"):
+            refs.setdefault(r["reference_key"], {})[r["method"]] = r
+    kept = [
+        r
+        for r in records
+        if not (r.get("reference") and r.get("reference_key") in refs)
+        or refs[r["reference_key"]][r["method"]] is r
+    ]
+    for r in kept:
+        if r.get("reference_key") in refs:
+            apply_ratios(r, refs[r["reference_key"]])
+    return kept
+
+
 def reference_kinds(phase: Phase) -> list[str]:
     """The kinds of reference a method's phase is compared with, the fused GRU first."""
     kinds = ["GRU", phase.info.get("fused_cell") or "GRU", STEP_LOOP]
@@ -219,6 +244,7 @@ def time_methods(
                 phase, rec = run(make, label, device, environment=environment)
                 if rec is None:
                     continue
+                rec["reference_key"] = phase.reference_key  # a report from several stores
                 records.append(rec)
                 here = refs.setdefault(phase.reference_key, {})
                 for kind in reference_kinds(phase):
@@ -232,6 +258,7 @@ def time_methods(
                     _, ref = run(make_ref, ref_label, device, **as_reference)
                     here[REFERENCES[kind]] = ref
                     if ref is not None:
+                        ref["reference_key"] = phase.reference_key
                         apply_ratios(ref, here)
                         records.append(ref)
                 apply_ratios(rec, here)
