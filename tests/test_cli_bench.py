@@ -151,6 +151,7 @@ def test_a_timing_report_rendered_from_stores_timed_in_parallel(in_tmp, capsys):
     assert heads == ["## synthetic (smoke preset)", "## adding (smoke preset)"]
     assert "`harness " + " ".join(args) + "`" in text
     assert all(f"- Timed by `harness {' '.join(t)}`." in text for t in timed)
+    assert "- Merged from these runs: each ratio is against the reference timed in its own" in text
     # the rendering refuses to write over an input, needs --report, and times nothing
     assert main(["bench", "--from", "adding", "--report", "adding/timing.jsonl"]) == 2
     assert main(["bench", "--from", "adding"]) == 2
@@ -163,7 +164,7 @@ def test_a_timing_report_rendered_from_stores_timed_in_parallel(in_tmp, capsys):
 
 def test_methods_of_one_task_timed_apart_share_the_references_shown(in_tmp, capsys):
     """One task's methods split over two timing commands: the report shows each reference once
-    (the last timing of it) and every ratio against that one."""
+    (the last run's timing of it); each ratio stays against its own run's reference."""
     tiny = ["--task", "adding", "--rounds", "1", "--warmup", "0", "--device", "cpu"]
     tiny += ["--set", "seq_len=4", "--set", "hidden_size=4", "--set", "n_test=8"]
     for m in ("gru", "skip-rnn"):

@@ -136,29 +136,24 @@ def apply_ratios(rec: dict[str, Any], refs: dict[str, dict[str, Any] | None]) ->
         target["met"] = None if measured is None else measured <= target["ratio"]
 
 
-def pair_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Timings merged from several stores, each reference once, the ratios against it.
+def merge_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timings merged from several runs of the suite, each reference shown once.
 
-    Each run of the timing suite times its own references; merged (``harness bench --from``),
-    the last timing of each reference stands for its sizes (the others are dropped), and every
-    record that names its references (``reference_key``) gets its ratios against those, so that
-    each ratio in a report is a quotient of two medians it shows. Records without the key are
-    kept as they are.
+    Each run times its own references, and each record's ratios are against those of its own
+    run (kept as they are). Where several runs timed a reference at the same sizes
+    (``reference_key``), the last run's timing stands in the report; the others are dropped.
     """
-    refs: dict[str, dict[str, dict[str, Any] | None]] = {}
-    for r in records:
-        if r.get("reference") and r.get("reference_key"):
-            refs.setdefault(r["reference_key"], {})[r["method"]] = r
-    kept = [
+    last = {
+        (r["reference_key"], r["method"]): r
+        for r in records
+        if r.get("reference") and r.get("reference_key")
+    }
+    return [
         r
         for r in records
-        if not (r.get("reference") and r.get("reference_key") in refs)
-        or refs[r["reference_key"]][r["method"]] is r
+        if not (r.get("reference") and r.get("reference_key"))
+        or last[(r["reference_key"], r["method"])] is r
     ]
-    for r in kept:
-        if r.get("reference_key") in refs:
-            apply_ratios(r, refs[r["reference_key"]])
-    return kept
 
 
 def reference_kinds(phase: Phase) -> list[str]:

@@ -213,10 +213,10 @@ def _render_timing(args: argparse.Namespace, command: str) -> int:
     timings = [r for r in latest(records) if r.get("kind") == "timing"]
     if not timings:
         raise ConfigError(f"bench --from: no timing records in {', '.join(map(str, stores))}")
-    from harness.bench.suite import pair_references
+    from harness.bench.suite import merge_references
     from harness.bench.timing_report import timing_markdown
 
-    timings = pair_references(timings)
+    timings = merge_references(timings)
     text = timing_markdown(timings, [str(p) for p in stores], command)
     write_report(Path(args.report), text)
     print(args.report)
