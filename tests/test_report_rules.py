@@ -357,9 +357,9 @@ def test_a_lead_at_a_grid_point_only_its_method_was_given_lists_every_grid(tmp_p
         "was not run at (a lead at a grid point not every method was given)."
     )
     assert note.endswith(
-        "(the values its variants here were run at of the knobs the methods vary; suite "
-        "my-suite): skip-rnn: lam 0.01 / 0.1; random-updates: one variant; sa-rnn: lam 0.01 / "
-        "0.02 / 0.05 / 0.1."
+        "(per method, the values its variants here were run at of each knob some method varies; "
+        "suite my-suite): skip-rnn: lam 0.01 / 0.1; random-updates: one variant; sa-rnn: "
+        "lam 0.01 / 0.02 / 0.05 / 0.1."
     )
     # At 90 % SA-RNN leads at λ 0.1, which Skip RNN was run at too: no note.
     assert notes(Rule("val-skip-nearest", 90)) == []

@@ -468,9 +468,9 @@ def grid_notes(every: pd.DataFrame, agg: pd.DataFrame, leads: list[list[str]]) -
     )
     where = f"; suite{'s' if len(suites) > 1 else ''} {', '.join(suites)}" if suites else ""
     return [
-        f"Grids: {'; '.join(found)} (a lead at a grid point not every method was given). Each "
-        f"method's grid, the rows picked from it (the values its variants here were run at of "
-        f"the knobs the methods vary{where}): {text}."
+        f"Grids: {'; '.join(found)} (a lead at a grid point not every method was given). The "
+        "rows were picked from these grids (per method, the values its variants here were run "
+        f"at of each knob some method varies{where}): {text}."
     ]
 
 
