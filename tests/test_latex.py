@@ -1,8 +1,10 @@
 """Every generated .tex compiles with pdflatex, fits its float, and prints no table below 8 pt.
 
-Each table is compiled alone in a two-column (3.3 in columns) and a one-column (7 in) paper and
-the size its text was printed at is read from the PDF's content stream (font size times any
-scaling), so a table shrunk to the line width fails however it was shrunk.
+Each table is compiled alone in a one-column paper (6.5 in text width: US letter, 1 in margins)
+and a two-column one (7 in text width, 3.3 in columns, where a ``table*`` spans both); the width
+pdflatex sets each tabular at is read from the log and must be no more than the line width of its
+float, and the size its text was printed at is read from the PDF's content stream (font size
+times any scaling), so a table shrunk to the line width fails however it was shrunk.
 """
 
 from __future__ import annotations
@@ -82,12 +84,12 @@ def test_caption_and_label_above_the_table():
     assert r"\textbf{2}" in tex and r"a\_note" in tex
 
 
-# Minimal papers: two columns of 3.3 in (7 in text width) and one column of 7 in, both 10 pt.
+# Minimal papers: one column of 6.5 in and two columns of 3.3 in (7 in text width), both 10 pt.
 # The content streams are left uncompressed and each tabular is bracketed by two marked-content
 # points, so the test reads the size every glyph of every table was printed at.
 PREAMBLE = r"""\documentclass[10pt%s]{article}
 \usepackage{booktabs,graphicx,xcolor}
-\setlength{\textwidth}{7in}\setlength{\columnsep}{0.4in}\setlength{\oddsidemargin}{-0.25in}
+\setlength{\textwidth}{%s}\setlength{\columnsep}{0.4in}\setlength{\oddsidemargin}{-0.25in}
 \setlength{\textheight}{9.5in}\setlength{\topmargin}{-0.75in}
 \pdfcompresslevel=0 \pdfobjcompresslevel=0
 \AddToHook{env/tabular/before}{\pdfliteral{/TabStart MP}}
@@ -97,8 +99,8 @@ PREAMBLE = r"""\documentclass[10pt%s]{article}
 %s
 \end{document}
 """
-LAYOUTS = {"two-column": ",twocolumn", "one-column": ""}
-WIDTH_IN = {"two-column": 3.3, "one-column": 7.0}
+LAYOUTS = {"two-column": (",twocolumn", "7in"), "one-column": ("", "6.5in")}
+WIDTH_IN = {"two-column": 3.3, "one-column": 6.5}  # the column width
 FLOAT = re.compile(r"\\begin\{(table\*?)\}.*?\\end\{\1\}", re.S)
 _TOKEN = re.compile(
     rb"\((?:\\.|[^\\()])*\)|<[0-9A-Fa-f\s]*>|\[|\]|/[^\s/\[\]()<>{}%]+|[-+]?(?:\d+\.?\d*|\.\d+)"
@@ -161,7 +163,7 @@ def body_size(sizes: dict[float, int]) -> float:
 def compile_float(tmp_path, name: str, body: str, layout: str) -> tuple[str, list[float]]:
     """Compile ``body`` in the ``layout`` paper: the log and each tabular's body size."""
     doc = tmp_path / f"{name}-{layout}.tex"
-    doc.write_text(PREAMBLE % (LAYOUTS[layout], body), encoding="utf-8")
+    doc.write_text(PREAMBLE % (*LAYOUTS[layout], body), encoding="utf-8")
     p = subprocess.run(
         ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
         cwd=tmp_path,
@@ -185,9 +187,23 @@ needs_pdflatex = pytest.mark.skipif(
 )
 
 
+# Each tabular set in a box first, so that the log gives its width and its float's line width.
+MEASURED = (
+    r"\setbox0\hbox{\begin{tabular}",
+    r"\end{tabular}}\typeout{TABLEWIDTH=\the\wd0/\the\linewidth}\leavevmode\box0",
+)
+
+
+def table_widths(log: str) -> list[tuple[float, float]]:
+    """``(tabular width, its float's line width)`` in pt of each ``MEASURED`` tabular."""
+    return [(float(w), float(lw)) for w, lw in re.findall(r"TABLEWIDTH=([\d.]+)pt/([\d.]+)pt", log)]
+
+
 def check_tables(tmp_path, tex: Path) -> list[float]:
     """Every float of ``tex`` compiles alone in both papers, fits and prints at 8 pt or more.
 
+    Fits: its tabular is no wider than the float's line width (a ``table``: 3.3 in in the
+    two-column paper; a ``table*``: 7 in there; either: 6.5 in in the one-column paper).
     Returns every table's body size (both layouts).
     """
     text = tex.read_text(encoding="utf-8")
@@ -198,8 +214,15 @@ def check_tables(tmp_path, tex: Path) -> list[float]:
     for k, body in enumerate(floats):
         label = re.search(r"\\label\{([^}]*)\}", body).group(1)
         for layout in LAYOUTS:
-            log, sizes = compile_float(tmp_path, f"{tex.stem}-{k}", body, layout)
+            measured = body.replace(r"\begin{tabular}", MEASURED[0])
+            log, sizes = compile_float(
+                tmp_path, f"{tex.stem}-{k}", measured.replace(r"\end{tabular}", MEASURED[1]), layout
+            )
             assert len(sizes) == 1, (label, sizes)
+            ((width, line),) = table_widths(log)
+            wide = {"table": 3.3, "table*": 7.0}[FLOAT.match(body).group(1)]
+            assert line == pytest.approx(72.27 * (6.5 if layout == "one-column" else wide))
+            assert width <= line, f"{label} is {width - line:.1f} pt too wide in the {layout} paper"
             assert sizes[0] >= 8.0, f"{label} prints at {sizes[0]} pt in the {layout} paper"
             assert "Overfull \\hbox" not in log, (label, layout)  # nothing wider than its float
             seen += sizes

@@ -182,14 +182,17 @@ def test_at_a_smaller_preset_the_table_is_the_harness_own_matched_on_knobs():
     assert not any(t.startswith("Ours − paper") for t in pvh.titles)  # not a reproduction
     by_label = {r[0][0]: [t for t, _ in r] for r in pvh.rows}
     sa = dict(zip(pvh.titles, by_label["SA-RNN"], strict=True))
-    assert sa["Paper: Accuracy %"] == "81.6 ± 0.6" and sa["Ours: Accuracy %"] == "70.50 ± 0.71"
+    # S-SA's spreads as S-SA prints them, in parentheses, and named (not a std)
+    assert sa["Paper: Accuracy %"] == "81.6 (0.6)" and sa["Ours: Accuracy %"] == "70.50 ± 0.71"
+    spreads = "Paper spreads, printed (x) as the paper prints them, are what S-SA calls confidence"
+    assert pvh.notes[0].startswith(spreads)
     assert sa["Paper: Effective FLOPs (×10^4)"] == "6.4"
     assert sa["Ours: Effective FLOPs (×10^4)"] == "1.00 ± 0 (n=2)"
     assert sa["Ours: knobs"] == "lam=0.0002" and sa["Ours: seeds"] == "2"
     assert sa["Commit"] == "abcdef1234"
     assert sa["Picked by"].startswith("at the paper's λ = 0.0002")
     gru = dict(zip(pvh.titles, by_label["GRU"], strict=True))
-    assert gru["Paper: Accuracy %"] == "84.7 ± 0.8" and gru["Ours: Accuracy %"] == "85.0"
+    assert gru["Paper: Accuracy %"] == "84.7 (0.8)" and gru["Ours: Accuracy %"] == "85.0"
     assert gru["Paper: Skip %"] == "0" and gru["Ours: seeds"] == "1*"
     # At a smaller preset the table-wide setting is not a knob: D = 8 fills the D = 50 row of
     # the harness's own table, and the note says where it differs.

@@ -42,6 +42,16 @@ def test_table_and_row_counts():
     assert sum(len(t.rows) for t in tables) == 79
 
 
+def test_each_paper_names_its_spread_as_it_prints_it():
+    """S-SA's parenthesised spreads are what it calls confidence intervals, not stds."""
+    (t1,) = [t for t in load_tables() if t.key == "S-SA Table 1"]
+    assert t1.spread == "(x)" and t1.spread_text("0.8") == "(0.8)"
+    assert "confidence intervals" in t1.spread_name and "standard deviation" in t1.spread_name
+    (ei,) = [t for t in load_tables() if t.key == "S-EI Table 1"]
+    assert ei.spread_text("0.07") == "± 0.07" and "5 runs" in ei.spread_name
+    assert all(t.spread_name for t in load_tables() if any(r.std for r in t.rows))
+
+
 def test_printed_values_are_scaled_to_harness_units():
     gru = row("S-SA Table 1", "GRU")
     assert gru.values == {"geo_mean": 0, "skip_pct": 0, "accuracy": 84.7, "flops": 25.7 * 1e4}
@@ -84,6 +94,7 @@ def test_tables_for_a_task():
 GOOD = """
 [papers.P]
 cite = "A paper"
+spread = { form = "± x", name = "the std over 3 runs" }
 
 [[table]]
 key = "P Table 9"
@@ -116,6 +127,7 @@ def test_a_users_own_file(tmp_path):
     (r,) = table.rows
     assert (r.method, r.label, r.config) == ("m", "M", {"hidden_size": 4})
     assert r.values == {"mse": 2.5e-3, "flops": 100} and r.std == {"mse": 0.5e-3}
+    assert (table.spread, table.spread_name) == ("± x", "the std over 3 runs")
     assert tables_for("adding", path) == []
 
 
@@ -135,6 +147,9 @@ def test_a_users_own_file(tmp_path):
         (lambda s: s.replace("columns = [", "columns = 3 #"), "columns must be a list"),
         (lambda s: s.replace("std = {", "std = ["), "malformed published results"),  # TOML
         (lambda s: s + s[s.index("[[table]]") :], "table key 'P Table 9' twice"),
+        (lambda s: s.replace("spread =", "# spread ="), "rows print spreads, but [papers.P] names"),
+        (lambda s: s.replace('form = "± x"', 'form = "±"'), "[papers.P].spread: form (with x"),
+        (lambda s: s.replace('form = "± x", ', ""), "[papers.P].spread: missing entry 'form'"),
     ],
 )
 def test_a_malformed_file_is_one_line_naming_it(tmp_path, edit, message):

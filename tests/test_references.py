@@ -404,3 +404,38 @@ def test_a_method_row_worse_than_the_best_reference_predictor_is_marked_and_name
     assert sum(r[col][0].endswith("†") for r in main.rows) == 1
     (md,) = write_paper_report(recs, ["s.jsonl"], tmp_path, formats=("md",), figures=False)
     assert note in md.read_text()
+
+
+def test_ptb_rows_worse_than_the_unigram_are_marked_in_markdown_and_latex(tmp_path):
+    """The PTB quick table: Phased LSTM, VC-RNN, Random Updates above the unigram's perplexity."""
+    means = {"gru": 560.0, "ref:unigram": 680.2, "phased-lstm": 743.2, "vc-rnn": 770.3}
+    means |= {"random-updates": 919.0}
+    recs = [
+        make_record(
+            method=m,
+            task="ptb",
+            preset="quick",
+            seed=s,
+            primary="perplexity",
+            selection="test metrics at the epoch with the lowest validation perplexity",
+            metrics={"perplexity": v + s},
+            val_metrics={"perplexity": v + s},
+        )
+        for m, v in means.items()
+        for s in range(3)
+    ]
+    paths = write_paper_report(recs, ["r.jsonl"], tmp_path, figures=False)
+    for path, mark in zip(paths, ["†", r"$\dagger$"], strict=True):
+        text = path.read_text(encoding="utf-8")
+        marked = {  # the first word of each table line with the mark: its method
+            line.strip("| ").split(" ")[0]
+            for line in text.splitlines()
+            if mark in line and not line.startswith(("- ", r"\par"))
+        }
+        assert marked == {"phased-lstm", "vc-rnn", "random-updates"}, (path.suffix, marked)
+        note = (
+            f"{mark} a method row whose mean Perplexity is worse than the best reference "
+            "predictor's, ref:unigram (681.2): phased-lstm (744.2); random-updates (920); "
+            "vc-rnn (771.3)."
+        )
+        assert note in text.replace(r"\_", "_"), path.suffix

@@ -330,3 +330,37 @@ def test_the_metric_selection_line_says_which_rule_is_which_tasks():
     # one task: nothing to tell apart
     line = next(x for x in text.header(recs[:1], ["r.jsonl"], "t").splitlines() if "selection" in x)
     assert line == f"- Metric selection: {mse}. Mean ± sample std over seeds."
+
+
+def test_a_lead_at_a_grid_point_only_its_method_was_given_lists_every_grid(tmp_path):
+    """SA-RNN's λ 2e-2 was added to its grid alone: at 76 % it leads √(Acc×Skip) there."""
+    sweep = {"suite": "my-suite"}
+    grid = {"sa-rnn": [(1e-2, 70.0), (2e-2, 77.0), (5e-2, 95.0), (1e-1, 90.0)]}
+    grid["skip-rnn"] = [(1e-2, 60.0), (1e-1, 65.0)]
+    recs = [
+        acc_run(m, s, 95.0, skip=sk, set={"lam": lam}, sweep=sweep)
+        for m, points in grid.items()
+        for lam, sk in points
+        for s in (0, 1)
+    ]
+    recs += [acc_run("random-updates", s, 95.5, skip=76.0, set={"p_skip": 0.76}) for s in (0, 1)]
+
+    def notes(rule):
+        (path,) = write_paper_report(
+            recs, ["r"], tmp_path, formats=("md",), figures=False, select=rule
+        )
+        return [n for n in path.read_text().splitlines() if n.startswith("- Grids: ")]
+
+    (note,) = notes(Rule("val-skip-nearest", 76))
+    assert note.startswith(
+        "- Grids: sa-rnn (lam=0.02) leads √(Acc×Skip) ↑, Skip % ↑ at lam=0.02, a value skip-rnn "
+        "was not run at (a lead at a grid point not every method was given)."
+    )
+    assert note.endswith(
+        "(per method, the values its variants here were run at of each knob some method varies; "
+        "suite my-suite): skip-rnn: lam 0.01 / 0.1; random-updates: one variant; sa-rnn: "
+        "lam 0.01 / 0.02 / 0.05 / 0.1."
+    )
+    # At 90 % SA-RNN leads at λ 0.1, which Skip RNN was run at too: no note.
+    assert notes(Rule("val-skip-nearest", 90)) == []
+    assert notes(None) == []  # every variant a row (λ 0.05 bold): the grids are the table

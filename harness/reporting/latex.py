@@ -1,16 +1,18 @@
-"""LaTeX tables that print at 8 pt or more, and the figures' floats.
+r"""LaTeX tables that print at 8 pt or more, and the figures' floats.
 
 ``tex_escape`` turns the reports' text (units ``×10^k``, ``D_h``, arrows, ±) into LaTeX that
 needs only booktabs and graphicx (and xcolor for a greyed cell,
 ``harness.reporting.text.grey``). ``render_tex`` sets one table: ``tex_layout`` decides its
-float (``table`` for one column of a two-column paper, ``table*`` for the text width), its font
-size (9 or 8 pt, never scaled) and, for a table too wide for 7 in, how its columns are split
-over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
+float (``table`` for one column of a two-column paper, ``table*`` for the text width, set
+within 6.5 in so that it fits a one-column paper too), its font size (``\fontsize{9}{11}`` or
+``\fontsize{8}{9.5}``, never scaled) and, for a table too wide for 6.5 in, how its columns are
+split over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
 ``figure_env`` gives a saved figure the float its width needs.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -81,7 +83,9 @@ def tex_escape(s: str) -> str:
 # prints below 8 pt. The widths below (Computer Modern at 10 pt, in em, from cmr10.tfm) estimate
 # a table's natural width; cmr8/cmr9 are wider per em than cmr10, cmbx wider than cmr.
 PT_PER_IN = 72.27
-TEX_TARGETS = (("table", 3.3 * PT_PER_IN), ("table*", 7.0 * PT_PER_IN))  # 1 column, 2 columns
+# A ``table`` fits a column of a two-column paper (3.3 in); a ``table*`` spans its 7 in text
+# width but is set within 6.5 in, so that every table also fits a one-column paper's text width.
+TEX_TARGETS = (("table", 3.3 * PT_PER_IN), ("table*", 6.5 * PT_PER_IN))
 TEX_SIZES = ((9.0, 11.0), (8.0, 9.5))  # (font size, baseline skip) in pt, tried in this order
 TABCOLSEP = 4.0  # pt each side of a column
 MAX_HEAD_LINES = 3  # a column title wraps onto at most this many lines (more if it must)
@@ -284,11 +288,12 @@ def tex_layout(
     """How a table is set: one float, or its columns split over several, none below 8 pt.
 
     A table that fits one column of a two-column paper (3.3 in) at 9 or 8 pt is a ``table``;
-    one that fits the text width (7 in) a ``table*``. A wider one is split: the main part keeps
-    the columns that tell the rows apart, the ``keep`` columns and then, in order, every other
-    column that still fits 7 in at 8 pt; the rest go, with the row keys again, to a second part,
-    split again while it is too wide; all parts are then set at 8 pt. Widths are estimated from
-    Computer Modern's metrics (``tex_width``); nothing is scaled.
+    one that fits 6.5 in (a one-column paper's text width, within a two-column one's 7 in) a
+    ``table*``. A wider one is split: the main part keeps the columns that tell the rows apart,
+    the ``keep`` columns and then, in order, every other column that still fits 6.5 in at 8 pt;
+    the rest go, with the row keys again, to a second part, split again while it is too wide;
+    all parts are then set at 8 pt. Widths are estimated from Computer Modern's metrics
+    (``tex_width``); nothing is scaled.
     """
     aligns = [_align(i, [r[i] for r in rows]) for i in range(len(titles))]
     cols = [
@@ -334,7 +339,8 @@ def _anyway(cols: list[_Column], idx: list[int]) -> TexPart:
 
 
 def _pt(x: float) -> str:
-    return f"{x:.1f}pt"
+    """``x`` pt rounded down to 0.1 pt, so that the columns' widths sum to no more than planned."""
+    return f"{math.floor(x * 10) / 10:.1f}pt"
 
 
 def _tex_head(c: _Column) -> str:
@@ -404,7 +410,7 @@ def render_tex(
     r"""A booktabs table at 9 or 8 pt, never scaled: caption and ``\label`` above.
 
     ``tex_layout`` decides the float: a ``table`` where the table fits one column of a
-    two-column paper (3.3 in), a ``table*`` where it fits 7 in, else its columns are split over
+    two-column paper (3.3 in), a ``table*`` where it fits 6.5 in, else its columns are split over
     several floats (the row keys repeated in each; ``keep``: titles that stay in the first). A
     later part is labelled ``<label>-cont<k>`` and its caption refers to the first. Bold cells are
     ``\textbf{x}``; ``notes`` are printed under the first part's tabular, in the float.

@@ -233,7 +233,7 @@ def _write_one(
     seeds = ", ".join(map(str, sorted(runs["seed"].unique())))
     ours = f"harness, preset {preset}, seeds {seeds}"
     rows_rule = f"rows picked by {select}" if select else "every variant"
-    main = build_main_table(shown, primary, higher, picked)
+    main = build_main_table(shown, primary, higher, picked, agg)
     unpicked = sorted(k for k in (picked or {}) if "/" in k)
     methods_in = [{m for m in df["method"] if role(m) == "method"} for df in (agg, shown)]
     no_method = select is not None and bool(methods_in[0]) and not methods_in[1]

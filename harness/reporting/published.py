@@ -54,7 +54,9 @@ class PaperTable:
     ``scale`` is the power of ten each column is printed in (``flops: 4`` for "x10^4");
     ``setting`` the paper's setting shared by all rows, keyed like ``--set`` (``train.lr``,
     ``task.seq_len``, ``hidden_size``) plus ``seeds`` (how many runs a std is over); a string
-    value (``"n.s."``: not stated) is shown as is.
+    value (``"n.s."``: not stated) is shown as is. ``spread`` is how the table's paper prints a
+    row's spread (``"(x)"``, ``"± x"``: x stands for the number) and ``spread_name`` what the
+    paper calls it (its ``[papers]`` entry; "" for a paper that prints none).
     """
 
     key: str
@@ -65,6 +67,12 @@ class PaperTable:
     note: str = ""
     scale: dict[str, int] = field(default_factory=dict)
     setting: dict[str, Any] = field(default_factory=dict)
+    spread: str = "± x"
+    spread_name: str = ""
+
+    def spread_text(self, std: str) -> str:
+        """A printed spread as the paper prints it: ``(0.8)``, ``± 0.01``."""
+        return self.spread.replace("x", std)
 
 
 class _Malformed(Exception):
@@ -173,15 +181,27 @@ def _table(raw: Any, where: str, papers: dict[str, Any]) -> PaperTable:
     for k, v in setting.items():
         _typed(v, (str, int, float, bool), f"{where}.setting.{k}", "its value")
     rows = _typed(raw["row"], list, where, "row")
+    out = tuple(_row(r, f"{where} row {j + 1}", columns, scale) for j, r in enumerate(rows))
+    paper = f"[papers.{source['paper']}]"
+    spread = _typed(papers[source["paper"]], dict, paper, "it").get("spread")
+    if spread is not None:
+        _keys(_typed(spread, dict, paper, "spread"), f"{paper}.spread", {"form", "name"}, set())
+        if not all(isinstance(spread[k], str) for k in spread) or "x" not in spread["form"]:
+            raise _Malformed(f"{paper}.spread: form (with x for the number) and name are strings")
+    elif any(r.std for r in out):
+        raise _Malformed(f"{where}: its rows print spreads, but {paper} names none (spread)")
+    spread = spread or {"form": "± x", "name": ""}
     return PaperTable(
         _typed(raw["key"], str, where, "key"),
         _typed(raw["task"], str, where, "task"),
         _typed(raw["title"], str, where, "title"),
         columns,
-        tuple(_row(r, f"{where} row {j + 1}", columns, scale) for j, r in enumerate(rows)),
+        out,
         _typed(raw.get("note", ""), str, where, "note"),
         {k: round(math.log10(v)) for k, v in scale.items()},
         dict(setting),
+        spread["form"],
+        spread["name"],
     )
 
 

@@ -14,6 +14,8 @@ seeds, Welch's t-test where they do not (``compare_seeds``), Holm-corrected over
 worse than the best reference predictor ``†`` on its primary metric (``references.WORSE``). The
 rows of reference predictors (``ref:NAME``, ``harness.reporting.references``) are never bold,
 never the reference row and never tested (``–``), so Holm's family holds the methods' rows alone.
+Where a selection rule picked the rows and a bold row sits at a knob value another method was
+not run at, a note lists each method's grid (``grid_notes``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from harness.reporting.text import (
     grey,
     scaled,
     seeds_cell,
+    value_text,
 )
 
 if TYPE_CHECKING:
@@ -311,7 +314,11 @@ def main_table(
 
 
 def build_main_table(
-    agg: pd.DataFrame, primary: str, higher: bool, picked: dict[str, str] | None = None
+    agg: pd.DataFrame,
+    primary: str,
+    higher: bool,
+    picked: dict[str, str] | None = None,
+    every: pd.DataFrame | None = None,
 ) -> Table:
     """The S-SA / S-EI style table (see the module docstring) and its notes (no caption yet).
 
@@ -320,6 +327,7 @@ def build_main_table(
         primary: the primary metric's key.
         higher: its direction.
         picked: variant id -> why the selection rule picked it (adds a "Picked by" column).
+        every: the variants ``agg``'s rows were picked from, for ``grid_notes`` (None: ``agg``).
     """
     cols = layout(agg, primary, higher)
     # reference predictors (harness.references): never bold, not the reference, not tested
@@ -392,6 +400,8 @@ def build_main_table(
             "chosen by it."
         )
     notes += seed_count_notes(agg)
+    leads = [[c.title for j, c in enumerate(cols) if bolds[j][i]] for i in range(len(agg))]
+    notes += grid_notes(agg if every is None else every, agg, leads) if picked is not None else []
     notes += events_notes(agg)
     if any(c.key == "skip_pct" for c in cols):
         notes += solved_notes([r for _, r in agg.iterrows()])
@@ -401,6 +411,67 @@ def build_main_table(
 def row_name(method: str, label: str) -> str:
     """``method (label)``, or the method alone for a variant without a label."""
     return f"{method} ({label})" if label else method
+
+
+def grids(every: pd.DataFrame) -> dict[str, dict[str, list[Any]]]:
+    """Each method's grid: per knob that any method's variants in ``every`` vary, its values.
+
+    The values (in order) the method's variants were run at; a knob its config lacks is left
+    out (a method of one variant without any such knob: no knob). Reference predictors have none.
+    """
+    knobs = {k for p in every["parts"] for k in p}
+    out: dict[str, dict[str, list[Any]]] = {m: {} for m in every["method"] if role(m) == "method"}
+    for m, cfg in zip(every["method"], every["config"], strict=True):
+        for k in sorted(knobs & cfg.keys()) if role(m) == "method" else ():
+            if cfg[k] not in (vals := out.setdefault(m, {}).setdefault(k, [])):
+                vals.append(cfg[k])
+
+    def order(v: Any) -> tuple[bool, float, str]:
+        return isinstance(v, str), v if isinstance(v, (int, float)) else 0.0, str(v)
+
+    return {m: {k: sorted(v, key=order) for k, v in g.items()} for m, g in out.items()}
+
+
+def grid_notes(every: pd.DataFrame, agg: pd.DataFrame, leads: list[list[str]]) -> list[str]:
+    """Where a picked row leads a column at a knob value not every method was run at: the grids.
+
+    A row leads the columns it is bold in (``leads``, by row of ``agg``, the rows a selection
+    rule picked from ``every``). Its lead rests on a grid point only some methods were given
+    when one of the knobs its method varies is at a value that another method varying, or run
+    at, that knob was not run at (S-SA's λ grid refined for SA-RNN alone). The note then lists
+    each method's grid (``grids``) and the suites their records name.
+    """
+    grid = grids(every)
+    found = []
+    for (_, r), cols in zip(agg.iterrows(), leads, strict=True):
+        for k in r["parts"] if cols else ():
+            v = r["config"].get(k)
+            lack = [m for m, g in grid.items() if m != r["method"] and v not in g.get(k, [v])]
+            if lack:
+                found.append(
+                    f"{row_name(r['method'], r['label'])} leads {', '.join(cols)} at "
+                    f"{k}={value_text(v)}, a value {', '.join(lack)} "
+                    f"{'was' if len(lack) == 1 else 'were'} not run at"
+                )
+    if not found:
+        return []
+    suites = sorted(
+        {s for rs in every["records"] for r in rs if (s := (r.get("sweep") or {}).get("suite"))}
+    )
+    text = "; ".join(
+        f"{m}: "
+        + (
+            ", ".join(f"{k} {' / '.join(map(value_text, vs))}" for k, vs in g.items())
+            or "one variant"
+        )
+        for m, g in grid.items()
+    )
+    where = f"; suite{'s' if len(suites) > 1 else ''} {', '.join(suites)}" if suites else ""
+    return [
+        f"Grids: {'; '.join(found)} (a lead at a grid point not every method was given). The "
+        "rows were picked from these grids (per method, the values its variants here were run "
+        f"at of each knob some method varies{where}): {text}."
+    ]
 
 
 def seed_count_notes(agg: pd.DataFrame, rows: str = "any row") -> list[str]:

@@ -362,7 +362,7 @@ def paper_vs_harness(
             sc = table.scale.get(k, 0)
             paper = prow.printed[k]
             if k in prow.printed_std:
-                paper += f" ± {prow.printed_std[k]}"
+                paper += f" {table.spread_text(prow.printed_std[k])}"
             col = Column(k, k, scale=sc, form=get_metric(k).form)
             mine = cell(ours, col) if ours is not None else (NOT_RUN if j == 0 else "–")
             cells += [(paper, False), (mine, False)]
@@ -427,7 +427,11 @@ def _notes(
     keys: list[tuple[PaperRow, dict[str, Any]]],
 ) -> list[str]:
     """The notes under a paper-vs-harness table."""
-    notes = [f"Setting vs paper {letter}: {text}." for text, letter in letters.items()]
+    notes = [
+        f"Paper spreads, printed {table.spread} as the paper prints them, are "
+        f"{table.spread_name}. Ours ± x: the sample std over seeds."
+    ] * any(r.printed_std for r in table.rows)
+    notes += [f"Setting vs paper {letter}: {text}." for text, letter in letters.items()]
     if commands:
         where = "at the row's setting" if at_setting else "with the row's knobs"
         notes.append(
