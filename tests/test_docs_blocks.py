@@ -57,7 +57,9 @@ def test_a_doc_with_blocks_is_filled_and_then_checks_clean(harness, doc):
     gru = [json.loads(s) for s in (doc.parent / "store.jsonl").read_text().splitlines()]
     gru = [r for r in gru if r["method"] == "gru"]
     runs = len({r["run_id"] for r in gru})
-    assert f"\n\n{len(gru)} records, {runs} runs, 0 from a dirty tree\n\n<!-- end -->" in text
+    failed = sum(r["status"] == "failed" for r in gru)
+    count = f"{len(gru)} records ({failed} failed, 0 from a dirty tree), {runs} runs"
+    assert f"\n\n{count}\n\n<!-- end -->" in text
 
     again = harness("docs", "--check", "doc.md")
     assert (again.returncode, again.stderr) == (0, "")

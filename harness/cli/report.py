@@ -135,8 +135,8 @@ def add_parser(subparsers: Any) -> None:
         type=comma_list(one_of(PARTS)),
         metavar="PART[,PART...]",
         help="write nothing; print Markdown to stdout (for the docs' generated blocks, 'harness "
-        "docs'): count (records, runs, dirty ones), or with --paper the main, against or paper "
-        "(vs harness) tables of each task and preset",
+        "docs'): count (records, failed and dirty ones, runs), or with --paper the main, "
+        "against or paper (vs harness) tables of each task and preset",
     )
     s.add_argument(
         "--where",

@@ -205,8 +205,8 @@ def print_parts(
 
     What a generated block of the docs holds (``harness.reporting.docs``), so it names neither a
     time nor the rendering commit nor a path other than the sources as given. ``count``: one
-    line, the records and runs (distinct run ids) that the filters keep and how many of those
-    records come from a dirty tree; ``main``, ``against``, ``paper``: those tables of the paper
+    line, the records that the filters keep (how many failed, how many come from a dirty tree)
+    and their runs (distinct run ids); ``main``, ``against``, ``paper``: those tables of the paper
     report (``harness.reporting.paper.paper_markdown``).
 
     Args:
@@ -232,7 +232,11 @@ def print_parts(
     text = []
     if "count" in parts:
         runs, dirties = len({r["run_id"] for r in records}), sum(map(dirty, records))
-        text.append(f"{len(records):,} records, {runs:,} runs, {dirties:,} from a dirty tree\n")
+        failed = sum(r.get("status") == "failed" for r in records)
+        text.append(
+            f"{len(records):,} records ({failed:,} failed, {dirties:,} from a dirty tree), "
+            f"{runs:,} runs\n"
+        )
     if tables := [p for p in parts if p != "count"]:
         names, presets = [str(s) for s in sources], [preset] if preset else None
         rule = _rule(select)
