@@ -52,6 +52,7 @@ from harness.reporting.reports import (
     compare,
     export_tensorboard,
     paper_report,
+    print_parts,
     report,
 )
 from harness.training.tracking import check_log_dir
@@ -75,6 +76,7 @@ __all__ = [
     "parse_seeds",
     "plan_sweep",
     "prepare_run",
+    "print_parts",
     "report",
     "resolve_configs",
     "run_sweep",

@@ -39,7 +39,7 @@ def options_without_help(parser: argparse.ArgumentParser) -> list[str]:
 def test_every_option_of_every_subcommand_has_help():
     parser = make_parser()
     commands = {"list", "run", "report", "compare", "flops", "bench", "data", "store"}
-    commands |= {"check", "new"}
+    commands |= {"check", "new", "docs"}
     assert set(subcommands(parser)) == commands
     assert options_without_help(parser) == []
 

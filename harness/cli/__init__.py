@@ -1,4 +1,4 @@
-"""The ``harness`` command line: list, run, report, compare, flops, bench, data, store, check, new.
+"""The ``harness`` command line: its subcommands (``COMMANDS``, in the order ``--help`` lists them).
 
 One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
 ``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
@@ -17,12 +17,12 @@ import sys
 from typing import Any
 
 from harness import __version__, api
-from harness.cli import bench, check, compare, data, flops, listing, new, report, run, store
+from harness.cli import bench, check, compare, data, docs, flops, listing, new, report, run, store
 from harness.cli.common import Parser
 from harness.errors import HarnessError, Interrupted
 
 # in the order ``harness --help`` lists them
-COMMANDS = (listing, run, report, compare, flops, bench, data, store, check, new)
+COMMANDS = (listing, run, report, compare, flops, bench, data, store, check, new, docs)
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,9 @@
 """``harness report``: the leaderboard, or with ``--paper`` the paper-style report, of records.
 
 With ``--tensorboard DIR`` it writes instead each run's knobs and metrics as TensorBoard HParams
-(``harness.api.export_tensorboard``), and nothing else.
+(``harness.api.export_tensorboard``), and nothing else. With ``--print PART`` it writes nothing and
+prints parts of a report as Markdown (``harness.api.print_parts``): what ``harness docs`` fills the
+docs' generated blocks with.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from harness.components.registry import METHODS, TASKS
 from harness.components.selection import parse_rule
 from harness.errors import HarnessError
 from harness.persistence.outputs import beside_records
+from harness.reporting.reports import PARTS
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
-DESTS = {"--format": "formats"}  # the flags whose value is not under their own name
+# the flags whose value is not under their own name
+DESTS = {"--format": "formats", "--print": "parts"}
 # Without --out / --out-dir a report goes beside its records (the flags' help says where, from
 # harness.persistence.outputs.beside_records), never into the checkout's committed reports/.
 
@@ -55,6 +59,8 @@ def add_parser(subparsers: Any) -> None:
             "harness report results/runs.jsonl --paper --task TASK --preset quick",
             "harness report results/runs.jsonl --paper --task 'TASK,PREFIX-*'",
             "harness report results/runs.jsonl --tensorboard tb/ && tensorboard --logdir tb/",
+            "harness report results/runs.jsonl --paper --task TASK --where train.lr=0.001 "
+            "--print main",
             note="malformed record lines are skipped and listed in the report, which is still "
             "written;\nthe exit code is then 2",
         ),
@@ -123,6 +129,22 @@ def add_parser(subparsers: Any) -> None:
         "and parameters into a new or empty DIR for TensorBoard's HParams dashboard (needs the "
         "tensorboard extra)",
     )
+    s.add_argument(
+        "--print",
+        dest="parts",
+        type=comma_list(one_of(PARTS)),
+        metavar="PART[,PART...]",
+        help="write nothing; print Markdown to stdout (for the docs' generated blocks, 'harness "
+        "docs'): count (records, failed and dirty ones, runs), or with --paper the main, "
+        "against or paper (vs harness) tables of each task and preset",
+    )
+    s.add_argument(
+        "--where",
+        action="append",
+        metavar="KEY=VALUE[,VALUE...]",
+        help="--print: only the records whose config field KEY (as --set names it, or method) "
+        "is one of the values; repeatable",
+    )
     s.set_defaults(func=cmd_report)
 
 
@@ -131,8 +153,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     Malformed records are an error (exit 2) once the report is written without them.
     """
-    sources = args.records or [DEFAULT_RECORDS]
-    tasks = _check_flags(args)
+    sources, tasks = args.records or [DEFAULT_RECORDS], _check_flags(args)
+    if args.parts:  # nothing written: parts of a report on stdout
+        return _print(args, sources, tasks)
     if args.tensorboard:
         paths, problems = api.export_tensorboard(sources, args.tensorboard)
         print(f"wrote {len(paths)} runs' HParams: tensorboard --logdir {args.tensorboard}")
@@ -167,6 +190,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print(args: argparse.Namespace, sources: list[str], tasks: list[str] | None) -> int:
+    """``--print``: the parts asked for, as Markdown on stdout; nothing is written.
+
+    Malformed records are an error (exit 2), after the parts are printed without them.
+    """
+    text, problems = api.print_parts(
+        sources,
+        args.parts,
+        tasks=tasks,
+        preset=args.preset,
+        where=args.where or (),
+        select=args.select,
+        allow_dirty=args.allow_dirty,
+        against=args.against or (),
+    )
+    print(text, end="")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise HarnessError(f"{problems[0]}{more}")
+    return 0
+
+
 def _check_flags(args: argparse.Namespace) -> list[str] | None:
     """Refuse misplaced flags, unknown names and a bad rule; return the tasks named.
 
@@ -177,11 +222,17 @@ def _check_flags(args: argparse.Namespace) -> list[str] | None:
         return [f for f in flags if getattr(args, DESTS.get(f, f[2:].replace("-", "_")))]
 
     given = used("--task", "--preset", "--out-dir", "--allow-dirty", "--against")
-    flags = used("--paper", "--out", "--format", "--select", "--no-figures") + given
+    flags = used("--paper", "--out", "--format", "--select", "--no-figures", "--print") + given
     if args.tensorboard and flags:
         raise HarnessError(
             f"{', '.join(flags)}: not used with --tensorboard, which writes only the export"
         )
+    if args.parts and (writes := used("--out", "--out-dir", "--format", "--no-figures")):
+        raise HarnessError(f"{', '.join(writes)}: not used with --print, which writes nothing")
+    if args.where and not args.parts:
+        raise HarnessError("--where: only used with --print")
+    if not args.paper and (tables := [p for p in args.parts or () if p != "count"]):
+        raise HarnessError(f"--print {','.join(tables)}: tables of the paper report, with --paper")
     if given and not args.paper:
         raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
     if args.out and args.paper:

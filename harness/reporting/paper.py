@@ -50,6 +50,7 @@ from harness.reporting.render import (
     has_pyarrow,
     latex_document,
     markdown_document,
+    render_md,
     write_frame,
 )
 from harness.reporting.runs import (
@@ -114,6 +115,68 @@ def write_paper_report(
         raise HarnessError(f"unknown report formats {unknown}; use any of {', '.join(FORMATS)}")
     if "parquet" in formats and not has_pyarrow():
         raise HarnessError(NO_PYARROW)
+    groups = _groups(records, sources, tasks, presets)
+    opts = Options(sources, formats, figures, published, select, allow_dirty, tuple(against))
+    out, written = Path(out_dir), list[Path]()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for task, preset, group in groups:
+            written += _render(*_build_one(task, preset, group, out, opts), out, opts)
+    except OSError as e:
+        raise HarnessError(
+            f"cannot write the paper report to {out_dir}: {e.strerror or e}"
+        ) from None
+    return written
+
+
+def paper_markdown(
+    records: Sequence[dict[str, Any]],
+    sources: Sequence[str],
+    parts: Sequence[str],
+    tasks: Sequence[str] | None = None,
+    presets: Sequence[str] | None = None,
+    select: Rule | None = None,
+    allow_dirty: bool = False,
+    against: Sequence[str] = (),
+) -> str:
+    """Tables of the paper-style report in Markdown, for a generated block of the docs.
+
+    The tables ``write_paper_report`` would write with the same arguments, without the header
+    (which names the rendering commit and time) or the figures: per (task, preset), in the order
+    of ``parts``, its ``main`` table, its ``against`` table and its ``paper`` (vs harness)
+    tables, each under its caption in italics and followed by its notes.
+
+    Returns:
+        The Markdown text. Raises HarnessError if the records hold no ok run of the chosen
+        tasks and presets.
+    """
+    opts = Options(sources, (), False, None, select, allow_dirty, tuple(against))
+    text = []
+    for task, preset, group in _groups(records, sources, tasks, presets):
+        tables = _build_one(task, preset, group, Path(), opts)[1]
+        for part in parts:
+            for t in (t for t in tables if _part(t.label) == part):
+                notes = "".join(f"- {n}\n" for n in t.notes)
+                text.append(f"*{t.caption}*\n\n{render_md(t.titles, t.rows)}\n\n{notes}")
+    return "\n".join(text)
+
+
+def _part(label: str) -> str:
+    """Which part of a report a table is, by its label: ``main``, ``against`` or ``paper``."""
+    return "against" if label.endswith("-against") else "paper" if "-paper-" in label else "main"
+
+
+def _groups(
+    records: Sequence[dict[str, Any]],
+    sources: Sequence[str],
+    tasks: Sequence[str] | None,
+    presets: Sequence[str] | None,
+) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """Each chosen (task, preset) with ok runs, and its records (every status).
+
+    Raises:
+        HarnessError: the records hold no ok run of the chosen tasks and presets.
+    """
     chosen = [
         r
         for r in records
@@ -125,18 +188,7 @@ def write_paper_report(
             f"no ok runs for tasks {list(tasks or ['all'])}, presets "
             f"{list(presets or ['all'])} in {', '.join(sources)}"
         )
-    opts = Options(sources, formats, figures, published, select, allow_dirty, tuple(against))
-    out, written = Path(out_dir), list[Path]()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for task, preset in groups:
-            group = [r for r in chosen if (r["task"], r["preset"]) == (task, preset)]
-            written += _write_one(task, preset, group, out, opts)
-    except OSError as e:
-        raise HarnessError(
-            f"cannot write the paper report to {out_dir}: {e.strerror or e}"
-        ) from None
-    return written
+    return [(t, p, [r for r in chosen if (r["task"], r["preset"]) == (t, p)]) for t, p in groups]
 
 
 @dataclass(frozen=True)
@@ -176,10 +228,15 @@ def allow_dirty_command(sources: Sequence[str], task: str, preset: str) -> str:
     )
 
 
-def _write_one(
+def _build_one(
     task: str, preset: str, group: list[dict[str, Any]], out: Path, opts: Options
-) -> list[Path]:
-    """The report of one (task, preset): ``group`` holds its records, every status."""
+) -> Any:
+    """The report of one (task, preset), ``group`` its records (every status), to render.
+
+    Returns:
+        What ``_render`` takes before its folder and options: the header, the tables, the
+        figures drawn (into ``out``), the rows shown, the rows' picks, and (task, preset).
+    """
     from harness.reporting.figures import report_figures
 
     left_out = [r for r in group if dirty(r)]
@@ -212,7 +269,7 @@ def _write_one(
             )
         )
         head = header(kept or group, opts.sources, f"{task} ({preset} preset): paper-style report")
-        return _render(head + head_notes + NOTES, tables, figs, out, stem, opts, None, None, None)
+        return head + head_notes + NOTES, tables, figs, None, None, (task, preset)
     primary, higher = runs["primary"].iloc[0], bool(runs["higher"].iloc[0])  # the registry's
     papers = tables_for(task, opts.published)
     refs = sorted({m for m in runs["method"] if role(m) != "method"})  # reference predictors first
@@ -312,7 +369,7 @@ def _write_one(
         + NOTES
         + head_notes
     )
-    return _render(head, tables, figs, out, stem, opts, shown, picked, (task, preset))
+    return head, tables, figs, shown, picked, (task, preset)
 
 
 def _reference_notes(
@@ -338,14 +395,14 @@ def _render(
     head: str,
     tables: list[Table],
     figs: list,
-    out: Path,
-    stem: str,
-    opts: Options,
     shown: pd.DataFrame | None,
     picked: dict[str, str] | None,
-    where: tuple[str, str] | None,
+    where: tuple[str, str],
+    out: Path,
+    opts: Options,
 ) -> list[Path]:
     """Write one report in each of ``opts.formats``; the figures' paths come first."""
+    stem = "_".join(where)
     written = [p for _, ps in figs for p in ps]
     for fmt, render in (("md", markdown_document), ("tex", latex_document)):
         if fmt in opts.formats:
@@ -353,7 +410,7 @@ def _render(
             write_text(path, render(head, tables, figs, out))
             written.append(path)
     for fmt in ("csv", "parquet"):
-        if fmt in opts.formats and shown is not None and where is not None:
+        if fmt in opts.formats and shown is not None:
             path = out / f"paper_{stem}.{fmt}"
             write_frame(tidy(shown, *where, picked), path)
             written.append(path)

@@ -7,6 +7,7 @@ functions.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,12 +17,13 @@ from harness.components.config import legacy_values
 from harness.components.selection import empty_tables, parse_rule, select
 from harness.errors import HarnessError
 from harness.persistence.outputs import check_writable, refuse_overwrite, write_text
-from harness.persistence.records import RunRecord
+from harness.persistence.records import RunRecord, flat_config
 from harness.persistence.store import load, store_path
 from harness.reporting import compare as gate
 from harness.reporting import leaderboard as lb
 from harness.reporting import paper
 from harness.reporting.render import NO_PYARROW, has_pyarrow, write_frame
+from harness.reporting.runs import dirty
 from harness.training import tracking
 
 
@@ -183,6 +185,117 @@ def paper_report(
         against=tuple(against),
     )
     return paths, problems
+
+
+PARTS = ("count", "main", "against", "paper")  # what --print prints
+
+
+def print_parts(
+    sources: Sequence[str | Path],
+    parts: Sequence[str],
+    *,
+    tasks: Sequence[str] | None = None,
+    preset: str | None = None,
+    where: Sequence[str] = (),
+    select: str | None = None,
+    allow_dirty: bool = False,
+    against: Sequence[str] = (),
+) -> tuple[str, list[str]]:
+    """Parts of a report of the records in ``sources``, as Markdown text; nothing is written.
+
+    What a generated block of the docs holds (``harness.reporting.docs``), so it names neither a
+    time nor the rendering commit nor a path other than the sources as given. ``count``: one
+    line, the records that the filters keep (how many failed, how many come from a dirty tree)
+    and their runs (distinct run ids); ``main``, ``against``, ``paper``: those tables of the paper
+    report (``harness.reporting.paper.paper_markdown``).
+
+    Args:
+        sources: records files or folders.
+        parts: any of ``PARTS``: the count first, then the tables in this order.
+        tasks: only these tasks (None: all).
+        preset: only this preset (None: all).
+        where: ``KEY=VALUE[,VALUE...]`` each: only the records whose config field ``KEY`` (as
+            ``--set`` names it, or ``method``) is one of the values.
+        select: a selection rule, as for the paper report.
+        allow_dirty: also tabulate records of dirty trees, as for the paper report.
+        against: methods to compare with, as for the paper report.
+
+    Returns:
+        The text, and the unusable lines of the sources.
+    """
+    records, problems = _load_once(sources)
+    records = [
+        r
+        for r in _where(records, where)
+        if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
+    ]
+    text = []
+    if "count" in parts:
+        runs, dirties = len({r["run_id"] for r in records}), sum(map(dirty, records))
+        failed = sum(r.get("status") == "failed" for r in records)
+        text.append(
+            f"{len(records):,} records ({failed:,} failed, {dirties:,} from a dirty tree), "
+            f"{runs:,} runs\n"
+        )
+    if tables := [p for p in parts if p != "count"]:
+        names, presets = [str(s) for s in sources], [preset] if preset else None
+        rule = _rule(select)
+        text.append(
+            paper.paper_markdown(records, names, tables, tasks, presets, rule, allow_dirty, against)
+        )
+    return "\n".join(text), problems
+
+
+_LOADED: dict[tuple[tuple[str, str], ...], tuple[list[RunRecord], list[str]]] = {}
+
+
+def _load_once(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
+    """``load_records``, kept for the process by the files' contents (their digest).
+
+    ``harness docs`` prints many parts of the same stores in one process; only ``print_parts``,
+    which reads the records and changes none, uses it.
+    """
+    paths = [store_path(s) for s in sources]
+    if not all(p.is_file() for p in paths):
+        return load_records(sources)  # says which is missing
+    key = tuple((str(p), hashlib.blake2b(p.read_bytes()).hexdigest()) for p in paths)
+    if key not in _LOADED:
+        _LOADED[key] = load_records(sources)
+    return _LOADED[key]
+
+
+def _where(records: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
+    """The records whose config fields have the values ``where`` names (``KEY=V[,V...]`` each).
+
+    A value matches as text or, for a number, as a number (``lam=1e-2`` keeps ``0.01``).
+
+    Raises:
+        HarnessError: an item is not ``KEY=VALUE``, or no record has the field ``KEY``.
+    """
+
+    def same(value: Any, text: str) -> bool:
+        try:
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            return str(value) == text or (number and float(text) == value)
+        except ValueError:
+            return False
+
+    for item in where:
+        key, _, values = (part.strip() for part in item.partition("="))
+        if not key or not values:
+            raise HarnessError(f"--where expects KEY=VALUE[,VALUE...], got '{item}'")
+        fields = [{"method": r.get("method"), **flat_config(r)} for r in records]
+        if not any(key in f for f in fields):
+            raise HarnessError(
+                f"--where {key}: no record has this field (a config field as --set names it, or "
+                "method)"
+            )
+        records = [
+            r
+            for r, f in zip(records, fields, strict=True)
+            if key in f and any(same(f[key], v.strip()) for v in values.split(","))
+        ]
+    return records
 
 
 def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:

@@ -20,6 +20,7 @@ not run at, a note lists each method's grid (``grid_notes``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,8 +115,17 @@ def paired_p(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, floa
     difference is 0 or tied (to 10 significant digits, so that rounding makes no rank) and
     n <= 50; else every sign flip of the n differences (``PermutationMethod``) where n <= 13;
     else the normal approximation, the third value False. None where a test has no answer:
-    fewer than 2 pairs, every difference the same (t), every difference 0 (Wilcoxon).
+    fewer than 2 pairs, every difference the same (t), every difference 0 (Wilcoxon). Kept for
+    the process by the values (the sign flips cost: ``harness docs`` prints the same pairs in
+    several blocks).
     """
+    return _paired_p(tuple(a), tuple(b))
+
+
+@functools.cache
+def _paired_p(
+    a: tuple[float, ...], b: tuple[float, ...]
+) -> tuple[float | None, float | None, bool]:
     if len(a) != len(b) or len(a) < 2:
         return None, None, True
     import warnings

@@ -1,0 +1,84 @@
+"""``harness docs``: fill the docs' generated blocks from the records, or check that they are.
+
+A block (``harness.reporting.docs``) names a ``harness report ... --print PART`` command; its
+body is that command's stdout. Every number of the docs that comes from the records sits in one,
+so that ``harness docs --check`` (in CI) fails when a record changes and the docs do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+from harness.cli import report
+from harness.cli.common import Parser, add_command, examples
+from harness.errors import HarnessError
+from harness.reporting.docs import fill
+
+DEFAULT_DOCS = "docs/*.md"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``docs`` to the ``harness`` subcommands."""
+    s = add_command(
+        subparsers,
+        "docs",
+        "fill the docs' generated blocks from the records (--check: only compare)",
+        epilog=examples(
+            "harness docs",
+            "harness docs --check",
+            "harness docs docs/reproduction.md",
+            note="a block: a line '<!-- generated: harness report STORE ... --print PART -->', "
+            "the\ncommand's output, a line '<!-- end -->' (docs/reports.md, \"Numbers in the "
+            'docs")',
+        ),
+    )
+    s.add_argument(
+        "files",
+        nargs="*",
+        help=f"Markdown files (default: {DEFAULT_DOCS}, from the current folder)",
+    )
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; print one line per block whose body differs from its command's "
+        "output and exit 1 if there is one",
+    )
+    s.set_defaults(func=cmd_docs)
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Fill (or with ``--check`` compare) every block: 0, or 1 when ``--check`` finds one stale."""
+    files = args.files or sorted(str(p) for p in Path().glob(DEFAULT_DOCS))
+    if not files:
+        raise HarnessError(f"no {DEFAULT_DOCS} here: run it from the repository, or name files")
+    stale = fill(files, run_report, check=args.check)
+    for b in stale:
+        print(f"{b.where()}: {'stale' if args.check else 'regenerated'}")
+    if args.check and stale:
+        print(f"{len(stale)} stale block(s): run 'harness docs' to regenerate them")
+        return 1
+    print(f"{len(files)} file(s): {'no stale block' if not stale else f'{len(stale)} rewritten'}")
+    return 0
+
+
+def run_report(argv: list[str]) -> tuple[int, str, str]:
+    """``harness ARGV`` (a ``report`` command) in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    parser = Parser(prog="harness")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    report.add_parser(sub)
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            args = parser.parse_args(argv)
+            args.argv = argv
+            code = args.func(args)
+        except HarnessError as e:
+            print(f"error: {e}", file=err)
+            code = 2
+        except SystemExit as e:  # a usage error: its line is on stderr already
+            code = e.code if isinstance(e.code, int) else 2
+    return code, out.getvalue(), err.getvalue()

@@ -1,0 +1,152 @@
+"""``harness docs``: the generated blocks of the docs are filled from the records and checked.
+
+A block is ``<!-- generated: harness report ... --print PART -->``, the command's stdout, and
+``<!-- end -->``. Filling rewrites only the bodies; ``--check`` writes nothing, names each stale
+block (file:line and command) and exits 1; a malformed block, or one whose command is not a
+``harness report ... --print`` or fails, is one line on stderr and exit 2, the files untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+STORE = Path(__file__).resolve().parents[1] / "results" / "paper" / "adding_tuned.jsonl"
+MAIN = "harness report store.jsonl --paper --task adding --print main"
+COUNT = "harness report store.jsonl --where method=gru --print count"
+DOC = f"""# Results
+
+Prose that stays.
+
+<!-- generated: {MAIN} -->
+stale text
+<!-- end -->
+
+Between the blocks.
+
+<!-- generated: {COUNT} -->
+<!-- end -->
+"""
+GOOD = f"<!-- generated: {COUNT} -->\n<!-- end -->\n"
+
+
+@pytest.fixture
+def doc(tmp_path):
+    shutil.copy(STORE, tmp_path / "store.jsonl")
+    path = tmp_path / "doc.md"
+    path.write_text(DOC, encoding="utf-8")
+    return path
+
+
+def test_a_doc_with_blocks_is_filled_and_then_checks_clean(harness, doc):
+    res = harness("docs", "doc.md")
+    assert res.returncode == 0, res.stderr
+    assert "doc.md:5:" in res.stdout and "doc.md:11:" in res.stdout  # both rewritten
+    text = doc.read_text(encoding="utf-8")
+    assert "stale text" not in text
+    assert text.startswith("# Results\n\nProse that stays.\n\n<!-- generated: ")
+    assert "<!-- end -->\n\nBetween the blocks.\n\n" in text
+    # the body is the command's stdout between empty lines
+    printed = harness(*MAIN.split()[1:], check=True).stdout
+    assert printed.startswith("*adding (paper preset), every variant")
+    assert f"<!-- generated: {MAIN} -->\n\n{printed}\n<!-- end -->" in text
+    assert "| gru " in printed and "| sa-rnn " in printed
+    gru = [json.loads(s) for s in (doc.parent / "store.jsonl").read_text().splitlines()]
+    gru = [r for r in gru if r["method"] == "gru"]
+    runs = len({r["run_id"] for r in gru})
+    failed = sum(r["status"] == "failed" for r in gru)
+    count = f"{len(gru)} records ({failed} failed, 0 from a dirty tree), {runs} runs"
+    assert f"\n\n{count}\n\n<!-- end -->" in text
+
+    again = harness("docs", "--check", "doc.md")
+    assert (again.returncode, again.stderr) == (0, "")
+    assert doc.read_text(encoding="utf-8") == text
+
+
+def test_a_changed_record_makes_check_fail_naming_the_block(harness, doc):
+    harness("docs", "doc.md", check=True)
+    filled = doc.read_text(encoding="utf-8")
+    store = doc.parent / "store.jsonl"
+    lines = store.read_text().splitlines()
+    i = next(i for i, s in enumerate(lines) if json.loads(s)["method"] == "sa-rnn")
+    rec = json.loads(lines[i])
+    rec["metrics"]["mse"] *= 2
+    lines[i] = json.dumps(rec)
+    store.write_text("\n".join(lines) + "\n")
+
+    res = harness("docs", "--check", "doc.md")
+    assert res.returncode == 1, res.stderr
+    stale = [s for s in res.stdout.splitlines() if s.endswith("stale")]
+    assert stale == [f"doc.md:5: `{MAIN}`: stale"]  # the count block did not change
+    assert doc.read_text(encoding="utf-8") == filled  # --check writes nothing
+
+    harness("docs", "doc.md", check=True)
+    assert doc.read_text(encoding="utf-8") != filled
+    assert harness("docs", "--check", "doc.md").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "block, says",
+    [
+        # unended: the next block's marker, or the end of the file, comes first
+        (
+            f"<!-- generated: {COUNT} -->\ntext\n",
+            "doc.md:3: generated block without '<!-- end -->'",
+        ),
+        (
+            f"{GOOD}<!-- generated: {COUNT} -->\n",
+            "doc.md:5: generated block without '<!-- end -->'",
+        ),
+        ("text\n<!-- end -->\n", "doc.md:4: '<!-- end -->' outside a generated block"),
+        (f"<!-- generated: {COUNT}\n<!-- end -->\n", "doc.md:3: a block marker is"),
+        ("<!-- generated: -->\n<!-- end -->\n", "doc.md:3: a block marker is"),
+        ("<!-- generated: harness run --tasks adding -->\n<!-- end -->\n", "unknown block command"),
+        ("<!-- generated: harness report store.jsonl -->\n<!-- end -->\n", "unknown block command"),
+        ("<!-- generated: harness report 'store.jsonl -->\n<!-- end -->\n", "cannot split it"),
+        (
+            "<!-- generated: harness report store.jsonl --print tables -->\n<!-- end -->\n",
+            "failed (exit 2): argument --print: unknown value 'tables'",
+        ),
+        (
+            "<!-- generated: harness report gone.jsonl --print count -->\n<!-- end -->\n",
+            "failed (exit 2): no records file at gone.jsonl",
+        ),
+        (
+            "<!-- generated: harness report store.jsonl --where nope=1 --print count -->\n"
+            "<!-- end -->\n",
+            "failed (exit 2): --where nope: no record has this field",
+        ),
+        (
+            "<!-- generated: harness report store.jsonl --print main -->\n<!-- end -->\n",
+            "failed (exit 2): --print main: tables of the paper report, with --paper",
+        ),
+    ],
+)
+@pytest.mark.parametrize("check", [False, True])
+def test_a_bad_block_is_one_line_on_stderr_and_exit_2(harness, doc, block, says, check):
+    text = f"# Doc\n\n{block}\n{GOOD}" if not block.startswith(GOOD) else f"# Doc\n\n{block}"
+    doc.write_text(text, encoding="utf-8")
+    res = harness("docs", *(["--check"] if check else []), "doc.md")
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("error: "), res.stderr
+    assert says in res.stderr
+    assert "Traceback" not in res.stderr
+    assert doc.read_text(encoding="utf-8") == text  # the good block is not filled either
+
+
+def test_print_writes_nothing_and_keeps_its_flags_apart(harness, doc):
+    shown = harness(
+        "report", "store.jsonl", "--paper", "--where", "train.lr=3e-3", "--print", "main"
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = [s.split("|")[1].strip() for s in shown.stdout.splitlines() if s.startswith("| ")]
+    # lr 3e-3 only: SA-RNN's run there failed, the reference has no learning rate
+    assert rows == ["Method", "gru", "skip-rnn"]
+    assert sorted(p.name for p in doc.parent.iterdir()) == ["doc.md", "store.jsonl"]
+    bad = harness("report", "store.jsonl", "--paper", "--out-dir", "x", "--print", "main")
+    assert bad.returncode == 2 and "--out-dir: not used with --print" in bad.stderr
+    bad = harness("report", "store.jsonl", "--where", "lam=1")
+    assert bad.returncode == 2 and "--where: only used with --print" in bad.stderr
