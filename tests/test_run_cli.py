@@ -31,6 +31,11 @@ def test_options_are_checked_before_anything_even_with_nothing_to_run(
     before = (tmp_path / "r" / "runs.jsonl").read_text()
     cases = [
         (["--ray-address", "ray://head:10001"], "--ray-address is only used with --executor ray"),
+        (["--ray-connect-timeout", "30"], "--ray-connect-timeout is only used with --executor ray"),
+        (
+            ["--executor", "ray", "--ray-connect-timeout", "1", "--dry-run"],  # starts no Ray
+            "--ray-connect-timeout: must be >= 5",
+        ),
         (
             ["--executor", "ray", "--workers", "2"],
             "--workers is only used with --executor local or",

@@ -11,6 +11,15 @@ address the one its default route leaves from, listens on all interfaces, and re
 ``127.0.0.1`` (``_node_ip_address``, ``ray start --node-ip-address``) by that address too;
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (read once, when Ray is imported) makes it take
 127.0.0.1, and then every Ray server (GCS, raylet, workers, agents) listens there only.
+
+A cluster at an address is tried first by a probe of its own, a ``ray.init`` in a child process
+that is killed after ``ray_connect_timeout`` seconds and whose output (Ray's warnings, one a
+second while it retries) is kept out of sight: an address nothing answers at, or a cluster that
+refuses this client's token (Ray's token authentication: ``RAY_AUTH_MODE=token`` and the token
+in ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ``~/.ray/auth_token``), is one
+line naming what to set, instead of Ray retrying for minutes. The runs' own environment
+(``WORKER_ENV``: the data root, the caches, the included plugin files) goes with each task, as
+``ray start``'s environment, not the driver's, is what a cluster's workers inherit.
 """
 
 from __future__ import annotations
@@ -18,9 +27,12 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import subprocess
+import sys
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
+from harness.data.files import data_root
 from harness.errors import HarnessError
 from harness.executors.base import (
     EpochCallback,
@@ -37,6 +49,15 @@ INSTALL = "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
 
 # Ray's switch (ray._private.ray_constants) for a node of its own on loopback; "0" = loopback.
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# What a run reads from the environment, passed from the driver to every task when set here
+# (HARNESS_DATA_DIR always: the data root the sweep was planned and its data checked on).
+WORKER_ENV = ("HARNESS_DATA_DIR", "XDG_CACHE_HOME", "HARNESS_INCLUDE", "HARNESS_NO_KERNELS")
+# The probe: one ray.init (RAY_gcs_server_port_wait_time_s=1: one try, not Ray's twenty).
+PROBE = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); ray.shutdown()"
+TOKEN_HELP = (
+    "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to the cluster's token (or RAY_AUTH_TOKEN_PATH "
+    "to a file holding it)"
+)
 
 
 @register_executor("ray")
@@ -46,7 +67,8 @@ class RayExecutor:
     Args:
         run: what every run gets, as the workers see it (``data_dir``, ``log_dir`` must be
             paths the workers can reach).
-        options: ``ray_address`` (None: a local instance on 127.0.0.1).
+        options: ``ray_address`` (None: a local instance on 127.0.0.1) and
+            ``ray_connect_timeout`` (seconds; ``probe``).
 
     Raises:
         HarnessError: Ray is not installed, or cannot be reached, or a local instance would
@@ -56,11 +78,15 @@ class RayExecutor:
     in_process: ClassVar[bool] = False
     options = (Option("ray_address", str, None, "ray executor: cluster address; auto: the one "
                "ray start left (default: a new Ray instance on this machine, listening on "
-               "127.0.0.1 only)", "ADDRESS", None, "an address"),)  # fmt: skip
+               "127.0.0.1 only); a cluster with token authentication needs RAY_AUTH_MODE=token "
+               "and RAY_AUTH_TOKEN", "ADDRESS", None, "an address"),
+               Option("ray_connect_timeout", int, 60, "ray executor: seconds to wait for the "
+               "cluster at --ray-address to answer (default: %(default)s)", "SECONDS",
+               (5, 3600), "seconds"))  # fmt: skip
     preflight = staticmethod(lambda run, options: require("ray", INSTALL))  # before planning
 
     def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
-        address = options.ray_address
+        address = options.ray_address if options.ray_address != "local" else None
         if not address:  # before Ray is imported: its node address is then 127.0.0.1
             os.environ[LOOPBACK_ONLY] = "0"
         try:
@@ -69,6 +95,8 @@ class RayExecutor:
             raise HarnessError(INSTALL) from None
         self.ray, self.run = ray, run
         if not ray.is_initialized():
+            if address:
+                probe(address, options.ray_connect_timeout)
             node_ip = None if address else ray.util.get_node_ip_address()  # a new node's
             if node_ip and not ipaddress.ip_address(node_ip).is_loopback:
                 raise HarnessError(
@@ -82,7 +110,11 @@ class RayExecutor:
                 raise HarnessError(f"cannot connect to Ray at {address or 'local'}: {e}") from None
         self._cpus = max(run.threads, 1)
         gpus = 1 if run.device == "cuda" else 0
-        self._remote = ray.remote(num_cpus=self._cpus, num_gpus=gpus)(run_one)
+        env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
+        env["HARNESS_DATA_DIR"] = str(data_root(run.data_dir).absolute())
+        self._remote = ray.remote(
+            num_cpus=self._cpus, num_gpus=gpus, runtime_env={"env_vars": env}
+        )(run_one)
         self._pending: dict[Any, dict[str, Any]] = {}  # object ref -> config dict
 
     def slots(self) -> int:
@@ -125,3 +157,36 @@ class RayExecutor:
     def shutdown(self) -> None:
         """Disconnect from Ray (``ray.shutdown()``), stopping the processes ``ray.init`` started."""
         self.ray.shutdown()
+
+
+def probe(address: str, timeout_s: int) -> None:
+    """Connect to the Ray cluster at ``address`` once, in a child process, within ``timeout_s``.
+
+    Raises:
+        HarnessError: nothing answered in time, the cluster refused this client's token (or
+            none was found), or the connection failed otherwise: one line, without Ray's output.
+    """
+    env = os.environ | {"RAY_gcs_server_port_wait_time_s": "1"}
+    cmd = [sys.executable, "-c", PROBE, address]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise HarnessError(
+            f"cannot connect to Ray at {address}: no answer within {timeout_s} s "
+            "(--ray-connect-timeout)"
+        ) from None
+    if not done.returncode:
+        return
+    if "no authentication token was found" in done.stderr:
+        raise HarnessError(
+            f"cannot connect to Ray at {address}: token authentication is on but no token was "
+            f"found; {TOKEN_HELP}"
+        )
+    if "AuthenticationError" in done.stderr:
+        mode = os.environ.get("RAY_AUTH_MODE") or "unset"
+        raise HarnessError(
+            f"cannot connect to Ray at {address}: the cluster refused this client's "
+            f"authentication (RAY_AUTH_MODE is {mode} here); {TOKEN_HELP}"
+        )
+    last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    raise HarnessError(f"cannot connect to Ray at {address}: {last[:300]}")
