@@ -60,8 +60,9 @@ def wait_for(predicate, timeout: float, step: float = 0.2):
     return predicate()
 
 
-def test_two_sweeps_on_one_store_split_the_runs(tmp_path):
-    args = [*SWEEP, "--set", "train.epochs=4", "--out", "s.jsonl"]
+@pytest.mark.parametrize("mode", ["lock", "files"])
+def test_two_sweeps_on_one_store_split_the_runs(tmp_path, mode):
+    args = [*SWEEP, "--set", "train.epochs=4", "--out", "s.jsonl", "--store-mode", mode]
     procs = [harness_process(tmp_path, *args) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
@@ -70,6 +71,7 @@ def test_two_sweeps_on_one_store_split_the_runs(tmp_path):
     assert problems == [] and len(counts) == 8
     assert max(counts.values()) == 1, f"duplicated runs: {counts}"
     assert not (tmp_path / "s.jsonl.claims").exists()
+    assert not list(tmp_path.glob("s.jsonl.parts/*")) and not (tmp_path / "s.jsonl.lock").exists()
 
 
 def start_pool_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list]:

@@ -560,11 +560,15 @@ def test_a_lock_file_left_by_a_crash_is_broken_and_a_live_one_is_waited_for(tmp_
     old = time.time() - store_mod.LOCK_STALE_S - 10
     os.utime(lock, (old, old))
     take("after an old holder").join(30)
-    assert got == ["after a dead holder", "after an old holder"] and not lock.exists()
+    reused = {"host": store_mod.HOST, "pid": os.getpid(), "started": "0"}  # a pid used again
+    lock.write_text(json.dumps(reused))
+    take("after a reused pid").join(30)
+    done = ["after a dead holder", "after an old holder", "after a reused pid"]
+    assert got == done and not lock.exists()
     lock.write_text(json.dumps({"host": "login2", "pid": 1}))  # another host, just now
     waiting = take("after a live holder")
     waiting.join(0.5)
-    assert got == ["after a dead holder", "after an old holder"] and waiting.is_alive()
+    assert got == done and waiting.is_alive()
     lock.unlink()  # its holder is done
     waiting.join(30)
     assert got[-1] == "after a live holder" and not lock.exists()

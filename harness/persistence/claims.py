@@ -29,7 +29,9 @@ from harness.persistence.store import (
     HOST,
     AppendError,
     Store,
+    alive,
     drop_claims,
+    process_start,
     read_claims,
     save_unwritten,
     write_claims,
@@ -61,25 +63,6 @@ def lease_s() -> float:
     return value
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -99,10 +82,10 @@ def claim_is_stale(claim: dict[str, Any], now: float | None = None) -> bool:
         lease = claim.get("lease_s")
         return _number(lease) and now - claim["time"] > lease
     pid = claim.get("pid")
-    if type(pid) is not int or not _alive(pid):  # a claim's JSON: not a bool, not a string
+    if type(pid) is not int or not alive(pid):  # a claim's JSON: not a bool, not a string
         return True
     started = claim.get("started")
-    return started is not None and _process_start(pid) not in (None, started)
+    return started is not None and process_start(pid) not in (None, started)
 
 
 class Claims:
@@ -130,7 +113,7 @@ class Claims:
         self.host, self.pid = HOST, os.getpid()
         self.lease = lease_s() if lease is None else lease
         self.say = say or (lambda line: None)
-        self._started = _process_start(self.pid)
+        self._started = process_start(self.pid)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         try:

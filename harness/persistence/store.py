@@ -563,20 +563,37 @@ def write_part(parts: str | os.PathLike, record: dict[str, Any]) -> Path:
     return path
 
 
+def process_start(pid: int) -> str | None:
+    """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def lock_is_stale(holder: dict[str, Any], age: float) -> bool:
     """Whether a lock file was left behind by a crash.
 
-    Its holder's process is gone (this host) or, held from another host (or unreadable), it is
-    older than ``LOCK_STALE_S``: a lock is held for milliseconds.
+    Its holder's process is gone (this host; or its pid now belongs to a process started later)
+    or, held from another host (or unreadable), it is older than ``LOCK_STALE_S``: a lock is
+    held for milliseconds.
     """
-    if holder.get("host") == HOST and type(holder.get("pid")) is int:
-        try:
-            os.kill(holder["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-        return False
+    pid = holder.get("pid")
+    if holder.get("host") == HOST and type(pid) is int:
+        started = holder.get("started")
+        return not alive(pid) or (started is not None and process_start(pid) not in (None, started))
     return age > LOCK_STALE_S
 
 
@@ -585,12 +602,14 @@ def lock_file(path: Path) -> Iterator[None]:
     """Hold ``path`` as a lock: created exclusively (``O_EXCL``), removed on leaving.
 
     An exclusive create is atomic on local disks, NFS v3 and later, and Lustre, with no lock
-    service or mount option. The file says who holds it (host, pid, thread, time); one left by a
+    service or mount option. The file says who holds it (host, pid and its start, thread, time);
+    one left by a
     crash (``lock_is_stale``) is moved aside and removed, checking that what was moved is what
     was judged stale.
     """
-    me = {"host": HOST, "pid": os.getpid(), "thread": threading.get_ident(), "time": time.time()}
-    token = json.dumps(me).encode()
+    pid = os.getpid()
+    me = {"host": HOST, "pid": pid, "started": process_start(pid), "thread": threading.get_ident()}
+    token = json.dumps({**me, "time": time.time()}).encode()
     delay = 0.005
     while True:
         try:
