@@ -42,7 +42,7 @@ from harness.executors.base import PART, declared, options_for
 from harness.persistence.claims import SweepStore, lease_s
 from harness.persistence.outputs import check_writable, leaderboard_path, refuse_overwrite
 from harness.persistence.records import RunRecord
-from harness.persistence.store import Store, load, output_store_path, store_path
+from harness.persistence.store import STORE_MODES, Store, load, output_store_path, store_path
 from harness.planning.resume import plan_resume
 from harness.planning.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs
 from harness.planning.suites import load as load_sweep_file
@@ -60,6 +60,7 @@ from harness.training.tracking import check_log_dir
 __all__ = [
     "EXECUTORS",
     "MAX_THREADS",
+    "STORE_MODES",
     "Block",
     "RunJob",
     "SweepEvent",

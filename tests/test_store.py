@@ -514,8 +514,14 @@ def test_a_record_file_left_by_a_crash_is_merged_once_never_twice(tmp_path, harn
     assert len(store.parts()) == 3
     code, out, _ = harness("store", "check", "s.jsonl")
     assert code == 0 and "2 record(s) not merged yet in " in out
+    bad = store.parts_path / "0-bad.json"
+    bad.write_bytes(b"{not json")  # not written by the harness: left, named, moved aside whole
+    code, out, _ = harness("store", "check", "s.jsonl")
+    assert code == 1 and "s.jsonl.parts/0-bad.json: Expecting property name enclosed" in out
     code, out, _ = harness("store", "repair", "s.jsonl")
     assert code == 0 and out.startswith("merged 2 record(s) from ")
+    assert "moved s.jsonl.parts/0-bad.json to s.jsonl.rejected-0-bad.json: Expecting" in out
+    assert Path(f"{path}.rejected-0-bad.json").read_bytes() == b"{not json"
     assert ids(Store(path).read()[0]) == ["old", "both", "left", "later"]
     assert store.parts() == [] and store.merge() == 0
     assert ids(Store(path).read()[0]) == ["old", "both", "left", "later"]

@@ -33,7 +33,6 @@ from harness.cli.progress import (
     stopped_line,
 )
 from harness.errors import HarnessError
-from harness.persistence.store import STORE_MODES
 
 EPILOG = examples(
     "harness run --tasks all --preset smoke",
@@ -109,7 +108,7 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument(
         "--store-mode",
-        choices=STORE_MODES,
+        choices=api.STORE_MODES,
         help="lock: the driver appends each record under flock on the store (local disks, NFS "
         "with working locks); files: each run writes its record to its own file in "
         "STORE.parts/, merged into the store in order under a lock file, for NFS without locks "

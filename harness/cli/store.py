@@ -62,9 +62,7 @@ def cmd_store(args: argparse.Namespace) -> int:
     merged = store.merge()
     if merged:
         print(f"merged {merged} record(s) from {store.parts_path}/")
-    for part, why in store.unmerged()[1]:  # kept whole beside the store, as rejected lines are
-        aside = store.path.with_name(f"{store.path.name}.rejected-{part.name}")
-        part.rename(aside)
+    for part, aside, why in store.reject_parts():
         print(f"moved {part} to {aside}: {why}")
     res = store.repair()
     if not res.moved:

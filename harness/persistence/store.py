@@ -387,13 +387,30 @@ class Store:
         for p in parts:
             with contextlib.suppress(FileNotFoundError):  # merged meanwhile
                 data = p.read_bytes()
-                lines = parse_lines(data, legacy=self.legacy)
+                lines = parse_lines(data.rstrip(b"\n") + b"\n", legacy=self.legacy)
                 if len(lines) != 1 or lines[0].record is None:
                     why = lines[0].problem if len(lines) == 1 else "not one line"
                     bad.append((p, why or "empty"))
                 elif data.rstrip(b"\n") not in have:
                     good.append((p, lines[0]))
         return good, bad
+
+    def reject_parts(self) -> list[tuple[Path, Path, str]]:
+        """Move each unusable record file, whole, beside the store: ``STORE.rejected-NAME``.
+
+        Returns:
+            ``(file, where it went, why)`` of each.
+        """
+        moved = []
+        with self.locked():
+            for part, why in self.unmerged()[1]:
+                aside = self.path.with_name(f"{self.path.name}.rejected-{part.name}")
+                try:
+                    part.rename(aside)
+                except OSError as e:
+                    raise RecordError(f"cannot move {part}: {e.strerror or e}") from None
+                moved.append((part, aside, why))
+        return moved
 
     def merge(self) -> int:
         """Append the record files of ``parts_path`` to the store, in their order, each once.
