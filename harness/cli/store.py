@@ -53,6 +53,9 @@ def cmd_store(args: argparse.Namespace) -> int:
         good = sum(line.record is not None for line in lines)
         verdict = f"{len(bad)} unusable line(s): run 'harness store repair {args.path}'"
         print(f"{store.path}: {good} record(s), {verdict if bad else 'no unusable line'}")
+        if bad_parts:
+            fix = f"run 'harness store repair {args.path}'"
+            print(f"{len(bad_parts)} unusable record file(s): {fix}")
         if unmerged:
             print(
                 f"{len(unmerged)} record(s) not merged yet in {store.parts_path}/ (the next run "
