@@ -20,6 +20,7 @@ Progress reaches the caller as ``SweepEvent`` s.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,11 +38,11 @@ from harness.executors import (
     RunOptions,
     make_executor,
 )
-from harness.executors.base import declared, options_for
-from harness.persistence.claims import SweepStore
+from harness.executors.base import PART, declared, options_for
+from harness.persistence.claims import SweepStore, lease_s
 from harness.persistence.outputs import check_writable, leaderboard_path, refuse_overwrite
 from harness.persistence.records import RunRecord
-from harness.persistence.store import Store, load, output_store_path, store_path
+from harness.persistence.store import STORE_MODES, Store, load, output_store_path, store_path
 from harness.planning.resume import plan_resume
 from harness.planning.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs
 from harness.planning.suites import load as load_sweep_file
@@ -60,6 +61,7 @@ from harness.training.tracking import check_log_dir
 __all__ = [
     "EXECUTORS",
     "MAX_THREADS",
+    "STORE_MODES",
     "Block",
     "RunJob",
     "SweepEvent",
@@ -120,7 +122,8 @@ class SweepEvent:
     ``kind`` is one of: ``planned`` (``todo`` and ``resume`` set: what will run), ``epoch``
     (``cfg``, ``epoch``, ``row``: an epoch of the run in progress, in-process executors only),
     ``finished`` (``cfg``, ``record``), ``unwritten`` (``record``, ``fallback``, ``error``:
-    the store could not take it; it went to the fallback file, and the sweep stops).
+    the store could not take it; it went to the fallback file, and the sweep stops), ``note``
+    (``error``: a line to show, such as a claim of another host taken over).
     """
 
     kind: str
@@ -174,16 +177,34 @@ class SweepResult:
         return 2 if self.write_error or self.unwritten else 1 if self.failed else 0
 
 
-def open_store(out: str | Path | Store, create: bool = True) -> Store:
+def open_store(out: str | Path | Store, create: bool = True, mode: str | None = None) -> Store:
     """The store a sweep appends to: ``out`` a folder (its ``runs.jsonl``) or a ``.jsonl`` file.
 
+    With ``create``, the store's lock is checked (``Store.check_lock``) and the records a crash
+    left unmerged (``files`` mode) are merged.
+
+    Args:
+        out: the store or its path.
+        create: create the store (and its folder); without it nothing is written.
+        mode: ``--store-mode`` (None: the store's own, ``lock`` for a new one).
+
     Raises:
-        RecordError: a path that cannot be a store (a device, below a file, not writable) or an
-            existing file that holds something other than records.
+        RecordError: a path that cannot be a store (a device, below a file, not writable), an
+            existing file that holds something other than records, ``lock`` mode asked of a
+            store in ``files`` mode, or a filesystem without locks in ``lock`` mode.
     """
-    store = out if isinstance(out, Store) else Store(output_store_path(out), legacy_values)
+    store = out if isinstance(out, Store) else Store(output_store_path(out), legacy_values, mode)
+    if mode == "lock" and store.parts_path.is_dir():
+        raise RecordError(
+            f"--store-mode lock: {store.path} is in files mode (it has {store.parts_path}/); "
+            "drop --store-mode, or merge it (harness store repair) and remove that empty folder"
+        )
     store.check_writable(create=create)
     store.check_target()
+    if create:
+        store.check_lock()
+        with contextlib.suppress(OSError):  # left for the next merge; reading sees them
+            store.merge()
     return store
 
 
@@ -251,19 +272,20 @@ def run_sweep(
     store = open_store(store)
     emit = on_event or (lambda event: None)
     ex = executor or make_executor("local", RunOptions(), ExecutorOptions())
-    swept = SweepStore(store)  # before reading: records from now on are seen
+    say = lambda line: emit(SweepEvent("note", error=line))  # noqa: E731
+    swept = SweepStore(store, say)  # before reading: records from now on are seen
     plan, _ = plan_runs(sweep, store, force=force, retry_failed=retry_failed, keep_stale=keep_stale)
     result = SweepResult(store.path, len(sweep.configs), plan.todo, plan)
     emit(SweepEvent("planned", todo=plan.todo, resume=plan))
-    provenance = {"argv": list(argv), "sweep": sweep.provenance}
     try:
         with swept:
             try:
                 for cfg, rec in _pull(ex, swept.claimed(plan.todo), emit):
                     full = rec.pop(DISK_FULL_NOTE, None)  # a checkpoint or event log's write
-                    rec.update(provenance)
+                    written = rec.pop(PART, None) is not None  # by its job, files mode
+                    rec.update(provenance(sweep, argv))
                     result.records.append(rec)
-                    if not swept.append(rec):
+                    if not swept.append(rec, written):
                         why = swept.stopped
                         emit(SweepEvent("unwritten", cfg, rec, fallback=swept.fallback, error=why))
                     if full:
@@ -276,6 +298,11 @@ def run_sweep(
     result.taken, result.unwritten = swept.taken, swept.unwritten
     result.fallback, result.write_error = swept.fallback, swept.stopped
     return result
+
+
+def provenance(sweep: Sweep, argv: Sequence[str]) -> dict[str, Any]:
+    """What the driver adds to each record of ``sweep``: the command line and the sweep."""
+    return {"argv": list(argv), "sweep": sweep.provenance}
 
 
 def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None]) -> Any:
@@ -375,8 +402,16 @@ class RunJob:
         return plan_runs(self.sweep, self.store, **self._resume)
 
     def run(self, on_event: Callable[[SweepEvent], None], argv: Sequence[str]) -> SweepResult:
-        """Run the sweep on the executor chosen (``run_sweep``)."""
-        ex = make_executor(self.executor[0], self.executor[2], self.executor[1])
+        """Run the sweep on the executor chosen (``run_sweep``).
+
+        In ``files`` mode each run writes its own record to the store's parts folder
+        (``RunOptions.parts_dir``), where the driver merges it from.
+        """
+        run = self.executor[2]
+        if self.store.mode == "files":
+            parts = str(self.store.parts_path)
+            run = replace(run, parts_dir=parts, provenance=provenance(self.sweep, argv))
+        ex = make_executor(self.executor[0], run, self.executor[1])
         return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self._resume)
 
     @property
@@ -442,6 +477,7 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
         file = load_sweep_file(opts["config"] or suite_path(opts["suite"]))
         opts |= {k: v for k, v in file.options.items() if k not in given | {"set", "grid"}}
     run = RunOptions(opts["data_dir"], opts["device"], opts["threads"], opts["log_dir"])
+    lease_s()  # a bad $HARNESS_CLAIM_LEASE_S is refused before anything is written
     options = {k: opts.get(k) for k in declared()}
     executor = (*check_executor(opts["executor"], run, options), run)
     if opts.get("select"):  # a bad rule is refused before anything runs
@@ -450,7 +486,8 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
     if opts["log_dir"] and not opts["dry_run"]:
         check_log_dir(opts["log_dir"])
     sweep = plan_sweep(spec, opts["data_dir"], opts["allow_unverified_data"])
-    store = open_store(opts["out"], create=False)  # after every check: bad input creates nothing
+    # after every check: bad input creates nothing
+    store = open_store(opts["out"], create=False, mode=opts.get("store_mode"))
     board = None
     if not opts["no_report"] and not opts["dry_run"]:  # never over the store; writable first
         board = leaderboard_path(opts["out"], opts["report"])

@@ -60,8 +60,9 @@ def wait_for(predicate, timeout: float, step: float = 0.2):
     return predicate()
 
 
-def test_two_sweeps_on_one_store_split_the_runs(tmp_path):
-    args = [*SWEEP, "--set", "train.epochs=4", "--out", "s.jsonl"]
+@pytest.mark.parametrize("mode", ["lock", "files"])
+def test_two_sweeps_on_one_store_split_the_runs(tmp_path, mode):
+    args = [*SWEEP, "--set", "train.epochs=4", "--out", "s.jsonl", "--store-mode", mode]
     procs = [harness_process(tmp_path, *args) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
@@ -70,6 +71,7 @@ def test_two_sweeps_on_one_store_split_the_runs(tmp_path):
     assert problems == [] and len(counts) == 8
     assert max(counts.values()) == 1, f"duplicated runs: {counts}"
     assert not (tmp_path / "s.jsonl.claims").exists()
+    assert not list(tmp_path.glob("s.jsonl.parts/*")) and not (tmp_path / "s.jsonl.lock").exists()
 
 
 def start_pool_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list]:
@@ -142,3 +144,29 @@ def test_a_run_killed_mid_training_goes_on_from_its_checkpoint(tmp_path):
     assert rec["time"]["resumed"][0]["epoch"] > 0
     assert rec["history"] == ref["history"] and rec["metrics"] == ref["metrics"]
     assert not folder.exists() and not (tmp_path / "whole.jsonl.checkpoints").exists()
+
+
+def test_a_driver_killed_in_files_mode_loses_no_run_its_jobs_finish(tmp_path):
+    """--store-mode files: submitit jobs (local processes here) outlive a driver killed with
+    kill -9 and write their records beside the store; the next sweep merges them and reruns
+    nothing."""
+    pytest.importorskip("submitit")
+    args = ["--tasks", "adding", "--methods", "gru", "--seeds", "0-1", "--no-report"]
+    args += ["--set", "train.epochs=60", "--out", "s.jsonl"]
+    jobs = ["--executor", "submitit", "--slurm-local", "--slurm-folder", str(tmp_path / "jobs")]
+    p = harness_process(tmp_path, *args, *jobs, "--store-mode", "files")
+    submitted = lambda: len(list((tmp_path / "jobs").glob("*_submitted.pkl"))) == 2  # noqa: E731
+    if not wait_for(submitted, 120, 0.05):
+        p.kill()
+        pytest.fail(f"no jobs were submitted: {p.communicate()}")
+    p.kill()
+    p.communicate(timeout=30)
+    parts = tmp_path / "s.jsonl.parts"
+    assert wait_for(lambda: len(list(parts.glob("*.json"))) == 2, 300), "the jobs wrote nothing"
+    assert Store(tmp_path / "s.jsonl").path.read_text() == ""  # nothing merged by the driver
+    again = harness_process(tmp_path, *args)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0 and "2 runs: 2 already recorded in s.jsonl" in err, err
+    recs, problems = Store(tmp_path / "s.jsonl").read()
+    assert problems == [] and sorted(r["seed"] for r in recs) == [0, 1]
+    assert list(parts.iterdir()) == []

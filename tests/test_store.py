@@ -212,7 +212,7 @@ def dead_pid() -> int:
 
 
 def write_claim(store: Store, run_id: str, **kw) -> None:
-    claim = {"run_id": run_id, "pid": os.getppid(), "host": claims_mod.socket.gethostname()}
+    claim = {"run_id": run_id, "pid": os.getppid(), "host": claims_mod.HOST}
     claim.update({"time": time.time(), "started": None, **kw})
     store.claims_path.write_text(json.dumps(claim) + "\n")
 
@@ -248,6 +248,55 @@ def test_a_run_recorded_by_another_sweep_since_this_one_started_is_not_run_again
     assert claims.take("x") == {"run_id": "x", "recorded": True}
     assert claims.take("old") is None  # recorded before: the sweep's own plan decided
     claims.release()
+
+
+def test_a_claim_from_another_host_expires_with_its_lease_and_is_taken_over_in_one_line(
+    tmp_path,
+):
+    store = Store(tmp_path / "runs.jsonl")
+    store.check_writable()
+    said: list[str] = []
+    claims = Claims(store, lease=300.0, say=said.append)
+    now = time.time()
+    write_claim(store, "a", host="login2", pid=4242, time=now - 301, lease_s=300.0)  # driver dead
+    assert claims.take("a") is None
+    assert said == [
+        "run a: took over the claim of pid 4242 on login2, whose lease ran out "
+        "(last renewed 5 min ago)"
+    ]
+    write_claim(store, "b", host="login2", pid=4242, time=now - 200, lease_s=300.0)  # renewed
+    assert claims.take("b")["host"] == "login2"
+    write_claim(store, "c", host="login2", pid=4242, time=now - 3600)  # an older harness: 48 h
+    assert claims.take("c")["host"] == "login2"
+    assert len(said) == 1
+    claims.release()
+
+
+def test_the_heartbeat_renews_a_live_sweeps_claims_and_stops_with_it(tmp_path):
+    store = Store(tmp_path / "runs.jsonl")
+    store.check_writable()
+    claims = Claims(store, lease=1.0)
+    assert claims.take("a") is None
+    (claim,) = store_mod.read_claims(store.claims_path).values()
+    store_mod.write_claims(store.claims_path, {"a": {**claim, "time": claim["time"] - 100}})
+    elsewhere = lambda: {**store_mod.read_claims(store.claims_path)["a"], "host": "login2"}  # noqa: E731
+    assert claims_mod.claim_is_stale(elsewhere())  # as another host sees a lapsed lease
+    deadline = time.monotonic() + 30  # a wait for the thread, not a timing assertion
+    while claims_mod.claim_is_stale(elsewhere()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not claims_mod.claim_is_stale(elsewhere())  # renewed: held again
+    beat = claims._beat
+    claims.release()
+    assert beat is not None and not beat.is_alive() and not store.claims_path.exists()
+
+
+def test_a_bad_claim_lease_is_refused_before_anything_is_written(tmp_path, harness, monkeypatch):
+    monkeypatch.setenv(claims_mod.LEASE_ENV, "soon")
+    code, _, err = harness(*GRU, "--out", "s.jsonl")
+    assert code == 2 and err == (
+        "error: HARNESS_CLAIM_LEASE_S must be a number of seconds >= 1 (got 'soon')\n"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- 5. a full disk ------------------------------------------------------------------------------
@@ -411,3 +460,121 @@ def test_the_one_atomic_write_keeps_modes_and_leaves_no_temporary_file(tmp_path,
         "fresh.md",
         "s.jsonl.claims",
     ]
+
+
+# --- 8. shared filesystems: --store-mode files --------------------------------------------------
+
+
+def without_time(path: Path) -> list[dict]:
+    """The records of a store, less their times and their --out and --store-mode flags."""
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in recs:
+        del r["time"]
+        argv = r["argv"]
+        r["argv"] = argv[: argv.index("--out")]
+    return recs
+
+
+def test_files_mode_gives_the_store_lock_mode_gives(tmp_path, harness, monkeypatch):
+    sweep = [*GRU, "--methods", "gru,rnn", "--seeds", "0-1"]
+    assert harness(*sweep, "--out", "lock.jsonl")[0] == 0
+    driver_appends = []
+    real_append = Store.append
+    monkeypatch.setattr(Store, "append", lambda self, r: driver_appends.append(r))
+    code, _, err = harness(*sweep, "--out", "files.jsonl", "--store-mode", "files")
+    assert code == 0, err
+    assert driver_appends == []  # each run wrote its own record file; the driver merged them
+    monkeypatch.setattr(Store, "append", real_append)
+    assert len(without_time(tmp_path / "lock.jsonl")) == 4
+    assert without_time(tmp_path / "files.jsonl") == without_time(tmp_path / "lock.jsonl")
+    assert list((tmp_path / "files.jsonl.parts").iterdir()) == []
+    assert not (tmp_path / "files.jsonl.lock").exists()
+    # the store keeps its mode: a later run needs no flag, and refuses lock mode in one line
+    code, _, err = harness(*sweep, "--out", "files.jsonl", "--store-mode", "lock")
+    assert code == 2 and err.count("\n") == 1 and "is in files mode" in err
+    code, _, err = harness(*sweep, "--out", "files.jsonl")
+    assert code == 0 and "4 already recorded" in err
+
+
+def test_a_record_file_left_by_a_crash_is_merged_once_never_twice(tmp_path, harness):
+    path = tmp_path / "s.jsonl"
+    store = Store(path, mode="files")
+    store.append({**real_record(0), "run_id": "old"})
+    assert path.read_text().count("\n") == 1 and store.parts() == []
+    left = {**real_record(1), "run_id": "left"}  # a driver died before merging it
+    store_mod.write_part(store.parts_path, left)
+    both = {**real_record(2), "run_id": "both"}  # a merge died between its append and unlink
+    store_mod.write_part(store.parts_path, both)
+    with open(path, "a") as f:
+        f.write(records.to_json(both) + "\n")
+    later = {**real_record(3), "run_id": "later"}
+    store_mod.write_part(store.parts_path, later)
+    ids = lambda recs: [r["run_id"] for r in recs]  # noqa: E731
+    assert ids(Store(path).read()[0]) == ["old", "both", "left", "later"]  # reading writes nothing
+    assert len(store.parts()) == 3
+    code, out, _ = harness("store", "check", "s.jsonl")
+    assert code == 0 and "2 record(s) not merged yet in " in out
+    bad = store.parts_path / "0-bad.json"
+    bad.write_bytes(b"{not json")  # not written by the harness: left, named, moved aside whole
+    code, out, _ = harness("store", "check", "s.jsonl")
+    assert code == 1 and "s.jsonl.parts/0-bad.json: Expecting property name enclosed" in out
+    code, out, _ = harness("store", "repair", "s.jsonl")
+    assert code == 0 and out.startswith("merged 2 record(s) from ")
+    assert "moved s.jsonl.parts/0-bad.json to s.jsonl.rejected-0-bad.json: Expecting" in out
+    assert Path(f"{path}.rejected-0-bad.json").read_bytes() == b"{not json"
+    assert ids(Store(path).read()[0]) == ["old", "both", "left", "later"]
+    assert store.parts() == [] and store.merge() == 0
+    assert ids(Store(path).read()[0]) == ["old", "both", "left", "later"]
+    store_mod.write_part(store.parts_path, {**real_record(4), "run_id": "next"})
+    harness(*GRU, "--out", "s.jsonl")  # the next run merges what is left first
+    assert ids(Store(path).read()[0])[:5] == ["old", "both", "left", "later", "next"]
+
+
+def test_files_mode_needs_no_flock_and_lock_mode_says_so_where_there_is_none(
+    tmp_path, harness, monkeypatch
+):
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(store_mod.fcntl, "flock", no_flock)
+    code, _, err = harness(*GRU, "--out", "s.jsonl")
+    assert code == 2 and err == (
+        "error: cannot lock s.jsonl: its filesystem has no flock (No locks available); "
+        "give --store-mode files (see docs/clusters.md)\n"
+    )
+    code, _, err = harness(*GRU, "--out", "s.jsonl", "--store-mode", "files")
+    assert code == 0, err
+    assert [r["method"] for r in Store(tmp_path / "s.jsonl").read()[0]] == ["gru"]
+
+
+def test_a_lock_file_left_by_a_crash_is_broken_and_a_live_one_is_waited_for(tmp_path):
+    lock = tmp_path / "s.jsonl.lock"
+    got: list[str] = []
+
+    def take(name: str) -> threading.Thread:
+        def hold() -> None:
+            with store_mod.lock_file(lock):
+                got.append(name)
+
+        t = threading.Thread(target=hold, daemon=True)
+        t.start()
+        return t
+
+    lock.write_text(json.dumps({"host": store_mod.HOST, "pid": dead_pid()}))  # this host, gone
+    take("after a dead holder").join(30)
+    lock.write_text(json.dumps({"host": "login2", "pid": 1}))  # another host, long ago
+    old = time.time() - store_mod.LOCK_STALE_S - 10
+    os.utime(lock, (old, old))
+    take("after an old holder").join(30)
+    reused = {"host": store_mod.HOST, "pid": os.getpid(), "started": "0"}  # a pid used again
+    lock.write_text(json.dumps(reused))
+    take("after a reused pid").join(30)
+    done = ["after a dead holder", "after an old holder", "after a reused pid"]
+    assert got == done and not lock.exists()
+    lock.write_text(json.dumps({"host": "login2", "pid": 1}))  # another host, just now
+    waiting = take("after a live holder")
+    waiting.join(0.5)
+    assert got == done and waiting.is_alive()
+    lock.unlink()  # its holder is done
+    waiting.join(30)
+    assert got[-1] == "after a live holder" and not lock.exists()

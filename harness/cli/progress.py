@@ -145,7 +145,7 @@ class SweepProgress:
             )
 
     def on_event(self, event: Any) -> None:
-        """A ``harness.api.SweepEvent``: an epoch of the run in progress, or a finished run.
+        """A ``harness.api.SweepEvent``: an epoch of the run in progress, a finished run, a note.
 
         A record kept aside (``unwritten``) is said at the end, in ``stopped_line``.
         """
@@ -153,6 +153,8 @@ class SweepProgress:
             self.on_epoch(event.epoch, event.row)
         elif event.kind == "finished":
             self.done(event.cfg, event.record)
+        elif event.kind == "note":
+            self.progress.console.print(f"[yellow]{event.error}[/]", highlight=False)
 
     def done(self, cfg: Any, rec: dict[str, Any]) -> None:
         """A run finished: its line, the bar, the ETA of the rest."""

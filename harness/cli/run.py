@@ -107,6 +107,15 @@ def add_parser(subparsers: Any) -> None:
         help="records directory (its runs.jsonl) or .jsonl file (default: %(default)s)",
     )
     s.add_argument(
+        "--store-mode",
+        choices=api.STORE_MODES,
+        help="lock: the driver appends each record under flock on the store (local disks, NFS "
+        "with working locks); files: each run writes its record to its own file in "
+        "STORE.parts/, merged into the store in order under a lock file, for NFS without locks "
+        "and Lustre without its flock option (default: the store's own mode, lock for a new "
+        "one; see docs/clusters.md)",
+    )
+    s.add_argument(
         "--report",
         metavar="FILE",
         help="leaderboard to write from all the records of --out (default: next to them: "

@@ -20,13 +20,19 @@ def add_parser(subparsers: Any) -> None:
             "harness store repair results/runs.jsonl",
             note="check exits 1 when some line is unusable (a torn last line, a record with wrong "
             "types\nor an unknown schema); repair moves those lines, byte for byte, to "
-            "STORE.rejected-TIME\nand keeps the rest (written under the store's lock)",
+            "STORE.rejected-TIME\nand keeps the rest (written under the store's lock); a store in "
+            "files mode: check\nnames its records not merged yet (STORE.parts/), repair merges "
+            "them first",
         ),
     )
     sub = s.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=type(s))
     for name, help in (
         ("check", "list every unusable line with its number; exit 1 if there is one"),
-        ("repair", "move the unusable lines to STORE.rejected-TIME, keeping every byte"),
+        (
+            "repair",
+            "merge the records of STORE.parts/, move the unusable lines to STORE.rejected-TIME, "
+            "keeping every byte",
+        ),
     ):
         a = sub.add_parser(name, help=help, description=help)
         a.add_argument("path", metavar="STORE", help="a records file (.jsonl) or --out directory")
@@ -41,10 +47,26 @@ def cmd_store(args: argparse.Namespace) -> int:
         bad = [line for line in lines if line.problem]
         for line in bad:
             print(f"{store.path}:{line.number}: {line.problem}")
+        unmerged, bad_parts = store.unmerged()
+        for part, why in bad_parts:
+            print(f"{part}: {why}")
         good = sum(line.record is not None for line in lines)
         verdict = f"{len(bad)} unusable line(s): run 'harness store repair {args.path}'"
         print(f"{store.path}: {good} record(s), {verdict if bad else 'no unusable line'}")
-        return 1 if bad else 0
+        if bad_parts:
+            fix = f"run 'harness store repair {args.path}'"
+            print(f"{len(bad_parts)} unusable record file(s): {fix}")
+        if unmerged:
+            print(
+                f"{len(unmerged)} record(s) not merged yet in {store.parts_path}/ (the next run "
+                f"or 'harness store repair {args.path}' merges them)"
+            )
+        return 1 if bad or bad_parts else 0
+    merged = store.merge()
+    if merged:
+        print(f"merged {merged} record(s) from {store.parts_path}/")
+    for part, aside, why in store.reject_parts():
+        print(f"moved {part} to {aside}: {why}")
     res = store.repair()
     if not res.moved:
         print(f"{store.path}: {res.kept} record(s), nothing to repair")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -10,8 +11,9 @@ from typing import Any, ClassVar, Protocol
 
 from harness.components import config
 from harness.components.registry import Registry, needs
-from harness.errors import ConfigError, failure_reason
+from harness.errors import DISK_FULL_NOTE, ConfigError, failure_reason
 from harness.persistence import records
+from harness.persistence.store import write_part
 from harness.training.code import method_code
 from harness.training.tracking import TensorBoardLogger
 
@@ -34,6 +36,10 @@ class RunOptions:
         checkpoint_dir: each run keeps a checkpoint of its training here and goes on from one
             it finds (``harness.training.checkpoint``; None: no checkpoints).
         checkpoint_every_s: the least seconds between two checkpoints of a run.
+        parts_dir: a ``files``-mode store's parts folder: each run writes its record there
+            itself (``harness.persistence.store.write_part``), with ``provenance`` added, so a
+            record outlives a driver that died (None: the driver records it).
+        provenance: what the driver adds to each record (``argv``, ``sweep``).
     """
 
     data_dir: str | None = None
@@ -42,6 +48,8 @@ class RunOptions:
     log_dir: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every_s: float = 600.0
+    parts_dir: str | None = None
+    provenance: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -182,12 +190,22 @@ def run_one(
     With ``run.log_dir``, the run also writes TensorBoard events (``harness.training.tracking``).
     ``callbacks`` (in-process runs only) go to ``harness.training.train.run``, called after every
     epoch. Anything raised around the run (setting the threads, opening the event log) is the run's
-    failed record too; only an interrupt propagates.
+    failed record too; only an interrupt propagates. With ``run.parts_dir`` the record is also
+    written to its own file there, named under ``PART`` in the record returned (the driver
+    pops it); one that cannot be written is left to the driver.
     """
     try:
-        return _run_config(cfg_dict, run, callbacks)
+        rec = _run_config(cfg_dict, run, callbacks)
     except Exception as e:  # an interrupt is no Exception: it propagates
-        return lost_record(cfg_dict, failure_reason(e))
+        rec = lost_record(cfg_dict, failure_reason(e))
+    if run.parts_dir:
+        full = {k: v for k, v in rec.items() if k != DISK_FULL_NOTE} | (run.provenance or {})
+        with contextlib.suppress(OSError):
+            rec[PART] = str(write_part(run.parts_dir, full))
+    return rec
+
+
+PART = "_part"  # the key of run_one's record naming the file it wrote its record to
 
 
 def _run_config(

@@ -1,8 +1,12 @@
 """Concurrent sweeps on one store, and a sweep's side of the store.
 
 Sweeps sharing a store split the work: a sweep claims each run (``Claims``, a side file
-``<store>.claims``: run id, pid, host, time) under the store's lock just before starting it; a
-claim is stale once its process is gone (same host) or after ``CLAIM_TIMEOUT_S``.
+``<store>.claims``: run id, pid, host, time, lease) under the store's lock just before starting
+it. A claim is a lease that the live sweep renews (a heartbeat thread sets the time of its
+claims to now every third of the lease, ``lease_s()``: ``$HARNESS_CLAIM_LEASE_S``, default 5
+minutes): one made on this host is stale once its process is gone, one from another host once
+its lease ran out (a driver killed there holds its runs for minutes, not days); the sweep that
+takes over an expired claim says so in one line.
 ``SweepStore`` is what a running sweep (``harness.api.run_sweep``) holds: it claims each run just
 in time, appends each record (keeping one the disk cannot take in a fallback file, after which
 no run starts any more) and drops its claims when the sweep ends, however it ends.
@@ -12,61 +16,76 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
-import socket
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.errors import WriteFailed, write_failure
+from harness.errors import ConfigError, HarnessError, WriteFailed, write_failure
 from harness.persistence.store import (
+    HOST,
     AppendError,
     Store,
+    alive,
     drop_claims,
+    process_start,
     read_claims,
     save_unwritten,
     write_claims,
 )
 
-CLAIM_TIMEOUT_S = 48 * 3600  # a claim this old is stale whoever holds it
+CLAIM_TIMEOUT_S = 48 * 3600  # a claim this old is stale whoever holds it (and one with no lease)
+LEASE_ENV = "HARNESS_CLAIM_LEASE_S"
+DEFAULT_LEASE_S = 300.0
+MIN_LEASE_S = 1.0
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
+def lease_s() -> float:
+    """The lease of this process's claims, in seconds: ``$HARNESS_CLAIM_LEASE_S``, else 300.
+
+    Raises:
+        ConfigError: a value that is not a number of seconds of at least ``MIN_LEASE_S``.
+    """
+    raw = os.environ.get(LEASE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LEASE_S
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= MIN_LEASE_S):
+        raise ConfigError(
+            f"{LEASE_ENV} must be a number of seconds >= {MIN_LEASE_S:g} (got {raw!r})"
+        )
+    return value
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def claim_is_stale(claim: dict[str, Any], now: float | None = None) -> bool:
     """Whether a claim no longer holds its run.
 
-    It is stale when it is older than ``CLAIM_TIMEOUT_S`` or, made on this host, when its process
-    is gone (or its pid now belongs to a process started later).
+    Its ``time`` is when its holder last renewed it. It is stale when that is older than
+    ``CLAIM_TIMEOUT_S``; made on another host, when it is older than the claim's ``lease_s``
+    (a claim without one, from an older harness, has ``CLAIM_TIMEOUT_S``); made on this host,
+    when its process is gone (or its pid now belongs to a process started later).
     """
     now = time.time() if now is None else now
-    if not isinstance(claim.get("time"), (int, float)) or now - claim["time"] > CLAIM_TIMEOUT_S:
+    if not _number(claim.get("time")) or now - claim["time"] > CLAIM_TIMEOUT_S:
         return True
-    if claim.get("host") != socket.gethostname():
-        return False
+    if claim.get("host") != HOST:
+        lease = claim.get("lease_s")
+        return _number(lease) and now - claim["time"] > lease
     pid = claim.get("pid")
-    if type(pid) is not int or not _alive(pid):  # a claim's JSON: not a bool, not a string
+    if type(pid) is not int or not alive(pid):  # a claim's JSON: not a bool, not a string
         return True
     started = claim.get("started")
-    return started is not None and _process_start(pid) not in (None, started)
+    return started is not None and process_start(pid) not in (None, started)
 
 
 class Claims:
@@ -74,18 +93,29 @@ class Claims:
 
     A sweep calls ``take`` just before it starts a run: under the store's lock, the run is
     refused when another sweep recorded it since this one began, or holds a claim on it that is
-    not stale (``claim_is_stale``); otherwise the claim (run id, pid, host, time) is written to
-    ``<store>.claims``. Appending the run's record drops its claim; ``release`` drops the rest.
+    not stale (``claim_is_stale``); otherwise the claim (run id, pid, host, time, lease) is
+    written to ``<store>.claims``, and taking over the expired claim of another host is said in
+    one line (``say``). From the first claim on, a heartbeat thread renews this process's claims
+    every third of the lease (``renew``). Appending the run's record drops its claim;
+    ``release`` drops the rest and stops the heartbeat.
 
     Args:
         store: the store the sweep appends to.
+        lease: the claims' lease in seconds (None: ``lease_s()``).
+        say: called with each line to show (a claim taken over).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, lease: float | None = None, say: Callable[[str], None] | None = None
+    ) -> None:
         self.store = store
         self.mine: set[str] = set()
-        self.host, self.pid = socket.gethostname(), os.getpid()
-        self._started = _process_start(self.pid)
+        self.host, self.pid = HOST, os.getpid()
+        self.lease = lease_s() if lease is None else lease
+        self.say = say or (lambda line: None)
+        self._started = process_start(self.pid)
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
         try:
             self._offset = store.path.stat().st_size
         except FileNotFoundError:
@@ -123,25 +153,61 @@ class Claims:
                 self.pid,
                 self.host,
             )
-            if other and not mine and not claim_is_stale(other):
+            now = time.time()
+            if other and not mine and not claim_is_stale(other, now):
                 return other
-            claims = {k: c for k, c in claims.items() if not claim_is_stale(c)}
+            claims = {k: c for k, c in claims.items() if not claim_is_stale(c, now)}
             claims[run_id] = {
                 "run_id": run_id,
                 "pid": self.pid,
                 "host": self.host,
                 "started": self._started,
-                "time": time.time(),
+                "time": now,
+                "lease_s": self.lease,
             }
             try:
                 write_claims(self.store.claims_path, claims)
             except OSError as e:
                 raise WriteFailed(self.store.claims_path, e) from None
             self.mine.add(run_id)
-            return None
+        if other and not mine and other.get("host") != self.host and _number(other.get("time")):
+            ago = (now - other["time"]) / 60
+            self.say(
+                f"run {run_id}: took over the claim of pid {other.get('pid')} on "
+                f"{other.get('host')}, whose lease ran out (last renewed {ago:.0f} min ago)"
+            )
+        if self._beat is None:
+            self._beat = threading.Thread(target=self._heartbeat, name="claims-heartbeat")
+            self._beat.daemon = True
+            self._beat.start()
+        return None
+
+    def renew(self) -> None:
+        """Set the time of this process's claims to now, under the store's lock."""
+        mine = set(self.mine)
+        if not mine:
+            return
+        with self.store.locked():
+            claims = read_claims(self.store.claims_path)
+            now, renewed = time.time(), False
+            for run_id, c in claims.items():
+                if run_id in mine and (c.get("pid"), c.get("host")) == (self.pid, self.host):
+                    c["time"], renewed = now, True
+            if renewed:
+                write_claims(self.store.claims_path, claims)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.lease / 3):
+            with contextlib.suppress(OSError, HarnessError):  # tried again a third lease later
+                self.renew()
 
     def release(self) -> None:
-        """Drop this sweep's remaining claims (runs it claimed and did not record)."""
+        """Stop the heartbeat; drop this sweep's remaining claims (claimed and not recorded)."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+            self._beat = None
+        self._stop.clear()
         if not self.mine:
             return
         with contextlib.suppress(OSError), self.store.locked():
@@ -158,16 +224,18 @@ class SweepStore:
     - ``append(rec)`` appends a record; one that cannot be written (a full disk, after retries)
       is kept in a fallback file (``harness.persistence.store.save_unwritten``), named in
       ``fallback``, and the sweep stops: no run starts any more, those in flight finish and are
-      appended (or kept aside).
+      appended (or kept aside). ``append(rec, written=True)``: the run's job wrote its record
+      to its own file already (``files`` mode), which is merged.
     - On leaving ``with`` (an interrupt included), the claims of runs not recorded are dropped.
 
     Args:
         store: the ``harness.persistence.store.Store``.
+        say: called with each line to show as the sweep goes (a claim taken over).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, say: Callable[[str], None] | None = None) -> None:
         self.store = store
-        self.claims = Claims(store)
+        self.claims = Claims(store, say=say)
         self.taken: list[tuple[Any, dict[str, Any]]] = []  # (config, what holds it)
         self.unwritten: list[dict[str, Any]] = []
         self.fallback: Path | None = None  # the fallback file, once a record went there
@@ -190,8 +258,16 @@ class SweepStore:
             else:
                 self.taken.append((cfg, holder))
 
-    def append(self, rec: dict[str, Any]) -> bool:
-        """Append ``rec``; False when the store could not take it (it is in ``fallback``)."""
+    def append(self, rec: dict[str, Any], written: bool = False) -> bool:
+        """Append ``rec``; False when the store could not take it (it is in ``fallback``).
+
+        ``written``: it is in its own file already (``files`` mode), which is merged; a merge
+        that fails leaves the file for the next one.
+        """
+        if written:
+            with contextlib.suppress(OSError, HarnessError):
+                self.store.merge()
+            return True
         try:
             self.store.append(rec)
             return True

@@ -13,6 +13,15 @@ killed sweep loses at most the runs in flight and never corrupts what is already
   sweep then stops (``harness.persistence.claims.SweepStore``).
 - Concurrent sweeps on one store split the work: a sweep claims each run (``Claims``, a side
   file ``<store>.claims``) under the store's lock just before starting it.
+- Two modes (``STORE_MODES``) differ in what the store's lock is and in who writes a record.
+  ``lock`` (the default): ``flock`` on the store itself, and the driver appends each record.
+  ``files``, for filesystems whose ``flock`` is missing or does not reach across hosts (NFS
+  without a lock service, Lustre without its ``flock`` mount option): the lock is the file
+  ``<store>.lock``, made by an exclusive create (atomic on NFS v3+ and Lustre, no lock service),
+  and each record is first written whole to its own file in ``<store>.parts/`` (``write_part``,
+  by the job itself where it can), which ``Store.merge`` then appends to the store in the order
+  they were written, each once, and removes. A store with a ``<store>.parts/`` folder is in
+  ``files`` mode for every command that opens it.
 - ``SweepStore`` is a sweep's side of all that: claim just in time, append or fall back, release.
 """
 
@@ -24,7 +33,9 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +65,11 @@ DEFAULT_FILE = "runs.jsonl"
 APPEND_RETRY_DELAYS_S = (0.5, 2.0, 5.0)  # waits before each retry of a failed append
 _RETRYABLE = {errno.ENOSPC, errno.EDQUOT, errno.EINTR, errno.EAGAIN}
 CHECK_TARGET_BYTES = 1 << 20  # how much of an existing --out file is read to tell if it is a store
+STORE_MODES = ("lock", "files")
+LOCK_STALE_S = 60.0  # a lock file this old, of a holder on another host, was left by a crash
+# flock errors that mean the filesystem has no (working) flock: Lustre without its mount option
+NO_FLOCK = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
+HOST = socket.gethostname()
 
 
 class AppendError(RecordError):
@@ -160,11 +176,31 @@ class Store:
             (``harness.components.config.legacy_values``, passed by the layer that knows the
             configs): read records are migrated with them (``harness.persistence.records.migrate``).
             None: read as written.
+        mode: ``lock`` or ``files`` (``STORE_MODES``); None: ``files`` where the store has a
+            parts folder, else ``lock``.
     """
 
-    def __init__(self, path: str | os.PathLike, legacy: Legacy | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike, legacy: Legacy | None = None, mode: str | None = None
+    ) -> None:
         self.path = Path(path)
         self.legacy = legacy
+        self._mode = mode
+
+    @property
+    def mode(self) -> str:
+        """``lock`` or ``files``: as given, else ``files`` where ``parts_path`` is a folder."""
+        return self._mode or ("files" if self.parts_path.is_dir() else "lock")
+
+    @property
+    def parts_path(self) -> Path:
+        """The folder of the records not merged yet, one file each (``files`` mode)."""
+        return self.path.with_name(self.path.name + ".parts")
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock file of ``files`` mode (``lock_file``)."""
+        return self.path.with_name(self.path.name + ".lock")
 
     @property
     def checkpoints_path(self) -> Path:
@@ -201,6 +237,8 @@ class Store:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             open(self.path, "a").close()
+            if self._mode == "files":
+                self.parts_path.mkdir(exist_ok=True)
         except OSError as e:
             raise RecordError(
                 f"cannot write results to {self.path}: {explain(self.path, e)}"
@@ -237,28 +275,57 @@ class Store:
     def locked(self) -> Iterator[int]:
         """Hold the store's exclusive lock; yields a descriptor open for appending.
 
-        The lock is taken on the file that is at ``path`` once locked: a store replaced by
-        ``repair`` meanwhile is locked again, so no record goes to the replaced file.
+        ``lock`` mode: ``flock`` on the file that is at ``path`` once locked (a store replaced by
+        ``repair`` meanwhile is locked again, so no record goes to the replaced file). ``files``
+        mode: the lock file (``lock_file``).
         """
         self.check_writable()
-        while True:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+        files = self.mode == "files"
+        with lock_file(self.lock_path) if files else contextlib.nullcontext():
+            while True:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
-                    same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
-                if same:
-                    break
-            except BaseException:
+                    if not files:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                    try:
+                        same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+                    except FileNotFoundError:
+                        same = False
+                    if same:
+                        break
+                except BaseException:
+                    os.close(fd)
+                    raise
                 os.close(fd)
-                raise
-            os.close(fd)
+            try:
+                yield fd
+            finally:
+                if not files:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    def check_lock(self) -> None:
+        """Refuse ``lock`` mode on a filesystem whose ``flock`` fails (Lustre without the option).
+
+        Raises:
+            RecordError: one line, naming ``--store-mode files``.
+        """
+        if self.mode != "lock":
+            return
         try:
-            yield fd
-        finally:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return  # check_writable names what is wrong with the path
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as e:
+            if e.errno in NO_FLOCK:
+                raise RecordError(
+                    f"cannot lock {self.path}: its filesystem has no flock ({e.strerror or e}); "
+                    "give --store-mode files (see docs/clusters.md)"
+                ) from None
+        finally:
             os.close(fd)
 
     def append(self, record: dict[str, Any]) -> None:
@@ -266,45 +333,119 @@ class Store:
 
         The run's claim (``Claims``), if any, is dropped under the same lock. A write that fails
         for want of space is undone (the file is cut back to its size before it) and retried
-        after ``APPEND_RETRY_DELAYS_S``.
+        after ``APPEND_RETRY_DELAYS_S``. In ``files`` mode the record is written to its own file
+        (``write_part``, retried alike) and then merged (``merge``); a merge that fails leaves it
+        there, safe, for the next merge.
 
         Raises:
             RecordError: the record lacks required keys.
-            AppendError: the line could not be written, retries included.
+            AppendError: the line (or its file) could not be written, retries included.
         """
         missing = [k for k in REQUIRED if k not in record]
         if missing:
             raise RecordError(f"record lacks required keys {missing}")
-        data = (to_json(record) + "\n").encode()
+        files = self.mode == "files"
         for delay in (*APPEND_RETRY_DELAYS_S, None):
             try:
-                self._append_once(data, record["run_id"])
-                return
+                if files:
+                    write_part(self.parts_path, record)
+                else:
+                    self._append_once((to_json(record) + "\n").encode(), record["run_id"])
+                break
             except OSError as e:
                 if delay is None or e.errno not in _RETRYABLE:
-                    raise AppendError(self.path, e) from None
+                    raise AppendError(self.parts_path if files else self.path, e) from None
                 time.sleep(delay)
+        if files:
+            with contextlib.suppress(OSError, HarnessError):
+                self.merge()
 
     def _append_once(self, data: bytes, run_id: str) -> None:
         with self.locked() as fd:
-            size = os.fstat(fd).st_size
-            if size:  # a line cut short by a killed writer must not swallow the next record
-                with open(self.path, "rb") as f:
-                    f.seek(size - 1)
-                    if f.read(1) != b"\n":
-                        data = b"\n" + data
-            try:
-                with _signals_deferred():  # Ctrl-C or SIGTERM cannot cut a line short
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    os.fsync(fd)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, size)  # no torn line of ours is left behind
-                raise
+            _write_line(self.path, fd, data)
             with contextlib.suppress(OSError):
                 drop_claims(self.claims_path, {run_id})
+
+    def parts(self) -> list[Path]:
+        """The record files not merged yet, in the order they were written (their names)."""
+        try:
+            found = [p for p in self.parts_path.iterdir() if _is_part(p.name)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(found, key=lambda p: p.name)
+
+    def unmerged(self) -> tuple[list[tuple[Path, Line]], list[tuple[Path, str]]]:
+        """The record files whose line the store lacks, and the unusable ones with why."""
+        parts = self.parts()
+        if not parts:
+            return [], []
+        try:
+            have = set(self.path.read_bytes().splitlines())
+        except FileNotFoundError:
+            have = set()
+        good, bad = [], []
+        for p in parts:
+            with contextlib.suppress(FileNotFoundError):  # merged meanwhile
+                data = p.read_bytes()
+                lines = parse_lines(data.rstrip(b"\n") + b"\n", legacy=self.legacy)
+                if len(lines) != 1 or lines[0].record is None:
+                    why = lines[0].problem if len(lines) == 1 else "not one line"
+                    bad.append((p, why or "empty"))
+                elif data.rstrip(b"\n") not in have:
+                    good.append((p, lines[0]))
+        return good, bad
+
+    def reject_parts(self) -> list[tuple[Path, Path, str]]:
+        """Move each unusable record file, whole, beside the store: ``STORE.rejected-NAME``.
+
+        Returns:
+            ``(file, where it went, why)`` of each.
+        """
+        moved = []
+        with self.locked():
+            for part, why in self.unmerged()[1]:
+                aside = self.path.with_name(f"{self.path.name}.rejected-{part.name}")
+                try:
+                    part.rename(aside)
+                except OSError as e:
+                    raise RecordError(f"cannot move {part}: {e.strerror or e}") from None
+                moved.append((part, aside, why))
+        return moved
+
+    def merge(self) -> int:
+        """Append the record files of ``parts_path`` to the store, in their order, each once.
+
+        Under the store's lock: a file whose line the store holds already (a merge killed
+        between its append and the file's removal) is only removed; any other is appended
+        (durably) and then removed, and its run's claim dropped. An unusable file is left
+        where it is (``harness store check`` names it).
+
+        Returns:
+            How many records were appended.
+        """
+        if not self.parts():
+            return 0
+        merged, ids = 0, set()
+        with self.locked() as fd:
+            have = set(self.path.read_bytes().splitlines())
+            for p in self.parts():
+                try:
+                    data = p.read_bytes()
+                except FileNotFoundError:
+                    continue
+                lines = parse_lines(data)
+                if len(lines) != 1 or lines[0].record is None:
+                    continue
+                line = data.rstrip(b"\n")
+                if line not in have:
+                    _write_line(self.path, fd, line + b"\n")
+                    have.add(line)
+                    merged += 1
+                ids.add(lines[0].record["run_id"])
+                p.unlink()
+            with contextlib.suppress(OSError):
+                drop_claims(self.claims_path, ids)
+        return merged
 
     def lines(self) -> list[Line]:
         """Every line of the file, checked (``parse_lines``); empty when there is no file."""
@@ -317,7 +458,11 @@ class Store:
         return parse_lines(data, legacy=self.legacy)
 
     def read(self) -> tuple[list[RunRecord], list[str]]:
-        """All usable records in file order, and one message per unusable line."""
+        """All usable records in file order, and one message per unusable line.
+
+        The record files not merged yet (``files`` mode, ``unmerged``) follow, in their order:
+        reading writes nothing.
+        """
         records, problems = [], []
         for line in self.lines():
             if line.record is not None:
@@ -326,6 +471,9 @@ class Store:
                 problems.append(
                     f"{self.path}:{line.number}: malformed record skipped ({line.problem})"
                 )
+        good, bad = self.unmerged()  # files mode: records a crash left unmerged count too
+        records += [line.record for _, line in good if line.record is not None]
+        problems += [f"{p}: malformed record skipped ({why})" for p, why in bad]
         return records, problems
 
     def repair(self) -> Repair:
@@ -377,6 +525,151 @@ def _signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _write_line(path: Path, fd: int, data: bytes) -> None:
+    """Append ``data`` (whole lines) to the locked store ``path`` open as ``fd``, durably.
+
+    A line cut short before (a killed writer) gets its newline first; a write that fails is
+    undone (the file is cut back to its size before it).
+    """
+    size = os.fstat(fd).st_size
+    if size:  # a line cut short by a killed writer must not swallow the next record
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                data = b"\n" + data
+    try:
+        with _signals_deferred():  # Ctrl-C or SIGTERM cannot cut a line short
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)  # no torn line of ours is left behind
+        raise
+
+
+# --- ``files`` mode: a record per file, a lock file ---------------------------------------------
+
+
+def _is_part(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")  # not a temporary file
+
+
+def write_part(parts: str | os.PathLike, record: dict[str, Any]) -> Path:
+    """Write one finished run's record to its own file in ``parts`` (a store's ``parts_path``).
+
+    What a job of a ``files``-mode store calls to record its run wherever it runs (``run_one``
+    does, given ``RunOptions.parts_dir``); ``Store.merge`` appends the file to the store later.
+    The file, ``TIME_NS-RUN_ID-HOST-PID.json`` (so names sort in the order written), holds the
+    record's line as the store will, and is written atomically and durably: it is there whole or
+    not at all. No lock is needed.
+
+    Returns:
+        The file.
+
+    Raises:
+        OSError: it could not be written (nothing is left behind).
+    """
+    folder = Path(parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{time.time_ns():020d}-{record['run_id']}-{HOST}-{os.getpid()}.json"
+    write_atomically(path, (to_json(record) + "\n").encode(), 0o644, durable=True)
+    return path
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_is_stale(holder: dict[str, Any], age: float) -> bool:
+    """Whether a lock file was left behind by a crash.
+
+    Its holder's process is gone (this host; or its pid now belongs to a process started later)
+    or, held from another host (or unreadable), it is older than ``LOCK_STALE_S``: a lock is
+    held for milliseconds.
+    """
+    pid = holder.get("pid")
+    if holder.get("host") == HOST and type(pid) is int:
+        started = holder.get("started")
+        return not alive(pid) or (started is not None and process_start(pid) not in (None, started))
+    return age > LOCK_STALE_S
+
+
+@contextlib.contextmanager
+def lock_file(path: Path) -> Iterator[None]:
+    """Hold ``path`` as a lock: created exclusively (``O_EXCL``), removed on leaving.
+
+    An exclusive create is atomic on local disks, NFS v3 and later, and Lustre, with no lock
+    service or mount option. The file says who holds it (host, pid and its start, thread, time);
+    one left by a
+    crash (``lock_is_stale``) is moved aside and removed, checking that what was moved is what
+    was judged stale.
+    """
+    pid = os.getpid()
+    me = {"host": HOST, "pid": pid, "started": process_start(pid), "thread": threading.get_ident()}
+    token = json.dumps({**me, "time": time.time()}).encode()
+    delay = 0.005
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            _break_if_stale(path)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+            continue
+        try:
+            os.write(fd, token)
+        finally:
+            os.close(fd)
+        break
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_bytes() == token:  # not removed as stale meanwhile (a stopped holder)
+                path.unlink()
+
+
+def _break_if_stale(path: Path) -> None:
+    try:
+        seen, age = path.read_bytes(), time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return
+    try:
+        holder = json.loads(seen)
+    except ValueError:
+        holder = {}
+    if not lock_is_stale(holder if isinstance(holder, dict) else {}, age):
+        return
+    aside = path.with_name(f"{path.name}.stale-{HOST}-{os.getpid()}-{time.time_ns()}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(OSError):
+        if aside.read_bytes() != seen:  # a lock taken since: put it back, unless another is there
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+        aside.unlink()
 
 
 # --- the claims side file (``harness.persistence.claims``), read and written under the store's lock
