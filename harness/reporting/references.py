@@ -301,25 +301,55 @@ def reference_bands(
 
 
 def draw_bands(ax: Any, bands: Sequence[tuple[str, float, float]], key: str, text: bool) -> None:
-    """Reference bands on a matplotlib axis: a mean line, the CI shaded, the name at the right.
+    """Reference predictors on an axis whose y range is set: a band within it, an arrow past it.
+
+    A reference inside the axis's y range is a band (its mean a line, its CI shaded); with
+    ``text`` it is named right of the axis, beside its line. One outside the range is not drawn
+    in the axes; with ``text`` its name and mean point, by an arrow, at the edge it lies beyond.
+    The names are pushed apart so that none overlaps another.
 
     Args:
-        ax: the axis.
+        ax: the axis (its y limits and scale already set).
         bands: ``reference_bands``.
         key: the metric (a percentage's band stays within [0, 100]).
-        text: write each band's name (at the right edge, above its line).
+        text: write each band's name (right of the axis).
     """
     import numpy as np
 
     from harness.reporting.figstyle import LINESTYLES, band
 
+    low, high = sorted(ax.get_ylim())
+    to_axes = ax.transAxes.inverted()
+    places = []  # (y it points at and y of its name, in axes fraction; name; past the range)
     for k, (label, mean, half) in enumerate(bands):
-        lo, hi = band(np.array([mean]), np.array([half]), key)
-        ls = LINESTYLES[1 + k % (len(LINESTYLES) - 1)]
-        ax.axhspan(float(lo[0]), float(hi[0]), color=REFERENCE_COLOR, alpha=0.18, lw=0)
-        ax.axhline(mean, color=REFERENCE_COLOR, linestyle=ls, lw=0.8)
-        if text:
-            ax.text(
-                0.99, mean, label, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
-                color=REFERENCE_COLOR, fontsize=7,
-            )  # fmt: skip
+        if low <= mean <= high:
+            lo, hi = band(np.array([mean]), np.array([half]), key)
+            ax.axhspan(float(lo[0]), float(hi[0]), color=REFERENCE_COLOR, alpha=0.18, lw=0)
+            ls = LINESTYLES[1 + k % (len(LINESTYLES) - 1)]
+            ax.axhline(mean, color=REFERENCE_COLOR, linestyle=ls, lw=0.8)
+            y = float(to_axes.transform(ax.transData.transform((0.0, mean)))[1])
+            places.append((y, y, f"{label} {mean:.3g}", False))
+        else:
+            edge = 0.0 if mean < low else 1.0
+            places.append((edge, abs(edge - 0.12), f"{label} {mean:.3g}", True))
+    if not text or not places:
+        return
+    at = np.array([p[1] for p in places])
+    gap, prev = 0.09, -math.inf
+    for i in np.argsort(at, kind="stable"):  # each name at least ``gap`` above the one below
+        at[i] = prev = max(at[i], prev + gap)
+    at -= max(at.max() - 1.0, 0.0)
+    for (y, _, name, past), t in zip(places, at, strict=True):
+        ax.annotate(
+            name,
+            xy=(1.0, y),
+            xycoords="axes fraction",
+            xytext=(1.03, t),
+            textcoords="axes fraction",
+            va="center",
+            ha="left",
+            color=REFERENCE_COLOR,
+            fontsize=7,
+            annotation_clip=False,
+            arrowprops={"arrowstyle": "->", "color": REFERENCE_COLOR, "lw": 0.8} if past else None,
+        )
