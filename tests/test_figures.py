@@ -157,13 +157,28 @@ def test_tradeoff_fronts_picks_hollow_unsolved_references_and_log_axis():
     solved, hollow = [c for c in left.collections if isinstance(c, PathCollection)]  # seaborn's
     assert len(solved.get_offsets()) == 2 and solved.get_facecolors()[0][3] > 0
     assert len(hollow.get_offsets()) == 1 and len(hollow.get_facecolors()) == 0
-    names = {t.get_text(): t for t in right.texts}
-    assert names["ref:mean 0.1"].arrow_patch is None  # a band, named
-    assert names["ref:far 5"].arrow_patch is not None  # past the range: an arrow at the edge
+    # ref:mean within the range: a band, named; ref:far past it: an arrow and its name at the top
+    assert [t.get_text() for t in right.texts] == ["ref:mean 0.100", "↑ ref:far 5.00"]
+    assert right.texts[1].get_position()[1] == 1.0
     assert [t.get_text() for t in left.texts] == ["50 %"]  # the budget's guide
     # Within a decade: linear axes.
     points["mse"] = [0.2, 0.3, 0.4]
     assert F.tradeoff_figure(points, "mse", False, "MSE").axes[0].get_yscale() == "linear"
+
+
+def test_tradeoff_caption_names_the_unsolved_variants_and_the_budgets():
+    recs = [
+        rec("sa-rnn", s, lam, skip=k + s) for s in (0, 1) for lam, k in [(0.0, 10.0), (1e-2, 80.0)]
+    ]
+    for r in recs:
+        r["metrics"]["solved"] = 0.0 if r["variant_id"].endswith("0.01") else 1.0
+    runs = runs_frame(recs)
+    labels = F.variant_labels(runs)
+    caption, fig = F.tradeoff(runs, "mse", False, "MSE", [], labels, None, "val-skip-nearest:74")
+    assert "Hollow: variants with a run that did not solve the task: sa-rnn (lam=0.01)." in caption
+    # the rule's 74 replaces 76; 90 is past every variant's Skip % (at most 81) by more than 5
+    assert "at each matched budget (50, 74 % Skip, dotted)" in caption
+    assert [t.get_text() for t in fig.axes[0].texts] == ["50 %", "74 %"]
 
 
 def test_percent_error_bars_and_bands_stay_within_0_100():
@@ -475,7 +490,9 @@ def test_many_update_patterns_fill_two_columns():
 # --- every figure kind on a report as wide as they come: 20 methods, references, traces --------
 
 KNOBS = {"sa-rnn": "lam", "skip-rnn": "lam", "random-updates": "p_skip", "delta-gru": "theta_h"}
-VALUES = {"lam": [0.0, 1e-3, 1e-2], "p_skip": [0.25, 0.5, 0.75], "theta_h": [0.1, 0.3]}
+# p_skip's lowest value a factor 2 below a decade: the log axis labels the decade, not both
+VALUES = {"lam": [0.0, 1e-3, 1e-2], "p_skip": [0.05, 0.25, 0.5, 0.75], "theta_h": [0.1, 0.3]}
+LRS = {"sa-rnn": 10, "skip-rnn": 10}  # 20 lines of the budget figure: a tall legend
 LATER = [f"zz-later-{k}" for k in range(4)]  # methods registered after today's 16
 
 
@@ -488,7 +505,12 @@ def wide_report(monkeypatch):
     recs = []
     for k, m in enumerate(METHODS.names()):
         knob = KNOBS.get(m, "train.lr")
-        for j, value in enumerate(VALUES.get(knob, [1e-3, 3e-3])):
+        grid = [
+            (j, v, lr)
+            for j, v in enumerate(VALUES.get(knob, [1e-3, 3e-3]))
+            for lr in ([1e-3] if m not in LRS else [10**-i for i in range(LRS[m])])
+        ]
+        for j, value, lr in grid:
             skip = 0.0 if m in ("gru", "lstm", "delta-gru") or m in LATER else 20.0 + 30 * j + k
             trace = {
                 "first_mask": [
@@ -509,9 +531,9 @@ def wide_report(monkeypatch):
                 r = make_record(
                     method="gru" if m in LATER else m, task="seizures", seed=s,
                     set={knob: str(value), "train.batch_size": str(16 << j),
-                         "train.weight_decay": str(j / 1000)},
+                         "train.weight_decay": str(j / 1000), "train.lr": str(lr)},
                     primary="accuracy", higher_is_better=True, metrics=metrics,
-                    val_metrics=dict(metrics), flops={"effective": 1e4 * (k + 1) / (j + 1)},
+                    val_metrics=dict(metrics), flops={"effective": 2e4 * 1.15 ** (k + j)},
                     history=[{"epoch": e, "train_loss": 1 / (e + 1), "val_accuracy": 50 + e}
                              for e in range(5)],
                     trace=trace, data={"n_positive": 2300, "n_negative": 9200, "per_class": 2300},
@@ -519,7 +541,9 @@ def wide_report(monkeypatch):
                 if m in LATER:
                     r |= {"method": m, "variant_id": f"{m}-{j}", "run_id": f"{m}-{j}-{s}"}
                 recs.append(r)
-    for name, acc in (("ref:logreg", 95.0), ("ref:other", 94.7), ("ref:majority", 50.0)):
+    refs = [("ref:logreg", 95.0), ("ref:other", 94.7), ("ref:majority", 50.0)]
+    refs += [("ref:top", 99.0), ("ref:higher", 99.4)]  # both past the top of the y range
+    for name, acc in refs:
         for s in (0, 1, 2):
             r = make_record(method="gru", task="seizures", seed=s, metrics={"accuracy": acc + s})
             r |= {"method": name, "variant_id": name, "run_id": f"{name}-{s}"}
@@ -617,15 +641,17 @@ def test_activity_sparse_methods_are_drawn_by_the_columns_they_read():
     trace = {"first_mask": [pack_mask(torch.ones(12, 5))], "units": [5]}
     sparse = rec("delta-gru", 0, skip=0.0, trace=trace | {"first_reads": [pack_mask(reads)]})
     sparse["metrics"]["read_skip_pct"] = 61.5
-    image, splits = P.reads_image(sparse)
+    image, edges = P.reads_image(sparse)
     np.testing.assert_array_equal(image, reads.numpy().T)
-    assert splits == [2]  # the state columns start below the two input columns
+    assert edges == [0, 2, 7]  # two input columns, then five state columns
     dense = rec("gru", 0, skip=0.0, trace=trace)
     fig = P.mask_figure({"delta-gru": sparse, "gru": dense})
     (panel,) = [ax for ax in fig.axes if ax.images]
     assert panel.get_title(loc="left") == "delta-gru: activity sparsity 61.5 %"
     np.testing.assert_array_equal(panel.images[0].get_array(), reads.numpy().T)
     assert [ln.get_ydata()[0] for ln in panel.get_lines()] == [1.5]  # inputs | state
+    assert [t.get_text() for t in panel.get_yticklabels()] == ["in", "state"]
     assert fig.get_suptitle().endswith("not drawn): gru")  # dense: a note, no panel
+    assert P.mask_panels({"gru": dense}) == ([], ["gru"])  # report_figures: then no figure
     every = trace | {"first_reads": [pack_mask(torch.ones(12, 7))]}  # read every column
     assert P.mask_figure({"delta-gru": rec("delta-gru", 0, trace=every)}).get_suptitle()

@@ -18,10 +18,10 @@ from harness.components.metrics import get_metric, higher_is_better
 from harness.persistence.records import latest
 from harness.reporting.figstyle import (
     ONE_COLUMN,
-    STYLE,
     TWO_COLUMNS,
     band,
     legend,
+    legend_height,
     method_order,
     method_style,
     save,
@@ -104,8 +104,8 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
             fig = Figure(figsize=(ONE_COLUMN, 3.6), layout="constrained")
             grid = fig.subplots(2, 1, squeeze=False).T  # one row: [loss, val]
         else:
-            tall = n_methods * 1.6 * STYLE["legend.fontsize"] / 72 + 0.1  # the legend's height
-            fig = Figure(figsize=(TWO_COLUMNS, max(2.2 * max(len(chosen), 1) + 0.2, tall)))
+            tall = max(2.2 * max(len(chosen), 1) + 0.2, legend_height(n_methods))
+            fig = Figure(figsize=(TWO_COLUMNS, tall))
             fig.set_layout_engine("constrained")
             grid = fig.subplots(max(len(chosen), 1), 2, squeeze=False)
         methods: list[str] = []

@@ -153,6 +153,11 @@ def error_bars(mean: Any, std: Any, key: str) -> np.ndarray:
     return np.vstack([mean - lo, hi - mean])
 
 
+def legend_height(entries: int) -> float:
+    """The height (inches) a one-column legend of ``entries`` lines needs at ``STYLE``'s size."""
+    return entries * 1.6 * STYLE["legend.fontsize"] / 72 + 0.1
+
+
 def legend(fig: Figure, methods: Sequence[str], below: bool = False) -> None:
     """One legend entry per method (its colour, marker and line style), outside the axes.
 
@@ -163,8 +168,7 @@ def legend(fig: Figure, methods: Sequence[str], below: bool = False) -> None:
 
     handles = [Line2D([], [], **method_style(m)) for m in methods]
     wide = fig.get_figwidth() > ONE_COLUMN + 0.01
-    fits = len(methods) * 1.6 * STYLE["legend.fontsize"] <= fig.get_figheight() * 72  # points
-    if wide and fits and not below:
+    if wide and legend_height(len(methods)) <= fig.get_figheight() and not below:
         fig.legend(handles, methods, loc="outside right upper")
     else:
         ncols = max(min(len(methods), 6 if wide else 2), 1)

@@ -2,11 +2,12 @@
 
 What they show follows the seed papers' figures:
 
-- ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, one point per method
-  variant (mean over seeds, error bars: std over seeds), each method's Pareto front drawn as a
-  step line (the region it attains); each reference predictor (``ref:NAME``, which has neither
-  Skip % nor FLOPs) a labelled horizontal band, its mean ± 95 % CI over seeds
-  (``reference_bands``), that every point is read against. The other figures leave the
+- ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, every method variant
+  a faint point (mean over seeds), each method's Pareto front a line, the variant picked at each
+  matched budget (``MATCHED_BUDGETS``, vertical guides) marked with its 95 % CI as error bars,
+  unsolved variants hollow; the y axis fitted to the methods' points, each reference predictor
+  (``ref:NAME``, which has neither Skip % nor FLOPs) a labelled band within it, its mean ± 95 %
+  CI over seeds (``reference_bands``), or an arrow at its edge. The other figures leave the
   references out.
 - ``budget_figure``: metric and Skip % vs a budget knob (S-SA Fig. 4 for λ), mean ± std over
   seeds. A method names its budget knobs (``harness.components.method.Method.budget_knobs``: a
@@ -47,6 +48,7 @@ from harness.reporting.figstyle import (
     error_bars,
     figure,
     legend,
+    legend_height,
     method_order,
     method_style,
     save,
@@ -58,7 +60,7 @@ from harness.reporting.patterns import (
     depth_figure,
     mask_choice,
     mask_figure,
-    mask_image,
+    mask_panels,
 )
 from harness.reporting.references import draw_bands, reference_bands
 from harness.reporting.text import arrow, ci95, value_text
@@ -119,7 +121,7 @@ def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-MATCHED_BUDGETS = (50.0, 76.0, 90.0)  # the Skip % budgets the seizures reports match (reports.md)
+MATCHED_BUDGETS = (50.0, 76.0, 90.0)  # Skip %: the budgets the seizures reports match (docs)
 DASHES = {"-": "", "--": (4, 1.5), ":": (1, 1.5), "-.": (4, 1.5, 1, 1.5)}  # seaborn's dashes
 
 
@@ -158,6 +160,7 @@ def tradeoff_figure(
     """
     import pandas as pd
     import seaborn as sns
+    from matplotlib.ticker import EngFormatter, NullFormatter
 
     skip, flops = get_metric("skip_pct"), get_metric("flops")
     also = f" (activity sparsity %: {', '.join(activity)})" if len(activity) else ""
@@ -220,6 +223,9 @@ def tradeoff_figure(
             ax.set_xlabel(xlabel)
             if x == "flops" and spans_decades(points[x]):
                 ax.set_xscale("log", nonpositive="clip")
+                ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: never crowded
+            elif x == "flops":  # 200k, 1.5M: no offset text ("1e6") beside the axis label
+                ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         axes[0].set_ylabel(metric_title + arrow(higher))
         axes[1].set_ylabel("")
         ys = points[primary].to_numpy(float)
@@ -334,8 +340,8 @@ def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
         if v == zero_x:
             return "0"
         e = math.log10(v)
-        if abs(e - round(e)) >= 1e-9:
-            return f"{v:g}" if step == 1 else ""
+        if abs(e - round(e)) >= 1e-9:  # the lowest value: unless a decade stands beside it
+            return f"{v:g}" if step == 1 and all(abs(e - d) > 0.5 for d in decades) else ""
         return f"$10^{{{round(e)}}}$" if (decades[-1] - round(e)) % step == 0 else ""
 
     ax.xaxis.set_major_formatter(FuncFormatter(label))
@@ -378,7 +384,7 @@ def budget_figure(
     styles = _line_styles(runs)
     log = log_knob(list(runs[knob]))
     skip = get_metric("skip_pct")
-    with figure(TWO_COLUMNS, 2.6, 1, 2) as (fig, axes):
+    with figure(TWO_COLUMNS, max(2.6, legend_height(len(styles))), 1, 2) as (fig, axes):
         panels = [(primary, metric_title + arrow(higher)), ("skip_pct", skip.title + arrow(True))]
         for ax, (y, title) in zip(axes, panels, strict=True):
             zero_x = _knob_axis(ax, list(runs[knob])) if log else None
@@ -451,7 +457,9 @@ def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
     return (
         "Update pattern of the first test sequence, per method "
         + "; ".join(parts)
-        + f".{chance} Units × time, black = update; depth-adaptive methods: micro-steps per unit."
+        + f".{chance} Units × time, black = update; depth-adaptive methods: micro-steps n_t,i "
+        "per unit (colour); activity-sparse methods (every unit updated): the columns each step "
+        "read, input columns (in) above state columns (state)."
     )
 
 
@@ -489,36 +497,27 @@ def tradeoff(
     for r in [Rule("val-skip-nearest", t) for t in targets] or [Rule("best-val")]:
         marked |= {(rec["method"], rec["variant_id"]) for rec in select(list(runs["record"]), r)[0]}
     unsolved = points[points["solved"] < 1] if "solved" in points else points.iloc[:0]
-    names = ", ".join(b[0] for b in bands)
-    refs = (
-        f" Grey: the reference predictors ({names}), mean ± 95 % CI, a band within the y range, "
-        "an arrow at its edge outside it."
-        if bands
-        else ""
-    )
-    hollow = (
-        " Hollow: variants with a run that did not solve the task: "
-        + "; ".join(
-            f"{m} ({labels[v] or v})"
-            for m, v in zip(unsolved["method"], unsolved["variant_id"], strict=True)
+    named = [f"{m} ({labels[v] or v})" for m, v in unsolved[["method", "variant_id"]].to_numpy()]
+    budgets = ", ".join(f"{t:g}" for t in targets)
+    picks = "the variant best-val picks"
+    if targets:
+        picks = (
+            f"the variant val-skip-nearest picks at each matched budget ({budgets} % Skip, dotted)"
         )
-        + "."
-        if len(unsolved)
-        else ""
-    )
-    return (
+    caption = (
         f"{title} vs Skip % and vs effective FLOPs per sequence, one point per variant (mean over "
-        "seeds; faint: every variant). Lines: each method's Pareto front. Large, black-edged, "
-        "with 95 % CI error bars (Student's t): "
-        + (
-            f"the variant val-skip-nearest picks at each matched budget "
-            f"({', '.join(f'{t:g}' for t in targets)} % Skip, dotted)"
-            if targets
-            else "the variant best-val picks"
-        )
+        f"seeds; faint: every variant). Lines: each method's Pareto front of its solved variants. "
+        f"Large, black-edged, with 95 % CI error bars (Student's t): {picks}"
         + (f" and the table's pick ({rule})" if selected else "")
         + (f"; {', '.join(activity)} at their activity sparsity %" if activity else "")
-        + f".{hollow}{refs}",
+        + (f". Hollow: variants with a run that did not solve the task: {'; '.join(named)}"
+           if named else "")
+        + (f". Grey: the reference predictors ({', '.join(b[0] for b in bands)}), mean ± 95 % "
+           "CI, a band within the y range, an arrow at its edge outside it" if bands else "")
+        + "."
+    )  # fmt: skip
+    return (
+        caption,
         tradeoff_figure(points, primary, higher, title, bands, marked, targets, activity),
     )
 
@@ -562,7 +561,7 @@ def report_figures(
         return out
     keep(*tradeoff(runs, primary, higher, title, bands, labels, selected, rule), "tradeoff")
     choice = mask_choice(runs, None, selected)
-    if any(mask_image(r).size for r in choice.records.values()):
+    if mask_panels(choice.records)[0]:  # a note on dense methods alone is no figure
         keep(
             mask_caption(choice, title, rule),
             mask_figure(choice.records, {m: labels[v] for m, (v, _) in choice.picks.items()}),

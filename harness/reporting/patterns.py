@@ -67,7 +67,8 @@ def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
     record's task config), the previous layer's D after it.
 
     Returns:
-        The image and, per layer, the row where its state columns begin; empty without reads.
+        The image and the rows where its blocks (a layer's inputs, its state) begin, then its
+        height: ``[0, V, V + D]`` for one layer; empty without reads.
     """
     trace = record.get("trace") or {}
     units = trace.get("units", [])
@@ -75,29 +76,49 @@ def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
         v = TASKS.get(record["task"])(from_dict(record["config"]).task_cfg).input_size
     except Exception:  # a record whose task or config cannot be rebuilt: from the packed width
         v = None
-    layers, splits, top = [], [], 0
+    layers, edges = [], [0]
     for rows, d in zip(trace.get("first_reads") or [], units, strict=False):
         v = (4 * len(rows[0]) - d if v is None else v) if rows else v
         if rows:
             layers.append(np.asarray(unpack_mask(rows, v + d), dtype=np.uint8).T)
-            splits.append(top + v)
-            top += v + d
+            edges += [edges[-1] + v, edges[-1] + v + d]
         v = d
-    return (np.concatenate(layers) if layers else np.zeros((0, 0), np.uint8)), splits
+    return (np.concatenate(layers) if layers else np.zeros((0, 0), np.uint8)), edges
+
+
+def mask_panels(runs: dict[str, dict[str, Any]]) -> tuple[list[tuple], list[str]]:
+    """The panels ``mask_figure`` draws, ``(method, record, image, kind, edges)``, and the dense.
+
+    ``kind``: ``depth`` (``depth_image``), ``reads`` (every unit updated, some columns not
+    read: ``reads_image``, whose block edges are ``edges``) or ``mask``; a method that updated
+    every unit and read every column is dense (no panel); one without a trace is left out.
+    """
+    panels, dense = [], []
+    for method, rec in runs.items():
+        depth, mask, (reads, edges) = depth_image(rec), mask_image(rec), reads_image(rec)
+        if depth.size:
+            panels.append((method, rec, depth, "depth", []))
+        elif mask.size and mask.all() and reads.size and not reads.all():
+            panels.append((method, rec, reads, "reads", edges))
+        elif mask.size and mask.all():
+            dense.append(method)
+        elif mask.size:
+            panels.append((method, rec, mask, "mask", []))
+    return panels, dense
 
 
 def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> Figure:
     """One panel per method: the first test sequence's updates (or reads) over time.
 
     Args:
-        runs: ``{method: record}``; a record whose mask is all ones and that read every column
-            (a dense method) gets no panel but is named in a note; one without a trace is left
-            out.
+        runs: ``{method: record}`` (``mask_panels``: a dense method gets no panel but is named
+            in a note).
         labels: ``{method: variant label}`` added to the panel titles.
 
     A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
     an activity-sparse one (every unit updated, ``reads_image``) by the columns it read at each
-    step, its input columns above its state columns, and its activity sparsity in the title;
+    step, its input columns ("in") above its state columns ("state"), its activity sparsity in
+    the title;
     any other as its update mask (black = updated). Steps the task marked in the trace
     (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
     more fill two columns row by row; titles wrap to their panel's width.
@@ -106,17 +127,7 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
 
     from matplotlib.ticker import MaxNLocator
 
-    panels, dense = [], []
-    for method, rec in runs.items():
-        depth, mask, (reads, splits) = depth_image(rec), mask_image(rec), reads_image(rec)
-        if depth.size:
-            panels.append((method, rec, depth, "depth", []))
-        elif mask.size and mask.all() and reads.size and not reads.all():
-            panels.append((method, rec, reads, "reads", splits))
-        elif mask.size and mask.all():
-            dense.append(method)
-        elif mask.size:
-            panels.append((method, rec, mask, "mask", []))
+    panels, dense = mask_panels(runs)
     cols = 1 if len(panels) <= 5 else 2
     rows = max(math.ceil(len(panels) / cols), 1)
     kw = {"squeeze": False, "sharex": True}
@@ -124,28 +135,30 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
         axes = list(grid.flat)
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
-        for ax, (method, rec, img, kind, splits) in zip(axes, panels, strict=False):
+        for ax, (method, rec, img, kind, edges) in zip(axes, panels, strict=False):
             metrics = rec.get("metrics") or {}
             title = f"Skip {metrics.get('skip_pct', math.nan):.1f} %"
             if kind == "depth":
                 top = max(int(img.max()), max((rec.get("trace") or {}).get("max_depth", [1])))
                 im = ax.imshow(img, cmap="viridis", vmin=0, vmax=top, aspect="auto")
-                fig.colorbar(im, ax=ax, label="micro-steps n_t,i", pad=0.01)
+                fig.colorbar(im, ax=ax, label="n_t,i", pad=0.01)  # micro-steps (caption)
                 if "depth_skip_pct" in metrics:
                     title += f", depth-skip {metrics['depth_skip_pct']:.1f} %"
             else:
                 ax.imshow(img, cmap="Greys", vmin=0, vmax=1, aspect="auto")
-            if kind == "reads":
+            ax.set_yticks([])
+            if kind == "reads":  # each layer's input columns above its state columns
                 title = f"activity sparsity {metrics.get('read_skip_pct', math.nan):.1f} %"
-                for y in splits:  # input columns above, state columns below
-                    ax.axhline(y - 0.5, color=MARK_COLOR, lw=0.8)
+                for y in edges[1:-1]:
+                    ax.axhline(y - 0.5, color=MARK_COLOR, lw=0.6)
+                centres = [(a + b - 1) / 2 for a, b in zip(edges, edges[1:], strict=False)]
+                ax.set_yticks(centres, ["in", "state"] * (len(centres) // 2))
             for t in (rec.get("trace") or {}).get("first_marks", []):
                 ax.axvline(t, color=MARK_COLOR, linestyle="--", lw=0.8)
             label = f" ({labels[method]})" if labels and labels.get(method) else ""
             width = (110 if cols == 1 else 52) - 10 * (kind == "depth")  # characters at 8 pt
             ax.set_title(textwrap.fill(f"{method}: {title}{label}", width), loc="left")
-            ax.set_ylabel("input | state col." if kind == "reads" else "unit")
-            ax.set_yticks([])
+            ax.set_ylabel("column" if kind == "reads" else "unit")
             ax.grid(False)
         marked = any((r.get("trace") or {}).get("first_marks") for _, r, _, _, _ in panels)
         read = " or column read" if any(p[3] == "reads" for p in panels) else ""

@@ -31,7 +31,7 @@ from harness.components.registry import TASKS
 from harness.persistence.records import latest
 from harness.references import default_sections, describe, role
 from harness.reporting.runs import ranges, variant_label
-from harness.reporting.text import ci95
+from harness.reporting.text import ci95, fmt_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -304,9 +304,9 @@ def draw_bands(ax: Any, bands: Sequence[tuple[str, float, float]], key: str, tex
     """Reference predictors on an axis whose y range is set: a band within it, an arrow past it.
 
     A reference inside the axis's y range is a band (its mean a line, its CI shaded); with
-    ``text`` it is named right of the axis, beside its line. One outside the range is not drawn
-    in the axes; with ``text`` its name and mean point, by an arrow, at the edge it lies beyond.
-    The names are pushed apart so that none overlaps another.
+    ``text`` it is named, with its mean, right of the axis beside its line. One outside the
+    range is not drawn in the axes; with ``text`` its name and mean stand at the edge it lies
+    beyond, after an arrow (↑ / ↓). The names are pushed apart so that none overlaps another.
 
     Args:
         ax: the axis (its y limits and scale already set).
@@ -320,36 +320,24 @@ def draw_bands(ax: Any, bands: Sequence[tuple[str, float, float]], key: str, tex
 
     low, high = sorted(ax.get_ylim())
     to_axes = ax.transAxes.inverted()
-    places = []  # (y it points at and y of its name, in axes fraction; name; past the range)
+    places = []  # (y of its name in axes fraction, the name)
     for k, (label, mean, half) in enumerate(bands):
+        name = f"{label} {fmt_cell(mean)}"
         if low <= mean <= high:
             lo, hi = band(np.array([mean]), np.array([half]), key)
             ax.axhspan(float(lo[0]), float(hi[0]), color=REFERENCE_COLOR, alpha=0.18, lw=0)
             ls = LINESTYLES[1 + k % (len(LINESTYLES) - 1)]
             ax.axhline(mean, color=REFERENCE_COLOR, linestyle=ls, lw=0.8)
-            y = float(to_axes.transform(ax.transData.transform((0.0, mean)))[1])
-            places.append((y, y, f"{label} {mean:.3g}", False))
-        else:
-            edge = 0.0 if mean < low else 1.0
-            places.append((edge, abs(edge - 0.12), f"{label} {mean:.3g}", True))
+            places.append((float(to_axes.transform(ax.transData.transform((0, mean)))[1]), name))
+        else:  # past the range: an arrow at the edge it lies beyond
+            places.append((0.0, f"↓ {name}") if mean < low else (1.0, f"↑ {name}"))
     if not text or not places:
         return
-    at = np.array([p[1] for p in places])
+    at = np.array([y for y, _ in places])
     gap, prev = 0.09, -math.inf
-    for i in np.argsort(at, kind="stable"):  # each name at least ``gap`` above the one below
+    for i in np.lexsort(([b[1] for b in bands], at)):  # each name >= ``gap`` above the one below
         at[i] = prev = max(at[i], prev + gap)
     at -= max(at.max() - 1.0, 0.0)
-    for (y, _, name, past), t in zip(places, at, strict=True):
-        ax.annotate(
-            name,
-            xy=(1.0, y),
-            xycoords="axes fraction",
-            xytext=(1.03, t),
-            textcoords="axes fraction",
-            va="center",
-            ha="left",
-            color=REFERENCE_COLOR,
-            fontsize=7,
-            annotation_clip=False,
-            arrowprops={"arrowstyle": "->", "color": REFERENCE_COLOR, "lw": 0.8} if past else None,
-        )
+    for (_, name), y in zip(places, at, strict=True):
+        ax.text(1.02, y, name, transform=ax.transAxes, va="center", ha="left", fontsize=7,
+                color=REFERENCE_COLOR)  # fmt: skip
