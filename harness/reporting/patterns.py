@@ -78,8 +78,8 @@ def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
         v = None
     layers, edges = [], [0]
     for rows, d in zip(trace.get("first_reads") or [], units, strict=False):
-        v = (4 * len(rows[0]) - d if v is None else v) if rows else v
         if rows:
+            v = 4 * len(rows[0]) - d if v is None else v  # packed width: up to 3 columns more
             layers.append(np.asarray(unpack_mask(rows, v + d), dtype=np.uint8).T)
             edges += [edges[-1] + v, edges[-1] + v + d]
         v = d
@@ -118,8 +118,7 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
     A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
     an activity-sparse one (every unit updated, ``reads_image``) by the columns it read at each
     step, its input columns ("in") above its state columns ("state"), its activity sparsity in
-    the title;
-    any other as its update mask (black = updated). Steps the task marked in the trace
+    the title; any other as its update mask (black = updated). Steps the task marked in the trace
     (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
     more fill two columns row by row; titles wrap to their panel's width.
     """
