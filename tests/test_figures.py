@@ -12,7 +12,7 @@ import pytest
 import torch
 from builders import make_record
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.colors import to_hex
 from matplotlib.text import Text
 
@@ -65,42 +65,39 @@ def texts(fig):
 
 
 def drawn_styles(fig):
-    """{label or gid: {(colour, marker)}} of the method-styled artists of ``fig``."""
+    """{label or gid: {(colour, marker)}} of the method-styled artists of ``fig``, legends too."""
     out: dict[str, set] = {}
+    lines = [(t.get_text(), h) for lg in fig.legends for h, t in zip(lg.legend_handles,
+             lg.get_texts(), strict=True)]  # fmt: skip
     for ax in fig.axes:
-        lines = [(c.get_label(), c.lines[0]) for c in ax.containers if hasattr(c, "has_xerr")]
+        lines += [(c.get_label(), c.lines[0]) for c in ax.containers if hasattr(c, "has_xerr")]
         lines += [(ln.get_gid() or ln.get_label(), ln) for ln in ax.get_lines()]
-        for key, ln in lines:
-            if key and not key.startswith("_") and ln.get_marker() not in (None, "None", ""):
-                out.setdefault(key, set()).add((to_hex(ln.get_color()).upper(), ln.get_marker()))
+    for key, ln in lines:
+        marker = getattr(ln, "get_marker", lambda: None)()  # a bar's patch: none
+        if key and not key.startswith("_") and marker not in (None, "None", ""):
+            out.setdefault(key, set()).add((to_hex(ln.get_color()), ln.get_marker()))
     return out
 
 
 def test_every_method_its_own_colour_and_marker_in_every_figure(monkeypatch):
+    import seaborn as sns
+
     names = METHODS.names()
-    styles = [S.method_style(m) for m in names]
-    pairs = [(s["color"], s["marker"]) for s in styles]
-    # 16 registered methods: 16 colours, no two alike, each from the palette; neighbours in the
-    # registry differ in colour and in marker.
-    assert len({c for c, _ in pairs}) == len(names) >= 16
-    assert all(c in S.PALETTE for c, _ in pairs)
-    for (c1, m1), (c2, m2) in zip(pairs, pairs[1:], strict=False):
-        assert c1 != c2 and m1 != m2
-    assert S.method_style("not-registered") == S.method_style("not-registered")
-    assert (
-        S.method_style("not-registered")["color"],
-        S.method_style("not-registered")["marker"],
-    ) not in pairs
-    # Methods registered later still get pairs of their own.
+    # 16 registered methods and 24 more: colours of seaborn's colour-blind palette times
+    # markers, no (colour, marker) pair twice; neighbours in the registry differ in both.
     for k in range(12):
         monkeypatch.setitem(METHODS._items, f"zz-later-{k:02d}", object())
         monkeypatch.setitem(METHODS._items, f"aa-later-{k:02d}", object())
-    later = [(S.method_style(m)["color"], S.method_style(m)["marker"]) for m in METHODS.names()]
-    assert len(set(later)) == len(later) == len(names) + 24
-    for (c1, m1), (c2, m2) in zip(later, later[1:], strict=False):
+    pairs = [(S.method_style(m)["color"], S.method_style(m)["marker"]) for m in METHODS.names()]
+    assert len(set(pairs)) == len(pairs) == len(names) + 24
+    assert {c for c, _ in pairs} <= set(sns.color_palette("colorblind").as_hex())
+    for (c1, m1), (c2, m2) in zip(pairs, pairs[1:], strict=False):
         assert c1 != c2 and m1 != m2
+    assert S.method_style("not-registered") == S.method_style("not-registered")
+    style = S.method_style("not-registered")
+    assert (style["color"], style["marker"]) not in pairs
     monkeypatch.undo()
-    # The same pair in every figure kind: trade-off, budget knob, learning curves, depth.
+    # The same pair in every figure kind and its legend: trade-off, budget, curves, depth.
     recs = [
         rec(
             m,
@@ -116,9 +113,10 @@ def test_every_method_its_own_colour_and_marker_in_every_figure(monkeypatch):
     ]
     runs = runs_frame(recs)
     points = F.variant_points(runs, ["mse", "skip_pct", "flops"])
+    every = set(zip(points["method"], points["variant_id"], strict=True))
     (lam_runs,) = F.budget_sweeps(runs).values()
     figs = {
-        "tradeoff": F.tradeoff_figure(points, "mse", False, "MSE"),
+        "tradeoff": F.tradeoff_figure(points, "mse", False, "MSE", marked=every),
         "budget": F.budget_figure(lam_runs, "lam", "mse", "MSE", False),
         "curves": C.curves_figure(recs),
         "depth": P.depth_figure({m: {"1": 3, "2": k + 1} for k, m in enumerate(names)}),
@@ -130,7 +128,7 @@ def test_every_method_its_own_colour_and_marker_in_every_figure(monkeypatch):
         assert {m: drawn.get(m) for m in shown} == {m: want[m] for m in shown}, kind
 
 
-def test_tradeoff_steps_error_bars_and_log_axis_for_decades():
+def test_tradeoff_fronts_picks_hollow_unsolved_references_and_log_axis():
     recs = [
         rec("sa-rnn", s, lam, mse=m * (1 + s / 10), skip=k + s)
         for s in (0, 1)
@@ -138,18 +136,49 @@ def test_tradeoff_steps_error_bars_and_log_axis_for_decades():
     ]
     points = F.variant_points(runs_frame(recs), ["mse", "skip_pct", "flops"])
     assert points["mse_std"].iloc[0] == pytest.approx(np.std([1e-3, 1.1e-3], ddof=1))
-    fig = F.tradeoff_figure(points, "mse", False, "MSE")
+    ci = 12.706 * np.std([2e-3, 2.2e-3], ddof=1) / np.sqrt(2)  # t(0.975, 1)
+    assert points["mse_ci"].iloc[1] == pytest.approx(ci, rel=1e-4)
+    points["solved"] = [1.0, 1.0, 0.5]  # one seed of lam=0.01 did not solve it
+    bands = [("ref:mean", 0.1, 0.01), ("ref:far", 5.0, 0.1)]
+    fig = F.tradeoff_figure(points, "mse", False, "MSE", bands, {("sa-rnn", "sa-rnn-0.001")}, [50])
     left, right = fig.axes[:2]
     assert left.get_yscale() == "log"  # 1e-3 .. 0.55 spans decades
+    low, high = left.get_ylim()
+    pad = 10 ** (0.06 * np.log10(0.525 / 1.05e-3))  # 6 % of the points' span, on each side
+    assert (low, high) == pytest.approx((1.05e-3 / pad, 0.525 * pad))  # fitted to the points
     assert right.get_xscale() == "linear"  # every FLOPs value is 1e4
-    steps = [ln for ln in left.get_lines() if ln.get_drawstyle().startswith("steps")]
-    assert [ln.get_drawstyle() for ln in steps] == ["steps-pre"]  # skip: higher is better
-    np.testing.assert_allclose(steps[0].get_xdata(), [10.5, 60.5, 90.5])
-    (bars,) = left.containers
+    colour = S.method_style("sa-rnn")["color"]
+    (front,) = [ln for ln in left.get_lines() if ln.get_marker() in ("None", "", None)
+                and to_hex(ln.get_color()) == colour]  # fmt: skip
+    np.testing.assert_allclose(front.get_xdata(), [10.5, 60.5])  # the unsolved one is not on it
+    (bars,) = left.containers  # the marked variant alone: CI error bars
     assert bars.has_yerr and bars.has_xerr
+    np.testing.assert_allclose(bars.lines[0].get_ydata(), [2.1e-3])
+    solved, hollow = [c for c in left.collections if isinstance(c, PathCollection)]  # seaborn's
+    assert len(solved.get_offsets()) == 2 and solved.get_facecolors()[0][3] > 0
+    assert len(hollow.get_offsets()) == 1 and len(hollow.get_facecolors()) == 0
+    # ref:mean within the range: a band, named; ref:far past it: an arrow and its name at the top
+    assert [t.get_text() for t in right.texts] == ["ref:mean 0.100", "↑ ref:far 5.00"]
+    assert right.texts[1].get_position()[1] == 1.0
+    assert [t.get_text() for t in left.texts] == ["50 %"]  # the budget's guide
     # Within a decade: linear axes.
     points["mse"] = [0.2, 0.3, 0.4]
     assert F.tradeoff_figure(points, "mse", False, "MSE").axes[0].get_yscale() == "linear"
+
+
+def test_tradeoff_caption_names_the_unsolved_variants_and_the_budgets():
+    recs = [
+        rec("sa-rnn", s, lam, skip=k + s) for s in (0, 1) for lam, k in [(0.0, 10.0), (1e-2, 80.0)]
+    ]
+    for r in recs:
+        r["metrics"]["solved"] = 0.0 if r["variant_id"].endswith("0.01") else 1.0
+    runs = runs_frame(recs)
+    labels = F.variant_labels(runs)
+    caption, fig = F.tradeoff(runs, "mse", False, "MSE", [], labels, None, "val-skip-nearest:74")
+    assert "Hollow: variants with a run that did not solve the task: sa-rnn (lam=0.01)." in caption
+    # the rule's 74 replaces 76; 90 is past every variant's Skip % (at most 81) by more than 5
+    assert "at each matched budget (50, 74 % Skip, dotted)" in caption
+    assert [t.get_text() for t in fig.axes[0].texts] == ["50 %", "74 %"]
 
 
 def test_percent_error_bars_and_bands_stay_within_0_100():
@@ -209,7 +238,7 @@ def test_update_patterns_at_a_matched_budget():
     fig = P.mask_figure(picked, {"sa-rnn": "lam=0.001"})
     panels = [ax for ax in fig.axes if ax.images and ax.get_title(loc="left")]
     assert [ax.get_title(loc="left") for ax in panels] == [
-        "sa-rnn (lam=0.001): Skip 61.6 %",
+        "sa-rnn: Skip 61.6 % (lam=0.001)",
         "srhn: Skip 0.0 %",
     ]  # gru is dense: a note, no all-black panel
     assert "Dense" in fig.get_suptitle() and "gru" in fig.get_suptitle()
@@ -456,3 +485,173 @@ def test_many_update_patterns_fill_two_columns():
     assert len(panels) == len(names)
     assert len({round(ax.get_position().x0, 2) for ax in panels}) == 2
     assert fig.get_figheight() <= 9.0  # fits a page
+
+
+# --- every figure kind on a report as wide as they come: 20 methods, references, traces --------
+
+KNOBS = {"sa-rnn": "lam", "skip-rnn": "lam", "random-updates": "p_skip", "delta-gru": "theta_h"}
+# p_skip's lowest value a factor 2 below a decade: the log axis labels the decade, not both
+VALUES = {"lam": [0.0, 1e-3, 1e-2], "p_skip": [0.05, 0.25, 0.5, 0.75], "theta_h": [0.1, 0.3]}
+LRS = {"sa-rnn": 10, "skip-rnn": 10}  # 20 lines of the budget figure: a tall legend
+LATER = [f"zz-later-{k}" for k in range(4)]  # methods registered after today's 16
+
+
+def wide_report(monkeypatch):
+    """Records of 20 methods on seizures: budget sweeps, masks, reads, depths, histories, refs."""
+    for name in LATER:
+        monkeypatch.setitem(METHODS._items, name, METHODS.get("gru"))
+    g = torch.Generator().manual_seed(0)
+    T, D = 17, 6
+    recs = []
+    for k, m in enumerate(METHODS.names()):
+        knob = KNOBS.get(m, "train.lr")
+        grid = [
+            (j, v, lr)
+            for j, v in enumerate(VALUES.get(knob, [1e-3, 3e-3]))
+            for lr in ([1e-3] if m not in LRS else [10**-i for i in range(LRS[m])])
+        ]
+        for j, value, lr in grid:
+            skip = 0.0 if m in ("gru", "lstm", "delta-gru") or m in LATER else 20.0 + 30 * j + k
+            trace = {
+                "first_mask": [
+                    pack_mask((torch.rand(T, D, generator=g) > skip / 100) | (skip == 0))
+                ]
+            }
+            trace["units"] = [D]
+            if m == "delta-gru":  # activity-sparse: reads 1 input and D state columns
+                trace["first_reads"] = [pack_mask(torch.rand(T, 1 + D, generator=g) > 0.6)]
+            if m in ("srhn", "rhn", "ei-rehn"):
+                trace |= {"first_depth": [pack_depth(torch.randint(0, 4, (T, D), generator=g))]}
+                trace |= {"max_depth": [5], "depth_hist": {"1": 3 + k, "3": 5, "5": j + 1}}
+            for s in (0, 1, 2):
+                acc = 96.0 - 0.2 * k - 3 * j + s / 2
+                metrics = {"accuracy": acc, "skip_pct": skip + s, "solved": float(j < 2)}
+                if m == "delta-gru":
+                    metrics["read_skip_pct"] = 40.0 + 30 * j + s
+                r = make_record(
+                    method="gru" if m in LATER else m, task="seizures", seed=s,
+                    set={knob: str(value), "train.batch_size": str(16 << j),
+                         "train.weight_decay": str(j / 1000), "train.lr": str(lr)},
+                    primary="accuracy", higher_is_better=True, metrics=metrics,
+                    val_metrics=dict(metrics), flops={"effective": 2e4 * 1.15 ** (k + j)},
+                    history=[{"epoch": e, "train_loss": 1 / (e + 1), "val_accuracy": 50 + e}
+                             for e in range(5)],
+                    trace=trace, data={"n_positive": 2300, "n_negative": 9200, "per_class": 2300},
+                )  # fmt: skip
+                if m in LATER:
+                    r |= {"method": m, "variant_id": f"{m}-{j}", "run_id": f"{m}-{j}-{s}"}
+                recs.append(r)
+    refs = [("ref:logreg", 95.0), ("ref:other", 94.7), ("ref:majority", 50.0)]
+    refs += [("ref:top", 99.0), ("ref:higher", 99.4)]  # both past the top of the y range
+    for name, acc in refs:
+        for s in (0, 1, 2):
+            r = make_record(method="gru", task="seizures", seed=s, metrics={"accuracy": acc + s})
+            r |= {"method": name, "variant_id": name, "run_id": f"{name}-{s}"}
+            recs.append(r | {"primary": "accuracy", "higher_is_better": True})
+    return recs
+
+
+def every_figure(recs):
+    """{kind: figure} of every kind report_figures draws, on ``recs``."""
+    runs = runs_frame(recs)
+    labels = F.variant_labels(runs)
+    bands = F.reference_bands(runs, "accuracy", labels)
+    methods = runs[[not m.startswith("ref:") for m in runs["method"]]]
+    rule = "val-skip-nearest:74"  # a target beside MATCHED_BUDGETS' 76
+    _, tradeoff = F.tradeoff(methods, "accuracy", True, "Accuracy %", bands, labels, None, rule)
+    choice = P.mask_choice(methods)
+    picked = {m: labels[v] for m, (v, _) in choice.picks.items()}
+    deep = ["srhn", "rhn", "ei-rehn"]
+    figs = {
+        "tradeoff": tradeoff,
+        "masks": P.mask_figure(choice.records, picked),
+        "curves": C.curves_figure([r for r in recs if not r["method"].startswith("ref:")]),
+        "depth": P.depth_figure({m: {"1": 3, "2": k + 1, "5": 2} for k, m in enumerate(deep)}),
+    }
+    for knob, swept in F.budget_sweeps(methods).items():
+        figs[f"budget-{knob}"] = F.budget_figure(swept, knob, "accuracy", "Accuracy %", True)
+    return figs
+
+
+def drawn_texts(fig):
+    """The texts ``fig`` draws: visible, not blank, tick labels only of ticks in view."""
+    FigureCanvasAgg(fig).draw()
+    hidden = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if (
+                    not low - 1e-9 * abs(high - low)
+                    <= tick.get_loc()
+                    <= high + 1e-9 * abs(high - low)
+                ):
+                    hidden |= {id(tick.label1), id(tick.label2)}
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+            and id(t) not in hidden]  # fmt: skip
+
+
+def overlaps(fig):
+    """Pairs of drawn texts whose boxes overlap (by more than a pixel), and texts off the figure."""
+    texts = drawn_texts(fig)
+    r = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(r) for t in texts]
+    page = fig.bbox
+    out = [
+        (t.get_text(), "off the figure")
+        for t, b in zip(texts, boxes, strict=True)
+        if b.x0 < page.x0 - 1 or b.y0 < page.y0 - 1 or b.x1 > page.x1 + 1 or b.y1 > page.y1 + 1
+    ]
+    for i, (a, ba) in enumerate(zip(texts, boxes, strict=True)):
+        for b, bb in zip(texts[i + 1 :], boxes[i + 1 :], strict=True):
+            w = min(ba.x1, bb.x1) - max(ba.x0, bb.x0)
+            h = min(ba.y1, bb.y1) - max(ba.y0, bb.y0)
+            if w > 1 and h > 1:
+                out.append((a.get_text(), b.get_text()))
+    return out  # fmt: skip
+
+
+def test_no_text_of_any_figure_overlaps_another_or_leaves_the_figure(monkeypatch):
+    figs = every_figure(wide_report(monkeypatch))
+    assert {"tradeoff", "masks", "curves", "depth", "budget-lam"} <= set(figs)
+    for kind, fig in figs.items():
+        assert len(drawn_texts(fig)) > 5, kind
+        assert overlaps(fig) == [], kind
+
+
+def test_the_overlap_check_sees_overlapping_and_cut_off_text():
+    from matplotlib.figure import Figure
+
+    with S.style():
+        fig = Figure(figsize=(3.3, 2.0), layout="constrained")
+        ax = fig.subplots()
+        ax.set_title("a long title on the left", loc="left")
+        ax.set_title("a centred title", loc="center")
+        ax.text(0.5, 0.5, "in", transform=ax.transAxes)
+    assert [set(pair) for pair in overlaps(fig)] == [
+        {"a long title on the left", "a centred title"}
+    ]
+    ax.text(1.5, 0.5, "far out right", transform=ax.transAxes)
+    assert ("far out right", "off the figure") in overlaps(fig)
+
+
+def test_activity_sparse_methods_are_drawn_by_the_columns_they_read():
+    g = torch.Generator().manual_seed(1)
+    reads = (torch.rand(12, 2 + 5, generator=g) > 0.5).float()  # adding: V = 2 inputs, D = 5
+    trace = {"first_mask": [pack_mask(torch.ones(12, 5))], "units": [5]}
+    sparse = rec("delta-gru", 0, skip=0.0, trace=trace | {"first_reads": [pack_mask(reads)]})
+    sparse["metrics"]["read_skip_pct"] = 61.5
+    image, edges = P.reads_image(sparse)
+    np.testing.assert_array_equal(image, reads.numpy().T)
+    assert edges == [0, 2, 7]  # two input columns, then five state columns
+    dense = rec("gru", 0, skip=0.0, trace=trace)
+    fig = P.mask_figure({"delta-gru": sparse, "gru": dense})
+    (panel,) = [ax for ax in fig.axes if ax.images]
+    assert panel.get_title(loc="left") == "delta-gru: activity sparsity 61.5 %"
+    np.testing.assert_array_equal(panel.images[0].get_array(), reads.numpy().T)
+    assert [ln.get_ydata()[0] for ln in panel.get_lines()] == [1.5]  # inputs | state
+    assert [t.get_text() for t in panel.get_yticklabels()] == ["in", "state"]
+    assert fig.get_suptitle().endswith("not drawn): gru")  # dense: a note, no panel
+    assert P.mask_panels({"gru": dense}) == ([], ["gru"])  # report_figures: then no figure
+    every = trace | {"first_reads": [pack_mask(torch.ones(12, 7))]}  # read every column
+    assert P.mask_figure({"delta-gru": rec("delta-gru", 0, trace=every)}).get_suptitle()

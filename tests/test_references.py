@@ -364,9 +364,13 @@ def test_the_tradeoff_figure_draws_each_reference_as_a_labelled_band(tmp_path):
     assert bands[0][2] == pytest.approx(4.303 * 2 / math.sqrt(3), rel=1e-3)  # t(0.975, 2)
     points = variant_points(runs[runs["method"] == "gru"], ["accuracy", "skip_pct", "flops"])
     fig = tradeoff_figure(points, "accuracy", True, "Accuracy %", bands)
-    assert [t.get_text() for t in fig.axes[1].texts] == ["ref:logreg"]
+    # 72 is below the methods' 91 ± 1: named, with its mean, after an arrow at the bottom edge
+    assert [t.get_text() for t in fig.axes[1].texts] == ["↓ ref:logreg 72.0"]
+    inside = tradeoff_figure(points, "accuracy", True, "Accuracy %", [("ref:logreg", 91.5, 0.2)])
+    assert [t.get_text() for t in inside.axes[1].texts] == ["ref:logreg 91.5"]  # a band, named
+    assert len(inside.axes[0].patches) == 1  # its CI shaded
     figs = report_figures(runs, "accuracy", True, "Accuracy %", tmp_path / "t")
-    assert "bands: the reference predictors (ref:logreg)" in figs[0][0]
+    assert "Grey: the reference predictors (ref:logreg)" in figs[0][0]
 
 
 def test_separation_needs_a_reference_and_a_method():

@@ -21,6 +21,7 @@ from harness.reporting.figstyle import (
     TWO_COLUMNS,
     band,
     legend,
+    legend_height,
     method_order,
     method_style,
     save,
@@ -87,7 +88,7 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
     (task, preset) with at most ``NARROW_METHODS`` methods fits one column (``ONE_COLUMN``): the
     loss above the validation metric, the legend below. Anything more is ``TWO_COLUMNS`` wide,
     one row per (task, preset) with the loss left of the validation metric (each panel about
-    2.6 in wide) and the legend outside on the right.
+    2.6 in wide) and the legend outside on the right (the figure as tall as it needs).
 
     Args:
         records: run records; those without a history are left out.
@@ -103,7 +104,8 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
             fig = Figure(figsize=(ONE_COLUMN, 3.6), layout="constrained")
             grid = fig.subplots(2, 1, squeeze=False).T  # one row: [loss, val]
         else:
-            fig = Figure(figsize=(TWO_COLUMNS, 2.2 * max(len(chosen), 1) + 0.2))
+            tall = max(2.2 * max(len(chosen), 1) + 0.2, legend_height(n_methods))
+            fig = Figure(figsize=(TWO_COLUMNS, tall))
             fig.set_layout_engine("constrained")
             grid = fig.subplots(max(len(chosen), 1), 2, squeeze=False)
         methods: list[str] = []

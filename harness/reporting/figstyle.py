@@ -1,21 +1,22 @@
 """The look shared by every report figure: sizes, palette, fonts, per-method styles, saving.
 
 Every figure gives a method the same colour, marker and line style (``method_style``, assigned
-from the registry order: 16 colours, mostly Paul Tol's colour-blind-safe ones, each method with
-its own colour and marker); axes whose values span a decade or more
-are logarithmic (``spans_decades``); bands and error bars of a percentage (the metric registry's
-``percent``, ``harness.components.metrics``) stay within [0, 100] (``band``, ``error_bars``).
-Figures are sized for one column (``ONE_COLUMN`` inches wide) or two (``TWO_COLUMNS``), text is at
-least 7 pt (``STYLE``) and PDFs embed TrueType fonts.
+from the registry order: seaborn's colour-blind-safe palette times marker shapes, each method its
+own pair); axes whose values span a decade or more are logarithmic (``spans_decades``); bands
+and error bars of a percentage (the metric registry's ``percent``, ``harness.components.metrics``)
+stay within [0, 100] (``band``, ``error_bars``). Figures are sized for one column (``ONE_COLUMN``
+inches wide) or two (``TWO_COLUMNS``), text is at least 7 pt (``STYLE``) and PDFs embed TrueType
+fonts.
 
-matplotlib is imported inside the functions (``import harness`` stays light). Figures are
-``matplotlib.figure.Figure`` objects built under ``style()``, never through pyplot's global
-state, so many reports can be drawn in one process.
+matplotlib and seaborn are imported inside the functions (``import harness`` stays light).
+Figures are ``matplotlib.figure.Figure`` objects built under ``style()``, never through pyplot's
+global state, so many reports can be drawn in one process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,30 +33,12 @@ if TYPE_CHECKING:
 
 ONE_COLUMN = 3.3  # inches: one column of a two-column paper
 TWO_COLUMNS = 7.0  # inches: the full text width
-# 16 colours, one per registered method: Paul Tol's colour-blind-safe "muted" scheme (the first
-# 9), then his "vibrant" blue, orange and red, "light" pear and pink, black and a mid grey
-# (https://personal.sron.nl/~pault/). No scheme tells 16 colours apart for every reader, so each
-# method also has its own marker: with 16 colours and 7 markers (coprime), the i-th method's
-# (colour, marker) pair is unique for the first 112, and neighbours differ in both.
-PALETTE = (
-    "#332288",
-    "#CC6677",
-    "#117733",
-    "#DDCC77",
-    "#88CCEE",
-    "#882255",
-    "#44AA99",
-    "#999933",
-    "#AA4499",
-    "#0077BB",
-    "#EE7733",
-    "#000000",
-    "#CC3311",
-    "#BBCC33",
-    "#FFAABB",
-    "#777777",
-)
-MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7: coprime with the 16 colours
+# Each method's colour comes from seaborn's colour-blind-safe "colorblind" palette (``palette``:
+# its 10 colours less its grey, which the reference predictors' bands keep), and its marker from
+# MARKERS. With 9 colours and 7 markers (coprime), the i-th method's (colour, marker) pair is
+# unique for the first 63, neighbours differ in both, and two methods of one colour (i, i + 9)
+# get markers two apart in MARKERS, ordered so that such pairs differ in shape (never ^ and v).
+MARKERS = ("o", "^", "s", "P", "v", "D", "X")
 LINESTYLES = ("-", "--", ":", "-.")
 MARK_COLOR = "#EE3377"  # the steps a task marks, on the update patterns
 STYLE = {
@@ -104,16 +87,25 @@ def figure(width: float, height: float, *grid: int, **kw: Any) -> Iterator[tuple
         yield fig, fig.subplots(*grid, **kw)
 
 
+@functools.cache
+def palette() -> tuple[str, ...]:
+    """The methods' colours: seaborn's "colorblind" palette without its grey, as hex strings."""
+    import seaborn as sns
+
+    return tuple(c for c in sns.color_palette("colorblind").as_hex() if c != "#949494")
+
+
 def style_at(i: int) -> dict[str, str]:
     """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order).
 
-    Colour ``i mod 16`` of ``PALETTE``, marker ``i mod 7`` of ``MARKERS``; past every colour,
-    the next line style. Two indices below 112 never share a (colour, marker) pair.
+    Colour ``i mod 9`` of ``palette()``, marker ``i mod 7`` of ``MARKERS``; past every colour,
+    the next line style. Two indices below 63 never share a (colour, marker) pair.
     """
+    colors = palette()
     return {
-        "color": PALETTE[i % len(PALETTE)],
+        "color": colors[i % len(colors)],
         "marker": MARKERS[i % len(MARKERS)],
-        "linestyle": LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)],
+        "linestyle": LINESTYLES[(i // len(colors)) % len(LINESTYLES)],
     }
 
 
@@ -121,13 +113,13 @@ def method_style(method: str) -> dict[str, str]:
     """The ``color``, ``marker`` and ``linestyle`` of a method, the same in every figure.
 
     The i-th registered method (registry order) gets ``style_at(i)``, so every registered
-    method has its own colour (16) and pair; a name not registered gets a style past them,
+    method has its own (colour, marker) pair; a name not registered gets a style past them,
     from a checksum of the name, whose pair no registered method has.
     """
     names = METHODS.names()
     if method in names:
         return style_at(names.index(method))
-    pairs = len(PALETTE) * len(MARKERS)  # 112 distinct (colour, marker) pairs
+    pairs = len(palette()) * len(MARKERS)  # 63 distinct (colour, marker) pairs
     return style_at(len(names) + zlib.crc32(method.encode()) % max(pairs - len(names), 1))
 
 
@@ -161,15 +153,26 @@ def error_bars(mean: Any, std: Any, key: str) -> np.ndarray:
     return np.vstack([mean - lo, hi - mean])
 
 
-def legend(fig: Figure, methods: Sequence[str]) -> None:
-    """One legend entry per method (its colour, marker and line style), outside the axes."""
+def legend_height(entries: int) -> float:
+    """The height (inches) a one-column legend of ``entries`` lines needs at ``STYLE``'s size."""
+    return entries * 1.6 * STYLE["legend.fontsize"] / 72 + 0.1
+
+
+def legend(fig: Figure, methods: Sequence[str], below: bool = False) -> None:
+    """One legend entry per method (its colour, marker and line style), outside the axes.
+
+    On the right of a wide figure where one column of entries fits its height, unless
+    ``below``; otherwise under the axes, in rows of up to 6 entries (2 under a one-column one).
+    """
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **method_style(m)) for m in methods]
-    if fig.get_figwidth() > ONE_COLUMN + 0.01:
+    wide = fig.get_figwidth() > ONE_COLUMN + 0.01
+    if wide and legend_height(len(methods)) <= fig.get_figheight() and not below:
         fig.legend(handles, methods, loc="outside right upper")
     else:
-        fig.legend(handles, methods, loc="outside lower center", ncols=2)
+        ncols = max(min(len(methods), 6 if wide else 2), 1)
+        fig.legend(handles, methods, loc="outside lower center", ncols=ncols)
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:

@@ -2,11 +2,12 @@
 
 What they show follows the seed papers' figures:
 
-- ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, one point per method
-  variant (mean over seeds, error bars: std over seeds), each method's Pareto front drawn as a
-  step line (the region it attains); each reference predictor (``ref:NAME``, which has neither
-  Skip % nor FLOPs) a labelled horizontal band, its mean ± 95 % CI over seeds
-  (``reference_bands``), that every point is read against. The other figures leave the
+- ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, every method variant
+  a faint point (mean over seeds), each method's Pareto front a line, the variant picked at each
+  matched budget (``MATCHED_BUDGETS``, vertical guides) marked with its 95 % CI as error bars,
+  unsolved variants hollow; the y axis fitted to the methods' points, each reference predictor
+  (``ref:NAME``, which has neither Skip % nor FLOPs) a labelled band within it, its mean ± 95 %
+  CI over seeds (``reference_bands``), or an arrow at its edge. The other figures leave the
   references out.
 - ``budget_figure``: metric and Skip % vs a budget knob (S-SA Fig. 4 for λ), mean ± std over
   seeds. A method names its budget knobs (``harness.components.method.Method.budget_knobs``: a
@@ -29,7 +30,7 @@ matplotlib and pandas are imported inside the functions (``import harness`` stay
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from harness.components.metrics import get_metric
 from harness.components.registry import METHODS, UnknownNameError
+from harness.components.selection import Rule, budget_measure, parse_rule, select
 from harness.references import role
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
@@ -46,6 +48,7 @@ from harness.reporting.figstyle import (
     error_bars,
     figure,
     legend,
+    legend_height,
     method_order,
     method_style,
     save,
@@ -57,10 +60,10 @@ from harness.reporting.patterns import (
     depth_figure,
     mask_choice,
     mask_figure,
-    mask_image,
+    mask_panels,
 )
 from harness.reporting.references import draw_bands, reference_bands
-from harness.reporting.text import arrow, value_text
+from harness.reporting.text import arrow, ci95, value_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,7 +98,7 @@ def pareto_front(
 
 
 def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """One row per (method, variant) of ``runs``: per key the mean over seeds and ``<key>_std``.
+    """One row per (method, variant) of ``runs``: per key the mean over seeds, its std and CI.
 
     Args:
         runs: one row per run with ``method``, ``variant_id``, ``seed`` and the ``keys``.
@@ -103,7 +106,7 @@ def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
     Returns:
         Columns ``method``, ``variant_id``, ``seeds`` and per key ``k``, ``k_std`` (sample std,
-        NaN for one seed).
+        NaN for one seed) and ``k_ci`` (95 % CI half-width, Student's t; NaN for one seed).
     """
     import pandas as pd
 
@@ -113,8 +116,13 @@ def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
         for k in keys:
             v = pd.to_numeric(g[k], errors="coerce") if k in g else pd.Series([math.nan])
             row[k], row[f"{k}_std"] = float(v.mean()), float(v.std())
+            row[f"{k}_ci"] = ci95(list(v.dropna())) or math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+MATCHED_BUDGETS = (50.0, 76.0, 90.0)  # Skip %: the budgets the seizures reports match (docs)
+DASHES = {"-": "", "--": (4, 1.5), ":": (1, 1.5), "-.": (4, 1.5, 1, 1.5)}  # seaborn's dashes
 
 
 def tradeoff_figure(
@@ -123,57 +131,128 @@ def tradeoff_figure(
     higher: bool,
     metric_title: str,
     bands: Sequence[tuple[str, float, float]] = (),
+    marked: Collection[tuple[str, str]] = (),
+    targets: Sequence[float] = (),
+    activity: Sequence[str] = (),
 ) -> Figure:
-    """Metric vs Skip % (left) and vs effective FLOPs (right), Pareto front per method.
+    """Metric vs Skip % (left) and vs effective FLOPs (right): per method its front of variants.
+
+    Every variant is a faint point; each method's Pareto front (``pareto_front``, over its
+    solved variants) is a line in its style, and the ``marked`` variants (those picked at a
+    matched budget, or by the table's rule) are drawn large, black-edged, with 95 % CI error
+    bars. A variant some of whose seeds did not solve the task (mean ``solved`` below 1, where
+    recorded) is hollow. The y axis spans the methods' points; reference predictors are bands
+    within it, arrows at its edge outside it (``draw_bands``), named right of the FLOPs panel.
+    ``targets`` are vertical guides on the Skip % panel. One legend, under the panels. Colours,
+    markers and dashes: ``method_style``, through seaborn's hue and style semantics.
 
     Args:
-        points: one row per variant (``variant_points``) with ``method``, ``primary``,
-            ``skip_pct``, ``flops`` and their ``_std`` columns.
+        points: one row per variant (``variant_points``) with ``method``, ``variant_id``,
+            ``primary``, ``skip_pct``, ``flops`` and their ``_ci`` columns (``solved``: optional).
         primary: the primary metric's key (its column in ``points``).
         higher: whether higher values of the metric are better (sets the Pareto fronts).
         metric_title: axis label of the metric.
-        bands: the reference predictors (``reference_bands``): a horizontal band each, on both
-            panels, labelled on the right one.
+        bands: the reference predictors (``reference_bands``).
+        marked: ``(method, variant_id)`` pairs drawn large with error bars.
+        targets: Skip % budgets drawn as labelled vertical guides.
+        activity: methods whose ``skip_pct`` column holds their activity sparsity % (named in
+            the x label).
     """
+    import pandas as pd
+    import seaborn as sns
+    from matplotlib.ticker import EngFormatter, NullFormatter
+
     skip, flops = get_metric("skip_pct"), get_metric("flops")
+    also = f" (activity sparsity %: {', '.join(activity)})" if len(activity) else ""
     xs = [
-        ("skip_pct", skip.higher, skip.title + arrow(skip.higher)),
+        ("skip_pct", skip.higher, skip.title + also + arrow(skip.higher)),
         ("flops", flops.higher, f"{flops.title} per sequence{arrow(flops.higher)}"),
     ]
     methods = method_order(points["method"])
-    with figure(TWO_COLUMNS, 2.6, 1, 2, sharey=True) as (fig, axes):
+    styles = {m: method_style(m) for m in methods}
+    semantics = {
+        "hue": "method",
+        "hue_order": methods,
+        "palette": {m: s["color"] for m, s in styles.items()},
+        "style": "method",
+        "style_order": methods,
+        "legend": False,
+    }
+    solved = points["solved"] if "solved" in points else pd.Series(1.0, index=points.index)
+    hollow = solved < 1
+    is_marked = pd.Series(
+        list(zip(points["method"], points["variant_id"], strict=True)), index=points.index
+    ).isin(set(marked))
+    with figure(TWO_COLUMNS, 3.4, 1, 2, sharey=True) as (fig, axes):
         for ax, (x, x_higher, xlabel) in zip(axes, xs, strict=True):
-            for method in methods:
-                g = points[points["method"] == method]
-                st = method_style(method)
+            markers = {m: s["marker"] for m, s in styles.items()}
+            for part in (points[~hollow], points[hollow]):
+                if len(part):
+                    kw = {"alpha": 0.35, "s": 14, "linewidth": 0}
+                    sns.scatterplot(part, x=x, y=primary, markers=markers, ax=ax, **kw, **semantics)
+            if hollow.any():  # the last collection: the unsolved variants, hollow
+                dots = ax.collections[-1]
+                dots.set_edgecolors(dots.get_facecolors())
+                dots.set_facecolors("none")
+                dots.set_linewidth(0.8)
+            fronts = [  # of the solved variants: an unsolved run can skip anything
+                g.iloc[pareto_front(list(g[x]), list(g[primary]), x_higher, higher)]
+                for _, g in points[~hollow].groupby("method", sort=False)
+            ]
+            dashes = {m: DASHES[s["linestyle"]] for m, s in styles.items()}
+            if fronts:
+                kw = {"dashes": dashes, "estimator": None, "sort": True, "lw": 1}
+                sns.lineplot(pd.concat(fronts), x=x, y=primary, ax=ax, **kw, **semantics)
+            for i in points.index[is_marked]:  # the picks: large, black-edged, CI error bars
+                g, st = points.loc[[i]], styles[points.at[i, "method"]]
                 ax.errorbar(
-                    g[x],
-                    g[primary],
-                    xerr=error_bars(g[x], g[f"{x}_std"], x),
-                    yerr=error_bars(g[primary], g[f"{primary}_std"], primary),
+                    g[x].to_numpy(float),
+                    g[primary].to_numpy(float),
+                    xerr=error_bars(g[x], g[f"{x}_ci"], x),
+                    yerr=error_bars(g[primary], g[f"{primary}_ci"], primary),
                     fmt=st["marker"],
                     color=st["color"],
-                    elinewidth=0.6,
-                    label=method,
+                    ms=5.5,
+                    mew=0.7,
+                    elinewidth=0.7,
+                    zorder=3,
+                    mec=st["color"] if hollow[i] else "black",
+                    mfc="none" if hollow[i] else st["color"],
+                    label=points.at[i, "method"],
                 )
-                idx = pareto_front(list(g[x]), list(g[primary]), x_higher, higher)
-                if len(idx) > 1:  # the attained region's edge: a step between front points
-                    ax.step(
-                        g[x].iloc[idx],
-                        g[primary].iloc[idx],
-                        where="pre" if x_higher else "post",
-                        color=st["color"],
-                        linestyle=st["linestyle"],
-                        lw=1,
-                    )
-            draw_bands(ax, bands, primary, text=x == "flops")
             ax.set_xlabel(xlabel)
             if x == "flops" and spans_decades(points[x]):
                 ax.set_xscale("log", nonpositive="clip")
+                ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: never crowded
+            elif x == "flops":  # 200k, 1.5M: no offset text ("1e6") beside the axis label
+                ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         axes[0].set_ylabel(metric_title + arrow(higher))
-        if spans_decades(points[primary]):
+        axes[1].set_ylabel("")
+        ys = points[primary].to_numpy(float)
+        ys = ys[np.isfinite(ys)]
+        log = spans_decades(ys)
+        if log:
             axes[0].set_yscale("log", nonpositive="clip")
-        legend(fig, methods)
+        if ys.size:
+            lo, hi = (np.log10(ys) if log else ys).min(), (np.log10(ys) if log else ys).max()
+            pad = 0.06 * (hi - lo) or 0.05 * (abs(hi) or 1.0)
+            lo, hi = lo - pad, hi + pad
+            axes[0].set_ylim(*((10**lo, 10**hi) if log else (lo, hi)))
+        for t in targets:
+            axes[0].axvline(t, color="0.35", linestyle=":", lw=0.8, zorder=1)
+            axes[0].text(
+                t,
+                1.01,
+                f"{t:g} %",
+                transform=axes[0].get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="0.35",
+            )
+        for ax in axes:
+            draw_bands(ax, bands, primary, text=ax is axes[1])
+        legend(fig, methods, below=True)
     return fig
 
 
@@ -261,8 +340,8 @@ def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
         if v == zero_x:
             return "0"
         e = math.log10(v)
-        if abs(e - round(e)) >= 1e-9:
-            return f"{v:g}" if step == 1 else ""
+        if abs(e - round(e)) >= 1e-9:  # the lowest value: unless a decade stands beside it
+            return f"{v:g}" if step == 1 and all(abs(e - d) > 0.5 for d in decades) else ""
         return f"$10^{{{round(e)}}}$" if (decades[-1] - round(e)) % step == 0 else ""
 
     ax.xaxis.set_major_formatter(FuncFormatter(label))
@@ -305,7 +384,7 @@ def budget_figure(
     styles = _line_styles(runs)
     log = log_knob(list(runs[knob]))
     skip = get_metric("skip_pct")
-    with figure(TWO_COLUMNS, 2.6, 1, 2) as (fig, axes):
+    with figure(TWO_COLUMNS, max(2.6, legend_height(len(styles))), 1, 2) as (fig, axes):
         panels = [(primary, metric_title + arrow(higher)), ("skip_pct", skip.title + arrow(True))]
         for ax, (y, title) in zip(axes, panels, strict=True):
             zero_x = _knob_axis(ax, list(runs[knob])) if log else None
@@ -378,7 +457,68 @@ def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
     return (
         "Update pattern of the first test sequence, per method "
         + "; ".join(parts)
-        + f".{chance} Units × time, black = update; depth-adaptive methods: micro-steps per unit."
+        + f".{chance} Units × time, black = update; depth-adaptive methods: micro-steps n_t,i "
+        "per unit (colour); activity-sparse methods (every unit updated): the columns each step "
+        "read, input columns (in) above state columns (state)."
+    )
+
+
+def tradeoff(
+    runs: pd.DataFrame,
+    primary: str,
+    higher: bool,
+    title: str,
+    bands: Sequence[tuple[str, float, float]],
+    labels: dict[str, str],
+    selected: dict[str, str] | None,
+    rule: str,
+) -> tuple[str, Figure]:
+    """The trade-off figure of ``report_figures`` and its caption.
+
+    Activity-sparse methods (``budget_measure``) stand at their activity sparsity % on the Skip
+    % axis; the budget targets are the rule's own and those of ``MATCHED_BUDGETS`` at least 5
+    points from it, up to 5 points past the highest Skip %; marked: the table's picks and, per
+    target, the variant ``val-skip-nearest`` picks (``best-val``'s where no target is left).
+    """
+    keys = [primary, "skip_pct", "read_skip_pct", "flops", "solved"]
+    points = variant_points(runs, [k for k in keys if k in runs])
+    activity = [
+        m
+        for m in method_order(runs["method"])
+        if budget_measure(list(runs.loc[runs["method"] == m, "record"]), "test") != "skip_pct"
+    ]
+    at = points["method"].isin(activity)
+    for c in ("skip_pct", "skip_pct_ci") if activity else ():  # at their activity sparsity
+        points.loc[at, c] = points.loc[at, "read_" + c]
+    own = [t for t in [parse_rule(rule).target if rule else None] if t is not None]
+    targets = own + [t for t in MATCHED_BUDGETS if all(abs(t - u) >= 5 for u in own)]
+    targets = sorted(t for t in targets if t <= points["skip_pct"].max() + 5)  # where some skip
+    marked = set((selected or {}).items())
+    for r in [Rule("val-skip-nearest", t) for t in targets] or [Rule("best-val")]:
+        marked |= {(rec["method"], rec["variant_id"]) for rec in select(list(runs["record"]), r)[0]}
+    unsolved = points[points["solved"] < 1] if "solved" in points else points.iloc[:0]
+    named = [f"{m} ({labels[v] or v})" for m, v in unsolved[["method", "variant_id"]].to_numpy()]
+    budgets = ", ".join(f"{t:g}" for t in targets)
+    picks = "the variant best-val picks"
+    if targets:
+        picks = (
+            f"the variant val-skip-nearest picks at each matched budget ({budgets} % Skip, dotted)"
+        )
+    caption = (
+        f"{title} vs Skip % and vs effective FLOPs per sequence, one point per variant (mean over "
+        f"seeds; faint: every variant). Lines: each method's Pareto front of its solved variants. "
+        f"Large, black-edged, with 95 % CI error bars (Student's t): {picks}"
+        + (f" and the table's pick ({rule})" if selected else "")
+        + (f"; {', '.join(activity)} at their activity sparsity %" if activity else "")
+        + (f". Hollow: variants with a run that did not solve the task: {'; '.join(named)}"
+           if named else "")
+        + (f". Grey: the reference predictors ({', '.join(b[0] for b in bands)}), mean ± 95 % "
+           "CI, a band within the y range, an arrow at its edge outside it" if bands else "")
+        + "."
+    )  # fmt: skip
+    return (
+        caption,
+        tradeoff_figure(points, primary, higher, title, bands, marked, targets, activity),
     )
 
 
@@ -401,9 +541,10 @@ def report_figures(
         title: the primary metric's title, for axes and captions.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
         selected: ``{method: variant_id}``, the variant the table shows per method where a
-            selection rule picked one; the update patterns show it (unless it is at chance).
+            selection rule picked one: marked in the trade-off figure; the update patterns show
+            it (unless it is at chance).
         rule: the selection rule that picked ``selected`` (e.g. ``val-skip-nearest:76``), named
-            in the update patterns' caption.
+            in the captions; its Skip % target joins ``MATCHED_BUDGETS`` in the trade-off.
 
     Returns:
         ``(caption, [png, pdf])`` per figure drawn.
@@ -413,22 +554,14 @@ def report_figures(
     def keep(caption: str, fig: Figure, kind: str) -> None:
         out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
 
-    bands = reference_bands(runs, primary, variant_labels(runs))
+    labels = variant_labels(runs)
+    bands = reference_bands(runs, primary, labels)
     runs = runs[[role(m) == "method" for m in runs["method"]]]
     if runs.empty:  # reference predictors alone: no method to draw
         return out
-    points = variant_points(runs, [primary, "skip_pct", "flops"])
-    names = ", ".join(b[0] for b in bands)
-    refs = f"; bands: the reference predictors ({names}), mean ± 95 % CI" if bands else ""
-    keep(
-        f"{title} vs Skip % and vs effective FLOPs per sequence: variant means, error bars ± std "
-        f"over seeds; steps: each method's Pareto front{refs}.",
-        tradeoff_figure(points, primary, higher, title, bands),
-        "tradeoff",
-    )
+    keep(*tradeoff(runs, primary, higher, title, bands, labels, selected, rule), "tradeoff")
     choice = mask_choice(runs, None, selected)
-    labels = variant_labels(runs)
-    if any(mask_image(r).size for r in choice.records.values()):
+    if mask_panels(choice.records)[0]:  # a note on dense methods alone is no figure
         keep(
             mask_caption(choice, title, rule),
             mask_figure(choice.records, {m: labels[v] for m, (v, _) in choice.picks.items()}),

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.components.config import from_dict
 from harness.components.metrics import get_metric
 from harness.components.registry import TASKS, UnknownNameError
 from harness.components.selection import nearest_skip, split_mean
@@ -57,57 +58,110 @@ def depth_image(record: dict[str, Any]) -> np.ndarray:
     return np.concatenate(layers, axis=0) if layers else np.zeros((0, 0), dtype=np.int64)
 
 
-def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> Figure:
-    """One panel per method: the first test sequence's updates over units x time.
+def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
+    """The first test sequence's column reads as ``[columns, T]`` (1 = read), layers stacked.
 
-    Args:
-        runs: ``{method: record}``; a record whose mask is all ones (a dense method) gets no
-            panel but is named in a note; one without a trace is left out.
-        labels: ``{method: variant label}`` added to the panel titles.
+    An activity-sparse layer (``SeqOut.reads``) reads, at each step, some of its V input and D
+    state columns (docs/methods.md 1.1); each layer's rows are its V input columns, then its D
+    state columns. V is the task's input size for the first layer (``Task.input_size`` under the
+    record's task config), the previous layer's D after it.
 
-    A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
-    any other as its update mask (black = updated). Steps the task marked in the trace
-    (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
-    more fill two columns row by row.
+    Returns:
+        The image and the rows where its blocks (a layer's inputs, its state) begin, then its
+        height: ``[0, V, V + D]`` for one layer; empty without reads.
     """
-    from matplotlib.ticker import MaxNLocator
+    trace = record.get("trace") or {}
+    units = trace.get("units", [])
+    try:
+        v = TASKS.get(record["task"])(from_dict(record["config"]).task_cfg).input_size
+    except Exception:  # a record whose task or config cannot be rebuilt: from the packed width
+        v = None
+    layers, edges = [], [0]
+    for rows, d in zip(trace.get("first_reads") or [], units, strict=False):
+        if rows:
+            v = 4 * len(rows[0]) - d if v is None else v  # packed width: up to 3 columns more
+            layers.append(np.asarray(unpack_mask(rows, v + d), dtype=np.uint8).T)
+            edges += [edges[-1] + v, edges[-1] + v + d]
+        v = d
+    return (np.concatenate(layers) if layers else np.zeros((0, 0), np.uint8)), edges
 
+
+def mask_panels(runs: dict[str, dict[str, Any]]) -> tuple[list[tuple], list[str]]:
+    """The panels ``mask_figure`` draws, ``(method, record, image, kind, edges)``, and the dense.
+
+    ``kind``: ``depth`` (``depth_image``), ``reads`` (every unit updated, some columns not
+    read: ``reads_image``, whose block edges are ``edges``) or ``mask``; a method that updated
+    every unit and read every column is dense (no panel); one without a trace is left out.
+    """
     panels, dense = [], []
     for method, rec in runs.items():
-        depth, mask = depth_image(rec), mask_image(rec)
+        depth, mask, (reads, edges) = depth_image(rec), mask_image(rec), reads_image(rec)
         if depth.size:
-            panels.append((method, rec, depth, True))
+            panels.append((method, rec, depth, "depth", []))
+        elif mask.size and mask.all() and reads.size and not reads.all():
+            panels.append((method, rec, reads, "reads", edges))
         elif mask.size and mask.all():
             dense.append(method)
         elif mask.size:
-            panels.append((method, rec, mask, False))
+            panels.append((method, rec, mask, "mask", []))
+    return panels, dense
+
+
+def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> Figure:
+    """One panel per method: the first test sequence's updates (or reads) over time.
+
+    Args:
+        runs: ``{method: record}`` (``mask_panels``: a dense method gets no panel but is named
+            in a note).
+        labels: ``{method: variant label}`` added to the panel titles.
+
+    A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
+    an activity-sparse one (every unit updated, ``reads_image``) by the columns it read at each
+    step, its input columns ("in") above its state columns ("state"), its activity sparsity in
+    the title; any other as its update mask (black = updated). Steps the task marked in the trace
+    (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
+    more fill two columns row by row; titles wrap to their panel's width.
+    """
+    import textwrap
+
+    from matplotlib.ticker import MaxNLocator
+
+    panels, dense = mask_panels(runs)
     cols = 1 if len(panels) <= 5 else 2
     rows = max(math.ceil(len(panels) / cols), 1)
     kw = {"squeeze": False, "sharex": True}
-    with figure(TWO_COLUMNS, 0.5 + 1.0 * rows, rows, cols, **kw) as (fig, grid):
+    with figure(TWO_COLUMNS, 0.5 + 1.05 * rows, rows, cols, **kw) as (fig, grid):
         axes = list(grid.flat)
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
-        for ax, (method, rec, img, is_depth) in zip(axes, panels, strict=False):
+        for ax, (method, rec, img, kind, edges) in zip(axes, panels, strict=False):
             metrics = rec.get("metrics") or {}
-            title = method + (f" ({labels[method]})" if labels and labels.get(method) else "")
-            title += f": Skip {metrics.get('skip_pct', math.nan):.1f} %"
-            if is_depth:
+            title = f"Skip {metrics.get('skip_pct', math.nan):.1f} %"
+            if kind == "depth":
                 top = max(int(img.max()), max((rec.get("trace") or {}).get("max_depth", [1])))
                 im = ax.imshow(img, cmap="viridis", vmin=0, vmax=top, aspect="auto")
-                fig.colorbar(im, ax=ax, label="micro-steps n_t,i", pad=0.01)
+                fig.colorbar(im, ax=ax, label="n_t,i", pad=0.01)  # micro-steps (caption)
                 if "depth_skip_pct" in metrics:
                     title += f", depth-skip {metrics['depth_skip_pct']:.1f} %"
             else:
                 ax.imshow(img, cmap="Greys", vmin=0, vmax=1, aspect="auto")
+            ax.set_yticks([])
+            if kind == "reads":  # each layer's input columns above its state columns
+                title = f"activity sparsity {metrics.get('read_skip_pct', math.nan):.1f} %"
+                for y in edges[1:-1]:
+                    ax.axhline(y - 0.5, color=MARK_COLOR, lw=0.6)
+                centres = [(a + b - 1) / 2 for a, b in zip(edges, edges[1:], strict=False)]
+                ax.set_yticks(centres, ["in", "state"] * (len(centres) // 2))
             for t in (rec.get("trace") or {}).get("first_marks", []):
                 ax.axvline(t, color=MARK_COLOR, linestyle="--", lw=0.8)
-            ax.set_title(title, loc="left")
-            ax.set_ylabel("unit")
-            ax.set_yticks([])
+            label = f" ({labels[method]})" if labels and labels.get(method) else ""
+            width = (110 if cols == 1 else 52) - 10 * (kind == "depth")  # characters at 8 pt
+            ax.set_title(textwrap.fill(f"{method}: {title}{label}", width), loc="left")
+            ax.set_ylabel("column" if kind == "reads" else "unit")
             ax.grid(False)
-        marked = any((r.get("trace") or {}).get("first_marks") for _, r, _, _ in panels)
-        xlabel = "time step t (black = unit updated" + (
+        marked = any((r.get("trace") or {}).get("first_marks") for _, r, _, _, _ in panels)
+        read = " or column read" if any(p[3] == "reads" for p in panels) else ""
+        xlabel = f"time step t (black = unit updated{read}" + (
             "; dashed: marked steps)" if marked else ")"
         )
         for c in range(cols):  # the lowest drawn panel of each column
@@ -117,18 +171,16 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
             bottom.set_xlabel(xlabel)
             bottom.xaxis.set_tick_params(labelbottom=True)
         if dense:
-            fig.suptitle(
-                "Dense (every unit updated at every step; not drawn): " + ", ".join(dense),
-                x=0.0,
-                ha="left",
-            )
+            note = "Dense (every unit updated, every column read, at every step; not drawn): "
+            fig.suptitle(textwrap.fill(note + ", ".join(dense), 110), x=0.01, ha="left")
     return fig
 
 
 def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
     """Share of steps executed at each depth R_t, per depth method.
 
-    Each method's bars are in its colour with its marker on top, as in every other figure.
+    Each method's bars are in its colour with its marker on top, as in every other figure; the
+    legend is under the axes, off the bars.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -154,7 +206,7 @@ def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
         ax.set_xticks(np.arange(len(depths)), [str(d) for d in depths])
         ax.set_xlabel("executed depth R_t = max_i n_t,i")
         ax.set_ylabel("share of test steps")
-        ax.legend(handles, methods)
+        fig.legend(handles, methods, loc="outside lower center", ncols=min(len(methods), 3))
     return fig
 
 

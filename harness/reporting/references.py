@@ -31,7 +31,7 @@ from harness.components.registry import TASKS
 from harness.persistence.records import latest
 from harness.references import default_sections, describe, role
 from harness.reporting.runs import ranges, variant_label
-from harness.reporting.text import ci95
+from harness.reporting.text import ci95, fmt_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -301,25 +301,43 @@ def reference_bands(
 
 
 def draw_bands(ax: Any, bands: Sequence[tuple[str, float, float]], key: str, text: bool) -> None:
-    """Reference bands on a matplotlib axis: a mean line, the CI shaded, the name at the right.
+    """Reference predictors on an axis whose y range is set: a band within it, an arrow past it.
+
+    A reference inside the axis's y range is a band (its mean a line, its CI shaded); with
+    ``text`` it is named, with its mean, right of the axis beside its line. One outside the
+    range is not drawn in the axes; with ``text`` its name and mean stand at the edge it lies
+    beyond, after an arrow (↑ / ↓). The names are pushed apart so that none overlaps another.
 
     Args:
-        ax: the axis.
+        ax: the axis (its y limits and scale already set).
         bands: ``reference_bands``.
         key: the metric (a percentage's band stays within [0, 100]).
-        text: write each band's name (at the right edge, above its line).
+        text: write each band's name (right of the axis).
     """
     import numpy as np
 
     from harness.reporting.figstyle import LINESTYLES, band
 
+    low, high = sorted(ax.get_ylim())
+    to_axes = ax.transAxes.inverted()
+    places = []  # (y of its name in axes fraction, the name)
     for k, (label, mean, half) in enumerate(bands):
-        lo, hi = band(np.array([mean]), np.array([half]), key)
-        ls = LINESTYLES[1 + k % (len(LINESTYLES) - 1)]
-        ax.axhspan(float(lo[0]), float(hi[0]), color=REFERENCE_COLOR, alpha=0.18, lw=0)
-        ax.axhline(mean, color=REFERENCE_COLOR, linestyle=ls, lw=0.8)
-        if text:
-            ax.text(
-                0.99, mean, label, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
-                color=REFERENCE_COLOR, fontsize=7,
-            )  # fmt: skip
+        name = f"{label} {fmt_cell(mean)}"
+        if low <= mean <= high:
+            lo, hi = band(np.array([mean]), np.array([half]), key)
+            ax.axhspan(float(lo[0]), float(hi[0]), color=REFERENCE_COLOR, alpha=0.18, lw=0)
+            ls = LINESTYLES[1 + k % (len(LINESTYLES) - 1)]
+            ax.axhline(mean, color=REFERENCE_COLOR, linestyle=ls, lw=0.8)
+            places.append((float(to_axes.transform(ax.transData.transform((0, mean)))[1]), name))
+        else:  # past the range: an arrow at the edge it lies beyond
+            places.append((0.0, f"↓ {name}") if mean < low else (1.0, f"↑ {name}"))
+    if not text or not places:
+        return
+    at = np.array([y for y, _ in places])
+    gap, prev = 0.09, -math.inf
+    for i in np.lexsort(([b[1] for b in bands], at)):  # each name >= ``gap`` above the one below
+        at[i] = prev = max(at[i], prev + gap)
+    at -= max(at.max() - 1.0, 0.0)
+    for (_, name), y in zip(places, at, strict=True):
+        ax.text(1.02, y, name, transform=ax.transAxes, va="center", ha="left", fontsize=7,
+                color=REFERENCE_COLOR)  # fmt: skip
