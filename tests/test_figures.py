@@ -179,6 +179,10 @@ def test_tradeoff_caption_names_the_unsolved_variants_and_the_budgets():
     # the rule's 74 replaces 76; 90 is past every variant's Skip % (at most 81) by more than 5
     assert "at each matched budget (50, 74 % Skip, dotted)" in caption
     assert [t.get_text() for t in fig.axes[0].texts] == ["50 %", "74 %"]
+    # a report without a matched budget draws none: best-val's pick is marked
+    caption, fig = F.tradeoff(runs, "mse", False, "MSE", [], labels, None, "")
+    assert "the variant best-val picks" in caption and "matched budget" not in caption
+    assert not list(fig.axes[0].texts)
 
 
 def test_percent_error_bars_and_bands_stay_within_0_100():

@@ -476,8 +476,9 @@ def tradeoff(
     """The trade-off figure of ``report_figures`` and its caption.
 
     Activity-sparse methods (``budget_measure``) stand at their activity sparsity % on the Skip
-    % axis; the budget targets are the rule's own and those of ``MATCHED_BUDGETS`` at least 5
-    points from it, up to 5 points past the highest Skip %; marked: the table's picks and, per
+    % axis; in a matched-budget report (a rule with a Skip % target) the budget targets are the
+    rule's own and those of ``MATCHED_BUDGETS`` at least 5 points from it, up to 5 points past
+    the highest Skip %; marked: the table's picks and, per
     target, the variant ``val-skip-nearest`` picks (``best-val``'s where no target is left).
     """
     keys = [primary, "skip_pct", "read_skip_pct", "flops", "solved"]
@@ -491,7 +492,8 @@ def tradeoff(
     for c in ("skip_pct", "skip_pct_ci") if activity else ():  # at their activity sparsity
         points.loc[at, c] = points.loc[at, "read_" + c]
     own = [t for t in [parse_rule(rule).target if rule else None] if t is not None]
-    targets = own + [t for t in MATCHED_BUDGETS if all(abs(t - u) >= 5 for u in own)]
+    # the other matched budgets only in a matched-budget report (a rule with a target)
+    targets = own + [t for t in MATCHED_BUDGETS if own and all(abs(t - u) >= 5 for u in own)]
     targets = sorted(t for t in targets if t <= points["skip_pct"].max() + 5)  # where some skip
     marked = set((selected or {}).items())
     for r in [Rule("val-skip-nearest", t) for t in targets] or [Rule("best-val")]:
