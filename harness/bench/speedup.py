@@ -14,17 +14,18 @@ of them alike:
 - ``fused``: torch's fused cell at the same sizes (``Method.fused_cell``: ``nn.GRU``, ``nn.LSTM``
   or ``nn.RNN``; eval, ``no_grad``, the same B, T, V, D), what a user would otherwise run.
 
-The comparisons with the no-skip path and the fused cell have a bound, the speedup the saved work
-allows: MACs of the alternative / MACs the fast path must do
-(``harness.components.flops.sequence_macs``, the exact-realisable count). The fast path's MACs are
-those of the *union* of the batch's decisions (a unit computed for one sequence of the batch is
-read, as a weight row, for all of them; likewise a column some sequence reads; the deepest sequence
-sets a step's depth): at batch 1, or where the decisions of the batch coincide, that is the FLOP
-reduction; at batch > 1 with independent per-unit decisions it is the memory-traffic bound of
-reading the union of the rows. ``realised / bound`` = the fraction of the bound turned into time (1
-= every saved MAC). Against the own dense loop the same MAC ratio is no bound (``mac_ratio_dense``):
-that eager loop also pays a dispatch per step and op that the fast path removes (skipped steps,
-fused kernels), so a fast path can beat its MAC ratio.
+Each comparison has a MAC ratio, the speedup the saved work would give if time followed the
+MACs: MACs of the alternative / MACs the fast path must do
+(``harness.components.flops.sequence_macs``, the exact-realisable count). The fast path's MACs
+are those of the *union* of the batch's decisions (a unit computed for one sequence of the batch
+is read, as a weight row, for all of them; likewise a column some sequence reads; the deepest
+sequence sets a step's depth): at batch 1, or where the decisions of the batch coincide, that is
+the FLOP reduction; at batch > 1 with independent per-unit decisions it is the ratio of the
+weight rows read. ``realised`` = speedup / MAC ratio, the fraction of the saved work turned into
+time. The MAC ratio is no bound on the speedup: time does not follow MACs alone. Against the own
+dense loop the fast path also removes per-step dispatch (skipped steps, fused kernels); against
+any alternative, a fast path whose smaller working set stays in cache saves more than its MACs.
+Where the realised fraction passes 1, the report says how often.
 
 A speedup is the median of per-round ratios (alternative / fast); its spread (min-max over the
 rounds) and the number of rounds are kept in the row, and so are the raw per-round times
@@ -38,7 +39,7 @@ the report's header with ``Method.fast_path_note``, asked once the fast path has
 each row, so that rendering a report from rows runs no method code (no kernel is built for it).
 The target is the unit Skip %, for depth-adaptive methods the depth-skip %, and for activity-sparse
 methods (whose outputs carry ``SeqOut.reads``) the activity sparsity, the share of the input and
-state columns the steps do not read (``achieved_skip``, ``skip_kind``); their bound counts the
+state columns the steps do not read (``achieved_skip``, ``skip_kind``); their MAC ratio counts the
 union of the batch's columns read. ``harness.bench.speedup_report`` renders the report from the
 rows.
 """
@@ -224,7 +225,7 @@ def union_macs(model: Method, out: SeqOut) -> float:
     column, serves the whole batch once any sequence needs it). Counted as a sparse
     implementation can realise it (``Method.exact_step_macs``, where a method's structure lets
     it skip more than the paper's count says: VC-RNN's first k units read only the first k state
-    dims, k(k + V) per gate), so that no fast path can beat its bounds; for the other methods the
+    dims, k(k + V) per gate), not what a dense count would credit; for the other methods the
     paper-effective MACs. At batch 1, or where the batch's decisions coincide, the effective
     (exact) MACs.
     """
@@ -326,7 +327,7 @@ def measure_one(
     noskip: Method,
     cell: torch.nn.Module,
 ) -> dict[str, Any]:
-    """Achieved skip, MAC counts, bounds, times and fast-vs-dense agreement of one model on ``x``.
+    """Achieved skip, MACs and their ratios, times and fast-vs-dense agreement of one model.
 
     This is the per-configuration part of ``measure_speedups``. The row's ``note`` is the
     method's ``fast_path_note``, asked after the fast path has run, so that it describes what
@@ -344,15 +345,12 @@ def measure_one(
         effective MACs), flop_reduction_exact (dense / exact-realisable), fast_macs (MACs of the
         batch's union, per sequence); for each alternative A in ``dense``, ``noskip`` and
         ``fused``: ``A_ms`` (median ms), ``A_macs``, ``speedup_A`` with ``speedup_A_min`` /
-        ``speedup_A_max`` (median and range of per-round A / fast); for ``noskip`` and ``fused``
-        ``bound_A`` (A's MACs / fast_macs) and ``realised_frac_A`` (speedup / bound); for
-        ``dense`` the same MAC ratio as ``mac_ratio_dense``, which is no bound: the dense loop
-        also dispatches per step what the fast path removes, so the fast path can beat it. Then
-        fast_ms,
-        rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip, fused_cell,
-        max_abs_diff, mask_mismatch and reads_mismatch (entries that differ, fast vs dense;
-        reads 0 for methods without them), skip_kind (``skip_kind``: what ``skip`` measures)
-        and note.
+        ``speedup_A_max`` (median and range of per-round A / fast), ``mac_ratio_A`` (A's MACs /
+        fast_macs, no bound on the speedup) and ``realised_frac_A`` (speedup / MAC ratio). Then
+        fast_ms, rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip,
+        fused_cell, max_abs_diff, mask_mismatch and reads_mismatch (entries that differ, fast vs
+        dense; reads 0 for methods without them), skip_kind (``skip_kind``: what ``skip``
+        measures) and note.
     """
     model.eval()
     with torch.no_grad():
@@ -392,13 +390,10 @@ def measure_one(
                 f"speedup_{alt}": med,
                 f"speedup_{alt}_min": lo,
                 f"speedup_{alt}_max": hi,
+                f"mac_ratio_{alt}": alt_mac / fast_macs,
+                f"realised_frac_{alt}": med * fast_macs / alt_mac,
             }
         )
-        if alt == "dense":  # not a bound: the dense loop also pays the dispatch the fast path cuts
-            row["mac_ratio_dense"] = alt_mac / fast_macs
-        else:
-            row[f"bound_{alt}"] = alt_mac / fast_macs
-            row[f"realised_frac_{alt}"] = med * fast_macs / alt_mac
     return {
         **row,
         "fast_ms": 1e3 * statistics.median(times["fast"]),
