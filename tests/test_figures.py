@@ -161,6 +161,17 @@ def test_tradeoff_fronts_picks_hollow_unsolved_references_and_log_axis():
     assert [t.get_text() for t in right.texts] == ["ref:mean 0.100", "↑ ref:far 5.00"]
     assert right.texts[1].get_position()[1] == 1.0
     assert [t.get_text() for t in left.texts] == ["50 %"]  # the budget's guide
+    marked = {("sa-rnn", "sa-rnn-0.001")}
+    for ci, want in ((1e-6, []), (1.0, ["^", "v"])):  # within the axis; past both ends
+        points.loc[points.index[1], "mse_ci"] = ci
+        fig = F.tradeoff_figure(points, "mse", False, "MSE", bands, marked, [50])
+        for ax in fig.axes[:2]:
+            heads = [ln for ln in ax.get_lines() if not ln.get_clip_on()]  # at the edge
+            assert sorted(ln.get_marker() for ln in heads) == want
+    for ax in fig.axes[:2]:
+        heads = [ln for ln in ax.get_lines() if not ln.get_clip_on()]
+        assert sorted(ln.get_marker() for ln in heads) == ["^", "v"]
+        assert {ln.get_ydata()[0] for ln in heads} == set(ax.get_ylim())
     # Within a decade: linear axes.
     points["mse"] = [0.2, 0.3, 0.4]
     assert F.tradeoff_figure(points, "mse", False, "MSE").axes[0].get_yscale() == "linear"

@@ -238,6 +238,15 @@ def tradeoff_figure(
             pad = 0.06 * (hi - lo) or 0.05 * (abs(hi) or 1.0)
             lo, hi = lo - pad, hi + pad
             axes[0].set_ylim(*((10**lo, 10**hi) if log else (lo, hi)))
+        y0, y1 = axes[0].get_ylim()
+        picks = points[is_marked]
+        lo_ci, hi_ci = band(picks[primary], picks[f"{primary}_ci"], primary)
+        for i, down, up in zip(picks.index, lo_ci < y0, hi_ci > y1, strict=True):
+            colour = styles[picks.at[i, "method"]]["color"]  # a CI past the axis: an arrowhead
+            edges = [(y0, "v")] * bool(down) + [(y1, "^")] * bool(up)  # where it leaves it
+            for ax, (x, _, _) in zip(axes, xs, strict=True):
+                for edge, head in edges:
+                    ax.plot(picks.at[i, x], edge, head, ms=4, color=colour, clip_on=False)
         for t in targets:
             axes[0].axvline(t, color="0.35", linestyle=":", lw=0.8, zorder=1)
             axes[0].text(
@@ -509,7 +518,8 @@ def tradeoff(
     caption = (
         f"{title} vs Skip % and vs effective FLOPs per sequence, one point per variant (mean over "
         f"seeds; faint: every variant). Lines: each method's Pareto front of its solved variants. "
-        f"Large, black-edged, with 95 % CI error bars (Student's t): {picks}"
+        f"Large, black-edged, with 95 % CI error bars (Student's t; an arrowhead where one runs "
+        f"past the axis): {picks}"
         + (f" and the table's pick ({rule})" if selected else "")
         + (f"; {', '.join(activity)} at their activity sparsity %" if activity else "")
         + (f". Hollow: variants with a run that did not solve the task: {'; '.join(named)}"
