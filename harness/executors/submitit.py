@@ -514,6 +514,8 @@ class SubmititExecutor:
 
     def _state(self, job: Any) -> str:
         if self.cluster == "slurm":
+            if job.job_id not in self._states:  # ended before squeue was asked about it
+                self._squeue()
             return self._states.get(job.job_id, "ended, gone from squeue")
         return _state(job)
 
