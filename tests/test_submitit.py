@@ -425,7 +425,9 @@ def test_a_job_out_of_time_past_its_requeues_fails_its_run_keeping_the_checkpoin
     assert again.function(items) == 2
     recs = {h: pickle.loads((tmp_path / "rec" / f"{h}.pkl").read_bytes()) for h in (7, 8)}
     assert recs[7]["status"] == recs[8]["status"] == "failed"
-    assert recs[7]["error"].startswith("out of time: its job reached its time limit 2 times; ")
+    assert recs[7]["error"].startswith(
+        "out of time: its job reached its time limit (or was preempted) 2 times; "
+    )
     # the checkpoint is saved after the callbacks: epoch 0's, of 3
     assert "1 of 3 epochs done, kept in its checkpoint" in recs[7]["error"]
     assert "--retry-failed" in recs[7]["error"] and "it had not started" in recs[8]["error"]

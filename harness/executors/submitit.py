@@ -231,7 +231,9 @@ class Pack:
                 self.left.pop(0)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
         except OutOfTime:
-            why = f"out of time: its job reached its time limit {self.requeues + 1} times"
+            n = self.requeues + 1
+            times = f"{n} time" + "s" * (n > 1)
+            why = f"out of time: its job reached its time limit (or was preempted) {times}"
             for i, (handle, cfg_dict) in enumerate(self.left):
                 got = progress(cfg_dict, self.run) if i == 0 else "it had not started"
                 self._send(handle, lost_record(cfg_dict, f"{why}; {got}"))
@@ -265,7 +267,7 @@ def progress(cfg_dict: dict[str, Any], run: RunOptions) -> str:
     """How far a run out of time got: the epochs its checkpoint holds, of how many."""
     epochs = (cfg_dict.get("train") or {}).get("epochs", "?")
     if run.checkpoint_dir is None:
-        return f"no checkpoint (--no-checkpoint): --retry-failed starts it again of {epochs} epochs"
+        return f"no checkpoint (--no-checkpoint): --retry-failed starts its {epochs} epochs again"
     path = Path(run.checkpoint_dir) / f"{identity(cfg_dict)[0]}.pt"
     try:
         import torch
