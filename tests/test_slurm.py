@@ -29,11 +29,19 @@ def no_slurm() -> str | None:
         return "no Slurm here: sbatch is not on PATH (scripts/slurm-local up starts one)"
     done = subprocess.run(["sinfo", "-h", "-o", "%a"], capture_output=True, text=True, timeout=60)
     if done.returncode or "up" not in done.stdout.split():
-        return f"Slurm is not reachable: sinfo says {(done.stderr or done.stdout).strip()[:200]!r}"
+        said = (done.stderr or done.stdout or "no partition up").strip().splitlines()[-1]
+        return f"Slurm is not reachable: sinfo says {said[:200]!r}"
     return None
 
 
-pytestmark = [pytest.mark.slurm, pytest.mark.skipif("no_slurm()", reason="see no_slurm()")]
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def _slurm():
+    if why := no_slurm():
+        pytest.skip(why)
+
 
 SMALL = ("run", "--tasks", "adding", "--methods", "gru,sa-rnn", "--seeds", "0-1", "--preset",
          "smoke", "--no-report")  # fmt: skip
@@ -52,7 +60,7 @@ def stored(path):
 
 
 def test_a_sweep_as_slurm_jobs_two_runs_each_records_what_the_serial_run_does(harness, tmp_path):
-    assert no_slurm() is None  # the skip above is what keeps this test from running
+    assert no_slurm() is None  # _slurm skips these tests where there is no Slurm
     harness(*SMALL, "--out", "serial", check=True)
     p = harness(*SMALL, "--out", "jobs", "--executor", "submitit", "--slurm-folder", "folder",
                 "--runs-per-job", "2", check=True)  # fmt: skip
