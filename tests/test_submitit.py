@@ -2,13 +2,15 @@
 
 submitit's local backend (one process per job) runs real sweeps: the serial executor's records,
 a job killed mid-run as that run's failed record, resume and ``--retry-failed``. A fake Slurm
-(``srun``, ``sbatch``, ``sacct``, ``scancel`` as shell scripts on ``PATH``) checks what would be
+(``srun``, ``sbatch``, ``squeue``, ``scancel`` as shell scripts on ``PATH``) checks what would be
 sent to a cluster: one job array per fill with the ``--slurm-*`` options, a job the scheduler
-killed (``OUT_OF_MEMORY``) as a failed record, ``scancel`` on an interrupt.
+killed (``OUT_OF_MEMORY``) as a failed record, ``scancel`` on an interrupt. On a real Slurm:
+tests/test_slurm.py.
 """
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -238,13 +240,13 @@ def test_lost_why_keeps_the_line_that_says_what_happened():
 
 @pytest.fixture
 def fake_slurm(tmp_path, monkeypatch):
-    """``srun``, ``sbatch``, ``sacct`` and ``scancel`` on ``PATH``, writing and reading files."""
+    """``srun``, ``sbatch``, ``squeue`` and ``scancel`` on ``PATH``, writing and reading files."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tools = {
         "srun": "exit 0",
         "sbatch": f'cp "$1" {tmp_path}/sbatch.sh; echo "Submitted batch job $(cat {tmp_path}/id)"',
-        "sacct": f"cat {tmp_path}/sacct.txt",
+        "squeue": f"cat {tmp_path}/squeue.txt",
         "scancel": f'echo "$@" >> {tmp_path}/scancel.txt',
     }
     for name, body in tools.items():
@@ -254,13 +256,19 @@ def fake_slurm(tmp_path, monkeypatch):
     from submitit.slurm.slurm import SlurmJob
 
     monkeypatch.setattr(SlurmJob, "_results_timeout_s", 0)  # no shared filesystem to wait for
+    monkeypatch.setattr(sub, "SQUEUE_EVERY_S", 0.0)
     return tmp_path
+
+
+def sent(ex, handle, rec):
+    """As a job's ``Pack`` sends a run's record."""
+    ex.records.mkdir(parents=True, exist_ok=True)
+    (ex.records / f"{handle}.pkl").write_bytes(pickle.dumps(rec))
 
 
 def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_failed_record(
     fake_slurm, sweep
 ):
-    import cloudpickle
     from submitit.core.utils import JobPaths
 
     folder = fake_slurm / "jobs"
@@ -271,13 +279,9 @@ def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_fai
     ex = make_executor("submitit", RunOptions(threads=2), options)
     assert ex.cluster == "slurm" and ex.slots() == 2
     (fake_slurm / "id").write_text("4242")
-    (fake_slurm / "sacct.txt").write_text(
-        "JobID|State|NodeList\n4242_0|COMPLETED|n1\n4242_1|OUT_OF_MEMORY|n1\n"
-    )
-    result = JobPaths(folder, "4242_0", 0).result_pickle  # element 0 ran and sent its record
-    result.parent.mkdir(parents=True, exist_ok=True)
-    result.write_bytes(cloudpickle.dumps(("success", {"run_id": "ran", "status": "ok"})))
+    (fake_slurm / "squeue.txt").write_text("4242_0|COMPLETED\n4242_1|OUT_OF_MEMORY\n")
     handles = [ex.submit(cfg) for cfg in sweep.configs[:2]]
+    sent(ex, handles[0], {"run_id": "ran", "status": "ok"})  # element 0 ran and sent its record
     done = dict(ex.wait_any())
     assert set(done) == set(handles)
     assert done[handles[0]] == {"run_id": "ran", "status": "ok"}
@@ -293,7 +297,7 @@ def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_fai
     assert "#SBATCH --cpus-per-task=2\n" in script and "gpus" not in script
 
     (fake_slurm / "id").write_text("4343")  # an interrupt cancels the jobs in flight
-    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4343|RUNNING|n1\n")
+    (fake_slurm / "squeue.txt").write_text("4343|RUNNING\n")
     ex.submit(sweep.configs[2])
     ex._flush()
     ex.cancel()
@@ -303,7 +307,7 @@ def test_on_slurm_a_fill_is_one_array_with_the_options_and_a_killed_job_is_a_fai
     assert ex.close() == [f"submitit kept the logs of 1 failed run(s): {lost_log}"]
     # element 0's files are gone; the array's script stays with element 1's files, and the
     # cancelled job's (4343: it neither succeeded nor failed) stay
-    assert not result.exists() and not JobPaths(folder, "4242_0", 0).submitted_pickle.exists()
+    assert not JobPaths(folder, "4242_0", 0).submitted_pickle.exists()
     assert (folder / "4242_submission.sh").exists() and (folder / "4242_1_submitted.pkl").exists()
     assert (folder / "4343_submitted.pkl").exists()
 
@@ -315,11 +319,11 @@ def test_on_slurm_the_files_of_a_job_whose_run_succeeded_are_removed_at_the_end(
     folder = fake_slurm / "jobs"
     ex = make_executor("submitit", RunOptions(), ExecutorOptions(slurm_folder=str(folder)))
     (fake_slurm / "id").write_text("4545")
-    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4545|COMPLETED|n1\n")
+    (fake_slurm / "squeue.txt").write_text("4545|COMPLETED\n")
     result = JobPaths(folder, "4545", 0).result_pickle
     result.parent.mkdir(parents=True, exist_ok=True)
-    result.write_bytes(cloudpickle.dumps(("success", {"run_id": "ran", "status": "ok"})))
-    ex.submit(sweep.configs[0])
+    result.write_bytes(cloudpickle.dumps(("success", 1)))
+    sent(ex, ex.submit(sweep.configs[0]), {"run_id": "ran", "status": "ok"})
     assert [rec for _, rec in ex.wait_any()] == [{"run_id": "ran", "status": "ok"}]
     assert (folder / "4545_submission.sh").exists() and list(folder.glob(".submission_file_*"))
     assert ex.close() == [] and list(folder.iterdir()) == []  # submitit's link to it too
@@ -340,7 +344,7 @@ def test_slurm_opt_and_setup_lines_reach_the_job_script_from_flags_and_sweep_fil
     fake_slurm, harness
 ):
     (fake_slurm / "id").write_text("4444")  # the job is lost: a failed record ends the sweep
-    (fake_slurm / "sacct.txt").write_text("JobID|State|NodeList\n4444|FAILED|n1\n")
+    (fake_slurm / "squeue.txt").write_text("4444|FAILED\n")
     flags = ["--slurm-opt", "account=abc", "--slurm-opt", "qos=high", "--slurm-opt", "time=30"]
     flags += ["--slurm-setup", "module load cuda", "--slurm-setup", "source venv/bin/activate"]
     p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", *flags)
@@ -361,3 +365,74 @@ def test_slurm_opt_and_setup_lines_reach_the_job_script_from_flags_and_sweep_fil
         assert "#SBATCH --time=1440" not in script
         setup = "\n# setup\nmodule load cuda\nsource venv/bin/activate\n"
         assert setup in script and script.index(setup) < script.index("# command")
+
+
+# --- several runs to a job; a job out of time -----------------------------------------------
+
+
+def test_runs_per_job_packs_the_runs_and_a_lost_job_fails_only_its_runs_not_yet_recorded(
+    sweep, serial, tmp_path, monkeypatch
+):
+    doomed, real = sweep.configs[1].to_dict(), sub.run_one
+
+    def job(cfg_dict, run):  # the second run of the first job kills its process
+        if cfg_dict == doomed:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(cfg_dict, run)
+
+    monkeypatch.setattr(sub, "run_one", job)
+    ex = local_jobs(tmp_path, runs_per_job=2)
+    assert ex.slots() == 4  # two jobs of two runs
+    packs = []
+    real_map = ex._ex.map_array
+    monkeypatch.setattr(ex._ex, "map_array", lambda f, *a: packs.extend(a[0]) or real_map(f, *a))
+    result = api.run_sweep(sweep, tmp_path / "r.jsonl", ex)
+    assert [[cfg["seed"] for _, cfg in pack] for pack in packs] == [[0, 1], [0, 1]]
+    status = {r["run_id"]: r["status"] for r in result.records}
+    assert status.pop(sweep.configs[1].run_id) == "failed" and len(status) == 3
+    assert set(status.values()) == {"ok"}  # the first run of the killed job was recorded
+    (lost,) = [r for r in result.records if r["status"] == "failed"]
+    assert "ended without sending its record" in lost["error"]
+    ok = [r for r in stored(tmp_path / "r.jsonl") if r["status"] == "ok"]
+    res = compare(serial, ok, only_present=True)
+    assert res.ok and res.matched == 3, res.drifted
+    assert not list(ex.records.parent.glob("records-*"))  # the records' folder is removed
+
+
+def test_a_job_out_of_time_past_its_requeues_fails_its_run_keeping_the_checkpoint(
+    sweep, serial, tmp_path
+):
+    from submitit.helpers import DelayedSubmission
+
+    cfgs = [c.to_dict() for c in sweep.configs[:2]]
+    items = [(7, cfgs[0]), (8, cfgs[1])]
+    run = RunOptions(checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every_s=0.0)
+    (tmp_path / "rec").mkdir()
+    pack = sub.Pack(run, str(tmp_path / "rec"), requeue_max=1)
+    pack.left = items[1:]  # the first run recorded: the requeued job gets the second alone
+    again = pack.checkpoint(items)
+    assert isinstance(again, DelayedSubmission) and again.args == (items[1:],)
+    assert again.function.requeues == 1 and again.function.requeue_max == 1
+
+    cfgs[0]["train"]["epochs"] = 3
+    full = sub.run_one(cfgs[0], RunOptions())
+
+    def limit(epoch, row):  # Slurm's signal at the time limit, during epoch 1's callback
+        if epoch == 1:
+            again.function.checkpoint(items)  # as submitit's handler calls it
+
+    again.function.train = lambda cfg_dict, run: sub.run_one(cfg_dict, run, (limit,))
+    assert again.function(items) == 2
+    recs = {h: pickle.loads((tmp_path / "rec" / f"{h}.pkl").read_bytes()) for h in (7, 8)}
+    assert recs[7]["status"] == recs[8]["status"] == "failed"
+    assert recs[7]["error"].startswith(
+        "out of time: its job reached its time limit (or was preempted) 2 times; "
+    )
+    # the checkpoint is saved after the callbacks: epoch 0's, of 3
+    assert "1 of 3 epochs done, kept in its checkpoint" in recs[7]["error"]
+    assert "--retry-failed" in recs[7]["error"] and "it had not started" in recs[8]["error"]
+    (kept,) = (tmp_path / "ckpt").iterdir()
+    resumed = sub.run_one(cfgs[0], run)  # as --retry-failed runs it
+    assert resumed["time"]["resumed"][0]["epoch"] == 1 and not kept.exists()
+    for key in ("history", "metrics", "val_metrics", "best_epoch", "diagnostics", "trace"):
+        assert resumed[key] == full[key], key

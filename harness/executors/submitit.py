@@ -21,26 +21,40 @@ that run's failed record, as with the other executors. What this does not do is 
 sweep as one array up front and let Slurm's ``%N`` throttle run it: that would claim every run at
 once, hold claims for runs queued for hours, and leave nothing for a second sweep on the store.
 
-A job that ends without a record (killed by the scheduler: cancelled, out of memory, a node
+Several runs to a job (``--runs-per-job N``): a job runs its runs one after the other, each
+still its own claim, checkpoint and record, so the start of a job (the interpreter, torch, the
+harness, on a busy node minutes in the queue) is paid once per N runs. Each run's record goes to a
+file of its own as the run ends (``Pack``; the folder's ``records-*/HANDLE.pkl``) and the driver
+takes it from there at once; a job that ends without them fails only the runs not yet recorded.
+
+A job that ends without a run's record (killed by the scheduler: cancelled, out of memory, a node
 lost; or failing outside the run: the harness not importable on the node) is that run's failed
-record naming the job, its state and submitit's message, and the sweep goes on;
-``--retry-failed`` reruns it. At the end of the sweep (``close``) the files of the jobs whose run
-succeeded are removed; a failed run's job keeps its logs, which a line names. A run out of time
-is failed too: Slurm signals the job before its limit, and submitit's handler raises inside the
-run ("timed-out and not checkpointable"), which the run records as its failure. A submission
-that the scheduler refuses (an unknown partition, a time over the partition's limit) stops the
-sweep with one line: it would refuse every run alike. A submission that meets a full disk (the
-folder's) starts none of its runs (``WriteFailed``): the jobs in flight finish and are recorded,
-then the sweep stops.
+record naming the job, its state (``squeue``'s on Slurm: no accounting database is needed) and
+submitit's message, and the sweep goes on; ``--retry-failed`` reruns it. At the end of the sweep
+(``close``) the files of the jobs whose runs succeeded are removed; a failed run's job keeps its
+logs, which a line names. A job at its time limit is requeued (submitit's checkpointing
+protocol: Slurm signals it ``signal_delay_s`` before the limit, ``Pack.checkpoint`` hands back
+the runs not recorded yet, and the run in progress goes on from its checkpoint, which is written
+at least every quarter of ``--slurm-time``); after ``--slurm-requeue-max`` requeues the run is
+failed instead, saying how many of its epochs its checkpoint holds, and the checkpoint stays for
+``--retry-failed``. A submission that the scheduler refuses (an unknown partition, a time over
+the partition's limit) stops the sweep with one line: it would refuse every run alike. A
+submission that meets a full disk (the folder's) starts none of its runs (``WriteFailed``): the
+jobs in flight finish and are recorded, then the sweep stops.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import re
+import signal
+import subprocess
 import time
+import uuid
 from collections.abc import Hashable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,10 +72,12 @@ from harness.executors.base import (
     require,
     run_one,
 )
+from harness.persistence.records import identity
 
 INSTALL = "--executor submitit needs submitit: pip install 'condrnn-harness[slurm]'"
 CLUSTERS = ("slurm", "local", "debug")
 DEFAULT_TIME_MIN = 24 * 60  # Slurm's own default would be submitit's 5 minutes
+DEFAULT_REQUEUE_MAX = 3  # as submitit's max_num_timeout
 SLURM_PARALLELISM = 256  # submitit's default array parallelism
 OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, an int's unit)
     Option("slurm_partition", str, None, "the jobs' Slurm partition (default: the cluster's)",
@@ -86,6 +102,13 @@ OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, 
     Option("slurm_setup", list, None, "a line the job script runs before the run (module load "
            "cuda, source venv/bin/activate; repeatable, in order)", "LINE", None,
            "a list of shell lines"),
+    Option("slurm_requeue_max", int, None, "times a job is requeued at its time limit (or when "
+           f"preempted), each run going on from its checkpoint, before the run in progress is "
+           f"recorded as failed, its checkpoint kept for --retry-failed (default: "
+           f"{DEFAULT_REQUEUE_MAX})", "N", (0, 100)),
+    Option("runs_per_job", int, None, "runs one job runs one after the other (each its own "
+           "record and checkpoint): a job's start paid once per N runs (default: 1)", "N",
+           (1, 10_000)),
     Option("slurm_local", bool, False, "run the jobs as processes on this machine even where "
            "Slurm is installed (default: submitted with sbatch wherever srun is on PATH)"),
     Option("submitit_cluster", str, None, "submitit's backend: slurm, local (as --slurm-local) "
@@ -96,6 +119,10 @@ LIMITS = {o.name: o.bounds for o in OPTIONS if o.bounds}  # the numeric --slurm-
 # polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
 # second without Slurm, where a poll is a check on a local process and a file)
 POLL_FIRST_S, POLL_MAX_S, POLL_MAX_LOCAL_S = 0.25, 10.0, 1.0
+SQUEUE_EVERY_S = 15.0  # how often the driver asks squeue which jobs ended without a result
+# squeue's states of a job that will still run (the others: it ended)
+LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED",
+        "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}  # fmt: skip
 
 
 def default_folder() -> Path:
@@ -161,6 +188,99 @@ def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = Non
     )
 
 
+class OutOfTime(BaseException):
+    """Raised in a job at its time limit once it was requeued ``--slurm-requeue-max`` times.
+
+    Not an ``Exception``: it passes the run's own error handling, so that the run is not
+    recorded as failed there and its checkpoint stays (``harness.training.train.run``).
+    """
+
+
+class Pack:
+    """What a job runs: its runs one after the other, each record to a file as the run ends.
+
+    ``items`` are ``(handle, config dict)``; run ``handle``'s record goes to ``records/HANDLE.pkl``
+    (written whole, then renamed), where the driver takes it. submitit calls ``checkpoint`` when
+    Slurm signals the job before its time limit (or preempts it): the runs not recorded yet are
+    the requeued job's, the one in progress going on from its checkpoint; past ``requeue_max``
+    requeues, those runs are recorded as failed instead, saying how far the first one got.
+
+    Args:
+        run: what every run gets.
+        records: the folder of the records, which the driver reads.
+        requeue_max: how many times the job may be requeued.
+        requeues: how many times it was (0 in its first start).
+    """
+
+    def __init__(self, run: RunOptions, records: str, requeue_max: int, requeues: int = 0) -> None:
+        self.run, self.records = run, records
+        self.requeue_max, self.requeues = requeue_max, requeues
+        self.train = run_one  # the module's, as the driver sees it (a test replaces it)
+        self.left: list[tuple[int, dict[str, Any]]] = []
+
+    def __call__(self, items: list[tuple[int, dict[str, Any]]]) -> int:
+        """Run ``items`` in order, each record to its file; how many runs there were."""
+        self.left = list(items)
+        held = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM}  # submitit's signals
+        try:
+            while self.left:
+                handle, cfg_dict = self.left[0]
+                rec = self.train(cfg_dict, self.run)
+                signal.pthread_sigmask(signal.SIG_BLOCK, held)  # a record sent is a run done
+                self._send(handle, rec)
+                self.left.pop(0)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+        except OutOfTime:
+            n = self.requeues + 1
+            times = f"{n} time" + "s" * (n > 1)
+            why = f"out of time: its job reached its time limit (or was preempted) {times}"
+            for i, (handle, cfg_dict) in enumerate(self.left):
+                got = progress(cfg_dict, self.run) if i == 0 else "it had not started"
+                self._send(handle, lost_record(cfg_dict, f"{why}; {got}"))
+        return len(items)
+
+    def checkpoint(self, items: list[tuple[int, dict[str, Any]]]) -> Any:
+        """The job to requeue (submitit's protocol): the runs not recorded yet.
+
+        Raises:
+            OutOfTime: it was requeued ``requeue_max`` times already.
+        """
+        from submitit.helpers import DelayedSubmission
+
+        if self.requeues >= self.requeue_max:
+            raise OutOfTime
+        return DelayedSubmission(
+            Pack(self.run, self.records, self.requeue_max, self.requeues + 1), self.left
+        )
+
+    def _send(self, handle: int, rec: dict[str, Any]) -> None:
+        path = Path(self.records) / f"{handle}.pkl"
+        tmp = path.with_name(f".{handle}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(rec, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def progress(cfg_dict: dict[str, Any], run: RunOptions) -> str:
+    """How far a run out of time got: the epochs its checkpoint holds, of how many."""
+    epochs = (cfg_dict.get("train") or {}).get("epochs", "?")
+    if run.checkpoint_dir is None:
+        return f"no checkpoint (--no-checkpoint): --retry-failed starts its {epochs} epochs again"
+    path = Path(run.checkpoint_dir) / f"{identity(cfg_dict)[0]}.pt"
+    try:
+        import torch
+
+        done = int(torch.load(path, map_location="cpu", weights_only=False)["epoch"]) + 1
+    except Exception:  # none written yet (a first epoch longer than the time), or unreadable
+        return f"0 of {epochs} epochs done (no checkpoint was written in time)"
+    return (
+        f"{done} of {epochs} epochs done, kept in its checkpoint {path}: --retry-failed (and, "
+        f"say, a larger --slurm-time) goes on from there"
+    )
+
+
 @register_executor("submitit")
 class SubmititExecutor:
     """submitit jobs: Slurm where there is Slurm, else local processes (``submitit_cluster``).
@@ -173,7 +293,8 @@ class SubmititExecutor:
             memory (GB; default the partition's), array parallelism (jobs in flight; default 256
             on Slurm, on the local backend as many as the CPUs hold), the folder of the jobs'
             pickles and logs (default ``default_folder()``), other sbatch options
-            (``sbatch_options``) and the job script's setup lines; ``submitit_cluster``.
+            (``sbatch_options``) and the job script's setup lines, requeues at the time limit
+            (default 3); ``runs_per_job`` (default 1); ``submitit_cluster``.
 
     Raises:
         HarnessError: submitit is not installed, an option is out of range, or submitit cannot
@@ -192,11 +313,23 @@ class SubmititExecutor:
             raise HarnessError(INSTALL) from None
         folder = Path(options.slurm_folder or default_folder()).expanduser()
         cluster = options.submitit_cluster or ("local" if options.slurm_local else None)
-        try:
-            self._ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
+        self.requeue_max = (
+            DEFAULT_REQUEUE_MAX if options.slurm_requeue_max is None else options.slurm_requeue_max
+        )
+        most = {
+            "slurm_max_num_timeout": self.requeue_max,
+            "local_max_num_timeout": self.requeue_max,
+        }
+        try:  # submitit's own count of time-outs never ends a job before Pack's does
+            self._ex = submitit.AutoExecutor(folder=folder, cluster=cluster, **most)
         except (OSError, RuntimeError, ValueError) as e:
             raise HarnessError(f"cannot set up submitit in {folder}: {e}") from None
-        self.run, self.cluster, self.folder = run, self._ex.cluster, folder
+        minutes = options.slurm_time or DEFAULT_TIME_MIN
+        # a checkpoint at least every quarter of the time limit: a requeued job goes on from it
+        every = min(run.checkpoint_every_s, 15.0 * minutes)
+        self.run, self.folder = replace(run, checkpoint_every_s=every), folder
+        self.cluster: str = self._ex.cluster
+        self.per_job = options.runs_per_job or 1
         cpus = options.slurm_cpus or max(run.threads, 1)
         gpus = options.slurm_gpus
         if gpus is None:
@@ -210,7 +343,7 @@ class SubmititExecutor:
         )
         params: dict[str, Any] = {
             "name": "harness",
-            "timeout_min": options.slurm_time or DEFAULT_TIME_MIN,
+            "timeout_min": minutes,
             "cpus_per_task": cpus,
             "gpus_per_node": gpus or None,  # none asked: Slurm's own default, no GPU
             "mem_gb": options.slurm_mem,  # None: the partition's default
@@ -218,20 +351,28 @@ class SubmititExecutor:
             "slurm_array_parallelism": self.size,
             "slurm_additional_parameters": sbatch_options(options.slurm_opt) or None,
             "slurm_setup": list(options.slurm_setup or ()) or None,
+            # the signal before the limit (Slurm may send it up to a minute early): Pack's
+            # checkpoint needs no time of its own, the runs' checkpoints are on disk already
+            "slurm_signal_delay_s": min(90, 15 * minutes),
         }
         try:
             self._ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
         except (AssertionError, NameError, ValueError, TypeError) as e:
             raise HarnessError(f"submitit refuses the --slurm-* options: {_one_line(e)}") from None
+        self.records = folder / f"records-{uuid.uuid4().hex[:12]}"  # the runs' records (Pack)
         self._queued: list[tuple[int, dict[str, Any]]] = []
-        self._jobs: dict[int, tuple[Any, dict[str, Any]]] = {}  # handle -> (job, config dict)
-        self._ok: list[Any] = []  # the finished jobs whose run succeeded, and the others
+        self._runs: dict[int, tuple[dict[str, Any], Any]] = {}  # handle -> (config dict, job)
+        self._jobs: dict[Any, list[int]] = {}  # the jobs with runs not yet recorded: handles
+        self._ended: set[Any] = set()  # of those, the ones squeue says ended
+        self._asked = float("-inf")  # when squeue was last asked
+        self._states: dict[str, str] = {}  # what it said: job id -> state
+        self._ok: list[Any] = []  # the jobs whose runs all succeeded, and the others
         self._failed: list[Any] = []
         self._next = 0
 
     def slots(self) -> int:
-        """The array parallelism: how many jobs are queued or running at once."""
-        return self.size
+        """The runs in flight and the runs ``runs_per_job`` each job not in flight may take."""
+        return len(self._runs) + self.per_job * (self.size - len(self._jobs))
 
     def submit(self, cfg: Any, on_epoch: EpochCallback | None = None) -> Hashable:
         """Queue the run; ``wait_any`` submits what is queued as one job array. Its handle."""
@@ -240,7 +381,7 @@ class SubmititExecutor:
         return self._next
 
     def _flush(self) -> None:
-        """Submit the queued runs: one job array (a single job for one run).
+        """Submit the queued runs, ``runs_per_job`` to a job: one job array (or a single job).
 
         Raises:
             WriteFailed: their pickles met a full disk; none of them started (``dropped``).
@@ -249,68 +390,159 @@ class SubmititExecutor:
         if not self._queued:
             return
         queued, self._queued = self._queued, []
-        cfgs = [d for _, d in queued]
+        n = self.per_job
+        packs = [queued[i : i + n] for i in range(0, len(queued), n)]
         try:
-            jobs = self._ex.map_array(run_one, cfgs, [self.run] * len(cfgs))
+            self.records.mkdir(parents=True, exist_ok=True)
+            pack = Pack(self.run, str(self.records), self.requeue_max)
+            jobs = self._ex.map_array(pack, packs)
         except Exception as e:  # sbatch refused: every run would be refused alike
             if is_disk_full(e):  # the folder is full: no job of them started (on Slurm)
                 raise WriteFailed(self.folder, e, [h for h, _ in queued]) from None
             raise HarnessError(
-                f"submitit could not submit {len(cfgs)} job(s) ({self.cluster}): {_one_line(e)}"
+                f"submitit could not submit {len(packs)} job(s) ({self.cluster}): {_one_line(e)}"
             ) from None
-        for (handle, cfg_dict), job in zip(queued, jobs, strict=True):
+        for items, job in zip(packs, jobs, strict=True):
             if self.cluster != "slurm":
                 # the local backend writes the result before its process ends: no shared
                 # filesystem to wait for (submitit would wait 15 s for a job that left none)
                 job._results_timeout_s = 0
-            self._jobs[handle] = (job, cfg_dict)
+            self._jobs[job] = [h for h, _ in items]
+            self._runs.update((h, (d, job)) for h, d in items)
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Submit what is queued, then poll until some jobs end; each ``(handle, record)``.
+        """Submit what is queued, then poll until some runs end; each ``(handle, record)``.
 
-        A job that ended without a record (``lost_why``) gives its run a failed record.
+        A run's record comes from its file (``Pack``); a job that ended without the records of
+        some of its runs gives each a failed record (``lost_why``).
         """
         self._flush()
-        if not self._jobs:
-            return []
         delay, most = POLL_FIRST_S, POLL_MAX_S if self.cluster == "slurm" else POLL_MAX_LOCAL_S
-        while True:
-            done = [h for h, (job, _) in self._jobs.items() if job.done()]
+        while self._runs:
+            ended = [job for job in self._jobs if self._has_ended(job)]
+            done = self._delivered()
+            for job in ended:
+                done += self._lost(job)
             if done:
-                return [(h, self._record(h)) for h in done]
+                return done
             time.sleep(delay)
             delay = min(delay * 1.5, most)
+        return []
 
-    def _record(self, handle: int) -> dict[str, Any]:
-        job, cfg_dict = self._jobs.pop(handle)
-        try:
-            rec = job.result()
-        except Exception as e:  # killed, timed out, or failed outside run_one
-            rec = lost_record(cfg_dict, lost_why(job.job_id, _state(job), e, _log(job)))
+    def _delivered(self) -> list[tuple[Hashable, dict[str, Any]]]:
+        """The records the jobs wrote since the last look, their files removed."""
+        done = []
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.records.glob("*.pkl"):
+                handle = int(path.stem)
+                if handle in self._runs:
+                    with open(path, "rb") as f:
+                        done.append((handle, self._took(handle, pickle.load(f))))
+                path.unlink()  # a record sent twice (a job requeued as it sent it) is dropped
+        return done
+
+    def _took(self, handle: int, rec: Any) -> dict[str, Any]:
+        cfg_dict, job = self._runs.pop(handle)
+        handles = self._jobs[job]
         if not isinstance(rec, dict):
-            why = f"the submitit job {job.job_id} returned {type(rec).__name__}, not a record"
+            why = f"the submitit job {job.job_id} sent a {type(rec).__name__}, not a record"
             rec = lost_record(cfg_dict, why)
-        (self._ok if rec.get("status") == "ok" else self._failed).append(job)
+        if rec.get("status") != "ok" and job not in self._failed:
+            self._failed.append(job)
+        if not any(h in self._runs for h in handles):  # its last run: the job is free
+            del self._jobs[job]
+            self._ended.discard(job)
+            if job not in self._failed:
+                self._ok.append(job)
         return rec
+
+    def _lost(self, job: Any) -> list[tuple[Hashable, dict[str, Any]]]:
+        """The runs of ``job``, which ended, that sent no record: failed, saying why."""
+        err = self._outcome(job)
+        done = self._delivered()  # what it sent before it ended
+        for handle in [h for h in self._jobs.get(job, ()) if h in self._runs]:
+            if err is None:
+                why = f"the submitit job {job.job_id} ended without sending the record of this run"
+            else:
+                why = lost_why(job.job_id, self._state(job), err, _log(job))
+            done.append((handle, self._took(handle, lost_record(self._runs[handle][0], why))))
+        return done
+
+    def _outcome(self, job: Any) -> BaseException | None:
+        """What the ended ``job`` raised (None: it returned), from its result file.
+
+        Read without submitit's wait, which asks sacct until it says the job ended.
+        """
+        from submitit.core.utils import FailedJobError
+
+        try:
+            if self.cluster == "debug":  # the debug backend runs the job here
+                job.result()
+                return None
+            outcome, value = job._get_outcome_and_result()
+        except Exception as e:  # no result file: killed, cancelled, out of time
+            return e
+        return FailedJobError(value) if outcome == "error" else None
+
+    def _has_ended(self, job: Any) -> bool:
+        """Whether ``job`` ended: its result is there, or (Slurm) squeue says it ended."""
+        if self.cluster != "slurm":
+            return job.done()
+        if job.paths.result_pickle.exists():
+            return True
+        if time.monotonic() - self._asked >= SQUEUE_EVERY_S:
+            self._asked = time.monotonic()
+            self._ended |= set(self._jobs) - set(self._squeue())
+        return job in self._ended
+
+    def _squeue(self) -> dict[Any, str]:
+        """The jobs in flight that will still run (squeue: pending, running, requeued, ...).
+
+        Asks squeue, not submitit's sacct, which needs Slurm's accounting database. A job that
+        squeue no longer lists has ended (it drops them ``MinJobAge`` after); where squeue does
+        not answer, every job counts as running.
+        """
+        ids = {job.job_id.split("_")[0] for job in self._jobs}
+        cmd = ["squeue", "-h", "-r", "--states=all", "-o", "%i|%T", "-j", ",".join(ids)]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return dict.fromkeys(self._jobs, "UNKNOWN")
+        if out.returncode and "Invalid job id" not in out.stderr:  # the controller is away
+            return dict.fromkeys(self._jobs, "UNKNOWN")
+        states = dict(ln.split("|", 1) for ln in out.stdout.split() if "|" in ln)
+        self._states = states
+        return {job: s for job in self._jobs if (s := states.get(job.job_id, "")) in LIVE}
+
+    def _state(self, job: Any) -> str:
+        if self.cluster == "slurm":
+            if job.job_id not in self._states:  # ended before squeue was asked about it
+                self._squeue()
+            return self._states.get(job.job_id, "ended, gone from squeue")
+        return _state(job)
 
     def cancel(self) -> None:
         """Cancel every job in flight (``scancel`` on Slurm) and drop the queued runs."""
         self._queued.clear()
-        for job, _ in self._jobs.values():
+        for job in self._jobs:
             with contextlib.suppress(Exception):
                 job.cancel(check=False)
         self._jobs.clear()
+        self._runs.clear()
 
     def close(self) -> list[str]:
-        """Remove the files of the jobs whose run succeeded; a line naming the failed ones' logs.
+        """Remove the files of the jobs whose runs succeeded; a line naming the failed ones' logs.
 
         The pickles and logs of a job whose run failed (or that sent no record) stay in the
         folder, and so does the script of a job array while one of its jobs' files do (and
         submitit's link to a script while the script is there).
         """
         kept = {job.paths.submission_file for job in self._failed}
+        deadline = time.monotonic() + 10.0  # the last jobs' results, written as they exit
         for job in self._ok:
             p = job.paths
+            while not p.result_pickle.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
             script = {p.submission_file} - kept  # a job array's: one for all its jobs
             for path in (p.submitted_pickle, p.result_pickle, p.stdout, p.stderr, *script):
                 with contextlib.suppress(OSError):
@@ -319,6 +551,8 @@ class SubmititExecutor:
             if link.is_symlink() and not link.exists():
                 with contextlib.suppress(OSError):
                     link.unlink()
+        with contextlib.suppress(OSError):  # not there, or records of runs cancelled in it
+            self.records.rmdir()
         logs = [str(_log(job)) for job in self._failed]
         self._ok, self._failed = [], []
         if not logs:
