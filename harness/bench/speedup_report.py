@@ -162,7 +162,11 @@ def speedup_markdown(
 def _beaten(rows: Sequence[dict[str, Any]]) -> str:
     """How often realised passes 1, per comparison: ``in 12 of 84 rows against the dense ...``."""
     counts = []
-    for alt, what in (("dense", "own dense loop"), ("noskip", "no-skip path"), ("fused", "cell")):
+    for alt, what in (
+        ("dense", "own dense loop"),
+        ("noskip", "no-skip path"),
+        ("fused", "fused cell"),
+    ):
         had = [r for r in rows if f"realised_frac_{alt}" in r]
         n = sum(r[f"realised_frac_{alt}"] > 1 for r in had)
         counts.append(f"{n} of {len(had)} rows against the {what}")
