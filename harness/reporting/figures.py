@@ -249,11 +249,12 @@ def tradeoff_figure(
                     ax.plot(picks.at[i, x], edge, head, ms=4, color=colour, clip_on=False)
         for t in targets:
             axes[0].axvline(t, color="0.35", linestyle=":", lw=0.8, zorder=1)
-            axes[0].text(
-                t,
-                1.01,
+            axes[0].annotate(  # above the arrowheads of CIs that leave the axis at its top
                 f"{t:g} %",
-                transform=axes[0].get_xaxis_transform(),
+                (t, 1),
+                xycoords=axes[0].get_xaxis_transform(),
+                xytext=(0, 3.5),
+                textcoords="offset points",
                 ha="center",
                 va="bottom",
                 fontsize=7,
