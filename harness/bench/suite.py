@@ -51,7 +51,8 @@ from harness.components.config import config_hash
 from harness.components.registry import METHODS, TASKS
 from harness.errors import ConfigError, HarnessError
 from harness.persistence.outputs import write_text
-from harness.persistence.store import Store
+from harness.persistence.records import latest
+from harness.persistence.store import Store, load
 from harness.planning.sweep import build_configs
 from harness.training.code import current_code
 from harness.training.timing import summarize, time_fn
@@ -154,6 +155,24 @@ def merge_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if not (r.get("reference") and r.get("reference_key"))
         or last[(r["reference_key"], r["method"])] is r
     ]
+
+
+def render_timing(stores: Sequence[Path], command: str) -> tuple[str, list[str]]:
+    """The timing report of the timing records in ``stores`` (``harness bench --from``).
+
+    Returns:
+        The Markdown (``merge_references`` of the latest record of each timing, in the order of
+        the stores) and one line per unusable line of the stores.
+
+    Raises:
+        ConfigError: no timing record in the stores.
+        RecordError: a store that does not exist.
+    """
+    records, problems = load(stores)
+    timings = merge_references([r for r in latest(records) if r.get("kind") == "timing"])
+    if not timings:
+        raise ConfigError(f"bench --from: no timing records in {', '.join(map(str, stores))}")
+    return timing_markdown(timings, [str(p) for p in stores], command), problems
 
 
 def reference_kinds(phase: Phase) -> list[str]:

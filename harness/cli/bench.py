@@ -36,8 +36,6 @@ from harness.components import config
 from harness.env import flush_denormals, resolve_device
 from harness.errors import ConfigError
 from harness.persistence.outputs import refuse_overwrite
-from harness.persistence.records import latest
-from harness.persistence.store import load
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
 # TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
@@ -207,17 +205,11 @@ def _render_timing(args: argparse.Namespace, command: str) -> int:
     _only_for(args, {k: v for k, v in TIMING_ONLY.items() if k != "out"}, "when timing")
     stores = [Path(p) / "timing.jsonl" if Path(p).is_dir() else Path(p) for p in args.sources]
     refuse_overwrite(Path(args.report), "--report", [("--from", p) for p in stores])
-    records, problems = load(stores)
+    from harness.bench.suite import render_timing
+
+    text, problems = render_timing(stores, command)
     for line in problems:
         print(line, file=sys.stderr)
-    timings = [r for r in latest(records) if r.get("kind") == "timing"]
-    if not timings:
-        raise ConfigError(f"bench --from: no timing records in {', '.join(map(str, stores))}")
-    from harness.bench.suite import merge_references
-    from harness.bench.timing_report import timing_markdown
-
-    timings = merge_references(timings)
-    text = timing_markdown(timings, [str(p) for p in stores], command)
     write_report(Path(args.report), text)
     print(args.report)
     return 2 if problems else 0
