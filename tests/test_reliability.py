@@ -430,7 +430,7 @@ CASES = [
     ),
     Case(
         "6 a full disk at submitit's folder",
-        [*SWEEP, "gru,rnn", "--executor", "submitit", "--slurm-folder", "sub"]
+        [*SWEEP, "gru,rnn", "--executor", "submitit", "--slurm-local", "--slurm-folder", "sub"]
         + ["--slurm-array-parallelism", "1"],
         2,
         "writing sub; 1 finished run(s) recorded in s.jsonl; 1 run(s) not started",

@@ -120,7 +120,9 @@ def test_a_killed_job_is_its_runs_failed_record_and_retry_failed_reruns_only_it(
 
 
 def test_the_command_line_runs_a_sweep_as_jobs(harness, serial, tmp_path):
-    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", "--out", "r")
+    # local processes, also where a Slurm client is installed (tests/test_slurm.py: a real one)
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-local", "--slurm-folder", "jobs",
+                "--out", "r")  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "1 runs: 0 already recorded" in p.stderr and "wrote r/LEADERBOARD.md" in p.stdout
     recs = stored(tmp_path / "r" / "runs.jsonl")

@@ -3,7 +3,7 @@
 A block is a marker line naming the command that makes it, the command's output, and an end
 line, each marker at the start of its line::
 
-    <!-- generated: harness report results/paper/runs.jsonl --paper --task seizures --print main -->
+    <!-- generated: harness report STORE --paper --task TASK --print main -->
     (the command's stdout)
     <!-- end -->
 

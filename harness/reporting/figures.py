@@ -121,7 +121,7 @@ def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-MATCHED_BUDGETS = (50.0, 76.0, 90.0)  # Skip %: the budgets the seizures reports match (docs)
+MATCHED_BUDGETS = (50.0, 76.0, 90.0)  # Skip %: the budgets of S-SA's matched tables (docs)
 DASHES = {"-": "", "--": (4, 1.5), ":": (1, 1.5), "-.": (4, 1.5, 1, 1.5)}  # seaborn's dashes
 
 
