@@ -36,10 +36,12 @@ Differences from the paper:
   rows (the paper-effective count), not only the nonzero upper-triangular blocks.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
   kernel builds (``baselines._masked_cell``, built before the epoch's timer starts), with the
-  schedule computed first and the effective weight ``W_H * mask`` (so the masked entries still
-  get zero gradient). It equals the per-step ``_step`` loop (the reference, and the path in eval,
-  off the CPU, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to float
-  rounding, not bit for bit; inactive modules stay exact copies. ``fast_forward`` is unchanged.
+  schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
+  zero gradient) and the input terms by ``baselines._masked_cell.input_terms`` (the same values;
+  W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
+  reference, and the path in eval, off the CPU, where the kernel does not build and with
+  ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
+  copies. ``fast_forward`` is unchanged.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_lerp
-from baselines._masked_cell import masked_sequence, sequence_kernel
+from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -169,12 +171,13 @@ class ClockworkRNN(Method):
         B, T = x.shape[:2]
         h, clock = self.init_state(B, x) if state is None else state
         u = self.active_mask(clock, T, x.dtype)  # [B, T, D], input-independent
-        xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
         w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
-        kernel = sequence_kernel(xp, h, w_hh, u) if self.training else None
+        kernel = sequence_kernel(x, h, w_hh) if self.training else None
         if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+            xp = input_terms(x, self.weight_ih, self.bias)
             hs, _ = masked_sequence(kernel, "tanh", xp, h, w_hh, u)
         else:
+            xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
             w_hh_t, steps = w_hh.t(), []
             # one unbind, linear backward (see Method.step_loop)
             for xp_t, u_t in zip(xp.unbind(1), u.unbind(1), strict=True):

@@ -31,8 +31,10 @@ Differences from the paper:
   where the optional kernel builds (``baselines._masked_cell``, built before the epoch's timer
   starts): the masks of all T steps are drawn before the recurrence in one ``torch.rand`` call of
   T B D numbers, the same numbers in the same order as the per-step loop's T draws of B D (the
-  same masks from the same RNG state), and the candidate is computed in ``gru_step_lean``'s form
-  (``lerp(n, h, z)`` for ``(1 - z) n + z h``). It equals the per-step loop (the reference, and
+  same masks from the same RNG state), the candidate is computed in ``gru_step_lean``'s form
+  (``lerp(n, h, z)`` for ``(1 - z) n + z h``) and the input terms by
+  ``baselines._masked_cell.input_terms`` (the same values; W_i's gradient summed in another
+  order). It equals the per-step loop (the reference, and
   the path in eval, in the reset-before form, off the CPU, where the kernel does not build and
   with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; skipped units stay exact
   copies.
@@ -52,7 +54,7 @@ from baselines._cells import (
     gru_macs_per_unit,
     masked_update,
 )
-from baselines._masked_cell import masked_sequence, sequence_kernel
+from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
 from harness.components.config import MAX_SEED, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -145,16 +147,17 @@ class RandomUpdates(Method):
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         h = self.init_state(x.shape[0], x) if state is None else state
-        xp = self.cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
-        w = self.cell.weight_hh
-        fused = self.training and self.cell.form == "after"
-        kernel = sequence_kernel(xp, h, w) if fused else None
+        cell, w = self.cell, self.cell.weight_hh
+        fused = self.training and cell.form == "after"
+        kernel = sequence_kernel(x, h, w) if fused else None
         if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
             B, T = x.shape[:2]
             # the per-step loop's draws: one rand call gives the same numbers in the same order
             u = self.sample_mask(T * B, h, 0).view(T, B, -1).transpose(0, 1).contiguous()
+            xp = input_terms(x, cell.weight_ih, cell.bias)
             hs, _ = masked_sequence(kernel, "gru", xp, h, w, u)  # [B, T, D]
         else:
+            xp = cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
             steps, masks = [], []
             # one unbind, linear backward (see Method.step_loop)
             for t, xp_t in enumerate(xp.unbind(1)):

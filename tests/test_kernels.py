@@ -804,9 +804,13 @@ def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_kernel, cell, d
         w_out, w_c = torch.randn(B, T, D, dtype=dtype), torch.randn(B, D, dtype=dtype)
         leaves = [xp, h0, W, m] + ([c0] if c0 is not None else [])
         runs = []
-        for run in (masked_cell.masked_sequence, per_step):
-            args = (masked_kernel, cell) if run is masked_cell.masked_sequence else (cell,)
-            hs, c = run(*args, xp, h0, W, m, c0)
+        for fused in (True, False):
+            if fused:  # the kernel takes the input terms time-major
+                hs, c = masked_cell.masked_sequence(
+                    masked_kernel, cell, xp.transpose(0, 1), h0, W, m, c0
+                )
+            else:
+                hs, c = per_step(cell, xp, h0, W, m, c0)
             loss = (hs * w_out).sum() + (0 if c is None else (c * w_c).sum())
             runs.append((hs, c, torch.autograd.grad(loss, leaves)))
         (hs, c, grads), (hs_ref, c_ref, grads_ref) = runs
@@ -867,3 +871,39 @@ def test_training_with_the_masked_cell_kernel_equals_the_per_step_path(
             monkeypatch.setattr(module, "sequence_kernel", lambda *t: masked_kernel)
             evaluated = m.eval()(x)  # eval: the per-step path, though the kernel is there
             assert type(evaluated.outputs.grad_fn).__name__ == "StackBackward0"
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", list(MASKED_METHODS))
+def test_a_two_layer_model_with_lengths_trains_alike_with_the_masked_cell_kernel(
+    masked_kernel, monkeypatch, name
+):
+    """The harness's model (``SeqModel``: two stacked layers, padded sequences read out at their
+    last true step, sample times for Phased LSTM) in training, float64: the predictions and the
+    gradient of every parameter with the kernel equal the per-step path's to 1e-12."""
+    from types import SimpleNamespace
+
+    from harness.components.config import ModelConfig
+    from harness.components.model import SeqModel
+
+    module, cls = MASKED_METHODS[name]
+    task = SimpleNamespace(readout="last", input_size=3, output_size=2, token_input=False)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 9, 3, dtype=torch.float64, generator=gen)
+    lengths = torch.tensor([9, 4, 1])
+    times = torch.rand(3, 9, dtype=torch.float64, generator=gen).cumsum(1) * 2
+    runs = []
+    for kernel in (masked_kernel, None):
+        monkeypatch.setattr(module, "sequence_kernel", lambda *t, k=kernel: k)
+        torch.manual_seed(2)
+        model = SeqModel(cls, masked_model(name, torch.float64).cfg, task, ModelConfig(6, 2))
+        model = model.double().train()
+        out = model(x, lengths, times=times)
+        fns = {type(o.outputs.grad_fn).__name__ for o in out.layers}
+        assert fns == {"_MaskedSequenceBackward" if kernel is not None else "StackBackward0"}
+        grads = torch.autograd.grad(out.pred.square().sum(), list(model.parameters()))
+        runs.append((out.pred, grads))
+    (pred, grads), (pred_ref, grads_ref) = runs
+    torch.testing.assert_close(pred, pred_ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

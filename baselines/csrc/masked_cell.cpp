@@ -15,9 +15,12 @@
 // with -ffp-contract=off: equal to the PyTorch path to float rounding (its lerp and addcmul may
 // fuse a multiply-add), not bit for bit.
 //
-// Layout: the state and what the backward reads are time-major (H, C [T + 1, B, D]; A [T, B, GD],
-// the gate activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~)); xp, m and the
-// outputs are batch-major [B, T, .], as the methods hold them.
+// Layout: the input terms xp and their gradient are time-major [T, B, GD] (a step's rows are
+// contiguous; ``_masked_cell.input_terms`` computes them so), the mask m, the states hs and m's
+// gradient batch-major [B, T, D], as the methods hold them (a step's rows of hs are a strided
+// matrix, which the matmuls read in place). What only the backward reads is time-major:
+// A [T, B, GD], the gate activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~);
+// C [T + 1, B, D], the LSTM's cell states.
 #include <torch/extension.h>
 #include <cmath>
 #include <vector>
@@ -35,34 +38,34 @@ inline T lerp(T a, T b, T w) {
 template <typename T, int64_t cell>
 std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, const at::Tensor& c0,
                                 const at::Tensor& weight, const at::Tensor& m) {
-  const int64_t B = xp.size(0), S = xp.size(1), GD = xp.size(2), D = h0.size(1);
+  const int64_t S = xp.size(0), B = xp.size(1), GD = xp.size(2), D = h0.size(1);
   const auto opts = xp.options();
-  at::Tensor H = at::empty({S + 1, B, D}, opts), A = at::empty({S, B, GD}, opts);
+  at::Tensor hs = at::empty({B, S, D}, opts), A = at::empty({S, B, GD}, opts);
   at::Tensor X = cell == TANH ? at::Tensor() : at::empty({S, B, D}, opts);
   at::Tensor C = cell == LSTM ? at::empty({S + 1, B, D}, opts) : at::Tensor();
   at::Tensor hp = cell == GRU ? at::empty({B, GD}, opts) : at::Tensor();
-  H.select(0, 0).copy_(h0);
   if (cell == LSTM) C.select(0, 0).copy_(c0);
   const auto wt = weight.t();
   const T* xpp = xp.data_ptr<T>();
   const T* mp = m.data_ptr<T>();
   for (int64_t t = 0; t < S; ++t) {
-    at::Tensor a = A.select(0, t), h = H.select(0, t);
+    at::Tensor a = A.select(0, t), h = t == 0 ? h0 : hs.select(1, t - 1);
     const T* hrow0 = h.data_ptr<T>();
-    T* hn0 = H.select(0, t + 1).data_ptr<T>();
+    const int64_t hstride = t == 0 ? D : S * D;  // h_{t-1}'s rows
+    T* hn0 = hs.data_ptr<T>() + t * D;
     T* ap = a.data_ptr<T>();
     if (cell == GRU) {
       at::mm_out(hp, h, wt);
       const T* hpp = hp.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
-        const T* x = xpp + (b * S + t) * GD;
+        const T* x = xpp + (t * B + b) * GD;
 #pragma omp simd
         for (int64_t c = 0; c < 2 * D; ++c) ap[b * GD + c] = x[c] + hpp[b * GD + c];
       }
       a.narrow(1, 0, 2 * D).sigmoid_();
       T* xn = X.select(0, t).data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
-        const T* x = xpp + (b * S + t) * GD + 2 * D;
+        const T* x = xpp + (t * B + b) * GD + 2 * D;
         const T* r = ap + b * GD;
         const T* hnp = hpp + b * GD + 2 * D;
         T* n = ap + b * GD + 2 * D;
@@ -74,7 +77,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
       }
       a.narrow(1, 2 * D, D).tanh_();
     } else {
-      at::addmm_out(a, xp.select(1, t), h, wt);
+      at::addmm_out(a, xp.select(0, t), h, wt);
       if (cell == TANH) {
         at::tanh_(a);
       } else {
@@ -102,9 +105,9 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
     const T* xs = cell == LSTM ? X.select(0, t).data_ptr<T>() : nullptr;
     for (int64_t b = 0; b < B; ++b) {
       const T* g = ap + b * GD;
-      const T* hrow = hrow0 + b * D;
+      const T* hrow = hrow0 + b * hstride;
       const T* w = mp + (b * S + t) * D;
-      T* hn = hn0 + b * D;
+      T* hn = hn0 + b * S * D;
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
         T cand;
@@ -118,19 +121,19 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
       }
     }
   }
-  at::Tensor hs = H.narrow(0, 1, S).transpose(0, 1).contiguous();
-  return {hs, H, A, X, C};
+  return {hs, A, X, C};
 }
 
 template <typename T, int64_t cell>
 std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& grad_c,
                                  const at::Tensor& weight, const at::Tensor& m,
-                                 const at::Tensor& H, const at::Tensor& A, const at::Tensor& X,
-                                 const at::Tensor& C) {
-  const int64_t S = A.size(0), B = A.size(1), GD = A.size(2), D = H.size(2);
+                                 const at::Tensor& h0, const at::Tensor& hs, const at::Tensor& A,
+                                 const at::Tensor& X, const at::Tensor& C) {
+  const int64_t S = A.size(0), B = A.size(1), GD = A.size(2), D = h0.size(1);
   const auto opts = A.options();
   at::Tensor DX = at::empty({S, B, GD}, opts);  // the gradient of the pre-activations, xp's
-  at::Tensor DH = cell == GRU ? at::empty({S, B, GD}, opts) : DX;  // of W h (the GRU's n differs)
+  at::Tensor DH = cell == GRU ? at::empty({B, GD}, opts) : at::Tensor();  // W h's (n differs)
+  at::Tensor dweight = at::zeros({GD, D}, opts);
   at::Tensor dm = at::empty({B, S, D}, opts);
   at::Tensor dh = at::zeros({B, D}, opts), base = at::empty({B, D}, opts);
   at::Tensor dc = cell == LSTM ? grad_c.clone() : at::Tensor();
@@ -141,23 +144,27 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
   T* dcp = cell == LSTM ? dc.data_ptr<T>() : nullptr;
   for (int64_t t = S - 1; t >= 0; --t) {
     const T* ap = A.select(0, t).data_ptr<T>();
-    const T* hp = H.select(0, t).data_ptr<T>();
+    at::Tensor h = t == 0 ? h0 : hs.select(1, t - 1);
+    at::Tensor dht_w = cell == GRU ? DH : DX.select(0, t);
+    const T* hp = h.data_ptr<T>();
+    const int64_t hstride = t == 0 ? D : S * D;  // h_{t-1}'s rows
     const T* xs = cell == TANH ? nullptr : X.select(0, t).data_ptr<T>();
     const T* cp = cell == LSTM ? C.select(0, t).data_ptr<T>() : nullptr;
     const T* dhp = dh.data_ptr<T>();
-    T* dxp = DX.select(0, t).data_ptr<T>();
-    T* dhw = DH.select(0, t).data_ptr<T>();
+    T* dxp = DX.data_ptr<T>() + t * B * GD;
+    T* dhw = dht_w.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
       const T* g = ap + b * GD;
       const T* w = mp + (b * S + t) * D;
       const T* go = gp + (b * S + t) * D;
       T* dmr = dmp + (b * S + t) * D;
+      const T* hprow = hp + b * hstride;
       T* da = dxp + b * GD;
       T* dw = dhw + b * GD;
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
         const int64_t i = b * D + j;
-        const T hprev = hp[i], u = w[j], dht = go[j] + dhp[i];
+        const T hprev = hprow[j], u = w[j], dht = go[j] + dhp[i];
         T cand;
         if (cell == TANH)
           cand = g[j];
@@ -197,16 +204,17 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         basep[i] = dprev;
       }
     }
-    at::addmm_out(dh, base, DH.select(0, t), weight);  // dh_{t-1} = direct + dA W
+    dweight.addmm_(dht_w.t(), h);  // dW += dA^T h_{t-1}
+    at::addmm_out(dh, base, dht_w, weight);  // dh_{t-1} = direct + dA W
   }
-  at::Tensor dweight = at::mm(DH.view({S * B, GD}).t(), H.narrow(0, 0, S).reshape({S * B, D}));
-  return {DX.transpose(0, 1), dh, dc, dweight, dm};
+  return {DX, dh, dc, dweight, dm};
 }
 
 std::vector<at::Tensor> sequence_forward(const at::Tensor& xp, const at::Tensor& h0,
                                          const at::Tensor& c0, const at::Tensor& weight,
                                          const at::Tensor& m, int64_t cell) {
   TORCH_CHECK(xp.dim() == 3 && xp.is_contiguous() && m.is_contiguous(), "contiguous xp, m");
+  TORCH_CHECK(m.size(0) == xp.size(1) && m.size(1) == xp.size(0), "xp [T, B, GD], m [B, T, D]");
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES(xp.scalar_type(), "masked_cell_forward",
                              [&] {
@@ -219,15 +227,16 @@ std::vector<at::Tensor> sequence_forward(const at::Tensor& xp, const at::Tensor&
 
 std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::Tensor& grad_c,
                                           const at::Tensor& weight, const at::Tensor& m,
-                                          const at::Tensor& H, const at::Tensor& A,
+                                          const at::Tensor& h0, const at::Tensor& hs,
+                                          const at::Tensor& A,
                                           const at::Tensor& X, const at::Tensor& C,
                                           int64_t cell) {
   TORCH_CHECK(grad_hs.is_contiguous(), "contiguous grad_hs");
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES(grad_hs.scalar_type(), "masked_cell_backward", [&] {
-    if (cell == TANH) out = backward<scalar_t, TANH>(grad_hs, grad_c, weight, m, H, A, X, C);
-    else if (cell == GRU) out = backward<scalar_t, GRU>(grad_hs, grad_c, weight, m, H, A, X, C);
-    else out = backward<scalar_t, LSTM>(grad_hs, grad_c, weight, m, H, A, X, C);
+    if (cell == TANH) out = backward<scalar_t, TANH>(grad_hs, grad_c, weight, m, h0, hs, A, X, C);
+    else if (cell == GRU) out = backward<scalar_t, GRU>(grad_hs, grad_c, weight, m, h0, hs, A, X, C);
+    else out = backward<scalar_t, LSTM>(grad_hs, grad_c, weight, m, h0, hs, A, X, C);
   });
   return out;
 }
@@ -235,6 +244,6 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("forward", &sequence_forward, "masked cell, whole sequence: hs, H, A, X, C");
+  mod.def("forward", &sequence_forward, "masked cell, whole sequence: hs, A, X, C");
   mod.def("backward", &sequence_backward, "its gradients: xp, h0, c0, weight, m");
 }
