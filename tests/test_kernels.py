@@ -736,6 +736,33 @@ def test_masked_cell_default_run_trains_on_the_per_step_path(fresh_kernel, no_bu
     assert not fresh_kernel.exists()
 
 
+def test_a_failed_masked_cell_build_is_one_line_at_the_epoch_start_and_falls_back(
+    fresh_kernel, monkeypatch
+):
+    """The methods ask for the kernel in ``on_epoch_start`` (before the epoch's timer); a build
+    that fails is one warning and a one-line status, and training takes the per-step path."""
+    asked = []
+
+    def load(*args, **kwargs):
+        asked.append(kwargs["name"])
+        raise RuntimeError("Error building extension 'harness_masked_cell'\n[1/2] c++ ...")
+
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    x = torch.randn(2, 5, 3)
+    for i, name in enumerate(MASKED_METHODS):
+        m = masked_model(name, torch.float32)
+        if i == 0:
+            with pytest.warns(UserWarning, match="masked-cell training kernel unavailable"):
+                m.on_epoch_start(0, 1)
+        else:
+            m.on_epoch_start(0, 1)  # cached: asked once a process
+        assert type(m(x).outputs.grad_fn).__name__ == "StackBackward0", name
+    assert len(asked) == 1 and asked[0].startswith("harness_masked_cell_")
+    why = "RuntimeError: Error building extension 'harness_masked_cell'"
+    assert kernels.masked_cell_kernel_status() == kernels.KernelStatus("unavailable", why)
+
+
 def test_masked_cell_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "_off_cpu", set())
