@@ -31,11 +31,6 @@ version (``method_code``: the loader's ``kernel_source_files``), as the kernel r
 that records carry; whether a run's training used it is in its diagnostics
 (``train_fused_kernel``).
 
-``csrc/masked_cell.cpp`` (``masked_cell_kernel()``) is the training of Phased LSTM, Random Updates
-and the Clockwork RNN: a tanh, GRU or LSTM cell mixed with the previous state by a mask or gate
-computed before the recurrence, over a whole sequence, forward and backward, one call each
-(``baselines._masked_cell``). Its source, too, is part of those methods' code version.
-
 The kernels take CPU tensors only. Every caller asks ``on_cpu`` before it asks for a kernel: on
 another device (CUDA, meta) it takes its PyTorch path, which computes the same thing, and the
 first such fallback of each fast path in a process says so in one warning line.
@@ -244,29 +239,11 @@ def ei_rehn_stack_kernel() -> Any:
     return mod
 
 
-def masked_cell_kernel_status() -> KernelStatus:
-    """The state of the whole-sequence masked-cell training kernel, found without building it."""
-    return _status(masked_cell_kernel, "masked_cell")
-
-
-@functools.lru_cache(maxsize=1)
-def masked_cell_kernel() -> Any:
-    """The compiled whole-sequence masked-cell training kernel (``forward``, ``backward``: see
-    ``baselines._masked_cell``), or None where it cannot be built."""
-    mod, _last["masked_cell"] = _load(
-        "masked_cell", "masked-cell training", announce="masked-cell training"
-    )
-    return mod
-
-
 # The sources a method's training runs are part of its code version: ``harness.planning.resume``'s
 # ``method_code`` adds the files that ``kernel_source_files()`` names, for each object a method's
-# modules hold. Only the training kernels' (EI-REHN's and the masked cell's): SA-RNN's and VC-RNN's
-# kernels run in the batch-1 inference benchmark, not in the training runs whose records carry the
-# code version (and adding them would mark every record of those methods stale).
+# modules hold. Only this kernel's: SA-RNN's and VC-RNN's kernels run in the batch-1 inference
+# benchmark, not in the training runs whose records carry the code version (and adding them would
+# mark every record of those methods stale).
 ei_rehn_stack_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
     kernel_sources, "ei_rehn_stack"
-)
-masked_cell_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "masked_cell"
 )

@@ -4,8 +4,9 @@ Phased LSTM, Random Updates and the Clockwork RNN decide every unit's update bef
 recurrence (the time gate k, the Bernoulli draw, the schedule), so a training step is a dense
 cell candidate and ``h_t = lerp(h_{t-1}, h~_t, m_t)``: a dozen small torch ops a step, and a
 training step at the paper sizes is bound by their dispatch. Where the optional C++ kernel builds
-(``baselines._kernels.masked_cell_kernel``, ``csrc/masked_cell.cpp``), ``masked_sequence`` runs
-all T steps, forward and backward, in one call each: the tanh (Elman) cell, the reset-after GRU
+(``masked_cell_kernel``, ``csrc/masked_cell.cpp``, built, cached and switched off as
+``baselines._kernels`` does for its kernels), ``masked_sequence`` runs all T steps, forward and
+backward, in one call each: the tanh (Elman) cell, the reset-after GRU
 (``baselines._cells.gru_step_lean``) or the LSTM without peepholes (``LSTMWeights.step``), each
 mixed with the previous state by the mask or gate ``m [B, T, D]`` (for the LSTM the cell state
 too, by the same m). The gradient of m is returned, so a differentiable gate (Phased LSTM's k)
@@ -20,16 +21,38 @@ float64 and float32).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import masked_cell_kernel, on_cpu
+from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
 
 CELLS = {"tanh": 0, "gru": 1, "lstm": 2}
 """The cells of the kernel, by name: the index ``csrc/masked_cell.cpp`` takes."""
+
+
+# The loader is here, not in ``baselines._kernels`` (whose helpers it uses), so that the methods
+# whose code version holds that module (SA-RNN, VC-RNN, EI-REHN, Delta GRU) keep theirs.
+def masked_cell_kernel_status() -> KernelStatus:
+    """The state of the masked-cell training kernel, found without building or loading it."""
+    return _status(masked_cell_kernel, "masked_cell")
+
+
+@functools.lru_cache(maxsize=1)
+def masked_cell_kernel() -> Any:
+    """The compiled kernel (``forward``, ``backward``: ``csrc/masked_cell.cpp``), or None where it
+    cannot be built (``baselines._kernels``: compiled on first use, cached, optional)."""
+    mod, _last["masked_cell"] = _load("masked_cell", "masked-cell training", "masked-cell training")
+    return mod
+
+
+# Its source is part of the code version of the methods that train with it (``method_code``).
+masked_cell_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
+    kernel_sources, "masked_cell"
+)
 
 
 def sequence_kernel(*tensors: Tensor) -> Any:

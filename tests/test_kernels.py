@@ -50,7 +50,7 @@ def fresh_kernel(tmp_path, monkeypatch):
         kernels.sarnn_kernel,
         kernels.vcrnn_kernel,
         kernels.ei_rehn_stack_kernel,
-        kernels.masked_cell_kernel,
+        masked_cell.masked_cell_kernel,
     )
     for loader in loaders:
         loader.cache_clear()
@@ -716,16 +716,16 @@ def masked_kernel():
     expected = kernel_expected()
     if expected is None:
         pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    kernels.masked_cell_kernel.cache_clear()
-    kernel = kernels.masked_cell_kernel()
-    status = kernels.masked_cell_kernel_status()
+    masked_cell.masked_cell_kernel.cache_clear()
+    kernel = masked_cell.masked_cell_kernel()
+    status = masked_cell.masked_cell_kernel_status()
     assert kernel is not None, f"the kernel did not build although {expected}: {status}"
     yield kernel
-    kernels.masked_cell_kernel.cache_clear()
+    masked_cell.masked_cell_kernel.cache_clear()
 
 
 def test_masked_cell_default_run_trains_on_the_per_step_path(fresh_kernel, no_build):
-    assert kernels.masked_cell_kernel_status() == kernels.KernelStatus(
+    assert masked_cell.masked_cell_kernel_status() == kernels.KernelStatus(
         "unavailable", kernels.DISABLED
     )
     x = torch.randn(2, 5, 3)
@@ -760,7 +760,7 @@ def test_a_failed_masked_cell_build_is_one_line_at_the_epoch_start_and_falls_bac
         assert type(m(x).outputs.grad_fn).__name__ == "StackBackward0", name
     assert len(asked) == 1 and asked[0].startswith("harness_masked_cell_")
     why = "RuntimeError: Error building extension 'harness_masked_cell'"
-    assert kernels.masked_cell_kernel_status() == kernels.KernelStatus("unavailable", why)
+    assert masked_cell.masked_cell_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 
 def test_masked_cell_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
