@@ -34,6 +34,14 @@ Differences from the paper:
   (g-j+1)). ``fast_forward`` (inference) computes only the active rows: the active modules are the
   fastest ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
   rows (the paper-effective count), not only the nonzero upper-triangular blocks.
+- Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
+  kernel builds (``baselines._masked_cell``, built before the epoch's timer starts), with the
+  schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
+  zero gradient) and the input terms by ``baselines._masked_cell.input_terms`` (the same values;
+  W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
+  reference, and the path in eval, off the CPU, where the kernel does not build and with
+  ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
+  copies. ``fast_forward`` is unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_lerp
+from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -133,6 +142,12 @@ class ClockworkRNN(Method):
         t = clock[:, None] + torch.arange(steps, device=clock.device)  # [B, steps]
         return ((t[..., None] + self.cfg.phase) % self.periods == 0).to(dtype)  # [B, steps, D]
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the masked-cell training kernel where training will run it,
+        before the epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def init_state(self, batch_size: int, ref: Tensor) -> tuple[Tensor, Tensor]:
         h = ref.new_zeros(batch_size, self.hidden_size)
         return h, torch.zeros(batch_size, dtype=torch.long, device=ref.device)
@@ -156,14 +171,20 @@ class ClockworkRNN(Method):
         B, T = x.shape[:2]
         h, clock = self.init_state(B, x) if state is None else state
         u = self.active_mask(clock, T, x.dtype)  # [B, T, D], input-independent
-        xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
-        w_hh_t = (self.weight_hh * self.hh_mask).t()  # [D, D] block upper-triangular, transposed
-        hs = []
-        # one unbind, linear backward (see Method.step_loop)
-        for xp_t, u_t in zip(xp.unbind(1), u.unbind(1), strict=True):
-            h = self._step(xp_t, h, u_t, w_hh_t)
-            hs.append(h)
-        out = SeqOut(torch.stack(hs, 1), u, state=(h, clock + T))
+        w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
+        kernel = sequence_kernel(x, h, w_hh) if self.training else None
+        if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+            xp = input_terms(x, self.weight_ih, self.bias)
+            hs, _ = masked_sequence(kernel, "tanh", xp, h, w_hh, u)
+        else:
+            xp = F.linear(x, self.weight_ih, self.bias)  # [B, T, D]
+            w_hh_t, steps = w_hh.t(), []
+            # one unbind, linear backward (see Method.step_loop)
+            for xp_t, u_t in zip(xp.unbind(1), u.unbind(1), strict=True):
+                h = self._step(xp_t, h, u_t, w_hh_t)
+                steps.append(h)
+            hs = torch.stack(steps, 1)
+        out = SeqOut(hs, u, state=(hs[:, -1], clock + T))
         out.aux_loss = self.aux_loss(out)
         return out
 

@@ -35,6 +35,16 @@ Differences from the paper:
   ``tau + s``; equivalent since s is learned). phi is computed in float64, so long clocks keep
   their phase.
 - MACs: 4 k_t (D+V) (each unit's gates use only its own rows); the O(D) time gate is not charged.
+- Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
+  kernel builds (``baselines._masked_cell``, built before the epoch's timer starts): k
+  ``[B, T, D]`` is computed first, as on the per-step path, the kernel runs eqs. 8-11 over all
+  steps and returns k's gradient, so P, s and r_on learn as there. Where every sequence of the
+  batch has the same clock and no sample times are given (training from a zero state), k is
+  computed once for the batch, ``[1, T, D]``: the same values, its gradient summed over the batch
+  in another order; the input terms are ``input_terms``'s (the same values, W_i's gradient
+  summed in another order). It equals the per-step ``_step`` loop (the reference, and the path
+  in eval, off the CPU, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to
+  float rounding, not bit for bit; closed units (k = 0) stay exact copies.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines._cells import LSTMWeights
+from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
 from harness.components.config import check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -132,6 +143,12 @@ class PhasedLSTM(Method):
         open_k = torch.where(phi < r / 2, rising, 2 - rising)
         return torch.where(phi < r, open_k, self.leak() * phi)  # eq. 7
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the masked-cell training kernel where training will run it,
+        before the epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def init_state(self, batch_size: int, ref: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         z = ref.new_zeros(batch_size, self.hidden_size)
         return z, z, torch.zeros(batch_size, dtype=torch.long, device=ref.device)
@@ -162,14 +179,25 @@ class PhasedLSTM(Method):
     ) -> SeqOut:
         B, T = x.shape[:2]
         h, c, clock = self.init_state(B, x) if state is None else state
-        k = self.time_gate(clock, T, times)  # [B, T, D], input-independent
-        xp = self.cell.input_proj(x)  # [B, T, 4D]
-        w_t = self.cell.weight_hh.t()
-        hs = []
-        # one unbind, linear backward (see Method.step_loop)
-        for xp_t, k_t in zip(xp.unbind(1), k.unbind(1), strict=True):
-            h, c = self._step(xp_t, h, c, k_t, w_t)
-            hs.append(h)
-        out = SeqOut(torch.stack(hs, 1), (k > 0).to(x.dtype), state=(h, c, clock + T))
+        cell, w = self.cell, self.cell.weight_hh
+        kernel = sequence_kernel(x, h, c, w) if self.training else None
+        if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+            if times is None and bool((clock == clock[0]).all()):
+                # one clock for the whole batch: one row of the gate serves every sequence
+                k = self.time_gate(clock[:1], T).expand(B, -1, -1)
+            else:
+                k = self.time_gate(clock, T, times)
+            xp = input_terms(x, cell.weight_ih, cell.bias)
+            hs, c = masked_sequence(kernel, "lstm", xp, h, w, k, c)
+        else:
+            k = self.time_gate(clock, T, times)  # [B, T, D], input-independent
+            xp = cell.input_proj(x)  # [B, T, 4D]
+            w_t, steps = w.t(), []
+            # one unbind, linear backward (see Method.step_loop)
+            for xp_t, k_t in zip(xp.unbind(1), k.unbind(1), strict=True):
+                h, c = self._step(xp_t, h, c, k_t, w_t)
+                steps.append(h)
+            hs = torch.stack(steps, 1)
+        out = SeqOut(hs, (k > 0).to(x.dtype), state=(hs[:, -1], c, clock + T))
         out.aux_loss = self.aux_loss(out)
         return out

@@ -27,6 +27,17 @@ Differences from the paper:
   unit needs no row of its own, but every updated unit's candidate reads ``r_j h_j`` of all
   units j, so the r rows of all D units are computed whenever any unit updates:
   ``1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (``exact_step_macs``; docs/methods.md 2.3).
+- Training on CPU (float32/64) in the reset-after form runs the sequence as one C++ autograd node
+  where the optional kernel builds (``baselines._masked_cell``, built before the epoch's timer
+  starts): the masks of all T steps are drawn before the recurrence in one ``torch.rand`` call of
+  T B D numbers, the same numbers in the same order as the per-step loop's T draws of B D (the
+  same masks from the same RNG state), the candidate is computed in ``gru_step_lean``'s form
+  (``lerp(n, h, z)`` for ``(1 - z) n + z h``) and the input terms by
+  ``baselines._masked_cell.input_terms`` (the same values; W_i's gradient summed in another
+  order). It equals the per-step loop (the reference, and
+  the path in eval, in the reset-before form, off the CPU, where the kernel does not build and
+  with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; skipped units stay exact
+  copies.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from baselines._cells import (
     gru_macs_per_unit,
     masked_update,
 )
+from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
 from harness.components.config import MAX_SEED, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -96,6 +108,13 @@ class RandomUpdates(Method):
             return None
         return effective_step_macs(gru_exact_cost(self.input_size, self.hidden_size, "before"), out)
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the masked-cell training kernel where training will run it,
+        before the epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        if self.cell.form == "after":
+            sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def init_state(self, batch_size: int, ref: Tensor) -> Tensor:
         return ref.new_zeros(batch_size, self.hidden_size)
 
@@ -128,14 +147,25 @@ class RandomUpdates(Method):
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         h = self.init_state(x.shape[0], x) if state is None else state
-        xp = self.cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
-        hs, masks = [], []
-        # one unbind, linear backward (see Method.step_loop)
-        for t, xp_t in enumerate(xp.unbind(1)):
-            so = self._step(xp_t, h, t)
-            h = so.h
-            hs.append(h)
-            masks.append(so.mask)
-        out = SeqOut(torch.stack(hs, 1), torch.stack(masks, 1), state=h)  # [B, T, D] each
+        cell, w = self.cell, self.cell.weight_hh
+        fused = self.training and cell.form == "after"
+        kernel = sequence_kernel(x, h, w) if fused else None
+        if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+            B, T = x.shape[:2]
+            # the per-step loop's draws: one rand call gives the same numbers in the same order
+            u = self.sample_mask(T * B, h, 0).view(T, B, -1).transpose(0, 1).contiguous()
+            xp = input_terms(x, cell.weight_ih, cell.bias)
+            hs, _ = masked_sequence(kernel, "gru", xp, h, w, u)  # [B, T, D]
+        else:
+            xp = cell.input_proj(x)  # [B, T, 3D], one matmul for the whole sequence
+            steps, masks = [], []
+            # one unbind, linear backward (see Method.step_loop)
+            for t, xp_t in enumerate(xp.unbind(1)):
+                so = self._step(xp_t, h, t)
+                h = so.h
+                steps.append(h)
+                masks.append(so.mask)
+            hs, u = torch.stack(steps, 1), torch.stack(masks, 1)  # [B, T, D] each
+        out = SeqOut(hs, u, state=hs[:, -1])
         out.aux_loss = self.aux_loss(out)
         return out

@@ -26,9 +26,17 @@ import torch.utils.cpp_extension
 import baselines._ei_rehn_fused as ei_fused
 import baselines._ei_rehn_stack as ei_stack
 import baselines._kernels as kernels
+import baselines._masked_cell as masked_cell
+import baselines.clockwork_rnn as clockwork_rnn
+import baselines.phased_lstm as phased_lstm
+import baselines.random_updates as random_updates
 import baselines.sa_rnn as sa
 import baselines.vc_rnn as vc
+from baselines._cells import gru_step, masked_update
+from baselines.clockwork_rnn import ClockworkRNN
 from baselines.ei_rehn import EIREHN, EIREHNConfig
+from baselines.phased_lstm import PhasedLSTM
+from baselines.random_updates import RandomUpdates
 from baselines.sa_rnn import SARNN, SARNNConfig
 from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.bench.speedup_report import speedup_markdown
@@ -38,7 +46,12 @@ from harness.bench.speedup_report import speedup_markdown
 def fresh_kernel(tmp_path, monkeypatch):
     """An empty build cache and kernels that nothing in this process has asked for yet."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    loaders = (kernels.sarnn_kernel, kernels.vcrnn_kernel, kernels.ei_rehn_stack_kernel)
+    loaders = (
+        kernels.sarnn_kernel,
+        kernels.vcrnn_kernel,
+        kernels.ei_rehn_stack_kernel,
+        masked_cell.masked_cell_kernel,
+    )
     for loader in loaders:
         loader.cache_clear()
     yield tmp_path / "condrnn-harness" / "kernels"
@@ -672,3 +685,252 @@ def test_ei_rehn_training_with_the_kernel_equals_the_python_path(fresh_kernel, m
         g = torch.autograd.grad(got, list(m_k.parameters()))
         for n, a, b in zip(names, g, g_ref, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13, msg=f"{name}: {n}")
+
+
+# --- the whole-sequence masked-cell training kernel (Phased LSTM, Random Updates, Clockwork) ---
+
+MASKED_METHODS = {
+    "phased-lstm": (phased_lstm, PhasedLSTM),
+    "random-updates": (random_updates, RandomUpdates),
+    "clockwork-rnn": (clockwork_rnn, ClockworkRNN),
+}
+
+
+def masked_model(name: str, dtype: torch.dtype, D: int = 6):
+    """The method ``name`` (V = 3, D units) in train mode, with gates that both open and close:
+    short periods and a large leak for Phased LSTM, base 2 for the Clockwork RNN."""
+    torch.manual_seed(1)
+    cls = MASKED_METHODS[name][1]
+    knobs = {
+        "phased-lstm": {"period_low": 2.0, "period_high": 5.0, "leak": 0.05},
+        "random-updates": {"p_skip": 0.5},
+        "clockwork-rnn": {"num_modules": 3, "base": 2},
+    }[name]
+    return cls(3, D, cls.config_cls(**knobs)).to(dtype).train()
+
+
+@pytest.fixture
+def masked_kernel():
+    """The masked-cell kernel, built (or found built) into this session's cache; the loader is
+    cleared around the test, so the default run's tests take the per-step path again."""
+    expected = kernel_expected()
+    if expected is None:
+        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
+    masked_cell.masked_cell_kernel.cache_clear()
+    kernel = masked_cell.masked_cell_kernel()
+    status = masked_cell.masked_cell_kernel_status()
+    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
+    yield kernel
+    masked_cell.masked_cell_kernel.cache_clear()
+
+
+def test_masked_cell_default_run_trains_on_the_per_step_path(fresh_kernel, no_build):
+    assert masked_cell.masked_cell_kernel_status() == kernels.KernelStatus(
+        "unavailable", kernels.DISABLED
+    )
+    x = torch.randn(2, 5, 3)
+    for name in MASKED_METHODS:
+        m = masked_model(name, torch.float32)
+        m.on_epoch_start(0, 1)
+        assert type(m(x).outputs.grad_fn).__name__ == "StackBackward0", name
+    assert not fresh_kernel.exists()
+
+
+def test_a_failed_masked_cell_build_is_one_line_at_the_epoch_start_and_falls_back(
+    fresh_kernel, monkeypatch
+):
+    """The methods ask for the kernel in ``on_epoch_start`` (before the epoch's timer); a build
+    that fails is one warning and a one-line status, and training takes the per-step path."""
+    asked = []
+
+    def load(*args, **kwargs):
+        asked.append(kwargs["name"])
+        raise RuntimeError("Error building extension 'harness_masked_cell'\n[1/2] c++ ...")
+
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    x = torch.randn(2, 5, 3)
+    for i, name in enumerate(MASKED_METHODS):
+        m = masked_model(name, torch.float32)
+        if i == 0:
+            with pytest.warns(UserWarning, match="masked-cell training kernel unavailable"):
+                m.on_epoch_start(0, 1)
+        else:
+            m.on_epoch_start(0, 1)  # cached: asked once a process
+        assert type(m(x).outputs.grad_fn).__name__ == "StackBackward0", name
+    assert len(asked) == 1 and asked[0].startswith("harness_masked_cell_")
+    why = "RuntimeError: Error building extension 'harness_masked_cell'"
+    assert masked_cell.masked_cell_kernel_status() == kernels.KernelStatus("unavailable", why)
+
+
+def test_masked_cell_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "_off_cpu", set())
+    meta = torch.empty(2, 3, device="meta")
+    with pytest.warns(UserWarning, match="masked-cell training kernel runs on CPU only: on meta"):
+        assert masked_cell.sequence_kernel(meta) is None
+    assert masked_cell.sequence_kernel(meta) is None  # once: an error filter would raise here
+    m = masked_model("clockwork-rnn", torch.float32).to("meta")
+    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 6)
+
+
+def test_the_masked_cell_kernel_source_is_part_of_the_methods_code_versions(
+    tmp_path, monkeypatch, no_build
+):
+    from harness.planning import resume
+
+    for f in kernels.CSRC.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(kernels, "CSRC", tmp_path)
+    resume.method_code.cache_clear()
+    before = {name: resume.method_code(name) for name in MASKED_METHODS}
+    source = tmp_path / "masked_cell.cpp"
+    source.write_text(source.read_text() + "// changed\n")
+    resume.method_code.cache_clear()
+    for name, code in before.items():
+        assert resume.method_code(name) != code, name
+    resume.method_code.cache_clear()
+
+
+def per_step(cell: str, xp, h, weight_hh, m, c=None):
+    """The methods' own per-step code over a sequence: ``(hs, c_T)``."""
+    hs, w_t = [], weight_hh.t()
+    for xp_t, m_t in zip(xp.unbind(1), m.unbind(1), strict=True):
+        if cell == "lstm":
+            h, c = PhasedLSTM._step(None, xp_t, h, c, m_t, w_t)
+        elif cell == "gru":
+            h = masked_update(m_t, gru_step(xp_t, h, weight_hh), h)  # RandomUpdates._step
+        else:
+            h = ClockworkRNN._step(None, xp_t, h, m_t, w_t)
+        hs.append(h)
+    return torch.stack(hs, 1), c
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("cell", ["tanh", "gru", "lstm"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_kernel, cell, dtype):
+    """Values and the gradients of xp, h0, c0, W and the mask m against the methods' per-step
+    code (``per_step``): float64 to 1e-12, float32 to 1e-5; shapes with T = 1 and B = 1; masks
+    with exact 0s and 1s among gate values, all 0 (the state copied exactly) and all 1. The loss
+    reads every h_t and, for the LSTM, c_T."""
+    G = {"tanh": 1, "gru": 3, "lstm": 4}[cell]
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    gen = torch.Generator().manual_seed(0)
+    shapes = ((3, 7, 5, None), (1, 1, 4, None), (2, 9, 16, None), (2, 4, 3, 0.0), (2, 4, 3, 1.0))
+    for B, T, D, fill in shapes:  # fill: a mask all 0 or all 1
+
+        def rand(*shape, scale=1.0):
+            return (torch.randn(*shape, dtype=dtype, generator=gen) * scale).requires_grad_()
+
+        xp, h0, W = rand(B, T, G * D), rand(B, D), rand(G * D, D, scale=0.5)
+        c0 = rand(B, D) if cell == "lstm" else None
+        m = torch.rand(B, T, D, dtype=dtype, generator=gen)
+        m = m.masked_fill(m < 0.3, 0).masked_fill(m > 0.8, 1) if fill is None else m.fill_(fill)
+        m.requires_grad_()
+        w_out, w_c = torch.randn(B, T, D, dtype=dtype), torch.randn(B, D, dtype=dtype)
+        leaves = [xp, h0, W, m] + ([c0] if c0 is not None else [])
+        runs = []
+        for fused in (True, False):
+            if fused:  # the kernel takes the input terms time-major
+                hs, c = masked_cell.masked_sequence(
+                    masked_kernel, cell, xp.transpose(0, 1), h0, W, m, c0
+                )
+            else:
+                hs, c = per_step(cell, xp, h0, W, m, c0)
+            loss = (hs * w_out).sum() + (0 if c is None else (c * w_c).sum())
+            runs.append((hs, c, torch.autograd.grad(loss, leaves)))
+        (hs, c, grads), (hs_ref, c_ref, grads_ref) = runs
+        assert type(hs.grad_fn).__name__ == "_MaskedSequenceBackward"
+        torch.testing.assert_close(hs, hs_ref, rtol=tol, atol=tol)
+        if c0 is not None:
+            torch.testing.assert_close(c, c_ref, rtol=tol, atol=tol)
+        if fill == 0.0:  # closed throughout: exact copies of the initial state
+            assert torch.equal(hs, h0.detach()[:, None].expand(B, T, D))
+            assert c is None or torch.equal(c, c0.detach())
+        for name, a, b in zip(("xp", "h0", "W", "m", "c0"), grads, grads_ref, strict=False):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol, msg=f"{cell} {B, T, D}: d{name}")
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", list(MASKED_METHODS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_training_with_the_masked_cell_kernel_equals_the_per_step_path(
+    masked_kernel, monkeypatch, name, dtype
+):
+    """A training forward and backward of the method with the kernel and on its per-step path
+    (the kernel switched off in its module): the same masks (Random Updates' draws from the same
+    global RNG state), outputs, state and the gradient of every parameter and of the input, to
+    1e-12 in float64 and 1e-5 in float32; Phased LSTM also with given sample times, its leak
+    making the gate's parameters learn through the mask's gradient. Eval stays per-step."""
+    module, _ = MASKED_METHODS[name]
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    gen = torch.Generator().manual_seed(3)
+    for B, T in ((4, 11), (1, 1), (2, 6)):
+        x = torch.randn(B, T, 3, dtype=dtype, generator=gen)
+        times = torch.rand(B, T, dtype=dtype, generator=gen).cumsum(1) * 3
+        for kw in ({}, {"times": times}) if name == "phased-lstm" else ({},):
+            runs = []
+            for kernel in (masked_kernel, None):
+                monkeypatch.setattr(module, "sequence_kernel", lambda *t, k=kernel: k)
+                m = masked_model(name, dtype)
+                xr = x.clone().requires_grad_()
+                torch.manual_seed(7)
+                out = m(xr, **kw)
+                fn = type(out.outputs.grad_fn).__name__
+                assert (fn == "_MaskedSequenceBackward") == (kernel is not None), fn
+                w = torch.randn(out.outputs.shape, dtype=dtype, generator=torch.Generator())
+                h_state = out.state[0] if isinstance(out.state, tuple) else out.state
+                loss = (out.outputs * w).sum() + h_state.sum()
+                if name == "phased-lstm":
+                    loss = loss + out.state[1].square().sum()  # c_T
+                params = [xr, *m.parameters()]
+                runs.append((m, out, torch.autograd.grad(loss, params)))
+            (m, out, grads), (m_ref, ref, grads_ref) = runs
+            assert torch.equal(out.mask, ref.mask)
+            assert 0 < out.mask.mean() < 1 or T == 1 or name == "phased-lstm"  # its leak: k > 0
+            torch.testing.assert_close(out.outputs, ref.outputs, rtol=tol, atol=tol)
+            names = ["x"] + [n for n, _ in m.named_parameters()]
+            for n, a, b in zip(names, grads, grads_ref, strict=True):
+                torch.testing.assert_close(a, b, rtol=tol, atol=tol, msg=f"{name} {B, T}: {n}")
+            if name == "phased-lstm" and T > 1:
+                assert grads[names.index("r_on")].abs().sum() > 0  # learns through k
+            monkeypatch.setattr(module, "sequence_kernel", lambda *t: masked_kernel)
+            evaluated = m.eval()(x)  # eval: the per-step path, though the kernel is there
+            assert type(evaluated.outputs.grad_fn).__name__ == "StackBackward0"
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", list(MASKED_METHODS))
+def test_a_two_layer_model_with_lengths_trains_alike_with_the_masked_cell_kernel(
+    masked_kernel, monkeypatch, name
+):
+    """The harness's model (``SeqModel``: two stacked layers, padded sequences read out at their
+    last true step, sample times for Phased LSTM) in training, float64: the predictions and the
+    gradient of every parameter with the kernel equal the per-step path's to 1e-12."""
+    from types import SimpleNamespace
+
+    from harness.components.config import ModelConfig
+    from harness.components.model import SeqModel
+
+    module, cls = MASKED_METHODS[name]
+    task = SimpleNamespace(readout="last", input_size=3, output_size=2, token_input=False)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 9, 3, dtype=torch.float64, generator=gen)
+    lengths = torch.tensor([9, 4, 1])
+    times = torch.rand(3, 9, dtype=torch.float64, generator=gen).cumsum(1) * 2
+    runs = []
+    for kernel in (masked_kernel, None):
+        monkeypatch.setattr(module, "sequence_kernel", lambda *t, k=kernel: k)
+        torch.manual_seed(2)
+        model = SeqModel(cls, masked_model(name, torch.float64).cfg, task, ModelConfig(6, 2))
+        model = model.double().train()
+        out = model(x, lengths, times=times)
+        fns = {type(o.outputs.grad_fn).__name__ for o in out.layers}
+        assert fns == {"_MaskedSequenceBackward" if kernel is not None else "StackBackward0"}
+        grads = torch.autograd.grad(out.pred.square().sum(), list(model.parameters()))
+        runs.append((out.pred, grads))
+    (pred, grads), (pred_ref, grads_ref) = runs
+    torch.testing.assert_close(pred, pred_ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
