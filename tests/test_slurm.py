@@ -45,9 +45,11 @@ def _slurm():
 
 SMALL = ("run", "--tasks", "adding", "--methods", "gru,sa-rnn", "--seeds", "0-1", "--preset",
          "smoke", "--no-report")  # fmt: skip
-# a run of some 30 s of training, 2 s an epoch: longer than what a job of --slurm-time 1 gets
-# before Slurm signals it (Slurm may signal up to a minute early)
+# a run of 1.5-2 s an epoch (2 cores): 14 epochs outlast the poll of the scancel test; 40, some
+# 60-80 s, outlast what a job of --slurm-time 1 gets before Slurm signals it (45 s) on a faster
+# machine too (14 epochs took 21 s on an idle one, and were never requeued)
 LONG = {"train.epochs": 14, "task.n_train": 4000, "task.seq_len": 100}
+LONGER = {**LONG, "train.epochs": 40}
 
 
 def bare(rec):
@@ -72,7 +74,7 @@ def test_a_sweep_as_slurm_jobs_two_runs_each_records_what_the_serial_run_does(ha
 
 
 def test_a_run_longer_than_its_time_limit_is_requeued_and_goes_on_from_its_checkpoint(tmp_path):
-    sweep = api.plan_sweep(api.SweepSpec.of("gru", "adding", seeds=[0], set=LONG))
+    sweep = api.plan_sweep(api.SweepSpec.of("gru", "adding", seeds=[0], set=LONGER))
     serial = api.run_sweep(sweep, tmp_path / "serial.jsonl").records
     options = ExecutorOptions(slurm_folder=str(tmp_path / "jobs"), slurm_time=1,
                               slurm_requeue_max=6)  # fmt: skip
