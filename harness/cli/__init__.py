@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import __version__, api
 from harness.cli import bench, check, compare, data, docs, flops, listing, new, report, run, store
-from harness.cli.common import Parser
+from harness.cli.common import Parser, dispatch
 from harness.errors import HarnessError, Interrupted
 
 # in the order ``harness --help`` lists them
@@ -59,10 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     old_handler = _on_sigterm(_interrupt)
     try:
         api.include(_includes(argv))  # first: an included executor's options are flags of run
-        args = make_parser().parse_args(argv)
-        args.argv = argv  # the command line a generated report names
-        return args.func(args)
-    except HarnessError as e:
+        return dispatch(make_parser(), argv)
+    except HarnessError as e:  # a bad --include
         sys.stderr.write(f"error: {e}\n")
         return 2
     except KeyboardInterrupt as e:  # SIGINT (Ctrl-C) gives 130; SIGTERM (Interrupted) 143

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from harness.api import MAX_THREADS, parse_seeds  # noqa: F401  (parse_seeds: re-exported)
 from harness.components.config import DEVICES, PRESETS
 from harness.components.registry import TASKS
-from harness.errors import ConfigError, out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
+from harness.errors import ConfigError, HarnessError, out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
 from harness.persistence.outputs import check_writable  # noqa: F401  (re-exported: the commands' checks)
 from harness.persistence.outputs import write_text as write_report  # noqa: F401  (atomic, never over records)
 
@@ -49,6 +49,17 @@ class Parser(argparse.ArgumentParser):
         """Write ``error: MESSAGE (see 'PROG --help')`` to stderr and exit with code 2."""
         sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
+
+
+def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    """Parse ``argv`` and run its command: its exit code, or 2 with one line for bad input."""
+    try:
+        args = parser.parse_args(argv)
+        args.argv = argv  # the command line a generated report names
+        return args.func(args)
+    except HarnessError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
 
 
 def examples(*lines: str, note: str = "") -> str:

@@ -13,8 +13,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from harness.cli import report
-from harness.cli.common import Parser, add_command, examples
+from harness.cli.common import Parser, add_command, dispatch, examples
+from harness.cli.report import add_parser as add_report
 from harness.errors import HarnessError
 from harness.reporting.docs import fill
 
@@ -70,15 +70,10 @@ def run_report(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     parser = Parser(prog="harness")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    report.add_parser(sub)
+    add_report(sub)
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            args = parser.parse_args(argv)
-            args.argv = argv
-            code = args.func(args)
-        except HarnessError as e:
-            print(f"error: {e}", file=err)
-            code = 2
+            code = dispatch(parser, argv)
         except SystemExit as e:  # a usage error: its line is on stderr already
             code = e.code if isinstance(e.code, int) else 2
     return code, out.getvalue(), err.getvalue()
