@@ -157,9 +157,11 @@ def test_a_timing_report_rendered_from_stores_timed_in_parallel(in_tmp, capsys):
     assert main(["bench", "--from", "adding"]) == 2
     assert main(["bench", "--from", "adding", "--report", "U.md", "--rounds", "3"]) == 2
     assert main(["bench", "--from", "nowhere", "--report", "U.md"]) == 2
+    assert main(["bench", "--speedup", "--from", "adding", "--report", "U.md"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and "--from" in err[0] and "--report" in err[1]
+    assert len(err) == 5 and "--from" in err[0] and "--report" in err[1]
     assert "--rounds" in err[2] and "nowhere" in err[3]
+    assert "--from: only used by the timing suite (without --speedup)" in err[4]
 
 
 def test_methods_of_one_task_timed_apart_share_the_references_shown(in_tmp, capsys):

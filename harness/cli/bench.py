@@ -52,6 +52,7 @@ TIMING_ONLY = {
     "rounds": 10,
     "warmup": 2,
     "data_dir": None,
+    "sources": None,  # --from
 }
 SPEEDUP_ONLY = {
     "skips": [0.5, 0.75, 0.9],
@@ -156,7 +157,7 @@ def add_parser(subparsers: Any) -> None:
 def _only_for(args: argparse.Namespace, options: dict[str, Any], mode: str) -> None:
     given = [k for k, default in options.items() if getattr(args, k) != default]
     if given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        flags = ", ".join("--from" if k == "sources" else "--" + k.replace("_", "-") for k in given)
         raise ConfigError(f"{flags}: only used {mode}")
 
 
@@ -202,7 +203,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _render_timing(args: argparse.Namespace, command: str) -> int:
     if not args.report:
         raise ConfigError("bench --from: name the report to write with --report FILE")
-    _only_for(args, {k: v for k, v in TIMING_ONLY.items() if k != "out"}, "when timing")
+    timing = {k: v for k, v in TIMING_ONLY.items() if k not in ("out", "sources")}
+    _only_for(args, timing, "when timing")
     stores = [Path(p) / "timing.jsonl" if Path(p).is_dir() else Path(p) for p in args.sources]
     refuse_overwrite(Path(args.report), "--report", [("--from", p) for p in stores])
     from harness.bench.suite import render_timing
