@@ -45,6 +45,17 @@ projection after the last step would be pruned from fvcore's trace). Step 1 proj
 state with ``u_0 = 0``, which adds exactly nothing. The update mask is ``u_{t,i} = u_t`` for every
 unit i, so Skip % = 1 - mean_t u_t.
 
+Training on CPU (float32/64) runs the whole sequence as one C++ autograd node where the optional
+kernel builds (``baselines._skip_gru``, ``csrc/skip_gru.cpp``, built before the epoch's timer
+starts), in both GRU forms: ``_step``'s graph over all T steps, forward and backward, with the
+candidate computed at every step as here (a skipped step's is read by u's straight-through
+gradient), the code's derivatives (through u into the mask, the budget, h_t and C; TF's Minimum
+at a tie) and the gradient of a carried state. It equals the per-step ``_step`` loop (the
+reference, and the path in eval, off the CPU, where the kernel does not build and with
+``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit (p's dot product is summed in
+another order, so only a u~ within rounding of 0.5 could round the other way): the same masks,
+Skip % and budget (tests/test_kernel_skip_gru.py).
+
 Differences from the authors' code:
 - [DECISION] docs/methods.md 2.3: by default (``gru_form="after"``) the reset-after GRU shared by
   all GRU-based methods; the authors' TF cell resets before the matmul (``gru_form="before"``, the
@@ -92,6 +103,7 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
+from baselines._skip_gru import sequence_kernel, skip_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -173,12 +185,28 @@ class SkipRNN(Method):
         mask = u.expand(-1, self.hidden_size)  # [B, D], keeps the straight-through gradient
         return StepOut(h_new, (h_new, cand, u, up, cum_new), mask)
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the Skip-GRU training kernel where training will run it,
+        before the epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """``step_loop`` with the input projection of every step in one matmul before the loop
-        and the recurrent weight transposed once (fewer ops per step; the same values)."""
+        and the recurrent weight transposed once (fewer ops per step; the same values). In
+        training on CPU, where the kernel builds, the same steps run as one C++ node
+        (``baselines._skip_gru``), equal to this loop to float rounding."""
         state = self.init_state(x.shape[0], x) if state is None else state
-        w_t = self.cell.weight_hh.t()
-        out = run_sequence(lambda xp_t, s: self._step(xp_t, s, w_t), self.cell.input_proj(x), state)
+        w, xp = self.cell.weight_hh, self.cell.input_proj(x)
+        kernel = sequence_kernel(x, *state, w, self.w_p) if self.training else None
+        if kernel is not None:
+            hs, mask, state = skip_sequence(
+                kernel, self.cfg.gru_form, xp, state, w, self.w_p, self.b_p
+            )
+            out = SeqOut(hs, mask, state=state)
+        else:
+            w_t = w.t()
+            out = run_sequence(lambda xp_t, s: self._step(xp_t, s, w_t), xp, state)
         out.aux_loss = self.aux_loss(out)
         return out
 
