@@ -103,7 +103,7 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines._skip_gru import sequence_kernel, skip_sequence
+from baselines._skip_gru import input_terms, sequence_kernel, skip_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -197,16 +197,15 @@ class SkipRNN(Method):
         training on CPU, where the kernel builds, the same steps run as one C++ node
         (``baselines._skip_gru``), equal to this loop to float rounding."""
         state = self.init_state(x.shape[0], x) if state is None else state
-        w, xp = self.cell.weight_hh, self.cell.input_proj(x)
+        cell, w = self.cell, self.cell.weight_hh
         kernel = sequence_kernel(x, *state, w, self.w_p) if self.training else None
-        if kernel is not None:
-            hs, mask, state = skip_sequence(
-                kernel, self.cfg.gru_form, xp, state, w, self.w_p, self.b_p
-            )
+        if kernel is not None:  # the same steps in one C++ node (baselines._skip_gru)
+            xp = input_terms(x, cell.weight_ih, cell.bias)
+            hs, mask, state = skip_sequence(kernel, cell.form, xp, state, w, self.w_p, self.b_p)
             out = SeqOut(hs, mask, state=state)
         else:
             w_t = w.t()
-            out = run_sequence(lambda xp_t, s: self._step(xp_t, s, w_t), xp, state)
+            out = run_sequence(lambda xp_t, s: self._step(xp_t, s, w_t), cell.input_proj(x), state)
         out.aux_loss = self.aux_loss(out)
         return out
 
