@@ -62,6 +62,15 @@ def sequence_kernel(*tensors: Tensor) -> Any:
     return sarnn_train_kernel()
 
 
+def input_terms(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``F.linear(x, weight, bias)`` for every step, ``[B, T, V] -> [B, T, G]``, as one ``addmm``
+    on a row-major copy of ``W^T``, so that its backward computes W's gradient as ``x^T dxp``
+    (``[V, B T] [B T, G]``), several times faster at few inputs than ``F.linear``'s ``dxp^T x``
+    (the same sums, in another order; at the adding task's sizes 0.15 s against 1.1 s)."""
+    B, T, V = x.shape
+    return torch.addmm(bias, x.reshape(B * T, V), weight.t().contiguous()).view(B, T, -1)
+
+
 def sarnn_sequence(
     kernel: Any,
     xp: Tensor,
@@ -76,7 +85,7 @@ def sarnn_sequence(
     Args:
         kernel: ``sequence_kernel``'s.
         xp: the input terms of every step, ``[W_i x + b, W_u x + b_u]`` ``[B, T, 4D]``
-            (``SARNN._input_proj``).
+            (``SARNN._input_proj`` with ``input_terms``).
         h0: ``h_0 [B, D]``.
         weight_hh: the GRU's recurrent weight ``[3D, D]`` (gate order r, z, n).
         w_u: the coordinator's recurrent weight ``[D]``.

@@ -94,7 +94,7 @@ from baselines._cells import (
 )
 from baselines._highway import run_sequence
 from baselines._kernels import on_cpu, sarnn_kernel, sarnn_kernel_status
-from baselines._sarnn_train import sarnn_sequence, sequence_kernel
+from baselines._sarnn_train import input_terms, sarnn_sequence, sequence_kernel
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -167,11 +167,11 @@ class SARNN(Method):
     def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
         return self._step(self._input_proj(x_t), state, self.cell.weight_hh.t())
 
-    def _input_proj(self, x: Tensor) -> Tensor:
+    def _input_proj(self, x: Tensor, linear=F.linear) -> Tensor:
         """``[W_i x + b, W_u x + b_u]``, the GRU's and the coordinator's input terms, ``[..., 4D]``:
-        one matmul for every step of a sequence."""
+        one matmul (``linear``) for every step of a sequence."""
         weight = torch.cat([self.cell.weight_ih, self.w_i])  # [4D, V]
-        return F.linear(x, weight, torch.cat([self.cell.bias, self.b_u]))
+        return linear(x, weight, torch.cat([self.cell.bias, self.b_u]))
 
     def _step(self, xp_t: Tensor, h: Tensor, weight_hh_t: Tensor) -> StepOut:
         """One step from ``xp_t = [W_i x_t + b, W_u x_t + b_u] [B, 4D]`` (``weight_hh_t``: the
@@ -192,15 +192,15 @@ class SARNN(Method):
         module's docstring: "Training kernel").
         """
         state = self.init_state(x.shape[0], x) if state is None else state
-        w, xp = self.cell.weight_hh, self._input_proj(x)
+        w = self.cell.weight_hh
         kernel = sequence_kernel(x, state, w) if self.training else None
         if kernel is not None:  # the whole sequence in C++, forward and backward
-            before = self.cell.form == "before"
+            xp, before = self._input_proj(x, input_terms), self.cell.form == "before"
             hs, u = sarnn_sequence(kernel, xp, state, w, self.w_u, self.slope, before)
             out = SeqOut(hs, u, state=hs[:, -1])
         else:
             w_t = w.t()
-            out = run_sequence(lambda xp_t, h: self._step(xp_t, h, w_t), xp, state)
+            out = run_sequence(lambda xp_t, h: self._step(xp_t, h, w_t), self._input_proj(x), state)
         out.aux_loss = self.aux_loss(out)
         return out
 
