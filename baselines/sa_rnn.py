@@ -53,6 +53,14 @@ transcription of it to float64 rounding (``tests/test_sa_rnn.py``):
 - The code computes every unit and masks (no saving in time); so does ``forward`` here, while
   ``fast_forward`` (inference) computes only what the updated units need.
 
+Training kernel: in training on CPU in float32/64 (either GRU form), where the optional C++ kernel
+builds (``baselines._sarnn_train``, ``csrc/sarnn_train.cpp``), ``forward`` runs the whole sequence,
+forward and backward, in one autograd node: the coordinator, the GRU candidate and the mix with
+the straight-through gradient of the per-step loop (through the hard sigmoid, zero where it
+clips). It equals the per-step loop to float rounding, not bit for bit (the same masks); the loop
+is the reference and runs in eval, off the CPU, where the kernel does not build and with
+``HARNESS_NO_KERNELS=1``.
+
 Cost (MACs per step, docs/methods.md 2.9): coordinator ``D + D V`` at every step (``w_u * h`` is an
 elementwise product that fvcore does not count, ``fvcore_uncounted``) plus the paper-effective
 ``3(D+V)`` per updated unit, in either GRU form (``cost``). What a sparse step realises
@@ -86,6 +94,7 @@ from baselines._cells import (
 )
 from baselines._highway import run_sequence
 from baselines._kernels import on_cpu, sarnn_kernel, sarnn_kernel_status
+from baselines._sarnn_train import input_terms, sarnn_sequence, sequence_kernel
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -134,8 +143,11 @@ class SARNN(Method):
         return min(5.0, 1.0 + 0.04 * epoch) if self.cfg.anneal else 0.1
 
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Sets the epoch's slope; also builds (or loads) the training kernel where training will
+        run it, before the epoch's timer starts: ``time.train_s`` holds no compile."""
         super().on_epoch_start(epoch, num_epochs)
         self.slope = self._slope(epoch)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
 
     def cost(self) -> StepCost:
         D, V = self.hidden_size, self.input_size
@@ -155,11 +167,11 @@ class SARNN(Method):
     def step(self, x_t: Tensor, state: Tensor, t: int) -> StepOut:
         return self._step(self._input_proj(x_t), state, self.cell.weight_hh.t())
 
-    def _input_proj(self, x: Tensor) -> Tensor:
+    def _input_proj(self, x: Tensor, linear=F.linear) -> Tensor:
         """``[W_i x + b, W_u x + b_u]``, the GRU's and the coordinator's input terms, ``[..., 4D]``:
-        one matmul for every step of a sequence."""
+        one matmul (``linear``) for every step of a sequence."""
         weight = torch.cat([self.cell.weight_ih, self.w_i])  # [4D, V]
-        return F.linear(x, weight, torch.cat([self.cell.bias, self.b_u]))
+        return linear(x, weight, torch.cat([self.cell.bias, self.b_u]))
 
     def _step(self, xp_t: Tensor, h: Tensor, weight_hh_t: Tensor) -> StepOut:
         """One step from ``xp_t = [W_i x_t + b, W_u x_t + b_u] [B, 4D]`` (``weight_hh_t``: the
@@ -174,10 +186,21 @@ class SARNN(Method):
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """``step_loop`` with the input terms of every step (GRU and coordinator) in one matmul
-        before the loop and the recurrent weight transposed once (fewer ops per step)."""
+        before the loop and the recurrent weight transposed once (fewer ops per step).
+
+        In training on CPU the training kernel runs the same steps instead, where it builds (the
+        module's docstring: "Training kernel").
+        """
         state = self.init_state(x.shape[0], x) if state is None else state
-        w_t = self.cell.weight_hh.t()
-        out = run_sequence(lambda xp_t, h: self._step(xp_t, h, w_t), self._input_proj(x), state)
+        w = self.cell.weight_hh
+        kernel = sequence_kernel(x, state, w) if self.training else None
+        if kernel is not None:  # the whole sequence in C++, forward and backward
+            xp, before = self._input_proj(x, input_terms), self.cell.form == "before"
+            hs, u = sarnn_sequence(kernel, xp, state, w, self.w_u, self.slope, before)
+            out = SeqOut(hs, u, state=hs[:, -1])
+        else:
+            w_t = w.t()
+            out = run_sequence(lambda xp_t, h: self._step(xp_t, h, w_t), self._input_proj(x), state)
         out.aux_loss = self.aux_loss(out)
         return out
 
