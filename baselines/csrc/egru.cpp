@@ -48,6 +48,9 @@ std::vector<at::Tensor> forward(const at::Tensor& wx, const at::Tensor& c0, cons
   const T* th = thr.data_ptr<T>();
   const T* rhp = rh.data_ptr<T>();
   T* op = os.data_ptr<T>();
+  // Raw pointers where no ATen op reads the step's buffer: a view costs a dispatch.
+  T *yp = Y.data_ptr<T>(), *cp0 = C.data_ptr<T>(), *hgp = HG.data_ptr<T>();
+  T* ctp = CT.data_ptr<T>();
   for (int64_t t = 0; t < S; ++t) {
     at::addmm_out(rh, rbias, Y.select(0, t), R);  // y_{t-1} R + b'
     at::Tensor a = A.select(0, t);
@@ -58,7 +61,7 @@ std::vector<at::Tensor> forward(const at::Tensor& wx, const at::Tensor& c0, cons
       for (int64_t k = 0; k < 2 * D; ++k) ap[b * G + k] = x[k] + rhp[b * G + k];
     }
     a.narrow(1, 0, 2 * D).sigmoid_();  // z, r
-    T* hg = HG.select(0, t).data_ptr<T>();
+    T* hg = hgp + t * B * D;
     for (int64_t b = 0; b < B; ++b) {
       const T* x = wxp + (t * B + b) * G + 2 * D;
       const T* r = ap + b * G + D;
@@ -71,10 +74,10 @@ std::vector<at::Tensor> forward(const at::Tensor& wx, const at::Tensor& c0, cons
       }
     }
     a.narrow(1, 2 * D, D).tanh_();  // g
-    const T* cp = C.select(0, t).data_ptr<T>();
-    T* cn = C.select(0, t + 1).data_ptr<T>();
-    T* yn = Y.select(0, t + 1).data_ptr<T>();
-    T* ct = CT.select(0, t).data_ptr<T>();
+    const T* cp = cp0 + t * B * D;
+    T* cn = cp0 + (t + 1) * B * D;
+    T* yn = yp + (t + 1) * B * D;
+    T* ct = ctp + t * B * D;
     for (int64_t b = 0; b < B; ++b) {
       const T* g = ap + b * G;
       T* o = op + (b * S + t) * D;
@@ -113,11 +116,12 @@ std::vector<at::Tensor> backward(const at::Tensor& gys, const at::Tensor& gos,
   const T* dyp = dy.data_ptr<T>();
   T* dcp = dc.data_ptr<T>();
   T* dtp = dthr.data_ptr<T>();
-  for (int64_t t = S - 1; t >= 0; --t) {
-    const T* ap = A.select(0, t).data_ptr<T>();
-    const T* hg = HG.select(0, t).data_ptr<T>();
-    const T* ctp = CT.select(0, t).data_ptr<T>();
-    const T* cp = C.select(0, t).data_ptr<T>();
+  const at::Tensor Rt = R.t();
+  for (int64_t t = S - 1; t >= 0; --t) {  // raw pointers: a view costs a dispatch
+    const T* ap = A.data_ptr<T>() + t * B * G;
+    const T* hg = HG.data_ptr<T>() + t * B * D;
+    const T* ctp = CT.data_ptr<T>() + t * B * D;
+    const T* cp = C.data_ptr<T>() + t * B * D;
     T* dwx = DWX.data_ptr<T>() + t * B * G;
     T* drh = DRH.data_ptr<T>() + t * B * G;
     for (int64_t b = 0; b < B; ++b) {
@@ -147,7 +151,7 @@ std::vector<at::Tensor> backward(const at::Tensor& gys, const at::Tensor& gos,
         dcp[i] = dctil * z;  // c_{t-1}'s, through lerp
       }
     }
-    at::mm_out(dy, DRH.select(0, t), R.t());  // y_{t-1}'s through the recurrent product
+    at::mm_out(dy, DRH.select(0, t), Rt);  // y_{t-1}'s through the recurrent product
   }
   const at::Tensor drh = DRH.view({S * B, G});
   at::Tensor dR = Y.narrow(0, 0, S).reshape({S * B, D}).t().mm(drh);  // sum_t y_{t-1}^T drh_t
