@@ -42,6 +42,20 @@ every unit (or, for event rates above what ``theta = 0`` gives, ``theta = 0`` an
 candidate bias), calibrated by bisection on a batch drawn inside it, so that the activity
 sparsity (the share of the V + D columns not read; inputs are always read) hits the target.
 
+Training kernel: in training on CPU (float32/64), where the optional C++ kernel builds
+(``baselines._egru``, ``csrc/egru.cpp``; built or loaded in ``on_epoch_start``, before the epoch's
+timer starts), ``forward`` runs a layer's T steps, forward and backward, as one autograd node: the
+input terms of every step in one matmul first (``input_terms``: the same values, W's gradient
+summed in another order), then the equations above, dense, with H's pseudo-derivative in the
+backward; it returns the events with their gradient, so the event rate and the regulariser learn
+as on the step loop. It equals ``forward``'s step loop (the path training took before: thresholds
+clamped, unlike ``step``) to float rounding, not bit for bit: outputs, final state, event rate,
+regulariser and the gradients of every parameter, the input and the initial state
+(tests/test_kernel_egru.py); mask and reads follow from the events (a ``c~`` within rounding of
+its threshold could fire differently). The step loop, unchanged, is the reference and runs
+instead in eval, off the CPU (one warning line), for other dtypes, where the kernel does not build
+and with ``HARNESS_NO_KERNELS=1``. No random numbers are drawn on either path.
+
 Differences from the paper/code:
 - [UNVERIFIED] The harness follows the code; the paper's discrete-time equations were not
   compared here (no readable copy of them was at hand).
@@ -84,6 +98,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from baselines._egru import egru_sequence, input_terms, sequence_kernel
 from baselines._sparse import addmm_read_columns, bisect_level
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -211,25 +226,47 @@ class EGRU(Method):
             reads=self._col_reads(y_prev),
         )
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the EGRU training kernel where training will run it, before
+        the epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """The step loop with the input projection of every step in one matmul, thresholds
-        clamped to [0, 1] first (as the code's layer does)."""
+        clamped to [0, 1] first (as the code's layer does); in training on CPU, where the
+        kernel builds, the same steps as one C++ node (``baselines._egru``)."""
         self._clamp_thresholds()
         state = self.init_state(x.shape[0], x) if state is None else state
         y0 = state[1]
-        wx = torch.matmul(x, self.kernel) + self.bias  # [B, T, 3D]
-        ys, rates = [], []
-        for wx_t in wx.unbind(1):  # one unbind, linear backward (see Method.step_loop)
-            c, y, o, _ = self._cell(wx_t, state)
-            state = (c, y)
-            ys.append(y)
-            rates.append(o.mean(-1))
-        out_y = torch.stack(ys, 1)  # [B, T, D]
+        kernel = sequence_kernel(x, *state, self.kernel) if self.training else None
+        if kernel is not None:
+            wx = input_terms(x, self.kernel, self.bias)  # [T, B, 3D]
+            out_y, o, c = egru_sequence(
+                kernel,
+                wx,
+                state,
+                self.recurrent_kernel,
+                self.recurrent_bias,
+                self.thr,
+                self.cfg.dampening_factor,
+                self.cfg.pseudo_derivative_support,
+            )
+            state, rate = (c, out_y[:, -1]), o.mean(-1).mean(1)
+        else:
+            wx = torch.matmul(x, self.kernel) + self.bias  # [B, T, 3D]
+            ys, rates = [], []
+            for wx_t in wx.unbind(1):  # one unbind, linear backward (see Method.step_loop)
+                c, y, o, _ = self._cell(wx_t, state)
+                state = (c, y)
+                ys.append(y)
+                rates.append(o.mean(-1))
+            out_y, rate = torch.stack(ys, 1), torch.stack(rates, 1).mean(1)  # [B, T, D], [B]
         y_prev = torch.cat([y0.unsqueeze(1), out_y[:, :-1]], 1).detach()  # y_{t-1} for every t
         out = SeqOut(
             outputs=out_y,
             mask=torch.ones_like(out_y).detach(),
-            extras={"event_rate": torch.stack(rates, 1).mean(1)},
+            extras={"event_rate": rate},
             state=state,
             reads=self._col_reads(y_prev),
         )
