@@ -36,6 +36,15 @@ Differences from the paper:
   prefix ``[:k_t]``, so only the r rows of the updated units are needed, and each reads only
   the first ``k_t`` state dims: still ``3 k_t (k_t + V)``. A skipped unit needs no row at all.
   ``fast_forward`` serves both forms.
+- Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
+  kernel builds (``baselines._vcrnn_train``, ``csrc/vcrnn_train.cpp``, built before the epoch's
+  timer starts): the scheduler, the thresholded soft mask, the GRU on ``e * h`` (either form; with
+  the input masked, ``W_i (e * x_t) + b`` a step inside the kernel) and the mix over all steps,
+  forward and backward, ``Thr_eps`` passing the gradient where ``eps <= soft <= 1 - eps`` as
+  ``torch.where`` does. It returns ``m``, so the L1 pull's gradient flows as on the per-step path.
+  It equals the per-step ``_step`` loop (the reference, and the path in eval, off the CPU, in
+  other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to float
+  rounding, not bit for bit; skipped units (e = 0) stay exact copies.
 """
 
 from __future__ import annotations
