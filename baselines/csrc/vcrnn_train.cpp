@@ -12,7 +12,7 @@
 // and ``backward`` its exact gradient, the one autograd takes through those ops: Thr_eps passes
 // the gradient where eps <= soft <= 1 - eps (where 0 < e < 1: torch.where's), 0 elsewhere. The
 // matmuls are ATen's (per step the scheduler's dot product is a plain loop; the weights'
-// gradients are one matmul over all steps), the sigmoids and tanh ATen's vectorised ones on whole
+// gradients are summed one addmm a step), the sigmoids and tanh ATen's vectorised ones on whole
 // [B, .] buffers, every other elementwise part a loop over the B x D units; lerp rounds as
 // torch's (e = 0 leaves an exact copy). Built with -ffp-contract=off: equal to the PyTorch path
 // to float rounding, not bit for bit.
@@ -155,8 +155,13 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
   const bool masked = xt.numel() > 0;
   const auto opts = A.options();
   at::Tensor DP = at::empty({S, B, G}, opts);  // P's gradient: column 0 the scheduler's
-  at::Tensor DXP = masked ? at::empty({S, B, D3}, opts) : at::Tensor();  // xp's (masked input)
-  at::Tensor DHP = at::empty({S, B, D3}, opts);  // the recurrent matmuls' outputs' gradient
+  // A step's gradients of xp (input masked; else P's columns 1..) and of the recurrent matmuls'
+  // outputs; the weights' gradients are summed a step at a time (no [T, B, 3D] buffer to fill)
+  at::Tensor DXP = masked ? at::empty({B, D3}, opts) : at::Tensor();
+  at::Tensor DHP = at::empty({B, D3}, opts);
+  at::Tensor dwhh = at::zeros({D3, D}, opts);
+  at::Tensor dwih = masked ? at::zeros({D3, D}, opts) : at::Tensor();
+  at::Tensor dbias = masked ? at::zeros({D3}, opts) : at::Tensor();
   at::Tensor dxt = masked ? at::empty({S, B, D}, opts) : at::Tensor();
   at::Tensor DHB = at::empty({B, D}, opts), DE = at::empty({B, D}, opts);
   at::Tensor MMH = at::empty({B, D}, opts);  // dHP W: the matmuls' part of hb's gradient
@@ -177,9 +182,9 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
     const T* hbp = HB.data_ptr<T>() + t * B * D;
     const T* xqp = X.data_ptr<T>() + t * B * D;
     // xp's gradient: in P's columns 1.. (stride G), or its own buffer when the input is masked
-    T* dxp0 = masked ? DXP.data_ptr<T>() + t * B * D3 : DP.data_ptr<T>() + t * B * G + 1;
+    T* dxp0 = masked ? DXP.data_ptr<T>() : DP.data_ptr<T>() + t * B * G + 1;
     const int64_t xs = masked ? D3 : G;
-    T* dhpp = DHP.data_ptr<T>() + t * B * D3;
+    T* dhpp = DHP.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
       const T* g = ap + b * D3;
       const T* go = gp + (b * S + t) * D;
@@ -213,9 +218,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         }
       }
     }
-    const at::Tensor dhp_t = DHP.select(0, t);
     if (before) {
-      at::mm_out(DQ, dhp_t.narrow(1, 2 * D, D), whh.narrow(0, 2 * D, D));  // d(r * hb)
+      at::mm_out(DQ, DHP.narrow(1, 2 * D, D), whh.narrow(0, 2 * D, D));  // d(r * hb)
       const T* dqp = DQ.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
         const T* g = ap + b * D3;
@@ -230,11 +234,26 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
           dx[j] = dw[j] = dq * hb[j] * (T(1) - r) * r;
         }
       }
-      at::mm_out(MMH, dhp_t.narrow(1, 0, 2 * D), whh.narrow(0, 0, 2 * D));
+      at::mm_out(MMH, DHP.narrow(1, 0, 2 * D), whh.narrow(0, 0, 2 * D));
     } else {
-      at::mm_out(MMH, dhp_t, whh);
+      at::mm_out(MMH, DHP, whh);
     }
-    if (masked) at::mm_out(DEX, DXP.select(0, t), wih);  // x-bar's gradient
+    const at::Tensor hb_t = HB.select(0, t);
+    if (before) {  // dW_rz += dHP_rz^T hb, dW_n += dn-pre^T (r * hb)
+      dwhh.narrow(0, 0, 2 * D).addmm_(DHP.narrow(1, 0, 2 * D).t(), hb_t);
+      dwhh.narrow(0, 2 * D, D).addmm_(DHP.narrow(1, 2 * D, D).t(), X.select(0, t));
+    } else {
+      dwhh.addmm_(DHP.t(), hb_t);  // dW += dHP^T hb
+    }
+    if (masked) {
+      at::mm_out(DEX, DXP, wih);  // x-bar's gradient
+      dwih.addmm_(DXP.t(), EX.select(0, t));  // dW_i += dxp^T (e * x)
+      T* db = dbias.data_ptr<T>();
+      for (int64_t b = 0; b < B; ++b) {
+#pragma omp simd
+        for (int64_t c = 0; c < D3; ++c) db[c] += dxp0[b * D3 + c];
+      }
+    }
     const T* dexp = masked ? DEX.data_ptr<T>() : nullptr;
     const T* xrow0 = masked ? xt.data_ptr<T>() + t * B * D : nullptr;
     T* dxrow0 = masked ? dxt.data_ptr<T>() + t * B * D : nullptr;
@@ -266,19 +285,6 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         dwhp[j] += ds * hrow[j];
       }
     }
-  }
-  const auto flat = [&](const at::Tensor& z) { return z.reshape({S * B, z.size(2)}); };
-  at::Tensor dwhh;
-  if (before) {
-    dwhh = at::cat({at::mm(flat(DHP).narrow(1, 0, 2 * D).t(), flat(HB)),
-                    at::mm(flat(DHP).narrow(1, 2 * D, D).t(), flat(X))});
-  } else {
-    dwhh = at::mm(flat(DHP).t(), flat(HB));
-  }
-  at::Tensor dwih, dbias;
-  if (masked) {
-    dwih = at::mm(flat(DXP).t(), flat(EX));
-    dbias = flat(DXP).sum(0);
   }
   return {DP, dxt, dh, dwhh, dwh, dwih, dbias};
 }
