@@ -36,6 +36,15 @@ Differences from the paper:
   prefix ``[:k_t]``, so only the r rows of the updated units are needed, and each reads only
   the first ``k_t`` state dims: still ``3 k_t (k_t + V)``. A skipped unit needs no row at all.
   ``fast_forward`` serves both forms.
+- Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
+  kernel builds (``baselines._vcrnn_train``, ``csrc/vcrnn_train.cpp``, built before the epoch's
+  timer starts): the scheduler, the thresholded soft mask, the GRU on ``e * h`` (either form; with
+  the input masked, ``W_i (e * x_t) + b`` a step inside the kernel) and the mix over all steps,
+  forward and backward, ``Thr_eps`` passing the gradient where ``eps <= soft <= 1 - eps`` as
+  ``torch.where`` does. It returns ``m``, so the L1 pull's gradient flows as on the per-step path.
+  It equals the per-step ``_step`` loop (the reference, and the path in eval, off the CPU, in
+  other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to float
+  rounding, not bit for bit; skipped units (e = 0) stay exact copies.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines._kernels import on_cpu, vcrnn_kernel, vcrnn_kernel_status
+from baselines._vcrnn_train import sequence_kernel, vc_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -132,6 +142,9 @@ class VCRNN(Method):
         c = self.cfg
         frac = epoch / max(num_epochs - 1, 1)
         self.sharpness = c.sharpness_start + (c.sharpness_end - c.sharpness_start) * min(frac, 1.0)
+        # the training kernel, built (or loaded) before the epoch's timer starts: time.train_s
+        # holds no compile
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
 
     def current_sharpness(self) -> float:
         """The ramped sharpness while training; the final one at evaluation."""
@@ -191,19 +204,36 @@ class VCRNN(Method):
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """``step_loop`` with the input terms of every step in one matmul before the loop (when
         the input is not masked), the recurrent weights transposed once and the scheduler's
-        deviation taken once on the stacked ``m`` (fewer ops per step; the same values)."""
+        deviation taken once on the stacked ``m`` (fewer ops per step; the same values).
+
+        Training on CPU in float32/64 runs the same steps in one C++ node where the optional
+        kernel builds (``baselines._vcrnn_train``, built before the epoch's timer starts): both
+        GRU forms, the input masked or not, the ramped sharpness; it returns ``m`` (the L1 pull's
+        gradient flows through it as here) and the soft mask ``e``, and equals this loop to float
+        rounding, not bit for bit. The loop is the reference and the path in eval, off the CPU,
+        in other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``."""
         h = self.init_state(x.shape[0], x) if state is None else state
-        weights = (self.cell.weight_hh.t(), self.sched_h.t())
-        hs, us, ms = [], [], []
-        # one unbind, linear backward (see Method.step_loop)
-        for x_t, p_t in zip(x.unbind(1), self._input_proj(x).unbind(1), strict=True):
-            h, u, m = self._step(x_t, p_t, h, *weights)
-            hs.append(h)
-            us.append(u)
-            ms.append(m)
-        m_all = torch.cat(ms, 1)  # [B, T]
+        kernel = sequence_kernel(x, h, self.cell.weight_hh) if self.training else None
+        if kernel is not None:  # the same steps in one C++ node (baselines._vcrnn_train)
+            c = self.cell
+            weights = (self.sched_h, self.sched_x, self.sched_b, c.weight_ih, c.weight_hh, c.bias)
+            hs, m_all, e = vc_sequence(
+                kernel, x, h, weights, self.current_sharpness(), self.cfg.eps, self.mask_input,
+                c.form == "before",
+            )  # fmt: skip
+            us, h = (e > 0).to(x.dtype), hs[:, -1]  # u: the ceiling rule
+        else:
+            weights = (self.cell.weight_hh.t(), self.sched_h.t())
+            steps, masks, ms = [], [], []
+            # one unbind, linear backward (see Method.step_loop)
+            for x_t, p_t in zip(x.unbind(1), self._input_proj(x).unbind(1), strict=True):
+                h, u, m = self._step(x_t, p_t, h, *weights)
+                steps.append(h)
+                masks.append(u)
+                ms.append(m)
+            hs, us, m_all = torch.stack(steps, 1), torch.stack(masks, 1), torch.cat(ms, 1)
         extras = {"m": m_all.mean(1), "m_dev": (m_all - self.cfg.m_target).abs().mean(1)}
-        out = SeqOut(torch.stack(hs, 1), torch.stack(us, 1), extras=extras, state=h)
+        out = SeqOut(hs, us, extras=extras, state=h)
         out.aux_loss = self.aux_loss(out)
         return out
 
