@@ -80,11 +80,12 @@ Differences from the code:
   same functions.
 - Training on CPU (float32/64) runs that forward's per-step parts in C++ where the optional
   kernel builds (``baselines._delta_gru_seq``, built before the epoch's timer starts): the input
-  scan (``_memorised_steps``: the same steps exactly) in one call, and the state side's T steps
-  (``_state_step``), forward and backward, as one autograd node; the input side between them stays
-  the torch ops. It equals the torch forward (the reference, and the path in eval, off the CPU,
-  where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit
-  for bit: reads and mask exactly, outputs, regulariser, final state and gradients to rounding.
+  scan (``_memorised_steps``: the same steps exactly) in one call, and the cumulative sum of the
+  projected input deltas with the state side's T steps (``_state_step``), forward and backward,
+  as one autograd node; the gather, the deltas and their projection stay torch ops. It equals
+  the torch forward (the reference, and the path in eval, off the CPU, where the kernel does not
+  build and with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit: reads and mask
+  exactly, outputs, regulariser, final state and gradients to rounding.
 """
 
 from __future__ import annotations
@@ -218,8 +219,8 @@ class DeltaGRU(Method):
         a gather makes ``x^_t`` differentiably, ``dx_t = x^_t - x^_{t-1}`` (exactly the code's
         thresholded delta, zero where not kept), one matmul projects every ``dx_t`` and a
         cumulative sum accumulates them onto ``M_0``. The state side runs per step. In
-        training on CPU the scan and the state side run in the C++ kernel where it builds
-        (``baselines._delta_gru_seq``; equal to rounding).
+        training on CPU the scan, the cumulative sum and the state side run in the C++ kernel
+        where it builds (``baselines._delta_gru_seq``; equal to rounding).
         """
         B, T, _ = x.shape
         D = self.hidden_size
@@ -233,20 +234,25 @@ class DeltaGRU(Method):
         xs = torch.cat([x_hat0.unsqueeze(1), x], 1)  # [B, T + 1, V]
         x_hats = xs.gather(1, src + 1)  # [B, T, V]  x^_t
         dx = x_hats - torch.cat([x_hat0.unsqueeze(1), x_hats[:, :-1]], 1)  # [B, T, V]
-        acc_x = torch.cumsum(F.linear(dx, self.cell.weight_ih), 1) + m0.unsqueeze(1)  # [B, T, 3D]
         # the state part of the memories: r, z start at 0 (their M_0 is in acc_x), n at M_nh,0
         acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
-        if kernel is not None:  # the state side's T steps as one C++ node
-            theta_h = self.cfg.theta_h
-            hs, dhs, h_hat, acc_h = state_sequence(kernel, acc_x, h, h_hat, acc_h, w_h, theta_h)
+        if kernel is not None:  # the cumulative sum and the state side's T steps in one C++ node
+            # W_i dx as one mm on a row-major W_i^T: its backward computes W_i's gradient as
+            # dx^T grad, fast at few inputs (``baselines._masked_cell.input_terms``)
+            proj = dx.reshape(B * T, -1).mm(self.cell.weight_ih.t().contiguous()).view(B, T, -1)
+            hs, dhs, acc_x, h_hat, acc_h = state_sequence(
+                kernel, proj, m0, h, h_hat, acc_h, w_h, self.cfg.theta_h
+            )
         else:
+            # [B, T, 3D]: b + W_i x^_t
+            acc_x = torch.cumsum(F.linear(dx, self.cell.weight_ih), 1) + m0.unsqueeze(1)
             w_t, steps, deltas = w_h.t(), [], []
             for a_t in acc_x.unbind(1):
                 h, h_hat, acc_h, dh = self._state_step(a_t, h, h_hat, acc_h, w_t, torch.addmm)
                 steps.append(h)
                 deltas.append(dh)
-            hs, dhs = torch.stack(steps, 1), torch.stack(deltas, 1)
-        return self._sequence_out(hs, dhs, dx.detach(), x_hats[:, -1], acc_x[:, -1], h_hat, acc_h)
+            hs, dhs, acc_x = torch.stack(steps, 1), torch.stack(deltas, 1), acc_x[:, -1]
+        return self._sequence_out(hs, dhs, dx.detach(), x_hats[:, -1], acc_x, h_hat, acc_h)
 
     def _state_step(
         self, acc_x: Tensor, h: Tensor, h_hat: Tensor, acc_h: Tensor, w_t: Tensor, addmm
@@ -290,7 +296,7 @@ class DeltaGRU(Method):
         reads = torch.cat([dx != 0, dh_all.detach() != 0], -1).to(out.dtype)
         m = torch.cat([acc_x[:, : 2 * D] + acc_h[:, : 2 * D], acc_x[:, 2 * D :]], 1)
         final = (x_last, out[:, -1], h_hat, m, acc_h[:, 2 * D :])
-        aux = self._penalty(dh_all.abs().sum((1, 2)))
+        aux = self._penalty(dh_all.abs().sum((1, 2))) if self.cfg.beta else None
         return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
 
     @torch.no_grad()
