@@ -118,7 +118,9 @@ def fast_forward(model: Method, x: Tensor) -> SeqOut:
         h, h_hat, acc_h, dh = model._state_step(acc_x, h, h_hat, acc_h, wh_t, addmm_read_columns)
         hs.append(h)
         dhs.append(dh)
-    return model._sequence_out(hs, dhs, dx, x_last, acc_x, h_hat, acc_h)
+    return model._sequence_out(
+        torch.stack(hs, 1), torch.stack(dhs, 1), dx, x_last, acc_x, h_hat, acc_h
+    )
 
 
 def calibrate(model: Method, x: Tensor, skip: float) -> str:

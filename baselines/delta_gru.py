@@ -78,6 +78,14 @@ Differences from the code:
   pass, its deltas projected in one matmul and accumulated by a cumulative sum; the state side
   accumulates ``W_h dh`` per step as the code does. Values agree to rounding; gradients are the
   same functions.
+- Training on CPU (float32/64) runs that forward's per-step parts in C++ where the optional
+  kernel builds (``baselines._delta_gru_seq``, built before the epoch's timer starts): the input
+  scan (``_memorised_steps``: the same steps exactly) in one call, and the cumulative sum of the
+  projected input deltas with the state side's T steps (``_state_step``), forward and backward,
+  as one autograd node; the gather, the deltas and their projection stay torch ops. It equals
+  the torch forward (the reference, and the path in eval, off the CPU, where the kernel does not
+  build and with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit: reads and mask
+  exactly, outputs, regulariser, final state and gradients to rounding.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ from torch import Tensor, nn
 
 import baselines._delta_gru_fast as _delta_gru_fast
 from baselines._cells import GRUWeights, gru_macs_per_unit
+from baselines._delta_gru_seq import memorised_steps, sequence_kernel, state_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -154,6 +163,12 @@ class DeltaGRU(Method):
             self.hidden_size, per_unit=gru_macs_per_unit(self.input_size, self.hidden_size)
         )
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the training kernel where training will run it, before the
+        epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def init_state(self, batch_size: int, ref: Tensor) -> DeltaState:
         """Zero references and state; ``M_0 = b`` and ``M_nh,0 = 0`` (the code's
         ``process_inputs``, with ``b_hn = 0``)."""
@@ -203,25 +218,41 @@ class DeltaGRU(Method):
         every step and feature, the step whose value is memorised (or the initial reference),
         a gather makes ``x^_t`` differentiably, ``dx_t = x^_t - x^_{t-1}`` (exactly the code's
         thresholded delta, zero where not kept), one matmul projects every ``dx_t`` and a
-        cumulative sum accumulates them onto ``M_0``. The state side runs per step.
+        cumulative sum accumulates them onto ``M_0``. The state side runs per step. In
+        training on CPU the scan, the cumulative sum and the state side run in the C++ kernel
+        where it builds (``baselines._delta_gru_seq``; equal to rounding).
         """
         B, T, _ = x.shape
         D = self.hidden_size
         x_hat0, h, h_hat, m0, m_nh0 = self.init_state(B, x) if state is None else state
-        src = self._memorised_steps(x, x_hat0)  # [B, T, V], -1 for the initial reference
+        w_h = self.cell.weight_hh
+        kernel = sequence_kernel(x, h, h_hat, m0, m_nh0, w_h) if self.training else None
+        if kernel is not None:  # the scan in one C++ call (baselines._delta_gru_seq)
+            src = memorised_steps(kernel, x, x_hat0, self.cfg.theta_x)
+        else:
+            src = self._memorised_steps(x, x_hat0)  # [B, T, V], -1 for the initial reference
         xs = torch.cat([x_hat0.unsqueeze(1), x], 1)  # [B, T + 1, V]
         x_hats = xs.gather(1, src + 1)  # [B, T, V]  x^_t
         dx = x_hats - torch.cat([x_hat0.unsqueeze(1), x_hats[:, :-1]], 1)  # [B, T, V]
-        acc_x = torch.cumsum(F.linear(dx, self.cell.weight_ih), 1) + m0.unsqueeze(1)  # [B, T, 3D]
         # the state part of the memories: r, z start at 0 (their M_0 is in acc_x), n at M_nh,0
         acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
-        w_t = self.cell.weight_hh.t()
-        hs, dhs = [], []
-        for a_t in acc_x.unbind(1):
-            h, h_hat, acc_h, dh = self._state_step(a_t, h, h_hat, acc_h, w_t, torch.addmm)
-            hs.append(h)
-            dhs.append(dh)
-        return self._sequence_out(hs, dhs, dx.detach(), x_hats[:, -1], acc_x[:, -1], h_hat, acc_h)
+        if kernel is not None:  # the cumulative sum and the state side's T steps in one C++ node
+            # W_i dx as one mm on a row-major W_i^T: its backward computes W_i's gradient as
+            # dx^T grad, fast at few inputs (``baselines._masked_cell.input_terms``)
+            proj = dx.reshape(B * T, -1).mm(self.cell.weight_ih.t().contiguous()).view(B, T, -1)
+            hs, dhs, acc_x, h_hat, acc_h = state_sequence(
+                kernel, proj, m0, h, h_hat, acc_h, w_h, self.cfg.theta_h
+            )
+        else:
+            # [B, T, 3D]: b + W_i x^_t
+            acc_x = torch.cumsum(F.linear(dx, self.cell.weight_ih), 1) + m0.unsqueeze(1)
+            w_t, steps, deltas = w_h.t(), [], []
+            for a_t in acc_x.unbind(1):
+                h, h_hat, acc_h, dh = self._state_step(a_t, h, h_hat, acc_h, w_t, torch.addmm)
+                steps.append(h)
+                deltas.append(dh)
+            hs, dhs, acc_x = torch.stack(steps, 1), torch.stack(deltas, 1), acc_x[:, -1]
+        return self._sequence_out(hs, dhs, dx.detach(), x_hats[:, -1], acc_x, h_hat, acc_h)
 
     def _state_step(
         self, acc_x: Tensor, h: Tensor, h_hat: Tensor, acc_h: Tensor, w_t: Tensor, addmm
@@ -250,23 +281,22 @@ class DeltaGRU(Method):
 
     def _sequence_out(
         self,
-        hs: list[Tensor],
-        dhs: list[Tensor],
+        out: Tensor,
+        dh_all: Tensor,
         dx: Tensor,
         x_last: Tensor,
         acc_x: Tensor,
         h_hat: Tensor,
         acc_h: Tensor,
     ) -> SeqOut:
-        """The ``SeqOut`` of ``forward`` and ``fast_forward`` from the per-step states and state
-        deltas, the input deltas ``dx [B, T, V]`` and the memories after the last step."""
+        """The ``SeqOut`` of ``forward`` and ``fast_forward`` from the states ``out [B, T, D]``,
+        the state deltas ``dh_all [B, T, D]``, the input deltas ``dx [B, T, V]`` and the
+        memories after the last step."""
         D = self.hidden_size
-        out = torch.stack(hs, 1)  # [B, T, D]
-        dh_all = torch.stack(dhs, 1)  # [B, T, D]
         reads = torch.cat([dx != 0, dh_all.detach() != 0], -1).to(out.dtype)
         m = torch.cat([acc_x[:, : 2 * D] + acc_h[:, : 2 * D], acc_x[:, 2 * D :]], 1)
-        final = (x_last, hs[-1], h_hat, m, acc_h[:, 2 * D :])
-        aux = self._penalty(dh_all.abs().sum((1, 2)))
+        final = (x_last, out[:, -1], h_hat, m, acc_h[:, 2 * D :])
+        aux = self._penalty(dh_all.abs().sum((1, 2))) if self.cfg.beta else None
         return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
 
     @torch.no_grad()
