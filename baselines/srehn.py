@@ -34,6 +34,13 @@ Differences from the paper:
   the elastic gate already supplies the carry bias that RHN's -2 provides).
 - R_max = 10 by default (``r_max``), the synthetic data's R_max (docs/methods.md 2.14(j)).
 - [DECISION] docs/methods.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
+- Training on CPU in float32/float64, where the optional C++ kernel builds
+  (``baselines/_srehn.py``, ``csrc/srehn.cpp``): the sequence ``forward``'s steps (the local rate,
+  the elastic gate with its depth trace, the ``r_max`` layers) run in one C++ call forward and one
+  backward, one autograd node per sequence; equal to the per-step path to float rounding, not bit
+  for bit (mask, depth and the layers run the same; tests/test_kernel_srehn.py). The per-step
+  path is the reference and runs in eval, off the CPU (one warning line), in other dtypes, where
+  the kernel does not build and with ``HARNESS_NO_KERNELS=1``.
 - Coupled carry (docs/methods.md 2.10 [INFERRED]). Mask ``u = 1[d^1 > 0]``, depth
   ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (docs/methods.md 1.1, 2.14(h)).
 """
