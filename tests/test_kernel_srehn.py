@@ -227,6 +227,7 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
         asked.append(kwargs["name"])
         raise RuntimeError("Error building extension 'harness_srehn'\n[1/2] c++ ...")
 
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     m = model(3, 5, 3, torch.float32)
     with pytest.warns(UserWarning, match="SREHN training kernel unavailable"):
