@@ -24,7 +24,7 @@
 // Layout: p and its gradient [B, T, 3D], and the outputs hs, d^1, n, mask [B, T, D], batch-major
 // as the method holds them (a step's rows strided). What only the backward reads: AT [T, B, D]
 // (alpha_t), DG, MG, EG [T, B, R, D] (the gate's d, m = 1 - e^{-u} and e^q, as in ``_gate``),
-// HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, B, 2D] (s, tau).
+// HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, 2, B, D] (s, tau).
 #include <torch/extension.h>
 #include <algorithm>
 #include <cmath>
@@ -111,13 +111,8 @@ void gate_forward(const T* alpha, const T* beta, const T* at, at::Tensor DG, at:
 // dq = -(e g), du = dq / m, dalpha += dq + du r, dbeta += g, dalpha_t = sum_r du rr; where d = 0
 // nothing (0, not 0 * inf). dalpha and dbeta accumulate over the steps; dat is this step's.
 template <typename T>
-void gate_backward(const at::Tensor& G, const at::Tensor& DG, const at::Tensor& MG,
-                   const at::Tensor& EG, T* dalpha, T* dbeta, T* dat) {
-  const int64_t B = DG.size(0), Rm = DG.size(1), D = DG.size(2);
-  const T* gp = G.data_ptr<T>();
-  const T* dp = DG.data_ptr<T>();
-  const T* mp = MG.data_ptr<T>();
-  const T* ep = EG.data_ptr<T>();
+void gate_backward(const T* gp, const T* dp, const T* mp, const T* ep, int64_t B, int64_t Rm,
+                   int64_t D, T* dalpha, T* dbeta, T* dat) {
   std::fill(dat, dat + B * D, T(0));
   for (int64_t b = 0; b < B; ++b) {
     T* atrow = dat + b * D;
@@ -137,6 +132,11 @@ void gate_backward(const at::Tensor& G, const at::Tensor& DG, const at::Tensor& 
   }
 }
 
+// The forward of every step. The matmuls read fixed [B, .] buffers (hcur, the current h; a)
+// and the loops write what the backward reads into its place by pointer: a tensor view per
+// layer and step costs more than the layer's elementwise work at the paper sizes. The input
+// terms and biases are added in the loops rather than by addmm (which copies them into its
+// output first): the same sums, rounded once.
 template <typename T>
 void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h,
              const at::Tensor& alpha, const at::Tensor& beta, const at::Tensor& weight,
@@ -144,51 +144,88 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
              at::Tensor& mask, at::Tensor& AT, at::Tensor& DG, at::Tensor& MG, at::Tensor& EG,
              at::Tensor& HIN, at::Tensor& SA) {
   const int64_t B = p.size(0), S = p.size(1), D = h0.size(1), Rm = DG.size(2);
+  const int64_t D2 = 2 * D, BD = B * D, P3 = 3 * D;
   const auto rate_t = rate_h.t(), w_t = weight.t();
+  const auto opts = h0.options();
+  at::Tensor hcur = h0.clone(), a = at::empty({B, D2}, opts), ar = at::empty({B, D}, opts);
+  at::Tensor sb = at::empty({B, D}, opts), tb = at::empty({B, D}, opts);
   const T* ap = alpha.data_ptr<T>();
   const T* bp = beta.data_ptr<T>();
+  const T* pp = p.data_ptr<T>();
+  const T* biasp = bias.data_ptr<T>();
+  const T* arp = ar.data_ptr<T>();
+  const T* aap = a.data_ptr<T>();
+  T* hcp = hcur.data_ptr<T>();
+  T* sp = sb.data_ptr<T>();
+  T* tp = tb.data_ptr<T>();
   T* hsp = hs.data_ptr<T>();
   T* d1p = d1.data_ptr<T>();
-  HIN.select(0, 0).select(0, 0).copy_(h0);
+  T* atp0 = AT.data_ptr<T>();
+  T* hinp = HIN.data_ptr<T>();
+  T* sap = SA.data_ptr<T>();
+  std::copy(hcp, hcp + BD, hinp);  // HIN[0][0] = h_0
   for (int64_t t = 0; t < S; ++t) {
-    const at::Tensor pt = p.select(1, t);  // [B, 3D], rows S * 3D apart
+    const T* pt = pp + t * P3;  // row b at b * S * 3D
+    at::mm_out(ar, hcur, rate_t);
+    T* atp = atp0 + t * BD;
+    for (int64_t b = 0; b < B; ++b) {
+      const T* prow = pt + b * S * P3;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) atp[b * D + j] = prow[j] + arp[b * D + j];
+    }
     at::Tensor at_ = AT.select(0, t), dg = DG.select(0, t);
-    at::addmm_out(at_, pt.narrow(1, 0, D), HIN.select(0, 0).select(0, t), rate_t);
     at::sigmoid_(at_);  // eq. 14
-    gate_forward<T>(ap, bp, at_.data_ptr<T>(), dg, MG.select(0, t), EG.select(0, t),
-                    n.data_ptr<T>() + t * D, mask.data_ptr<T>() + t * D, S * D);
+    gate_forward<T>(ap, bp, atp, dg, MG.select(0, t), EG.select(0, t), n.data_ptr<T>() + t * D,
+                    mask.data_ptr<T>() + t * D, S * D);
     const T* dgp = dg.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b)
       std::copy(dgp + b * Rm * D, dgp + b * Rm * D + D, d1p + (b * S + t) * D);
     for (int64_t r = 0; r < Rm; ++r) {
-      const at::Tensor h = HIN.select(0, r).select(0, t);
-      at::Tensor a = SA.select(0, r).select(0, t);  // [B, 2D]
-      at::addmm_out(a, r == 0 ? pt.narrow(1, D, 2 * D) : bias, h, w_t);
-      a.narrow(1, 0, D).tanh_();  // s
-      a.narrow(1, D, D).sigmoid_();  // tau
-      const bool last = r + 1 == Rm;
-      T* dst = last ? hsp + t * D : HIN.select(0, r + 1).select(0, t).data_ptr<T>();
-      const int64_t dst_row = last ? S * D : D;
-      const T* hp = h.data_ptr<T>();
-      const T* sp = a.data_ptr<T>();
+      at::mm_out(a, hcur, w_t);
+      // s and tau, with layer 1's input terms or the bias, into buffers of their own: ATen's
+      // tanh and sigmoid are several times slower on the strided halves of a
+      const T* base = r == 0 ? pt + D : biasp;
+      const int64_t base_row = r == 0 ? S * P3 : 0;
       for (int64_t b = 0; b < B; ++b) {
-        const T* hrow = hp + b * D;
-        const T* srow = sp + b * 2 * D;
-        const T* drow = dgp + (b * Rm + r) * D;
-        T* orow = dst + b * dst_row;
+        const T* brow = base + b * base_row;
+        const T* arow = aap + b * D2;
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) {
-          orow[j] = lerp(hrow[j], srow[j], drow[j] * srow[D + j]);  // eqs. 10, 9
+          sp[b * D + j] = brow[j] + arow[j];
+          tp[b * D + j] = brow[D + j] + arow[D + j];
         }
       }
+      sb.tanh_();  // s
+      tb.sigmoid_();  // tau
+      // h^r = lerp(h^{r-1}, s, d^r tau) into hcur and where the backward reads it: the next
+      // layer's input, or h_t (and the next step's input)
+      const bool last = r + 1 == Rm;
+      T* ssave = sap + (r * S + t) * 2 * BD;  // SA[r][t] = [s; tau]
+      T* next = last ? (t + 1 < S ? hinp + (t + 1) * BD : nullptr)
+                     : hinp + ((r + 1) * S + t) * BD;
+      for (int64_t b = 0; b < B; ++b) {
+        const T* drow = dgp + (b * Rm + r) * D;
+        T* hrow = hcp + b * D;
+        T* srow = ssave + b * D;
+        T* trow = ssave + BD + b * D;
+#pragma omp simd
+        for (int64_t j = 0; j < D; ++j) {
+          const T s = sp[b * D + j], tau = tp[b * D + j];
+          srow[j] = s;
+          trow[j] = tau;
+          hrow[j] = lerp(hrow[j], s, drow[j] * tau);  // eqs. 10, 9
+        }
+        if (next != nullptr) std::copy(hrow, hrow + D, next + b * D);
+        if (last) std::copy(hrow, hrow + D, hsp + (b * S + t) * D);
+      }
     }
-    if (t + 1 < S) HIN.select(0, 0).select(0, t + 1).copy_(hs.select(1, t));
   }
 }
 
 // The gradients of p, h0, rate_h, alpha, beta, weight and bias (bias's undefined, None, where
 // R = 1: the per-step path's layer 1 takes its bias with p) from those of hs and d^1 (each may be
-// undefined: none).
+// undefined: none). As the forward, the matmuls work on fixed buffers (gh, gm, da, dpre) and the
+// loops read and write the saved tensors by pointer.
 template <typename T>
 std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& grad_d1,
                                  const at::Tensor& rate_h, const at::Tensor& weight,
@@ -196,44 +233,58 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
                                  const at::Tensor& EG, const at::Tensor& HIN,
                                  const at::Tensor& SA) {
   const int64_t S = AT.size(0), B = AT.size(1), D = AT.size(2), Rm = DG.size(2);
+  const int64_t D2 = 2 * D, BD = B * D, G1 = B * Rm * D;
   const auto opts = AT.options();
-  at::Tensor dp = at::empty({B, S, 3 * D}, opts), DA = at::empty({Rm, S, B, 2 * D}, opts);
+  at::Tensor dp = at::empty({B, S, 3 * D}, opts), DA = at::empty({Rm, S, B, D2}, opts);
   at::Tensor DPRE = at::empty({S, B, D}, opts), G = at::empty({B, Rm, D}, opts);
   at::Tensor dalpha = at::zeros({D}, opts), dbeta = at::zeros({D}, opts);
   at::Tensor dat = at::empty({B, D}, opts), base = at::empty({B, D}, opts);
-  at::Tensor gh = at::zeros({B, D}, opts), gnext = at::empty({B, D}, opts);  // dL/dh^r
+  at::Tensor gh = at::zeros({B, D}, opts), gm = at::empty({B, D}, opts);  // dL/dh^r; da W
+  at::Tensor da = at::empty({B, D2}, opts), dpre = at::empty({B, D}, opts);
   const bool has_h = grad_hs.defined(), has_d1 = grad_d1.defined();
   const T* ghs = has_h ? grad_hs.data_ptr<T>() : nullptr;
   const T* gd1 = has_d1 ? grad_d1.data_ptr<T>() : nullptr;
+  const T* hinp = HIN.data_ptr<T>();
+  const T* sap = SA.data_ptr<T>();
+  const T* dg0 = DG.data_ptr<T>();
+  const T* mg0 = MG.data_ptr<T>();
+  const T* eg0 = EG.data_ptr<T>();
+  const T* at0 = AT.data_ptr<T>();
+  const T* gmp = gm.data_ptr<T>();
   T* dpp = dp.data_ptr<T>();
   T* gp = G.data_ptr<T>();
   T* basep = base.data_ptr<T>();
+  T* g = gh.data_ptr<T>();
+  T* dap = da.data_ptr<T>();
+  T* DAp = DA.data_ptr<T>();
+  T* prep = dpre.data_ptr<T>();
+  T* PREp = DPRE.data_ptr<T>();
+  T* datp = dat.data_ptr<T>();
   for (int64_t t = S - 1; t >= 0; --t) {
     if (has_h) {  // h_t's own gradient plus what step t + 1 sent back
-      T* g = gh.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
         const T* grow = ghs + (b * S + t) * D;
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) g[b * D + j] += grow[j];
       }
     }
-    const T* dgp = DG.select(0, t).data_ptr<T>();
+    const T* dgp = dg0 + t * G1;
     for (int64_t r = Rm - 1; r >= 0; --r) {
-      const T* hp = HIN.select(0, r).select(0, t).data_ptr<T>();
-      const T* sp = SA.select(0, r).select(0, t).data_ptr<T>();
-      const T* g = gh.data_ptr<T>();
-      T* dap = DA.select(0, r).select(0, t).data_ptr<T>();
+      const T* hp = hinp + (r * S + t) * BD;
+      const T* sp = sap + (r * S + t) * 2 * BD;  // s; tau B D further
+      T* dsave = DAp + (r * S + t) * B * D2;
       for (int64_t b = 0; b < B; ++b) {
         const T* hrow = hp + b * D;
-        const T* srow = sp + b * 2 * D;
+        const T* srow = sp + b * D;
+        const T* trow = sp + BD + b * D;
         const T* drow = dgp + (b * Rm + r) * D;
         const T* grow = g + b * D;
-        T* darow = dap + b * 2 * D;
+        T* darow = dap + b * D2;
         T* Grow = gp + (b * Rm + r) * D;
         T* baserow = basep + b * D;
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) {
-          const T s = srow[j], tau = srow[D + j], d = drow[j], gj = grow[j];
+          const T s = srow[j], tau = trow[j], d = drow[j], gj = grow[j];
           const T gate = d * tau;
           const T gw = gj * (s - hrow[j]);  // lerp's weight
           baserow[j] = gj * (T(1) - gate);  // lerp's start
@@ -241,9 +292,11 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
           darow[j] = (gj * gate) * (T(1) - s * s);  // lerp's end, tanh
           darow[D + j] = (gw * d) * (T(1) - tau) * tau;  // sigmoid
         }
+        std::copy(darow, darow + D2, dsave + b * D2);
       }
-      at::addmm_out(gnext, base, DA.select(0, r).select(0, t), weight);  // + da W
-      std::swap(gh, gnext);
+      at::mm_out(gm, da, weight);  // da W
+#pragma omp simd
+      for (int64_t i = 0; i < BD; ++i) g[i] = basep[i] + gmp[i];
     }
     if (has_d1) {
       for (int64_t b = 0; b < B; ++b) {
@@ -253,13 +306,11 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         for (int64_t j = 0; j < D; ++j) Grow[j] += grow[j];
       }
     }
-    gate_backward<T>(G, DG.select(0, t), MG.select(0, t), EG.select(0, t),
-                     dalpha.data_ptr<T>(), dbeta.data_ptr<T>(), dat.data_ptr<T>());
+    gate_backward<T>(gp, dgp, mg0 + t * G1, eg0 + t * G1, B, Rm, D, dalpha.data_ptr<T>(),
+                     dbeta.data_ptr<T>(), datp);
     // eq. 14's sigmoid backward as ATen's, grad (1 - y) y; p's gradient for this step
-    const T* atp = AT.select(0, t).data_ptr<T>();
-    const T* datp = dat.data_ptr<T>();
-    const T* da0 = DA.select(0, 0).select(0, t).data_ptr<T>();
-    T* prep = DPRE.select(0, t).data_ptr<T>();
+    const T* atp = at0 + t * BD;
+    const T* da0 = DAp + t * B * D2;  // layer 1's
     for (int64_t b = 0; b < B; ++b) {
       T* dprow = dpp + (b * S + t) * 3 * D;
 #pragma omp simd
@@ -269,9 +320,10 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         prep[b * D + j] = v;
         dprow[j] = v;
       }
-      std::copy(da0 + b * 2 * D, da0 + (b + 1) * 2 * D, dprow + D);
+      std::copy(da0 + b * D2, da0 + (b + 1) * D2, dprow + D);
     }
-    gh.addmm_(DPRE.select(0, t), rate_h);  // dh_{t-1} += dpre W_a,h
+    std::copy(prep, prep + BD, PREp + t * BD);
+    gh.addmm_(dpre, rate_h);  // dh_{t-1} += dpre W_a,h
   }
   const int64_t N = Rm * S * B;
   return {
@@ -280,8 +332,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
       at::mm(DPRE.view({S * B, D}).t(), HIN.select(0, 0).view({S * B, D})),
       dalpha,
       dbeta,
-      at::mm(DA.view({N, 2 * D}).t(), HIN.view({N, D})),
-      Rm > 1 ? DA.narrow(0, 1, Rm - 1).reshape({(Rm - 1) * S * B, 2 * D}).sum(0) : at::Tensor(),
+      at::mm(DA.view({N, D2}).t(), HIN.view({N, D})),
+      Rm > 1 ? DA.narrow(0, 1, Rm - 1).reshape({(Rm - 1) * S * B, D2}).sum(0) : at::Tensor(),
   };
 }
 
@@ -313,7 +365,7 @@ std::vector<at::Tensor> srehn_forward(at::Tensor p, at::Tensor h0, at::Tensor ra
   at::Tensor n = at::empty_like(hs), mask = at::empty_like(hs);
   at::Tensor AT = at::empty({S, B, D}, opts), DG = at::empty({S, B, r_max, D}, opts);
   at::Tensor MG = at::empty_like(DG), EG = at::empty_like(DG);
-  at::Tensor HIN = at::empty({r_max, S, B, D}, opts), SA = at::empty({r_max, S, B, 2 * D}, opts);
+  at::Tensor HIN = at::empty({r_max, S, B, D}, opts), SA = at::empty({r_max, S, 2, B, D}, opts);
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "srehn_forward", [&] {
     forward<scalar_t>(p, h0, rate_h, alpha, beta, weight, bias.view({2 * D}), hs, d1, n, mask,
                       AT, DG, MG, EG, HIN, SA);
