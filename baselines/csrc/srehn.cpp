@@ -14,12 +14,13 @@
 // The backward writes out what autograd computes for those ops (``_ElasticGate.backward`` for the
 // gate, torch's derivatives of addmm, tanh, sigmoid, mul and lerp): the gradients of p, h_0, W_a,h,
 // alpha, beta, W and b, from those of every h_t and of d^1 (the compute penalty reads it). The
-// matmuls are ATen's (one addmm per layer and step each way; the weight gradients one matmul over
-// every layer of every step), tanh, sigmoid and the gate's expm1, log and exp ATen's vectorised
-// ones on whole buffers; every other elementwise part a plain loop over the B x D units. Built with
-// -ffp-contract=off, so each product and sum rounds on its own (torch's vectorised lerp fuses a
-// multiply-add, and the sums of the weight gradients run in another order): equal to the per-step
-// path to float rounding, not bit for bit.
+// matmuls are ATen's (one mm per layer and step each way, its input terms or bias added in the
+// loop that follows; the weight gradients one matmul over every layer of every step), tanh,
+// sigmoid and the gate's expm1, log and exp ATen's vectorised ones on whole buffers; every other
+// elementwise part a plain loop over the B x D units. Built with -ffp-contract=off, so each product
+// and sum rounds on its own (torch's vectorised lerp fuses a multiply-add, addmm may add its input
+// in another order, and the sums of the weight gradients run in another order): equal to the
+// per-step path to float rounding, not bit for bit.
 //
 // Layout: p and its gradient [B, T, 3D], and the outputs hs, d^1, n, mask [B, T, D], batch-major
 // as the method holds them (a step's rows strided). What only the backward reads: AT [T, B, D]
