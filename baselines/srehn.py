@@ -34,6 +34,13 @@ Differences from the paper:
   the elastic gate already supplies the carry bias that RHN's -2 provides).
 - R_max = 10 by default (``r_max``), the synthetic data's R_max (docs/methods.md 2.14(j)).
 - [DECISION] docs/methods.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
+- Training on CPU in float32/float64, where the optional C++ kernel builds
+  (``baselines/_srehn.py``, ``csrc/srehn.cpp``): the sequence ``forward``'s steps (the local rate,
+  the elastic gate with its depth trace, the ``r_max`` layers) run in one C++ call forward and one
+  backward, one autograd node per sequence; equal to the per-step path to float rounding, not bit
+  for bit (mask, depth and the layers run the same; tests/test_kernel_srehn.py). The per-step
+  path is the reference and runs in eval, off the CPU (one warning line), in other dtypes, where
+  the kernel does not build and with ``HARNESS_NO_KERNELS=1``.
 - Coupled carry (docs/methods.md 2.10 [INFERRED]). Mask ``u = 1[d^1 > 0]``, depth
   ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (docs/methods.md 1.1, 2.14(h)).
 """
@@ -46,6 +53,7 @@ from torch import Tensor
 
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway, elastic_layers
 from baselines._highway import CoupledHighway, run_sequence, weight_bound
+from baselines._srehn import elastic_sequence, sequence_kernel
 from harness.components.method import SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
 
@@ -105,13 +113,30 @@ class SREHN(ElasticHighway):
     def _advance(self, x_t: Tensor, h: Tensor, adaptive: bool) -> StepOut:
         return self._step(self._input_terms(x_t), h, self._weights(), adaptive)
 
+    def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
+        """Also builds (or loads) the training kernel where training will run it, before the
+        epoch's timer starts: ``time.train_s`` holds no compile."""
+        super().on_epoch_start(epoch, num_epochs)
+        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """The fixed ``r_max`` layers of ``ElasticHighway.forward``, with the input terms of every
-        step in one matmul and the weights read once per sequence (fewer ops per step)."""
+        step in one matmul and the weights read once per sequence (fewer ops per step). In
+        training, where the C++ kernel runs (``baselines._srehn``), the same steps in one node."""
         h0 = self.init_state(x.shape[0], x) if state is None else state
         weights = self._weights()
-        step = lambda p_t, h: self._step(p_t, h, weights, adaptive=False)  # noqa: E731
-        out = run_sequence(step, self._input_terms(x), h0)
+        p = self._input_terms(x)  # [B, T, 3D]
+        kernel = sequence_kernel(p, h0, *weights) if self.training else None
+        if kernel is not None:
+            alpha, beta, rate_h_t, weight_t, bias = weights
+            hs, d1, n, mask = elastic_sequence(
+                kernel, p, h0, rate_h_t.t(), alpha, beta, weight_t.t(), bias, self.cfg.r_max
+            )
+            extras = {"elastic_d1_mean": d1.mean(-1).mean(1)}  # as run_sequence averages it
+            out = SeqOut(outputs=hs, mask=mask, depth=n, extras=extras, state=hs[:, -1])
+        else:
+            step = lambda p_t, h: self._step(p_t, h, weights, adaptive=False)  # noqa: E731
+            out = run_sequence(step, p, h0)
         self.tally_layers(self.cfg.r_max * x.shape[1], x.shape[1])
         out.aux_loss = self.aux_loss(out)
         return out
