@@ -22,48 +22,18 @@ of every parameter, the input and the initial state, in float64 and float32).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
-
-# The loader is here, not in ``baselines._kernels``, so that the methods whose code version holds
-# that module (SA-RNN, VC-RNN, EI-REHN) keep theirs.
-def delta_gru_seq_kernel_status() -> KernelStatus:
-    """The state of the Delta GRU training kernel, found without building or loading it."""
-    return _status(delta_gru_seq_kernel, "delta_gru_seq")
-
-
-@functools.lru_cache(maxsize=1)
-def delta_gru_seq_kernel() -> Any:
-    """The compiled kernel (``memorised_steps``, ``forward``, ``backward``:
-    ``csrc/delta_gru_seq.cpp``), or None where it cannot be built (``baselines._kernels``:
-    compiled on first use, cached, optional)."""
-    mod, _last["delta_gru_seq"] = _load("delta_gru_seq", "Delta GRU training", "Delta GRU training")
-    return mod
-
-
-# Its source is part of Delta GRU's code version (``method_code``).
-delta_gru_seq_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "delta_gru_seq"
-)
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("the Delta GRU training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return delta_gru_seq_kernel()
+# Its source is part of the code version of the method that trains with it (``method_code``).
+delta_gru_seq_kernel = TrainingKernel("delta_gru_seq", "Delta GRU training")
+delta_gru_seq_kernel_status = delta_gru_seq_kernel.status
+sequence_kernel = delta_gru_seq_kernel.for_tensors
 
 
 def memorised_steps(kernel: Any, x: Tensor, x_hat0: Tensor, theta_x: float) -> Tensor:

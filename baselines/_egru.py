@@ -21,54 +21,18 @@ initial state, in float64 and float32).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
-
-# The loader is here, not in ``baselines._kernels`` (whose helpers it uses), so that the methods
-# whose code version holds that module keep theirs.
-def egru_kernel_status() -> KernelStatus:
-    """The state of the EGRU training kernel, found without building or loading it."""
-    return _status(egru_kernel, "egru")
-
-
-@functools.lru_cache(maxsize=1)
-def egru_kernel() -> Any:
-    """The compiled kernel (``forward``, ``backward``: ``csrc/egru.cpp``), or None where it cannot
-    be built (``baselines._kernels``: compiled on first use, cached, optional)."""
-    mod, _last["egru"] = _load("egru", "EGRU training", "EGRU training")
-    return mod
-
-
-# Its source is part of EGRU's code version (``method_code``): the kernel runs in its training.
-egru_kernel.kernel_source_files = functools.partial(kernel_sources, "egru")  # type: ignore[attr-defined]
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("the EGRU training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return egru_kernel()
-
-
-def input_terms(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``x W + b`` for every step, time-major, ``[B, T, V] -> [T, B, 3D]`` (a step's rows
-    contiguous, as the kernel reads them): one ``addmm`` on ``x`` transposed, whose backward
-    computes W's gradient as ``x^T dwx`` (the same values as ``forward``'s ``matmul``, the
-    gradient summed in another order)."""
-    B, T, V = x.shape
-    return torch.addmm(bias, x.transpose(0, 1).reshape(T * B, V), weight).view(T, B, -1)
+# Its source is part of the code version of the method that trains with it (``method_code``).
+egru_kernel = TrainingKernel("egru", "EGRU training")
+egru_kernel_status = egru_kernel.status
+sequence_kernel = egru_kernel.for_tensors
 
 
 def egru_sequence(

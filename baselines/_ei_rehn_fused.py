@@ -4,12 +4,12 @@ A step of ``EIREHN._train_forward`` is the local rate ``alpha_t = sigmoid(W_a [h
 (eq. 14), the elastic gate of every layer with its depth trace (``ElasticGate.trace``: eq. 11 in
 the overflow-safe form of ``baselines._elastic._gate``, ``n``, the mask and ``R``) and the batch's
 ``max_b R_t`` highway layers (``stack_layers``). In Python that is about 40 torch ops and four
-autograd nodes per step besides the layers, and a ``.item()`` to learn the depth. Where the
-optional C++ kernel builds (``baselines._kernels.ei_rehn_stack_kernel``, the same module as the
-fused layers), ``fused_step`` does all of it in one call, forward (``step_forward``) and backward
+autograd nodes per step besides the layers, and a ``.item()`` to learn the depth. Where the optional
+C++ kernel builds (``baselines._ei_rehn_stack.ei_rehn_stack_kernel``, the same module as the fused
+layers), ``fused_step`` does all of it in one call, forward (``step_forward``) and backward
 (``step_backward``: ``_ElasticGate.backward``, the rate's sigmoid and matmul, ``_Stack.backward``),
-and returns the number of layers it ran. The gate's expm1, log and exp are ATen's vectorised ones
-on whole ``[B, R_max, D]`` buffers, so its values round as the Python gate's do.
+and returns the number of layers it ran. The gate's expm1, log and exp are ATen's vectorised ones on
+whole ``[B, R_max, D]`` buffers, so its values round as the Python gate's do.
 
 The Python step (``_ElasticGate``, ``_gate``, ``_Stack``) is the reference and the path wherever
 the kernel cannot run (not CPU, not float32/64, not built, ``HARNESS_NO_KERNELS=1``): the fused
@@ -25,13 +25,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._ei_rehn_stack import cpu_kernel
-from baselines._kernels import ei_rehn_stack_kernel
+from baselines._ei_rehn_stack import ei_rehn_stack_kernel
 
 
 def step_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run a step on these tensors, else None (``cpu_kernel``)."""
-    return cpu_kernel(tensors, ei_rehn_stack_kernel)
+    """The kernel where it can run a step on these tensors, else None
+    (``TrainingKernel.for_tensors``)."""
+    return ei_rehn_stack_kernel.for_tensors(*tensors)
 
 
 def fused_step(

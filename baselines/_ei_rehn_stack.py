@@ -9,15 +9,15 @@ one autograd node per step, and the weight gradients of all the step's layers in
 weight. Equal to ``_layers`` to float rounding, values and gradients (tests/test_ei_rehn.py, in
 float64); not bit for bit.
 
-On CPU in float32/float64, where the optional C++ kernel builds (``baselines._kernels``,
-``ei_rehn_stack_kernel``), ``stack_layers`` runs ``_FusedStack``: the same forward and backward
-(``csrc/ei_rehn_stack.cpp``) with no Python per layer, only the matmuls calling ATen (into
+On CPU in float32/float64, where the optional C++ kernel builds (``ei_rehn_stack_kernel``, a
+``baselines._kernels.TrainingKernel``), ``stack_layers`` runs ``_FusedStack``: the same forward and
+backward (``csrc/ei_rehn_stack.cpp``) with no Python per layer, only the matmuls calling ATen (into
 preallocated buffers) and tanh/sigmoid ATen's vectorised ones on whole buffers, every other
 elementwise part of a layer one fused loop over B x D. The Python ``_Stack`` below is the reference
 (and the path wherever the kernel cannot run, or with ``HARNESS_NO_KERNELS=1``): the kernel equals
 it to float rounding, not bit for bit (tests/test_kernels.py, float64, against ``_Stack`` and
-``_layers``). At HAR's sizes this cuts the layers' time by a third to a half; they are then bound
-by their matmuls (docs/methods.md 2.14).
+``_layers``). At HAR's sizes this cuts the layers' time by a third to a half; they are then bound by
+their matmuls (docs/methods.md 2.14).
 
 Layer r (0-based) from ``h = h^r``, ``u = [s^r; g^r; z^r]`` (``[s0; g0; z0]`` at r = 0) and
 ``acc = sum_{k<r} w^k``, the branches s and g side by side in ``[B, 2D]`` tensors (s first)::
@@ -48,10 +48,15 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import ei_rehn_stack_kernel, on_cpu
+from baselines._kernels import TrainingKernel
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
+
+# EI-REHN's training kernel (``_FusedStack`` here, the whole step in ``baselines._ei_rehn_fused``):
+# its source is part of the code version of the methods whose modules hold it (``method_code``).
+ei_rehn_stack_kernel = TrainingKernel("ei_rehn_stack", "EI-REHN training")
+ei_rehn_stack_kernel_status = ei_rehn_stack_kernel.status
 
 
 def stack_layers(
@@ -80,24 +85,16 @@ def stack_layers(
     if d.shape[1] == 0:
         return h
     args = (h, d, bx, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, init)
-    kernel = cpu_kernel(args)
+    kernel = stack_kernel(*args)
     if kernel is not None:
         return _FusedStack.apply(kernel, *args)
     return _Stack.apply(*args)
 
 
-def cpu_kernel(tensors: tuple[Tensor, ...], loader: Any = None) -> Any:
-    """The C++ kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set; off the CPU, the first time,
-    with a warning, ``baselines._kernels.on_cpu``). ``loader`` (default this module's
-    ``ei_rehn_stack_kernel``) builds it, or finds it built, at the first call, never at import;
-    ``baselines._ei_rehn_fused`` passes its own."""
-    if not on_cpu("EI-REHN's fused training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return (loader or ei_rehn_stack_kernel)()
+def stack_kernel(*tensors: Tensor) -> Any:
+    """The kernel where it can run the layers on these tensors, else None
+    (``TrainingKernel.for_tensors``)."""
+    return ei_rehn_stack_kernel.for_tensors(*tensors)
 
 
 class _Stack(torch.autograd.Function):

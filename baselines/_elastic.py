@@ -5,10 +5,12 @@
   every layer at once, plus the depth trace: ``n_{t,i} = #{r : d^r_{t,i} > 0}``, mask
   ``u = 1[d^1 > 0]`` and ``R_t = max_i n_{t,i}`` (docs/methods.md 1.1, 2.14(e, h)). ``elastic_gate``
   evaluates eq. 11 without overflow, exact to float rounding for any alpha; with gradients it is
-  one autograd node whose backward is written out (``_ElasticGate``). EI-REHN's training step runs
-  the same gate, forward and backward, in C++ fused with its local rate, depth trace and layers
-  (``baselines._ei_rehn_fused``) where the kernel builds; this Python code is the reference it is
-  tested against (tests/test_kernels.py) and the path everywhere else (SREHN, eval, no kernel).
+  one autograd node whose backward is written out (``_ElasticGate``). EI-REHN's training step and
+  SREHN's training sequence run the same gate, forward and backward, in C++ fused with their local
+  rate, depth trace and layers (``baselines._ei_rehn_fused``, ``baselines._srehn``) where the
+  kernels build; this Python code is the reference they are tested against
+  (tests/test_kernels.py, tests/test_kernel_srehn.py) and the path everywhere else (eval, no
+  kernel).
 - ``elastic_layers``: SREHN's shared-weight stack under an elastic gate, in few ops per layer.
 - ``ElasticHighway``: the base of SREHN and EI-REHN (fixed-depth ``forward``, adaptive ``step``,
   the compute penalty, the training-depth tally).

@@ -1,5 +1,5 @@
 """Optional fused CPU kernels: the fast inference paths (``fast_forward``) of SA-RNN and VC-RNN,
-and EI-REHN's training stack.
+and the methods' training kernels (``TrainingKernel``).
 
 In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
 and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
@@ -18,24 +18,22 @@ decision path are ATen's own ``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot p
 vectorised reductions (``omp simd``), summed in a different order than BLAS, so outputs agree to
 rounding, as the PyTorch fast paths do.
 
-``csrc/ei_rehn_stack.cpp`` (``ei_rehn_stack_kernel()``) is EI-REHN's training step, forward and
-backward, in two entry points: ``forward``/``backward``, a step's highway layers, exactly ``_Stack``
-of ``baselines._ei_rehn_stack``; and ``step_forward``/``step_backward``, the whole step
-(``baselines._ei_rehn_fused``: the local rate's matmul and sigmoid, the elastic gate of
-``baselines._elastic`` with its depth trace, then the same layers), one call and one autograd node
-per step, which EI-REHN's training runs. The Python code (``_Stack``, ``_ElasticGate``) is the
-reference; the kernel equals it to float rounding, not bit for bit: a step's ~50 small torch ops per
-layer, and the gate's ~25, become fused loops over the B x D units, with ATen's matmuls and its
-vectorised tanh, sigmoid, expm1, log and exp on whole buffers. Its source is part of EI-REHN's code
-version (``method_code``: the loader's ``kernel_source_files``), as the kernel runs in the training
-that records carry; whether a run's training used it is in its diagnostics
-(``train_fused_kernel``).
+The training kernels (``TrainingKernel``, issue 54) run a method's recurrence, forward and
+backward, in C++ behind its autograd Function: EI-REHN's step (``csrc/ei_rehn_stack.cpp``,
+``baselines._ei_rehn_stack`` and ``_ei_rehn_fused``), the masked cell of Phased LSTM, Random
+Updates and the Clockwork RNN (``_masked_cell``), and the sequences of Skip RNN (``_skip_gru``),
+SA-RNN (``_sarnn_train``), VC-RNN (``_vcrnn_train``), Delta GRU (``_delta_gru_seq``), EGRU
+(``_egru``) and SREHN (``_srehn``). Each is defined in its method's module, where
+``method_code`` finds it: its source is part of that method's code version, as the kernel runs in
+the training that records carry, and a sweep builds it before its first run. The per-step
+PyTorch code is each one's reference, tested against it to float rounding, and the path wherever
+the kernel cannot run (eval, another device or dtype, no build, ``HARNESS_NO_KERNELS``).
 
 The kernels take CPU tensors only. Every caller asks ``on_cpu`` before it asks for a kernel: on
 another device (CUDA, meta) it takes its PyTorch path, which computes the same thing, and the
 first such fallback of each fast path in a process says so in one warning line.
 
-``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``ei_rehn_stack_kernel_status()`` say
+``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``TrainingKernel.status()`` say
 which of the two happened without building anything: reports are rendered from measured rows, and
 rendering must never start a compiler.
 
@@ -58,6 +56,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import torch
 
 from harness.data import cache_dir
 
@@ -132,8 +132,6 @@ def cpu_identity() -> str:
 
 def build_key(source: Path) -> str:
     """A digest of everything a compiled binary depends on: source, headers, flags, torch, CPU."""
-    import torch
-
     h = hashlib.sha256()
     headers = [p.read_bytes() for p in sorted(source.parent.glob("*.h"))]
     flags, version = " ".join(CFLAGS).encode(), torch.__version__.encode()
@@ -225,25 +223,68 @@ def kernel_sources(stem: str) -> tuple[Path, ...]:
     return (source, *(CSRC / name for name in included))
 
 
-def ei_rehn_stack_kernel_status() -> KernelStatus:
-    """The state of the EI-REHN training-stack kernel, found without building or loading it."""
-    return _status(ei_rehn_stack_kernel, "ei_rehn_stack")
+class TrainingKernel:
+    """A method's training kernel, ``csrc/<stem>.cpp``: forward and backward of its recurrence in
+    C++, behind the method's autograd Function.
+
+    Called, it returns the compiled module, built (or found built) at the first call, never at
+    import, or None where it cannot be built (with one warning) or kernels are disabled; the
+    first build that compiles says so in one line on stderr. Define it in the module of the
+    method that trains with it: its sources (``kernel_source_files``) are part of the code version
+    of every method whose modules hold it (``method_code``), and a sweep builds it before its
+    first run.
+
+    Args:
+        stem: the source's name in ``csrc``, without ``.cpp``.
+        name: what the kernel is, for its messages ("Skip-GRU training").
+    """
+
+    def __init__(self, stem: str, name: str) -> None:
+        self.stem, self.name = stem, name
+        self.cache_clear()
+
+    def __call__(self) -> Any:
+        if self._status is None:
+            self._module, self._status = _load(self.stem, self.name, self.name)
+        return self._module
+
+    def cache_clear(self) -> None:
+        """Forget what the last call found: the next call loads (or builds) again."""
+        self._module: Any = None
+        self._status: KernelStatus | None = None
+
+    def status(self) -> KernelStatus:
+        """Where the kernel stands in this process, found without building or loading it."""
+        if self._status is not None:
+            return self._status
+        if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
+            return KernelStatus("unavailable", DISABLED)
+        return KernelStatus("not tried")
+
+    def kernel_source_files(self) -> tuple[Path, ...]:
+        """Its C++ source and the headers of ``csrc`` it includes."""
+        return kernel_sources(self.stem)
+
+    def for_tensors(self, *tensors: Any) -> Any:
+        """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
+        (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). Off the CPU the first
+        call warns once (``on_cpu``)."""
+        if not on_cpu(f"the {self.name} kernel", *tensors):
+            return None
+        dtype = tensors[0].dtype
+        if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
+            return None
+        return self()
 
 
-@functools.lru_cache(maxsize=1)
-def ei_rehn_stack_kernel() -> Any:
-    """The compiled EI-REHN training kernel (``forward``, ``backward``: ``_Stack``'s, see
-    ``baselines._ei_rehn_stack``; ``step_forward``, ``step_backward``: the whole step, see
-    ``baselines._ei_rehn_fused``), or None where it cannot be built."""
-    mod, _last["ei_rehn_stack"] = _load("ei_rehn_stack", "EI-REHN stack", announce="EI-REHN")
-    return mod
-
-
-# The sources a method's training runs are part of its code version: ``harness.planning.resume``'s
-# ``method_code`` adds the files that ``kernel_source_files()`` names, for each object a method's
-# modules hold. Only this kernel's: SA-RNN's and VC-RNN's kernels run in the batch-1 inference
-# benchmark, not in the training runs whose records carry the code version (and adding them would
-# mark every record of those methods stale).
-ei_rehn_stack_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "ei_rehn_stack"
-)
+def input_terms(x: Any, weight: Any, bias: Any, time_major: bool = True) -> Any:
+    """``F.linear(x, weight, bias)`` for every step, ``[B, T, V] -> [T, B, G]`` (time-major: a
+    step's rows contiguous, as the sequence kernels read them) or ``[B, T, G]``: the same values
+    as one ``addmm`` on a row-major copy of ``W^T``, so that its backward computes W's gradient
+    as ``x^T dxp`` (``[V, T B] [T B, G]``), several times faster at few inputs than
+    ``F.linear``'s ``dxp^T x`` (the same sums, in another order; at the adding task's sizes 0.15
+    s against 1.1 s), and a time-major gradient is read in place, without a transposed copy."""
+    B, T, V = x.shape
+    rows = x.transpose(0, 1).reshape(T * B, V) if time_major else x.reshape(B * T, V)
+    out = torch.addmm(bias, rows, weight.t().contiguous())
+    return out.view(T, B, -1) if time_major else out.view(B, T, -1)

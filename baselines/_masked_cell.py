@@ -21,61 +21,22 @@ float64 and float32).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
 CELLS = {"tanh": 0, "gru": 1, "lstm": 2}
 """The cells of the kernel, by name: the index ``csrc/masked_cell.cpp`` takes."""
 
 
-# The loader is here, not in ``baselines._kernels`` (whose helpers it uses), so that the methods
-# whose code version holds that module (SA-RNN, VC-RNN, EI-REHN, Delta GRU) keep theirs.
-def masked_cell_kernel_status() -> KernelStatus:
-    """The state of the masked-cell training kernel, found without building or loading it."""
-    return _status(masked_cell_kernel, "masked_cell")
-
-
-@functools.lru_cache(maxsize=1)
-def masked_cell_kernel() -> Any:
-    """The compiled kernel (``forward``, ``backward``: ``csrc/masked_cell.cpp``), or None where it
-    cannot be built (``baselines._kernels``: compiled on first use, cached, optional)."""
-    mod, _last["masked_cell"] = _load("masked_cell", "masked-cell training", "masked-cell training")
-    return mod
-
-
-# Its source is part of the code version of the methods that train with it (``method_code``).
-masked_cell_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "masked_cell"
-)
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("the masked-cell training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return masked_cell_kernel()
-
-
-def input_terms(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``W x + b`` for every step, time-major, ``[B, T, V] -> [T, B, G D]`` (a step's rows
-    contiguous, as the kernel reads them): ``F.linear``'s values, as one ``addmm`` on ``x``
-    transposed and a row-major copy of ``W^T``, so that its backward computes W's gradient as
-    ``x^T dxp`` (``[V, T B] [T B, G D]``), several times faster at few inputs than
-    ``F.linear``'s ``dxp^T x`` (the same sums, in another order)."""
-    B, T, V = x.shape
-    x_t = x.transpose(0, 1).reshape(T * B, V)
-    return torch.addmm(bias, x_t, weight.t().contiguous()).view(T, B, -1)
+# Its source is part of the code version of the method that trains with it (``method_code``).
+masked_cell_kernel = TrainingKernel("masked_cell", "masked-cell training")
+masked_cell_kernel_status = masked_cell_kernel.status
+sequence_kernel = masked_cell_kernel.for_tensors
 
 
 def masked_sequence(

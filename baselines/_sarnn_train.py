@@ -21,54 +21,18 @@ kernel of ``SARNN.fast_forward``, is another kernel.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
-
-def sarnn_train_kernel_status() -> KernelStatus:
-    """The state of SA-RNN's training kernel, found without building or loading it."""
-    return _status(sarnn_train_kernel, "sarnn_train")
-
-
-@functools.lru_cache(maxsize=1)
-def sarnn_train_kernel() -> Any:
-    """The compiled kernel (``forward``, ``backward``: ``csrc/sarnn_train.cpp``), or None where it
-    cannot be built (``baselines._kernels``: compiled on first use, cached, optional)."""
-    mod, _last["sarnn_train"] = _load("sarnn_train", "SA-RNN training", "SA-RNN training")
-    return mod
-
-
-# Its source is part of SA-RNN's code version (``method_code``): its training runs it.
-sarnn_train_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "sarnn_train"
-)
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("SA-RNN's training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return sarnn_train_kernel()
-
-
-def input_terms(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``F.linear(x, weight, bias)`` for every step, ``[B, T, V] -> [B, T, G]``, as one ``addmm``
-    on a row-major copy of ``W^T``, so that its backward computes W's gradient as ``x^T dxp``
-    (``[V, B T] [B T, G]``), several times faster at few inputs than ``F.linear``'s ``dxp^T x``
-    (the same sums, in another order; at the adding task's sizes 0.15 s against 1.1 s)."""
-    B, T, V = x.shape
-    return torch.addmm(bias, x.reshape(B * T, V), weight.t().contiguous()).view(B, T, -1)
+# Its source is part of the code version of the method that trains with it (``method_code``).
+sarnn_train_kernel = TrainingKernel("sarnn_train", "SA-RNN training")
+sarnn_train_kernel_status = sarnn_train_kernel.status
+sequence_kernel = sarnn_train_kernel.for_tensors
 
 
 def sarnn_sequence(

@@ -20,61 +20,22 @@ the carried state, in float64 and float32).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
 FORMS = {"after": 0, "before": 1}
 """The GRU forms of the kernel, by name: the index ``csrc/skip_gru.cpp`` takes."""
 
 
-def skip_gru_kernel_status() -> KernelStatus:
-    """The state of the Skip-GRU training kernel, found without building or loading it."""
-    return _status(skip_gru_kernel, "skip_gru")
-
-
-@functools.lru_cache(maxsize=1)
-def skip_gru_kernel() -> Any:
-    """The compiled kernel (``forward``, ``backward``: ``csrc/skip_gru.cpp``), or None where it
-    cannot be built (``baselines._kernels``: compiled on first use, cached, optional)."""
-    mod, _last["skip_gru"] = _load("skip_gru", "Skip-GRU training", "Skip-GRU training")
-    return mod
-
-
-# Its source is part of Skip RNN's code version (``method_code``).
-skip_gru_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "skip_gru"
-)
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("the Skip-GRU training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return skip_gru_kernel()
-
-
-def input_terms(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``W_i x + b`` for every step, time-major, ``[B, T, V] -> [T, B, 3D]`` (a step's rows
-    contiguous, as the kernel reads them): ``GRUWeights.input_proj``'s values, as one ``addmm`` on
-    ``x`` transposed, so that its backward reads the kernel's time-major gradient in place (no
-    transposed copy of ``[T, B, 3D]``) and computes W_i's gradient as ``x^T dxp``, several times
-    faster at few inputs than ``F.linear``'s ``dxp^T x`` (the same sums, in another order). The
-    masked-cell kernel's ``input_terms``, not imported from there so that Skip RNN's code version
-    holds no other kernel's source."""
-    B, T, V = x.shape
-    x_t = x.transpose(0, 1).reshape(T * B, V)
-    return torch.addmm(bias, x_t, weight.t().contiguous()).view(T, B, -1)
+# Its source is part of the code version of the method that trains with it (``method_code``).
+skip_gru_kernel = TrainingKernel("skip_gru", "Skip-GRU training")
+skip_gru_kernel_status = skip_gru_kernel.status
+sequence_kernel = skip_gru_kernel.for_tensors
 
 
 def skip_sequence(

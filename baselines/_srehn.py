@@ -23,47 +23,18 @@ penalty; the mask and the depth exactly: tests/test_kernel_srehn.py).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
-
-# The loader is here, not in ``baselines._kernels``, so that the methods whose code version holds
-# that module keep theirs.
-def srehn_kernel_status() -> KernelStatus:
-    """The state of SREHN's training kernel, found without building or loading it."""
-    return _status(srehn_kernel, "srehn")
-
-
-@functools.lru_cache(maxsize=1)
-def srehn_kernel() -> Any:
-    """The compiled kernel (``forward``, ``backward``: ``csrc/srehn.cpp``), or None where it cannot
-    be built (``baselines._kernels``: compiled on first use, cached, optional)."""
-    mod, _last["srehn"] = _load("srehn", "SREHN training", "SREHN training")
-    return mod
-
-
-# Its source is part of SREHN's code version (``method_code``).
-srehn_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "srehn"
-)
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("SREHN's training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return srehn_kernel()
+# Its source is part of the code version of the method that trains with it (``method_code``).
+srehn_kernel = TrainingKernel("srehn", "SREHN training")
+srehn_kernel_status = srehn_kernel.status
+sequence_kernel = srehn_kernel.for_tensors
 
 
 def elastic_sequence(

@@ -20,47 +20,18 @@ input and the initial state, in float64 and float32).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import KernelStatus, _last, _load, _status, kernel_sources, on_cpu
+from baselines._kernels import TrainingKernel
 
-
-# The loader is here, not in ``baselines._kernels``, so that the other methods whose code version
-# holds that module keep theirs.
-def vcrnn_train_kernel_status() -> KernelStatus:
-    """The state of VC-RNN's training kernel, found without building or loading it."""
-    return _status(vcrnn_train_kernel, "vcrnn_train")
-
-
-@functools.lru_cache(maxsize=1)
-def vcrnn_train_kernel() -> Any:
-    """The compiled kernel (``forward``, ``backward``: ``csrc/vcrnn_train.cpp``), or None where it
-    cannot be built (``baselines._kernels``: compiled on first use, cached, optional)."""
-    mod, _last["vcrnn_train"] = _load("vcrnn_train", "VC-RNN training", "VC-RNN training")
-    return mod
-
-
-# Its source is part of VC-RNN's code version (``method_code``): its training runs it.
-vcrnn_train_kernel.kernel_source_files = functools.partial(  # type: ignore[attr-defined]
-    kernel_sources, "vcrnn_train"
-)
-
-
-def sequence_kernel(*tensors: Tensor) -> Any:
-    """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-    (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). It is built, or found
-    built, at the first call, never at import; off the CPU the first call warns once."""
-    if not on_cpu("VC-RNN's training kernel", *tensors):
-        return None
-    dtype = tensors[0].dtype
-    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):
-        return None
-    return vcrnn_train_kernel()
+# Its source is part of the code version of the method that trains with it (``method_code``).
+vcrnn_train_kernel = TrainingKernel("vcrnn_train", "VC-RNN training")
+vcrnn_train_kernel_status = vcrnn_train_kernel.status
+sequence_kernel = vcrnn_train_kernel.for_tensors
 
 
 def vc_sequence(

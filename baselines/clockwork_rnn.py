@@ -37,7 +37,7 @@ Differences from the paper:
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
   kernel builds (``baselines._masked_cell``, built before the epoch's timer starts), with the
   schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
-  zero gradient) and the input terms by ``baselines._masked_cell.input_terms`` (the same values;
+  zero gradient) and the input terms by ``baselines._kernels.input_terms`` (the same values;
   W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
   reference, and the path in eval, off the CPU, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
@@ -54,7 +54,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_lerp
-from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
+from baselines._kernels import input_terms
+from baselines._masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method

@@ -238,7 +238,7 @@ class DeltaGRU(Method):
         acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
         if kernel is not None:  # the cumulative sum and the state side's T steps in one C++ node
             # W_i dx as one mm on a row-major W_i^T: its backward computes W_i's gradient as
-            # dx^T grad, fast at few inputs (``baselines._masked_cell.input_terms``)
+            # dx^T grad, fast at few inputs (``baselines._kernels.input_terms``)
             proj = dx.reshape(B * T, -1).mm(self.cell.weight_ih.t().contiguous()).view(B, T, -1)
             hs, dhs, acc_x, h_hat, acc_h = state_sequence(
                 kernel, proj, m0, h, h_hat, acc_h, w_h, self.cfg.theta_h

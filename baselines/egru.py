@@ -98,7 +98,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from baselines._egru import egru_sequence, input_terms, sequence_kernel
+from baselines._egru import egru_sequence, sequence_kernel
+from baselines._kernels import input_terms
 from baselines._sparse import addmm_read_columns, bisect_level
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -241,7 +242,7 @@ class EGRU(Method):
         y0 = state[1]
         kernel = sequence_kernel(x, *state, self.kernel) if self.training else None
         if kernel is not None:
-            wx = input_terms(x, self.kernel, self.bias)  # [T, B, 3D]
+            wx = input_terms(x, self.kernel.t(), self.bias)  # [T, B, 3D]
             out_y, o, c = egru_sequence(
                 kernel,
                 wx,

@@ -56,7 +56,8 @@ import torch
 from torch import Tensor, nn
 
 from baselines._cells import LSTMWeights
-from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
+from baselines._kernels import input_terms
+from baselines._masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method

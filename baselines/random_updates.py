@@ -33,7 +33,7 @@ Differences from the paper:
   T B D numbers, the same numbers in the same order as the per-step loop's T draws of B D (the
   same masks from the same RNG state), the candidate is computed in ``gru_step_lean``'s form
   (``lerp(n, h, z)`` for ``(1 - z) n + z h``) and the input terms by
-  ``baselines._masked_cell.input_terms`` (the same values; W_i's gradient summed in another
+  ``baselines._kernels.input_terms`` (the same values; W_i's gradient summed in another
   order). It equals the per-step loop (the reference, and
   the path in eval, in the reset-before form, off the CPU, where the kernel does not build and
   with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; skipped units stay exact
@@ -54,7 +54,8 @@ from baselines._cells import (
     gru_macs_per_unit,
     masked_update,
 )
-from baselines._masked_cell import input_terms, masked_sequence, sequence_kernel
+from baselines._kernels import input_terms
+from baselines._masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_SEED, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut

@@ -73,6 +73,7 @@ path computes exactly those rows in both forms.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -93,8 +94,8 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines._highway import run_sequence
-from baselines._kernels import on_cpu, sarnn_kernel, sarnn_kernel_status
-from baselines._sarnn_train import input_terms, sarnn_sequence, sequence_kernel
+from baselines._kernels import input_terms, on_cpu, sarnn_kernel, sarnn_kernel_status
+from baselines._sarnn_train import sarnn_sequence, sequence_kernel
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -195,7 +196,8 @@ class SARNN(Method):
         w = self.cell.weight_hh
         kernel = sequence_kernel(x, state, w) if self.training else None
         if kernel is not None:  # the whole sequence in C++, forward and backward
-            xp, before = self._input_proj(x, input_terms), self.cell.form == "before"
+            xp = self._input_proj(x, functools.partial(input_terms, time_major=False))
+            before = self.cell.form == "before"
             hs, u = sarnn_sequence(kernel, xp, state, w, self.w_u, self.slope, before)
             out = SeqOut(hs, u, state=hs[:, -1])
         else:

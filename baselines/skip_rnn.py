@@ -103,7 +103,8 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines._skip_gru import input_terms, sequence_kernel, skip_sequence
+from baselines._kernels import input_terms
+from baselines._skip_gru import sequence_kernel, skip_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method

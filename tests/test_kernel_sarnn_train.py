@@ -100,7 +100,7 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 def test_off_cpu_and_other_dtypes_take_the_per_step_path(monkeypatch, no_build):
     monkeypatch.setattr(kernels, "_off_cpu", set())
     meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="SA-RNN's training kernel runs on CPU only: on meta"):
+    with pytest.warns(UserWarning, match="the SA-RNN training kernel runs on CPU only: on meta"):
         assert sarnn_train.sequence_kernel(meta) is None
     assert sarnn_train.sequence_kernel(meta) is None  # once: an error filter would raise here
     m = model(torch.float32).to("meta")

@@ -242,7 +242,7 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 def test_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
     monkeypatch.setattr(kernels, "_off_cpu", set())
     meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="SREHN's training kernel runs on CPU only: on meta"):
+    with pytest.warns(UserWarning, match="the SREHN training kernel runs on CPU only: on meta"):
         assert srehn_kernel.sequence_kernel(meta) is None
     assert srehn_kernel.sequence_kernel(meta) is None  # once: an error filter would raise here
     m = model(3, 5, 3, torch.float32).to("meta")

@@ -283,7 +283,7 @@ def test_off_the_cpu_it_warns_once_and_takes_the_per_step_path(monkeypatch):
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     monkeypatch.setattr(kernels, "_off_cpu", set())
     meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="VC-RNN's training kernel runs on CPU only: on meta"):
+    with pytest.warns(UserWarning, match="the VC-RNN training kernel runs on CPU only: on meta"):
         assert vc_train.sequence_kernel(meta) is None
     assert vc_train.sequence_kernel(meta) is None  # once: an error filter would raise here
     m = model(3, 6, torch.float32).to("meta")

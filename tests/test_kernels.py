@@ -28,6 +28,7 @@ import baselines._ei_rehn_stack as ei_stack
 import baselines._kernels as kernels
 import baselines._masked_cell as masked_cell
 import baselines.clockwork_rnn as clockwork_rnn
+import baselines.ei_rehn as ei_rehn_module
 import baselines.phased_lstm as phased_lstm
 import baselines.random_updates as random_updates
 import baselines.sa_rnn as sa
@@ -49,7 +50,7 @@ def fresh_kernel(tmp_path, monkeypatch):
     loaders = (
         kernels.sarnn_kernel,
         kernels.vcrnn_kernel,
-        kernels.ei_rehn_stack_kernel,
+        ei_stack.ei_rehn_stack_kernel,
         masked_cell.masked_cell_kernel,
     )
     for loader in loaders:
@@ -335,14 +336,14 @@ def stack_inputs(m: EIREHN, layers: int, dtype: torch.dtype, B: int = 5):
 def test_ei_rehn_default_run_uses_the_python_stack(fresh_kernel, no_build):
     from test_ei_rehn import R_MAX, _randomised
 
-    assert kernels.ei_rehn_stack_kernel_status() == kernels.KernelStatus(
+    assert ei_stack.ei_rehn_stack_kernel_status() == kernels.KernelStatus(
         "unavailable", kernels.DISABLED
     )
     m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)).double())
     _, _, _, args = stack_inputs(m, 3, torch.float64)
     out = ei_stack.stack_layers(*args)
     assert type(out.grad_fn).__name__ == "_StackBackward"
-    assert kernels.ei_rehn_stack_kernel_status().state == "unavailable"
+    assert ei_stack.ei_rehn_stack_kernel_status().state == "unavailable"
     assert not fresh_kernel.exists()
 
 
@@ -356,14 +357,14 @@ def test_ei_rehn_failed_build_falls_back_to_the_python_stack(fresh_kernel, monke
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)).double())
     _, _, _, args = stack_inputs(m, 3, torch.float64)
-    with pytest.warns(UserWarning, match="EI-REHN stack kernel unavailable"):
+    with pytest.warns(UserWarning, match="EI-REHN training kernel unavailable"):
         out = ei_stack.stack_layers(*args)
     assert type(out.grad_fn).__name__ == "_StackBackward"
     why = "RuntimeError: Error building extension 'harness_ei_rehn_stack'"
-    assert kernels.ei_rehn_stack_kernel_status() == kernels.KernelStatus("unavailable", why)
+    assert ei_stack.ei_rehn_stack_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 
-BUILDING = "building the fused EI-REHN kernel (once, cached in "
+BUILDING = "building the fused EI-REHN training kernel (once, cached in "
 
 
 def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
@@ -393,7 +394,7 @@ def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
     monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=perf_counter))
     cfg = config.resolve("ei-rehn", "adding", 0, "smoke")
     assert cfg.train.epochs >= 2  # the build is asked for at every epoch's start, and runs once
-    with pytest.warns(UserWarning, match="EI-REHN stack kernel unavailable"):
+    with pytest.warns(UserWarning, match="EI-REHN training kernel unavailable"):
         rec = train.run(cfg)
     assert rec["status"] == "ok", rec.get("error")
     assert order.count("build") == 1 and order.index("build") < order.index("timer"), order
@@ -411,7 +412,7 @@ def test_a_kernel_found_built_is_loaded_without_a_word(fresh_kernel, monkeypatch
     weights = torch.zeros(3)
     assert ei_fused.step_kernel(weights) == "the module"
     assert capsys.readouterr().err.count(BUILDING) == 1
-    kernels.ei_rehn_stack_kernel.cache_clear()  # a later process: the binary is there
+    ei_stack.ei_rehn_stack_kernel.cache_clear()  # a later process: the binary is there
     assert ei_fused.step_kernel(weights) == "the module"
     assert BUILDING not in capsys.readouterr().err
 
@@ -430,6 +431,7 @@ def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeyp
     files = registry.source_files(sys.modules[EIREHN.__module__])
     assert str(tmp_path / "ei_rehn_stack.cpp") in files
     assert kernels.__file__ in files
+    assert str(tmp_path / "masked_cell.cpp") not in files  # only the kernels its modules hold
     resume.method_code.cache_clear()
     before = resume.method_code("ei-rehn")
     (tmp_path / "ei_rehn_stack.cpp").write_text(
@@ -448,9 +450,9 @@ def ei_rehn_kernel_or_skip():
         if os.environ.get("HARNESS_NO_KERNELS"):
             why = "HARNESS_NO_KERNELS is set"
         pytest.skip(f"the C++ kernel is not expected to build here: {why}")
-    assert kernels.ei_rehn_stack_kernel_status().state == "not tried"
-    kernel = kernels.ei_rehn_stack_kernel()
-    status = kernels.ei_rehn_stack_kernel_status()
+    assert ei_stack.ei_rehn_stack_kernel_status().state == "not tried"
+    kernel = ei_stack.ei_rehn_stack_kernel()
+    status = ei_stack.ei_rehn_stack_kernel_status()
     assert kernel is not None, f"the kernel did not build although {expected}: {status}"
     assert status.state == "loaded"
     return kernel
@@ -652,10 +654,10 @@ def test_ei_rehn_training_with_the_kernel_equals_the_python_path(fresh_kernel, m
         ("stack", None, kernel),
         ("python", None, None),
     ):
-        monkeypatch.setattr(ei_fused, "ei_rehn_stack_kernel", lambda k=step_k: steps.append(1) or k)
         monkeypatch.setattr(
-            ei_stack, "ei_rehn_stack_kernel", lambda k=stack_k: stacks.append(1) or k
+            ei_rehn_module, "step_kernel", lambda *t, k=step_k: steps.append(1) or k
         )
+        monkeypatch.setattr(ei_stack, "stack_kernel", lambda *t, k=stack_k: stacks.append(1) or k)
         m = EIREHN(3, 6, cfg).double().train()
         m.load_state_dict(state)
         steps.clear(), stacks.clear()

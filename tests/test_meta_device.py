@@ -14,6 +14,7 @@ warning per process and fast path. Checked on meta, where the kernel must not ev
 
 from __future__ import annotations
 
+import sys
 import traceback
 import warnings
 from pathlib import Path
@@ -21,12 +22,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import baselines
 import baselines.sa_rnn
 import baselines.vc_rnn
 from baselines import _kernels
 from baselines._delta_gru_fast import input_deltas, scan_deltas
 from baselines._ei_rehn_fused import step_kernel
-from baselines._ei_rehn_stack import cpu_kernel
 from harness.authoring import conformance
 from harness.components.registry import METHODS
 
@@ -92,7 +93,7 @@ def test_ei_rehn_training_on_meta_takes_the_python_step_and_says_so_once():
             with pytest.raises(RuntimeError, match=META_VALUE):
                 train_step(model)  # the kernel refused: the Python step's depth sync
     assert fallback_warnings(caught) == [
-        "EI-REHN's fused training kernel runs on CPU only: on meta the PyTorch path runs"
+        "the EI-REHN training kernel runs on CPU only: on meta the PyTorch path runs"
     ]
 
 
@@ -111,17 +112,45 @@ def test_on_cpu_refuses_other_devices_with_one_warning_per_fast_path():
     ]
 
 
-def test_ei_rehn_dispatch_never_asks_for_the_kernel_off_the_cpu():
-    def build():
-        raise AssertionError("the kernel was asked for")
+def training_kernels() -> list[_kernels.TrainingKernel]:
+    """Every training kernel the modules of ``baselines`` (the package imports them all) hold."""
+    found = {
+        id(obj): obj
+        for name, module in list(sys.modules.items())
+        if name.startswith("baselines.")
+        for obj in vars(module).values()
+        if isinstance(obj, _kernels.TrainingKernel)
+    }
+    return sorted(found.values(), key=lambda k: k.stem)
 
+
+def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
+    """Every method's training kernel: off the CPU (one warning each) and in another dtype its
+    gate answers None without asking the loader; on the CPU in float32 it gives the kernel."""
+    loaded = []
+
+    def load(stem, *args):
+        loaded.append(stem)
+        return "kernel", _kernels.KernelStatus("loaded")
+
+    monkeypatch.setattr(_kernels, "_load", load)
+    monkeypatch.setattr(_kernels, "_off_cpu", set())
     meta = [torch.zeros(2, 3, device="meta"), torch.zeros(3, device="meta")]
-    with pytest.warns(UserWarning, match="runs on CPU only: on meta"):
-        assert cpu_kernel(tuple(meta), build) is None
-    assert step_kernel(*meta) is None  # the training step's dispatch, with the real loader
     cpu = (torch.zeros(2, 3), torch.zeros(3))
-    assert cpu_kernel(cpu, lambda: "kernel") == "kernel"
-    assert cpu_kernel(tuple(t.half() for t in cpu), build) is None  # CPU, but not float32/64
+    assert {k.stem for k in training_kernels()} >= {"ei_rehn_stack", "masked_cell", "skip_gru"}
+    for kernel in training_kernels():
+        kernel.cache_clear()
+        try:
+            with pytest.warns(UserWarning, match=f"the {kernel.name} kernel runs on CPU only"):
+                assert kernel.for_tensors(*meta) is None
+            assert kernel.for_tensors(*(t.half() for t in cpu)) is None  # CPU, not float32/64
+            assert kernel.for_tensors(cpu[0], cpu[1].double()) is None  # two dtypes
+            assert loaded == []
+            assert kernel.for_tensors(*cpu) == "kernel" and loaded == [kernel.stem]
+        finally:
+            kernel.cache_clear()  # later tests get the state their environment says
+            loaded.clear()
+    assert step_kernel(*meta) is None  # EI-REHN's training step asks through its kernel's gate
 
 
 FUSED = [

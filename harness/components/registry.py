@@ -582,7 +582,7 @@ def source_files(module: Any) -> set[str]:
             if name.partition(".")[0] != pkg and (here is None or here.parent != folder):
                 continue
             sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
-            if callable(sources):
+            if callable(sources) and not isinstance(obj, type):  # a kernel, not its class
                 extra.update(str(p) for p in sources())
             if other is not None and name not in seen:
                 todo.append(other)
