@@ -5,6 +5,8 @@ from typing import NamedTuple
 import netns
 import pytest
 import torch
+import torch.utils.cpp_extension
+from kernel_support import fresh_cache
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "HARNESS_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
@@ -35,6 +37,23 @@ def _private_cache(tmp_path_factory):
 def _kernels_only_where_marked(request, monkeypatch):
     if request.node.get_closest_marker("kernel") and not KERNELS_OFF_BY_USER:
         monkeypatch.delenv("HARNESS_NO_KERNELS")
+
+
+@pytest.fixture
+def fresh_kernel(tmp_path, monkeypatch):
+    """An empty build cache and kernels that nothing in this process has asked for yet (its
+    kernels dir; ``kernel_support.fresh_cache``)."""
+    yield from fresh_cache(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def no_build(monkeypatch):
+    """Fail the test if anything starts building a kernel."""
+
+    def load(*args, **kwargs):
+        pytest.fail("the C++ kernel was built")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
 
 
 @pytest.fixture(autouse=True)

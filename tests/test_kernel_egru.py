@@ -9,14 +9,13 @@ it once into the session's cache and fail, rather than skip, wherever it is expe
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.utils.cpp_extension
+from kernel_support import built, kernel_expected
 
 import baselines._egru as egru_kernels
 import baselines._kernels as kernels
@@ -29,50 +28,9 @@ PATHS = {"kernel": "_EGRUSequenceBackward", "step loop": "StackBackward0"}
 
 
 @pytest.fixture
-def fresh_kernel(tmp_path, monkeypatch):
-    """An empty build cache and an EGRU kernel that nothing in this process has asked for yet."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    egru_kernels.egru_kernel.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    egru_kernels.egru_kernel.cache_clear()  # later tests get the state their environment says
-
-
-@pytest.fixture
-def no_build(monkeypatch):
-    """Fail the test if anything starts building a kernel."""
-
-    def load(*args, **kwargs):
-        pytest.fail("the C++ kernel was built")
-
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
-
-
-def kernel_expected() -> str | None:
-    """Why the kernel is expected to build here, or None (tests/test_kernels.py's rule)."""
-    if os.environ.get("HARNESS_EXPECT_KERNELS"):
-        return "HARNESS_EXPECT_KERNELS is set"
-    if os.environ.get("HARNESS_NO_KERNELS"):
-        return None  # switched off for the whole run (tests/conftest.py)
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if importlib.util.find_spec("ninja") and compiler:
-        return f"ninja is importable and {compiler} is on PATH"
-    return None
-
-
-@pytest.fixture
 def kernel():
-    """The EGRU kernel, built (or found built) into this session's cache; the loader is cleared
-    around the test, so other tests get the state their environment says."""
-    expected = kernel_expected()
-    if expected is None:
-        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    egru_kernels.egru_kernel.cache_clear()
-    built = egru_kernels.egru_kernel()
-    status = egru_kernels.egru_kernel_status()
-    assert built is not None, f"the kernel did not build although {expected}: {status}"
-    assert status.state == "loaded"
-    yield built
-    egru_kernels.egru_kernel.cache_clear()
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(kernel_expected)
 
 
 def model(V: int, D: int, dtype: torch.dtype, level: float | None = None, **cfg) -> EGRU:

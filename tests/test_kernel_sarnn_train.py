@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from test_kernels import kernel_expected
+from kernel_support import built, kernel_expected
 
 import baselines._kernels as kernels
 import baselines._sarnn_train as sarnn_train
@@ -25,37 +25,9 @@ pytestmark = pytest.mark.kernel
 
 
 @pytest.fixture
-def fresh_kernel(tmp_path, monkeypatch):
-    """An empty build cache and a training kernel that nothing in this process has asked for."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    sarnn_train.sarnn_train_kernel.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    sarnn_train.sarnn_train_kernel.cache_clear()  # later tests get their environment's state
-
-
-@pytest.fixture
-def no_build(monkeypatch):
-    """Fail the test if anything starts building a kernel."""
-
-    def load(*args, **kwargs):
-        pytest.fail("the C++ kernel was built")
-
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
-
-
-@pytest.fixture
 def train_kernel():
-    """The kernel, built (or found built) into this session's cache; the loader is cleared around
-    the test, so that later tests get the state their environment says."""
-    expected = kernel_expected()
-    if expected is None:
-        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    sarnn_train.sarnn_train_kernel.cache_clear()
-    kernel = sarnn_train.sarnn_train_kernel()
-    status = sarnn_train.sarnn_train_kernel_status()
-    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
-    yield kernel
-    sarnn_train.sarnn_train_kernel.cache_clear()
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(kernel_expected)
 
 
 def model(dtype: torch.dtype, form: str = "after", V: int = 3, D: int = 6, **knobs) -> SARNN:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_kernels import kernel_expected
+from kernel_support import built, kernel_expected
 from test_skip_rnn import assert_matches_authors, authors_variables, ours_with
 
 import baselines._kernels as kernels
@@ -26,37 +26,9 @@ KERNEL_FN, STEP_FN = "_SkipSequenceBackward", "StackBackward0"
 
 
 @pytest.fixture
-def fresh_kernel(tmp_path, monkeypatch):
-    """An empty build cache and a kernel that nothing in this process has asked for yet."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    skip_gru.skip_gru_kernel.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    skip_gru.skip_gru_kernel.cache_clear()  # later tests get the state their environment says
-
-
-@pytest.fixture
 def skip_kernel():
-    """The kernel, built (or found built) into this session's cache; the loader is cleared around
-    the test, so other tests find it "not tried" again."""
-    expected = kernel_expected()
-    if expected is None:
-        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    skip_gru.skip_gru_kernel.cache_clear()
-    kernel = skip_gru.skip_gru_kernel()
-    status = skip_gru.skip_gru_kernel_status()
-    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
-    yield kernel
-    skip_gru.skip_gru_kernel.cache_clear()
-
-
-@pytest.fixture
-def no_build(monkeypatch):
-    """Fail the test if anything starts building the kernel."""
-
-    def load(*args, **kwargs):
-        pytest.fail("the C++ kernel was built")
-
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(kernel_expected)
 
 
 def use(monkeypatch, kernel) -> None:

@@ -11,8 +11,6 @@ Every test is marked ``kernel`` (``pytest -m kernel``): the default run builds n
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
 import sys
 from types import SimpleNamespace
@@ -20,13 +18,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
+from kernel_support import built, kernel_expected
 
 import baselines._kernels as kernels
 import baselines._srehn as srehn_kernel
 import baselines.srehn as srehn
 from baselines._elastic import ElasticConfig
 from baselines.srehn import SREHN
-from harness.data import cache_dir
 
 pytestmark = pytest.mark.kernel
 
@@ -35,53 +33,9 @@ KERNEL = "_ElasticSequenceBackward"
 
 
 @pytest.fixture
-def fresh_kernel(tmp_path, monkeypatch):
-    """An empty build cache and a kernel that nothing in this process has asked for yet."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    srehn_kernel.srehn_kernel.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    srehn_kernel.srehn_kernel.cache_clear()  # later tests get the state their environment says
-
-
-@pytest.fixture
-def no_build(monkeypatch):
-    """Fail the test if anything starts building the kernel."""
-
-    def load(*args, **kwargs):
-        pytest.fail("the C++ kernel was built")
-
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
-
-
-def kernel_expected() -> str | None:
-    """Why the kernel is expected to build here, or None (as tests/test_kernels.py says)."""
-    if os.environ.get("HARNESS_EXPECT_KERNELS"):
-        return "HARNESS_EXPECT_KERNELS is set"
-    if os.environ.get("HARNESS_NO_KERNELS"):
-        return None  # switched off for the whole run (tests/conftest.py)
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if importlib.util.find_spec("ninja") and compiler:
-        return f"ninja is importable and {compiler} is on PATH"
-    return None
-
-
-@pytest.fixture
 def kernel():
-    """The kernel, built (or found built) into this session's cache, which starts empty (a
-    private dir per session, tests/conftest.py): the first test that asks builds it there. The
-    loader is cleared around the test, so that other tests take the state their run says."""
-    expected = kernel_expected()
-    if expected is None:
-        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    srehn_kernel.srehn_kernel.cache_clear()
-    assert srehn_kernel.srehn_kernel_status().state == "not tried"
-    k = srehn_kernel.srehn_kernel()
-    status = srehn_kernel.srehn_kernel_status()
-    assert k is not None, f"the kernel did not build although {expected}: {status}"
-    assert status.state == "loaded"
-    assert list((cache_dir() / "kernels").glob("srehn-*/*.so")), "not built into the cache dir"
-    yield k
-    srehn_kernel.srehn_kernel.cache_clear()
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(kernel_expected)
 
 
 def model(V: int, D: int, r_max: int, dtype: torch.dtype, gate: str = "mixed", lam_d=0.3):

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
-from test_kernels import kernel_expected
+from kernel_support import built, fresh_cache, kernel_expected
 
 import baselines._kernels as kernels
 import baselines._vcrnn_train as vc_train
@@ -29,26 +29,14 @@ LOOP = "StackBackward0"  # the per-step loop's last op
 
 @pytest.fixture
 def fresh_vc_kernel(tmp_path, monkeypatch):
-    """An empty build cache and a training kernel that nothing in this process has asked for."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    vc_train.vcrnn_train_kernel.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    vc_train.vcrnn_train_kernel.cache_clear()  # later tests get the state their environment says
+    """``fresh_kernel`` (tests/conftest.py)."""
+    yield from fresh_cache(tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def vc_kernel():
-    """The kernel, built (or found built) into this session's cache; the loader is cleared around
-    the test, so that other tests find the state their environment says."""
-    expected = kernel_expected()
-    if expected is None:
-        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    vc_train.vcrnn_train_kernel.cache_clear()
-    kernel = vc_train.vcrnn_train_kernel()
-    status = vc_train.vcrnn_train_kernel_status()
-    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
-    yield kernel
-    vc_train.vcrnn_train_kernel.cache_clear()
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(kernel_expected)
 
 
 def model(V: int, D: int, dtype: torch.dtype, form: str = "after", **knobs) -> VCRNN:

@@ -11,7 +11,6 @@ than skip, wherever the kernels are expected to build.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import shutil
@@ -22,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
+from kernel_support import built, kernel_expected
 
 import baselines._ei_rehn_fused as ei_fused
 import baselines._ei_rehn_stack as ei_stack
@@ -41,33 +41,6 @@ from baselines.random_updates import RandomUpdates
 from baselines.sa_rnn import SARNN, SARNNConfig
 from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.bench.speedup_report import speedup_markdown
-
-
-@pytest.fixture
-def fresh_kernel(tmp_path, monkeypatch):
-    """An empty build cache and kernels that nothing in this process has asked for yet."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    loaders = (
-        kernels.sarnn_kernel,
-        kernels.vcrnn_kernel,
-        ei_stack.ei_rehn_stack_kernel,
-        masked_cell.masked_cell_kernel,
-    )
-    for loader in loaders:
-        loader.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    for loader in loaders:  # later tests get the state their environment says
-        loader.cache_clear()
-
-
-@pytest.fixture
-def no_build(monkeypatch):
-    """Fail the test if anything starts building the kernel."""
-
-    def load(*args, **kwargs):
-        pytest.fail("the C++ kernel was built")
-
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
 
 
 def model_at_80pct_skip(form: str, D: int = 64, T: int = 30) -> SARNN:
@@ -163,18 +136,6 @@ def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
         for name in [source, *included]:
             assert (kernels.CSRC / name).is_file(), name
             assert any(fnmatch.fnmatch(f"csrc/{name}", g) for g in globs), (name, globs)
-
-
-def kernel_expected() -> str | None:
-    """Why the kernel is expected to build here, or None."""
-    if os.environ.get("HARNESS_EXPECT_KERNELS"):
-        return "HARNESS_EXPECT_KERNELS is set"
-    if os.environ.get("HARNESS_NO_KERNELS"):
-        return None  # switched off for the whole run (tests/conftest.py)
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if importlib.util.find_spec("ninja") and compiler:
-        return f"ninja is importable and {compiler} is on PATH"
-    return None
 
 
 @pytest.mark.kernel
@@ -713,17 +674,8 @@ def masked_model(name: str, dtype: torch.dtype, D: int = 6):
 
 @pytest.fixture
 def masked_kernel():
-    """The masked-cell kernel, built (or found built) into this session's cache; the loader is
-    cleared around the test, so the default run's tests take the per-step path again."""
-    expected = kernel_expected()
-    if expected is None:
-        pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
-    masked_cell.masked_cell_kernel.cache_clear()
-    kernel = masked_cell.masked_cell_kernel()
-    status = masked_cell.masked_cell_kernel_status()
-    assert kernel is not None, f"the kernel did not build although {expected}: {status}"
-    yield kernel
-    masked_cell.masked_cell_kernel.cache_clear()
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(kernel_expected)
 
 
 def test_masked_cell_default_run_trains_on_the_per_step_path(fresh_kernel, no_build):

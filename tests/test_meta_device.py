@@ -14,13 +14,13 @@ warning per process and fast path. Checked on meta, where the kernel must not ev
 
 from __future__ import annotations
 
-import sys
 import traceback
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from kernel_support import training_kernels
 
 import baselines
 import baselines.sa_rnn
@@ -110,18 +110,6 @@ def test_on_cpu_refuses_other_devices_with_one_warning_per_fast_path():
         "A's kernel runs on CPU only: on meta the PyTorch path runs",
         "B's kernel runs on CPU only: on meta the PyTorch path runs",
     ]
-
-
-def training_kernels() -> list[_kernels.TrainingKernel]:
-    """Every training kernel the modules of ``baselines`` (the package imports them all) hold."""
-    found = {
-        id(obj): obj
-        for name, module in list(sys.modules.items())
-        if name.startswith("baselines.")
-        for obj in vars(module).values()
-        if isinstance(obj, _kernels.TrainingKernel)
-    }
-    return sorted(found.values(), key=lambda k: k.stem)
 
 
 def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
