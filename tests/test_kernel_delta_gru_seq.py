@@ -38,7 +38,7 @@ CASES = {
 @pytest.fixture
 def kernel():
     """The kernel built (``kernel_support.built``)."""
-    yield from built(kernel_expected)
+    yield from built(seq.delta_gru_seq_kernel)
 
 
 def model(dtype: torch.dtype, v: int = V, d: int = D, **knobs) -> DeltaGRU:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built, kernel_expected
+from kernel_support import built
 
 import baselines._kernels as kernels
 import baselines._sarnn_train as sarnn_train
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.kernel
 @pytest.fixture
 def train_kernel():
     """The kernel built (``kernel_support.built``)."""
-    yield from built(kernel_expected)
+    yield from built(sarnn_train.sarnn_train_kernel)
 
 
 def model(dtype: torch.dtype, form: str = "after", V: int = 3, D: int = 6, **knobs) -> SARNN:

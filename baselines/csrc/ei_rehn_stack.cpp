@@ -1,9 +1,9 @@
-// EI-REHN's training step, forward and backward, loaded by baselines/_kernels.py
+// EI-REHN's training step, forward and backward, loaded by baselines/_ei_rehn_stack.py
 // (``ei_rehn_stack_kernel``): ``forward``/``backward`` are a step's highway layers, for
 // baselines/_ei_rehn_stack.py; ``step_forward``/``step_backward`` the whole step (the local rate,
 // the elastic gate and its depth trace, then the same layers), for baselines/_ei_rehn_fused.py,
 // which EI-REHN's training runs. The gate is ``_gate``/``_ElasticGate`` of baselines/_elastic.py
-// (the reference; see ``gate_forward``).
+// (the reference; see ``elastic_gate_forward`` in elastic_gate.h).
 //
 // The layers:
 // Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/_ei_rehn_stack.py (the equations
@@ -24,6 +24,8 @@
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "elastic_gate.h"  // elastic_gate_forward, elastic_gate_backward
 
 namespace {
 
@@ -308,115 +310,6 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
 }
 
 
-// The elastic gate of every layer r = 0..Rm-1 (layer number rr = r + 1) from the local rate
-// ``at = alpha_t`` [B, D]: ``_gate`` of baselines/_elastic.py (eq. 11 without overflow),
-//     u = alpha (rr - 1) + alpha_t rr;  m = -expm1(-(u > 0 ? u : 1));
-//     q = (alpha + alpha_t) rr + (u > 0 ? log(m) : -inf);  e = exp(min(q, 0));  d = relu(beta - e)
-// with the same roundings (no contraction, the products and sums in the Python code's order) and
-// expm1, log and exp ATen's own vectorised ones on whole [B, Rm, D] buffers (scalar libm calls
-// were several times slower). Into DG (d; u until the last pass), MG (m) and EG (e), then the
-// depth trace: n = #{r : d^r > 0}, mask = 1[n > 0] (float) and R_b = max_j n; returns max_b R_b.
-template <typename T>
-int64_t gate_forward(const T* alpha, const T* beta, const T* at, at::Tensor& DG, at::Tensor& MG,
-                     at::Tensor& EG, at::Tensor& n, at::Tensor& mask) {
-  const int64_t B = DG.size(0), Rm = DG.size(1), D = DG.size(2);
-  T* up = DG.data_ptr<T>();
-  T* mp = MG.data_ptr<T>();
-  T* ep = EG.data_ptr<T>();
-  for (int64_t b = 0; b < B; ++b) {
-    const T* arow = at + b * D;
-    for (int64_t r = 0; r < Rm; ++r) {
-      const T rr = T(r + 1), r1 = T(r);
-      T* urow = up + (b * Rm + r) * D;
-      T* mrow = mp + (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T u = alpha[j] * r1 + arow[j] * rr;
-        urow[j] = u;
-        mrow[j] = -(u > T(0) ? u : T(1));
-      }
-    }
-  }
-  at::expm1_(MG);
-  const int64_t N = B * Rm * D;
-#pragma omp simd
-  for (int64_t i = 0; i < N; ++i) mp[i] = -mp[i];  // m = 1 - e^{-u}
-  at::log_out(EG, MG);
-  const T inf = std::numeric_limits<T>::infinity();
-  for (int64_t b = 0; b < B; ++b) {
-    const T* arow = at + b * D;
-    for (int64_t r = 0; r < Rm; ++r) {
-      const T rr = T(r + 1);
-      const T* urow = up + (b * Rm + r) * D;
-      T* erow = ep + (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T q = (alpha[j] + arow[j]) * rr + (urow[j] > T(0) ? erow[j] : -inf);
-        erow[j] = q > T(0) ? T(0) : q;  // q.clamp(max=0)
-      }
-    }
-  }
-  at::exp_(EG);
-  T* np = n.data_ptr<T>();
-  T* maskp = mask.data_ptr<T>();
-  int64_t layers = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    T* nrow = np + b * D;
-    std::fill(nrow, nrow + D, T(0));
-    for (int64_t r = 0; r < Rm; ++r) {
-      T* drow = up + (b * Rm + r) * D;
-      const T* erow = ep + (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T v = beta[j] - erow[j];
-        const T d = v < T(0) ? T(0) : v;  // relu, eq. 11
-        drow[j] = d;
-        nrow[j] += d > T(0) ? T(1) : T(0);
-      }
-    }
-    T R = 0;
-    for (int64_t j = 0; j < D; ++j) {
-      maskp[b * D + j] = nrow[j] > T(0) ? T(1) : T(0);
-      R = std::max(R, nrow[j]);
-    }
-    layers = std::max(layers, static_cast<int64_t>(R));
-  }
-  return layers;
-}
-
-// ``_ElasticGate.backward`` for the layers r < L from G [B, L, D], the gradient of their gate
-// (the layers' plus that of d^1 at r = 0): where d > 0, dq = -(e g), du = dq / m,
-// dalpha += dq + du (rr - 1), dbeta += g, dalpha_t += du rr; where d = 0 nothing (0, not 0 * inf).
-template <typename T>
-void gate_backward(const at::Tensor& G, const at::Tensor& DG, const at::Tensor& MG,
-                   const at::Tensor& EG, T* dalpha, T* dbeta, T* dat) {
-  const int64_t B = DG.size(0), Rm = DG.size(1), D = DG.size(2), L = G.size(1);
-  const T* gp = G.data_ptr<T>();
-  const T* dp = DG.data_ptr<T>();
-  const T* mp = MG.data_ptr<T>();
-  const T* ep = EG.data_ptr<T>();
-  std::fill(dalpha, dalpha + D, T(0));
-  std::fill(dbeta, dbeta + D, T(0));
-  std::fill(dat, dat + B * D, T(0));
-  for (int64_t b = 0; b < B; ++b) {
-    T* atrow = dat + b * D;
-    for (int64_t r = 0; r < L; ++r) {
-      const T rr = T(r + 1), r1 = T(r);
-      const int64_t o = (b * Rm + r) * D;
-      const T* grow = gp + (b * L + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T g = dp[o + j] > T(0) ? grow[j] : T(0);
-        const T dq = -(ep[o + j] * g);
-        const T du = dq / mp[o + j];
-        dalpha[j] += dq + du * r1;
-        dbeta[j] += g;
-        atrow[j] += du * rr;
-      }
-    }
-  }
-}
-
 // eq. 14's sigmoid backward as ATen's, grad (1 - y) y, from dalpha_t into p's first D columns.
 template <typename T>
 void rate_backward(const at::Tensor& dat, const at::Tensor& AT, at::Tensor& dp) {
@@ -529,8 +422,9 @@ std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
   at::Tensor n = at::empty({B, D}, opts), mask = at::empty({B, D}, opts);
   int64_t L = 0;
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_step_gate", [&] {
-    L = gate_forward<scalar_t>(alpha.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
-                               AT.data_ptr<scalar_t>(), DG, MG, EG, n, mask);
+    L = elastic_gate_forward<scalar_t>(alpha.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
+                                       AT.data_ptr<scalar_t>(), DG, MG, EG,
+                                       n.data_ptr<scalar_t>(), mask.data_ptr<scalar_t>(), D);
   });
   L = std::max<int64_t>(L, first ? 1 : 0);
   at::Tensor out = L > 0 ? at::empty({B, D}, opts) : h.clone();
@@ -584,8 +478,11 @@ std::vector<at::Tensor> ei_rehn_step_backward(
       G = has_d1 ? gd1.view({B, 1, D}) : at::empty({B, 0, D}, opts);
       dp.narrow(1, D, 2 * D).zero_();
     }
-    gate_backward<scalar_t>(G, DG, MG, EG, dalpha.data_ptr<scalar_t>(), dbeta.data_ptr<scalar_t>(),
-                            dat.data_ptr<scalar_t>());
+    dalpha.zero_(), dbeta.zero_();
+    elastic_gate_backward<scalar_t>(G.data_ptr<scalar_t>(), G.size(1), DG.data_ptr<scalar_t>(),
+                                    MG.data_ptr<scalar_t>(), EG.data_ptr<scalar_t>(), B, DG.size(1), D,
+                                    dalpha.data_ptr<scalar_t>(), dbeta.data_ptr<scalar_t>(),
+                                    dat.data_ptr<scalar_t>());
     rate_backward<scalar_t>(dat, AT, dp);
   });
   at::Tensor dpre = dp.narrow(1, 0, D);

@@ -32,105 +32,14 @@
 #include <limits>
 #include <vector>
 
+#include "elastic_gate.h"  // elastic_gate_forward, elastic_gate_backward
+
 namespace {
 
 // torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
 template <typename T>
 inline T lerp(T a, T b, T w) {
   return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
-
-// The elastic gate of every layer r = 0..Rm-1 (layer number rr = r + 1) from the local rate
-// ``at`` [B, D] (``_gate`` of baselines/_elastic.py, as csrc/ei_rehn_stack.cpp computes it):
-//   u = alpha r + alpha_t rr;  m = -expm1(-(u > 0 ? u : 1));
-//   q = (alpha + alpha_t) rr + (u > 0 ? log(m) : -inf);  e = exp(min(q, 0));  d = relu(beta - e)
-// with the same roundings (no contraction, the products and sums in the Python code's order) and
-// expm1, log and exp ATen's own vectorised ones on whole [B, Rm, D] buffers. Into DG (d; u until
-// the last pass), MG (m) and EG (e), then the depth trace n = #{r : d^r > 0} and mask = 1[n > 0]
-// (float), into rows b * stride of np and maskp.
-template <typename T>
-void gate_forward(const T* alpha, const T* beta, const T* at, at::Tensor DG, at::Tensor MG,
-                  at::Tensor EG, T* np, T* maskp, int64_t stride) {
-  const int64_t B = DG.size(0), Rm = DG.size(1), D = DG.size(2);
-  T* up = DG.data_ptr<T>();
-  T* mp = MG.data_ptr<T>();
-  T* ep = EG.data_ptr<T>();
-  for (int64_t b = 0; b < B; ++b) {
-    const T* arow = at + b * D;
-    for (int64_t r = 0; r < Rm; ++r) {
-      const T rr = T(r + 1), r1 = T(r);
-      T* urow = up + (b * Rm + r) * D;
-      T* mrow = mp + (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T u = alpha[j] * r1 + arow[j] * rr;
-        urow[j] = u;
-        mrow[j] = -(u > T(0) ? u : T(1));
-      }
-    }
-  }
-  at::expm1_(MG);
-  const int64_t N = B * Rm * D;
-#pragma omp simd
-  for (int64_t i = 0; i < N; ++i) mp[i] = -mp[i];  // m = 1 - e^{-u}
-  at::log_out(EG, MG);
-  const T inf = std::numeric_limits<T>::infinity();
-  for (int64_t b = 0; b < B; ++b) {
-    const T* arow = at + b * D;
-    for (int64_t r = 0; r < Rm; ++r) {
-      const T rr = T(r + 1);
-      const T* urow = up + (b * Rm + r) * D;
-      T* erow = ep + (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T q = (alpha[j] + arow[j]) * rr + (urow[j] > T(0) ? erow[j] : -inf);
-        erow[j] = q > T(0) ? T(0) : q;  // q.clamp(max=0)
-      }
-    }
-  }
-  at::exp_(EG);
-  for (int64_t b = 0; b < B; ++b) {
-    T* nrow = np + b * stride;
-    std::fill(nrow, nrow + D, T(0));
-    for (int64_t r = 0; r < Rm; ++r) {
-      T* drow = up + (b * Rm + r) * D;
-      const T* erow = ep + (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T v = beta[j] - erow[j];
-        const T d = v < T(0) ? T(0) : v;  // relu, eq. 11
-        drow[j] = d;
-        nrow[j] += d > T(0) ? T(1) : T(0);
-      }
-    }
-    T* mrow = maskp + b * stride;
-    for (int64_t j = 0; j < D; ++j) mrow[j] = nrow[j] > T(0) ? T(1) : T(0);
-  }
-}
-
-// ``_ElasticGate.backward`` of one step from G [B, Rm, D], the gradient of its gate: where d > 0,
-// dq = -(e g), du = dq / m, dalpha += dq + du r, dbeta += g, dalpha_t = sum_r du rr; where d = 0
-// nothing (0, not 0 * inf). dalpha and dbeta accumulate over the steps; dat is this step's.
-template <typename T>
-void gate_backward(const T* gp, const T* dp, const T* mp, const T* ep, int64_t B, int64_t Rm,
-                   int64_t D, T* dalpha, T* dbeta, T* dat) {
-  std::fill(dat, dat + B * D, T(0));
-  for (int64_t b = 0; b < B; ++b) {
-    T* atrow = dat + b * D;
-    for (int64_t r = 0; r < Rm; ++r) {
-      const T rr = T(r + 1), r1 = T(r);
-      const int64_t o = (b * Rm + r) * D;
-#pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        const T g = dp[o + j] > T(0) ? gp[o + j] : T(0);
-        const T dq = -(ep[o + j] * g);
-        const T du = dq / mp[o + j];
-        dalpha[j] += dq + du * r1;
-        dbeta[j] += g;
-        atrow[j] += du * rr;
-      }
-    }
-  }
 }
 
 // The forward of every step. The matmuls read fixed [B, .] buffers (hcur, the current h; a)
@@ -176,8 +85,9 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
     }
     at::Tensor at_ = AT.select(0, t), dg = DG.select(0, t);
     at::sigmoid_(at_);  // eq. 14
-    gate_forward<T>(ap, bp, atp, dg, MG.select(0, t), EG.select(0, t), n.data_ptr<T>() + t * D,
-                    mask.data_ptr<T>() + t * D, S * D);
+    at::Tensor mg = MG.select(0, t), eg = EG.select(0, t);
+    elastic_gate_forward<T>(ap, bp, atp, dg, mg, eg, n.data_ptr<T>() + t * D,
+                            mask.data_ptr<T>() + t * D, S * D);
     const T* dgp = dg.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b)
       std::copy(dgp + b * Rm * D, dgp + b * Rm * D + D, d1p + (b * S + t) * D);
@@ -307,8 +217,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         for (int64_t j = 0; j < D; ++j) Grow[j] += grow[j];
       }
     }
-    gate_backward<T>(gp, dgp, mg0 + t * G1, eg0 + t * G1, B, Rm, D, dalpha.data_ptr<T>(),
-                     dbeta.data_ptr<T>(), datp);
+    elastic_gate_backward<T>(gp, Rm, dgp, mg0 + t * G1, eg0 + t * G1, B, Rm, D,
+                             dalpha.data_ptr<T>(), dbeta.data_ptr<T>(), datp);
     // eq. 14's sigmoid backward as ATen's, grad (1 - y) y; p's gradient for this step
     const T* atp = at0 + t * BD;
     const T* da0 = DAp + t * B * D2;  // layer 1's
