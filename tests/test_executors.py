@@ -238,7 +238,7 @@ def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
         monkeypatch.delenv("HARNESS_NO_KERNELS")
     sweep = api.plan_sweep(api.SweepSpec.of("phased-lstm,gru", "adding", seeds=[0, 1]))
     # runs on CUDA would not use the CPU kernels: nothing is built for them
-    monkeypatch.setattr("harness.env.resolve_device", lambda device: torch.device(device))
+    monkeypatch.setattr("harness.executors.base.resolve_device", lambda d: torch.device(d))
     build_kernels(sweep.configs, RunOptions(device="cuda"))
     assert calls == []
     result = api.run_sweep(sweep, tmp_path / "r.jsonl", api.executor("local"))

@@ -13,19 +13,18 @@ out the parts it calls), in wall seconds summed over the runs:
 - ``epochs``: the training epochs; ``evaluation``: validation after each epoch and the test;
 - ``write``: the record appended to the store, ``fsync``: its fsyncs (inside ``write``).
 
-Beside them the process's own parts: ``imports`` (what was imported before ``profile``),
-``planning`` (``api.prepare_run``: every config resolved, the data checked, each model built
-once), ``sweep`` (``run_sweep``) and ``cli`` (the rest of the command: the imports it does
-before planning, torch's among them, parsing, the lines it prints). With ``--workers`` the
-runs' parts are measured in the workers and the hand-off in the parent and the workers:
-``spawn`` (a worker's start until its code runs: the interpreter, the pool's imports),
-``warm_up`` (``harness.executors.pool.warm_up``: the training code's imports),
-``submit`` (a run pickled and sent, the first one starting its worker), ``wait`` (the driver
-blocked on the workers), ``bookkeeping`` (the driver between two waits: appending the record,
-the progress line, claiming and submitting the next run), ``return`` (a record pickled, sent
-and received: the worker's send to the driver's receipt), ``worker_idle`` (a worker waiting for
-its next run) and ``tail_idle`` (a worker idle from its last record to the sweep's end: the
-longest run last).
+Beside them the process's own parts: ``planning`` (``api.prepare_run``: every config
+resolved, the data checked, each model built once), ``sweep`` (``run_sweep``) and ``cli`` (the
+rest of the command: the imports it does before planning, torch's among them, parsing, the
+lines it prints). With ``--workers`` the runs' parts are measured in the workers, and the
+hand-off in the driver and the workers: ``spawn`` (a worker's start until its code runs: the
+interpreter, this module's imports), ``warm_up`` (``harness.executors.pool.warm_up``: the
+training code's imports), ``submit`` (a run pickled and sent, the first ones starting their
+workers), ``wait`` (the driver blocked on the workers), ``bookkeeping`` (the driver between two
+waits: appending the record, the progress line, claiming and submitting the next run),
+``return`` (a record pickled, sent and received: the worker's send to the driver's receipt),
+``worker_idle`` (a worker waiting for its next run) and ``tail_idle`` (a worker idle from its
+last record to the sweep's end: the longest run last).
 """
 
 from __future__ import annotations
@@ -36,7 +35,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-T0 = time.perf_counter()
+import torch
+
+from harness import api
+from harness.executors import base, local, pool
+from harness.persistence.claims import SweepStore
+from harness.training import train
 
 COST = "_cost"  # the key of a timed worker's record holding its timings (popped by the driver)
 
@@ -73,11 +77,6 @@ class Clock:
 @contextlib.contextmanager
 def timing(clock: Clock) -> Iterator[Clock]:
     """The parts of a run timed on ``clock`` in this process (module attributes patched)."""
-    import torch
-
-    from harness.executors import base, local
-    from harness.persistence.claims import SweepStore
-    from harness.training import train
 
     def build(*args: Any, **kwargs: Any) -> Any:
         task, model = real["build"](*args, **kwargs)
@@ -110,8 +109,6 @@ def timing(clock: Clock) -> Iterator[Clock]:
 
 def _timed_worker(conn: Any, run: Any, parent: int) -> None:
     """``harness.executors.pool``'s worker with its warm-up, runs and hand-off timed."""
-    from harness.executors import base, pool
-
     pool._exit_with_parent(parent)
     ready = time.time()
     pool.warm_up()
@@ -135,17 +132,16 @@ def _timed_worker(conn: Any, run: Any, parent: int) -> None:
 
 def timed_pool(hand: dict[str, Any]) -> type:
     """A ``PoolExecutor`` whose workers time their runs and the driver its hand-off (``hand``)."""
-    from harness.executors.pool import PoolExecutor, _Slot
 
-    class TimedPool(PoolExecutor):
-        def _spawn(self) -> _Slot:
+    class TimedPool(pool.PoolExecutor):
+        def _spawn(self) -> pool._Slot:
             mine, theirs = self._ctx.Pipe()
             args = (theirs, self.run, os.getpid())
             proc = self._ctx.Process(target=_timed_worker, args=args, name="harness-worker")
             hand["started"].append(time.time())
             proc.start()
             theirs.close()
-            slot = _Slot(proc, mine)
+            slot = pool._Slot(proc, mine)
             self._slots.append(slot)
             return slot
 
@@ -192,12 +188,9 @@ def profile(command: Callable[[], int]) -> dict[str, Any]:
     """Call ``command`` (a ``harness run``) here, timed; the parts, in seconds (see the module).
 
     Returns:
-        ``exit_code`` (``command``'s), ``total_s`` (since this module was imported), and the
-        parts in seconds: ``process``, ``runs`` and, when the runs went to the pool,
-        ``hand_off`` and ``workers``.
+        ``exit_code`` (``command``'s), ``total_s`` (the call's), and the parts in seconds:
+        ``process``, ``runs`` and, when the runs went to the pool, ``hand_off`` and ``workers``.
     """
-    from harness import api
-
     clock = Clock()
     hand: dict[str, Any] = {"parts": {}, "runs": {}, "started": [], "workers": {}}
     hand["left_wait"] = hand["closed"] = None
@@ -210,7 +203,7 @@ def profile(command: Callable[[], int]) -> dict[str, Any]:
         pooled.append(True)
         return timed_pool(hand)(run, options)
 
-    process: dict[str, float] = {"imports": time.perf_counter() - T0}
+    process: dict[str, float] = {}
     runs: dict[str, float] = {}
 
     def whole(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -234,7 +227,7 @@ def profile(command: Callable[[], int]) -> dict[str, Any]:
             code = command()
     finally:
         api.make_executor, api.prepare_run, api.run_sweep = real_make, real_prepare, real_sweep
-    total = time.perf_counter() - T0
+    total = time.perf_counter() - start
     process["cli"] = time.perf_counter() - start - process["planning"] - process["sweep"]
     if pooled:  # the runs' parts from the workers, the records' writes from here
         runs = hand["runs"] | {k: v for k, v in runs.items() if k in ("write", "fsync")}

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Protocol
 
 from harness.components import config
 from harness.components.registry import Registry, needs
+from harness.env import resolve_device
 from harness.errors import DISK_FULL_NOTE, ConfigError, failure_reason
 from harness.persistence import records
 from harness.persistence.store import write_part
@@ -246,8 +247,6 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
     """
     if os.environ.get("HARNESS_NO_KERNELS") or not cfgs:
         return
-    from harness.env import resolve_device
-
     if resolve_device(run.device).type != "cpu":
         return
     loaders = {id(k): k for m in dict.fromkeys(c.method for c in cfgs) for k in method_kernels(m)}

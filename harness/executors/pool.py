@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
+from harness.components.registry import load_plugins
 from harness.errors import HarnessError
 from harness.executors.base import (
     WORKERS,
@@ -89,7 +90,6 @@ def warm_up() -> None:
     import torch._dynamo  # noqa: F401
 
     import harness.training.train  # noqa: F401
-    from harness.components.registry import load_plugins
 
     load_plugins()
 
