@@ -253,8 +253,10 @@ def run_sweep(
     full disk), kept in a fallback file (``SweepResult.fallback``). The writes that fail so are
     the record, the claim, a submission (submitit's folder), and a run's checkpoint or
     TensorBoard events on a full disk (optional: the run goes on without them and is
-    recorded). The executor is closed at the end; on an interrupt its runs in flight are stopped
-    (not recorded) and the interrupt propagates.
+    recorded). Before the first run the executor prepares (``prepare``: the compiled kernels the
+    runs train with are built on this machine, once; the pool's workers start). The executor is
+    closed at the end; on an interrupt its runs in flight are stopped (not recorded) and the
+    interrupt propagates.
 
     Args:
         sweep: the planned sweep (``plan_sweep``).
@@ -278,6 +280,7 @@ def run_sweep(
     result = SweepResult(store.path, len(sweep.configs), plan.todo, plan)
     emit(SweepEvent("planned", todo=plan.todo, resume=plan))
     try:
+        _prepare(ex, plan.todo)
         with swept:
             try:
                 for cfg, rec in _pull(ex, swept.claimed(plan.todo), emit):
@@ -303,6 +306,21 @@ def run_sweep(
 def provenance(sweep: Sweep, argv: Sequence[str]) -> dict[str, Any]:
     """What the driver adds to each record of ``sweep``: the command line and the sweep."""
     return {"argv": list(argv), "sweep": sweep.provenance}
+
+
+def _prepare(ex: Executor, todo: list[Any]) -> None:
+    """The executor's ``prepare(todo)``, if it has one, before the first run.
+
+    Its workers started, the compiled kernels built (``harness.executors.base.build_kernels``);
+    on an interrupt it is cancelled.
+    """
+    if not todo or not hasattr(ex, "prepare"):
+        return
+    try:
+        ex.prepare(todo)
+    except BaseException:
+        ex.cancel()
+        raise
 
 
 def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None]) -> Any:

@@ -190,3 +190,63 @@ def test_the_library_runs_a_sweep_without_the_command_line(tmp_path, serial):
     assert paths == [tmp_path / "LB.md"] and not problems
     res, _ = api.compare(tmp_path / "r.jsonl", tmp_path / "r.jsonl")
     assert res.ok and res.matched == 4
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
+    tmp_path, monkeypatch, disabled
+):
+    # the loaders are fakes (nothing compiles): each records the calls that would build, and
+    # whether a run was training then; they honour HARNESS_NO_KERNELS as the real ones do
+    import functools
+
+    import torch
+
+    from baselines import _kernels, _masked_cell
+    from harness.executors.base import build_kernels
+    from harness.training import train
+
+    training, calls, builds = [], [], []
+
+    def fake(real):
+        @functools.lru_cache(maxsize=1)
+        def loader():
+            if not os.environ.get("HARNESS_NO_KERNELS"):
+                builds.append((real.__name__, bool(training)))
+
+        def call():
+            calls.append((real.__name__, bool(training)))
+            return loader()
+
+        call.kernel_source_files = real.kernel_source_files
+        call.__module__ = real.__module__  # found as the method's modules' own
+        return call
+
+    for module, name in ((_masked_cell, "masked_cell_kernel"), (_kernels, "ei_rehn_stack_kernel")):
+        monkeypatch.setattr(module, name, fake(getattr(module, name)))
+    real_run = train.run
+
+    def run(*args, **kwargs):
+        training.append(True)
+        try:
+            return real_run(*args, **kwargs)
+        finally:
+            training.pop()
+
+    monkeypatch.setattr(train, "run", run)
+    if not disabled:  # conftest sets it for unmarked tests; the fakes compile nothing
+        monkeypatch.delenv("HARNESS_NO_KERNELS")
+    sweep = api.plan_sweep(api.SweepSpec.of("phased-lstm,gru", "adding", seeds=[0, 1]))
+    # runs on CUDA would not use the CPU kernels: nothing is built for them
+    monkeypatch.setattr("harness.executors.base.resolve_device", lambda d: torch.device(d))
+    build_kernels(sweep.configs, RunOptions(device="cuda"))
+    assert calls == []
+    result = api.run_sweep(sweep, tmp_path / "r.jsonl", api.executor("local"))
+    assert result.exit_code == 0 and len(result.records) == 4
+    before = [name for name, in_run in calls if not in_run]
+    assert [name for name, in_run in calls if in_run]  # the runs ask for the masked-cell kernel
+    if disabled:
+        assert before == [] and builds == []
+    else:  # phased-lstm's modules hold both loaders (method_code's discovery); gru's none
+        assert sorted(before) == ["ei_rehn_stack_kernel", "masked_cell_kernel"]
+        assert sorted(builds) == [("ei_rehn_stack_kernel", False), ("masked_cell_kernel", False)]

@@ -562,11 +562,27 @@ def source_files(module: Any) -> set[str]:
     ``--include`` is a top-level module of its own: its package is its folder, whose modules it
     uses (shared ``_*.py`` pieces) count.
     """
+    modules, loaders = _uses(module)
+    extra = {str(p) for loader in loaders for p in loader.kernel_source_files()}
+    return extra | {m.__file__ for m in modules if getattr(m, "__file__", None)}
+
+
+def kernel_loaders(module: Any) -> list[Any]:
+    """The compiled kernels' loaders that ``source_files(module)`` counts the C++ sources of.
+
+    Each is an object of the modules ``module`` uses with a ``kernel_source_files()``; called,
+    it builds (or loads) its kernel (``baselines._kernels``).
+    """
+    return _uses(module)[1]
+
+
+def _uses(module: Any) -> tuple[list[Any], list[Any]]:
+    """The modules of ``source_files`` and the kernel loaders they hold, each once."""
     pkg = module.__name__.partition(".")[0]
     included = _INCLUDED.get(module.__name__)
     folder = None if included is None else included.parent
     seen: dict[str, Any] = {}
-    extra: set[str] = set()
+    loaders: dict[int, Any] = {}
     todo = [module]
     while todo:
         mod = todo.pop()
@@ -581,12 +597,12 @@ def source_files(module: Any) -> set[str]:
             here = _file_of(other)  # an included file's package is its folder
             if name.partition(".")[0] != pkg and (here is None or here.parent != folder):
                 continue
-            sources = getattr(obj, "kernel_source_files", None)  # a compiled kernel's C++ sources
-            if callable(sources) and not isinstance(obj, type):  # a kernel, not its class
-                extra.update(str(p) for p in sources())
+            loader = getattr(obj, "kernel_source_files", None)  # a compiled kernel's loader
+            if callable(loader) and not isinstance(obj, type):  # a kernel, not its class
+                loaders.setdefault(id(obj), obj)
             if other is not None and name not in seen:
                 todo.append(other)
-    return extra | {m.__file__ for m in seen.values() if getattr(m, "__file__", None)}
+    return list(seen.values()), list(loaders.values())
 
 
 def code_digest(files: Iterable[str]) -> str:

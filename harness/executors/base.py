@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -11,10 +12,11 @@ from typing import Any, ClassVar, Protocol
 
 from harness.components import config
 from harness.components.registry import Registry, needs
+from harness.env import resolve_device
 from harness.errors import DISK_FULL_NOTE, ConfigError, failure_reason
 from harness.persistence import records
 from harness.persistence.store import write_part
-from harness.training.code import method_code
+from harness.training.code import method_code, method_kernels
 from harness.training.tracking import TensorBoardLogger
 
 # The most worker processes and torch threads per run a sweep may ask for: beyond any machine
@@ -140,7 +142,9 @@ class Executor(Protocol):
     """What ``harness.api.run_sweep`` drives, made as ``cls(RunOptions, ExecutorOptions)``.
 
     An executor may also declare ``options`` (a tuple of ``Option``: its flags and sweep-file
-    keys) and ``preflight(run, options)``, a check before anything is planned or runs.
+    keys), ``preflight(run, options)``, a check before anything is planned or runs, and
+    ``prepare(cfgs)``, called with the runs to run before the first is submitted (the executors
+    whose runs train on this machine build their compiled kernels there: ``build_kernels``).
 
     Attributes:
         name: the registry key.
@@ -229,6 +233,25 @@ def _run_config(
     finally:
         logger.close()
     return rec
+
+
+def build_kernels(cfgs: Any, run: RunOptions) -> None:
+    """Build (or load) the compiled kernels that the runs ``cfgs`` train with, here, now.
+
+    The kernels are those whose sources are part of the runs' methods' code versions
+    (``method_kernels``: the loaders in their modules); each loader builds its kernel once per
+    machine and CPU, saying so in one line on stderr when it compiles (a cached one loads
+    silently), so that no run's time holds a compile. Nothing is built with
+    ``HARNESS_NO_KERNELS`` set or where the runs do not train on the CPU (the kernels are
+    CPU-only).
+    """
+    if os.environ.get("HARNESS_NO_KERNELS") or not cfgs:
+        return
+    if resolve_device(run.device).type != "cpu":
+        return
+    loaders = {id(k): k for m in dict.fromkeys(c.method for c in cfgs) for k in method_kernels(m)}
+    for loader in loaders.values():
+        loader()
 
 
 def lost_record(cfg_dict: dict[str, Any], why: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from harness.executors.base import (
     EpochCallback,
     ExecutorOptions,
     RunOptions,
+    build_kernels,
     register_executor,
     require_cuda,
     run_one,
@@ -35,6 +36,10 @@ class LocalExecutor:
         self.run = run
         self._queued: tuple[int, dict[str, Any], EpochCallback | None] | None = None
         self._next = 0
+
+    def prepare(self, cfgs: list[Any]) -> None:
+        """Build the compiled kernels the runs train with before the first (``build_kernels``)."""
+        build_kernels(cfgs, self.run)
 
     def slots(self) -> int:
         """One."""

@@ -1,11 +1,16 @@
 """``pool``: the runs of a sweep in worker processes on this machine.
 
 Each worker is a spawned process (torch and fork do not mix) that takes one run at a time over a
-pipe and sends its record back. The pool knows which worker runs which run, so a worker that dies
-in the middle (the kernel's out-of-memory killer, a segmentation fault in a native library) gives
-that run a failed record naming how it died, a fresh worker takes its place, and the sweep goes
-on. Workers end with the parent process however it ends (``kill -9`` included: the kernel sends
-them SIGKILL, and each also watches its parent), and at once when the sweep is interrupted.
+pipe and sends its record back. The workers start before the sweep's first run (``prepare``) and
+import the training code first, while the driver builds the compiled kernels; each holds the
+run it trains and the next one (``DEPTH``), so that it goes on at once while the driver appends
+the record it sent (the record's fsync, the progress line, claiming the next run). The pool knows
+which worker holds which runs, so a worker that dies in the middle (the kernel's out-of-memory
+killer, a segmentation fault in a native library) gives the run it trained a failed record
+naming how it died, the run it held next goes to another worker, a fresh worker takes its place,
+and the sweep goes on. Workers end with the parent process however it ends (``kill -9``
+included: the kernel sends them SIGKILL, and each also watches its parent), and at once when the
+sweep is interrupted.
 """
 
 from __future__ import annotations
@@ -16,16 +21,18 @@ import signal
 import threading
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
+from harness.components.registry import load_plugins
 from harness.errors import HarnessError
 from harness.executors.base import (
     WORKERS,
     EpochCallback,
     ExecutorOptions,
     RunOptions,
+    build_kernels,
     lost_record,
     register_executor,
     require_cuda,
@@ -33,6 +40,7 @@ from harness.executors.base import (
 )
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+DEPTH = 2  # the runs a worker holds: the one it trains and the next
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -60,8 +68,9 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def _worker(conn: Any, run: RunOptions, parent: int) -> None:
-    """A worker's life: take a config, send its record back, until the pipe closes."""
+    """A worker's life: warm up, then take a config, send its record back, until the pipe closes."""
     _exit_with_parent(parent)
+    warm_up()
     while True:
         try:
             cfg_dict = conn.recv()
@@ -70,6 +79,19 @@ def _worker(conn: Any, run: RunOptions, parent: int) -> None:
         if cfg_dict is None:
             return
         conn.send(run_one(cfg_dict, run))
+
+
+def warm_up() -> None:
+    """Import what a process's first run would, before it: a worker's warm-up.
+
+    The training code (torch), the registered methods and tasks, and ``torch._dynamo`` (which
+    torch's optimisers import at their first use, about as long as torch itself).
+    """
+    import torch._dynamo  # noqa: F401
+
+    import harness.training.train  # noqa: F401
+
+    load_plugins()
 
 
 def died(exitcode: int | None) -> str:
@@ -87,11 +109,11 @@ def died(exitcode: int | None) -> str:
 
 @dataclass
 class _Slot:
-    """One worker process, its end of the pipe, and the run it holds (None: idle)."""
+    """One worker process, its end of the pipe, and the runs it holds, in order (none: idle)."""
 
     process: Any
     conn: Any
-    job: tuple[int, dict[str, Any]] | None = None
+    jobs: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 @register_executor("pool")
@@ -113,11 +135,22 @@ class PoolExecutor:
         self.run, self.size = run, options.workers
         self._ctx = mp.get_context("spawn")
         self._slots: list[_Slot] = []
+        self._backlog: list[tuple[int, dict[str, Any]]] = []  # submitted, held by no worker
         self._next = 0
 
     def slots(self) -> int:
-        """The number of worker processes."""
-        return self.size
+        """The runs the pool takes at once: ``DEPTH`` per worker process."""
+        return self.size * DEPTH
+
+    def prepare(self, cfgs: list[Any]) -> None:
+        """Start the workers the runs need, then build the runs' compiled kernels here.
+
+        The workers warm up (``warm_up``) while the kernels are built (``build_kernels``: once,
+        before the first run is submitted; the workers load them from the cache).
+        """
+        while len(self._slots) < min(self.size, len(cfgs)):
+            self._spawn()
+        build_kernels(cfgs, self.run)
 
     def _spawn(self) -> _Slot:
         mine, theirs = self._ctx.Pipe()
@@ -130,16 +163,38 @@ class PoolExecutor:
         self._slots.append(slot)
         return slot
 
-    def _idle(self) -> _Slot:
+    def _room(self) -> _Slot | None:
+        """The worker to send a run to; None: every one holds ``DEPTH`` runs.
+
+        An idle one, a new one while there are fewer than ``size``, else the live one holding
+        the fewest runs.
+        """
         for s in list(self._slots):
-            if s.job is None and not s.process.is_alive():  # died between runs
+            if not s.jobs and not s.process.is_alive():  # died between runs
                 self._drop(s)
-        slot = next((s for s in self._slots if s.job is None), None)
-        if slot is not None:
-            return slot
-        if len(self._slots) >= self.size:
-            raise RuntimeError("every worker is busy: wait_any first")
-        return self._spawn()
+        idle = next((s for s in self._slots if not s.jobs), None)
+        if idle is not None or len(self._slots) < self.size:
+            return idle or self._spawn()
+        room = [s for s in self._slots if len(s.jobs) < DEPTH and s.process.is_alive()]
+        return min(room, key=lambda s: len(s.jobs), default=None)
+
+    def _dispatch(self) -> None:
+        """Send the backlog's runs to workers with room, in order."""
+        failures = 0
+        while self._backlog and (slot := self._room()) is not None:
+            try:
+                slot.conn.send(self._backlog[0][1])
+            except OSError:  # it died: an idle one is replaced, a busy one's runs are wait_any's
+                failures += 1
+                if failures > len(self._slots) + 1:
+                    raise HarnessError("cannot start a worker process for the sweep") from None
+                if not slot.jobs:
+                    self._drop(slot)
+                else:  # not alive: _room passes it over, wait_any collects its runs
+                    slot.process.kill()
+                    slot.process.join(1.0)
+                continue
+            slot.jobs.append(self._backlog.pop(0))
 
     def _drop(self, slot: _Slot) -> None:
         with contextlib.suppress(OSError):
@@ -151,46 +206,52 @@ class PoolExecutor:
         self._slots.remove(slot)
 
     def submit(self, cfg: Any, on_epoch: EpochCallback | None = None) -> Hashable:
-        """Send the run to an idle worker (a new one if none is idle); its handle."""
+        """Send the run to a worker with room (``_room``); its handle."""
         self._next += 1
-        cfg_dict = cfg.to_dict()
-        for _ in range(2):  # a worker that died while idle is replaced once
-            slot = self._idle()
-            try:
-                slot.conn.send(cfg_dict)
-                break
-            except OSError:
-                self._drop(slot)
-        else:
-            raise HarnessError("cannot start a worker process for the sweep")
-        slot.job = (self._next, cfg_dict)
+        self._backlog.append((self._next, cfg.to_dict()))
+        self._dispatch()
         return self._next
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Block until a worker sends a record or dies; each finished ``(handle, record)``."""
-        busy = [s for s in self._slots if s.job is not None]
-        if not busy:
-            return []
-        ready = set(wait([s.conn for s in busy] + [s.process.sentinel for s in busy]))
+        """Block until a worker sends a record or dies; each finished ``(handle, record)``.
+
+        A worker that died gives the run it trained a failed record; the runs it held after that
+        one never started and go to another worker.
+        """
         out: list[tuple[Hashable, dict[str, Any]]] = []
-        for s in busy:
-            if s.conn not in ready and s.process.sentinel not in ready:
-                continue
-            handle, cfg_dict = s.job  # type: ignore[misc]
-            rec = None
-            with contextlib.suppress(EOFError, OSError):
-                if s.conn.poll():
-                    rec = s.conn.recv()
-            s.job = None
-            if rec is None:  # the worker died with the run
-                s.process.join(5.0)
-                rec = lost_record(cfg_dict, died(s.process.exitcode))
-                self._drop(s)
-            out.append((handle, rec))
+        while not out:
+            self._dispatch()
+            busy = [s for s in self._slots if s.jobs]
+            if not busy:
+                return out
+            ready = set(wait([s.conn for s in busy] + [s.process.sentinel for s in busy]))
+            for s in busy:
+                if s.conn in ready or s.process.sentinel in ready:
+                    out += self._collect(s)
+        self._dispatch()
+        return out
+
+    def _collect(self, s: _Slot) -> list[tuple[Hashable, dict[str, Any]]]:
+        """The records worker ``s`` sent; if it died, the failed record of the run it trained."""
+        out: list[tuple[Hashable, dict[str, Any]]] = []
+        closed = False
+        try:
+            while s.jobs and s.conn.poll():
+                rec = s.conn.recv()
+                out.append((s.jobs.pop(0)[0], rec))
+        except (EOFError, OSError):
+            closed = True
+        if s.jobs and (closed or not s.process.is_alive()):  # it died with the run it trained
+            s.process.join(5.0)
+            handle, cfg_dict = s.jobs.pop(0)
+            out.append((handle, lost_record(cfg_dict, died(s.process.exitcode))))
+            self._backlog[:0], s.jobs = s.jobs, []  # they never started: another worker's
+            self._drop(s)
         return out
 
     def cancel(self) -> None:
         """End every worker now (an interrupt): the runs in flight are dropped."""
+        self._backlog.clear()
         for s in self._slots:
             with contextlib.suppress(Exception):
                 s.process.terminate()

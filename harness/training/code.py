@@ -14,7 +14,12 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from harness.components.registry import UnknownNameError, code_digest, source_files
+from harness.components.registry import (
+    UnknownNameError,
+    code_digest,
+    kernel_loaders,
+    source_files,
+)
 from harness.references import component
 
 
@@ -38,6 +43,17 @@ def method_code(method: str) -> str:
     if hasattr(cls, "code_version"):
         return cls.code_version()
     return code_digest(source_files(sys.modules[cls.__module__]))
+
+
+def method_kernels(method: str) -> list[Any]:
+    """The loaders of the compiled kernels whose sources are part of ``method``'s code version.
+
+    The same discovery as ``method_code`` (``harness.components.registry.kernel_loaders``): each
+    loader, called, builds or loads its kernel (``baselines._kernels``); none for a component
+    with a ``code_version`` of its own.
+    """
+    cls = component(method)
+    return [] if hasattr(cls, "code_version") else kernel_loaders(sys.modules[cls.__module__])
 
 
 def current_code(method: str) -> str | None:
