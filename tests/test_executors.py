@@ -194,36 +194,32 @@ def test_the_library_runs_a_sweep_without_the_command_line(tmp_path, serial):
 
 @pytest.mark.parametrize("disabled", [False, True])
 def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
-    tmp_path, monkeypatch, disabled
+    tmp_path, monkeypatch, fresh_kernel, disabled
 ):
-    # the loaders are fakes (nothing compiles): each records the calls that would build, and
-    # whether a run was training then; they honour HARNESS_NO_KERNELS as the real ones do
-    import functools
-
+    # the loader is a stand-in (nothing compiles): it records the builds and whether a run was
+    # training then, and honours HARNESS_NO_KERNELS as the real one does; every ask is recorded
     import torch
 
-    from baselines import _kernels, _masked_cell
+    from baselines import _kernels
     from harness.executors.base import build_kernels
     from harness.training import train
 
     training, calls, builds = [], [], []
 
-    def fake(real):
-        @functools.lru_cache(maxsize=1)
-        def loader():
-            if not os.environ.get("HARNESS_NO_KERNELS"):
-                builds.append((real.__name__, bool(training)))
+    def load(stem, *args):
+        if os.environ.get("HARNESS_NO_KERNELS"):
+            return None, _kernels.KernelStatus("unavailable", _kernels.DISABLED)
+        builds.append((stem, bool(training)))
+        return None, _kernels.KernelStatus("unavailable", "a stand-in")
 
-        def call():
-            calls.append((real.__name__, bool(training)))
-            return loader()
+    ask = _kernels.TrainingKernel.__call__
 
-        call.kernel_source_files = real.kernel_source_files
-        call.__module__ = real.__module__  # found as the method's modules' own
-        return call
+    def asked(kernel):
+        calls.append((kernel.stem, bool(training)))
+        return ask(kernel)
 
-    for module, name in ((_masked_cell, "masked_cell_kernel"), (_kernels, "ei_rehn_stack_kernel")):
-        monkeypatch.setattr(module, name, fake(getattr(module, name)))
+    monkeypatch.setattr(_kernels, "_load", load)
+    monkeypatch.setattr(_kernels.TrainingKernel, "__call__", asked)
     real_run = train.run
 
     def run(*args, **kwargs):
@@ -247,6 +243,5 @@ def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
     assert [name for name, in_run in calls if in_run]  # the runs ask for the masked-cell kernel
     if disabled:
         assert before == [] and builds == []
-    else:  # phased-lstm's modules hold both loaders (method_code's discovery); gru's none
-        assert sorted(before) == ["ei_rehn_stack_kernel", "masked_cell_kernel"]
-        assert sorted(builds) == [("ei_rehn_stack_kernel", False), ("masked_cell_kernel", False)]
+    else:  # phased-lstm's modules hold the masked-cell kernel (method_code's discovery); gru none
+        assert before == ["masked_cell"] and builds == [("masked_cell", False)]

@@ -557,7 +557,7 @@ def source_files(module: Any) -> set[str]:
     """The source files of ``module`` and of the modules of its package it uses, transitively.
 
     The package's ``__init__`` (which imports every module) is left out. An object of those
-    modules with a ``kernel_source_files()`` (a compiled kernel's loader, ``baselines._kernels``)
+    modules with a ``kernel_source_files()`` (a ``baselines._kernels.TrainingKernel``)
     adds the files it names: the C++ sources the method runs. A file imported by
     ``--include`` is a top-level module of its own: its package is its folder, whose modules it
     uses (shared ``_*.py`` pieces) count.
