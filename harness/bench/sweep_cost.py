@@ -109,41 +109,36 @@ def timing(clock: Clock) -> Iterator[Clock]:
 
 def _timed_worker(conn: Any, run: Any, parent: int) -> None:
     """``harness.executors.pool``'s worker with its warm-up, runs and hand-off timed."""
-    pool._exit_with_parent(parent)
-    ready = time.time()
-    pool.warm_up()
-    clock, sent = Clock(), time.time()
-    warm = sent - ready
+    marks = {"ready": time.time()}
+    real_warm_up, clock = pool.warm_up, Clock()
+
+    def warm_up() -> None:
+        real_warm_up()
+        marks["sent"] = time.time()
+        marks["warm_up"] = marks["sent"] - marks["ready"]  # told with the first record only
+
+    def serve(cfg_dict: dict[str, Any], run: Any) -> dict[str, Any]:
+        got = time.time()
+        rec = base.run_one(cfg_dict, run)  # timing's: the set-up timed
+        idle, marks["sent"] = got - marks["sent"], time.time()
+        cost = {"parts": clock.take(), "idle": idle, "ready": marks["ready"], "sent": marks["sent"]}
+        rec[COST] = cost | {"warm_up": marks.pop("warm_up", 0.0)}
+        return rec
+
+    pool.warm_up = warm_up  # this worker process's own module
     with timing(clock):
-        while True:
-            try:
-                cfg_dict = conn.recv()
-            except (EOFError, OSError):
-                return
-            if cfg_dict is None:
-                return
-            got = time.time()
-            rec = base.run_one(cfg_dict, run)
-            idle, sent = got - sent, time.time()
-            cost = {"parts": clock.take(), "idle": idle, "ready": ready, "sent": sent}
-            rec[COST], warm = cost | {"warm_up": warm}, 0.0
-            conn.send(rec)
+        pool._worker(conn, run, parent, serve)
 
 
 def timed_pool(hand: dict[str, Any]) -> type:
     """A ``PoolExecutor`` whose workers time their runs and the driver its hand-off (``hand``)."""
 
     class TimedPool(pool.PoolExecutor):
+        worker = staticmethod(_timed_worker)
+
         def _spawn(self) -> pool._Slot:
-            mine, theirs = self._ctx.Pipe()
-            args = (theirs, self.run, os.getpid())
-            proc = self._ctx.Process(target=_timed_worker, args=args, name="harness-worker")
             hand["started"].append(time.time())
-            proc.start()
-            theirs.close()
-            slot = pool._Slot(proc, mine)
-            self._slots.append(slot)
-            return slot
+            return super()._spawn()
 
         def submit(self, cfg: Any, on_epoch: Any = None) -> Any:
             t = time.perf_counter()

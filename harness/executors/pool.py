@@ -67,10 +67,14 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-def _worker(conn: Any, run: RunOptions, parent: int) -> None:
-    """A worker's life: warm up, then take a config, send its record back, until the pipe closes."""
+def _worker(conn: Any, run: RunOptions, parent: int, serve: Any = None) -> None:
+    """A worker's life: warm up, then take a config and send back its record, until the pipe closes.
+
+    ``serve(cfg_dict, run)`` makes the record (default ``run_one``; the sweep profile's times it).
+    """
     _exit_with_parent(parent)
     warm_up()
+    serve = serve or run_one
     while True:
         try:
             cfg_dict = conn.recv()
@@ -78,7 +82,7 @@ def _worker(conn: Any, run: RunOptions, parent: int) -> None:
             return
         if cfg_dict is None:
             return
-        conn.send(run_one(cfg_dict, run))
+        conn.send(serve(cfg_dict, run))
 
 
 def warm_up() -> None:
@@ -128,6 +132,7 @@ class PoolExecutor:
     in_process: ClassVar[bool] = False
     options = (WORKERS,)
     preflight = staticmethod(require_cuda)
+    worker = staticmethod(_worker)  # a worker process's life (its target)
 
     def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
         import multiprocessing as mp
@@ -155,7 +160,7 @@ class PoolExecutor:
     def _spawn(self) -> _Slot:
         mine, theirs = self._ctx.Pipe()
         proc = self._ctx.Process(
-            target=_worker, args=(theirs, self.run, os.getpid()), name="harness-worker"
+            target=self.worker, args=(theirs, self.run, os.getpid()), name="harness-worker"
         )
         proc.start()
         theirs.close()
