@@ -21,13 +21,14 @@ rounding, as the PyTorch fast paths do.
 The training kernels (``TrainingKernel``, issue 54) run a method's recurrence, forward and
 backward, in C++ behind its autograd Function: EI-REHN's step (``csrc/ei_rehn_stack.cpp``,
 ``baselines._ei_rehn_stack`` and ``_ei_rehn_fused``), the masked cell of Phased LSTM, Random
-Updates and the Clockwork RNN (``_masked_cell``), and the sequences of Skip RNN (``_skip_gru``),
-SA-RNN (``_sarnn_train``), VC-RNN (``_vcrnn_train``), Delta GRU (``_delta_gru_seq``), EGRU
-(``_egru``) and SREHN (``_srehn``). Each is defined in its method's module, where
-``method_code`` finds it: its source is part of that method's code version, as the kernel runs in
-the training that records carry, and a sweep builds it before its first run. The per-step
-PyTorch code is each one's reference, tested against it to float rounding, and the path wherever
-the kernel cannot run (eval, another device or dtype, no build, ``HARNESS_NO_KERNELS``).
+Updates and the Clockwork RNN (``_masked_cell``), Phased LSTM's time gate (``_phased_gate``), and
+the sequences of Skip RNN (``_skip_gru``), SA-RNN (``_sarnn_train``), VC-RNN (``_vcrnn_train``),
+Delta GRU (``_delta_gru_seq``), EGRU (``_egru``) and SREHN (``_srehn``). Each is defined in its
+method's module, where ``method_code`` finds it: its source is part of that method's code version,
+as the kernel runs in the training that records carry, and a sweep builds it before its first run.
+The per-step PyTorch code is each one's reference, tested against it to float rounding, and the
+path wherever the kernel cannot run (eval, another device or dtype, no build,
+``HARNESS_NO_KERNELS``).
 
 The kernels take CPU tensors only. Every caller asks ``on_cpu`` before it asks for a kernel: on
 another device (CUDA, meta) it takes its PyTorch path, which computes the same thing, and the

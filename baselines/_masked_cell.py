@@ -72,20 +72,20 @@ class _MaskedSequence(torch.autograd.Function):
         weight_hh, m = weight_hh.contiguous(), m.contiguous()
         h0, c0 = h0.contiguous(), _NONE if c0 is None else c0.contiguous()
         hs, *saved = kernel.forward(xp.contiguous(), h0, c0, weight_hh, m, cell)
-        saved = [_NONE if s is None else s for s in saved]  # A, X, C (X, C: the cell's)
+        saved = [_NONE if s is None else s for s in saved]  # H, A, X, C (X, C: the cell's)
         ctx.kernel, ctx.cell = kernel, cell
-        ctx.save_for_backward(weight_hh, m, h0, hs, *saved)
-        return hs, saved[2][-1].clone() if cell == CELLS["lstm"] else None
+        ctx.save_for_backward(weight_hh, m, *saved)
+        return hs, saved[3][-1].clone() if cell == CELLS["lstm"] else None
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_hs, grad_c):
-        weight_hh, m, h0, hs, A, X, C = ctx.saved_tensors
-        grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
+        weight_hh, m, H, A, X, C = ctx.saved_tensors
+        grad_hs = torch.zeros_like(m) if grad_hs is None else grad_hs.contiguous()
         if ctx.cell == CELLS["lstm"]:
-            grad_c = torch.zeros_like(h0) if grad_c is None else grad_c.contiguous()
+            grad_c = torch.zeros_like(H[0]) if grad_c is None else grad_c.contiguous()
         d_xp, d_h0, d_c0, d_w, d_m = ctx.kernel.backward(
-            grad_hs, _NONE if grad_c is None else grad_c, weight_hh, m, h0, hs, A, X, C, ctx.cell
+            grad_hs, _NONE if grad_c is None else grad_c, weight_hh, m, H, A, X, C, ctx.cell
         )
         return None, None, d_xp, d_h0, d_c0, d_w, d_m
 

@@ -37,14 +37,16 @@ Differences from the paper:
 - MACs: 4 k_t (D+V) (each unit's gates use only its own rows); the O(D) time gate is not charged.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
   kernel builds (``baselines._masked_cell``, built before the epoch's timer starts): k
-  ``[B, T, D]`` is computed first, as on the per-step path, the kernel runs eqs. 8-11 over all
-  steps and returns k's gradient, so P, s and r_on learn as there. Where every sequence of the
-  batch has the same clock and no sample times are given (training from a zero state), k is
-  computed once for the batch, ``[1, T, D]``: the same values, its gradient summed over the batch
-  in another order; the input terms are ``input_terms``'s (the same values, W_i's gradient
-  summed in another order). It equals the per-step ``_step`` loop (the reference, and the path
-  in eval, off the CPU, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to
-  float rounding, not bit for bit; closed units (k = 0) stay exact copies.
+  ``[B, T, D]`` is computed first, as on the per-step path (by ``baselines._phased_gate``'s kernel
+  where it builds: ``time_gate``'s values exactly, its gradients to float rounding), the kernel
+  runs eqs. 8-11 over all steps and returns k's gradient, so P, s and r_on learn as there. Where
+  every sequence of the batch has the same clock and no sample times are given (training from a
+  zero state), k is computed once for the batch, ``[1, T, D]``: the same values, its gradient
+  summed over the batch in another order; the input terms are ``input_terms``'s (the same values,
+  W_i's gradient summed in another order). It equals the per-step ``_step`` loop (the reference,
+  and the path in eval, off the CPU, where the kernel does not build and with
+  ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; closed units (k = 0) stay exact
+  copies.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from torch import Tensor, nn
 from baselines._cells import LSTMWeights
 from baselines._kernels import input_terms
 from baselines._masked_cell import masked_sequence, sequence_kernel
+from baselines._phased_gate import gate_kernel, time_gate_sequence
 from harness.components.config import check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -66,6 +69,13 @@ from harness.errors import ConfigError
 _R_ON_MIN = 1e-3
 # Periods are float32 parameters: up to a million steps (or ms) they keep 1/16-step resolution.
 _MAX_PERIOD = 1e6
+
+
+def timestamps(clock: Tensor, steps: int, times: Tensor | None = None) -> Tensor:
+    """tau ``[B, steps]`` in float64: ``clock + 0..steps-1``, or the sample ``times`` given."""
+    if times is None:
+        return (clock[:, None] + torch.arange(steps, device=clock.device)).double()
+    return times.double()
 
 
 @dataclass(frozen=True)
@@ -132,10 +142,7 @@ class PhasedLSTM(Method):
             steps: how many steps.
             times: the timestamps themselves, ``[B, steps]``; None: count from ``clock``.
         """
-        if times is None:
-            tau = (clock[:, None] + torch.arange(steps, device=clock.device)).double()
-        else:
-            tau = times.double()  # [B, steps]
+        tau = timestamps(clock, steps, times)  # [B, steps], float64
         P = self.period.clamp(min=self.cfg.min_period)  # [D]
         r = self.r_on.clamp(_R_ON_MIN, 1.0)  # [D]
         phi = torch.remainder(tau[..., None] - self.shift.double(), P.double())  # [B, steps, D]
@@ -144,11 +151,28 @@ class PhasedLSTM(Method):
         open_k = torch.where(phi < r / 2, rising, 2 - rising)
         return torch.where(phi < r, open_k, self.leak() * phi)  # eq. 7
 
+    def _train_gate(self, clock: Tensor, steps: int, times: Tensor | None) -> Tensor:
+        """``time_gate``'s values for the training step on the kernel path, computed once for the
+        batch where every sequence has the same clock and no sample times are given (``[1,
+        steps, D]``, expanded), and by ``baselines._phased_gate``'s kernel where it builds."""
+        B = clock.shape[0]
+        shared = times is None and bool((clock == clock[0]).all())
+        clock = clock[:1] if shared else clock
+        params = (self.period, self.shift, self.r_on)
+        gate = gate_kernel(*params)
+        if gate is None:
+            k = self.time_gate(clock, steps, times)
+        else:
+            knobs = (self.cfg.min_period, _R_ON_MIN, self.leak())
+            k = time_gate_sequence(gate, timestamps(clock, steps, times), *params, *knobs)
+        return k.expand(B, -1, -1) if shared else k
+
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
         """Also builds (or loads) the masked-cell training kernel where training will run it,
         before the epoch's timer starts: ``time.train_s`` holds no compile."""
         super().on_epoch_start(epoch, num_epochs)
-        sequence_kernel(*self.parameters())  # cached: a build at most once per process
+        if sequence_kernel(*self.parameters()) is not None:  # cached: built once per process
+            gate_kernel(*self.parameters())
 
     def init_state(self, batch_size: int, ref: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         z = ref.new_zeros(batch_size, self.hidden_size)
@@ -183,11 +207,7 @@ class PhasedLSTM(Method):
         cell, w = self.cell, self.cell.weight_hh
         kernel = sequence_kernel(x, h, c, w) if self.training else None
         if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
-            if times is None and bool((clock == clock[0]).all()):
-                # one clock for the whole batch: one row of the gate serves every sequence
-                k = self.time_gate(clock[:1], T).expand(B, -1, -1)
-            else:
-                k = self.time_gate(clock, T, times)
+            k = self._train_gate(clock, T, times)
             xp = input_terms(x, cell.weight_ih, cell.bias)
             hs, c = masked_sequence(kernel, "lstm", xp, h, w, k, c)
         else:

@@ -766,14 +766,25 @@ def per_step(cell: str, xp, h, weight_hh, m, c=None):
     return torch.stack(hs, 1), c
 
 
+@pytest.fixture(params=[True, False], ids=["blas", "aten-mm"])
+def masked_matmuls(masked_kernel, request):
+    """The kernel with its matmuls by the BLAS torch links, and by ATen's mm (its path where the
+    BLAS exports no ``sgemm_``/``dgemm_``)."""
+    if masked_kernel.blas(request.param) != request.param:
+        pytest.skip("torch's BLAS exports no sgemm_/dgemm_ here: the kernel always uses ATen's mm")
+    yield masked_kernel
+    masked_kernel.blas(True)
+
+
 @pytest.mark.kernel
 @pytest.mark.parametrize("cell", ["tanh", "gru", "lstm"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_kernel, cell, dtype):
+def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_matmuls, cell, dtype):
     """Values and the gradients of xp, h0, c0, W and the mask m against the methods' per-step
     code (``per_step``): float64 to 1e-12, float32 to 1e-5; shapes with T = 1 and B = 1; masks
     with exact 0s and 1s among gate values, all 0 (the state copied exactly) and all 1. The loss
-    reads every h_t and, for the LSTM, c_T."""
+    reads every h_t and, for the LSTM, c_T. Both ways of the kernel's matmuls."""
+    masked_kernel = masked_matmuls
     G = {"tanh": 1, "gru": 3, "lstm": 4}[cell]
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     gen = torch.Generator().manual_seed(0)

@@ -1,31 +1,61 @@
 // A masked recurrent cell over a whole sequence, forward and backward, loaded by
-// baselines/_kernels.py (``masked_cell_kernel``) for baselines/_masked_cell.py, which Phased LSTM
-// (LSTM cell), Random Updates (reset-after GRU) and the Clockwork RNN (tanh cell) train with.
-// Each step is a cell candidate from the step's input terms xp_t (W_i x_t + b, computed before)
-// and h_{t-1}, then the per-unit update ``h_t = lerp(h_{t-1}, h~_t, m_t)`` (and, for the LSTM,
+// baselines/_masked_cell.py (``masked_cell_kernel``), which Phased LSTM (LSTM cell), Random
+// Updates (reset-after GRU) and the Clockwork RNN (tanh cell) train with. Each step is a cell
+// candidate from the step's input terms xp_t (W_i x_t + b, computed before) and h_{t-1}, then the
+// per-unit update ``h_t = lerp(h_{t-1}, h~_t, m_t)`` (and, for the LSTM,
 // ``c_t = lerp(c_{t-1}, c~_t, m_t)``) with a mask or gate m [B, T, D] computed before:
 //     tanh: h~ = tanh(xp + W h)
 //     gru:  [r; z] = sigmoid(xp_rz + W_rz h); n = tanh(xp_n + r * (W_n h)); h~ = lerp(n, h, z)
 //     lstm: [i; f; g; o] = [s; s; tanh; s](xp + W h); c~ = f c + i g; h~ = o tanh(c~)
 // the equations of the methods' per-step PyTorch code (the reference), whose backward
-// ``backward`` writes out: the gradient of xp, h_0, c_0, W and m. The matmuls are ATen's (one
-// addmm per step each way, the weight's gradient one matmul over all steps), tanh and sigmoid
-// ATen's vectorised ones on whole [B, .] buffers, every other elementwise part a plain loop over
-// the B x D units; lerp rounds as torch's scalar lerp (an exact copy where m is 0 or 1). Built
-// with -ffp-contract=off: equal to the PyTorch path to float rounding (its lerp and addcmul may
-// fuse a multiply-add), not bit for bit.
+// ``backward`` writes out: the gradient of xp, h_0, c_0, W and m.
+//
+// A step at the paper sizes is a few microseconds of arithmetic, so nothing in the loop goes
+// through ATen's dispatcher or makes a tensor: the matmuls call the BLAS torch links
+// (``sgemm_``/``dgemm_``, one per step each way, the weight's gradient one call over all steps;
+// where the BLAS does not export them, ATen's ``mm`` on views of the same memory), tanh and
+// sigmoid are ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has
+// them, else ATen's portable vectors) over a step's contiguous buffers, every other elementwise part a plain loop over the B x D
+// units; lerp rounds as torch's scalar lerp (an exact copy where m is 0 or 1). Built with
+// -ffp-contract=off: equal to the PyTorch path to float rounding (its lerp and addcmul may fuse
+// a multiply-add, its activations may take another vector width), not bit for bit.
 //
 // Layout: the input terms xp and their gradient are time-major [T, B, GD] (a step's rows are
-// contiguous; ``_masked_cell.input_terms`` computes them so), the mask m, the states hs and m's
-// gradient batch-major [B, T, D], as the methods hold them (a step's rows of hs are a strided
-// matrix, which the matmuls read in place). What only the backward reads is time-major:
-// A [T, B, GD], the gate activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~);
-// C [T + 1, B, D], the LSTM's cell states.
+// contiguous; ``_kernels.input_terms`` computes them so), the mask m, the states hs and m's
+// gradient batch-major [B, T, D], as the methods hold them. What only the backward reads is
+// time-major: H [T, B, D], the states h_{t-1} each step starts from; A [T, B, GD], the gate
+// activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~); C [T + 1, B, D], the LSTM's
+// cell states.
 #include <torch/extension.h>
+// at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
+#if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define CPU_CAPABILITY AVX512
+#define CPU_CAPABILITY_AVX512
+#elif !defined(CPU_CAPABILITY) && defined(__AVX2__) && defined(__FMA__)
+#define CPU_CAPABILITY AVX2
+#define CPU_CAPABILITY_AVX2
+#endif
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+extern "C" {
+// The Fortran BLAS torch is linked with (MKL in the x86 wheels); weak: absent, ATen's mm serves.
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
+            const float*, const int*, const float*, const int*, const float*, float*,
+            const int*) __attribute__((weak));
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*,
+            const double*, const int*, const double*, const int*, const double*, double*,
+            const int*) __attribute__((weak));
+}
+
 namespace {
+
+using at::vec::Vectorized;
 
 enum Cell : int64_t { TANH = 0, GRU = 1, LSTM = 2 };
 
@@ -35,60 +65,110 @@ inline T lerp(T a, T b, T w) {
   return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
 }
 
+// ATen's vectorised sigmoid and tanh, in place over n contiguous values.
+template <typename T>
+void sigmoid_(T* p, int64_t n) {
+  at::vec::map([](Vectorized<T> a) { return (Vectorized<T>(T(1)) + a.neg().exp()).reciprocal(); },
+               p, p, n);
+}
+template <typename T>
+void tanh_(T* p, int64_t n) {
+  at::vec::map([](Vectorized<T> a) { return a.tanh(); }, p, p, n);
+}
+
+template <typename T>
+at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) {
+  auto t = at::from_blob(const_cast<T*>(p), {trans ? cols : rows, trans ? rows : cols},
+                         {ld, 1}, at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+  return trans ? t.t() : t;
+}
+
+bool use_blas = true;  // ``blas(False)``: the tests take the ATen path where the BLAS is there
+
+// Row-major C [M, N] = op(A) [M, K] op(B) [K, N] (+ C where accumulate); lda, ldb, ldc are the
+// row strides as stored. The BLAS is column-major: C^T = op(B)^T op(A)^T.
+template <typename T>
+void mm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+        int64_t ldb, bool accumulate, T* C, int64_t ldc) {
+  auto blas = std::is_same<T, float>::value ? (void*)sgemm_ : (void*)dgemm_;
+  if (use_blas && blas != nullptr && M > 0 && N > 0) {
+    const char a = ta ? 'T' : 'N', b = tb ? 'T' : 'N';
+    const int m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc;
+    const T one = 1, beta = accumulate ? 1 : 0;
+    if (K == 0) {  // BLAS leaves C alone: zero or keep it as ATen would
+      if (!accumulate)
+        for (int64_t r = 0; r < M; ++r) std::memset(C + r * ldc, 0, N * sizeof(T));
+      return;
+    }
+    if constexpr (std::is_same<T, float>::value)
+      sgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
+    else
+      dgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
+    return;
+  }
+  at::Tensor c = view(C, M, N, ldc, false), a = view(A, M, K, lda, ta), b = view(B, K, N, ldb, tb);
+  if (accumulate)
+    c.addmm_(a, b);
+  else
+    at::mm_out(c, a, b);
+}
+
 template <typename T, int64_t cell>
 std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, const at::Tensor& c0,
                                 const at::Tensor& weight, const at::Tensor& m) {
   const int64_t S = xp.size(0), B = xp.size(1), GD = xp.size(2), D = h0.size(1);
   const auto opts = xp.options();
-  at::Tensor hs = at::empty({B, S, D}, opts), A = at::empty({S, B, GD}, opts);
+  at::Tensor hs = at::empty({B, S, D}, opts), H = at::empty({S, B, D}, opts);
+  at::Tensor A = at::empty({S, B, GD}, opts);
   at::Tensor X = cell == TANH ? at::Tensor() : at::empty({S, B, D}, opts);
   at::Tensor C = cell == LSTM ? at::empty({S + 1, B, D}, opts) : at::Tensor();
   at::Tensor hp = cell == GRU ? at::empty({B, GD}, opts) : at::Tensor();
-  if (cell == LSTM) C.select(0, 0).copy_(c0);
-  const auto wt = weight.t();
   const T* xpp = xp.data_ptr<T>();
   const T* mp = m.data_ptr<T>();
+  const T* wp = weight.data_ptr<T>();
+  T* hsp = hs.data_ptr<T>();
+  T* Hp = H.data_ptr<T>();
+  T* Ap = A.data_ptr<T>();
+  T* Xp = cell == TANH ? nullptr : X.data_ptr<T>();
+  T* Cp = cell == LSTM ? C.data_ptr<T>() : nullptr;
+  T* hpp = cell == GRU ? hp.data_ptr<T>() : nullptr;
+  std::memcpy(Hp, h0.data_ptr<T>(), B * D * sizeof(T));
+  if (cell == LSTM) std::memcpy(Cp, c0.data_ptr<T>(), B * D * sizeof(T));
   for (int64_t t = 0; t < S; ++t) {
-    at::Tensor a = A.select(0, t), h = t == 0 ? h0 : hs.select(1, t - 1);
-    const T* hrow0 = h.data_ptr<T>();
-    const int64_t hstride = t == 0 ? D : S * D;  // h_{t-1}'s rows
-    T* hn0 = hs.data_ptr<T>() + t * D;
-    T* ap = a.data_ptr<T>();
+    const T* h = Hp + t * B * D;  // h_{t-1}, [B, D]
+    const T* x = xpp + t * B * GD;
+    T* a = Ap + t * B * GD;
     if (cell == GRU) {
-      at::mm_out(hp, h, wt);
-      const T* hpp = hp.data_ptr<T>();
+      mm<T>(false, true, B, GD, D, h, D, wp, D, false, hpp, GD);  // W h
+      T* xn = Xp + t * B * D;
       for (int64_t b = 0; b < B; ++b) {
-        const T* x = xpp + (t * B + b) * GD;
+        const T* xr = x + b * GD;
+        const T* hr = hpp + b * GD;
+        T* ar = a + b * GD;
 #pragma omp simd
-        for (int64_t c = 0; c < 2 * D; ++c) ap[b * GD + c] = x[c] + hpp[b * GD + c];
-      }
-      a.narrow(1, 0, 2 * D).sigmoid_();
-      T* xn = X.select(0, t).data_ptr<T>();
-      for (int64_t b = 0; b < B; ++b) {
-        const T* x = xpp + (t * B + b) * GD + 2 * D;
-        const T* r = ap + b * GD;
-        const T* hnp = hpp + b * GD + 2 * D;
-        T* n = ap + b * GD + 2 * D;
+        for (int64_t c = 0; c < 2 * D; ++c) ar[c] = xr[c] + hr[c];
+        sigmoid_(ar, 2 * D);
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) {
-          xn[b * D + j] = hnp[j];
-          n[j] = x[j] + r[j] * hnp[j];
+          xn[b * D + j] = hr[2 * D + j];
+          ar[2 * D + j] = xr[2 * D + j] + ar[j] * hr[2 * D + j];
         }
+        tanh_(ar + 2 * D, D);
       }
-      a.narrow(1, 2 * D, D).tanh_();
     } else {
-      at::addmm_out(a, xp.select(0, t), h, wt);
+      std::memcpy(a, x, B * GD * sizeof(T));
+      mm<T>(false, true, B, GD, D, h, D, wp, D, true, a, GD);  // xp + W h
       if (cell == TANH) {
-        at::tanh_(a);
+        tanh_(a, B * GD);
       } else {
-        a.narrow(1, 0, 2 * D).sigmoid_();
-        a.narrow(1, 2 * D, D).tanh_();
-        a.narrow(1, 3 * D, D).sigmoid_();
-        const T* cp = C.select(0, t).data_ptr<T>();
-        T* cn = C.select(0, t + 1).data_ptr<T>();
-        T* tc = X.select(0, t).data_ptr<T>();
+        const T* cp = Cp + t * B * D;
+        T* cn = Cp + (t + 1) * B * D;
+        T* tc = Xp + t * B * D;
         for (int64_t b = 0; b < B; ++b) {
-          const T* g = ap + b * GD;
+          T* g = a + b * GD;
+          sigmoid_(g, 2 * D);
+          tanh_(g + 2 * D, D);
+          sigmoid_(g + 3 * D, D);
           const T* w = mp + (b * S + t) * D;
 #pragma omp simd
           for (int64_t j = 0; j < D; ++j) {
@@ -99,15 +179,16 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
             cn[i] = lerp(cp[i], ct, w[j]);
           }
         }
-        X.select(0, t).tanh_();
+        tanh_(tc, B * D);
       }
     }
-    const T* xs = cell == LSTM ? X.select(0, t).data_ptr<T>() : nullptr;
+    const T* xs = cell == LSTM ? Xp + t * B * D : nullptr;
+    T* hn = t + 1 < S ? Hp + (t + 1) * B * D : nullptr;
     for (int64_t b = 0; b < B; ++b) {
-      const T* g = ap + b * GD;
-      const T* hrow = hrow0 + b * hstride;
+      const T* g = a + b * GD;
+      const T* hrow = h + b * D;
       const T* w = mp + (b * S + t) * D;
-      T* hn = hn0 + b * S * D;
+      T* out = hsp + (b * S + t) * D;
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
         T cand;
@@ -117,48 +198,52 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
           cand = lerp(g[2 * D + j], hrow[j], g[D + j]);
         else
           cand = g[3 * D + j] * xs[b * D + j];
-        hn[j] = lerp(hrow[j], cand, w[j]);
+        out[j] = lerp(hrow[j], cand, w[j]);
       }
+      if (hn != nullptr) std::memcpy(hn + b * D, out, D * sizeof(T));
     }
   }
-  return {hs, A, X, C};
+  return {hs, H, A, X, C};
 }
 
 template <typename T, int64_t cell>
 std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& grad_c,
                                  const at::Tensor& weight, const at::Tensor& m,
-                                 const at::Tensor& h0, const at::Tensor& hs, const at::Tensor& A,
-                                 const at::Tensor& X, const at::Tensor& C) {
-  const int64_t S = A.size(0), B = A.size(1), GD = A.size(2), D = h0.size(1);
+                                 const at::Tensor& H, const at::Tensor& A, const at::Tensor& X,
+                                 const at::Tensor& C) {
+  const int64_t S = A.size(0), B = A.size(1), GD = A.size(2), D = H.size(2);
   const auto opts = A.options();
   at::Tensor DX = at::empty({S, B, GD}, opts);  // the gradient of the pre-activations, xp's
-  at::Tensor DH = cell == GRU ? at::empty({B, GD}, opts) : at::Tensor();  // W h's (n differs)
-  at::Tensor dweight = at::zeros({GD, D}, opts);
+  at::Tensor DH = cell == GRU ? at::empty({S, B, GD}, opts) : DX;  // W h's (n's part differs)
+  at::Tensor dweight = at::empty({GD, D}, opts);
   at::Tensor dm = at::empty({B, S, D}, opts);
-  at::Tensor dh = at::zeros({B, D}, opts), base = at::empty({B, D}, opts);
+  at::Tensor dh = at::zeros({B, D}, opts);  // the gradient of h_t arriving from step t + 1
   at::Tensor dc = cell == LSTM ? grad_c.clone() : at::Tensor();
   const T* gp = grad_hs.data_ptr<T>();
   const T* mp = m.data_ptr<T>();
+  const T* wp = weight.data_ptr<T>();
+  const T* Hp = H.data_ptr<T>();
+  const T* Ap = A.data_ptr<T>();
+  const T* Xp = cell == TANH ? nullptr : X.data_ptr<T>();
+  const T* Cp = cell == LSTM ? C.data_ptr<T>() : nullptr;
+  T* dxp0 = DX.data_ptr<T>();
+  T* dhw0 = DH.data_ptr<T>();
   T* dmp = dm.data_ptr<T>();
-  T* basep = base.data_ptr<T>();
+  T* dhp = dh.data_ptr<T>();
   T* dcp = cell == LSTM ? dc.data_ptr<T>() : nullptr;
   for (int64_t t = S - 1; t >= 0; --t) {
-    const T* ap = A.select(0, t).data_ptr<T>();
-    at::Tensor h = t == 0 ? h0 : hs.select(1, t - 1);
-    at::Tensor dht_w = cell == GRU ? DH : DX.select(0, t);
-    const T* hp = h.data_ptr<T>();
-    const int64_t hstride = t == 0 ? D : S * D;  // h_{t-1}'s rows
-    const T* xs = cell == TANH ? nullptr : X.select(0, t).data_ptr<T>();
-    const T* cp = cell == LSTM ? C.select(0, t).data_ptr<T>() : nullptr;
-    const T* dhp = dh.data_ptr<T>();
-    T* dxp = DX.data_ptr<T>() + t * B * GD;
-    T* dhw = dht_w.data_ptr<T>();
+    const T* ap = Ap + t * B * GD;
+    const T* hp = Hp + t * B * D;
+    const T* xs = cell == TANH ? nullptr : Xp + t * B * D;
+    const T* cp = cell == LSTM ? Cp + t * B * D : nullptr;
+    T* dxp = dxp0 + t * B * GD;
+    T* dhw = dhw0 + t * B * GD;
     for (int64_t b = 0; b < B; ++b) {
       const T* g = ap + b * GD;
       const T* w = mp + (b * S + t) * D;
       const T* go = gp + (b * S + t) * D;
       T* dmr = dmp + (b * S + t) * D;
-      const T* hprow = hp + b * hstride;
+      const T* hprow = hp + b * D;
       T* da = dxp + b * GD;
       T* dw = dhw + b * GD;
 #pragma omp simd
@@ -201,12 +286,12 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
           da[3 * D + j] = dog * (T(1) - og) * og;
         }
         dmr[j] = dmj;
-        basep[i] = dprev;
+        dhp[i] = dprev;  // the direct part of dh_{t-1}; the matmul adds dA W
       }
     }
-    dweight.addmm_(dht_w.t(), h);  // dW += dA^T h_{t-1}
-    at::addmm_out(dh, base, dht_w, weight);  // dh_{t-1} = direct + dA W
+    mm<T>(false, false, B, D, GD, dhw, GD, wp, D, true, dhp, D);  // dh_{t-1} += dA W
   }
+  mm<T>(true, false, GD, D, S * B, dhw0, GD, Hp, D, false, dweight.data_ptr<T>(), D);  // sum dA^T h
   return {DX, dh, dc, dweight, dm};
 }
 
@@ -215,9 +300,9 @@ std::vector<at::Tensor> sequence_forward(const at::Tensor& xp, const at::Tensor&
                                          const at::Tensor& m, int64_t cell) {
   TORCH_CHECK(xp.dim() == 3 && xp.is_contiguous() && m.is_contiguous(), "contiguous xp, m");
   TORCH_CHECK(m.size(0) == xp.size(1) && m.size(1) == xp.size(0), "xp [T, B, GD], m [B, T, D]");
+  TORCH_CHECK(h0.is_contiguous() && weight.is_contiguous(), "contiguous h0, weight");
   std::vector<at::Tensor> out;
-  AT_DISPATCH_FLOATING_TYPES(xp.scalar_type(), "masked_cell_forward",
-                             [&] {
+  AT_DISPATCH_FLOATING_TYPES(xp.scalar_type(), "masked_cell_forward", [&] {
     if (cell == TANH) out = forward<scalar_t, TANH>(xp, h0, c0, weight, m);
     else if (cell == GRU) out = forward<scalar_t, GRU>(xp, h0, c0, weight, m);
     else out = forward<scalar_t, LSTM>(xp, h0, c0, weight, m);
@@ -227,23 +312,29 @@ std::vector<at::Tensor> sequence_forward(const at::Tensor& xp, const at::Tensor&
 
 std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::Tensor& grad_c,
                                           const at::Tensor& weight, const at::Tensor& m,
-                                          const at::Tensor& h0, const at::Tensor& hs,
-                                          const at::Tensor& A,
+                                          const at::Tensor& H, const at::Tensor& A,
                                           const at::Tensor& X, const at::Tensor& C,
                                           int64_t cell) {
   TORCH_CHECK(grad_hs.is_contiguous(), "contiguous grad_hs");
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES(grad_hs.scalar_type(), "masked_cell_backward", [&] {
-    if (cell == TANH) out = backward<scalar_t, TANH>(grad_hs, grad_c, weight, m, h0, hs, A, X, C);
-    else if (cell == GRU) out = backward<scalar_t, GRU>(grad_hs, grad_c, weight, m, h0, hs, A, X, C);
-    else out = backward<scalar_t, LSTM>(grad_hs, grad_c, weight, m, h0, hs, A, X, C);
+    if (cell == TANH) out = backward<scalar_t, TANH>(grad_hs, grad_c, weight, m, H, A, X, C);
+    else if (cell == GRU) out = backward<scalar_t, GRU>(grad_hs, grad_c, weight, m, H, A, X, C);
+    else out = backward<scalar_t, LSTM>(grad_hs, grad_c, weight, m, H, A, X, C);
   });
   return out;
+}
+
+// Whether the matmuls call the BLAS (where it exports sgemm_ and dgemm_); returns whether it does.
+bool blas(bool on) {
+  use_blas = on;
+  return on && sgemm_ != nullptr && dgemm_ != nullptr;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("forward", &sequence_forward, "masked cell, whole sequence: hs, A, X, C");
+  mod.def("blas", &blas, "the matmuls by the BLAS (True) or by ATen's mm; whether the BLAS runs");
+  mod.def("forward", &sequence_forward, "masked cell, whole sequence: hs, H, A, X, C");
   mod.def("backward", &sequence_backward, "its gradients: xp, h0, c0, weight, m");
 }
