@@ -503,6 +503,9 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
     spec = _spec(opts, file, given)
     if opts["log_dir"] and not opts["dry_run"]:
         check_log_dir(opts["log_dir"])
+    start_early = getattr(EXECUTORS.get(executor[0]), "start_early", None)
+    if start_early and not opts["dry_run"]:  # the executor's start-up overlaps the planning
+        start_early(run, executor[1])
     sweep = plan_sweep(spec, opts["data_dir"], opts["allow_unverified_data"])
     # after every check: bad input creates nothing
     store = open_store(opts["out"], create=False, mode=opts.get("store_mode"))

@@ -107,7 +107,7 @@ def timing(clock: Clock) -> Iterator[Clock]:
             setattr(owner, name, real[name])
 
 
-def _timed_worker(conn: Any, run: Any, parent: int) -> None:
+def _timed_worker(*args: Any) -> None:
     """``harness.executors.pool``'s worker with its warm-up, runs and hand-off timed."""
     marks = {"ready": time.time()}
     real_warm_up, clock = pool.warm_up, Clock()
@@ -127,7 +127,7 @@ def _timed_worker(conn: Any, run: Any, parent: int) -> None:
 
     pool.warm_up = warm_up  # this worker process's own module
     with timing(clock):
-        pool._worker(conn, run, parent, serve)
+        pool._worker(*args, serve=serve)
 
 
 def timed_pool(hand: dict[str, Any]) -> type:
