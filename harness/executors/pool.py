@@ -27,8 +27,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
@@ -111,6 +112,20 @@ def warm_up() -> None:
     load_plugins()
 
 
+def _server() -> Any:
+    """This process's fork server (``multiprocessing`` has no public way to end it early)."""
+    return forkserver._forkserver
+
+
+def _stop_server() -> None:
+    """End the fork server at once, even while it imports (``_stop`` waits for its imports)."""
+    server = _server()
+    if server._forkserver_pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(server._forkserver_pid, signal.SIGKILL)
+        server._stop()
+
+
 def died(exitcode: int | None) -> str:
     """Why a run has no record: how its worker process ended, in words."""
     if exitcode is None:
@@ -156,12 +171,18 @@ class PoolExecutor:
         self._next = 0
 
     @staticmethod
-    def start_early(run: RunOptions, options: ExecutorOptions) -> None:
-        """Start the fork server now: it imports the workers' code while the sweep is planned."""
-        if context().get_start_method() == "forkserver":
-            from multiprocessing import forkserver
+    def start_early(run: RunOptions, options: ExecutorOptions) -> Callable[[], None] | None:
+        """Start the fork server now: it imports the workers' code while the sweep is planned.
 
-            forkserver.ensure_running()
+        Returns:
+            What ends the server at once, still importing (bad input found while planning),
+            when this call started it; else None.
+        """
+        if context().get_start_method() != "forkserver":
+            return None
+        started = _server()._forkserver_pid is None
+        forkserver.ensure_running()
+        return _stop_server if started else None
 
     def slots(self) -> int:
         """The runs the pool takes at once: ``DEPTH`` per worker process."""
