@@ -20,6 +20,7 @@ the workers are spawned, each importing the training code itself.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import multiprocessing as mp
@@ -174,15 +175,18 @@ class PoolExecutor:
     def start_early(run: RunOptions, options: ExecutorOptions) -> Callable[[], None] | None:
         """Start the fork server now: it imports the workers' code while the sweep is planned.
 
+        A server this call started is ended at this process's exit, at once (left to itself, it
+        would end only after its own exit with torch loaded, holding the command's output open).
+
         Returns:
             What ends the server at once, still importing (bad input found while planning),
             when this call started it; else None.
         """
-        if context().get_start_method() != "forkserver":
+        if context().get_start_method() != "forkserver" or _server()._forkserver_pid:
             return None
-        started = _server()._forkserver_pid is None
         forkserver.ensure_running()
-        return _stop_server if started else None
+        atexit.register(_stop_server)
+        return _stop_server
 
     def slots(self) -> int:
         """The runs the pool takes at once: ``DEPTH`` per worker process."""
