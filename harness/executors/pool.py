@@ -4,7 +4,8 @@ Each worker is a process forked from a fork server (``multiprocessing``'s ``fork
 clean process that imported the training code, torch and ``torch._dynamo`` among them, and ran
 no torch op, so no thread pool exists at the fork; torch and a plain fork of the driver do not
 mix). ``harness run`` starts the server early (``start_early``), while the driver plans the
-sweep, so that each worker starts in milliseconds, a replacement one too. A worker takes one
+sweep, so that each worker starts in milliseconds, a replacement one too; it ends the server
+at once on bad input and at its exit. A worker takes one
 run at a time over a pipe and sends its record back; it holds the run it trains and the next
 one (``DEPTH``), so that it goes on at once while the driver appends the record it sent (the
 record's fsync, the progress line, claiming the next run); the driver builds the compiled
