@@ -498,25 +498,43 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
     lease_s()  # a bad $HARNESS_CLAIM_LEASE_S is refused before anything is written
     options = {k: opts.get(k) for k in declared()}
     executor = (*check_executor(opts["executor"], run, options), run)
-    if opts.get("select"):  # a bad rule is refused before anything runs
-        parse_rule(opts["select"])
-    spec = _spec(opts, file, given)
-    if opts["log_dir"] and not opts["dry_run"]:
-        check_log_dir(opts["log_dir"])
-    sweep = plan_sweep(spec, opts["data_dir"], opts["allow_unverified_data"])
-    # after every check: bad input creates nothing
-    store = open_store(opts["out"], create=False, mode=opts.get("store_mode"))
-    board = None
-    if not opts["no_report"] and not opts["dry_run"]:  # never over the store; writable first
-        board = leaderboard_path(opts["out"], opts["report"])
-        option = "--report" if opts["report"] else "the leaderboard"
-        refuse_overwrite(board, option, [("the records store (--out)", store.path)])
-        check_writable(board)
+    with _started_early(*executor[:2], run, opts["dry_run"]):
+        if opts.get("select"):  # a bad rule is refused before anything runs
+            parse_rule(opts["select"])
+        spec = _spec(opts, file, given)
+        if opts["log_dir"] and not opts["dry_run"]:
+            check_log_dir(opts["log_dir"])
+        sweep = plan_sweep(spec, opts["data_dir"], opts["allow_unverified_data"])
+        # after every check: bad input creates nothing
+        store = open_store(opts["out"], create=False, mode=opts.get("store_mode"))
+        board = None
+        if not opts["no_report"] and not opts["dry_run"]:  # never over the store; writable first
+            board = leaderboard_path(opts["out"], opts["report"])
+            option = "--report" if opts["report"] else "the leaderboard"
+            refuse_overwrite(board, option, [("the records store (--out)", store.path)])
+            check_writable(board)
 
-    keep = None if opts.get("no_checkpoint") else str(store.checkpoints_path)
-    every = 60.0 * opts.get("checkpoint_every", 10.0)
-    executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
-    return RunJob(opts, spec, sweep, store, board, executor)
+        keep = None if opts.get("no_checkpoint") else str(store.checkpoints_path)
+        every = 60.0 * opts.get("checkpoint_every", 10.0)
+        executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
+        return RunJob(opts, spec, sweep, store, board, executor)
+
+
+@contextlib.contextmanager
+def _started_early(name: str, options: Any, run: RunOptions, dry_run: bool) -> Any:
+    """The executor's ``start_early`` (not for a dry run), undone if what follows raises.
+
+    Its start-up (the pool's fork server importing the training code) overlaps the planning;
+    bad input found there ends it at once.
+    """
+    start = getattr(EXECUTORS.get(name), "start_early", None)
+    stop = start(run, options) if start and not dry_run else None
+    try:
+        yield
+    except BaseException:
+        if stop is not None:
+            stop()
+        raise
 
 
 def _spec(opts: dict[str, Any], file: Any, given: set[str]) -> SweepSpec:

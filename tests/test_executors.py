@@ -87,6 +87,41 @@ def test_a_worker_killed_mid_run_is_that_runs_failed_record_and_the_pool_goes_on
     assert pool.died(-9) in recs[0]["error"]
 
 
+def _env_worker(*args):
+    """A pool worker whose record is the driver's mark in its environment."""
+    from harness.executors import pool
+
+    pool._worker(*args, serve=lambda cfg_dict, run: {"mark": os.environ.get("HARNESS_TEST_MARK")})
+
+
+def test_a_pool_worker_has_the_environment_of_its_driver_not_of_the_fork_server(monkeypatch):
+    from harness.executors import pool
+
+    pool.PoolExecutor.start_early(RunOptions(), ExecutorOptions(workers=1))  # without the mark
+    monkeypatch.setenv("HARNESS_TEST_MARK", "the driver's")
+
+    class Marked(pool.PoolExecutor):
+        worker = staticmethod(_env_worker)
+
+    assert drive(Marked(RunOptions(), ExecutorOptions(workers=1)), CONFIGS[:1]) == [
+        {"mark": "the driver's"}
+    ]
+
+
+def test_a_pool_worker_ends_once_its_driver_is_gone():
+    # its parent is the fork server, which outlives the driver while a worker lives: the worker
+    # watches the driver's end of its liveness pipe, which closes however the driver ends
+    ex = make_executor("pool", RunOptions(), ExecutorOptions(workers=1))
+    try:
+        ex.prepare(CONFIGS[:1])
+        (slot,) = ex._slots
+        ex._alive[1].close()  # as the driver's death closes it
+        slot.process.join(60)
+        assert slot.process.exitcode == 1
+    finally:
+        ex.cancel()
+
+
 def test_flush_denormals_zeroes_subnormals():
     import torch
 

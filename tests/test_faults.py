@@ -4,6 +4,7 @@ Each starts ``harness run`` as a subprocess (about 3 s of torch import per proce
 are ``slow``.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -80,7 +81,7 @@ def start_pool_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list]:
         tmp_path,
         *SWEEP,
         "--set",
-        "train.epochs=500",
+        "train.epochs=100000",  # runs far longer than the test waits
         "--workers",
         "2",
         "--out",
@@ -88,9 +89,9 @@ def start_pool_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list]:
         start_new_session=True,
     )
 
-    def workers():
-        ws = [m for m in session_members(p.pid) if m[0] != p.pid and "spawn_main" in m[1]]
-        return ws if len(ws) >= 2 else None
+    def workers():  # forked from the fork server, they share its command line
+        ws = [m for m in session_members(p.pid) if "forkserver import main" in m[1]]
+        return ws if len(ws) >= 3 else None  # the server and two workers
 
     found = wait_for(workers, 120)
     if not found:
@@ -101,11 +102,16 @@ def start_pool_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list]:
 
 
 def test_killing_the_parent_of_a_worker_pool_leaves_no_process(tmp_path):
+    # the workers are forked from the fork server, not the driver: they watch the driver itself
     p, _ = start_pool_sweep(tmp_path)
     os.kill(p.pid, signal.SIGKILL)
-    p.communicate(timeout=30)
-    left = wait_for(lambda: not session_members(p.pid), 10)
-    assert left, f"orphans: {session_members(p.pid)}"
+    try:
+        p.communicate(timeout=30)  # its pipes close once the workers are gone too
+        left = wait_for(lambda: not session_members(p.pid), 10)
+        assert left, f"orphans: {session_members(p.pid)}"
+    finally:  # a failure leaves no orphan training on
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
 
 
 def test_sigterm_stops_a_pooled_sweep_like_ctrl_c(tmp_path):

@@ -28,7 +28,6 @@ DEFERRED = {
     ("harness.authoring.conformance", "harness.components.task"): "torch",
     ("harness.authoring.conformance", "harness.training.train"): "torch",
     ("harness.executors.base", "harness.training.train"): "torch",
-    ("harness.executors.pool", "harness.training.train"): "torch",
     ("harness.reporting.paper", "harness.reporting.figures"): "numpy and matplotlib",
     ("harness.reporting.references", "harness.reporting.figstyle"): "numpy and matplotlib",
     ("harness.reporting.reports", "harness.reporting.figures"): "numpy and matplotlib",

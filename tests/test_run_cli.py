@@ -391,3 +391,25 @@ def test_dry_run_estimate_on_n_workers():
     assert (
         "4 min 00 s in one process, 2 min 00 s on 3 workers (the longest run: 1 min 00 s)" in line
     )
+
+
+def test_the_pools_fork_server_starts_before_planning_and_ends_at_once_on_bad_input(
+    tmp_path, harness, monkeypatch
+):
+    from harness.executors import pool
+
+    pool._stop_server()  # none runs: this command starts it (a later pool starts another)
+    started = []
+    real = pool.PoolExecutor.start_early
+
+    def start_early(run, options):
+        started.append(pool._server()._forkserver_pid)  # None: planning has not started it
+        return real(run, options)
+
+    monkeypatch.setattr(pool.PoolExecutor, "start_early", staticmethod(start_early))
+    bad = harness("run", "--tasks", "adding", "--methods", "no-such", "--workers", "2")
+    one_line_error(bad, "no-such")
+    assert started == [None] and pool._server()._forkserver_pid is None  # started, then ended
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    harness("run", "--tasks", "adding", "--methods", "no-such", "--workers", "2", "--dry-run")
+    assert len(started) == 1  # a dry run starts none

@@ -13,18 +13,19 @@ out the parts it calls), in wall seconds summed over the runs:
 - ``epochs``: the training epochs; ``evaluation``: validation after each epoch and the test;
 - ``write``: the record appended to the store, ``fsync``: its fsyncs (inside ``write``).
 
-Beside them the process's own parts: ``planning`` (``api.prepare_run``: every config
-resolved, the data checked, each model built once), ``sweep`` (``run_sweep``) and ``cli`` (the
-rest of the command: the imports it does before planning, torch's among them, parsing, the
-lines it prints). With ``--workers`` the runs' parts are measured in the workers, and the
-hand-off in the driver and the workers: ``spawn`` (a worker's start until its code runs: the
-interpreter, this module's imports), ``warm_up`` (``harness.executors.pool.warm_up``: the
-training code's imports), ``submit`` (a run pickled and sent, the first ones starting their
-workers), ``wait`` (the driver blocked on the workers), ``bookkeeping`` (the driver between two
-waits: appending the record, the progress line, claiming and submitting the next run),
-``return`` (a record pickled, sent and received: the worker's send to the driver's receipt),
-``worker_idle`` (a worker waiting for its next run) and ``tail_idle`` (a worker idle from its
-last record to the sweep's end: the longest run last).
+Beside them the process's own parts: ``planning`` (``api.prepare_run``: every config resolved, the
+data checked, each model built once), ``sweep`` (``run_sweep``) and ``cli`` (the rest of the
+command: the imports it does before planning, torch's among them, parsing, the lines it prints).
+With ``--workers`` the runs' parts are measured in the workers, and the hand-off in the driver and
+the workers: ``spawn`` (a worker's start until its code runs: the wait for the fork server's imports
+to end, if they have not, the fork and this module's imports; a spawned worker's interpreter and
+imports), ``warm_up`` (``harness.executors.pool.warm_up``: the plugins, as the fork server imported
+the training code; a spawned worker's imports of it), ``submit`` (a run pickled and sent, the first
+ones starting their workers), ``wait`` (the driver blocked on the workers), ``bookkeeping`` (the
+driver between two waits: appending the record, the progress line, claiming and submitting the next
+run), ``return`` (a record pickled, sent and received: the worker's send to the driver's receipt),
+``worker_idle`` (a worker waiting for its next run) and ``tail_idle`` (a worker idle from its last
+record to the sweep's end: the longest run last).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def timing(clock: Clock) -> Iterator[Clock]:
             setattr(owner, name, real[name])
 
 
-def _timed_worker(conn: Any, run: Any, parent: int) -> None:
+def _timed_worker(*args: Any) -> None:
     """``harness.executors.pool``'s worker with its warm-up, runs and hand-off timed."""
     marks = {"ready": time.time()}
     real_warm_up, clock = pool.warm_up, Clock()
@@ -127,7 +128,7 @@ def _timed_worker(conn: Any, run: Any, parent: int) -> None:
 
     pool.warm_up = warm_up  # this worker process's own module
     with timing(clock):
-        pool._worker(conn, run, parent, serve)
+        pool._worker(*args, serve=serve)
 
 
 def timed_pool(hand: dict[str, Any]) -> type:

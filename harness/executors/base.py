@@ -142,9 +142,12 @@ class Executor(Protocol):
     """What ``harness.api.run_sweep`` drives, made as ``cls(RunOptions, ExecutorOptions)``.
 
     An executor may also declare ``options`` (a tuple of ``Option``: its flags and sweep-file
-    keys), ``preflight(run, options)``, a check before anything is planned or runs, and
-    ``prepare(cfgs)``, called with the runs to run before the first is submitted (the executors
-    whose runs train on this machine build their compiled kernels there: ``build_kernels``).
+    keys), ``preflight(run, options)``, a check before anything is planned or runs,
+    ``start_early(run, options)``, called by ``harness run`` once its input is checked, before
+    the sweep is planned (not for a dry run): a start-up slow enough to overlap the planning
+    (the pool's fork server importing the training code), and ``prepare(cfgs)``, called with the
+    runs to run before the first is submitted (the executors whose runs train on this machine
+    build their compiled kernels there: ``build_kernels``).
 
     Attributes:
         name: the registry key.

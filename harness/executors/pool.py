@@ -1,31 +1,41 @@
 """``pool``: the runs of a sweep in worker processes on this machine.
 
-Each worker is a spawned process (torch and fork do not mix) that takes one run at a time over a
-pipe and sends its record back. The workers start before the sweep's first run (``prepare``) and
-import the training code first, while the driver builds the compiled kernels; each holds the
-run it trains and the next one (``DEPTH``), so that it goes on at once while the driver appends
-the record it sent (the record's fsync, the progress line, claiming the next run). The pool knows
-which worker holds which runs, so a worker that dies in the middle (the kernel's out-of-memory
-killer, a segmentation fault in a native library) gives the run it trained a failed record
-naming how it died, the run it held next goes to another worker, a fresh worker takes its place,
-and the sweep goes on. Workers end with the parent process however it ends (``kill -9``
-included: the kernel sends them SIGKILL, and each also watches its parent), and at once when the
-sweep is interrupted.
+Each worker is a process forked from a fork server (``multiprocessing``'s ``forkserver``: a
+clean process that imported the training code, torch and ``torch._dynamo`` among them, and ran
+no torch op, so no thread pool exists at the fork; torch and a plain fork of the driver do not
+mix). ``harness run`` starts the server early (``start_early``), while the driver plans the
+sweep, so that each worker starts in milliseconds, a replacement one too; it ends the server
+at once on bad input and at its exit. A worker takes one
+run at a time over a pipe and sends its record back; it holds the run it trains and the next
+one (``DEPTH``), so that it goes on at once while the driver appends the record it sent (the
+record's fsync, the progress line, claiming the next run); the driver builds the compiled
+kernels before the first run (``prepare``). The pool knows which worker holds which runs, so a
+worker that dies in the middle (the kernel's out-of-memory killer, a segmentation fault in a
+native library) gives the run it trained a failed record naming how it died, the run it held
+next goes to another worker, a fresh worker takes its place, and the sweep goes on. Workers end
+with the driver however it ends (``kill -9`` included: each watches a pipe whose other end only
+the driver holds, ``_exit_with_driver``; the server ends once neither the driver nor a worker
+is left), and at once when the sweep is interrupted. Where there is no fork server (Windows)
+the workers are spawned, each importing the training code itself.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import importlib
+import multiprocessing as mp
 import os
 import signal
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
-from harness.components.registry import load_plugins
+from harness.components.registry import PLUGIN_PACKAGES, load_plugins
 from harness.errors import HarnessError
 from harness.executors.base import (
     WORKERS,
@@ -39,40 +49,52 @@ from harness.executors.base import (
     run_one,
 )
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 DEPTH = 2  # the runs a worker holds: the one it trains and the next
+# what a process's first run imports: the training code (torch), and torch._dynamo, which torch's
+# optimisers import at their first use (about as long as torch itself)
+WARM = ("torch._dynamo", "harness.training.train")
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Make this worker process end when ``parent`` does (even by ``kill -9``).
+def context() -> Any:
+    """The workers' ``multiprocessing`` context: a fork server that imports what they need.
 
-    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``);
-    everywhere a daemon thread also checks every second that the parent is still this process's
-    parent. The worker ignores SIGINT: the parent stops the pool on an interrupt.
+    The server imports ``WARM``, the built-in methods and tasks and this module, no more: it runs
+    no torch op and loads no plugin, so each worker loads the plugins its driver names
+    (``warm_up``). Where there is no fork server (Windows), workers are spawned.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([*WARM, *PLUGIN_PACKAGES.values(), __name__])
+    return ctx
+
+
+def _exit_with_driver(alive: Any) -> None:
+    """Make this worker process end when the driver does (even by ``kill -9``).
+
+    ``alive`` is the read end of a pipe whose write end only the driver holds: it reads its end
+    as soon as the driver is gone, however it ended, and a daemon thread waiting on it ends this
+    process then. The worker ignores SIGINT: the driver stops the pool on an interrupt.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
+        wait([alive])
         os._exit(1)
 
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+    threading.Thread(target=watch, name="driver-watchdog", daemon=True).start()
 
 
-def _worker(conn: Any, run: RunOptions, parent: int, serve: Any = None) -> None:
+def _worker(conn: Any, run: RunOptions, alive: Any, env: dict[str, str], serve: Any = None) -> None:
     """A worker's life: warm up, then take a config and send back its record, until the pipe closes.
 
+    ``alive``: the driver's liveness pipe (``_exit_with_driver``); ``env``: the driver's
+    environment when it started this worker (a fork server's is the one it started with).
     ``serve(cfg_dict, run)`` makes the record (default ``run_one``; the sweep profile's times it).
     """
-    _exit_with_parent(parent)
+    _exit_with_driver(alive)
+    os.environ.clear()
+    os.environ.update(env)
     warm_up()
     serve = serve or run_one
     while True:
@@ -86,16 +108,24 @@ def _worker(conn: Any, run: RunOptions, parent: int, serve: Any = None) -> None:
 
 
 def warm_up() -> None:
-    """Import what a process's first run would, before it: a worker's warm-up.
-
-    The training code (torch), the registered methods and tasks, and ``torch._dynamo`` (which
-    torch's optimisers import at their first use, about as long as torch itself).
-    """
-    import torch._dynamo  # noqa: F401
-
-    import harness.training.train  # noqa: F401
-
+    """Import what a process's first run would, before it (``WARM``) and the plugins."""
+    for module in WARM:
+        importlib.import_module(module)
     load_plugins()
+
+
+def _server() -> Any:
+    """This process's fork server (``multiprocessing`` has no public way to end it early)."""
+    return forkserver._forkserver
+
+
+def _stop_server() -> None:
+    """End the fork server at once, even while it imports (``_stop`` waits for its imports)."""
+    server = _server()
+    if server._forkserver_pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(server._forkserver_pid, signal.SIGKILL)
+        server._stop()
 
 
 def died(exitcode: int | None) -> str:
@@ -135,33 +165,49 @@ class PoolExecutor:
     worker = staticmethod(_worker)  # a worker process's life (its target)
 
     def __init__(self, run: RunOptions, options: ExecutorOptions) -> None:
-        import multiprocessing as mp
-
         self.run, self.size = run, options.workers
-        self._ctx = mp.get_context("spawn")
+        self._ctx = context()
+        self._alive = self._ctx.Pipe(duplex=False)  # (read, write): only this process writes
         self._slots: list[_Slot] = []
         self._backlog: list[tuple[int, dict[str, Any]]] = []  # submitted, held by no worker
         self._next = 0
+
+    @staticmethod
+    def start_early(run: RunOptions, options: ExecutorOptions) -> Callable[[], None] | None:
+        """Start the fork server now: it imports the workers' code while the sweep is planned.
+
+        A server this call started is ended at this process's exit, at once (left to itself, it
+        would end only after its own exit with torch loaded, holding the command's output open).
+
+        Returns:
+            What ends the server at once, still importing (bad input found while planning),
+            when this call started it; else None.
+        """
+        if context().get_start_method() != "forkserver" or _server()._forkserver_pid:
+            return None
+        forkserver.ensure_running()
+        atexit.register(_stop_server)
+        return _stop_server
 
     def slots(self) -> int:
         """The runs the pool takes at once: ``DEPTH`` per worker process."""
         return self.size * DEPTH
 
     def prepare(self, cfgs: list[Any]) -> None:
-        """Start the workers the runs need, then build the runs' compiled kernels here.
+        """Build the runs' compiled kernels here, then start the workers the runs need.
 
-        The workers warm up (``warm_up``) while the kernels are built (``build_kernels``: once,
-        before the first run is submitted; the workers load them from the cache).
+        The kernels are built (``build_kernels``: once, before the first run is submitted; the
+        workers load them from the cache) while the fork server imports the workers' code; a
+        worker starts once it has (spawned ones warm up then: ``warm_up``).
         """
+        build_kernels(cfgs, self.run)
         while len(self._slots) < min(self.size, len(cfgs)):
             self._spawn()
-        build_kernels(cfgs, self.run)
 
     def _spawn(self) -> _Slot:
         mine, theirs = self._ctx.Pipe()
-        proc = self._ctx.Process(
-            target=self.worker, args=(theirs, self.run, os.getpid()), name="harness-worker"
-        )
+        args = (theirs, self.run, self._alive[0], dict(os.environ))
+        proc = self._ctx.Process(target=self.worker, args=args, name="harness-worker")
         proc.start()
         theirs.close()
         slot = _Slot(proc, mine)
