@@ -824,6 +824,24 @@ def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_matmuls, cell, 
 
 
 @pytest.mark.kernel
+def test_the_masked_cell_keeps_its_freed_buffers_for_the_next_call(masked_kernel):
+    """The sequence's buffers, once freed, are held (``pool_held``) and serve the next call of
+    the same sizes (the next training step) instead of fresh memory."""
+    S, B, D = 7, 3, 5
+    args = (torch.randn(S, B, 4 * D), torch.randn(B, D), torch.randn(B, D), torch.randn(4 * D, D))
+    m = torch.rand(B, S, D)
+    out = masked_kernel.forward(*args, m, 2)  # hs, H, A, X, C
+    a_bytes = out[2].numel() * out[2].element_size()
+    held = masked_kernel.pool_held()
+    first = [t.data_ptr() for t in out]
+    del out
+    assert masked_kernel.pool_held() >= held + a_bytes
+    again = masked_kernel.forward(*args, m, 2)
+    assert masked_kernel.pool_held() <= held
+    assert again[2].data_ptr() in first  # A: the only buffer of its size
+
+
+@pytest.mark.kernel
 @pytest.mark.parametrize("name", list(MASKED_METHODS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_training_with_the_masked_cell_kernel_equals_the_per_step_path(
