@@ -102,12 +102,13 @@ def test_a_training_step_uses_the_gate_kernel_and_equals_its_reference(kernel, m
         out = m(x)
         if phased_module.sequence_kernel(x) is None:
             pytest.skip("the masked-cell kernel is not built here: the gate runs on its own path")
-        nodes, todo = set(), [out.outputs.grad_fn]
+        seen, todo = set(), [out.outputs.grad_fn]  # every autograd node behind the outputs
         while todo:
             fn = todo.pop()
-            if fn is not None and type(fn).__name__ not in nodes:
-                nodes.add(type(fn).__name__)
+            if fn is not None and fn not in seen:
+                seen.add(fn)
                 todo += [f for f, _ in fn.next_functions]
+        nodes = {type(fn).__name__ for fn in seen}
         assert ("_TimeGateBackward" in nodes) == (gate is not None), nodes
         loss = out.outputs.square().sum() + out.state[1].sum()
         runs.append((out, torch.autograd.grad(loss, list(m.parameters()))))
