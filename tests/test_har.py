@@ -17,8 +17,10 @@ from harness.components import config
 from harness.components.registry import TASKS
 from harness.components.task import Batch
 from harness.errors import ConfigError, DataError
+from tasks import _har_data as har_data
 from tasks import har
-from tasks.har import CHANNELS, HAR, HARConfig
+from tasks._har_data import CHANNELS
+from tasks.har import HAR, HARConfig
 
 # --- generated files ------------------------------------------------------------------------------
 
@@ -114,7 +116,7 @@ def test_uci_layout_loader(tmp_path, cache):
         torch.testing.assert_close(split.x, expect.float())  # channel and step order kept
     assert sp.test.y.tolist() == [i % 6 for i in range(12)]  # y_test 1..6 -> 0..5, in row order
     st = task(tmp_path).data_status()
-    assert (st["status"], st["source"], st["dataset"]) == ("found", har.UCI_URL, "har")
+    assert (st["status"], st["source"], st["dataset"]) == ("found", har_data.UCI_URL, "har")
 
 
 def test_subjects_never_shared_and_splits_deterministic(tmp_path, cache):
@@ -145,7 +147,7 @@ def test_subsets_are_capped(tmp_path, cache):
 
 def test_hapt_rebuild_on_generated_recordings(tmp_path, cache):
     folder = write_hapt(tmp_path)
-    a = har.rebuild_hapt(folder)
+    a = har_data.rebuild_hapt(folder)
     assert a["x_train"].shape == (3, 128, 9) and a["x_test"].shape == (8, 128, 9)
     assert a["y_train"].tolist() == [5] * 3 and a["y_test"].tolist() == [6] * 3 + [2] * 5
     assert set(a["s_train"]) == {1} and set(a["s_test"]) == {2}
@@ -181,15 +183,16 @@ def test_missing_data_is_one_clear_error(tmp_path, cache):
         task(tmp_path).splits(0)
     msg = str(e.value)
     assert "\n" not in msg and "labels.txt" in msg and "Inertial Signals" in msg
-    assert har.UCI_URL in msg and har.HAPT_URL in msg and msg.count("missing data file") == 2
+    assert har_data.UCI_URL in msg and har_data.HAPT_URL in msg
+    assert msg.count("missing data file") == 2
     assert task(tmp_path).data_status()["status"] == "missing"
     write_hapt(tmp_path)
     (tmp_path / "hapt" / "RawData" / "gyro_exp02_user02.txt").unlink()
-    with pytest.raises(DataError, match=r"gyro_exp02_user02\.txt.*" + re.escape(har.HAPT_URL)):
+    with pytest.raises(DataError, match=r"gyro_exp02_user02\.txt.*" + re.escape(har_data.HAPT_URL)):
         task(tmp_path).splits(0)
     st = task(tmp_path).data_status()
     assert st["status"] == "missing" and "gyro_exp02_user02" in st["detail"]
-    with pytest.raises(DataError, match=r"body_acc_x_train\.txt.*" + re.escape(har.UCI_URL)):
+    with pytest.raises(DataError, match=r"body_acc_x_train\.txt.*" + re.escape(har_data.UCI_URL)):
         task(tmp_path, source="uci").splits(0)
 
 
@@ -231,7 +234,7 @@ def test_corrupt_hapt_files(tmp_path, cache):
     p = raw / "gyro_exp01_user01.txt"
     p.write_text("\n".join(p.read_text().splitlines()[:-1]) + "\n")
     with pytest.raises(DataError, match=r"gyro_exp01_user01\.txt: 699 rows"):
-        har.rebuild_hapt(raw.parent)
+        har_data.rebuild_hapt(raw.parent)
     (raw / "labels.txt").write_text("1 1 5 1 x\n")
     st = task(tmp_path).data_status()
     assert st["status"] == "corrupt" and "labels.txt" in st["detail"]
@@ -311,11 +314,11 @@ def test_real_cache_hit_and_smoke_splits(real_cache, monkeypatch):
     assert torch.equal(sp.train.x, sp2.train.x) and torch.equal(sp.val.y, sp2.val.y)
     s = sp.info["subjects"]
     assert not set(s["train"]) & set(s["val"]) and not set(s["train"] + s["val"]) & set(s["test"])
-    assert set(s["test"]) <= set(har.TEST_SUBJECTS)
+    assert set(s["test"]) <= set(har_data.TEST_SUBJECTS)
 
 
 @real
 def test_real_data_status_verifies(real_cache):
     st = HAR().data_status(verify=True)
     assert st["status"] == "found" and st["dataset"] == "har" and st["source"].startswith("https")
-    assert st["source"] == har.UCI_URL or "sha256 verified" in st["detail"]
+    assert st["source"] == har_data.UCI_URL or "sha256 verified" in st["detail"]
