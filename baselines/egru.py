@@ -194,16 +194,20 @@ class EGRU(Method):
         # parameter's version counter is not bumped, so graphs built before stay valid.
         self.thr.data.clamp_(min=0.0, max=1.0)
 
-    def _cell(self, wx_t: Tensor, state: EGRUState) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """One step from ``wx_t = x_t W + b [B, 3D]``: ``(c_t, y_t, o_t, y_{t-1})``."""
-        c, y = state
+    def _candidate(self, wx_t: Tensor, rh: Tensor, c: Tensor) -> Tensor:
+        """``c~_t`` from ``wx_t = x_t W + b`` and ``rh = y_{t-1} R + b'`` (``[B, 3D]`` each)."""
         D = self.hidden_size
-        rh = torch.addmm(self.recurrent_bias, y, self.recurrent_kernel)  # [B, 3D]
         x_zr, x_g = wx_t.split((2 * D, D), -1)
         h_zr, h_g = rh.split((2 * D, D), -1)
         z, r = torch.sigmoid(x_zr + h_zr).chunk(2, -1)
         g = torch.tanh(torch.addcmul(x_g, r, h_g))  # reset after the matmul, b'_g inside
-        c_tilde = torch.lerp(g, c, z)  # z * c + (1 - z) * g
+        return torch.lerp(g, c, z)  # z * c + (1 - z) * g
+
+    def _cell(self, wx_t: Tensor, state: EGRUState) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One step from ``wx_t = x_t W + b [B, 3D]``: ``(c_t, y_t, o_t, y_{t-1})``."""
+        c, y = state
+        rh = torch.addmm(self.recurrent_bias, y, self.recurrent_kernel)  # [B, 3D]
+        c_tilde = self._candidate(wx_t, rh, c)
         o = _Spike.apply(
             c_tilde - self.thr, self.cfg.dampening_factor, self.cfg.pseudo_derivative_support
         )
@@ -263,6 +267,11 @@ class EGRU(Method):
                 ys.append(y)
                 rates.append(o.mean(-1))
             out_y, rate = torch.stack(ys, 1), torch.stack(rates, 1).mean(1)  # [B, T, D], [B]
+        return self._sequence_out(out_y, y0, rate, state)
+
+    def _sequence_out(self, out_y: Tensor, y0: Tensor, rate: Tensor, state: EGRUState) -> SeqOut:
+        """The SeqOut of the events ``out_y [B, T, D]`` from ``y_0``: mask, reads (from
+        ``y_{t-1}`` of every step), the event rate ``[B]``, the final state, the regulariser."""
         y_prev = torch.cat([y0.unsqueeze(1), out_y[:, :-1]], 1).detach()  # y_{t-1} for every t
         out = SeqOut(
             outputs=out_y,
@@ -299,7 +308,6 @@ class EGRU(Method):
         """
         self._clamp_thresholds()
         B = x.shape[0]
-        D = self.hidden_size
         c, y = self.init_state(B, x)
         y0 = y
         wx = torch.matmul(x, self.kernel) + self.bias  # [B, T, 3D]
@@ -307,29 +315,15 @@ class EGRU(Method):
         ys, fired = [], []
         for wx_t in wx.unbind(1):
             rh = addmm_read_columns(bias, y, self.recurrent_kernel)  # [B, 3D]
-            x_zr, x_g = wx_t.split((2 * D, D), -1)
-            h_zr, h_g = rh.split((2 * D, D), -1)
-            z, r = torch.sigmoid(x_zr + h_zr).chunk(2, -1)
-            g = torch.tanh(torch.addcmul(x_g, r, h_g))
-            c_tilde = torch.lerp(g, c, z)
+            c_tilde = self._candidate(wx_t, rh, c)
             v = c_tilde - self.thr
             o = v > 0
             y = torch.where(o, c_tilde, 0.0)
             c = torch.where(o, v, c_tilde)
             ys.append(y)
             fired.append(o)
-        out_y = torch.stack(ys, 1)
-        y_prev = torch.cat([y0.unsqueeze(1), out_y[:, :-1]], 1)
         rate = torch.stack(fired, 1).to(x.dtype).mean(-1).mean(1)
-        out = SeqOut(
-            outputs=out_y,
-            mask=torch.ones_like(out_y),
-            extras={"event_rate": rate},
-            state=(c, y),
-            reads=self._col_reads(y_prev),
-        )
-        out.aux_loss = self.aux_loss(out)
-        return out
+        return self._sequence_out(torch.stack(ys, 1), y0, rate, (c, y))
 
     def _set_level(self, level: float) -> None:
         """``at_skip``'s one knob: ``theta = level`` for every unit where ``level >= 0``; below 0,
