@@ -11,14 +11,20 @@
 // ``backward`` writes out: the gradient of xp, h_0, c_0, W and m.
 //
 // A step at the paper sizes is a few microseconds of arithmetic, so nothing in the loop goes
-// through ATen's dispatcher or makes a tensor: the matmuls call the BLAS torch links
-// (``sgemm_``/``dgemm_``, one per step each way, the weight's gradient one call over all steps;
-// where the BLAS does not export them, ATen's ``mm`` on views of the same memory), tanh and
-// sigmoid are ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has
-// them, else ATen's portable vectors) over a step's contiguous buffers, every other elementwise part a plain loop over the B x D
-// units; lerp rounds as torch's scalar lerp (an exact copy where m is 0 or 1). Built with
-// -ffp-contract=off: equal to the PyTorch path to float rounding (its lerp and addcmul may fuse
-// a multiply-add, its activations may take another vector width), not bit for bit.
+// through ATen's dispatcher or makes a tensor. The matmuls (one per step each way, the weight's
+// gradient one call over all steps) are, in float32 on a CPU with AVX-512, ``gemm512`` below:
+// on one core of the project's machines (AMD EPYC, Zen 5) MKL, the BLAS of torch's x86 wheels,
+// runs its Zen (AVX2) code at 45-55 GMAC/s, this register-blocked AVX-512 kernel at 120-130, as
+// oneDNN's AVX-512 code in the fused ``nn.LSTM`` the methods are held against. Otherwise
+// (float64, no AVX-512, or as the tests choose with ``matmul``) they call the BLAS torch links
+// (``sgemm_``/``dgemm_``; where it does not export them, ATen's ``mm`` on views of the same
+// memory). Each sums over k in its own order: equal to float rounding. Tanh and sigmoid are
+// ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has them, else
+// ATen's portable vectors) over a step's contiguous buffers, every other elementwise part a
+// plain loop over the B x D units; lerp rounds as torch's scalar lerp (an exact copy where m is
+// 0 or 1). Built with -ffp-contract=off: equal to the PyTorch path to float rounding (its lerp
+// and addcmul may fuse a multiply-add, its activations may take another vector width), not bit
+// for bit.
 //
 // Layout: the input terms xp and their gradient are time-major [T, B, GD] (a step's rows are
 // contiguous; ``_kernels.input_terms`` computes them so), the mask m, the states hs and m's
@@ -38,6 +44,10 @@
 #endif
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define HAVE_GEMM512 1
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -138,6 +148,85 @@ at::Tensor pooled(at::IntArrayRef sizes, const at::TensorOptions& opts) {
                        opts);
 }
 
+#ifdef HAVE_GEMM512
+// C [R, 16 NV] (+)= sum_k A(r, k) B[k, :], A(r, k) = A[r ars + k acs], B's rows ldb apart, C's
+// ldc: R x NV accumulators in registers (at most 6 x 4 of the 32), one broadcast of A and NV
+// loads of B per k; the last vector of a row is masked by ``tail`` (N not a multiple of 16).
+template <int R, int NV>
+inline void micro512(int64_t K, const float* A, int64_t ars, int64_t acs, const float* B,
+                     int64_t ldb, float* C, int64_t ldc, __mmask16 tail, bool accumulate) {
+  __m512 c[R][NV];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const float* b = B + k * ldb;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v + 1 < NV ? _mm512_loadu_ps(b + 16 * v) : _mm512_maskz_loadu_ps(tail, b + 16 * v);
+    const float* a = A + k * acs;
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r * ars]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(ar, bv[v], c[r][v]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    float* cr = C + r * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 mk = v + 1 < NV ? __mmask16(0xFFFF) : tail;
+      __m512 x = c[r][v];
+      if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, cr + 16 * v), x);
+      _mm512_mask_storeu_ps(cr + 16 * v, mk, x);
+    }
+  }
+}
+
+template <int R>
+inline void panel512(int nv, int64_t K, const float* A, int64_t ars, int64_t acs, const float* B,
+                     int64_t ldb, float* C, int64_t ldc, __mmask16 tail, bool accumulate) {
+  if (nv == 4) micro512<R, 4>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
+  else if (nv == 3) micro512<R, 3>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
+  else if (nv == 2) micro512<R, 2>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
+  else micro512<R, 1>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
+}
+
+// Row-major C [M, N] (+)= A [M, K] B [K, N], A(i, k) = A[i ars + k acs] (so either orientation),
+// B's rows ldb apart: panels of 6 rows x 64 columns over chunks of 256 k (a chunk of B stays in
+// the L2 cache while every row block passes over it). K >= 1.
+void gemm512(int64_t M, int64_t N, int64_t K, const float* A, int64_t ars, int64_t acs,
+             const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  constexpr int64_t KC = 256, MR = 6;
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t kc = std::min(KC, K - k0);
+    const bool acc = accumulate || k0 > 0;
+    for (int64_t j0 = 0; j0 < N; j0 += 64) {
+      const int64_t n = std::min<int64_t>(64, N - j0);
+      const int nv = static_cast<int>((n + 15) / 16), rem = static_cast<int>(n - 16 * (nv - 1));
+      const __mmask16 tail = static_cast<__mmask16>((1u << rem) - 1);
+      const float* b = B + k0 * ldb + j0;
+      for (int64_t i0 = 0; i0 < M; i0 += MR) {
+        const float* a = A + i0 * ars + k0 * acs;
+        float* c = C + i0 * ldc + j0;
+        switch (std::min(MR, M - i0)) {
+          case 6: panel512<6>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
+          case 5: panel512<5>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
+          case 4: panel512<4>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
+          case 3: panel512<3>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
+          case 2: panel512<2>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
+          default: panel512<1>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
+        }
+      }
+    }
+  }
+}
+#endif
+
 template <typename T>
 at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) {
   auto t = at::from_blob(const_cast<T*>(p), {trans ? cols : rows, trans ? rows : cols},
@@ -145,30 +234,36 @@ at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) 
   return trans ? t.t() : t;
 }
 
-bool use_blas = true;  // ``blas(False)``: the tests take the ATen path where the BLAS is there
+// Who computes the matmuls: gemm512 (float32 with AVX-512; else the BLAS), the BLAS (where torch's
+// exports sgemm_ and dgemm_; else ATen), ATen's mm. ``matmul(mode)``: the tests take each.
+enum Matmul : int64_t { OWN = 0, BLAS = 1, ATEN = 2 };
+Matmul matmul_mode = OWN;
 
-// Row-major C [M, N] = op(A) [M, K] op(B) [K, N] (+ C where accumulate); lda, ldb, ldc are the
-// row strides as stored. The BLAS is column-major: C^T = op(B)^T op(A)^T.
+// Row-major C [M, N] = op(A) [M, K] B [K, N] (+ C where accumulate); lda, ldb, ldc are the
+// row strides as stored. The BLAS is column-major: C^T = B^T op(A)^T. M, N, K >= 1.
 template <typename T>
-void mm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+void mm(bool ta, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
         int64_t ldb, bool accumulate, T* C, int64_t ldc) {
-  auto blas = std::is_same<T, float>::value ? (void*)sgemm_ : (void*)dgemm_;
-  if (use_blas && blas != nullptr && M > 0 && N > 0) {
-    const char a = ta ? 'T' : 'N', b = tb ? 'T' : 'N';
-    const int m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc;
-    const T one = 1, beta = accumulate ? 1 : 0;
-    if (K == 0) {  // BLAS leaves C alone: zero or keep it as ATen would
-      if (!accumulate)
-        for (int64_t r = 0; r < M; ++r) std::memset(C + r * ldc, 0, N * sizeof(T));
+#ifdef HAVE_GEMM512
+  if constexpr (std::is_same<T, float>::value) {
+    if (matmul_mode == OWN) {
+      gemm512(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, accumulate, C, ldc);
       return;
     }
+  }
+#endif
+  auto blas = std::is_same<T, float>::value ? (void*)sgemm_ : (void*)dgemm_;
+  if (matmul_mode != ATEN && blas != nullptr) {
+    const char a = ta ? 'T' : 'N', b = 'N';
+    const int m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc;
+    const T one = 1, beta = accumulate ? 1 : 0;
     if constexpr (std::is_same<T, float>::value)
       sgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
     else
       dgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
     return;
   }
-  at::Tensor c = view(C, M, N, ldc, false), a = view(A, M, K, lda, ta), b = view(B, K, N, ldb, tb);
+  at::Tensor c = view(C, M, N, ldc, false), a = view(A, M, K, lda, ta), b = view(B, K, N, ldb, false);
   if (accumulate)
     c.addmm_(a, b);
   else
@@ -187,13 +282,14 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
   at::Tensor hp = cell == GRU ? at::empty({B, GD}, opts) : at::Tensor();
   const T* xpp = xp.data_ptr<T>();
   const T* mp = m.data_ptr<T>();
-  const T* wp = weight.data_ptr<T>();
   T* hsp = hs.data_ptr<T>();
   T* Hp = H.data_ptr<T>();
   T* Ap = A.data_ptr<T>();
   T* Xp = cell == TANH ? nullptr : X.data_ptr<T>();
   T* Cp = cell == LSTM ? C.data_ptr<T>() : nullptr;
   T* hpp = cell == GRU ? hp.data_ptr<T>() : nullptr;
+  const at::Tensor wt = weight.t().contiguous();  // W^T [D, GD]: h W^T reads its rows
+  const T* wtp = wt.data_ptr<T>();
   std::memcpy(Hp, h0.data_ptr<T>(), B * D * sizeof(T));
   if (cell == LSTM) std::memcpy(Cp, c0.data_ptr<T>(), B * D * sizeof(T));
   for (int64_t t = 0; t < S; ++t) {
@@ -201,7 +297,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
     const T* x = xpp + t * B * GD;
     T* a = Ap + t * B * GD;
     if (cell == GRU) {
-      mm<T>(false, true, B, GD, D, h, D, wp, D, false, hpp, GD);  // W h
+      mm<T>(false, B, GD, D, h, D, wtp, GD, false, hpp, GD);  // W h
       T* xn = Xp + t * B * D;
       for (int64_t b = 0; b < B; ++b) {
         const T* xr = x + b * GD;
@@ -219,7 +315,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
       }
     } else {
       std::memcpy(a, x, B * GD * sizeof(T));
-      mm<T>(false, true, B, GD, D, h, D, wp, D, true, a, GD);  // xp + W h
+      mm<T>(false, B, GD, D, h, D, wtp, GD, true, a, GD);  // xp + W h
       if (cell == TANH) {
         tanh_(a, B * GD);
       } else {
@@ -351,9 +447,9 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         dhp[i] = dprev;  // the direct part of dh_{t-1}; the matmul adds dA W
       }
     }
-    mm<T>(false, false, B, D, GD, dhw, GD, wp, D, true, dhp, D);  // dh_{t-1} += dA W
+    mm<T>(false, B, D, GD, dhw, GD, wp, D, true, dhp, D);  // dh_{t-1} += dA W
   }
-  mm<T>(true, false, GD, D, S * B, dhw0, GD, Hp, D, false, dweight.data_ptr<T>(), D);  // sum dA^T h
+  mm<T>(true, GD, D, S * B, dhw0, GD, Hp, D, false, dweight.data_ptr<T>(), D);  // sum dA^T h
   return {DX, dh, dc, dweight, dm};
 }
 
@@ -387,20 +483,24 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
   return out;
 }
 
-// Whether the matmuls call the BLAS (where it exports sgemm_ and dgemm_); returns whether it does.
 // The bytes the buffer pool holds for reuse.
 int64_t pool_held() { return pool().held(); }
 
-bool blas(bool on) {
-  use_blas = on;
-  return on && sgemm_ != nullptr && dgemm_ != nullptr;
+// Sets who computes the matmuls (a ``Matmul``); returns who computes float32's from now on.
+int64_t matmul(int64_t mode) {
+  TORCH_CHECK(mode >= OWN && mode <= ATEN, "matmul: 0 (gemm512), 1 (BLAS) or 2 (ATen)");
+  matmul_mode = static_cast<Matmul>(mode);
+#ifdef HAVE_GEMM512
+  if (mode == OWN) return OWN;
+#endif
+  return mode != ATEN && sgemm_ != nullptr && dgemm_ != nullptr ? BLAS : ATEN;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
   mod.def("pool_held", &pool_held, "the bytes of freed buffers kept for the next call");
-  mod.def("blas", &blas, "the matmuls by the BLAS (True) or by ATen's mm; whether the BLAS runs");
+  mod.def("matmul", &matmul, "the matmuls by gemm512 (0), the BLAS (1) or ATen (2); who runs");
   mod.def("forward", &sequence_forward, "masked cell, whole sequence: hs, H, A, X, C");
   mod.def("backward", &sequence_backward, "its gradients: xp, h0, c0, weight, m");
 }
