@@ -131,3 +131,21 @@ def test_python_dash_m_harness():
         [sys.executable, "-m", "harness", "--version"], capture_output=True, text=True, timeout=60
     )
     assert p.returncode == 0 and p.stdout == f"harness {__version__}\n"
+
+
+def test_the_program_freezes_its_objects_at_exit_and_a_caller_goes_on_collecting(
+    monkeypatch, capsys
+):
+    """Called as the program (no argv), ``main`` freezes the garbage collector's objects as it
+    returns, so that the interpreter's exit does not traverse all that torch's imports made; a
+    caller that passes argv (a test, a script that goes on) is left as it was."""
+    import gc
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    assert main(["list", "tasks"]) == 0
+    assert frozen == []
+    monkeypatch.setattr(sys, "argv", ["harness", "list", "tasks"])
+    assert main() == 0
+    assert frozen == [True]
+    capsys.readouterr()

@@ -50,9 +50,10 @@ from harness.executors.base import (
 )
 
 DEPTH = 2  # the runs a worker holds: the one it trains and the next
-# what a process's first run imports: the training code (torch), and torch._dynamo, which torch's
-# optimisers import at their first use (about as long as torch itself)
-WARM = ("torch._dynamo", "harness.training.train")
+# what a process's first run imports: the training code (torch), torch._dynamo, which torch's
+# optimisers import at their first use (about as long as torch itself), and torch's extension
+# loader, which loads the compiled kernels (a tenth of a second, once per process)
+WARM = ("torch._dynamo", "harness.training.train", "torch.utils.cpp_extension")
 
 
 def context() -> Any:
