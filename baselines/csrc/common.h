@@ -1,18 +1,27 @@
-// Helpers shared by the batch-1 inference kernels (sarnn.cpp, vcrnn.cpp), loaded by
-// baselines/_kernels.py. Built with -ffp-contract=off: every product and sum rounds on its own,
-// as PyTorch's elementwise ops do.
+// Helpers shared by the kernels loaded by baselines/_kernels.py (the batch-1 inference kernels
+// and the training kernels). Built with -ffp-contract=off: every product and sum rounds on its
+// own, as PyTorch's elementwise ops do.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
 // Dot product of n contiguous values (a vectorised reduction).
-template <typename scalar_t>
-static inline scalar_t dot(const scalar_t* a, const scalar_t* b, int64_t n) {
-  scalar_t s = 0;
+template <typename T>
+static inline T dot(const T* a, const T* b, int64_t n) {
+  T s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
   return s;
 }
 
-static inline double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-static inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+template <typename T>
+static inline T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w) (an exact copy of a where
+// w is 0, of b where w is 1).
+template <typename T>
+static inline T lerp(T a, T b, T w) {
+  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
+}

@@ -30,16 +30,11 @@
 // reads is time-major: A [T, B, 3D], the gates r, z, n; N [T, B, D], acc_h[n] after the step's
 // addmm (the W_hn h^ that r multiplies); K [T, B, D], the keep decisions (1 or 0).
 #include <torch/extension.h>
+#include "common.h"  // lerp
 #include <cmath>
 #include <vector>
 
 namespace {
-
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
 
 template <typename T>
 at::Tensor memorised_steps(const at::Tensor& x, const at::Tensor& x_hat0, double theta_x) {

@@ -21,16 +21,11 @@
 // states after the reset, A [S, B, 3D] the gate activations z, r, g, HG [S, B, D] the reset
 // gate's operand rh_g, CT [S, B, D] c~.
 #include <torch/extension.h>
+#include "common.h"  // lerp
 #include <cmath>
 #include <vector>
 
 namespace {
-
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
 
 template <typename T>
 std::vector<at::Tensor> forward(const at::Tensor& wx, const at::Tensor& c0, const at::Tensor& y0,

@@ -309,7 +309,6 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
   };
 }
 
-
 // eq. 14's sigmoid backward as ATen's, grad (1 - y) y, from dalpha_t into p's first D columns.
 template <typename T>
 void rate_backward(const at::Tensor& dat, const at::Tensor& AT, at::Tensor& dp) {

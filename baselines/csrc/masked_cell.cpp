@@ -33,6 +33,7 @@
 // activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~); C [T + 1, B, D], the LSTM's
 // cell states.
 #include <torch/extension.h>
+#include "common.h"  // lerp
 // at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
 #if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VL__)
@@ -73,12 +74,6 @@ namespace {
 using at::vec::Vectorized;
 
 enum Cell : int64_t { TANH = 0, GRU = 1, LSTM = 2 };
-
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
 
 // ATen's vectorised sigmoid and tanh, in place over n contiguous values.
 template <typename T>

@@ -21,16 +21,11 @@
 // gate's recurrent input (after: W_n h; before: r * h); P [T, B, D], 1 where the clip passes the
 // gradient, else 0.
 #include <torch/extension.h>
+#include "common.h"  // lerp
 #include <cmath>
 #include <vector>
 
 namespace {
-
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
 
 // The candidate h~ from the gates g = (r, z, n) of one unit row and h_{t-1}.
 template <typename T, bool before>

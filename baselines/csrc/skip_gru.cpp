@@ -27,6 +27,7 @@
 // activations r, z, n, X [T, B, D] the GRU's W_n h (after) or r h (before), and Z [T, B, 5] the
 // per-sequence scalars p, P, C_{t-1}, u~, u of every step.
 #include <torch/extension.h>
+#include "common.h"  // lerp, sigmoid, dot
 #include <cmath>
 #include <vector>
 
@@ -34,25 +35,6 @@ namespace {
 
 enum Form : int64_t { AFTER = 0, BEFORE = 1 };
 enum Slot : int64_t { SP = 0, SUP = 1, SCUM = 2, SUT = 3, SU = 4, NZ = 5 };  // Z's columns
-
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
-
-template <typename T>
-inline T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
-  return s;
-}
 
 template <typename T, int64_t form>
 std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, const at::Tensor& n0,

@@ -27,6 +27,7 @@
 // (alpha_t), DG, MG, EG [T, B, R, D] (the gate's d, m = 1 - e^{-u} and e^q, as in ``_gate``),
 // HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, 2, B, D] (s, tau).
 #include <torch/extension.h>
+#include "common.h"  // lerp
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -35,12 +36,6 @@
 #include "elastic_gate.h"  // elastic_gate_forward, elastic_gate_backward
 
 namespace {
-
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
 
 // The forward of every step. The matmuls read fixed [B, .] buffers (hcur, the current h; a)
 // and the loops write what the backward reads into its place by pointer: a tensor view per

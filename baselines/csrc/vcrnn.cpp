@@ -11,14 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common.h"  // dot, sigmoid
-
-// torch.lerp's formula: exact start at weight 0, exact end at weight 1.
-template <typename scalar_t>
-static inline scalar_t lerp(scalar_t start, scalar_t end, scalar_t w) {
-  const scalar_t diff = end - start;
-  return std::abs(w) < scalar_t(0.5) ? start + w * diff : end - diff * (scalar_t(1) - w);
-}
+#include "common.h"  // dot, sigmoid, lerp
 
 // One sequence. hh [D, 3, D] and ih [D, 3, V+1] are unit-major GRU rows (gates r, z, n; input
 // rows end in the bias); sched_h [D]; sched_x [T] = w_x . x_t + b; xs [T, V+1] = [x_t, 1];

@@ -30,12 +30,6 @@
 
 namespace {
 
-// torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w).
-template <typename T>
-inline T lerp(T a, T b, T w) {
-  return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
-}
-
 template <typename T>
 std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const at::Tensor& h0,
                                 const at::Tensor& whh, const at::Tensor& wh,
