@@ -45,7 +45,7 @@ from harness.components.config import (
 )
 from harness.components.registry import register_task
 from harness.components.task import Split, Splits, Task, TaskKind
-from harness.data import CorruptDataError, cached, data_root, find_file, read_text, status
+from harness.data import CorruptDataError, data_root, disk_cached, find_file, read_text, status
 from harness.errors import ConfigError
 
 SOURCE = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz (simple-examples/data/)"
@@ -59,6 +59,7 @@ SHA256 = {
     "ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
 }
 EOS, UNK = "<eos>", "<unk>"
+CORPUS_VERSION = "corpus-v1"  # the key of the parsed corpus on disk: change it when parse does
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,16 @@ def parse(paths: dict[str, Path]) -> Corpus:
     return Corpus(words, ids)
 
 
+def _arrays(paths: dict[str, Path]) -> dict[str, np.ndarray]:
+    """``parse``'s corpus as the arrays ``disk_cached`` stores: the vocabulary and each split."""
+    c = parse(paths)
+    return {"words": np.array(c.words), **c.ids}
+
+
 def windows(tokens: np.ndarray, bptt: int) -> Split:
     """Consecutive non-overlapping windows: ``x [n, bptt]`` and next-token targets ``y``."""
     n = (len(tokens) - 1) // bptt
-    t = torch.from_numpy(tokens)
+    t = torch.from_numpy(tokens.copy())  # the corpus is shared and read-only (disk_cached)
     return Split(t[: n * bptt].reshape(n, bptt), t[1 : n * bptt + 1].reshape(n, bptt))
 
 
@@ -152,9 +159,12 @@ class PTB(Task):
         return data_root(self.data_dir) / "ptb"
 
     def corpus(self) -> Corpus:
-        """The parsed corpus (cached per process); DataError when a file is missing/corrupt."""
+        """The parsed corpus (cached on disk, ``disk_cached``: parsing takes about 0.2 s, which
+        a sweep's planning and each of its worker processes would pay); DataError when a file is
+        missing or corrupt."""
         paths = {s: find_file(self.folder / f, SOURCE) for s, f in FILES.items()}
-        return cached("ptb", list(paths.values()), lambda: parse(paths))
+        arrays, _ = disk_cached("ptb", CORPUS_VERSION, list(paths.values()), lambda: _arrays(paths))
+        return Corpus(arrays["words"].tolist(), {s: arrays[s] for s in paths})
 
     @property
     def input_size(self) -> int:

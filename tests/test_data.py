@@ -148,3 +148,27 @@ def test_importing_the_data_modules_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_disk_cached_arrays_are_kept_in_memory_under_the_files_stat(tmp_path, monkeypatch):
+    """A later call for the same files (a sweep's next run of the task) hashes no file and reads
+    no entry: it gets the same read-only arrays, "hit"; a file written since is a new key."""
+    import numpy as np
+
+    p = tmp_path / "x.txt"
+    p.write_text("1")
+    builds = []
+
+    def build():
+        builds.append(1)
+        return {"a": np.arange(3) * int(p.read_text())}
+
+    arrays, how = data.disk_cached("t", "k", [p], build)
+    assert how == "built" and not arrays["a"].flags.writeable
+    monkeypatch.setattr(data, "sha256", lambda path: pytest.fail("hashed again"))
+    again, how = data.disk_cached("t", "k", [p], build)
+    assert how == "hit" and again is arrays and len(builds) == 1
+    monkeypatch.undo()
+    p.write_text("2")
+    changed, how = data.disk_cached("t", "k", [p], build)
+    assert how == "built" and changed["a"].tolist() == [0, 2, 4] and len(builds) == 2

@@ -129,3 +129,25 @@ def test_real_smoke_preset_is_small():
     cfg = PTBConfig(**PTB.preset("smoke").task)
     s = PTB(cfg, data_dir=task.data_dir).splits(0)
     assert s.train.y.numel() <= cfg.max_tokens and len(s.train) > 10
+
+
+def test_the_parsed_corpus_is_read_from_disk_by_a_later_process_and_parsed_again_on_change(
+    tmp_path, monkeypatch
+):
+    """A sweep's planning and each of its worker processes ask for the corpus: the first parse
+    is kept on disk, so another process (here: the in-memory copy forgotten) reads it back
+    instead of parsing; a changed file is parsed again."""
+    import harness.data
+    import tasks.ptb as ptb
+
+    write_ptb(tmp_path)
+    first = PTB(data_dir=str(tmp_path)).corpus()
+    assert first.words[:3] == ["<eos>", "cat", "sat"] and type(first.words[0]) is str
+    monkeypatch.setattr(harness.data, "_DISK", {})  # a new process
+    monkeypatch.setattr(ptb, "parse", lambda paths: pytest.fail("parsed again"))
+    again = PTB(data_dir=str(tmp_path)).corpus()
+    assert again.words == first.words and type(again.words[0]) is str
+    assert all((again.ids[s] == first.ids[s]).all() for s in ("train", "val", "test"))
+    monkeypatch.undo()
+    (tmp_path / "ptb" / "ptb.test.txt").write_text(" dog dog\n")
+    assert PTB(data_dir=str(tmp_path)).corpus().ids["test"].tolist() == [6, 6, 0]  # dog dog <eos>

@@ -44,6 +44,7 @@ from harness.data.sums import (
     manifest_digest,
     read_sums,
     sha256,
+    stat_key,
     verify_sha256,
 )
 from harness.errors import DataError
@@ -88,26 +89,34 @@ def cached(name: str, files: list[Path], load: Callable[[], Any]) -> Any:
     return _CACHE[key]
 
 
+_DISK: dict[tuple, dict[str, Any]] = {}
+
+
 def disk_cached(
     subdir: str, name: str, files: list[Path], build: Callable[[], dict[str, Any]]
 ) -> tuple[dict[str, Any], str]:
     """Arrays derived from data files, cached on disk under ``cache_dir()/subdir``.
 
     The key is ``name`` (include a pipeline version in it) plus every source file's name and
-    sha256, so a changed file or pipeline rebuilds. Returns the arrays and ``"hit"`` or
-    ``"built"``; an unreadable entry is rebuilt and an unwritable cache only warns.
+    sha256, so a changed file or pipeline rebuilds. Returns the arrays, read-only, and ``"hit"``
+    or ``"built"``; an unreadable entry is rebuilt and an unwritable cache only warns. A process
+    also keeps them in memory under the files' ``stat_key``: a sweep's later runs of the task
+    (each asks again) cost a ``stat`` per file, not hashing every file and reading the entry.
     """
     import zipfile
 
     import numpy as np
 
+    stamp = (str(cache_dir()), subdir, name, *((str(p), *stat_key(p.stat())) for p in files))
+    if stamp in _DISK:
+        return _DISK[stamp], "hit"
     h = hashlib.sha256(f"{name}\n".encode())
     for p in files:
         h.update(f"{p.name} {sha256(p)}\n".encode())
     path = cache_dir() / subdir / f"{name}-{h.hexdigest()[:20]}.npz"
     if path.is_file():
         with contextlib.suppress(OSError, ValueError, zipfile.BadZipFile), np.load(path) as z:
-            return {k: z[k] for k in z.files}, "hit"
+            return _remember(stamp, {k: z[k] for k in z.files}), "hit"
     arrays = build()
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
@@ -117,7 +126,17 @@ def disk_cached(
         os.replace(tmp, path)
     except OSError as e:  # a read-only cache costs time on the next run, not this run
         warnings.warn(f"could not write the cache {path}: {e}", stacklevel=2)
-    return arrays, "built"
+    return _remember(stamp, arrays), "built"
+
+
+def _remember(stamp: tuple, arrays: dict[str, Any]) -> dict[str, Any]:
+    """Keep ``arrays`` (made read-only: every caller shares them) for ``disk_cached``."""
+    for a in arrays.values():
+        a.setflags(write=False)
+    if len(_DISK) > 8:
+        _DISK.clear()
+    _DISK[stamp] = arrays
+    return arrays
 
 
 # --- status rows (``harness data list|verify``) ---------------------------------------------------
