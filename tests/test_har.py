@@ -322,3 +322,19 @@ def test_real_data_status_verifies(real_cache):
     st = HAR().data_status(verify=True)
     assert st["status"] == "found" and st["dataset"] == "har" and st["source"].startswith("https")
     assert st["source"] == har_data.UCI_URL or "sha256 verified" in st["detail"]
+
+
+def test_reading_the_hapt_labels_does_not_import_pandas(tmp_path):
+    """``labels.txt`` is read by every process of a sweep that plans or trains HAR (its file
+    list): numpy reads it, so pandas (0.1 s to import) is not imported for it."""
+    import subprocess
+    import sys
+
+    write_hapt(tmp_path)
+    code = (
+        "import sys\nfrom pathlib import Path\nimport tasks._har_data as h\n"
+        f"n = len(h.hapt_labels(Path({str(tmp_path / 'hapt')!r})))\n"
+        "print(n, 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[1] == "False" and int(out.stdout.split()[0]) > 0

@@ -103,6 +103,37 @@ def test_csv_layout_gives_the_same_series(tmp_path):
     assert s.info["source"].startswith("uci-csv") and len(s.train) == 74
 
 
+@pytest.mark.parametrize("layout", ["bonn", "csv"])
+def test_the_parsed_series_are_read_from_disk_by_a_later_process(tmp_path, monkeypatch, layout):
+    """Planning and each worker process of a sweep ask for the series: the first parse is kept
+    on disk (``disk_cached``), another process (the in-memory copy forgotten) reads it back
+    with the same series, labels and ids, and a changed file is parsed again."""
+    import harness.data
+
+    write_bonn(tmp_path)
+    if layout == "csv":
+        write_csv_from_bonn(tmp_path)
+    first = Seizures(SeizuresConfig(source=layout), data_dir=str(tmp_path)).load()
+    monkeypatch.setattr(harness.data, "_DISK", {})  # a new process
+    for parse in ("parse_bonn", "parse_csv"):
+        monkeypatch.setattr(seizures, parse, lambda *a: pytest.fail("parsed again"))
+    again = Seizures(SeizuresConfig(source=layout), data_dir=str(tmp_path)).load()
+    assert again[3] == first[3] and np.array_equal(again[0], first[0])
+    assert np.array_equal(again[1], first[1])
+    assert (again[2] is None) == (layout == "bonn")
+    if layout == "csv":
+        assert again[2].tolist() == first[2].tolist() and type(again[2][0]) is np.str_
+    monkeypatch.undo()
+    recording = sorted((tmp_path / "epileptic_seizure" / "bonn_eeg" / "S").glob("*"))[0]
+    path = tmp_path / "epileptic_seizure" / "data.csv" if layout == "csv" else recording
+    path.write_text(path.read_text().replace("\n", "\n\n", 1))  # the same numbers, rewritten
+    seen = []
+    real = getattr(seizures, f"parse_{layout}")
+    monkeypatch.setattr(seizures, f"parse_{layout}", lambda *a: seen.append(1) or real(*a))
+    Seizures(SeizuresConfig(source=layout), data_dir=str(tmp_path)).load()
+    assert seen == [1]
+
+
 def test_splits_depend_on_the_seed_only(tmp_path):
     write_bonn(tmp_path)
     task = Seizures(data_dir=str(tmp_path))
