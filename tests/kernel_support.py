@@ -67,3 +67,17 @@ def built(kernel: _kernels.TrainingKernel) -> Iterator[Any]:
     assert module is not None, f"the kernel did not build although {expected}: {kernel.status()}"
     yield module
     kernel.cache_clear()
+
+
+MATMULS = {"gemm512": 0, "blas": 1, "aten-mm": 2}  # csrc/gemm.h's ``Matmul``
+
+
+def with_matmul(module: Any, name: str) -> Iterator[Any]:
+    """The built kernel ``module`` with its matmuls by ``name`` (a key of ``MATMULS``: its own
+    AVX-512 gemm in float32, the BLAS, ATen's mm), skipping where that cannot run here; set back
+    to the default (gemm512 where it can) afterwards."""
+    mode = MATMULS[name]
+    if module.matmul(mode) != mode:
+        pytest.skip(f"{name} cannot run here (no AVX-512, or no sgemm_/dgemm_ exported)")
+    yield module
+    module.matmul(0)

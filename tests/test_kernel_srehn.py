@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built
+from kernel_support import built, with_matmul
 
 import baselines._kernels as kernels
 import baselines._srehn as srehn_kernel
@@ -32,10 +32,12 @@ PER_STEP = "StackBackward0"  # run_sequence's torch.stack
 KERNEL = "_ElasticSequenceBackward"
 
 
-@pytest.fixture
-def kernel():
-    """The kernel built (``kernel_support.built``)."""
-    yield from built(srehn_kernel.srehn_kernel)
+@pytest.fixture(params=["gemm512", "aten-mm"])
+def kernel(request):
+    """The kernel built (``kernel_support.built``), its matmuls by its own AVX-512 gemm and by
+    ATen's mm (``with_matmul``)."""
+    for module in built(srehn_kernel.srehn_kernel):
+        yield from with_matmul(module, request.param)
 
 
 def model(V: int, D: int, r_max: int, dtype: torch.dtype, gate: str = "mixed", lam_d=0.3):

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
-from kernel_support import built, kernel_expected
+from kernel_support import MATMULS, built, kernel_expected, with_matmul
 
 import baselines._ei_rehn_fused as ei_fused
 import baselines._ei_rehn_stack as ei_stack
@@ -766,19 +766,12 @@ def per_step(cell: str, xp, h, weight_hh, m, c=None):
     return torch.stack(hs, 1), c
 
 
-MATMULS = {"gemm512": 0, "blas": 1, "aten-mm": 2}  # csrc/masked_cell.cpp's ``Matmul``
-
-
 @pytest.fixture(params=list(MATMULS))
 def masked_matmuls(masked_kernel, request):
     """The kernel with its matmuls by its own AVX-512 gemm (float32 where the CPU has AVX-512;
     float64 takes the BLAS), by the BLAS torch links, and by ATen's mm (its path where the BLAS
     exports no ``sgemm_``/``dgemm_``)."""
-    mode = MATMULS[request.param]
-    if masked_kernel.matmul(mode) != mode:
-        pytest.skip(f"{request.param} cannot run here (no AVX-512, or no sgemm_/dgemm_ exported)")
-    yield masked_kernel
-    masked_kernel.matmul(0)
+    yield from with_matmul(masked_kernel, request.param)
 
 
 @pytest.mark.kernel

@@ -34,6 +34,7 @@
 // cell states.
 #include <torch/extension.h>
 #include "common.h"  // lerp
+#include "gemm.h"  // gemm512, matmul_mode
 // at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
 #if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VL__)
@@ -45,10 +46,6 @@
 #endif
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define HAVE_GEMM512 1
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -143,84 +140,6 @@ at::Tensor pooled(at::IntArrayRef sizes, const at::TensorOptions& opts) {
                        opts);
 }
 
-#ifdef HAVE_GEMM512
-// C [R, 16 NV] (+)= sum_k A(r, k) B[k, :], A(r, k) = A[r ars + k acs], B's rows ldb apart, C's
-// ldc: R x NV accumulators in registers (at most 6 x 4 of the 32), one broadcast of A and NV
-// loads of B per k; the last vector of a row is masked by ``tail`` (N not a multiple of 16).
-template <int R, int NV>
-inline void micro512(int64_t K, const float* A, int64_t ars, int64_t acs, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, __mmask16 tail, bool accumulate) {
-  __m512 c[R][NV];
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    const float* b = B + k * ldb;
-    __m512 bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v)
-      bv[v] = v + 1 < NV ? _mm512_loadu_ps(b + 16 * v) : _mm512_maskz_loadu_ps(tail, b + 16 * v);
-    const float* a = A + k * acs;
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m512 ar = _mm512_set1_ps(a[r * ars]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(ar, bv[v], c[r][v]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    float* cr = C + r * ldc;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = v + 1 < NV ? __mmask16(0xFFFF) : tail;
-      __m512 x = c[r][v];
-      if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, cr + 16 * v), x);
-      _mm512_mask_storeu_ps(cr + 16 * v, mk, x);
-    }
-  }
-}
-
-template <int R>
-inline void panel512(int nv, int64_t K, const float* A, int64_t ars, int64_t acs, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, __mmask16 tail, bool accumulate) {
-  if (nv == 4) micro512<R, 4>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
-  else if (nv == 3) micro512<R, 3>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
-  else if (nv == 2) micro512<R, 2>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
-  else micro512<R, 1>(K, A, ars, acs, B, ldb, C, ldc, tail, accumulate);
-}
-
-// Row-major C [M, N] (+)= A [M, K] B [K, N], A(i, k) = A[i ars + k acs] (so either orientation),
-// B's rows ldb apart: panels of 6 rows x 64 columns over chunks of 256 k (a chunk of B stays in
-// the L2 cache while every row block passes over it). K >= 1.
-void gemm512(int64_t M, int64_t N, int64_t K, const float* A, int64_t ars, int64_t acs,
-             const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
-  constexpr int64_t KC = 256, MR = 6;
-  for (int64_t k0 = 0; k0 < K; k0 += KC) {
-    const int64_t kc = std::min(KC, K - k0);
-    const bool acc = accumulate || k0 > 0;
-    for (int64_t j0 = 0; j0 < N; j0 += 64) {
-      const int64_t n = std::min<int64_t>(64, N - j0);
-      const int nv = static_cast<int>((n + 15) / 16), rem = static_cast<int>(n - 16 * (nv - 1));
-      const __mmask16 tail = static_cast<__mmask16>((1u << rem) - 1);
-      const float* b = B + k0 * ldb + j0;
-      for (int64_t i0 = 0; i0 < M; i0 += MR) {
-        const float* a = A + i0 * ars + k0 * acs;
-        float* c = C + i0 * ldc + j0;
-        switch (std::min(MR, M - i0)) {
-          case 6: panel512<6>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
-          case 5: panel512<5>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
-          case 4: panel512<4>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
-          case 3: panel512<3>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
-          case 2: panel512<2>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
-          default: panel512<1>(nv, kc, a, ars, acs, b, ldb, c, ldc, tail, acc); break;
-        }
-      }
-    }
-  }
-}
-#endif
 
 template <typename T>
 at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) {
@@ -229,11 +148,6 @@ at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) 
   return trans ? t.t() : t;
 }
 
-// Who computes the matmuls: gemm512 (float32 with AVX-512; else the BLAS), the BLAS (where torch's
-// exports sgemm_ and dgemm_; else ATen), ATen's mm. ``matmul(mode)``: the tests take each.
-enum Matmul : int64_t { OWN = 0, BLAS = 1, ATEN = 2 };
-Matmul matmul_mode = OWN;
-
 // Row-major C [M, N] = op(A) [M, K] B [K, N] (+ C where accumulate); lda, ldb, ldc are the
 // row strides as stored. The BLAS is column-major: C^T = B^T op(A)^T. M, N, K >= 1.
 template <typename T>
@@ -241,14 +155,14 @@ void mm(bool ta, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const
         int64_t ldb, bool accumulate, T* C, int64_t ldc) {
 #ifdef HAVE_GEMM512
   if constexpr (std::is_same<T, float>::value) {
-    if (matmul_mode == OWN) {
+    if (matmul_mode() == OWN) {
       gemm512(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, accumulate, C, ldc);
       return;
     }
   }
 #endif
   auto blas = std::is_same<T, float>::value ? (void*)sgemm_ : (void*)dgemm_;
-  if (matmul_mode != ATEN && blas != nullptr) {
+  if (matmul_mode() != ATEN && blas != nullptr) {
     const char a = ta ? 'T' : 'N', b = 'N';
     const int m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc;
     const T one = 1, beta = accumulate ? 1 : 0;
@@ -483,12 +397,8 @@ int64_t pool_held() { return pool().held(); }
 
 // Sets who computes the matmuls (a ``Matmul``); returns who computes float32's from now on.
 int64_t matmul(int64_t mode) {
-  TORCH_CHECK(mode >= OWN && mode <= ATEN, "matmul: 0 (gemm512), 1 (BLAS) or 2 (ATen)");
-  matmul_mode = static_cast<Matmul>(mode);
-#ifdef HAVE_GEMM512
-  if (mode == OWN) return OWN;
-#endif
-  return mode != ATEN && sgemm_ != nullptr && dgemm_ != nullptr ? BLAS : ATEN;
+  const int64_t runs = set_matmul(mode);
+  return runs == BLAS && (sgemm_ == nullptr || dgemm_ == nullptr) ? ATEN : runs;
 }
 
 }  // namespace

@@ -14,8 +14,9 @@
 // The backward writes out what autograd computes for those ops (``_ElasticGate.backward`` for the
 // gate, torch's derivatives of addmm, tanh, sigmoid, mul and lerp): the gradients of p, h_0, W_a,h,
 // alpha, beta, W and b, from those of every h_t and of d^1 (the compute penalty reads it). The
-// matmuls are ATen's (one mm per layer and step each way, its input terms or bias added in the
-// loop that follows; the weight gradients one matmul over every layer of every step), tanh,
+// matmuls are gemm.h's ``mm_into`` (its AVX-512 gemm in float32, else ATen's mm; one per layer
+// and step each way, its input terms or bias added in the loop that follows; the weight
+// gradients one matmul over every layer of every step), tanh,
 // sigmoid and the gate's expm1, log and exp ATen's vectorised ones on whole buffers; every other
 // elementwise part a plain loop over the B x D units. Built with -ffp-contract=off, so each product
 // and sum rounds on its own (torch's vectorised lerp fuses a multiply-add, addmm may add its input
@@ -28,6 +29,7 @@
 // HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, 2, B, D] (s, tau).
 #include <torch/extension.h>
 #include "common.h"  // lerp
+#include "gemm.h"  // mm_into, mm_new: the matmuls
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -50,7 +52,7 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
              at::Tensor& HIN, at::Tensor& SA) {
   const int64_t B = p.size(0), S = p.size(1), D = h0.size(1), Rm = DG.size(2);
   const int64_t D2 = 2 * D, BD = B * D, P3 = 3 * D;
-  const auto rate_t = rate_h.t(), w_t = weight.t();
+  const auto rate_t = rate_h.t().contiguous(), w_t = weight.t().contiguous();  // rows: gemm512
   const auto opts = h0.options();
   at::Tensor hcur = h0.clone(), a = at::empty({B, D2}, opts), ar = at::empty({B, D}, opts);
   at::Tensor sb = at::empty({B, D}, opts), tb = at::empty({B, D}, opts);
@@ -71,7 +73,7 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
   std::copy(hcp, hcp + BD, hinp);  // HIN[0][0] = h_0
   for (int64_t t = 0; t < S; ++t) {
     const T* pt = pp + t * P3;  // row b at b * S * 3D
-    at::mm_out(ar, hcur, rate_t);
+    mm_into(ar, hcur, rate_t, false);
     T* atp = atp0 + t * BD;
     for (int64_t b = 0; b < B; ++b) {
       const T* prow = pt + b * S * P3;
@@ -87,7 +89,7 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
     for (int64_t b = 0; b < B; ++b)
       std::copy(dgp + b * Rm * D, dgp + b * Rm * D + D, d1p + (b * S + t) * D);
     for (int64_t r = 0; r < Rm; ++r) {
-      at::mm_out(a, hcur, w_t);
+      mm_into(a, hcur, w_t, false);
       // s and tau, with layer 1's input terms or the bias, into buffers of their own: ATen's
       // tanh and sigmoid are several times slower on the strided halves of a
       const T* base = r == 0 ? pt + D : biasp;
@@ -200,7 +202,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         }
         std::copy(darow, darow + D2, dsave + b * D2);
       }
-      at::mm_out(gm, da, weight);  // da W
+      mm_into(gm, da, weight, false);  // da W
 #pragma omp simd
       for (int64_t i = 0; i < BD; ++i) g[i] = basep[i] + gmp[i];
     }
@@ -229,16 +231,16 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
       std::copy(da0 + b * D2, da0 + (b + 1) * D2, dprow + D);
     }
     std::copy(prep, prep + BD, PREp + t * BD);
-    gh.addmm_(dpre, rate_h);  // dh_{t-1} += dpre W_a,h
+    mm_into(gh, dpre, rate_h, true);  // dh_{t-1} += dpre W_a,h
   }
   const int64_t N = Rm * S * B;
   return {
       dp,
       gh,
-      at::mm(DPRE.view({S * B, D}).t(), HIN.select(0, 0).view({S * B, D})),
+      mm_new(DPRE.view({S * B, D}).t(), HIN.select(0, 0).view({S * B, D})),
       dalpha,
       dbeta,
-      at::mm(DA.view({N, D2}).t(), HIN.view({N, D})),
+      mm_new(DA.view({N, D2}).t(), HIN.view({N, D})),
       Rm > 1 ? DA.narrow(0, 1, Rm - 1).reshape({(Rm - 1) * S * B, D2}).sum(0) : at::Tensor(),
   };
 }
@@ -306,4 +308,5 @@ std::vector<at::Tensor> srehn_backward(c10::optional<at::Tensor> grad_hs,
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &srehn_forward, "SREHN's training forward over a whole sequence");
   m.def("backward", &srehn_backward, "its gradients of p, h0, rate_h, alpha, beta, weight, bias");
+  m.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs float32's");
 }
