@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built, kernel_expected
+from kernel_support import built, kernel_expected, with_matmul
 
 import baselines._delta_gru_seq as seq
 import baselines._kernels as kernels
@@ -35,10 +35,12 @@ CASES = {
 }
 
 
-@pytest.fixture
-def kernel():
-    """The kernel built (``kernel_support.built``)."""
-    yield from built(seq.delta_gru_seq_kernel)
+@pytest.fixture(params=["gemm512", "aten-mm"])
+def kernel(request):
+    """The kernel built (``kernel_support.built``).
+    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
+    for module in built(seq.delta_gru_seq_kernel):
+        yield from with_matmul(module, request.param)
 
 
 def model(dtype: torch.dtype, v: int = V, d: int = D, **knobs) -> DeltaGRU:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built
+from kernel_support import built, with_matmul
 
 import baselines._egru as egru_kernels
 import baselines._kernels as kernels
@@ -27,10 +27,12 @@ pytestmark = pytest.mark.kernel
 PATHS = {"kernel": "_EGRUSequenceBackward", "step loop": "StackBackward0"}
 
 
-@pytest.fixture
-def kernel():
-    """The kernel built (``kernel_support.built``)."""
-    yield from built(egru_kernels.egru_kernel)
+@pytest.fixture(params=["gemm512", "aten-mm"])
+def kernel(request):
+    """The kernel built (``kernel_support.built``).
+    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
+    for module in built(egru_kernels.egru_kernel):
+        yield from with_matmul(module, request.param)
 
 
 def model(V: int, D: int, dtype: torch.dtype, level: float | None = None, **cfg) -> EGRU:

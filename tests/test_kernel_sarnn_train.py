@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built
+from kernel_support import built, with_matmul
 
 import baselines._kernels as kernels
 import baselines._sarnn_train as sarnn_train
@@ -24,10 +24,12 @@ from baselines.sa_rnn import SARNN, SARNNConfig
 pytestmark = pytest.mark.kernel
 
 
-@pytest.fixture
-def train_kernel():
-    """The kernel built (``kernel_support.built``)."""
-    yield from built(sarnn_train.sarnn_train_kernel)
+@pytest.fixture(params=["gemm512", "aten-mm"])
+def train_kernel(request):
+    """The kernel built (``kernel_support.built``).
+    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
+    for module in built(sarnn_train.sarnn_train_kernel):
+        yield from with_matmul(module, request.param)
 
 
 def model(dtype: torch.dtype, form: str = "after", V: int = 3, D: int = 6, **knobs) -> SARNN:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from kernel_support import built
+from kernel_support import built, with_matmul
 from test_skip_rnn import assert_matches_authors, authors_variables, ours_with
 
 import baselines._kernels as kernels
@@ -25,10 +25,12 @@ pytestmark = pytest.mark.kernel
 KERNEL_FN, STEP_FN = "_SkipSequenceBackward", "StackBackward0"
 
 
-@pytest.fixture
-def skip_kernel():
-    """The kernel built (``kernel_support.built``)."""
-    yield from built(skip_gru.skip_gru_kernel)
+@pytest.fixture(params=["gemm512", "aten-mm"])
+def skip_kernel(request):
+    """The kernel built (``kernel_support.built``).
+    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
+    for module in built(skip_gru.skip_gru_kernel):
+        yield from with_matmul(module, request.param)
 
 
 def use(monkeypatch, kernel) -> None:

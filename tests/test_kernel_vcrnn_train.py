@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
-from kernel_support import built, fresh_cache, kernel_expected
+from kernel_support import built, fresh_cache, kernel_expected, with_matmul
 
 import baselines._kernels as kernels
 import baselines._vcrnn_train as vc_train
@@ -33,10 +33,12 @@ def fresh_vc_kernel(tmp_path, monkeypatch):
     yield from fresh_cache(tmp_path, monkeypatch)
 
 
-@pytest.fixture
-def vc_kernel():
-    """The kernel built (``kernel_support.built``)."""
-    yield from built(vc_train.vcrnn_train_kernel)
+@pytest.fixture(params=["gemm512", "aten-mm"])
+def vc_kernel(request):
+    """The kernel built (``kernel_support.built``).
+    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
+    for module in built(vc_train.vcrnn_train_kernel):
+        yield from with_matmul(module, request.param)
 
 
 def model(V: int, D: int, dtype: torch.dtype, form: str = "after", **knobs) -> VCRNN:

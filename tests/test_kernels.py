@@ -426,16 +426,22 @@ def ei_rehn_kernel_or_skip():
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("matmul", ["gemm512", "aten-mm"])
 @pytest.mark.parametrize("layers", [1, 3, 6])
-def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(fresh_kernel, layers):
+def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(fresh_kernel, layers, matmul):
     """The fused stack against the Python ``_Stack`` and against ``EIREHN._layers`` (autograd of
     the equations): h_t to 1e-13 and the gradient of every input (the gate d, zeros among its
     values, included) to rtol 1e-11 in float64; to 1e-5 in float32. Bias's gradient is None
-    where one layer ran, as ``_Stack``'s."""
+    where one layer ran, as ``_Stack``'s. Both ways of the kernel's matmuls (``with_matmul``)."""
     from test_ei_rehn import R_MAX, _randomised
 
     assert layers <= R_MAX
-    kernel = ei_rehn_kernel_or_skip()
+    for kernel in with_matmul(ei_rehn_kernel_or_skip(), matmul):
+        check_ei_rehn_stack(kernel, fresh_kernel, layers, R_MAX, _randomised)
+
+
+def check_ei_rehn_stack(kernel, fresh_kernel, layers, R_MAX, _randomised):
+    """The body of the test above, for one way of the matmuls."""
     assert list(fresh_kernel.glob("ei_rehn_stack-*/*.so")), "not built into the fresh cache dir"
     for dtype, tol in ((torch.float64, None), (torch.float32, 1e-5)):
         m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype)

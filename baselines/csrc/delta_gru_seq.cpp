@@ -19,7 +19,7 @@
 // regulariser), acc_x_T, h^_T and acc_h_T; ``backward`` writes out the gradient of p, M_0,
 // h_0, h^_0, acc_h_0 and W_h from those of hs, dhs, acc_x_T, h^_T and acc_h_T: plain autograd
 // through the thresholded deltas, zero through a cut one (``torch.where``'s backward). The
-// matmuls are ATen's (one addmm per step each way; W_h's gradient one matmul over all steps),
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way; W_h's gradient one matmul over all steps),
 // sigmoid and tanh ATen's vectorised ones on whole [B, .] buffers, the rest plain loops over the
 // B x D units; lerp rounds as torch's scalar lerp. Built with -ffp-contract=off: equal to the
 // PyTorch path to float rounding (the memories and the gradients are summed in another order),
@@ -31,6 +31,7 @@
 // addmm (the W_hn h^ that r multiplies); K [T, B, D], the keep decisions (1 or 0).
 #include <torch/extension.h>
 #include "common.h"  // lerp
+#include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
 
@@ -72,7 +73,7 @@ std::vector<at::Tensor> forward(const at::Tensor& proj, const at::Tensor& m0,
   at::Tensor A = at::empty({S, B, G}, opts), N = at::empty({S, B, D}, opts);
   at::Tensor K = at::empty({S, B, D}, opts);
   at::Tensor h_hat = h_hat0.clone(), acc = acc_h0.clone(), acc_x = m0.clone();
-  const auto wt = weight.t();
+  const auto wt = weight.t().contiguous();  // rows: gemm512
   const T th = static_cast<T>(theta_h);
   const T* pp = proj.data_ptr<T>();
   T* axp = acc_x.data_ptr<T>();
@@ -96,7 +97,7 @@ std::vector<at::Tensor> forward(const at::Tensor& proj, const at::Tensor& m0,
         k[j] = keep ? T(1) : T(0);
       }
     }
-    acc.addmm_(dhs.select(1, t), wt);  // acc_h += dh W_h^T
+    mm_into(acc, dhs.select(1, t), wt, true);  // acc_h += dh W_h^T
     at::Tensor a = A.select(0, t);
     T* ap = a.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
@@ -193,9 +194,9 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
       }
     }
     if (grad_dhs.numel())  // dh_t's: direct (the regulariser's) + gacc W_h
-      at::addmm_out(gdh, grad_dhs.select(1, t), gacc, weight);
+      addmm_into(gdh, grad_dhs.select(1, t), gacc, weight);
     else
-      at::mm_out(gdh, gacc, weight);
+      mm_into(gdh, gacc, weight, false);
     for (int64_t b = 0; b < B; ++b) {  // the thresholding's backward
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
@@ -208,7 +209,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
     }
   }
   // dW = sum_t gacc_t^T dh_t, one matmul over all steps
-  at::Tensor dweight = at::mm(GA.view({B * S, G}).t(), dhs.view({B * S, D}));
+  at::Tensor dweight = mm_new(GA.view({B * S, G}).t(), dhs.view({B * S, D}));
   return {d_proj, gx, dh, d_hh, gacc, dweight};
 }
 
@@ -258,6 +259,7 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
   mod.def("memorised_steps", &steps, "the input side's scan: the step memorised, -1 initial");
   mod.def("forward", &sequence_forward, "the recurrence: hs, dhs, acc_x, h^, acc_h, A, N, K");
   mod.def("backward", &sequence_backward, "its gradients: proj, m0, h0, h^_0, acc_h0, weight");

@@ -9,7 +9,7 @@
 // ``backward`` writes out with H's pseudo-derivative ``dampening * max(0, 1 - support |v|)``
 // (v = c~ - theta): the gradients of wx, c_0, y_0, R, b' and theta, given those of the events'
 // values y, the events o themselves (the event rate and regulariser read them) and c_T. The
-// matmuls are ATen's (one addmm per step forward, one mm per step backward, R's gradient one mm
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step forward, one mm per step backward, R's gradient one mm
 // over all steps), tanh and sigmoid ATen's vectorised ones on whole [B, .] buffers, every other
 // elementwise part a plain loop over the B x D units; lerp rounds as torch's scalar lerp. Built
 // with -ffp-contract=off: equal to the PyTorch path to float rounding (its addcmul and lerp may
@@ -22,6 +22,7 @@
 // gate's operand rh_g, CT [S, B, D] c~.
 #include <torch/extension.h>
 #include "common.h"  // lerp
+#include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
 
@@ -47,7 +48,7 @@ std::vector<at::Tensor> forward(const at::Tensor& wx, const at::Tensor& c0, cons
   T *yp = Y.data_ptr<T>(), *cp0 = C.data_ptr<T>(), *hgp = HG.data_ptr<T>();
   T* ctp = CT.data_ptr<T>();
   for (int64_t t = 0; t < S; ++t) {
-    at::addmm_out(rh, rbias, Y.select(0, t), R);  // y_{t-1} R + b'
+    addmm_into(rh, rbias, Y.select(0, t), R);  // y_{t-1} R + b'
     at::Tensor a = A.select(0, t);
     T* ap = a.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
@@ -111,7 +112,7 @@ std::vector<at::Tensor> backward(const at::Tensor& gys, const at::Tensor& gos,
   const T* dyp = dy.data_ptr<T>();
   T* dcp = dc.data_ptr<T>();
   T* dtp = dthr.data_ptr<T>();
-  const at::Tensor Rt = R.t();
+  const at::Tensor Rt = R.t().contiguous();  // rows: gemm512
   for (int64_t t = S - 1; t >= 0; --t) {  // raw pointers: a view costs a dispatch
     const T* ap = A.data_ptr<T>() + t * B * G;
     const T* hg = HG.data_ptr<T>() + t * B * D;
@@ -146,10 +147,10 @@ std::vector<at::Tensor> backward(const at::Tensor& gys, const at::Tensor& gos,
         dcp[i] = dctil * z;  // c_{t-1}'s, through lerp
       }
     }
-    at::mm_out(dy, DRH.select(0, t), Rt);  // y_{t-1}'s through the recurrent product
+    mm_into(dy, DRH.select(0, t), Rt, false);  // y_{t-1}'s through the recurrent product
   }
   const at::Tensor drh = DRH.view({S * B, G});
-  at::Tensor dR = Y.narrow(0, 0, S).reshape({S * B, D}).t().mm(drh);  // sum_t y_{t-1}^T drh_t
+  at::Tensor dR = mm_new(Y.narrow(0, 0, S).reshape({S * B, D}).t(), drh);  // sum_t y_{t-1}^T drh_t
   return {DWX, dc, dy, dR, drh.sum(0), dthr.sum(0)};
 }
 
@@ -182,6 +183,7 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& gys, const at::Tenso
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
   mod.def("forward", &sequence_forward, "EGRU layer, whole sequence: ys, os, c_T, saved");
   mod.def("backward", &sequence_backward, "its gradients: wx, c0, y0, R, b', theta");
 }

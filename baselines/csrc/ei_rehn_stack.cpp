@@ -8,7 +8,7 @@
 // The layers:
 // Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/_ei_rehn_stack.py (the equations
 // are in its docstring; the Python code is the reference), without a Python call per layer: the
-// matmuls are ATen's (``at::mm_out``, ``at::addmm_out`` into preallocated buffers; the weight
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; into preallocated buffers; the weight
 // gradients one matmul per weight over the stacked rows of every layer), tanh and sigmoid are
 // ATen's vectorised ``at::tanh_out`` / ``at::sigmoid_out`` on whole [B, .] buffers (the same
 // values as torch's), and every other elementwise part of a layer is a plain fused loop over its
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "elastic_gate.h"  // elastic_gate_forward, elastic_gate_backward
+#include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 
 namespace {
 
@@ -45,7 +46,8 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
                     at::Tensor& W) {
   const int64_t B = out.size(0), D = out.size(1), Dz = hyper_weight.size(0);
   const int64_t D2 = 2 * D, D4 = 4 * D, U = D2 + Dz;
-  const auto w0_t = weight0.t(), proj_t = proj.t(), hyper_t = hyper_weight.t();
+  const auto w0_t = weight0.t().contiguous(), proj_t = proj.t().contiguous();  // rows: gemm512
+  const auto hyper_t = hyper_weight.t().contiguous();
   at::Tensor z = at::empty({B, Dz}, out.options()), wm = at::empty({B, D4}, out.options());
   at::Tensor A = at::empty({2, B, D}, out.options());  // the pre-activations a_s, a_g, then s, g
   at::Tensor As = A.select(0, 0), Ag = A.select(0, 1);
@@ -60,10 +62,10 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
     at::Tensor sgz = SGZ.select(0, r + 1), hw = HW.select(0, r);
     at::Tensor h = r == 0 ? H.select(0, 0) : hbuf.select(0, (r - 1) % 2);
     at::Tensor gbar = GBAR.select(0, r);
-    at::addmm_out(z, hyper_bias, SGZ.select(0, r), hyper_t);
+    addmm_into(z, hyper_bias, SGZ.select(0, r), hyper_t);
     at::tanh_(z);  // eq. 18
-    at::mm_out(wm, z, proj_t);  // [w; gbar's pre-activation - bbar], eqs. 19-21
-    at::mm_out(hw, h, w0_t);
+    mm_into(wm, z, proj_t, false);  // [w; gbar's pre-activation - bbar], eqs. 19-21
+    mm_into(hw, h, w0_t, false);
     const T* hp = h.data_ptr<T>();
     const T* hwp = hw.data_ptr<T>();
     T* gp = gbar.data_ptr<T>();
@@ -277,11 +279,11 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
       for (int64_t j = 0; j < D; ++j) baserow[j] = baserow[j] + dadiag[j] + dadiag[D + j];
     }
     at::Tensor dpw = DPW.select(0, r);
-    at::addmm_out(dh_next, base, DHW.select(0, r), weight0);  // dh = base + (da gbar) W0
+    addmm_into(dh_next, base, DHW.select(0, r), weight0);  // dh = base + (da gbar) W0
     if (next)
-      at::addmm_out(dzz, du.narrow(1, D2, Dz), dpw, proj);
+      addmm_into(dzz, du.narrow(1, D2, Dz), dpw, proj);
     else
-      at::mm_out(dzz, dpw, proj);
+      mm_into(dzz, dpw, proj, false);
     T* dzp = DZ.select(0, r).data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {  // eq. 18
       const T* zrow = o + b * U + D2;
@@ -290,7 +292,7 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
 #pragma omp simd
       for (int64_t k = 0; k < Dz; ++k) dzrow[k] = dzzrow[k] * (T(1) - zrow[k] * zrow[k]);
     }
-    at::mm_out(du, DZ.select(0, r), hyper_weight);
+    mm_into(du, DZ.select(0, r), hyper_weight, false);
     std::swap(dh, dh_next);
   }
   const int64_t N = R * B;
@@ -299,11 +301,11 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
       dh,
       dd,
       DA.select(0, 0),
-      at::mm(DHW.view({N, D2}).t(), H.view({N, D})),
+      mm_new(DHW.view({N, D2}).t(), H.view({N, D})),
       R > 1 ? DA.narrow(0, 1, R - 1).reshape({(R - 1) * B, D2}).sum(0) : at::Tensor(),
-      at::mm(dpw_all.t(), SGZ.narrow(0, 1, R).reshape({N, U}).narrow(1, D2, Dz)),
+      mm_new(dpw_all.t(), SGZ.narrow(0, 1, R).reshape({N, U}).narrow(1, D2, Dz)),
       dpw_all.narrow(1, D2, D2).sum(0),
-      at::mm(dz_all.t(), SGZ.narrow(0, 0, R).reshape({N, U})),
+      mm_new(dz_all.t(), SGZ.narrow(0, 0, R).reshape({N, U})),
       dz_all.sum(0),
       du.sum(0),
   };
@@ -485,8 +487,8 @@ std::vector<at::Tensor> ei_rehn_step_backward(
     rate_backward<scalar_t>(dat, AT, dp);
   });
   at::Tensor dpre = dp.narrow(1, 0, D);
-  dh.addmm_(dpre, rate_h);  // pre = p_a + h rate_h^T
-  at::Tensor drate_h = at::mm(dpre.t(), H.select(0, 0));
+  mm_into(dh, dpre, rate_h, true);  // pre = p_a + h rate_h^T
+  at::Tensor drate_h = mm_new(dpre.t(), H.select(0, 0));
   return {dp,
           dh,
           drate_h,
@@ -502,6 +504,7 @@ std::vector<at::Tensor> ei_rehn_step_backward(
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
   m.def("forward", &ei_rehn_stack_forward, "EI-REHN's layers of one training step");
   m.def("backward", &ei_rehn_stack_backward, "their 10 gradients (_Stack.backward)");
   m.def("step_forward", &ei_rehn_step_forward, "a whole training step: rate, gate, trace, layers");

@@ -135,6 +135,13 @@ inline void mm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b, bo
     at::mm_out(out, a, b);
 }
 
+// out = base + a b (base broadcast to out, as ``at::addmm_out``'s; out may be base itself).
+inline void addmm_into(at::Tensor out, const at::Tensor& base, const at::Tensor& a,
+                       const at::Tensor& b) {
+  if (!out.is_same(base)) out.copy_(base);
+  mm_into(out, a, b, true);
+}
+
 // a b as a new tensor (``mm_into``).
 inline at::Tensor mm_new(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());

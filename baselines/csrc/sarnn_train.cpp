@@ -10,7 +10,7 @@
 // ``backward`` writes out: the gradients of xp, h_0, the recurrent weight and w_u, given those of
 // every h_t and of the mask u (the budget reads u). u's gradient is the straight-through one:
 // the hard sigmoid's, a / 2 where 0 <= q <= 1 (torch's clamp passes its bounds), 0 where clipped.
-// The matmuls are ATen's (one per step each way, two for the reset-before form), tanh and sigmoid
+// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, two for the reset-before form), tanh and sigmoid
 // ATen's vectorised ones on whole [B, .] buffers, every other elementwise part a plain loop over
 // the B x D units; lerp rounds as torch's scalar lerp (an exact copy where u is 0). Built with
 // -ffp-contract=off: equal to the PyTorch path to float rounding, not bit for bit.
@@ -22,6 +22,7 @@
 // gradient, else 0.
 #include <torch/extension.h>
 #include "common.h"  // lerp
+#include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
 
@@ -44,8 +45,8 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0,
   at::Tensor P = at::empty({S, B, D}, opts);
   at::Tensor hp = at::empty({B, before ? 2 * D : GD}, opts);  // W h (before: W_rz h)
   at::Tensor hn = before ? at::empty({B, D}, opts) : at::Tensor();  // before: W_n (r * h)
-  const auto wt = before ? weight.narrow(0, 0, 2 * D).t() : weight.t();
-  const auto wnt = weight.narrow(0, 2 * D, D).t();
+  const auto wt = (before ? weight.narrow(0, 0, 2 * D).t() : weight.t()).contiguous();
+  const auto wnt = weight.narrow(0, 2 * D, D).t().contiguous();  // rows: gemm512
   const T* xpp = xp.data_ptr<T>();
   const T* wup = w_u.data_ptr<T>();
   const T a = T(slope);
@@ -56,7 +57,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0,
     const int64_t hstride = t == 0 ? D : S * D;  // h_{t-1}'s rows
     T* ap = g.data_ptr<T>();
     T* xs = X.select(0, t).data_ptr<T>();
-    at::mm_out(hp, h, wt);
+    mm_into(hp, h, wt, false);
     const T* hpp = hp.data_ptr<T>();
     const int64_t HG = hp.size(1);
     for (int64_t b = 0; b < B; ++b) {
@@ -72,7 +73,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0,
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) xs[b * D + j] = r[j] * hrow[j];
       }
-      at::mm_out(hn, X.select(0, t), wnt);
+      mm_into(hn, X.select(0, t), wnt, false);
     }
     const T* hnp = before ? hn.data_ptr<T>() : hpp + 2 * D;  // the n gate's recurrent term
     const int64_t hns = before ? D : GD;
@@ -176,8 +177,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
     }
     if (before) {  // r's gradient goes through W_n (r * h): d(r h) = dn_pre W_n
       const auto dn = DA.narrow(1, 2 * D, D);
-      dweight.narrow(0, 2 * D, D).addmm_(dn.t(), X.select(0, t));  // dW_n += dn^T (r h)
-      at::mm_out(drh, dn, w_n);
+      mm_into(dweight.narrow(0, 2 * D, D), dn.t(), X.select(0, t), true);  // dW_n += dn^T (r h)
+      mm_into(drh, dn, w_n, false);
       const T* drhp = drh.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
         const T* g = ap + b * GD;
@@ -193,11 +194,11 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         }
       }
       const auto drz = DA.narrow(1, 0, 2 * D);
-      dweight.narrow(0, 0, 2 * D).addmm_(drz.t(), h);  // dW_rz += d[r z]^T h_{t-1}
-      at::addmm_out(dh, base, drz, w_rz);  // dh_{t-1} = direct + d[r z] W_rz
+      mm_into(dweight.narrow(0, 0, 2 * D), drz.t(), h, true);  // dW_rz += d[r z]^T h_{t-1}
+      addmm_into(dh, base, drz, w_rz);  // dh_{t-1} = direct + d[r z] W_rz
     } else {
-      dweight.addmm_(DA.t(), h);  // dW += dA^T h_{t-1}
-      at::addmm_out(dh, base, DA, weight);  // dh_{t-1} = direct + dA W
+      mm_into(dweight, DA.t(), h, true);  // dW += dA^T h_{t-1}
+      addmm_into(dh, base, DA, weight);  // dh_{t-1} = direct + dA W
     }
   }
   return {dxp, dh, dweight, dwu};
@@ -234,6 +235,7 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
   mod.def("forward", &sequence_forward, "SA-RNN, whole sequence: hs, U, A, X, P");
   mod.def("backward", &sequence_backward, "its gradients: xp, h0, weight, w_u");
 }

@@ -14,7 +14,7 @@
 // takes through the per-step PyTorch code (the reference): of the input terms xp, the initial
 // state (h, h~, u, P, C), W_hh, w_p and b_p, from the gradients of the outputs h_t, the mask
 // (u's STE gradient, summed over the units) and the final state's h~_T, P_{T-1} and C_T.
-// The matmuls are ATen's (one per step each way, and W_hh's gradient one matmul over all steps),
+// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, and W_hh's gradient one matmul over all steps),
 // tanh and sigmoid of the GRU ATen's vectorised ones on whole [B, .] buffers, every other
 // elementwise part a plain loop over the B x D units or the B sequences; lerp rounds as torch's
 // scalar lerp (an exact copy where u is 0 or 1). Built with -ffp-contract=off: equal to the
@@ -28,6 +28,7 @@
 // per-sequence scalars p, P, C_{t-1}, u~, u of every step.
 #include <torch/extension.h>
 #include "common.h"  // lerp, sigmoid, dot
+#include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
 
@@ -51,8 +52,9 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
   at::Tensor hn = form == BEFORE ? at::empty({B, D}, opts) : at::Tensor();
   H.select(0, 0).copy_(h0);
   N.select(0, 0).copy_(n0);
-  const auto wt = weight.t();
-  const auto w_rz = weight.narrow(0, 0, 2 * D).t(), w_n = weight.narrow(0, 2 * D, D).t();
+  const auto wt = weight.t().contiguous();
+  const auto w_rz = weight.narrow(0, 0, 2 * D).t().contiguous();  // rows: gemm512
+  const auto w_n = weight.narrow(0, 2 * D, D).t().contiguous();
   const T* xpp = xp.data_ptr<T>();
   const T* wpp = w_p.data_ptr<T>();
   const T bp = b_p.data_ptr<T>()[0];
@@ -83,7 +85,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
     const int64_t hw = hp.size(1);
     T* ap = a.data_ptr<T>();
     T* xs = x_t.data_ptr<T>();
-    at::mm_out(hp, h, form == AFTER ? wt : w_rz);
+    mm_into(hp, h, form == AFTER ? wt : w_rz, false);
     for (int64_t b = 0; b < B; ++b) {
       const T* x = xpp + (t * B + b) * GD;
 #pragma omp simd
@@ -95,7 +97,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) xs[b * D + j] = ap[b * GD + j] * hrow0[b * D + j];
       }
-      at::mm_out(hn, x_t, w_n);
+      mm_into(hn, x_t, w_n, false);
     }
     const T* hnp = form == BEFORE ? hn.data_ptr<T>() : hpp + 2 * D;
     const int64_t hns = form == BEFORE ? D : GD;
@@ -236,10 +238,10 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
       db += dav;
     }
     if (form == AFTER) {
-      at::addmm_out(dh, base, DH.select(0, t), weight);  // dh_{t-1} = direct + dA W
+      addmm_into(dh, base, DH.select(0, t), weight);  // dh_{t-1} = direct + dA W
     } else {  // n's matmul reads r h: its gradient first, then r's
       const auto dx_t = DX.select(0, t);
-      at::mm_out(ds, dx_t.narrow(1, 2 * D, D), weight.narrow(0, 2 * D, D));
+      mm_into(ds, dx_t.narrow(1, 2 * D, D), weight.narrow(0, 2 * D, D), false);
       const T* dsp = ds.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
         const T* g = ap + b * GD;
@@ -252,7 +254,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
           basep[b * D + j] = basep[b * D + j] + d * r;
         }
       }
-      at::addmm_out(dh, base, dx_t.narrow(1, 0, 2 * D), weight.narrow(0, 0, 2 * D));
+      addmm_into(dh, base, dx_t.narrow(1, 0, 2 * D), weight.narrow(0, 0, 2 * D));
     }
     std::swap(dn, dn_prev);
   }
@@ -260,11 +262,11 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
   const auto hprev = H.narrow(0, 0, S).reshape({S * B, D});
   at::Tensor dweight;
   if (form == AFTER) {
-    dweight = DH.view({S * B, GD}).t().mm(hprev);
+    dweight = mm_new(DH.view({S * B, GD}).t(), hprev);
   } else {
     const auto dx = DX.view({S * B, GD});
-    dweight = at::cat({dx.narrow(1, 0, 2 * D).t().mm(hprev),
-                       dx.narrow(1, 2 * D, D).t().mm(X.view({S * B, D}))});
+    dweight = at::cat({mm_new(dx.narrow(1, 0, 2 * D).t(), hprev),
+                       mm_new(dx.narrow(1, 2 * D, D).t(), X.view({S * B, D}))});
   }
   at::Tensor db_p = at::full({1}, db, opts);
   return {DX, dh, dn, du, dup, dcum, dweight, dw_p, db_p};
@@ -311,6 +313,7 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
   mod.def("forward", &sequence_forward, "Skip-GRU, whole sequence: hs, mask, h~_T, P, C, saved");
   mod.def("backward", &sequence_backward, "its gradients: xp, h, h~, u, P, C, W_hh, w_p, b_p");
 }

@@ -11,7 +11,7 @@
 //     h_t = lerp(h, c, e)
 // and ``backward`` its exact gradient, the one autograd takes through those ops: Thr_eps passes
 // the gradient where eps <= soft <= 1 - eps (where 0 < e < 1: torch.where's), 0 elsewhere. The
-// matmuls are ATen's (per step the scheduler's dot product is a plain loop; the weights'
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; per step the scheduler's dot product is a plain loop; the weights'
 // gradients are summed one addmm a step), the sigmoids and tanh ATen's vectorised ones on whole
 // [B, .] buffers, every other elementwise part a loop over the B x D units; lerp rounds as
 // torch's (e = 0 leaves an exact copy). Built with -ffp-contract=off: equal to the PyTorch path
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common.h"
+#include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 
 namespace {
 
@@ -48,9 +49,9 @@ std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const
   at::Tensor mt = at::empty({B}, opts), soft = at::empty({B, D}, opts);
   // the per-step path's scalars: lam and D in the tensor's dtype, the thresholds compared in it
   const T lam = T(lam_d), hi = T(1.0 - eps), lo = T(eps), DT = T(D);
-  const at::Tensor w_t = before ? whh.narrow(0, 0, 2 * D).t() : whh.t();
-  const at::Tensor wn_t = before ? whh.narrow(0, 2 * D, D).t() : at::Tensor();
-  const at::Tensor wih_t = masked ? wih.t() : at::Tensor();
+  const at::Tensor w_t = (before ? whh.narrow(0, 0, 2 * D).t() : whh.t()).contiguous();
+  const at::Tensor wn_t = before ? whh.narrow(0, 2 * D, D).t().contiguous() : at::Tensor();
+  const at::Tensor wih_t = masked ? wih.t().contiguous() : at::Tensor();  // rows: gemm512
   const T* pp = P.data_ptr<T>();
   const T* whp = wh.data_ptr<T>();
   T *mp = mt.data_ptr<T>(), *sp = soft.data_ptr<T>(), *Mp = M.data_ptr<T>();
@@ -85,14 +86,14 @@ std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const
         for (int64_t j = 0; j < D; ++j) ex[j] = e[j] * x[j];
       }
     }
-    if (masked) at::addmm_out(XP, bias, EX.select(0, t), wih_t);
+    if (masked) addmm_into(XP, bias, EX.select(0, t), wih_t);
     const T* xpp = masked ? XP.data_ptr<T>() : pp + t * B * G + 1;
     const int64_t xs = masked ? D3 : G;  // a row of xp
     const int64_t hps = HP.size(1);
     at::Tensor a = A.select(0, t), xq = X.select(0, t);
     T* ap = a.data_ptr<T>();
     T* xqp = xq.data_ptr<T>();
-    at::mm_out(HP, HB.select(0, t), w_t);
+    mm_into(HP, HB.select(0, t), w_t, false);
     const T* hpp = HP.data_ptr<T>();
     for (int64_t b = 0; b < B; ++b) {
 #pragma omp simd
@@ -104,7 +105,7 @@ std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) xqp[b * D + j] = ap[b * D3 + j] * hbp[b * D + j];
       }
-      at::mm_out(QN, xq, wn_t);  // W_n (r * hb)
+      mm_into(QN, xq, wn_t, false);  // W_n (r * hb)
     }
     const T* np = before ? QN.data_ptr<T>() : hpp + 2 * D;
     const int64_t ns = before ? D : D3;
@@ -213,7 +214,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
       }
     }
     if (before) {
-      at::mm_out(DQ, DHP.narrow(1, 2 * D, D), whh.narrow(0, 2 * D, D));  // d(r * hb)
+      mm_into(DQ, DHP.narrow(1, 2 * D, D), whh.narrow(0, 2 * D, D), false);  // d(r * hb)
       const T* dqp = DQ.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
         const T* g = ap + b * D3;
@@ -228,20 +229,20 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
           dx[j] = dw[j] = dq * hb[j] * (T(1) - r) * r;
         }
       }
-      at::mm_out(MMH, DHP.narrow(1, 0, 2 * D), whh.narrow(0, 0, 2 * D));
+      mm_into(MMH, DHP.narrow(1, 0, 2 * D), whh.narrow(0, 0, 2 * D), false);
     } else {
-      at::mm_out(MMH, DHP, whh);
+      mm_into(MMH, DHP, whh, false);
     }
     const at::Tensor hb_t = HB.select(0, t);
     if (before) {  // dW_rz += dHP_rz^T hb, dW_n += dn-pre^T (r * hb)
-      dwhh.narrow(0, 0, 2 * D).addmm_(DHP.narrow(1, 0, 2 * D).t(), hb_t);
-      dwhh.narrow(0, 2 * D, D).addmm_(DHP.narrow(1, 2 * D, D).t(), X.select(0, t));
+      mm_into(dwhh.narrow(0, 0, 2 * D), DHP.narrow(1, 0, 2 * D).t(), hb_t, true);
+      mm_into(dwhh.narrow(0, 2 * D, D), DHP.narrow(1, 2 * D, D).t(), X.select(0, t), true);
     } else {
-      dwhh.addmm_(DHP.t(), hb_t);  // dW += dHP^T hb
+      mm_into(dwhh, DHP.t(), hb_t, true);  // dW += dHP^T hb
     }
     if (masked) {
-      at::mm_out(DEX, DXP, wih);  // x-bar's gradient
-      dwih.addmm_(DXP.t(), EX.select(0, t));  // dW_i += dxp^T (e * x)
+      mm_into(DEX, DXP, wih, false);  // x-bar's gradient
+      mm_into(dwih, DXP.t(), EX.select(0, t), true);  // dW_i += dxp^T (e * x)
       T* db = dbias.data_ptr<T>();
       for (int64_t b = 0; b < B; ++b) {
 #pragma omp simd
@@ -321,6 +322,7 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
+  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
   mod.def("forward", &sequence_forward, "VC-RNN training sequence: hs, m, e, HB, A, X, EX");
   mod.def("backward", &sequence_backward, "its gradients: P, x, h0, W_h, w_h, W_i, b_i");
 }
