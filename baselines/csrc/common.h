@@ -21,7 +21,9 @@ static inline T sigmoid(T v) {
 
 // torch's lerp: a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w) (an exact copy of a where
 // w is 0, of b where w is 1).
+// Not named lerp: C++20's std::lerp (rounded otherwise, branchy, not vectorised) is ::lerp too
+// (libstdc++'s math.h), and a float overload beats this template.
 template <typename T>
-static inline T lerp(T a, T b, T w) {
+static inline T torch_lerp(T a, T b, T w) {
   return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w);
 }

@@ -19,7 +19,8 @@
 // regulariser), acc_x_T, h^_T and acc_h_T; ``backward`` writes out the gradient of p, M_0,
 // h_0, h^_0, acc_h_0 and W_h from those of hs, dhs, acc_x_T, h^_T and acc_h_T: plain autograd
 // through the thresholded deltas, zero through a cut one (``torch.where``'s backward). The
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way; W_h's gradient one matmul over all steps),
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way; W_h's
+// gradient one matmul over all steps),
 // sigmoid and tanh ATen's vectorised ones on whole [B, .] buffers, the rest plain loops over the
 // B x D units; lerp rounds as torch's scalar lerp. Built with -ffp-contract=off: equal to the
 // PyTorch path to float rounding (the memories and the gradients are summed in another order),
@@ -30,7 +31,7 @@
 // reads is time-major: A [T, B, 3D], the gates r, z, n; N [T, B, D], acc_h[n] after the step's
 // addmm (the W_hn h^ that r multiplies); K [T, B, D], the keep decisions (1 or 0).
 #include <torch/extension.h>
-#include "common.h"  // lerp
+#include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
@@ -132,7 +133,7 @@ std::vector<at::Tensor> forward(const at::Tensor& proj, const at::Tensor& m0,
       const T* h = hrow0 + b * hstride;
       T* hn = hn0 + b * S * D;
 #pragma omp simd
-      for (int64_t j = 0; j < D; ++j) hn[j] = lerp(g[2 * D + j], h[j], g[D + j]);
+      for (int64_t j = 0; j < D; ++j) hn[j] = torch_lerp(g[2 * D + j], h[j], g[D + j]);
     }
   }
   return {hs, dhs, acc_x, h_hat, acc, A, N, K};

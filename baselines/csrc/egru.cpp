@@ -9,7 +9,8 @@
 // ``backward`` writes out with H's pseudo-derivative ``dampening * max(0, 1 - support |v|)``
 // (v = c~ - theta): the gradients of wx, c_0, y_0, R, b' and theta, given those of the events'
 // values y, the events o themselves (the event rate and regulariser read them) and c_T. The
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step forward, one mm per step backward, R's gradient one mm
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step forward, one mm per
+// step backward, R's gradient one mm
 // over all steps), tanh and sigmoid ATen's vectorised ones on whole [B, .] buffers, every other
 // elementwise part a plain loop over the B x D units; lerp rounds as torch's scalar lerp. Built
 // with -ffp-contract=off: equal to the PyTorch path to float rounding (its addcmul and lerp may
@@ -21,7 +22,7 @@
 // states after the reset, A [S, B, 3D] the gate activations z, r, g, HG [S, B, D] the reset
 // gate's operand rh_g, CT [S, B, D] c~.
 #include <torch/extension.h>
-#include "common.h"  // lerp
+#include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
@@ -80,7 +81,7 @@ std::vector<at::Tensor> forward(const at::Tensor& wx, const at::Tensor& c0, cons
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
         const int64_t i = b * D + j;
-        const T c = lerp(g[2 * D + j], cp[i], g[j]);  // z c + (1 - z) g
+        const T c = torch_lerp(g[2 * D + j], cp[i], g[j]);  // z c + (1 - z) g
         const T e = c - th[j] > T(0) ? T(1) : T(0);  // H(c~ - theta), H(0) = 0
         ct[i] = c;
         o[j] = e;

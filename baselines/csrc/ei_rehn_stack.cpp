@@ -8,7 +8,8 @@
 // The layers:
 // Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/_ei_rehn_stack.py (the equations
 // are in its docstring; the Python code is the reference), without a Python call per layer: the
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; into preallocated buffers; the weight
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; into preallocated buffers; the
+// weight
 // gradients one matmul per weight over the stacked rows of every layer), tanh and sigmoid are
 // ATen's vectorised ``at::tanh_out`` / ``at::sigmoid_out`` on whole [B, .] buffers (the same
 // values as torch's), and every other elementwise part of a layer is a plain fused loop over its

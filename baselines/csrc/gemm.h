@@ -89,8 +89,11 @@ inline void panel512(int nv, int64_t K, const float* A, int64_t ars, int64_t acs
 // Row-major C [M, N] (+)= A [M, K] B [K, N], A(i, k) = A[i ars + k acs] (so either orientation),
 // B's rows ldb apart: panels of 6 rows x 64 columns over chunks of 256 k (a chunk of B stays in
 // the L2 cache while every row block passes over it). K >= 1.
-inline void gemm512(int64_t M, int64_t N, int64_t K, const float* A, int64_t ars, int64_t acs,
-             const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+// Kept out of its callers' long loop bodies, where the accumulators would compete for registers.
+__attribute__((noinline)) inline void gemm512(int64_t M, int64_t N, int64_t K, const float* A,
+                                               int64_t ars, int64_t acs, const float* B,
+                                               int64_t ldb, bool accumulate, float* C,
+                                               int64_t ldc) {
   constexpr int64_t KC = 256, MR = 6;
   for (int64_t k0 = 0; k0 < K; k0 += KC) {
     const int64_t kc = std::min(KC, K - k0);

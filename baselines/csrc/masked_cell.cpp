@@ -33,7 +33,7 @@
 // activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~); C [T + 1, B, D], the LSTM's
 // cell states.
 #include <torch/extension.h>
-#include "common.h"  // lerp
+#include "common.h"  // torch_lerp
 #include "gemm.h"  // gemm512, matmul_mode
 // at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
 #if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
@@ -172,7 +172,8 @@ void mm(bool ta, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const
       dgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
     return;
   }
-  at::Tensor c = view(C, M, N, ldc, false), a = view(A, M, K, lda, ta), b = view(B, K, N, ldb, false);
+  at::Tensor c = view(C, M, N, ldc, false), a = view(A, M, K, lda, ta);
+  at::Tensor b = view(B, K, N, ldb, false);
   if (accumulate)
     c.addmm_(a, b);
   else
@@ -243,7 +244,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
             const T fc = g[D + j] * cp[i], ig = g[j] * g[2 * D + j];
             const T ct = fc + ig;  // eq. 8 of Phased LSTM
             tc[i] = ct;
-            cn[i] = lerp(cp[i], ct, w[j]);
+            cn[i] = torch_lerp(cp[i], ct, w[j]);
           }
         }
         tanh_(tc, B * D);
@@ -262,10 +263,10 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
         if (cell == TANH)
           cand = g[j];
         else if (cell == GRU)
-          cand = lerp(g[2 * D + j], hrow[j], g[D + j]);
+          cand = torch_lerp(g[2 * D + j], hrow[j], g[D + j]);
         else
           cand = g[3 * D + j] * xs[b * D + j];
-        out[j] = lerp(hrow[j], cand, w[j]);
+        out[j] = torch_lerp(hrow[j], cand, w[j]);
       }
       if (hn != nullptr) std::memcpy(hn + b * D, out, D * sizeof(T));
     }
@@ -321,7 +322,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         if (cell == TANH)
           cand = g[j];
         else if (cell == GRU)
-          cand = lerp(g[2 * D + j], hprev, g[D + j]);
+          cand = torch_lerp(g[2 * D + j], hprev, g[D + j]);
         else
           cand = g[3 * D + j] * xs[i];
         const T dcand = dht * u;  // lerp's backward: (1 - w), w, end - self

@@ -10,7 +10,8 @@
 // ``backward`` writes out: the gradients of xp, h_0, the recurrent weight and w_u, given those of
 // every h_t and of the mask u (the budget reads u). u's gradient is the straight-through one:
 // the hard sigmoid's, a / 2 where 0 <= q <= 1 (torch's clamp passes its bounds), 0 where clipped.
-// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, two for the reset-before form), tanh and sigmoid
+// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, two
+// for the reset-before form), tanh and sigmoid
 // ATen's vectorised ones on whole [B, .] buffers, every other elementwise part a plain loop over
 // the B x D units; lerp rounds as torch's scalar lerp (an exact copy where u is 0). Built with
 // -ffp-contract=off: equal to the PyTorch path to float rounding, not bit for bit.
@@ -21,7 +22,7 @@
 // gate's recurrent input (after: W_n h; before: r * h); P [T, B, D], 1 where the clip passes the
 // gradient, else 0.
 #include <torch/extension.h>
-#include "common.h"  // lerp
+#include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
@@ -32,7 +33,7 @@ namespace {
 template <typename T, bool before>
 inline T candidate(const T* g, int64_t D, int64_t j, T h) {
   const T z = g[D + j], n = g[2 * D + j];
-  return before ? (T(1) - z) * n + z * h : lerp(n, h, z);
+  return before ? (T(1) - z) * n + z * h : torch_lerp(n, h, z);
 }
 
 template <typename T, bool before>
@@ -108,7 +109,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0,
         const T uj = q > T(0.5) ? T(1) : T(0);  // clip(q, 0, 1) > 0.5, NaN gives 0
         u[j] = uj;
         pp[b * D + j] = q >= T(0) && q <= T(1) ? T(1) : T(0);
-        hnew[j] = lerp(hprev, candidate<T, before>(gb, D, j, hprev), uj);
+        hnew[j] = torch_lerp(hprev, candidate<T, before>(gb, D, j, hprev), uj);
       }
     }
   }

@@ -14,7 +14,8 @@
 // takes through the per-step PyTorch code (the reference): of the input terms xp, the initial
 // state (h, h~, u, P, C), W_hh, w_p and b_p, from the gradients of the outputs h_t, the mask
 // (u's STE gradient, summed over the units) and the final state's h~_T, P_{T-1} and C_T.
-// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, and W_hh's gradient one matmul over all steps),
+// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, and
+// W_hh's gradient one matmul over all steps),
 // tanh and sigmoid of the GRU ATen's vectorised ones on whole [B, .] buffers, every other
 // elementwise part a plain loop over the B x D units or the B sequences; lerp rounds as torch's
 // scalar lerp (an exact copy where u is 0 or 1). Built with -ffp-contract=off: equal to the
@@ -27,7 +28,7 @@
 // activations r, z, n, X [T, B, D] the GRU's W_n h (after) or r h (before), and Z [T, B, 5] the
 // per-sequence scalars p, P, C_{t-1}, u~, u of every step.
 #include <torch/extension.h>
-#include "common.h"  // lerp, sigmoid, dot
+#include "common.h"  // torch_lerp, sigmoid, dot
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
 #include <vector>
@@ -71,7 +72,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
     const int64_t ustride = t == 0 ? 1 : NZ;
     for (int64_t b = 0; b < B; ++b) {  // the gate: scalars per sequence
       const T p = sigmoid(dot(wpp, nprev + b * D, D) + bp);
-      const T P = lerp(upp[b], p, uprev[b * ustride]);
+      const T P = torch_lerp(upp[b], p, uprev[b * ustride]);
       const T C = cp[b], om = T(1) - C;
       const T ut = C + (P <= om ? P : om);
       const T u = std::nearbyint(ut);
@@ -130,9 +131,9 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
         const T n = g[2 * D + j], zg = g[D + j];
-        const T c = form == AFTER ? lerp(n, hrow[j], zg) : (T(1) - zg) * n + zg * hrow[j];
+        const T c = form == AFTER ? torch_lerp(n, hrow[j], zg) : (T(1) - zg) * n + zg * hrow[j];
         cand[j] = c;
-        hnew[j] = lerp(hrow[j], c, u);
+        hnew[j] = torch_lerp(hrow[j], c, u);
         mrow[j] = u;
       }
     }

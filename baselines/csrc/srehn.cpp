@@ -1,5 +1,6 @@
 // SREHN's training forward over a whole sequence, forward and backward, loaded by
-// baselines/_srehn.py (``srehn_kernel``), which SREHN's training runs (baselines/srehn.py). Each step
+// baselines/_srehn.py (``srehn_kernel``), which SREHN's training runs (baselines/srehn.py). Each
+// step
 // is SREHN's ``_step`` at the fixed depth R = r_max (``adaptive=False``, the sequence forward's
 // path, the reference):
 //     alpha_t = sigmoid(p_a + h W_a,h^T)                                   eq. 14
@@ -28,7 +29,7 @@
 // (alpha_t), DG, MG, EG [T, B, R, D] (the gate's d, m = 1 - e^{-u} and e^q, as in ``_gate``),
 // HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, 2, B, D] (s, tau).
 #include <torch/extension.h>
-#include "common.h"  // lerp
+#include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, mm_new: the matmuls
 #include <algorithm>
 #include <cmath>
@@ -121,7 +122,7 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
           const T s = sp[b * D + j], tau = tp[b * D + j];
           srow[j] = s;
           trow[j] = tau;
-          hrow[j] = lerp(hrow[j], s, drow[j] * tau);  // eqs. 10, 9
+          hrow[j] = torch_lerp(hrow[j], s, drow[j] * tau);  // eqs. 10, 9
         }
         if (next != nullptr) std::copy(hrow, hrow + D, next + b * D);
         if (last) std::copy(hrow, hrow + D, hsp + (b * S + t) * D);

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common.h"  // dot, sigmoid, lerp
+#include "common.h"  // dot, sigmoid, torch_lerp
 
 // One sequence. hh [D, 3, D] and ih [D, 3, V+1] are unit-major GRU rows (gates r, z, n; input
 // rows end in the bias); sched_h [D]; sched_x [T] = w_x . x_t + b; xs [T, V+1] = [x_t, 1];
@@ -77,7 +77,7 @@ static void run(const scalar_t* hh, const scalar_t* ih, const scalar_t* sched_h,
       }
       for (int64_t i = 0; i < k; ++i) {
         const scalar_t n = std::tanh(xn[i] + dot(hh + i * 3 * D + 2 * D, rh.data(), k));
-        hn[i] = lerp(h[i], lerp(n, hbar[i], z[i]), e[i]);
+        hn[i] = torch_lerp(h[i], torch_lerp(n, hbar[i], z[i]), e[i]);
       }
     } else {
       for (int64_t i = 0; i < k; ++i) {
@@ -85,7 +85,8 @@ static void run(const scalar_t* hh, const scalar_t* ih, const scalar_t* sched_h,
         const scalar_t r = sigmoid(xr[i] + dot(wr, hbar.data(), k));
         const scalar_t zi = sigmoid(xz[i] + dot(wr + D, hbar.data(), k));
         const scalar_t n = std::tanh(xn[i] + r * dot(wr + 2 * D, hbar.data(), k));
-        hn[i] = lerp(h[i], lerp(n, hbar[i], zi), e[i]);  // e = 0 or 1: h or the candidate
+        // e = 0 or 1: h or the candidate
+        hn[i] = torch_lerp(h[i], torch_lerp(n, hbar[i], zi), e[i]);
       }
     }
     for (int64_t i = k; i < D; ++i) hn[i] = h[i];  // skipped units: an exact copy

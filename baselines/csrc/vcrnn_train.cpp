@@ -11,7 +11,8 @@
 //     h_t = lerp(h, c, e)
 // and ``backward`` its exact gradient, the one autograd takes through those ops: Thr_eps passes
 // the gradient where eps <= soft <= 1 - eps (where 0 < e < 1: torch.where's), 0 elsewhere. The
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; per step the scheduler's dot product is a plain loop; the weights'
+// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; per step the scheduler's dot
+// product is a plain loop; the weights'
 // gradients are summed one addmm a step), the sigmoids and tanh ATen's vectorised ones on whole
 // [B, .] buffers, every other elementwise part a loop over the B x D units; lerp rounds as
 // torch's (e = 0 leaves an exact copy). Built with -ffp-contract=off: equal to the PyTorch path
@@ -131,8 +132,8 @@ std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) {
         const T z = g[D + j], n = g[2 * D + j];
-        const T cand = before ? (T(1) - z) * n + z * hb[j] : lerp(n, hb[j], z);
-        hn[j] = lerp(hrow[j], cand, e[j]);
+        const T cand = before ? (T(1) - z) * n + z * hb[j] : torch_lerp(n, hb[j], z);
+        hn[j] = torch_lerp(hrow[j], cand, e[j]);
       }
     }
   }
@@ -194,7 +195,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
         const int64_t i = b * D + j;
         const T r = g[j], z = g[D + j], n = g[2 * D + j], u = e[j], hprev = hrow[j];
         const T dht = go[j] + dhp[i];
-        const T cand = before ? (T(1) - z) * n + z * hb[j] : lerp(n, hb[j], z);
+        const T cand = before ? (T(1) - z) * n + z * hb[j] : torch_lerp(n, hb[j], z);
         const T dcand = dht * u;  // lerp's backward: (1 - w), w, end - self
         basep[i] = dht * (T(1) - u);
         dep[i] = dht * (cand - hprev);
