@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -117,7 +118,6 @@ def test_the_build_key_covers_the_shared_header(tmp_path):
 
 def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
     import fnmatch
-    import re
     import sys
     from pathlib import Path
 
@@ -142,6 +142,21 @@ def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
         for name in [source, *included]:
             assert (kernels.CSRC / name).is_file(), name
             assert any(fnmatch.fnmatch(f"csrc/{name}", g) for g in globs), (name, globs)
+
+
+def test_no_kernel_calls_a_bare_lerp():
+    """The kernels round as torch's lerp with ``torch_lerp`` (csrc/common.h). A bare ``lerp(``
+    would be C++20's ``std::lerp`` wherever libstdc++'s math.h makes it global (its float
+    overload beats a template): other rounding, not vectorised; the values agree within the
+    tests' tolerances, so only this check sees it."""
+    bare = re.compile(r"(?<![\w.:>])lerp\(")
+    found = [
+        f"{f.name}:{i}"
+        for f in sorted([*kernels.CSRC.glob("*.cpp"), *kernels.CSRC.glob("*.h")])
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if bare.search(line.split("//")[0])
+    ]
+    assert found == []
 
 
 @pytest.mark.kernel
