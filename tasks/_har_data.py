@@ -38,15 +38,25 @@ CHANNELS = tuple(f"{s}_{a}" for s in ("body_acc", "body_gyro", "total_acc") for 
 HAPT_RAW_DIGEST = "64088bcf0d7d910bdaafecd29568b4929ab0c408c3a98b95fb9f56928f4a7d1f"
 
 
-def parse_rows(path: Path, cols: int) -> np.ndarray:
-    """A whitespace-separated numeric file (``NAME`` or ``NAME.gz``) as ``[rows, cols]`` floats."""
-    import pandas as pd  # its C parser reads these files about 4x faster than numpy
+def parse_rows(path: Path, cols: int, small: bool = False) -> np.ndarray:
+    """A whitespace-separated numeric file (``NAME`` or ``NAME.gz``) as ``[rows, cols]`` floats.
 
+    pandas' C parser reads the recordings about 4x faster than numpy; a ``small`` file (HAPT's
+    labels.txt, 22 KB, read by every process of a sweep that plans or trains HAR) numpy reads in
+    a millisecond, where importing pandas takes 0.1 s."""
     p = find_file(path)
     try:
-        arr = pd.read_csv(p, sep=r"\s+", header=None, dtype=np.float64).to_numpy()
-    except (ValueError, OSError, EOFError, zlib.error) as e:  # bad numbers, bad gzip, empty
-        raise DataError(f"corrupt data file {p}: {str(e).splitlines()[0]}") from None
+        if small:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # numpy only warns of an empty file
+                arr = np.loadtxt(p, ndmin=2)
+        else:
+            import pandas as pd
+
+            arr = pd.read_csv(p, sep=r"\s+", header=None, dtype=np.float64).to_numpy()
+    except (ValueError, UserWarning, OSError, EOFError, zlib.error) as e:  # bad numbers, empty
+        why = str(e).splitlines()[0].split("; use `usecols`")[0]  # numpy's advice is not ours
+        raise DataError(f"corrupt data file {p}: {why}") from None
     if arr.shape[1] != cols or not np.isfinite(arr).all():  # short rows are padded with NaN
         raise DataError(f"corrupt data file {p}: expected {cols} finite numbers on every row")
     return arr
@@ -79,21 +89,9 @@ def load_uci(folder: Path) -> dict[str, np.ndarray]:
 
 # --- source 2: rebuilt from the HAPT raw recordings ----------------------------------------------
 def hapt_labels(folder: Path) -> np.ndarray:
-    """``labels.txt`` rows (experiment, user, activity, start, end), 1-based inclusive.
-
-    The file is small (22 KB): numpy reads it in a millisecond, where ``parse_rows`` would import
-    pandas (0.1 s, in each process of a sweep that plans or trains HAR)."""
-    path = find_file(folder / "RawData" / "labels.txt")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # numpy only warns of an empty file
-            labels = np.loadtxt(path, ndmin=2)
-    except (ValueError, UserWarning, OSError, EOFError, zlib.error) as e:
-        why = str(e).splitlines()[0].split("; use `usecols`")[0]  # numpy's advice is not ours
-        raise DataError(f"corrupt data file {path}: {why}") from None
-    if labels.shape[1] != 5 or not np.isfinite(labels).all():
-        raise DataError(f"corrupt data file {path}: expected 5 finite numbers on every row")
-    labels = labels.astype(np.int64)
+    """``labels.txt`` rows (experiment, user, activity, start, end), 1-based inclusive."""
+    path = folder / "RawData" / "labels.txt"
+    labels = parse_rows(path, 5, small=True).astype(np.int64)
     if (labels[:, 3] < 1).any() or (labels[:, 4] < labels[:, 3]).any():
         raise DataError(f"corrupt data file {path}: bad segment bounds")
     return labels
