@@ -452,44 +452,39 @@ def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(fresh_kern
 
     assert layers <= R_MAX
     for kernel in with_matmul(ei_rehn_kernel_or_skip(), matmul):
-        check_ei_rehn_stack(kernel, fresh_kernel, layers, R_MAX, _randomised)
-
-
-def check_ei_rehn_stack(kernel, fresh_kernel, layers, R_MAX, _randomised):
-    """The body of the test above, for one way of the matmuls."""
-    assert list(fresh_kernel.glob("ei_rehn_stack-*/*.so")), "not built into the fresh cache dir"
-    for dtype, tol in ((torch.float64, None), (torch.float32, 1e-5)):
-        m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype)
-        x, h, d, args = stack_inputs(m, layers, dtype)
-        assert (args[1] == 0).any() and (args[1] > 0).any()
-        fused = ei_stack.stack_layers(*args)
-        assert type(fused.grad_fn).__name__ == "_FusedStackBackward"
-        python = ei_stack._Stack.apply(*args)
-        leaves = [h, d, *m.parameters()]
-        w = torch.randn_like(fused)
-        grads = [
-            torch.autograd.grad((y * w).sum(), leaves, allow_unused=True, retain_graph=True)
-            for y in (fused, python)
-        ]
-        refs = [(python, grads[1])]
-        if dtype == torch.float64:
-            eqs = m._layers(x, h, d, layers)
-            refs.append((eqs, torch.autograd.grad((eqs * w).sum(), leaves, allow_unused=True)))
-        for want, g_want in refs:
-            rtol, atol = (0, 1e-13) if tol is None else (tol, tol)
-            torch.testing.assert_close(fused, want, rtol=rtol, atol=atol)
-            for i, (a, b) in enumerate(zip(grads[0], g_want, strict=True)):
-                a = torch.zeros_like(leaves[i]) if a is None else a
-                b = torch.zeros_like(leaves[i]) if b is None else b
-                rtol, atol = (1e-11, 1e-13) if tol is None else (tol, tol)
-                torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"input {i} {dtype}")
-        assert torch.all(grads[0][1][:, layers:] == 0)  # the layers not run get no gradient
-        # the kernel's own gradients: bias's is None where one layer ran, as _Stack's
-        contiguous = [a.detach().contiguous() for a in args]
-        out, *saved = kernel.forward(*contiguous)
-        d_, w0, proj, hyper = contiguous[1], contiguous[3], contiguous[5], contiguous[7]
-        got = kernel.backward(torch.ones_like(out), d_, w0, proj, hyper, *saved)
-        assert len(got) == 10 and (got[4] is None) == (layers == 1)
+        assert list(fresh_kernel.glob("ei_rehn_stack-*/*.so")), "not built into the fresh cache dir"
+        for dtype, tol in ((torch.float64, None), (torch.float32, 1e-5)):
+            m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype)
+            x, h, d, args = stack_inputs(m, layers, dtype)
+            assert (args[1] == 0).any() and (args[1] > 0).any()
+            fused = ei_stack.stack_layers(*args)
+            assert type(fused.grad_fn).__name__ == "_FusedStackBackward"
+            python = ei_stack._Stack.apply(*args)
+            leaves = [h, d, *m.parameters()]
+            w = torch.randn_like(fused)
+            grads = [
+                torch.autograd.grad((y * w).sum(), leaves, allow_unused=True, retain_graph=True)
+                for y in (fused, python)
+            ]
+            refs = [(python, grads[1])]
+            if dtype == torch.float64:
+                eqs = m._layers(x, h, d, layers)
+                refs.append((eqs, torch.autograd.grad((eqs * w).sum(), leaves, allow_unused=True)))
+            for want, g_want in refs:
+                rtol, atol = (0, 1e-13) if tol is None else (tol, tol)
+                torch.testing.assert_close(fused, want, rtol=rtol, atol=atol)
+                for i, (a, b) in enumerate(zip(grads[0], g_want, strict=True)):
+                    a = torch.zeros_like(leaves[i]) if a is None else a
+                    b = torch.zeros_like(leaves[i]) if b is None else b
+                    rtol, atol = (1e-11, 1e-13) if tol is None else (tol, tol)
+                    torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"input {i} {dtype}")
+            assert torch.all(grads[0][1][:, layers:] == 0)  # the layers not run get no gradient
+            # the kernel's own gradients: bias's is None where one layer ran, as _Stack's
+            contiguous = [a.detach().contiguous() for a in args]
+            out, *saved = kernel.forward(*contiguous)
+            d_, w0, proj, hyper = contiguous[1], contiguous[3], contiguous[5], contiguous[7]
+            got = kernel.backward(torch.ones_like(out), d_, w0, proj, hyper, *saved)
+            assert len(got) == 10 and (got[4] is None) == (layers == 1)
 
 
 def step_case(case: str, dtype: torch.dtype, B: int = 5):
