@@ -108,6 +108,51 @@ def test_a_pool_worker_has_the_environment_of_its_driver_not_of_the_fork_server(
     ]
 
 
+def _gc_worker(*args):
+    """A pool worker whose record is its garbage collector's state as its first run starts."""
+    import gc
+
+    from harness.executors import pool
+
+    def serve(cfg_dict, run):
+        full = gc.get_stats()[2]["collections"]  # inherited from the fork server with the rest
+        return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count(), "full": full}
+
+    pool._worker(*args, serve=serve)
+
+
+def test_a_pool_worker_inherits_no_collection_and_freezes_what_the_server_imported():
+    # the fork server imports torch with the collector paused (server_gc); a worker freezes
+    # the server's objects, so that its own collections never traverse them, and collects
+    from harness.executors import pool
+
+    if pool.context().get_start_method() != "forkserver":
+        pytest.skip("no fork server here: workers are spawned")
+
+    class Gc(pool.PoolExecutor):
+        worker = staticmethod(_gc_worker)
+
+    (state,) = drive(Gc(RunOptions(), ExecutorOptions(workers=1)), CONFIGS[:1])
+    assert state["enabled"] and state["full"] == 0, state
+    assert state["frozen"] > 100_000, state  # torch's objects, among them
+
+
+def test_a_local_sweep_freezes_what_its_runs_import_until_it_ends():
+    # local.prepare imports torch._dynamo (the first Adam's) with the collector paused and
+    # freezes; close unfreezes: nothing stays frozen in a process that goes on (a notebook)
+    import gc
+    import sys
+
+    ex = make_executor("local", RunOptions(), ExecutorOptions())
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    ex.prepare(CONFIGS[:1])
+    assert gc.get_freeze_count() > 100_000 and "torch._dynamo" in sys.modules
+    assert gc.isenabled()
+    drive(ex, CONFIGS[:1])  # its close
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
 def test_a_pool_worker_ends_once_its_driver_is_gone():
     # its parent is the fork server, which outlives the driver while a worker lives: the worker
     # watches the driver's end of its liveness pipe, which closes however the driver ends

@@ -9,7 +9,8 @@ out the parts it calls), in wall seconds summed over the runs:
   imports the training code here) and ``record``: the record's assembly (``training.train.run``:
   its start, code version, checkpoint bookkeeping, its end);
 - ``data``: the task built and its data read, generated and split; ``model``: the model built;
-- ``optimiser``: Adam built (a process's first one imports ``torch._dynamo``, 1-3 s);
+- ``optimiser``: Adam built (the ``torch._dynamo`` it imports is imported before the first run:
+  ``harness.executors.base.warm_up``);
 - ``epochs``: the training epochs; ``evaluation``: validation after each epoch and the test;
 - ``write``: the record appended to the store, ``fsync``: its fsyncs (inside ``write``).
 

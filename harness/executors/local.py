@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
@@ -14,6 +15,7 @@ from harness.executors.base import (
     register_executor,
     require_cuda,
     run_one,
+    warm_up,
 )
 
 
@@ -36,9 +38,16 @@ class LocalExecutor:
         self.run = run
         self._queued: tuple[int, dict[str, Any], EpochCallback | None] | None = None
         self._next = 0
+        self._frozen = False
 
     def prepare(self, cfgs: list[Any]) -> None:
-        """Build the compiled kernels the runs train with before the first (``build_kernels``)."""
+        """Make ready for the first run: its imports, then the compiled kernels it trains with.
+
+        The imports (``warm_up``) freeze this process's objects until ``close``; the kernels are
+        built or loaded (``build_kernels``).
+        """
+        warm_up()
+        self._frozen = True
         build_kernels(cfgs, self.run)
 
     def slots(self) -> int:
@@ -67,4 +76,7 @@ class LocalExecutor:
         self._queued = None
 
     def close(self) -> None:
-        """Nothing to release."""
+        """End the freeze ``prepare`` made: what it froze is collectable again."""
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False

@@ -1,29 +1,30 @@
 """``pool``: the runs of a sweep in worker processes on this machine.
 
-Each worker is a process forked from a fork server (``multiprocessing``'s ``forkserver``: a
-clean process that imported the training code, torch and ``torch._dynamo`` among them, and ran
-no torch op, so no thread pool exists at the fork; torch and a plain fork of the driver do not
-mix). ``harness run`` starts the server early (``start_early``), while the driver plans the
-sweep, so that each worker starts in milliseconds, a replacement one too; it ends the server
-at once on bad input and at its exit. A worker takes one
-run at a time over a pipe and sends its record back; it holds the run it trains and the next
-one (``DEPTH``), so that it goes on at once while the driver appends the record it sent (the
-record's fsync, the progress line, claiming the next run); the driver builds the compiled
-kernels before the first run (``prepare``). The pool knows which worker holds which runs, so a
-worker that dies in the middle (the kernel's out-of-memory killer, a segmentation fault in a
-native library) gives the run it trained a failed record naming how it died, the run it held
-next goes to another worker, a fresh worker takes its place, and the sweep goes on. Workers end
-with the driver however it ends (``kill -9`` included: each watches a pipe whose other end only
-the driver holds, ``_exit_with_driver``; the server ends once neither the driver nor a worker
-is left), and at once when the sweep is interrupted. Where there is no fork server (Windows)
-the workers are spawned, each importing the training code itself.
+Each worker is a process forked from a fork server (``multiprocessing``'s ``forkserver``: a clean
+process that imported the training code, torch and ``torch._dynamo`` among them, and ran no torch
+op, so no thread pool exists at the fork; torch and a plain fork of the driver do not mix). The
+server imports with the garbage collector paused (``SERVER_GC``); each worker freezes what it
+inherited and turns the collector on (``warm_up``), as Python's documentation advises for processes
+forked without exec. ``harness run`` starts the server early (``start_early``), while the driver
+plans the sweep, so that each worker starts in milliseconds, a replacement one too; it ends the
+server at once on bad input and at its exit. A worker takes one run at a time over a pipe and sends
+its record back; it holds the run it trains and the next one (``DEPTH``), so that it goes on at once
+while the driver appends the record it sent (the record's fsync, the progress line, claiming the
+next run); the driver builds the compiled kernels before the first run (``prepare``). The pool knows
+which worker holds which runs, so a worker that dies in the middle (the kernel's out-of-memory
+killer, a segmentation fault in a native library) gives the run it trained a failed record naming
+how it died, the run it held next goes to another worker, a fresh worker takes its place, and the
+sweep goes on. Workers end with the driver however it ends (``kill -9`` included: each watches a
+pipe whose other end only the driver holds, ``_exit_with_driver``; the server ends once neither the
+driver nor a worker is left), and at once when the sweep is interrupted. Where there is no fork
+server (Windows) the workers are spawned, each importing the training code itself.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -35,9 +36,10 @@ from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
-from harness.components.registry import PLUGIN_PACKAGES, load_plugins
+from harness.components.registry import PLUGIN_PACKAGES
 from harness.errors import HarnessError
 from harness.executors.base import (
+    WARM,
     WORKERS,
     EpochCallback,
     ExecutorOptions,
@@ -47,13 +49,11 @@ from harness.executors.base import (
     register_executor,
     require_cuda,
     run_one,
+    warm_up,
 )
 
 DEPTH = 2  # the runs a worker holds: the one it trains and the next
-# what a process's first run imports: the training code (torch), torch._dynamo, which torch's
-# optimisers import at their first use (about as long as torch itself), and torch's extension
-# loader, which loads the compiled kernels (a tenth of a second, once per process)
-WARM = ("torch._dynamo", "harness.training.train", "torch.utils.cpp_extension")
+SERVER_GC = "harness.executors.server_gc"  # the server's first import: it makes no collection
 
 
 def context() -> Any:
@@ -66,7 +66,7 @@ def context() -> Any:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([*WARM, *PLUGIN_PACKAGES.values(), __name__])
+    ctx.set_forkserver_preload([SERVER_GC, *WARM, *PLUGIN_PACKAGES.values(), __name__])
     return ctx
 
 
@@ -96,7 +96,8 @@ def _worker(conn: Any, run: RunOptions, alive: Any, env: dict[str, str], serve: 
     _exit_with_driver(alive)
     os.environ.clear()
     os.environ.update(env)
-    warm_up()
+    warm_up()  # what the server imported (with no collection: SERVER_GC) is frozen here
+    gc.enable()
     serve = serve or run_one
     while True:
         try:
@@ -106,13 +107,6 @@ def _worker(conn: Any, run: RunOptions, alive: Any, env: dict[str, str], serve: 
         if cfg_dict is None:
             return
         conn.send(serve(cfg_dict, run))
-
-
-def warm_up() -> None:
-    """Import what a process's first run would, before it (``WARM``) and the plugins."""
-    for module in WARM:
-        importlib.import_module(module)
-    load_plugins()
 
 
 def _server() -> Any:
