@@ -8,6 +8,7 @@ inside the functions that need it, so that importing this module stays light.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import platform
 import subprocess
@@ -183,6 +184,37 @@ def flush_denormals() -> bool:
 
     _cpu["flush_denormal"] = bool(torch.set_flush_denormal(True))
     return _cpu["flush_denormal"]
+
+
+# glibc's ``mallopt`` parameters (malloc.h): the free memory at the top of the heap beyond which
+# ``free`` returns it to the OS, and the size from which an allocation gets its own mapping
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+_HOLD = 2**31 - 1  # the largest value mallopt takes (an int): 2 GiB
+
+
+@functools.lru_cache(maxsize=1)
+def hold_freed_memory() -> bool:
+    """Make this process reuse the memory it frees rather than return it to the OS (glibc).
+
+    By default glibc's malloc gives each block over its mmap threshold (128 KiB at first, rising
+    to at most 32 MiB as such blocks are freed) a mapping of its own, unmapped when freed, and
+    returns the top of its heap to the OS as soon as 128 KiB lie free there. A training step
+    frees its activations and allocates them again at the next, so each step's memory faults in
+    anew, page by page, zeroed by the kernel: the 96-run smoke sweep took 3.5 million page
+    faults, 5.7 of its 18.8 s spent in the kernel. With both thresholds at the most ``mallopt``
+    takes (2 GiB), what a step frees serves the next: 0.2 million faults, 13.4 s, and the same
+    peak memory (950 MiB). The process keeps its peak memory until it ends, as it keeps its
+    threads. Values are not touched: only where memory comes from.
+
+    Every training run calls this (``harness.training.train``), once per process in effect.
+
+    Returns:
+        Whether it was set: False where the C library is not glibc (macOS, musl, Windows).
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    mallopt = ctypes.CDLL(None).mallopt
+    return bool(mallopt(M_MMAP_THRESHOLD, _HOLD) and mallopt(M_TRIM_THRESHOLD, _HOLD))
 
 
 def environment(device: torch.device) -> dict[str, Any]:
