@@ -202,9 +202,9 @@ def hold_freed_memory() -> bool:
     frees its activations and allocates them again at the next, so each step's memory faults in
     anew, page by page, zeroed by the kernel: the 96-run smoke sweep took 3.5 million page
     faults, 5.7 of its 18.8 s spent in the kernel. With both thresholds at the most ``mallopt``
-    takes (2 GiB), what a step frees serves the next: 0.2 million faults, 13.4 s, and the same
-    peak memory (950 MiB). The process keeps its peak memory until it ends, as it keeps its
-    threads. Values are not touched: only where memory comes from.
+    takes (2 GiB), what a step frees serves the next: 0.2 million faults, 13.4 s, and about
+    the same peak memory (1000 MiB against 960). The process keeps its peak memory until it
+    ends, as it keeps its threads. Values are not touched: only where memory comes from.
 
     Every training run calls this (``harness.training.train``), once per process in effect.
 
