@@ -153,8 +153,9 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
-# Whether this process flushes subnormal floats to zero (``flush_denormals``).
-_cpu = {"flush_denormal": False}
+# Whether this process flushes subnormal floats to zero (``flush_denormals``) and holds the
+# memory it frees for reuse (``hold_freed_memory``): what ``run_conditions`` sets.
+_cpu = {"flush_denormal": False, "freed_memory_held": False}
 
 
 def set_seed(seed: int) -> None:
@@ -177,8 +178,8 @@ def flush_denormals() -> bool:
     x86 CPUs: the backward of torch's fused ``nn.GRU`` at batch 256, T = 500, D = 128 took about
     5 s with subnormals and 0.65 s without, and the time jumped between T = 150 and T = 200.
     Such values become 0, far below anything a metric shows. Every training run and every timing
-    calls this, so methods and fused references are measured alike; records say so in
-    ``env.flush_denormal``.
+    calls this (``run_conditions``), so methods and fused references are measured alike; records
+    say so in ``env.flush_denormal``.
     """
     import torch
 
@@ -206,15 +207,29 @@ def hold_freed_memory() -> bool:
     the same peak memory (1000 MiB against 960). The process keeps its peak memory until it
     ends, as it keeps its threads. Values are not touched: only where memory comes from.
 
-    Every training run calls this (``harness.training.train``), once per process in effect.
+    Every training run and every timing calls this (``run_conditions``), once per process in
+    effect; records say so in ``env.freed_memory_held``.
 
     Returns:
         Whether it was set: False where the C library is not glibc (macOS, musl, Windows).
     """
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    mallopt = ctypes.CDLL(None).mallopt
-    return bool(mallopt(M_MMAP_THRESHOLD, _HOLD) and mallopt(M_TRIM_THRESHOLD, _HOLD))
+    if platform.libc_ver()[0] == "glibc":
+        mallopt = ctypes.CDLL(None).mallopt
+        _cpu["freed_memory_held"] = bool(
+            mallopt(M_MMAP_THRESHOLD, _HOLD) and mallopt(M_TRIM_THRESHOLD, _HOLD)
+        )
+    return _cpu["freed_memory_held"]
+
+
+def run_conditions() -> bool:
+    """Set what every training run and every timing runs under, in this process.
+
+    Subnormal floats are flushed to zero (``flush_denormals``) and freed memory is held for
+    reuse (``hold_freed_memory``), so that a method and its fused reference are timed as the
+    training runs them. Returns whether subnormals are flushed.
+    """
+    hold_freed_memory()
+    return flush_denormals()
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -231,5 +246,6 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device_name": device_name(device),
         "threads": torch.get_num_threads(),
         "flush_denormal": _cpu["flush_denormal"],
+        "freed_memory_held": _cpu["freed_memory_held"],
         "platform": platform.platform(),
     }

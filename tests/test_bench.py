@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import platform
 
 import pytest
 import torch
@@ -30,6 +31,7 @@ RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite to
 }  # fmt: skip
 METHOD_KEYS = RECORD_KEYS | {"target"}  # a method's record; a reference's has "reference"
 GRU_LOOP = phases.REFERENCES[phases.STEP_LOOP]
+HELD = platform.libc_ver()[0] == "glibc"  # where run_conditions can hold freed memory
 LSTM_REF = phases.REFERENCES["LSTM"]
 RNN_REF = phases.REFERENCES["RNN"]
 
@@ -453,6 +455,7 @@ def test_run_bench_end_to_end_tiny(tmp_path):
         assert (r["rounds"], r["warmup_rounds"], r["iterations"]) == (3, 1, 1)
         assert r["env"]["threads"] == threads + 1 and r["bench_id"] == recs[0]["bench_id"]
         assert r["env"]["flush_denormal"] is True  # as the training runs
+        assert r["env"]["freed_memory_held"] is HELD  # as the training runs
     by = {(r["method"], r["phase"]): r for r in recs}
     for phase in ("inference", "train"):
         base = by[ref, phase]

@@ -6,6 +6,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+import platform
 import signal
 import socket
 
@@ -62,6 +63,8 @@ def test_process_pool_runs_one_thread_per_run_and_flushes_subnormals(serial):
     assert {r["env"]["threads"] for r in pooled} == {1}
     # every run flushes subnormals (x86: set_flush_denormal works), in the pool's fresh processes
     assert {r["env"]["flush_denormal"] for r in [*serial, *pooled]} == {True}
+    held = platform.libc_ver()[0] == "glibc"  # and hold the memory they free for reuse
+    assert {r["env"]["freed_memory_held"] for r in [*serial, *pooled]} == {held}
 
 
 def test_a_worker_killed_mid_run_is_that_runs_failed_record_and_the_pool_goes_on(monkeypatch):
@@ -195,7 +198,6 @@ print(json.dumps({"held": held, "before": before, "after": faults()}))
 
 
 def test_a_run_reuses_the_memory_it_freed_instead_of_faulting_it_in_again():
-    import platform
     import subprocess
     import sys
 

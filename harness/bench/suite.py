@@ -387,7 +387,7 @@ def run_bench(
     previous = torch.get_num_threads()
     if threads > 0:
         torch.set_num_threads(threads)
-    env.flush_denormals()  # as in training runs: methods and fused references alike
+    env.run_conditions()  # as in training runs: methods and fused references alike
     records: list[dict[str, Any]] = []
     failed: list[str] = []
     try:

@@ -33,7 +33,7 @@ from harness.cli.common import (
     write_report,
 )
 from harness.components import config
-from harness.env import flush_denormals, resolve_device
+from harness.env import resolve_device, run_conditions
 from harness.errors import ConfigError
 from harness.persistence.outputs import refuse_overwrite
 
@@ -234,7 +234,7 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     previous = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
-    flush_denormals()  # as in training runs and the timing report
+    run_conditions()  # as in training runs and the timing report
     sizes = f"--hidden {_csv(args.hidden)}, --batches {_csv(args.batches)}"
     try:
         with out_of_memory(f"the speedup measurement ({sizes}, --seq-len {args.seq_len})"):

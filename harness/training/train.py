@@ -419,8 +419,7 @@ def _train_and_test(
 ) -> records.RunRecord:
     """The body of ``run``: trains, tests and completes ``rec`` as a finished run."""
     dev = env.resolve_device(device)
-    env.flush_denormals()  # subnormal gradients slow long sequences several-fold on CPUs
-    env.hold_freed_memory()  # each step's memory reused, not faulted in again (a third faster)
+    env.run_conditions()  # subnormals flushed, freed memory reused: several-fold, a third faster
     rec["env"] = env.environment(dev)
     task, model = build(cfg, data_dir)
     splits = task.splits(cfg.seed)
