@@ -193,7 +193,6 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 _HOLD = 2**31 - 1  # the largest value mallopt takes (an int): 2 GiB
 
 
-@functools.lru_cache(maxsize=1)
 def hold_freed_memory() -> bool:
     """Make this process reuse the memory it frees rather than return it to the OS (glibc).
 
@@ -207,8 +206,8 @@ def hold_freed_memory() -> bool:
     the same peak memory (1000 MiB against 960). The process keeps its peak memory until it
     ends, as it keeps its threads. Values are not touched: only where memory comes from.
 
-    Every training run and every timing calls this (``run_conditions``), once per process in
-    effect; records say so in ``env.freed_memory_held``.
+    Every training run and every timing calls this (``run_conditions``); records say so in
+    ``env.freed_memory_held``.
 
     Returns:
         Whether it was set: False where the C library is not glibc (macOS, musl, Windows).

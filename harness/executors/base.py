@@ -265,14 +265,12 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
 def warm_up() -> None:
     """Import what a process's first run would (``WARM``) and the plugins, then freeze all.
 
-    Freezing (``gc.freeze``) what the process holds leaves it out of its runs' collections.
-
     The garbage collector is paused meanwhile: with it on, each full collection during torch's
     imports traverses every object made so far, a third of their time (1.8 s against 1.3 s
-    here). Frozen, those objects (about half a million) are not traversed again by the
-    collections the runs make, which took a few per cent of a run's time. Whoever called this
-    ends the freeze when its runs are done (``gc.unfreeze``: the objects are collectable again),
-    or its process ends.
+    here). Frozen (``gc.freeze``), those objects (about half a million) are not traversed again
+    by the collections the runs make, which took a few per cent of a run's time. Whoever called
+    this ends the freeze when its runs are done (``gc.unfreeze``: the objects are collectable
+    again), or its process ends.
     """
     enabled = gc.isenabled()
     gc.disable()
