@@ -521,6 +521,10 @@ CASES = [
         "task 'ptb': missing data file ",
         patch="no_data",
     ),
+    # 8. plugins of every kind refuse nonsense at registration (issue 63, section 1)
+    # 9. reports, docs blocks and --where filters (issue 63, section 1)
+    # 10. environment variables, leases and reruns (issue 63, section 1)
+    # 11. Slurm and Ray options as a cluster user meets them (issue 63, section 2)
 ]
 
 
