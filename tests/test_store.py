@@ -269,6 +269,13 @@ def test_a_claim_from_another_host_expires_with_its_lease_and_is_taken_over_in_o
     write_claim(store, "c", host="login2", pid=4242, time=now - 3600)  # an older harness: 48 h
     assert claims.take("c")["host"] == "login2"
     assert len(said) == 1
+    gone = dead_pid()
+    write_claim(store, "d", pid=gone, time=now - 120)  # this host, its driver killed
+    assert claims.take("d") is None
+    assert said[1:] == [
+        f"run d: took over the claim of pid {gone} on {store_mod.HOST}, whose process is gone "
+        "(last renewed 2 min ago)"
+    ]
     claims.release()
 
 
@@ -290,13 +297,28 @@ def test_the_heartbeat_renews_a_live_sweeps_claims_and_stops_with_it(tmp_path):
     assert beat is not None and not beat.is_alive() and not store.claims_path.exists()
 
 
-def test_a_bad_claim_lease_is_refused_before_anything_is_written(tmp_path, harness, monkeypatch):
-    monkeypatch.setenv(claims_mod.LEASE_ENV, "soon")
+@pytest.mark.parametrize("lease", ["soon", "0.5", "nan", "inf", "1e308", "172801"])
+def test_a_bad_claim_lease_is_refused_before_anything_is_written(
+    lease, tmp_path, harness, monkeypatch
+):
+    monkeypatch.setenv(claims_mod.LEASE_ENV, lease)
     code, _, err = harness(*GRU, "--out", "s.jsonl")
     assert code == 2 and err == (
-        "error: HARNESS_CLAIM_LEASE_S must be a number of seconds >= 1 (got 'soon')\n"
+        "error: HARNESS_CLAIM_LEASE_S must be a number of seconds from 1 to 172800 (48 h) "
+        f"(got {lease!r})\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_longest_claim_lease_runs_its_heartbeat(tmp_path, monkeypatch):
+    monkeypatch.setenv(claims_mod.LEASE_ENV, str(claims_mod.CLAIM_TIMEOUT_S))
+    store = Store(tmp_path / "runs.jsonl")
+    store.check_writable()
+    claims = Claims(store)
+    assert claims.take("a") is None
+    time.sleep(0.1)  # the heartbeat's first wait has begun (Event.wait overflows past ~1e9 s)
+    assert claims._beat.is_alive()
+    claims.release()
 
 
 # --- 5. a full disk ------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ def lease_s() -> float:
     """The lease of this process's claims, in seconds: ``$HARNESS_CLAIM_LEASE_S``, else 300.
 
     Raises:
-        ConfigError: a value that is not a number of seconds of at least ``MIN_LEASE_S``.
+        ConfigError: a value that is not a number of seconds from ``MIN_LEASE_S`` to
+            ``CLAIM_TIMEOUT_S`` (a longer lease would outlive every claim it renews).
     """
     raw = os.environ.get(LEASE_ENV, "").strip()
     if not raw:
@@ -56,9 +57,10 @@ def lease_s() -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= MIN_LEASE_S):
+    if not MIN_LEASE_S <= value <= CLAIM_TIMEOUT_S:  # NaN fails too
         raise ConfigError(
-            f"{LEASE_ENV} must be a number of seconds >= {MIN_LEASE_S:g} (got {raw!r})"
+            f"{LEASE_ENV} must be a number of seconds from {MIN_LEASE_S:g} to "
+            f"{CLAIM_TIMEOUT_S:g} (48 h) (got {raw!r})"
         )
     return value
 
@@ -95,7 +97,8 @@ class Claims:
     refused when another sweep recorded it since this one began, or holds a claim on it that is
     not stale (``claim_is_stale``); otherwise the claim (run id, pid, host, time, lease) is
     written to ``<store>.claims``, and taking over the expired claim of another host is said in
-    one line (``say``). From the first claim on, a heartbeat thread renews this process's claims
+    one line (``say``), whether its lease ran out (another host) or its process is gone (this
+    host). From the first claim on, a heartbeat thread renews this process's claims
     every third of the lease (``renew``). Appending the run's record drops its claim;
     ``release`` drops the rest and stops the heartbeat.
 
@@ -170,11 +173,12 @@ class Claims:
             except OSError as e:
                 raise WriteFailed(self.store.claims_path, e) from None
             self.mine.add(run_id)
-        if other and not mine and other.get("host") != self.host and _number(other.get("time")):
+        if other and not mine and _number(other.get("time")):
             ago = (now - other["time"]) / 60
+            why = "lease ran out" if other.get("host") != self.host else "process is gone"
             self.say(
                 f"run {run_id}: took over the claim of pid {other.get('pid')} on "
-                f"{other.get('host')}, whose lease ran out (last renewed {ago:.0f} min ago)"
+                f"{other.get('host')}, whose {why} (last renewed {ago:.0f} min ago)"
             )
         if self._beat is None:
             self._beat = threading.Thread(target=self._heartbeat, name="claims-heartbeat")
