@@ -173,8 +173,11 @@ class SweepResult:
 
     @property
     def exit_code(self) -> int:
-        """0 every run succeeded, 1 some run failed, 2 a write failed and stopped the sweep."""
-        return 2 if self.write_error or self.unwritten else 1 if self.failed else 0
+        """0 every run has an ok record, 1 some run failed (now, or earlier and kept), 2 a write
+        failed and stopped the sweep."""
+        if self.write_error or self.unwritten:
+            return 2
+        return 1 if self.failed or self.resume.kept_failed else 0
 
 
 def open_store(out: str | Path | Store, create: bool = True, mode: str | None = None) -> Store:

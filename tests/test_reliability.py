@@ -29,6 +29,7 @@ import pytest
 from plugins import isolated_registry
 
 from harness.cli import main
+from harness.planning.resume import method_code
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "smoke.jsonl"
 RECORDS = [json.loads(line) for line in REFERENCE.read_text().splitlines()]
@@ -40,6 +41,9 @@ SPEEDUP += ["--skips", "0.5", "--seq-len", "4"]
 # a sweep into a store already holding STORE (seed 0), so that it runs seeds 1
 SWEEP = ["run", "--tasks", "adding", "--seeds", "1", "--out", "s.jsonl", "--methods"]
 BASE = ("gru", "adding", "ok")  # STORE's record
+# STORE's run, failed earlier, by today's code of its method (else resume would rerun it)
+FAILED = dict(GRU_ADDING, status="failed", error="diverged: a non-finite loss")
+FAILED = json.dumps(dict(FAILED, method_code=method_code("gru"))) + "\n"
 # another sweep's claim, on another host and fresh: it must survive this sweep's release
 CLAIM = json.dumps({"host": "elsewhere", "pid": 1, "run_id": "f" * 16, "started": None,
                     "time": time.time()}, sort_keys=True) + "\n"  # fmt: skip
@@ -79,6 +83,7 @@ class Case:
             or in the fallback file, which holds ``kept``; the store keeps its first bytes, the
             claims file is as before, and the stderr line besides progress is one.
         kept: with ``full``, ``(method, task, status)`` of the records kept in the fallback file.
+        env: environment variables set for the command.
     """
 
     id: str
@@ -91,6 +96,7 @@ class Case:
     patch: str | None = None
     full: tuple[str, int] | None = None
     kept: list[tuple[str, str, str]] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 CASES = [
@@ -524,6 +530,23 @@ CASES = [
     # 8. plugins of every kind refuse nonsense at registration (issue 63, section 1)
     # 9. reports, docs blocks and --where filters (issue 63, section 1)
     # 10. environment variables, leases and reruns (issue 63, section 1)
+    Case(
+        "10 a claim lease too long for the heartbeat",
+        [*RUN, "--out", "s.jsonl"],
+        2,
+        "HARNESS_CLAIM_LEASE_S must be a number of seconds from 1 to 172800 (48 h) (got '1e308')",
+        env={"HARNESS_CLAIM_LEASE_S": "1e308"},
+        records=[],
+    ),
+    Case(
+        "10 a rerun whose only runs left failed earlier",
+        [*RUN, "--out", "s.jsonl"],
+        1,
+        "1 runs: 0 already recorded in s.jsonl, 1 failed earlier (kept; --retry-failed reruns",
+        files={"s.jsonl": FAILED},
+        unchanged=["s.jsonl"],
+        records=[BASE[:2] + ("failed",)],
+    ),
     # 11. Slurm and Ray options as a cluster user meets them (issue 63, section 2)
 ]
 
@@ -701,6 +724,8 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
         (tmp_path / name).write_text(text)
     if case.patch:
         _inject(case.patch, tmp_path, monkeypatch)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
     before = {name: _digest(tmp_path / name) for name in case.unchanged}
     if case.full:
         finished = _finished_runs(monkeypatch)

@@ -401,7 +401,7 @@ def test_retry_failed_reruns_failed_runs_and_the_latest_record_wins(tmp_path, ha
     assert harness(*GRU, "--out", "s.jsonl")[0] == 0
     rewrite(tmp_path / "s.jsonl", status="failed", error="diverged: test")
     code, _, err = harness(*GRU, "--out", "s.jsonl")  # resume keeps the failure, and says so
-    assert code == 0 and "failed earlier: gru/adding/smoke/seed0\n" in err
+    assert code == 1 and "failed earlier: gru/adding/smoke/seed0\n" in err  # still incomplete
     assert "1 runs: 0 already recorded in " in err
     assert "s.jsonl, 1 failed earlier (kept; --retry-failed reruns them), 0 to run" in err
     code, _, err = harness(*GRU, "--out", "s.jsonl", "--retry-failed")
