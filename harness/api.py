@@ -173,8 +173,7 @@ class SweepResult:
 
     @property
     def exit_code(self) -> int:
-        """0 every run has an ok record, 1 some run failed (now, or earlier and kept), 2 a write
-        failed and stopped the sweep."""
+        """0 all ok, 1 a run failed (now, or earlier and kept), 2 a write stopped the sweep."""
         if self.write_error or self.unwritten:
             return 2
         return 1 if self.failed or self.resume.kept_failed else 0
