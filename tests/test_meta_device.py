@@ -14,6 +14,7 @@ warning per process and fast path. Checked on meta, where the kernel must not ev
 
 from __future__ import annotations
 
+import sys
 import traceback
 import warnings
 from pathlib import Path
@@ -44,6 +45,11 @@ META_VALUE = r"item\(\) cannot be called on meta tensors"
 def _fresh_fallback_warnings(monkeypatch):
     """Each test sees the first fallback of a process: ``on_cpu``'s record starts empty."""
     monkeypatch.setattr(_kernels, "_off_cpu", set())
+
+
+def is_ours(path: Path) -> bool:
+    """A file of the checkout's code, not of an environment inside it (``.venv``)."""
+    return path.is_relative_to(ROOT) and not path.is_relative_to(sys.prefix)
 
 
 def meta_model(name: str):
@@ -79,7 +85,7 @@ def test_a_needed_host_sync_is_where_the_meta_run_stops(name):
     model = meta_model(name)
     with pytest.raises(RuntimeError, match=META_VALUE) as err:
         train_step(model)
-    ours = [f for f in traceback.extract_tb(err.tb) if Path(f.filename).is_relative_to(ROOT)]
+    ours = [f for f in traceback.extract_tb(err.tb) if is_ours(Path(f.filename))]
     assert Path(ours[-1].filename) == ROOT / path and code in ours[-1].line, ours[-1]
     docs = (ROOT / "docs" / "methods.md").read_text()
     assert f"`{code}`" in docs, f"{name}'s host sync {code} is not in docs/methods.md"

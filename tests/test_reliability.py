@@ -84,6 +84,7 @@ class Case:
             claims file is as before, and the stderr line besides progress is one.
         kept: with ``full``, ``(method, task, status)`` of the records kept in the fallback file.
         env: environment variables set for the command.
+        needs: the module of the optional extra the case needs (skipped without it).
     """
 
     id: str
@@ -97,6 +98,7 @@ class Case:
     full: tuple[str, int] | None = None
     kept: list[tuple[str, str, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    needs: str | None = None
 
 
 CASES = [
@@ -433,6 +435,7 @@ CASES = [
         files={"s.jsonl": STORE},
         records=[BASE, ("gru", "adding", "ok")],
         full=("tb/*", 0),
+        needs="tensorboard",
     ),
     Case(
         "6 a full disk at submitit's folder",
@@ -443,6 +446,7 @@ CASES = [
         files={"s.jsonl": STORE},
         records=[BASE, ("gru", "adding", "ok")],
         full=("sub/*.pkl", 1),
+        needs="submitit",
     ),
     # 7. plugins and options (issue 50, section 2)
     Case(
@@ -714,6 +718,8 @@ def _check_nothing_lost(
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_reliability(case, tmp_path, monkeypatch, capsys):
+    if case.needs:
+        pytest.importorskip(case.needs, reason=f"the extra that gives {case.needs} is absent")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr("harness.data.sums._SUM_CACHES", {})
