@@ -10,11 +10,10 @@ the same checks under pytest.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from string import Template
 
-from harness.components.registry import METHODS, describe_source
+from harness.components.registry import MAX_KEY, METHODS, describe_source, key_problems
 from harness.errors import ConfigError
 
 KINDS = {
@@ -23,23 +22,24 @@ KINDS = {
     "depth": "highway micro-steps a controller stops, with a depth output, fast_forward, at_skip",
     "activity": "thresholded input and state deltas, Delta GRU-like: the columns a step reads",
 }
-_NAME = re.compile(r"^[a-z][a-z0-9]*([-_][a-z0-9]+)*$")
 
 
 def names(name: str) -> tuple[str, str, str]:
     """The registry key (kebab-case), module name (snake_case) and class name of ``name``.
 
     Raises:
-        ConfigError: ``name`` is not lower-case words of letters and digits joined by ``-`` or
-            ``_``, starting with a letter.
+        ConfigError: ``name``, with ``-`` for ``_``, is not a registry key
+            (``harness.components.registry.key_problems``: lower-case words of letters and
+            digits, at most ``MAX_KEY`` characters) that starts with a letter.
     """
-    if not _NAME.match(name):
+    key = name.replace("_", "-")
+    if key_problems(key) or not key[:1].isalpha():
         raise ConfigError(
             f"'{name}' is not a method name: lower-case letters and digits, words joined by '-' "
-            "or '_', starting with a letter (e.g. my-skip)"
+            f"or '_', starting with a letter, at most {MAX_KEY} characters (e.g. my-skip)"
         )
-    words = re.split(r"[-_]", name)
-    return "-".join(words), "_".join(words), "".join(w.capitalize() for w in words)
+    words = key.split("-")
+    return key, "_".join(words), "".join(w.capitalize() for w in words)
 
 
 def render(name: str, kind: str) -> dict[str, str]:
@@ -91,11 +91,11 @@ def new_method(name: str, kind: str, out: str | Path) -> list[Path]:
         )
     folder = Path(out)
     paths = [folder / f for f in files]
-    there = [str(p) for p in paths if p.exists()]
-    if there:
-        verb = "exists" if len(there) == 1 else "exist"
-        raise ConfigError(f"{', '.join(there)} {verb} already; nothing was written")
-    try:
+    try:  # (a path too long for the filesystem fails already here)
+        there = [str(p) for p in paths if p.exists()]
+        if there:
+            verb = "exists" if len(there) == 1 else "exist"
+            raise ConfigError(f"{', '.join(there)} {verb} already; nothing was written")
         folder.mkdir(parents=True, exist_ok=True)
         for path, text in zip(paths, files.values(), strict=True):
             with open(path, "x", encoding="utf-8") as f:  # "x": never over a file

@@ -43,6 +43,7 @@ from typing import Any
 from harness.errors import HarnessError
 
 _KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+MAX_KEY = 64  # the longest name a registry takes (it names files, table rows, flags' values)
 
 
 class UnknownNameError(HarnessError):
@@ -100,7 +101,8 @@ class Registry:
         Raises:
             PluginError: ``name`` is registered already by another object (the message names
                 where each comes from: a built-in module, a plugin package, an included file),
-                or ``obj`` lacks what the kind must have, its name the registry's form included.
+                or ``obj`` lacks what the kind must have, its name's form and length
+                (``key_problems``) included.
         """
         key = self.prefix + name
 
@@ -111,8 +113,7 @@ class Registry:
                     f"{self.kind} '{key}' is registered twice: by {describe_source(old)} and by "
                     f"{describe_source(obj)}; a key names one {self.kind}, rename one of them"
                 )
-            bad = not self._key.match(name)
-            lacks = [f"has a name not of the form {self._key.pattern}"] * bad + self._check(obj)
+            lacks = key_problems(name, self._key) + self._check(obj)
             if lacks:
                 what = f"class {obj.__qualname__}" if isinstance(obj, type) else repr(obj)
                 raise PluginError(
@@ -183,6 +184,19 @@ class Registry:
         """Every registered object, in registration order."""
         self._load()
         return list(self._items.values())
+
+
+def key_problems(name: str, form: re.Pattern[str] = _KEY) -> list[str]:
+    """What is wrong with ``name`` as a registry key of the form ``form`` (kebab-case).
+
+    Returns:
+        A phrase each (``has a name not of the form ...``, ``has a name of 300 characters (at
+        most 64)``); empty when nothing is.
+    """
+    out = [] if form.match(name) else [f"has a name not of the form {form.pattern}"]
+    if len(name) > MAX_KEY:
+        out.append(f"has a name of {len(name)} characters (at most {MAX_KEY})")
+    return out
 
 
 def check_method(obj: Any) -> list[str]:
