@@ -36,6 +36,13 @@ def options_without_help(parser: argparse.ArgumentParser) -> list[str]:
     return missing
 
 
+def test_the_readme_command_table_has_a_row_for_every_subcommand():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Command line\n", 1)[1].split("\n\n", 1)[0]
+    rows = set(re.findall(r"^\| `harness (\w+)", table, re.MULTILINE))
+    assert set(subcommands(make_parser())) - rows == set()
+
+
 def test_every_option_of_every_subcommand_has_help():
     parser = make_parser()
     commands = {"list", "run", "report", "compare", "flops", "bench", "data", "store"}
