@@ -98,6 +98,9 @@ def test_register_lookup_and_checks():
         Metric("x_pct", "X %", unit="%", percent=True)  # a percentage's range is 0-100
     with pytest.raises(ValueError, match="form"):
         Metric("x", "X", form="stars")
+    for bad in [(1.0, 0.0), (0.0, 0.0), (math.nan, None), (None, math.inf), (0.0,), (0.0, "1")]:
+        with pytest.raises(ValueError, match="range must be"):
+            Metric("x", "X", range=bad)
     unknown = get_metric("not-a-measure")
     assert unknown.title == "not-a-measure" and unknown.higher is None and not unknown.percent
     # the kind scores and the trace measures; a task adds its own (the adding task: solved)

@@ -88,6 +88,13 @@ class Metric:
             )
         if self.percent != (self.unit == "%") or (self.percent and self.range != (0.0, 100.0)):
             raise ValueError(f"metric {self.name!r}: a percentage has unit '%' and range 0-100")
+        ends = self.range if isinstance(self.range, tuple) and len(self.range) == 2 else [math.nan]
+        finite = all(e is None or isinstance(e, (int, float)) and math.isfinite(e) for e in ends)
+        if not finite or (None not in ends and ends[0] >= ends[1]):
+            raise ValueError(
+                f"metric {self.name!r}: range must be (low, high), each a finite number or None "
+                f"(unbounded), low below high (got {self.range!r})"
+            )
 
 
 # name -> Metric, in registration order (the leaderboard orders its trace columns by it)
