@@ -533,6 +533,62 @@ CASES = [
     ),
     # 8. plugins of every kind refuse nonsense at registration (issue 63, section 1)
     # 9. reports, docs blocks and --where filters (issue 63, section 1)
+    Case(
+        "9 --print against without --against",
+        ["report", "base.jsonl", "--paper", "--print", "against"],
+        2,
+        "--print against needs --against METHOD",
+    ),
+    Case(
+        "9 --where a float field given a word",
+        ["report", "base.jsonl", "--print", "count", "--where", "train.lr=abc"],
+        2,
+        "--where train.lr=abc: 'train.lr' expects a number, got 'abc', so no record can match",
+    ),
+    Case(
+        "9 --where a float field given nan",
+        ["report", "base.jsonl", "--print", "count", "--where", "train.lr=nan"],
+        2,
+        "--where train.lr=nan: 'train.lr' expects a finite number, got 'nan', so no record can",
+    ),
+    Case(
+        "9 --where an integer field given a fraction",
+        ["report", "base.jsonl", "--print", "count", "--where", "hidden_size=1.5"],
+        2,
+        "--where hidden_size=1.5: 'hidden_size' expects an integer, got '1.5'",
+    ),
+    Case(
+        "9 --where a method not registered",
+        ["report", "base.jsonl", "--print", "count", "--where", "method=gru,nosuch"],
+        2,
+        "--where method=gru,nosuch: Unknown method 'nosuch'.",
+    ),
+    Case(
+        "9 --where a task not registered",
+        ["report", "base.jsonl", "--print", "count", "--where", "task=nosuch"],
+        2,
+        "--where task=nosuch: Unknown task 'nosuch'.",
+    ),
+    Case(
+        "9 --where a well-formed filter that matches nothing",
+        ["report", "base.jsonl", "--print", "count", "--where", "train.lr=0.5"],
+        0,
+        "warning: --where train.lr=0.5: no record matches it",
+    ),
+    Case(
+        "9 --where filters that match nothing together",
+        ["report", "two.jsonl", "--print", "count", "--where", "task=synthetic"]
+        + ["--where", "method=gru"],
+        0,
+        "warning: --where task=synthetic --where method=gru: no record matches all",
+        files={
+            "two.jsonl": STORE
+            + json.dumps(
+                next(r for r in RECORDS if r["task"] == "synthetic" and r["method"] == "lstm")
+            )
+            + "\n"
+        },
+    ),
     # 10. environment variables, leases and reruns (issue 63, section 1)
     Case(
         "10 a claim lease too long for the heartbeat",

@@ -142,8 +142,9 @@ def add_parser(subparsers: Any) -> None:
         "--where",
         action="append",
         metavar="KEY=VALUE[,VALUE...]",
-        help="--print: only the records whose config field KEY (as --set names it, or method) "
-        "is one of the values; repeatable",
+        help="--print: only the records whose config field KEY (as --set names it), method or "
+        "task is one of the values (methods and tasks: names or globs; others read as the "
+        "field's type); repeatable",
     )
     s.set_defaults(func=cmd_report)
 
@@ -233,6 +234,8 @@ def _check_flags(args: argparse.Namespace) -> list[str] | None:
         raise HarnessError("--where: only used with --print")
     if not args.paper and (tables := [p for p in args.parts or () if p != "count"]):
         raise HarnessError(f"--print {','.join(tables)}: tables of the paper report, with --paper")
+    if "against" in (args.parts or ()) and not args.against:  # else it prints nothing
+        raise HarnessError("--print against needs --against METHOD[,METHOD...]")
     if given and not args.paper:
         raise HarnessError(f"{', '.join(given)}: only used with --paper (the leaderboard: --out)")
     if args.out and args.paper:

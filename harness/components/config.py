@@ -411,6 +411,17 @@ def accepts(method: str, task: str, key: str) -> bool:
         return False
 
 
+def key_type(method: str, task: str, key: str) -> Any:
+    """The annotated type of the field an override key names for a (method, task) pair.
+
+    Raises:
+        HarnessError: the method or task is not registered, or the key names no one field.
+    """
+    sections = default_sections(method, task)
+    sec, fld = _locate(sections, key)
+    return _fields(sections[sec])[fld]
+
+
 def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
     """Instantiate a config dataclass, turning bad values into ConfigError.
 

@@ -8,17 +8,20 @@ functions.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.components.config import legacy_values
+from harness.components.config import coerce, key_type, legacy_values
+from harness.components.registry import INCLUDE_ENV, TASKS
 from harness.components.selection import empty_tables, parse_rule, select
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.persistence.outputs import check_writable, refuse_overwrite, write_text
 from harness.persistence.records import RunRecord, flat_config
 from harness.persistence.store import load, store_path
+from harness.references import resolve_names
 from harness.reporting import compare as gate
 from harness.reporting import leaderboard as lb
 from harness.reporting import paper
@@ -224,11 +227,14 @@ def print_parts(
         The text, and the unusable lines of the sources.
     """
     records, problems = _load_once(sources)
-    records = [
-        r
-        for r in _where(records, where)
-        if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
-    ]
+    records = _where(
+        [
+            r
+            for r in records
+            if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
+        ],
+        where,
+    )
     text = []
     if "count" in parts:
         runs, dirties = len({r["run_id"] for r in records}), sum(map(dirty, records))
@@ -258,44 +264,81 @@ def _load_once(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str
     paths = [store_path(s) for s in sources]
     if not all(p.is_file() for p in paths):
         return load_records(sources)  # says which is missing
+    # the included files too: the records are read with the legacy values their methods declare
     key = tuple((str(p), hashlib.blake2b(p.read_bytes()).hexdigest()) for p in paths)
+    key += ((INCLUDE_ENV, os.environ.get(INCLUDE_ENV, "")),)
     if key not in _LOADED:
         _LOADED[key] = load_records(sources)
     return _LOADED[key]
 
 
 def _where(records: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
-    """The records whose config fields have the values ``where`` names (``KEY=V[,V...]`` each).
+    """The records whose fields have the values ``where`` names (``KEY=V[,V...]`` each).
 
-    A value matches as text or, for a number, as a number (``lam=1e-2`` keeps ``0.01``).
+    ``KEY`` is ``method``, ``task`` or a config field as ``--set`` names it. A method's or
+    task's values are names or globs, as ``run --methods`` and ``--tasks`` take them; any other
+    value is read as its field's type, the registered config's (else the record's own), and
+    matches as that (``lam=1e-2`` keeps ``0.01``). Filters that keep no record say so in one
+    warning line on stderr.
 
     Raises:
-        HarnessError: an item is not ``KEY=VALUE``, or no record has the field ``KEY``.
+        HarnessError: an item is not ``KEY=VALUE``, no record has the field ``KEY``, a method
+            or task is not registered, or a value can never be the field's (``train.lr=abc``,
+            ``train.lr=nan``).
     """
-
-    def same(value: Any, text: str) -> bool:
-        try:
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            return str(value) == text or (number and float(text) == value)
-        except ValueError:
-            return False
-
+    fields = [{"method": r.get("method"), "task": r.get("task"), **flat_config(r)} for r in records]
+    kept = []
     for item in where:
         key, _, values = (part.strip() for part in item.partition("="))
-        if not key or not values:
+        texts = [v.strip() for v in values.split(",") if v.strip()]
+        if not key or not texts:
             raise HarnessError(f"--where expects KEY=VALUE[,VALUE...], got '{item}'")
-        fields = [{"method": r.get("method"), **flat_config(r)} for r in records]
-        if not any(key in f for f in fields):
+        if records and not any(key in f for f in fields):
             raise HarnessError(
-                f"--where {key}: no record has this field (a config field as --set names it, or "
-                "method)"
+                f"--where {key}: no record has this field (a config field as --set names it, "
+                "method or task)"
             )
-        records = [
-            r
-            for r, f in zip(records, fields, strict=True)
-            if key in f and any(same(f[key], v.strip()) for v in values.split(","))
-        ]
-    return records
+        match = _matcher(key, texts, [f for f in fields if key in f])
+        kept.append({i for i, f in enumerate(fields) if key in f and match(f)})
+    both = set.intersection(*kept) if kept else set(range(len(records)))
+    if records and (none := [w for w, k in zip(where, kept, strict=True) if not k]):
+        sys.stderr.write(f"warning: --where {', '.join(none)}: no record matches it\n")
+    elif records and not both:
+        sys.stderr.write(f"warning: --where {' --where '.join(where)}: no record matches all\n")
+    return [r for i, r in enumerate(records) if i in both]
+
+
+def _matcher(key: str, texts: list[str], fields: list[dict[str, Any]]) -> Any:
+    """Whether a record's fields hold one of ``texts`` at ``key``; raises for a value none can."""
+    if key in ("method", "task"):
+        try:
+            names = set(resolve_names(texts) if key == "method" else TASKS.resolve(texts))
+        except HarnessError as e:
+            raise HarnessError(f"--where {key}={','.join(texts)}: {e}") from None
+        return lambda f: f[key] in names
+    types: dict[tuple[Any, Any], Any] = {}
+
+    def kind(f: dict[str, Any]) -> Any:  # the registered config's type, else the record's
+        pair = (f["method"], f["task"])
+        if pair not in types:
+            try:
+                types[pair] = key_type(*pair, key)
+            except HarnessError:  # a method or task not registered here
+                types[pair] = None
+        return types[pair] or type(f[key])
+
+    def read(text: str, tp: Any) -> tuple[Any, str]:  # (the value, or why text is none)
+        try:
+            return coerce(text, tp, key), ""
+        except ConfigError as e:
+            return None, str(e)
+
+    kinds = list(dict.fromkeys(map(kind, fields)))
+    for text in texts:
+        why = [e for tp in kinds if (e := read(text, tp)[1])]
+        if kinds and len(why) == len(kinds):
+            raise HarnessError(f"--where {key}={text}: {why[0]}, so no record can match it")
+    return lambda f: any(str(f[key]) == t or read(t, kind(f)) == (f[key], "") for t in texts)
 
 
 def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
