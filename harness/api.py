@@ -21,6 +21,7 @@ Progress reaches the caller as ``SweepEvent`` s.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -258,7 +259,8 @@ def run_sweep(
     recorded). Before the first run the executor prepares (``prepare``: the compiled kernels the
     runs train with are built on this machine, once; the pool's workers start). The executor is
     closed at the end; on an interrupt its runs in flight are stopped (not recorded) and the
-    interrupt propagates.
+    interrupt propagates. A sweep that stops so (or on an error: a submission the scheduler
+    refuses) before its first record leaves no store where there was none.
 
     Args:
         sweep: the planned sweep (``plan_sweep``).
@@ -273,6 +275,8 @@ def run_sweep(
     Returns:
         What the sweep did (``SweepResult.exit_code``: 0, 1 or 2).
     """
+    path = store.path if isinstance(store, Store) else output_store_path(store)
+    new = [p for p in (path, *path.parents) if not p.exists()]  # what opening it creates
     store = open_store(store)
     emit = on_event or (lambda event: None)
     ex = executor or make_executor("local", RunOptions(), ExecutorOptions())
@@ -298,11 +302,26 @@ def run_sweep(
                     emit(SweepEvent("finished", cfg, rec))
             except WriteFailed as e:  # claiming or submitting a run; the finished are recorded
                 swept.stop(str(e))
+    except BaseException:
+        if new and not result.records:
+            _drop_empty(store, new[1:])
+        raise
     finally:
         result.notes = list(ex.close() or ())
     result.taken, result.unwritten = swept.taken, swept.unwritten
     result.fallback, result.write_error = swept.fallback, swept.stopped
     return result
+
+
+def _drop_empty(store: Store, folders: list[Path]) -> None:
+    """Remove ``store`` if it holds nothing, then ``folders`` (made for it) where empty."""
+    with contextlib.suppress(OSError):
+        with store.locked() as fd:  # no other sweep appends to it meanwhile
+            if os.fstat(fd).st_size or store.parts_path.exists():
+                return
+            store.path.unlink()
+        for folder in folders:
+            folder.rmdir()
 
 
 def provenance(sweep: Sweep, argv: Sequence[str]) -> dict[str, Any]:
