@@ -103,7 +103,9 @@ def test_a_killed_job_is_its_runs_failed_record_and_retry_failed_reruns_only_it(
     log = lost["error"].rsplit("; logs: ", 1)[1]
     job_id = os.path.basename(log).split("_")[0]
     left = sorted(p.name for p in (tmp_path / "jobs").iterdir())
-    assert left == [f"{job_id}_0_log.err", f"{job_id}_0_log.out", f"{job_id}_submitted.pkl"]
+    assert left == [f"{job_id}_0_log.err", f"{job_id}_0_log.out", f"{job_id}_failed_runs",
+                    f"{job_id}_submitted.pkl"]  # fmt: skip
+    assert (tmp_path / "jobs" / f"{job_id}_failed_runs").read_text() == f"{victim.run_id}\n"
     assert result.notes == [f"submitit kept the logs of 1 failed run(s): {log}"]
 
     again = api.run_sweep(sweep, store, local_jobs(tmp_path))  # resume: a failed record counts
@@ -115,6 +117,7 @@ def test_a_killed_job_is_its_runs_failed_record_and_retry_failed_reruns_only_it(
     monkeypatch.setattr(sub, "run_one", real)
     retried = api.run_sweep(sweep, store, local_jobs(tmp_path), retry_failed=True)
     assert [c.run_id for c in retried.todo] == [victim.run_id] and retried.exit_code == 0
+    assert list((tmp_path / "jobs").iterdir()) == []  # the failed job's files went with it
     res = compare(serial, stored(store))  # the latest record of each run counts
     assert res.ok and res.matched == 4, res.drifted
 
@@ -250,6 +253,9 @@ def fake_slurm(tmp_path, monkeypatch):
         "sbatch": f'cp "$1" {tmp_path}/sbatch.sh; echo "Submitted batch job $(cat {tmp_path}/id)"',
         "squeue": f"cat {tmp_path}/squeue.txt",
         "scancel": f'echo "$@" >> {tmp_path}/scancel.txt',
+        # as on a cluster without accounting: the driver never asks (it reads squeue)
+        "sacct": f'echo "$@" >> {tmp_path}/sacct.txt; echo "sacct: error: Slurm accounting '
+        'storage is disabled" >&2; exit 1',
     }
     for name, body in tools.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -348,6 +354,7 @@ def test_slurm_opt_and_setup_lines_reach_the_job_script_from_flags_and_sweep_fil
     (fake_slurm / "id").write_text("4444")  # the job is lost: a failed record ends the sweep
     (fake_slurm / "squeue.txt").write_text("4444|FAILED\n")
     flags = ["--slurm-opt", "account=abc", "--slurm-opt", "qos=high", "--slurm-opt", "time=30"]
+    flags += ["--slurm-opt", "cpus-per-task=2", "--slurm-opt", "job-name=mine"]  # as sbatch's
     flags += ["--slurm-setup", "module load cuda", "--slurm-setup", "source venv/bin/activate"]
     p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", *flags)
     assert p.returncode == 1, p.stderr
@@ -355,18 +362,61 @@ def test_slurm_opt_and_setup_lines_reach_the_job_script_from_flags_and_sweep_fil
     assert "jobs/4444_0_log.err" in p.stdout + p.stderr
     (fake_slurm / "s.toml").write_text(
         'executor = "submitit"\nslurm_folder = "jobs"\nslurm_opt = ["account=abc", "qos=high", '
-        '"time=30"]\nslurm_setup = ["module load cuda", "source venv/bin/activate"]\n'
+        '"time=30", "cpus_per_task=2", "job_name=mine"]\n'  # as submitit's
+        'slurm_setup = ["module load cuda", "source venv/bin/activate"]\n'
     )
     first = (fake_slurm / "sbatch.sh").read_text()
     (fake_slurm / "sbatch.sh").unlink()
     p = harness(*ONE_RUN, "--config", "s.toml", "--out", "from-file")
     assert p.returncode == 1, p.stderr
     for script in (first, (fake_slurm / "sbatch.sh").read_text()):
-        for line in ("--account=abc", "--qos=high", "--time=30"):  # time: it wins over 1440
+        options = [line.split("=")[0] for line in script.splitlines() if line.startswith("#SBATCH")]
+        assert len(options) == len(set(options)), options  # each once: sbatch keeps the last
+        # the user's values win over the harness's (a day, --threads, harness)
+        for line in ("--account=abc", "--qos=high", "--time=30", "--cpus-per-task=2",
+                     "--job-name=mine"):  # fmt: skip
             assert f"#SBATCH {line}\n" in script
-        assert "#SBATCH --time=1440" not in script
-        setup = "\n# setup\nmodule load cuda\nsource venv/bin/activate\n"
-        assert setup in script and script.index(setup) < script.index("# command")
+        setup = script.split("\n# setup\n")[1].split("\n# command\n")[0].splitlines()
+        assert [line for line in setup if not line.startswith(("trap", "harness_setup="))] == [
+            "module load cuda", "source venv/bin/activate"
+        ]  # fmt: skip
+
+
+def test_a_setup_line_that_ends_the_job_is_named_in_its_record_without_asking_sacct(
+    fake_slurm, harness
+):
+    (fake_slurm / "id").write_text("4646")
+    (fake_slurm / "squeue.txt").write_text("4646|FAILED\n")
+    sbatch = fake_slurm / "bin" / "sbatch"  # runs the script here, its stderr where Slurm would
+    run = f'; bash "$1" >/dev/null 2>>{fake_slurm}/jobs/4646_0_log.err; echo'
+    sbatch.write_text(sbatch.read_text().replace("; echo", run))
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", "--slurm-setup",
+                "echo ready", "--slurm-setup", "exit 3", "--out", "r")  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    (rec,) = stored(fake_slurm / "r" / "runs.jsonl")
+    assert rec["status"] == "failed"
+    assert (
+        "the submitit job 4646 ended without sending its record (state FAILED): it produced no "
+        "result (its last log line: the --slurm-setup line 'exit 3' ended the job with exit "
+        "status 3); logs: "
+    ) in rec["error"]
+    assert not (fake_slurm / "sacct.txt").exists()  # its warnings would go to the terminal
+
+
+def test_a_refused_submission_is_one_line_and_leaves_no_file(fake_slurm, harness):
+    (fake_slurm / "bin" / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: invalid partition specified: nope' >&2\n"
+        "echo 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\n"
+        "exit 1\n"
+    )
+    p = harness(*ONE_RUN, "--executor", "submitit", "--slurm-folder", "jobs", "--out", "r")
+    assert p.returncode == 2, p.stderr
+    said = [line for line in p.stderr.splitlines() if "sbatch" in line]
+    assert len(said) == 1 and said == p.stderr.splitlines()[-1:], p.stderr
+    assert said[0].startswith("error: submitit could not submit 1 job(s) (slurm): ")
+    assert said[0].endswith("Batch job submission failed: Invalid partition name specified")
+    assert list((fake_slurm / "jobs").iterdir()) == []  # neither its pickle nor its script
+    assert not (fake_slurm / "r").exists()  # nor an empty store
 
 
 # --- several runs to a job; a job out of time -----------------------------------------------

@@ -7,7 +7,9 @@ forces ``slurm``, ``local`` or ``debug`` (in this process, for tests). Each run 
 calling ``run_one`` on its config; the job's record comes back through submitit's result file.
 The ``--slurm-*`` options set each job's partition, time limit, CPUs, GPUs and memory, and how
 many jobs are in flight at once (``slots``); ``--slurm-opt KEY=VALUE`` passes any other sbatch
-option (``account=abc``) and ``--slurm-setup LINE`` a line the job script runs first. Jobs
+option (``account=abc``; ``cpus-per-task`` or ``cpus_per_task``, either replacing the harness's
+value) and ``--slurm-setup LINE`` a line the job script runs first (one that ends the job names
+itself and its exit status in the job's log). Jobs
 pickle their config into the submitit folder and import the harness on the node: the folder and
 the Python environment must be on a filesystem the compute nodes share.
 
@@ -29,16 +31,18 @@ takes it from there at once; a job that ends without them fails only the runs no
 
 A job that ends without a run's record (killed by the scheduler: cancelled, out of memory, a node
 lost; or failing outside the run: the harness not importable on the node) is that run's failed
-record naming the job, its state (``squeue``'s on Slurm: no accounting database is needed) and
-submitit's message, and the sweep goes on; ``--retry-failed`` reruns it. At the end of the sweep
-(``close``) the files of the jobs whose runs succeeded are removed; a failed run's job keeps its
-logs, which a line names. A job at its time limit is requeued (submitit's checkpointing
+record naming the job, its state (``squeue``'s on Slurm: ``sacct``, which needs the accounting
+database, is never asked) and the last line of its log, and the sweep goes on; ``--retry-failed``
+reruns it. At the end of the sweep (``close``) the files of the jobs whose runs succeeded are
+removed; a failed run's job keeps its logs, which a line names, until its failed runs succeed in
+a later sweep with the same folder. A job at its time limit is requeued (submitit's checkpointing
 protocol: Slurm signals it ``signal_delay_s`` before the limit, ``Pack.checkpoint`` hands back
 the runs not recorded yet, and the run in progress goes on from its checkpoint, which is written
 at least every quarter of ``--slurm-time``); after ``--slurm-requeue-max`` requeues the run is
 failed instead, saying how many of its epochs its checkpoint holds, and the checkpoint stays for
 ``--retry-failed``. A submission that the scheduler refuses (an unknown partition, a time over
-the partition's limit) stops the sweep with one line: it would refuse every run alike. A
+the partition's limit) stops the sweep with one line (sbatch's own lines in it), and leaves no
+file of it: it would refuse every run alike. A
 submission that meets a full disk (the folder's) starts none of its runs (``WriteFailed``): the
 jobs in flight finish and are recorded, then the sweep stops.
 """
@@ -46,9 +50,11 @@ jobs in flight finish and are recorded, then the sweep stops.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -97,8 +103,9 @@ OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, 
            "~/.cache/condrnn-harness/submitit: outside the checkout, in the home directory that "
            "clusters share)", "DIR", None, "a path"),
     Option("slurm_opt", list, None, "any other sbatch option, as KEY=VALUE without its dashes "
-           "(account=abc, qos=high, constraint=a100; repeatable; wins over the --slurm-* options "
-           "above)", "KEY=VALUE", None, "a list of KEY=VALUE strings (sbatch options)"),
+           "(account=abc, qos=high, cpus-per-task=2; repeatable; wins over the --slurm-* options "
+           "above and the harness's own, job-name=harness)", "KEY=VALUE", None,
+           "a list of KEY=VALUE strings (sbatch options)"),
     Option("slurm_setup", list, None, "a line the job script runs before the run (module load "
            "cuda, source venv/bin/activate; repeatable, in order)", "LINE", None,
            "a list of shell lines"),
@@ -119,6 +126,7 @@ LIMITS = {o.name: o.bounds for o in OPTIONS if o.bounds}  # the numeric --slurm-
 # polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
 # second without Slurm, where a poll is a check on a local process and a file)
 POLL_FIRST_S, POLL_MAX_S, POLL_MAX_LOCAL_S = 0.25, 10.0, 1.0
+FAILED_RUNS = "_failed_runs"  # beside a failed job's files: the ids of its failed runs
 SQUEUE_EVERY_S = 15.0  # how often the driver asks squeue which jobs ended without a result
 # squeue's states of a job that will still run (the others: it ended)
 LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED",
@@ -148,6 +156,10 @@ def preflight(run: RunOptions, options: ExecutorOptions) -> None:
 def sbatch_options(pairs: list[str] | None) -> dict[str, str]:
     """``--slurm-opt`` values as submitit's ``slurm_additional_parameters`` (``{"qos": "high"}``).
 
+    A key is spelt as submitit spells its own (``cpus-per-task`` as ``cpus_per_task``), so that
+    the user's value replaces the one the harness gives (submitit would write both, and sbatch
+    keeps the last).
+
     Raises:
         HarnessError: a value that is not KEY=VALUE with a KEY of letters, digits, ``-``, ``_``.
     """
@@ -159,8 +171,24 @@ def sbatch_options(pairs: list[str] | None) -> dict[str, str]:
                 f"--slurm-opt expects KEY=VALUE, an sbatch option without its dashes "
                 f"(account=abc), got {pair!r}"
             )
-        found[key] = value
+        found[key.replace("-", "_")] = value
     return found
+
+
+def setup_lines(lines: list[str] | None) -> list[str] | None:
+    """``--slurm-setup`` lines as the job script runs them: a line that ends the job says so.
+
+    A line that exits (``exit 3``) would end the job before the run, its log empty; a trap on
+    the script's exit, there while the setup runs, writes to the job's error log which line
+    ended it and with what exit status.
+    """
+    if not lines:
+        return None
+    said = "the --slurm-setup line '$harness_setup' ended the job with exit status $s"
+    script = ["trap " + shlex.quote(f's=$?; echo "{said}" >&2') + " EXIT"]
+    for line in lines:
+        script += [f"harness_setup={shlex.quote(line)}", line]
+    return [*script, "trap - EXIT"]
 
 
 def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = None) -> str:
@@ -350,7 +378,7 @@ class SubmititExecutor:
             "slurm_partition": options.slurm_partition,
             "slurm_array_parallelism": self.size,
             "slurm_additional_parameters": sbatch_options(options.slurm_opt) or None,
-            "slurm_setup": list(options.slurm_setup or ()) or None,
+            "slurm_setup": setup_lines(options.slurm_setup),
             # the signal before the limit (Slurm may send it up to a minute early): Pack's
             # checkpoint needs no time of its own, the runs' checkpoints are on disk already
             "slurm_signal_delay_s": min(90, 15 * minutes),
@@ -366,8 +394,9 @@ class SubmititExecutor:
         self._ended: set[Any] = set()  # of those, the ones squeue says ended
         self._asked = float("-inf")  # when squeue was last asked
         self._states: dict[str, str] = {}  # what it said: job id -> state
-        self._ok: list[Any] = []  # the jobs whose runs all succeeded, and the others
-        self._failed: list[Any] = []
+        self._ok: list[Any] = []  # the jobs whose runs all succeeded
+        self._failed: dict[Any, list[str]] = {}  # the others: their failed runs' ids
+        self._succeeded: set[str] = set()  # the ids of the runs that succeeded
         self._next = 0
 
     def slots(self) -> int:
@@ -395,8 +424,10 @@ class SubmititExecutor:
         try:
             self.records.mkdir(parents=True, exist_ok=True)
             pack = Pack(self.run, str(self.records), self.requeue_max)
-            jobs = self._ex.map_array(pack, packs)
+            with contextlib.redirect_stderr(io.StringIO()):  # sbatch's lines: in the error too
+                jobs = self._ex.map_array(pack, packs)
         except Exception as e:  # sbatch refused: every run would be refused alike
+            self._drop_unsent()
             if is_disk_full(e):  # the folder is full: no job of them started (on Slurm)
                 raise WriteFailed(self.folder, e, [h for h, _ in queued]) from None
             raise HarnessError(
@@ -409,6 +440,21 @@ class SubmititExecutor:
                 job._results_timeout_s = 0
             self._jobs[job] = [h for h, _ in items]
             self._runs.update((h, (d, job)) for h, d in items)
+
+    def _drop_unsent(self) -> None:
+        """Remove what submitit left of a submission that failed: its pickles and script.
+
+        Its pickles are the temporary ones naming this executor's records folder; its script,
+        a temporary one too, is removed where no other submission's pickle is there (another
+        sweep's in the same folder, whose script it could be).
+        """
+        mine = str(self.records).encode()
+        with contextlib.suppress(OSError):
+            temp = list(self.folder.glob("[0-9a-f]" * 32 + ".pkl"))  # submitit's uuid4().hex
+            ours = [p for p in temp if mine in p.read_bytes()]
+            scripts = self.folder.glob(".submission_file_*.sh") if ours == temp else ()
+            for path in [*ours, *(p for p in scripts if not p.is_symlink())]:
+                path.unlink(missing_ok=True)
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
         """Submit what is queued, then poll until some runs end; each ``(handle, record)``.
@@ -447,8 +493,10 @@ class SubmititExecutor:
         if not isinstance(rec, dict):
             why = f"the submitit job {job.job_id} sent a {type(rec).__name__}, not a record"
             rec = lost_record(cfg_dict, why)
-        if rec.get("status") != "ok" and job not in self._failed:
-            self._failed.append(job)
+        if rec.get("status") == "ok":
+            self._succeeded.add(str(rec.get("run_id")))
+        else:
+            self._failed.setdefault(job, []).append(str(rec.get("run_id")))
         if not any(h in self._runs for h in handles):  # its last run: the job is free
             del self._jobs[job]
             self._ended.discard(job)
@@ -471,16 +519,26 @@ class SubmititExecutor:
     def _outcome(self, job: Any) -> BaseException | None:
         """What the ended ``job`` raised (None: it returned), from its result file.
 
-        Read without submitit's wait, which asks sacct until it says the job ended.
+        Read without submitit's wait and its message for a job with no result, which ask sacct
+        (on a cluster without accounting, two warnings and sacct's error on the terminal): the
+        result file is waited for ``_results_timeout_s`` (a shared filesystem's delay), and no
+        result is the tail of the job's logs.
         """
-        from submitit.core.utils import FailedJobError
+        from submitit.core.utils import FailedJobError, UncompletedJobError
 
         try:
             if self.cluster == "debug":  # the debug backend runs the job here
                 job.result()
                 return None
+            paths = job.paths
+            paths.folder.chmod(paths.folder.stat().st_mode)  # as submitit: a fresh directory
+            deadline = time.monotonic() + job._results_timeout_s
+            while not paths.result_pickle.exists() and time.monotonic() < deadline:
+                time.sleep(1)
+            if not paths.result_pickle.exists():  # killed, cancelled, out of time, its setup
+                return UncompletedJobError(_tail(paths.stderr) or _tail(paths.stdout))
             outcome, value = job._get_outcome_and_result()
-        except Exception as e:  # no result file: killed, cancelled, out of time
+        except Exception as e:  # its result unreadable
             return e
         return FailedJobError(value) if outcome == "error" else None
 
@@ -534,19 +592,24 @@ class SubmititExecutor:
         """Remove the files of the jobs whose runs succeeded; a line naming the failed ones' logs.
 
         The pickles and logs of a job whose run failed (or that sent no record) stay in the
-        folder, and so does the script of a job array while one of its jobs' files do (and
-        submitit's link to a script while the script is there).
+        folder, with a file naming those runs (``JOB_failed_runs``), until each of them has
+        succeeded in a later sweep with this folder (``--retry-failed``); the script of a job
+        array stays while one of its jobs' files do (and submitit's link to a script while the
+        script is there).
         """
-        kept = {job.paths.submission_file for job in self._failed}
         deadline = time.monotonic() + 10.0  # the last jobs' results, written as they exit
         for job in self._ok:
-            p = job.paths
-            while not p.result_pickle.exists() and time.monotonic() < deadline:
+            while not job.paths.result_pickle.exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
-            script = {p.submission_file} - kept  # a job array's: one for all its jobs
-            for path in (p.submitted_pickle, p.result_pickle, p.stdout, p.stderr, *script):
-                with contextlib.suppress(OSError):
-                    path.unlink(missing_ok=True)
+            _remove_job(self.folder, job.job_id)
+        for kept in self.folder.glob(f"*{FAILED_RUNS}") if self._succeeded else ():
+            with contextlib.suppress(OSError):  # an earlier sweep's failed job
+                runs = kept.read_text().split()
+                if not set(runs) - self._succeeded:
+                    _remove_job(self.folder, kept.name.removesuffix(FAILED_RUNS))
+        for job, runs in self._failed.items():
+            with contextlib.suppress(OSError):
+                (self.folder / f"{job.job_id}{FAILED_RUNS}").write_text("\n".join(runs) + "\n")
         for link in self.folder.glob(".submission_file_*.sh"):  # submitit's links to the scripts
             if link.is_symlink() and not link.exists():
                 with contextlib.suppress(OSError):
@@ -554,7 +617,7 @@ class SubmititExecutor:
         with contextlib.suppress(OSError):  # not there, or records of runs cancelled in it
             self.records.rmdir()
         logs = [str(_log(job)) for job in self._failed]
-        self._ok, self._failed = [], []
+        self._ok, self._failed, self._succeeded = [], {}, set()
         if not logs:
             return []
         more = f" and {len(logs) - 10} more" * (len(logs) > 10)
@@ -568,6 +631,31 @@ def _state(job: Any) -> str:
         return str(job.state)
     except Exception:
         return "UNKNOWN"
+
+
+def _remove_job(folder: Path, job_id: str) -> None:
+    """Remove a job's files; its array's script too once no other file of the array is left."""
+    from submitit.core.utils import JobPaths
+
+    p = JobPaths(folder, job_id, 0)
+    for path in (p.submitted_pickle, p.result_pickle, p.stdout, p.stderr):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (folder / f"{job_id}{FAILED_RUNS}").unlink(missing_ok=True)
+        array = p.submission_file.name.removesuffix("submission.sh")  # "1234_"
+        if all(f == p.submission_file for f in folder.glob(f"{array}*")):
+            p.submission_file.unlink(missing_ok=True)
+
+
+def _tail(path: Path) -> str:
+    """The last lines of a job's log ("" where there is none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - 4096, 0))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _log(job: Any) -> Path | None:
