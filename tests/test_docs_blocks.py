@@ -150,3 +150,50 @@ def test_print_writes_nothing_and_keeps_its_flags_apart(harness, doc):
     assert bad.returncode == 2 and "--out-dir: not used with --print" in bad.stderr
     bad = harness("report", "store.jsonl", "--where", "lam=1")
     assert bad.returncode == 2 and "--where: only used with --print" in bad.stderr
+
+
+def test_a_crlf_file_keeps_every_byte_around_its_blocks(harness, doc):
+    lf = DOC.replace("Between", "Between\u00a0") + "no line end after this"
+    doc.write_bytes(lf.encode("utf-8"))
+    assert harness("docs", "doc.md").returncode == 0
+    filled = doc.read_bytes().decode("utf-8")
+    assert "stale text" not in filled
+    assert filled.endswith("\nno line end after this")  # the last line still has none
+    doc.write_bytes(lf.replace("\n", "\r\n").encode("utf-8"))
+    assert harness("docs", "doc.md").returncode == 0
+    assert doc.read_bytes().decode("utf-8") == filled.replace("\n", "\r\n")
+    assert harness("docs", "--check", "doc.md").returncode == 0
+
+
+PLUGIN = """from baselines.gru import GRU
+from harness.components.registry import register_method
+
+
+@register_method("my-gru")
+class MyGRU(GRU):
+    \"\"\"A GRU under another name.\"\"\"
+"""
+
+
+def test_a_block_runs_as_its_command_line_alone_includes_and_all(harness, doc):
+    """A block's --include is imported for it, and forgotten before the next block."""
+    store = doc.parent / "store.jsonl"
+    mine = []
+    for line in store.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["method"] == "gru":
+            rec["method"] = rec["config"]["method"] = "my-gru"
+            mine.append(json.dumps(rec) + "\n")
+    (doc.parent / "mine.jsonl").write_text("".join(mine))
+    (doc.parent / "myplugin.py").write_text(PLUGIN)
+    count = "harness report mine.jsonl --include myplugin.py --where method=my-gru --print count"
+    blocks = f"<!-- generated: {count} -->\n<!-- end -->\n\n" * 2  # imported again, not cached
+    doc.write_text(f"# Doc\n\n{blocks}", encoding="utf-8")
+    assert harness("docs", "doc.md").returncode == 0
+    assert doc.read_text(encoding="utf-8").count(f"\n\n{len(mine)} records (0 failed") == 2
+    alone = "harness report mine.jsonl --where method=my-gru --print count"
+    doc.write_text(f"# Doc\n\n{blocks}<!-- generated: {alone} -->\n<!-- end -->\n")
+    res = harness("docs", "--check", "doc.md")
+    assert res.returncode == 2  # the blocks before it registered my-gru for themselves only
+    said = f"doc.md:9: `{alone}` failed (exit 2): --where method=my-gru: Unknown method"
+    assert said in res.stderr

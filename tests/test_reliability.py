@@ -589,6 +589,56 @@ CASES = [
             + "\n"
         },
     ),
+    Case(
+        "9 docs: a block's --include that raises",
+        ["docs", "d.md"],
+        2,
+        "d.md:3: `harness report base.jsonl --include boom.py --print count` failed (exit 2): "
+        "--include ",
+        files={
+            "d.md": "# D\n\n<!-- generated: harness report base.jsonl --include boom.py --print "
+            "count -->\n<!-- end -->\n",
+            "boom.py": "raise RuntimeError('boom')\n",
+        },
+        unchanged=["d.md"],
+    ),
+    Case(
+        "9 docs --check: a block's --include that raises",
+        ["docs", "--check", "d.md"],
+        2,
+        "boom.py failed to import: RuntimeError: boom (",
+        files={
+            "d.md": "# D\n\n<!-- generated: harness report base.jsonl --include boom.py --print "
+            "count -->\n<!-- end -->\n",
+            "boom.py": "raise RuntimeError('boom')\n",
+        },
+        unchanged=["d.md"],
+    ),
+    Case(
+        "9 docs: a block that prints against without --against",
+        ["docs", "d.md"],
+        2,
+        "d.md:3: `harness report base.jsonl --paper --print main,against` failed (exit 2): "
+        "--print against needs --against",
+        files={
+            "d.md": "# D\n\n<!-- generated: harness report base.jsonl --paper --print "
+            "main,against -->\nthe old table\n<!-- end -->\n",
+        },
+        unchanged=["d.md"],
+    ),
+    Case(
+        "9 docs --check: a block whose filter matches nothing",
+        ["docs", "--check", "d.md"],
+        2,
+        "d.md:3: `harness report base.jsonl --where train.lr=0.5 --print count`: warning: "
+        "--where train.lr=0.5: no record matches it",
+        files={
+            "d.md": "# D\n\n<!-- generated: harness report base.jsonl --where train.lr=0.5 "
+            "--print count -->\n\n1 records (0 failed, 0 from a dirty tree), 1 runs\n\n"
+            "<!-- end -->\n",
+        },
+        unchanged=["d.md"],
+    ),
     # 10. environment variables, leases and reruns (issue 63, section 1)
     Case(
         "10 a claim lease too long for the heartbeat",

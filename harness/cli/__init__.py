@@ -19,7 +19,7 @@ from typing import Any
 
 from harness import __version__, api
 from harness.cli import bench, check, compare, data, docs, flops, listing, new, report, run, store
-from harness.cli.common import Parser, dispatch
+from harness.cli.common import Parser, dispatch, includes
 from harness.errors import HarnessError, Interrupted
 
 # in the order ``harness --help`` lists them
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     old_handler = _on_sigterm(_interrupt)
     try:
-        api.include(_includes(argv))  # first: an included executor's options are flags of run
+        api.include(includes(argv))  # first: an included executor's options are flags of run
         return dispatch(make_parser(), argv)
     except HarnessError as e:  # a bad --include
         sys.stderr.write(f"error: {e}\n")
@@ -75,16 +75,6 @@ def main(argv: list[str] | None = None) -> int:
         _on_sigterm(old_handler)
         if program:  # the process ends now: its exit need not traverse what its imports made
             gc.freeze()  # (with torch, about 0.3 s); not for a caller that goes on (a test)
-
-
-def _includes(argv: list[str]) -> list[str]:
-    """The ``--include`` paths of ``argv`` (the parser, which checks them, is built after)."""
-    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    pre.add_argument("--include", action="append", default=[])
-    try:
-        return pre.parse_known_args(argv)[0].include
-    except argparse.ArgumentError:
-        return []
 
 
 def _interrupt(signum: int, frame: Any) -> None:

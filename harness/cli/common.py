@@ -62,6 +62,19 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
         return 2
 
 
+def includes(argv: list[str]) -> list[str]:
+    """The ``--include`` paths of ``argv``, to import before its parser is built (it checks them).
+
+    An included executor's options are flags of ``run``, so the files come first.
+    """
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    pre.add_argument("--include", action="append", default=[])
+    try:
+        return pre.parse_known_args(argv)[0].include
+    except argparse.ArgumentError:
+        return []
+
+
 def examples(*lines: str, note: str = "") -> str:
     """An epilog: ``examples:`` followed by the indented command lines, then ``note``."""
     head = "example:" if len(lines) == 1 else "examples:"

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import Parser, add_command, dispatch, examples
+from harness import api
+from harness.cli.common import Parser, add_command, dispatch, examples, includes
 from harness.cli.report import add_parser as add_report
+from harness.components.config import legacy_values
+from harness.components.registry import isolated
 from harness.errors import HarnessError
 from harness.reporting.docs import fill
 
@@ -66,14 +70,25 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def run_report(argv: list[str]) -> tuple[int, str, str]:
-    """``harness ARGV`` (a ``report`` command) in this process: (exit code, stdout, stderr)."""
+    """``harness ARGV`` (a ``report`` command) in this process: (exit code, stdout, stderr).
+
+    It runs as the same command line would alone: its ``--include`` files imported first, and
+    forgotten after (``registry.isolated``), so that what one block registers no other sees.
+    """
     out, err = io.StringIO(), io.StringIO()
     parser = Parser(prog="harness")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     add_report(sub)
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            code = dispatch(parser, argv)
+            with isolated():
+                api.include(includes(argv))
+                code = dispatch(parser, argv)
+        except HarnessError as e:  # a bad --include, as 'harness' says it
+            print(f"error: {e}", file=sys.stderr)
+            code = 2
         except SystemExit as e:  # a usage error: its line is on stderr already
             code = e.code if isinstance(e.code, int) else 2
+        finally:
+            legacy_values.cache_clear()  # kept by method name: an included one's goes with it
     return code, out.getvalue(), err.getvalue()

@@ -28,6 +28,7 @@ says where an entry came from (records keep a method's as ``method_source``).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fnmatch
 import functools
@@ -36,7 +37,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -405,6 +406,35 @@ def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     merged = known + [p for p in dict.fromkeys(new) if p not in known]
     os.environ[INCLUDE_ENV] = os.pathsep.join(str(p) for p in merged)
     return files
+
+
+@contextlib.contextmanager
+def isolated() -> Iterator[None]:
+    """Forget, after the block, what the files it includes (``include``) register and import.
+
+    How ``harness docs`` runs each block's command in one process as its command line would
+    alone: afterwards the registries, the included files, ``$HARNESS_INCLUDE``, ``sys.path`` and
+    the modules imported from the included files' folders are as before.
+    """
+    load_plugins()
+    items, included, env = _snapshot(), dict(_INCLUDED), os.environ.get(INCLUDE_ENV)
+    path, modules = list(sys.path), set(sys.modules)
+    try:
+        yield
+    finally:
+        _restore(items)
+        folders = {f.parent for name, f in _INCLUDED.items() if name not in included}
+        _INCLUDED.clear()
+        _INCLUDED.update(included)
+        for name in set(sys.modules) - modules:
+            file = _file_of(sys.modules[name])
+            if file is not None and any(file.is_relative_to(d) for d in folders):
+                del sys.modules[name]
+        sys.path[:] = path
+        if env is None:
+            os.environ.pop(INCLUDE_ENV, None)
+        else:
+            os.environ[INCLUDE_ENV] = env
 
 
 def _env_paths() -> list[Path]:

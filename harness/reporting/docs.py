@@ -8,10 +8,11 @@ line, each marker at the start of its line::
     <!-- end -->
 
 ``fill`` runs each block's command (in-process, through the ``run`` it is given: the command
-line's) and rewrites the block's body with its stdout; with ``check`` it writes nothing and
-returns the blocks whose body differs. A block's command is ``harness report ... --print PART``,
-which writes nothing and prints Markdown that names no time, commit of the renderer or absolute
-path (``harness.reporting.reports.print_parts``), so that a body changes only with the records.
+line's) and rewrites the block's body with its stdout, every other byte of the file kept (its
+line endings too); with ``check`` it writes nothing and returns the blocks whose body differs.
+A block's command is ``harness report ... --print PART``, which writes nothing and prints
+Markdown that names no time, commit of the renderer or absolute path
+(``harness.reporting.reports.print_parts``), so that a body changes only with the records.
 """
 
 from __future__ import annotations
@@ -82,12 +83,14 @@ def blocks(path: Path, lines: Sequence[str]) -> list[Block]:
     return found
 
 
-def body(block: Block, run: Runner) -> list[str]:
+def body(block: Block, run: Runner, newline: str = "\n") -> list[str]:
     """The lines of ``block``'s body: its command's stdout, between two empty lines.
+
+    Each line ends with ``newline`` (the marker's line ending: a file keeps its own).
 
     Raises:
         HarnessError: the command is not ``harness report ... --print PART``, cannot be split
-            into words, or fails (with its first line on stderr).
+            into words, fails (with its last line on stderr) or warns (with its first).
     """
     try:
         argv = shlex.split(block.command)
@@ -99,10 +102,13 @@ def body(block: Block, run: Runner) -> list[str]:
             "PART', which prints Markdown and writes nothing"
         )
     code, out, err = run(argv[1:])
+    said = [s for s in err.splitlines() if s.strip()]
     if code != 0:
-        said = next((s for s in err.splitlines() if s.strip()), "nothing on stderr")
-        raise HarnessError(f"{block.where()} failed (exit {code}): {said.removeprefix('error: ')}")
-    return ["", *out.rstrip("\n").splitlines(), ""]
+        last = said[-1] if said else "nothing on stderr"
+        raise HarnessError(f"{block.where()} failed (exit {code}): {last.removeprefix('error: ')}")
+    if said:  # a warning (a filter that matches no record): the body would not be what it says
+        raise HarnessError(f"{block.where()}: {said[0]} (a block's command must run clean)")
+    return [s + newline for s in ("", *out.rstrip("\n").splitlines(), "")]
 
 
 def fill(paths: Sequence[str | Path], run: Runner, check: bool = False) -> list[Block]:
@@ -126,15 +132,16 @@ def fill(paths: Sequence[str | Path], run: Runner, check: bool = False) -> list[
     files = []
     for p in map(Path, paths):
         try:
-            lines = p.read_text(encoding="utf-8").splitlines()
+            raw = p.read_bytes().decode("utf-8")  # the line endings as they are (CRLF stays)
         except (OSError, UnicodeDecodeError) as e:
             raise HarnessError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
+        lines = raw.splitlines(keepends=True)
         files.append((p, lines, blocks(p, lines)))
     stale, new = [], []
     for p, lines, found in files:
         out, at = [], 0
         for b in found:
-            text = body(b, run)
+            text = body(b, run, "\r\n" if lines[b.line - 1].endswith("\r\n") else "\n")
             if lines[b.body[0] : b.body[1]] != text:
                 stale.append(b)
             out += lines[at : b.body[0]] + text
@@ -143,5 +150,5 @@ def fill(paths: Sequence[str | Path], run: Runner, check: bool = False) -> list[
     if not check:
         for p, lines, out in new:
             if out != lines:
-                write_text(p, "\n".join(out) + "\n")
+                write_text(p, "".join(out))
     return stale
