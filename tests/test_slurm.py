@@ -4,15 +4,19 @@ saying why where none does.
 
 A sweep as jobs (two runs to a job) records what the serial executor does; a run longer than its
 ``--slurm-time`` is requeued and goes on from its checkpoint to the same record; a job cancelled
-with ``scancel`` is its run's failed record, naming the job and its state.
+with ``scancel`` is its run's failed record, naming the job and its state; ``--slurm-opt`` in
+sbatch's spelling, a ``--slurm-setup`` line that ends the job, ``--retry-failed`` and a refused
+submission as a user meets them, from the shell.
 """
 
 import functools
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +52,7 @@ SMALL = ("run", "--tasks", "adding", "--methods", "gru,sa-rnn", "--seeds", "0-1"
 # a run of 1.5-2 s an epoch (2 cores): 14 epochs outlast the poll of the scancel test; 40, some
 # 60-80 s, outlast what a job of --slurm-time 1 gets before Slurm signals it (45 s) on a faster
 # machine too (14 epochs took 21 s on an idle one, and were never requeued)
+ONE = ("run", "--tasks", "adding", "--methods", "gru", "--preset", "smoke", "--no-report")
 LONG = {"train.epochs": 14, "task.n_train": 4000, "task.seq_len": 100}
 LONGER = {**LONG, "train.epochs": 40}
 
@@ -107,3 +112,32 @@ def test_a_job_cancelled_with_scancel_is_its_runs_failed_record_naming_it(tmp_pa
     assert rec["status"] == "failed" and out[0].exit_code == 1
     assert f"the submitit job {job.job_id} ended without sending its record" in rec["error"]
     assert "(state CANCELLED)" in rec["error"], rec["error"]
+
+
+def test_slurm_options_a_setup_line_that_fails_a_retry_and_a_refusal_as_a_user_meets_them(
+    tmp_path,
+):
+    def harness(*extra, out="r"):
+        cmd = [sys.executable, "-m", "harness", *ONE, "--executor", "submitit", "--slurm-folder",
+               "jobs", "--out", out]  # fmt: skip
+        return subprocess.run([*cmd, *extra], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+
+    show = 'echo "cpus $SLURM_CPUS_PER_TASK name $SLURM_JOB_NAME" >&2'  # in the job's error log
+    p = harness("--slurm-opt", "cpus-per-task=2", "--slurm-opt", "job-name=mine",
+                "--slurm-setup", show, "--slurm-setup", "exit 3")  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    assert "sacct" not in p.stderr and "accounting" not in p.stderr, p.stderr  # no accounting
+    (rec,) = stored(tmp_path / "r" / "runs.jsonl")
+    assert "the --slurm-setup line 'exit 3' ended the job with exit status 3" in rec["error"]
+    log = Path(rec["error"].rsplit("; logs: ", 1)[1])
+    assert "cpus 2 name mine" in log.read_text()  # the user's values, not the harness's
+    p = harness("--retry-failed")
+    assert p.returncode == 0, p.stderr
+    assert list((tmp_path / "jobs").iterdir()) == []  # the failed job's files went with it
+    p = harness("--slurm-partition", "no-such-partition", out="refused")
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.splitlines()
+    assert lines[-1].startswith("error: submitit could not submit 1 job(s) (slurm): "), p.stderr
+    assert not [line for line in lines[:-1] if "sbatch" in line], p.stderr  # said once
+    assert list((tmp_path / "jobs").iterdir()) == [] and not (tmp_path / "refused").exists()
