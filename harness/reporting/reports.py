@@ -301,9 +301,9 @@ def _where(records: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
         match = _matcher(key, texts, [f for f in fields if key in f])
         kept.append({i for i, f in enumerate(fields) if key in f and match(f)})
     both = set.intersection(*kept) if kept else set(range(len(records)))
-    if records and (none := [w for w, k in zip(where, kept, strict=True) if not k]):
+    if none := [w for w, k in zip(where, kept, strict=True) if not k]:
         sys.stderr.write(f"warning: --where {', '.join(none)}: no record matches it\n")
-    elif records and not both:
+    elif where and not both:
         sys.stderr.write(f"warning: --where {' --where '.join(where)}: no record matches all\n")
     return [r for i, r in enumerate(records) if i in both]
 
