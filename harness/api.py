@@ -515,7 +515,13 @@ def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
     if opts.get("config") or opts.get("suite"):
         file = load_sweep_file(opts["config"] or suite_path(opts["suite"]))
         opts |= {k: v for k, v in file.options.items() if k not in given | {"set", "grid"}}
-    run = RunOptions(opts["data_dir"], opts["device"], opts["threads"], opts["log_dir"])
+    run = RunOptions(
+        opts["data_dir"],
+        opts["device"],
+        opts["threads"],
+        opts["log_dir"],
+        verbose=bool(opts.get("verbose")),
+    )
     lease_s()  # a bad $HARNESS_CLAIM_LEASE_S is refused before anything is written
     options = {k: opts.get(k) for k in declared()}
     executor = (*check_executor(opts["executor"], run, options), run)

@@ -197,7 +197,8 @@ def add_parser(subparsers: Any) -> None:
         "-v",
         "--verbose",
         action="store_true",
-        help="print every epoch's losses (runs in this process only: not with --workers or Ray)",
+        help="print every epoch's losses (runs in this process only: not with --workers or "
+        "Ray); with --executor ray, Ray's own log lines too",
     )
     s.set_defaults(func=cmd_run, parser=s)
 

@@ -47,6 +47,7 @@ class RunOptions:
             itself (``harness.persistence.store.write_part``), with ``provenance`` added, so a
             record outlives a driver that died (None: the driver records it).
         provenance: what the driver adds to each record (``argv``, ``sweep``).
+        verbose: an executor shows its machinery's own log lines too (Ray's).
     """
 
     data_dir: str | None = None
@@ -57,6 +58,7 @@ class RunOptions:
     checkpoint_every_s: float = 600.0
     parts_dir: str | None = None
     provenance: dict[str, Any] | None = None
+    verbose: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,23 +10,32 @@ found through ``RAY_ADDRESS`` or ``ray start``) on loopback alone. On Linux Ray 
 address the one its default route leaves from, listens on all interfaces, and replaces a given
 ``127.0.0.1`` (``_node_ip_address``, ``ray start --node-ip-address``) by that address too;
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (read once, when Ray is imported) makes it take
-127.0.0.1, and then every Ray server (GCS, raylet, workers, agents) listens there only.
+127.0.0.1, and then every Ray server (GCS, raylet, workers, agents) listens there only. Ray
+(2.60) also switches token authentication on for a new instance and, with no token given, writes
+one to ``~/.ray/auth_token``, readable by everyone, and leaves it there: the executor gives the
+instance a fresh token in this process's environment (``RAY_AUTH_TOKEN``, unless set), which
+Ray's processes inherit and which no file holds.
 
-A cluster at an address is tried first by a probe of its own, a ``ray.init`` in a child process
-that is killed after ``ray_connect_timeout`` seconds and whose output (Ray's warnings, one a
-second while it retries) is kept out of sight: an address nothing answers at, or a cluster that
-refuses this client's token (Ray's token authentication: ``RAY_AUTH_MODE=token`` and the token
+A cluster at an address is tried first by a probe of its own: a plain connection (refused or
+unresolved: an error at once), then a ``ray.init`` in a child process that is killed after
+``ray_connect_timeout`` seconds and whose output (Ray's warnings, one a second while it
+retries) is kept out of sight: an address nothing answers at, or a cluster that refuses this
+client's token (Ray's token authentication: ``RAY_AUTH_MODE=token`` and the token
 in ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ``~/.ray/auth_token``), is one
 line naming what to set, instead of Ray retrying for minutes. The runs' own environment
 (``WORKER_ENV``: the data root, the caches, the included plugin files) goes with each task, as
-``ray start``'s environment, not the driver's, is what a cluster's workers inherit.
+``ray start``'s environment, not the driver's, is what a cluster's workers inherit. Ray's own
+log lines (connecting, started) show only with ``RunOptions.verbose`` (``harness run -v``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
+import secrets
+import socket
 import subprocess
 import sys
 from collections.abc import Hashable
@@ -49,6 +58,8 @@ INSTALL = "--executor ray needs Ray: pip install 'condrnn-harness[ray]'"
 
 # Ray's switch (ray._private.ray_constants) for a node of its own on loopback; "0" = loopback.
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Ray's token (its token authentication): a local instance's, fresh, lives in the environment
+TOKEN = "RAY_AUTH_TOKEN"
 # What a run reads from the environment, passed from the driver to every task when set here
 # (HARNESS_DATA_DIR always: the data root the sweep was planned and its data checked on).
 WORKER_ENV = ("HARNESS_DATA_DIR", "XDG_CACHE_HOME", "HARNESS_INCLUDE", "HARNESS_NO_KERNELS")
@@ -89,14 +100,15 @@ class RayExecutor:
         address = options.ray_address if options.ray_address != "local" else None
         if not address:  # before Ray is imported: its node address is then 127.0.0.1
             os.environ[LOOPBACK_ONLY] = "0"
+            os.environ.setdefault(TOKEN, secrets.token_hex(32))  # none in ~/.ray: module doc
+        elif not (ray := sys.modules.get("ray")) or not ray.is_initialized():  # before import
+            probe(address, options.ray_connect_timeout)
         try:
             import ray
         except ImportError:
             raise HarnessError(INSTALL) from None
         self.ray, self.run = ray, run
         if not ray.is_initialized():
-            if address:
-                probe(address, options.ray_connect_timeout)
             node_ip = None if address else ray.util.get_node_ip_address()  # a new node's
             if node_ip and not ipaddress.ip_address(node_ip).is_loopback:
                 raise HarnessError(
@@ -105,7 +117,13 @@ class RayExecutor:
                     "or give --ray-address"
                 )
             try:
-                ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
+                level = logging.INFO if run.verbose else logging.ERROR  # Ray's own lines
+                ray.init(
+                    address=address or "local",
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=level,
+                )
             except (ConnectionError, ValueError, RuntimeError) as e:
                 raise HarnessError(f"cannot connect to Ray at {address or 'local'}: {e}") from None
         self._cpus = max(run.threads, 1)
@@ -162,19 +180,28 @@ class RayExecutor:
 def probe(address: str, timeout_s: int) -> None:
     """Connect to the Ray cluster at ``address`` once, in a child process, within ``timeout_s``.
 
+    A plain connection first: one refused (or a host that does not resolve) fails at once.
+
     Raises:
-        HarnessError: nothing answered in time, the cluster refused this client's token (or
-            none was found), or the connection failed otherwise: one line, without Ray's output.
+        HarnessError: refused, nothing answered in time, the cluster refused this client's token
+            (or none was found), or the connection failed otherwise: one line, without Ray's
+            output.
     """
+    silent = f"no answer within {timeout_s} s (--ray-connect-timeout)"
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if port.isdigit():  # not "auto" (Ray finds that address)
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except TimeoutError:
+            raise HarnessError(f"cannot connect to Ray at {address}: {silent}") from None
+        except OSError as e:
+            raise HarnessError(f"cannot connect to Ray at {address}: {e.strerror or e}") from None
     env = os.environ | {"RAY_gcs_server_port_wait_time_s": "1"}
     cmd = [sys.executable, "-c", PROBE, address]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise HarnessError(
-            f"cannot connect to Ray at {address}: no answer within {timeout_s} s "
-            "(--ray-connect-timeout)"
-        ) from None
+        raise HarnessError(f"cannot connect to Ray at {address}: {silent}") from None
     if not done.returncode:
         return
     if "no authentication token was found" in done.stderr:
