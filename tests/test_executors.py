@@ -279,6 +279,34 @@ def test_a_local_ray_instance_is_refused_once_ray_was_imported_without_the_setti
     assert not ray.is_initialized()
 
 
+@pytest.mark.netns
+def test_a_local_ray_instance_is_quiet_and_leaves_no_credential(tmp_path, monkeypatch, capfd):
+    _needs_ray()
+    import subprocess
+    import sys
+
+    from harness.executors.ray import PROBE
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # Ray's ~/.ray/auth_token would be written here
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    for verbose in (False, True):
+        ex = make_executor("ray", RunOptions(verbose=verbose), ExecutorOptions())
+        try:
+            assert not (tmp_path / ".ray").exists()  # its token is in this process's environment
+            if not verbose:  # and token authentication is on: a client without it is refused
+                env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+                gcs = ex.ray.get_runtime_context().gcs_address
+                cmd = [sys.executable, "-c", PROBE, gcs]
+                p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+                assert p.returncode and "AuthenticationError" in p.stderr, p.stderr[-2000:]
+        finally:
+            ex.shutdown()
+        err = capfd.readouterr().err  # Ray's own log lines only with verbose
+        assert "Started a local Ray instance" in err if verbose else not err.strip(), err
+    assert not (tmp_path / ".ray").exists()
+
+
 def test_bad_workers_is_an_error():
     from harness.errors import HarnessError
 

@@ -9,6 +9,7 @@ or wrong one, or an address nothing answers at, is one line and exit code 2.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ pytestmark = [
 SWEEP = ("run", "--tasks", "adding", "--methods", "gru,sa-rnn", "--seeds", "0-1")
 SWEEP += ("--preset", "smoke", "--no-report")
 AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+RAY_LOG = re.compile(r"\b(INFO|WARNING) \S+\.py:\d+ -- ")  # a line of Ray's Python logging
 
 
 def harness(tmp_path, *args, **env):
@@ -61,6 +63,7 @@ def test_a_sweep_on_the_cluster_with_the_token_gives_the_serial_records(tmp_path
     assert os.environ["RAY_AUTH_MODE"] == "token" and os.environ["RAY_AUTH_TOKEN"]
     ray = harness(tmp_path, *SWEEP, "--executor", "ray", "--ray-address", ADDRESS, "--out", "r")
     assert ray.returncode == 0, ray.stderr[-3000:]
+    assert not RAY_LOG.search(ray.stderr), ray.stderr[-3000:]  # shown with -v only
     serial = harness(tmp_path, *SWEEP, "--out", "s")
     assert serial.returncode == 0, serial.stderr[-3000:]
     got, want = records(tmp_path / "r" / "runs.jsonl"), records(tmp_path / "s" / "runs.jsonl")

@@ -658,6 +658,13 @@ CASES = [
         records=[BASE[:2] + ("failed",)],
     ),
     # 11. Slurm and Ray options as a cluster user meets them (issue 63, section 2)
+    Case(  # the kernel refuses at once: no Ray is imported or started, no timeout waited for
+        "11 --ray-address at a port nothing listens on",
+        [*RUN, "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", "s.jsonl"],
+        2,
+        "cannot connect to Ray at 127.0.0.1:1: Connection refused",
+        records=[],
+    ),
 ]
 
 

@@ -413,3 +413,12 @@ def test_the_pools_fork_server_starts_before_planning_and_ends_at_once_on_bad_in
     assert list(tmp_path.iterdir()) == []  # nothing created
     harness("run", "--tasks", "adding", "--methods", "no-such", "--workers", "2", "--dry-run")
     assert len(started) == 1  # a dry run starts none
+
+
+def test_verbose_reaches_the_executor(tmp_path, harness, monkeypatch):
+    # -v: the in-process progress shows every epoch's losses, an executor its own lines (Ray's)
+    seen, make = [], api.make_executor
+    monkeypatch.setattr(api, "make_executor", lambda *a: seen.append(a[1].verbose) or make(*a))
+    harness(*ONE_RUN, "--out", "quiet", "--no-report", check=True)
+    harness(*ONE_RUN, "--out", "loud", "--no-report", "-v", check=True)
+    assert seen == [False, True]
