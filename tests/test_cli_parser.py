@@ -77,6 +77,18 @@ def test_shared_options_have_the_same_choices_everywhere():
     assert len({(a.help, a.metavar, type(a)) for a in seen["--include"].values()}) == 1
 
 
+def test_the_names_an_executor_option_may_not_take_are_harness_runs_own():
+    """``RUN_OPTIONS`` is every name of ``harness run``'s namespace that is no executor's option
+    (its dests and defaults; ``argv`` set by ``dispatch``, ``command`` the subcommand) and every
+    key of a sweep file: an executor's option of one of them is refused when it registers."""
+    from harness.executors.base import RUN_OPTIONS, declared
+    from harness.planning.suites import META_KEYS, OPTION_KEYS
+
+    run = subcommands(make_parser())["run"]
+    own = {a.dest for a in run._actions} - set(declared()) | set(run._defaults)
+    assert own | {"argv", "command"} | set(OPTION_KEYS) | {*META_KEYS, "part"} == RUN_OPTIONS
+
+
 def test_version_matches_pyproject(capsys):
     text = (ROOT / "pyproject.toml").read_text()
     (declared,) = re.findall(r'^version = "([^"]+)"$', text, flags=re.M)

@@ -20,14 +20,13 @@ This module imports torch only inside the functions that need it: importing it s
 from __future__ import annotations
 
 import math
-import re
 import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.components.registry import Registry, load_plugins
+from harness.components.registry import SNAKE_KEY, Registry, load_plugins
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -102,7 +101,7 @@ METRICS = Registry(
     "metric",
     lambda obj: [] if isinstance(obj, Metric) else ["is not a Metric"],
     "harness.components.metrics.Metric",
-    key=re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$"),
+    key=SNAKE_KEY,
 )
 
 

@@ -44,6 +44,7 @@ from typing import Any
 from harness.errors import HarnessError
 
 _KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+SNAKE_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$")  # a metric's name, an executor option's
 MAX_KEY = 64  # the longest name a registry takes (it names files, table rows, flags' values)
 
 

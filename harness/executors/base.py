@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol
 
 from harness.components import config
-from harness.components.registry import Registry, load_plugins, needs
+from harness.components.registry import SNAKE_KEY, Registry, load_plugins, needs
 from harness.env import resolve_device
 from harness.errors import DISK_FULL_NOTE, ConfigError, failure_reason
 from harness.persistence import records
@@ -29,6 +29,15 @@ MAX_THREADS = 1024
 # optimisers import at their first use (about as long as torch itself), and torch's extension
 # loader, which loads the compiled kernels (a tenth of a second, once per process)
 WARM = ("torch._dynamo", "harness.training.train", "torch.utils.cpp_extension")
+# ``harness run``'s own options (argparse dests; a sweep file's keys are among them, with its
+# ``part`` and ``description``): an executor's option may not take one of these names
+# (tests/test_cli_parser.py checks the parser against them)
+RUN_OPTIONS = frozenset(
+    "allow_unverified_data argv checkpoint_every command config data_dir description device "
+    "dry_run executor force format func grid help include keep_stale log_dir match_skip methods "
+    "no_checkpoint no_report out parser part preset report retry_failed seeds select set "
+    "store_mode suite tasks threads verbose".split()
+)
 
 
 @dataclass(frozen=True)
@@ -149,12 +158,13 @@ class Executor(Protocol):
     """What ``harness.api.run_sweep`` drives, made as ``cls(RunOptions, ExecutorOptions)``.
 
     An executor may also declare ``options`` (a tuple of ``Option``: its flags and sweep-file
-    keys), ``preflight(run, options)``, a check before anything is planned or runs,
-    ``start_early(run, options)``, called by ``harness run`` once its input is checked, before
-    the sweep is planned (not for a dry run): a start-up slow enough to overlap the planning
-    (the pool's fork server importing the training code), and ``prepare(cfgs)``, called with the
-    runs to run before the first is submitted (the executors whose runs train on this machine
-    build their compiled kernels there: ``build_kernels``).
+    keys, none named as ``harness run``'s own: ``option_problems``), ``preflight(run,
+    options)``, a check before anything is planned or runs, ``start_early(run, options)``,
+    called by ``harness run`` once its input is checked, before the sweep is planned (not for a
+    dry run): a start-up slow enough to overlap the planning (the pool's fork server importing
+    the training code), and ``prepare(cfgs)``, called with the runs to run before the first is
+    submitted (the executors whose runs train on this machine build their compiled kernels
+    there: ``build_kernels``).
 
     Attributes:
         name: the registry key.
@@ -171,7 +181,12 @@ class Executor(Protocol):
         """Start (or queue) one run; returns its handle."""
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Block until at least one run in flight finished; each finished ``(handle, record)``."""
+        """Block until at least one run in flight finished; each finished ``(handle, record)``.
+
+        It may return nothing after a wait (a poll with a pause); one that returns nothing
+        without waiting, again and again, makes no progress and stops the sweep
+        (``harness.api.STALL_S``).
+        """
 
     def cancel(self) -> None:
         """Stop every run in flight now (they are dropped, not recorded)."""
@@ -184,12 +199,36 @@ class Executor(Protocol):
         """
 
 
+_PROTOCOL = needs(
+    "", *(m for m in (*Executor.__annotations__, *vars(Executor)) if m[0] != "_" and m != "name")
+)
+
+
+def option_problems(cls: Any) -> list[str]:
+    """What is wrong with the ``options`` an executor class declares, a phrase each.
+
+    They are a tuple of ``Option``, each named in snake_case (the flag ``--name``, the sweep-file
+    key ``name``), none of ``harness run``'s own (``RUN_OPTIONS``) and none that another
+    registered executor declares otherwise (an equal ``Option`` is shared: ``WORKERS``).
+    """
+    options = getattr(cls, "options", ())
+    if not isinstance(options, tuple) or not all(isinstance(o, Option) for o in options):
+        return [f"has options {options!r}, not a tuple of Option"]
+    out = []
+    for o in options:
+        if not SNAKE_KEY.match(o.name):
+            out.append(f"has the option {o.name!r}, not of the form {SNAKE_KEY.pattern}")
+        if o.name in RUN_OPTIONS:
+            out.append(f"has the option {o.name!r} ({o.flag}), one of harness run's own")
+        for n, c in EXECUTORS._items.items():
+            if declared(c).get(o.name, o) != o:
+                out.append(f"has the option {o.name!r}, which executor '{n}' declares otherwise")
+    return out
+
+
 EXECUTORS = Registry(
     "executor",
-    needs(
-        "",
-        *(m for m in (*Executor.__annotations__, *vars(Executor)) if m[0] != "_" and m != "name"),
-    ),
+    lambda cls: _PROTOCOL(cls) + option_problems(cls),
     "harness.executors.Executor",
     light=True,
 )
