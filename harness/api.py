@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -344,18 +345,28 @@ def _prepare(ex: Executor, todo: list[Any]) -> None:
         raise
 
 
+# An executor makes no progress when its ``wait_any`` returns no record again and again without
+# waiting (less than MIN_WAIT_S a call on average) for STALL_S while runs are in flight: the sweep
+# stops with an error naming it. A ``wait_any`` that waits (blocks, or polls with a pause) may
+# return nothing for as long as the runs take.
+STALL_S = 60.0
+MIN_WAIT_S = 0.1
+
+
 def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None]) -> Any:
     """The one loop every executor is driven by: keep its slots filled, yield what finishes.
 
     A config is read from ``todo`` (and so claimed) only when a slot is free for it and the
     records of the runs finished before are handled (appended, or kept aside). A write
     that fails while a run is claimed or submitted (``WriteFailed``) starts no run any more: the
-    runs in flight finish and are yielded, then it is raised. On any other exception (an
-    interrupt, or the consumer stopping) the runs in flight are cancelled.
+    runs in flight finish and are yielded, then it is raised. An executor that makes no progress
+    (``STALL_S``) is a HarnessError naming it. On any other exception (that one, an interrupt,
+    or the consumer stopping) the runs in flight are cancelled.
     """
     it = iter(todo)
     pending: dict[Any, Any] = {}
     failed: WriteFailed | None = None
+    empty, since = 0, 0.0  # wait_any's empty returns in a row, and when the first was called
 
     def fill() -> None:
         nonlocal failed
@@ -371,6 +382,7 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
     try:
         fill()
         while pending:
+            called = time.monotonic()
             try:
                 done = ex.wait_any()
             except WriteFailed as e:  # a submission: its runs never started
@@ -378,6 +390,9 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
                 for h in e.dropped:
                     pending.pop(h, None)
                 continue
+            empty, since = (empty + 1, since or called) if not done else (0, 0.0)
+            if empty and STALL_S <= time.monotonic() - since < empty * MIN_WAIT_S:
+                raise HarnessError(_stalled(ex, empty, time.monotonic() - since, len(pending)))
             yield from [(pending.pop(h), rec) for h, rec in done]
             fill()  # after the records are handled: a store that took none starts no run
     except BaseException:
@@ -385,6 +400,17 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
         raise
     if failed is not None:
         raise failed
+
+
+def _stalled(ex: Executor, empty: int, seconds: float, in_flight: int) -> str:
+    """The line saying that ``ex`` makes no progress (``STALL_S``)."""
+    cls = type(ex)
+    return (
+        f"executor '{getattr(cls, 'name', cls.__name__)}' ({registry.describe_source(cls)}) "
+        f"makes no progress: its wait_any() returned no record {empty} times in {seconds:.0f} s "
+        f"without waiting, with {in_flight} run(s) in flight; the sweep stopped, its runs in "
+        "flight cancelled and their claims released (wait_any must wait until a run finishes)"
+    )
 
 
 def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, dict], None]:
@@ -490,8 +516,12 @@ def board_records(store: str | Path, select: str | None) -> tuple[list[RunRecord
 
 
 def include(paths: Sequence[str]) -> None:
-    """Import the ``.py`` files or folders ``paths`` (``--include``) and the registry, now."""
-    if paths:
+    """Import the ``.py`` files or folders ``paths`` (``--include``) and the registry, now.
+
+    So too with no ``paths`` when ``$HARNESS_INCLUDE`` names some: an executor included either
+    way has its options as flags of ``harness run``.
+    """
+    if paths or os.environ.get(registry.INCLUDE_ENV):
         registry.include(paths)
         registry.load_plugins()
 

@@ -57,6 +57,39 @@ HALF_METHOD = (
     REGISTER + '@register_method("half-method")\nclass Half(Method):\n    """No cost."""\n'
 )
 EXITS = "import sys\n\nsys.exit(0)\n"  # a plugin that ends the process as it is imported
+# an executor plugin (its name, its options) whose wait_any returns nothing, at once, forever
+EXECUTOR = """from harness.executors.base import Option, register_executor
+
+
+@register_executor("{name}")
+class Stub:
+    in_process = False
+    options = {options}
+
+    def __init__(self, run, options):
+        self.n = 0
+
+    def slots(self):
+        return 1
+
+    def submit(self, cfg, on_epoch=None):
+        self.n += 1
+        return self.n
+
+    def wait_any(self):
+        return []
+
+    def cancel(self):
+        pass
+
+    def close(self):
+        pass
+"""
+CLASH = EXECUTOR.format(name="clash", options='(Option("out"),)')  # harness run's --out
+INVERTED = (
+    "from harness.components.metrics import Metric, register_metric\n\n"
+    'register_metric(Metric("my_score", "My score", higher=True, range=(1.0, 0.0)))\n'
+)
 
 
 def _swap(text: str, old: str, new: str) -> str:
@@ -532,6 +565,49 @@ CASES = [
         patch="no_data",
     ),
     # 8. plugins of every kind refuse nonsense at registration (issue 63, section 1)
+    Case(
+        "8 --include an executor with an option of harness run's own: list",
+        ["list", "executors", "--include", "clash.py"],
+        2,
+        "executor 'clash' (--include ",
+        files={"clash.py": CLASH},
+    ),
+    Case(
+        "8 --include an executor with an option of harness run's own: run",
+        [*RUN, "--include", "clash.py", "--out", "s.jsonl"],
+        2,
+        "class Stub has the option 'out' (--out), one of harness run's own",
+        files={"clash.py": CLASH},
+        records=[],
+    ),
+    Case(
+        "8 --include an executor with an option another executor declares otherwise",
+        ["list", "executors", "--include", "w.py"],
+        2,
+        "has the option 'workers', which executor 'local' declares otherwise",
+        files={"w.py": EXECUTOR.format(name="w", options='(Option("workers"),)')},
+    ),
+    Case(
+        "8 --include a metric whose range is inverted",
+        [*RUN, "--include", "m.py", "--out", "s.jsonl"],
+        2,
+        "metric 'my_score': range must be (low, high), each a finite number or None",
+        files={"m.py": INVERTED},
+        records=[],
+    ),
+    Case(
+        "8 new method with a 300-character name",
+        ["new", "method", "a" * 300, "--kind", "skip"],
+        2,
+        "is not a method name: lower-case letters and digits, words joined by '-' or '_', "
+        "starting with a letter, at most 64 characters",
+    ),
+    Case(
+        "8 new method into a folder whose name is too long",
+        ["new", "method", "my-skip", "--kind", "skip", "--out", "a" * 300],
+        2,
+        "cannot write into aaa",
+    ),
     # 9. reports, docs blocks and --where filters (issue 63, section 1)
     Case(
         "9 --print against without --against",
@@ -999,3 +1075,79 @@ def test_a_selection_that_keeps_no_row_says_so_in_the_table_and_on_stderr(tmp_pa
     code, out, err = harness(*RUN, "--out", "r.jsonl", "--select", "val-skip-band:50:5")
     assert code == 0 and err.splitlines()[-1] == warning.strip()
     assert "--select val-skip-band:50:5 keeps no row: no table" in out  # the table it prints
+
+
+def test_an_executor_option_of_harness_runs_own_is_refused_through_harness_include(
+    tmp_path, monkeypatch, harness
+):
+    """``$HARNESS_INCLUDE`` is ``--include``: the clash is one line, exit 2, whatever the command;
+    an option that clashes with nothing is a flag of ``harness run``, as through --include."""
+    from harness.components import registry
+
+    (tmp_path / "clash.py").write_text(CLASH)
+    (tmp_path / "mine.py").write_text(EXECUTOR.format(name="mine", options='(Option("my_x"),)'))
+    line = "error: executor 'clash' (--include "
+    for argv in (["list", "executors"], [*RUN, "--executor", "clash", "--out", "s.jsonl"]):
+        with isolated_registry():
+            monkeypatch.setenv(registry.INCLUDE_ENV, str(tmp_path / "clash.py"))
+            registry._loaded = False  # a new process: nothing imported yet
+            code, _, err = harness(*argv)
+        assert code == 2 and err.startswith(line) and err.count("\n") == 1, err
+        assert "has the option 'out' (--out), one of harness run's own" in err
+    assert not (tmp_path / "s.jsonl").exists()
+    with isolated_registry():
+        monkeypatch.setenv(registry.INCLUDE_ENV, str(tmp_path / "mine.py"))
+        registry._loaded = False
+        code, out, _ = harness("run", "--help")
+    assert code == 0 and "--executor mine:\n  --my-x MY_X" in out
+
+
+def test_an_executor_that_makes_no_progress_stops_the_sweep_and_releases_its_claims(
+    tmp_path, monkeypatch, harness
+):
+    """``wait_any`` returning nothing at once, forever: after ``STALL_S`` one line naming the
+    executor, exit 2, the run cancelled, the claims file as before the sweep, no record."""
+    monkeypatch.setattr("harness.api.STALL_S", 0.5)
+    (tmp_path / "stuck.py").write_text(EXECUTOR.format(name="stuck", options="()"))
+    (tmp_path / "s.jsonl.claims").write_text(CLAIM)
+    with isolated_registry():
+        code, _, err = harness(
+            *RUN, "--executor", "stuck", "--include", "stuck.py", "--out", "s.jsonl"
+        )
+    bar = re.compile(r" 0/1 *$")  # the progress line: run 0 of 1, no bar drawn
+    said = [x for x in err.splitlines() if x.strip() and not bar.search(x)]
+    said = [x for x in said if not PROGRESS.search(x)]
+    assert code == 2 and len(said) == 1, err
+    assert said[0].startswith("error: executor 'stuck' (--include ") and "no progress" in said[0]
+    assert (tmp_path / "s.jsonl.claims").read_text() == CLAIM
+    store = tmp_path / "s.jsonl"
+    assert not store.exists() or store.read_text() == ""  # no record
+
+
+class _Slow(_TwoSlots):
+    """``_TwoSlots`` polling: ``wait_any`` waits a while and returns nothing, three times a run."""
+
+    polls = 0
+
+    def wait_any(self) -> list:
+        self.polls += 1
+        time.sleep(0.05)
+        return [] if self.polls % 4 else super().wait_any()
+
+
+def test_an_executor_that_waits_is_not_taken_for_one_that_makes_no_progress(monkeypatch):
+    """Empty returns that wait (``MIN_WAIT_S``) are progress however long the runs take; at once,
+    again and again, they are not: the loop stops with the executor's name, its runs cancelled."""
+    from harness import api
+    from harness.errors import HarnessError
+
+    monkeypatch.setattr(api, "STALL_S", 0.1)  # under the 0.15 s of three polls in a row
+    monkeypatch.setattr(api, "MIN_WAIT_S", 0.01)
+    ex = _Slow()
+    got = [cfg for cfg, _ in api._pull(ex, iter("abc"), lambda event: None)]
+    assert got == ["a", "b", "c"] and ex.polls == 12 and not ex.cancelled
+    stuck = _TwoSlots()
+    stuck.wait_any = list  # returns [] at once
+    with pytest.raises(HarnessError, match=r"^executor '_TwoSlots' \(module test_reliability\) "):
+        list(api._pull(stuck, iter("ab"), lambda event: None))
+    assert stuck.cancelled
