@@ -14,6 +14,7 @@ import pickle
 import shutil
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -488,3 +489,22 @@ def test_a_job_out_of_time_past_its_requeues_fails_its_run_keeping_the_checkpoin
     assert resumed["time"]["resumed"][0]["epoch"] == 1 and not kept.exists()
     for key in ("history", "metrics", "val_metrics", "best_epoch", "diagnostics", "trace"):
         assert resumed[key] == full[key], key
+
+
+def test_the_last_job_of_an_array_takes_its_script_with_it_in_a_relative_folder(
+    tmp_path, monkeypatch
+):
+    """Slurm's array jobs (``7_0``, ``7_1``) share one script, ``7_submission.sh``: removed with
+    the last of them, also where ``--slurm-folder`` is relative (submitit's paths are absolute)."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    for job in ("7_0", "7_1"):
+        for name in (f"{job}_submitted.pkl", f"{job}_0_result.pkl", f"{job}_0_log.out"):
+            (folder / name).write_text("")
+    (folder / "7_submission.sh").write_text("#!/bin/bash\n")
+    (folder / "70_submission.sh").write_text("#!/bin/bash\n")  # another array's: kept
+    sub._remove_job(Path("jobs"), "7_0")
+    assert (folder / "7_submission.sh").exists()  # 7_1's files are still there
+    sub._remove_job(Path("jobs"), "7_1")
+    assert sorted(p.name for p in folder.iterdir()) == ["70_submission.sh"]

@@ -643,8 +643,8 @@ def _remove_job(folder: Path, job_id: str) -> None:
             path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         (folder / f"{job_id}{FAILED_RUNS}").unlink(missing_ok=True)
-        array = p.submission_file.name.removesuffix("submission.sh")  # "1234_"
-        if all(f == p.submission_file for f in folder.glob(f"{array}*")):
+        script = p.submission_file.name  # by name: JobPaths' folder is absolute, folder may not be
+        if all(f.name == script for f in folder.glob(script.removesuffix("submission.sh") + "*")):
             p.submission_file.unlink(missing_ok=True)
 
 
