@@ -57,6 +57,10 @@ NOT_A_METHOD = REGISTER + '@register_method("not-a-method")\nclass NotAMethod:\n
 HALF_METHOD = (
     REGISTER + '@register_method("half-method")\nclass Half(Method):\n    """No cost."""\n'
 )
+# a docs file with CRLF line endings around a block
+CRLF_DOC = "# D\r\n\r\n<!-- generated: harness report base.jsonl --print count -->\r\n{body}"
+CRLF_DOC += "<!-- end -->\r\nthe end, without a line ending"
+COUNT = "1 records (0 failed, 0 from a dirty tree), 1 runs"  # --print count of base.jsonl
 EXITS = "import sys\n\nsys.exit(0)\n"  # a plugin that ends the process as it is imported
 # an executor plugin (its name, its options) whose wait_any returns nothing, at once, forever
 EXECUTOR = """from harness.executors.base import Option, register_executor
@@ -106,7 +110,7 @@ class Case:
         id: the issue's item and a short name.
         argv: the command after ``harness``.
         code: the exit code.
-        says: a text the last stderr line contains.
+        says: a text the last stderr line contains ("": stderr stays empty).
         files: the files the case starts from (name -> text); ``base.jsonl`` is always there.
         unchanged: files whose bytes must not change.
         records: for a sweep with a failed run, ``(method, task, status)`` of every record the
@@ -118,6 +122,7 @@ class Case:
             claims file is as before, and the stderr line besides progress is one.
         kept: with ``full``, ``(method, task, status)`` of the records kept in the fallback file.
         env: environment variables set for the command.
+        after: files whose bytes must be these afterwards.
         needs: the module of the optional extra the case needs (skipped without it; not
             imported here: Ray must be imported by its executor, tensorboard by the run).
     """
@@ -133,6 +138,7 @@ class Case:
     full: tuple[str, int] | None = None
     kept: list[tuple[str, str, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
     needs: str | None = None
 
 
@@ -717,6 +723,14 @@ CASES = [
         },
         unchanged=["d.md"],
     ),
+    Case(
+        "9 docs: a file with CRLF line endings",
+        ["docs", "d.md"],
+        0,
+        "",
+        files={"d.md": CRLF_DOC.format(body="the old count\r\n")},
+        after={"d.md": CRLF_DOC.format(body=f"\r\n{COUNT}\r\n\r\n")},  # CRLF kept, no end added
+    ),
     # 10. environment variables, leases and reruns (issue 63, section 1)
     Case(
         "10 a claim lease too long for the heartbeat",
@@ -936,7 +950,7 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
             code = e.code
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == case.code, "\n".join(err)
-    assert err and case.says in err[-1], "\n".join(err)
+    assert (err and case.says in err[-1]) if case.says else not err, "\n".join(err)
     assert not any("Traceback" in line for line in err)
     if case.full:
         err = [line for line in err if not PROGRESS.search(line)]
@@ -950,6 +964,8 @@ def test_reliability(case, tmp_path, monkeypatch, capsys):
         assert len(err) == 1, "\n".join(err)
     for name in case.unchanged:
         assert _digest(tmp_path / name) == before[name], f"{name} changed"
+    for name, text in case.after.items():
+        assert (tmp_path / name).read_bytes() == text.encode(), name
     if case.records is not None:
         store = tmp_path / "s.jsonl"
         recs = [json.loads(x) for x in store.read_text().splitlines()] if store.exists() else []
