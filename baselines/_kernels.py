@@ -1,5 +1,5 @@
 """Optional fused CPU kernels: the fast inference paths (``fast_forward``) of SA-RNN and VC-RNN,
-and the methods' training kernels (``TrainingKernel``).
+and the methods' training kernels (``TrainingKernel``), as the PyTorch operators of one library.
 
 In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
 and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
@@ -9,26 +9,40 @@ in ``csrc/sarnn.cpp`` and ``csrc/vcrnn.cpp`` run each method's whole batch-1 inf
 C++, reading only the rows (and, for VC-RNN, columns) the updated units need, once, with no
 per-step Python dispatch. The helpers both use (``dot``, ``sigmoid``) are in ``csrc/common.h``.
 
-Each is compiled on first use (never at import) with ``torch.utils.cpp_extension.load``, which
-needs a C++ compiler and ninja (the ``kernels`` extra). Where it cannot be built, or with
-``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` / ``vcrnn_kernel()`` return None and callers fall
-back to their PyTorch path, which computes the same thing. Floating-point contraction is off so
-that the update decisions round exactly like PyTorch's elementwise ops (VC-RNN's sigmoids on its
-decision path are ATen's own ``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot products are
-vectorised reductions (``omp simd``), summed in a different order than BLAS, so outputs agree to
-rounding, as the PyTorch fast paths do.
+Every kernel is an operator of the library ``condrnn`` (``torch.ops.condrnn``): each source
+``csrc/<stem>.cpp`` declares its ops, ``condrnn::<stem>_<function>``, with their schemas
+(``TORCH_LIBRARY_FRAGMENT``) and registers their CPU implementations (``TORCH_LIBRARY_IMPL``);
+``csrc/ops.cpp`` holds the namespace's ``TORCH_LIBRARY`` block and the op the whole library
+shares, ``condrnn::matmul`` (who computes the kernels' matmuls, ``csrc/gemm.h``; the tests set
+it). No pybind11: the sources include ATen and ``torch/library.h`` only. All of them are compiled
+into one shared library by one ``torch.utils.cpp_extension.load`` (ninja compiles the sources in
+parallel), on first use (never at import), which needs a C++ compiler and ninja (the ``kernels``
+extra), and loaded with ``torch.ops.load_library``, once a process (``load_library``): its ops
+stay registered for the life of the process. The build says so in one line on stderr before it
+starts (``building 11 kernels (once, cached in DIR) ...``) and its time when done
+(``... built in 58 s``): 58 s on an idle 2-core machine for the whole library, where the 11
+separate pybind11 extensions it replaces took 260 s one after another (the README says how it
+was measured). Where it cannot be built, or with ``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` /
+``vcrnn_kernel()`` and the training kernels return None (one warning where a build fails) and
+callers fall back to their PyTorch path, which computes the same thing. Floating-point
+contraction is off so that the update decisions round exactly like PyTorch's elementwise ops
+(VC-RNN's sigmoids on its decision path are ATen's own ``at::sigmoid_out``, see
+``csrc/vcrnn.cpp``); dot products are vectorised reductions (``omp simd``), summed in a different
+order than BLAS, so outputs agree to rounding, as the PyTorch fast paths do.
 
 The training kernels (``TrainingKernel``, issue 54) run a method's recurrence, forward and
 backward, in C++ behind its autograd Function: EI-REHN's step (``csrc/ei_rehn_stack.cpp``,
 ``baselines._ei_rehn_stack`` and ``_ei_rehn_fused``), the masked cell of Phased LSTM, Random
 Updates and the Clockwork RNN (``_masked_cell``), Phased LSTM's time gate (``_phased_gate``), and
 the sequences of Skip RNN (``_skip_gru``), SA-RNN (``_sarnn_train``), VC-RNN (``_vcrnn_train``),
-Delta GRU (``_delta_gru_seq``), EGRU (``_egru``) and SREHN (``_srehn``). Each is defined in its
-method's module, where ``method_code`` finds it: its source is part of that method's code version,
-as the kernel runs in the training that records carry, and a sweep builds it before its first run.
-The per-step PyTorch code is each one's reference, tested against it to float rounding, and the
-path wherever the kernel cannot run (eval, another device or dtype, no build,
-``HARNESS_NO_KERNELS``).
+Delta GRU (``_delta_gru_seq``), EGRU (``_egru``) and SREHN (``_srehn``). Called, a
+``TrainingKernel`` returns its ops (``KernelOps``: ``kernel.forward`` is
+``torch.ops.condrnn.<stem>_forward``), which the autograd Functions call. Each is defined in its
+method's module, where ``method_code`` finds it: its own source (not the whole library's) is part
+of that method's code version, as the kernel runs in the training that records carry, and a
+sweep builds the library before its first run. The per-step PyTorch code is each one's reference,
+tested against it to float rounding, and the path wherever the kernel cannot run (eval, another
+device or dtype, no build, ``HARNESS_NO_KERNELS``).
 
 The kernels take CPU tensors only. Every caller asks ``on_cpu`` before it asks for a kernel: on
 another device (CUDA, meta) it takes its PyTorch path, which computes the same thing, and the
@@ -36,23 +50,25 @@ first such fallback of each fast path in a process says so in one warning line.
 
 ``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``TrainingKernel.status()`` say
 which of the two happened without building anything: reports are rendered from measured rows, and
-rendering must never start a compiler.
+rendering must never start a compiler. Every kernel is in the one library, so all share its state
+(``library_status``): "not tried" until something asks for a kernel, then "loaded" or
+"unavailable" for all of them.
 
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
-directory is keyed by a digest of the source and the shared headers, the flags, the torch version
-and this CPU's model and instruction-set flags: a cache shared by the nodes of a cluster holds one
-build per kind of CPU, and a node never loads a binary built for another (which would die with
-SIGILL).
+directory is keyed by a digest of every source and header, the flags, the torch version and this
+CPU's model and instruction-set flags (``build_key``): a cache shared by the nodes of a cluster
+holds one build per kind of CPU, and a node never loads a binary built for another (which would
+die with SIGILL).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import platform
 import re
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +80,7 @@ from harness.data import cache_dir
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp-simd", "-march=native")
+LIBRARY = "condrnn"  # the ops' namespace: torch.ops.condrnn
 DISABLED = "disabled by HARNESS_NO_KERNELS"
 
 
@@ -111,11 +128,6 @@ def on_cpu(what: str, *tensors: Any) -> bool:
     return False
 
 
-# What the last call of each kernel's loader found; meaningful only while its lru_cache holds a
-# result (tests clear the cache to rebuild, which makes the kernel "not tried" again).
-_last: dict[str, KernelStatus] = {}
-
-
 def cpu_identity() -> str:
     """The CPU's architecture, model and instruction-set flags (what ``-march=native`` targets)."""
     parts = [platform.machine()]
@@ -131,90 +143,139 @@ def cpu_identity() -> str:
     return "\n".join(parts)
 
 
-def build_key(source: Path) -> str:
-    """A digest of everything a compiled binary depends on: source, headers, flags, torch, CPU."""
+def kernel_stems() -> tuple[str, ...]:
+    """The kernels of the library: every ``csrc/<stem>.cpp`` but ``ops.cpp`` (its shared part)."""
+    return tuple(sorted(p.stem for p in CSRC.glob("*.cpp") if p.stem != "ops"))
+
+
+def build_key(csrc: Path | None = None) -> str:
+    """A digest of everything the compiled library depends on: every source and header of
+    ``csrc`` (default ``CSRC``), the flags, torch's version and this CPU."""
+    folder = CSRC if csrc is None else csrc
     h = hashlib.sha256()
-    headers = [p.read_bytes() for p in sorted(source.parent.glob("*.h"))]
-    flags, version = " ".join(CFLAGS).encode(), torch.__version__.encode()
-    for part in (source.read_bytes(), *headers, flags, version):
+    for path in sorted([*folder.glob("*.cpp"), *folder.glob("*.h")]):
+        for part in (path.name.encode(), path.read_bytes()):
+            h.update(part)
+            h.update(b"\0")
+    for part in (" ".join(CFLAGS).encode(), torch.__version__.encode(), cpu_identity().encode()):
         h.update(part)
         h.update(b"\0")
-    h.update(cpu_identity().encode())
     return h.hexdigest()[:16]
 
 
-def _status(loader: Any, stem: str) -> KernelStatus:
-    """A kernel's state from its cached loader and what that found, never building anything."""
-    if loader.cache_info().currsize:
-        return _last[stem]
+# What asking for the library found in this process (None: nothing asked since the last
+# ``forget_library``), and the file it was loaded from. A process loads it once: its ops stay
+# registered, and a second copy (another cache dir) would register them again, which the
+# dispatcher refuses by ending the process.
+_found: KernelStatus | None = None
+_loaded: Path | None = None
+
+
+def library_status() -> KernelStatus:
+    """Where the library (every kernel) stands in this process, found without building it."""
+    if _found is not None:
+        return _found
     if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
         return KernelStatus("unavailable", DISABLED)
     return KernelStatus("not tried")
 
 
-def _load(stem: str, label: str, announce: str | None = None) -> tuple[Any, KernelStatus]:
-    """Build (or find built) and load ``csrc/<stem>.cpp``: ``(module, status)``; the module is
-    None where it cannot be built (with a warning naming ``label``) or kernels are disabled.
+def library_file() -> Path | None:
+    """The compiled library this process loaded, or None."""
+    return _loaded
 
-    With ``announce`` (the kernel's name), a build that compiles (no binary in the cache yet: the
-    first on a machine and CPU, 30-60 s) is said first on stderr, in one line."""
+
+def load_library(label: str) -> bool:
+    """Whether the ops of ``torch.ops.condrnn`` can run: the library built (or found built) and
+    loaded at the first ask of a process (or the first since ``forget_library``), the answer kept.
+
+    Args:
+        label: the kernel that asks ("SA-RNN", "EGRU training"), named by the warning of a build
+            that fails.
+    """
+    global _found
+    if _found is None:
+        _found = _load(label)
+    return _found.state == "loaded"
+
+
+def forget_library() -> None:
+    """Forget what asking for the library found: the next ask loads (or builds) again. A library
+    this process has loaded stays loaded (its ops stay registered): asked again, it is reused."""
+    global _found
+    _found = None
+
+
+def _load(label: str) -> KernelStatus:
+    """Build (or find built) every ``csrc/*.cpp`` into one shared library and load it: its status.
+
+    A build that compiles (no binary in the cache yet: the first on a machine and CPU) is said on
+    stderr in one line before it starts, and its time after; one that fails is one warning naming
+    ``label``, and the status says why in one line."""
+    global _loaded
     if os.environ.get("HARNESS_NO_KERNELS"):
-        return None, KernelStatus("unavailable", DISABLED)
+        return KernelStatus("unavailable", DISABLED)
+    if _loaded is not None:  # loaded once a process: its ops are there
+        return KernelStatus("loaded")
     try:
         from torch.utils.cpp_extension import LIB_EXT, load
 
-        source = CSRC / f"{stem}.cpp"
-        key = build_key(source)
-        build = cache_dir() / "kernels" / f"{stem}-{key}"
+        key = build_key()
+        name = f"{LIBRARY}_ops_{key}"
+        build = cache_dir() / "kernels" / f"ops-{key}"
         build.mkdir(parents=True, exist_ok=True)
-        if announce and not (build / f"harness_{stem}_{key}{LIB_EXT}").exists():
-            print(
-                f"building the fused {announce} kernel (once, cached in {build})", file=sys.stderr
-            )
+        library = build / f"{name}{LIB_EXT}"
+        compiles = not library.exists()
+        if compiles:
+            count = len(kernel_stems())
+            print(f"building {count} kernels (once, cached in {build}) ...", file=sys.stderr)
+            sys.stderr.flush()
+        start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            mod = load(
-                name=f"harness_{stem}_{key}",
-                sources=[str(source)],
-                extra_include_paths=[str(CSRC)],  # common.h
+            load(
+                name=name,
+                sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
+                extra_include_paths=[str(CSRC)],  # common.h, gemm.h, elastic_gate.h
                 # exact rounding for the decisions; SIMD reductions only where the pragma says
                 extra_cflags=list(CFLAGS),
                 build_directory=str(build),
+                is_python_module=False,  # a plain shared library: its ops register as it loads
                 verbose=False,
             )
+        torch.ops.load_library(str(library))  # ``load`` did: a second call is a no-op
+        _loaded = library
+        if compiles:
+            print(f"... built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     except Exception as e:  # no compiler, no ninja, ...: use the PyTorch path
         # a failed build's message holds the whole compiler output; the status is one line
         first = (str(e).strip().splitlines() or [""])[0][:200]
         why = f"{type(e).__name__}: {first}" if first else type(e).__name__
         warnings.warn(
-            f"fused {label} kernel unavailable, using the PyTorch path: {e}", stacklevel=3
+            f"fused {label} kernel unavailable, using the PyTorch path: {e}", stacklevel=4
         )
-        return None, KernelStatus("unavailable", why)
-    return mod, KernelStatus("loaded")
+        return KernelStatus("unavailable", why)
+    return KernelStatus("loaded")
 
 
 def sarnn_kernel_status() -> KernelStatus:
-    """The state of the SA-RNN kernel, found without building or loading anything."""
-    return _status(sarnn_kernel, "sarnn")
+    """The state of the SA-RNN kernel (the library's), found without building or loading it."""
+    return library_status()
 
 
-@functools.lru_cache(maxsize=1)
 def sarnn_kernel() -> Any:
-    """The compiled ``sarnn_sequence`` function, or None where it cannot be built."""
-    mod, _last["sarnn"] = _load("sarnn", "SA-RNN")
-    return None if mod is None else mod.sarnn_sequence
+    """The op ``condrnn::sarnn_sequence``, or None where the library cannot be built."""
+    return torch.ops.condrnn.sarnn_sequence.default if load_library("SA-RNN") else None
 
 
 def vcrnn_kernel_status() -> KernelStatus:
-    """The state of the VC-RNN kernel, found without building or loading anything."""
-    return _status(vcrnn_kernel, "vcrnn")
+    """The state of the VC-RNN kernel (the library's), found without building or loading it."""
+    return library_status()
 
 
-@functools.lru_cache(maxsize=1)
 def vcrnn_kernel() -> Any:
-    """The compiled ``vcrnn_sequence`` function, or None where it cannot be built."""
-    mod, _last["vcrnn"] = _load("vcrnn", "VC-RNN")
-    return None if mod is None else mod.vcrnn_sequence
+    """The op ``condrnn::vcrnn_sequence``, or None where the library cannot be built."""
+    return torch.ops.condrnn.vcrnn_sequence.default if load_library("VC-RNN") else None
 
 
 def kernel_sources(stem: str) -> tuple[Path, ...]:
@@ -224,16 +285,43 @@ def kernel_sources(stem: str) -> tuple[Path, ...]:
     return (source, *(CSRC / name for name in included))
 
 
+class KernelOps:
+    """The ops of one kernel of the loaded library, as attributes: ``forward`` is
+    ``torch.ops.condrnn.<stem>_forward`` (its one overload), ``matmul`` the library's
+    ``condrnn::matmul`` (one mode for every kernel).
+
+    Args:
+        stem: the kernel's source name in ``csrc``, without ``.cpp``.
+    """
+
+    def __init__(self, stem: str) -> None:
+        self.stem = stem
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        op = name if name == "matmul" else f"{self.stem}_{name}"
+        try:
+            found = getattr(torch.ops.condrnn, op).default
+        except AttributeError as e:
+            raise AttributeError(f"the kernel library has no op condrnn::{op}") from e
+        setattr(self, name, found)  # found once
+        return found
+
+    def __repr__(self) -> str:
+        return f"KernelOps({self.stem!r})"
+
+
 class TrainingKernel:
     """A method's training kernel, ``csrc/<stem>.cpp``: forward and backward of its recurrence in
-    C++, behind the method's autograd Function.
+    C++, as ops of the library, behind the method's autograd Function.
 
-    Called, it returns the compiled module, built (or found built) at the first call, never at
-    import, or None where it cannot be built (with one warning) or kernels are disabled; the
-    first build that compiles says so in one line on stderr. Define it in the module of the
-    method that trains with it: its sources (``kernel_source_files``) are part of the code version
-    of every method whose modules hold it (``method_code``), and a sweep builds it before its
-    first run.
+    Called, it returns its ops (``KernelOps``), the library built (or found built) and loaded at
+    the first ask of a process, never at import, or None where it cannot be built (with one
+    warning) or kernels are disabled; a build that compiles says so in one line on stderr.
+    Define it in the module of the method that trains with it: its sources
+    (``kernel_source_files``) are part of the code version of every method whose modules hold it
+    (``method_code``), and a sweep builds the library before its first run.
 
     Args:
         stem: the source's name in ``csrc``, without ``.cpp``.
@@ -242,25 +330,19 @@ class TrainingKernel:
 
     def __init__(self, stem: str, name: str) -> None:
         self.stem, self.name = stem, name
-        self.cache_clear()
+        self._ops = KernelOps(stem)
 
-    def __call__(self) -> Any:
-        if self._status is None:
-            self._module, self._status = _load(self.stem, self.name, self.name)
-        return self._module
+    def __call__(self) -> KernelOps | None:
+        return self._ops if load_library(self.name) else None
 
     def cache_clear(self) -> None:
-        """Forget what the last call found: the next call loads (or builds) again."""
-        self._module: Any = None
-        self._status: KernelStatus | None = None
+        """Forget what the last ask found, for every kernel (they share the library): the next
+        call loads (or builds) again (``forget_library``)."""
+        forget_library()
 
     def status(self) -> KernelStatus:
-        """Where the kernel stands in this process, found without building or loading it."""
-        if self._status is not None:
-            return self._status
-        if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
-            return KernelStatus("unavailable", DISABLED)
-        return KernelStatus("not tried")
+        """Where the kernel (the library) stands in this process, found without building it."""
+        return library_status()
 
     def kernel_source_files(self) -> tuple[Path, ...]:
         """Its C++ source and the headers of ``csrc`` it includes."""

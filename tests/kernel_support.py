@@ -1,6 +1,11 @@
-"""What the tests of the compiled kernels share (``baselines._kernels``): whether a kernel is
-expected to build here, every training kernel the methods hold, and the bodies of the fixtures
-that give a test an empty build cache or a built kernel."""
+"""What the tests of the compiled kernels share (``baselines._kernels``): whether the kernel
+library is expected to build here, every training kernel the methods hold, and the bodies of the
+fixtures that give a test an empty build cache or a built kernel.
+
+Every kernel is an op of one library, loaded once a process (``_kernels.load_library``): the tests
+that build it for real build it into the session's cache (``built``), once; those that give it an
+empty cache (``fresh_cache``) see a process that has loaded nothing, and build with a stand-in.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import torch.utils.cpp_extension
 
 import baselines  # noqa: F401  (the package imports every method, and so every kernel)
 from baselines import _kernels
@@ -44,40 +51,58 @@ def training_kernels() -> list[_kernels.TrainingKernel]:
 
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty build cache (its kernels dir is yielded) and kernels that nothing in this process
-    has asked for yet; afterwards they are cleared again, so later tests find the state their
-    environment says."""
+    has asked for yet, nor loaded; afterwards they are cleared again, so later tests find the
+    state their environment says (and the library again, where this process had loaded it).
+
+    A process cannot load the library twice (its ops would register twice): where this one has
+    loaded it, a build here with torch's real compiler fails the test, rather than the process.
+    """
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    loaders = [*training_kernels(), _kernels.sarnn_kernel, _kernels.vcrnn_kernel]
-    for loader in loaders:
-        loader.cache_clear()
-    yield tmp_path / "condrnn-harness" / "kernels"
-    for loader in loaders:
-        loader.cache_clear()
+    loaded = _kernels.library_file()
+    real_load = torch.utils.cpp_extension.load
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        if loaded is not None:
+            pytest.fail(f"this process loaded the kernel library ({loaded}): build it with built()")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)  # a test may stand in its own
+    _kernels._loaded = None
+    _kernels.forget_library()
+    try:
+        yield tmp_path / "condrnn-harness" / "kernels"
+    finally:
+        _kernels.forget_library()
+        # what this process has loaded for real (before, or here), not what a stand-in said
+        really = {os.path.realpath(p) for p in torch.ops.loaded_libraries}
+        now = _kernels._loaded
+        _kernels._loaded = loaded or (now if now and os.path.realpath(now) in really else None)
 
 
 def built(kernel: _kernels.TrainingKernel) -> Iterator[Any]:
-    """``kernel`` built (or found built) into this session's cache, skipping where it is not
-    expected to build; cleared around the test."""
+    """``kernel``'s ops, the library built (or found built) into this session's cache, once a
+    process, skipping where it is not expected to build; the status cleared around the test."""
     expected = kernel_expected()
     if expected is None:
         pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
     kernel.cache_clear()
     assert kernel.status().state == "not tried"
-    module = kernel()
-    assert module is not None, f"the kernel did not build although {expected}: {kernel.status()}"
-    yield module
+    ops = kernel()
+    assert ops is not None, f"the kernel did not build although {expected}: {kernel.status()}"
+    yield ops
     kernel.cache_clear()
 
 
 MATMULS = {"gemm512": 0, "blas": 1, "aten-mm": 2}  # csrc/gemm.h's ``Matmul``
 
 
-def with_matmul(module: Any, name: str) -> Iterator[Any]:
-    """The built kernel ``module`` with its matmuls by ``name`` (a key of ``MATMULS``: its own
-    AVX-512 gemm in float32, the BLAS, ATen's mm), skipping where that cannot run here; set back
-    to the default (gemm512 where it can) afterwards."""
+def with_matmul(ops: Any, name: str) -> Iterator[Any]:
+    """A built kernel's ``ops`` (``built``) with the library's matmuls by ``name`` (a key of
+    ``MATMULS``: its own AVX-512 gemm in float32, the BLAS, ATen's mm; one mode for every kernel,
+    ``condrnn::matmul``), skipping where that cannot run here; set back to the default (gemm512
+    where it can) afterwards."""
     mode = MATMULS[name]
-    if module.matmul(mode) != mode:
+    if ops.matmul(mode) != mode:
         pytest.skip(f"{name} cannot run here (no AVX-512, or no sgemm_/dgemm_ exported)")
-    yield module
-    module.matmul(0)
+    yield ops
+    ops.matmul(0)

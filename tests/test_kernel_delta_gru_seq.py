@@ -20,6 +20,7 @@ import baselines._delta_gru_seq as seq
 import baselines._kernels as kernels
 import baselines.delta_gru as delta_gru
 from baselines.delta_gru import DeltaGRU, DeltaGRUConfig
+from harness.data import cache_dir
 
 pytestmark = pytest.mark.kernel
 
@@ -52,18 +53,20 @@ def fn(out) -> str:
     return type(out.outputs.grad_fn).__name__
 
 
-def test_the_kernel_builds_into_a_fresh_cache_at_the_epoch_start_and_trains(fresh_kernel):
-    """Asking for its state builds nothing; ``on_epoch_start`` builds it; training runs it (one
-    node), eval the per-step path."""
+def test_the_kernel_builds_at_the_epoch_start_and_trains():
+    """Asking for its state builds nothing; ``on_epoch_start`` builds it (the library, into the
+    session's cache, once a process); training runs it (one node), eval the per-step path."""
     expected = kernel_expected()
     if expected is None:
         pytest.skip("the C++ kernel is not expected to build here (no ninja, no compiler, or off)")
+    seq.delta_gru_seq_kernel.cache_clear()
     assert seq.delta_gru_seq_kernel_status().state == "not tried"
     m = model(torch.float32)
     m.on_epoch_start(0, 1)
     status = seq.delta_gru_seq_kernel_status()
     assert status.state == "loaded", f"the kernel did not build although {expected}: {status}"
-    assert list(fresh_kernel.glob("delta_gru_seq-*/*.so")), "not built into the fresh cache dir"
+    library = kernels.library_file()
+    assert library is not None and (cache_dir() / "kernels") in library.parents, library
     x = torch.randn(2, 5, V)
     assert fn(m(x)) == "_StateSequenceBackward"
     assert fn(m.eval()(x)) == "StackBackward0"
@@ -85,7 +88,7 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
     def load(*args, **kwargs):
         asked.append(kwargs["name"])
-        raise RuntimeError("Error building extension 'harness_delta_gru_seq'\n[1/2] c++ ...")
+        raise RuntimeError("Error building extension 'condrnn_ops'\n[1/2] c++ ...")
 
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     m = model(torch.float32)
@@ -93,8 +96,8 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
         m.on_epoch_start(0, 1)
     m.on_epoch_start(1, 2)  # cached: asked once a process
     assert fn(m(torch.randn(2, 5, V))) == "StackBackward0"
-    assert len(asked) == 1 and asked[0].startswith("harness_delta_gru_seq_")
-    why = "RuntimeError: Error building extension 'harness_delta_gru_seq'"
+    assert len(asked) == 1 and asked[0].startswith("condrnn_ops_")
+    why = "RuntimeError: Error building extension 'condrnn_ops'"
     assert seq.delta_gru_seq_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 

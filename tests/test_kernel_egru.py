@@ -186,7 +186,7 @@ def test_a_failed_egru_build_is_one_line_at_the_epoch_start_and_falls_back(
 
     def load(*args, **kwargs):
         asked.append(kwargs["name"])
-        raise RuntimeError("Error building extension 'harness_egru'\n[1/2] c++ ...")
+        raise RuntimeError("Error building extension 'condrnn_ops'\n[1/2] c++ ...")
 
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
@@ -195,8 +195,8 @@ def test_a_failed_egru_build_is_one_line_at_the_epoch_start_and_falls_back(
         m.on_epoch_start(0, 1)
     m.on_epoch_start(1, 2)  # cached
     assert type(m(torch.randn(2, 5, 3)).outputs.grad_fn).__name__ == PATHS["step loop"]
-    assert len(asked) == 1 and asked[0].startswith("harness_egru_")
-    why = "RuntimeError: Error building extension 'harness_egru'"
+    assert len(asked) == 1 and asked[0].startswith("condrnn_ops_")
+    why = "RuntimeError: Error building extension 'condrnn_ops'"
     assert egru_kernels.egru_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 

@@ -57,7 +57,7 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
     def load(*args, **kwargs):
         asked.append(kwargs["name"])
-        raise RuntimeError("Error building extension 'harness_sarnn_train'\n[1/2] c++ ...")
+        raise RuntimeError("Error building extension 'condrnn_ops'\n[1/2] c++ ...")
 
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
@@ -66,8 +66,8 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
         m.on_epoch_start(0, 1)
     m.on_epoch_start(1, 2)  # cached: asked once a process
     assert type(m(torch.randn(2, 5, 3)).outputs.grad_fn).__name__ == "StackBackward0"
-    assert len(asked) == 1 and asked[0].startswith("harness_sarnn_train_")
-    why = "RuntimeError: Error building extension 'harness_sarnn_train'"
+    assert len(asked) == 1 and asked[0].startswith("condrnn_ops_")
+    why = "RuntimeError: Error building extension 'condrnn_ops'"
     assert sarnn_train.sarnn_train_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 

@@ -217,7 +217,7 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
     def load(*args, **kwargs):
         asked.append(kwargs["name"])
-        raise RuntimeError("Error building extension 'harness_skip_gru'\n[1/2] c++ ...")
+        raise RuntimeError("Error building extension 'condrnn_ops'\n[1/2] c++ ...")
 
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     m = model("after", torch.float32, 3, 4, 1.0, 1.0)
@@ -225,8 +225,8 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
         m.on_epoch_start(0, 1)
     m.on_epoch_start(1, 2)
     assert type(m(torch.randn(2, 5, 3)).outputs.grad_fn).__name__ == STEP_FN
-    assert len(asked) == 1 and asked[0].startswith("harness_skip_gru_")
-    why = "RuntimeError: Error building extension 'harness_skip_gru'"
+    assert len(asked) == 1 and asked[0].startswith("condrnn_ops_")
+    why = "RuntimeError: Error building extension 'condrnn_ops'"
     assert skip_gru.skip_gru_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 

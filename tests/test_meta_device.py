@@ -123,9 +123,9 @@ def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
     gate answers None without asking the loader; on the CPU in float32 it gives the kernel."""
     loaded = []
 
-    def load(stem, *args):
-        loaded.append(stem)
-        return "kernel", _kernels.KernelStatus("loaded")
+    def load(label):  # the library's build and load, a stand-in
+        loaded.append(label)
+        return _kernels.KernelStatus("loaded")
 
     monkeypatch.setattr(_kernels, "_load", load)
     monkeypatch.setattr(_kernels, "_off_cpu", set())
@@ -140,7 +140,9 @@ def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
             assert kernel.for_tensors(*(t.half() for t in cpu)) is None  # CPU, not float32/64
             assert kernel.for_tensors(cpu[0], cpu[1].double()) is None  # two dtypes
             assert loaded == []
-            assert kernel.for_tensors(*cpu) == "kernel" and loaded == [kernel.stem]
+            ops = kernel.for_tensors(*cpu)
+            assert isinstance(ops, _kernels.KernelOps) and ops.stem == kernel.stem
+            assert loaded == [kernel.name]
         finally:
             kernel.cache_clear()  # later tests get the state their environment says
             loaded.clear()

@@ -30,7 +30,8 @@
 // step's rows are a strided matrix, which the matmuls read in place). What only the backward
 // reads is time-major: A [T, B, 3D], the gates r, z, n; N [T, B, D], acc_h[n] after the step's
 // addmm (the W_hn h^ that r multiplies); K [T, B, D], the keep decisions (1 or 0).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
@@ -259,9 +260,20 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
-  mod.def("memorised_steps", &steps, "the input side's scan: the step memorised, -1 initial");
-  mod.def("forward", &sequence_forward, "the recurrence: hs, dhs, acc_x, h^, acc_h, A, N, K");
-  mod.def("backward", &sequence_backward, "its gradients: proj, m0, h0, h^_0, acc_h0, weight");
+// The ops (csrc/ops.cpp): the input side's scan (the step memorised, -1 initial; int64); the
+// recurrence: hs, dhs, acc_x, h^, acc_h, A, N, K; its gradients: proj, m0, h0, h^_0, acc_h0,
+// weight (grad_dhs an empty tensor where there is none).
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("delta_gru_seq_memorised_steps(Tensor x, Tensor x_hat0, float theta_x) -> Tensor");
+  m.def("delta_gru_seq_forward(Tensor proj, Tensor m0, Tensor h0, Tensor h_hat0, Tensor acc_h0,"
+        " Tensor weight, float theta_h) -> Tensor[]");
+  m.def("delta_gru_seq_backward(Tensor grad_hs, Tensor grad_dhs, Tensor grad_acc_x,"
+        " Tensor grad_h_hat, Tensor grad_acc, Tensor weight, Tensor h0, Tensor hs, Tensor dhs,"
+        " Tensor A, Tensor N, Tensor K) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("delta_gru_seq_memorised_steps", TORCH_FN(steps));
+  m.impl("delta_gru_seq_forward", TORCH_FN(sequence_forward));
+  m.impl("delta_gru_seq_backward", TORCH_FN(sequence_backward));
 }

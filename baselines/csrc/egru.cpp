@@ -21,7 +21,8 @@
 // the events (Y[0] = y_0; a step's rows contiguous for the matmuls), C [S + 1, B, D] the internal
 // states after the reset, A [S, B, 3D] the gate activations z, r, g, HG [S, B, D] the reset
 // gate's operand rh_g, CT [S, B, D] c~.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
@@ -183,8 +184,17 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& gys, const at::Tenso
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
-  mod.def("forward", &sequence_forward, "EGRU layer, whole sequence: ys, os, c_T, saved");
-  mod.def("backward", &sequence_backward, "its gradients: wx, c0, y0, R, b', theta");
+// The ops (csrc/ops.cpp): an EGRU layer, whole sequence: ys, os, c_T, saved; its gradients:
+// wx, c0, y0, R, b', theta.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("egru_forward(Tensor wx, Tensor c0, Tensor y0, Tensor R, Tensor rbias, Tensor thr)"
+        " -> Tensor[]");
+  m.def("egru_backward(Tensor gys, Tensor gos, Tensor gc, Tensor R, Tensor thr, Tensor Y,"
+        " Tensor C, Tensor A, Tensor HG, Tensor CT, float dampening, float support)"
+        " -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("egru_forward", TORCH_FN(sequence_forward));
+  m.impl("egru_backward", TORCH_FN(sequence_backward));
 }

@@ -20,7 +20,8 @@
 //
 // Layout: u = [s; g; z] rows of width U = 2D + Dz; the branches s and g side by side (s first)
 // in rows of width 2D, [w; gbar] rows of width 4D.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -504,10 +505,27 @@ std::vector<at::Tensor> ei_rehn_step_backward(
           layer_grads[9]};
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
-  m.def("forward", &ei_rehn_stack_forward, "EI-REHN's layers of one training step");
-  m.def("backward", &ei_rehn_stack_backward, "their 10 gradients (_Stack.backward)");
-  m.def("step_forward", &ei_rehn_step_forward, "a whole training step: rate, gate, trace, layers");
-  m.def("step_backward", &ei_rehn_step_backward, "its 12 gradients");
+// The ops (csrc/ops.cpp): EI-REHN's layers of one training step and their 10 gradients
+// (_Stack.backward); a whole training step (rate, gate, trace, layers) and its 12 gradients.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("ei_rehn_stack_forward(Tensor h, Tensor d, Tensor bx, Tensor weight0, Tensor bias,"
+        " Tensor proj, Tensor mix_bias, Tensor hyper_weight, Tensor hyper_bias, Tensor init)"
+        " -> Tensor[]");
+  m.def("ei_rehn_stack_backward(Tensor grad_h, Tensor d, Tensor weight0, Tensor proj,"
+        " Tensor hyper_weight, Tensor H, Tensor SGZ, Tensor GBAR, Tensor HW, Tensor W)"
+        " -> Tensor[]");
+  m.def("ei_rehn_stack_step_forward(Tensor p, Tensor h, Tensor rate_h, Tensor alpha,"
+        " Tensor beta, Tensor weight0, Tensor bias, Tensor proj, Tensor mix_bias,"
+        " Tensor hyper_weight, Tensor hyper_bias, Tensor init, int r_max, bool first)"
+        " -> (Tensor[], int)");
+  m.def("ei_rehn_stack_step_backward(Tensor grad_h, Tensor? grad_d1, Tensor rate_h,"
+        " Tensor weight0, Tensor proj, Tensor hyper_weight, Tensor AT, Tensor DG, Tensor MG,"
+        " Tensor EG, Tensor H, Tensor SGZ, Tensor GBAR, Tensor HW, Tensor W) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("ei_rehn_stack_forward", TORCH_FN(ei_rehn_stack_forward));
+  m.impl("ei_rehn_stack_backward", TORCH_FN(ei_rehn_stack_backward));
+  m.impl("ei_rehn_stack_step_forward", TORCH_FN(ei_rehn_step_forward));
+  m.impl("ei_rehn_stack_step_backward", TORCH_FN(ei_rehn_step_backward));
 }

@@ -3,7 +3,7 @@
 // baselines/_elastic.py, with the same roundings.
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <algorithm>
 #include <cstdint>
 #include <limits>

@@ -1,6 +1,7 @@
 // A register-blocked AVX-512 float32 matmul for the kernels' per-step products (``gemm512``),
-// who computes the products (``matmul_mode``, which the tests set), and ``mm_into``, a matmul on
-// tensors (views) that takes gemm512 where it can and ATen's mm elsewhere.
+// who computes the products (``matmul_mode``, which the tests set through the library's op
+// ``condrnn::matmul``, csrc/ops.cpp), and ``mm_into``, a matmul on tensors (views) that takes
+// gemm512 where it can and ATen's mm elsewhere.
 //
 // Why: on one core of the project's machines (AMD EPYC, Zen 5) MKL, the BLAS of torch's x86
 // wheels, runs its Zen (AVX2) code at 45-55 GMAC/s, this kernel at 120-130, as oneDNN's AVX-512
@@ -8,7 +9,7 @@
 // own order (one fused multiply-add a k, chunks of 256): equal to ATen's products to float
 // rounding, not bit for bit. float64, a CPU without AVX-512, or ``matmul_mode() != OWN``: ATen.
 #pragma once
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -18,8 +19,19 @@
 #define HAVE_GEMM512 1
 #endif
 
+extern "C" {
+// The Fortran BLAS torch is linked with (MKL in the x86 wheels); weak: absent, ATen's mm serves.
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
+            const float*, const int*, const float*, const int*, const float*, float*,
+            const int*) __attribute__((weak));
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*,
+            const double*, const int*, const double*, const int*, const double*, double*,
+            const int*) __attribute__((weak));
+}
+
 // Who computes the matmuls: gemm512 (float32 with AVX-512; else as BLAS), the BLAS (where a
-// kernel calls it; else ATen's mm), ATen's mm. One setting a kernel module (each has its own).
+// kernel calls it, and torch exports it; else ATen's mm), ATen's mm. One setting for the whole
+// library (an inline function's static: one instance however many sources include this).
 enum Matmul : int64_t { OWN = 0, BLAS = 1, ATEN = 2 };
 
 inline Matmul& matmul_mode() {
@@ -27,15 +39,17 @@ inline Matmul& matmul_mode() {
   return mode;
 }
 
-// Sets the mode; returns who computes float32 products from now on (OWN only with AVX-512).
+// Sets the mode; returns who computes float32 products from now on (OWN only with AVX-512, BLAS
+// only where torch exports sgemm_ and dgemm_). The op ``condrnn::matmul`` (csrc/ops.cpp).
 inline int64_t set_matmul(int64_t mode) {
   TORCH_CHECK(mode >= OWN && mode <= ATEN, "matmul: 0 (gemm512), 1 (BLAS) or 2 (ATen)");
   matmul_mode() = static_cast<Matmul>(mode);
 #ifdef HAVE_GEMM512
-  return mode;
+  const int64_t runs = mode;
 #else
-  return mode == OWN ? BLAS : mode;
+  const int64_t runs = mode == OWN ? BLAS : mode;
 #endif
+  return runs == BLAS && (sgemm_ == nullptr || dgemm_ == nullptr) ? ATEN : runs;
 }
 
 #ifdef HAVE_GEMM512

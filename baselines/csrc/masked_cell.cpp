@@ -16,15 +16,15 @@
 // on one core of the project's machines (AMD EPYC, Zen 5) MKL, the BLAS of torch's x86 wheels,
 // runs its Zen (AVX2) code at 45-55 GMAC/s, this register-blocked AVX-512 kernel at 120-130, as
 // oneDNN's AVX-512 code in the fused ``nn.LSTM`` the methods are held against. Otherwise
-// (float64, no AVX-512, or as the tests choose with ``matmul``) they call the BLAS torch links
-// (``sgemm_``/``dgemm_``; where it does not export them, ATen's ``mm`` on views of the same
-// memory). Each sums over k in its own order: equal to float rounding. Tanh and sigmoid are
-// ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has them, else
-// ATen's portable vectors) over a step's contiguous buffers, every other elementwise part a
-// plain loop over the B x D units; lerp rounds as torch's scalar lerp (an exact copy where m is
-// 0 or 1). Built with -ffp-contract=off: equal to the PyTorch path to float rounding (its lerp
-// and addcmul may fuse a multiply-add, its activations may take another vector width), not bit
-// for bit.
+// (float64, no AVX-512, or as the tests choose with ``condrnn::matmul``) they call the BLAS
+// torch links (``sgemm_``/``dgemm_``; where it does not export them, ATen's ``mm`` on views of
+// the same memory). Each sums over k in its own order: equal to float rounding. Tanh and
+// sigmoid are ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has
+// them, else ATen's portable vectors) over a step's contiguous buffers, every other elementwise
+// part a plain loop over the B x D units; lerp rounds as torch's scalar lerp (an exact copy where
+// m is 0 or 1). Built with -ffp-contract=off: equal to the PyTorch path to float rounding (its
+// lerp and addcmul may fuse a multiply-add, its activations may take another vector width), not
+// bit for bit.
 //
 // Layout: the input terms xp and their gradient are time-major [T, B, GD] (a step's rows are
 // contiguous; ``_kernels.input_terms`` computes them so), the mask m, the states hs and m's
@@ -32,9 +32,10 @@
 // time-major: H [T, B, D], the states h_{t-1} each step starts from; A [T, B, GD], the gate
 // activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~); C [T + 1, B, D], the LSTM's
 // cell states.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include "common.h"  // torch_lerp
-#include "gemm.h"  // gemm512, matmul_mode
+#include "gemm.h"  // gemm512, matmul_mode, sgemm_, dgemm_
 // at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
 #if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VL__)
@@ -55,16 +56,6 @@
 #include <new>
 #include <unordered_map>
 #include <vector>
-
-extern "C" {
-// The Fortran BLAS torch is linked with (MKL in the x86 wheels); weak: absent, ATen's mm serves.
-void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
-            const float*, const int*, const float*, const int*, const float*, float*,
-            const int*) __attribute__((weak));
-void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*,
-            const double*, const int*, const double*, const int*, const double*, double*,
-            const int*) __attribute__((weak));
-}
 
 namespace {
 
@@ -396,17 +387,22 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 // The bytes the buffer pool holds for reuse.
 int64_t pool_held() { return pool().held(); }
 
-// Sets who computes the matmuls (a ``Matmul``); returns who computes float32's from now on.
-int64_t matmul(int64_t mode) {
-  const int64_t runs = set_matmul(mode);
-  return runs == BLAS && (sgemm_ == nullptr || dgemm_ == nullptr) ? ATEN : runs;
-}
-
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("pool_held", &pool_held, "the bytes of freed buffers kept for the next call");
-  mod.def("matmul", &matmul, "the matmuls by gemm512 (0), the BLAS (1) or ATen (2); who runs");
-  mod.def("forward", &sequence_forward, "masked cell, whole sequence: hs, H, A, X, C");
-  mod.def("backward", &sequence_backward, "its gradients: xp, h0, c0, weight, m");
+// The ops (csrc/ops.cpp): c0 and grad_c are empty tensors for a cell without a cell state; X, C
+// and the gradient of c0 are undefined (None) where the cell has none.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  // the bytes of freed buffers kept for the next call (no tensor to dispatch on: one kernel)
+  m.def("masked_cell_pool_held() -> int", TORCH_FN(pool_held));
+  // masked cell, whole sequence: hs, H, A, X, C
+  m.def("masked_cell_forward(Tensor xp, Tensor h0, Tensor c0, Tensor weight, Tensor m, int cell)"
+        " -> Tensor[]");
+  // its gradients: xp, h0, c0, weight, m
+  m.def("masked_cell_backward(Tensor grad_hs, Tensor grad_c, Tensor weight, Tensor m, Tensor H,"
+        " Tensor A, Tensor X, Tensor C, int cell) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("masked_cell_forward", TORCH_FN(sequence_forward));
+  m.impl("masked_cell_backward", TORCH_FN(sequence_backward));
 }

@@ -10,7 +10,8 @@
 // P, the division's for P and r, none through the conditions, none to a parameter its clamp
 // holds (P < min_period; r outside [r_min, 1]). The sums over N and T are in float64, rounded
 // once: equal to the reference to float rounding, not bit for bit.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <c10/util/generic_math.h>
 
 #include <cmath>
@@ -145,7 +146,16 @@ std::vector<at::Tensor> gate_backward(const at::Tensor& grad, const at::Tensor& 
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("forward", &gate_forward, "Phased LSTM's time gate k [N, T, D]");
-  mod.def("backward", &gate_backward, "its gradients: period, shift, r_on");
+// The ops (csrc/ops.cpp): Phased LSTM's time gate k [N, T, D] and its gradients of period,
+// shift and r_on.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("phased_gate_forward(Tensor tau, Tensor period, Tensor shift, Tensor r_on,"
+        " float min_period, float r_min, float leak) -> Tensor");
+  m.def("phased_gate_backward(Tensor grad, Tensor tau, Tensor period, Tensor shift,"
+        " Tensor r_on, float min_period, float r_min, float leak) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("phased_gate_forward", TORCH_FN(gate_forward));
+  m.impl("phased_gate_backward", TORCH_FN(gate_backward));
 }

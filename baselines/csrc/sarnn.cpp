@@ -1,5 +1,6 @@
 // SA-RNN inference loop for batch 1 (eval semantics), loaded by baselines/_kernels.py.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <cmath>
 #include <algorithm>
 #include <limits>
@@ -78,6 +79,10 @@ std::vector<at::Tensor> sarnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor 
   return {out, mask};
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("sarnn_sequence", &sarnn_sequence, "SA-RNN inference loop for one sequence");
+// The op (csrc/ops.cpp): SA-RNN's inference loop for one sequence, {outputs, mask}.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("sarnn_sequence(Tensor hh, Tensor ih, Tensor wu, Tensor coord, Tensor xs, Tensor h0,"
+        " float slope, bool before) -> Tensor[]");
 }
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) { m.impl("sarnn_sequence", TORCH_FN(sarnn_sequence)); }

@@ -21,7 +21,8 @@
 // backward reads is time-major: A [T, B, 3D], the gate activations r, z, n; X [T, B, D], the n
 // gate's recurrent input (after: W_n h; before: r * h); P [T, B, D], 1 where the clip passes the
 // gradient, else 0.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
@@ -235,8 +236,17 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
-  mod.def("forward", &sequence_forward, "SA-RNN, whole sequence: hs, U, A, X, P");
-  mod.def("backward", &sequence_backward, "its gradients: xp, h0, weight, w_u");
+// The ops (csrc/ops.cpp): SA-RNN, whole sequence: hs, U, A, X, P; its gradients: xp, h0,
+// weight, w_u.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("sarnn_train_forward(Tensor xp, Tensor h0, Tensor weight, Tensor w_u, float slope,"
+        " bool before) -> Tensor[]");
+  m.def("sarnn_train_backward(Tensor grad_hs, Tensor grad_u, Tensor weight, Tensor w_u,"
+        " float slope, Tensor h0, Tensor hs, Tensor U, Tensor A, Tensor X, Tensor P,"
+        " bool before) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("sarnn_train_forward", TORCH_FN(sequence_forward));
+  m.impl("sarnn_train_backward", TORCH_FN(sequence_backward));
 }

@@ -27,7 +27,8 @@
 // the states h_0 .. h_T, N [T + 1, B, D] the candidates h~_0 .. h~_T, A [T, B, 3D] the gate
 // activations r, z, n, X [T, B, D] the GRU's W_n h (after) or r h (before), and Z [T, B, 5] the
 // per-sequence scalars p, P, C_{t-1}, u~, u of every step.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include "common.h"  // torch_lerp, sigmoid, dot
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls
 #include <cmath>
@@ -313,8 +314,17 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
-  mod.def("forward", &sequence_forward, "Skip-GRU, whole sequence: hs, mask, h~_T, P, C, saved");
-  mod.def("backward", &sequence_backward, "its gradients: xp, h, h~, u, P, C, W_hh, w_p, b_p");
+// The ops (csrc/ops.cpp): Skip-GRU, whole sequence: hs, mask, h~_T, P, C, saved; its gradients:
+// xp, h, h~, u, P, C, W_hh, w_p, b_p.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("skip_gru_forward(Tensor xp, Tensor h0, Tensor n0, Tensor u0, Tensor up0, Tensor c0,"
+        " Tensor weight, Tensor w_p, Tensor b_p, int form) -> Tensor[]");
+  m.def("skip_gru_backward(Tensor grad_hs, Tensor grad_mask, Tensor grad_n, Tensor grad_up,"
+        " Tensor grad_cum, Tensor u0, Tensor up0, Tensor weight, Tensor w_p, Tensor H, Tensor N,"
+        " Tensor A, Tensor X, Tensor Z, int form) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("skip_gru_forward", TORCH_FN(sequence_forward));
+  m.impl("skip_gru_backward", TORCH_FN(sequence_backward));
 }

@@ -28,7 +28,8 @@
 // as the method holds them (a step's rows strided). What only the backward reads: AT [T, B, D]
 // (alpha_t), DG, MG, EG [T, B, R, D] (the gate's d, m = 1 - e^{-u} and e^q, as in ``_gate``),
 // HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, 2, B, D] (s, tau).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, mm_new: the matmuls
 #include <algorithm>
@@ -306,8 +307,16 @@ std::vector<at::Tensor> srehn_backward(c10::optional<at::Tensor> grad_hs,
   return grads;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &srehn_forward, "SREHN's training forward over a whole sequence");
-  m.def("backward", &srehn_backward, "its gradients of p, h0, rate_h, alpha, beta, weight, bias");
-  m.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs float32's");
+// The ops (csrc/ops.cpp): SREHN's training forward over a whole sequence; its gradients of p,
+// h0, rate_h, alpha, beta, weight, bias (a gradient not there: None).
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("srehn_forward(Tensor p, Tensor h0, Tensor rate_h, Tensor alpha, Tensor beta,"
+        " Tensor weight, Tensor bias, int r_max) -> Tensor[]");
+  m.def("srehn_backward(Tensor? grad_hs, Tensor? grad_d1, Tensor rate_h, Tensor weight,"
+        " Tensor AT, Tensor DG, Tensor MG, Tensor EG, Tensor HIN, Tensor SA) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("srehn_forward", TORCH_FN(srehn_forward));
+  m.impl("srehn_backward", TORCH_FN(srehn_backward));
 }

@@ -7,7 +7,8 @@
 // soft mask: D contiguous elements), so each value takes the same (vectorised or scalar) branch
 // of ATen's kernel and rounds identically. Given the same m_t, the mask and the soft mask e are
 // bit for bit the dense path's; outputs agree to rounding (dot products sum in another order).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <cmath>
 #include <vector>
 
@@ -26,7 +27,7 @@ static void run(const scalar_t* hh, const scalar_t* ih, const scalar_t* sched_h,
   const scalar_t sharp = static_cast<scalar_t>(sharpness);
   const scalar_t lo = static_cast<scalar_t>(eps), hi = static_cast<scalar_t>(1.0 - eps);
   const scalar_t Ds = static_cast<scalar_t>(D);
-  const auto opts = torch::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);
   at::Tensor pre = at::empty({1}, opts), m_t = at::empty({1}, opts);
   at::Tensor arg = at::empty({D}, opts), soft = at::empty({D}, opts);
   scalar_t* pre_p = pre.data_ptr<scalar_t>();
@@ -116,6 +117,10 @@ std::vector<at::Tensor> vcrnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor 
   return {out, mask, m};
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("vcrnn_sequence", &vcrnn_sequence, "VC-RNN inference loop for one sequence");
+// The op (csrc/ops.cpp): VC-RNN's inference loop for one sequence, {outputs, mask, m}.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("vcrnn_sequence(Tensor hh, Tensor ih, Tensor sched_h, Tensor sched_x, Tensor xs,"
+        " Tensor index, float sharpness, float eps, bool masked, bool before) -> Tensor[]");
 }
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) { m.impl("vcrnn_sequence", TORCH_FN(vcrnn_sequence)); }

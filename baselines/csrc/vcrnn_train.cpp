@@ -23,7 +23,8 @@
 // [T, B, V]); the outputs hs [B, T, D], m [B, T] and the soft mask e [B, T, D] batch-major, as
 // the method holds them. What only the backward reads is time-major: HB [T, B, D] (e * h_{t-1}),
 // A [T, B, 3D] (r, z, n), X [T, B, D] (after: W_n hb; before: r * hb), EX [T, B, V] (e * x_t).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <cmath>
 #include <vector>
 
@@ -322,8 +323,17 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  mod.def("matmul", &set_matmul, "the matmuls by gemm512 (0) or ATen (1, 2); who runs");
-  mod.def("forward", &sequence_forward, "VC-RNN training sequence: hs, m, e, HB, A, X, EX");
-  mod.def("backward", &sequence_backward, "its gradients: P, x, h0, W_h, w_h, W_i, b_i");
+// The ops (csrc/ops.cpp): VC-RNN's training sequence: hs, m, e, HB, A, X, EX; its gradients:
+// P, x, h0, W_h, w_h, W_i, b_i. xt is an empty tensor where the input is not masked.
+TORCH_LIBRARY_FRAGMENT(condrnn, m) {
+  m.def("vcrnn_train_forward(Tensor P, Tensor xt, Tensor h0, Tensor whh, Tensor wh, Tensor wih,"
+        " Tensor bias, float lam, float eps, bool before) -> Tensor[]");
+  m.def("vcrnn_train_backward(Tensor grad_hs, Tensor grad_m, Tensor xt, Tensor h0, Tensor hs,"
+        " Tensor M, Tensor E, Tensor HB, Tensor A, Tensor X, Tensor EX, Tensor whh, Tensor wh,"
+        " Tensor wih, float lam, int G, bool before) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
+  m.impl("vcrnn_train_forward", TORCH_FN(sequence_forward));
+  m.impl("vcrnn_train_backward", TORCH_FN(sequence_backward));
 }

@@ -288,11 +288,12 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
     """Build (or load) the compiled kernels that the runs ``cfgs`` train with, here, now.
 
     The kernels are those whose sources are part of the runs' methods' code versions
-    (``method_kernels``: the loaders in their modules); each loader builds its kernel once per
+    (``method_kernels``: the loaders in their modules). Every kernel is an op of one library
+    (``baselines._kernels``): the first loader builds it, all its kernels in one build, once per
     machine and CPU, saying so in one line on stderr when it compiles (a cached one loads
-    silently), so that no run's time holds a compile. Nothing is built with
-    ``HARNESS_NO_KERNELS`` set or where the runs do not train on the CPU (the kernels are
-    CPU-only).
+    silently), and the others find it loaded, so that no run's time holds a compile. Nothing is
+    built with ``HARNESS_NO_KERNELS`` set or where the runs do not train on the CPU (the kernels
+    are CPU-only).
     """
     if os.environ.get("HARNESS_NO_KERNELS") or not cfgs:
         return
