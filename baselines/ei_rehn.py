@@ -195,7 +195,8 @@ class EIREHN(ElasticHighway):
 
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
         """Also builds (or loads) the fused C++ step where training will run it, before the
-        epoch's timer starts: ``time.train_s`` holds no compile (the first build takes 30-60 s)."""
+        epoch's timer starts: ``time.train_s`` holds no compile (the first build of the kernel
+        library, every kernel at once, takes about a minute)."""
         super().on_epoch_start(epoch, num_epochs)
         if not self._compiled:
             step_kernel(*self.parameters())  # cached: a build at most once per process

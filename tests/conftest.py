@@ -15,7 +15,8 @@ if "HARNESS_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
 torch.set_num_threads(1)
 
 # The default run tests the PyTorch fast paths and never compiles a kernel: each session has a
-# private cache dir, so a build would cost 30-60 s every time. Tests marked ``kernel`` (run with
+# private cache dir, so a build would cost about a minute every time (the kernel library, every
+# kernel in one build, once a session). Tests marked ``kernel`` (run with
 # ``-m kernel``) opt back in, unless kernels were switched off for the whole run.
 KERNELS_OFF_BY_USER = bool(os.environ.get("HARNESS_NO_KERNELS"))
 os.environ["HARNESS_NO_KERNELS"] = "1"
