@@ -14,21 +14,24 @@ Every kernel is an operator of the library ``condrnn`` (``torch.ops.condrnn``): 
 (``TORCH_LIBRARY_FRAGMENT``) and registers their CPU implementations (``TORCH_LIBRARY_IMPL``);
 ``csrc/ops.cpp`` holds the namespace's ``TORCH_LIBRARY`` block and the op the whole library
 shares, ``condrnn::matmul`` (who computes the kernels' matmuls, ``csrc/gemm.h``; the tests set
-it). No pybind11: the sources include ATen and ``torch/library.h`` only. All of them are compiled
-into one shared library by one ``torch.utils.cpp_extension.load`` (ninja compiles the sources in
-parallel), on first use (never at import), which needs a C++ compiler and ninja (the ``kernels``
-extra), and loaded with ``torch.ops.load_library``, once a process (``load_library``): its ops
-stay registered for the life of the process. The build says so in one line on stderr before it
-starts (``building 11 kernels (once, cached in DIR) ...``) and its time when done
-(``... built in 58 s``): 58 s on an idle 2-core machine for the whole library, where the 11
+it). No pybind11: the sources include ATen's ``Tensor`` and operator headers and
+``torch/library.h`` only. All of them are compiled into one shared library by one
+``torch.utils.cpp_extension.load`` (ninja compiles the sources in parallel), on first use (never
+at import), which needs a C++ compiler and ninja (the ``kernels`` extra), and loaded with
+``torch.ops.load_library``, once a process (``load_library``): its ops stay registered for the
+life of the process. The build says so in one line on stderr before it starts
+(``building 11 kernels (once, cached in DIR) ...``) and its time when done
+(``... built in 50 s``): 50 s on an idle 2-core machine for the whole library, where the 11
 separate pybind11 extensions it replaces took 260 s one after another (the README says how it
-was measured). Where it cannot be built, or with ``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` /
-``vcrnn_kernel()`` and the training kernels return None (one warning where a build fails) and
-callers fall back to their PyTorch path, which computes the same thing. Floating-point
-contraction is off so that the update decisions round exactly like PyTorch's elementwise ops
-(VC-RNN's sigmoids on its decision path are ATen's own ``at::sigmoid_out``, see
-``csrc/vcrnn.cpp``); dot products are vectorised reductions (``omp simd``), summed in a different
-order than BLAS, so outputs agree to rounding, as the PyTorch fast paths do.
+was measured; each source includes only the ATen operators it calls, ``ATen/ops/<op>.h``:
+with ``ATen/ATen.h`` the library took 58 s). Where it cannot be built, or with
+``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` / ``vcrnn_kernel()`` and the training kernels
+return None (one warning where a build fails) and callers fall back to their PyTorch path, which
+computes the same thing. Floating-point contraction is off so that the update decisions round
+exactly like PyTorch's elementwise ops (VC-RNN's sigmoids on its decision path are ATen's own
+``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot products are vectorised reductions
+(``omp simd``), summed in a different order than BLAS, so outputs agree to rounding, as the
+PyTorch fast paths do.
 
 The training kernels (``TrainingKernel``, issue 54) run a method's recurrence, forward and
 backward, in C++ behind its autograd Function: EI-REHN's step (``csrc/ei_rehn_stack.cpp``,

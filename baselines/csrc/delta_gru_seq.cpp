@@ -30,7 +30,10 @@
 // step's rows are a strided matrix, which the matmuls read in place). What only the backward
 // reads is time-major: A [T, B, 3D], the gates r, z, n; N [T, B, D], acc_h[n] after the step's
 // addmm (the W_hn h^ that r multiplies); K [T, B, D], the keep decisions (1 or 0).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls

@@ -21,7 +21,10 @@
 // the events (Y[0] = y_0; a step's rows contiguous for the matmuls), C [S + 1, B, D] the internal
 // states after the reset, A [S, B, 3D] the gate activations z, r, g, HG [S, B, D] the reset
 // gate's operand rh_g, CT [S, B, D] c~.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls

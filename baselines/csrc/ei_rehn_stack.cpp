@@ -20,7 +20,14 @@
 //
 // Layout: u = [s; g; z] rows of width U = 2D + Dz; the branches s and g side by side (s first)
 // in rows of width 2D, [w; gbar] rows of width 4D.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/tanh.h>
 #include <torch/library.h>
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,10 @@
 // baselines/_elastic.py, with the same roundings.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/expm1.h>
+#include <ATen/ops/log.h>
 #include <algorithm>
 #include <cstdint>
 #include <limits>

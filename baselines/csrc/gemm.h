@@ -9,7 +9,9 @@
 // own order (one fused multiply-add a k, chunks of 256): equal to ATen's products to float
 // rounding, not bit for bit. float64, a CPU without AVX-512, or ``matmul_mode() != OWN``: ATen.
 #pragma once
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
 
 #include <algorithm>
 #include <cstdint>

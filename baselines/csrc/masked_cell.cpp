@@ -32,7 +32,12 @@
 // time-major: H [T, B, D], the states h_{t-1} each step starts from; A [T, B, GD], the gate
 // activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~); C [T + 1, B, D], the LSTM's
 // cell states.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // gemm512, matmul_mode, sgemm_, dgemm_

@@ -10,7 +10,10 @@
 // P, the division's for P and r, none through the conditions, none to a parameter its clamp
 // holds (P < min_period; r outside [r_min, 1]). The sums over N and T are in float64, rounded
 // once: equal to the reference to float rounding, not bit for bit.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 #include <c10/util/generic_math.h>
 

@@ -1,5 +1,7 @@
 // SA-RNN inference loop for batch 1 (eval semantics), loaded by baselines/_kernels.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 #include <cmath>
 #include <algorithm>

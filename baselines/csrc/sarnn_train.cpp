@@ -21,7 +21,10 @@
 // backward reads is time-major: A [T, B, 3D], the gate activations r, z, n; X [T, B, D], the n
 // gate's recurrent input (after: W_n h; before: r * h); P [T, B, D], 1 where the clip passes the
 // gradient, else 0.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls

@@ -27,7 +27,13 @@
 // the states h_0 .. h_T, N [T + 1, B, D] the candidates h~_0 .. h~_T, A [T, B, 3D] the gate
 // activations r, z, n, X [T, B, D] the GRU's W_n h (after) or r h (before), and Z [T, B, 5] the
 // per-sequence scalars p, P, C_{t-1}, u~, u of every step.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp, sigmoid, dot
 #include "gemm.h"  // mm_into, addmm_into, mm_new: the matmuls

@@ -28,7 +28,12 @@
 // as the method holds them (a step's rows strided). What only the backward reads: AT [T, B, D]
 // (alpha_t), DG, MG, EG [T, B, R, D] (the gate's d, m = 1 - e^{-u} and e^q, as in ``_gate``),
 // HIN [R, T, B, D] (every layer's input h^{r-1}; HIN[0] = h_{t-1}) and SA [R, T, 2, B, D] (s, tau).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp
 #include "gemm.h"  // mm_into, mm_new: the matmuls

@@ -7,7 +7,10 @@
 // soft mask: D contiguous elements), so each value takes the same (vectorised or scalar) branch
 // of ATen's kernel and rounds identically. Given the same m_t, the mask and the soft mask e are
 // bit for bit the dense path's; outputs agree to rounding (dot products sum in another order).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/sigmoid.h>
 #include <torch/library.h>
 #include <cmath>
 #include <vector>

@@ -23,7 +23,10 @@
 // [T, B, V]); the outputs hs [B, T, D], m [B, T] and the soft mask e [B, T, D] batch-major, as
 // the method holds them. What only the backward reads is time-major: HB [T, B, D] (e * h_{t-1}),
 // A [T, B, 3D] (r, z, n), X [T, B, D] (after: W_n hb; before: r * hb), EX [T, B, V] (e * x_t).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include <cmath>
 #include <vector>
