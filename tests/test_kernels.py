@@ -4,9 +4,10 @@ training stack (``baselines._kernels``).
 The default run never compiles them (tests/conftest.py sets ``HARNESS_NO_KERNELS=1``) and checks
 that asking for their state, or rendering a speedup report, builds nothing. The tests marked
 ``kernel`` (``pytest -m kernel``) build them (the one library of every kernel, once a process)
-into the session's fresh cache dir and check them against the dense forward (EI-REHN's: its layers against the Python ``_Stack`` and the layer equations, its
-fused training step against the Python step and the literal ops of the gate); they fail, rather
-than skip, wherever the kernels are expected to build.
+into the session's fresh cache dir and check them against the dense forward (EI-REHN's: its
+layers against the Python ``_Stack`` and the layer equations, its fused training step against
+the Python step and the literal ops of the gate); they fail, rather than skip, wherever the
+kernels are expected to build.
 """
 
 from __future__ import annotations
