@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from baselines._cells import cached_pack
-from baselines._kernels import on_cpu
 from baselines._sparse import addmm_read_columns, bisect_level
+from baselines.ops.library import on_cpu
 from harness.components.method import Method, SeqOut
 
 

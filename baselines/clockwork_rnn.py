@@ -35,9 +35,9 @@ Differences from the paper:
   fastest ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
   rows (the paper-effective count), not only the nonzero upper-triangular blocks.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
-  kernel builds (``baselines._masked_cell``, built before the epoch's timer starts), with the
+  kernel builds (``baselines.ops.masked_cell``, built before the epoch's timer starts), with the
   schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
-  zero gradient) and the input terms by ``baselines._kernels.input_terms`` (the same values;
+  zero gradient) and the input terms by ``baselines.ops.library.input_terms`` (the same values;
   W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
   reference, and the path in eval, off the CPU, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
@@ -54,8 +54,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_lerp
-from baselines._kernels import input_terms
-from baselines._masked_cell import masked_sequence, sequence_kernel
+from baselines.ops.library import input_terms
+from baselines.ops.masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -174,7 +174,7 @@ class ClockworkRNN(Method):
         u = self.active_mask(clock, T, x.dtype)  # [B, T, D], input-independent
         w_hh = self.weight_hh * self.hh_mask  # [D, D] block upper-triangular
         kernel = sequence_kernel(x, h, w_hh) if self.training else None
-        if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+        if kernel is not None:  # the same steps in one C++ node (baselines.ops.masked_cell)
             xp = input_terms(x, self.weight_ih, self.bias)
             hs, _ = masked_sequence(kernel, "tanh", xp, h, w_hh, u)
         else:

@@ -79,7 +79,7 @@ Differences from the code:
   accumulates ``W_h dh`` per step as the code does. Values agree to rounding; gradients are the
   same functions.
 - Training on CPU (float32/64) runs that forward's per-step parts in C++ where the optional
-  kernel builds (``baselines._delta_gru_seq``, built before the epoch's timer starts): the input
+  kernel builds (``baselines.ops.delta_gru_seq``, built before the epoch's timer starts): the input
   scan (``_memorised_steps``: the same steps exactly) in one call, and the cumulative sum of the
   projected input deltas with the state side's T steps (``_state_step``), forward and backward,
   as one autograd node; the gather, the deltas and their projection stay torch ops. It equals
@@ -98,7 +98,7 @@ from torch import Tensor, nn
 
 import baselines._delta_gru_fast as _delta_gru_fast
 from baselines._cells import GRUWeights, gru_macs_per_unit
-from baselines._delta_gru_seq import memorised_steps, sequence_kernel, state_sequence
+from baselines.ops.delta_gru_seq import memorised_steps, sequence_kernel, state_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -220,14 +220,14 @@ class DeltaGRU(Method):
         thresholded delta, zero where not kept), one matmul projects every ``dx_t`` and a
         cumulative sum accumulates them onto ``M_0``. The state side runs per step. In
         training on CPU the scan, the cumulative sum and the state side run in the C++ kernel
-        where it builds (``baselines._delta_gru_seq``; equal to rounding).
+        where it builds (``baselines.ops.delta_gru_seq``; equal to rounding).
         """
         B, T, _ = x.shape
         D = self.hidden_size
         x_hat0, h, h_hat, m0, m_nh0 = self.init_state(B, x) if state is None else state
         w_h = self.cell.weight_hh
         kernel = sequence_kernel(x, h, h_hat, m0, m_nh0, w_h) if self.training else None
-        if kernel is not None:  # the scan in one C++ call (baselines._delta_gru_seq)
+        if kernel is not None:  # the scan in one C++ call (baselines.ops.delta_gru_seq)
             src = memorised_steps(kernel, x, x_hat0, self.cfg.theta_x)
         else:
             src = self._memorised_steps(x, x_hat0)  # [B, T, V], -1 for the initial reference
@@ -238,7 +238,7 @@ class DeltaGRU(Method):
         acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
         if kernel is not None:  # the cumulative sum and the state side's T steps in one C++ node
             # W_i dx as one mm on a row-major W_i^T: its backward computes W_i's gradient as
-            # dx^T grad, fast at few inputs (``baselines._kernels.input_terms``)
+            # dx^T grad, fast at few inputs (``baselines.ops.library.input_terms``)
             proj = dx.reshape(B * T, -1).mm(self.cell.weight_ih.t().contiguous()).view(B, T, -1)
             hs, dhs, acc_x, h_hat, acc_h = state_sequence(
                 kernel, proj, m0, h, h_hat, acc_h, w_h, self.cfg.theta_h

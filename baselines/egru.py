@@ -43,11 +43,11 @@ candidate bias), calibrated by bisection on a batch drawn inside it, so that the
 sparsity (the share of the V + D columns not read; inputs are always read) hits the target.
 
 Training kernel: in training on CPU (float32/64), where the optional C++ kernel builds
-(``baselines._egru``, ``csrc/egru.cpp``; built or loaded in ``on_epoch_start``, before the epoch's
-timer starts), ``forward`` runs a layer's T steps, forward and backward, as one autograd node: the
-input terms of every step in one matmul first (``input_terms``: the same values, W's gradient
-summed in another order), then the equations above, dense, with H's pseudo-derivative in the
-backward; it returns the events with their gradient, so the event rate and the regulariser learn
+(``baselines.ops.egru``, ``csrc/egru.cpp``; built or loaded in ``on_epoch_start``, before the
+epoch's timer starts), ``forward`` runs a layer's T steps, forward and backward, as one autograd
+node: the input terms of every step in one matmul first (``input_terms``: the same values, W's
+gradient summed in another order), then the equations above, dense, with H's pseudo-derivative in
+the backward; it returns the events with their gradient, so the event rate and the regulariser learn
 as on the step loop. It equals ``forward``'s step loop (the path training took before: thresholds
 clamped, unlike ``step``) to float rounding, not bit for bit: outputs, final state, event rate,
 regulariser and the gradients of every parameter, the input and the initial state
@@ -98,9 +98,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from baselines._egru import egru_sequence, sequence_kernel
-from baselines._kernels import input_terms
 from baselines._sparse import addmm_read_columns, bisect_level
+from baselines.ops.egru import egru_sequence, sequence_kernel
+from baselines.ops.library import input_terms
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -240,7 +240,7 @@ class EGRU(Method):
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """The step loop with the input projection of every step in one matmul, thresholds
         clamped to [0, 1] first (as the code's layer does); in training on CPU, where the
-        kernel builds, the same steps as one C++ node (``baselines._egru``)."""
+        kernel builds, the same steps as one C++ node (``baselines.ops.egru``)."""
         self._clamp_thresholds()
         state = self.init_state(x.shape[0], x) if state is None else state
         y0 = state[1]

@@ -36,8 +36,9 @@ Differences from the paper:
   their phase.
 - MACs: 4 k_t (D+V) (each unit's gates use only its own rows); the O(D) time gate is not charged.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
-  kernel builds (``baselines._masked_cell``, built before the epoch's timer starts): k
-  ``[B, T, D]`` is computed first, as on the per-step path (by ``baselines._phased_gate``'s kernel
+  kernel builds (``baselines.ops.masked_cell``, built before the epoch's timer starts): k
+  ``[B, T, D]`` is computed first, as on the per-step path (by ``baselines.ops.phased_gate``'s
+  kernel
   where it builds: ``time_gate``'s values exactly, its gradients to float rounding), the kernel
   runs eqs. 8-11 over all steps and returns k's gradient, so P, s and r_on learn as there. Where
   every sequence of the batch has the same clock and no sample times are given (training from a
@@ -58,9 +59,9 @@ import torch
 from torch import Tensor, nn
 
 from baselines._cells import LSTMWeights
-from baselines._kernels import input_terms
-from baselines._masked_cell import masked_sequence, sequence_kernel
-from baselines._phased_gate import gate_kernel, time_gate_sequence
+from baselines.ops.library import input_terms
+from baselines.ops.masked_cell import masked_sequence, sequence_kernel
+from baselines.ops.phased_gate import gate_kernel, time_gate_sequence
 from harness.components.config import check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -154,7 +155,7 @@ class PhasedLSTM(Method):
     def _train_gate(self, clock: Tensor, steps: int, times: Tensor | None) -> Tensor:
         """``time_gate``'s values for the training step on the kernel path, computed once for the
         batch where every sequence has the same clock and no sample times are given (``[1,
-        steps, D]``, expanded), and by ``baselines._phased_gate``'s kernel where it builds."""
+        steps, D]``, expanded), and by ``baselines.ops.phased_gate``'s kernel where it builds."""
         B = clock.shape[0]
         shared = times is None and bool((clock == clock[0]).all())
         clock = clock[:1] if shared else clock
@@ -206,7 +207,7 @@ class PhasedLSTM(Method):
         h, c, clock = self.init_state(B, x) if state is None else state
         cell, w = self.cell, self.cell.weight_hh
         kernel = sequence_kernel(x, h, c, w) if self.training else None
-        if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+        if kernel is not None:  # the same steps in one C++ node (baselines.ops.masked_cell)
             k = self._train_gate(clock, T, times)
             xp = input_terms(x, cell.weight_ih, cell.bias)
             hs, c = masked_sequence(kernel, "lstm", xp, h, w, k, c)

@@ -28,12 +28,12 @@ Differences from the paper:
   units j, so the r rows of all D units are computed whenever any unit updates:
   ``1[k_t > 0] D(D+V) + 2 k_t (D+V)`` (``exact_step_macs``; docs/methods.md 2.3).
 - Training on CPU (float32/64) in the reset-after form runs the sequence as one C++ autograd node
-  where the optional kernel builds (``baselines._masked_cell``, built before the epoch's timer
+  where the optional kernel builds (``baselines.ops.masked_cell``, built before the epoch's timer
   starts): the masks of all T steps are drawn before the recurrence in one ``torch.rand`` call of
   T B D numbers, the same numbers in the same order as the per-step loop's T draws of B D (the
   same masks from the same RNG state), the candidate is computed in ``gru_step_lean``'s form
   (``lerp(n, h, z)`` for ``(1 - z) n + z h``) and the input terms by
-  ``baselines._kernels.input_terms`` (the same values; W_i's gradient summed in another
+  ``baselines.ops.library.input_terms`` (the same values; W_i's gradient summed in another
   order). It equals the per-step loop (the reference, and
   the path in eval, in the reset-before form, off the CPU, where the kernel does not build and
   with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; skipped units stay exact
@@ -54,8 +54,8 @@ from baselines._cells import (
     gru_macs_per_unit,
     masked_update,
 )
-from baselines._kernels import input_terms
-from baselines._masked_cell import masked_sequence, sequence_kernel
+from baselines.ops.library import input_terms
+from baselines.ops.masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_SEED, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -151,7 +151,7 @@ class RandomUpdates(Method):
         cell, w = self.cell, self.cell.weight_hh
         fused = self.training and cell.form == "after"
         kernel = sequence_kernel(x, h, w) if fused else None
-        if kernel is not None:  # the same steps in one C++ node (baselines._masked_cell)
+        if kernel is not None:  # the same steps in one C++ node (baselines.ops.masked_cell)
             B, T = x.shape[:2]
             # the per-step loop's draws: one rand call gives the same numbers in the same order
             u = self.sample_mask(T * B, h, 0).view(T, B, -1).transpose(0, 1).contiguous()

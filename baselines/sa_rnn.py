@@ -54,7 +54,8 @@ transcription of it to float64 rounding (``tests/test_sa_rnn.py``):
   ``fast_forward`` (inference) computes only what the updated units need.
 
 Training kernel: in training on CPU in float32/64 (either GRU form), where the optional C++ kernel
-builds (``baselines._sarnn_train``, ``csrc/sarnn_train.cpp``), ``forward`` runs the whole sequence,
+builds (``baselines.ops.sarnn_train``, ``csrc/sarnn_train.cpp``), ``forward`` runs the whole
+sequence,
 forward and backward, in one autograd node: the coordinator, the GRU candidate and the mix with
 the straight-through gradient of the per-step loop (through the hard sigmoid, zero where it
 clips). It equals the per-step loop to float rounding, not bit for bit (the same masks); the loop
@@ -94,8 +95,8 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines._highway import run_sequence
-from baselines._kernels import input_terms, on_cpu, sarnn_kernel, sarnn_kernel_status
-from baselines._sarnn_train import sarnn_sequence, sequence_kernel
+from baselines.ops.library import input_terms, on_cpu, sarnn_kernel, sarnn_kernel_status
+from baselines.ops.sarnn_train import sarnn_sequence, sequence_kernel
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -227,8 +228,9 @@ class SARNN(Method):
         independent decisions, were no faster than the dense step). Gathering a row costs about
         two row-products at batch 1, so above ``k = D B / (B + 2)`` units (a third of them at
         batch 1) the step multiplies all rows in place instead.
-        At batch 1 on CPU the whole loop runs in the fused kernel of ``baselines._kernels`` when it
-        can be built (same computation, no gather copies, no per-step dispatch).
+        At batch 1 on CPU the whole loop runs in the fused kernel (the op
+        ``condrnn::sarnn_sequence``) when it can be built (same computation, no gather copies, no
+        per-step dispatch).
         With the reset-before GRU a step with any update first computes the r rows of all units
         (every candidate reads ``r * h``), then the z and n rows of the updated ones only.
         Eval semantics; equals ``eval()(x)`` up to matmul rounding.

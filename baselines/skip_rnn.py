@@ -46,7 +46,7 @@ state with ``u_0 = 0``, which adds exactly nothing. The update mask is ``u_{t,i}
 unit i, so Skip % = 1 - mean_t u_t.
 
 Training on CPU (float32/64) runs the whole sequence as one C++ autograd node where the optional
-kernel builds (``baselines._skip_gru``, ``csrc/skip_gru.cpp``, built before the epoch's timer
+kernel builds (``baselines.ops.skip_gru``, ``csrc/skip_gru.cpp``, built before the epoch's timer
 starts), in both GRU forms: ``_step``'s graph over all T steps, forward and backward, with the
 candidate computed at every step as here (a skipped step's is read by u's straight-through
 gradient), the code's derivatives (through u into the mask, the budget, h_t and C; TF's Minimum
@@ -103,8 +103,8 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines._kernels import input_terms
-from baselines._skip_gru import sequence_kernel, skip_sequence
+from baselines.ops.library import input_terms
+from baselines.ops.skip_gru import sequence_kernel, skip_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -196,11 +196,11 @@ class SkipRNN(Method):
         """``step_loop`` with the input projection of every step in one matmul before the loop
         and the recurrent weight transposed once (fewer ops per step; the same values). In
         training on CPU, where the kernel builds, the same steps run as one C++ node
-        (``baselines._skip_gru``), equal to this loop to float rounding."""
+        (``baselines.ops.skip_gru``), equal to this loop to float rounding."""
         state = self.init_state(x.shape[0], x) if state is None else state
         cell, w = self.cell, self.cell.weight_hh
         kernel = sequence_kernel(x, *state, w, self.w_p) if self.training else None
-        if kernel is not None:  # the same steps in one C++ node (baselines._skip_gru)
+        if kernel is not None:  # the same steps in one C++ node (baselines.ops.skip_gru)
             xp = input_terms(x, cell.weight_ih, cell.bias)
             hs, mask, state = skip_sequence(kernel, cell.form, xp, state, w, self.w_p, self.b_p)
             out = SeqOut(hs, mask, state=state)

@@ -35,7 +35,8 @@ Differences from the paper:
 - R_max = 10 by default (``r_max``), the synthetic data's R_max (docs/methods.md 2.14(j)).
 - [DECISION] docs/methods.md 2.14(k): optional compute penalty ``lam_d * sum_{t,i} d^1`` (off).
 - Training on CPU in float32/float64, where the optional C++ kernel builds
-  (``baselines/_srehn.py``, ``csrc/srehn.cpp``): the sequence ``forward``'s steps (the local rate,
+  (``baselines/ops/srehn.py``, ``csrc/srehn.cpp``): the sequence ``forward``'s steps (the local
+  rate,
   the elastic gate with its depth trace, the ``r_max`` layers) run in one C++ call forward and one
   backward, one autograd node per sequence; equal to the per-step path to float rounding, not bit
   for bit (mask, depth and the layers run the same; tests/test_kernel_srehn.py). The per-step
@@ -53,7 +54,7 @@ from torch import Tensor
 
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway, elastic_layers
 from baselines._highway import CoupledHighway, run_sequence, weight_bound
-from baselines._srehn import elastic_sequence, sequence_kernel
+from baselines.ops.srehn import elastic_sequence, sequence_kernel
 from harness.components.method import SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
 
@@ -122,7 +123,8 @@ class SREHN(ElasticHighway):
     def forward(self, x: Tensor, lengths: Tensor | None = None, state=None) -> SeqOut:
         """The fixed ``r_max`` layers of ``ElasticHighway.forward``, with the input terms of every
         step in one matmul and the weights read once per sequence (fewer ops per step). In
-        training, where the C++ kernel runs (``baselines._srehn``), the same steps in one node."""
+        training, where the C++ kernel runs (``baselines.ops.srehn``), the same steps in one
+        node."""
         h0 = self.init_state(x.shape[0], x) if state is None else state
         weights = self._weights()
         p = self._input_terms(x)  # [B, T, 3D]

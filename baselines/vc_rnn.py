@@ -37,7 +37,7 @@ Differences from the paper:
   the first ``k_t`` state dims: still ``3 k_t (k_t + V)``. A skipped unit needs no row at all.
   ``fast_forward`` serves both forms.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
-  kernel builds (``baselines._vcrnn_train``, ``csrc/vcrnn_train.cpp``, built before the epoch's
+  kernel builds (``baselines.ops.vcrnn_train``, ``csrc/vcrnn_train.cpp``, built before the epoch's
   timer starts): the scheduler, the thresholded soft mask, the GRU on ``e * h`` (either form; with
   the input masked, ``W_i (e * x_t) + b`` a step inside the kernel) and the mix over all steps,
   forward and backward, ``Thr_eps`` passing the gradient where ``eps <= soft <= 1 - eps`` as
@@ -65,8 +65,8 @@ from baselines._cells import (
     masked_lerp,
     pack_gru_rows,
 )
-from baselines._kernels import on_cpu, vcrnn_kernel, vcrnn_kernel_status
-from baselines._vcrnn_train import sequence_kernel, vc_sequence
+from baselines.ops.library import on_cpu, vcrnn_kernel, vcrnn_kernel_status
+from baselines.ops.vcrnn_train import sequence_kernel, vc_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -207,14 +207,14 @@ class VCRNN(Method):
         deviation taken once on the stacked ``m`` (fewer ops per step; the same values).
 
         Training on CPU in float32/64 runs the same steps in one C++ node where the optional
-        kernel builds (``baselines._vcrnn_train``, built before the epoch's timer starts): both
+        kernel builds (``baselines.ops.vcrnn_train``, built before the epoch's timer starts): both
         GRU forms, the input masked or not, the ramped sharpness; it returns ``m`` (the L1 pull's
         gradient flows through it as here) and the soft mask ``e``, and equals this loop to float
         rounding, not bit for bit. The loop is the reference and the path in eval, off the CPU,
         in other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``."""
         h = self.init_state(x.shape[0], x) if state is None else state
         kernel = sequence_kernel(x, h, self.cell.weight_hh) if self.training else None
-        if kernel is not None:  # the same steps in one C++ node (baselines._vcrnn_train)
+        if kernel is not None:  # the same steps in one C++ node (baselines.ops.vcrnn_train)
             c = self.cell
             weights = (self.sched_h, self.sched_x, self.sched_b, c.weight_ih, c.weight_hh, c.bias)
             hs, m_all, e = vc_sequence(
@@ -251,9 +251,9 @@ class VCRNN(Method):
         states are columns of one preallocated buffer ``[T + 1, D, B]``, the prefix written in
         place, the rest copied.
 
-        At batch 1 on CPU the whole loop runs in the fused kernel of ``baselines._kernels`` when it
-        can be built (``csrc/vcrnn.cpp``: the same computation with no per-step dispatch; the
-        decisions from each ``m_t`` bit for bit the dense path's, outputs to rounding).
+        At batch 1 on CPU the whole loop runs in the fused kernel (``condrnn::vcrnn_sequence``)
+        when it can be built (``csrc/vcrnn.cpp``: the same computation with no per-step dispatch;
+        the decisions from each ``m_t`` bit for bit the dense path's, outputs to rounding).
         """
         B, T, _ = x.shape
         D, eps = self.hidden_size, self.cfg.eps

@@ -24,9 +24,12 @@ os.environ["HARNESS_NO_KERNELS"] = "1"
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
-    """Derived-data caches (e.g. rebuilt HAR windows) go to a per-session dir, not ~/.cache."""
+    """Derived-data caches (e.g. rebuilt HAR windows, the kernel library) go to a per-session
+    dir, not ~/.cache; or to the dir ``HARNESS_TEST_CACHE`` names, kept between sessions (a
+    developer's repeated kernel runs then build the library once, not once a session)."""
     old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    kept = os.environ.get("HARNESS_TEST_CACHE")
+    os.environ["XDG_CACHE_HOME"] = kept or str(tmp_path_factory.mktemp("cache"))
     yield
     if old is None:
         os.environ.pop("XDG_CACHE_HOME", None)

@@ -1,8 +1,8 @@
-"""What the tests of the compiled kernels share (``baselines._kernels``): whether the kernel
+"""What the tests of the compiled kernels share (``baselines.ops.library``): whether the kernel
 library is expected to build here, every training kernel the methods hold, and the bodies of the
 fixtures that give a test an empty build cache or a built kernel.
 
-Every kernel is an op of one library, loaded once a process (``_kernels.load_library``): the tests
+Every kernel is an op of one library, loaded once a process (``library.load_library``): the tests
 that build it for real build it into the session's cache (``built``), once; those that give it an
 empty cache (``fresh_cache``) see a process that has loaded nothing, and build with a stand-in.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.utils.cpp_extension
 
 import baselines  # noqa: F401  (the package imports every method, and so every kernel)
-from baselines import _kernels
+from baselines.ops import library
 
 
 def kernel_expected() -> str | None:
@@ -37,14 +37,14 @@ def kernel_expected() -> str | None:
     return None
 
 
-def training_kernels() -> list[_kernels.TrainingKernel]:
+def training_kernels() -> list[library.TrainingKernel]:
     """Every training kernel the modules of ``baselines`` hold, by source name."""
     found = {
         id(obj): obj
         for name, module in list(sys.modules.items())
         if name.startswith("baselines.")
         for obj in vars(module).values()
-        if isinstance(obj, _kernels.TrainingKernel)
+        if isinstance(obj, library.TrainingKernel)
     }
     return sorted(found.values(), key=lambda k: k.stem)
 
@@ -58,7 +58,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     loaded it, a build here with torch's real compiler fails the test, rather than the process.
     """
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    loaded = _kernels.library_file()
+    loaded = library.library_file()
     real_load = torch.utils.cpp_extension.load
 
     def load(*args: Any, **kwargs: Any) -> Any:
@@ -67,19 +67,19 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)  # a test may stand in its own
-    _kernels._loaded = None
-    _kernels.forget_library()
+    library._loaded = None
+    library.forget_library()
     try:
         yield tmp_path / "condrnn-harness" / "kernels"
     finally:
-        _kernels.forget_library()
+        library.forget_library()
         # what this process has loaded for real (before, or here), not what a stand-in said
         really = {os.path.realpath(p) for p in torch.ops.loaded_libraries}
-        now = _kernels._loaded
-        _kernels._loaded = loaded or (now if now and os.path.realpath(now) in really else None)
+        now = library._loaded
+        library._loaded = loaded or (now if now and os.path.realpath(now) in really else None)
 
 
-def built(kernel: _kernels.TrainingKernel) -> Iterator[Any]:
+def built(kernel: library.TrainingKernel) -> Iterator[Any]:
     """``kernel``'s ops, the library built (or found built) into this session's cache, once a
     process, skipping where it is not expected to build; the status cleared around the test."""
     expected = kernel_expected()
@@ -106,3 +106,35 @@ def with_matmul(ops: Any, name: str) -> Iterator[Any]:
         pytest.skip(f"{name} cannot run here (no AVX-512, or no sgemm_/dgemm_ exported)")
     yield ops
     ops.matmul(0)
+
+
+def op_node(op: str) -> str:
+    """The name of the autograd node of ``condrnn::<op>``'s outputs (its backward registered with
+    ``torch.library.register_autograd``)."""
+    return f"GeneratedBackwardFor_{library.LIBRARY}_{op}_defaultBackward"
+
+
+class OnCuda:
+    """A stand-in for a CUDA tensor where this machine has none: what ``on_cpu`` and
+    ``TrainingKernel.for_tensors`` read of a tensor (its device and dtype)."""
+
+    device = torch.device("cuda")
+    dtype = torch.float32
+
+
+def train_on_meta(model: Any, x_shape: tuple[int, ...]) -> set[str]:
+    """One training step of ``model`` on the meta device (the model moved there, an input of
+    ``x_shape``): the names of the autograd nodes its outputs hang from; every parameter has a
+    gradient, on meta."""
+    model = model.to("meta").train()
+    out = model(torch.empty(*x_shape, device="meta"))
+    (out.outputs.sum() + (0 if out.aux_loss is None else out.aux_loss)).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.device.type == "meta", name
+    names, todo = set(), [out.outputs.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and type(node).__name__ not in names:
+            names.add(type(node).__name__)
+            todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names

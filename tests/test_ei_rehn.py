@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from reference import assert_grads_match
 from torch import nn
 
-from baselines._ei_rehn_stack import stack_layers
 from baselines._elastic import ElasticConfig, ElasticHighway, active_limit, elastic_gate
 from baselines.ei_rehn import EIREHN, EIREHNConfig
+from baselines.ops.ei_rehn_stack import stack_layers
 from baselines.srehn import SREHN
 from harness.components.flops import fvcore_macs, sequence_macs
 from harness.components.method import SeqOut

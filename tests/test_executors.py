@@ -350,7 +350,7 @@ def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
     # kernel is recorded. Every kernel is in the one library: the first ask builds it, once.
     import torch
 
-    from baselines import _kernels
+    from baselines.ops import library
     from harness.executors.base import build_kernels
     from harness.training import train
 
@@ -358,18 +358,18 @@ def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
 
     def load(label):
         if os.environ.get("HARNESS_NO_KERNELS"):
-            return _kernels.KernelStatus("unavailable", _kernels.DISABLED)
+            return library.KernelStatus("unavailable", library.DISABLED)
         builds.append((label, bool(training)))
-        return _kernels.KernelStatus("unavailable", "a stand-in")
+        return library.KernelStatus("unavailable", "a stand-in")
 
-    ask = _kernels.TrainingKernel.__call__
+    ask = library.TrainingKernel.__call__
 
     def asked(kernel):
         calls.append((kernel.stem, bool(training)))
         return ask(kernel)
 
-    monkeypatch.setattr(_kernels, "_load", load)
-    monkeypatch.setattr(_kernels.TrainingKernel, "__call__", asked)
+    monkeypatch.setattr(library, "_load", load)
+    monkeypatch.setattr(library.TrainingKernel, "__call__", asked)
     real_run = train.run
 
     def run(*args, **kwargs):

@@ -1,4 +1,4 @@
-"""Delta GRU's whole-sequence training kernel (``baselines._delta_gru_seq``,
+"""Delta GRU's whole-sequence training kernel (``baselines.ops.delta_gru_seq``,
 ``csrc/delta_gru_seq.cpp``) against the method's PyTorch path, which is the reference.
 
 Every test is marked ``kernel`` (``pytest -m kernel``): the default run never compiles it
@@ -16,9 +16,9 @@ import torch
 import torch.utils.cpp_extension
 from kernel_support import built, kernel_expected, with_matmul
 
-import baselines._delta_gru_seq as seq
-import baselines._kernels as kernels
 import baselines.delta_gru as delta_gru
+import baselines.ops.delta_gru_seq as seq
+import baselines.ops.library as kernels
 from baselines.delta_gru import DeltaGRU, DeltaGRUConfig
 from harness.data import cache_dir
 

@@ -1,4 +1,4 @@
-"""EGRU's whole-sequence training kernel (``baselines._egru``, ``csrc/egru.cpp``) against the
+"""EGRU's whole-sequence training kernel (``baselines.ops.egru``, ``csrc/egru.cpp``) against the
 method's step loop in ``EGRU.forward`` (the reference, the path in eval and wherever the kernel
 cannot run).
 
@@ -17,9 +17,9 @@ import torch
 import torch.utils.cpp_extension
 from kernel_support import built, with_matmul
 
-import baselines._egru as egru_kernels
-import baselines._kernels as kernels
 import baselines.egru as egru_module
+import baselines.ops.egru as egru_kernels
+import baselines.ops.library as kernels
 from baselines.egru import EGRU, EGRUConfig
 
 pytestmark = pytest.mark.kernel

@@ -1,4 +1,4 @@
-"""Phased LSTM's time-gate kernel (``baselines._phased_gate``, ``csrc/phased_gate.cpp``) against
+"""Phased LSTM's time-gate kernel (``baselines.ops.phased_gate``, ``csrc/phased_gate.cpp``) against
 ``PhasedLSTM.time_gate`` (the reference, and the gate of the per-step path and of eval).
 
 Every test is marked ``kernel`` (``pytest -m kernel``); those that need the compiled kernel build
@@ -12,7 +12,7 @@ import pytest
 import torch
 from kernel_support import built
 
-import baselines._phased_gate as phased_gate
+import baselines.ops.phased_gate as phased_gate
 import baselines.phased_lstm as phased_module
 from baselines.phased_lstm import _R_ON_MIN, PhasedLSTM, PhasedLSTMConfig, timestamps
 from harness.training.code import method_kernels

@@ -1,4 +1,4 @@
-"""SA-RNN's whole-sequence training kernel (``baselines._sarnn_train``, csrc/sarnn_train.cpp)
+"""SA-RNN's whole-sequence training kernel (``baselines.ops.sarnn_train``, csrc/sarnn_train.cpp)
 against the method's per-step PyTorch loop, its reference: outputs, masks, budget, state and the
 gradient of every parameter, the input and the initial state, in both GRU forms, float64 and
 float32, at the gate's extremes; and the fallbacks (kernels off, a failed build, off the CPU).
@@ -16,8 +16,8 @@ import torch
 import torch.utils.cpp_extension
 from kernel_support import built, with_matmul
 
-import baselines._kernels as kernels
-import baselines._sarnn_train as sarnn_train
+import baselines.ops.library as kernels
+import baselines.ops.sarnn_train as sarnn_train
 import baselines.sa_rnn as sa
 from baselines.sa_rnn import SARNN, SARNNConfig
 

@@ -1,4 +1,4 @@
-"""Skip RNN's whole-sequence training kernel (``baselines._skip_gru``, ``csrc/skip_gru.cpp``)
+"""Skip RNN's whole-sequence training kernel (``baselines.ops.skip_gru``, ``csrc/skip_gru.cpp``)
 against the per-step PyTorch path (``SkipRNN._step``), the reference.
 
 Every test is marked ``kernel``: the default run deselects them; ``-m kernel`` builds the kernel
@@ -15,8 +15,8 @@ import torch
 from kernel_support import built, with_matmul
 from test_skip_rnn import assert_matches_authors, authors_variables, ours_with
 
-import baselines._kernels as kernels
-import baselines._skip_gru as skip_gru
+import baselines.ops.library as kernels
+import baselines.ops.skip_gru as skip_gru
 import baselines.skip_rnn as skip_rnn
 from baselines.skip_rnn import SkipRNN, SkipRNNConfig
 

@@ -1,4 +1,4 @@
-"""SREHN's whole-sequence training kernel (``baselines._srehn``, ``csrc/srehn.cpp``) against the
+"""SREHN's whole-sequence training kernel (``baselines.ops.srehn``, ``csrc/srehn.cpp``) against the
 per-step PyTorch path it replaces in training: outputs, state, mask, depth, d^1's mean, the
 compute penalty and the gradient of every parameter, the input and the initial state, in float64
 and float32, over shapes with T = 1, B = 1, D != V, r_max = 1 and the gate's extremes (every unit
@@ -20,8 +20,8 @@ import torch
 import torch.utils.cpp_extension
 from kernel_support import built, with_matmul
 
-import baselines._kernels as kernels
-import baselines._srehn as srehn_kernel
+import baselines.ops.library as kernels
+import baselines.ops.srehn as srehn_kernel
 import baselines.srehn as srehn
 from baselines._elastic import ElasticConfig
 from baselines.srehn import SREHN

@@ -1,4 +1,4 @@
-"""VC-RNN's whole-sequence training kernel (``baselines._vcrnn_train``, ``csrc/vcrnn_train.cpp``)
+"""VC-RNN's whole-sequence training kernel (``baselines.ops.vcrnn_train``, ``csrc/vcrnn_train.cpp``)
 against the method's per-step PyTorch loop (``VCRNN._step``, the reference).
 
 Every test is marked ``kernel`` (``pytest -m kernel``): those that need the kernel build it, once
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import torch.utils.cpp_extension
 from kernel_support import built, fresh_cache, kernel_expected, with_matmul
 
-import baselines._kernels as kernels
-import baselines._vcrnn_train as vc_train
+import baselines.ops.library as kernels
+import baselines.ops.vcrnn_train as vc_train
 import baselines.vc_rnn as vc
 from baselines.vc_rnn import VCRNN, VCRNNConfig
 from harness.data import cache_dir

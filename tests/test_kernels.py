@@ -1,5 +1,5 @@
 """The optional fused C++ kernels of SA-RNN's and VC-RNN's batch-1 fast paths and of EI-REHN's
-training stack (``baselines._kernels``).
+training stack (``baselines.ops.library``).
 
 The default run never compiles them (tests/conftest.py sets ``HARNESS_NO_KERNELS=1``) and checks
 that asking for their state, or rendering a speedup report, builds nothing. The tests marked
@@ -23,14 +23,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
-from kernel_support import MATMULS, built, kernel_expected, with_matmul
+from kernel_support import (
+    MATMULS,
+    OnCuda,
+    built,
+    kernel_expected,
+    op_node,
+    train_on_meta,
+    with_matmul,
+)
 
-import baselines._ei_rehn_fused as ei_fused
-import baselines._ei_rehn_stack as ei_stack
-import baselines._kernels as kernels
-import baselines._masked_cell as masked_cell
 import baselines.clockwork_rnn as clockwork_rnn
 import baselines.ei_rehn as ei_rehn_module
+import baselines.ops.ei_rehn_fused as ei_fused
+import baselines.ops.ei_rehn_stack as ei_stack
+import baselines.ops.library as kernels
+import baselines.ops.masked_cell as masked_cell
 import baselines.phased_lstm as phased_lstm
 import baselines.random_updates as random_updates
 import baselines.sa_rnn as sa
@@ -325,7 +333,7 @@ def test_the_vcrnn_kernel_builds_and_equals_the_dense_forward(library, monkeypat
         assert len(calls) == n  # batch 2: the PyTorch path
 
 
-# --- EI-REHN's training stack (baselines/_ei_rehn_stack.py, csrc/ei_rehn_stack.cpp) -------------
+# --- EI-REHN's training stack (baselines/ops/ei_rehn_stack.py, csrc/ei_rehn_stack.cpp) ---------
 
 
 def stack_inputs(m: EIREHN, layers: int, dtype: torch.dtype, B: int = 5):
@@ -525,12 +533,13 @@ def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(library, l
                     rtol, atol = (1e-11, 1e-13) if tol is None else (tol, tol)
                     torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"input {i} {dtype}")
             assert torch.all(grads[0][1][:, layers:] == 0)  # the layers not run get no gradient
-            # the kernel's own gradients: bias's is None where one layer ran, as _Stack's
+            # the op's own gradients: bias's has no elements (None for autograd, as _Stack's)
+            # where one layer ran
             contiguous = [a.detach().contiguous() for a in args]
             out, *saved = kernel.forward(*contiguous)
             d_, w0, proj, hyper = contiguous[1], contiguous[3], contiguous[5], contiguous[7]
             got = kernel.backward(torch.ones_like(out), d_, w0, proj, hyper, *saved)
-            assert len(got) == 10 and (got[4] is None) == (layers == 1)
+            assert len(got) == 10 and (got[4].shape == (0,)) == (layers == 1)
 
 
 def step_case(case: str, dtype: torch.dtype, B: int = 5):
@@ -786,12 +795,18 @@ def test_a_failed_masked_cell_build_is_one_line_at_the_epoch_start_and_falls_bac
 def test_masked_cell_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="masked-cell training kernel runs on CPU only: on meta"):
-        assert masked_cell.sequence_kernel(meta) is None
-    assert masked_cell.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = masked_model("clockwork-rnn", torch.float32).to("meta")
-    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 6)
+    with pytest.warns(UserWarning, match="masked-cell training kernel runs on CPU only: on cuda"):
+        assert masked_cell.sequence_kernel(OnCuda()) is None
+    assert masked_cell.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("name", list(MASKED_METHODS))
+def test_masked_cell_methods_train_on_meta_through_the_op(masked_kernel, name):
+    """On the meta device the op runs (its fake implementation, forward and backward), not the
+    per-step path."""
+    nodes = train_on_meta(masked_model(name, torch.float32), (2, 4, 3))
+    assert op_node("masked_cell_forward") in nodes, nodes
 
 
 def test_the_masked_cell_kernel_source_is_part_of_the_methods_code_versions(
@@ -875,7 +890,7 @@ def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_matmuls, cell, 
             loss = (hs * w_out).sum() + (0 if c is None else (c * w_c).sum())
             runs.append((hs, c, torch.autograd.grad(loss, leaves)))
         (hs, c, grads), (hs_ref, c_ref, grads_ref) = runs
-        assert type(hs.grad_fn).__name__ == "_MaskedSequenceBackward"
+        assert type(hs.grad_fn).__name__ == op_node("masked_cell_forward")
         torch.testing.assert_close(hs, hs_ref, rtol=tol, atol=tol)
         if c0 is not None:
             torch.testing.assert_close(c, c_ref, rtol=tol, atol=tol)
@@ -930,7 +945,7 @@ def test_training_with_the_masked_cell_kernel_equals_the_per_step_path(
                 torch.manual_seed(7)
                 out = m(xr, **kw)
                 fn = type(out.outputs.grad_fn).__name__
-                assert (fn == "_MaskedSequenceBackward") == (kernel is not None), fn
+                assert (fn == op_node("masked_cell_forward")) == (kernel is not None), fn
                 w = torch.randn(out.outputs.shape, dtype=dtype, generator=torch.Generator())
                 h_state = out.state[0] if isinstance(out.state, tuple) else out.state
                 loss = (out.outputs * w).sum() + h_state.sum()
@@ -979,7 +994,7 @@ def test_a_two_layer_model_with_lengths_trains_alike_with_the_masked_cell_kernel
         model = model.double().train()
         out = model(x, lengths, times=times)
         fns = {type(o.outputs.grad_fn).__name__ for o in out.layers}
-        assert fns == {"_MaskedSequenceBackward" if kernel is not None else "StackBackward0"}
+        assert fns == {op_node("masked_cell_forward") if kernel is not None else "StackBackward0"}
         grads = torch.autograd.grad(out.pred.square().sum(), list(model.parameters()))
         runs.append((out.pred, grads))
     (pred, grads), (pred_ref, grads_ref) = runs

@@ -8,8 +8,9 @@ stop exactly there. The default test run sets ``HARNESS_NO_KERNELS=1`` (conftest
 training takes without the kernels.
 
 The CPU-only fast code (the fused C++ kernels, Delta GRU's NumPy delta scan) asks
-``baselines._kernels.on_cpu`` first: on another device it takes the PyTorch path, and says so in one
-warning per process and fast path. Checked on meta, where the kernel must not even be asked for.
+``baselines.ops.library.on_cpu`` first: on another device it takes the PyTorch path, and says so
+in one warning per process and fast path. With the kernels off (the default test run), a method
+on meta takes its PyTorch path; with them, its ops run there (their fake implementations).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from kernel_support import training_kernels
 import baselines
 import baselines.sa_rnn
 import baselines.vc_rnn
-from baselines import _kernels
 from baselines._delta_gru_fast import input_deltas, scan_deltas
-from baselines._ei_rehn_fused import step_kernel
+from baselines.ops import library
+from baselines.ops.ei_rehn_fused import step_kernel
 from harness.authoring import conformance
 from harness.components.registry import METHODS
 
@@ -44,7 +45,7 @@ META_VALUE = r"item\(\) cannot be called on meta tensors"
 @pytest.fixture(autouse=True)
 def _fresh_fallback_warnings(monkeypatch):
     """Each test sees the first fallback of a process: ``on_cpu``'s record starts empty."""
-    monkeypatch.setattr(_kernels, "_off_cpu", set())
+    monkeypatch.setattr(library, "_off_cpu", set())
 
 
 def is_ours(path: Path) -> bool:
@@ -107,11 +108,11 @@ def test_on_cpu_refuses_other_devices_with_one_warning_per_fast_path():
     cpu, meta = torch.zeros(2), torch.zeros(2, device="meta")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _kernels.on_cpu("A's kernel", cpu, cpu)
-        assert not _kernels.on_cpu("A's kernel", cpu, meta)
-        assert not _kernels.on_cpu("A's kernel", meta)
-        assert not _kernels.on_cpu("B's kernel", meta)
-        assert _kernels.on_cpu("B's kernel", cpu)
+        assert library.on_cpu("A's kernel", cpu, cpu)
+        assert not library.on_cpu("A's kernel", cpu, meta)
+        assert not library.on_cpu("A's kernel", meta)
+        assert not library.on_cpu("B's kernel", meta)
+        assert library.on_cpu("B's kernel", cpu)
     assert fallback_warnings(caught) == [
         "A's kernel runs on CPU only: on meta the PyTorch path runs",
         "B's kernel runs on CPU only: on meta the PyTorch path runs",
@@ -125,10 +126,10 @@ def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
 
     def load(label):  # the library's build and load, a stand-in
         loaded.append(label)
-        return _kernels.KernelStatus("loaded")
+        return library.KernelStatus("loaded")
 
-    monkeypatch.setattr(_kernels, "_load", load)
-    monkeypatch.setattr(_kernels, "_off_cpu", set())
+    monkeypatch.setattr(library, "_load", load)
+    monkeypatch.setattr(library, "_off_cpu", set())
     meta = [torch.zeros(2, 3, device="meta"), torch.zeros(3, device="meta")]
     cpu = (torch.zeros(2, 3), torch.zeros(3))
     assert {k.stem for k in training_kernels()} >= {"ei_rehn_stack", "masked_cell", "skip_gru"}
@@ -141,7 +142,7 @@ def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
             assert kernel.for_tensors(cpu[0], cpu[1].double()) is None  # two dtypes
             assert loaded == []
             ops = kernel.for_tensors(*cpu)
-            assert isinstance(ops, _kernels.KernelOps) and ops.stem == kernel.stem
+            assert isinstance(ops, library.KernelOps) and ops.stem == kernel.stem
             assert loaded == [kernel.name]
         finally:
             kernel.cache_clear()  # later tests get the state their environment says

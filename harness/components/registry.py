@@ -602,7 +602,7 @@ def source_files(module: Any) -> set[str]:
     """The source files of ``module`` and of the modules of its package it uses, transitively.
 
     The package's ``__init__`` (which imports every module) is left out. An object of those
-    modules with a ``kernel_source_files()`` (a ``baselines._kernels.TrainingKernel``)
+    modules with a ``kernel_source_files()`` (a ``baselines.ops.library.TrainingKernel``)
     adds the files it names: the C++ sources the method runs. A file imported by
     ``--include`` is a top-level module of its own: its package is its folder, whose modules it
     uses (shared ``_*.py`` pieces) count.
@@ -616,7 +616,7 @@ def kernel_loaders(module: Any) -> list[Any]:
     """The compiled kernels' loaders that ``source_files(module)`` counts the C++ sources of.
 
     Each is an object of the modules ``module`` uses with a ``kernel_source_files()``; called,
-    it builds (or loads) its kernel (``baselines._kernels``).
+    it builds (or loads) its kernel (``baselines.ops.library``).
     """
     return _uses(module)[1]
 

@@ -289,7 +289,7 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
 
     The kernels are those whose sources are part of the runs' methods' code versions
     (``method_kernels``: the loaders in their modules). Every kernel is an op of one library
-    (``baselines._kernels``): the first loader builds it, all its kernels in one build, once per
+    (``baselines.ops.library``): the first loader builds it, all its kernels in one build, once per
     machine and CPU, saying so in one line on stderr when it compiles (a cached one loads
     silently), and the others find it loaded, so that no run's time holds a compile. Nothing is
     built with ``HARNESS_NO_KERNELS`` set or where the runs do not train on the CPU (the kernels

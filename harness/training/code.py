@@ -49,7 +49,7 @@ def method_kernels(method: str) -> list[Any]:
     """The loaders of the compiled kernels whose sources are part of ``method``'s code version.
 
     The same discovery as ``method_code`` (``harness.components.registry.kernel_loaders``): each
-    loader, called, builds or loads its kernel (``baselines._kernels``); none for a component
+    loader, called, builds or loads its kernel (``baselines.ops.library``); none for a component
     with a ``code_version`` of its own.
     """
     cls = component(method)

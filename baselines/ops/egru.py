@@ -3,7 +3,8 @@
 EGRU's training forward (``baselines.egru.EGRU.forward``: the input terms of every step in one
 matmul, then a step loop) runs about thirty small torch ops a step, and a training step at the
 paper sizes is bound by their dispatch. Where the optional C++ kernel builds (``egru_kernel``,
-``csrc/egru.cpp``, built, cached and switched off as ``baselines._kernels`` does for its kernels),
+``csrc/egru.cpp``, built, cached and switched off as ``baselines.ops.library`` does for every
+kernel),
 ``egru_sequence`` runs all T steps of a layer, forward and backward, in one call each: the gates
 z, r, g (reset after the product), the internal state ``c~``, the event ``o = H(c~ - theta)``,
 the output ``y = o c~`` and the subtractive reset, with H's pseudo-derivative
@@ -13,7 +14,7 @@ step loop. The arithmetic is dense: the event sparsity is the harness's cost mod
 kernel's.
 
 ``EGRU.forward``'s step loop is the reference, and the path in eval mode and wherever the kernel
-cannot run (not CPU: one warning line, ``_kernels.on_cpu``; not float32/64; not built;
+cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_egru.py: values, events and the gradients of every parameter, the input and the
 initial state, in float64 and float32).
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 egru_kernel = TrainingKernel("egru", "EGRU training")

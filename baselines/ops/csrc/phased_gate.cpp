@@ -1,4 +1,4 @@
-// Phased LSTM's time gate k [N, T, D] and its backward, loaded by baselines/_phased_gate.py
+// Phased LSTM's time gate k [N, T, D] and its backward, loaded by baselines/ops/phased_gate.py
 // (``phased_gate_kernel``) for the training step of baselines/phased_lstm.py, whose
 // ``time_gate`` (about fifteen torch ops forward and twice that backward, at the paper sizes a
 // tenth of the step) is the reference. Per unit j, with the clamped period P, the open ratio r

@@ -1,5 +1,5 @@
 // SA-RNN's training step over a whole sequence, forward and backward, loaded by
-// baselines/_sarnn_train.py (``sarnn_train_kernel``) for baselines/sa_rnn.py. (csrc/sarnn.cpp is
+// baselines/ops/sarnn_train.py (``sarnn_train_kernel``) for baselines/sa_rnn.py. (csrc/sarnn.cpp is
 // the other kernel, batch-1 inference.) Each step, from the step's input terms xp_t =
 // [W_i x_t + b, W_u x_t + b_u] (computed before, ``SARNN._input_proj``) and h = h_{t-1}:
 //     v = w_u * h + (W_u x + b_u); q = (a v + 1) / 2; u = 1[clip(q, 0, 1) > 0.5]   eqs. 5, 6, 8

@@ -1,13 +1,13 @@
-// EI-REHN's training step, forward and backward, loaded by baselines/_ei_rehn_stack.py
+// EI-REHN's training step, forward and backward, loaded by baselines/ops/ei_rehn_stack.py
 // (``ei_rehn_stack_kernel``): ``forward``/``backward`` are a step's highway layers, for
-// baselines/_ei_rehn_stack.py; ``step_forward``/``step_backward`` the whole step (the local rate,
-// the elastic gate and its depth trace, then the same layers), for baselines/_ei_rehn_fused.py,
+// baselines/ops/ei_rehn_stack.py; ``step_forward``/``step_backward`` the whole step (the local
+// rate, the elastic gate and its depth trace, then the same layers), for baselines/ops/ei_rehn_fused.py,
 // which EI-REHN's training runs. The gate is ``_gate``/``_ElasticGate`` of baselines/_elastic.py
 // (the reference; see ``elastic_gate_forward`` in elastic_gate.h).
 //
 // The layers:
-// Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/_ei_rehn_stack.py (the equations
-// are in its docstring; the Python code is the reference), without a Python call per layer: the
+// Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/ops/ei_rehn_stack.py (the
+// equations are in its docstring; the Python code is the reference), without a Python call per layer: the
 // matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; into preallocated buffers; the
 // weight
 // gradients one matmul per weight over the stacked rows of every layer), tanh and sigmoid are
@@ -311,7 +311,8 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
       dd,
       DA.select(0, 0),
       mm_new(DHW.view({N, D2}).t(), H.view({N, D})),
-      R > 1 ? DA.narrow(0, 1, R - 1).reshape({(R - 1) * B, D2}).sum(0) : at::Tensor(),
+      R > 1 ? DA.narrow(0, 1, R - 1).reshape({(R - 1) * B, D2}).sum(0)
+            : at::empty({0}, DA.options()),
       mm_new(dpw_all.t(), SGZ.narrow(0, 1, R).reshape({N, U}).narrow(1, D2, Dz)),
       dpw_all.narrow(1, D2, D2).sum(0),
       mm_new(dz_all.t(), SGZ.narrow(0, 0, R).reshape({N, U})),
@@ -378,7 +379,8 @@ std::vector<at::Tensor> ei_rehn_stack_forward(at::Tensor h, at::Tensor d, at::Te
   return {out, H, SGZ, GBAR, HW, W};
 }
 
-// The 10 gradients of ``_Stack.backward``, in its order (bias's undefined, None, where R = 1).
+// The 10 gradients of ``_Stack.backward``, in its order (bias's has no elements, shape [0], where
+// R = 1).
 std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
                                                at::Tensor weight0, at::Tensor proj,
                                                at::Tensor hyper_weight, at::Tensor H,
@@ -396,8 +398,8 @@ std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
   return grads;
 }
 
-// One training step of EI-REHN's ``_train_forward`` (baselines/_ei_rehn_fused.py): the local rate
-// alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace, then
+// One training step of EI-REHN's ``_train_forward`` (baselines/ops/ei_rehn_fused.py): the local
+// rate alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace, then
 // the layers 1..L, L = max(max_b R_b, first) (``stack_layers``). p [B, 3D] is the step's input
 // terms [W_a,x x + b_a; W_x x + b] (rows of any stride). Returns ({h_t, d^1, n, mask, saved...},
 // L); saved = {AT, DG, MG, EG, H, SGZ, GBAR, HW, W} for ``ei_rehn_step_backward`` (H [1, B, D]:
@@ -455,8 +457,9 @@ std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
 }
 
 // The gradients of ``ei_rehn_step_forward``'s inputs p, h, rate_h, alpha, beta, weight0, bias,
-// proj, mix_bias, hyper_weight, hyper_bias, init (the layers' undefined, None, where L = 0;
-// bias's where L = 1, as ``_Stack``'s), from those of h_t and d^1 (none: undefined).
+// proj, mix_bias, hyper_weight, hyper_bias, init (the layers' have no elements, shape [0], where
+// L = 0; bias's where L = 1, as ``_Stack``'s, None there), from those of h_t and d^1 (none:
+// undefined).
 std::vector<at::Tensor> ei_rehn_step_backward(
     at::Tensor grad_h, c10::optional<at::Tensor> grad_d1, at::Tensor rate_h, at::Tensor weight0,
     at::Tensor proj, at::Tensor hyper_weight, at::Tensor AT, at::Tensor DG, at::Tensor MG,
@@ -471,7 +474,7 @@ std::vector<at::Tensor> ei_rehn_step_backward(
   TORCH_CHECK(!has_d1 || (gd1.sizes() == AT.sizes() && gd1.scalar_type() == AT.scalar_type()),
               "ei_rehn_step_backward: grad_d1 shape");
   const auto opts = grad_h.options();
-  std::vector<at::Tensor> layer_grads(10);
+  std::vector<at::Tensor> layer_grads(10, at::empty({0}, opts));
   at::Tensor dp = at::empty({B, 3 * D}, opts), dalpha = at::empty({D}, opts);
   at::Tensor dbeta = at::empty({D}, opts), dat = at::empty({B, D}, opts), dh;
   AT_DISPATCH_FLOATING_TYPES(grad_h.scalar_type(), "ei_rehn_step_backward", [&] {

@@ -1,5 +1,5 @@
 // SREHN's training forward over a whole sequence, forward and backward, loaded by
-// baselines/_srehn.py (``srehn_kernel``), which SREHN's training runs (baselines/srehn.py). Each
+// baselines/ops/srehn.py (``srehn_kernel``), which SREHN's training runs (baselines/srehn.py). Each
 // step
 // is SREHN's ``_step`` at the fixed depth R = r_max (``adaptive=False``, the sequence forward's
 // path, the reference):
@@ -137,9 +137,9 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
   }
 }
 
-// The gradients of p, h0, rate_h, alpha, beta, weight and bias (bias's undefined, None, where
-// R = 1: the per-step path's layer 1 takes its bias with p) from those of hs and d^1 (each may be
-// undefined: none). As the forward, the matmuls work on fixed buffers (gh, gm, da, dpre) and the
+// The gradients of p, h0, rate_h, alpha, beta, weight and bias (bias's has no elements, shape
+// [0], where R = 1: the per-step path's layer 1 takes its bias with p) from those of hs and d^1
+// (each may be undefined: none). As the forward, the matmuls work on fixed buffers (gh, gm, da, dpre) and the
 // loops read and write the saved tensors by pointer.
 template <typename T>
 std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& grad_d1,
@@ -248,7 +248,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
       dalpha,
       dbeta,
       mm_new(DA.view({N, D2}).t(), HIN.view({N, D})),
-      Rm > 1 ? DA.narrow(0, 1, Rm - 1).reshape({(Rm - 1) * S * B, D2}).sum(0) : at::Tensor(),
+      Rm > 1 ? DA.narrow(0, 1, Rm - 1).reshape({(Rm - 1) * S * B, D2}).sum(0)
+             : at::empty({0}, DA.options()),
   };
 }
 
@@ -313,7 +314,7 @@ std::vector<at::Tensor> srehn_backward(c10::optional<at::Tensor> grad_hs,
 }
 
 // The ops (csrc/ops.cpp): SREHN's training forward over a whole sequence; its gradients of p,
-// h0, rate_h, alpha, beta, weight, bias (a gradient not there: None).
+// h0, rate_h, alpha, beta, weight, bias (a gradient not there: shape [0]).
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
   m.def("srehn_forward(Tensor p, Tensor h0, Tensor rate_h, Tensor alpha, Tensor beta,"
         " Tensor weight, Tensor bias, int r_max) -> Tensor[]");

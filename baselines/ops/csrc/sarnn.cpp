@@ -1,4 +1,4 @@
-// SA-RNN inference loop for batch 1 (eval semantics), loaded by baselines/_kernels.py.
+// SA-RNN inference loop for batch 1 (eval semantics), loaded by baselines/ops/library.py.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>

@@ -6,7 +6,7 @@ A step of ``SREHN._step`` at the fixed depth (the sequence forward's path) is th
 two layers ``harness bench`` counted 146 torch calls from Python and 458 ATen operators a training
 step dispatches per time step, so a training step at the paper sizes is bound by their dispatch.
 Where the optional C++ kernel builds (``srehn_kernel``, ``csrc/srehn.cpp``, built, cached and
-switched off as ``baselines._kernels`` does for its kernels), ``elastic_sequence`` runs all T
+switched off as ``baselines.ops.library`` does for its kernels), ``elastic_sequence`` runs all T
 steps, forward and backward, in one call each: the same equations, the gate as EI-REHN's fused
 step computes it (``_gate``'s ops, ATen's expm1, log and exp), the matmuls ATen's, the rest fused
 loops over the B x D units. It returns every ``h_t``,
@@ -15,7 +15,7 @@ mask, ``[B, T, D]`` each. EI-REHN's kernel cannot run SREHN's layers (its layers
 hypernetwork), hence this one.
 
 SREHN's per-step PyTorch loop is the reference, and the path in eval mode and wherever the kernel
-cannot run (not CPU: one warning line, ``_kernels.on_cpu``; not float32/64; not built;
+cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit (values and
 the gradients of every parameter, the input and the initial state, d^1's mean and the compute
 penalty; the mask and the depth exactly: tests/test_kernel_srehn.py).
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel, none_if_empty
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 srehn_kernel = TrainingKernel("srehn", "SREHN training")
@@ -83,4 +83,4 @@ class _ElasticSequence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_hs, grad_d1, _n, _mask):
         grads = ctx.kernel.backward(grad_hs, grad_d1, *ctx.saved_tensors)
-        return None, None, *grads
+        return None, None, *map(none_if_empty, grads)

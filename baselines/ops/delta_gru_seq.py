@@ -6,7 +6,7 @@ ops, but its memorised steps come from a per-step scan, its state side runs a do
 step (a training step at the paper sizes is bound by their dispatch) and the cumulative sum of
 the projected deltas, forward and backward, passes over a ``[B, T, 3D]`` tensor several times.
 Where the optional C++ kernel builds (``delta_gru_seq_kernel``, ``csrc/delta_gru_seq.cpp``,
-built, cached and switched off as ``baselines._kernels`` does for its kernels), the scan
+built, cached and switched off as ``baselines.ops.library`` does for its kernels), the scan
 (``memorised_steps``, the same steps exactly) runs in one call, and the recurrence
 (``state_sequence``: the cumulative sum of the projected input deltas onto ``M_0``, then per
 step the thresholded state deltas, the accumulated memories and the reset-after GRU gates) in
@@ -14,7 +14,7 @@ one call each way; the gather, the input deltas and their ``W_i`` projection sta
 sequence-wide torch ops.
 
 The method's PyTorch path is the reference, and the path in eval mode and wherever the kernel
-cannot run (not CPU: one warning line, ``_kernels.on_cpu``; not float32/64; not built;
+cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_delta_gru_seq.py: outputs, reads, regulariser, final state and the gradients
 of every parameter, the input and the initial state, in float64 and float32).
@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 delta_gru_seq_kernel = TrainingKernel("delta_gru_seq", "Delta GRU training")

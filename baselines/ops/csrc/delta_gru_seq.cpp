@@ -1,4 +1,4 @@
-// Delta GRU's training sequence, forward and backward, loaded by baselines/_delta_gru_seq.py
+// Delta GRU's training sequence, forward and backward, loaded by baselines/ops/delta_gru_seq.py
 // (``delta_gru_seq_kernel``) for baselines/delta_gru.py. Two parts of ``DeltaGRU.forward``:
 //
 // ``memorised_steps``: the input side's scan (``DeltaGRU._memorised_steps``): for every step t

@@ -35,7 +35,7 @@ PyTorch fast paths do.
 
 The training kernels (``TrainingKernel``, issue 54) run a method's recurrence, forward and
 backward, in C++ behind its autograd Function: EI-REHN's step (``csrc/ei_rehn_stack.cpp``,
-``baselines._ei_rehn_stack`` and ``_ei_rehn_fused``), the masked cell of Phased LSTM, Random
+``baselines.ops.ei_rehn_stack`` and ``_ei_rehn_fused``), the masked cell of Phased LSTM, Random
 Updates and the Clockwork RNN (``_masked_cell``), Phased LSTM's time gate (``_phased_gate``), and
 the sequences of Skip RNN (``_skip_gru``), SA-RNN (``_sarnn_train``), VC-RNN (``_vcrnn_train``),
 Delta GRU (``_delta_gru_seq``), EGRU (``_egru``) and SREHN (``_srehn``). Called, a
@@ -66,6 +66,7 @@ die with SIGILL).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import platform
@@ -73,6 +74,7 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -116,11 +118,13 @@ class KernelStatus:
 _off_cpu: set[str] = set()
 
 
-def on_cpu(what: str, *tensors: Any) -> bool:
+def on_cpu(what: str, *tensors: Any, meta: bool = False) -> bool:
     """Whether ``tensors`` are all on the CPU, the one device the CPU-only code ``what`` (a
-    method's fused kernel, say) runs on. Where not, the caller runs its PyTorch path instead; the
-    first time in a process for each ``what``, a warning says so in one line."""
-    device = next((t.device for t in tensors if t.device.type != "cpu"), None)
+    method's fused kernel, say) runs on (or on the meta device, with ``meta``: where the ops' fake
+    implementations run). Where not, the caller runs its PyTorch path instead; the first time in a
+    process for each ``what``, a warning says so in one line."""
+    here = ("cpu", "meta") if meta else ("cpu",)
+    device = next((t.device for t in tensors if t.device.type not in here), None)
     if device is None:
         return True
     if what not in _off_cpu:
@@ -248,6 +252,7 @@ def _load(label: str) -> KernelStatus:
             )
         torch.ops.load_library(str(library))  # ``load`` did: a second call is a no-op
         _loaded = library
+        python_parts.register()  # the ops' fake implementations and backwards
         if compiles:
             print(f"... built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     except Exception as e:  # no compiler, no ninja, ...: use the PyTorch path
@@ -259,6 +264,98 @@ def _load(label: str) -> KernelStatus:
         )
         return KernelStatus("unavailable", why)
     return KernelStatus("loaded")
+
+
+def c_function(
+    name: str, restype: Any = ctypes.c_int64, argtypes: tuple[Any, ...] = (ctypes.c_int64,)
+) -> Callable[..., Any]:
+    """The plain C function ``condrnn_<name>`` of the loaded library, through ctypes: what is no
+    op (no tensor in or out: the matmul switch, a pool's size, the GEMM timing). AttributeError
+    where the library has no such function; RuntimeError where none is loaded."""
+    if _loaded is None:
+        raise RuntimeError("the kernel library is not loaded (load_library)")
+    function = getattr(ctypes.CDLL(str(_loaded)), f"{LIBRARY}_{name}")
+    function.restype, function.argtypes = restype, list(argtypes)
+    return function
+
+
+def set_matmul(mode: int) -> int:
+    """Who computes the kernels' float32 matmuls from now on: gemm512 (0, csrc/gemm.h), the BLAS
+    (1) or ATen (2); returns who does (0 only with AVX-512, 1 only where torch exports sgemm)."""
+    runs = int(c_function("set_matmul")(mode))
+    if runs < 0:
+        raise ValueError(f"matmul mode {mode}: 0 (gemm512), 1 (BLAS) or 2 (ATen)")
+    return runs
+
+
+def matmul_seconds(mode: int, m: int, n: int, k: int, reps: int) -> float | None:
+    """Seconds for ``reps`` float32 products ``[m, k] @ [k, n]`` into a preallocated output by
+    gemm512 (0), the BLAS's sgemm (1) or ATen's ``mm_out`` (2), timed in C++ (no Python call in
+    it); None where that one is not here."""
+    f = c_function("matmul_seconds", ctypes.c_double, (ctypes.c_int64,) * 5)
+    seconds = float(f(mode, m, n, k, reps))
+    return None if seconds < 0 else seconds
+
+
+class PythonParts:
+    """The Python parts of the ops: their fake (shape) implementations and backward formulas,
+    declared by the op families' modules (``fake``, ``autograd``) and registered with the
+    dispatcher once the library is loaded (``register``: once a process; an op declared later,
+    by a module imported after the load, at once)."""
+
+    def __init__(self) -> None:
+        self.fakes: dict[str, Callable[..., Any]] = {}
+        self.backwards: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+        self.done: set[tuple[str, str]] = set()
+        self._lib: Any = None
+
+    def fake(self, op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: the fake implementation of ``condrnn::<op>`` (the shapes, dtypes and
+        devices of its outputs, from those of its inputs; no values)."""
+
+        def declare(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.fakes[op] = function
+            self._maybe_register()
+            return function
+
+        return declare
+
+    def autograd(
+        self, op: str, backward: Callable[..., Any], setup_context: Callable[..., Any]
+    ) -> None:
+        """The backward of ``condrnn::<op>`` (``torch.library.register_autograd``)."""
+        self.backwards[op] = (backward, setup_context)
+        self._maybe_register()
+
+    def _maybe_register(self) -> None:
+        if _loaded is not None:
+            self.register()
+
+    def register(self) -> None:
+        """Register what is declared and not yet registered (the library loaded)."""
+        if self._lib is None:
+            self._lib = torch.library.Library(LIBRARY, "FRAGMENT")
+        for op, function in self.fakes.items():
+            if ("fake", op) not in self.done:
+                torch.library.register_fake(f"{LIBRARY}::{op}", function, lib=self._lib)
+                self.done.add(("fake", op))
+        for op, (backward, setup) in self.backwards.items():
+            if ("autograd", op) not in self.done:
+                torch.library.register_autograd(
+                    f"{LIBRARY}::{op}", backward, setup_context=setup, lib=self._lib
+                )
+                self.done.add(("autograd", op))
+
+
+python_parts = PythonParts()
+fake = python_parts.fake
+autograd = python_parts.autograd
+
+
+def none_if_empty(t: Any) -> Any:
+    """None for an op's output that has no elements where the method has no such tensor (shape
+    [0]: csrc/ops.cpp), else ``t``."""
+    return None if t.dim() == 1 and t.shape[0] == 0 else t
 
 
 def sarnn_kernel_status() -> KernelStatus:
@@ -303,11 +400,14 @@ class KernelOps:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        op = name if name == "matmul" else f"{self.stem}_{name}"
+        op = f"{self.stem}_{name}"
         try:
-            found = getattr(torch.ops.condrnn, op).default
-        except AttributeError as e:
-            raise AttributeError(f"the kernel library has no op condrnn::{op}") from e
+            found = set_matmul if name == "matmul" else getattr(torch.ops.condrnn, op).default
+        except AttributeError:  # not an op: a plain C function of the kernel (``pool_held``)
+            try:
+                found = c_function(op, argtypes=())
+            except AttributeError as e:
+                raise AttributeError(f"the kernel library has no op condrnn::{op}") from e
         setattr(self, name, found)  # found once
         return found
 
@@ -352,10 +452,11 @@ class TrainingKernel:
         return kernel_sources(self.stem)
 
     def for_tensors(self, *tensors: Any) -> Any:
-        """The kernel where it can run on these tensors (CPU, float32/64, one dtype), else None
-        (also where it cannot be built or ``HARNESS_NO_KERNELS`` is set). Off the CPU the first
-        call warns once (``on_cpu``)."""
-        if not on_cpu(f"the {self.name} kernel", *tensors):
+        """The kernel where it can run on these tensors (CPU, or meta: its ops' fake
+        implementations; float32/64, one dtype), else None (also where it cannot be built or
+        ``HARNESS_NO_KERNELS`` is set). On another device the first call warns once
+        (``on_cpu``)."""
+        if not on_cpu(f"the {self.name} kernel", *tensors, meta=True):
             return None
         dtype = tensors[0].dtype
         if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):

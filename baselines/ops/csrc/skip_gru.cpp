@@ -1,5 +1,5 @@
 // Skip RNN's training sequence (Skip-GRU, baselines/skip_rnn.py), forward and backward, loaded by
-// baselines/_skip_gru.py (``skip_gru_kernel``). Step t of ``SkipRNN._step`` from the state
+// baselines/ops/skip_gru.py (``skip_gru_kernel``). Step t of ``SkipRNN._step`` from the state
 // (h_{t-1}, h~_{t-1}, u_{t-1}, P_{t-2}, C_{t-1}):
 //     p   = sigmoid(w_p . h~_{t-1} + b_p)            p_{t-1}, from the step before's candidate
 //     P   = lerp(P_{t-2}, p, u_{t-1})                 P_{t-1}

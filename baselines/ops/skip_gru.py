@@ -5,14 +5,14 @@ so its update mask is not known before the recurrence; a training step is the GR
 p / P / u~ / u / C recurrences and two lerps: ~30 small torch ops a step, and a training step at
 the paper sizes is bound by their dispatch. Where the optional C++ kernel builds
 (``skip_gru_kernel``, ``csrc/skip_gru.cpp``, built, cached and switched off as
-``baselines._kernels`` does for its kernels), ``skip_sequence`` runs all T steps of
+``baselines.ops.library`` does for its kernels), ``skip_sequence`` runs all T steps of
 ``SkipRNN._step``, forward and backward, in one call each, in both GRU forms: the same graph,
 straight-through gradients (of round, through u into the mask, h_t and C_t) and TF's Minimum
 gradient included, so the gradients of the input terms, the initial state, W_hh, w_p and b_p are
 the per-step path's.
 
 The per-step PyTorch loop (``SkipRNN._step``) is the reference, and the path in eval mode and
-wherever the kernel cannot run (not CPU: one warning line, ``_kernels.on_cpu``; not float32/64;
+wherever the kernel cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64;
 not built; ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_skip_gru.py: values, masks and the gradients of every parameter, the input and
 the carried state, in float64 and float32).
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel
 
 FORMS = {"after": 0, "before": 1}
 """The GRU forms of the kernel, by name: the index ``csrc/skip_gru.cpp`` takes."""

@@ -1,4 +1,4 @@
-// Helpers shared by the kernels loaded by baselines/_kernels.py (the batch-1 inference kernels
+// Helpers shared by the kernels loaded by baselines/ops/library.py (the batch-1 inference kernels
 // and the training kernels). Built with -ffp-contract=off: every product and sum rounds on its
 // own, as PyTorch's elementwise ops do.
 #pragma once

@@ -1,4 +1,4 @@
-// VC-RNN's training sequence, forward and backward, loaded by baselines/_vcrnn_train.py
+// VC-RNN's training sequence, forward and backward, loaded by baselines/ops/vcrnn_train.py
 // (``vcrnn_train_kernel``) for baselines/vc_rnn.py's training forward. Each step is the method's
 // per-step PyTorch code (``VCRNN._step``, the reference):
 //     m = sigmoid(p0 + w_h . h)                          p0 = w_x . x_t + b, computed before
@@ -47,7 +47,7 @@ std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const
   at::Tensor hs = at::empty({B, S, D}, opts), M = at::empty({B, S}, opts);
   at::Tensor E = at::empty({B, S, D}, opts), HB = at::empty({S, B, D}, opts);
   at::Tensor A = at::empty({S, B, D3}, opts), X = at::empty({S, B, D}, opts);
-  at::Tensor EX = masked ? at::empty({S, B, D}, opts) : at::Tensor();
+  at::Tensor EX = masked ? at::empty({S, B, D}, opts) : at::empty({0}, opts);
   at::Tensor XP = masked ? at::empty({B, D3}, opts) : at::Tensor();  // the step's W_i (e x) + b
   at::Tensor HP = at::empty({B, before ? 2 * D : D3}, opts);  // W hb (before: W_rz hb)
   at::Tensor QN = before ? at::empty({B, D}, opts) : at::Tensor();  // W_n (r hb)
@@ -160,9 +160,9 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
   at::Tensor DXP = masked ? at::empty({B, D3}, opts) : at::Tensor();
   at::Tensor DHP = at::empty({B, D3}, opts);
   at::Tensor dwhh = at::zeros({D3, D}, opts);
-  at::Tensor dwih = masked ? at::zeros({D3, D}, opts) : at::Tensor();
-  at::Tensor dbias = masked ? at::zeros({D3}, opts) : at::Tensor();
-  at::Tensor dxt = masked ? at::empty({S, B, D}, opts) : at::Tensor();
+  at::Tensor dwih = masked ? at::zeros({D3, D}, opts) : at::empty({0}, opts);
+  at::Tensor dbias = masked ? at::zeros({D3}, opts) : at::empty({0}, opts);
+  at::Tensor dxt = masked ? at::empty({S, B, D}, opts) : at::empty({0}, opts);
   at::Tensor DHB = at::empty({B, D}, opts), DE = at::empty({B, D}, opts);
   at::Tensor MMH = at::empty({B, D}, opts);  // dHP W: the matmuls' part of hb's gradient
   at::Tensor DQ = before ? at::empty({B, D}, opts) : at::Tensor();  // W_n^T dn-pre
@@ -327,7 +327,8 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
 }  // namespace
 
 // The ops (csrc/ops.cpp): VC-RNN's training sequence: hs, m, e, HB, A, X, EX; its gradients:
-// P, x, h0, W_h, w_h, W_i, b_i. xt is an empty tensor where the input is not masked.
+// P, x, h0, W_h, w_h, W_i, b_i. xt is an empty tensor where the input is not masked, and EX and
+// the gradients of x, W_i and b_i have no elements (shape [0]) there.
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
   m.def("vcrnn_train_forward(Tensor P, Tensor xt, Tensor h0, Tensor whh, Tensor wh, Tensor wih,"
         " Tensor bias, float lam, float eps, bool before) -> Tensor[]");

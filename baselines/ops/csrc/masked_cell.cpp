@@ -1,5 +1,5 @@
 // A masked recurrent cell over a whole sequence, forward and backward, loaded by
-// baselines/_masked_cell.py (``masked_cell_kernel``), which Phased LSTM (LSTM cell), Random
+// baselines/ops/masked_cell.py (``masked_cell_kernel``), which Phased LSTM (LSTM cell), Random
 // Updates (reset-after GRU) and the Clockwork RNN (tanh cell) train with. Each step is a cell
 // candidate from the step's input terms xp_t (W_i x_t + b, computed before) and h_{t-1}, then the
 // per-unit update ``h_t = lerp(h_{t-1}, h~_t, m_t)`` (and, for the LSTM,
@@ -27,7 +27,7 @@
 // bit for bit.
 //
 // Layout: the input terms xp and their gradient are time-major [T, B, GD] (a step's rows are
-// contiguous; ``_kernels.input_terms`` computes them so), the mask m, the states hs and m's
+// contiguous; ``library.input_terms`` computes them so), the mask m, the states hs and m's
 // gradient batch-major [B, T, D], as the methods hold them. What only the backward reads is
 // time-major: H [T, B, D], the states h_{t-1} each step starts from; A [T, B, GD], the gate
 // activations; X [T, B, D], the GRU's W_n h or the LSTM's tanh(c~); C [T + 1, B, D], the LSTM's
@@ -183,8 +183,8 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
   const auto opts = xp.options();
   at::Tensor hs = pooled({B, S, D}, opts), H = pooled({S, B, D}, opts);
   at::Tensor A = pooled({S, B, GD}, opts);
-  at::Tensor X = cell == TANH ? at::Tensor() : pooled({S, B, D}, opts);
-  at::Tensor C = cell == LSTM ? pooled({S + 1, B, D}, opts) : at::Tensor();
+  at::Tensor X = cell == TANH ? at::empty({0}, opts) : pooled({S, B, D}, opts);
+  at::Tensor C = cell == LSTM ? pooled({S + 1, B, D}, opts) : at::empty({0}, opts);
   at::Tensor hp = cell == GRU ? at::empty({B, GD}, opts) : at::Tensor();
   const T* xpp = xp.data_ptr<T>();
   const T* mp = m.data_ptr<T>();
@@ -267,7 +267,8 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
       if (hn != nullptr) std::memcpy(hn + b * D, out, D * sizeof(T));
     }
   }
-  return {hs, H, A, X, C};
+  at::Tensor cT = cell == LSTM ? C.select(0, S).clone() : at::empty({0}, opts);
+  return {hs, cT, H, A, X, C};
 }
 
 template <typename T, int64_t cell>
@@ -282,7 +283,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& gr
   at::Tensor dweight = at::empty({GD, D}, opts);
   at::Tensor dm = pooled({B, S, D}, opts);
   at::Tensor dh = at::zeros({B, D}, opts);  // the gradient of h_t arriving from step t + 1
-  at::Tensor dc = cell == LSTM ? grad_c.clone() : at::Tensor();
+  at::Tensor dc = cell == LSTM ? grad_c.clone() : at::empty({0}, opts);
   const T* gp = grad_hs.data_ptr<T>();
   const T* mp = m.data_ptr<T>();
   const T* wp = weight.data_ptr<T>();
@@ -389,17 +390,16 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& grad_hs, const at::T
   return out;
 }
 
-// The bytes the buffer pool holds for reuse.
-int64_t pool_held() { return pool().held(); }
-
 }  // namespace
 
+// The bytes the buffer pool holds for reuse: a plain C function (no tensor, not an op), which
+// baselines/ops/library.py calls through ctypes (``KernelOps.pool_held``).
+extern "C" int64_t condrnn_masked_cell_pool_held() { return pool().held(); }
+
 // The ops (csrc/ops.cpp): c0 and grad_c are empty tensors for a cell without a cell state; X, C
-// and the gradient of c0 are undefined (None) where the cell has none.
+// and the gradient of c0 have no elements (shape [0]) where the cell has none.
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
-  // the bytes of freed buffers kept for the next call (no tensor to dispatch on: one kernel)
-  m.def("masked_cell_pool_held() -> int", TORCH_FN(pool_held));
-  // masked cell, whole sequence: hs, H, A, X, C
+  // masked cell, whole sequence: hs, c_T (the LSTM's), then the saved H, A, X, C
   m.def("masked_cell_forward(Tensor xp, Tensor h0, Tensor c0, Tensor weight, Tensor m, int cell)"
         " -> Tensor[]");
   // its gradients: xp, h0, c0, weight, m

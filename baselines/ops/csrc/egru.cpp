@@ -1,4 +1,4 @@
-// EGRU's layer over a whole sequence, forward and backward, loaded by baselines/_egru.py
+// EGRU's layer over a whole sequence, forward and backward, loaded by baselines/ops/egru.py
 // (``egru_kernel``), which EGRU's training runs (baselines/egru.py ``forward``). Each step, from
 // the step's input terms wx_t = x_t W + b (computed before, for all steps in one matmul), the
 // previous events y_{t-1} and internal state c_{t-1}:

@@ -5,14 +5,14 @@ SA-RNN's coordinator decides per unit and per step from the state (``u = 1[hsig_
 ``h_t = lerp(h_{t-1}, h~_t, u_t)``: about twenty small torch ops a step, and a training step at
 the paper sizes is bound by their dispatch. Where the optional C++ kernel builds
 (``sarnn_train_kernel``, ``csrc/sarnn_train.cpp``, built, cached and switched off as
-``baselines._kernels`` does for its kernels), ``sarnn_sequence`` runs all T steps, forward and
+``baselines.ops.library`` does for its kernels), ``sarnn_sequence`` runs all T steps, forward and
 backward, in one call each: the coordinator with its straight-through gradient through the hard
 sigmoid (zero where clipped), the GRU candidate in either form (reset after or before the
 matmul) and the mix. Its outputs are the states and the mask u; the mask's gradient (the budget
 reads it) flows back through the same straight-through path.
 
 ``SARNN``'s per-step PyTorch loop is the reference, and the path in eval mode and wherever the
-kernel cannot run (not CPU: one warning line, ``_kernels.on_cpu``; not float32/64; not built;
+kernel cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_sarnn_train.py: outputs, masks, budget and the gradients of every parameter,
 the input and the initial state, in float64 and float32). csrc/sarnn.cpp, the batch-1 inference
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 sarnn_train_kernel = TrainingKernel("sarnn_train", "SA-RNN training")

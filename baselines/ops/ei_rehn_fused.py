@@ -5,7 +5,8 @@ A step of ``EIREHN._train_forward`` is the local rate ``alpha_t = sigmoid(W_a [h
 the overflow-safe form of ``baselines._elastic._gate``, ``n``, the mask and ``R``) and the batch's
 ``max_b R_t`` highway layers (``stack_layers``). In Python that is about 40 torch ops and four
 autograd nodes per step besides the layers, and a ``.item()`` to learn the depth. Where the optional
-C++ kernel builds (``baselines._ei_rehn_stack.ei_rehn_stack_kernel``, the same module as the fused
+C++ kernel builds (``baselines.ops.ei_rehn_stack.ei_rehn_stack_kernel``, the same module as the
+fused
 layers), ``fused_step`` does all of it in one call, forward (``step_forward``) and backward
 (``step_backward``: ``_ElasticGate.backward``, the rate's sigmoid and matmul, ``_Stack.backward``),
 and returns the number of layers it ran. The gate's expm1, log and exp are ATen's vectorised ones on
@@ -25,7 +26,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._ei_rehn_stack import ei_rehn_stack_kernel
+from baselines.ops.ei_rehn_stack import ei_rehn_stack_kernel
+from baselines.ops.library import none_if_empty
 
 
 def step_kernel(*tensors: Tensor) -> Any:
@@ -89,4 +91,4 @@ class _FusedStep(torch.autograd.Function):
         if grad_h is None:
             grad_h = torch.zeros_like(saved[4])  # alpha_t's shape, [B, D]
         grads = ctx.kernel.step_backward(grad_h.contiguous(), grad_d1, *saved)
-        return None, None, None, *grads
+        return None, None, None, *map(none_if_empty, grads)

@@ -1,4 +1,4 @@
-// VC-RNN inference loop for batch 1 (eval semantics), loaded by baselines/_kernels.py.
+// VC-RNN inference loop for batch 1 (eval semantics), loaded by baselines/ops/library.py.
 //
 // The update decisions are computed from the scheduler's m_t with the same IEEE operations as
 // the PyTorch code (elementwise products and differences rounded to the dtype one at a time;

@@ -4,7 +4,7 @@
 phases, two ``where``) and autograd's backward in about thirty; with the masked cell's sequence
 kernel that was a tenth of a training step at the paper sizes, all of it dispatch. Where the
 optional kernel builds (``phased_gate_kernel``, ``csrc/phased_gate.cpp``, built, cached and
-switched off as ``baselines._kernels`` does for every training kernel), the training step on
+switched off as ``baselines.ops.library`` does for every training kernel), the training step on
 the CPU computes the same gate in one call each way (``time_gate_sequence``).
 
 ``PhasedLSTM.time_gate`` is the reference and the path everywhere else (eval, the per-step loop,
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel
 
 # Its source is part of Phased LSTM's code version (``method_code``).
 phased_gate_kernel = TrainingKernel("phased_gate", "Phased LSTM time-gate")

@@ -4,7 +4,7 @@ VC-RNN's scheduler reads the state, so its mask cannot be computed before the re
 training step is the scheduler's dot product and sigmoid, the soft mask and its threshold, the GRU
 on ``e * h`` and the mix, some 25 small torch ops a step, and a training step at the paper sizes
 is bound by their dispatch. Where the optional C++ kernel builds (``vcrnn_train_kernel``,
-``csrc/vcrnn_train.cpp``, built, cached and switched off as ``baselines._kernels`` does for its
+``csrc/vcrnn_train.cpp``, built, cached and switched off as ``baselines.ops.library`` does for its
 kernels), ``vc_sequence`` runs all T steps of ``VCRNN._step``, forward and backward, in one call
 each: both GRU forms, the input masked (V = D: ``W_i (e * x_t) + b`` a step, inside the kernel)
 or not (the input terms of every step in one matmul before), any sharpness and eps. It returns
@@ -12,7 +12,7 @@ the states, the scheduler's ``m`` (differentiable: the L1 pull's gradient flows 
 recurrence) and the soft mask ``e`` (the update mask is ``e > 0``).
 
 ``VCRNN._step``'s loop is the reference, and the path in eval mode and wherever the kernel cannot
-run (not CPU: one warning line, ``_kernels.on_cpu``; not float32/64; not built;
+run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_vcrnn_train.py: values, masks, ``m`` and the gradients of every parameter, the
 input and the initial state, in float64 and float32).
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 vcrnn_train_kernel = TrainingKernel("vcrnn_train", "VC-RNN training")

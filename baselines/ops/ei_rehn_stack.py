@@ -10,7 +10,8 @@ weight. Equal to ``_layers`` to float rounding, values and gradients (tests/test
 float64); not bit for bit.
 
 On CPU in float32/float64, where the optional C++ kernel builds (``ei_rehn_stack_kernel``, a
-``baselines._kernels.TrainingKernel``), ``stack_layers`` runs ``_FusedStack``: the same forward and
+``baselines.ops.library.TrainingKernel``), ``stack_layers`` runs ``_FusedStack``: the same forward
+and
 backward (``csrc/ei_rehn_stack.cpp``) with no Python per layer, only the matmuls calling ATen (into
 preallocated buffers) and tanh/sigmoid ATen's vectorised ones on whole buffers, every other
 elementwise part of a layer one fused loop over B x D. The Python ``_Stack`` below is the reference
@@ -48,12 +49,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines._kernels import TrainingKernel
+from baselines.ops.library import TrainingKernel, none_if_empty
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
 
-# EI-REHN's training kernel (``_FusedStack`` here, the whole step in ``baselines._ei_rehn_fused``):
+# EI-REHN's training kernel (``_FusedStack`` here, the whole step in
+# ``baselines.ops.ei_rehn_fused``):
 # its source is part of the code version of the methods whose modules hold it (``method_code``).
 ei_rehn_stack_kernel = TrainingKernel("ei_rehn_stack", "EI-REHN training")
 ei_rehn_stack_kernel_status = ei_rehn_stack_kernel.status
@@ -201,4 +203,4 @@ class _FusedStack(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_h):
         grads = ctx.kernel.backward(grad_h.contiguous(), *ctx.saved_tensors)
-        return None, *grads
+        return None, *map(none_if_empty, grads)
