@@ -1,7 +1,8 @@
 """The kernels' operator namespace, ``torch.ops.condrnn``: every op has a fake implementation, a
 forward op its backward registered with it, and each passes ``torch.library.opcheck`` (its schema,
 its fake implementation against its CPU one, its autograd registration and AOT dispatch with
-dynamic shapes) in float32 and float64, on the sample inputs of tests/op_cases.py.
+dynamic shapes) in float32 and float64, on the sample inputs of tests/op_cases/ (a module per op
+family).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_support import built
-from op_cases import CASES
+from op_cases import CASES, NOT_DIFFERENTIABLE
 
 from baselines.ops.library import LIBRARY
 from baselines.ops.masked_cell import masked_cell_kernel
@@ -50,10 +51,6 @@ def test_every_forward_op_has_its_backward_registered(ops):
     assert [n for n in forwards if not has_kernel(n, "Autograd")] == [
         n for n in forwards if n in NOT_DIFFERENTIABLE
     ]
-
-
-NOT_DIFFERENTIABLE: set[str] = set()
-"""Forward ops without a backward (inference only, or integer outputs)."""
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])

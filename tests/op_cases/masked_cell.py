@@ -1,16 +1,8 @@
-"""Sample inputs of every op of ``torch.ops.condrnn``, for ``torch.library.opcheck``
-(tests/test_ops.py): ``cases_<op>(dtype)`` yields the argument tuples of ``condrnn::<op>``, at
-the small sizes the kernel tests use. A forward op's float inputs require grad (its registered
-backward is checked through AOT dispatch); a backward op's saved tensors come from a real forward
-call, its gradients are random.
-
-One section per op family (baselines/ops/<family>.py); a new op adds its ``cases_`` function to
-its family's section (tests/test_ops.py fails for an op without one).
-"""
+"""Sample inputs of the masked cell's ops (baselines/ops/masked_cell.py), for opcheck."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -23,13 +15,6 @@ Args = tuple[Any, ...]
 def randn(*shape: int, dtype: torch.dtype, grad: bool = False) -> torch.Tensor:
     return torch.randn(*shape, dtype=dtype).requires_grad_(grad)
 
-
-def leaf(t: torch.Tensor) -> torch.Tensor:
-    """``t`` detached, a new leaf that requires grad."""
-    return t.detach().clone().requires_grad_(True)
-
-
-# --- masked_cell -------------------------------------------------------------------------------
 
 _MC = {"S": 5, "B": 3, "D": 4}
 _GATES = {"tanh": 1, "gru": 3, "lstm": 4}
@@ -61,13 +46,3 @@ def cases_masked_cell_backward(dtype: torch.dtype) -> Iterator[Args]:
         hs, _c_T, H, A, X, C = torch.ops.condrnn.masked_cell_forward(xp, h0, c0, weight, m, code)
         grad_c = torch.randn_like(h0) if cell == "lstm" else torch.empty(0, dtype=dtype)
         yield (torch.randn_like(hs), grad_c, weight, m, H, A, X, C, code)
-
-
-# --- the table ---------------------------------------------------------------------------------
-
-CASES: dict[str, Callable[[torch.dtype], Iterator[Args]]] = {
-    name.removeprefix("cases_"): f
-    for name, f in list(globals().items())
-    if name.startswith("cases_")
-}
-"""``condrnn::<op>`` -> its sample inputs, by dtype."""
