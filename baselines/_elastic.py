@@ -7,7 +7,7 @@
   evaluates eq. 11 without overflow, exact to float rounding for any alpha; with gradients it is
   one autograd node whose backward is written out (``_ElasticGate``). EI-REHN's training step and
   SREHN's training sequence run the same gate, forward and backward, in C++ fused with their local
-  rate, depth trace and layers (``baselines.ops.ei_rehn_fused``, ``baselines.ops.srehn``) where the
+  rate, depth trace and layers (``baselines.ops.ei_rehn_stack``, ``baselines.ops.srehn``) where the
   kernels build; this Python code is the reference they are tested against
   (tests/test_kernels.py, tests/test_kernel_srehn.py) and the path everywhere else (eval, no
   kernel).

@@ -39,7 +39,7 @@ Differences from the paper:
   schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
   zero gradient) and the input terms by ``baselines.ops.library.input_terms`` (the same values;
   W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
-  reference, and the path in eval, off the CPU, where the kernel does not build and with
+  reference, and the path in eval, on CUDA, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
   copies. ``fast_forward`` is unchanged.
 """

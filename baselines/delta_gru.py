@@ -82,10 +82,11 @@ Differences from the code:
   kernel builds (``baselines.ops.delta_gru_seq``, built before the epoch's timer starts): the input
   scan (``_memorised_steps``: the same steps exactly) in one call, and the cumulative sum of the
   projected input deltas with the state side's T steps (``_state_step``), forward and backward,
-  as one autograd node; the gather, the deltas and their projection stay torch ops. It equals
-  the torch forward (the reference, and the path in eval, off the CPU, where the kernel does not
-  build and with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit: reads and mask
-  exactly, outputs, regulariser, final state and gradients to rounding.
+  as one autograd node (the op ``condrnn::delta_gru_seq_forward``; on the meta device its fake
+  implementation); the gather, the deltas and their projection stay torch ops. It equals the
+  torch forward (the reference, and the path in eval, on CUDA, where the kernel
+  does not build and with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit: reads
+  and mask exactly, outputs, regulariser, final state and gradients to rounding.
 """
 
 from __future__ import annotations

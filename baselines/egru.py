@@ -45,16 +45,17 @@ sparsity (the share of the V + D columns not read; inputs are always read) hits 
 Training kernel: in training on CPU (float32/64), where the optional C++ kernel builds
 (``baselines.ops.egru``, ``csrc/egru.cpp``; built or loaded in ``on_epoch_start``, before the
 epoch's timer starts), ``forward`` runs a layer's T steps, forward and backward, as one autograd
-node: the input terms of every step in one matmul first (``input_terms``: the same values, W's
-gradient summed in another order), then the equations above, dense, with H's pseudo-derivative in
-the backward; it returns the events with their gradient, so the event rate and the regulariser learn
-as on the step loop. It equals ``forward``'s step loop (the path training took before: thresholds
-clamped, unlike ``step``) to float rounding, not bit for bit: outputs, final state, event rate,
-regulariser and the gradients of every parameter, the input and the initial state
-(tests/test_kernel_egru.py); mask and reads follow from the events (a ``c~`` within rounding of
-its threshold could fire differently). The step loop, unchanged, is the reference and runs
-instead in eval, off the CPU (one warning line), for other dtypes, where the kernel does not build
-and with ``HARNESS_NO_KERNELS=1``. No random numbers are drawn on either path.
+node (the op ``condrnn::egru_forward``; on the meta device its fake implementation): the input terms
+of every step in one matmul first (``input_terms``: the same values, W's gradient summed in another
+order), then the equations above, dense, with H's pseudo-derivative in the backward; it returns the
+events with their gradient, so the event rate and the regulariser learn as on the step loop. It
+equals ``forward``'s step loop (the path training took before: thresholds clamped, unlike ``step``)
+to float rounding, not bit for bit: outputs, final state, event rate, regulariser and the gradients
+of every parameter, the input and the initial state (tests/test_kernel_egru.py); mask and reads
+follow from the events (a ``c~`` within rounding of its threshold could fire differently). The step
+loop, unchanged, is the reference and runs instead in eval, on CUDA (one warning line),
+for other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``. No random
+numbers are drawn on either path.
 
 Differences from the paper/code:
 - [UNVERIFIED] The harness follows the code; the paper's discrete-time equations were not

@@ -41,7 +41,7 @@ Differences from the paper:
   layers as one autograd node with the derivatives written out, the input terms of all steps in
   one matmul; docs/methods.md 2.14, "Training at the cost of the layers run"): equal to the eager
   equations to float rounding, not bit for bit. Where the C++ kernel builds, a whole step (local
-  rate, gate, depth trace, layers) is one C++ call (``baselines/ops/ei_rehn_fused.py``); the Python
+  rate, gate, depth trace, layers) is one C++ call (``baselines/ops/ei_rehn_stack.py``); the Python
   step is the reference, and ``train_fused_kernel`` in the diagnostics says which one ran.
   The Python step reads the batch's depth on the host (``int(tr.R.max())``, one sync per step:
   how many layers run depends on it); the kernel is CPU-only, so on CUDA that is the path.
@@ -74,8 +74,7 @@ from torch import Tensor, nn
 
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway
 from baselines._highway import highway_mix, run_sequence, weight_bound
-from baselines.ops.ei_rehn_fused import fused_step, step_kernel
-from baselines.ops.ei_rehn_stack import stack_layers
+from baselines.ops.ei_rehn_stack import fused_step, stack_layers, step_kernel
 from harness.components.config import MAX_WIDTH, knob
 from harness.components.method import SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -249,7 +248,7 @@ class EIREHN(ElasticHighway):
         One graph for every step: the layers past ``max_b R_t`` are run too (copies of h; a graph
         per depth would compile again for every depth the batches reach). Against the eager
         Python step, a HAR training step took about four fifths of its time, a synthetic one about
-        the same; against the fused C++ step (``baselines.ops.ei_rehn_fused``), eager is now the
+        the same; against the fused C++ step (``baselines.ops.ei_rehn_stack``), eager is now the
         faster (HAR, back to back: 453-478 ms eager, 700-750 ms compiled; docs/methods.md 2.14).
         Eval passes (no grad) and the adaptive ``step``
         stay eager. The outputs are the same equations; the float rounding differs.

@@ -45,7 +45,7 @@ Differences from the paper:
   zero state), k is computed once for the batch, ``[1, T, D]``: the same values, its gradient
   summed over the batch in another order; the input terms are ``input_terms``'s (the same values,
   W_i's gradient summed in another order). It equals the per-step ``_step`` loop (the reference,
-  and the path in eval, off the CPU, where the kernel does not build and with
+  and the path in eval, on CUDA, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; closed units (k = 0) stay exact
   copies.
 """
@@ -157,7 +157,10 @@ class PhasedLSTM(Method):
         batch where every sequence has the same clock and no sample times are given (``[1,
         steps, D]``, expanded), and by ``baselines.ops.phased_gate``'s kernel where it builds."""
         B = clock.shape[0]
-        shared = times is None and bool((clock == clock[0]).all())
+        # where no clock can be read (the meta device), or reading one would end a compiled
+        # graph (torch.compile), a gate per sequence: the same values and shape
+        blind = clock.device.type == "meta" or torch.compiler.is_compiling()
+        shared = times is None and not blind and bool((clock == clock[0]).all())
         clock = clock[:1] if shared else clock
         params = (self.period, self.shift, self.r_on)
         gate = gate_kernel(*params)

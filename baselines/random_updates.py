@@ -35,7 +35,7 @@ Differences from the paper:
   (``lerp(n, h, z)`` for ``(1 - z) n + z h``) and the input terms by
   ``baselines.ops.library.input_terms`` (the same values; W_i's gradient summed in another
   order). It equals the per-step loop (the reference, and
-  the path in eval, in the reset-before form, off the CPU, where the kernel does not build and
+  the path in eval, in the reset-before form, on CUDA, where the kernel does not build and
   with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; skipped units stay exact
   copies.
 """

@@ -59,7 +59,7 @@ sequence,
 forward and backward, in one autograd node: the coordinator, the GRU candidate and the mix with
 the straight-through gradient of the per-step loop (through the hard sigmoid, zero where it
 clips). It equals the per-step loop to float rounding, not bit for bit (the same masks); the loop
-is the reference and runs in eval, off the CPU, where the kernel does not build and with
+is the reference and runs in eval, on CUDA, where the kernel does not build and with
 ``HARNESS_NO_KERNELS=1``.
 
 Cost (MACs per step, docs/methods.md 2.9): coordinator ``D + D V`` at every step (``w_u * h`` is an
@@ -95,7 +95,8 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines._highway import run_sequence
-from baselines.ops.library import input_terms, on_cpu, sarnn_kernel, sarnn_kernel_status
+from baselines.ops.library import input_terms, on_cpu
+from baselines.ops.sarnn import sarnn_kernel, sarnn_kernel_status
 from baselines.ops.sarnn_train import sarnn_sequence, sequence_kernel
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.flops import effective_step_macs

@@ -51,7 +51,7 @@ starts), in both GRU forms: ``_step``'s graph over all T steps, forward and back
 candidate computed at every step as here (a skipped step's is read by u's straight-through
 gradient), the code's derivatives (through u into the mask, the budget, h_t and C; TF's Minimum
 at a tie) and the gradient of a carried state. It equals the per-step ``_step`` loop (the
-reference, and the path in eval, off the CPU, where the kernel does not build and with
+reference, and the path in eval, on CUDA, where the kernel does not build and with
 ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit (p's dot product is summed in
 another order, so only a u~ within rounding of 0.5 could round the other way): the same masks,
 Skip % and budget (tests/test_kernel_skip_gru.py).

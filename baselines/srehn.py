@@ -40,7 +40,7 @@ Differences from the paper:
   the elastic gate with its depth trace, the ``r_max`` layers) run in one C++ call forward and one
   backward, one autograd node per sequence; equal to the per-step path to float rounding, not bit
   for bit (mask, depth and the layers run the same; tests/test_kernel_srehn.py). The per-step
-  path is the reference and runs in eval, off the CPU (one warning line), in other dtypes, where
+  path is the reference and runs in eval, on CUDA (one warning line), in other dtypes, where
   the kernel does not build and with ``HARNESS_NO_KERNELS=1``.
 - Coupled carry (docs/methods.md 2.10 [INFERRED]). Mask ``u = 1[d^1 > 0]``, depth
   ``n_{t,i} = #{r <= R_t : d^r_{t,i} > 0}`` (docs/methods.md 1.1, 2.14(h)).

@@ -42,7 +42,7 @@ Differences from the paper:
   the input masked, ``W_i (e * x_t) + b`` a step inside the kernel) and the mix over all steps,
   forward and backward, ``Thr_eps`` passing the gradient where ``eps <= soft <= 1 - eps`` as
   ``torch.where`` does. It returns ``m``, so the L1 pull's gradient flows as on the per-step path.
-  It equals the per-step ``_step`` loop (the reference, and the path in eval, off the CPU, in
+  It equals the per-step ``_step`` loop (the reference, and the path in eval, on CUDA, in
   other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``) to float
   rounding, not bit for bit; skipped units (e = 0) stay exact copies.
 """
@@ -65,7 +65,8 @@ from baselines._cells import (
     masked_lerp,
     pack_gru_rows,
 )
-from baselines.ops.library import on_cpu, vcrnn_kernel, vcrnn_kernel_status
+from baselines.ops.library import on_cpu
+from baselines.ops.vcrnn import vcrnn_kernel, vcrnn_kernel_status
 from baselines.ops.vcrnn_train import sequence_kernel, vc_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -210,7 +211,7 @@ class VCRNN(Method):
         kernel builds (``baselines.ops.vcrnn_train``, built before the epoch's timer starts): both
         GRU forms, the input masked or not, the ramped sharpness; it returns ``m`` (the L1 pull's
         gradient flows through it as here) and the soft mask ``e``, and equals this loop to float
-        rounding, not bit for bit. The loop is the reference and the path in eval, off the CPU,
+        rounding, not bit for bit. The loop is the reference and the path in eval, on CUDA,
         in other dtypes, where the kernel does not build and with ``HARNESS_NO_KERNELS=1``."""
         h = self.init_state(x.shape[0], x) if state is None else state
         kernel = sequence_kernel(x, h, self.cell.weight_hh) if self.training else None

@@ -30,9 +30,12 @@ print(json.dumps({{k: v.__module__ for k, v in {registry}._items.items()}}))
 
 
 def public_modules(pkg: str) -> list[str]:
-    """The package's module files that must register (no leading underscore)."""
+    """The package's module files that must register (no leading underscore; a subpackage, such
+    as the kernels' ``baselines/ops``, registers nothing)."""
     path = import_module(pkg).__path__
-    return sorted(m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_"))
+    return sorted(
+        m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_") and not m.ispkg
+    )
 
 
 def imported_by_init(pkg: str) -> set[str]:

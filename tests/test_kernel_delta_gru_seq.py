@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built, kernel_expected, with_matmul
+from kernel_support import OnCuda, built, kernel_expected, op_node, train_on_meta, with_matmul
 
 import baselines.delta_gru as delta_gru
 import baselines.ops.delta_gru_seq as seq
@@ -23,6 +23,8 @@ from baselines.delta_gru import DeltaGRU, DeltaGRUConfig
 from harness.data import cache_dir
 
 pytestmark = pytest.mark.kernel
+
+NODE = op_node("delta_gru_seq_forward")  # the autograd node of the recurrence's op
 
 V, D = 3, 5
 SPARSE = {"theta_x": 0.6, "theta_h": 0.08}  # cut a good share of both kinds of delta (checked)
@@ -34,6 +36,12 @@ CASES = {
     "no penalty": {**SPARSE, "beta": 0.0},
     "authors init": {**SPARSE, "init": "authors"},
 }
+
+
+@pytest.fixture
+def library():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(seq.delta_gru_seq_kernel)
 
 
 @pytest.fixture(params=["gemm512", "aten-mm"])
@@ -68,7 +76,7 @@ def test_the_kernel_builds_at_the_epoch_start_and_trains():
     library = kernels.library_file()
     assert library is not None and (cache_dir() / "kernels") in library.parents, library
     x = torch.randn(2, 5, V)
-    assert fn(m(x)) == "_StateSequenceBackward"
+    assert fn(m(x)) == NODE
     assert fn(m.eval()(x)) == "StackBackward0"
 
 
@@ -103,14 +111,19 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
 def test_off_cpu_and_other_dtypes_take_the_per_step_path(monkeypatch, no_build):
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="Delta GRU training kernel runs on CPU only: on meta"):
-        assert seq.sequence_kernel(meta) is None
-    assert seq.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = model(torch.float32).to("meta")
-    assert m(torch.empty(2, 4, V, device="meta")).outputs.shape == (2, 4, D)
+    with pytest.warns(UserWarning, match="Delta GRU training kernel runs on CPU only: on cuda"):
+        assert seq.sequence_kernel(OnCuda()) is None
+    assert seq.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
     assert seq.sequence_kernel(torch.empty(2, dtype=torch.bfloat16)) is None
     assert seq.sequence_kernel(torch.empty(2), torch.empty(2, dtype=torch.float64)) is None
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.0])
+def test_delta_gru_trains_on_meta_through_the_ops(library, beta):
+    """On the meta device the ops run (their fake implementations: the scan, the recurrence
+    forward and backward), not the per-step path; with and without the regulariser."""
+    nodes = train_on_meta(model(torch.float32, **SPARSE, beta=beta), (2, 4, V))
+    assert NODE in nodes and "StackBackward0" not in nodes, nodes
 
 
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch, no_build):
@@ -178,7 +191,7 @@ def test_training_with_the_kernel_equals_the_per_step_path(kernel, monkeypatch, 
             monkeypatch.setattr(delta_gru, "sequence_kernel", lambda *t, k=k: k)
             m = model(dtype, v, d, **CASES[case])
             out, grads = run(m, x)
-            assert (fn(out) == "_StateSequenceBackward") == (k is not None), fn(out)
+            assert (fn(out) == NODE) == (k is not None), fn(out)
             runs.append((m, out, grads))
         (m, out, grads), (_, ref, grads_ref) = runs
         assert torch.equal(out.mask, ref.mask) and torch.equal(out.reads, ref.reads)
@@ -221,7 +234,7 @@ def test_a_state_carried_in_trains_alike_with_the_kernel(kernel, monkeypatch, dt
         monkeypatch.setattr(delta_gru, "sequence_kernel", lambda *t, k=k: k)
         state = tuple(s.detach().clone().requires_grad_() for s in first)
         out, grads = run(model(dtype, **knobs), x[:, 6:], state)
-        assert (fn(out) == "_StateSequenceBackward") == (k is not None)
+        assert (fn(out) == NODE) == (k is not None)
         runs.append((out, grads))
     (out, grads), (ref, grads_ref) = runs
     assert torch.equal(out.reads, ref.reads)
@@ -255,7 +268,7 @@ def test_a_two_layer_model_with_lengths_trains_alike_with_the_kernel(kernel, mon
         net = SeqModel(DeltaGRU, cfg, task, ModelConfig(6, 2)).double().train()
         out = net(x, lengths)
         fns = {fn(o) for o in out.layers}
-        assert fns == {"_StateSequenceBackward" if k is not None else "StackBackward0"}
+        assert fns == {NODE if k is not None else "StackBackward0"}
         loss = out.pred.square().sum() + out.aux_loss
         runs.append((out.pred, out.aux_loss, torch.autograd.grad(loss, list(net.parameters()))))
     (pred, aux, grads), (pred_ref, aux_ref, grads_ref) = runs

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
 
 import baselines.egru as egru_module
 import baselines.ops.egru as egru_kernels
@@ -24,7 +24,13 @@ from baselines.egru import EGRU, EGRUConfig
 
 pytestmark = pytest.mark.kernel
 
-PATHS = {"kernel": "_EGRUSequenceBackward", "step loop": "StackBackward0"}
+PATHS = {"kernel": op_node("egru_forward"), "step loop": "StackBackward0"}
+
+
+@pytest.fixture
+def library():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(egru_kernels.egru_kernel)
 
 
 @pytest.fixture(params=["gemm512", "aten-mm"])
@@ -202,12 +208,17 @@ def test_a_failed_egru_build_is_one_line_at_the_epoch_start_and_falls_back(
 
 def test_egru_off_cpu_warns_once_and_takes_the_step_loop(monkeypatch, no_build):
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="EGRU training kernel runs on CPU only: on meta"):
-        assert egru_kernels.sequence_kernel(meta) is None
-    assert egru_kernels.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = model(3, 6, torch.float32).to("meta")
-    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 6)
+    with pytest.warns(UserWarning, match="EGRU training kernel runs on CPU only: on cuda"):
+        assert egru_kernels.sequence_kernel(OnCuda()) is None
+    assert egru_kernels.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
+
+
+@pytest.mark.parametrize("knobs", [{}, {"activity_reg": 0.5}], ids=["plain", "regulariser"])
+def test_egru_trains_on_meta_through_the_ops(library, knobs):
+    """On the meta device the ops run (their fake implementations, forward and backward), not
+    the step loop; with and without the regulariser (which reads the events)."""
+    nodes = train_on_meta(model(3, 6, torch.float32, **knobs), (2, 4, 3))
+    assert PATHS["kernel"] in nodes and PATHS["step loop"] not in nodes, nodes
 
 
 def test_other_dtypes_take_the_step_loop(no_build):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_support import built
+from kernel_support import built, op_node, train_on_meta
 
 import baselines.ops.phased_gate as phased_gate
 import baselines.phased_lstm as phased_module
@@ -20,6 +20,7 @@ from harness.training.code import method_kernels
 pytestmark = pytest.mark.kernel
 
 D = 8
+NODE = op_node("phased_gate_forward")  # the kernel's autograd node
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_the_gate_kernel_equals_time_gate(kernel, dtype, train):
     ]
     for clock, T, times in cases:
         (k, grads), (k_ref, grads_ref) = gates(m, kernel, clock, T, times)
-        assert type(k.grad_fn).__name__ == "_TimeGateBackward"
+        assert type(k.grad_fn).__name__ == NODE
         assert torch.equal(k, k_ref), (clock, T, (k - k_ref).abs().max())
         assert ((k == 0).any() or train) and (k > 0).any()
         for name, a, b in zip(("period", "shift", "r_on"), grads, grads_ref, strict=True):
@@ -91,7 +92,7 @@ def test_the_gate_kernel_equals_time_gate(kernel, dtype, train):
 
 def test_a_training_step_uses_the_gate_kernel_and_equals_its_reference(kernel, monkeypatch):
     """Phased LSTM's training forward on the masked-cell kernel path takes its gate from this
-    kernel (``_TimeGateBackward`` in the graph) and gives the outputs, the mask and every
+    kernel (its op's node in the graph) and gives the outputs, the mask and every
     parameter's gradient of the same step with ``time_gate`` (the gate kernel switched off in
     the method's module), float64 to 1e-12; eval never uses it."""
     x = torch.randn(3, 9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
@@ -109,7 +110,7 @@ def test_a_training_step_uses_the_gate_kernel_and_equals_its_reference(kernel, m
                 seen.add(fn)
                 todo += [f for f, _ in fn.next_functions]
         nodes = {type(fn).__name__ for fn in seen}
-        assert ("_TimeGateBackward" in nodes) == (gate is not None), nodes
+        assert (NODE in nodes) == (gate is not None), nodes
         loss = out.outputs.square().sum() + out.state[1].sum()
         runs.append((out, torch.autograd.grad(loss, list(m.parameters()))))
     (out, grads), (ref, grads_ref) = runs
@@ -119,9 +120,16 @@ def test_a_training_step_uses_the_gate_kernel_and_equals_its_reference(kernel, m
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(phased_module, "gate_kernel", lambda *t: kernel)
     asked = []
-    monkeypatch.setattr(phased_gate.phased_gate_kernel, "forward", asked.append, raising=False)
+    monkeypatch.setattr(kernel, "forward", lambda *args: asked.append(args))
     model(torch.float64).eval()(x)
     assert not asked
+
+
+def test_phased_lstm_trains_on_meta_through_the_gate_op(kernel):
+    """On the meta device the gate's op runs (its fake implementation, forward and backward), as
+    the masked cell's does, not ``time_gate``: P, s and r_on get their gradients through it."""
+    nodes = train_on_meta(model(torch.float32), (2, 4, 3))
+    assert NODE in nodes and op_node("masked_cell_forward") in nodes, nodes
 
 
 def test_the_gate_source_is_part_of_phased_lstms_code_version_only():

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
 
 import baselines.ops.library as kernels
 import baselines.ops.sarnn_train as sarnn_train
@@ -23,6 +23,8 @@ from baselines.sa_rnn import SARNN, SARNNConfig
 
 pytestmark = pytest.mark.kernel
 
+KERNEL_FN = op_node("sarnn_train_forward")
+
 
 @pytest.fixture(params=["gemm512", "aten-mm"])
 def train_kernel(request):
@@ -30,6 +32,12 @@ def train_kernel(request):
     Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
     for module in built(sarnn_train.sarnn_train_kernel):
         yield from with_matmul(module, request.param)
+
+
+@pytest.fixture
+def kernel_ops():
+    """The kernel built (``kernel_support.built``), its matmuls as they are."""
+    yield from built(sarnn_train.sarnn_train_kernel)
 
 
 def model(dtype: torch.dtype, form: str = "after", V: int = 3, D: int = 6, **knobs) -> SARNN:
@@ -72,15 +80,22 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
 
 def test_off_cpu_and_other_dtypes_take_the_per_step_path(monkeypatch, no_build):
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="the SA-RNN training kernel runs on CPU only: on meta"):
-        assert sarnn_train.sequence_kernel(meta) is None
-    assert sarnn_train.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = model(torch.float32).to("meta")
-    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 6)
+    with pytest.warns(UserWarning, match="the SA-RNN training kernel runs on CPU only: on cuda"):
+        assert sarnn_train.sequence_kernel(OnCuda()) is None
+    assert sarnn_train.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
     assert sarnn_train.sequence_kernel(torch.empty(2, dtype=torch.bfloat16)) is None
     assert sarnn_train.sequence_kernel(torch.empty(2), torch.empty(2).double()) is None
+
+
+@pytest.mark.parametrize("form", ["after", "before"])
+def test_sa_rnn_trains_on_meta_through_the_op(kernel_ops, form):
+    """On the meta device the op runs (its fake implementation, forward and backward), not the
+    per-step path."""
+    m = model(torch.float32, form)
+    m.on_epoch_start(3, 4)
+    assert op_node("sarnn_train_forward") in train_on_meta(m, (2, 5, 3))
 
 
 def test_the_kernel_source_is_part_of_sa_rnn_code_version(tmp_path, monkeypatch, no_build):
@@ -119,7 +134,7 @@ def forward_backward(m, x, h0, loss_terms, kernel, monkeypatch):
     x, h0 = x.clone().requires_grad_(), h0.clone().requires_grad_()
     out = m(x, state=h0)
     fn = type(out.outputs.grad_fn).__name__
-    assert (fn == "_SequenceBackward") == (kernel is not None), fn
+    assert (fn == KERNEL_FN) == (kernel is not None), fn
     gen = torch.Generator().manual_seed(5)
     loss = out.outputs.new_zeros(())
     if "outputs" in loss_terms:
@@ -201,7 +216,7 @@ def test_a_two_layer_model_with_lengths_trains_alike_with_the_kernel(
             layer.on_epoch_start(7, 10)
         out = net(x, lengths)
         fns = {type(o.outputs.grad_fn).__name__ for o in out.layers}
-        assert fns == {"_SequenceBackward" if kernel is not None else "StackBackward0"}
+        assert fns == {KERNEL_FN if kernel is not None else "StackBackward0"}
         budget = sum(o.aux_loss for o in out.layers)
         loss = out.pred.square().sum() + budget
         runs.append((out.pred, budget, torch.autograd.grad(loss, list(net.parameters()))))

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from kernel_support import built, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
 from test_skip_rnn import assert_matches_authors, authors_variables, ours_with
 
 import baselines.ops.library as kernels
@@ -22,7 +22,7 @@ from baselines.skip_rnn import SkipRNN, SkipRNNConfig
 
 pytestmark = pytest.mark.kernel
 
-KERNEL_FN, STEP_FN = "_SkipSequenceBackward", "StackBackward0"
+KERNEL_FN, STEP_FN = op_node("skip_gru_forward"), "StackBackward0"
 
 
 @pytest.fixture(params=["gemm512", "aten-mm"])
@@ -31,6 +31,12 @@ def skip_kernel(request):
     Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
     for module in built(skip_gru.skip_gru_kernel):
         yield from with_matmul(module, request.param)
+
+
+@pytest.fixture
+def kernel_ops():
+    """The kernel built (``kernel_support.built``), its matmuls as they are."""
+    yield from built(skip_gru.skip_gru_kernel)
 
 
 def use(monkeypatch, kernel) -> None:
@@ -231,13 +237,19 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
 
 def test_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="Skip-GRU training kernel runs on CPU only: on meta"):
-        assert skip_gru.sequence_kernel(meta) is None
-    assert skip_gru.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = model("after", torch.float32, 3, 4, 1.0, 1.0).to("meta")
-    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 4)
+    with pytest.warns(UserWarning, match="Skip-GRU training kernel runs on CPU only: on cuda"):
+        assert skip_gru.sequence_kernel(OnCuda()) is None
+    assert skip_gru.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
+
+
+@pytest.mark.parametrize("form", ["after", "before"])
+def test_skip_rnn_trains_on_meta_through_the_op(kernel_ops, form):
+    """On the meta device the op runs (its fake implementation, forward and backward), not the
+    per-step path."""
+    nodes = train_on_meta(model(form, torch.float32, 3, 4, 1.0, 1.0), (2, 5, 3))
+    assert op_node("skip_gru_forward") in nodes, nodes
 
 
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch, no_build):

@@ -3,8 +3,9 @@ per-step PyTorch path it replaces in training: outputs, state, mask, depth, d^1'
 compute penalty and the gradient of every parameter, the input and the initial state, in float64
 and float32, over shapes with T = 1, B = 1, D != V, r_max = 1 and the gate's extremes (every unit
 halted at every layer; every unit updated at every layer, with u rounded to 0); a two-layer
-model; how the default run, a failed build and another device fall back to the per-step path; and
-the kernel's source in SREHN's code version.
+model; how the default run, a failed build and another device fall back to the per-step path; a
+training step on the meta device through the op (its fake implementations); and the kernel's source
+in SREHN's code version.
 
 Every test is marked ``kernel`` (``pytest -m kernel``): the default run builds nothing.
 """
@@ -18,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import built, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
 
 import baselines.ops.library as kernels
 import baselines.ops.srehn as srehn_kernel
@@ -29,7 +30,7 @@ from baselines.srehn import SREHN
 pytestmark = pytest.mark.kernel
 
 PER_STEP = "StackBackward0"  # run_sequence's torch.stack
-KERNEL = "_ElasticSequenceBackward"
+KERNEL = op_node("srehn_forward")
 
 
 @pytest.fixture(params=["gemm512", "aten-mm"])
@@ -38,6 +39,12 @@ def kernel(request):
     ATen's mm (``with_matmul``)."""
     for module in built(srehn_kernel.srehn_kernel):
         yield from with_matmul(module, request.param)
+
+
+@pytest.fixture
+def ops():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(srehn_kernel.srehn_kernel)
 
 
 def model(V: int, D: int, r_max: int, dtype: torch.dtype, gate: str = "mixed", lam_d=0.3):
@@ -196,13 +203,19 @@ def test_a_failed_build_is_one_line_at_the_epoch_start_and_falls_back(fresh_kern
 
 
 def test_off_cpu_warns_once_and_takes_the_per_step_path(monkeypatch, no_build):
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="the SREHN training kernel runs on CPU only: on meta"):
-        assert srehn_kernel.sequence_kernel(meta) is None
-    assert srehn_kernel.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = model(3, 5, 3, torch.float32).to("meta")
-    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 5)
+    with pytest.warns(UserWarning, match="the SREHN training kernel runs on CPU only: on cuda"):
+        assert srehn_kernel.sequence_kernel(OnCuda()) is None
+    assert srehn_kernel.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
+
+
+@pytest.mark.parametrize("r_max", [1, 3])
+def test_srehn_trains_on_meta_through_the_op(ops, r_max):
+    """On the meta device the op runs (its fake implementation, forward and backward; bias's
+    gradient is there at r_max 1 too, from layer 1's input terms), not the per-step path."""
+    nodes = train_on_meta(model(3, 5, r_max, torch.float32), (2, 4, 3))
+    assert KERNEL in nodes and PER_STEP not in nodes, nodes
 
 
 def test_the_kernel_source_is_part_of_srehns_code_version_only(tmp_path, monkeypatch, no_build):

@@ -14,7 +14,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
-from kernel_support import built, fresh_cache, kernel_expected, with_matmul
+from kernel_support import (
+    OnCuda,
+    built,
+    fresh_cache,
+    kernel_expected,
+    op_node,
+    train_on_meta,
+    with_matmul,
+)
 
 import baselines.ops.library as kernels
 import baselines.ops.vcrnn_train as vc_train
@@ -24,7 +32,7 @@ from harness.data import cache_dir
 
 pytestmark = pytest.mark.kernel
 
-NODE = "_VCSequenceBackward"  # the kernel's autograd node
+NODE = op_node("vcrnn_train_forward")  # the kernel's autograd node
 LOOP = "StackBackward0"  # the per-step loop's last op
 
 
@@ -40,6 +48,12 @@ def vc_kernel(request):
     Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
     for module in built(vc_train.vcrnn_train_kernel):
         yield from with_matmul(module, request.param)
+
+
+@pytest.fixture
+def vc_ops():
+    """The kernel built (``kernel_support.built``), its matmuls the default."""
+    yield from built(vc_train.vcrnn_train_kernel)
 
 
 def model(V: int, D: int, dtype: torch.dtype, form: str = "after", **knobs) -> VCRNN:
@@ -275,12 +289,18 @@ def test_off_the_cpu_it_warns_once_and_takes_the_per_step_path(monkeypatch):
 
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     monkeypatch.setattr(kernels, "_off_cpu", set())
-    meta = torch.empty(2, 3, device="meta")
-    with pytest.warns(UserWarning, match="the VC-RNN training kernel runs on CPU only: on meta"):
-        assert vc_train.sequence_kernel(meta) is None
-    assert vc_train.sequence_kernel(meta) is None  # once: an error filter would raise here
-    m = model(3, 6, torch.float32).to("meta")
-    assert m(torch.empty(2, 4, 3, device="meta")).outputs.shape == (2, 4, 6)
+    with pytest.warns(UserWarning, match="the VC-RNN training kernel runs on CPU only: on cuda"):
+        assert vc_train.sequence_kernel(OnCuda()) is None
+    assert vc_train.sequence_kernel(OnCuda()) is None  # once: an error filter would raise here
+
+
+@pytest.mark.parametrize("form", ["after", "before"])
+@pytest.mark.parametrize("V", [3, 6])  # V = D: the GRU reads e * x
+def test_it_trains_on_meta_through_the_op(vc_ops, form, V):
+    """On the meta device the op runs (its fake implementation, forward and backward), not the
+    per-step path: every parameter gets a gradient, the input's terms, W_i and b_i included."""
+    nodes = train_on_meta(model(V, 6, torch.float32, form), (2, 4, V))
+    assert NODE in nodes and LOOP not in nodes, nodes
 
 
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch):

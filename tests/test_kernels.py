@@ -35,10 +35,11 @@ from kernel_support import (
 
 import baselines.clockwork_rnn as clockwork_rnn
 import baselines.ei_rehn as ei_rehn_module
-import baselines.ops.ei_rehn_fused as ei_fused
 import baselines.ops.ei_rehn_stack as ei_stack
 import baselines.ops.library as kernels
 import baselines.ops.masked_cell as masked_cell
+import baselines.ops.sarnn as sa_ops
+import baselines.ops.vcrnn as vc_ops
 import baselines.phased_lstm as phased_lstm
 import baselines.random_updates as random_updates
 import baselines.sa_rnn as sa
@@ -64,13 +65,13 @@ def model_at_80pct_skip(form: str, D: int = 64, T: int = 30) -> SARNN:
 
 def test_the_default_run_uses_the_pytorch_fallback(fresh_kernel, no_build):
     assert os.environ.get("HARNESS_NO_KERNELS")
-    status = kernels.sarnn_kernel_status()
+    status = sa_ops.sarnn_kernel_status()
     assert (status.state, status.reason) == ("unavailable", kernels.DISABLED)
     m = model_at_80pct_skip("after")
     x = torch.randn(1, 30, 3, dtype=torch.float64)
     out, ref = m.fast_forward(x), m(x)
     assert torch.equal(out.mask, ref.mask)
-    assert kernels.sarnn_kernel_status() == status
+    assert sa_ops.sarnn_kernel_status() == status
     note = SARNN.fast_path_note()
     assert note.endswith(f"(unavailable here, {kernels.DISABLED}: PyTorch fallback)")
     assert not fresh_kernel.exists()
@@ -80,7 +81,7 @@ def test_rendering_a_report_builds_nothing(fresh_kernel, no_build, monkeypatch):
     """Where the kernel could be built but nothing ran at batch 1 yet, its note and a report
     rendered from hand-made rows say so without starting a build."""
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
-    assert kernels.sarnn_kernel_status() == kernels.KernelStatus("not tried")
+    assert sa_ops.sarnn_kernel_status() == kernels.KernelStatus("not tried")
     note = SARNN.fast_path_note()
     assert note.endswith("(not tried: nothing ran at batch 1 on CPU)")
     row = {
@@ -91,7 +92,7 @@ def test_rendering_a_report_builds_nothing(fresh_kernel, no_build, monkeypatch):
     }  # fmt: skip
     md = speedup_markdown([row], "c")
     assert f"- {note}" in md and f"| {SARNN.name} | 8 | 32 |" in md
-    assert kernels.sarnn_kernel_status().state == "not tried"
+    assert sa_ops.sarnn_kernel_status().state == "not tried"
     assert not fresh_kernel.exists()
 
 
@@ -106,9 +107,9 @@ def test_a_failed_build_is_reported_in_one_line_and_falls_back(fresh_kernel, mon
     with pytest.warns(UserWarning, match="kernel unavailable"):
         out = m.fast_forward(x)
     why = "RuntimeError: Error building extension 'condrnn_ops'"
-    assert kernels.sarnn_kernel_status() == kernels.KernelStatus("unavailable", why)
+    assert sa_ops.sarnn_kernel_status() == kernels.KernelStatus("unavailable", why)
     assert SARNN.fast_path_note().endswith(f"(unavailable here, {why}: PyTorch fallback)")
-    assert kernels.vcrnn_kernel_status() == kernels.sarnn_kernel_status()  # one library
+    assert vc_ops.vcrnn_kernel_status() == sa_ops.sarnn_kernel_status()  # one library
     ref = m(x)
     assert torch.equal(out.mask, ref.mask)
     torch.testing.assert_close(out.outputs, ref.outputs, rtol=0, atol=1e-10)
@@ -144,7 +145,7 @@ def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
     else:
         import tomli as tomllib
 
-    root = Path(kernels.__file__).resolve().parents[1]
+    root = Path(kernels.__file__).resolve().parents[2]
     shipped = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     globs = shipped["package-data"]["baselines"]
     shared = {
@@ -159,7 +160,7 @@ def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
         assert source not in shared or shared[source] in included, source
         for name in [source, *included]:
             assert (kernels.CSRC / name).is_file(), name
-            assert any(fnmatch.fnmatch(f"csrc/{name}", g) for g in globs), (name, globs)
+            assert any(fnmatch.fnmatch(f"ops/csrc/{name}", g) for g in globs), (name, globs)
 
 
 def test_no_kernel_calls_a_bare_lerp():
@@ -204,9 +205,9 @@ def test_the_kernel_builds_and_equals_the_dense_forward(library, monkeypatch):
         if os.environ.get("HARNESS_NO_KERNELS"):
             why = "HARNESS_NO_KERNELS is set"
         pytest.skip(f"the C++ kernel is not expected to build here: {why}")
-    assert kernels.sarnn_kernel_status().state == "not tried"
-    kernel = kernels.sarnn_kernel()
-    status = kernels.sarnn_kernel_status()
+    assert sa_ops.sarnn_kernel_status().state == "not tried"
+    kernel = sa_ops.sarnn_kernel()
+    status = sa_ops.sarnn_kernel_status()
     assert kernel is not None, f"the kernel did not build although {expected}: {status}"
     assert status.state == "loaded"
     assert in_the_sessions_cache(kernels.library_file()), kernels.library_file()
@@ -245,13 +246,13 @@ def vc_model(form: str, V: int = 3, D: int = 64, skip: float = 0.8) -> VCRNN:
 
 
 def test_vcrnn_default_run_uses_the_pytorch_fallback(fresh_kernel, no_build):
-    status = kernels.vcrnn_kernel_status()
+    status = vc_ops.vcrnn_kernel_status()
     assert (status.state, status.reason) == ("unavailable", kernels.DISABLED)
     m = vc_model("after")
     x = torch.randn(1, 30, 3, dtype=torch.float64)
     out, ref = m.fast_forward(x), m(x)
     assert torch.equal(out.mask, ref.mask)
-    assert kernels.vcrnn_kernel_status() == status
+    assert vc_ops.vcrnn_kernel_status() == status
     note = VCRNN.fast_path_note()
     assert note.startswith(f"{VCRNN.name}: ")
     assert note.endswith(f"(unavailable here, {kernels.DISABLED}: PyTorch fallback)")
@@ -260,9 +261,9 @@ def test_vcrnn_default_run_uses_the_pytorch_fallback(fresh_kernel, no_build):
 
 def test_vcrnn_note_builds_nothing(fresh_kernel, no_build, monkeypatch):
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
-    assert kernels.vcrnn_kernel_status() == kernels.KernelStatus("not tried")
+    assert vc_ops.vcrnn_kernel_status() == kernels.KernelStatus("not tried")
     assert VCRNN.fast_path_note().endswith("(not tried: nothing ran at batch 1 on CPU)")
-    assert kernels.vcrnn_kernel_status().state == "not tried"
+    assert vc_ops.vcrnn_kernel_status().state == "not tried"
     assert not fresh_kernel.exists()
 
 
@@ -277,9 +278,9 @@ def test_vcrnn_failed_build_is_one_line_and_falls_back(fresh_kernel, monkeypatch
     with pytest.warns(UserWarning, match="VC-RNN kernel unavailable"):
         out = m.fast_forward(x)
     why = "RuntimeError: Error building extension 'condrnn_ops'"
-    assert kernels.vcrnn_kernel_status() == kernels.KernelStatus("unavailable", why)
+    assert vc_ops.vcrnn_kernel_status() == kernels.KernelStatus("unavailable", why)
     assert VCRNN.fast_path_note().endswith(f"(unavailable here, {why}: PyTorch fallback)")
-    assert kernels.sarnn_kernel_status() == kernels.KernelStatus("unavailable", why)  # one library
+    assert sa_ops.sarnn_kernel_status() == kernels.KernelStatus("unavailable", why)  # one library
     ref = m(x)
     assert torch.equal(out.mask, ref.mask)
     torch.testing.assert_close(out.outputs, ref.outputs, rtol=0, atol=1e-10)
@@ -296,9 +297,9 @@ def test_the_vcrnn_kernel_builds_and_equals_the_dense_forward(library, monkeypat
         if os.environ.get("HARNESS_NO_KERNELS"):
             why = "HARNESS_NO_KERNELS is set"
         pytest.skip(f"the C++ kernel is not expected to build here: {why}")
-    assert kernels.vcrnn_kernel_status().state == "not tried"
-    kernel = kernels.vcrnn_kernel()
-    status = kernels.vcrnn_kernel_status()
+    assert vc_ops.vcrnn_kernel_status().state == "not tried"
+    kernel = vc_ops.vcrnn_kernel()
+    status = vc_ops.vcrnn_kernel_status()
     assert kernel is not None, f"the kernel did not build although {expected}: {status}"
     assert status.state == "loaded"
     assert in_the_sessions_cache(kernels.library_file()), kernels.library_file()
@@ -433,7 +434,7 @@ def test_a_kernel_found_built_is_loaded_without_a_word(fresh_kernel, monkeypatch
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     monkeypatch.setattr(torch.ops, "load_library", loaded.append)
     weights = torch.zeros(3)
-    assert ei_fused.step_kernel(weights) is ei_stack.ei_rehn_stack_kernel._ops
+    assert ei_stack.step_kernel(weights) is ei_stack.ei_rehn_stack_kernel._ops
     err = capsys.readouterr().err.splitlines()
     assert (
         len(err) == 2
@@ -447,7 +448,7 @@ def test_a_kernel_found_built_is_loaded_without_a_word(fresh_kernel, monkeypatch
     assert masked_cell.masked_cell_kernel_status() == kernels.KernelStatus("loaded")
     kernels._loaded = None  # a later process: the binary is there
     ei_stack.ei_rehn_stack_kernel.cache_clear()
-    assert ei_fused.step_kernel(weights) is not None
+    assert ei_stack.step_kernel(weights) is not None
     assert capsys.readouterr().err == "" and len(builds) == 2 and len(loaded) == 2
 
 
@@ -512,7 +513,7 @@ def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(library, l
             x, h, d, args = stack_inputs(m, layers, dtype)
             assert (args[1] == 0).any() and (args[1] > 0).any()
             fused = ei_stack.stack_layers(*args)
-            assert type(fused.grad_fn).__name__ == "_FusedStackBackward"
+            assert type(fused.grad_fn).__name__ == op_node("ei_rehn_stack_forward")
             python = ei_stack._Stack.apply(*args)
             leaves = [h, d, *m.parameters()]
             w = torch.randn_like(fused)
@@ -592,8 +593,8 @@ def steps_of(m: EIREHN, x: torch.Tensor, h: torch.Tensor, first: bool, kernel):
     rate_h = gate.rate.weight[:, :D]
     init = torch.cat([m.s0, m.g0, m.z0])
     weights = (m.weight0, m.bias, m.proj, m.mix_bias, m.hyper.weight, m.hyper.bias, init)
-    fused = ei_fused.fused_step(kernel, first, p, h, rate_h, alpha, beta, gate.r_max, weights)
-    assert type(fused[0].grad_fn).__name__ == "_FusedStepBackward"
+    fused = ei_stack.fused_step(kernel, first, p, h, rate_h, alpha, beta, gate.r_max, weights)
+    assert type(fused[0].grad_fn).__name__ == op_node("ei_rehn_stack_step_forward")
     rate_x, bx = p.split((D, 2 * D), -1)
     alpha_t = torch.sigmoid(torch.addmm(rate_x, h, rate_h.t()))
     out = [fused]
@@ -723,6 +724,94 @@ def test_ei_rehn_training_with_the_kernel_equals_the_python_path(library, monkey
         g = torch.autograd.grad(got, list(m_k.parameters()))
         for n, a, b in zip(names, g, g_ref, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13, msg=f"{name}: {n}")
+
+
+def test_ei_rehn_off_cpu_warns_once_and_takes_the_python_step(monkeypatch, no_build):
+    monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "_off_cpu", set())
+    with pytest.warns(UserWarning, match="EI-REHN training kernel runs on CPU only: on cuda"):
+        assert ei_stack.step_kernel(OnCuda()) is None
+    assert ei_stack.stack_kernel(OnCuda()) is None  # once: an error filter would raise here
+
+
+@pytest.mark.kernel
+def test_the_ei_rehn_stack_op_runs_on_meta(library):
+    """A step's layers on the meta device run the op (its fake implementations, forward and
+    backward): h_t and the gradient of every input there, bias's None where one layer ran."""
+    from test_ei_rehn import R_MAX, _randomised
+
+    ei_rehn_kernel_or_skip()
+    m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX)))
+    for layers in (1, 3):
+        _, _, _, args = stack_inputs(m, layers, torch.float32)
+        leaves = [a.detach().to("meta").requires_grad_() for a in args]
+        h_t = ei_stack.stack_layers(*leaves)
+        assert h_t.device.type == "meta" and h_t.shape == args[0].shape
+        assert type(h_t.grad_fn).__name__ == op_node("ei_rehn_stack_forward")
+        grads = torch.autograd.grad(h_t.sum(), leaves, allow_unused=True)
+        for i, (g, leaf) in enumerate(zip(grads, leaves, strict=True)):
+            if i == 4 and layers == 1:  # bias: layer 1 takes its bias with bx
+                assert g is None
+            else:
+                assert g.device.type == "meta" and g.shape == leaf.shape, i
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize(("case", "first"), [("dead", False), ("dead", True), ("random", False)])
+def test_the_fused_ei_rehn_step_runs_under_fake_tensors(library, case, first):
+    """Under FakeTensor with a shape environment (as torch.compile and export trace) the step op
+    runs its fake implementations: the layer count is an unbacked symbolic int between ``first``
+    and R_max. Once the caller knows the count (``torch._check``: the method's host sync), every
+    output has the shape the C++ gives it (the layers' saved tensors that many rows), and the
+    backward gives every input its gradient's shape: the layers' None where no layer ran (L = 0),
+    bias's where one did. On the meta device (no shape environment) the op cannot run: its
+    output's shape is data."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
+
+    kernel = ei_rehn_kernel_or_skip()
+    m, x, h = step_case(case, torch.float32)
+    D, gate = m.hidden_size, m.elastic
+    with torch.no_grad():
+        p = F.linear(
+            x,
+            torch.cat([gate.rate.weight[:, D:], m.weight_x]),
+            torch.cat([gate.rate.bias, m.bias]),
+        )
+        inputs = [
+            p,
+            h.detach(),
+            gate.rate.weight[:, :D],
+            F.softplus(gate.alpha_hat),
+            torch.sigmoid(gate.beta_hat),
+            m.weight0,
+            m.bias,
+            m.proj,
+            m.mix_bias,
+            m.hyper.weight,
+            m.hyper.bias,
+            torch.cat([m.s0, m.g0, m.z0]),
+        ]
+        real, layers = kernel.step_forward(*inputs, gate.r_max, first)
+    assert (layers == int(first)) if case == "dead" else (layers > 1)
+    with pytest.raises(RuntimeError, match="data-dependent shape"):
+        meta = [t.detach().to("meta") for t in inputs]
+        ei_stack.fused_step(kernel, first, *meta[:5], gate.r_max, tuple(meta[5:]))
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    leaves = [mode.from_tensor(t.detach()).requires_grad_() for t in inputs]
+    with mode:
+        out, count = kernel.step_forward(*leaves, gate.r_max, first)
+        assert isinstance(count, torch.SymInt) and free_unbacked_symbols(count)
+        bounds = mode.shape_env.bound_sympy(count.node.expr)
+        assert (bounds.lower, bounds.upper) == (int(first), gate.r_max)
+        assert type(out[0].grad_fn).__name__ == op_node("ei_rehn_stack_step_forward")
+        torch._check(count == layers)
+        assert [tuple(t.shape) for t in out] == [tuple(t.shape) for t in real]
+        grads = torch.autograd.grad(out[0].sum() + out[1].sum(), leaves, allow_unused=True)
+    for i, (g, leaf) in enumerate(zip(grads, leaves, strict=True)):
+        none = (i >= 5 and layers == 0) or (i == 6 and layers == 1)  # the layers'; bias's
+        assert (g is None) == none, i
+        assert none or g.shape == leaf.shape, i
 
 
 # --- the whole-sequence masked-cell training kernel (Phased LSTM, Random Updates, Clockwork) ---

@@ -1,23 +1,23 @@
-"""EGRU's layer over a whole sequence as one autograd node, in C++ (issue 54).
+"""EGRU's layer over a whole sequence in C++, as the op ``condrnn::egru_forward`` (its backward
+registered with it) and ``..._backward`` (issue 54).
 
 EGRU's training forward (``baselines.egru.EGRU.forward``: the input terms of every step in one
 matmul, then a step loop) runs about thirty small torch ops a step, and a training step at the
 paper sizes is bound by their dispatch. Where the optional C++ kernel builds (``egru_kernel``,
 ``csrc/egru.cpp``, built, cached and switched off as ``baselines.ops.library`` does for every
-kernel),
-``egru_sequence`` runs all T steps of a layer, forward and backward, in one call each: the gates
-z, r, g (reset after the product), the internal state ``c~``, the event ``o = H(c~ - theta)``,
-the output ``y = o c~`` and the subtractive reset, with H's pseudo-derivative
-``dampening * max(0, 1 - support |c~ - theta|)`` in the backward. It returns the events ``o``
-with their gradient, so the event rate and the activity regulariser learn through them as on the
-step loop. The arithmetic is dense: the event sparsity is the harness's cost model, not the
-kernel's.
+kernel), ``egru_sequence`` runs all T steps of a layer, forward and backward, in one call each:
+the gates z, r, g (reset after the product), the internal state ``c~``, the event
+``o = H(c~ - theta)``, the output ``y = o c~`` and the subtractive reset, with H's
+pseudo-derivative ``dampening * max(0, 1 - support |c~ - theta|)`` in the backward (the forward
+op takes dampening and support for it). It returns the events ``o`` with their gradient, so the
+event rate and the activity regulariser learn through them as on the step loop. The arithmetic
+is dense: the event sparsity is the harness's cost model, not the kernel's.
 
 ``EGRU.forward``'s step loop is the reference, and the path in eval mode and wherever the kernel
 cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_egru.py: values, events and the gradients of every parameter, the input and the
-initial state, in float64 and float32).
+initial state, in float64 and float32). On the meta device the ops' fake implementations run.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel
+from baselines.ops.library import TrainingKernel, autograd, fake
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 egru_kernel = TrainingKernel("egru", "EGRU training")
@@ -46,7 +45,9 @@ def egru_sequence(
     dampening: float,
     support: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """All T steps of an EGRU layer: ``(y [B, T, D], o [B, T, D], c_T [B, D])``.
+    """All T steps of an EGRU layer: ``(y [B, T, D], o [B, T, D], c_T [B, D])``, by the op
+    ``condrnn::egru_forward`` (its backward registered with it: the gradients of wx, c_0, y_0, R,
+    b' and theta).
 
     Args:
         kernel: ``sequence_kernel``'s.
@@ -60,37 +61,81 @@ def egru_sequence(
         support: its inverse half-width.
     """
     c0, y0 = state
-    return _EGRUSequence.apply(
-        kernel, wx, c0, y0, recurrent_kernel, recurrent_bias, thr, dampening, support
+    ys, os, c_T, *_saved = kernel.forward(
+        wx.contiguous(),
+        c0.contiguous(),
+        y0.contiguous(),
+        recurrent_kernel.contiguous(),
+        recurrent_bias,
+        thr.contiguous(),
+        dampening,
+        support,
     )
+    return ys, os, c_T
 
 
-class _EGRUSequence(torch.autograd.Function):
-    """``egru_sequence``'s node: the kernel's forward and the gradients of wx, c_0, y_0, R, b',
-    theta."""
+@fake("egru_forward")
+def _forward_fake(wx, c0, y0, R, rbias, thr, dampening, support):
+    S, B, G = wx.shape
+    D = c0.shape[1]
+    return [
+        wx.new_empty(B, S, D),  # ys
+        wx.new_empty(B, S, D),  # os
+        wx.new_empty(B, D),  # c_T
+        wx.new_empty(S + 1, B, D),  # Y: the events, Y[0] = y_0
+        wx.new_empty(S + 1, B, D),  # C: the internal states after the reset
+        wx.new_empty(S, B, G),  # A: the gates z, r, g
+        wx.new_empty(S, B, D),  # HG: the reset gate's operand
+        wx.new_empty(S, B, D),  # CT: c~
+    ]
 
-    @staticmethod
-    def forward(ctx, kernel, wx, c0, y0, recurrent_kernel, recurrent_bias, thr, damp, supp):
-        R, thr = recurrent_kernel.contiguous(), thr.contiguous()
-        ys, os, c_last, *saved = kernel.forward(
-            wx.contiguous(), c0.contiguous(), y0.contiguous(), R, recurrent_bias, thr
-        )
-        ctx.kernel, ctx.damp, ctx.supp = kernel, damp, supp
-        ctx.save_for_backward(R, thr, *saved)  # Y, C, A, HG, CT
-        return ys, os, c_last
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_ys, grad_os, grad_c):
-        R, thr, *saved = ctx.saved_tensors
-        grads = ctx.kernel.backward(
-            grad_ys.contiguous(),
-            grad_os.contiguous(),
-            grad_c.contiguous(),
-            R,
-            thr,
-            *saved,
-            ctx.damp,
-            ctx.supp,
-        )
-        return None, *grads, None, None
+@fake("egru_backward")
+def _backward_fake(gys, gos, gc, R, thr, Y, C, A, HG, CT, dampening, support):
+    S, B, G = A.shape
+    D = HG.shape[2]
+    return [
+        A.new_empty(S, B, G),  # wx's
+        torch.empty_like(gc),  # c_0's
+        A.new_empty(B, D),  # y_0's
+        A.new_empty(D, G),  # R's
+        A.new_empty(G),  # b''s
+        A.new_empty(D),  # theta's
+    ]
+
+
+def _setup(ctx, inputs, output):
+    _wx, _c0, _y0, R, _rbias, thr, dampening, support = inputs
+    _ys, _os, _c_T, *saved = output  # Y, C, A, HG, CT: what only the backward reads
+    ctx.dampening, ctx.support = dampening, support
+    ctx.save_for_backward(R, thr, *saved)
+    ctx.mark_non_differentiable(*saved)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grads):
+    grad_ys, grad_os, grad_c = grads[0], grads[1], grads[2]
+    R, thr, Y, C, A, HG, CT = ctx.saved_tensors
+    S, B, D = HG.shape
+
+    def given(grad: Tensor | None, *shape: int) -> Tensor:
+        return HG.new_zeros(shape) if grad is None else grad.contiguous()
+
+    d_wx, d_c0, d_y0, d_R, d_rbias, d_thr = torch.ops.condrnn.egru_backward(
+        given(grad_ys, B, S, D),
+        given(grad_os, B, S, D),
+        given(grad_c, B, D),
+        R,
+        thr,
+        Y,
+        C,
+        A,
+        HG,
+        CT,
+        ctx.dampening,
+        ctx.support,
+    )
+    return d_wx, d_c0, d_y0, d_R, d_rbias, d_thr, None, None
+
+
+autograd("egru_forward", _backward, _setup)

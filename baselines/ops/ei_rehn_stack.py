@@ -1,24 +1,26 @@
-"""EI-REHN's highway layers of one training step as one autograd node (docs/methods.md 2.14).
+"""EI-REHN's training step, forward and backward, in C++ (docs/methods.md 2.14), as the ops of
+``csrc/ei_rehn_stack.cpp``: a step's highway layers, ``condrnn::ei_rehn_stack_forward`` (its
+backward registered with it) and ``..._backward``; the whole step (the local rate, the elastic gate
+and its depth trace, then the same layers), ``condrnn::ei_rehn_stack_step_forward`` (its backward
+registered with it) and ``..._step_backward``.
 
-``EIREHN._layers`` writes a step's layers as the paper's equations (eqs. 9-10, 17-22) in torch
-ops: autograd records about 35 nodes per layer, and a training step runs about 85 small kernels
-per layer, forward and backward, plus the engine's bookkeeping of each node (361 nodes per step at
-R_max 10). ``stack_layers`` computes the same equations without recording them, in shorter forms
-(``addmm``, ``addcmul``), with their derivatives written out below: about 50 kernels per layer and
-one autograd node per step, and the weight gradients of all the step's layers in one matmul per
-weight. Equal to ``_layers`` to float rounding, values and gradients (tests/test_ei_rehn.py, in
-float64); not bit for bit.
-
-On CPU in float32/float64, where the optional C++ kernel builds (``ei_rehn_stack_kernel``, a
-``baselines.ops.library.TrainingKernel``), ``stack_layers`` runs ``_FusedStack``: the same forward
-and
-backward (``csrc/ei_rehn_stack.cpp``) with no Python per layer, only the matmuls calling ATen (into
-preallocated buffers) and tanh/sigmoid ATen's vectorised ones on whole buffers, every other
-elementwise part of a layer one fused loop over B x D. The Python ``_Stack`` below is the reference
-(and the path wherever the kernel cannot run, or with ``HARNESS_NO_KERNELS=1``): the kernel equals
-it to float rounding, not bit for bit (tests/test_kernels.py, float64, against ``_Stack`` and
-``_layers``). At HAR's sizes this cuts the layers' time by a third to a half; they are then bound by
-their matmuls (docs/methods.md 2.14).
+The layers (``stack_layers``). ``EIREHN._layers`` writes a step's layers as the paper's equations
+(eqs. 9-10, 17-22) in torch ops: autograd records about 35 nodes per layer, and a training step
+runs about 85 small kernels per layer, forward and backward, plus the engine's bookkeeping of each
+node (361 nodes per step at R_max 10). ``_Stack`` below computes the same equations without
+recording them, in shorter forms (``addmm``, ``addcmul``), with their derivatives written out:
+about 50 kernels per layer and one autograd node per step, and the weight gradients of all the
+step's layers in one matmul per weight. Equal to ``_layers`` to float rounding, values and
+gradients (tests/test_ei_rehn.py, in float64); not bit for bit. On CPU in float32/float64, where
+the optional C++ kernel builds (``ei_rehn_stack_kernel``, a
+``baselines.ops.library.TrainingKernel``), ``stack_layers`` runs the op
+``condrnn::ei_rehn_stack_forward`` instead: the same forward and backward with no Python per
+layer, only the matmuls calling ATen (into preallocated buffers) and tanh/sigmoid ATen's vectorised
+ones on whole buffers, every other elementwise part of a layer one fused loop over B x D. The
+Python ``_Stack`` is the reference (and the path wherever the kernel cannot run, or with
+``HARNESS_NO_KERNELS=1``): the op equals it to float rounding, not bit for bit
+(tests/test_kernels.py, float64, against ``_Stack`` and ``_layers``). At HAR's sizes this cuts the
+layers' time by a third to a half; they are then bound by their matmuls (docs/methods.md 2.14).
 
 Layer r (0-based) from ``h = h^r``, ``u = [s^r; g^r; z^r]`` (``[s0; g0; z0]`` at r = 0) and
 ``acc = sum_{k<r} w^k``, the branches s and g side by side in ``[B, 2D]`` tensors (s first)::
@@ -39,6 +41,34 @@ and its derivatives, from ``dh'`` and what the next layer sends back to ``s, g, 
     dw = dacc_next + ddiag (1 - gbar);  dacc = dacc_next + ddiag gbar;  dm = dgbar gbar (1 - gbar)
     dh = dh' (1 - gate) + (da gbar) W0 + (da * diag)_s + (da * diag)_g    (one matmul: [W0; I; I])
     dz = [dw; dm] P + dz_next;  du = (dz (1 - z^2)) W_z
+
+The whole step (``fused_step``). A step of ``EIREHN._train_forward`` is the local rate
+``alpha_t = sigmoid(W_a [h; x] + b_a)`` (eq. 14), the elastic gate of every layer with its depth
+trace (``ElasticGate.trace``: eq. 11 in the overflow-safe form of ``baselines._elastic._gate``,
+``n``, the mask and ``R``) and the batch's ``max_b R_t`` highway layers (``stack_layers``). In
+Python that is about 40 torch ops and four autograd nodes per step besides the layers, and a
+``.item()`` to learn the depth. Where the kernel builds, ``fused_step`` does all of it in one call
+of ``condrnn::ei_rehn_stack_step_forward``, forward and backward (``..._step_backward``:
+``_ElasticGate.backward``, the rate's sigmoid and matmul, ``_Stack.backward``), and returns the
+number of layers it ran. The gate's expm1, log and exp are ATen's vectorised ones on whole
+``[B, R_max, D]`` buffers, so its values round as the Python gate's do. The Python step
+(``_ElasticGate``, ``_gate``, ``_Stack``) is the reference and the path wherever the kernel cannot
+run: the fused step equals it to float rounding, not bit for bit (tests/test_kernels.py, float64,
+values and every gradient, the gate's edge cases included).
+
+The layer count of a step is data: the op returns it (``(Tensor[], SymInt)``), and the layers'
+saved tensors have that many rows. Its fake implementation says so with an unbacked symbolic int
+(``torch.library.get_ctx().new_dynamic_size``, bounded by ``first`` and R_max), which only
+FakeTensor with a shape environment (``torch.compile``, export) can hold: on the meta device the
+step op does not run (torch's meta kernel refuses an op of data-dependent shape, as the Python
+step stops at its host sync ``int(tr.R.max())`` there); under FakeTensor it does, forward and
+backward (tests/test_kernels.py). The method reads the count on the host (``ran += layers``; the
+next step's ``first`` is ``ran == 0``), the fused step's equivalent of the Python step's sync.
+Under ``torch.compile`` dynamo breaks the graph at the op (an operator of data-dependent output
+shape) and runs it eagerly; with ``capture_dynamic_output_shape_ops`` it traces the forward, but
+AOTAutograd cannot trace the backward: its fake implementation decides on the count which
+gradients have no elements (the layers' where no layer ran, bias's where one did), a
+data-dependent guard, unless the caller has fixed the count (``torch._check``).
 """
 
 from __future__ import annotations
@@ -49,14 +79,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel, none_if_empty
+from baselines.ops.library import TrainingKernel, autograd, fake, none_if_empty
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
 
-# EI-REHN's training kernel (``_FusedStack`` here, the whole step in
-# ``baselines.ops.ei_rehn_fused``):
-# its source is part of the code version of the methods whose modules hold it (``method_code``).
+# EI-REHN's training kernel (the layers of a step, and the whole step): its source is part of the
+# code version of the methods whose modules hold it (``method_code``).
 ei_rehn_stack_kernel = TrainingKernel("ei_rehn_stack", "EI-REHN training")
 ei_rehn_stack_kernel_status = ei_rehn_stack_kernel.status
 
@@ -73,7 +102,9 @@ def stack_layers(
     hyper_bias: Tensor,
     init: Tensor,
 ) -> Tensor:
-    """``h_t`` after the layers ``1..R`` of one step, ``R = d.shape[1]`` (``EIREHN._layers``).
+    """``h_t`` after the layers ``1..R`` of one step, ``R = d.shape[1]`` (``EIREHN._layers``): by
+    the op ``condrnn::ei_rehn_stack_forward`` where the kernel runs (its backward registered with
+    it: the gradients of every input, bias's None where R = 1), else by ``_Stack``.
 
     Args:
         h: ``h_{t-1}`` ``[B, D]``.
@@ -89,7 +120,8 @@ def stack_layers(
     args = (h, d, bx, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, init)
     kernel = stack_kernel(*args)
     if kernel is not None:
-        return _FusedStack.apply(kernel, *args)
+        h_t, *_saved = kernel.forward(*(t.contiguous() for t in args))
+        return h_t
     return _Stack.apply(*args)
 
 
@@ -186,21 +218,169 @@ class _Stack(torch.autograd.Function):
         )
 
 
-class _FusedStack(torch.autograd.Function):
-    """``_Stack`` in C++ (``csrc/ei_rehn_stack.cpp``): the same forward, what it saves packed
-    per layer ``[R, B, .]``, and the same 10 gradients (bias's None where R = 1)."""
+@fake("ei_rehn_stack_forward")
+def _stack_forward_fake(h, d, bx, weight0, bias, proj, mix_bias, hyper_weight, hyper_bias, init):
+    B, R, D = d.shape
+    U = 2 * D + hyper_weight.shape[0]
+    return [
+        h.new_empty(B, D),  # h_t
+        h.new_empty(1, B, D),  # H: h^0
+        h.new_empty(R + 1, B, U),  # SGZ: every layer's u = [s; g; z]
+        h.new_empty(R, B, 2 * D),  # GBAR
+        h.new_empty(R, B, 2 * D),  # HW: h W0^T
+        h.new_empty(R, B, 2 * D),  # W: w
+    ]
 
-    @staticmethod
-    def forward(ctx, kernel, *args):
-        args = [t.contiguous() for t in args]
-        h, *saved = kernel.forward(*args)
-        d, weight0, proj, hyper_weight = args[1], args[3], args[5], args[7]
-        ctx.kernel = kernel
-        ctx.save_for_backward(d, weight0, proj, hyper_weight, *saved)
-        return h
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_h):
-        grads = ctx.kernel.backward(grad_h.contiguous(), *ctx.saved_tensors)
-        return None, *map(none_if_empty, grads)
+@fake("ei_rehn_stack_backward")
+def _stack_backward_fake(grad_h, d, weight0, proj, hyper_weight, H, SGZ, GBAR, HW, W):
+    B, R, D = d.shape
+    return [
+        grad_h.new_empty(B, D),  # h
+        grad_h.new_empty(B, R, D),  # d
+        grad_h.new_empty(B, 2 * D),  # bx
+        *_layer_grads_fake(grad_h, D, hyper_weight, R),
+    ]
+
+
+def _layer_grads_fake(t: Tensor, D: Any, hyper_weight: Tensor, R: Any) -> list[Tensor]:
+    """The shapes of the gradients of weight0, bias, proj, mix_bias, hyper_weight, hyper_bias and
+    init from ``R`` layers (bias's no elements where R = 1: layer 1 takes its bias with bx)."""
+    Dz, U = hyper_weight.shape
+    return [
+        t.new_empty(2 * D, D),  # weight0
+        t.new_empty(2 * D) if R > 1 else t.new_empty(0),  # bias
+        t.new_empty(4 * D, Dz),  # proj
+        t.new_empty(2 * D),  # mix_bias
+        t.new_empty(Dz, U),  # hyper_weight
+        t.new_empty(Dz),  # hyper_bias
+        t.new_empty(U),  # init
+    ]
+
+
+def _stack_setup(ctx, inputs, output):
+    _h, d, _bx, weight0, _bias, proj, _mix_bias, hyper_weight, _hyper_bias, _init = inputs
+    _h_t, *saved = output  # H, SGZ, GBAR, HW, W: what only the backward reads
+    ctx.save_for_backward(d, weight0, proj, hyper_weight, *saved)
+    ctx.mark_non_differentiable(*saved)
+    ctx.set_materialize_grads(False)
+
+
+def _stack_backward(ctx, grads):
+    saved = ctx.saved_tensors
+    grad_h = torch.zeros_like(saved[4][0]) if grads[0] is None else grads[0].contiguous()
+    d = torch.ops.condrnn.ei_rehn_stack_backward(grad_h, *saved)
+    return tuple(map(none_if_empty, d))
+
+
+autograd("ei_rehn_stack_forward", _stack_backward, _stack_setup)
+
+
+def step_kernel(*tensors: Tensor) -> Any:
+    """The kernel where it can run a step on these tensors, else None
+    (``TrainingKernel.for_tensors``)."""
+    return ei_rehn_stack_kernel.for_tensors(*tensors)
+
+
+def fused_step(
+    kernel: Any,
+    first: bool,
+    p: Tensor,
+    h: Tensor,
+    rate_h: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    r_max: int,
+    weights: tuple[Tensor, ...],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+    """One training step: ``(h_t, d^1, n, mask, layers)``, by the op
+    ``condrnn::ei_rehn_stack_step_forward`` (its backward registered with it: the gradients of p,
+    h, rate_h, alpha, beta and the weights; the layers' None where no layer ran, bias's where one
+    did).
+
+    Args:
+        kernel: ``step_kernel``'s.
+        first: no layer has run yet in this sequence: run at least one (``_train_forward``).
+        p: the step's input terms ``[W_a,x x_t + b_a; W_x x_t + b]`` ``[B, 3D]`` (rows of any
+            stride, each contiguous).
+        h: ``h_{t-1}`` ``[B, D]``.
+        rate_h: ``W_a``'s columns on h, ``[D, D]``.
+        alpha, beta: ``softplus(alpha_hat)``, ``sigmoid(beta_hat)`` ``[D]``.
+        r_max: R_max.
+        weights: ``stack_layers``'s ``weight0, bias, proj, mix_bias, hyper_weight, hyper_bias,
+            init``.
+
+    Returns:
+        h_t; the gate of layer 1, ``d^1 [B, D]`` (with its gradient, for the compute penalty); the
+        depth ``n`` and mask ``[B, D]`` (float, no gradient); the number of layers run,
+        ``max(max_b R_t, first)`` (under FakeTensor an unbacked symbolic int).
+    """
+    weights = tuple(w.contiguous() for w in weights)
+    args = (p, h.contiguous(), rate_h, alpha.contiguous(), beta.contiguous(), *weights)
+    (h_t, d1, n, mask, *_saved), layers = kernel.step_forward(*args, r_max, first)
+    return h_t, d1, n, mask, layers
+
+
+@fake("ei_rehn_stack_step_forward")
+def _step_forward_fake(p, h, rate_h, alpha, beta, *weights_r_max_first):
+    *weights, r_max, first = weights_r_max_first  # weight0, bias, proj, mix_bias, hyper_weight, ...
+    hyper_weight = weights[4]
+    B, D = h.shape
+    U = 2 * D + hyper_weight.shape[0]
+    # the layers run, max(max_b R_t, first): data (csrc/ei_rehn_stack.cpp)
+    L = torch.library.get_ctx().new_dynamic_size(min=int(first), max=r_max)
+    return [
+        h.new_empty(B, D),  # h_t
+        h.new_empty(B, D),  # d^1
+        h.new_empty(B, D),  # n
+        h.new_empty(B, D),  # mask
+        h.new_empty(B, D),  # AT: alpha_t
+        h.new_empty(B, r_max, D),  # DG: the gate d
+        h.new_empty(B, r_max, D),  # MG: 1 - e^{-u}
+        h.new_empty(B, r_max, D),  # EG: e^q
+        h.new_empty(1, B, D),  # H: h^0
+        h.new_empty(L + 1, B, U),  # SGZ
+        h.new_empty(L, B, 2 * D),  # GBAR
+        h.new_empty(L, B, 2 * D),  # HW
+        h.new_empty(L, B, 2 * D),  # W
+    ], L
+
+
+@fake("ei_rehn_stack_step_backward")
+def _step_backward_fake(
+    grad_h, grad_d1, rate_h, weight0, proj, hyper_weight, AT, DG, MG, EG, H, SGZ, GBAR, HW, W
+):
+    B, D = AT.shape
+    L = GBAR.shape[0]  # the layers run: their gradients have no elements where none ran
+    if L > 0:
+        layers = _layer_grads_fake(AT, D, hyper_weight, L)
+    else:
+        layers = [AT.new_empty(0) for _ in range(7)]  # 7 tensors: outputs alias nothing
+    return [
+        AT.new_empty(B, 3 * D),  # p
+        AT.new_empty(B, D),  # h
+        AT.new_empty(D, D),  # rate_h
+        AT.new_empty(D),  # alpha
+        AT.new_empty(D),  # beta
+        *layers,
+    ]
+
+
+def _step_setup(ctx, inputs, output):
+    _p, _h, rate_h, _alpha, _beta, weight0, _bias, proj, _mix, hyper_weight, *_rest = inputs
+    (_h_t, _d1, n, mask, *saved), _layers = output  # AT, DG, MG, EG, H, SGZ, GBAR, HW, W
+    ctx.save_for_backward(rate_h, weight0, proj, hyper_weight, *saved)
+    ctx.mark_non_differentiable(n, mask, *saved)
+    ctx.set_materialize_grads(False)
+
+
+def _step_backward(ctx, grads, _grad_layers):
+    # the op returns (Tensor[], SymInt): the tensors' gradients come as one list, then the
+    # count's (None: an int has none)
+    saved = ctx.saved_tensors
+    grad_h = torch.zeros_like(saved[4]) if grads[0] is None else grads[0].contiguous()  # AT's
+    d = torch.ops.condrnn.ei_rehn_stack_step_backward(grad_h, grads[1], *saved)
+    return (*map(none_if_empty, d), None, None)
+
+
+autograd("ei_rehn_stack_step_forward", _step_backward, _step_setup)

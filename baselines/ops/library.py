@@ -1,61 +1,59 @@
-"""Optional fused CPU kernels: the fast inference paths (``fast_forward``) of SA-RNN and VC-RNN,
-and the methods' training kernels (``TrainingKernel``), as the PyTorch operators of one library.
+"""The kernel library: every C++ source of ``csrc`` built into one shared library whose ops are
+the namespace ``torch.ops.condrnn``, loaded once a process, with the ops' Python parts (fake
+implementations, backwards) registered once it is loaded; the kernels' status; the handle a
+method holds on its family's ops (``TrainingKernel``).
 
-In PyTorch, computing only the k updated rows of a recurrent matrix means gathering them (a copy)
-and reading them again, plus a few dozen small ops per step; at batch 1 that caps SA-RNN's
-realised speedup near a third of its FLOP reduction, and VC-RNN's, whose step is a few dozen
-torch ops on about a tenth of the weights at 90 % skip, is bound by their dispatch. The kernels
-in ``csrc/sarnn.cpp`` and ``csrc/vcrnn.cpp`` run each method's whole batch-1 inference sequence in
-C++, reading only the rows (and, for VC-RNN, columns) the updated units need, once, with no
-per-step Python dispatch. The helpers both use (``dot``, ``sigmoid``) are in ``csrc/common.h``.
+Each source ``csrc/<stem>.cpp`` declares its ops, ``condrnn::<stem>_<function>``, with their
+schemas (``TORCH_LIBRARY_FRAGMENT``) and registers their CPU implementations
+(``TORCH_LIBRARY_IMPL``); ``csrc/ops.cpp`` holds the namespace's ``TORCH_LIBRARY`` block, the
+conventions of the schemas, and the library's plain C functions (no tensor, so no op: who
+computes the kernels' matmuls, ``set_matmul``; the GEMM timing, ``matmul_seconds``), which
+Python calls through ctypes (``c_function``). No pybind11: the sources include ATen's ``Tensor``
+and operator headers and ``torch/library.h`` only. The op families' modules beside this one
+(``baselines/ops/<stem>.py``) declare each op's fake implementation (``fake``) and the forward
+op's backward (``autograd``), registered with the dispatcher when the library is loaded
+(``python_parts``).
 
-Every kernel is an operator of the library ``condrnn`` (``torch.ops.condrnn``): each source
-``csrc/<stem>.cpp`` declares its ops, ``condrnn::<stem>_<function>``, with their schemas
-(``TORCH_LIBRARY_FRAGMENT``) and registers their CPU implementations (``TORCH_LIBRARY_IMPL``);
-``csrc/ops.cpp`` holds the namespace's ``TORCH_LIBRARY`` block and the op the whole library
-shares, ``condrnn::matmul`` (who computes the kernels' matmuls, ``csrc/gemm.h``; the tests set
-it). No pybind11: the sources include ATen's ``Tensor`` and operator headers and
-``torch/library.h`` only. All of them are compiled into one shared library by one
-``torch.utils.cpp_extension.load`` (ninja compiles the sources in parallel), on first use (never
-at import), which needs a C++ compiler and ninja (the ``kernels`` extra), and loaded with
-``torch.ops.load_library``, once a process (``load_library``): its ops stay registered for the
-life of the process. The build says so in one line on stderr before it starts
-(``building 11 kernels (once, cached in DIR) ...``) and its time when done
-(``... built in 50 s``): 50 s on an idle 2-core machine for the whole library, where the 11
-separate pybind11 extensions it replaces took 260 s one after another (the README says how it
-was measured; each source includes only the ATen operators it calls, ``ATen/ops/<op>.h``:
-with ``ATen/ATen.h`` the library took 58 s). Where it cannot be built, or with
-``HARNESS_NO_KERNELS=1``, ``sarnn_kernel()`` / ``vcrnn_kernel()`` and the training kernels
-return None (one warning where a build fails) and callers fall back to their PyTorch path, which
-computes the same thing. Floating-point contraction is off so that the update decisions round
-exactly like PyTorch's elementwise ops (VC-RNN's sigmoids on its decision path are ATen's own
-``at::sigmoid_out``, see ``csrc/vcrnn.cpp``); dot products are vectorised reductions
-(``omp simd``), summed in a different order than BLAS, so outputs agree to rounding, as the
-PyTorch fast paths do.
+All sources are compiled into one shared library by one ``torch.utils.cpp_extension.load``
+(ninja compiles them in parallel), on first use (never at import), which needs a C++ compiler
+and ninja (the ``kernels`` extra), and loaded with ``torch.ops.load_library``, once a process
+(``load_library``): its ops stay registered for the life of the process. The build says so in
+one line on stderr before it starts (``building 11 kernels (once, cached in DIR) ...``) and its
+time when done (``... built in 50 s``): 50 s on an idle 2-core machine for the whole library,
+where the 11 separate pybind11 extensions it replaces took 260 s one after another (the README
+says how it was measured; each source includes only the ATen operators it calls,
+``ATen/ops/<op>.h``: with ``ATen/ATen.h`` the library took 58 s; benchmarks/test_build.py times
+it from an empty cache). Where it cannot be built, or with ``HARNESS_NO_KERNELS=1``, every
+kernel's loader returns None (one warning where a build fails) and callers take their PyTorch
+path, which computes the same thing. Floating-point contraction is off so that the update
+decisions round exactly like PyTorch's elementwise ops; dot products are vectorised reductions
+(``omp simd``), summed in a different order than BLAS, so outputs agree to rounding.
 
-The training kernels (``TrainingKernel``, issue 54) run a method's recurrence, forward and
-backward, in C++ behind its autograd Function: EI-REHN's step (``csrc/ei_rehn_stack.cpp``,
-``baselines.ops.ei_rehn_stack`` and ``_ei_rehn_fused``), the masked cell of Phased LSTM, Random
-Updates and the Clockwork RNN (``_masked_cell``), Phased LSTM's time gate (``_phased_gate``), and
-the sequences of Skip RNN (``_skip_gru``), SA-RNN (``_sarnn_train``), VC-RNN (``_vcrnn_train``),
-Delta GRU (``_delta_gru_seq``), EGRU (``_egru``) and SREHN (``_srehn``). Called, a
-``TrainingKernel`` returns its ops (``KernelOps``: ``kernel.forward`` is
-``torch.ops.condrnn.<stem>_forward``), which the autograd Functions call. Each is defined in its
-method's module, where ``method_code`` finds it: its own source (not the whole library's) is part
-of that method's code version, as the kernel runs in the training that records carry, and a
-sweep builds the library before its first run. The per-step PyTorch code is each one's reference,
-tested against it to float rounding, and the path wherever the kernel cannot run (eval, another
-device or dtype, no build, ``HARNESS_NO_KERNELS``).
+The kernels: the batch-1 inference sequences of SA-RNN and VC-RNN (``baselines.ops.sarnn``,
+``baselines.ops.vcrnn``: their fast paths, ``fast_forward``), and the training kernels
+(``TrainingKernel``), which run a method's recurrence, forward and backward: EI-REHN's layers and
+whole step (``ei_rehn_stack``), the masked cell of Phased LSTM, Random Updates and the Clockwork
+RNN (``masked_cell``), Phased LSTM's time gate (``phased_gate``), and the sequences of Skip RNN
+(``skip_gru``), SA-RNN (``sarnn_train``), VC-RNN (``vcrnn_train``), Delta GRU
+(``delta_gru_seq``), EGRU (``egru``) and SREHN (``srehn``). Called, a ``TrainingKernel``
+returns its ops (``KernelOps``: ``kernel.forward`` is ``torch.ops.condrnn.<stem>_forward``),
+which its family's wrapper calls. Each is defined in its family's module, where ``method_code``
+finds it from the method's module: its own source (not the whole library's) is part of that
+method's code version, as the kernel runs in the training that records carry, and a sweep builds
+the library before its first run. The per-step PyTorch code is each one's reference, tested
+against it to float rounding, and the path wherever the kernel cannot run (eval, CUDA, another
+dtype, no build, ``HARNESS_NO_KERNELS``).
 
-The kernels take CPU tensors only. Every caller asks ``on_cpu`` before it asks for a kernel: on
-another device (CUDA, meta) it takes its PyTorch path, which computes the same thing, and the
-first such fallback of each fast path in a process says so in one warning line.
+The ops run on CPU tensors (their C++) and on the meta device (their fake implementations; so do
+FakeTensor and ``torch.compile``). Every caller asks ``on_cpu`` (``meta=True`` for the training
+kernels, ``TrainingKernel.for_tensors``) before it asks for a kernel: on another device (CUDA)
+it takes its PyTorch path, which computes the same thing, and the first such fallback of each
+fast path in a process says so in one warning line.
 
-``sarnn_kernel_status()`` / ``vcrnn_kernel_status()`` / ``TrainingKernel.status()`` say
-which of the two happened without building anything: reports are rendered from measured rows, and
-rendering must never start a compiler. Every kernel is in the one library, so all share its state
-(``library_status``): "not tried" until something asks for a kernel, then "loaded" or
-"unavailable" for all of them.
+``library_status()`` (and each kernel's ``status()``) says which of the two happened without
+building anything: reports are rendered from measured rows, and rendering must never start a
+compiler. Every kernel is in the one library, so all share its state: "not tried" until
+something asks for a kernel, then "loaded" or "unavailable" for all of them.
 
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
 directory is keyed by a digest of every source and header, the flags, the torch version and this
@@ -332,15 +330,17 @@ class PythonParts:
             self.register()
 
     def register(self) -> None:
-        """Register what is declared and not yet registered (the library loaded)."""
+        """Register what is declared and not yet registered, for the ops the loaded library has
+        (tests/test_ops.py checks that every declaration names one of them)."""
         if self._lib is None:
             self._lib = torch.library.Library(LIBRARY, "FRAGMENT")
+        there = {op for op in [*self.fakes, *self.backwards] if hasattr(torch.ops.condrnn, op)}
         for op, function in self.fakes.items():
-            if ("fake", op) not in self.done:
+            if ("fake", op) not in self.done and op in there:
                 torch.library.register_fake(f"{LIBRARY}::{op}", function, lib=self._lib)
                 self.done.add(("fake", op))
         for op, (backward, setup) in self.backwards.items():
-            if ("autograd", op) not in self.done:
+            if ("autograd", op) not in self.done and op in there:
                 torch.library.register_autograd(
                     f"{LIBRARY}::{op}", backward, setup_context=setup, lib=self._lib
                 )
@@ -356,26 +356,6 @@ def none_if_empty(t: Any) -> Any:
     """None for an op's output that has no elements where the method has no such tensor (shape
     [0]: csrc/ops.cpp), else ``t``."""
     return None if t.dim() == 1 and t.shape[0] == 0 else t
-
-
-def sarnn_kernel_status() -> KernelStatus:
-    """The state of the SA-RNN kernel (the library's), found without building or loading it."""
-    return library_status()
-
-
-def sarnn_kernel() -> Any:
-    """The op ``condrnn::sarnn_sequence``, or None where the library cannot be built."""
-    return torch.ops.condrnn.sarnn_sequence.default if load_library("SA-RNN") else None
-
-
-def vcrnn_kernel_status() -> KernelStatus:
-    """The state of the VC-RNN kernel (the library's), found without building or loading it."""
-    return library_status()
-
-
-def vcrnn_kernel() -> Any:
-    """The op ``condrnn::vcrnn_sequence``, or None where the library cannot be built."""
-    return torch.ops.condrnn.vcrnn_sequence.default if load_library("VC-RNN") else None
 
 
 def kernel_sources(stem: str) -> tuple[Path, ...]:
@@ -417,12 +397,12 @@ class KernelOps:
 
 class TrainingKernel:
     """A method's training kernel, ``csrc/<stem>.cpp``: forward and backward of its recurrence in
-    C++, as ops of the library, behind the method's autograd Function.
+    C++, as ops of the library (the forward op's backward registered with it).
 
     Called, it returns its ops (``KernelOps``), the library built (or found built) and loaded at
     the first ask of a process, never at import, or None where it cannot be built (with one
     warning) or kernels are disabled; a build that compiles says so in one line on stderr.
-    Define it in the module of the method that trains with it: its sources
+    Define it in its op family's module (``baselines/ops/<stem>.py``): its sources
     (``kernel_source_files``) are part of the code version of every method whose modules hold it
     (``method_code``), and a sweep builds the library before its first run.
 

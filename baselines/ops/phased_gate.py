@@ -1,4 +1,5 @@
-"""Phased LSTM's time gate in C++, forward and backward, as one autograd node (issue 54).
+"""Phased LSTM's time gate in C++, forward and backward (issue 54), as the ops
+``condrnn::phased_gate_forward`` (its backward registered with it) and ``..._backward``.
 
 ``PhasedLSTM.time_gate`` computes the gate ``k [N, T, D]`` in about fifteen torch ops (float64
 phases, two ``where``) and autograd's backward in about thirty; with the masked cell's sequence
@@ -8,10 +9,11 @@ switched off as ``baselines.ops.library`` does for every training kernel), the t
 the CPU computes the same gate in one call each way (``time_gate_sequence``).
 
 ``PhasedLSTM.time_gate`` is the reference and the path everywhere else (eval, the per-step loop,
-off the CPU, another dtype, no build, ``HARNESS_NO_KERNELS=1``): the kernel equals its values
-exactly where no sum is involved (the phase is exact, eq. 7 rounds as the reference's ops do)
-and its gradients to float rounding (the sums over the batch and the steps in float64); tested in
-tests/test_kernel_phased_gate.py.
+off the CPU: one warning line, ``library.on_cpu``; another dtype, no build,
+``HARNESS_NO_KERNELS=1``): the kernel equals its values exactly where no sum is involved (the
+phase is exact, eq. 7 rounds as the reference's ops do) and its gradients to float rounding (the
+sums over the batch and the steps in float64); tested in tests/test_kernel_phased_gate.py. On the
+meta device the op runs (its fake implementation).
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel
+from baselines.ops.library import TrainingKernel, autograd, fake
 
 # Its source is part of Phased LSTM's code version (``method_code``).
 phased_gate_kernel = TrainingKernel("phased_gate", "Phased LSTM time-gate")
@@ -40,7 +41,9 @@ def time_gate_sequence(
     r_min: float,
     leak: float,
 ) -> Tensor:
-    """The gate ``k [N, T, D]`` at the timestamps ``tau [N, T]`` (float64).
+    """The gate ``k [N, T, D]`` at the timestamps ``tau [N, T]`` (float64), by the op
+    ``condrnn::phased_gate_forward`` (its backward registered with it: the gradients of P, s and
+    r_on).
 
     Args:
         kernel: ``gate_kernel``'s.
@@ -52,23 +55,36 @@ def time_gate_sequence(
         r_min: see ``r_on``.
         leak: alpha, k's slope outside the open phase.
     """
-    knobs = (float(min_period), float(r_min), float(leak))
-    return _TimeGate.apply(kernel, tau.contiguous(), period, shift, r_on, knobs)
+    params = (period.contiguous(), shift.contiguous(), r_on.contiguous())
+    return kernel.forward(tau.contiguous(), *params, float(min_period), float(r_min), float(leak))
 
 
-class _TimeGate(torch.autograd.Function):
-    """``time_gate_sequence``'s node: the kernel's k, and the gradients of P, s and r_on."""
+@fake("phased_gate_forward")
+def _forward_fake(tau, period, shift, r_on, min_period, r_min, leak):
+    N, S = tau.shape
+    return period.new_empty(N, S, period.shape[0])  # k, in P's dtype
 
-    @staticmethod
-    def forward(ctx, kernel, tau, period, shift, r_on, knobs):
-        period, shift, r_on = period.contiguous(), shift.contiguous(), r_on.contiguous()
-        ctx.kernel, ctx.knobs = kernel, knobs
-        ctx.save_for_backward(tau, period, shift, r_on)
-        return kernel.forward(tau, period, shift, r_on, *knobs)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        tau, period, shift, r_on = ctx.saved_tensors
-        d_p, d_s, d_r = ctx.kernel.backward(grad.contiguous(), tau, period, shift, r_on, *ctx.knobs)
-        return None, None, d_p, d_s, d_r, None
+@fake("phased_gate_backward")
+def _backward_fake(grad, tau, period, shift, r_on, min_period, r_min, leak):
+    return [torch.empty_like(period), torch.empty_like(period), torch.empty_like(period)]
+
+
+def _setup(ctx, inputs, output):
+    tau, period, shift, r_on, *knobs = inputs  # knobs: min_period, r_min, leak
+    ctx.knobs = knobs
+    ctx.save_for_backward(tau, period, shift, r_on)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad):
+    if grad is None:
+        return None, None, None, None, None, None, None
+    tau, period, shift, r_on = ctx.saved_tensors
+    d_p, d_s, d_r = torch.ops.condrnn.phased_gate_backward(
+        grad.contiguous(), tau, period, shift, r_on, *ctx.knobs
+    )
+    return None, d_p, d_s, d_r, None, None, None  # tau: timestamps, no gradient
+
+
+autograd("phased_gate_forward", _backward, _setup)

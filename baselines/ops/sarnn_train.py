@@ -1,4 +1,5 @@
-"""SA-RNN's training step over a whole sequence as one autograd node, in C++ (issue 54).
+"""SA-RNN's training step over a whole sequence in C++ (issue 54), forward and backward, as the
+ops ``condrnn::sarnn_train_forward`` (its backward registered with it) and ``..._backward``.
 
 SA-RNN's coordinator decides per unit and per step from the state (``u = 1[hsig_a(w_u * h + W_u x
 + b_u) > 0.5]``), so a training step is the coordinator, a dense GRU candidate and the mix
@@ -25,9 +26,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel
+from baselines.ops.library import TrainingKernel, autograd, fake
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 sarnn_train_kernel = TrainingKernel("sarnn_train", "SA-RNN training")
@@ -44,7 +44,9 @@ def sarnn_sequence(
     slope: float,
     before: bool,
 ) -> tuple[Tensor, Tensor]:
-    """All T steps of SA-RNN: ``(hs [B, T, D], u [B, T, D])``, the states and the update mask.
+    """All T steps of SA-RNN: ``(hs [B, T, D], u [B, T, D])``, the states and the update mask, by
+    the op ``condrnn::sarnn_train_forward`` (its backward registered with it: the gradients of
+    xp, h0, W and w_u).
 
     Args:
         kernel: ``sequence_kernel``'s.
@@ -56,28 +58,54 @@ def sarnn_sequence(
         slope: the hard sigmoid's slope a (it sets where u's gradient flows and its scale).
         before: the reset-before GRU form (else reset after the matmul).
     """
-    return _Sequence.apply(kernel, float(slope), bool(before), xp, h0, weight_hh, w_u)
+    args = (xp.contiguous(), h0.contiguous(), weight_hh.contiguous(), w_u.contiguous())
+    hs, u, *_saved = kernel.forward(*args, float(slope), bool(before))
+    return hs, u
 
 
-class _Sequence(torch.autograd.Function):
-    """``sarnn_sequence``'s node: the kernel's forward and the gradients of xp, h0, W, w_u."""
+@fake("sarnn_train_forward")
+def _forward_fake(xp, h0, weight, w_u, slope, before):
+    B, S, _XD = xp.shape
+    D = h0.shape[1]
+    return [
+        xp.new_empty(B, S, D),  # hs
+        xp.new_empty(B, S, D),  # U: the mask
+        xp.new_empty(S, B, 3 * D),  # A: the gate activations
+        xp.new_empty(S, B, D),  # X: W_n h (after) or r h (before)
+        xp.new_empty(S, B, D),  # P: where the clip passes u's gradient
+    ]
 
-    @staticmethod
-    def forward(ctx, kernel, slope, before, xp, h0, weight_hh, w_u):
-        ctx.set_materialize_grads(False)
-        weight_hh, w_u, h0 = weight_hh.contiguous(), w_u.contiguous(), h0.contiguous()
-        hs, u, *saved = kernel.forward(xp.contiguous(), h0, weight_hh, w_u, slope, before)
-        ctx.kernel, ctx.slope, ctx.before = kernel, slope, before
-        ctx.save_for_backward(weight_hh, w_u, h0, hs, u, *saved)
-        return hs, u
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_hs, grad_u):
-        weight_hh, w_u, h0, hs, u, A, X, P = ctx.saved_tensors
-        grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
-        grad_u = torch.zeros_like(u) if grad_u is None else grad_u.contiguous()
-        d_xp, d_h0, d_w, d_wu = ctx.kernel.backward(
-            grad_hs, grad_u, weight_hh, w_u, ctx.slope, h0, hs, u, A, X, P, ctx.before
-        )
-        return None, None, None, d_xp, d_h0, d_w, d_wu
+@fake("sarnn_train_backward")
+def _backward_fake(grad_hs, grad_u, weight, w_u, slope, h0, hs, U, A, X, P, before):
+    S, B, GD = A.shape
+    D = h0.shape[1]
+    return [
+        A.new_empty(B, S, 4 * D),  # xp
+        A.new_empty(B, D),  # h0
+        A.new_empty(GD, D),  # W
+        A.new_empty(D),  # w_u
+    ]
+
+
+def _setup(ctx, inputs, output):
+    _xp, h0, weight, w_u, slope, before = inputs
+    hs, u, *saved = output  # A, X, P: what only the backward reads
+    ctx.slope, ctx.before = slope, before
+    ctx.save_for_backward(weight, w_u, h0, hs, u, *saved)
+    ctx.mark_non_differentiable(*saved)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grads):
+    grad_hs, grad_u = grads[0], grads[1]
+    weight, w_u, h0, hs, u, A, X, P = ctx.saved_tensors
+    grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
+    grad_u = torch.zeros_like(u) if grad_u is None else grad_u.contiguous()
+    d_xp, d_h0, d_w, d_wu = torch.ops.condrnn.sarnn_train_backward(
+        grad_hs, grad_u, weight, w_u, ctx.slope, h0, hs, u, A, X, P, ctx.before
+    )
+    return d_xp, d_h0, d_w, d_wu, None, None
+
+
+autograd("sarnn_train_forward", _backward, _setup)

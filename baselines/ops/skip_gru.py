@@ -1,4 +1,5 @@
-"""Skip RNN's training sequence as one autograd node, in C++ (issue 54).
+"""Skip RNN's training sequence in C++ (issue 54), forward and backward, as the ops
+``condrnn::skip_gru_forward`` (its backward registered with it) and ``..._backward``.
 
 Skip-GRU's gate is a scalar per sequence and step computed from the candidate of the step before,
 so its update mask is not known before the recurrence; a training step is the GRU candidate, the
@@ -24,9 +25,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel
+from baselines.ops.library import TrainingKernel, autograd, fake
 
 FORMS = {"after": 0, "before": 1}
 """The GRU forms of the kernel, by name: the index ``csrc/skip_gru.cpp`` takes."""
@@ -47,7 +47,9 @@ def skip_sequence(
     w_p: Tensor,
     b_p: Tensor,
 ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
-    """All T steps of ``SkipRNN._step``: ``(hs [B, T, D], mask [B, T, D], final state)``.
+    """All T steps of ``SkipRNN._step``: ``(hs [B, T, D], mask [B, T, D], final state)``, by the
+    op ``condrnn::skip_gru_forward`` (its backward registered with it: the gradients of xp, the
+    initial state, W_hh, w_p and b_p).
 
     Args:
         kernel: ``sequence_kernel``'s.
@@ -59,39 +61,72 @@ def skip_sequence(
         w_p: the update-probability projection ``[1, D]``.
         b_p: its bias ``[1]``.
     """
-    hs, mask, cand, up, cum = _SkipSequence.apply(
-        kernel, FORMS[form], xp, *state, weight_hh, w_p, b_p
-    )
+    args = [t.contiguous() for t in (xp, *state, weight_hh, w_p, b_p)]
+    hs, mask, cand, up, cum, *_saved = kernel.forward(*args, FORMS[form])
     return hs, mask, (hs[:, -1], cand, mask[:, -1, :1], up, cum)
 
 
-class _SkipSequence(torch.autograd.Function):
-    """``skip_sequence``'s node: the kernel's forward and the gradients of xp, the initial state,
-    W_hh, w_p and b_p."""
+@fake("skip_gru_forward")
+def _forward_fake(xp, h0, n0, u0, up0, c0, weight, w_p, b_p, form):
+    S, B, GD = xp.shape
+    D = h0.shape[1]
+    return [
+        xp.new_empty(B, S, D),  # hs
+        xp.new_empty(B, S, D),  # mask
+        xp.new_empty(B, D),  # h~_T
+        torch.empty_like(up0),  # P_{T-1}
+        torch.empty_like(c0),  # C_T
+        xp.new_empty(S + 1, B, D),  # H: the states h_0 .. h_T
+        xp.new_empty(S + 1, B, D),  # N: the candidates h~_0 .. h~_T
+        xp.new_empty(S, B, GD),  # A: the gate activations
+        xp.new_empty(S, B, D),  # X: W_n h (after) or r h (before)
+        xp.new_empty(S, B, 5),  # Z: p, P, C_{t-1}, u~, u of every step
+    ]
 
-    @staticmethod
-    def forward(ctx, kernel, form, xp, h, cand, u, up, cum, weight_hh, w_p, b_p):
-        ctx.set_materialize_grads(False)
-        args = [t.contiguous() for t in (xp, h, cand, u, up, cum, weight_hh, w_p, b_p)]
-        hs, mask, cand_T, up_T, cum_T, *saved = kernel.forward(*args, form)  # H, N, A, X, Z
-        ctx.kernel, ctx.form = kernel, form
-        ctx.save_for_backward(args[3], args[4], args[6], args[7], *saved)
-        return hs, mask, cand_T, up_T, cum_T
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g_hs, g_mask, g_cand, g_up, g_cum):
-        u, up, weight_hh, w_p, H, N, A, X, Z = ctx.saved_tensors
-        B, T, D = H.shape[1], A.shape[0], H.shape[2]
-        grads = [
-            g.contiguous() if g is not None else H.new_zeros(shape)
-            for g, shape in (
-                (g_hs, (B, T, D)),
-                (g_mask, (B, T, D)),
-                (g_cand, (B, D)),
-                (g_up, u.shape),
-                (g_cum, u.shape),
-            )
-        ]
-        d_xp, *rest = ctx.kernel.backward(*grads, u, up, weight_hh, w_p, H, N, A, X, Z, ctx.form)
-        return None, None, d_xp, *rest
+@fake("skip_gru_backward")
+def _backward_fake(
+    grad_hs, grad_mask, grad_n, grad_up, grad_cum, u0, up0, weight, w_p, H, N, A, X, Z, form
+):
+    B, D = H.shape[1], H.shape[2]
+    return [
+        torch.empty_like(A),  # xp
+        H.new_empty(B, D),  # h_0
+        H.new_empty(B, D),  # h~_0
+        torch.empty_like(u0),  # u_0
+        torch.empty_like(grad_up),  # P_{-1}
+        torch.empty_like(grad_cum),  # C_0
+        torch.empty_like(weight),  # W_hh
+        torch.empty_like(w_p),  # w_p
+        H.new_empty(1),  # b_p
+    ]
+
+
+def _setup(ctx, inputs, output):
+    _xp, _h, _cand, u, up, _cum, weight, w_p, _b_p, form = inputs
+    saved = output[5:]  # H, N, A, X, Z: what only the backward reads
+    ctx.form = form
+    ctx.save_for_backward(u, up, weight, w_p, *saved)
+    ctx.mark_non_differentiable(*saved)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grads):
+    u, up, weight, w_p, H, N, A, X, Z = ctx.saved_tensors
+    B, T, D = H.shape[1], A.shape[0], H.shape[2]
+    g_hs, g_mask, g_cand, g_up, g_cum = grads[:5]
+    grads = [
+        g.contiguous() if g is not None else H.new_zeros(shape)
+        for g, shape in (
+            (g_hs, (B, T, D)),
+            (g_mask, (B, T, D)),
+            (g_cand, (B, D)),
+            (g_up, u.shape),
+            (g_cum, u.shape),
+        )
+    ]
+    d = torch.ops.condrnn.skip_gru_backward(*grads, u, up, weight, w_p, H, N, A, X, Z, ctx.form)
+    return *d, None
+
+
+autograd("skip_gru_forward", _backward, _setup)

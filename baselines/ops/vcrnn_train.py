@@ -1,4 +1,5 @@
-"""VC-RNN's training forward over a whole sequence as one autograd node, in C++ (issue 54).
+"""VC-RNN's training forward over a whole sequence in C++ (issue 54), as the ops
+``condrnn::vcrnn_train_forward`` (its backward registered with it) and ``..._backward``.
 
 VC-RNN's scheduler reads the state, so its mask cannot be computed before the recurrence: a
 training step is the scheduler's dot product and sigmoid, the soft mask and its threshold, the GRU
@@ -15,7 +16,8 @@ recurrence) and the soft mask ``e`` (the update mask is ``e > 0``).
 run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
 ``HARNESS_NO_KERNELS=1``): the kernel equals it to float rounding, not bit for bit
 (tests/test_kernel_vcrnn_train.py: values, masks, ``m`` and the gradients of every parameter, the
-input and the initial state, in float64 and float32).
+input and the initial state, in float64 and float32). On the meta device the op runs (its fake
+implementation).
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel
+from baselines.ops.library import TrainingKernel, autograd, fake, none_if_empty
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 vcrnn_train_kernel = TrainingKernel("vcrnn_train", "VC-RNN training")
@@ -44,7 +45,10 @@ def vc_sequence(
     mask_input: bool,
     before: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """All T steps of ``VCRNN._step``: ``(hs [B, T, D], m [B, T], e [B, T, D])``.
+    """All T steps of ``VCRNN._step``: ``(hs [B, T, D], m [B, T], e [B, T, D])``, by the op
+    ``condrnn::vcrnn_train_forward`` (its backward registered with it: the gradients of the input
+    terms, x (input masked), h0, W_h, w_h and (input masked) W_i and b_i; e is not
+    differentiable).
 
     Args:
         kernel: ``sequence_kernel``'s.
@@ -68,48 +72,71 @@ def vc_sequence(
     else:
         weight, b = torch.cat([sched_x, weight_ih]), torch.cat([sched_b, bias])
     p = torch.addmm(b, x_t, weight.t().contiguous()).view(T, B, -1)  # [T, B, G]
-    xs = x_t.view(T, B, V) if mask_input else _NONE
-    hs, m, e = _VCSequence.apply(
-        kernel, (float(sharpness), float(eps), before), p, xs, h0, weight_hh, sched_h,
-        weight_ih if mask_input else _NONE, bias if mask_input else _NONE,
+    none = x.new_empty(0)  # what the op takes for a tensor it has not
+    if mask_input:
+        xs, weight_ih, bias = x_t.view(T, B, V), weight_ih.contiguous(), bias.contiguous()
+    else:
+        xs, weight_ih, bias = none, none, none
+    hs, m, e, *_saved = kernel.forward(
+        p.contiguous(), xs, h0.contiguous(), weight_hh.contiguous(), sched_h.contiguous().view(-1),
+        weight_ih, bias, float(sharpness), float(eps), bool(before),
     )  # fmt: skip
     return hs, m, e
 
 
-class _VCSequence(torch.autograd.Function):
-    """``vc_sequence``'s node: the kernel's forward and the gradients of the input terms, x (input
-    masked), h0, W_h, w_h and (input masked) W_i and b_i."""
-
-    @staticmethod
-    def forward(ctx, kernel, knobs, p, xs, h0, weight_hh, sched_h, weight_ih, bias):
-        ctx.set_materialize_grads(False)
-        sharpness, eps, before = knobs
-        weight_hh, sched_h = weight_hh.contiguous(), sched_h.contiguous().view(-1)
-        xs, weight_ih, bias = xs.contiguous(), weight_ih.contiguous(), bias.contiguous()
-        hs, m, e, *saved = kernel.forward(
-            p.contiguous(), xs, h0.contiguous(), weight_hh, sched_h, weight_ih, bias,
-            sharpness, eps, before,
-        )  # fmt: skip
-        saved = [_NONE if s is None else s for s in saved]  # HB, A, X, EX
-        ctx.kernel, ctx.knobs, ctx.G = kernel, knobs, p.shape[2]
-        ctx.save_for_backward(xs, h0, hs, m, e, weight_hh, sched_h, weight_ih, *saved)
-        ctx.mark_non_differentiable(e)
-        return hs, m, e
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_hs, grad_m, _grad_e):
-        xs, h0, hs, m, e, weight_hh, sched_h, weight_ih, HB, A, X, EX = ctx.saved_tensors
-        grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
-        grad_m = torch.zeros_like(m) if grad_m is None else grad_m.contiguous()
-        sharpness, _, before = ctx.knobs
-        d_p, d_xs, d_h0, d_whh, d_wh, d_wih, d_bias = ctx.kernel.backward(
-            grad_hs, grad_m, xs, h0, hs, m, e, HB, A, X, EX, weight_hh, sched_h, weight_ih,
-            sharpness, ctx.G, before,
-        )  # fmt: skip
-        masked = xs.numel() > 0
-        d_xs, d_wih, d_bias = (d_xs, d_wih, d_bias) if masked else (None, None, None)
-        return None, None, d_p, d_xs, d_h0, d_whh, d_wh.view(1, -1), d_wih, d_bias
+@fake("vcrnn_train_forward")
+def _forward_fake(P, xt, h0, whh, wh, wih, bias, lam, eps, before):
+    S, B, _G = P.shape
+    D = h0.shape[1]
+    masked = xt.numel() > 0
+    return [
+        P.new_empty(B, S, D),  # hs
+        P.new_empty(B, S),  # m
+        P.new_empty(B, S, D),  # e: the soft mask
+        P.new_empty(S, B, D),  # HB: e * h_{t-1}
+        P.new_empty(S, B, 3 * D),  # A: r, z, n
+        P.new_empty(S, B, D),  # X: W_n hb (after) or r * hb (before)
+        P.new_empty(S, B, D) if masked else P.new_empty(0),  # EX: e * x_t
+    ]
 
 
-_NONE = torch.empty(0)  # what the kernel takes and gives for a tensor it has not
+@fake("vcrnn_train_backward")
+def _backward_fake(grad_hs, grad_m, xt, h0, hs, M, E, HB, A, X, EX, whh, wh, wih, lam, G, before):
+    S, B = A.shape[0], A.shape[1]
+    D = h0.shape[1]
+    masked = xt.numel() > 0
+    return [
+        A.new_empty(S, B, G),  # P
+        A.new_empty(S, B, D) if masked else A.new_empty(0),  # x
+        A.new_empty(B, D),  # h0
+        A.new_empty(3 * D, D),  # W_h
+        A.new_empty(D),  # w_h
+        A.new_empty(3 * D, D) if masked else A.new_empty(0),  # W_i
+        A.new_empty(3 * D) if masked else A.new_empty(0),  # b_i
+    ]
+
+
+def _setup(ctx, inputs, output):
+    P, xs, h0, weight_hh, sched_h, weight_ih, _bias, sharpness, _eps, before = inputs
+    hs, m, e, *saved = output  # HB, A, X, EX: what only the backward reads
+    ctx.knobs, ctx.G = (sharpness, before), P.shape[2]
+    ctx.save_for_backward(xs, h0, hs, m, e, weight_hh, sched_h, weight_ih, *saved)
+    ctx.mark_non_differentiable(e, *saved)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grads):
+    g_hs, g_m = grads[0], grads[1]
+    xs, h0, hs, m, e, weight_hh, sched_h, weight_ih, HB, A, X, EX = ctx.saved_tensors
+    g_hs = torch.zeros_like(hs) if g_hs is None else g_hs.contiguous()
+    g_m = torch.zeros_like(m) if g_m is None else g_m.contiguous()
+    sharpness, before = ctx.knobs
+    d_p, d_xs, d_h0, d_whh, d_wh, d_wih, d_bias = torch.ops.condrnn.vcrnn_train_backward(
+        g_hs, g_m, xs, h0, hs, m, e, HB, A, X, EX, weight_hh, sched_h, weight_ih, sharpness,
+        ctx.G, before,
+    )  # fmt: skip
+    d_xs, d_wih, d_bias = none_if_empty(d_xs), none_if_empty(d_wih), none_if_empty(d_bias)
+    return d_p, d_xs, d_h0, d_whh, d_wh, d_wih, d_bias, None, None, None
+
+
+autograd("vcrnn_train_forward", _backward, _setup)

@@ -159,9 +159,12 @@ std::vector<at::Tensor> backward(const at::Tensor& gys, const at::Tensor& gos,
   return {DWX, dc, dy, dR, drh.sum(0), dthr.sum(0)};
 }
 
+// dampening and support: the backward's (H's pseudo-derivative), in the forward's schema so
+// that the backward registered with it (baselines/ops/egru.py) finds them among its inputs.
 std::vector<at::Tensor> sequence_forward(const at::Tensor& wx, const at::Tensor& c0,
                                          const at::Tensor& y0, const at::Tensor& R,
-                                         const at::Tensor& rbias, const at::Tensor& thr) {
+                                         const at::Tensor& rbias, const at::Tensor& thr,
+                                         double /*dampening*/, double /*support*/) {
   TORCH_CHECK(wx.dim() == 3 && wx.is_contiguous() && thr.is_contiguous(), "contiguous wx, thr");
   TORCH_CHECK(wx.size(2) == 3 * c0.size(1) && wx.size(1) == c0.size(0), "wx [T, B, 3D], c0 [B, D]");
   std::vector<at::Tensor> out;
@@ -187,11 +190,12 @@ std::vector<at::Tensor> sequence_backward(const at::Tensor& gys, const at::Tenso
 
 }  // namespace
 
-// The ops (csrc/ops.cpp): an EGRU layer, whole sequence: ys, os, c_T, saved; its gradients:
-// wx, c0, y0, R, b', theta.
+// The ops (csrc/ops.cpp): an EGRU layer, whole sequence: ys, os, c_T, saved (the forward takes
+// the pseudo-derivative's dampening and support for its backward only); its gradients: wx, c0,
+// y0, R, b', theta.
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
-  m.def("egru_forward(Tensor wx, Tensor c0, Tensor y0, Tensor R, Tensor rbias, Tensor thr)"
-        " -> Tensor[]");
+  m.def("egru_forward(Tensor wx, Tensor c0, Tensor y0, Tensor R, Tensor rbias, Tensor thr,"
+        " float dampening, float support) -> Tensor[]");
   m.def("egru_backward(Tensor gys, Tensor gos, Tensor gc, Tensor R, Tensor thr, Tensor Y,"
         " Tensor C, Tensor A, Tensor HG, Tensor CT, float dampening, float support)"
         " -> Tensor[]");

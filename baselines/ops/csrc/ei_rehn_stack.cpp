@@ -1,8 +1,8 @@
 // EI-REHN's training step, forward and backward, loaded by baselines/ops/ei_rehn_stack.py
-// (``ei_rehn_stack_kernel``): ``forward``/``backward`` are a step's highway layers, for
-// baselines/ops/ei_rehn_stack.py; ``step_forward``/``step_backward`` the whole step (the local
-// rate, the elastic gate and its depth trace, then the same layers), for baselines/ops/ei_rehn_fused.py,
-// which EI-REHN's training runs. The gate is ``_gate``/``_ElasticGate`` of baselines/_elastic.py
+// (``ei_rehn_stack_kernel``): ``forward``/``backward`` are a step's highway layers
+// (``stack_layers``); ``step_forward``/``step_backward`` the whole step (the local rate, the
+// elastic gate and its depth trace, then the same layers; ``fused_step``), which EI-REHN's
+// training runs. The gate is ``_gate``/``_ElasticGate`` of baselines/_elastic.py
 // (the reference; see ``elastic_gate_forward`` in elastic_gate.h).
 //
 // The layers:
@@ -398,13 +398,13 @@ std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
   return grads;
 }
 
-// One training step of EI-REHN's ``_train_forward`` (baselines/ops/ei_rehn_fused.py): the local
+// One training step of EI-REHN's ``_train_forward`` (``fused_step``): the local
 // rate alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace, then
 // the layers 1..L, L = max(max_b R_b, first) (``stack_layers``). p [B, 3D] is the step's input
 // terms [W_a,x x + b_a; W_x x + b] (rows of any stride). Returns ({h_t, d^1, n, mask, saved...},
 // L); saved = {AT, DG, MG, EG, H, SGZ, GBAR, HW, W} for ``ei_rehn_step_backward`` (H [1, B, D]:
 // h^0 = h, as ``forward_layers`` saves).
-std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
+std::tuple<std::vector<at::Tensor>, c10::SymInt> ei_rehn_step_forward(
     at::Tensor p, at::Tensor h, at::Tensor rate_h, at::Tensor alpha, at::Tensor beta,
     at::Tensor weight0, at::Tensor bias, at::Tensor proj, at::Tensor mix_bias,
     at::Tensor hyper_weight, at::Tensor hyper_bias, at::Tensor init, int64_t r_max, bool first) {
@@ -453,7 +453,7 @@ std::tuple<std::vector<at::Tensor>, int64_t> ei_rehn_step_forward(
     });
   }
   at::Tensor d1 = DG.select(1, 0).clone();
-  return {{out, d1, n, mask, AT, DG, MG, EG, H, SGZ, GBAR, HW, W}, L};
+  return {{out, d1, n, mask, AT, DG, MG, EG, H, SGZ, GBAR, HW, W}, c10::SymInt(L)};
 }
 
 // The gradients of ``ei_rehn_step_forward``'s inputs p, h, rate_h, alpha, beta, weight0, bias,
@@ -474,7 +474,8 @@ std::vector<at::Tensor> ei_rehn_step_backward(
   TORCH_CHECK(!has_d1 || (gd1.sizes() == AT.sizes() && gd1.scalar_type() == AT.scalar_type()),
               "ei_rehn_step_backward: grad_d1 shape");
   const auto opts = grad_h.options();
-  std::vector<at::Tensor> layer_grads(10, at::empty({0}, opts));
+  std::vector<at::Tensor> layer_grads;  // none where no layer ran: 10 tensors, no two alike
+  for (int i = 0; i < 10; ++i) layer_grads.push_back(at::empty({0}, opts));
   at::Tensor dp = at::empty({B, 3 * D}, opts), dalpha = at::empty({D}, opts);
   at::Tensor dbeta = at::empty({D}, opts), dat = at::empty({B, D}, opts), dh;
   AT_DISPATCH_FLOATING_TYPES(grad_h.scalar_type(), "ei_rehn_step_backward", [&] {
@@ -527,7 +528,7 @@ TORCH_LIBRARY_FRAGMENT(condrnn, m) {
   m.def("ei_rehn_stack_step_forward(Tensor p, Tensor h, Tensor rate_h, Tensor alpha,"
         " Tensor beta, Tensor weight0, Tensor bias, Tensor proj, Tensor mix_bias,"
         " Tensor hyper_weight, Tensor hyper_bias, Tensor init, int r_max, bool first)"
-        " -> (Tensor[], int)");
+        " -> (Tensor[], SymInt)");
   m.def("ei_rehn_stack_step_backward(Tensor grad_h, Tensor? grad_d1, Tensor rate_h,"
         " Tensor weight0, Tensor proj, Tensor hyper_weight, Tensor AT, Tensor DG, Tensor MG,"
         " Tensor EG, Tensor H, Tensor SGZ, Tensor GBAR, Tensor HW, Tensor W) -> Tensor[]");

@@ -1,0 +1,33 @@
+"""VC-RNN's batch-1 inference loop in C++, as the op ``condrnn::vcrnn_sequence``
+(``csrc/vcrnn.cpp``): the fast path of ``VCRNN.fast_forward`` at batch 1 on the CPU, which reads
+only the rows and columns of the weights the updated units need, once a step, with no per-step
+Python dispatch (``baselines.ops.library`` says why and how it is built).
+
+It is inference only (no backward). Its outputs' shapes follow from its inputs' (the outputs
+``[T, D]``, the update mask ``[T, D]`` and the scheduler's ``m [T]``): the fake implementation
+gives them, so the op also runs on the meta device and under FakeTensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from baselines.ops.library import KernelStatus, fake, library_status, load_library
+
+
+def vcrnn_kernel_status() -> KernelStatus:
+    """The state of the VC-RNN kernel (the library's), found without building or loading it."""
+    return library_status()
+
+
+def vcrnn_kernel() -> Any:
+    """The op ``condrnn::vcrnn_sequence``, or None where the library cannot be built."""
+    return torch.ops.condrnn.vcrnn_sequence.default if load_library("VC-RNN") else None
+
+
+@fake("vcrnn_sequence")
+def _sequence_fake(hh, ih, sched_h, sched_x, xs, index, sharpness, eps, masked, before):
+    T, D = xs.shape[0], index.shape[0]
+    return [xs.new_empty(T, D), xs.new_empty(T, D), xs.new_empty(T)]  # outputs, mask, m
