@@ -99,7 +99,7 @@ MATMULS = {"gemm512": 0, "blas": 1, "aten-mm": 2}  # csrc/gemm.h's ``Matmul``
 def with_matmul(ops: Any, name: str) -> Iterator[Any]:
     """A built kernel's ``ops`` (``built``) with the library's matmuls by ``name`` (a key of
     ``MATMULS``: its own AVX-512 gemm in float32, the BLAS, ATen's mm; one mode for every kernel,
-    ``condrnn::matmul``), skipping where that cannot run here; set back to the default (gemm512
+    ``library.set_matmul``), skipping where that cannot run here; set back to the default (gemm512
     where it can) afterwards."""
     mode = MATMULS[name]
     if ops.matmul(mode) != mode:

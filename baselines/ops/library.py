@@ -368,7 +368,8 @@ def kernel_sources(stem: str) -> tuple[Path, ...]:
 class KernelOps:
     """The ops of one kernel of the loaded library, as attributes: ``forward`` is
     ``torch.ops.condrnn.<stem>_forward`` (its one overload), ``matmul`` the library's
-    ``condrnn::matmul`` (one mode for every kernel).
+    ``set_matmul`` (one mode for every kernel), and a plain C function of the kernel's source
+    (``condrnn_<stem>_<name>``, no tensor: ``pool_held``) where no op has the name.
 
     Args:
         stem: the kernel's source name in ``csrc``, without ``.cpp``.

@@ -7,7 +7,8 @@
 //
 // The layers:
 // Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/ops/ei_rehn_stack.py (the
-// equations are in its docstring; the Python code is the reference), without a Python call per layer: the
+// equations are in its docstring; the Python code is the reference), without a Python call per
+// layer: the
 // matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; into preallocated buffers; the
 // weight
 // gradients one matmul per weight over the stacked rows of every layer), tanh and sigmoid are
@@ -399,7 +400,8 @@ std::vector<at::Tensor> ei_rehn_stack_backward(at::Tensor grad_h, at::Tensor d,
 }
 
 // One training step of EI-REHN's ``_train_forward`` (``fused_step``): the local
-// rate alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace, then
+// rate alpha_t = sigmoid(p_a + h W_a,h^T) (eq. 14), the gate of every layer and its depth trace,
+// then
 // the layers 1..L, L = max(max_b R_b, first) (``stack_layers``). p [B, 3D] is the step's input
 // terms [W_a,x x + b_a; W_x x + b] (rows of any stride). Returns ({h_t, d^1, n, mask, saved...},
 // L); saved = {AT, DG, MG, EG, H, SGZ, GBAR, HW, W} for ``ei_rehn_step_backward`` (H [1, B, D]:

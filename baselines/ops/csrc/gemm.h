@@ -1,13 +1,19 @@
 // A register-blocked AVX-512 float32 matmul for the kernels' per-step products (``gemm512``),
-// who computes the products (``matmul_mode``, which the tests set through the library's op
-// ``condrnn::matmul``, csrc/ops.cpp), and ``mm_into``, a matmul on tensors (views) that takes
-// gemm512 where it can and ATen's mm elsewhere.
+// who computes the products (``matmul_mode``, which the tests set through the library's C
+// function ``condrnn_set_matmul``, csrc/ops.cpp), and ``mm_into``, a matmul on tensors (views)
+// that takes gemm512 where it can and ATen's mm elsewhere.
 //
-// Why: on one core of the project's machines (AMD EPYC, Zen 5) MKL, the BLAS of torch's x86
-// wheels, runs its Zen (AVX2) code at 45-55 GMAC/s, this kernel at 120-130, as oneDNN's AVX-512
-// code in the fused ``nn.GRU``/``nn.LSTM`` the methods are held against. It sums over k in its
-// own order (one fused multiply-add a k, chunks of 256): equal to ATen's products to float
-// rounding, not bit for bit. float64, a CPU without AVX-512, or ``matmul_mode() != OWN``: ATen.
+// Why (benchmarks/test_gemm.py: one core, float32, the kernels' shapes, timed in C++; this AMD
+// EPYC with AVX-512, 2026-12-05): gemm512 runs the products of the paper presets' training steps
+// at 33-57 GMAC/s, MKL's sgemm (the BLAS of torch's x86 wheels) at 26-51 and ATen's mm at 18-50:
+// they take 1.1-2.4x as long (the smaller the product, the more), 1.2-1.3x on the weight
+// gradient's long products (k = T B). oneDNN's matmul as torch ships it (timed from Python
+// against torch.mm alike) is 0.5-1.5x ATen's mm there. libxsmm (a Debian package; PyPI's
+// "libxsmm" is an empty placeholder) ties with gemm512 per step (0.88-1.02x) and takes up to
+// 2.7x as long on the longest products. (On the machine issue 64 was measured on: 120-130
+// GMAC/s against MKL's Zen (AVX2) code at 45-55.) It sums over k in its own order (one fused
+// multiply-add a k, chunks of 256): equal to ATen's products to float rounding, not bit for bit.
+// float64, a CPU without AVX-512, or ``matmul_mode() != OWN``: ATen.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -42,7 +48,8 @@ inline Matmul& matmul_mode() {
 }
 
 // Sets the mode; returns who computes float32 products from now on (OWN only with AVX-512, BLAS
-// only where torch exports sgemm_ and dgemm_). The op ``condrnn::matmul`` (csrc/ops.cpp).
+// only where torch exports sgemm_ and dgemm_). The C function ``condrnn_set_matmul``
+// (csrc/ops.cpp).
 inline int64_t set_matmul(int64_t mode) {
   TORCH_CHECK(mode >= OWN && mode <= ATEN, "matmul: 0 (gemm512), 1 (BLAS) or 2 (ATen)");
   matmul_mode() = static_cast<Matmul>(mode);

@@ -16,7 +16,7 @@
 // on one core of the project's machines (AMD EPYC, Zen 5) MKL, the BLAS of torch's x86 wheels,
 // runs its Zen (AVX2) code at 45-55 GMAC/s, this register-blocked AVX-512 kernel at 120-130, as
 // oneDNN's AVX-512 code in the fused ``nn.LSTM`` the methods are held against. Otherwise
-// (float64, no AVX-512, or as the tests choose with ``condrnn::matmul``) they call the BLAS
+// (float64, no AVX-512, or as the tests choose with ``condrnn_set_matmul``) they call the BLAS
 // torch links (``sgemm_``/``dgemm_``; where it does not export them, ATen's ``mm`` on views of
 // the same memory). Each sums over k in its own order: equal to float rounding. Tanh and
 // sigmoid are ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has

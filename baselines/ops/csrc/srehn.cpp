@@ -139,7 +139,8 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
 
 // The gradients of p, h0, rate_h, alpha, beta, weight and bias (bias's has no elements, shape
 // [0], where R = 1: the per-step path's layer 1 takes its bias with p) from those of hs and d^1
-// (each may be undefined: none). As the forward, the matmuls work on fixed buffers (gh, gm, da, dpre) and the
+// (each may be undefined: none). As the forward, the matmuls work on fixed buffers (gh, gm, da,
+// dpre) and the
 // loops read and write the saved tensors by pointer.
 template <typename T>
 std::vector<at::Tensor> backward(const at::Tensor& grad_hs, const at::Tensor& grad_d1,
