@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernel_support import OnCuda, training_kernels
+from kernel_support import OnCuda, train_on_meta, training_kernels
 
 import baselines
 import baselines.sa_rnn
@@ -169,18 +169,8 @@ def test_with_the_kernels_a_method_trains_on_meta_through_its_ops(name):
         with pytest.raises(Exception, match="data-dependent"):
             train_step(model)
         return
-    x = torch.randn(B, T, V, device="meta")
-    out = model.train()(x)
-    (out.outputs.sum() + (0 if out.aux_loss is None else out.aux_loss)).backward()
-    nodes, todo = set(), [out.outputs.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and type(node).__name__ not in nodes:
-            nodes.add(type(node).__name__)
-            todo.extend(f for f, _ in node.next_functions)
+    nodes = train_on_meta(model, (B, T, V))
     assert any(n.startswith("GeneratedBackwardFor_condrnn_") for n in nodes), sorted(nodes)
-    for pname, p in model.named_parameters():
-        assert p.grad is not None and p.grad.device.type == "meta", pname
 
 
 FUSED = [
