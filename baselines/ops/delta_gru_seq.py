@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 delta_gru_seq_kernel = TrainingKernel("delta_gru_seq", "Delta GRU training")
@@ -133,15 +133,12 @@ def _backward(ctx, grads):
     grad_hs, grad_dhs, grad_acc_x, grad_h_hat, grad_acc = grads[:5]
     weight, h0, hs, dhs, A, N, K = ctx.saved_tensors
 
-    def given(grad: Tensor | None, like: Tensor) -> Tensor:
-        return torch.zeros_like(like) if grad is None else grad.contiguous()
-
     d_proj, d_m0, d_h0, d_h_hat0, d_acc_h0, d_w = torch.ops.condrnn.delta_gru_seq_backward(
-        given(grad_hs, hs),
+        incoming(grad_hs, hs),
         hs.new_empty(0) if grad_dhs is None else grad_dhs.contiguous(),  # none: no regulariser
-        given(grad_acc_x, A[0]),
-        given(grad_h_hat, h0),
-        given(grad_acc, A[0]),
+        incoming(grad_acc_x, A[0]),
+        incoming(grad_h_hat, h0),
+        incoming(grad_acc, A[0]),
         weight,
         h0,
         hs,

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 egru_kernel = TrainingKernel("egru", "EGRU training")
@@ -118,13 +118,10 @@ def _backward(ctx, grads):
     R, thr, Y, C, A, HG, CT = ctx.saved_tensors
     S, B, D = HG.shape
 
-    def given(grad: Tensor | None, *shape: int) -> Tensor:
-        return HG.new_zeros(shape) if grad is None else grad.contiguous()
-
     d_wx, d_c0, d_y0, d_R, d_rbias, d_thr = torch.ops.condrnn.egru_backward(
-        given(grad_ys, B, S, D),
-        given(grad_os, B, S, D),
-        given(grad_c, B, D),
+        incoming(grad_ys, HG, B, S, D),
+        incoming(grad_os, HG, B, S, D),
+        incoming(grad_c, HG, B, D),
         R,
         thr,
         Y,

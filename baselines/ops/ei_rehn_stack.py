@@ -79,7 +79,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel, autograd, fake, none_if_empty
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming, none_if_empty
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
@@ -268,7 +268,7 @@ def _stack_setup(ctx, inputs, output):
 
 def _stack_backward(ctx, grads):
     saved = ctx.saved_tensors
-    grad_h = torch.zeros_like(saved[4][0]) if grads[0] is None else grads[0].contiguous()
+    grad_h = incoming(grads[0], saved[4][0])
     d = torch.ops.condrnn.ei_rehn_stack_backward(grad_h, *saved)
     return tuple(map(none_if_empty, d))
 
@@ -378,7 +378,7 @@ def _step_backward(ctx, grads, _grad_layers):
     # the op returns (Tensor[], SymInt): the tensors' gradients come as one list, then the
     # count's (None: an int has none)
     saved = ctx.saved_tensors
-    grad_h = torch.zeros_like(saved[4]) if grads[0] is None else grads[0].contiguous()  # AT's
+    grad_h = incoming(grads[0], saved[4])  # shaped like AT
     d = torch.ops.condrnn.ei_rehn_stack_step_backward(grad_h, grads[1], *saved)
     return (*map(none_if_empty, d), None, None)
 

@@ -352,6 +352,15 @@ fake = python_parts.fake
 autograd = python_parts.autograd
 
 
+def incoming(grad: Any, like: Any, *shape: int) -> Any:
+    """The gradient arriving at an op's output, contiguous as the kernels read it, or zeros where
+    none arrived (the ops' backwards do not materialise gradients): shaped like ``like``, or
+    ``shape`` in its dtype and device."""
+    if grad is not None:
+        return grad.contiguous()
+    return like.new_zeros(shape) if shape else torch.zeros_like(like)
+
+
 def none_if_empty(t: Any) -> Any:
     """None for an op's output that has no elements where the method has no such tensor (shape
     [0]: csrc/ops.cpp), else ``t``."""

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, none_if_empty
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming, none_if_empty
 
 CELLS = {"tanh": 0, "gru": 1, "lstm": 2}
 """The cells of the kernel, by name: the index ``csrc/masked_cell.cpp`` takes."""
@@ -108,9 +108,9 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grads):
     g_hs, g_c = grads[0], grads[1]
     weight, m, H, A, X, C = ctx.saved_tensors
-    g_hs = torch.zeros_like(m) if g_hs is None else g_hs.contiguous()
+    g_hs = incoming(g_hs, m)
     if ctx.cell == CELLS["lstm"]:
-        g_c = torch.zeros_like(H[0]) if g_c is None else g_c.contiguous()
+        g_c = incoming(g_c, H[0])
     else:
         g_c = H.new_empty(0)
     d_xp, d_h0, d_c0, d_w, d_m = torch.ops.condrnn.masked_cell_backward(

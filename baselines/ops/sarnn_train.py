@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 sarnn_train_kernel = TrainingKernel("sarnn_train", "SA-RNN training")
@@ -100,8 +100,8 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grads):
     grad_hs, grad_u = grads[0], grads[1]
     weight, w_u, h0, hs, u, A, X, P = ctx.saved_tensors
-    grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
-    grad_u = torch.zeros_like(u) if grad_u is None else grad_u.contiguous()
+    grad_hs = incoming(grad_hs, hs)
+    grad_u = incoming(grad_u, u)
     d_xp, d_h0, d_w, d_wu = torch.ops.condrnn.sarnn_train_backward(
         grad_hs, grad_u, weight, w_u, ctx.slope, h0, hs, u, A, X, P, ctx.before
     )

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming
 
 FORMS = {"after": 0, "before": 1}
 """The GRU forms of the kernel, by name: the index ``csrc/skip_gru.cpp`` takes."""
@@ -116,14 +116,11 @@ def _backward(ctx, grads):
     B, T, D = H.shape[1], A.shape[0], H.shape[2]
     g_hs, g_mask, g_cand, g_up, g_cum = grads[:5]
     grads = [
-        g.contiguous() if g is not None else H.new_zeros(shape)
-        for g, shape in (
-            (g_hs, (B, T, D)),
-            (g_mask, (B, T, D)),
-            (g_cand, (B, D)),
-            (g_up, u.shape),
-            (g_cum, u.shape),
-        )
+        incoming(g_hs, H, B, T, D),
+        incoming(g_mask, H, B, T, D),
+        incoming(g_cand, H, B, D),
+        incoming(g_up, H, *u.shape),
+        incoming(g_cum, H, *u.shape),
     ]
     d = torch.ops.condrnn.skip_gru_backward(*grads, u, up, weight, w_p, H, N, A, X, Z, ctx.form)
     return *d, None

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, none_if_empty
+from baselines.ops.library import TrainingKernel, autograd, fake, incoming, none_if_empty
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
 vcrnn_train_kernel = TrainingKernel("vcrnn_train", "VC-RNN training")
@@ -128,8 +128,8 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grads):
     g_hs, g_m = grads[0], grads[1]
     xs, h0, hs, m, e, weight_hh, sched_h, weight_ih, HB, A, X, EX = ctx.saved_tensors
-    g_hs = torch.zeros_like(hs) if g_hs is None else g_hs.contiguous()
-    g_m = torch.zeros_like(m) if g_m is None else g_m.contiguous()
+    g_hs = incoming(g_hs, hs)
+    g_m = incoming(g_m, m)
     sharpness, before = ctx.knobs
     d_p, d_xs, d_h0, d_whh, d_wh, d_wih, d_bias = torch.ops.condrnn.vcrnn_train_backward(
         g_hs, g_m, xs, h0, hs, m, e, HB, A, X, EX, weight_hh, sched_h, weight_ih, sharpness,
