@@ -93,21 +93,6 @@ def built(kernel: library.TrainingKernel) -> Iterator[Any]:
     kernel.cache_clear()
 
 
-MATMULS = {"gemm512": 0, "blas": 1, "aten-mm": 2}  # csrc/gemm.h's ``Matmul``
-
-
-def with_matmul(ops: Any, name: str) -> Iterator[Any]:
-    """A built kernel's ``ops`` (``built``) with the library's matmuls by ``name`` (a key of
-    ``MATMULS``: its own AVX-512 gemm in float32, the BLAS, ATen's mm; one mode for every kernel,
-    ``library.set_matmul``), skipping where that cannot run here; set back to the default (gemm512
-    where it can) afterwards."""
-    mode = MATMULS[name]
-    if ops.matmul(mode) != mode:
-        pytest.skip(f"{name} cannot run here (no AVX-512, or no sgemm_/dgemm_ exported)")
-    yield ops
-    ops.matmul(0)
-
-
 def op_node(op: str) -> str:
     """The name of the autograd node of ``condrnn::<op>``'s outputs (its backward registered with
     ``torch.library.register_autograd``)."""

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import OnCuda, built, kernel_expected, op_node, train_on_meta, with_matmul
+from kernel_support import OnCuda, built, kernel_expected, op_node, train_on_meta
 
 import baselines.delta_gru as delta_gru
 import baselines.ops.delta_gru_seq as seq
@@ -44,12 +44,10 @@ def library():
     yield from built(seq.delta_gru_seq_kernel)
 
 
-@pytest.fixture(params=["gemm512", "aten-mm"])
-def kernel(request):
-    """The kernel built (``kernel_support.built``).
-    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
-    for module in built(seq.delta_gru_seq_kernel):
-        yield from with_matmul(module, request.param)
+@pytest.fixture
+def kernel():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(seq.delta_gru_seq_kernel)
 
 
 def model(dtype: torch.dtype, v: int = V, d: int = D, **knobs) -> DeltaGRU:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta
 
 import baselines.egru as egru_module
 import baselines.ops.egru as egru_kernels
@@ -33,12 +33,10 @@ def library():
     yield from built(egru_kernels.egru_kernel)
 
 
-@pytest.fixture(params=["gemm512", "aten-mm"])
-def kernel(request):
-    """The kernel built (``kernel_support.built``).
-    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
-    for module in built(egru_kernels.egru_kernel):
-        yield from with_matmul(module, request.param)
+@pytest.fixture
+def kernel():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(egru_kernels.egru_kernel)
 
 
 def model(V: int, D: int, dtype: torch.dtype, level: float | None = None, **cfg) -> EGRU:

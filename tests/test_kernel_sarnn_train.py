@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta
 
 import baselines.ops.library as kernels
 import baselines.ops.sarnn_train as sarnn_train
@@ -26,12 +26,10 @@ pytestmark = pytest.mark.kernel
 KERNEL_FN = op_node("sarnn_train_forward")
 
 
-@pytest.fixture(params=["gemm512", "aten-mm"])
-def train_kernel(request):
-    """The kernel built (``kernel_support.built``).
-    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
-    for module in built(sarnn_train.sarnn_train_kernel):
-        yield from with_matmul(module, request.param)
+@pytest.fixture
+def train_kernel():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(sarnn_train.sarnn_train_kernel)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta
 from test_skip_rnn import assert_matches_authors, authors_variables, ours_with
 
 import baselines.ops.library as kernels
@@ -25,12 +25,10 @@ pytestmark = pytest.mark.kernel
 KERNEL_FN, STEP_FN = op_node("skip_gru_forward"), "StackBackward0"
 
 
-@pytest.fixture(params=["gemm512", "aten-mm"])
-def skip_kernel(request):
-    """The kernel built (``kernel_support.built``).
-    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
-    for module in built(skip_gru.skip_gru_kernel):
-        yield from with_matmul(module, request.param)
+@pytest.fixture
+def skip_kernel():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(skip_gru.skip_gru_kernel)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.utils.cpp_extension
-from kernel_support import OnCuda, built, op_node, train_on_meta, with_matmul
+from kernel_support import OnCuda, built, op_node, train_on_meta
 
 import baselines.ops.library as kernels
 import baselines.ops.srehn as srehn_kernel
@@ -33,12 +33,10 @@ PER_STEP = "StackBackward0"  # run_sequence's torch.stack
 KERNEL = op_node("srehn_forward")
 
 
-@pytest.fixture(params=["gemm512", "aten-mm"])
-def kernel(request):
-    """The kernel built (``kernel_support.built``), its matmuls by its own AVX-512 gemm and by
-    ATen's mm (``with_matmul``)."""
-    for module in built(srehn_kernel.srehn_kernel):
-        yield from with_matmul(module, request.param)
+@pytest.fixture
+def kernel():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(srehn_kernel.srehn_kernel)
 
 
 @pytest.fixture

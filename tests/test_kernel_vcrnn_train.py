@@ -21,7 +21,6 @@ from kernel_support import (
     kernel_expected,
     op_node,
     train_on_meta,
-    with_matmul,
 )
 
 import baselines.ops.library as kernels
@@ -42,12 +41,10 @@ def fresh_vc_kernel(tmp_path, monkeypatch):
     yield from fresh_cache(tmp_path, monkeypatch)
 
 
-@pytest.fixture(params=["gemm512", "aten-mm"])
-def vc_kernel(request):
-    """The kernel built (``kernel_support.built``).
-    Its matmuls by its own AVX-512 gemm and by ATen's mm (``with_matmul``)."""
-    for module in built(vc_train.vcrnn_train_kernel):
-        yield from with_matmul(module, request.param)
+@pytest.fixture
+def vc_kernel():
+    """The kernel built (``kernel_support.built``)."""
+    yield from built(vc_train.vcrnn_train_kernel)
 
 
 @pytest.fixture

@@ -24,13 +24,11 @@ import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension
 from kernel_support import (
-    MATMULS,
     OnCuda,
     built,
     kernel_expected,
     op_node,
     train_on_meta,
-    with_matmul,
 )
 
 import baselines.clockwork_rnn as clockwork_rnn
@@ -496,51 +494,50 @@ def ei_rehn_kernel_or_skip():
 
 
 @pytest.mark.kernel
-@pytest.mark.parametrize("matmul", ["gemm512", "aten-mm"])
 @pytest.mark.parametrize("layers", [1, 3, 6])
-def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(library, layers, matmul):
+def test_the_ei_rehn_kernel_equals_the_python_stack_and_the_equations(library, layers):
     """The fused stack against the Python ``_Stack`` and against ``EIREHN._layers`` (autograd of
     the equations): h_t to 1e-13 and the gradient of every input (the gate d, zeros among its
     values, included) to rtol 1e-11 in float64; to 1e-5 in float32. Bias's gradient is None
-    where one layer ran, as ``_Stack``'s. Both ways of the kernel's matmuls (``with_matmul``)."""
+    where one layer ran, as ``_Stack``'s."""
     from test_ei_rehn import R_MAX, _randomised
 
     assert layers <= R_MAX
-    for kernel in with_matmul(ei_rehn_kernel_or_skip(), matmul):
-        assert in_the_sessions_cache(kernels.library_file()), kernels.library_file()
-        for dtype, tol in ((torch.float64, None), (torch.float32, 1e-5)):
-            m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype)
-            x, h, d, args = stack_inputs(m, layers, dtype)
-            assert (args[1] == 0).any() and (args[1] > 0).any()
-            fused = ei_stack.stack_layers(*args)
-            assert type(fused.grad_fn).__name__ == op_node("ei_rehn_stack_forward")
-            python = ei_stack._Stack.apply(*args)
-            leaves = [h, d, *m.parameters()]
-            w = torch.randn_like(fused)
-            grads = [
-                torch.autograd.grad((y * w).sum(), leaves, allow_unused=True, retain_graph=True)
-                for y in (fused, python)
-            ]
-            refs = [(python, grads[1])]
-            if dtype == torch.float64:
-                eqs = m._layers(x, h, d, layers)
-                refs.append((eqs, torch.autograd.grad((eqs * w).sum(), leaves, allow_unused=True)))
-            for want, g_want in refs:
-                rtol, atol = (0, 1e-13) if tol is None else (tol, tol)
-                torch.testing.assert_close(fused, want, rtol=rtol, atol=atol)
-                for i, (a, b) in enumerate(zip(grads[0], g_want, strict=True)):
-                    a = torch.zeros_like(leaves[i]) if a is None else a
-                    b = torch.zeros_like(leaves[i]) if b is None else b
-                    rtol, atol = (1e-11, 1e-13) if tol is None else (tol, tol)
-                    torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"input {i} {dtype}")
-            assert torch.all(grads[0][1][:, layers:] == 0)  # the layers not run get no gradient
-            # the op's own gradients: bias's has no elements (None for autograd, as _Stack's)
-            # where one layer ran
-            contiguous = [a.detach().contiguous() for a in args]
-            out, *saved = kernel.forward(*contiguous)
-            d_, w0, proj, hyper = contiguous[1], contiguous[3], contiguous[5], contiguous[7]
-            got = kernel.backward(torch.ones_like(out), d_, w0, proj, hyper, *saved)
-            assert len(got) == 10 and (got[4].shape == (0,)) == (layers == 1)
+    kernel = ei_rehn_kernel_or_skip()
+    assert in_the_sessions_cache(kernels.library_file()), kernels.library_file()
+    for dtype, tol in ((torch.float64, None), (torch.float32, 1e-5)):
+        m = _randomised(EIREHN(3, 6, EIREHNConfig(r_max=R_MAX))).to(dtype)
+        x, h, d, args = stack_inputs(m, layers, dtype)
+        assert (args[1] == 0).any() and (args[1] > 0).any()
+        fused = ei_stack.stack_layers(*args)
+        assert type(fused.grad_fn).__name__ == op_node("ei_rehn_stack_forward")
+        python = ei_stack._Stack.apply(*args)
+        leaves = [h, d, *m.parameters()]
+        w = torch.randn_like(fused)
+        grads = [
+            torch.autograd.grad((y * w).sum(), leaves, allow_unused=True, retain_graph=True)
+            for y in (fused, python)
+        ]
+        refs = [(python, grads[1])]
+        if dtype == torch.float64:
+            eqs = m._layers(x, h, d, layers)
+            refs.append((eqs, torch.autograd.grad((eqs * w).sum(), leaves, allow_unused=True)))
+        for want, g_want in refs:
+            rtol, atol = (0, 1e-13) if tol is None else (tol, tol)
+            torch.testing.assert_close(fused, want, rtol=rtol, atol=atol)
+            for i, (a, b) in enumerate(zip(grads[0], g_want, strict=True)):
+                a = torch.zeros_like(leaves[i]) if a is None else a
+                b = torch.zeros_like(leaves[i]) if b is None else b
+                rtol, atol = (1e-11, 1e-13) if tol is None else (tol, tol)
+                torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=f"input {i} {dtype}")
+        assert torch.all(grads[0][1][:, layers:] == 0)  # the layers not run get no gradient
+        # the op's own gradients: bias's has no elements (None for autograd, as _Stack's)
+        # where one layer ran
+        contiguous = [a.detach().contiguous() for a in args]
+        out, *saved = kernel.forward(*contiguous)
+        d_, w0, proj, hyper = contiguous[1], contiguous[3], contiguous[5], contiguous[7]
+        got = kernel.backward(torch.ones_like(out), d_, w0, proj, hyper, *saved)
+        assert len(got) == 10 and (got[4].shape == (0,)) == (layers == 1)
 
 
 def step_case(case: str, dtype: torch.dtype, B: int = 5):
@@ -930,29 +927,19 @@ def per_step(cell: str, xp, h, weight_hh, m, c=None):
     return torch.stack(hs, 1), c
 
 
-@pytest.fixture(params=list(MATMULS))
-def masked_matmuls(masked_kernel, request):
-    """The kernel with its matmuls by its own AVX-512 gemm (float32 where the CPU has AVX-512;
-    float64 takes the BLAS), by the BLAS torch links, and by ATen's mm (its path where the BLAS
-    exports no ``sgemm_``/``dgemm_``)."""
-    yield from with_matmul(masked_kernel, request.param)
-
-
 @pytest.mark.kernel
 @pytest.mark.parametrize("cell", ["tanh", "gru", "lstm"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_matmuls, cell, dtype):
+def test_the_masked_cell_kernel_equals_the_per_step_cells(masked_kernel, cell, dtype):
     """Values and the gradients of xp, h0, c0, W and the mask m against the methods' per-step
     code (``per_step``): float64 to 1e-12, float32 to 1e-5; shapes with T = 1 and B = 1; masks
     with exact 0s and 1s among gate values, all 0 (the state copied exactly) and all 1. The loss
     reads every h_t and, for the LSTM, c_T. Each way of the kernel's matmuls."""
-    masked_kernel = masked_matmuls
     G = {"tanh": 1, "gru": 3, "lstm": 4}[cell]
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     gen = torch.Generator().manual_seed(0)
     shapes = ((3, 7, 5, None), (1, 1, 4, None), (2, 9, 16, None), (2, 4, 3, 0.0), (2, 4, 3, 1.0))
-    # and blocks of the gemm: row blocks of 6 and a remainder, panels of 64 columns with a tail of
-    # a vector, W's gradient over more than one chunk of 256 (B T = 13 x 21)
+    # and a larger one: W's gradient over B T = 13 x 21 products
     shapes += ((13, 21, 37, None),)
     for B, T, D, fill in shapes:  # fill: a mask all 0 or all 1
 

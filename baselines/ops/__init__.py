@@ -6,9 +6,9 @@ Layout:
   (``TORCH_LIBRARY_FRAGMENT(condrnn, m)``: ``m.def("<stem>_<function>(...) -> ...")``, the schema)
   and registers their CPU implementations (``TORCH_LIBRARY_IMPL(condrnn, CPU, m)``).
   ``csrc/ops.cpp`` holds the namespace's one ``TORCH_LIBRARY`` block, the conventions every
-  schema follows, and the library's plain C functions (no tensor: the matmul switch, the GEMM
-  timing), which Python calls through ctypes; ``common.h``, ``gemm.h`` and ``elastic_gate.h`` the
-  pieces several sources share.
+  schema follows; a source may also export plain C functions (no tensor: a pool's size), which
+  Python calls through ctypes; ``common.h``, ``gemm.h`` (the matmuls, ATen's) and
+  ``elastic_gate.h`` the pieces several sources share.
 - ``library.py``: builds every source into one shared library (one parallel build, cached per
   CPU), loads it once a process, and registers the ops' Python parts once it is loaded; the
   kernels' status, ``TrainingKernel`` (a method's handle on its family's ops), ``on_cpu``.

@@ -5,14 +5,13 @@ method holds on its family's ops (``TrainingKernel``).
 
 Each source ``csrc/<stem>.cpp`` declares its ops, ``condrnn::<stem>_<function>``, with their
 schemas (``TORCH_LIBRARY_FRAGMENT``) and registers their CPU implementations
-(``TORCH_LIBRARY_IMPL``); ``csrc/ops.cpp`` holds the namespace's ``TORCH_LIBRARY`` block, the
-conventions of the schemas, and the library's plain C functions (no tensor, so no op: who
-computes the kernels' matmuls, ``set_matmul``; the GEMM timing, ``matmul_seconds``), which
-Python calls through ctypes (``c_function``). No pybind11: the sources include ATen's ``Tensor``
-and operator headers and ``torch/library.h`` only. The op families' modules beside this one
-(``baselines/ops/<stem>.py``) declare each op's fake implementation (``fake``) and the forward
-op's backward (``autograd``), registered with the dispatcher when the library is loaded
-(``python_parts``).
+(``TORCH_LIBRARY_IMPL``); ``csrc/ops.cpp`` holds the namespace's ``TORCH_LIBRARY`` block and
+the conventions of the schemas. A source may export plain C functions (no tensor, so no op: a
+pool's size), which Python calls through ctypes (``c_function``). No pybind11: the sources
+include ATen's ``Tensor`` and operator headers and ``torch/library.h`` only. The op families'
+modules beside this one (``baselines/ops/<stem>.py``) declare each op's fake implementation
+(``fake``) and the forward op's backward (``autograd``), registered with the dispatcher when
+the library is loaded (``python_parts``).
 
 All sources are compiled into one shared library by one ``torch.utils.cpp_extension.load``
 (ninja compiles them in parallel), on first use (never at import), which needs a C++ compiler
@@ -268,31 +267,13 @@ def c_function(
     name: str, restype: Any = ctypes.c_int64, argtypes: tuple[Any, ...] = (ctypes.c_int64,)
 ) -> Callable[..., Any]:
     """The plain C function ``condrnn_<name>`` of the loaded library, through ctypes: what is no
-    op (no tensor in or out: the matmul switch, a pool's size, the GEMM timing). AttributeError
+    op (no tensor in or out: a pool's size). AttributeError
     where the library has no such function; RuntimeError where none is loaded."""
     if _loaded is None:
         raise RuntimeError("the kernel library is not loaded (load_library)")
     function = getattr(ctypes.CDLL(str(_loaded)), f"{LIBRARY}_{name}")
     function.restype, function.argtypes = restype, list(argtypes)
     return function
-
-
-def set_matmul(mode: int) -> int:
-    """Who computes the kernels' float32 matmuls from now on: gemm512 (0, csrc/gemm.h), the BLAS
-    (1) or ATen (2); returns who does (0 only with AVX-512, 1 only where torch exports sgemm)."""
-    runs = int(c_function("set_matmul")(mode))
-    if runs < 0:
-        raise ValueError(f"matmul mode {mode}: 0 (gemm512), 1 (BLAS) or 2 (ATen)")
-    return runs
-
-
-def matmul_seconds(mode: int, m: int, n: int, k: int, reps: int) -> float | None:
-    """Seconds for ``reps`` float32 products ``[m, k] @ [k, n]`` into a preallocated output by
-    gemm512 (0), the BLAS's sgemm (1) or ATen's ``mm_out`` (2), timed in C++ (no Python call in
-    it); None where that one is not here."""
-    f = c_function("matmul_seconds", ctypes.c_double, (ctypes.c_int64,) * 5)
-    seconds = float(f(mode, m, n, k, reps))
-    return None if seconds < 0 else seconds
 
 
 class PythonParts:
@@ -376,9 +357,9 @@ def kernel_sources(stem: str) -> tuple[Path, ...]:
 
 class KernelOps:
     """The ops of one kernel of the loaded library, as attributes: ``forward`` is
-    ``torch.ops.condrnn.<stem>_forward`` (its one overload), ``matmul`` the library's
-    ``set_matmul`` (one mode for every kernel), and a plain C function of the kernel's source
-    (``condrnn_<stem>_<name>``, no tensor: ``pool_held``) where no op has the name.
+    ``torch.ops.condrnn.<stem>_forward`` (its one overload), and a plain C function of the
+    kernel's source (``condrnn_<stem>_<name>``, no tensor: ``pool_held``) where no op has the
+    name.
 
     Args:
         stem: the kernel's source name in ``csrc``, without ``.cpp``.
@@ -392,7 +373,7 @@ class KernelOps:
             raise AttributeError(name)
         op = f"{self.stem}_{name}"
         try:
-            found = set_matmul if name == "matmul" else getattr(torch.ops.condrnn, op).default
+            found = getattr(torch.ops.condrnn, op).default
         except AttributeError:  # not an op: a plain C function of the kernel (``pool_held``)
             try:
                 found = c_function(op, argtypes=())

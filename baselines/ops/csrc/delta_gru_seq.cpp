@@ -19,7 +19,7 @@
 // regulariser), acc_x_T, h^_T and acc_h_T; ``backward`` writes out the gradient of p, M_0,
 // h_0, h^_0, acc_h_0 and W_h from those of hs, dhs, acc_x_T, h^_T and acc_h_T: plain autograd
 // through the thresholded deltas, zero through a cut one (``torch.where``'s backward). The
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way; W_h's
+// matmuls are gemm.h's (ATen's; one per step each way; W_h's
 // gradient one matmul over all steps),
 // sigmoid and tanh ATen's vectorised ones on whole [B, .] buffers, the rest plain loops over the
 // B x D units; lerp rounds as torch's scalar lerp. Built with -ffp-contract=off: equal to the
@@ -78,7 +78,7 @@ std::vector<at::Tensor> forward(const at::Tensor& proj, const at::Tensor& m0,
   at::Tensor A = at::empty({S, B, G}, opts), N = at::empty({S, B, D}, opts);
   at::Tensor K = at::empty({S, B, D}, opts);
   at::Tensor h_hat = h_hat0.clone(), acc = acc_h0.clone(), acc_x = m0.clone();
-  const auto wt = weight.t().contiguous();  // rows: gemm512
+  const auto wt = weight.t().contiguous();
   const T th = static_cast<T>(theta_h);
   const T* pp = proj.data_ptr<T>();
   T* axp = acc_x.data_ptr<T>();

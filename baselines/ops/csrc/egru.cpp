@@ -9,7 +9,7 @@
 // ``backward`` writes out with H's pseudo-derivative ``dampening * max(0, 1 - support |v|)``
 // (v = c~ - theta): the gradients of wx, c_0, y_0, R, b' and theta, given those of the events'
 // values y, the events o themselves (the event rate and regulariser read them) and c_T. The
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step forward, one mm per
+// matmuls are gemm.h's (ATen's; one per step forward, one mm per
 // step backward, R's gradient one mm
 // over all steps), tanh and sigmoid ATen's vectorised ones on whole [B, .] buffers, every other
 // elementwise part a plain loop over the B x D units; lerp rounds as torch's scalar lerp. Built
@@ -117,7 +117,7 @@ std::vector<at::Tensor> backward(const at::Tensor& gys, const at::Tensor& gos,
   const T* dyp = dy.data_ptr<T>();
   T* dcp = dc.data_ptr<T>();
   T* dtp = dthr.data_ptr<T>();
-  const at::Tensor Rt = R.t().contiguous();  // rows: gemm512
+  const at::Tensor Rt = R.t().contiguous();
   for (int64_t t = S - 1; t >= 0; --t) {  // raw pointers: a view costs a dispatch
     const T* ap = A.data_ptr<T>() + t * B * G;
     const T* hg = HG.data_ptr<T>() + t * B * D;

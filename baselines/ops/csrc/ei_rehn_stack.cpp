@@ -9,7 +9,7 @@
 // Exactly ``_Stack.forward`` and ``_Stack.backward`` of baselines/ops/ei_rehn_stack.py (the
 // equations are in its docstring; the Python code is the reference), without a Python call per
 // layer: the
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; into preallocated buffers; the
+// matmuls are gemm.h's (ATen's; into preallocated buffers; the
 // weight
 // gradients one matmul per weight over the stacked rows of every layer), tanh and sigmoid are
 // ATen's vectorised ``at::tanh_out`` / ``at::sigmoid_out`` on whole [B, .] buffers (the same
@@ -56,7 +56,7 @@ void forward_layers(at::Tensor& out, const T* dp, int64_t dstride, int64_t R, co
                     at::Tensor& W) {
   const int64_t B = out.size(0), D = out.size(1), Dz = hyper_weight.size(0);
   const int64_t D2 = 2 * D, D4 = 4 * D, U = D2 + Dz;
-  const auto w0_t = weight0.t().contiguous(), proj_t = proj.t().contiguous();  // rows: gemm512
+  const auto w0_t = weight0.t().contiguous(), proj_t = proj.t().contiguous();
   const auto hyper_t = hyper_weight.t().contiguous();
   at::Tensor z = at::empty({B, Dz}, out.options()), wm = at::empty({B, D4}, out.options());
   at::Tensor A = at::empty({2, B, D}, out.options());  // the pre-activations a_s, a_g, then s, g

@@ -10,15 +10,11 @@
 // the equations of the methods' per-step PyTorch code (the reference), whose backward
 // ``backward`` writes out: the gradient of xp, h_0, c_0, W and m.
 //
-// A step at the paper sizes is a few microseconds of arithmetic, so nothing in the loop goes
-// through ATen's dispatcher or makes a tensor. The matmuls (one per step each way, the weight's
-// gradient one call over all steps) are, in float32 on a CPU with AVX-512, ``gemm512`` below:
-// on one core of the project's machines (AMD EPYC, Zen 5) MKL, the BLAS of torch's x86 wheels,
-// runs its Zen (AVX2) code at 45-55 GMAC/s, this register-blocked AVX-512 kernel at 120-130, as
-// oneDNN's AVX-512 code in the fused ``nn.LSTM`` the methods are held against. Otherwise
-// (float64, no AVX-512, or as the tests choose with ``condrnn_set_matmul``) they call the BLAS
-// torch links (``sgemm_``/``dgemm_``; where it does not export them, ATen's ``mm`` on views of
-// the same memory). Each sums over k in its own order: equal to float rounding. Tanh and
+// A step at the paper sizes is a few microseconds of arithmetic, so nothing in the loop but the
+// matmuls goes through ATen's dispatcher or makes a tensor. The matmuls (one per step each way,
+// the weight's gradient one call over all steps) are ATen's, on views of the kernel's buffers
+// (csrc/gemm.h says why no GEMM of the project's own): equal to the PyTorch path's products to
+// float rounding (a BLAS may sum over k in another order). Tanh and
 // sigmoid are ATen's vectorised functions (``at::vec``, SLEEF; AVX512 or AVX2 where the CPU has
 // them, else ATen's portable vectors) over a step's contiguous buffers, every other elementwise
 // part a plain loop over the B x D units; lerp rounds as torch's scalar lerp (an exact copy where
@@ -40,7 +36,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include "common.h"  // torch_lerp
-#include "gemm.h"  // gemm512, matmul_mode, sgemm_, dgemm_
+#include "gemm.h"  // mm_into
 // at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
 #if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VL__)
@@ -145,35 +141,12 @@ at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) 
 }
 
 // Row-major C [M, N] = op(A) [M, K] B [K, N] (+ C where accumulate); lda, ldb, ldc are the
-// row strides as stored. The BLAS is column-major: C^T = B^T op(A)^T. M, N, K >= 1.
+// row strides as stored: ATen's product on views of the same memory (csrc/gemm.h). M, N, K >= 1.
 template <typename T>
 void mm(bool ta, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
         int64_t ldb, bool accumulate, T* C, int64_t ldc) {
-#ifdef HAVE_GEMM512
-  if constexpr (std::is_same<T, float>::value) {
-    if (matmul_mode() == OWN) {
-      gemm512(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, accumulate, C, ldc);
-      return;
-    }
-  }
-#endif
-  auto blas = std::is_same<T, float>::value ? (void*)sgemm_ : (void*)dgemm_;
-  if (matmul_mode() != ATEN && blas != nullptr) {
-    const char a = ta ? 'T' : 'N', b = 'N';
-    const int m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc;
-    const T one = 1, beta = accumulate ? 1 : 0;
-    if constexpr (std::is_same<T, float>::value)
-      sgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
-    else
-      dgemm_(&b, &a, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
-    return;
-  }
-  at::Tensor c = view(C, M, N, ldc, false), a = view(A, M, K, lda, ta);
-  at::Tensor b = view(B, K, N, ldb, false);
-  if (accumulate)
-    c.addmm_(a, b);
-  else
-    at::mm_out(c, a, b);
+  mm_into(view(C, M, N, ldc, false), view(A, M, K, lda, ta), view(B, K, N, ldb, false),
+          accumulate);
 }
 
 template <typename T, int64_t cell>

@@ -10,7 +10,7 @@
 // ``backward`` writes out: the gradients of xp, h_0, the recurrent weight and w_u, given those of
 // every h_t and of the mask u (the budget reads u). u's gradient is the straight-through one:
 // the hard sigmoid's, a / 2 where 0 <= q <= 1 (torch's clamp passes its bounds), 0 where clipped.
-// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, two
+// The matmuls are gemm.h's (ATen's; one per step each way, two
 // for the reset-before form), tanh and sigmoid
 // ATen's vectorised ones on whole [B, .] buffers, every other elementwise part a plain loop over
 // the B x D units; lerp rounds as torch's scalar lerp (an exact copy where u is 0). Built with
@@ -51,7 +51,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0,
   at::Tensor hp = at::empty({B, before ? 2 * D : GD}, opts);  // W h (before: W_rz h)
   at::Tensor hn = before ? at::empty({B, D}, opts) : at::Tensor();  // before: W_n (r * h)
   const auto wt = (before ? weight.narrow(0, 0, 2 * D).t() : weight.t()).contiguous();
-  const auto wnt = weight.narrow(0, 2 * D, D).t().contiguous();  // rows: gemm512
+  const auto wnt = weight.narrow(0, 2 * D, D).t().contiguous();
   const T* xpp = xp.data_ptr<T>();
   const T* wup = w_u.data_ptr<T>();
   const T a = T(slope);

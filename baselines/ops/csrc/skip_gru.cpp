@@ -14,7 +14,7 @@
 // takes through the per-step PyTorch code (the reference): of the input terms xp, the initial
 // state (h, h~, u, P, C), W_hh, w_p and b_p, from the gradients of the outputs h_t, the mask
 // (u's STE gradient, summed over the units) and the final state's h~_T, P_{T-1} and C_T.
-// The matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; one per step each way, and
+// The matmuls are gemm.h's (ATen's; one per step each way, and
 // W_hh's gradient one matmul over all steps),
 // tanh and sigmoid of the GRU ATen's vectorised ones on whole [B, .] buffers, every other
 // elementwise part a plain loop over the B x D units or the B sequences; lerp rounds as torch's
@@ -61,7 +61,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
   H.select(0, 0).copy_(h0);
   N.select(0, 0).copy_(n0);
   const auto wt = weight.t().contiguous();
-  const auto w_rz = weight.narrow(0, 0, 2 * D).t().contiguous();  // rows: gemm512
+  const auto w_rz = weight.narrow(0, 0, 2 * D).t().contiguous();
   const auto w_n = weight.narrow(0, 2 * D, D).t().contiguous();
   const T* xpp = xp.data_ptr<T>();
   const T* wpp = w_p.data_ptr<T>();

@@ -15,7 +15,7 @@
 // The backward writes out what autograd computes for those ops (``_ElasticGate.backward`` for the
 // gate, torch's derivatives of addmm, tanh, sigmoid, mul and lerp): the gradients of p, h_0, W_a,h,
 // alpha, beta, W and b, from those of every h_t and of d^1 (the compute penalty reads it). The
-// matmuls are gemm.h's ``mm_into`` (its AVX-512 gemm in float32, else ATen's mm; one per layer
+// matmuls are gemm.h's ``mm_into`` (ATen's mm; one per layer
 // and step each way, its input terms or bias added in the loop that follows; the weight
 // gradients one matmul over every layer of every step), tanh,
 // sigmoid and the gate's expm1, log and exp ATen's vectorised ones on whole buffers; every other
@@ -59,7 +59,7 @@ void forward(const at::Tensor& p, const at::Tensor& h0, const at::Tensor& rate_h
              at::Tensor& HIN, at::Tensor& SA) {
   const int64_t B = p.size(0), S = p.size(1), D = h0.size(1), Rm = DG.size(2);
   const int64_t D2 = 2 * D, BD = B * D, P3 = 3 * D;
-  const auto rate_t = rate_h.t().contiguous(), w_t = weight.t().contiguous();  // rows: gemm512
+  const auto rate_t = rate_h.t().contiguous(), w_t = weight.t().contiguous();
   const auto opts = h0.options();
   at::Tensor hcur = h0.clone(), a = at::empty({B, D2}, opts), ar = at::empty({B, D}, opts);
   at::Tensor sb = at::empty({B, D}, opts), tb = at::empty({B, D}, opts);

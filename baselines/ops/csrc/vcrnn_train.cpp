@@ -11,7 +11,7 @@
 //     h_t = lerp(h, c, e)
 // and ``backward`` its exact gradient, the one autograd takes through those ops: Thr_eps passes
 // the gradient where eps <= soft <= 1 - eps (where 0 < e < 1: torch.where's), 0 elsewhere. The
-// matmuls are gemm.h's (its AVX-512 gemm in float32, else ATen's; per step the scheduler's dot
+// matmuls are gemm.h's (ATen's; per step the scheduler's dot
 // product is a plain loop; the weights'
 // gradients are summed one addmm a step), the sigmoids and tanh ATen's vectorised ones on whole
 // [B, .] buffers, every other elementwise part a loop over the B x D units; lerp rounds as
@@ -56,7 +56,7 @@ std::vector<at::Tensor> forward(const at::Tensor& P, const at::Tensor& xt, const
   const T lam = T(lam_d), hi = T(1.0 - eps), lo = T(eps), DT = T(D);
   const at::Tensor w_t = (before ? whh.narrow(0, 0, 2 * D).t() : whh.t()).contiguous();
   const at::Tensor wn_t = before ? whh.narrow(0, 2 * D, D).t().contiguous() : at::Tensor();
-  const at::Tensor wih_t = masked ? wih.t().contiguous() : at::Tensor();  // rows: gemm512
+  const at::Tensor wih_t = masked ? wih.t().contiguous() : at::Tensor();
   const T* pp = P.data_ptr<T>();
   const T* whp = wh.data_ptr<T>();
   T *mp = mt.data_ptr<T>(), *sp = soft.data_ptr<T>(), *Mp = M.data_ptr<T>();
