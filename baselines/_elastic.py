@@ -198,13 +198,6 @@ class _ElasticGate(torch.autograd.Function):
         return grad_alpha, grad_d.sum_to_size(beta_shape), (du * r).sum_to_size(alpha_t_shape), None
 
 
-def active_limit(alpha: Tensor, beta: Tensor, alpha_t: Tensor) -> Tensor:
-    """``L_{t,i} = ln(beta + e^alpha) / (alpha + alpha_t)``: unit i is active at layer r iff
-    ``r < L_{t,i}`` (docs/methods.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``. The log
-    is taken as ``logaddexp``, finite for any alpha."""
-    return torch.logaddexp(alpha, beta.log()) / (alpha + alpha_t)
-
-
 def elastic_penalty(out: SeqOut, lam_d: float, key: str = "elastic_d1_mean") -> Tensor | None:
     """``lam_d * sum_{t,i} d^1_{t,i}`` averaged over the batch ([DECISION] docs/methods.md 2.14(k)),
     from the per-sequence mean of d^1 the elastic methods put in ``extras[key]``; None when off."""

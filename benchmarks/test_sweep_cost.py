@@ -7,8 +7,9 @@ with other work moves both. Each sweep is a fresh ``harness run`` process (impor
 the sweep, as a user waits for it) into its own store, after one that builds the compiled kernels
 (a warm cache). The two sweeps' records must match (``harness compare``: same metrics).
 
-``test_sweep_cost_parts`` runs each under ``harness.bench.sweep_cost.profile``, which reports the
-parts of a run's fixed cost and the pool's hand-off (extra_info, and printed with ``-s``).
+``test_sweep_cost_parts`` runs each under ``sweep_cost.profile`` (benchmarks/sweep_cost.py),
+which reports the parts of a run's fixed cost and the pool's hand-off (extra_info, and printed
+with ``-s``).
 
 Environment: ``HARNESS_DATA_DIR`` (default ``../shared/data`` when there), and
 ``HARNESS_SWEEP_ARGS`` (default ``--tasks all --methods all --preset smoke``).
@@ -36,6 +37,8 @@ def _env() -> dict[str, str]:
     if "HARNESS_DATA_DIR" not in env and SHARED_DATA.is_dir():
         env["HARNESS_DATA_DIR"] = str(SHARED_DATA)
     env.pop("HARNESS_NO_KERNELS", None)
+    here = str(Path(__file__).resolve().parent)  # sweep_cost.py, for the profiled process
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -92,7 +95,7 @@ def test_smoke_sweep_serial_and_two_workers(benchmark, tmp_path):
 
 # ``harness run ARGS`` under ``profile`` in a fresh process: the parts as JSON in argv[1]
 PROFILE = """import json, sys
-from harness.bench.sweep_cost import profile, report_lines
+from sweep_cost import profile, report_lines
 from harness.cli import main
 result = profile(lambda: main(["run", *sys.argv[2:]]))
 json.dump(result, open(sys.argv[1], "w"))

@@ -161,8 +161,12 @@ def out_of_memory(
         raise error(f"{head}{detail}{need}") from None
 
 
-def failure_reason(e: BaseException) -> str:
+def failure_reason(e: BaseException, where: bool = True) -> str:
     """One line saying why a run failed: the exception, its message and where it was raised.
+
+    Also why a plugin did not import, a job was not submitted or a timing failed. A syntax error
+    names the bad source's place. ``where=False`` leaves the place out (an outside program's
+    refusal, raised in a library's code: its message is the whole story).
 
     An allocation failure says so first (``out of memory: ...``): the message of a numpy or torch
     allocator names the size it asked for.
@@ -170,9 +174,11 @@ def failure_reason(e: BaseException) -> str:
     text = " ".join(str(e).split())  # one line, however the message was laid out
     if len(text) > 500:
         text = text[:500] + " ..."
-    where = ""
-    if e.__traceback__ is not None:
+    place = ""
+    if where and isinstance(e, SyntaxError) and e.filename:  # the bad source, not the parser
+        place = f" ({e.filename}:{e.lineno})"
+    elif where and e.__traceback__ is not None:
         tb = traceback.extract_tb(e.__traceback__)[-1]
-        where = f" ({tb.filename}:{tb.lineno})"
+        place = f" ({tb.filename}:{tb.lineno})"
     head = "out of memory: " if allocation_failure(e) is not None else ""
-    return f"{head}{type(e).__name__}: {text}{where}"
+    return f"{head}{type(e).__name__}: {text}{place}"

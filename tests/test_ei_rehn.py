@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from reference import assert_grads_match
 from torch import nn
 
-from baselines._elastic import ElasticConfig, ElasticHighway, active_limit, elastic_gate
+from baselines._elastic import ElasticConfig, ElasticHighway, elastic_gate
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.ops.ei_rehn_stack import stack_layers
 from baselines.srehn import SREHN
@@ -101,6 +101,13 @@ def reference_srehn(m: SREHN, xs: torch.Tensor, halt: str = "g") -> tuple[torch.
         hs.append(h)
         Rs.append(R)
     return torch.stack(hs), Rs
+
+
+def active_limit(alpha: torch.Tensor, beta: torch.Tensor, alpha_t: torch.Tensor) -> torch.Tensor:
+    """``L_{t,i} = ln(beta + e^alpha) / (alpha + alpha_t)``: unit i is active at layer r iff
+    ``r < L_{t,i}`` (docs/methods.md 2.14(b)); ``R_t = min(R_max, max_i(ceil(L_ti) - 1))``. The log
+    is taken as ``logaddexp``, finite for any alpha."""
+    return torch.logaddexp(alpha, beta.log()) / (alpha + alpha_t)
 
 
 def _crafted_input(V: int) -> torch.Tensor:

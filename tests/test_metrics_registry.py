@@ -29,7 +29,7 @@ from harness.reporting.figures import tradeoff_figure, variant_points
 from harness.reporting.leaderboard import leaderboard_rows
 from harness.reporting.paper import write_paper_report
 from harness.reporting.runs import aggregate, runs_frame
-from harness.reporting.tables import main_table
+from harness.reporting.tables import build_main_table
 from harness.reporting.text import fmt_ci
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,7 +183,8 @@ def test_the_leaderboard_hides_detail_measures_and_scales_only_non_percentages(m
 def table(records):
     agg = aggregate(runs_frame(records), ["geo_mean", "skip_pct", "accuracy", "flops", "mse"])
     primary = records[0]["primary"]
-    return main_table(agg, primary, higher_is_better(records[0]))
+    t = build_main_table(agg, primary, higher_is_better(records[0]))
+    return t.titles, t.rows
 
 
 def column(titles, rows, start):

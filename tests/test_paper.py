@@ -19,7 +19,7 @@ from harness.reporting.patterns import mask_figure, mask_image
 from harness.reporting.published import tables_for
 from harness.reporting.render import render_md, render_tex
 from harness.reporting.runs import aggregate, runs_frame
-from harness.reporting.tables import main_table, welch_p
+from harness.reporting.tables import build_main_table, welch_p
 from harness.reporting.versus import paper_vs_harness, setting_diff
 
 KEYS = ["geo_mean", "skip_pct", "accuracy", "solved", "mse", "flops", "params", "hidden_size"]
@@ -64,7 +64,8 @@ def table(records):
     runs = runs_frame(records)
     agg = aggregate(runs, KEYS, ["gru", "sa-rnn"])
     primary, higher = records[0]["primary"], records[0]["higher_is_better"]
-    return agg, main_table(agg, primary, higher)
+    t = build_main_table(agg, primary, higher)
+    return agg, (t.titles, t.rows)
 
 
 def col(titles, rows, start):

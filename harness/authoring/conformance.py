@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.components import config
-from harness.components.registry import METHODS, TASKS, _one_line, check_method, source_of
-from harness.errors import ConfigError
+from harness.components.registry import METHODS, TASKS, check_method, source_of
+from harness.errors import ConfigError, failure_reason
 
 V, D, B, T = 3, 10, 2, 6  # the sizes of the model checks
 FAST_D, FAST_T = 20, 20  # the sizes of the fast-path checks
@@ -479,7 +479,7 @@ def iter_checks(
         except NotApplicable as e:
             result = Result(id, title, "skip", str(e))
         except Exception as e:  # the method itself raised: the property fails, with where
-            result = Result(id, title, "fail", f"raised {_one_line(e)}")
+            result = Result(id, title, "fail", f"raised {failure_reason(e)}")
         result.seconds = time.perf_counter() - start
         yield result
 

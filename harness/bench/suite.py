@@ -49,7 +49,7 @@ from harness.bench.timing_report import format_ms, timing_markdown
 from harness.components import config
 from harness.components.config import config_hash
 from harness.components.registry import METHODS, TASKS
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, failure_reason
 from harness.persistence.outputs import write_text
 from harness.persistence.records import latest
 from harness.persistence.store import Store, load
@@ -181,11 +181,6 @@ def reference_kinds(phase: Phase) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
-
-
 def time_methods(
     names: Sequence[str],
     devices: Sequence[torch.device],
@@ -230,15 +225,15 @@ def time_methods(
         except Exception as e:  # a broken method is reported, and the others go on
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            failed.append(f"{label}: {_one_line(e)}")
-            say(f"{label}: failed ({_one_line(e)})")
+            failed.append(f"{label}: {failure_reason(e)}")
+            say(f"{label}: failed ({failure_reason(e)})")
             return None, None
         rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
         if phase.info["phase"] == "train":  # what a step dispatches (one more, untimed step)
             try:
                 rec["ops_per_step"] = ops_per_step(phase.fn, phase.info["sizes"].get("T") or 1)
             except Exception as e:  # the timing stands without its profile
-                say(f"{label}: ops not counted ({_one_line(e)})")
+                say(f"{label}: ops not counted ({failure_reason(e)})")
         say(f"{label}: {format_ms(rec['median_s'])} ms")
         return phase, rec
 

@@ -457,12 +457,12 @@ def check_presets() -> None:
     """
     import difflib
 
-    for task, task_cls in sorted(TASKS._items.items()):
+    for task, task_cls in sorted(TASKS.registered().items()):
         for preset, p in getattr(task_cls, "presets", {}).items():
             where = f"task '{task}', preset '{preset}'"
             for method, overrides in p.methods.items():
-                if method not in METHODS._items:
-                    raise PresetError(f"{where}: {METHODS._unknown(method)}")
+                if method not in METHODS.registered():
+                    raise PresetError(f"{where}: {METHODS.unknown(method)}")
                 for key in overrides:
                     try:
                         ok = accepts(method, task, key)

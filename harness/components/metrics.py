@@ -130,9 +130,9 @@ def get_metric(name: str) -> Metric:
     its own measures in its module); one still unknown gets a neutral description: the name as
     its title, no direction, printed as a plain number.
     """
-    if name not in METRICS._items:  # (without loading them, the harness's own are known)
+    if name not in METRICS.registered():  # (without loading them, the harness's own are known)
         load_plugins()
-    return METRICS._items.get(name) or Metric(name, name)
+    return METRICS.registered().get(name) or Metric(name, name)
 
 
 def higher_is_better(record: dict) -> bool:

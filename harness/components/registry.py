@@ -37,11 +37,12 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, failure_reason
 
 _KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 SNAKE_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$")  # a metric's name, an executor option's
@@ -135,9 +136,10 @@ class Registry:
         try:
             return self._items[name]
         except KeyError:
-            raise UnknownNameError(self._unknown(name)) from None
+            raise UnknownNameError(self.unknown(name)) from None
 
-    def _unknown(self, name: str) -> str:
+    def unknown(self, name: str) -> str:
+        """The message for a name that is not registered: the close names, every name."""
         avail = sorted(self._items)
         close = difflib.get_close_matches(name.replace("_", "-").lower(), avail, n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -181,6 +183,13 @@ class Registry:
         """Every ``(name, registered object)`` pair, sorted by name."""
         self._load()
         return sorted(self._items.items())
+
+    def registered(self) -> Mapping[str, Any]:
+        """What is registered so far, read-only, without loading any plugin.
+
+        For code that runs while they load, or that must not load them.
+        """
+        return MappingProxyType(self._items)
 
     def values(self) -> list[Any]:
         """Every registered object, in registration order."""
@@ -367,7 +376,7 @@ def _load_entry_points(groups: Iterable[str]) -> None:
                 _FAILED.add(ident)
                 sys.stderr.write(
                     f"warning: plugin '{ep.name}' of {package[0]} {package[1]} ({ep.value}) "
-                    f"failed to import and is skipped: {_one_line(e)}\n"
+                    f"failed to import and is skipped: {failure_reason(e)}\n"
                 )
 
 
@@ -503,26 +512,12 @@ def _import_file(file: Path) -> None:
         if isinstance(e, (PluginError, KeyboardInterrupt)):
             raise
         # SystemExit too: an included file does not end the command (nor give its exit code)
-        raise PluginError(f"--include {file} failed to import: {_one_line(e)}") from None
+        raise PluginError(f"--include {file} failed to import: {failure_reason(e)}") from None
 
 
 def _file_of(module: Any) -> Path | None:
     file = getattr(module, "__file__", None)
     return Path(file).resolve() if file else None
-
-
-def _one_line(e: BaseException) -> str:
-    """An exception as one line: its type, its message and the innermost place it was raised."""
-    text = " ".join(str(e).split()) or "(no message)"
-    where = ""
-    if isinstance(e, SyntaxError) and e.filename:
-        where = f" ({e.filename}:{e.lineno})"
-    elif e.__traceback__ is not None:
-        tb = e.__traceback__
-        while tb.tb_next is not None:
-            tb = tb.tb_next
-        where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
-    return f"{type(e).__name__}: {text}{where}"
 
 
 def _snapshot() -> dict[Registry, dict[str, Any]]:

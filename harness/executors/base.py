@@ -220,7 +220,7 @@ def option_problems(cls: Any) -> list[str]:
             out.append(f"has the option {o.name!r}, not of the form {SNAKE_KEY.pattern}")
         if o.name in RUN_OPTIONS:
             out.append(f"has the option {o.name!r} ({o.flag}), one of harness run's own")
-        for n, c in EXECUTORS._items.items():
+        for n, c in EXECUTORS.registered().items():
             if declared(c).get(o.name, o) != o:
                 out.append(f"has the option {o.name!r}, which executor '{n}' declares otherwise")
     return out

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.data.files import cache_dir
-from harness.errors import HarnessError, WriteFailed, is_disk_full
+from harness.errors import HarnessError, WriteFailed, failure_reason, is_disk_full
 from harness.executors.base import (
     MAX_THREADS,
     MAX_WORKERS,
@@ -386,7 +386,8 @@ class SubmititExecutor:
         try:
             self._ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
         except (AssertionError, NameError, ValueError, TypeError) as e:
-            raise HarnessError(f"submitit refuses the --slurm-* options: {_one_line(e)}") from None
+            why = failure_reason(e, where=False)
+            raise HarnessError(f"submitit refuses the --slurm-* options: {why}") from None
         self.records = folder / f"records-{uuid.uuid4().hex[:12]}"  # the runs' records (Pack)
         self._queued: list[tuple[int, dict[str, Any]]] = []
         self._runs: dict[int, tuple[dict[str, Any], Any]] = {}  # handle -> (config dict, job)
@@ -431,7 +432,8 @@ class SubmititExecutor:
             if is_disk_full(e):  # the folder is full: no job of them started (on Slurm)
                 raise WriteFailed(self.folder, e, [h for h, _ in queued]) from None
             raise HarnessError(
-                f"submitit could not submit {len(packs)} job(s) ({self.cluster}): {_one_line(e)}"
+                f"submitit could not submit {len(packs)} job(s) ({self.cluster}): "
+                f"{failure_reason(e, where=False)}"
             ) from None
         for items, job in zip(packs, jobs, strict=True):
             if self.cluster != "slurm":
@@ -662,7 +664,3 @@ def _log(job: Any) -> Path | None:
     with contextlib.suppress(Exception):
         return Path(job.paths.stderr)
     return None
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(f"{type(e).__name__}: {e}".split())[:400]

@@ -315,14 +315,6 @@ def _bold(means: Sequence[float], higher: bool | None) -> list[bool]:
 EVENT_MARK = "‡"  # a row whose runs had a training event (``harness.training.events``)
 
 
-def main_table(
-    agg: pd.DataFrame, primary: str, higher: bool, picked: dict[str, str] | None = None
-) -> tuple[list[str], list[list[Cell]]]:
-    """The S-SA / S-EI style table's titles and cells (``build_main_table`` with its notes)."""
-    t = build_main_table(agg, primary, higher, picked)
-    return t.titles, t.rows
-
-
 def build_main_table(
     agg: pd.DataFrame,
     primary: str,

@@ -1,7 +1,8 @@
 """Where a sweep's time goes: a run's fixed cost by part and, on the pool, the hand-off.
 
-``profile(command)`` calls ``command`` (``harness run ...``, in this process: the benchmark
-``benchmarks/test_sweep_cost.py`` passes the command line's ``main``) with timers around the
+The instrument of the benchmark ``benchmarks/test_sweep_cost.py`` (it lives beside it: nothing
+in the harness uses it). ``profile(command)`` calls ``command`` (``harness run ...``, in this
+process: the benchmark passes the command line's ``main``) with timers around the
 parts of a run and returns where the time went. The parts are exclusive (a part's time leaves
 out the parts it calls), in wall seconds summed over the runs:
 
