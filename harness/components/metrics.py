@@ -1,14 +1,21 @@
-"""Every measure a record holds, described once; and the measures computed from traces.
+"""Every measure a record holds, described once; with its computation where every run takes it.
 
 The registry (``METRICS``, ``register_metric``, ``get_metric``) says of each measure its title,
 unit, direction, whether it is a percentage, the values it can take, how a table prints it and
 the drift gate's tolerance for it. The leaderboard, the paper tables, the figures and the drift
-gate (``harness.reporting``) read it; none keeps a table of its own. The harness registers the
-measures it computes itself: Skip % and the other trace measures (``harness.training.train``), the
-scores ``harness.components.task.Task`` computes for each task kind, the geometric mean, and the
-counts the reports print (FLOPs, parameters, D). A task whose own scoring records another measure
-registers it in its module (``register_metric``, e.g. a 0/1 ``solved``);
-``tests/test_metrics_registry.py`` fails for a recorded measure without an entry.
+gate (``harness.reporting``) read it; none keeps a table of its own.
+
+A measure of every run carries its computation: ``per_sequence`` (its value for each sequence of
+a test batch, from the batch's step outputs, ``Measured``; the record holds the mean over the
+split's sequences) or ``of_metrics`` (from the split's other measures, once they are known). The
+evaluation (``harness.training.train.evaluate``) computes whatever is registered so, in
+registration order, and nothing else by hand: Skip %, activity sparsity, depth-skip %, mean depth
+and the geometric mean are such entries here, and a plugin adds a measure to every run of every
+task the same way. The scores ``harness.components.task.Task`` computes for each task kind, and
+the counts the reports print (FLOPs, parameters, D), are registered descriptions only. A task
+whose own scoring records another measure registers it in its module (``register_metric``, e.g. a
+0/1 ``solved``); ``tests/test_metrics_registry.py`` fails for a recorded measure without an
+entry.
 
 Skip % follows docs/methods.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per sequence,
 ``1 - sum_{t,i} u_{t,i} / (T_true * D)``, then averaged over sequences. Depth-adaptive methods also
@@ -22,9 +29,9 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.components.registry import SNAKE_KEY, Registry, load_plugins
 
@@ -67,6 +74,13 @@ class Metric:
             ``detail`` (recorded, never a table column).
         tolerance: the drift gate's default ``(absolute, relative)`` tolerance for it as a test
             metric (``harness.reporting.compare``; ``--tol`` overrides it).
+        per_sequence: where every run measures it: its value for each sequence of a test batch,
+            a ``[B]`` tensor in its unit, from ``Measured`` (the batch, the model's outputs, the
+            model), or None where the run has no such value (no depth, no column reads); the
+            record holds the mean over the split's sequences.
+        of_metrics: where every run derives it from the split's other measures: ``(metrics,
+            task kind) -> value``, or None where it does not apply. Run after every
+            ``per_sequence`` measure and the task's scores, in registration order.
     """
 
     name: str
@@ -79,6 +93,8 @@ class Metric:
     form: str = "num"
     group: str = "score"
     tolerance: tuple[float, float] = DEFAULT_TOLERANCE
+    per_sequence: Callable[[Measured], Tensor | None] | None = None
+    of_metrics: Callable[[dict[str, float], str], float | None] | None = None
 
     def __post_init__(self) -> None:
         if self.form not in FORMS or self.group not in GROUPS:
@@ -94,6 +110,22 @@ class Metric:
                 f"metric {self.name!r}: range must be (low, high), each a finite number or None "
                 f"(unbounded), low below high (got {self.range!r})"
             )
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a ``per_sequence`` measure reads of one test batch.
+
+    Attributes:
+        batch: the batch (``x [B, T, V]``, ``lengths`` or None, ``times``).
+        out: the model's outputs: ``pred`` and ``layers``, one ``SeqOut`` per layer (``mask``,
+            ``depth``, ``reads``, ``outputs``).
+        model: the ``SeqModel`` (its layers, ``methods``: ``hidden_size``, ``cost()``).
+    """
+
+    batch: Any
+    out: Any
+    model: Any
 
 
 # name -> Metric, in registration order (the leaderboard orders its trace columns by it)
@@ -141,20 +173,86 @@ def higher_is_better(record: dict) -> bool:
     return bool(record.get("higher_is_better")) if higher is None else higher
 
 
+def _skip_pct(m: Measured) -> Tensor:
+    """Skip % of each sequence: the unit updates skipped, each layer weighted by its units."""
+    layers = m.model.methods
+    units = sum(layer.hidden_size for layer in layers)
+    skipped = sum(
+        skip_fraction(o.mask, m.batch.lengths) * layer.hidden_size
+        for o, layer in zip(m.out.layers, layers, strict=True)
+    )
+    return 100.0 * (skipped / units).double()
+
+
+def _read_skip_pct(m: Measured) -> Tensor | None:
+    """Activity sparsity % of each sequence: the column reads skipped (activity-sparse layers)."""
+    unread = unread_columns(m.out.layers)
+    if unread is None:
+        return None
+    valid = valid_steps(unread.shape[0], unread.shape[1], m.batch.lengths, unread.device).double()
+    return 100.0 * ((unread * valid).sum(1) / valid.sum(1))
+
+
+def _depth(key: str, scale: float) -> Callable[[Measured], Tensor | None]:
+    """A ``depth_stats`` measure of each sequence, averaged over the layers (depth models)."""
+
+    def per_sequence(m: Measured) -> Tensor | None:
+        layers = list(zip(m.out.layers, m.model.methods, strict=True))
+        if all(o.depth is None for o, _ in layers):
+            return None
+        total = sum(
+            depth_stats(o.depth, layer.cost().max_depth, m.batch.lengths)[key].double()
+            for o, layer in layers
+            if o.depth is not None
+        )
+        return scale * (total / len(layers))
+
+    return per_sequence
+
+
+def _geo_mean(metrics: dict[str, float], kind: str) -> float | None:
+    """S-SA's √(Acc × Skip) of a classification run."""
+    if kind != "classification" or "accuracy" not in metrics:
+        return None
+    return geometric_mean(metrics["accuracy"], metrics["skip_pct"])
+
+
 _PCT = {"unit": "%", "percent": True, "range": (0.0, 100.0)}
+_TRACE = {"group": "compute"}
 for _m in (
-    # the trace measures (harness.training.train), in the order the leaderboard prints them
-    Metric("skip_pct", "Skip %", higher=True, group="compute", **_PCT),
-    Metric("read_skip_pct", "Activity sparsity %", higher=True, group="compute", **_PCT),
-    Metric("mean_depth", "Mean depth", "layers", range=(0.0, None), group="compute"),
-    Metric("depth_skip_pct", "Depth-skip %", higher=True, group="compute", **_PCT),
+    # the trace measures of every run, in the order the leaderboard prints them
+    Metric("skip_pct", "Skip %", higher=True, per_sequence=_skip_pct, **_TRACE, **_PCT),
+    Metric(
+        "read_skip_pct",
+        "Activity sparsity %",
+        higher=True,
+        per_sequence=_read_skip_pct,
+        **_TRACE,
+        **_PCT,
+    ),  # fmt: skip
+    Metric(
+        "mean_depth",
+        "Mean depth",
+        "layers",
+        range=(0.0, None),
+        per_sequence=_depth("mean_depth", 1.0),
+        **_TRACE,
+    ),  # fmt: skip
+    Metric(
+        "depth_skip_pct",
+        "Depth-skip %",
+        higher=True,
+        per_sequence=_depth("depth_skip", 100.0),
+        **_TRACE,
+        **_PCT,
+    ),  # fmt: skip
     # the scores of the task kinds (harness.components.task.Task.batch_stats / finalize)
     Metric("accuracy", "Accuracy %", higher=True, **_PCT),
     Metric("mse", "MSE", higher=False, range=(0.0, None)),
     Metric("perplexity", "Perplexity", higher=False, range=(1.0, None)),
     Metric("nll", "NLL", "nats", higher=False, range=(0.0, None), group="detail"),
-    # S-SA's headline measure of classification runs (harness.training.train)
-    Metric("geo_mean", "√(Acc×Skip)", higher=True, **_PCT),
+    # S-SA's headline measure of classification runs
+    Metric("geo_mean", "√(Acc×Skip)", higher=True, of_metrics=_geo_mean, **_PCT),
     # the per-epoch training loss of the history (learning curves)
     Metric("train_loss", "training loss", higher=False, group="detail"),
     # the counts the reports print beside the metrics (a record's flops, params and config)
@@ -183,6 +281,19 @@ def skip_fraction(mask: Tensor, lengths: Tensor | None = None) -> Tensor:
     valid = valid_steps(B, T, lengths, mask.device)
     updates = (mask.detach() > 0).float().sum(-1)  # [B, T] ceiling rule: any update counts
     return 1.0 - (updates * valid).sum(1) / (valid.sum(1) * D)
+
+
+def unread_columns(layers: Sequence[Any]) -> Tensor | None:
+    """The share of column reads each step skips, ``[B, T]`` (float64), over the layers' reads.
+
+    Each layer with ``SeqOut.reads`` counts its V + D columns (docs/methods.md 1.1); None when
+    no layer has reads (the row-skipping methods). A model's layers are all of one method, so
+    either every layer has reads or none has.
+    """
+    reads = [o.reads.detach() for o in layers if o.reads is not None]
+    if not reads:
+        return None
+    return sum((r <= 0).double().sum(-1) for r in reads) / sum(r.shape[-1] for r in reads)
 
 
 def depth_stats(depth: Tensor, max_depth: int, lengths: Tensor | None = None) -> dict[str, Tensor]:

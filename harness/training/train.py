@@ -21,14 +21,7 @@ import torch
 from harness import env
 from harness.components.config import RunConfig
 from harness.components.flops import sequence_macs
-from harness.components.method import SeqOut
-from harness.components.metrics import (
-    FLOPS_PER_MAC,
-    depth_stats,
-    geometric_mean,
-    skip_fraction,
-    valid_steps,
-)
+from harness.components.metrics import FLOPS_PER_MAC, METRICS, Measured, unread_columns, valid_steps
 from harness.components.model import SeqModel
 from harness.components.registry import METHODS, TASKS, method_source
 from harness.components.task import Split, Task
@@ -80,7 +73,9 @@ def evaluate(
     """
     model.eval()
     stats: dict[str, list[float]] = {}
-    sums: dict[str, float] = {}
+    sums: dict[str, float] = {}  # the MACs and the methods' diagnostics, summed over sequences
+    means: dict[str, float] = {}  # the registered measures of every run (``per_sequence``)
+    per_sequence = [m for m in METRICS.values() if m.per_sequence is not None]
     n_seq = 0
     traced: dict[str, Any] = {}
     for batch in split.batches(batch_size):
@@ -94,39 +89,28 @@ def evaluate(
             acc[1] += c
         B = batch.x.shape[0]
         n_seq += B
+        measured = Measured(batch, out, model)
+        for metric in per_sequence:
+            value = metric.per_sequence(measured)
+            if value is not None:
+                means[metric.name] = means.get(metric.name, 0.0) + float(value.double().sum())
         per_seq: dict[str, torch.Tensor] = {}
-        units = sum(layer.hidden_size for layer in model.methods)
-        skipped = sum(
-            skip_fraction(o.mask, batch.lengths) * layer.hidden_size
-            for o, layer in zip(out.layers, model.methods, strict=True)
-        )
-        per_seq["skip"] = skipped / units
-        unread = unread_columns(out.layers)
-        if unread is not None:  # activity-sparse layers: the share of column reads skipped
-            valid = valid_steps(B, unread.shape[1], batch.lengths, unread.device).double()
-            per_seq["read_skip"] = (unread * valid).sum(1) / valid.sum(1)
         for o, layer in zip(out.layers, model.methods, strict=True):
             for k, v in sequence_macs(layer, o, batch.lengths).items():
                 per_seq[f"macs_{k}"] = per_seq.get(f"macs_{k}", 0) + v
-            if o.depth is not None:
-                for k, v in depth_stats(o.depth, layer.cost().max_depth, batch.lengths).items():
-                    per_seq[k] = per_seq.get(k, 0) + v / len(model.methods)
             for k, v in o.extras.items():
                 per_seq[f"diag_{k}"] = per_seq.get(f"diag_{k}", 0) + v.float() / len(model.methods)
         for k, v in per_seq.items():
             sums[k] = sums.get(k, 0.0) + float(v.double().sum())
     metrics = task.finalize({k: (s, c) for k, (s, c) in stats.items()})
-    mean = {k: v / max(n_seq, 1) for k, v in sums.items()}
-    metrics["skip_pct"] = 100.0 * mean["skip"]
-    if "read_skip" in mean:
-        metrics["read_skip_pct"] = 100.0 * mean["read_skip"]
+    metrics.update({k: v / max(n_seq, 1) for k, v in means.items()})
+    for metric in METRICS.values():
+        value = None if metric.of_metrics is None else metric.of_metrics(metrics, task.kind)
+        if value is not None:
+            metrics[metric.name] = value
     if trace:
         _finish_trace(traced)
-    if "depth_skip" in mean:
-        metrics["depth_skip_pct"] = 100.0 * mean["depth_skip"]
-        metrics["mean_depth"] = mean["mean_depth"]
-    if task.kind == "classification" and "accuracy" in metrics:
-        metrics["geo_mean"] = geometric_mean(metrics["accuracy"], metrics["skip_pct"])
+    mean = {k: v / max(n_seq, 1) for k, v in sums.items()}
     macs = {k[5:]: v for k, v in mean.items() if k.startswith("macs_")}
     diags = {k[5:]: v for k, v in mean.items() if k.startswith("diag_")}
     return EvalResult(metrics, macs, diags, traced)
@@ -180,19 +164,6 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
             hist[str(int(r))] = hist.get(str(int(r)), 0) + int(c)
     if not hist:
         traced.pop("depth_hist")
-
-
-def unread_columns(layers: Sequence[SeqOut]) -> torch.Tensor | None:
-    """The share of column reads each step skips, ``[B, T]`` (float64), over the layers' reads.
-
-    Each layer with ``SeqOut.reads`` counts its V + D columns (docs/methods.md 1.1); None when
-    no layer has reads (the row-skipping methods). A model's layers are all of one method, so
-    either every layer has reads or none has.
-    """
-    reads = [o.reads.detach() for o in layers if o.reads is not None]
-    if not reads:
-        return None
-    return sum((r <= 0).double().sum(-1) for r in reads) / sum(r.shape[-1] for r in reads)
 
 
 def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -33,3 +33,18 @@ def test_every_kind_the_package_declares_comes_from_it():
     }
     for kind, name in declared.items():
         assert source_of(KINDS[kind].get(name)) == method_source("example-skip")
+
+
+def test_the_packages_measure_is_taken_on_every_run_of_a_built_in_task(tmp_path, monkeypatch):
+    """``saturated_pct`` carries its computation: a run of a built-in task and method records it
+    (a share of outputs, in percent) beside the harness's own measures."""
+    import json
+
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--tasks", "adding", "--methods", "gru", "--preset", "smoke"]
+    assert main([*args, "--out", "runs", "--no-report"]) == 0
+    (record,) = [json.loads(line) for line in (tmp_path / "runs" / "runs.jsonl").open()]
+    for split in ("metrics", "val_metrics"):
+        assert 0.0 <= record[split]["saturated_pct"] <= 100.0
