@@ -10,7 +10,7 @@ import statistics
 import pytest
 import torch
 
-from harness.bench import speedup
+from harness.bench import roofline, speedup
 from harness.bench.phases import FUSED_CELLS
 from harness.bench.speedup import (
     fast_path_methods,
@@ -55,8 +55,20 @@ def test_every_row_times_the_fast_path_against_three_alternatives(rows):
             assert r[f"realised_frac_{alt}"] == pytest.approx(
                 r[f"speedup_{alt}"] / r[f"mac_ratio_{alt}"]
             )
-        # time does not follow MACs alone: nothing here is called a bound
+        # time does not follow MACs alone: no MAC ratio is called a bound
         assert not {"bound_dense", "bound_noskip", "bound_fused", "bound", "speedup"} & set(r)
+
+
+def test_every_row_has_the_physical_bound_of_one_roofline_measured_for_the_run(rows):
+    machine = rows[0]["roofline"]
+    assert all(r["roofline"] is machine for r in rows)  # once per run
+    assert machine["floor_steps"] == rows[0]["T"] and set(machine["peak_macs_per_s"]) == {"1", "3"}
+    assert [lv["name"] for lv in machine["levels"]][-1] == "memory"
+    assert all(lv["bytes_per_s"] > 0 for lv in machine["levels"])
+    for r in rows:
+        assert r["x_bound"] == pytest.approx(r["fast_ms"] / r["bound_ms"])
+        assert r["bound_macs"] == pytest.approx(r["B"] * r["fast_macs"])  # B x the union's
+        assert r["bound_level"] in [lv["name"] for lv in machine["levels"]]
 
 
 def test_the_mac_ratios(rows):
@@ -160,15 +172,21 @@ def test_markdown_shows_each_comparison_its_spread_mac_ratio_and_fraction():
     md = speedup_markdown(rows, "c", data_file="S.jsonl")
     for head in ("vs own dense loop", "vs same path, no skip", "vs fused cell", "realised"):
         assert head in md
-    # nothing is called a bound, and the note counts the rows whose realised fraction passes 1
+    # no MAC ratio is called a bound, and the note counts the rows whose realised fraction
+    # passes 1; rows measured without a roofline show dashes for the bound
     assert "| vs own dense loop | MAC ratio | realised | vs same path, no skip | MAC ratio |" in md
-    assert "bound" not in md.replace("no bound on the speedup", "")
+    intro = next(x for x in md.splitlines() if x.startswith("Untrained models"))
+    assert "bound" not in intro.replace("no bound on the speedup", "")
+    assert "Bound ms and × bound: no roofline measured for these rows (–)." in md
+    assert "| ms: dense / no skip / fused / fast | bound ms | × bound | vs own dense loop |" in md
     assert "here: 1 of 4 rows against the own dense loop, 0 of 4 rows against the no-skip" in md
     assert "`S.jsonl`" in md
     line = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[7:17] == [
+    assert cells[7:19] == [
         "5.00 / 4.00 / 3.00 / 1.00",
+        "–",
+        "–",
         "5.00x (4.00–6.00)",
         "5.00x",
         "1.00",
@@ -182,7 +200,29 @@ def test_markdown_shows_each_comparison_its_spread_mac_ratio_and_fraction():
     assert cells[-1] == "4"
     # the summary: per method the batch-1 row at the largest D and the highest target
     summary = [x for x in md.splitlines() if x.startswith("| m | 16 | 90 | GRU |")]
-    assert summary == ["| m | 16 | 90 | GRU | 3.00x | 10.00x | 0.30 |"]
+    assert summary == ["| m | 16 | 90 | GRU | 3.00x | 10.00x | 0.30 | – |"]
+
+
+def test_markdown_shows_the_bound_and_the_measurement_it_came_from():
+    from test_roofline import machine
+
+    m = machine()
+    bound = {"bound_ms": 0.4, "bound_level": "L2", "x_bound": 2.5, "roofline": m}
+    rows = [row(D=8, **bound), row(D=16, **bound), row(D=16, B=4)]  # the last one from before
+    md = speedup_markdown(rows, "c")
+    assert speedup.BOUND_NOTE in md and roofline.describe(m) in md
+    assert "1 rows measured without one show –." in md and "measurements in these rows" not in md
+    cells = [
+        [c.strip() for c in x.strip("|").split("|")]
+        for x in md.splitlines()
+        if x.startswith("| m | ") and x.count("|") > 12
+    ]
+    assert [c[8:10] for c in cells] == [["0.4", "2.50x"], ["0.4", "2.50x"], ["–", "–"]]
+    # the summary gives the fast path's time over its bound
+    assert "| m | 16 | 90 | GRU | 3.00x | 10.00x | 0.30 | 2.50x |" in md
+    other = {**m, "floor_step_s": 2e-6}
+    md = speedup_markdown([row(**bound), row(**{**bound, "roofline": other})], "c")
+    assert "(2 measurements in these rows: the first shown.)" in md and "without one" not in md
 
 
 def test_markdown_shows_a_missing_comparison_as_a_dash():
@@ -192,7 +232,7 @@ def test_markdown_shows_a_missing_comparison_as_a_dash():
             del r[k]  # fused_cell too
     md = speedup_markdown([r], "c")
     line = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
-    assert line.count("| – ") == 6 and "5.00 / – / – / 1.00" in line
+    assert line.count("| – ") == 8 and "5.00 / – / – / 1.00" in line
     assert "| 5.00x (4.00–6.00) | 5.00x | 1.00 | – |" in line
     assert "Against the fused cell" not in md and "JSON line" not in md
 

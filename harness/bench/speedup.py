@@ -56,10 +56,11 @@ import torch
 from torch import Tensor
 
 from harness.bench.phases import FUSED_CELLS, fused_macs
+from harness.bench.roofline import measure_machine, physical_bound
 
 # the report is rendered in harness.bench.speedup_report; its names stay importable from here
-from harness.bench.speedup_report import COLUMNS_NOTE, speedup_markdown  # noqa: F401
-from harness.components.flops import sequence_macs
+from harness.bench.speedup_report import BOUND_NOTE, COLUMNS_NOTE, speedup_markdown  # noqa: F401
+from harness.components.flops import realisable_step_macs, sequence_macs
 from harness.components.method import Method, SeqOut
 from harness.components.registry import METHODS
 from harness.env import resolve_device
@@ -217,8 +218,8 @@ def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, flo
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def union_macs(model: Method, out: SeqOut) -> float:
-    """Exact-realisable MACs per sequence of computing the union of the batch's decisions.
+def union_step_macs(model: Method, out: SeqOut) -> Tensor:
+    """Exact-realisable MACs of each step, ``[T]``, of computing the union of the batch's decisions.
 
     The union: at each step the units updated by any sequence, at the largest depth, reading
     the columns read by any sequence. This is what a batched fast path reads (a weight row, or
@@ -227,7 +228,7 @@ def union_macs(model: Method, out: SeqOut) -> float:
     it skip more than the paper's count says: VC-RNN's first k units read only the first k state
     dims, k(k + V) per gate), not what a dense count would credit; for the other methods the
     paper-effective MACs. At batch 1, or where the batch's decisions coincide, the effective
-    (exact) MACs.
+    (exact) MACs. Per sequence: one MAC per weight element the step reads.
     """
 
     def any_sequence(t: Tensor | None) -> Tensor | None:
@@ -239,7 +240,15 @@ def union_macs(model: Method, out: SeqOut) -> float:
         depth=any_sequence(out.depth),
         reads=any_sequence(out.reads),
     )
-    return sequence_macs(model, union)["exact"].item()
+    return realisable_step_macs(model, union)[0]
+
+
+def union_macs(model: Method, out: SeqOut) -> float:
+    """Exact-realisable MACs per sequence of computing the union of the batch's decisions.
+
+    The sum of ``union_step_macs`` over the steps.
+    """
+    return union_step_macs(model, out).sum().item()
 
 
 def fused_cell(cell: str, input_size: int, hidden_size: int) -> torch.nn.Module:
@@ -300,6 +309,8 @@ def measure_speedups(
     if input_size < 1 or budget_s < 0:
         raise ConfigError("speedup needs input_size >= 1 and budget_s >= 0")
     dev = resolve_device(device)
+    # once per run, before the rows: this machine's roofline (CPU only: no bound elsewhere)
+    machine = measure_machine(names, batches, seq_len) if dev.type == "cpu" else None
     rows = []
     for method in names:
         for D in hidden:
@@ -316,7 +327,7 @@ def measure_speedups(
                     row = {"method": method, "D": D, "B": B, "T": seq_len, "V": input_size}
                     row["method_code"] = current_code(method)  # the report names it
                     row.update(target_skip=skip, setting=note, noskip_setting=noskip_note)
-                    rows.append({**row, **measure_one(model, x, budget_s, noskip, cell)})
+                    rows.append({**row, **measure_one(model, x, budget_s, noskip, cell, machine)})
     return rows
 
 
@@ -326,6 +337,7 @@ def measure_one(
     budget_s: float,
     noskip: Method,
     cell: torch.nn.Module,
+    machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Achieved skip, MACs and their ratios, times and fast-vs-dense agreement of one model.
 
@@ -339,6 +351,8 @@ def measure_one(
         budget_s: seconds of timing (at least 3 rounds regardless).
         noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path.
         cell: torch's fused cell at the same sizes (``fused_cell``).
+        machine: this machine's roofline (``harness.bench.roofline.measure_machine``), or None
+            (no bound).
 
     Returns:
         skip (achieved; depth-skip for depth-adaptive methods), flop_reduction (dense /
@@ -350,7 +364,9 @@ def measure_one(
         fast_ms, rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip,
         fused_cell, max_abs_diff, mask_mismatch and reads_mismatch (entries that differ, fast vs
         dense; reads 0 for methods without them), skip_kind (``skip_kind``: what ``skip``
-        measures) and note.
+        measures) and note. With ``machine``: ``roofline`` (the measurement), the physical
+        bound's fields (``harness.bench.roofline.physical_bound``: ``bound_ms``, ...) and
+        ``x_bound``, fast_ms / bound_ms.
     """
     model.eval()
     with torch.no_grad():
@@ -394,9 +410,16 @@ def measure_one(
                 f"realised_frac_{alt}": med * fast_macs / alt_mac,
             }
         )
+    fast_ms = 1e3 * statistics.median(times["fast"])
+    if machine is not None:
+        B, T, V = x.shape
+        weights = union_step_macs(model, ref).tolist()  # elements read, per sequence and step
+        bound = physical_bound(weights, macs["dense"] / T, B, V, model.hidden_size, machine,
+                               itemsize=x.element_size())  # fmt: skip
+        row.update(roofline=machine, **bound, x_bound=fast_ms / bound["bound_ms"])
     return {
         **row,
-        "fast_ms": 1e3 * statistics.median(times["fast"]),
+        "fast_ms": fast_ms,
         "rounds": len(times["fast"]),
         "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
         "noskip_skip": achieved_skip(noskip_ref, noskip),

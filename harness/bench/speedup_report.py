@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from harness.bench.roofline import describe
 from harness.bench.timing_report import method_codes
 from harness.components.metrics import UNIT_NOTE
 from harness.env import device_name, git_state
@@ -31,6 +32,43 @@ COLUMNS_NOTE = (
 
 def _ms(r: dict[str, Any], alt: str) -> str:
     return f"{r[f'{alt}_ms']:.2f}" if f"{alt}_ms" in r else "–"
+
+
+# The report's sentences on the physical bound (rows with ``bound_ms``).
+BOUND_NOTE = (
+    "Bound ms = the least time this machine needs for the row's sequence, from a roofline "
+    "measured in the same run: the sum over the steps of the larger of the step's bytes at the "
+    "triad bandwidth of the cache level the sequence's working set fits in (its weights read, "
+    "at most the whole model's, and its inputs and outputs) and its MACs at the peak product "
+    "throughput of the row's batch size, plus T times the per-step floor (one call of an empty "
+    "T-step loop, over T). A step's bytes: the weight elements the batch's union of decisions "
+    "reads (one per exact-realisable MAC of one sequence; a row read serves the whole batch) "
+    "and the batch's input step, previous state and output, float32; its MACs: B per weight "
+    "element. × bound = fast / bound ms, 1 at the physical limit. Left out: biases, "
+    "nonlinearities, the decisions' elementwise work and any state beyond the D outputs; a "
+    "scattered row counts as fast as a contiguous block. "
+)
+
+
+def _bound(r: dict[str, Any]) -> list[str]:
+    """The bound's columns, ``bound ms`` and ``× bound``, or dashes (a row measured without)."""
+    if "bound_ms" not in r:
+        return ["–", "–"]
+    return [f"{r['bound_ms']:.3g}", f"{r['fast_ms'] / r['bound_ms']:.2f}x"]
+
+
+def _bound_header(rows: Sequence[dict[str, Any]]) -> str:
+    """The header's sentences on the bound and the measurement it came from."""
+    machines = [r["roofline"] for r in rows if "roofline" in r]
+    if not machines:
+        return "Bound ms and × bound: no roofline measured for these rows (–)."
+    distinct = list({repr(m): m for m in machines}.values())
+    text = BOUND_NOTE + describe(distinct[0])
+    if len(distinct) > 1:
+        text += f" ({len(distinct)} measurements in these rows: the first shown.)"
+    if len(machines) < len(rows):
+        text += f" {len(rows) - len(machines)} rows measured without one show –."
+    return text
 
 
 def _vs(r: dict[str, Any], alt: str) -> list[str]:
@@ -65,8 +103,10 @@ def speedup_markdown(
     Returns:
         The report: a header naming the device, torch version, thread count, commit and command,
         the fast-path notes found in the rows (per method the last one, which saw all of its
-        rows run), a summary against the fused cell at batch 1 (per method its row at the
-        largest D and the highest target skip), one table row per configuration.
+        rows run), the physical bound and the roofline measurement it came from (the rows'
+        ``roofline``), a summary against the fused cell at batch 1 (per method its row at the
+        largest D and the highest target skip), one table row per configuration (a row without
+        a bound, measured before there was one, shows dashes there).
     """
     dev = torch.device(device)
     name = device_name(dev)
@@ -116,6 +156,8 @@ def speedup_markdown(
         f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
         f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
         "",
+        _bound_header(rows),
+        "",
         f"Code timed (`method_code`): {method_codes(rows)}.",
         *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
         "",
@@ -126,13 +168,14 @@ def speedup_markdown(
     if summary:
         lines += [
             "Against the fused cell at batch 1 (each method at its largest D and highest "
-            "target skip): speedup, MAC ratio, realised.",
+            "target skip): speedup, MAC ratio, realised, and the fast path's time over its "
+            "physical bound.",
             "",
             *summary,
             "",
         ]
     titles = ["Method", "D", "B", "Target skip %", "Skip %", "Setting", "FLOP reduction"]
-    titles.append("ms: dense / no skip / fused / fast")
+    titles += ["ms: dense / no skip / fused / fast", "bound ms", "× bound"]
     for alt in ("vs own dense loop", "vs same path, no skip", "vs fused cell"):
         titles += [alt, "MAC ratio", "realised"]
     body = []
@@ -151,7 +194,8 @@ def speedup_markdown(
         ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
         skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
         who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
-        body.append([*who, r["setting"], red, ms, *_vs(r, "dense"), *_vs(r, "noskip"), *fused])
+        body.append([*who, r["setting"], red, ms, *_bound(r)])
+        body[-1] += [*_vs(r, "dense"), *_vs(r, "noskip"), *fused]
         body[-1] += [diff, str(r["rounds"])]
     lines += pipe_table([*titles, "Max abs diff", "Rounds"], body)
     lines.append("")
@@ -186,11 +230,11 @@ def _fused_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     titles = ["Method", "D", "Target skip %", "Fused cell", "vs fused cell", "MAC ratio"]
     return pipe_table(
-        [*titles, "realised"],
+        [*titles, "realised", "× bound"],
         [
             [m, str(r["D"]), f"{100 * r['target_skip']:.0f}", str(r.get("fused_cell", "–"))]
             + [f"{r['speedup_fused']:.2f}x", f"{r['mac_ratio_fused']:.2f}x"]
-            + [f"{r['realised_frac_fused']:.2f}"]
+            + [f"{r['realised_frac_fused']:.2f}", _bound(r)[1]]
             for m, r in best.items()
         ],
     )

@@ -60,16 +60,27 @@ def per_sequence(step_macs: Tensor, lengths: Tensor | None = None) -> Tensor:
     return (step_macs * valid_steps(B, T, lengths, step_macs.device).double()).sum(1)
 
 
+def realisable_step_macs(method: Method, out: SeqOut, effective: Tensor | None = None) -> Tensor:
+    """Exact-realisable MACs of every step, ``[B, T]`` (float64).
+
+    ``Method.exact_step_macs`` where the method counts them, else the paper-effective MACs
+    (``effective`` where given, else the ``effective_step_macs`` of ``out``).
+    """
+    exact = method.exact_step_macs(out)
+    if exact is not None:
+        return exact.double()
+    return effective_step_macs(method.cost(), out) if effective is None else effective
+
+
 def sequence_macs(method: Method, out: SeqOut, lengths: Tensor | None = None) -> dict[str, Tensor]:
     """Per-sequence ``effective``, ``exact`` and ``dense`` (analytic) MACs, each ``[B]``."""
     cost = method.cost()
     eff = effective_step_macs(cost, out)
-    exact = method.exact_step_macs(out)
     B, T = eff.shape
     dense = torch.full((B, T), float(cost.dense_step()), dtype=torch.float64, device=eff.device)
     return {
         "effective": per_sequence(eff, lengths),
-        "exact": per_sequence(eff if exact is None else exact.double(), lengths),
+        "exact": per_sequence(realisable_step_macs(method, out, eff), lengths),
         "dense": per_sequence(dense, lengths),
     }
 
