@@ -145,8 +145,15 @@ def test_a_timing_report_rendered_from_stores_timed_in_parallel(in_tmp, capsys):
     capsys.readouterr()
     args = ["bench", "--from", "synthetic,adding/timing.jsonl", "--report", "T.md"]
     assert main(args) == 0
-    assert capsys.readouterr().out.split() == ["T.md"]
+    assert capsys.readouterr().out.split() == ["T.md", "T.jsonl"]
     text = (in_tmp / "T.md").read_text()
+    # beside the report, the timings it shows: its data, for 'harness bench --from T.jsonl'
+    stored = [json.loads(x) for s in ("synthetic", "adding") for x in open(f"{s}/timing.jsonl")]
+    assert [json.loads(x) for x in open("T.jsonl")] == stored
+    assert main(["bench", "--from", "T.jsonl", "--report", "T2.md"]) == 0
+    assert (in_tmp / "T2.md").read_text().split("\n## ")[1:] == text.split("\n## ")[1:]
+    assert main(args) == 2  # never over records: the data file of the first rendering
+    assert "T.jsonl holds run records" in capsys.readouterr().err
     heads = [ln.split(" on ")[0] for ln in text.splitlines() if ln.startswith("## ")]
     assert heads == ["## synthetic (smoke preset)", "## adding (smoke preset)"]
     assert "`harness " + " ".join(args) + "`" in text
@@ -177,3 +184,62 @@ def test_methods_of_one_task_timed_apart_share_the_references_shown(in_tmp, caps
     for ref in ("torch.nn.GRU (fused)", "torch.nn.GRUCell (step loop)"):
         rows = [ln for ln in text.splitlines() if ln.startswith(f"| **{ref}** (reference) |")]
         assert len(rows) == 1, rows
+
+
+def test_print_prints_parts_of_a_reports_data_and_writes_nothing(in_tmp, capsys):
+    """--print: parts of the timing records (or with --speedup of the speedup rows) --from names,
+    selected by --where; nothing is timed or written, and an option that would be is refused."""
+    tiny = ["--task", "adding", "--rounds", "1", "--warmup", "0", "--device", "cpu"]
+    tiny += ["--set", "seq_len=4", "--set", "hidden_size=4", "--set", "n_test=8"]
+    assert main(["bench", "--methods", "gru,lstm", "--out", "t", *tiny]) == 0
+    (in_tmp / "S.jsonl").write_text(
+        json.dumps({"method": "sa-rnn", "D": 8, "B": 1, "T": 5, "V": 2, "target_skip": 0.5,
+                    "skip": 0.5, "fast_ms": 1.0, "dense_ms": 3.0, "speedup_dense": 3.0,
+                    "mac_ratio_dense": 2.0, "realised_frac_dense": 1.5}) + "\n"
+    )  # fmt: skip
+    capsys.readouterr()
+    before = sorted(p.name for p in in_tmp.rglob("*"))
+
+    assert main(["bench", "--from", "t", "--print", "times", "--where", "method=lstm"]) == 0
+    out, err = capsys.readouterr()
+    rec = next(
+        r for r in map(json.loads, open("t/timing.jsonl"))
+        if r["method"] == "lstm" and r["phase"] == "train"
+    )  # fmt: skip
+    from harness.bench.timing_report import format_ms
+
+    assert err == "" and out.startswith("*`t`: adding (smoke preset) on ")
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ") and "Method" not in ln]
+    assert len(rows) == 1 and rows[0].startswith("| lstm | LSTM | 4 | ")
+    assert f"| {format_ms(rec['median_s'])} (" in rows[0]
+    assert main(["bench", "--speedup", "--from", "S.jsonl", "--print", "rows,above"]) == 0
+    out = capsys.readouterr().out
+    assert "| sa-rnn | 8 | 1 | 50 | 50.0 | 1.00 / 3.00 / – / – | 3.00x (2.00x, 1.50) | – | – |" in (
+        out
+    )
+    said = "Realised above 1 (speedup above the MAC ratio): 1 of 1 rows against the own dense "
+    assert said in out
+    assert sorted(p.name for p in in_tmp.rglob("*")) == before  # nothing written
+
+    refused = {
+        ("--print", "rows"): "--print rows: not a part without --speedup (choose from times, cost)",
+        ("--speedup", "--print", "times"): "--print times: not a part with --speedup",
+        ("--print", "times", "--from", "t", "--rounds", "3"): "--rounds: only used when measuring",
+        ("--print", "times"): "--print: name the records to print from with --from",
+        ("--from", "t", "--print", "times", "--where", "nope=1"): "--where nope: no record has",
+        ("--from", "t", "--print", "times", "--suite", "sei-table2"): "--suite: only used with "
+        "--print cost",
+        ("--from", "t", "--print", "cost", "--suite", "sei-table2"): "--print cost: name the "
+        "suite (--suite) and its epoch (--epoch-batches)",
+        ("--task", "adding", "--where", "method=gru"): "--where: only used with --print",
+        ("--from", "t", "--print", "cost", "--suite", "sei-table2", "--epoch-batches", "2"):
+        "--print cost: no train timing at suite sei-table2's task, har (paper preset), in t",
+    }  # fmt: skip
+    for args, says in refused.items():
+        assert main(["bench", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, (args, err)
+    # a filter that keeps nothing warns (a docs block fails on it)
+    assert main(["bench", "--from", "t", "--print", "times", "--where", "method=rnn"]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "warning: --where method=rnn: no record matches\n")

@@ -95,3 +95,15 @@ def test_the_committed_speedup_report_calls_no_mac_ratio_a_bound():
     text = (REPORTS / "SPEEDUP.md").read_text()
     intro = next(line for line in text.splitlines() if line.startswith("Untrained models"))
     assert "bound" not in intro.replace("no bound on the speedup", "")
+
+
+def test_the_committed_timing_records_are_those_of_the_committed_report():
+    """reports/TIMING.jsonl (what the docs' blocks print from) renders reports/TIMING.md's tables:
+    the records beside the report are the ones it shows, row for row."""
+    from harness.bench.suite import render_timing
+
+    text, timings, problems = render_timing([REPORTS / "TIMING.jsonl"], "harness bench")
+    assert problems == []
+    committed = (REPORTS / "TIMING.md").read_text()
+    assert f"({len(timings)} timings, in " in committed
+    assert text.split("\n## ")[1:] == committed.split("\n## ")[1:]

@@ -197,3 +197,92 @@ def test_a_block_runs_as_its_command_line_alone_includes_and_all(harness, doc):
     assert res.returncode == 2  # the blocks before it registered my-gru for themselves only
     said = f"doc.md:9: `{alone}` failed (exit 2): --where method=my-gru: Unknown method"
     assert said in res.stderr
+
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
+TIMES = "harness bench --from TIMING.jsonl --print times --where task=har --where method=rnn,lstm"
+COST = "harness bench --from TIMING.jsonl --print cost --suite sei-table2 --seeds 0-2 " + (
+    "--epoch-batches 32"
+)
+ROWS = "harness bench --speedup --from SPEEDUP.jsonl --print rows --where method=sa-rnn " + (
+    "--where D=1024 --where B=1 --where target_skip=0.9"
+)
+
+
+@pytest.fixture
+def bench_doc(tmp_path):
+    """A doc with a times, a cost and a speedup block over copies of the committed data."""
+    for name in ("TIMING.jsonl", "SPEEDUP.jsonl"):
+        shutil.copy(REPORTS / name, tmp_path / name)
+    path = tmp_path / "doc.md"
+    blocks = "".join(f"<!-- generated: {c} -->\n<!-- end -->\n\n" for c in (TIMES, COST, ROWS))
+    path.write_text(f"# Speed\n\n{blocks}", encoding="utf-8")
+    return path
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(s) for s in path.read_text().splitlines()]
+
+
+def test_timing_and_speedup_blocks_hold_the_data_and_go_stale_with_it(harness, bench_doc):
+    from harness.bench.timing_report import format_ms
+
+    harness("docs", "doc.md", check=True)
+    text = bench_doc.read_text(encoding="utf-8")
+    timings = _lines(bench_doc.parent / "TIMING.jsonl")
+    train = {
+        r["method"]: r
+        for r in timings
+        if r["task"] == "har" and r["phase"] == "train" and not r.get("reference")
+    }
+    rnn = train["rnn"]
+    assert "| rnn | RNN | 32 | 2 | " in text
+    assert f"| {format_ms(rnn['median_s'])} ({format_ms(rnn['min_s'])}–" in text
+    # the cost, computed here from the records: 9 runs a method at 3 seeds, 32 batches x 100 epochs
+    methods = ("rnn", "lstm", "rhn", "ei-rehn")
+    hours = {m: 9 * 32 * 100 * train[m]["median_s"] / 3600 for m in methods}
+    assert f"| 9 | {hours['ei-rehn']:.1f} h |" in text
+    assert f"Total: {sum(hours.values()):.1f} h of one core (36 runs)" in text
+    row = next(
+        r
+        for r in _lines(bench_doc.parent / "SPEEDUP.jsonl")
+        if (r["method"], r["D"], r["B"], r["target_skip"]) == ("sa-rnn", 1024, 1, 0.9)
+    )
+    fused = f"{row['speedup_fused']:.2f}x ({row['mac_ratio_fused']:.2f}x, "
+    assert f"| GRU: {fused}{row['realised_frac_fused']:.2f}) |" in text
+
+    # a changed train step makes the times and cost blocks stale, not the speedup one
+    rnn["median_s"] *= 2
+    (bench_doc.parent / "TIMING.jsonl").write_text("".join(json.dumps(r) + "\n" for r in timings))
+    res = harness("docs", "--check", "doc.md")
+    assert res.returncode == 1
+    assert f"doc.md:3: `{TIMES}`: stale" in res.stdout
+    line = text.splitlines().index(f"<!-- generated: {COST} -->") + 1
+    assert f"doc.md:{line}: `{COST}`: stale" in res.stdout
+    assert "SPEEDUP.jsonl" not in res.stdout and "1 file(s)" not in res.stdout
+    harness("docs", "doc.md", check=True)
+    assert harness("docs", "--check", "doc.md").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "command, says",
+    [
+        ("harness bench --from TIMING.jsonl", "unknown block command"),
+        ("harness bench --print times", "failed (exit 2): --print: name the records"),
+        (
+            "harness bench --from TIMING.jsonl --print times --where method=nope",
+            "warning: --where method=nope: no record matches",
+        ),
+        (
+            "harness bench --speedup --from TIMING.jsonl --print rows",
+            "TIMING.jsonl:1: not a speedup row",
+        ),
+    ],
+)
+def test_a_bad_bench_block_is_one_line_and_exit_2(harness, bench_doc, command, says):
+    text = f"# Doc\n\n<!-- generated: {command} -->\n<!-- end -->\n"
+    bench_doc.write_text(text, encoding="utf-8")
+    res = harness("docs", "--check", "doc.md")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert says in res.stderr and res.stderr.startswith("error: doc.md:3: ")
+    assert bench_doc.read_text(encoding="utf-8") == text

@@ -157,12 +157,12 @@ def merge_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def render_timing(stores: Sequence[Path], command: str) -> tuple[str, list[str]]:
-    """The timing report of the timing records in ``stores`` (``harness bench --from``).
+def timing_records(stores: Sequence[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The timings a report of ``stores`` shows, and one line per unusable line of the stores.
 
-    Returns:
-        The Markdown (``merge_references`` of the latest record of each timing, in the order of
-        the stores) and one line per unusable line of the stores.
+    The timings are ``merge_references`` of the latest record of each, in the order of the
+    stores: what ``render_timing`` renders, and what ``harness bench --from ... --print``
+    (``harness.bench.excerpts``) prints parts of.
 
     Raises:
         ConfigError: no timing record in the stores.
@@ -172,7 +172,24 @@ def render_timing(stores: Sequence[Path], command: str) -> tuple[str, list[str]]
     timings = merge_references([r for r in latest(records) if r.get("kind") == "timing"])
     if not timings:
         raise ConfigError(f"bench --from: no timing records in {', '.join(map(str, stores))}")
-    return timing_markdown(timings, [str(p) for p in stores], command), problems
+    return timings, problems
+
+
+def render_timing(
+    stores: Sequence[Path], command: str
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The timing report of the timing records in ``stores`` (``harness bench --from``).
+
+    Returns:
+        The Markdown, the timings it shows (``timing_records``: written beside the report, its
+        data file) and one line per unusable line of the stores.
+
+    Raises:
+        ConfigError: no timing record in the stores.
+        RecordError: a store that does not exist.
+    """
+    timings, problems = timing_records(stores)
+    return timing_markdown(timings, [str(p) for p in stores], command), timings, problems
 
 
 def reference_kinds(phase: Phase) -> list[str]:

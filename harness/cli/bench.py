@@ -2,17 +2,22 @@
 
 Both write a generated Markdown report whose header names the command line that produced it:
 the arguments ``harness.cli.main`` parsed (``args.argv``), so that an in-process call records its
-own command, not the host process's ``sys.argv``.
+own command, not the host process's ``sys.argv``. Each report has its data beside it (the name
+with ``.jsonl``): the speedup rows, or the timings a report rendered with ``--from`` shows. With
+``--print`` nothing is measured or written: parts of those data are printed for the docs'
+generated blocks (``harness.bench.excerpts``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
+from harness.bench.excerpts import SPEEDUP_PARTS, TIMING_PARTS
 from harness.cli.common import (
     add_command,
     check_writable,
@@ -54,6 +59,8 @@ TIMING_ONLY = {
     "data_dir": None,
     "sources": None,  # --from
 }
+# Options of --print cost alone (none of them measures anything).
+COST_ONLY = {"suite": None, "seeds": None, "epoch_batches": None}
 SPEEDUP_ONLY = {
     "skips": [0.5, 0.75, 0.9],
     "hidden": [256, 1024],
@@ -107,6 +114,7 @@ def add_parser(subparsers: Any) -> None:
             "harness bench --task all --preset paper --device cpu --rounds 3 --warmup 1",
             "harness bench --speedup   # realised speedup of the fast inference paths",
             "harness bench --speedup --methods METHOD --hidden 256 --batches 1 --budget 1",
+            "harness bench --from reports/TIMING.jsonl --print times --where method=METHOD",
             note="timings are advisory, never a pass/fail gate",
         ),
     )
@@ -129,8 +137,44 @@ def add_parser(subparsers: Any) -> None:
         dest="sources",
         type=comma_list(str),
         metavar="STORE[,STORE...]",
-        help="timing suite: time nothing; render the report (--report, required) from the "
-        "timing records in these stores (files or --out folders), e.g. of runs made in parallel",
+        help="timing suite: time nothing; render the report (--report, required; its timings "
+        "go beside it, with .jsonl for .md) from the timing records in these stores (files or "
+        "--out folders), e.g. of runs made in parallel; with --print, print parts of them (with "
+        "--speedup: of these speedup rows, a report's .jsonl)",
+    )
+    s.add_argument(
+        "--print",
+        dest="parts",
+        type=comma_list(str),
+        metavar="PART[,PART...]",
+        help="time nothing and write nothing: print Markdown from the records --from names (for "
+        f"the docs' generated blocks, 'harness docs'): {', '.join(TIMING_PARTS)} of the timing "
+        f"records, or with --speedup {', '.join(SPEEDUP_PARTS)} of the speedup rows "
+        '(docs/reports.md, "Numbers in the docs")',
+    )
+    s.add_argument(
+        "--where",
+        action="append",
+        metavar="KEY=VALUE[,VALUE...]",
+        help="--print: only the records (rows) whose field KEY (dotted for a nested one: "
+        "sizes.D) is one of the values (names or globs; numbers as numbers); repeatable",
+    )
+    s.add_argument(
+        "--suite",
+        metavar="NAME",
+        help="--print cost: the shipped suite ('harness run --suite list') whose runs are costed",
+    )
+    s.add_argument(
+        "--seeds",
+        metavar="SEEDS",
+        help="--print cost: the suite's seeds, as 'harness run --seeds' takes them (default: "
+        "the suite's own)",
+    )
+    s.add_argument(
+        "--epoch-batches",
+        type=int_at_least(1),
+        metavar="N",
+        help="--print cost: the training batches of an epoch of the suite's task",
     )
     add_options("timing suite", TIMING_ONLY, (
         ("--out", None, "DIR", "the timing records go to DIR/timing.jsonl"),
@@ -164,6 +208,9 @@ def _only_for(args: argparse.Namespace, options: dict[str, Any], mode: str) -> N
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the timing suite or, with ``--speedup``, the speedup measurement; print the paths."""
     command = shlex.join(["harness", *getattr(args, "argv", ["bench"])])
+    if args.parts:
+        return _print(args)
+    _only_for(args, {"where": None, **COST_ONLY}, "with --print")
     if args.speedup:
         _only_for(args, TIMING_ONLY, "by the timing suite (without --speedup)")
         return _bench_speedup(args, command)
@@ -200,28 +247,79 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stores(args: argparse.Namespace) -> list[Path]:
+    """The timing stores ``--from`` names: files, or ``--out`` folders (their timing.jsonl)."""
+    return [Path(p) / "timing.jsonl" if Path(p).is_dir() else Path(p) for p in args.sources]
+
+
 def _render_timing(args: argparse.Namespace, command: str) -> int:
     if not args.report:
         raise ConfigError("bench --from: name the report to write with --report FILE")
     timing = {k: v for k, v in TIMING_ONLY.items() if k not in ("out", "sources")}
     _only_for(args, timing, "when timing")
-    stores = [Path(p) / "timing.jsonl" if Path(p).is_dir() else Path(p) for p in args.sources]
-    refuse_overwrite(Path(args.report), "--report", [("--from", p) for p in stores])
+    stores = _stores(args)
+    report, data = Path(args.report), data_path(Path(args.report))
+    inputs = [("--from", p) for p in stores]
+    refuse_overwrite(report, "--report", inputs)
+    refuse_overwrite(data, "--report's data file", inputs)
     from harness.bench.suite import render_timing
 
-    text, problems = render_timing(stores, command)
+    text, timings, problems = render_timing(stores, command)
     for line in problems:
         print(line, file=sys.stderr)
-    write_report(Path(args.report), text)
-    print(args.report)
+    write_report(data, "".join(json.dumps(r) + "\n" for r in timings))
+    write_report(report, text)
+    print(report)
+    print(data)
     return 2 if problems else 0
+
+
+def _print(args: argparse.Namespace) -> int:
+    """``--print``: parts of a report from its records (``--from``), printed; nothing written."""
+    speedup = args.speedup
+    parts = SPEEDUP_PARTS if speedup else TIMING_PARTS
+    mode = "with --speedup" if speedup else "without --speedup"
+    if bad := [p for p in args.parts if p not in parts]:
+        raise ConfigError(f"--print {bad[0]}: not a part {mode} (choose from {', '.join(parts)})")
+    if not args.sources:
+        data = "reports/SPEEDUP.jsonl" if speedup else "reports/TIMING.jsonl"
+        raise ConfigError(f"--print: name the records to print from with --from (e.g. {data})")
+    measuring = {k: v for k, v in {**TIMING_ONLY, **SPEEDUP_ONLY}.items() if k != "sources"}
+    measuring |= {"report": None, "methods": "all", "device": None, "threads": 1}
+    _only_for(args, measuring, "when measuring or rendering a report, not with --print")
+    if "cost" not in args.parts:
+        _only_for(args, COST_ONLY, "with --print cost")
+    elif args.suite is None or args.epoch_batches is None:
+        raise ConfigError("--print cost: name the suite (--suite) and its epoch (--epoch-batches)")
+    from harness.bench import excerpts
+
+    if speedup:
+        rows = excerpts.speedup_rows([Path(p) for p in args.sources])
+        text = excerpts.print_speedup(rows, args.parts, args.sources, args.where or ())
+    else:
+        from harness.bench.suite import timing_records
+
+        timings, problems = timing_records(_stores(args))
+        for line in problems:
+            print(line, file=sys.stderr)
+        text = excerpts.print_timing(
+            timings,
+            args.parts,
+            args.sources,
+            args.where or (),
+            suite=args.suite,
+            seeds=args.seeds,
+            epoch_batches=args.epoch_batches,
+        )
+    sys.stdout.write(text)
+    return 0
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     # the one device measured on: the CPU unless --device names another (auto: CUDA if present)
     device = resolve_device(args.device or "cpu").type
     out = Path(args.report or SPEEDUP_REPORT)
-    data = speedup_data_path(out)
+    data = data_path(out)
     option = "--report" if args.report else "the speedup report"
     refuse_overwrite(out, option)
     refuse_overwrite(data, f"{option}'s raw timings")
@@ -257,7 +355,10 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def speedup_data_path(report: Path) -> Path:
-    """The data file of the raw timings beside a speedup report: its name with ``.jsonl``."""
+def data_path(report: Path) -> Path:
+    """The data file beside a report: its name with ``.jsonl``.
+
+    The speedup report's raw timings, or the timings a report rendered with ``--from`` shows.
+    """
     data = report.with_suffix(".jsonl")
     return data if data != report else report.with_name(report.name + ".rounds.jsonl")

@@ -1,8 +1,9 @@
 """``harness docs``: fill the docs' generated blocks from the records, or check that they are.
 
-A block (``harness.reporting.docs``) names a ``harness report ... --print PART`` command; its
-body is that command's stdout. Every number of the docs that comes from the records sits in one,
-so that ``harness docs --check`` (in CI) fails when a record changes and the docs do not.
+A block (``harness.reporting.docs``) names a ``harness report ... --print PART`` or ``harness
+bench --from STORE ... --print PART`` command; its body is that command's stdout. Every number of
+the docs that comes from the records or a committed report sits in one, so that ``harness docs
+--check`` (in CI) fails when a record changes and the docs do not.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import api
+from harness.cli.bench import add_parser as add_bench
 from harness.cli.common import Parser, add_command, dispatch, examples, includes
 from harness.cli.report import add_parser as add_report
 from harness.components.config import legacy_values
@@ -35,9 +37,9 @@ def add_parser(subparsers: Any) -> None:
             "harness docs",
             "harness docs --check",
             "harness docs docs/reproduction.md",
-            note="a block: a line '<!-- generated: harness report STORE ... --print PART -->', "
-            "the\ncommand's output, a line '<!-- end -->' (docs/reports.md, \"Numbers in the "
-            'docs")',
+            note="a block: a line '<!-- generated: harness report STORE ... --print PART -->' "
+            "(or\n'harness bench --from STORE ... --print PART'), the command's output, a line "
+            "'<!-- end -->'\n(docs/reports.md, \"Numbers in the docs\")",
         ),
     )
     s.add_argument(
@@ -59,7 +61,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
     files = args.files or sorted(str(p) for p in Path().glob(DEFAULT_DOCS))
     if not files:
         raise HarnessError(f"no {DEFAULT_DOCS} here: run it from the repository, or name files")
-    stale = fill(files, run_report, check=args.check)
+    stale = fill(files, run_block, check=args.check)
     for b in stale:
         print(f"{b.where()}: {'stale' if args.check else 'regenerated'}")
     if args.check and stale:
@@ -69,8 +71,8 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_report(argv: list[str]) -> tuple[int, str, str]:
-    """``harness ARGV`` (a ``report`` command) in this process: (exit code, stdout, stderr).
+def run_block(argv: list[str]) -> tuple[int, str, str]:
+    """``harness ARGV`` (``report`` or ``bench``) in this process: (exit code, stdout, stderr).
 
     It runs as the same command line would alone: its ``--include`` files imported first, and
     forgotten after (``registry.isolated``), so that what one block registers no other sees.
@@ -79,6 +81,7 @@ def run_report(argv: list[str]) -> tuple[int, str, str]:
     parser = Parser(prog="harness")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     add_report(sub)
+    add_bench(sub)
     with redirect_stdout(out), redirect_stderr(err):
         try:
             with isolated():

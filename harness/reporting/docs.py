@@ -10,9 +10,11 @@ line, each marker at the start of its line::
 ``fill`` runs each block's command (in-process, through the ``run`` it is given: the command
 line's) and rewrites the block's body with its stdout, every other byte of the file kept (its
 line endings too); with ``check`` it writes nothing and returns the blocks whose body differs.
-A block's command is ``harness report ... --print PART``, which writes nothing and prints
-Markdown that names no time, commit of the renderer or absolute path
-(``harness.reporting.reports.print_parts``), so that a body changes only with the records.
+A block's command is ``harness report ... --print PART`` (``harness.reporting.reports.
+print_parts``: the records' tables) or ``harness bench --from STORE ... --print PART``
+(``harness.bench.excerpts``: the timing and speedup reports' data), each of which writes nothing
+and prints Markdown that names no time, commit of the renderer or absolute path, so that a body
+changes only with the records.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from harness.persistence.outputs import write_text
 
 START = re.compile(r"<!-- generated:(.*?)(-->)?\s*$")
 END = "<!-- end -->"
-COMMAND = ("harness", "report")  # what a block may run, with --print: it prints, writes nothing
+# what a block may run, with --print: it prints, writes nothing
+COMMANDS = (("harness", "report"), ("harness", "bench"))
 
 # run(argv after "harness") -> (exit code, stdout, stderr)
 Runner = Callable[[list[str]], tuple[int, str, str]]
@@ -89,17 +92,18 @@ def body(block: Block, run: Runner, newline: str = "\n") -> list[str]:
     Each line ends with ``newline`` (the marker's line ending: a file keeps its own).
 
     Raises:
-        HarnessError: the command is not ``harness report ... --print PART``, cannot be split
-            into words, fails (with its last line on stderr) or warns (with its first).
+        HarnessError: the command is not ``harness report|bench ... --print PART``, cannot be
+            split into words, fails (with its last line on stderr) or warns (with its first).
     """
     try:
         argv = shlex.split(block.command)
     except ValueError as e:
         raise HarnessError(f"{block.where()}: cannot split it into words ({e})") from None
-    if tuple(argv[:2]) != COMMAND or "--print" not in argv:
+    if tuple(argv[:2]) not in COMMANDS or "--print" not in argv:
         raise HarnessError(
             f"{block.where()}: unknown block command; a block runs 'harness report ... --print "
-            "PART', which prints Markdown and writes nothing"
+            "PART' or 'harness bench --from STORE ... --print PART', which print Markdown and "
+            "write nothing"
         )
     code, out, err = run(argv[1:])
     said = [s for s in err.splitlines() if s.strip()]
