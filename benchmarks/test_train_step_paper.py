@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from harness import env
-from harness.bench.phases import REFERENCES, STEP_LOOP, Phase, SplitCache, method_phase
+from harness.bench.phases import STEP_LOOP, TIMED_CELLS, Phase, SplitCache, method_phase
 from harness.bench.suite import apply_ratios, reference_kinds, runnable_tasks, timing_record
 from harness.components.registry import METHODS, TASKS
 from harness.training.timing import time_fn
@@ -85,14 +85,14 @@ def test_train_step_vs_fused_cell(benchmark, environment, task: str, method: str
     rec = timing_record(phase, times, warmup=WARMUP, environment=environment)
     # the step loop's dispatch figure is in harness bench's report; here only the ratio targets
     kinds = [k for k in reference_kinds(phase) if k != STEP_LOOP]
-    refs = {REFERENCES[k]: reference_record(phase, k, environment) for k in kinds}
+    refs = {TIMED_CELLS[k]: reference_record(phase, k, environment) for k in kinds}
     for r in refs.values():
         apply_ratios(r, refs)
     apply_ratios(rec, refs)
     target = rec["target"]
     benchmark.extra_info.update(
         task=task, preset=PRESET, sizes=rec["sizes"], threads=environment["threads"],
-        fused_cell=rec["fused_cell"], reference=REFERENCES[rec["fused_cell"]],
+        fused_cell=rec["fused_cell"], reference=TIMED_CELLS[rec["fused_cell"]],
         ratio_vs_reference=rec["ratio_vs_cell"], ratio_vs_gru=rec["ratio_vs_gru"],
         mac_ratio=rec["mac_ratio"], target=target,
         reference_median_s={name: r["median_s"] for name, r in refs.items()},

@@ -30,10 +30,10 @@ RECORD_KEYS = {  # the keys of a timing record (before the in-process rewrite to
     "dense_macs", "cell_macs",
 }  # fmt: skip
 METHOD_KEYS = RECORD_KEYS | {"target"}  # a method's record; a reference's has "reference"
-GRU_LOOP = phases.REFERENCES[phases.STEP_LOOP]
+GRU_LOOP = phases.TIMED_CELLS[phases.STEP_LOOP]
 HELD = platform.libc_ver()[0] == "glibc"  # where run_conditions can hold freed memory
-LSTM_REF = phases.REFERENCES["LSTM"]
-RNN_REF = phases.REFERENCES["RNN"]
+LSTM_REF = phases.TIMED_CELLS["LSTM"]
+RNN_REF = phases.TIMED_CELLS["RNN"]
 
 
 def table_row(markdown: str, method: str) -> list[str]:
@@ -90,7 +90,7 @@ def record(
 ) -> dict:
     """A timing record as ``timing_record`` makes it, with hand-picked numbers; ``macs`` are its
     dense MACs per step and its fused cell's."""
-    reference = method in phases.REFERENCES.values()
+    reference = method in phases.TIMED_CELLS.values()
     info = {
         "method": method,
         "task": "adding",
@@ -109,7 +109,7 @@ def record(
     }
     if not reference:
         info["target"] = target or {
-            "ratio": 2.0, "reference": phases.REFERENCES[cell], "rule": "2 x its fused cell"
+            "ratio": 2.0, "reference": phases.TIMED_CELLS[cell], "rule": "2 x its fused cell"
         }  # fmt: skip
     env = {"git_sha": "abc", "torch": "9.9", "threads": 1, "device_name": "cpu (test)"}
     times = [median / 2, median, 2 * median]
@@ -144,10 +144,10 @@ def test_timing_record_keys_statistics_and_run_id():
     assert rec["warmup_rounds"] == 1 and rec["kind"] == "timing" and rec["status"] == "ok"
     assert rec["schema"] == bench.TIMING_SCHEMA and rec["fused_cell"] == "GRU"
     assert rec["target"] == {
-        "ratio": 2.0, "reference": phases.REFERENCE, "rule": "2 x its fused cell",
+        "ratio": 2.0, "reference": phases.FUSED_GRU, "rule": "2 x its fused cell",
         "measured": None, "met": None,
     }  # fmt: skip
-    ref = record(phases.REFERENCE, "train", 0.01)
+    ref = record(phases.FUSED_GRU, "train", 0.01)
     assert set(ref) == RECORD_KEYS | {"reference"} and ref["reference"] is True
     assert ref["ratio_vs_gru"] == ref["ratio_vs_cell"] == 1.0
     assert rec["ratio_vs_gru"] is None and rec["ratio_vs_cell"] is None
@@ -164,13 +164,13 @@ def test_timing_record_keys_statistics_and_run_id():
 
 def test_apply_ratios_against_the_fused_gru_the_own_cell_and_the_target():
     refs = {
-        phases.REFERENCE: record(phases.REFERENCE, "train", 0.010),
+        phases.FUSED_GRU: record(phases.FUSED_GRU, "train", 0.010),
         LSTM_REF: record(LSTM_REF, "train", 0.004, cell="LSTM"),
         GRU_LOOP: record(GRU_LOOP, "train", 0.030),
     }
     for r in refs.values():
         bench.apply_ratios(r, refs)
-    assert refs[phases.REFERENCE]["ratio_vs_gru"] == refs[phases.REFERENCE]["ratio_vs_cell"] == 1
+    assert refs[phases.FUSED_GRU]["ratio_vs_gru"] == refs[phases.FUSED_GRU]["ratio_vs_cell"] == 1
     # the step loop does the GRU's arithmetic: both its ratios are to the fused GRU
     assert refs[GRU_LOOP]["ratio_vs_gru"] == refs[GRU_LOOP]["ratio_vs_cell"] == pytest.approx(3)
     assert refs[LSTM_REF]["ratio_vs_gru"] == pytest.approx(0.4)
@@ -183,7 +183,7 @@ def test_apply_ratios_against_the_fused_gru_the_own_cell_and_the_target():
     assert lstm_based["target"]["measured"] == pytest.approx(2.5)
     assert lstm_based["target"]["met"] is False  # 2.5 x its fused LSTM > 2
 
-    target = {"ratio": 3.0, "reference": phases.REFERENCE, "rule": "2 x MACs"}
+    target = {"ratio": 3.0, "reference": phases.FUSED_GRU, "rule": "2 x MACs"}
     highway = record("rhn", "train", 0.025, target=target)
     bench.apply_ratios(highway, refs)
     assert highway["target"]["measured"] == pytest.approx(2.5)
@@ -193,7 +193,7 @@ def test_apply_ratios_against_the_fused_gru_the_own_cell_and_the_target():
     assert gru_based["target"]["met"] is False  # 2.1 x the fused GRU > 2
 
     alone = record("gru", "train", 0.021)
-    bench.apply_ratios(alone, {phases.REFERENCE: None})  # its reference failed
+    bench.apply_ratios(alone, {phases.FUSED_GRU: None})  # its reference failed
     assert alone["ratio_vs_gru"] is None and alone["target"]["met"] is None
 
 
@@ -203,8 +203,8 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
         record("skip-rnn", "train", 0.040, macs=(200, 100)),
         record("phased-lstm", "inference", 0.004, cell="LSTM"),
         record("phased-lstm", "train", 0.012, cell="LSTM"),
-        record(phases.REFERENCE, "inference", 0.002),
-        record(phases.REFERENCE, "train", 0.010),
+        record(phases.FUSED_GRU, "inference", 0.002),
+        record(phases.FUSED_GRU, "train", 0.010),
         record(GRU_LOOP, "inference", 0.003),
         record(GRU_LOOP, "train", 0.015),
         record(LSTM_REF, "inference", 0.001, cell="LSTM"),
@@ -224,7 +224,7 @@ def test_markdown_reference_rows_ratios_spread_targets_and_not_timed():
         "Train step ms ↓", "× fused cell ↓", "× fused GRU ↓", "MACs / GRU", "× cell per MAC ↓",
         "Ops / step (train)", "Target (train)", "Met",
     ]  # fmt: skip
-    refs = [f"**{name}** (reference)" for name in (phases.REFERENCE, LSTM_REF, GRU_LOOP)]
+    refs = [f"**{name}** (reference)" for name in (phases.FUSED_GRU, LSTM_REF, GRU_LOOP)]
     assert [ln.split("|")[1].strip() for ln in lines[1:4]] == refs  # references first
     # every time is median (min–max) in ms: the rounds were [m / 2, m, 2 m]
     assert table_row(md, refs[0])[5:] == [
@@ -261,7 +261,7 @@ def test_the_train_step_per_dense_mac_against_the_fused_cell_in_every_row():
     every row (references too), flagged above ``MAC_BOUND``; "–" in the rows of records made
     before the MACs were recorded, which the report still renders."""
     recs = with_ratios([
-        record(phases.REFERENCE, "train", 0.010, macs=(360, 360)),
+        record(phases.FUSED_GRU, "train", 0.010, macs=(360, 360)),
         record(GRU_LOOP, "train", 0.018, macs=(360, 360)),
         record(LSTM_REF, "train", 0.008, cell="LSTM", macs=(480, 480)),
         record("ei-rehn", "train", 0.150, macs=(6000, 360)),
@@ -278,7 +278,7 @@ def test_the_train_step_per_dense_mac_against_the_fused_cell_in_every_row():
     def per_mac(method: str) -> str:
         return table_row(md, method)[11]
 
-    assert per_mac(f"**{phases.REFERENCE}** (reference)") == "1.00"
+    assert per_mac(f"**{phases.FUSED_GRU}** (reference)") == "1.00"
     assert per_mac(f"**{LSTM_REF}** (reference)") == "1.00"
     assert per_mac(f"**{GRU_LOOP}** (reference)") == "**1.80** ⚑"
     assert per_mac("ei-rehn") == "0.90"  # 15 x GRU at 16.7 x its MACs
@@ -303,14 +303,14 @@ def test_markdown_pairs_references_by_size_and_gives_uneven_round_counts():
     """Two sizes give two reference rows; batch and steps go into a column when they differ;
     a table whose timings have different round counts gives each time its count."""
     recs = [
-        record(phases.REFERENCE, "inference", 0.002, D=5),
-        record(phases.REFERENCE, "train", 0.010, D=5, B=8),
-        record(phases.REFERENCE, "inference", 0.003, D=7),
-        record(phases.REFERENCE, "train", 0.020, D=7, B=8),
+        record(phases.FUSED_GRU, "inference", 0.002, D=5),
+        record(phases.FUSED_GRU, "train", 0.010, D=5, B=8),
+        record(phases.FUSED_GRU, "inference", 0.003, D=7),
+        record(phases.FUSED_GRU, "train", 0.020, D=7, B=8),
         record("rnn", "inference", 0.004, D=7, T=5),
     ]
     md = timing_report.timing_markdown(recs, [], "c")
-    rows = [ln for ln in md.splitlines() if ln.startswith(f"| **{phases.REFERENCE}**")]
+    rows = [ln for ln in md.splitlines() if ln.startswith(f"| **{phases.FUSED_GRU}**")]
     assert [r.split("|")[3].strip() for r in rows] == ["5", "7"]
     assert rows[1].split("|")[6].strip() == "4×3 / 8×3"
     assert table_row(md, "rnn")[5:8] == ["4×5 / ?×?", "4 (2–8)", "–"]  # no ratio, no train
@@ -321,8 +321,8 @@ def test_markdown_pairs_references_by_size_and_gives_uneven_round_counts():
 
 
 def test_markdown_one_table_per_task_and_device_in_the_order_timed():
-    recs = [record("rnn", "train", 0.001), record(phases.REFERENCE, "train", 0.001)]
-    other = [record("rnn", "train", 0.002), record(phases.REFERENCE, "train", 0.004)]
+    recs = [record("rnn", "train", 0.001), record(phases.FUSED_GRU, "train", 0.001)]
+    other = [record("rnn", "train", 0.002), record(phases.FUSED_GRU, "train", 0.004)]
     for r in other:
         r["task"] = "synthetic"
     cuda = [dict(r, device="cuda", device_name="gpu (test)") for r in recs]
@@ -367,10 +367,10 @@ def test_fused_cell_mac_ratio_and_target_come_from_the_method_class():
         target = p.info["target"]
         if cls.has_depth:
             assert target["ratio"] == pytest.approx(2 * macs / gru_macs), name
-            assert target["reference"] == phases.REFERENCE, name
+            assert target["reference"] == phases.FUSED_GRU, name
         else:
             assert target["ratio"] == 2.0, name
-            assert target["reference"] == phases.REFERENCES[cls.fused_cell], name
+            assert target["reference"] == phases.TIMED_CELLS[cls.fused_cell], name
     # by hand: RHN's L layers per step, 2DV + 2 D^2 L, over the GRU's 3 D (D + V)
     p = phases.method_phase("rhn", "train", torch.device("cpu"), "adding", "smoke", small)
     L = p.model.methods[0].cfg.depth
@@ -440,7 +440,7 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["timing.jsonl"]
     recs, problems = Store(jsonl).read()
     assert not problems and len(lines) == len(recs) == 12
-    ref, refs = phases.REFERENCE, (phases.REFERENCE, GRU_LOOP, LSTM_REF, RNN_REF)
+    ref, refs = phases.FUSED_GRU, (phases.FUSED_GRU, GRU_LOOP, LSTM_REF, RNN_REF)
     assert sorted((r["method"], r["phase"], r["device"]) for r in recs) == sorted(
         (m, p, "cpu") for m in ("rnn", "lstm", *refs) for p in ("inference", "train")
     )  # both methods have the same sizes: one reference of each kind per phase
@@ -538,13 +538,13 @@ def test_one_reference_per_distinct_size(tmp_path, monkeypatch):
     recs = Store(jsonl).read()[0]
     refs = [r for r in recs if r.get("reference")]
     assert sorted((r["method"], r["phase"], r["sizes"]["D"]) for r in refs) == sorted(
-        [(m, p, d) for m in (phases.REFERENCE, GRU_LOOP) for p in ("inference", "train")
+        [(m, p, d) for m in (phases.FUSED_GRU, GRU_LOOP) for p in ("inference", "train")
          for d in (4, 6)] + [(RNN_REF, p, 4) for p in ("inference", "train")]
     )  # fmt: skip
     for r in recs:
         if not r.get("reference"):
             (base,) = [
-                b for b in refs if b["method"] == phases.REFERENCE
+                b for b in refs if b["method"] == phases.FUSED_GRU
                 and (b["phase"], b["sizes"]) == (r["phase"], r["sizes"])
             ]  # fmt: skip
             assert r["ratio_vs_gru"] == pytest.approx(r["median_s"] / base["median_s"])
@@ -557,7 +557,7 @@ def test_reference_is_the_same_model_with_a_fused_cell():
     p = phases.method_phase("rnn", "train", torch.device("cpu"), "adding", "smoke", overrides)
     ref = p.make_reference()
     cfg = ref.info["config"]
-    assert ref.info["method"] == cfg["reference"] == phases.REFERENCE
+    assert ref.info["method"] == cfg["reference"] == phases.FUSED_GRU
     assert ref.info["sizes"] == cfg["sizes"] == p.info["sizes"]
     assert set(cfg["train"]) == {"lr", "weight_decay", "clip"}
     gru, model = ref.model.recurrent, p.model
@@ -632,7 +632,7 @@ def test_run_bench_lists_a_failed_method_and_goes_on(tmp_path, monkeypatch):
     )  # fmt: skip
     recs = Store(jsonl).read()[0]
     assert sorted({r["method"] for r in recs}) == sorted(
-        {"rnn", phases.REFERENCE, GRU_LOOP, RNN_REF}
+        {"rnn", phases.FUSED_GRU, GRU_LOOP, RNN_REF}
     )
     text = md.read_text()
     assert "## Not timed" in text
@@ -697,7 +697,7 @@ def test_merged_timings_show_each_reference_once_and_keep_their_own_runs_ratios(
     def rec(method, median, key="k", **kw):
         return {"method": method, "median_s": median, "reference_key": key, **kw}
 
-    gru = phases.REFERENCE
+    gru = phases.FUSED_GRU
     first = [rec(gru, 1.0, reference=True, ratio_vs_gru=1.0), rec("a", 3.0, ratio_vs_gru=3.0)]
     second = [rec(gru, 2.0, reference=True, ratio_vs_gru=1.0), rec("b", 5.0, ratio_vs_gru=2.5)]
     old = {"method": "c", "median_s": 9.0, "ratio_vs_gru": 4.5}

@@ -10,7 +10,7 @@ task's test split (so batches are smaller when the split is):
 
 A reference is the same model with its stack of method layers replaced by torch's own cell of as
 many layers: same batch, same embedding and read-out (copies), same loss, clipping and optimiser.
-The kinds (``REFERENCES``): the fused ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN`` (cuDNN on CUDA, one
+The kinds (``TIMED_CELLS``): the fused ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN`` (cuDNN on CUDA, one
 ATen kernel per layer on CPU), and an eager step loop of ``nn.GRUCell`` over the time steps, whose
 ratio to the fused GRU is the cost of dispatching a step at a time with the GRU's arithmetic. One
 reference of a kind serves every method timed at the same sizes.
@@ -44,11 +44,12 @@ PHASES = {"inference": "Inference", "train": "Train step"}
 # Gate matrices per fused cell: a step of one layer is ``gates * D * (input + D)`` MACs.
 FUSED_CELLS = {"GRU": 3, "LSTM": 4, "RNN": 1}
 STEP_LOOP = "GRUCell"
-REFERENCES = {
+# the rows every timing is held against (the reports' "reference" rows; no reference predictor)
+TIMED_CELLS = {
     **{cell: f"torch.nn.{cell} (fused)" for cell in FUSED_CELLS},
     STEP_LOOP: f"torch.nn.{STEP_LOOP} (step loop)",
 }
-REFERENCE = REFERENCES["GRU"]
+FUSED_GRU = TIMED_CELLS["GRU"]
 TARGET_FACTOR = 2.0
 # A training step should cost at most this many times its fused cell's step per dense MAC
 # (issue 32): time <= MAC_BOUND x the cell's time x the method's dense MACs / the cell's.
@@ -68,7 +69,7 @@ class Phase:
             cell at their sizes, and (for a method) its MAC ratio and target, for the record.
         model: the module timed.
         reference_key: equal for phases whose references are the same ("" for a reference).
-        make_reference: builds the reference phase of a kind of ``REFERENCES`` (None for a
+        make_reference: builds the reference phase of a kind of ``TIMED_CELLS`` (None for a
             reference).
     """
 
@@ -112,10 +113,10 @@ def timing_target(method: Method, layers: int, method_macs: int) -> dict[str, An
         fused = fused_macs("GRU", method.input_size, method.hidden_size, layers)
         ratio = TARGET_FACTOR * method_macs / fused
         rule = f"{TARGET_FACTOR:g} x its dense MACs per step / the fused GRU's"
-        return {"ratio": ratio, "reference": REFERENCES["GRU"], "rule": rule}
+        return {"ratio": ratio, "reference": TIMED_CELLS["GRU"], "rule": rule}
     return {
         "ratio": TARGET_FACTOR,
-        "reference": REFERENCES[method.fused_cell],
+        "reference": TIMED_CELLS[method.fused_cell],
         "rule": f"{TARGET_FACTOR:g} x its fused cell",
     }
 
@@ -322,18 +323,18 @@ def method_phase(
 
     def make_reference(kind: str = "GRU") -> Phase:
         if kind != STEP_LOOP and kind not in FUSED_CELLS:
-            raise ValueError(f"unknown reference {kind!r}; known: {', '.join(REFERENCES)}")
+            raise ValueError(f"unknown reference {kind!r}; known: {', '.join(TIMED_CELLS)}")
         ref = (StepLoopGRUModel(model) if kind == STEP_LOOP else FusedModel(model, kind)).to(device)
         cell = "GRU" if kind == STEP_LOOP else kind
         ref_info = {
             **{k: info[k] for k in ("task", "preset", "seed", "phase", "device", "device_name")},
-            "method": REFERENCES[kind],
+            "method": TIMED_CELLS[kind],
             "sizes": sizes,
             "params": sum(p.numel() for p in ref.parameters()),
             # The optimiser settings of the first method timed at these sizes: they change the
             # work of a step only through whether clipping runs.
             "config": {
-                "reference": REFERENCES[kind],
+                "reference": TIMED_CELLS[kind],
                 **ref_config,
                 "train": {k: info["config"]["train"][k] for k in ("lr", "weight_decay", "clip")},
             },

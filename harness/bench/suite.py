@@ -7,7 +7,7 @@ each. Each timing is a record (one JSON line, appended to ``OUT/timing.jsonl`` t
 atomic store as run records) with the median, mean, stddev, min, max and iqr in seconds, the rounds,
 the sizes timed and the environment.
 
-The references (``phases.REFERENCES``) are the same model with torch's own cell in place of the
+The references (``phases.TIMED_CELLS``) are the same model with torch's own cell in place of the
 method's layers, timed in the same run at the sizes of each timed method (once per distinct size),
 on the same device and phase, with records of their own (``reference: true``): the fused GRU, the
 eager ``nn.GRUCell`` step loop (dispatch cost at the GRU's arithmetic) and the fused cell of any
@@ -36,10 +36,10 @@ import torch
 
 from harness import env
 from harness.bench.phases import (
+    FUSED_GRU,
     PHASES,
-    REFERENCE,
-    REFERENCES,
     STEP_LOOP,
+    TIMED_CELLS,
     Phase,
     SplitCache,
     method_phase,
@@ -49,7 +49,7 @@ from harness.bench.timing_report import format_ms, timing_markdown
 from harness.components import config
 from harness.components.config import config_hash
 from harness.components.registry import METHODS, TASKS
-from harness.errors import ConfigError, HarnessError, failure_reason
+from harness.errors import ConfigError, HarnessError
 from harness.persistence.outputs import write_text
 from harness.persistence.records import latest
 from harness.persistence.store import Store, load
@@ -108,8 +108,8 @@ def timing_record(
         {k: rec[k] for k in ("kind", "config", "method", "phase", "device", "device_name")}
         | {"threads": environment.get("threads")}
     )
-    rec["ratio_vs_gru"] = 1.0 if rec["method"] == REFERENCE else None
-    cell = REFERENCES.get(rec["fused_cell"] or "")
+    rec["ratio_vs_gru"] = 1.0 if rec["method"] == FUSED_GRU else None
+    cell = TIMED_CELLS.get(rec["fused_cell"] or "")
     rec["ratio_vs_cell"] = 1.0 if reference and rec["method"] == cell else None
     if info.get("target"):
         rec["target"] = {**info["target"], "measured": None, "met": None}
@@ -128,8 +128,8 @@ def apply_ratios(rec: dict[str, Any], refs: dict[str, dict[str, Any] | None]) ->
         ref = refs.get(name or "")
         return rec["median_s"] / ref["median_s"] if ref and ref["median_s"] else None
 
-    rec["ratio_vs_gru"] = ratio(REFERENCE)
-    rec["ratio_vs_cell"] = ratio(REFERENCES.get(rec.get("fused_cell") or ""))
+    rec["ratio_vs_gru"] = ratio(FUSED_GRU)
+    rec["ratio_vs_cell"] = ratio(TIMED_CELLS.get(rec.get("fused_cell") or ""))
     target = rec.get("target")
     if target:
         measured = ratio(target["reference"])
@@ -198,6 +198,12 @@ def reference_kinds(phase: Phase) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
+def _first_line(e: BaseException) -> str:
+    """The exception's type and the first line of its message: a report's line on a failure."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
 def time_methods(
     names: Sequence[str],
     devices: Sequence[torch.device],
@@ -242,15 +248,15 @@ def time_methods(
         except Exception as e:  # a broken method is reported, and the others go on
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            failed.append(f"{label}: {failure_reason(e)}")
-            say(f"{label}: failed ({failure_reason(e)})")
+            failed.append(f"{label}: {_first_line(e)}")
+            say(f"{label}: failed ({_first_line(e)})")
             return None, None
         rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
         if phase.info["phase"] == "train":  # what a step dispatches (one more, untimed step)
             try:
                 rec["ops_per_step"] = ops_per_step(phase.fn, phase.info["sizes"].get("T") or 1)
             except Exception as e:  # the timing stands without its profile
-                say(f"{label}: ops not counted ({failure_reason(e)})")
+                say(f"{label}: ops not counted ({_first_line(e)})")
         say(f"{label}: {format_ms(rec['median_s'])} ms")
         return phase, rec
 
@@ -274,15 +280,15 @@ def time_methods(
                 records.append(rec)
                 here = refs.setdefault(phase.reference_key, {})
                 for kind in reference_kinds(phase):
-                    if REFERENCES[kind] in here:
+                    if TIMED_CELLS[kind] in here:
                         continue
                     ref_label = (
-                        f"`{REFERENCES[kind]}` {phase_name} on {device.type} ({task}, at "
+                        f"`{TIMED_CELLS[kind]}` {phase_name} on {device.type} ({task}, at "
                         f"`{name}`'s sizes)"
                     )
                     make_ref = functools.partial(phase.make_reference, kind)
                     _, ref = run(make_ref, ref_label, device, **as_reference)
-                    here[REFERENCES[kind]] = ref
+                    here[TIMED_CELLS[kind]] = ref
                     if ref is not None:
                         ref["reference_key"] = phase.reference_key
                         apply_ratios(ref, here)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from harness.bench.phases import MAC_BOUND, PHASES, REFERENCE, REFERENCES, STEP_LOOP, TARGET_FACTOR
+from harness.bench.phases import FUSED_GRU, MAC_BOUND, PHASES, STEP_LOOP, TARGET_FACTOR, TIMED_CELLS
 from harness.reporting.render import pipe_table
 from harness.reporting.text import commits
 from harness.training.code import code_changes
@@ -72,7 +72,7 @@ def per_mac_ratio(r: dict[str, Any]) -> float | None:
 
 def _cell_name(reference: str | None) -> str:
     """``torch.nn.LSTM (fused)`` -> ``LSTM``."""
-    return next((k for k, v in REFERENCES.items() if v == reference), reference or "?")
+    return next((k for k, v in TIMED_CELLS.items() if v == reference), reference or "?")
 
 
 def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
@@ -107,7 +107,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
     cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
     cols += [f"{PER_MAC} ↓", OPS]
     cols += ["Target (train)", "Met"]
-    kinds = list(REFERENCES.values())
+    kinds = list(TIMED_CELLS.values())
 
     def order(row: dict[str, Any]) -> tuple[Any, ...]:
         s = row["sizes"]
@@ -165,7 +165,7 @@ def _ops(r: dict[str, Any]) -> str:
 def _flagged(r: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
     """A flagged train timing, with its ops a step beside its fused cell's at the same sizes."""
     text = f"`{r['method']}` ({_ratio(per_mac_ratio(r))}"
-    cell = REFERENCES.get(r.get("fused_cell") or "")
+    cell = TIMED_CELLS.get(r.get("fused_cell") or "")
     dims = ("V", "D", "layers", "T")
     ref = next(
         (
@@ -239,10 +239,10 @@ def timing_markdown(
         "rounds are given under each table (all statistics, IQR included, are in the records).",
         "- The reference rows (first, per size) are the same model with torch's own cell of as "
         "many layers in place of the method's: same batch, embedding, read-out, loss and "
-        f"optimiser. `{REFERENCE}` (cuDNN on CUDA); `{REFERENCES[STEP_LOOP]}`, an eager loop "
+        f"optimiser. `{FUSED_GRU}` (cuDNN on CUDA); `{TIMED_CELLS[STEP_LOOP]}`, an eager loop "
         "over the steps with the GRU's arithmetic, so that its ratio to the fused GRU is the "
         "cost of dispatching a step at a time; and the fused cell of any method held against "
-        f"another (e.g. `{REFERENCES['LSTM']}`).",
+        f"another (e.g. `{TIMED_CELLS['LSTM']}`).",
         f"- Cell: the fused cell a method is held against (its `fused_cell`). {CELL_RATIO} = "
         f"median / the median of that reference at the same sizes in the same run, device and "
         f"phase; {RATIO} likewise against the fused GRU. MACs / GRU: dense MACs per step of the "
