@@ -1,14 +1,16 @@
 """Delta GRU's inference fast path and its threshold calibration (``harness bench --speedup``).
 
-``fast_forward`` is ``DeltaGRU.forward`` in eval mode without the products of zero deltas: the
-input deltas come from a NumPy scan (``input_deltas``) and are projected for the whole sequence
-before the loop, one product per non-zero delta (``project_deltas``); per step, only the rows of
-``W_h^T`` whose unit's state delta is non-zero in some sequence of the batch are multiplied
-(``baselines._sparse.addmm_read_columns``). The state step and the ``SeqOut`` it returns are the
-method's own (``DeltaGRU._state_step``, ``DeltaGRU._sequence_out``), so the two paths share the
-gates, thresholds and regulariser. ``calibrate`` sets the thresholds that ``DeltaGRU.at_skip``
-aims at a given activity sparsity. The method's spec and its differences from the authors' code
-are in ``baselines/delta_gru.py``.
+``fast_forward`` is ``DeltaGRU.forward`` in eval mode without the products of zero deltas. On
+CPU, where the kernel library builds, it is one call of the fused kernel
+(``baselines.ops.delta_gru_infer``: each sequence reads the rows of its own non-zero deltas).
+Elsewhere the PyTorch path: the input deltas come from a NumPy scan (``input_deltas``) and are
+projected for the whole sequence before the loop, one product per non-zero delta
+(``project_deltas``); per step, only the rows of ``W_h^T`` whose unit's state delta is non-zero in
+some sequence of the batch are multiplied (``baselines._sparse.addmm_read_columns``). The state
+step and the ``SeqOut`` it returns are the method's own (``DeltaGRU._state_step``,
+``DeltaGRU._sequence_out``), so the two paths share the gates, thresholds and regulariser.
+``calibrate`` sets the thresholds that ``DeltaGRU.at_skip`` aims at a given activity sparsity.
+The method's spec and its differences from the authors' code are in ``baselines/delta_gru.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import Tensor
 
 from baselines._cells import cached_pack
 from baselines._sparse import addmm_read_columns, bisect_level
+from baselines.ops.delta_gru_infer import FAST_PATH, delta_gru_infer_kernel_for
 from baselines.ops.library import on_cpu
 from harness.components.method import Method, SeqOut
 
@@ -40,7 +43,7 @@ def input_deltas(x: Tensor, x_hat0: Tensor, theta_x: float) -> tuple[Tensor, Ten
     ``forward`` makes as ``x^_t - x^_{t-1}``), else exactly 0. Off the CPU (``on_cpu``: CUDA,
     meta) the same scan runs in torch ops (``scan_deltas``), without a copy to the host.
     """
-    if not on_cpu("Delta GRU's NumPy delta scan", x, x_hat0):
+    if not on_cpu(FAST_PATH, x, x_hat0):
         return scan_deltas(x, x_hat0, theta_x)
     xs = x.detach().numpy()
     ref = x_hat0.detach().numpy().copy()
@@ -90,6 +93,12 @@ def project_deltas(dx: Tensor, wi_t: Tensor) -> Tensor:
 def fast_forward(model: Method, x: Tensor) -> SeqOut:
     """Inference that multiplies only the columns read: ``model.forward`` without the zero deltas.
 
+    On CPU (float32/64), where the library builds, the whole sequence is one call of the fused
+    kernel ``condrnn::delta_gru_infer_sequence`` (``baselines.ops.delta_gru_infer``): the same
+    steps, each sequence of a batch multiplying only the rows of its own non-zero deltas (not the
+    union's); the rest of this docstring is the PyTorch path that runs elsewhere (off the CPU
+    with one warning line).
+
     The input side (deltas from ``input_deltas``) is projected for the whole sequence before the
     loop, one product per non-zero delta (``project_deltas``), and added into the memory at the
     steps that have one. Per step, the state deltas are thresholded as in ``forward`` and only
@@ -106,11 +115,19 @@ def fast_forward(model: Method, x: Tensor) -> SeqOut:
     x_hat0, h, h_hat, m0, m_nh0 = model.init_state(B, x)
     params = (model.cell.weight_ih, model.cell.weight_hh)
     wi_t, wh_t = cached_pack(model, "_fast_delta", params, lambda: pack(model))
+    acc_h0 = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
+    kernel = delta_gru_infer_kernel_for(x, wi_t, wh_t, model.cell.bias)
+    if kernel is not None:  # the whole sequence in one C++ call
+        theta_x, theta_h = model.cfg.theta_x, model.cfg.theta_h
+        hs, reads, x_last, h_hat, acc_x, acc_h, abs_dh = kernel(
+            x, wi_t, wh_t, x_hat0, h, h_hat, m0, acc_h0, theta_x, theta_h
+        )
+        abs_dh = abs_dh if model.cfg.beta else None
+        return model._reads_out(hs, reads, abs_dh, x_last, acc_x, h_hat, acc_h)
     dx, x_last = input_deltas(x, x_hat0, model.cfg.theta_x)
     proj = project_deltas(dx, wi_t).unbind(1)  # T x [B, 3D]
     changed = dx.ne(0).any(-1).any(0).tolist()  # [T]: some input delta at step t
-    acc_x = m0  # the input side of the memories, b + W_i x^_t
-    acc_h = torch.cat([torch.zeros_like(m0[:, : 2 * D]), m_nh0], 1)
+    acc_x, acc_h = m0, acc_h0  # the input and state sides of the memories
     hs, dhs = [], []
     for proj_t, changed_t in zip(proj, changed, strict=True):
         if changed_t:

@@ -43,12 +43,15 @@ What the harness counts:
   implementation saves is the share of zero columns in ``reads``.
 
 Inference fast path (``fast_forward``, for ``harness bench --speedup``; its code is in
-``baselines/_delta_gru_fast.py``): the same function multiplying only the columns read: one
-product per non-zero input delta, projected before the loop, and per step only the rows of
-``W_h^T`` whose unit's delta is non-zero in some sequence of the batch (at batch 1 exactly the
-non-zero deltas). ``at_skip`` calibrates ``theta_x`` and then
-``theta_h`` by bisection on a batch drawn inside it, so that the activity sparsity (the share of
-the V + D columns not read) hits the target.
+``baselines/_delta_gru_fast.py``): the same function multiplying only the columns read. On CPU
+(float32/64), where the kernel library builds, the whole sequence runs in one C++ call
+(``baselines.ops.delta_gru_infer``, the op ``condrnn::delta_gru_infer_sequence``): per step and
+sequence, only the rows of ``W_i^T`` and ``W_h^T`` (transposed once, cached) of that sequence's
+non-zero deltas, at any batch size. Elsewhere the PyTorch path: one product per non-zero input
+delta, projected before the loop, and per step only the rows of ``W_h^T`` whose unit's delta is
+non-zero in some sequence of the batch (the union; at batch 1 exactly the non-zero deltas).
+``at_skip`` calibrates ``theta_x`` and then ``theta_h`` by bisection on a batch drawn inside it,
+so that the activity sparsity (the share of the V + D columns not read) hits the target.
 
 Differences from the code:
 
@@ -99,6 +102,7 @@ from torch import Tensor, nn
 
 import baselines._delta_gru_fast as _delta_gru_fast
 from baselines._cells import GRUWeights, gru_macs_per_unit
+from baselines.ops.delta_gru_infer import delta_gru_infer_kernel_status
 from baselines.ops.delta_gru_seq import memorised_steps, sequence_kernel, state_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -293,11 +297,27 @@ class DeltaGRU(Method):
         """The ``SeqOut`` of ``forward`` and ``fast_forward`` from the states ``out [B, T, D]``,
         the state deltas ``dh_all [B, T, D]``, the input deltas ``dx [B, T, V]`` and the
         memories after the last step."""
-        D = self.hidden_size
         reads = torch.cat([dx != 0, dh_all.detach() != 0], -1).to(out.dtype)
+        abs_dh = dh_all.abs().sum((1, 2)) if self.cfg.beta else None
+        return self._reads_out(out, reads, abs_dh, x_last, acc_x, h_hat, acc_h)
+
+    def _reads_out(
+        self,
+        out: Tensor,
+        reads: Tensor,
+        abs_dh: Tensor | None,
+        x_last: Tensor,
+        acc_x: Tensor,
+        h_hat: Tensor,
+        acc_h: Tensor,
+    ) -> SeqOut:
+        """``_sequence_out`` from the reads ``[B, T, V + D]`` and each sequence's sum of ``|dh|``
+        over the steps and units ``[B]`` (None where ``beta = 0``), as the fast path's fused
+        kernel returns them."""
+        D = self.hidden_size
         m = torch.cat([acc_x[:, : 2 * D] + acc_h[:, : 2 * D], acc_x[:, 2 * D :]], 1)
         final = (x_last, out[:, -1], h_hat, m, acc_h[:, 2 * D :])
-        aux = self._penalty(dh_all.abs().sum((1, 2))) if self.cfg.beta else None
+        aux = None if abs_dh is None else self._penalty(abs_dh)
         return SeqOut(out, torch.ones_like(out), state=final, reads=reads, aux_loss=aux)
 
     @torch.no_grad()
@@ -323,9 +343,16 @@ class DeltaGRU(Method):
 
     # --- inference fast path (baselines/_delta_gru_fast.py) ---------------------------------------
     def fast_forward(self, x: Tensor) -> SeqOut:
-        """Inference that multiplies only the columns read (``_delta_gru_fast.fast_forward``):
-        outputs equal ``eval()(x)``'s to rounding, reads, mask and final state exactly."""
+        """Inference that multiplies only the columns read (``_delta_gru_fast.fast_forward``: on
+        CPU the fused kernel ``condrnn::delta_gru_infer_sequence`` where it builds): outputs
+        equal ``eval()(x)``'s to rounding, reads, mask and final state exactly."""
         return _delta_gru_fast.fast_forward(self, x)
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether the CPU fast path ran the fused C++ kernel here or the PyTorch fallback; reads
+        the kernel's status and never builds it."""
+        return delta_gru_infer_kernel_status().fast_path_note(cls.name, "on CPU")
 
     @classmethod
     def at_skip(

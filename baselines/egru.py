@@ -36,11 +36,15 @@ What the harness counts (docs/methods.md 1.1):
 - ``extras["event_rate"]``: the fraction of units that fired, per sequence (mean over steps).
 
 Inference fast path (``fast_forward``, for ``harness bench --speedup``): the same function whose
-recurrent product multiplies only the rows of ``R`` of the units that fired at the previous step
-in some sequence of the batch (at batch 1 exactly the events). ``at_skip`` sets one threshold for
-every unit (or, for event rates above what ``theta = 0`` gives, ``theta = 0`` and a positive
-candidate bias), calibrated by bisection on a batch drawn inside it, so that the activity
-sparsity (the share of the V + D columns not read; inputs are always read) hits the target.
+recurrent product multiplies only the rows of ``R`` of the units that fired at the previous step:
+on CPU (float32/64), where the kernel library builds, the steps after the input matmul run in one
+C++ call (``baselines.ops.egru_infer``, the op ``condrnn::egru_infer_sequence``), each sequence of
+a batch reading the rows of its own events; elsewhere a PyTorch loop reading the rows of the
+units that fired in some sequence of the batch (the union; at batch 1 exactly the events).
+``at_skip`` sets one threshold for every unit (or, for event rates above what ``theta = 0``
+gives, ``theta = 0`` and a positive candidate bias), calibrated by bisection on a batch drawn
+inside it, so that the activity sparsity (the share of the V + D columns not read; inputs are
+always read) hits the target.
 
 Training kernel: in training on CPU (float32/64), where the optional C++ kernel builds
 (``baselines.ops.egru``, ``csrc/egru.cpp``; built or loaded in ``on_epoch_start``, before the
@@ -101,6 +105,7 @@ from torch import Tensor, nn
 
 from baselines._sparse import addmm_read_columns, bisect_level
 from baselines.ops.egru import egru_sequence, sequence_kernel
+from baselines.ops.egru_infer import egru_infer_kernel_for, egru_infer_kernel_status
 from baselines.ops.library import input_terms
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -306,12 +311,23 @@ class EGRU(Method):
         and final state equal ``eval()(x)``'s, outputs to rounding (the recurrent sums run in
         another order; a ``c~`` within rounding of its threshold could then fire differently),
         reads and mask exactly otherwise. Eval semantics, no autograd.
+
+        On CPU (float32/64), where the library builds, the loop after the input matmul runs in
+        the fused kernel ``condrnn::egru_infer_sequence`` (``baselines.ops.egru_infer``): the
+        same steps in one call, each sequence of a batch reading only the rows of its own events
+        (not the union's); elsewhere (one warning line off the CPU) the loop below.
         """
         self._clamp_thresholds()
         B = x.shape[0]
         c, y = self.init_state(B, x)
         y0 = y
         wx = torch.matmul(x, self.kernel) + self.bias  # [B, T, 3D]
+        params = (self.recurrent_kernel, self.recurrent_bias, self.thr)
+        kernel = egru_infer_kernel_for(x, *params)
+        if kernel is not None:  # the whole sequence in one C++ call
+            ys, c = kernel(wx, *params, c, y)
+            rate = ys.ne(0).to(x.dtype).mean(-1).mean(1)  # an event is a non-zero y (theta >= 0)
+            return self._sequence_out(ys, y0, rate, (c, ys[:, -1]))
         bias = self.recurrent_bias.expand(B, -1)
         ys, fired = [], []
         for wx_t in wx.unbind(1):
@@ -325,6 +341,12 @@ class EGRU(Method):
             fired.append(o)
         rate = torch.stack(fired, 1).to(x.dtype).mean(-1).mean(1)
         return self._sequence_out(torch.stack(ys, 1), y0, rate, (c, y))
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether the CPU fast path ran the fused C++ kernel here or the PyTorch fallback; reads
+        the kernel's status and never builds it."""
+        return egru_infer_kernel_status().fast_path_note(cls.name, "on CPU")
 
     def _set_level(self, level: float) -> None:
         """``at_skip``'s one knob: ``theta = level`` for every unit where ``level >= 0``; below 0,

@@ -17,7 +17,7 @@ All sources are compiled into one shared library by one ``torch.utils.cpp_extens
 (ninja compiles them in parallel), on first use (never at import), which needs a C++ compiler
 and ninja (the ``kernels`` extra), and loaded with ``torch.ops.load_library``, once a process
 (``load_library``): its ops stay registered for the life of the process. The build says so in
-one line on stderr before it starts (``building 11 kernels (once, cached in DIR) ...``) and its
+one line on stderr before it starts (``building N kernels (once, cached in DIR) ...``) and its
 time when done (``... built in 50 s``): 50 s on an idle 2-core machine for the whole library,
 where the 11 separate pybind11 extensions it replaces took 260 s one after another (the README
 says how it was measured; each source includes only the ATen operators it calls,
@@ -29,7 +29,9 @@ decisions round exactly like PyTorch's elementwise ops; dot products are vectori
 (``omp simd``), summed in a different order than BLAS, so outputs agree to rounding.
 
 The kernels: the batch-1 inference sequences of SA-RNN and VC-RNN (``baselines.ops.sarnn``,
-``baselines.ops.vcrnn``: their fast paths, ``fast_forward``), and the training kernels
+``baselines.ops.vcrnn``) and the inference sequences of Delta GRU and EGRU at any batch size
+(``baselines.ops.delta_gru_infer``, ``baselines.ops.egru_infer``): their fast paths,
+``fast_forward``; and the training kernels
 (``TrainingKernel``), which run a method's recurrence, forward and backward: EI-REHN's layers and
 whole step (``ei_rehn_stack``), the masked cell of Phased LSTM, Random Updates and the Clockwork
 RNN (``masked_cell``), Phased LSTM's time gate (``phased_gate``), and the sequences of Skip RNN
@@ -100,15 +102,16 @@ class KernelStatus:
     def __str__(self) -> str:
         return f"{self.state}: {self.reason}" if self.reason else self.state
 
-    def fast_path_note(self, method: str) -> str:
-        """The report line of a method whose batch-1 CPU fast path is this kernel."""
+    def fast_path_note(self, method: str, where: str = "at batch 1 on CPU") -> str:
+        """The report line of a method whose fast path runs this kernel ``where`` (at batch 1 on
+        CPU; "on CPU" for a kernel that takes any batch)."""
         if self.state == "loaded":
             state = "used"
         elif self.state == "not tried":
-            state = "not tried: nothing ran at batch 1 on CPU"
+            state = f"not tried: nothing ran {where}"
         else:
             state = f"unavailable here, {self.reason}: PyTorch fallback"
-        return f"{method}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
+        return f"{method}: {where} the fast path runs a fused C++ kernel ({state})"
 
 
 # The fast paths ``on_cpu`` has sent to their PyTorch path in this process (each warns once).
