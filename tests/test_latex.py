@@ -232,6 +232,7 @@ def check_tables(tmp_path, tex: Path, layouts: tuple[str, ...] = tuple(LAYOUTS))
             assert width <= line, f"{label} is {width - line:.1f} pt too wide in the {layout} paper"
             assert sizes[0] >= 8.0, f"{label} prints at {sizes[0]} pt in the {layout} paper"
             assert "Overfull \\hbox" not in log, (label, layout)  # nothing wider than its float
+            assert "Float too large" not in log, (label, layout)  # nor taller than a page
             seen += sizes
     return seen
 
@@ -489,6 +490,24 @@ def test_a_column_part_too_narrow_for_its_numbers_wraps_their_text(tmp_path):
     ]
     tex = tmp_path / "narrow_column.tex"
     tex.write_text(render_tex(titles, rows, "narrow", "tab:narrow", width="column"))
+    check_tables(tmp_path, tex, ("two-column",))
+
+
+@needs_pdflatex
+def test_a_tall_column_table_is_cut_into_floats_of_fewer_rows(tmp_path):
+    """A float cannot break across pages: a column version's part taller than a page is cut."""
+    titles = ["Method", "Variant", "Accuracy % ↑", "Picked by"]
+    rows = [
+        [(f"method-{m}", False), (f"lam={lam}", False), ("95.2 ± 1.4", False)]
+        + [(f"at matched budget 76 % (val-skip-nearest:76 of {m + 3}, val Skip % 7{m})", False)]
+        for m in range(20)
+        for lam in ("0.01", "0.1")
+    ]
+    tex = tmp_path / "tall_column.tex"
+    tex.write_text(render_tex(titles, rows, "tall", "tab:tall", ["a note"], width="column"))
+    text = tex.read_text()
+    assert re.search(r"\{tall \(rows 1--\d+\)\}", text) and "Notes to" in text
+    assert re.search(r"\(continued: rows \d+--40 of Table~\\ref\{tab:tall\}\)", text)
     check_tables(tmp_path, tex, ("two-column",))
 
 

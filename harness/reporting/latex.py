@@ -7,10 +7,10 @@ float (``table`` for one column of a two-column paper, ``table*`` for the text w
 within 6.5 in so that it fits a one-column paper too), its font size (``\fontsize{9}{11}`` or
 ``\fontsize{8}{9.5}``, never scaled) and, for a table too wide for 6.5 in, how its columns are
 split over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
-Each table also has a version set in one column of a two-column paper (``width="column"``: 3.3 in,
-``mean ± std`` cells stacked on two lines, columns split over several ``table`` floats where
-they still do not fit). ``tex_key`` names a report in its labels, ``figure_env`` gives a saved
-figure the float its width needs.
+Each table also has a version set in one column of a two-column paper (``width="column"``: 3.3
+in, ``mean ± std`` cells stacked on two lines, columns split over several ``table`` floats where
+they still do not fit, rows where a float would be taller than ``COLUMN_HEIGHT``). ``tex_key``
+names a report in its labels, ``figure_env`` gives a saved figure the float its width needs.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ PT_PER_IN = 72.27
 TEX_TARGETS = (("table", 3.3 * PT_PER_IN), ("table*", 6.5 * PT_PER_IN))
 # The versions of a table: set within the text width (``TEX_TARGETS``), or within one column.
 WIDTHS = ("text", "column")
+# The tallest float of a column version (the text height of a two-column paper is 9 to 9.7 in):
+# a taller part is cut into floats of fewer rows.
+COLUMN_HEIGHT = 8.0 * PT_PER_IN
 TEX_SIZES = ((9.0, 11.0), (8.0, 9.5))  # (font size, baseline skip) in pt, tried in this order
 TABCOLSEP = 4.0  # pt each side of a column
 MAX_HEAD_LINES = 3  # a column title wraps onto at most this many lines (more if it must)
@@ -400,6 +403,40 @@ def _anyway(
     return TexPart(idx, env, size, laid)
 
 
+def _cell_lines(c: _Column, text: str, bold: bool, size: float) -> int:
+    """How many lines a cell of a laid-out column prints on (stacked, wrapped or one)."""
+    lines = c.lines(text)
+    if len(lines) == 1 and not (c.wrap and tex_width(text, size, bold) > c.width):
+        return 1
+    return sum(len(_lines(x.split(), c.width, size, bold)) for x in lines)
+
+
+def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tuple[int, int]]:
+    """``rows`` cut into as few runs of about equal length as keep ``part`` within a page.
+
+    The float's height is estimated (caption, head, rows, rules: ``COLUMN_HEIGHT`` at most); a
+    run is ``(first, after its last)``.
+    """
+    skip = dict(TEX_SIZES)[part.size]
+    line = TEX_TARGETS[0][1]
+    cap = f"Table 99: {caption} (continued: more columns of Table 99, rows 99–99)"
+    fixed = math.ceil(tex_width(cap, part.size) / line) * skip + 30.0  # + rules, their space
+    fixed += max(len(c.head or [c.title]) for c in part.laid) * skip
+    tall = [
+        skip
+        * max(
+            _cell_lines(c, *r[i], part.size) for c, i in zip(part.laid, part.columns, strict=True)
+        )
+        for r in rows
+    ]
+    for n in range(1, len(rows) + 1):
+        cuts = [round(len(rows) * j / n) for j in range(n + 1)]
+        runs = list(zip(cuts[:-1], cuts[1:], strict=True))
+        if all(fixed + sum(tall[a:b]) <= COLUMN_HEIGHT for a, b in runs):
+            return runs
+    return [(j, j + 1) for j in range(len(rows))] or [(0, 0)]
+
+
 def _pt(x: float) -> str:
     """``x`` pt rounded down to 0.1 pt, so that the columns' widths sum to no more than planned."""
     return f"{math.floor(x * 10) / 10:.1f}pt"
@@ -442,6 +479,11 @@ TEX_FLOAT = r"""\begin{%(env)s}[tbp]
 \bottomrule
 \end{tabular}%(notes)s
 \end{%(env)s}
+"""
+# A column version's notes: text after its floats, since a float cannot break across pages and
+# the notes of a table set in 3.3 in can be taller than a page.
+TEX_NOTES = r"""{\footnotesize\raggedright\setlength{\parindent}{0pt}\textit{Notes to
+Table~\ref{%(label)s}.} %(notes)s\par}
 """
 TEX_FIGURE = r"""\begin{%(env)s}[tbp]\centering
 \includegraphics[width=\linewidth]{%(path)s}
@@ -512,23 +554,36 @@ def render_tex(
     several floats (the row keys repeated in each; ``keep``: titles that stay in the first). A
     later part is labelled ``<label>-cont<k>`` and its caption refers to the first. Bold cells are
     ``\textbf{x}``; ``notes`` are printed under the first part's tabular, in the float.
-    ``width="column"``: the version set in one column, every part a ``table`` (``tex_layout``).
+    ``width="column"``: the version set in one column, every part a ``table`` (``tex_layout``),
+    a part taller than ``COLUMN_HEIGHT`` cut into floats of fewer rows (``_row_chunks``), its
+    notes after the floats, in the text (``TEX_NOTES``): a float cannot break across pages.
     """
     parts = tex_layout(titles, rows, keep, width)
     text = "".join(f"\n\\par\\smallskip\\footnotesize\\raggedright {tex_escape(n)}" for n in notes)
+    column = width == "column"
+    floats = [  # (part, its first row, the row after its last): a column version's tall parts in
+        (part, a, b)  # several floats of fewer rows
+        for part in parts
+        for a, b in (_row_chunks(part, rows, caption) if column else [(0, len(rows))])
+    ]
     out = []
-    for k, part in enumerate(parts):
+    for k, (part, a, b) in enumerate(floats):
         size = part.size
         cap = tex_escape(caption)
         lab = label if k == 0 else f"{label}-cont{k + 1}"
-        if k:
-            cap += rf" (continued: more columns of Table~\ref{{{label}}}, same rows)"
+        some = "same rows" if (a, b) == (0, len(rows)) else f"rows {a + 1}–{b}"
+        if part is not parts[0]:
+            cap += rf" (continued: more columns of Table~\ref{{{label}}}, {tex_escape(some)})"
+        elif k:
+            cap += rf" (continued: {tex_escape(some)} of Table~\ref{{{label}}})"
+        elif b < len(rows):  # the first of several runs of rows
+            cap += f" ({tex_escape(some)})"
         body = [
             " & ".join(
                 _tex_cell(c, *r[i], size) for c, i in zip(part.laid, part.columns, strict=True)
             )
             + r" \\"
-            for r in rows
+            for r in rows[a:b]
         ]
         out.append(
             TEX_FLOAT
@@ -542,7 +597,12 @@ def render_tex(
                 "cols": "".join(c.align for c in part.laid),
                 "head": " & ".join(_tex_head(c) for c in part.laid),
                 "body": "\n".join(body),
-                "notes": text if k == 0 else "",
+                "notes": text if k == 0 and not column else "",
             }
+        )
+    if column and notes:  # in the text, where a page or column may break them
+        out.append(
+            TEX_NOTES
+            % {"label": label, "notes": "\n\\par\\smallskip ".join(map(tex_escape, notes))}
         )
     return "\n".join(out)

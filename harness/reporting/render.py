@@ -113,8 +113,8 @@ def latex_document(
     if width == "column":
         parts.append(
             "% Set in one column of a two-column paper (3.3 in, --width column): a table too "
-            "wide for it prints mean and ± std on two lines, and one still too wide is split "
-            "by columns over several tables."
+            "wide for it prints mean and ± std on two lines, one still too wide is split by "
+            "columns over several tables, one taller than 8 in by rows; its notes follow as text."
         )
     parts += [
         "% Needs \\usepackage{booktabs,graphicx,xcolor}. Figures: paths relative to "
