@@ -457,6 +457,32 @@ def test_two_seizures_reports_go_into_one_document(tmp_path):
         assert used == figures, k  # both reports' figures, each from its own folder
 
 
+@needs_pdflatex
+def test_the_committed_reports_go_into_one_document_in_either_version(tmp_path):
+    """Every committed report, text and column versions, in the documents of docs/reports.md.
+
+    Their figures come from the committed ``reports/`` through the documents' ``\\graphicspath``.
+    """
+    texs = sorted((ROOT / "reports").rglob("paper_*.tex"))
+    text = [p for p in texs if not p.stem.endswith("_column")]
+    assert len(text) >= 9  # the nine seizures reports among them
+    assert sorted(p.with_name(f"{p.stem}_column.tex") for p in text) == sorted(set(texs) - {*text})
+    (tmp_path / "reports").symlink_to(ROOT / "reports")
+    for k, (doc, suffix) in enumerate(zip(doc_blocks(), ("", "_column"), strict=True)):
+        lines = [line for line in doc.splitlines() if not line.startswith(r"\input{")]
+        lines[-1:-1] = [  # each report, then the floats it left waiting
+            rf"\input{{reports/{p.relative_to(ROOT / 'reports').with_suffix('').as_posix()}"
+            rf"{suffix}}}\clearpage"
+            for p in text
+        ]
+        doc = "\n".join(lines) + "\n"
+        (tmp_path / f"all{k}.tex").write_text(doc, encoding="utf-8")
+        log = pdflatex(tmp_path, f"all{k}.tex")
+        assert "multiply defined" not in log, k
+        assert "undefined references" not in log and "Warning: Reference" not in log, k
+        assert "Overfull" not in log and "Float too large" not in log, k
+
+
 def test_the_label_key_tells_reports_apart_and_reads_the_same_each_time(tmp_path):
     stores = ["results/paper/runs.jsonl", "results/paper/seizures_recording.jsonl"]
     stores += ["results/paper/seizures_scaled.jsonl"]
