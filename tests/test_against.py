@@ -82,7 +82,8 @@ def test_a_named_method_without_a_row_is_said_and_the_report_has_the_table(tmp_p
     md = (tmp_path / "paper_seizures_smoke.md").read_text()
     assert "every variant: paired comparisons with gru, sa-rnn" in md
     assert (
-        r"\label{tab:seizures-smoke-against}" in (tmp_path / "paper_seizures_smoke.tex").read_text()
+        r"\label{tab:seizures-smoke.r.against}"
+        in (tmp_path / "paper_seizures_smoke.tex").read_text()
     )
     write_paper_report(recs, ["r"], tmp_path / "b", formats=("md",), figures=False)
     assert "paired comparisons" not in (tmp_path / "b" / "paper_seizures_smoke.md").read_text()
@@ -95,7 +96,7 @@ def test_no_named_method_with_a_row_leaves_the_main_table_and_a_note_in_both_for
     note = "lstm: no row in this table, so no comparison with it."
     md = (tmp_path / "paper_seizures_smoke.md").read_text()
     tex = (tmp_path / "paper_seizures_smoke.tex").read_text()
-    assert "paired comparisons" not in md and "-against}" not in tex  # no empty table
+    assert "paired comparisons" not in md and ".against}" not in tex  # no empty table
     main = md.split("## seizures (smoke preset), every variant; harness")[1].split("\n## ")[0]
     assert f"- {note}" in main and note in tex  # under the main table, in both
 

@@ -105,6 +105,10 @@ CASES = [
     (["report", "a.jsonl", "--against", "gru"], "--against: only used with --paper (the leaderb"),
     (["report", "a.jsonl", "--paper", "--against", "gru,sa_rnn"], "Unknown method 'sa_rnn'. Did"),
     (["report", "a.jsonl", "--paper", "--out", "x.md"], "--out: the leaderboard's file; --paper"),
+    (["report", "a.jsonl", "--tex-root", "x"], "--tex-root: only used with --paper (the leader"),
+    (["report", "a.jsonl", "--width", "column"], "--width: the LaTeX versions, with --format tex"),
+    (["report", "a.jsonl", "--paper", "--format", "md", "--width", "column"], "--width: the LaT"),
+    (["report", "a.jsonl", "--paper", "--out-dir", "p", "--tex-root", "q"], "--tex-root q does no"),
     # 8. options with fixed values: argparse choices, before anything starts
     (RUN + ["--match-skip", "nan"], "argument --match-skip: expects a finite number, got 'nan'"),
     (RUN + ["--match-skip", "-5"], "argument --match-skip: must be >= 0 (got -5)"),
@@ -116,6 +120,7 @@ CASES = [
     (FLOPS + ["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
     (["report", "a.jsonl", "--paper", "--preset", "huge"], "invalid choice: 'huge'"),
     (["report", "a.jsonl", "--paper", "--formats", "pdf"], "unknown value 'pdf'"),
+    (["report", "a.jsonl", "--paper", "--width", "half"], "unknown value 'half'"),
 ]
 
 

@@ -4,11 +4,15 @@ Each table is compiled alone in a one-column paper (6.5 in text width: US letter
 and a two-column one (7 in text width, 3.3 in columns, where a ``table*`` spans both); the width
 pdflatex sets each tabular at is read from the log and must be no more than the line width of its
 float, and the size its text was printed at is read from the PDF's content stream (font size
-times any scaling), so a table shrunk to the line width fails however it was shrunk.
+times any scaling), so a table shrunk to the line width fails however it was shrunk. A table's
+column version (``--width column``) is compiled in the two-column paper, every float a ``table``.
+The documents of docs/reports.md ("LaTeX in a paper") are compiled as written there, each with
+two seizures reports: no label twice, no figure from the other report's folder, no overfull line.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,7 +23,7 @@ import pytest
 from builders import make_record
 
 from harness.components.selection import parse_rule
-from harness.reporting.latex import tex_layout, tex_width
+from harness.reporting.latex import tex_key, tex_layout, tex_width
 from harness.reporting.leaderboard import leaderboard_tex
 from harness.reporting.paper import write_paper_report
 from harness.reporting.render import render_tex, tex_escape
@@ -199,21 +203,24 @@ def table_widths(log: str) -> list[tuple[float, float]]:
     return [(float(w), float(lw)) for w, lw in re.findall(r"TABLEWIDTH=([\d.]+)pt/([\d.]+)pt", log)]
 
 
-def check_tables(tmp_path, tex: Path) -> list[float]:
-    """Every float of ``tex`` compiles alone in both papers, fits and prints at 8 pt or more.
+def check_tables(tmp_path, tex: Path, layouts: tuple[str, ...] = tuple(LAYOUTS)) -> list[float]:
+    """Every float of ``tex`` compiles alone in the papers, fits and prints at 8 pt or more.
 
     Fits: its tabular is no wider than the float's line width (a ``table``: 3.3 in in the
     two-column paper; a ``table*``: 7 in there; either: 6.5 in in the one-column paper).
-    Returns every table's body size (both layouts).
+    ``layouts``: the papers (a column version: the two-column one, every float a ``table``).
+    Returns every table's body size (all layouts).
     """
     text = tex.read_text(encoding="utf-8")
     floats = [m.group(0) for m in FLOAT.finditer(text)]
     assert floats and len(floats) == text.count(r"\begin{tabular}")
     assert text.count(r"\label{tab:") == len(floats)
+    if layouts == ("two-column",):
+        assert {FLOAT.match(body).group(1) for body in floats} == {"table"}, tex.name
     seen = []
     for k, body in enumerate(floats):
         label = re.search(r"\\label\{([^}]*)\}", body).group(1)
-        for layout in LAYOUTS:
+        for layout in layouts:
             measured = body.replace(r"\begin{tabular}", MEASURED[0])
             log, sizes = compile_float(
                 tmp_path, f"{tex.stem}-{k}", measured.replace(r"\end{tabular}", MEASURED[1]), layout
@@ -225,19 +232,31 @@ def check_tables(tmp_path, tex: Path) -> list[float]:
             assert width <= line, f"{label} is {width - line:.1f} pt too wide in the {layout} paper"
             assert sizes[0] >= 8.0, f"{label} prints at {sizes[0]} pt in the {layout} paper"
             assert "Overfull \\hbox" not in log, (label, layout)  # nothing wider than its float
+            assert "Float too large" not in log, (label, layout)  # nor taller than a page
             seen += sizes
     return seen
 
 
+def check_versions(tmp_path, texs: list[Path]) -> list[float]:
+    """``check_tables`` of text versions in both papers, of column versions in two columns."""
+    assert texs
+    sizes = []
+    for tex in texs:
+        column = tex.stem.endswith("_column")
+        sizes += check_tables(tmp_path, tex, ("two-column",) if column else tuple(LAYOUTS))
+    return sizes
+
+
 @needs_pdflatex
 def test_every_generated_tex_compiles_and_fits(tmp_path):
-    paths = write_paper_report(records(), ["r.jsonl"], tmp_path, figures=False)
+    widths = ("text", "column")
+    paths = write_paper_report(records(), ["r.jsonl"], tmp_path, figures=False, widths=widths)
     texs = [p for p in paths if p.suffix == ".tex"]
-    assert len(texs) == 3
-    board = tmp_path / "board.tex"
-    board.write_text(leaderboard_tex(records()), encoding="utf-8")
-    for tex in [*texs, board]:
-        check_tables(tmp_path, tex)
+    assert len(texs) == 6 and sum(p.stem.endswith("_column") for p in texs) == 3
+    for width, name in zip(widths, ("board.tex", "board_column.tex"), strict=True):
+        texs.append(tmp_path / name)
+        texs[-1].write_text(leaderboard_tex(records(), width=width), encoding="utf-8")
+    check_versions(tmp_path, texs)
 
 
 SEIZURE_METHODS = {  # method: [(config overrides, accuracy, Skip %, activity sparsity %)]
@@ -296,16 +315,23 @@ def test_a_realistic_report_prints_no_table_below_8pt(tmp_path, rule):
     """S-SA Table 1 printed at 1.8 pt when every table was shrunk to the line width."""
     recs = seizure_records()
     select = parse_rule(rule) if rule else None
-    paths = write_paper_report(recs, ["r.jsonl"], tmp_path, figures=False, select=select)
-    (tex,) = [p for p in paths if p.suffix == ".tex"]
-    text = tex.read_text(encoding="utf-8")
-    assert r"\resizebox" not in text and r"\scalebox" not in text
-    assert "Picked by" in text or rule is None
-    sizes = check_tables(tmp_path, tex)
+    paths = write_paper_report(
+        recs, ["r.jsonl"], tmp_path, figures=False, select=select, widths=("text", "column")
+    )
+    texs = [p for p in paths if p.suffix == ".tex"]
+    assert [p.name for p in texs] == ["paper_seizures_paper.tex", "paper_seizures_paper_column.tex"]
+    for tex in texs:
+        text = tex.read_text(encoding="utf-8")
+        assert r"\resizebox" not in text and r"\scalebox" not in text
+        assert "Picked by" in text or rule is None
+    sizes = check_versions(tmp_path, texs)
     assert min(sizes) >= 8.0
+    assert r"\\$\pm$" in texs[1].read_text(encoding="utf-8")  # a mean over its ± std
     board = tmp_path / "board.tex"
     board.write_text(leaderboard_tex(recs, select), encoding="utf-8")
-    check_tables(tmp_path, board)
+    column = tmp_path / "board_column.tex"
+    column.write_text(leaderboard_tex(recs, select, width="column"), encoding="utf-8")
+    check_versions(tmp_path, [board, column])
 
 
 def test_a_wide_table_splits_its_columns_and_keeps_the_row_keys():
@@ -354,3 +380,176 @@ def test_width_estimate_is_never_short_and_close(tmp_path):
         for s in (8, 9):
             real = float(re.search(rf"W{i}-{s}=([\d.]+)pt", log).group(1))
             assert real <= tex_width(t, s, b) <= 1.1 * real, (t, s, real, tex_width(t, s, b))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def doc_blocks() -> list[str]:
+    """The LaTeX documents of docs/reports.md's "LaTeX in a paper", as written there."""
+    text = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8")
+    section = text.split("\n## LaTeX in a paper\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```latex\n(.*?)```", section, re.S)
+
+
+def pdflatex(folder: Path, name: str) -> str:
+    """Compile ``folder/name`` twice (the references settle on the second run): its log."""
+    env = {**os.environ, "max_print_line": "100000"}  # one log line per message
+    for _ in range(2):
+        p = subprocess.run(
+            ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", name],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+    log = (folder / name).with_suffix(".log").read_text(encoding="utf-8", errors="replace")
+    errors = [line for line in log.splitlines() if line.startswith("!")]
+    assert p.returncode == 0 and not errors, (name, errors[:3])
+    return log
+
+
+# The seizures reports the documents input, rendered as the committed ones are: their folder
+# under reports/, their records and their rule.
+DOC_REPORTS = (
+    ("paper", "results/paper/runs.jsonl", "val-skip-nearest:76"),
+    ("paper/seizures-recording", "results/paper/seizures_recording.jsonl", "val-skip-nearest:76"),
+)
+
+
+@needs_pdflatex
+def test_two_seizures_reports_go_into_one_document(tmp_path):
+    """The documents of docs/reports.md compile with two seizures reports and their figures.
+
+    The two reports have the same tables and figures (``seizures_paper_tradeoff.pdf`` in two
+    folders): every label is defined once, every reference resolves, each figure is read from
+    its own report's folder, no line or float is too large, and the text width (one-column
+    document) or column width (two-column document) is the one the tables were set for.
+    """
+    root = tmp_path / "reports"
+    figures = set()
+    for folder, store, rule in DOC_REPORTS:
+        paths = write_paper_report(
+            seizure_records(),
+            [store],
+            root / folder,
+            formats=("tex",),
+            select=parse_rule(rule),
+            widths=("text", "column"),
+            tex_root=root,
+        )
+        pdfs = {p.relative_to(root).as_posix() for p in paths if p.suffix == ".pdf"}
+        assert len(pdfs) >= 2  # figures to include, under the same names in both folders
+        figures |= pdfs
+    docs = doc_blocks()
+    assert len(docs) == 2 and ",twocolumn" not in docs[0] and "[twocolumn]" in docs[1]
+    for k, (doc, width) in enumerate(zip(docs, (6.5, 3.3), strict=True)):
+        doc = doc.replace(r"\begin{document}", r"\begin{document}\typeout{W=\the\linewidth}")
+        (tmp_path / f"doc{k}.tex").write_text(doc, encoding="utf-8")
+        log = pdflatex(tmp_path, f"doc{k}.tex")
+        line = float(re.search(r"^W=([\d.]+)pt", log, re.M).group(1)) / 72.27
+        assert line == pytest.approx(width, abs=0.01)
+        assert "multiply defined" not in log, k
+        assert "undefined references" not in log and "Warning: Reference" not in log, k
+        assert "Overfull" not in log and "Float too large" not in log, k
+        used = set(re.findall(r"<use reports/+([^>]*\.pdf)>", log))  # reports/ + paper/...
+        assert used == figures, k  # both reports' figures, each from its own folder
+
+
+@needs_pdflatex
+def test_the_committed_reports_go_into_one_document_in_either_version(tmp_path):
+    """Every committed report, text and column versions, in the documents of docs/reports.md.
+
+    Their figures come from the committed ``reports/`` through the documents' ``\\graphicspath``.
+    """
+    texs = sorted((ROOT / "reports").rglob("paper_*.tex"))
+    text = [p for p in texs if not p.stem.endswith("_column")]
+    assert len(text) >= 9  # the nine seizures reports among them
+    assert sorted(p.with_name(f"{p.stem}_column.tex") for p in text) == sorted(set(texs) - {*text})
+    (tmp_path / "reports").symlink_to(ROOT / "reports")
+    for k, (doc, suffix) in enumerate(zip(doc_blocks(), ("", "_column"), strict=True)):
+        lines = [line for line in doc.splitlines() if not line.startswith(r"\input{")]
+        lines[-1:-1] = [  # each report, then the floats it left waiting
+            rf"\input{{reports/{p.relative_to(ROOT / 'reports').with_suffix('').as_posix()}"
+            rf"{suffix}}}\clearpage"
+            for p in text
+        ]
+        doc = "\n".join(lines) + "\n"
+        (tmp_path / f"all{k}.tex").write_text(doc, encoding="utf-8")
+        log = pdflatex(tmp_path, f"all{k}.tex")
+        assert "multiply defined" not in log, k
+        assert "undefined references" not in log and "Warning: Reference" not in log, k
+        assert "Overfull" not in log and "Float too large" not in log, k
+
+
+def test_the_label_key_tells_reports_apart_and_reads_the_same_each_time(tmp_path):
+    stores = ["results/paper/runs.jsonl", "results/paper/seizures_recording.jsonl"]
+    stores += ["results/paper/seizures_scaled.jsonl"]
+    rules = [parse_rule(f"val-skip-nearest:{t}") for t in (76, 50, 90)]
+    keys = {tex_key("seizures", "paper", [s], r) for s in stores for r in rules}
+    assert len(keys) == 9  # the nine committed seizures reports
+    assert all(re.fullmatch(r"[a-z0-9.+-]+", k) for k in keys)
+    assert (
+        tex_key("seizures", "paper", [stores[1]], rules[1])
+        == "seizures-paper.seizures-recording.val-skip-nearest-50"
+    )
+    tuned = tex_key("adding", "paper", ["results/paper/adding_tuned.jsonl"], parse_rule("best-val"))
+    assert tuned == "adding-paper.adding-tuned.best-val" != tex_key("adding", "paper", stores[:1])
+    # a store named by its folder, its runs.jsonl or an absolute path: one key
+    named = ["results/quick", "results/quick/runs.jsonl", str(tmp_path / "results/quick")]
+    assert {tex_key("adding", "quick", [s]) for s in named} == {"adding-quick.quick"}
+
+
+@needs_pdflatex
+def test_a_column_part_too_narrow_for_its_numbers_wraps_their_text(tmp_path):
+    """Two wide row keys beside a numeric column of words (freq-discrimination quick's p)."""
+    titles = ["Method", "Variant", "Accuracy % ↑", "p vs reference (Accuracy %, Holm)"]
+    rows = [
+        [(m, False), (f"task.time_input={v}", False), (acc, False), (p, False)]
+        for m, acc, p in [
+            ("ref:majority (reference)", "50.0 ± 0 (n=3)", "–"),
+            ("random-updates", "87.1 ± 2.3", "0.00066 (paired t)"),
+            ("gru", "91.4 ± 1.1", "best val (reference)"),
+        ]
+        for v in ("none", "time")
+    ]
+    tex = tmp_path / "narrow_column.tex"
+    tex.write_text(render_tex(titles, rows, "narrow", "tab:narrow", width="column"))
+    check_tables(tmp_path, tex, ("two-column",))
+
+
+@needs_pdflatex
+def test_a_tall_column_table_is_cut_into_floats_of_fewer_rows(tmp_path):
+    """A float cannot break across pages: a column version's part taller than a page is cut."""
+    titles = ["Method", "Variant", "Accuracy % ↑", "Picked by"]
+    rows = [
+        [(f"method-{m}", False), (f"lam={lam}", False), ("95.2 ± 1.4", False)]
+        + [(f"at matched budget 76 % (val-skip-nearest:76 of {m + 3}, val Skip % 7{m})", False)]
+        for m in range(20)
+        for lam in ("0.01", "0.1")
+    ]
+    tex = tmp_path / "tall_column.tex"
+    tex.write_text(render_tex(titles, rows, "tall", "tab:tall", ["a note"], width="column"))
+    text = tex.read_text()
+    assert re.search(r"\{tall \(rows 1--\d+\)\}", text) and "Notes to" in text
+    assert re.search(r"\(continued: rows \d+--40 of Table~\\ref\{tab:tall\}\)", text)
+    check_tables(tmp_path, tex, ("two-column",))
+
+
+def test_the_cli_writes_the_column_version_with_figure_paths_from_the_tex_root(tmp_path):
+    import json
+
+    from harness.cli import main
+
+    store = tmp_path / "mine.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    root = tmp_path / "reports"
+    args = ["report", str(store), "--paper", "--task", "seizures", "--out-dir", str(root / "p")]
+    assert main([*args, "--width", "column", "--tex-root", str(root)]) == 0
+    written = sorted(p.name for p in (root / "p").iterdir())
+    assert written == ["figures", "paper_seizures_smoke.md", "paper_seizures_smoke_column.tex"]
+    tex = (root / "p" / "paper_seizures_smoke_column.tex").read_text(encoding="utf-8")
+    assert r"{p/figures/seizures_smoke_tradeoff.pdf}" in tex
+    assert r"\label{tab:seizures-smoke.mine.main}" in tex
+    assert r"\label{fig:seizures-smoke.mine.tradeoff}" in tex

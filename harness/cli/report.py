@@ -26,12 +26,13 @@ from harness.components.registry import METHODS, TASKS
 from harness.components.selection import parse_rule
 from harness.errors import HarnessError
 from harness.persistence.outputs import beside_records
+from harness.reporting.latex import WIDTHS
 from harness.reporting.reports import PARTS
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
 # the flags whose value is not under their own name
-DESTS = {"--format": "formats", "--print": "parts"}
+DESTS = {"--format": "formats", "--print": "parts", "--width": "widths"}
 # Without --out / --out-dir a report goes beside its records (the flags' help says where, from
 # harness.persistence.outputs.beside_records), never into the checkout's committed reports/.
 
@@ -118,6 +119,22 @@ def add_parser(subparsers: Any) -> None:
         "(default: clean commits only; each report says how many it left out)",
     )
     s.add_argument(
+        "--width",
+        dest="widths",
+        type=comma_list(one_of(WIDTHS)),
+        metavar="WIDTH[,WIDTH...]",
+        help="the LaTeX versions (--format tex): text, set within a one-column paper's text "
+        "width (X.tex), and column, set in one column of a two-column paper, 3.3 in "
+        "(X_column.tex) (default: text)",
+    )
+    s.add_argument(
+        "--tex-root",
+        metavar="DIR",
+        help="--paper: the LaTeX's figure paths start from DIR, a folder holding --out-dir, so "
+        "that a document naming DIR in its \\graphicspath includes several reports' figures "
+        "(default: --out-dir)",
+    )
+    s.add_argument(
         "--no-figures",
         action="store_true",
         help="tables only: no learning curves beside the leaderboard, no --paper figures",
@@ -168,27 +185,37 @@ def cmd_report(args: argparse.Namespace) -> int:
             select=args.select,
             figures=not args.no_figures,
             option="--out" if args.out else "the leaderboard (next to its records)",
+            widths=tuple(args.widths or ("text",)),
         )
         for p in paths:
             print(f"wrote {p}")
     else:
-        paths, problems = api.paper_report(
-            sources,
-            args.out_dir or beside_records(sources)[1] / "paper",
-            tasks=tasks,
-            preset=args.preset,
-            formats=tuple(args.formats or ("md", "tex")),
-            select=args.select,
-            figures=not args.no_figures,
-            allow_dirty=args.allow_dirty,
-            against=args.against or (),
-        )
+        paths, problems = _paper(args, sources, tasks)
         for p in paths:
             print(p)
     if problems:  # the report is written without them; the input is still bad
         more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
         raise HarnessError(f"{problems[0]}{more}")
     return 0
+
+
+def _paper(
+    args: argparse.Namespace, sources: list[str], tasks: list[str] | None
+) -> tuple[list[Path], list[str]]:
+    """``--paper``: the paper-style report (``harness.api.paper_report``)."""
+    return api.paper_report(
+        sources,
+        args.out_dir or beside_records(sources)[1] / "paper",
+        tasks=tasks,
+        preset=args.preset,
+        formats=tuple(args.formats or ("md", "tex")),
+        select=args.select,
+        figures=not args.no_figures,
+        allow_dirty=args.allow_dirty,
+        against=args.against or (),
+        widths=tuple(args.widths or ("text",)),
+        tex_root=args.tex_root,
+    )
 
 
 def _print(args: argparse.Namespace, sources: list[str], tasks: list[str] | None) -> int:
@@ -222,14 +249,19 @@ def _check_flags(args: argparse.Namespace) -> list[str] | None:
     def used(*flags: str) -> list[str]:  # the flags given (their values: DESTS or own name)
         return [f for f in flags if getattr(args, DESTS.get(f, f[2:].replace("-", "_")))]
 
-    given = used("--task", "--preset", "--out-dir", "--allow-dirty", "--against")
-    flags = used("--paper", "--out", "--format", "--select", "--no-figures", "--print") + given
+    given = used("--task", "--preset", "--out-dir", "--allow-dirty", "--against", "--tex-root")
+    flags = used("--paper", "--out", "--format", "--select", "--no-figures", "--print", "--width")
+    flags += given
     if args.tensorboard and flags:
         raise HarnessError(
             f"{', '.join(flags)}: not used with --tensorboard, which writes only the export"
         )
-    if args.parts and (writes := used("--out", "--out-dir", "--format", "--no-figures")):
+    writes = used("--out", "--out-dir", "--format", "--no-figures", "--width", "--tex-root")
+    if args.parts and writes:
         raise HarnessError(f"{', '.join(writes)}: not used with --print, which writes nothing")
+    formats = args.formats or (("md", "tex") if args.paper else ("md",))
+    if args.widths and "tex" not in formats:
+        raise HarnessError("--width: the LaTeX versions, with --format tex")
     if args.where and not args.parts:
         raise HarnessError("--where: only used with --print")
     if not args.paper and (tables := [p for p in args.parts or () if p != "count"]):

@@ -7,7 +7,10 @@ float (``table`` for one column of a two-column paper, ``table*`` for the text w
 within 6.5 in so that it fits a one-column paper too), its font size (``\fontsize{9}{11}`` or
 ``\fontsize{8}{9.5}``, never scaled) and, for a table too wide for 6.5 in, how its columns are
 split over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
-``figure_env`` gives a saved figure the float its width needs.
+Each table also has a version set in one column of a two-column paper (``width="column"``: 3.3
+in, ``mean ± std`` cells stacked on two lines, columns split over several ``table`` floats where
+they still do not fit, rows where a float would be taller than ``COLUMN_HEIGHT``). ``tex_key``
+names a report in its labels, ``figure_env`` gives a saved figure the float its width needs.
 """
 
 from __future__ import annotations
@@ -17,8 +20,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from harness.persistence.store import DEFAULT_FILE, store_path
 from harness.reporting.text import GREY_OFF, GREY_ON
+
+if TYPE_CHECKING:
+    from harness.components.selection import Rule
 
 Cell = tuple[str, bool]  # a table cell: (text, bold)
 
@@ -86,6 +94,11 @@ PT_PER_IN = 72.27
 # A ``table`` fits a column of a two-column paper (3.3 in); a ``table*`` spans its 7 in text
 # width but is set within 6.5 in, so that every table also fits a one-column paper's text width.
 TEX_TARGETS = (("table", 3.3 * PT_PER_IN), ("table*", 6.5 * PT_PER_IN))
+# The versions of a table: set within the text width (``TEX_TARGETS``), or within one column.
+WIDTHS = ("text", "column")
+# The tallest float of a column version (the text height of a two-column paper is 9 to 9.7 in):
+# a taller part is cut into floats of fewer rows.
+COLUMN_HEIGHT = 8.0 * PT_PER_IN
 TEX_SIZES = ((9.0, 11.0), (8.0, 9.5))  # (font size, baseline skip) in pt, tried in this order
 TABCOLSEP = 4.0  # pt each side of a column
 MAX_HEAD_LINES = 3  # a column title wraps onto at most this many lines (more if it must)
@@ -185,10 +198,17 @@ class _Column:
     width: float = 0.0  # pt, the column's content width
     wrap: bool = False  # text cells wider than ``width`` are paragraphs ``width`` wide
     head: list[str] | None = None  # the title's lines
-    wraps: bool = False  # a text column, not the first: its cells may wrap
+    wraps: bool = False  # a text column (not the first, but in a column version): cells may wrap
+    stack: bool = False  # a numeric column whose ``mean ± std`` cells print on two lines
+
+    def lines(self, text: str) -> list[str]:
+        """The lines a cell prints on unwrapped: ``mean`` and ``± std`` where stacked."""
+        return stacked(text) if self.stack else [text]
 
     def body(self, size: float) -> float:
-        return max((tex_width(t, size, b) for t, b in self.cells), default=0.0)
+        return max(
+            (tex_width(x, size, b) for t, b in self.cells for x in self.lines(t)), default=0.0
+        )
 
     def longest_word(self, size: float) -> float:
         words = [(w, b) for t, b in self.cells for w in t.split()]
@@ -213,6 +233,20 @@ class _Column:
         """The width the column takes unwrapped: its widest cell or its title's widest line."""
         body = self.body(size)
         return max([body, *(tex_width(x, size) for x in self.head_lines(body, size))])
+
+
+def stacked(text: str) -> list[str]:
+    """A ``mean ± std`` cell as its two lines, ``mean`` and ``± std ...``; any other: itself.
+
+    A greyed span (``harness.reporting.text.grey``) over the ``±`` is closed and opened again.
+    """
+    if " ± " not in text:
+        return [text]
+    mean, std = text.split(" ± ", 1)
+    std = "± " + std
+    if mean.count(GREY_ON) > mean.count(GREY_OFF):
+        mean, std = mean + GREY_OFF, GREY_ON + std
+    return [mean, std]
 
 
 def _align(i: int, cells: list[Cell]) -> str:
@@ -272,9 +306,14 @@ class TexPart:
     laid: list[_Column]
 
 
-def _place(cols: list[_Column], idx: list[int], sizes: Sequence[float] = ()) -> TexPart | None:
+def _place(
+    cols: list[_Column],
+    idx: list[int],
+    sizes: Sequence[float] = (),
+    targets: Sequence[tuple[str, float]] = TEX_TARGETS,
+) -> TexPart | None:
     """The first of ``table`` at 9 pt, at 8 pt, ``table*`` at 9 pt, at 8 pt that ``idx`` fits."""
-    for env, target in TEX_TARGETS:
+    for env, target in targets:
         for size in sizes or [s for s, _ in TEX_SIZES]:
             laid = _fit([cols[i] for i in idx], size, target)
             if laid is not None:
@@ -283,7 +322,7 @@ def _place(cols: list[_Column], idx: list[int], sizes: Sequence[float] = ()) -> 
 
 
 def tex_layout(
-    titles: list[str], rows: list[list[Cell]], keep: Sequence[str] = ()
+    titles: list[str], rows: list[list[Cell]], keep: Sequence[str] = (), width: str = "text"
 ) -> list[TexPart]:
     """How a table is set: one float, or its columns split over several, none below 8 pt.
 
@@ -294,10 +333,19 @@ def tex_layout(
     the rest go, with the row keys again, to a second part, split again while it is too wide;
     all parts are then set at 8 pt. Widths are estimated from Computer Modern's metrics
     (``tex_width``); nothing is scaled.
+
+    ``width="column"``: the version set in one column (3.3 in), every part a ``table``. Its
+    first column wraps too; where the table does not fit, its numeric columns print each
+    ``mean ± std`` on two lines (``stacked``), and where it still does not fit, its columns are
+    split as above, within 3.3 in at 8 pt; a part that fits nowhere wraps its numeric columns'
+    text too (``best val (reference)``).
     """
+    if width not in WIDTHS:
+        raise ValueError(f"width {width!r}: one of {', '.join(WIDTHS)}")
     aligns = [_align(i, [r[i] for r in rows]) for i in range(len(titles))]
+    column = width == "column"
     cols = [
-        _Column(t, [r[i] for r in rows], a, wraps=i > 0 and a == "l")
+        _Column(t, [r[i] for r in rows], a, wraps=(i > 0 or column) and a == "l")
         for i, (t, a) in enumerate(zip(titles, aligns, strict=True))
     ]
     keys = [0]  # the leading columns that tell the rows apart: the first, the second if needed
@@ -305,19 +353,34 @@ def tex_layout(
     if len(set(firsts)) < len(firsts) and len(titles) >= 3 and len(set(pairs)) == len(pairs):
         keys = [0, 1]
     rest = [i for i in range(len(cols)) if i not in keys]
+    small = TEX_SIZES[-1][0]
+    if column:
+        one = TEX_TARGETS[:1]
+        whole = _place(cols, sorted(keys + rest), targets=one)
+        if whole is None:  # the numbers' spread under their means
+            cols = [replace(c, stack=c.align == "r") for c in cols]
+            whole = _place(cols, sorted(keys + rest), targets=one)
+        if whole is not None:
+            return [whole]
+        parts = _split(cols, keys, rest, keep, one[0][1])
+        loose = [replace(c, wraps=True) for c in cols]  # a part too wide: numbers' text wraps too
+        return [_place(cols, p, [small], one) or _anyway(loose, p, *one[0]) for p in parts]
     whole = _place(cols, sorted(keys + rest))
     if whole is not None:
         return [whole]
     parts = _split(cols, keys, rest, keep)
-    small = TEX_SIZES[-1][0]
     return [_place(cols, p, [small]) or _anyway(cols, p) for p in parts]
 
 
 def _split(
-    cols: list[_Column], keys: list[int], rest: list[int], keep: Sequence[str]
+    cols: list[_Column],
+    keys: list[int],
+    rest: list[int],
+    keep: Sequence[str],
+    wide: float = TEX_TARGETS[-1][1],
 ) -> list[list[int]]:
-    """The column indices of each part (see ``tex_layout``)."""
-    small, wide = TEX_SIZES[-1][0], TEX_TARGETS[-1][1]
+    """The column indices of each part (see ``tex_layout``), each within ``wide`` pt at 8 pt."""
+    small = TEX_SIZES[-1][0]
     if not rest or _fit([cols[i] for i in keys + rest], small, wide):
         return [keys + rest]
     order = [i for i in rest if cols[i].title in keep]
@@ -328,14 +391,50 @@ def _split(
             chosen.append(i)
     chosen = chosen or order[:1]  # a column too wide even alone gets a part of its own
     left = [i for i in rest if i not in chosen]
-    return [sorted(keys + chosen), *(_split(cols, keys, left, keep) if left else [])]
+    return [sorted(keys + chosen), *(_split(cols, keys, left, keep, wide) if left else [])]
 
 
-def _anyway(cols: list[_Column], idx: list[int]) -> TexPart:
-    """Columns that fit nowhere: a ``table*`` at 8 pt, text wrapped as narrow as it goes."""
-    size, target = TEX_SIZES[-1][0], TEX_TARGETS[-1][1]
+def _anyway(
+    cols: list[_Column], idx: list[int], env: str = "table*", target: float = TEX_TARGETS[-1][1]
+) -> TexPart:
+    """Columns that fit nowhere: an ``env`` at 8 pt, text wrapped as narrow as it goes."""
+    size = TEX_SIZES[-1][0]
     laid = _fit([cols[i] for i in idx], size, target, loose=True) or []  # loose never refuses
-    return TexPart(idx, "table*", size, laid)
+    return TexPart(idx, env, size, laid)
+
+
+def _cell_lines(c: _Column, text: str, bold: bool, size: float) -> int:
+    """How many lines a cell of a laid-out column prints on (stacked, wrapped or one)."""
+    lines = c.lines(text)
+    if len(lines) == 1 and not (c.wrap and tex_width(text, size, bold) > c.width):
+        return 1
+    return sum(len(_lines(x.split(), c.width, size, bold)) for x in lines)
+
+
+def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tuple[int, int]]:
+    """``rows`` cut into as few runs of about equal length as keep ``part`` within a page.
+
+    The float's height is estimated (caption, head, rows, rules: ``COLUMN_HEIGHT`` at most); a
+    run is ``(first, after its last)``.
+    """
+    skip = dict(TEX_SIZES)[part.size]
+    line = TEX_TARGETS[0][1]
+    cap = f"Table 99: {caption} (continued: more columns of Table 99, rows 99–99)"
+    fixed = math.ceil(tex_width(cap, part.size) / line) * skip + 30.0  # + rules, their space
+    fixed += max(len(c.head or [c.title]) for c in part.laid) * skip
+    tall = [
+        skip
+        * max(
+            _cell_lines(c, *r[i], part.size) for c, i in zip(part.laid, part.columns, strict=True)
+        )
+        for r in rows
+    ]
+    for n in range(1, len(rows) + 1):
+        cuts = [round(len(rows) * j / n) for j in range(n + 1)]
+        runs = list(zip(cuts[:-1], cuts[1:], strict=True))
+        if all(fixed + sum(tall[a:b]) <= COLUMN_HEIGHT for a, b in runs):
+            return runs
+    return [(j, j + 1) for j in range(len(rows))] or [(0, 0)]
 
 
 def _pt(x: float) -> str:
@@ -352,11 +451,20 @@ def _tex_head(c: _Column) -> str:
 
 
 def _tex_cell(c: _Column, text: str, bold: bool, size: float) -> str:
+    lines = c.lines(text)
+    tex = r"\\".join(_tex_text(x, bold) for x in lines)
+    if len(lines) > 1 or (c.wrap and tex_width(text, size, bold) > c.width):
+        # stacked (the mean over its spread) or wrapped: a paragraph flush as the column
+        flush = r"\raggedright" if c.align == "l" else r"\raggedleft"
+        return rf"\parbox[t]{{{_pt(c.width)}}}{{{flush} {tex}\strut}}"
+    return tex
+
+
+def _tex_text(text: str, bold: bool) -> str:
+    """One line of a cell in LaTeX: escaped, greyed spans in grey, bold if ``bold``."""
     tex = tex_escape(text).replace(GREY_ON, r"\textcolor{gray}{").replace(GREY_OFF, "}")
     if bold and text not in ("", "–"):
         tex = rf"\textbf{{{tex}}}"
-    if c.wrap and tex_width(text, size, bold) > c.width:
-        return rf"\parbox[t]{{{_pt(c.width)}}}{{\raggedright {tex}\strut}}"
     return tex
 
 
@@ -372,11 +480,42 @@ TEX_FLOAT = r"""\begin{%(env)s}[tbp]
 \end{tabular}%(notes)s
 \end{%(env)s}
 """
+# A column version's notes: text after its floats, since a float cannot break across pages and
+# the notes of a table set in 3.3 in can be taller than a page.
+TEX_NOTES = r"""{\footnotesize\raggedright\setlength{\parindent}{0pt}\textit{Notes to
+Table~\ref{%(label)s}.} %(notes)s\par}
+"""
 TEX_FIGURE = r"""\begin{%(env)s}[tbp]\centering
 \includegraphics[width=\linewidth]{%(path)s}
 \caption{%(caption)s}\label{%(label)s}
 \end{%(env)s}
 """
+
+
+def tex_key(task: str, preset: str, sources: Sequence[str | Path], rule: Rule | None = None) -> str:
+    """What a report's LaTeX labels start with, shared by no other report: ``task-preset.store``.
+
+    ``store``: the records' name, their file's stem or, for a store's default ``runs.jsonl``, its
+    folder's name (``results/paper/runs.jsonl``: ``paper``, ``results/paper/adding_tuned.jsonl``:
+    ``adding-tuned``; several joined by ``+``), then ``.rule`` where a selection rule picked the
+    rows (``val-skip-nearest-76``). Made of the report's command alone, so it is the same each
+    time the report is regenerated; lower-case letters, digits and ``-+.`` only.
+    """
+
+    def slug(text: str) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+    names = []
+    for source in sources:
+        store = store_path(source)
+        names.append(slug(store.parent.name if store.name == DEFAULT_FILE else store.stem))
+    key = f"{slug(task)}-{slug(preset)}.{'+'.join(n or 'runs' for n in names) or 'records'}"
+    return key + (f".{slug(str(rule))}" if rule is not None else "")
+
+
+def tex_name(stem: str, width: str) -> str:
+    """The file of one LaTeX version: ``<stem>.tex`` (text width), ``<stem>_column.tex``."""
+    return f"{stem}.tex" if width == "text" else f"{stem}_{width}.tex"
 
 
 def figure_width(pdf: Path) -> float | None:
@@ -406,6 +545,7 @@ def render_tex(
     label: str = "tab:table",
     notes: Sequence[str] = (),
     keep: Sequence[str] = (),
+    width: str = "text",
 ) -> str:
     r"""A booktabs table at 9 or 8 pt, never scaled: caption and ``\label`` above.
 
@@ -414,22 +554,36 @@ def render_tex(
     several floats (the row keys repeated in each; ``keep``: titles that stay in the first). A
     later part is labelled ``<label>-cont<k>`` and its caption refers to the first. Bold cells are
     ``\textbf{x}``; ``notes`` are printed under the first part's tabular, in the float.
+    ``width="column"``: the version set in one column, every part a ``table`` (``tex_layout``),
+    a part taller than ``COLUMN_HEIGHT`` cut into floats of fewer rows (``_row_chunks``), its
+    notes after the floats, in the text (``TEX_NOTES``): a float cannot break across pages.
     """
-    parts = tex_layout(titles, rows, keep)
+    parts = tex_layout(titles, rows, keep, width)
     text = "".join(f"\n\\par\\smallskip\\footnotesize\\raggedright {tex_escape(n)}" for n in notes)
+    column = width == "column"
+    floats = [  # (part, its first row, the row after its last): a column version's tall parts in
+        (part, a, b)  # several floats of fewer rows
+        for part in parts
+        for a, b in (_row_chunks(part, rows, caption) if column else [(0, len(rows))])
+    ]
     out = []
-    for k, part in enumerate(parts):
+    for k, (part, a, b) in enumerate(floats):
         size = part.size
         cap = tex_escape(caption)
         lab = label if k == 0 else f"{label}-cont{k + 1}"
-        if k:
-            cap += rf" (continued: more columns of Table~\ref{{{label}}}, same rows)"
+        some = "same rows" if (a, b) == (0, len(rows)) else f"rows {a + 1}–{b}"
+        if part is not parts[0]:
+            cap += rf" (continued: more columns of Table~\ref{{{label}}}, {tex_escape(some)})"
+        elif k:
+            cap += rf" (continued: {tex_escape(some)} of Table~\ref{{{label}}})"
+        elif b < len(rows):  # the first of several runs of rows
+            cap += f" ({tex_escape(some)})"
         body = [
             " & ".join(
                 _tex_cell(c, *r[i], size) for c, i in zip(part.laid, part.columns, strict=True)
             )
             + r" \\"
-            for r in rows
+            for r in rows[a:b]
         ]
         out.append(
             TEX_FLOAT
@@ -443,7 +597,12 @@ def render_tex(
                 "cols": "".join(c.align for c in part.laid),
                 "head": " & ".join(_tex_head(c) for c in part.laid),
                 "body": "\n".join(body),
-                "notes": text if k == 0 else "",
+                "notes": text if k == 0 and not column else "",
             }
+        )
+    if column and notes:  # in the text, where a page or column may break them
+        out.append(
+            TEX_NOTES
+            % {"label": label, "notes": "\n\\par\\smallskip ".join(map(tex_escape, notes))}
         )
     return "\n".join(out)

@@ -19,13 +19,14 @@ Per (task, preset), ``write_paper_report`` writes ``paper_<task>_<preset>.md`` /
   the main table, in its order.
 The header (``harness.reporting.text.header``) names the records, commits, devices, FLOP unit,
 the rule that chose each test metric, and every failed record (superseded ones included). LaTeX
-output compiles with booktabs and graphicx (``harness.reporting.render``). pandas and scipy are
-imported inside the functions.
+output compiles with booktabs and graphicx (``harness.reporting.render``), its labels the
+report's own (``harness.reporting.latex.tex_key``), its figure paths relative to ``tex_root``, in
+a text-width and a one-column version (``widths``). pandas and scipy are imported inside the
+functions.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from harness.persistence.outputs import write_text
 from harness.persistence.records import latest
 from harness.references import role
 from harness.reporting.against import against_table
+from harness.reporting.latex import WIDTHS, tex_key, tex_name
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes
 from harness.reporting.references import row as ref_row
@@ -82,8 +84,10 @@ def write_paper_report(
     select: Rule | None = None,
     allow_dirty: bool = False,
     against: Sequence[str] = (),
+    widths: Sequence[str] = ("text",),
+    tex_root: str | Path | None = None,
 ) -> list[Path]:
-    """Write the paper-style report of every chosen (task, preset) with ok runs.
+    r"""Write the paper-style report of every chosen (task, preset) with ok runs.
 
     Args:
         records: run records (any status, superseded ones included: failed records are
@@ -105,6 +109,12 @@ def write_paper_report(
             (``env.git_dirty``); by default they are left out, and each report says how many.
         against: methods to compare every method row with, paired by seed, in a table after
             the main one (``harness.reporting.against``).
+        widths: the LaTeX versions written: ``text`` (``paper_<task>_<preset>.tex``, set within
+            the text width) and ``column`` (``paper_<task>_<preset>_column.tex``, set in one
+            column of a two-column paper); labels ``tab:<key>.main`` and the like, the key
+            ``harness.reporting.latex.tex_key`` of the task, preset, ``sources`` and ``select``.
+        tex_root: the folder the LaTeX's figure paths start from, holding ``out_dir`` (None:
+            ``out_dir``): a document names it in its ``\graphicspath``.
 
     Returns:
         The paths written. Raises HarnessError if the records hold no ok run of the chosen
@@ -116,7 +126,22 @@ def write_paper_report(
     if "parquet" in formats and not has_pyarrow():
         raise HarnessError(NO_PYARROW)
     groups = _groups(records, sources, tasks, presets)
-    opts = Options(sources, formats, figures, published, select, allow_dirty, tuple(against))
+    if unknown := sorted(set(widths) - set(WIDTHS)):
+        raise HarnessError(f"unknown LaTeX widths {unknown}; use any of {', '.join(WIDTHS)}")
+    root = None if tex_root is None else Path(tex_root)
+    if root is not None and not Path(out_dir).resolve().is_relative_to(root.resolve()):
+        raise HarnessError(f"--tex-root {tex_root} does not hold the report's folder {out_dir}")
+    opts = Options(
+        sources,
+        formats,
+        figures,
+        published,
+        select,
+        allow_dirty,
+        tuple(against),
+        tuple(widths),
+        root,
+    )
     out, written = Path(out_dir), list[Path]()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +188,7 @@ def paper_markdown(
 
 def _part(label: str) -> str:
     """Which part of a report a table is, by its label: ``main``, ``against`` or ``paper``."""
-    return "against" if label.endswith("-against") else "paper" if "-paper-" in label else "main"
+    return "paper" if label.startswith("paper-") else label
 
 
 def _groups(
@@ -202,6 +227,8 @@ class Options:
     select: Rule | None
     allow_dirty: bool
     against: tuple[str, ...] = ()
+    widths: tuple[str, ...] = ("text",)  # the LaTeX versions: text width, one column
+    tex_root: Path | None = None  # the folder the LaTeX's figure paths start from
 
 
 def _dirty_line(task: str, preset: str, left_out: list[dict[str, Any]], opts: Options) -> str:
@@ -244,7 +271,6 @@ def _build_one(
     runs = runs_frame(latest(kept))
     failed = failed_records(kept)
     stem = f"{task}_{preset}"
-    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower())
     select = opts.select
     rule = select or Rule("best-val")
     head_notes = _dirty_line(task, preset, left_out, opts)
@@ -258,7 +284,7 @@ def _build_one(
         tables.append(
             Table(
                 f"{task} ({preset} preset): no record from a clean commit",
-                f"tab:{slug}",
+                "main",
                 ["Method"],
                 [],
                 [
@@ -298,7 +324,7 @@ def _build_one(
     tables.append(
         Table(
             f"{task} ({preset} preset), {rows_rule}; {ours}",
-            f"tab:{slug}",
+            "main",
             main.titles,
             main.rows,
             ([no_row_line(select)] if no_method else [])
@@ -314,7 +340,7 @@ def _build_one(
         tables.append(
             Table(
                 f"{task} ({preset} preset), {rows_rule}: paired comparisons with {names}",
-                f"tab:{slug}-against",
+                "against",
                 *versus,
             )
         )
@@ -346,7 +372,7 @@ def _build_one(
                 f"(not at the paper's setting; {ours}); rows matched on their knobs, ties by "
                 f"{rule}"
             )
-        tables.append(Table(caption, f"tab:{slug}-paper-{j + 1}", pvh.titles, pvh.rows, notes))
+        tables.append(Table(caption, f"paper-{j + 1}", pvh.titles, pvh.rows, notes))
     title = get_metric(primary).title
     if opts.figures:
         shown_ids = runs[runs["variant_id"].isin(picked or {})]
@@ -404,11 +430,15 @@ def _render(
     """Write one report in each of ``opts.formats``; the figures' paths come first."""
     stem = "_".join(where)
     written = [p for _, ps in figs for p in ps]
-    for fmt, render in (("md", markdown_document), ("tex", latex_document)):
-        if fmt in opts.formats:
-            path = out / f"paper_{stem}.{fmt}"
-            write_text(path, render(head, tables, figs, out))
-            written.append(path)
+    if "md" in opts.formats:
+        path = out / f"paper_{stem}.md"
+        write_text(path, markdown_document(head, tables, figs, out))
+        written.append(path)
+    key = tex_key(*where, opts.sources, opts.select)
+    for width in opts.widths if "tex" in opts.formats else ():
+        path = out / tex_name(f"paper_{stem}", width)
+        write_text(path, latex_document(head, tables, figs, out, key, opts.tex_root, width))
+        written.append(path)
     for fmt in ("csv", "parquet"):
         if fmt in opts.formats and shown is not None:
             path = out / f"paper_{stem}.{fmt}"

@@ -30,7 +30,7 @@ class Table:
     """A table of a report: caption, label, cells, and the notes under it."""
 
     caption: str
-    label: str
+    label: str  # its part of the report (main, against, paper-1): its LaTeX label's last part
     titles: list[str]
     rows: list[list[Cell]]
     notes: list[str]
@@ -74,25 +74,68 @@ def markdown_document(head: str, tables: list[Table], figs: list, out: Path) -> 
     return "\n".join(parts)
 
 
-def latex_document(head: str, tables: list[Table], figs: list, out: Path) -> str:
-    """A report in LaTeX: the header as comments, the tables, each figure in a float.
+def latex_document(
+    head: str,
+    tables: list[Table],
+    figs: list,
+    out: Path,
+    key: str = "",
+    root: Path | None = None,
+    width: str = "text",
+) -> str:
+    r"""A report in LaTeX: the header as comments, the tables, each figure in a float.
 
     A figure wider than one column (3.3 in) is a ``figure*``, printed at the full text width.
+    Labels start with ``key`` (``harness.reporting.latex.tex_key``), so that the tables of
+    several reports go into one document: ``tab:<key>.<table's label>`` (``main``, ``against``,
+    ``paper-1``, ...), ``fig:<key>.<kind>`` (``tradeoff``, ``masks``, ...). A figure is included
+    by its path relative to ``root`` (default ``out``), the folder a document's
+    ``\graphicspath`` names.
 
-    Args are those of ``markdown_document``.
+    Args:
+        head: the header (``harness.reporting.text.header`` and the report's notes).
+        tables: the tables.
+        figs: ``(caption, [png, pdf])`` per figure.
+        out: the report's folder.
+        key: what the labels start with (empty: ``tab:<table's label>``).
+        root: the folder the figures' paths start from; it holds ``out``.
+        width: ``text``, or ``column`` for the version set in one column (``render_tex``).
     """
+    root = out if root is None else root
+    base = out.resolve().relative_to(root.resolve())  # out's place under root
+    where = (
+        "this file's folder"
+        if base == Path()
+        else f"the folder holding this file as {base.as_posix()}/"
+    )
     text = head.replace("<!-- ", "").replace(" -->", "").replace("`", "")
     parts = ["% " + line for line in text.splitlines() if line.strip()]
-    parts.append("% Needs \\usepackage{booktabs,graphicx,xcolor}.\n")
-    parts += [render_tex(t.titles, t.rows, t.caption, t.label, t.notes, t.keep) for t in tables]
+    if width == "column":
+        parts.append(
+            "% Set in one column of a two-column paper (3.3 in, --width column): a table too "
+            "wide for it prints mean and ± std on two lines, one still too wide is split by "
+            "columns over several tables, one taller than 8 in by rows; its notes follow as text."
+        )
+    parts += [
+        "% Needs \\usepackage{booktabs,graphicx,xcolor}. Figures: paths relative to "
+        f"{where}; a document elsewhere names it in its preamble, "
+        "\\graphicspath{{<its path>/}} (docs/reports.md).",
+        f"% Labels: tab:{key or '<name>'}.main and the like, fig:{key or '<name>'}.<kind>.\n",
+    ]
+    pre = f"{key}." if key else ""
+    parts += [
+        render_tex(t.titles, t.rows, t.caption, f"tab:{pre}{t.label}", t.notes, t.keep, width)
+        for t in tables
+    ]
     for caption, paths in figs:
+        kind = paths[1].stem.rsplit("_", 1)[-1]  # <task>_<preset>_<kind>
         parts.append(
             TEX_FIGURE
             % {
                 "env": figure_env(paths[1]),
-                "path": paths[1].relative_to(out).as_posix(),
+                "path": (base / paths[1].relative_to(out)).as_posix(),
                 "caption": tex_escape(caption),
-                "label": "fig:" + paths[1].stem.replace("_", "-"),
+                "label": f"fig:{pre}{kind}" if key else "fig:" + paths[1].stem.replace("_", "-"),
             }
         )
     return "\n".join(parts)

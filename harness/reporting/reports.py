@@ -25,6 +25,7 @@ from harness.references import resolve_names
 from harness.reporting import compare as gate
 from harness.reporting import leaderboard as lb
 from harness.reporting import paper
+from harness.reporting.latex import WIDTHS, tex_name
 from harness.reporting.render import NO_PYARROW, has_pyarrow, write_frame
 from harness.reporting.runs import dirty
 from harness.training import tracking
@@ -49,6 +50,7 @@ def report(
     figures: bool = True,
     option: str = "the leaderboard",
     command: str = "harness report",
+    widths: Sequence[str] = ("text",),
 ) -> tuple[list[Path], list[str]]:
     """The leaderboard of the records in ``sources``, written to ``out`` (other formats beside it).
 
@@ -64,16 +66,26 @@ def report(
         figures: also draw the learning curves (``<out stem>_curves.png`` / ``.pdf``).
         option: how the caller names ``out`` in messages (``--out``).
         command: the command writing it, named in its header (``harness run``).
+        widths: the LaTeX versions (``tex``): ``text`` (``<out stem>.tex``), ``column``
+            (``<out stem>_column.tex``, set in one column of a two-column paper).
 
     Returns:
         The paths written, and the unusable lines of the sources (the report lists them too).
     """
     out = Path(out)
     inputs = _inputs(sources)
-    paths = [(fmt, out if fmt == "md" else out.with_suffix(f".{fmt}")) for fmt in formats]
+    if unknown := sorted(set(widths) - set(WIDTHS)):
+        raise HarnessError(f"unknown LaTeX widths {unknown}; use any of {', '.join(WIDTHS)}")
+    paths = [  # (format, file, LaTeX width)
+        (fmt, out.with_name(tex_name(out.stem, w)), w)
+        if fmt == "tex"
+        else (fmt, out if fmt == "md" else out.with_suffix(f".{fmt}"), "")
+        for fmt in formats
+        for w in (widths if fmt == "tex" else [""])
+    ]
     curves = out.with_name(f"{out.stem}_curves")
     drawn = [curves.with_suffix(".png"), curves.with_suffix(".pdf")] if figures else []
-    for path in [*(p for _, p in paths), *drawn]:
+    for path in [*(p for _, p, _ in paths), *drawn]:
         refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
     if "parquet" in formats and not has_pyarrow():
         raise HarnessError(NO_PYARROW)
@@ -81,12 +93,12 @@ def report(
     records, problems = load_records(sources)
     _say_empty(records, rule)
     written = []
-    for fmt, path in paths:
+    names = [str(s) for s in sources]
+    for fmt, path, width in paths:
         if fmt == "md":
-            names = [str(s) for s in sources]
             write_text(path, lb.leaderboard_markdown(records, names, problems, rule, command))
         elif fmt == "tex":
-            write_text(path, lb.leaderboard_tex(records, rule, command))
+            write_text(path, lb.leaderboard_tex(records, rule, command, names, width))
         else:
             write_frame(lb.leaderboard_frame(records, rule), path)
         written.append(path)
@@ -138,6 +150,8 @@ def paper_report(
     figures: bool = True,
     allow_dirty: bool = False,
     against: Sequence[str] = (),
+    widths: Sequence[str] = ("text",),
+    tex_root: str | Path | None = None,
 ) -> tuple[list[Path], list[str]]:
     """The paper-style report of the records in ``sources`` (tables, figures) into ``out_dir``.
 
@@ -148,6 +162,9 @@ def paper_report(
     ``against``: methods every method row is compared with, paired by seed. A ``select`` rule
     that keeps no method row of a table, and an ``against`` method with no ok record, are said
     on stderr, one line each (the report says so too).
+    ``widths``: the LaTeX versions, ``text`` and ``column`` (``paper_<task>_<preset>_column.tex``,
+    set in one column); ``tex_root``: the folder their figure paths start from, holding
+    ``out_dir`` (default ``out_dir``).
 
     Returns:
         The paths written, and the unusable lines of the sources.
@@ -165,7 +182,12 @@ def paper_report(
     for task, pre in sorted({(r["task"], r["preset"]) for r in tabled}):
         stem = f"{task}_{pre}"
         figs = sorted((out_dir / "figures").glob(f"{stem}_*"))
-        for path in [*(out_dir / f"paper_{stem}.{fmt}" for fmt in formats), *figs]:
+        tables = [
+            out_dir / (tex_name(f"paper_{stem}", w) if fmt == "tex" else f"paper_{stem}.{fmt}")
+            for fmt in formats
+            for w in (widths if fmt == "tex" else [""])
+        ]
+        for path in [*tables, *figs]:
             refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
     _say_empty(tabled, _rule(select))
     ran = {r.get("method") for r in tabled if r.get("status") == "ok"}
@@ -186,6 +208,8 @@ def paper_report(
         select=_rule(select),
         allow_dirty=allow_dirty,
         against=tuple(against),
+        widths=tuple(widths),
+        tex_root=tex_root,
     )
     return paths, problems
 
