@@ -101,15 +101,15 @@ class KernelStatus:
     def __str__(self) -> str:
         return f"{self.state}: {self.reason}" if self.reason else self.state
 
-    def fast_path_note(self, method: str) -> str:
-        """The report line of a method whose batch-1 CPU fast path is this kernel."""
+    def fast_path_note(self, method: str, where: str = "at batch 1 on CPU") -> str:
+        """The report line of a method whose fast path is this kernel ``where`` it runs."""
         if self.state == "loaded":
             state = "used"
         elif self.state == "not tried":
-            state = "not tried: nothing ran at batch 1 on CPU"
+            state = f"not tried: nothing ran {where}"
         else:
             state = f"unavailable here, {self.reason}: PyTorch fallback"
-        return f"{method}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
+        return f"{method}: {where} the fast path runs a fused C++ kernel ({state})"
 
 
 # The fast paths ``on_cpu`` has sent to their PyTorch path in this process (each warns once).
