@@ -60,7 +60,7 @@ from baselines.ops.clockwork_infer import (
     fused_dtype,
     pack_modules,
 )
-from baselines.ops.library import input_terms, on_cpu
+from baselines.ops.library import PANEL, input_terms, on_cpu
 from baselines.ops.masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -226,7 +226,7 @@ class ClockworkRNN(Method):
         if kernel is not None:  # the whole sequence in one call (baselines.ops.clockwork_infer)
             params = (self.weight_hh, self.weight_ih, self.bias)
             packed = cached_pack(self, "_fast_modules", params, self._pack_modules)
-            outputs = kernel(packed, x, h, active.sum(1), k)
+            outputs = kernel(packed, x, h, active.sum(1), k, PANEL)
         else:
             outputs = self._loop(x, h, active)
         u = active.repeat_interleave(k, 1).to(x.dtype)  # [T, D]

@@ -105,7 +105,7 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines.ops.library import input_terms, on_cpu
+from baselines.ops.library import PANEL, column_panels, input_terms, on_cpu
 from baselines.ops.skip_gru import sequence_kernel, skip_sequence
 from baselines.ops.skip_rnn_infer import (
     fused_dtype,
@@ -277,7 +277,8 @@ class SkipRNN(Method):
         params = (cell.weight_ih, cell.weight_hh)
         wi, wh = cached_pack(self, "_fast_skip", params, self._pack)
         before = cell.form == "before"
-        args = (x, h0.contiguous(), wi, wh, cell.bias, self.w_p.view(-1), self.b_p, before)
+        w_p = self.w_p.view(-1)
+        args = (x, h0.contiguous(), wi, wh, cell.bias, w_p, self.b_p, PANEL, before)
         hs, u, up, cum = kernel(*args)
         mask = u[:, :, None].expand(-1, -1, D).contiguous()  # [B, T, D]
         # h stands in for h~_T: they differ only where u_T = 0, where h~_T is never read.
@@ -287,8 +288,12 @@ class SkipRNN(Method):
         return out
 
     def _pack(self) -> tuple[Tensor, Tensor]:
-        """``W_ih^T [V, 3D]`` and ``W_hh^T [D, 3D]``, contiguous: a step's products read rows."""
-        return self.cell.weight_ih.t().contiguous(), self.cell.weight_hh.t().contiguous()
+        """``W_ih^T [V, 3D]``, contiguous, and ``W_hh^T``, gate by gate (``[D, D]`` each), as
+        column panels (``column_panels``): what the kernel's products read contiguously."""
+        D = self.hidden_size
+        w = self.cell.weight_hh
+        gates = [column_panels(w[g * D : (g + 1) * D].t(), PANEL) for g in range(3)]
+        return self.cell.weight_ih.t().contiguous(), torch.cat(gates)
 
     @classmethod
     def fast_path_note(cls) -> str | None:

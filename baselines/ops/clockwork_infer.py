@@ -23,7 +23,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import KernelStatus, fake, library_status, load_library
+from baselines.ops.library import (
+    PANEL,
+    KernelStatus,
+    column_panels,
+    fake,
+    library_status,
+    load_library,
+)
 
 
 def clockwork_infer_kernel_status() -> KernelStatus:
@@ -45,22 +52,24 @@ def fused_dtype(*tensors: Tensor) -> bool:
     return dtype in (torch.float32, torch.float64) and all(t.dtype == dtype for t in tensors)
 
 
-def pack_modules(weight_hh: Tensor, weight_ih: Tensor, bias: Tensor, module_size: int) -> Tensor:
+def pack_modules(
+    weight_hh: Tensor, weight_ih: Tensor, bias: Tensor, module_size: int, panel: int = PANEL
+) -> Tensor:
     """The operand of each module ``j`` (``k = module_size`` units from ``jk``), one after the
     other, flat: ``[W_H[jk:(j+1)k, jk:]^T; W_I[jk:(j+1)k]^T; b[jk:(j+1)k]]``, ``(D - jk + V + 1)
-    x k`` row-major, what the kernel multiplies the state rows ``[h[jk:], x_t, 1]`` with. Only
-    the blocks on and above the diagonal of ``weight_hh`` are read (those below are its masked
-    zeros)."""
+    x k``, as column panels of ``panel`` (``column_panels``), what the kernel multiplies the
+    state rows ``[h[jk:], x_t, 1]`` with. Only the blocks on and above the diagonal of
+    ``weight_hh`` are read (those below are its masked zeros)."""
     D, k = weight_hh.shape[0], module_size
     blocks = []
     for lo in range(0, D, k):
         rows = slice(lo, lo + k)
         part = [weight_hh[rows, lo:].t(), weight_ih[rows].t(), bias[None, rows]]
-        blocks.append(torch.cat(part, 0).reshape(-1))
+        blocks.append(column_panels(torch.cat(part, 0), panel))
     return torch.cat(blocks)
 
 
 @fake("clockwork_infer_sequence")
-def _sequence_fake(packed, x, h0, active, module_size):
+def _sequence_fake(packed, x, h0, active, module_size, panel):
     B, T, _ = x.shape
     return x.new_empty(B, T, h0.shape[1])

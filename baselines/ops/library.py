@@ -465,3 +465,17 @@ def input_terms(x: Any, weight: Any, bias: Any, time_major: bool = True) -> Any:
     rows = x.transpose(0, 1).reshape(T * B, V) if time_major else x.reshape(B * T, V)
     out = torch.addmm(bias, rows, weight.t().contiguous())
     return out.view(T, B, -1) if time_major else out.view(B, T, -1)
+
+
+PANEL = 64
+"""The column panels' width of the inference kernels' packed weights (``column_panels``): a
+panel is what csrc/gemm.h's AVX-512 product holds in registers for a row of its left operand."""
+
+
+def column_panels(w: Any, width: int) -> Any:
+    """A ``[K, N]`` matrix as column panels of ``width`` columns (the last fewer), each ``[K, w]``
+    row-major, one after the other, flat (``[K N]``): a product with a few rows reads each
+    panel contiguously, where a row-major ``[K, N]`` is read a short piece a row, rows far apart
+    (the inference kernels, ``csrc/*_infer.cpp``'s ``panel_mm``)."""
+    panels = [w[:, c : c + width].reshape(-1) for c in range(0, w.shape[1], width)]
+    return torch.cat(panels)

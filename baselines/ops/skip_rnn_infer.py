@@ -44,7 +44,7 @@ def fused_dtype(*tensors: Tensor) -> bool:
 
 
 @fake("skip_rnn_infer_sequence")
-def _sequence_fake(x, h0, wi, wh, bias, w_p, b_p, before):
+def _sequence_fake(x, h0, wi, wh, bias, w_p, b_p, panel, before):
     B, T, _ = x.shape
     D = h0.shape[1]
     return [x.new_empty(B, T, D), x.new_empty(B, T), x.new_empty(B), x.new_empty(B)]

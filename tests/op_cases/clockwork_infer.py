@@ -18,11 +18,12 @@ NOT_DIFFERENTIABLE = {"clockwork_infer_sequence"}
 def cases_clockwork_infer_sequence(dtype: torch.dtype) -> Iterator[Args]:
     """Two sequences (T = 9) of D = 6 units in g = 3 modules of k = 2 and V = 3 inputs: the
     packed module operands (``pack_modules``), ``x [B, T, V]``, ``h_0 [B, D]`` and the number of
-    active modules of each step, periods 1, 2, 4 (from 0 to all 3 modules: a step with none too),
-    and k = 1 (every unit a module)."""
+    active modules of each step, periods 1, 2, 4 (from 0 to all 3 modules: a step with none too);
+    k = 1 (every unit a module); and g = 2 modules of k = 3 in panels of 2 columns (the last
+    narrower)."""
     B, T, V = 2, 9, 3
     gen = torch.Generator().manual_seed(5)
-    for D, k in ((6, 2), (3, 1)):
+    for D, k, panel in ((6, 2, 64), (3, 1, 64), (6, 3, 2)):
         w_hh = torch.randn(D, D, dtype=dtype, generator=gen) * 0.5
         w_ih = torch.randn(D, V, dtype=dtype, generator=gen) * 0.5
         bias = torch.randn(D, dtype=dtype, generator=gen) * 0.5
@@ -30,9 +31,10 @@ def cases_clockwork_infer_sequence(dtype: torch.dtype) -> Iterator[Args]:
         active = (t[:, None] % torch.tensor([1, 2, 4])[: D // k] == 0).sum(1)
         active[3] = 0
         yield (
-            pack_modules(w_hh, w_ih, bias, k),
+            pack_modules(w_hh, w_ih, bias, k, panel),
             torch.randn(B, T, V, dtype=dtype, generator=gen),
             torch.randn(B, D, dtype=dtype, generator=gen),
             active,
             k,
+            panel,
         )

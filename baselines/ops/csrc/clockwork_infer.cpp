@@ -9,9 +9,10 @@
 //     h_t[jk : (j+1)k] = tanh([h_{t-1}[jk:], x_t, 1] P_j),
 //     P_j = [W_H[jk : (j+1)k, jk:]^T; W_I[jk : (j+1)k]^T; b[jk : (j+1)k]]   ((D - jk + V + 1) x k)
 // and the inactive modules are exact copies. ``packed`` holds P_0, ..., P_{g-1} one after the
-// other, each row-major (the caller packs them once): a step reads only the nonzero blocks of
-// the active modules' rows, contiguously, one product per module (gemm.h's ``mm_into``) on the
-// batch's state rows ``[h | x_t | 1]``, where module j's operand is the row's tail from jk on.
+// other, each as column panels (the caller packs them once): a step reads only the nonzero
+// blocks of the active modules' rows, contiguously, one product per module and panel (gemm.h's
+// ``mm_into``) on the batch's state rows ``[h | x_t | 1]``, where module j's operand is the
+// row's tail from jk on.
 // The products sum in another order than the dense loop's ``addmm`` (and the input terms are in
 // the same sum as the recurrent ones here, added after them there): outputs agree to rounding;
 // the inactive modules' values are bit for bit the dense loop's (copies).
@@ -33,6 +34,7 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -49,11 +51,24 @@ at::Tensor matrix(const T* p, int64_t rows, int64_t cols, int64_t ld) {
                        at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
 }
 
-// packed: P_0 .. P_{g-1}; x [B, S, V]; h0 [B, D]; active [S] (a_t, active modules). Writes the
-// states hs [B, S, D].
+// out [n, N] (rows ldo apart) = a [n, K] (rows lda apart) times a [K, N] matrix stored as column
+// panels (``library.column_panels``): panel c holds its columns c w .. c w + w - 1 (the last
+// fewer), [K, w] row-major at p + c w K, read contiguously.
+template <typename T>
+void panel_mm(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, const T* p, int64_t K,
+              int64_t N, int64_t w) {
+  const at::Tensor left = matrix(a, n, K, lda);
+  for (int64_t c0 = 0; c0 < N; c0 += w) {
+    const int64_t cols = std::min(w, N - c0);
+    mm_into(matrix(out + c0, n, cols, ldo), left, matrix(p + c0 * K, K, cols, cols), false);
+  }
+}
+
+// packed: P_0 .. P_{g-1}, each as column panels of w; x [B, S, V]; h0 [B, D]; active [S] (a_t,
+// active modules). Writes the states hs [B, S, D].
 template <typename T>
 void run(const T* packed, const T* x, const T* h0, const int64_t* active, T* out, int64_t B,
-         int64_t S, int64_t V, int64_t D, int64_t k) {
+         int64_t S, int64_t V, int64_t D, int64_t k, int64_t w) {
   const int64_t g = D / k, W = D + V + 1;
   std::vector<int64_t> offset(g + 1, 0);  // P_j at packed + offset[j]
   for (int64_t j = 0; j < g; ++j) offset[j + 1] = offset[j] + (W - j * k) * k;
@@ -69,8 +84,8 @@ void run(const T* packed, const T* x, const T* h0, const int64_t* active, T* out
         std::memcpy(state.data() + b * W + D, x + (b * S + t) * V, V * sizeof(T));
       for (int64_t j = 0; j < a; ++j) {  // module j reads the state from jk on
         const int64_t rows = W - j * k;
-        mm_into(matrix(pre.data() + j * k, B, k, D), matrix(state.data() + j * k, B, rows, W),
-                matrix(packed + offset[j], rows, k, k), false);
+        panel_mm(pre.data() + j * k, D, state.data() + j * k, W, B, packed + offset[j], rows, k,
+                 w);
       }
       for (int64_t b = 0; b < B; ++b)  // eq. 1's tanh into the state; the rest stays
         at::vec::map([](Vectorized<T> v) { return v.tanh(); }, state.data() + b * W,
@@ -82,12 +97,13 @@ void run(const T* packed, const T* x, const T* h0, const int64_t* active, T* out
 }
 
 at::Tensor clockwork_infer_sequence(at::Tensor packed, at::Tensor x, at::Tensor h0,
-                                    at::Tensor active, int64_t module_size) {
+                                    at::Tensor active, int64_t module_size, int64_t panel) {
   packed = packed.contiguous(); x = x.contiguous(); h0 = h0.contiguous();
   active = active.contiguous();
   TORCH_CHECK(x.dim() == 3 && h0.dim() == 2, "clockwork_infer_sequence: x [B, T, V], h0 [B, D]");
   const int64_t B = x.size(0), S = x.size(1), V = x.size(2), D = h0.size(1), k = module_size;
   TORCH_CHECK(k >= 1 && D % k == 0, "clockwork_infer_sequence: D must be a multiple of k");
+  TORCH_CHECK(panel >= 1, "clockwork_infer_sequence: panel >= 1");
   const int64_t g = D / k;
   TORCH_CHECK(h0.size(0) == B && active.numel() == S && active.scalar_type() == at::kLong &&
                   packed.numel() == k * (g * (D + V + 1) - k * g * (g - 1) / 2),
@@ -100,7 +116,7 @@ at::Tensor clockwork_infer_sequence(at::Tensor packed, at::Tensor x, at::Tensor 
   auto out = at::empty({B, S, D}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "clockwork_infer_sequence", [&] {
     run<scalar_t>(packed.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(),
-                  ap, out.data_ptr<scalar_t>(), B, S, V, D, k);
+                  ap, out.data_ptr<scalar_t>(), B, S, V, D, k, panel);
   });
   return out;
 }
@@ -110,7 +126,7 @@ at::Tensor clockwork_infer_sequence(at::Tensor packed, at::Tensor x, at::Tensor 
 // The op (csrc/ops.cpp): the Clockwork RNN's inference over the whole sequence, its states.
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
   m.def("clockwork_infer_sequence(Tensor packed, Tensor x, Tensor h0, Tensor active,"
-        " int module_size) -> Tensor");
+        " int module_size, int panel) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(condrnn, CPU, m) {

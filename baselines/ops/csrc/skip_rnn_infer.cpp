@@ -2,16 +2,17 @@
 // loaded by baselines/ops/skip_rnn_infer.py: the fused kernel of ``SkipRNN.fast_forward``.
 //
 // Step t of each sequence b, from (h_{t-1}, P, C) (the gate of ``SkipRNN._step``):
-//     P   = sigmoid(w_p . h_{t-1} + b_p)   only where step t - 1 updated (there h~_{t-1} = h_{t-1});
-//                                          else P is held
+//     P   = sigmoid(w_p . h_{t-1} + b_p)   only where step t - 1 updated (h~_{t-1} = h_{t-1}
+//                                          there); else P is held
 //     u~  = C + min(P, 1 - C)              TF's Minimum: ``P <= 1 - C ? P : 1 - C``
 //     u   = round(u~)                      half to even (std::nearbyint, as torch.round)
 //     C   = u > 0 ? 0 : u~                 ``(1 - u) u~`` for u in {0, 1}
 //     h_t = GRU(x_t, h_{t-1}) where u = 1, else an exact copy of h_{t-1}
 // The decisions are per sequence: a step gathers the sequences that update (their inputs and
-// states, n rows) and runs the GRU for them alone, two products [n, V] [V, 3D] and [n, D] [D, 3D]
-// (gemm.h's ``mm_into``): a weight row is read once a step for all of them, and the products'
-// cost follows the number of updating sequences, not the batch. A step no sequence updates
+// states, n rows) and runs the GRU for them alone, the products [n, V] [V, 3D] and [n, D] [D, 3D]
+// (gemm.h's ``mm_into``; W_hh^T in column panels, ``panel_mm``): a weight row is read once a step
+// for all of them, and the products' cost follows the number of updating sequences, not the
+// batch. A step no sequence updates
 // copies the states and reads no weight; the w_p projection is computed for the sequences that
 // updated at the step before only. Where every sequence updates, the products read the inputs
 // and the states in place (no gather).
@@ -72,12 +73,28 @@ at::Tensor matrix(const T* p, int64_t rows, int64_t cols, int64_t ld) {
                        at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
 }
 
-// x [B, S, V]; h0 [B, D]; wi [V, 3D] = W_ih^T and wh [D, 3D] = W_hh^T (gates r, z, n); bias [3D];
-// w_p [D]; b_p. Writes the states hs [B, S, D], the decisions u [B, S], and the final P [B]
-// (P_{S-1}) and C [B] (C_S).
+// out [n, N] (rows ldo apart) = a [n, K] (rows lda apart) times a [K, N] matrix stored as column
+// panels (``library.column_panels``): panel c holds its columns c w .. c w + w - 1 (the last
+// fewer), [K, w] row-major at p + c w K. Each product reads its panel contiguously, where the
+// rows of a row-major [K, N] (N = 3D) are 12 KB apart at D = 1024 and a product of a few rows
+// streams them at half the speed (a page a row).
+template <typename T>
+void panel_mm(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, const T* p, int64_t K,
+              int64_t N, int64_t w) {
+  const at::Tensor left = matrix(a, n, K, lda);
+  for (int64_t c0 = 0; c0 < N; c0 += w) {
+    const int64_t cols = std::min(w, N - c0);
+    mm_into(matrix(out + c0, n, cols, ldo), left, matrix(p + c0 * K, K, cols, cols), false);
+  }
+}
+
+// x [B, S, V]; h0 [B, D]; wi [V, 3D] = W_ih^T (gates r, z, n); wh: W_hh^T [D, 3D], gate by gate
+// ([D, D] each), as column panels of w; bias [3D]; w_p [D]; b_p. Writes the states hs [B, S, D],
+// the decisions u [B, S], and the final P [B] (P_{S-1}) and C [B] (C_S).
 template <typename T>
 void run(const T* x, const T* h0, const T* wi, const T* wh, const T* bias, const T* wp, T bp,
-         T* out, T* U, T* P, T* C, int64_t B, int64_t S, int64_t V, int64_t D, bool before) {
+         T* out, T* U, T* P, T* C, int64_t B, int64_t S, int64_t V, int64_t D, int64_t w,
+         bool before) {
   const int64_t G = 3 * D;
   std::vector<T> xg(B * V), hg(B * D), a(B * G), hp(B * G), rh(before ? B * D : 0);
   std::vector<int64_t> idx(B), prev(B);
@@ -115,8 +132,8 @@ void run(const T* x, const T* h0, const T* wi, const T* wh, const T* bias, const
         H = hg.data(), ldh = D;
       }
       mm_into(matrix(a.data(), n, G, G), matrix(X, n, V, ldx), matrix(wi, V, G, G), false);
-      mm_into(matrix(hp.data(), n, before ? 2 * D : G, G), matrix(H, n, D, ldh),
-              matrix(wh, D, before ? 2 * D : G, G), false);
+      for (int64_t g = 0; g < (before ? 2 : 3); ++g)  // W_h h (of r and z only, before)
+        panel_mm(hp.data() + g * D, G, H, ldh, n, wh + g * D * D, D, D, w);
       for (int64_t q = 0; q < n; ++q) {  // r, z
         T* ar = a.data() + q * G;
         const T* hr = hp.data() + q * G;
@@ -132,8 +149,7 @@ void run(const T* x, const T* h0, const T* wi, const T* wh, const T* bias, const
 #pragma omp simd
           for (int64_t j = 0; j < D; ++j) s[j] = r[j] * h[j];
         }
-        mm_into(matrix(hp.data() + 2 * D, n, D, G), matrix(rh.data(), n, D, D),
-                matrix(wh + 2 * D, D, D, G), false);
+        panel_mm(hp.data() + 2 * D, G, rh.data(), D, n, wh + 2 * D * D, D, D, w);
       }
       for (int64_t q = 0; q < n; ++q) {  // n, then h~ into the sequence's output
         T* ar = a.data() + q * G;
@@ -174,11 +190,12 @@ void run(const T* x, const T* h0, const T* wi, const T* wh, const T* bias, const
 
 std::vector<at::Tensor> skip_rnn_infer_sequence(at::Tensor x, at::Tensor h0, at::Tensor wi,
                                                 at::Tensor wh, at::Tensor bias, at::Tensor w_p,
-                                                at::Tensor b_p, bool before) {
+                                                at::Tensor b_p, int64_t panel, bool before) {
   x = x.contiguous(); h0 = h0.contiguous(); wi = wi.contiguous(); wh = wh.contiguous();
   bias = bias.contiguous(); w_p = w_p.contiguous(); b_p = b_p.contiguous();
   TORCH_CHECK(x.dim() == 3 && h0.dim() == 2, "skip_rnn_infer_sequence: x [B, T, V], h0 [B, D]");
   const int64_t B = x.size(0), S = x.size(1), V = x.size(2), D = h0.size(1);
+  TORCH_CHECK(panel >= 1, "skip_rnn_infer_sequence: panel >= 1");
   TORCH_CHECK(h0.size(0) == B && wi.numel() == V * 3 * D && wh.numel() == D * 3 * D &&
                   bias.numel() == 3 * D && w_p.numel() == D && b_p.numel() == 1,
               "skip_rnn_infer_sequence: inconsistent shapes");
@@ -192,7 +209,8 @@ std::vector<at::Tensor> skip_rnn_infer_sequence(at::Tensor x, at::Tensor h0, at:
     run<scalar_t>(x.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(), wi.data_ptr<scalar_t>(),
                   wh.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), w_p.data_ptr<scalar_t>(),
                   b_p.data_ptr<scalar_t>()[0], out.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
-                  up.data_ptr<scalar_t>(), cum.data_ptr<scalar_t>(), B, S, V, D, before);
+                  up.data_ptr<scalar_t>(), cum.data_ptr<scalar_t>(), B, S, V, D, panel,
+                  before);
   });
   return {out, u, up, cum};
 }
@@ -202,7 +220,7 @@ std::vector<at::Tensor> skip_rnn_infer_sequence(at::Tensor x, at::Tensor h0, at:
 // The op (csrc/ops.cpp): Skip RNN's inference over the whole sequence, {hs, u, P, C}.
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
   m.def("skip_rnn_infer_sequence(Tensor x, Tensor h0, Tensor wi, Tensor wh, Tensor bias,"
-        " Tensor w_p, Tensor b_p, bool before) -> Tensor[]");
+        " Tensor w_p, Tensor b_p, int panel, bool before) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(condrnn, CPU, m) {
