@@ -32,8 +32,10 @@ Differences from the paper:
 - The forward is a masked dense implementation; paper-effective MACs charge k |A_t| (D+V)
   (docs/methods.md 1.4); ``exact_step_macs`` gives the structural count sum_{j in A_t} k (V + k
   (g-j+1)). ``fast_forward`` (inference) computes only the active rows: the active modules are the
-  fastest ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
-  rows (the paper-effective count), not only the nonzero upper-triangular blocks.
+  fastest ones, a prefix of the units. On CPU its C++ kernel (``baselines.ops.clockwork_infer``)
+  reads only their nonzero upper-triangular blocks (the structural count); its PyTorch path, where
+  the kernel cannot run, reads their full rows (the paper-effective count), a slice of the
+  weights.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
   kernel builds (``baselines.ops.masked_cell``, built before the epoch's timer starts), with the
   schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
@@ -41,7 +43,7 @@ Differences from the paper:
   W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
   reference, and the path in eval, on CUDA, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
-  copies. ``fast_forward`` is unchanged.
+  copies.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ from baselines.ops.clockwork_infer import (
     fused_dtype,
     pack_modules,
 )
-from baselines.ops.library import PANEL, input_terms, on_cpu
+from baselines.ops.inference import PANEL, fast_path_note
+from baselines.ops.library import input_terms, on_cpu
 from baselines.ops.masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -264,7 +267,7 @@ class ClockworkRNN(Method):
     def fast_path_note(cls) -> str | None:
         """Whether the fast path ran the fused C++ kernel here (on CPU) or the PyTorch fallback;
         reads the kernel's status and never builds it."""
-        return clockwork_infer_kernel_status().fast_path_note(cls.name, "on CPU")
+        return fast_path_note(clockwork_infer_kernel_status(), cls.name)
 
     @classmethod
     def at_skip(

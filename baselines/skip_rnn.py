@@ -105,7 +105,8 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines.ops.library import PANEL, column_panels, input_terms, on_cpu
+from baselines.ops.inference import PANEL, column_panels, fast_path_note
+from baselines.ops.library import input_terms, on_cpu
 from baselines.ops.skip_gru import sequence_kernel, skip_sequence
 from baselines.ops.skip_rnn_infer import (
     fused_dtype,
@@ -299,7 +300,7 @@ class SkipRNN(Method):
     def fast_path_note(cls) -> str | None:
         """Whether the fast path ran the fused C++ kernel here (on CPU) or the PyTorch fallback;
         reads the kernel's status and never builds it."""
-        return skip_rnn_infer_kernel_status().fast_path_note(cls.name, "on CPU")
+        return fast_path_note(skip_rnn_infer_kernel_status(), cls.name)
 
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         """Budget ``lam * sum_t u_t`` per sequence, mean over the batch, on the binary u with its

@@ -23,14 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import (
-    PANEL,
-    KernelStatus,
-    column_panels,
-    fake,
-    library_status,
-    load_library,
-)
+from baselines.ops.inference import PANEL, column_panels
+from baselines.ops.library import KernelStatus, fake, library_status, load_library
 
 
 def clockwork_infer_kernel_status() -> KernelStatus:

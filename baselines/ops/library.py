@@ -101,15 +101,15 @@ class KernelStatus:
     def __str__(self) -> str:
         return f"{self.state}: {self.reason}" if self.reason else self.state
 
-    def fast_path_note(self, method: str, where: str = "at batch 1 on CPU") -> str:
-        """The report line of a method whose fast path is this kernel ``where`` it runs."""
+    def fast_path_note(self, method: str) -> str:
+        """The report line of a method whose batch-1 CPU fast path is this kernel."""
         if self.state == "loaded":
             state = "used"
         elif self.state == "not tried":
-            state = f"not tried: nothing ran {where}"
+            state = "not tried: nothing ran at batch 1 on CPU"
         else:
             state = f"unavailable here, {self.reason}: PyTorch fallback"
-        return f"{method}: {where} the fast path runs a fused C++ kernel ({state})"
+        return f"{method}: at batch 1 on CPU the fast path runs a fused C++ kernel ({state})"
 
 
 # The fast paths ``on_cpu`` has sent to their PyTorch path in this process (each warns once).
@@ -465,17 +465,3 @@ def input_terms(x: Any, weight: Any, bias: Any, time_major: bool = True) -> Any:
     rows = x.transpose(0, 1).reshape(T * B, V) if time_major else x.reshape(B * T, V)
     out = torch.addmm(bias, rows, weight.t().contiguous())
     return out.view(T, B, -1) if time_major else out.view(B, T, -1)
-
-
-PANEL = 64
-"""The column panels' width of the inference kernels' packed weights (``column_panels``): a
-panel is what csrc/gemm.h's AVX-512 product holds in registers for a row of its left operand."""
-
-
-def column_panels(w: Any, width: int) -> Any:
-    """A ``[K, N]`` matrix as column panels of ``width`` columns (the last fewer), each ``[K, w]``
-    row-major, one after the other, flat (``[K N]``): a product with a few rows reads each
-    panel contiguously, where a row-major ``[K, N]`` is read a short piece a row, rows far apart
-    (the inference kernels, ``csrc/*_infer.cpp``'s ``panel_mm``)."""
-    panels = [w[:, c : c + width].reshape(-1) for c in range(0, w.shape[1], width)]
-    return torch.cat(panels)

@@ -52,8 +52,8 @@ at::Tensor matrix(const T* p, int64_t rows, int64_t cols, int64_t ld) {
 }
 
 // out [n, N] (rows ldo apart) = a [n, K] (rows lda apart) times a [K, N] matrix stored as column
-// panels (``library.column_panels``): panel c holds its columns c w .. c w + w - 1 (the last
-// fewer), [K, w] row-major at p + c w K, read contiguously.
+// panels (``baselines.ops.inference.column_panels``): panel c holds its columns c w .. c w + w - 1
+// (the last fewer), [K, w] row-major at p + c w K, read contiguously.
 template <typename T>
 void panel_mm(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, const T* p, int64_t K,
               int64_t N, int64_t w) {
