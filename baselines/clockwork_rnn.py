@@ -62,7 +62,7 @@ from baselines.ops.clockwork_infer import (
     fused_dtype,
     pack_modules,
 )
-from baselines.ops.inference import PANEL, fast_path_note
+from baselines.ops.inference import fast_path_note, panel_width
 from baselines.ops.library import input_terms, on_cpu
 from baselines.ops.masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
@@ -229,7 +229,7 @@ class ClockworkRNN(Method):
         if kernel is not None:  # the whole sequence in one call (baselines.ops.clockwork_infer)
             params = (self.weight_hh, self.weight_ih, self.bias)
             packed = cached_pack(self, "_fast_modules", params, self._pack_modules)
-            outputs = kernel(packed, x, h, active.sum(1), k, PANEL)
+            outputs = kernel(packed, x, h, active.sum(1), k, panel_width(packed.dtype, k))
         else:
             outputs = self._loop(x, h, active)
         u = active.repeat_interleave(k, 1).to(x.dtype)  # [T, D]
@@ -240,7 +240,9 @@ class ClockworkRNN(Method):
     def _pack_modules(self) -> Tensor:
         """Each module's operand of the kernel (``pack_modules``): the nonzero blocks of its
         recurrent rows, its input rows and biases, contiguous."""
-        return pack_modules(self.weight_hh, self.weight_ih, self.bias, self.module_size)
+        k = self.module_size
+        panel = panel_width(self.weight_hh.dtype, k)
+        return pack_modules(self.weight_hh, self.weight_ih, self.bias, k, panel)
 
     def _loop(self, x: Tensor, h: Tensor, active: Tensor) -> Tensor:
         """``fast_forward``'s PyTorch loop, the outputs ``[B, T, D]`` from the state ``h [B, D]``

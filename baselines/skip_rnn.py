@@ -105,7 +105,7 @@ from baselines._cells import (
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines.ops.inference import PANEL, column_panels, fast_path_note
+from baselines.ops.inference import column_panels, fast_path_note, panel_width
 from baselines.ops.library import input_terms, on_cpu
 from baselines.ops.skip_gru import sequence_kernel, skip_sequence
 from baselines.ops.skip_rnn_infer import (
@@ -278,8 +278,8 @@ class SkipRNN(Method):
         params = (cell.weight_ih, cell.weight_hh)
         wi, wh = cached_pack(self, "_fast_skip", params, self._pack)
         before = cell.form == "before"
-        w_p = self.w_p.view(-1)
-        args = (x, h0.contiguous(), wi, wh, cell.bias, w_p, self.b_p, PANEL, before)
+        w_p, panel = self.w_p.view(-1), panel_width(wh.dtype, D)
+        args = (x, h0.contiguous(), wi, wh, cell.bias, w_p, self.b_p, panel, before)
         hs, u, up, cum = kernel(*args)
         mask = u[:, :, None].expand(-1, -1, D).contiguous()  # [B, T, D]
         # h stands in for h~_T: they differ only where u_T = 0, where h~_T is never read.
@@ -290,10 +290,12 @@ class SkipRNN(Method):
 
     def _pack(self) -> tuple[Tensor, Tensor]:
         """``W_ih^T [V, 3D]``, contiguous, and ``W_hh^T``, gate by gate (``[D, D]`` each), as
-        column panels (``column_panels``): what the kernel's products read contiguously."""
+        column panels (``column_panels``, ``panel_width``): what the kernel's products read
+        contiguously."""
         D = self.hidden_size
         w = self.cell.weight_hh
-        gates = [column_panels(w[g * D : (g + 1) * D].t(), PANEL) for g in range(3)]
+        panel = panel_width(w.dtype, D)
+        gates = [column_panels(w[g * D : (g + 1) * D].t(), panel) for g in range(3)]
         return self.cell.weight_ih.t().contiguous(), torch.cat(gates)
 
     @classmethod

@@ -14,7 +14,11 @@ from kernel_support import built
 import baselines.clockwork_rnn as clockwork_rnn
 from baselines.clockwork_rnn import ClockworkConfig, ClockworkRNN
 from baselines.ops import library
-from baselines.ops.clockwork_infer import clockwork_infer_kernel, clockwork_infer_kernel_status
+from baselines.ops.clockwork_infer import (
+    clockwork_infer_kernel,
+    clockwork_infer_kernel_status,
+    pack_modules,
+)
 from baselines.ops.masked_cell import masked_cell_kernel
 
 pytestmark = pytest.mark.kernel
@@ -148,3 +152,23 @@ def test_other_dtypes_take_the_pytorch_path(monkeypatch, no_build):
     with torch.no_grad():
         dense = m(x)
     assert torch.equal(m.fast_forward(x).mask, dense.mask)
+
+
+def test_any_panel_width_gives_the_dense_loop(calls):
+    """The op on module operands packed in column panels of 3 columns (a narrower last one), of
+    64 (float32's) and of k (float64's, one a module), modules of k = 20: the dense loop's
+    outputs in both dtypes."""
+    for dtype in (torch.float64, torch.float32):
+        torch.manual_seed(4)
+        cfg = ClockworkConfig(num_modules=3, base=2)
+        m = trained_like(ClockworkRNN(V, 60, cfg), dtype)
+        x = inputs(3, dtype)
+        with torch.no_grad():
+            dense = m(x)
+        op = clockwork_infer_kernel()
+        h0 = x.new_zeros(3, 60)
+        active = (dense.mask[0, :, ::20] > 0).sum(1)  # [T] firing modules
+        for width in (3, 20, 64):
+            packed = pack_modules(m.weight_hh.detach(), m.weight_ih, m.bias, 20, width)
+            hs = op(packed, x, h0, active, 20, width)
+            torch.testing.assert_close(hs, dense.outputs, rtol=0, atol=TOL[dtype])

@@ -13,6 +13,7 @@ from kernel_support import built
 
 import baselines.skip_rnn as skip_rnn
 from baselines.ops import library
+from baselines.ops.inference import column_panels
 from baselines.ops.skip_gru import skip_gru_kernel
 from baselines.ops.skip_rnn_infer import skip_rnn_infer_kernel, skip_rnn_infer_kernel_status
 from baselines.skip_rnn import SkipRNN, SkipRNNConfig
@@ -173,3 +174,31 @@ def test_other_dtypes_take_the_pytorch_path(monkeypatch, no_build):
     with torch.no_grad():
         dense = m(x)
     assert torch.equal(m.fast_forward(x).mask, dense.mask)
+
+
+@pytest.mark.parametrize("form", ["after", "before"])
+def test_any_panel_width_gives_the_dense_loop(calls, form):
+    """The op on ``W_hh^T`` packed in column panels of 3 columns (a narrower last one), of 64
+    (float32's, two panels a gate at D = 80) and of D (float64's): the dense loop's decisions and
+    outputs in both dtypes."""
+    for dtype in (torch.float64, torch.float32):
+        torch.manual_seed(0)
+        hooked, _ = SkipRNN.at_skip(V, 80, 0.75, T)
+        m = SkipRNN(V, 80, SkipRNNConfig(gru_form=form)).eval()
+        m.load_state_dict(hooked.state_dict())
+        with torch.no_grad():
+            m.w_p.normal_(0.0, 2.0 / 80**0.5)
+        m = m.to(dtype)
+        x = inputs(4, dtype)
+        with torch.no_grad():
+            dense = m(x)
+        op = skip_rnn_infer_kernel()
+        wi = m.cell.weight_ih.t().contiguous()
+        h0 = m.h0.expand(4, -1).contiguous()
+        for width in (3, 64, 80):
+            w = m.cell.weight_hh.detach()
+            wh = torch.cat([column_panels(w[g * 80 : (g + 1) * 80].t(), width) for g in range(3)])
+            args = (x, h0, wi, wh, m.cell.bias, m.w_p.view(-1), m.b_p, width, form == "before")
+            hs, u, _, _ = op(*args)
+            assert torch.equal(u, dense.mask[..., 0]), (dtype, width)
+            torch.testing.assert_close(hs, dense.outputs, rtol=0, atol=TOL[dtype])

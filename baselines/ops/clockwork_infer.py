@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.inference import PANEL, column_panels
+from baselines.ops.inference import column_panels
 from baselines.ops.library import KernelStatus, fake, library_status, load_library
 
 
@@ -47,7 +47,7 @@ def fused_dtype(*tensors: Tensor) -> bool:
 
 
 def pack_modules(
-    weight_hh: Tensor, weight_ih: Tensor, bias: Tensor, module_size: int, panel: int = PANEL
+    weight_hh: Tensor, weight_ih: Tensor, bias: Tensor, module_size: int, panel: int
 ) -> Tensor:
     """The operand of each module ``j`` (``k = module_size`` units from ``jk``), one after the
     other, flat: ``[W_H[jk:(j+1)k, jk:]^T; W_I[jk:(j+1)k]^T; b[jk:(j+1)k]]``, ``(D - jk + V + 1)
