@@ -32,8 +32,10 @@ Differences from the paper:
 - The forward is a masked dense implementation; paper-effective MACs charge k |A_t| (D+V)
   (docs/methods.md 1.4); ``exact_step_macs`` gives the structural count sum_{j in A_t} k (V + k
   (g-j+1)). ``fast_forward`` (inference) computes only the active rows: the active modules are the
-  fastest ones, a prefix of the units, so their rows are a slice of the weights; it reads the full
-  rows (the paper-effective count), not only the nonzero upper-triangular blocks.
+  fastest ones, a prefix of the units. On CPU its C++ kernel (``baselines.ops.clockwork_infer``)
+  reads only their nonzero upper-triangular blocks (the structural count); its PyTorch path, where
+  the kernel cannot run, reads their full rows (the paper-effective count), a slice of the
+  weights.
 - Training on CPU (float32/64) runs the sequence as one C++ autograd node where the optional
   kernel builds (``baselines.ops.masked_cell``, built before the epoch's timer starts), with the
   schedule computed first, the effective weight ``W_H * mask`` (so the masked entries still get
@@ -41,7 +43,7 @@ Differences from the paper:
   W_I's gradient summed in another order). It equals the per-step ``_step`` loop (the
   reference, and the path in eval, on CUDA, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; inactive modules stay exact
-  copies. ``fast_forward`` is unchanged.
+  copies.
 """
 
 from __future__ import annotations
@@ -54,7 +56,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines._cells import cached_pack, masked_lerp
-from baselines.ops.library import input_terms
+from baselines.ops.clockwork_infer import (
+    clockwork_infer_kernel,
+    clockwork_infer_kernel_status,
+    fused_dtype,
+    pack_modules,
+)
+from baselines.ops.inference import fast_path_note, panel_width
+from baselines.ops.library import input_terms, on_cpu
 from baselines.ops.masked_cell import masked_sequence, sequence_kernel
 from harness.components.config import MAX_WIDTH, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -199,17 +208,47 @@ class ClockworkRNN(Method):
 
         A module is active when its period divides t + phase, so every faster module (whose
         period divides this one's) is active too: the active units are a prefix ``[:n_t]`` and
-        their rows are a slice of the cached recurrent matrix. The clock starts at 0. The input
-        terms of every step are one matmul before the loop; the states are kept as columns of one
+        their rows are a slice of the cached recurrent matrix. The clock starts at 0.
+
+        On the CPU, where the kernel library builds, the whole sequence runs in one call of the
+        op ``condrnn::clockwork_infer_sequence``, which reads only the nonzero blocks of the active
+        modules' recurrent rows (``exact_step_macs``), packed once a model (cached). Elsewhere
+        (one warning off the CPU) the PyTorch loop (``_loop``), its reference: the input terms of
+        every step are one matmul before the loop; the states are kept as columns of one
         preallocated buffer ``[T + 1, D, B]`` (units are rows, so a prefix of units is a
         contiguous block), and a step is three ops: copy the inactive rows, ``addmm`` the active
-        ones into place, ``tanh_`` them.
+        ones into place (the full rows, the masked zeros included), ``tanh_`` them.
         """
         B, T, _ = x.shape
-        D, k = self.hidden_size, self.module_size
+        k = self.module_size
         h, clock = self.init_state(B, x)
         t = torch.arange(T, device=x.device)
         active = (t[:, None] + self.cfg.phase) % self.periods[::k] == 0  # [T, g] per module
+        fused = on_cpu("Clockwork RNN's fused kernel", x) and fused_dtype(x, self.weight_hh)
+        kernel = clockwork_infer_kernel() if fused else None
+        if kernel is not None:  # the whole sequence in one call (baselines.ops.clockwork_infer)
+            params = (self.weight_hh, self.weight_ih, self.bias)
+            packed = cached_pack(self, "_fast_modules", params, self._pack_modules)
+            outputs = kernel(packed, x, h, active.sum(1), k, panel_width(packed.dtype, k))
+        else:
+            outputs = self._loop(x, h, active)
+        u = active.repeat_interleave(k, 1).to(x.dtype)  # [T, D]
+        out = SeqOut(outputs, u.expand(B, -1, -1).contiguous(), state=(outputs[:, -1], clock + T))
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def _pack_modules(self) -> Tensor:
+        """Each module's operand of the kernel (``pack_modules``): the nonzero blocks of its
+        recurrent rows, its input rows and biases, contiguous."""
+        k = self.module_size
+        panel = panel_width(self.weight_hh.dtype, k)
+        return pack_modules(self.weight_hh, self.weight_ih, self.bias, k, panel)
+
+    def _loop(self, x: Tensor, h: Tensor, active: Tensor) -> Tensor:
+        """``fast_forward``'s PyTorch loop, the outputs ``[B, T, D]`` from the state ``h [B, D]``
+        and the active modules ``[T, g]`` of every step."""
+        B, T, _ = x.shape
+        D, k = self.hidden_size, self.module_size
         counts = (active.sum(1) * k).tolist()  # [T] n_t, active units (a prefix)
         params = (self.weight_hh, self.weight_ih)
         w = cached_pack(self, "_fast_hh", params, self._pack)  # [D, D]
@@ -224,11 +263,13 @@ class ClockworkRNN(Method):
                 cur[n:].copy_(prev[n:])
             if n:  # eq. 1 for the active rows
                 torch.addmm(xp[t][:n], rows[n], prev, out=cur[:n]).tanh_()
-        u = active.repeat_interleave(k, 1).to(x.dtype)  # [T, D]
-        outputs = buf[1:].permute(2, 0, 1).contiguous()  # [B, T, D]
-        out = SeqOut(outputs, u.expand(B, -1, -1).contiguous(), state=(outputs[:, -1], clock + T))
-        out.aux_loss = self.aux_loss(out)
-        return out
+        return buf[1:].permute(2, 0, 1).contiguous()  # [B, T, D]
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether the fast path ran the fused C++ kernel here (on CPU) or the PyTorch fallback;
+        reads the kernel's status and never builds it."""
+        return fast_path_note(clockwork_infer_kernel_status(), cls.name)
 
     @classmethod
     def at_skip(

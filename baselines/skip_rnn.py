@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,13 +99,20 @@ from torch import Tensor, nn
 from baselines._cells import (
     GRU_FORMS,
     GRUWeights,
+    cached_pack,
     gru_macs_per_unit,
     masked_lerp,
     round_ste,
 )
 from baselines._highway import run_sequence
-from baselines.ops.library import input_terms
+from baselines.ops.inference import column_panels, fast_path_note, panel_width
+from baselines.ops.library import input_terms, on_cpu
 from baselines.ops.skip_gru import sequence_kernel, skip_sequence
+from baselines.ops.skip_rnn_infer import (
+    fused_dtype,
+    skip_rnn_infer_kernel,
+    skip_rnn_infer_kernel_status,
+)
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -217,13 +225,20 @@ class SkipRNN(Method):
         Eval semantics; equals ``eval()(x)`` up to matmul rounding. Where the previous step
         updated, ``h~_{t-1} = h_{t-1}``, so the projection reads ``h``; elsewhere ``P`` is held.
 
-        The decisions (``P``, ``C``, ``u~``, ``u``, vectors of B) run in NumPy in the tensor's
-        dtype: the same IEEE operations as torch's elementwise ones (add, subtract, minimum,
-        round half to even), so the same values bit for bit, at a fraction of a torch op's
-        dispatch cost. The input projections of every step are one matmul before the loop and
-        the recurrent weight is transposed once (``GRUWeights.train_step``)."""
+        On the CPU, where the kernel library builds, the whole sequence runs in one call of the
+        op ``condrnn::skip_rnn_infer_sequence`` (``_fused_forward``). Elsewhere (one warning off
+        the CPU) this PyTorch loop, its reference: the decisions (``P``, ``C``, ``u~``, ``u``,
+        vectors of B) run in NumPy in the tensor's dtype: the same IEEE operations as torch's
+        elementwise ones (add, subtract, minimum, round half to even), so the same values bit for
+        bit, at a fraction of a torch op's dispatch cost. The input projections of every step are
+        one matmul before the loop and the recurrent weight is transposed once
+        (``GRUWeights.train_step``)."""
         B, T, _ = x.shape
         h, _, _, _, _ = self.init_state(B, x)
+        fused = on_cpu("Skip RNN's fused kernel", x) and fused_dtype(x, self.w_p)
+        kernel = skip_rnn_infer_kernel() if fused else None
+        if kernel is not None:
+            return self._fused_forward(kernel, x, h)
         dt = torch.empty(0, dtype=x.dtype).numpy().dtype
         up, cum = np.ones(B, dt), np.zeros(B, dt)  # P_0 = 1, C_0 = 0
         xps = self.cell.input_proj(x).unbind(1)  # T x [B, 3D]
@@ -255,6 +270,39 @@ class SkipRNN(Method):
         out = SeqOut(torch.stack(hs, 1), mask, state=(h, h, u_last, *state))
         out.aux_loss = self.aux_loss(out)
         return out
+
+    def _fused_forward(self, kernel: Any, x: Tensor, h0: Tensor) -> SeqOut:
+        """``fast_forward`` by the op (``baselines.ops.skip_rnn_infer``): the GRU of the updating
+        sequences only, gathered, with ``W_ih^T`` and ``W_hh^T`` transposed once (cached)."""
+        cell, D = self.cell, self.hidden_size
+        params = (cell.weight_ih, cell.weight_hh)
+        wi, wh = cached_pack(self, "_fast_skip", params, self._pack)
+        before = cell.form == "before"
+        w_p, panel = self.w_p.view(-1), panel_width(wh.dtype, D)
+        args = (x, h0.contiguous(), wi, wh, cell.bias, w_p, self.b_p, panel, before)
+        hs, u, up, cum = kernel(*args)
+        mask = u[:, :, None].expand(-1, -1, D).contiguous()  # [B, T, D]
+        # h stands in for h~_T: they differ only where u_T = 0, where h~_T is never read.
+        h = hs[:, -1]
+        out = SeqOut(hs, mask, state=(h, h, u[:, -1:], up[:, None], cum[:, None]))
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    def _pack(self) -> tuple[Tensor, Tensor]:
+        """``W_ih^T [V, 3D]``, contiguous, and ``W_hh^T``, gate by gate (``[D, D]`` each), as
+        column panels (``column_panels``, ``panel_width``): what the kernel's products read
+        contiguously."""
+        D = self.hidden_size
+        w = self.cell.weight_hh
+        panel = panel_width(w.dtype, D)
+        gates = [column_panels(w[g * D : (g + 1) * D].t(), panel) for g in range(3)]
+        return self.cell.weight_ih.t().contiguous(), torch.cat(gates)
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether the fast path ran the fused C++ kernel here (on CPU) or the PyTorch fallback;
+        reads the kernel's status and never builds it."""
+        return fast_path_note(skip_rnn_infer_kernel_status(), cls.name)
 
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         """Budget ``lam * sum_t u_t`` per sequence, mean over the batch, on the binary u with its

@@ -25,7 +25,9 @@ import torch
 from kernel_support import OnCuda, train_on_meta, training_kernels
 
 import baselines
+import baselines.clockwork_rnn
 import baselines.sa_rnn
+import baselines.skip_rnn
 import baselines.vc_rnn
 from baselines._delta_gru_fast import input_deltas, scan_deltas
 from baselines.ops import library
@@ -176,6 +178,13 @@ def test_with_the_kernels_a_method_trains_on_meta_through_its_ops(name):
 FUSED = [
     ("sa-rnn", baselines.sa_rnn, "sarnn_kernel", "SA-RNN's fused kernel"),
     ("vc-rnn", baselines.vc_rnn, "vcrnn_kernel", "VC-RNN's fused kernel"),
+    ("skip-rnn", baselines.skip_rnn, "skip_rnn_infer_kernel", "Skip RNN's fused kernel"),
+    (
+        "clockwork-rnn",
+        baselines.clockwork_rnn,
+        "clockwork_infer_kernel",
+        "Clockwork RNN's fused kernel",
+    ),
 ]
 
 
