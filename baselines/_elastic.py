@@ -268,3 +268,24 @@ class ElasticHighway(Method):
 
     def aux_loss(self, out: SeqOut) -> Tensor | None:
         return elastic_penalty(out, self.cfg.lam_d)  # docs/methods.md 2.14(k), off when lam_d = 0
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[ElasticHighway, str]:
+        """``W_a`` weights 0 and its bias such that every unit halts at depth
+        ``R = round((1 - skip) R_max)`` (at least 1); the skip aimed at is the depth-skip fraction
+        (the unit Skip % of these methods is 0)."""
+        model = cls(input_size, hidden_size)
+        q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target fraction of the depth executed
+        r_max = model.cfg.r_max
+        R = min(r_max, max(1, round(q * r_max)))
+        gate = model.elastic
+        with torch.no_grad():
+            alpha = F.softplus(gate.alpha_hat).mean().item()
+            beta = torch.sigmoid(gate.beta_hat).mean().item()
+            rate = math.log(beta + math.exp(alpha)) / (R + 0.5) - alpha  # L = R + 0.5 (2.14(b))
+            p = min(max(rate, 1e-6), 1 - 1e-6)
+            gate.rate.weight.zero_()
+            gate.rate.bias.fill_(math.log(p / (1 - p)))
+        return model.eval(), f"depth {R} of {r_max}"

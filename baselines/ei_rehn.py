@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,8 @@ from torch import Tensor, nn
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway
 from baselines._highway import highway_mix, run_sequence, weight_bound
 from baselines.ops.ei_rehn_stack import fused_step, stack_layers, step_kernel
+from baselines.ops.highway_infer import inference_kernel
+from baselines.ops.library import input_terms
 from harness.components.config import MAX_WIDTH, knob
 from harness.components.method import SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -270,31 +273,51 @@ class EIREHN(ElasticHighway):
 
     @torch.no_grad()
     def fast_forward(self, x: Tensor) -> SeqOut:
-        """Inference that stops each step at the halting depth ``max_b R_t`` (Algorithm 1) instead
-        of running ``r_max`` layers; the skipped layers are exact copies in ``forward``, so the
-        outputs are the same. Eval semantics."""
+        """Inference that stops each step at the halting depth (Algorithm 1) instead of running
+        ``r_max`` layers; the skipped layers are exact copies in ``forward``, so the outputs are
+        the same. Eval semantics.
+
+        On CPU in float32/64, where the kernel library builds, the whole sequence is one call of
+        the op ``condrnn::highway_infer_ei_rehn`` (``baselines.ops.highway_infer``): each
+        sequence runs its own ``R_t`` layers (not the batch's deepest), layer 1's hypernetwork
+        output (the same at every step: it reads the learned ``s^0, g^0, z^0``) computed once,
+        no per-step dispatch. Elsewhere the PyTorch step loop below (``max_b R_t`` layers a
+        step), the reference, runs (on another device with one warning line)."""
+        kernel = inference_kernel(x, self.weight0)
+        if kernel is not None:
+            return self._kernel_forward(kernel, x)
         h0 = self.init_state(x.shape[0], x)
         out = run_sequence(lambda x_t, h: self._advance(x_t, h, adaptive=True), x, h0)
         out.aux_loss = self.aux_loss(out)
         return out
 
-    @classmethod
-    def at_skip(
-        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
-    ) -> tuple[EIREHN, str]:
-        """``W_a`` weights 0 and its bias such that every unit halts at depth
-        ``R = round((1 - skip) R_max)``; the skip aimed at is the depth-skip fraction (the unit
-        Skip % of this method is 0)."""
-        model = cls(input_size, hidden_size)
-        q = min(max(1.0 - skip, 1e-4), 1 - 1e-4)  # target fraction of the depth executed
-        r_max = model.cfg.r_max
-        R = min(r_max, max(1, round(q * r_max)))
-        gate = model.elastic
-        with torch.no_grad():
-            alpha = F.softplus(gate.alpha_hat).mean().item()
-            beta = torch.sigmoid(gate.beta_hat).mean().item()
-            rate = math.log(beta + math.exp(alpha)) / (R + 0.5) - alpha  # L = R + 0.5 (2.14(b))
-            p = min(max(rate, 1e-6), 1 - 1e-6)
-            gate.rate.weight.zero_()
-            gate.rate.bias.fill_(math.log(p / (1 - p)))
-        return model.eval(), f"depth {R} of {r_max}"
+    def _kernel_forward(self, kernel: Any, x: Tensor) -> SeqOut:
+        """``fast_forward`` by the op: the input terms of every step in one matmul (``W_a``'s
+        with its bias, ``W_x``'s without: the layer adds ``b``), the weights as transposed views
+        (the op's matmuls read them in place: nothing to pack)."""
+        B, D = x.shape[0], self.hidden_size
+        gate = self.elastic
+        weight = torch.cat([gate.rate.weight[:, D:], self.weight_x])  # [3D, V]
+        bias = torch.cat([gate.rate.bias, gate.rate.bias.new_zeros(2 * D)])
+        p = input_terms(x, weight, bias)  # [T, B, 3D]
+        alpha, beta = F.softplus(gate.alpha_hat), torch.sigmoid(gate.beta_hat)
+        init = torch.cat([self.s0, self.g0, self.z0])
+        hs, n, mask, d1 = kernel.ei_rehn(
+            p,
+            self.init_state(B, x),
+            gate.rate.weight[:, :D].t(),
+            alpha,
+            beta,
+            self.weight0.t(),
+            self.bias,
+            self.proj.t(),
+            self.mix_bias,
+            self.hyper.weight.t(),
+            self.hyper.bias,
+            init,
+            self.cfg.r_max,
+        )
+        extras = {"elastic_d1_mean": d1.mean(1)}  # as run_sequence averages it
+        out = SeqOut(outputs=hs, mask=mask, depth=n, extras=extras, state=hs[:, -1])
+        out.aux_loss = self.aux_loss(out)
+        return out

@@ -52,8 +52,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from baselines._cells import cached_pack
 from baselines._elastic import ElasticConfig, ElasticGate, ElasticHighway, elastic_layers
 from baselines._highway import CoupledHighway, run_sequence, weight_bound
+from baselines.ops.highway_infer import inference_kernel, pack_srehn
 from baselines.ops.srehn import elastic_sequence, sequence_kernel
 from harness.components.method import SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
@@ -140,5 +142,37 @@ class SREHN(ElasticHighway):
             step = lambda p_t, h: self._step(p_t, h, weights, adaptive=False)  # noqa: E731
             out = run_sequence(step, p, h0)
         self.tally_layers(self.cfg.r_max * x.shape[1], x.shape[1])
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference that runs each step's layers only up to the halting depth (Algorithm 1)
+        instead of ``r_max``; the layers past it are exact copies in ``forward``, so the outputs
+        are the same. Eval semantics.
+
+        On CPU in float32/64, where the kernel library builds, the whole sequence is one call of
+        the op ``condrnn::highway_infer_srehn`` (``baselines.ops.highway_infer``): each sequence
+        runs its own ``R_t`` layers, and a layer only the rows of the units whose gate ``d^r`` is
+        > 0 (the others are copies), from a unit-major copy of the shared weight packed once
+        (``pack_srehn``, cached). Elsewhere the PyTorch step loop (the batch's ``max_b R_t``
+        layers a step, every unit) runs (on another device with one warning line)."""
+        B = x.shape[0]
+        h0 = self.init_state(B, x)
+        weights = self._weights()
+        p = self._input_terms(x)  # [B, T, 3D]
+        kernel = inference_kernel(x, self.cell.weight_h)
+        if kernel is not None:
+            alpha, beta, rate_h_t, _, bias = weights
+            weight = self.cell.weight_h[0]
+            wu = cached_pack(self, "_fast_srehn", (weight,), lambda: pack_srehn(weight))
+            hs, n, mask, d1 = kernel.srehn(
+                p.transpose(0, 1), h0, rate_h_t, alpha, beta, wu, bias, self.cfg.r_max
+            )
+            extras = {"elastic_d1_mean": d1.mean(1)}  # as run_sequence averages it
+            out = SeqOut(outputs=hs, mask=mask, depth=n, extras=extras, state=hs[:, -1])
+        else:
+            step = lambda p_t, h: self._step(p_t, h, weights, adaptive=True)  # noqa: E731
+            out = run_sequence(step, p, h0)
         out.aux_loss = self.aux_loss(out)
         return out
