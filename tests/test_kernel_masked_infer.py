@@ -160,6 +160,39 @@ def test_the_op_equals_the_per_step_code_for_any_gate(op, form, dtype):
                 assert torch.equal(out[closed], prev[closed])
 
 
+@pytest.mark.parametrize("form", [f for _, f in FORMS])
+def test_the_op_reads_nothing_for_what_it_skips(op, form):
+    """A unit no sequence ever updates has its rows never read (NaN there changes nothing; in the
+    reset-before form its r row is read, each candidate reads r * h of all units, so only its z
+    and n rows are NaN), and a sequence that updates no unit at a step has its state and input
+    never read there (an infinite input changes nothing), at batch 3 (per-sequence lists) and,
+    with a gate the batch shares, at batch 9 (the GEMM). The union of the batch's decisions
+    reads that input, and that sequence's outputs turn NaN."""
+    m = model(form, 0.5)
+    lstm = form == "lstm"
+    w = masked_infer.pack_rows(m.cell.weight_ih, m.cell.weight_hh, m.cell.bias)
+    never = [0, 7, 19]
+    poisoned = w.clone()
+    poisoned[never, 1 if form == "before" else 0 :] = float("nan")
+    g = torch.Generator().manual_seed(5)
+    for B, rows in ((3, 3), (9, 1)):
+        x = inputs(B, torch.float64)
+        h0 = torch.randn(B, D, dtype=torch.float64, generator=g)
+        c0 = torch.randn(B, D, dtype=torch.float64, generator=g) if lstm else x.new_empty(0)
+        gate = (torch.rand(rows, T, D, dtype=torch.float64, generator=g) < 0.4).double()
+        gate[..., never] = 0.0
+        gate[-1, 4] = 0.0  # the last sequence (all of them, shared) updates nothing at step 4
+        blind = x.clone()
+        blind[-1, 4] = float("inf")
+        args = (h0, c0, gate, True, form == "before")
+        clean = op(w, x, *args)
+        for a, b in zip(op(poisoned, blind, *args), clean, strict=True):
+            assert torch.equal(a, b)
+        if rows > 1:
+            union, _ = op(w, blind, h0, c0, gate, False, form == "before")
+            assert union[-1, 4].isnan().any() and not union[:-1].isnan().any()
+
+
 def test_the_union_of_the_batch_is_the_per_sequence_result_with_more_work(op):
     """``per_sequence=False`` computes every unit some sequence updates for the whole batch (at
     batch 9, one GEMM a step): the same outputs to rounding, the skipped pairs exact copies."""
