@@ -255,7 +255,7 @@ class PhasedLSTM(Method):
         depends on P, s, r_on and T only, not on the inputs, so it is computed once by
         ``time_gate`` (its values exactly) and kept while those stay (as the packed weights
         are). Each step, every open unit reads its four gate rows once and multiplies them with
-        the states of the whole batch (from batch 8 one product of the open units' rows with the
+        the states of the whole batch (from batch 12 one product of the open units' rows with the
         batch's states). Off the CPU (one warning line), in another dtype, where the library
         does not build and with ``HARNESS_NO_KERNELS=1``: the dense eval loop. Eval semantics;
         equals ``eval()(x)`` to float rounding, masks bit for bit.

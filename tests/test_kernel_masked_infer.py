@@ -95,11 +95,11 @@ def assert_fast_equals_dense(m: Method, x: torch.Tensor) -> None:
 @pytest.mark.parametrize("name,form", FORMS, ids=[f for _, f in FORMS])
 def test_fast_forward_runs_the_op_and_equals_the_dense_loop(counted, name, form, dtype):
     """At skips 0, 0.5 and 0.9 (``at_skip``), batches 1, 3 and 9 (per-sequence lists; for Phased
-    LSTM's shared gate at 9, the GEMM): one op call per forward, the masks bit for bit, outputs
+    LSTM's shared gate at 12, the GEMM): one op call per forward, the masks bit for bit, outputs
     and state to 1e-10 (float64) or 1e-5 (float32)."""
     for skip in (0.0, 0.5, 0.9):
         m = model(form, skip, dtype)
-        for B in (1, 3, 9):
+        for B in (1, 3, 12):
             x = inputs(B, dtype)
             n = len(counted)
             assert_fast_equals_dense(m, x)
@@ -138,7 +138,7 @@ def test_the_op_equals_the_per_step_code_for_any_gate(op, form, dtype):
     params = (m.cell.weight_ih, m.cell.weight_hh, m.cell.bias)
     w = masked_infer.pack_rows(*params)
     g = torch.Generator().manual_seed(3)
-    for B in (1, 3, 9):
+    for B in (1, 3, 12):
         x = inputs(B, dtype)
         h0 = torch.randn(B, D, dtype=dtype, generator=g)
         c0 = torch.randn(B, D, dtype=dtype, generator=g) if lstm else x.new_empty(0)
@@ -166,7 +166,7 @@ def test_the_op_reads_nothing_for_what_it_skips(op, form):
     reset-before form its r row is read, each candidate reads r * h of all units, so only its z
     and n rows are NaN), and a sequence that updates no unit at a step has its state and input
     never read there (an infinite input changes nothing), at batch 3 (per-sequence lists) and,
-    with a gate the batch shares, at batch 9 (the GEMM). The union of the batch's decisions
+    with a gate the batch shares, at batch 12 (the GEMM). The union of the batch's decisions
     reads that input, and that sequence's outputs turn NaN."""
     m = model(form, 0.5)
     lstm = form == "lstm"
@@ -175,7 +175,7 @@ def test_the_op_reads_nothing_for_what_it_skips(op, form):
     poisoned = w.clone()
     poisoned[never, 1 if form == "before" else 0 :] = float("nan")
     g = torch.Generator().manual_seed(5)
-    for B, rows in ((3, 3), (9, 1)):
+    for B, rows in ((3, 3), (12, 1)):
         x = inputs(B, torch.float64)
         h0 = torch.randn(B, D, dtype=torch.float64, generator=g)
         c0 = torch.randn(B, D, dtype=torch.float64, generator=g) if lstm else x.new_empty(0)
@@ -195,12 +195,12 @@ def test_the_op_reads_nothing_for_what_it_skips(op, form):
 
 def test_the_union_of_the_batch_is_the_per_sequence_result_with_more_work(op):
     """``per_sequence=False`` computes every unit some sequence updates for the whole batch (at
-    batch 9, one GEMM a step): the same outputs to rounding, the skipped pairs exact copies."""
+    batch 12, one GEMM a step): the same outputs to rounding, the skipped pairs exact copies."""
     m = model("after", 0.9)
     w = masked_infer.pack_rows(m.cell.weight_ih, m.cell.weight_hh, m.cell.bias)
-    x = inputs(9, torch.float64)
-    u = m.eval_masks(9, T, x)
-    h0 = x.new_zeros(9, D)
+    x = inputs(12, torch.float64)
+    u = m.eval_masks(12, T, x)
+    h0 = x.new_zeros(12, D)
     own, _ = op(w, x, h0, x.new_empty(0), u, True, False)
     union, _ = op(w, x, h0, x.new_empty(0), u, False, False)
     torch.testing.assert_close(union, own, rtol=0, atol=1e-12)

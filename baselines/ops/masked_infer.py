@@ -9,7 +9,7 @@ has its gate rows (input row and bias included) read once and multiplied with th
 sequences that update it; every other unit is left as it was (``h_t = lerp(h_{t-1}, h~_t, w)``
 with w = 0 is an exact copy in the dense loop too). Its cost follows each sequence's own
 decisions, not the union of the batch's (``per_sequence=False`` computes the union instead, for
-measuring the difference; the outputs are the same). Where every sequence of a batch of 8 or more
+measuring the difference; the outputs are the same). Where every sequence of a batch of 12 or more
 shares the gate, a step is one product of the open units' rows with the batch's states. Weights
 are unit-major and padded (``pack_rows``), packed once per model (cached,
 ``baselines._cells.cached_pack``).

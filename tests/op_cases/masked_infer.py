@@ -18,7 +18,7 @@ NOT_DIFFERENTIABLE = {"masked_infer_sequence"}
 def cases_masked_infer_sequence(dtype: torch.dtype) -> Iterator[Args]:
     """D = 5 units, V = 3 inputs, T = 6 steps: the packed rows of a GRU (both forms) and an LSTM,
     random states, and gates of zeros, ones and values between (per sequence at B 1 and 3, the
-    union of the batch's at B 3, one shared by a batch of 2 and of 9: the GEMM's path)."""
+    union of the batch's at B 3, one shared by a batch of 2 and of 12: the GEMM's path)."""
     T, V, D = 6, 3, 5
     gen = torch.Generator().manual_seed(4)
 
@@ -35,5 +35,5 @@ def cases_masked_infer_sequence(dtype: torch.dtype) -> Iterator[Args]:
             c0 = randn(B, D) if G == 4 else torch.empty(0, dtype=dtype)
             yield (w, randn(B, T, V), randn(B, D), c0, gate(rows), per_sequence, before)
         if not before:
-            c0 = randn(9, D) if G == 4 else torch.empty(0, dtype=dtype)
-            yield (w, randn(9, T, V), randn(9, D), c0, gate(1), True, before)
+            c0 = randn(12, D) if G == 4 else torch.empty(0, dtype=dtype)
+            yield (w, randn(12, T, V), randn(12, D), c0, gate(1), True, before)

@@ -24,7 +24,7 @@
 // states only, four at a time (``dots``: the rows are read from memory once and reused from the
 // L1 cache). Where every listed unit is computed for every sequence (a gate the batch shares:
 // Phased LSTM from a common clock, w [1, T, D]; or the union of the batch's decisions, asked for
-// with per_sequence = false, for measuring) and the batch has 8 or more sequences, the step is
+// with per_sequence = false, for measuring) and the batch has 12 or more sequences, the step is
 // one product of the listed units' rows, read in place (no copy), with the states as columns
 // (``gemm_rows``, blocked as csrc/gemm.h's gemm512). The reset-before GRU first computes the r
 // rows of every unit for each sequence that updates any (each candidate reads r * h of all
@@ -282,7 +282,7 @@ constexpr int64_t kPad = 16;  // rows and states padded to a multiple of 16 valu
 inline int64_t padded(int64_t n) { return (n + kPad - 1) / kPad * kPad; }
 
 constexpr int kBlock = 4;  // sequences per block of products
-constexpr int64_t kGemmBatch = 8;  // from this batch, units listed for every sequence: a GEMM
+constexpr int64_t kGemmBatch = 12;  // from this batch, units listed for every sequence: a GEMM
 
 // The whole sequence. w [D, G, L]: unit i's gate g row is [W_h (D) | 0 | W_i (V) | b | 0], its
 // input part from column Dp = D rounded up to kPad, L = Dp + (V + 1 rounded up to kPad); x
