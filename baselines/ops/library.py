@@ -30,12 +30,11 @@ decisions round exactly like PyTorch's elementwise ops; dot products are vectori
 (``omp simd``), summed in a different order than BLAS, so outputs agree to rounding.
 
 The kernels: the batch-1 inference sequences of SA-RNN and VC-RNN (``baselines.ops.sarnn``,
-``baselines.ops.vcrnn``) and the inference sequence of Random Updates and Phased LSTM at any
-batch size (``baselines.ops.masked_infer``): their fast paths, ``fast_forward``; and the training
-kernels (``TrainingKernel``), which run a method's recurrence, forward and backward: EI-REHN's
-layers and whole step (``ei_rehn_stack``), the masked cell of Phased LSTM, Random Updates and the
-Clockwork RNN (``masked_cell``), Phased LSTM's time gate (``phased_gate``), and the sequences of
-Skip RNN (``skip_gru``), SA-RNN (``sarnn_train``), VC-RNN (``vcrnn_train``), Delta GRU
+``baselines.ops.vcrnn``: their fast paths, ``fast_forward``), and the training kernels
+(``TrainingKernel``), which run a method's recurrence, forward and backward: EI-REHN's layers and
+whole step (``ei_rehn_stack``), the masked cell of Phased LSTM, Random Updates and the Clockwork
+RNN (``masked_cell``), Phased LSTM's time gate (``phased_gate``), and the sequences of Skip RNN
+(``skip_gru``), SA-RNN (``sarnn_train``), VC-RNN (``vcrnn_train``), Delta GRU
 (``delta_gru_seq``), EGRU (``egru``) and SREHN (``srehn``). Called, a ``TrainingKernel``
 returns its ops (``KernelOps``: ``kernel.forward`` is ``torch.ops.condrnn.<stem>_forward``),
 which its family's wrapper calls. Each is defined in its family's module, where ``method_code``
