@@ -48,6 +48,12 @@ Differences from the paper:
   and the path in eval, on CUDA, where the kernel does not build and with
   ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; closed units (k = 0) stay exact
   copies.
+- Inference (``fast_forward``) on CPU in float32/64, at any batch size, runs the op
+  ``condrnn::masked_infer_sequence`` (``baselines.ops.masked_infer``): k from ``time_gate`` in
+  eval (leak 0, clock 0: one gate for the batch, kept while P, s and r_on stay), then each step
+  only the rows of the open units (k > 0). With the leak 0 a closed unit is an exact copy in the
+  dense loop, so the skip realised is the mask's Skip %. It equals the dense eval loop (the
+  reference, and the path elsewhere) to float rounding, the masks bit for bit.
 """
 
 from __future__ import annotations
@@ -58,9 +64,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from baselines._cells import LSTMWeights
+from baselines._cells import LSTMWeights, cached_pack
 from baselines.ops.library import input_terms
 from baselines.ops.masked_cell import masked_sequence, sequence_kernel
+from baselines.ops.masked_infer import cached_schedule, kernel_for, kernel_note, pack_rows
 from baselines.ops.phased_gate import gate_kernel, time_gate_sequence
 from harness.components.config import check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -226,3 +233,64 @@ class PhasedLSTM(Method):
         out = SeqOut(hs, (k > 0).to(x.dtype), state=(hs[:, -1], c, clock + T))
         out.aux_loss = self.aux_loss(out)
         return out
+
+    def _eval_gate(self, steps: int) -> Tensor:
+        """``time_gate`` in eval (leak 0) from clock 0, ``k [1, steps, D]``, whatever the mode."""
+        was_training = self.training
+        self.eval()
+        try:
+            return self.time_gate(torch.zeros(1, dtype=torch.long), steps)
+        finally:
+            self.train(was_training)
+
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference computing only the LSTM rows of the open units, by the op
+        ``condrnn::masked_infer_sequence`` (``baselines.ops.masked_infer``) on CPU.
+
+        In eval the leak is 0, so a closed unit (k = 0) is an exact copy of its h and c in the
+        dense loop: those are the units skipped, and the share skipped is the mask's Skip %.
+        Every unit with k > 0, however small, is computed (and mixed, ``lerp(h, h~, k)``). The
+        gate starts from clock 0 for every sequence, so the batch shares it (``k [1, T, D]``); it
+        depends on P, s, r_on and T only, not on the inputs, so it is computed once by
+        ``time_gate`` (its values exactly) and kept while those stay (as the packed weights
+        are). Each step, every open unit reads its four gate rows once and multiplies them with
+        the states of the whole batch (from batch 12 one product of the open units' rows with the
+        batch's states). Off the CPU (one warning line), in another dtype, where the library
+        does not build and with ``HARNESS_NO_KERNELS=1``: the dense eval loop. Eval semantics;
+        equals ``eval()(x)`` to float rounding, masks bit for bit.
+        """
+        kernel = kernel_for("Phased LSTM's fused kernel", x)
+        cell = self.cell
+        params = (cell.weight_ih, cell.weight_hh, cell.bias)
+        gate_params = (self.period, self.shift, self.r_on)
+        if kernel is None or any(p.dtype != x.dtype for p in params + gate_params):
+            return super().fast_forward(x)
+        B, T, _ = x.shape
+        w = cached_pack(self, "_fast_rows", params, lambda: pack_rows(*params))
+        versions = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in gate_params)
+        key = (T, self.cfg.min_period, versions)
+        k = cached_schedule(self, "_fast_gate", key, lambda: self._eval_gate(T))  # [1, T, D]
+        h0 = x.new_zeros(B, self.hidden_size)
+        hs, c = kernel(w, x, h0, h0, k, True, False)
+        mask = (k > 0).to(x.dtype).expand(B, -1, -1).contiguous()
+        clock = torch.full((B,), T, dtype=torch.long, device=x.device)
+        out = SeqOut(hs, mask, state=(hs[:, -1], c, clock))
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[PhasedLSTM, str]:
+        """``r_on = 1 - skip`` for every unit, periods and shifts at their initialisation
+        (P = exp(U(ln 2, ln 20)), s ~ U(0, P)): each (unit, step) is open with probability r_on
+        over the shifts, so the expected Skip % is the target; the whole batch shares the gate."""
+        r = min(max(1.0 - float(skip), _R_ON_MIN), 1.0)
+        model = cls(input_size, hidden_size, cls.config_cls(r_on=r))
+        return model.eval(), f"r_on={r:.3g}, P=exp(U(ln 2, ln 20)), s~U(0, P)"
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether the fused kernel ran on CPU here; read without building it."""
+        return kernel_note(cls.name)

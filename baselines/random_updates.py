@@ -38,6 +38,12 @@ Differences from the paper:
   the path in eval, in the reset-before form, on CUDA, where the kernel does not build and
   with ``HARNESS_NO_KERNELS=1``) to float rounding, not bit for bit; skipped units stay exact
   copies.
+- Inference (``fast_forward``) on CPU in float32/64, at any batch size, runs the op
+  ``condrnn::masked_infer_sequence`` (``baselines.ops.masked_infer``): the eval masks drawn as
+  the dense loop draws them (``eval_masks``, bit for bit) and kept per size (they do not depend on
+  the inputs), then each step only the gate rows of the units each sequence updates. It equals
+  the dense eval loop (the reference, and the path elsewhere) to float rounding, the masks bit
+  for bit.
 """
 
 from __future__ import annotations
@@ -50,12 +56,14 @@ from torch import Tensor
 from baselines._cells import (
     GRU_FORMS,
     GRUWeights,
+    cached_pack,
     gru_exact_cost,
     gru_macs_per_unit,
     masked_update,
 )
 from baselines.ops.library import input_terms
 from baselines.ops.masked_cell import masked_sequence, sequence_kernel
+from baselines.ops.masked_infer import cached_schedule, kernel_for, kernel_note, pack_rows
 from harness.components.config import MAX_SEED, check_knobs, knob
 from harness.components.flops import effective_step_macs
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -131,10 +139,22 @@ class RandomUpdates(Method):
                 self._eval_gen = torch.Generator(device=ref.device)
                 self._eval_gen.manual_seed(int(self.cfg.eval_seed))
             gen = self._eval_gen
-        r = torch.rand(
-            batch_size, self.hidden_size, generator=gen, device=ref.device, dtype=ref.dtype
-        )  # [B, D]
+        return self._draw(batch_size, ref, gen)
+
+    def _draw(self, rows: int, ref: Tensor, gen: torch.Generator | None) -> Tensor:
+        """``rows`` masks ``[rows, D]`` from ``gen`` (None: the global RNG)."""
+        r = torch.rand(rows, self.hidden_size, generator=gen, device=ref.device, dtype=ref.dtype)
         return (r >= self.cfg.p_skip).to(ref.dtype)  # P(r >= p) = 1 - p
+
+    def eval_masks(self, batch_size: int, steps: int, ref: Tensor) -> Tensor:
+        """The masks ``u [B, steps, D]`` of an eval forward over ``steps`` steps, whatever the
+        mode: the numbers its ``steps`` draws of ``[B, D]`` take from the re-seeded eval generator,
+        in one draw of ``steps B`` rows (on the CPU the same numbers in the same order, so the
+        same masks bit for bit, as the training kernel's draw)."""
+        gen = torch.Generator(device=ref.device)
+        gen.manual_seed(int(self.cfg.eval_seed))
+        u = self._draw(steps * batch_size, ref, gen)  # [steps B, D]
+        return u.view(steps, batch_size, -1).transpose(0, 1).contiguous()
 
     def _step(self, xp_t: Tensor, h: Tensor, t: int) -> StepOut:
         """One step from the projected input ``xp_t [B, 3D]``."""
@@ -170,3 +190,47 @@ class RandomUpdates(Method):
         out = SeqOut(hs, u, state=hs[:, -1])
         out.aux_loss = self.aux_loss(out)
         return out
+
+    @torch.no_grad()
+    def fast_forward(self, x: Tensor) -> SeqOut:
+        """Inference computing only the GRU rows of the units each sequence updates, by the op
+        ``condrnn::masked_infer_sequence`` (``baselines.ops.masked_infer``) on CPU.
+
+        The eval masks are the dense loop's (``eval_masks``: the same draws, bit for bit); they
+        depend only on ``eval_seed``, p_skip and the call's sizes and dtype, not on the inputs, so
+        they are drawn once per size and kept (as the packed weights are), and not drawn again
+        while the sizes stay. Each step, every unit some sequence updates reads its three gate
+        rows once and multiplies them with the states of the sequences that update it; the
+        reset-before form first computes the r rows of every unit for each sequence that
+        updates any (``exact_step_macs``). Off the CPU (one warning line), in another dtype,
+        where the library does not build and with ``HARNESS_NO_KERNELS=1``: the dense eval loop.
+        Eval semantics; equals ``eval()(x)`` to float rounding, masks bit for bit.
+        """
+        kernel = kernel_for("Random Updates' fused kernel", x)
+        cell = self.cell
+        params = (cell.weight_ih, cell.weight_hh, cell.bias)
+        if kernel is None or any(p.dtype != x.dtype for p in params):
+            return super().fast_forward(x)
+        B, T, _ = x.shape
+        w = cached_pack(self, "_fast_rows", params, lambda: pack_rows(*params))
+        key = (B, T, x.dtype, x.device, self.cfg.eval_seed, self.cfg.p_skip, self.hidden_size)
+        u = cached_schedule(self, "_fast_masks", key, lambda: self.eval_masks(B, T, x))
+        h0 = x.new_zeros(B, self.hidden_size)
+        hs, _ = kernel(w, x, h0, x.new_empty(0), u, True, cell.form == "before")
+        out = SeqOut(hs, u.clone(), state=hs[:, -1])
+        out.aux_loss = self.aux_loss(out)
+        return out
+
+    @classmethod
+    def at_skip(
+        cls, input_size: int, hidden_size: int, skip: float, seq_len: int
+    ) -> tuple[RandomUpdates, str]:
+        """``p_skip = skip``: every unit of every step and sequence skips with that probability,
+        independently of the others (the worst case for a batch's union of updated units)."""
+        model = cls(input_size, hidden_size, cls.config_cls(p_skip=float(skip)))
+        return model.eval(), f"p_skip={skip:g}, independent draws"
+
+    @classmethod
+    def fast_path_note(cls) -> str | None:
+        """Whether the fused kernel ran on CPU here; read without building it."""
+        return kernel_note(cls.name)
