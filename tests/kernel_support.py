@@ -37,14 +37,14 @@ def kernel_expected() -> str | None:
     return None
 
 
-def training_kernels() -> list[library.TrainingKernel]:
+def training_kernels() -> list[library.Kernel]:
     """Every training kernel the modules of ``baselines`` hold, by source name."""
     found = {
         id(obj): obj
         for name, module in list(sys.modules.items())
         if name.startswith("baselines.")
         for obj in vars(module).values()
-        if isinstance(obj, library.TrainingKernel)
+        if isinstance(obj, library.Kernel)
     }
     return sorted(found.values(), key=lambda k: k.stem)
 
@@ -79,7 +79,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         library._loaded = loaded or (now if now and os.path.realpath(now) in really else None)
 
 
-def built(kernel: library.TrainingKernel) -> Iterator[Any]:
+def built(kernel: library.Kernel) -> Iterator[Any]:
     """``kernel``'s ops, the library built (or found built) into this session's cache, once a
     process, skipping where it is not expected to build; the status cleared around the test."""
     expected = kernel_expected()
@@ -101,7 +101,7 @@ def op_node(op: str) -> str:
 
 class OnCuda:
     """A stand-in for a CUDA tensor where this machine has none: what ``on_cpu`` and
-    ``TrainingKernel.for_tensors`` read of a tensor (its device and dtype)."""
+    ``Kernel.for_tensors`` read of a tensor (its device and dtype)."""
 
     device = torch.device("cuda")
     dtype = torch.float32

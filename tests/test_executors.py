@@ -362,14 +362,14 @@ def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
         builds.append((label, bool(training)))
         return library.KernelStatus("unavailable", "a stand-in")
 
-    ask = library.TrainingKernel.__call__
+    ask = library.Kernel.__call__
 
     def asked(kernel):
         calls.append((kernel.stem, bool(training)))
         return ask(kernel)
 
     monkeypatch.setattr(library, "_load", load)
-    monkeypatch.setattr(library.TrainingKernel, "__call__", asked)
+    monkeypatch.setattr(library.Kernel, "__call__", asked)
     real_run = train.run
 
     def run(*args, **kwargs):

@@ -41,7 +41,7 @@ def calls(monkeypatch):
         return None if op is None else (lambda *a: found.append(1) or op(*a))
 
     monkeypatch.setattr(fast, "delta_gru_infer_kernel_for", counted)
-    for _ in built(kernels.TrainingKernel("delta_gru_infer", "Delta GRU inference")):
+    for _ in built(kernels.Kernel("delta_gru_infer", "Delta GRU inference")):
         yield found
 
 

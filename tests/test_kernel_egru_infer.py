@@ -43,7 +43,7 @@ def calls(monkeypatch):
         return None if op is None else (lambda *a: found.append(1) or op(*a))
 
     monkeypatch.setattr(egru_module, "egru_infer_kernel_for", counted)
-    for _ in built(kernels.TrainingKernel("egru_infer", "EGRU inference")):
+    for _ in built(kernels.Kernel("egru_infer", "EGRU inference")):
         yield found
 
 

@@ -11,7 +11,7 @@ Layout:
   ``elastic_gate.h`` the pieces several sources share.
 - ``library.py``: builds every source into one shared library (one parallel build, cached per
   CPU), loads it once a process, and registers the ops' Python parts once it is loaded; the
-  kernels' status, ``TrainingKernel`` (a method's handle on its family's ops), ``on_cpu``.
+  kernels' status, ``Kernel`` (a method's handle on its family's ops), ``on_cpu``.
 - ``<stem>.py``, one module per family (the C++ source's name): the method-facing wrapper that
   calls the forward op, the fake implementation of every op of the family (``@fake``: output
   shapes and dtypes from the inputs', no values, so that the meta device, FakeTensor,
@@ -31,7 +31,7 @@ Adding a kernel (a new family ``foo``):
    ``foo_backward``, ...; schemas as ``csrc/ops.cpp`` says: no undefined output, nothing
    mutated) and its ``TORCH_LIBRARY_IMPL(condrnn, CPU, ...)`` block. Nothing shared to edit: the
    build takes every ``csrc/*.cpp``; its key covers every source and header.
-2. ``foo.py``: ``foo_kernel = TrainingKernel("foo", "Foo training")`` (its source then counts in
+2. ``foo.py``: ``foo_kernel = Kernel("foo", "Foo training")`` (its source then counts in
    the code version of every method whose module uses it, and a sweep builds the library before
    its first run), the wrapper a method calls, ``@fake("foo_forward")`` and
    ``@fake("foo_backward")``, and ``autograd("foo_forward", backward, setup_context)``.

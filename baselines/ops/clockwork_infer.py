@@ -24,7 +24,11 @@ import torch
 from torch import Tensor
 
 from baselines.ops.inference import column_panels
-from baselines.ops.library import KernelStatus, fake, library_status, load_library
+from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library
+
+# the family's source counts in the code version of every method whose modules use it
+# (``method_code``), and a sweep builds the library before its first run
+clockwork_infer_family = Kernel("clockwork_infer", "Clockwork RNN inference")
 
 
 def clockwork_infer_kernel_status() -> KernelStatus:

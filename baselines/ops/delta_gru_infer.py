@@ -25,7 +25,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import KernelStatus, fake, library_status, load_library, on_cpu
+from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library, on_cpu
+
+# the family's source counts in the code version of every method whose modules use it
+# (``method_code``), and a sweep builds the library before its first run
+delta_gru_infer_family = Kernel("delta_gru_infer", "Delta GRU inference")
 
 
 def delta_gru_infer_kernel_status() -> KernelStatus:

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming
+from baselines.ops.library import Kernel, autograd, fake, incoming
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-delta_gru_seq_kernel = TrainingKernel("delta_gru_seq", "Delta GRU training")
+delta_gru_seq_kernel = Kernel("delta_gru_seq", "Delta GRU training")
 delta_gru_seq_kernel_status = delta_gru_seq_kernel.status
 sequence_kernel = delta_gru_seq_kernel.for_tensors
 

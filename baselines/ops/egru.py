@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming
+from baselines.ops.library import Kernel, autograd, fake, incoming
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-egru_kernel = TrainingKernel("egru", "EGRU training")
+egru_kernel = Kernel("egru", "EGRU training")
 egru_kernel_status = egru_kernel.status
 sequence_kernel = egru_kernel.for_tensors
 

@@ -23,7 +23,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import KernelStatus, fake, library_status, load_library, on_cpu
+from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library, on_cpu
+
+# the family's source counts in the code version of every method whose modules use it
+# (``method_code``), and a sweep builds the library before its first run
+egru_infer_family = Kernel("egru_infer", "EGRU inference")
 
 
 def egru_infer_kernel_status() -> KernelStatus:

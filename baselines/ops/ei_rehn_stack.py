@@ -13,7 +13,7 @@ about 50 kernels per layer and one autograd node per step, and the weight gradie
 step's layers in one matmul per weight. Equal to ``_layers`` to float rounding, values and
 gradients (tests/test_ei_rehn.py, in float64); not bit for bit. On CPU in float32/float64, where
 the optional C++ kernel builds (``ei_rehn_stack_kernel``, a
-``baselines.ops.library.TrainingKernel``), ``stack_layers`` runs the op
+``baselines.ops.library.Kernel``), ``stack_layers`` runs the op
 ``condrnn::ei_rehn_stack_forward`` instead: the same forward and backward with no Python per
 layer, only the matmuls calling ATen (into preallocated buffers) and tanh/sigmoid ATen's vectorised
 ones on whole buffers, every other elementwise part of a layer one fused loop over B x D. The
@@ -79,14 +79,14 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming, none_if_empty
+from baselines.ops.library import Kernel, autograd, fake, incoming, none_if_empty
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
 
 # EI-REHN's training kernel (the layers of a step, and the whole step): its source is part of the
 # code version of the methods whose modules hold it (``method_code``).
-ei_rehn_stack_kernel = TrainingKernel("ei_rehn_stack", "EI-REHN training")
+ei_rehn_stack_kernel = Kernel("ei_rehn_stack", "EI-REHN training")
 ei_rehn_stack_kernel_status = ei_rehn_stack_kernel.status
 
 
@@ -127,7 +127,7 @@ def stack_layers(
 
 def stack_kernel(*tensors: Tensor) -> Any:
     """The kernel where it can run the layers on these tensors, else None
-    (``TrainingKernel.for_tensors``)."""
+    (``Kernel.for_tensors``)."""
     return ei_rehn_stack_kernel.for_tensors(*tensors)
 
 
@@ -278,7 +278,7 @@ autograd("ei_rehn_stack_forward", _stack_backward, _stack_setup)
 
 def step_kernel(*tensors: Tensor) -> Any:
     """The kernel where it can run a step on these tensors, else None
-    (``TrainingKernel.for_tensors``)."""
+    (``Kernel.for_tensors``)."""
     return ei_rehn_stack_kernel.for_tensors(*tensors)
 
 

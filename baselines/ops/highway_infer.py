@@ -1,6 +1,7 @@
 """The elastic highway methods' whole-sequence inference in C++ (issue 65), as the ops
 ``condrnn::highway_infer_ei_rehn`` and ``condrnn::highway_infer_srehn``
-(``csrc/highway_infer.cpp``): the fast paths of ``EIREHN.fast_forward`` and ``SREHN.fast_forward`` on the CPU.
+(``csrc/highway_infer.cpp``): the fast paths of ``EIREHN.fast_forward`` and
+``SREHN.fast_forward`` on the CPU.
 
 Each step of each sequence decides first (the local rate, the elastic gate of every layer and its
 depth trace, the sequence's halting depth ``R_b``), then runs only that sequence's layers
@@ -26,10 +27,10 @@ from typing import Any
 
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, fake
+from baselines.ops.library import Kernel, fake
 
 # Its source is part of the code version of the methods that run it (``method_code``).
-highway_infer_kernel = TrainingKernel("highway_infer", "elastic highway inference")
+highway_infer_kernel = Kernel("highway_infer", "elastic highway inference")
 highway_infer_status = highway_infer_kernel.status
 inference_kernel = highway_infer_kernel.for_tensors
 

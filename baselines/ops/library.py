@@ -1,7 +1,7 @@
 """The kernel library: every C++ source of ``csrc`` built into one shared library whose ops are
 the namespace ``torch.ops.condrnn``, loaded once a process, with the ops' Python parts (fake
 implementations, backwards) registered once it is loaded; the kernels' status; the handle a
-method holds on its family's ops (``TrainingKernel``).
+method holds on its family's ops (``Kernel``).
 
 Each source ``csrc/<stem>.cpp`` declares its ops, ``condrnn::<stem>_<function>``, with their
 schemas (``TORCH_LIBRARY_FRAGMENT``) and registers their CPU implementations
@@ -32,11 +32,11 @@ The kernels: the batch-1 inference sequences of SA-RNN and VC-RNN (``baselines.o
 ``baselines.ops.vcrnn``) and the inference sequences of Delta GRU and EGRU at any batch size
 (``baselines.ops.delta_gru_infer``, ``baselines.ops.egru_infer``): their fast paths,
 ``fast_forward``; and the training kernels
-(``TrainingKernel``), which run a method's recurrence, forward and backward: EI-REHN's layers and
+(``Kernel``), which run a method's recurrence, forward and backward: EI-REHN's layers and
 whole step (``ei_rehn_stack``), the masked cell of Phased LSTM, Random Updates and the Clockwork
 RNN (``masked_cell``), Phased LSTM's time gate (``phased_gate``), and the sequences of Skip RNN
 (``skip_gru``), SA-RNN (``sarnn_train``), VC-RNN (``vcrnn_train``), Delta GRU
-(``delta_gru_seq``), EGRU (``egru``) and SREHN (``srehn``). Called, a ``TrainingKernel``
+(``delta_gru_seq``), EGRU (``egru``) and SREHN (``srehn``). Called, a ``Kernel``
 returns its ops (``KernelOps``: ``kernel.forward`` is ``torch.ops.condrnn.<stem>_forward``),
 which its family's wrapper calls. Each is defined in its family's module, where ``method_code``
 finds it from the method's module: its own source (not the whole library's) is part of that
@@ -47,7 +47,7 @@ dtype, no build, ``HARNESS_NO_KERNELS``).
 
 The ops run on CPU tensors (their C++) and on the meta device (their fake implementations; so do
 FakeTensor and ``torch.compile``). Every caller asks ``on_cpu`` (``meta=True`` for the training
-kernels, ``TrainingKernel.for_tensors``) before it asks for a kernel: on another device (CUDA)
+kernels, ``Kernel.for_tensors``) before it asks for a kernel: on another device (CUDA)
 it takes its PyTorch path, which computes the same thing, and the first such fallback of each
 fast path in a process says so in one warning line.
 
@@ -389,9 +389,10 @@ class KernelOps:
         return f"KernelOps({self.stem!r})"
 
 
-class TrainingKernel:
-    """A method's training kernel, ``csrc/<stem>.cpp``: forward and backward of its recurrence in
-    C++, as ops of the library (the forward op's backward registered with it).
+class Kernel:
+    """A method's kernel family, ``csrc/<stem>.cpp``, as ops of the library: a training kernel
+    (forward and backward of its recurrence, the forward op's backward registered with it) or an
+    inference kernel (a whole eval sequence, no backward).
 
     Called, it returns its ops (``KernelOps``), the library built (or found built) and loaded at
     the first ask of a process, never at import, or None where it cannot be built (with one
@@ -408,6 +409,9 @@ class TrainingKernel:
     def __init__(self, stem: str, name: str) -> None:
         self.stem, self.name = stem, name
         self._ops = KernelOps(stem)
+        # where it is declared (its family's module), as a class's: the code versions follow a
+        # method's modules to it through its methods too (``x_kernel.for_tensors``)
+        self.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
 
     def __call__(self) -> KernelOps | None:
         return self._ops if load_library(self.name) else None

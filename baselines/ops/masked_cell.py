@@ -27,14 +27,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming, none_if_empty
+from baselines.ops.library import Kernel, autograd, fake, incoming, none_if_empty
 
 CELLS = {"tanh": 0, "gru": 1, "lstm": 2}
 """The cells of the kernel, by name: the index ``csrc/masked_cell.cpp`` takes."""
 
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-masked_cell_kernel = TrainingKernel("masked_cell", "masked-cell training")
+masked_cell_kernel = Kernel("masked_cell", "masked-cell training")
 masked_cell_kernel_status = masked_cell_kernel.status
 sequence_kernel = masked_cell_kernel.for_tensors
 

@@ -29,7 +29,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from baselines.ops.library import KernelStatus, fake, library_status, load_library, on_cpu
+from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library, on_cpu
+
+# the family's source counts in the code version of every method whose modules use it
+# (``method_code``), and a sweep builds the library before its first run
+masked_infer_family = Kernel("masked_infer", "masked-cell inference")
 
 
 def masked_infer_kernel_status() -> KernelStatus:

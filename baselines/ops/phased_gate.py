@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake
+from baselines.ops.library import Kernel, autograd, fake
 
 # Its source is part of Phased LSTM's code version (``method_code``).
-phased_gate_kernel = TrainingKernel("phased_gate", "Phased LSTM time-gate")
+phased_gate_kernel = Kernel("phased_gate", "Phased LSTM time-gate")
 phased_gate_kernel_status = phased_gate_kernel.status
 gate_kernel = phased_gate_kernel.for_tensors
 

@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming
+from baselines.ops.library import Kernel, autograd, fake, incoming
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-sarnn_train_kernel = TrainingKernel("sarnn_train", "SA-RNN training")
+sarnn_train_kernel = Kernel("sarnn_train", "SA-RNN training")
 sarnn_train_kernel_status = sarnn_train_kernel.status
 sequence_kernel = sarnn_train_kernel.for_tensors
 

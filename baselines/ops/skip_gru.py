@@ -26,14 +26,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming
+from baselines.ops.library import Kernel, autograd, fake, incoming
 
 FORMS = {"after": 0, "before": 1}
 """The GRU forms of the kernel, by name: the index ``csrc/skip_gru.cpp`` takes."""
 
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-skip_gru_kernel = TrainingKernel("skip_gru", "Skip-GRU training")
+skip_gru_kernel = Kernel("skip_gru", "Skip-GRU training")
 skip_gru_kernel_status = skip_gru_kernel.status
 sequence_kernel = skip_gru_kernel.for_tensors
 

@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, none_if_empty
+from baselines.ops.library import Kernel, autograd, fake, none_if_empty
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-srehn_kernel = TrainingKernel("srehn", "SREHN training")
+srehn_kernel = Kernel("srehn", "SREHN training")
 srehn_kernel_status = srehn_kernel.status
 sequence_kernel = srehn_kernel.for_tensors
 

@@ -14,7 +14,11 @@ from typing import Any
 
 import torch
 
-from baselines.ops.library import KernelStatus, fake, library_status, load_library
+from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library
+
+# the family's source counts in the code version of every method whose modules use it
+# (``method_code``), and a sweep builds the library before its first run
+vcrnn_family = Kernel("vcrnn", "VC-RNN inference")
 
 
 def vcrnn_kernel_status() -> KernelStatus:

@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import TrainingKernel, autograd, fake, incoming, none_if_empty
+from baselines.ops.library import Kernel, autograd, fake, incoming, none_if_empty
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-vcrnn_train_kernel = TrainingKernel("vcrnn_train", "VC-RNN training")
+vcrnn_train_kernel = Kernel("vcrnn_train", "VC-RNN training")
 vcrnn_train_kernel_status = vcrnn_train_kernel.status
 sequence_kernel = vcrnn_train_kernel.for_tensors
 

@@ -597,7 +597,7 @@ def source_files(module: Any) -> set[str]:
     """The source files of ``module`` and of the modules of its package it uses, transitively.
 
     The package's ``__init__`` (which imports every module) is left out. An object of those
-    modules with a ``kernel_source_files()`` (a ``baselines.ops.library.TrainingKernel``)
+    modules with a ``kernel_source_files()`` (a ``baselines.ops.library.Kernel``)
     adds the files it names: the C++ sources the method runs. A file imported by
     ``--include`` is a top-level module of its own: its package is its folder, whose modules it
     uses (shared ``_*.py`` pieces) count.
@@ -630,6 +630,9 @@ def _uses(module: Any) -> tuple[list[Any], list[Any]]:
             continue
         seen[mod.__name__] = mod
         for obj in vars(mod).values():
+            owner = getattr(obj, "__self__", None)  # a kernel's method (``kernel.for_tensors``):
+            if callable(getattr(owner, "kernel_source_files", None)):  # the kernel, whose
+                obj = owner  # ``__module__`` is its family's module
             name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
             if not isinstance(name, str) or name == pkg:
                 continue
