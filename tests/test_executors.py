@@ -393,7 +393,7 @@ def test_a_sweep_builds_its_methods_kernels_once_before_its_first_run(
     assert [name for name, in_run in calls if in_run]  # the runs ask for the masked-cell kernel
     if disabled:
         assert before == [] and builds == []
-    else:  # phased-lstm's modules hold the masked-cell and time-gate kernels; gru none
-        assert sorted(before) == ["masked_cell", "phased_gate"]
+    else:  # phased-lstm's modules hold the masked-cell, its inference and time-gate kernels
+        assert sorted(before) == ["masked_cell", "masked_infer", "phased_gate"]
         assert len(builds) == 1 and builds[0][1] is False  # one library, built before the runs
         assert builds[0][0] in ("masked-cell training", "Phased LSTM time-gate")

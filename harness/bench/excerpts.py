@@ -27,7 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.api import parse_seeds
+from harness.bench.timing_report import format_ms, per_mac_ratio
 from harness.errors import ConfigError, HarnessError
+from harness.planning.spec import Block, SweepSpec, resolve_configs
+from harness.planning.suites import load, plan, suite_path
+from harness.planning.sweep import wall_seconds
+from harness.references import component
+from harness.reporting.render import pipe_table
+from harness.reporting.text import commits
 
 TIMING_PARTS = ("times", "cost")
 SPEEDUP_PARTS = ("rows", "above")
@@ -93,8 +101,6 @@ def _ratio(x: float | None) -> str:
 
 def _ms(r: dict[str, Any] | None) -> str:
     """``median (min–max)`` in ms of a timing, or a dash."""
-    from harness.bench.timing_report import format_ms
-
     if not r or "median_s" not in r:
         return "–"
     return f"{format_ms(r['median_s'])} ({format_ms(r.get('min_s'))}–{format_ms(r.get('max_s'))})"
@@ -123,8 +129,6 @@ def _groups(records: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], list[dic
 
 def _about(here: Sequence[dict[str, Any]]) -> str:
     """``TASK (PRESET preset) on CPU NAME, commit SHA``: where a group was timed."""
-    from harness.reporting.text import commits
-
     r = here[0]
     names = ", ".join(sorted({str(x.get("device_name") or x.get("device")) for x in here}))
     shas = ", ".join(commits(here)) or "unknown"
@@ -138,9 +142,6 @@ def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
     min–max), each over the fused cell's at the same sizes in the same run (``ratio_vs_cell``),
     and the train step per dense MAC against the cell's (``per_mac_ratio``), as in TIMING.md.
     """
-    from harness.bench.timing_report import per_mac_ratio
-    from harness.reporting.render import pipe_table
-
     out = []
     for here in _groups(records).values():
         shapes = {}
@@ -196,10 +197,6 @@ def suite_runs(name: str, seeds: str | None) -> tuple[list[Any], str]:
         The ``RunConfig`` of each run, and the seeds as given (the suite's own if ``seeds`` is
         None).
     """
-    from harness.api import parse_seeds
-    from harness.planning.spec import Block, SweepSpec, resolve_configs
-    from harness.planning.suites import load, plan, suite_path
-
     file = load(suite_path(name))
     opts = {"methods": "all", "tasks": "all", "seeds": "0", "preset": "smoke"} | file.options
     seeds = seeds or str(opts["seeds"])
@@ -228,10 +225,6 @@ def cost(
         ConfigError: the suite trains on several tasks (an epoch is one task's), no method has
             a train timing there, or a method has several.
     """
-    from harness.planning.sweep import wall_seconds
-    from harness.references import component
-    from harness.reporting.render import pipe_table
-
     cfgs, seeds = suite_runs(suite, seeds)
     trained = [c for c in cfgs if component(c.method).trains]
     refs = len(cfgs) - len(trained)
@@ -369,7 +362,6 @@ def _vs(r: dict[str, Any], alt: str) -> str:
 
 
 def _row_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    from harness.reporting.render import pipe_table
 
     titles = ["Method", "D", "B", "Target skip %", "Skip %", "ms: fast / dense / no skip / fused"]
     body = []

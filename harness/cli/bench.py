@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.bench import excerpts
 from harness.bench.excerpts import SPEEDUP_PARTS, TIMING_PARTS
 from harness.cli.common import (
     add_command,
@@ -291,8 +292,6 @@ def _print(args: argparse.Namespace) -> int:
         _only_for(args, COST_ONLY, "with --print cost")
     elif args.suite is None or args.epoch_batches is None:
         raise ConfigError("--print cost: name the suite (--suite) and its epoch (--epoch-batches)")
-    from harness.bench import excerpts
-
     if speedup:
         rows = excerpts.speedup_rows([Path(p) for p in args.sources])
         text = excerpts.print_speedup(rows, args.parts, args.sources, args.where or ())
