@@ -203,6 +203,29 @@ def test_markdown_shows_each_comparison_its_spread_mac_ratio_and_fraction():
     assert summary == ["| m | 16 | 90 | GRU | 3.00x | 10.00x | 0.30 | – |"]
 
 
+def test_rows_give_the_mac_ratio_of_each_sequences_own_decisions_beside_the_unions(rows):
+    """own_macs: the exact-realisable MACs of each sequence's decisions (the batch's mean), so
+    never more than the union's; equal at batch 1."""
+    for r in rows:
+        assert r["own_macs"] <= r["fast_macs"] * (1 + 1e-9)
+        if r["B"] == 1:
+            assert r["own_macs"] == pytest.approx(r["fast_macs"])
+        assert r["mac_ratio_fused_own"] == pytest.approx(r["fused_macs"] / r["own_macs"])
+        own = r["speedup_fused"] / r["mac_ratio_fused_own"]
+        assert r["realised_frac_fused_own"] == pytest.approx(own)
+
+
+def test_markdown_shows_the_union_and_the_own_ratios_at_batch_above_1():
+    rows = [row(D=16), row(D=16, B=4, speedup_fused=9.0, realised_frac_fused=0.9,
+                        mac_ratio_fused_own=30.0, realised_frac_fused_own=0.3)]  # fmt: skip
+    md = speedup_markdown(rows, "c", data_file="S.jsonl")
+    table = [x for x in md.splitlines() if x.startswith("| m | 16 | 4 | 90 |")]
+    assert table[0] == "| m | 16 | 4 | 90 | 9.00x | 10.00x | 0.90 | 30.00x | 0.30 |"
+    assert "| realised: union | MAC ratio: own | realised: own |" in md
+    # rows measured before the own ratio existed: no such table
+    assert "MAC ratio: own" not in speedup_markdown([row(D=16, B=4)], "c")
+
+
 def test_markdown_shows_the_bound_and_the_measurement_it_came_from():
     from test_roofline import machine
 

@@ -362,6 +362,8 @@ def measure_one(
         ``speedup_A_max`` (median and range of per-round A / fast), ``mac_ratio_A`` (A's MACs /
         fast_macs, no bound on the speedup) and ``realised_frac_A`` (speedup / MAC ratio). Then
         fast_ms, rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip,
+        own_macs (the exact-realisable MACs of each sequence's own decisions, the batch's mean),
+        mac_ratio_fused_own and realised_frac_fused_own (against the fused cell, by those),
         fused_cell, max_abs_diff, mask_mismatch and reads_mismatch (entries that differ, fast vs
         dense; reads 0 for methods without them), skip_kind (``skip_kind``: what ``skip``
         measures) and note. With ``machine``: ``roofline`` (the measurement), the physical
@@ -396,6 +398,8 @@ def measure_one(
         "flop_reduction": macs["dense"] / macs["effective"],
         "flop_reduction_exact": macs["dense"] / macs["exact"],
         "fast_macs": fast_macs,
+        # each sequence's own decisions (the mean over the batch), against the batch's union
+        "own_macs": macs["exact"],
     }
     for alt, alt_mac in alt_macs.items():
         med, lo, hi = ratio_spread(times[alt], times["fast"])
@@ -410,6 +414,8 @@ def measure_one(
                 f"realised_frac_{alt}": med * fast_macs / alt_mac,
             }
         )
+    row["mac_ratio_fused_own"] = alt_macs["fused"] / macs["exact"]
+    row["realised_frac_fused_own"] = row["speedup_fused"] / row["mac_ratio_fused_own"]
     fast_ms = 1e3 * statistics.median(times["fast"])
     if machine is not None:
         B, T, V = x.shape
