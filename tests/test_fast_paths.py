@@ -109,7 +109,7 @@ def test_measure_speedups_rows_and_markdown(monkeypatch):
         monkeypatch.setattr(cls, "fast_path_note", classmethod(lambda c: pytest.fail("asked")))
     md = speedup_markdown(mine, "harness bench --speedup")
     assert "Generated file" in md and "threads" in md and "`harness bench --speedup`" in md
-    assert md.count(f"| {first} | 20 |") == 3  # two rows and the batch-1 summary's
+    assert md.count(f"| {first} | 20 |") == 4  # two rows, the batch-1 and the batch > 1 summaries
     assert f"- {mine[-1]['note']}" in md and mine[0]["note"] not in md  # the last note only
     assert "NOTE-TWO" not in md  # only the notes of the rows given
     assert "\n- " not in speedup_markdown([{**r, "note": None} for r in mine], "c")

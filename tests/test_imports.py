@@ -22,6 +22,7 @@ DEFERRED = {
     ("harness.cli.bench", "harness.bench.speedup"): "torch",
     ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
     ("harness.cli.bench", "harness.bench.suite"): "torch",
+    ("harness.bench.excerpts", "harness.bench.timing_report"): "torch",
     ("harness.authoring.conformance", "harness.bench.speedup"): "torch",
     ("harness.authoring.conformance", "harness.components.flops"): "torch",
     ("harness.authoring.conformance", "harness.components.method"): "torch",

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.api import parse_seeds
-from harness.bench.timing_report import format_ms, per_mac_ratio
 from harness.errors import ConfigError, HarnessError
 from harness.planning.spec import Block, SweepSpec, resolve_configs
 from harness.planning.suites import load, plan, suite_path
@@ -101,6 +100,8 @@ def _ratio(x: float | None) -> str:
 
 def _ms(r: dict[str, Any] | None) -> str:
     """``median (min–max)`` in ms of a timing, or a dash."""
+    from harness.bench.timing_report import format_ms  # torch, via the bench's phases
+
     if not r or "median_s" not in r:
         return "–"
     return f"{format_ms(r['median_s'])} ({format_ms(r.get('min_s'))}–{format_ms(r.get('max_s'))})"
@@ -142,6 +143,8 @@ def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
     min–max), each over the fused cell's at the same sizes in the same run (``ratio_vs_cell``),
     and the train step per dense MAC against the cell's (``per_mac_ratio``), as in TIMING.md.
     """
+    from harness.bench.timing_report import per_mac_ratio  # torch, via the bench's phases
+
     out = []
     for here in _groups(records).values():
         shapes = {}
