@@ -22,17 +22,7 @@
 #include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
-// at::vec's widest vectors this CPU has (-march=native), with torch's own SLEEF functions
-#if !defined(CPU_CAPABILITY) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512DQ__) && defined(__AVX512VL__)
-#define CPU_CAPABILITY AVX512
-#define CPU_CAPABILITY_AVX512
-#elif !defined(CPU_CAPABILITY) && defined(__AVX2__) && defined(__FMA__)
-#define CPU_CAPABILITY AVX2
-#define CPU_CAPABILITY_AVX2
-#endif
-#include <ATen/cpu/vec/functional.h>
-#include <ATen/cpu/vec/vec.h>
+#include "vec.h"  // at::vec at this CPU's widest vectors
 
 #include <algorithm>
 #include <cstring>
