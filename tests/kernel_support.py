@@ -2,9 +2,10 @@
 library is expected to build here, every training kernel the methods hold, and the bodies of the
 fixtures that give a test an empty build cache or a built kernel.
 
-Every kernel is an op of one library, loaded once a process (``library.load_library``): the tests
-that build it for real build it into the session's cache (``built``), once; those that give it an
-empty cache (``fresh_cache``) see a process that has loaded nothing, and build with a stand-in.
+Every kernel is an op of one library (of one of its two parts), each part loaded once a process
+(``library.load_library``): the tests that build it for real build it into the session's cache
+(``built``), once; those that give it an empty cache (``fresh_cache``) see a process that has
+loaded nothing, and build with a stand-in.
 """
 
 from __future__ import annotations
@@ -58,16 +59,16 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     loaded it, a build here with torch's real compiler fails the test, rather than the process.
     """
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    loaded = library.library_file()
+    loaded = dict(library._loaded)
     real_load = torch.utils.cpp_extension.load
 
     def load(*args: Any, **kwargs: Any) -> Any:
-        if loaded is not None:
+        if loaded:
             pytest.fail(f"this process loaded the kernel library ({loaded}): build it with built()")
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)  # a test may stand in its own
-    library._loaded = None
+    library._loaded.clear()
     library.forget_library()
     try:
         yield tmp_path / "condrnn-harness" / "kernels"
@@ -75,8 +76,9 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         library.forget_library()
         # what this process has loaded for real (before, or here), not what a stand-in said
         really = {os.path.realpath(p) for p in torch.ops.loaded_libraries}
-        now = library._loaded
-        library._loaded = loaded or (now if now and os.path.realpath(now) in really else None)
+        now = {part: p for part, p in library._loaded.items() if os.path.realpath(p) in really}
+        library._loaded.clear()
+        library._loaded.update({**now, **loaded})
 
 
 def built(kernel: library.Kernel) -> Iterator[Any]:

@@ -127,8 +127,7 @@ def test_delta_gru_trains_on_meta_through_the_ops(library, beta):
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch, no_build):
     from harness.planning import resume
 
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
     resume.method_code.cache_clear()
     before = resume.method_code("delta-gru")

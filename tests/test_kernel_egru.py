@@ -228,8 +228,7 @@ def test_other_dtypes_take_the_step_loop(no_build):
 def test_the_egru_kernel_source_is_part_of_its_code_version(tmp_path, monkeypatch, no_build):
     from harness.planning import resume
 
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
     resume.method_code.cache_clear()
     before = resume.method_code("egru"), resume.method_code("gru")

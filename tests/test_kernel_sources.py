@@ -19,7 +19,7 @@ SHARED = {"__init__", "library", "inference"}  # the package's shared modules, n
 
 def families() -> dict[str, object]:
     """``stem -> module`` of every family module of baselines/ops (one per C++ source)."""
-    stems = {p.stem for p in library.CSRC.glob("*.cpp")} - {"ops"}
+    stems = set(library.kernel_stems())  # both parts: csrc/*.cpp (but ops.cpp), csrc/infer/*.cpp
     folder = library.CSRC.parent
     assert {p.stem for p in folder.glob("*.py")} - SHARED == stems  # one module per source
     return {s: importlib.import_module(f"baselines.ops.{s}") for s in stems}
@@ -45,7 +45,8 @@ def test_a_methods_code_version_holds_the_kernels_of_every_family_it_uses():
         used -= SHARED
         assert {k.stem for k in method_kernels(name)} == used, name
         for stem in used:  # its C++ source is in the code version
-            assert str(library.CSRC / f"{stem}.cpp") in files, (name, stem)
+            folder = library.CSRC / "infer" if library.part_of(stem) == "infer" else library.CSRC
+            assert str(folder / f"{stem}.cpp") in files, (name, stem)
         # read independently of the discovery: the families its module imports from
         text = Path(sys.modules[cls.__module__].__file__).read_text()
         imported = set(re.findall(r"^from baselines\.ops\.(\w+) import", text, re.M)) - SHARED

@@ -221,8 +221,7 @@ def test_the_kernel_source_is_part_of_srehns_code_version_only(tmp_path, monkeyp
     from harness.components import registry
     from harness.planning import resume
 
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
     assert str(tmp_path / "srehn.cpp") in registry.source_files(sys.modules[SREHN.__module__])
     resume.method_code.cache_clear()

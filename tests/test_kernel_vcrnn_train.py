@@ -303,8 +303,7 @@ def test_it_trains_on_meta_through_the_op(vc_ops, form, V):
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch):
     from harness.training.code import method_code
 
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
     method_code.cache_clear()
     before = method_code("vc-rnn"), method_code("sa-rnn")

@@ -113,24 +113,40 @@ def test_a_failed_build_is_reported_in_one_line_and_falls_back(fresh_kernel, mon
     torch.testing.assert_close(out.outputs, ref.outputs, rtol=0, atol=1e-10)
 
 
-def test_the_build_key_covers_every_source_and_header(tmp_path):
-    # a changed source, shared header or new source must give a new build directory
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
-    keys = [kernels.build_key(tmp_path)]
-    assert kernels.build_key(tmp_path) == keys[0] and kernels.build_key() == keys[0]
-    for name in ("common.h", "sarnn.cpp", "ops.cpp"):
-        (tmp_path / name).write_text((tmp_path / name).read_text() + "// changed\n")
-        keys.append(kernels.build_key(tmp_path))
-    (tmp_path / "new.cpp").write_text("// a new kernel\n")
-    keys.append(kernels.build_key(tmp_path))
-    assert len(set(keys)) == len(keys)
+def test_the_build_key_of_a_part_covers_its_sources_and_every_header(tmp_path):
+    # a changed source of the part, a shared header or a new source of the part must give a new
+    # build directory; a source of the other part must not
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
+    pristine = {part: kernels.build_key(tmp_path, part) for part in kernels.PARTS}
+    assert pristine == {part: kernels.build_key(part=part) for part in kernels.PARTS}
+    for part, own, other in (
+        ("train", "ops.cpp", "infer/sarnn.cpp"),
+        ("infer", "infer/sarnn.cpp", "masked_cell.cpp"),
+    ):
+        keys = [pristine[part]] if part == "train" else [kernels.build_key(tmp_path, part)]
+        for name in ("common.h", own):
+            (tmp_path / name).write_text((tmp_path / name).read_text() + "// changed\n")
+            keys.append(kernels.build_key(tmp_path, part))
+        new = Path(own).parent / "new.cpp"
+        (tmp_path / new).write_text("// a new kernel\n")
+        keys.append(kernels.build_key(tmp_path, part))
+        (tmp_path / other).write_text((tmp_path / other).read_text() + "// changed\n")
+        assert kernels.build_key(tmp_path, part) == keys[-1]
+        assert len(set(keys)) == len(keys)
+        (tmp_path / new).unlink()
+    assert kernels.build_key(part="train") != kernels.build_key(part="infer")
 
 
-def test_the_library_holds_every_kernel_and_says_so_in_its_build_line():
-    stems = {p.stem for p in kernels.CSRC.glob("*.cpp")} - {"ops"}
-    assert set(kernels.kernel_stems()) == stems
-    assert BUILDING == f"building {len(stems)} kernels (once, cached in "
+def test_the_library_holds_every_kernel_in_its_two_parts_and_says_so_in_the_build_line():
+    train = {p.stem for p in kernels.CSRC.glob("*.cpp")} - {"ops"}
+    infer = {p.stem for p in (kernels.CSRC / "infer").glob("*.cpp")}
+    assert (
+        set(kernels.kernel_stems("train")) == train and set(kernels.kernel_stems("infer")) == infer
+    )
+    assert set(kernels.kernel_stems()) == train | infer and not train & infer
+    assert {kernels.part_of(s) for s in train} == {"train"}
+    assert {kernels.part_of(s) for s in infer} == {"infer"}
+    assert BUILDING == f"building {len(train)} kernels (once, cached in "
 
 
 def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
@@ -152,11 +168,12 @@ def test_every_header_a_kernel_includes_is_in_csrc_and_shipped():
         "srehn.cpp": "elastic_gate.h",
         "ei_rehn_stack.cpp": "elastic_gate.h",
     }
-    for source in sorted(p.name for p in kernels.CSRC.glob("*.cpp")):
-        text = (kernels.CSRC / source).read_text()
-        included = re.findall(r'^#include "([^"]+)"', text, re.MULTILINE)
-        assert source not in shared or shared[source] in included, source
-        for name in [source, *included]:
+    for path in [*kernels.part_sources("train"), *kernels.part_sources("infer")]:
+        source = path.relative_to(kernels.CSRC).as_posix()
+        included = re.findall(r'^#include "([^"]+)"', path.read_text(), re.MULTILINE)
+        assert path.name not in shared or shared[path.name] in included, source
+        assert any(fnmatch.fnmatch(f"ops/csrc/{source}", g) for g in globs), (source, globs)
+        for name in included:
             assert (kernels.CSRC / name).is_file(), name
             assert any(fnmatch.fnmatch(f"ops/csrc/{name}", g) for g in globs), (name, globs)
 
@@ -169,7 +186,7 @@ def test_no_kernel_calls_a_bare_lerp():
     bare = re.compile(r"(?<![\w.:>])lerp\(")
     found = [
         f"{f.name}:{i}"
-        for f in sorted([*kernels.CSRC.glob("*.cpp"), *kernels.CSRC.glob("*.h")])
+        for f in sorted([*kernels.CSRC.rglob("*.cpp"), *kernels.CSRC.glob("*.h")])
         for i, line in enumerate(f.read_text().splitlines(), 1)
         if bare.search(line.split("//")[0])
     ]
@@ -273,12 +290,13 @@ def test_vcrnn_failed_build_is_one_line_and_falls_back(fresh_kernel, monkeypatch
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     m = vc_model("before")
     x = torch.randn(1, 30, 3, dtype=torch.float64)
-    with pytest.warns(UserWarning, match="VC-RNN kernel unavailable"):
+    with pytest.warns(UserWarning, match="VC-RNN inference kernel unavailable"):
         out = m.fast_forward(x)
     why = "RuntimeError: Error building extension 'condrnn_ops'"
     assert vc_ops.vcrnn_kernel_status() == kernels.KernelStatus("unavailable", why)
     assert VCRNN.fast_path_note().endswith(f"(unavailable here, {why}: PyTorch fallback)")
-    assert sa_ops.sarnn_kernel_status() == kernels.KernelStatus("unavailable", why)  # one library
+    assert sa_ops.sarnn_kernel_status() == kernels.KernelStatus("unavailable", why)  # one part
+    assert kernels.library_status("train").state == "not tried"  # the other part: nothing asked
     ref = m(x)
     assert torch.equal(out.mask, ref.mask)
     torch.testing.assert_close(out.outputs, ref.outputs, rtol=0, atol=1e-10)
@@ -379,7 +397,7 @@ def test_ei_rehn_failed_build_falls_back_to_the_python_stack(fresh_kernel, monke
     assert ei_stack.ei_rehn_stack_kernel_status() == kernels.KernelStatus("unavailable", why)
 
 
-BUILDING = f"building {len(kernels.kernel_stems())} kernels (once, cached in "
+BUILDING = f"building {len(kernels.kernel_stems('train'))} kernels (once, cached in "
 
 
 def test_a_kernel_build_is_said_once_on_stderr_and_is_not_training_time(
@@ -440,11 +458,11 @@ def test_a_kernel_found_built_is_loaded_without_a_word(fresh_kernel, monkeypatch
         and err[0].endswith(") ...")
     ), err
     assert re.fullmatch(r"\.\.\. built in \d+ s", err[1]), err
-    assert builds == [sorted(p.name for p in kernels.CSRC.glob("*.cpp"))]  # every source, once
+    assert builds == [sorted(p.name for p in kernels.part_sources("train"))]  # each, once
     assert loaded == [str(kernels.library_file())] and kernels.library_file().is_file()
     assert masked_cell.masked_cell_kernel() is not None and len(builds) == 1  # all in it
     assert masked_cell.masked_cell_kernel_status() == kernels.KernelStatus("loaded")
-    kernels._loaded = None  # a later process: the binary is there
+    kernels._loaded.clear()  # a later process: the binary is there
     ei_stack.ei_rehn_stack_kernel.cache_clear()
     assert ei_stack.step_kernel(weights) is not None
     assert capsys.readouterr().err == "" and len(builds) == 2 and len(loaded) == 2
@@ -458,8 +476,7 @@ def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeyp
     from harness.components import registry
     from harness.planning import resume
 
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
     files = registry.source_files(sys.modules[EIREHN.__module__])
     assert str(tmp_path / "ei_rehn_stack.cpp") in files
@@ -900,8 +917,7 @@ def test_the_masked_cell_kernel_source_is_part_of_the_methods_code_versions(
 ):
     from harness.planning import resume
 
-    for f in kernels.CSRC.iterdir():
-        shutil.copy(f, tmp_path / f.name)
+    shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
     resume.method_code.cache_clear()
     before = {name: resume.method_code(name) for name in MASKED_METHODS}

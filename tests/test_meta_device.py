@@ -130,7 +130,7 @@ def test_a_training_kernel_is_never_asked_for_off_the_cpu(monkeypatch):
     meta (its ops' fake implementations), it gives the kernel."""
     loaded = []
 
-    def load(label):  # the library's build and load, a stand-in
+    def load(label, part):  # the build and load of a part of the library, a stand-in
         loaded.append(label)
         return library.KernelStatus("loaded")
 

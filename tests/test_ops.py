@@ -29,8 +29,11 @@ OPCHECKS = (
 
 @pytest.fixture
 def ops():
-    """The library built (or found built) and loaded; every op family's module imported."""
-    yield from built(masked_cell_kernel)
+    """Both parts of the library built (or found built) and loaded; every op family's module
+    imported."""
+    for found in built(masked_cell_kernel):
+        assert library.load_library("the op tests", "infer"), library.library_status("infer")
+        yield found
 
 
 def namespace_ops() -> list[str]:

@@ -27,13 +27,14 @@ path (one warning, ``library.on_cpu``).
 
 Adding a kernel (a new family ``foo``):
 
-1. ``csrc/foo.cpp``: the kernel, its ``TORCH_LIBRARY_FRAGMENT`` block (``foo_forward``,
-   ``foo_backward``, ...; schemas as ``csrc/ops.cpp`` says: no undefined output, nothing
-   mutated) and its ``TORCH_LIBRARY_IMPL(condrnn, CPU, ...)`` block. Nothing shared to edit: the
-   build takes every ``csrc/*.cpp``; its key covers every source and header.
+1. ``csrc/foo.cpp`` (a training kernel; an inference-only one goes in ``csrc/infer/``): the
+   kernel, its ``TORCH_LIBRARY_FRAGMENT`` block (``foo_forward``, ``foo_backward``, ...; schemas
+   as ``csrc/ops.cpp`` says: no undefined output, nothing mutated) and its
+   ``TORCH_LIBRARY_IMPL(condrnn, CPU, ...)`` block. Nothing shared to edit: the build of a part
+   takes every source of its folder; its key covers them and every header.
 2. ``foo.py``: ``foo_kernel = Kernel("foo", "Foo training")`` (its source then counts in
-   the code version of every method whose module uses it, and a sweep builds the library before
-   its first run), the wrapper a method calls, ``@fake("foo_forward")`` and
+   the code version of every method whose module uses it, and a sweep builds the training part
+   before its first run), the wrapper a method calls, ``@fake("foo_forward")`` and
    ``@fake("foo_backward")``, and ``autograd("foo_forward", backward, setup_context)``.
 3. The method: ask ``foo_kernel.for_tensors(...)`` and call the wrapper where it returns ops;
    keep the per-step path for everything else.

@@ -24,23 +24,23 @@ import torch
 from torch import Tensor
 
 from baselines.ops.inference import column_panels
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library
+from baselines.ops.library import Kernel, KernelStatus, fake
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 clockwork_infer_family = Kernel("clockwork_infer", "Clockwork RNN inference")
 
 
 def clockwork_infer_kernel_status() -> KernelStatus:
     """The state of the Clockwork inference kernel (the library's), found without building it."""
-    return library_status()
+    return clockwork_infer_family.status()
 
 
 def clockwork_infer_kernel() -> Any:
     """The op ``condrnn::clockwork_infer_sequence``, or None where the library cannot be built.
     The caller asks ``on_cpu`` first and passes float32 or float64 tensors of one dtype
     (``fused_dtype``)."""
-    ok = load_library("Clockwork RNN")
+    ok = clockwork_infer_family() is not None
     return torch.ops.condrnn.clockwork_infer_sequence.default if ok else None
 
 

@@ -25,21 +25,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library, on_cpu
+from baselines.ops.library import Kernel, KernelStatus, fake, on_cpu
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 delta_gru_infer_family = Kernel("delta_gru_infer", "Delta GRU inference")
 
 
 def delta_gru_infer_kernel_status() -> KernelStatus:
     """The state of the Delta GRU inference kernel (the library's), found without building it."""
-    return library_status()
+    return delta_gru_infer_family.status()
 
 
 def delta_gru_infer_kernel() -> Any:
     """The op ``condrnn::delta_gru_infer_sequence``, or None where the library cannot be built."""
-    if not load_library("Delta GRU inference"):
+    if delta_gru_infer_family() is None:
         return None
     return torch.ops.condrnn.delta_gru_infer_sequence.default
 

@@ -23,21 +23,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library, on_cpu
+from baselines.ops.library import Kernel, KernelStatus, fake, on_cpu
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 egru_infer_family = Kernel("egru_infer", "EGRU inference")
 
 
 def egru_infer_kernel_status() -> KernelStatus:
     """The state of the EGRU inference kernel (the library's), found without building it."""
-    return library_status()
+    return egru_infer_family.status()
 
 
 def egru_infer_kernel() -> Any:
     """The op ``condrnn::egru_infer_sequence``, or None where the library cannot be built."""
-    if not load_library("EGRU inference"):
+    if egru_infer_family() is None:
         return None
     return torch.ops.condrnn.egru_infer_sequence.default
 

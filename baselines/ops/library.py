@@ -1,5 +1,6 @@
-"""The kernel library: every C++ source of ``csrc`` built into one shared library whose ops are
-the namespace ``torch.ops.condrnn``, loaded once a process, with the ops' Python parts (fake
+"""The kernel library: the C++ sources of ``csrc`` built into two shared libraries (its parts:
+the training kernels, and the inference kernels of ``csrc/infer``) whose ops are the namespace
+``torch.ops.condrnn``, each loaded once a process, with the ops' Python parts (fake
 implementations, backwards) registered once it is loaded; the kernels' status; the handle a
 method holds on its family's ops (``Kernel``).
 
@@ -13,20 +14,22 @@ modules beside this one (``baselines/ops/<stem>.py``) declare each op's fake imp
 (``fake``) and the forward op's backward (``autograd``), registered with the dispatcher when
 the library is loaded (``python_parts``).
 
-All sources are compiled into one shared library by one ``torch.utils.cpp_extension.load``
-(ninja compiles them in parallel), on first use (never at import), which needs a C++ compiler
-and ninja (the ``kernels`` extra), and loaded with ``torch.ops.load_library``, once a process
-(``load_library``): its ops stay registered for the life of the process. The build says so in
-one line on stderr before it starts (``building N kernels (once, cached in DIR) ...``) and its
-time when done (``... built in 50 s``): 50 s on an idle 2-core machine for the whole library,
-where the 11 separate pybind11 extensions it replaces took 260 s one after another (the README
-says how it was measured; each source includes only the ATen operators it calls,
-``ATen/ops/<op>.h``: with ``ATen/ATen.h`` the library took 58 s; benchmarks/test_build.py times
-it from an empty cache). Where it cannot be built, or with ``HARNESS_NO_KERNELS=1``, every
-kernel's loader returns None (one warning where a build fails) and callers take their PyTorch
-path, which computes the same thing. Floating-point contraction is off so that the update
-decisions round exactly like PyTorch's elementwise ops; dot products are vectorised reductions
-(``omp simd``), summed in a different order than BLAS, so outputs agree to rounding.
+The sources of a part (``PARTS``) are compiled into one shared library by one
+``torch.utils.cpp_extension.load`` (ninja compiles them in parallel), on first use (never at
+import), which needs a C++ compiler and ninja (the ``kernels`` extra), and loaded with
+``torch.ops.load_library``, once a process (``load_library``): its ops stay registered for the
+life of the process. The training part is what a sweep needs (it builds it before its first
+run); the inference part only the fast paths (``fast_forward``, ``harness bench --speedup``), so
+that a newcomer's first run waits for half the sources (the README gives the time and how it was
+measured; benchmarks/test_build.py times both parts from an empty cache; each source includes
+only the ATen operators it calls, ``ATen/ops/<op>.h``, which builds faster than
+``ATen/ATen.h``). A build says so in one line on stderr before it starts (``building N kernels
+(once, cached in DIR) ...``) and its time when done (``... built in S s``). Where it cannot be
+built, or with ``HARNESS_NO_KERNELS=1``, every kernel's loader returns None (one warning where a
+build fails) and callers take their PyTorch path, which computes the same thing. Floating-point
+contraction is off so that the update decisions round exactly like PyTorch's elementwise ops;
+dot products are vectorised reductions (``omp simd``), summed in a different order than BLAS, so
+outputs agree to rounding.
 
 The kernels: the batch-1 inference sequences of SA-RNN and VC-RNN (``baselines.ops.sarnn``,
 ``baselines.ops.vcrnn``) and the inference sequences of Delta GRU and EGRU at any batch size
@@ -51,17 +54,16 @@ kernels, ``Kernel.for_tensors``) before it asks for a kernel: on another device 
 it takes its PyTorch path, which computes the same thing, and the first such fallback of each
 fast path in a process says so in one warning line.
 
-``library_status()`` (and each kernel's ``status()``) says which of the two happened without
+``library_status(part)`` (and each kernel's ``status()``) says which of the two happened without
 building anything: reports are rendered from measured rows, and rendering must never start a
-compiler. Every kernel is in the one library, so all share its state: "not tried" until
-something asks for a kernel, then "loaded" or "unavailable" for all of them.
+compiler. The kernels of a part share its state: "not tried" until something asks for one of
+them, then "loaded" or "unavailable" for all of them.
 
 The build uses ``-march=native``, so a binary is only valid on the CPU that built it. The build
-directory is keyed by a digest of every source and header, the flags, the torch version and this
-CPU's model and instruction-set flags (``build_key``): a cache shared by the nodes of a cluster
-holds one build per kind of CPU, and a node never loads a binary built for another (which would
-die with SIGILL).
-"""
+directory of a part is keyed by a digest of its sources and every header, the flags, the torch
+version and this CPU's model and instruction-set flags (``build_key``): a cache shared by the
+nodes of a cluster holds one build per kind of CPU, and a node never loads a binary built for
+another (which would die with SIGILL)."""
 
 from __future__ import annotations
 
@@ -83,6 +85,12 @@ import torch
 from harness.data import cache_dir
 
 CSRC = Path(__file__).resolve().parent / "csrc"
+PARTS = ("train", "infer")
+"""The library's two parts, each its own shared library of the one namespace, built and loaded on
+its own: the training kernels (``csrc/*.cpp``: what a sweep builds before its first run) and the
+inference kernels (``csrc/infer/*.cpp``: the fast paths, built by the first fast forward or
+``harness bench --speedup``), so that a newcomer's first run compiles only the first. The
+headers of ``csrc`` are shared."""
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp-simd", "-march=native")
 LIBRARY = "condrnn"  # the ops' namespace: torch.ops.condrnn
 DISABLED = "disabled by HARNESS_NO_KERNELS"
@@ -150,91 +158,104 @@ def cpu_identity() -> str:
     return "\n".join(parts)
 
 
-def kernel_stems() -> tuple[str, ...]:
-    """The kernels of the library: every ``csrc/<stem>.cpp`` but ``ops.cpp`` (its shared part)."""
-    return tuple(sorted(p.stem for p in CSRC.glob("*.cpp") if p.stem != "ops"))
-
-
-def build_key(csrc: Path | None = None) -> str:
-    """A digest of everything the compiled library depends on: every source and header of
-    ``csrc`` (default ``CSRC``), the flags, torch's version and this CPU."""
+def part_sources(part: str = "train", csrc: Path | None = None) -> list[Path]:
+    """The sources of a part of the library (``PARTS``), in ``csrc`` (default ``CSRC``)."""
     folder = CSRC if csrc is None else csrc
-    h = hashlib.sha256()
-    for path in sorted([*folder.glob("*.cpp"), *folder.glob("*.h")]):
-        for part in (path.name.encode(), path.read_bytes()):
-            h.update(part)
+    return sorted((folder / "infer" if part == "infer" else folder).glob("*.cpp"))
+
+
+def kernel_stems(part: str | None = None) -> tuple[str, ...]:
+    """The kernels of the library (of one part): every source but ``ops.cpp`` (the shared one)."""
+    parts = PARTS if part is None else (part,)
+    return tuple(sorted(p.stem for q in parts for p in part_sources(q) if p.stem != "ops"))
+
+
+def part_of(stem: str) -> str:
+    """The part of the library (``PARTS``) whose sources hold the kernel ``stem``."""
+    return next((q for q in PARTS if stem in kernel_stems(q)), "train")
+
+
+def build_key(csrc: Path | None = None, part: str = "train") -> str:
+    """A digest of everything a part of the compiled library depends on: its sources and every
+    header of ``csrc`` (default ``CSRC``), the flags, torch's version and this CPU."""
+    folder = CSRC if csrc is None else csrc
+    h = hashlib.sha256(part.encode())
+    for path in sorted([*part_sources(part, folder), *folder.glob("*.h")]):
+        for piece in (path.name.encode(), path.read_bytes()):
+            h.update(piece)
             h.update(b"\0")
-    for part in (" ".join(CFLAGS).encode(), torch.__version__.encode(), cpu_identity().encode()):
-        h.update(part)
+    for piece in (" ".join(CFLAGS).encode(), torch.__version__.encode(), cpu_identity().encode()):
+        h.update(piece)
         h.update(b"\0")
     return h.hexdigest()[:16]
 
 
-# What asking for the library found in this process (None: nothing asked since the last
-# ``forget_library``), and the file it was loaded from. A process loads it once: its ops stay
+# What asking for each part of the library found in this process (none: nothing asked since
+# the last ``forget_library``), and the files loaded. A process loads a part once: its ops stay
 # registered, and a second copy (another cache dir) would register them again, which the
 # dispatcher refuses by ending the process.
-_found: KernelStatus | None = None
-_loaded: Path | None = None
+_found: dict[str, KernelStatus] = {}
+_loaded: dict[str, Path] = {}
 
 
-def library_status() -> KernelStatus:
-    """Where the library (every kernel) stands in this process, found without building it."""
-    if _found is not None:
-        return _found
+def library_status(part: str = "train") -> KernelStatus:
+    """Where a part of the library (its kernels) stands in this process, found without building
+    it."""
+    if part in _found:
+        return _found[part]
     if os.environ.get("HARNESS_NO_KERNELS"):  # asking for it now would not build it either
         return KernelStatus("unavailable", DISABLED)
     return KernelStatus("not tried")
 
 
-def library_file() -> Path | None:
-    """The compiled library this process loaded, or None."""
-    return _loaded
+def library_file(part: str = "train") -> Path | None:
+    """The compiled part of the library this process loaded, or None."""
+    return _loaded.get(part)
 
 
-def load_library(label: str) -> bool:
-    """Whether the ops of ``torch.ops.condrnn`` can run: the library built (or found built) and
-    loaded at the first ask of a process (or the first since ``forget_library``), the answer kept.
+def load_library(label: str, part: str = "train") -> bool:
+    """Whether the ops of a part of ``torch.ops.condrnn`` can run: that part built (or found
+    built) and loaded at the first ask of a process (or the first since ``forget_library``), the
+    answer kept.
 
     Args:
         label: the kernel that asks ("SA-RNN", "EGRU training"), named by the warning of a build
             that fails.
+        part: which part (``PARTS``).
     """
-    global _found
-    if _found is None:
-        _found = _load(label)
-    return _found.state == "loaded"
+    if part not in _found:
+        _found[part] = _load(label, part)
+    return _found[part].state == "loaded"
 
 
 def forget_library() -> None:
     """Forget what asking for the library found: the next ask loads (or builds) again. A library
     this process has loaded stays loaded (its ops stay registered): asked again, it is reused."""
-    global _found
-    _found = None
+    _found.clear()
 
 
-def _load(label: str) -> KernelStatus:
-    """Build (or find built) every ``csrc/*.cpp`` into one shared library and load it: its status.
+def _load(label: str, part: str) -> KernelStatus:
+    """Build (or find built) the sources of a part into one shared library and load it: its status.
 
     A build that compiles (no binary in the cache yet: the first on a machine and CPU) is said on
     stderr in one line before it starts, and its time after; one that fails is one warning naming
     ``label``, and the status says why in one line."""
-    global _loaded
     if os.environ.get("HARNESS_NO_KERNELS"):
         return KernelStatus("unavailable", DISABLED)
-    if _loaded is not None:  # loaded once a process: its ops are there
+    if part in _loaded:  # loaded once a process: its ops are there
         return KernelStatus("loaded")
     try:
         from torch.utils.cpp_extension import LIB_EXT, load
 
-        key = build_key()
-        name = f"{LIBRARY}_ops_{key}"
-        build = cache_dir() / "kernels" / f"ops-{key}"
+        key = build_key(part=part)
+        stem = "ops" if part == "train" else part
+        name = f"{LIBRARY}_{stem}_{key}"
+        build = cache_dir() / "kernels" / f"{stem}-{key}"
         build.mkdir(parents=True, exist_ok=True)
         library = build / f"{name}{LIB_EXT}"
         compiles = not library.exists()
         if compiles:
-            count = len(kernel_stems())
+            count = len(kernel_stems(part))
             print(f"building {count} kernels (once, cached in {build}) ...", file=sys.stderr)
             sys.stderr.flush()
         start = time.perf_counter()
@@ -242,7 +263,7 @@ def _load(label: str) -> KernelStatus:
             warnings.simplefilter("ignore")
             load(
                 name=name,
-                sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
+                sources=[str(p) for p in part_sources(part)],
                 extra_include_paths=[str(CSRC)],  # common.h, gemm.h, elastic_gate.h
                 # exact rounding for the decisions; SIMD reductions only where the pragma says
                 extra_cflags=list(CFLAGS),
@@ -251,7 +272,7 @@ def _load(label: str) -> KernelStatus:
                 verbose=False,
             )
         torch.ops.load_library(str(library))  # ``load`` did: a second call is a no-op
-        _loaded = library
+        _loaded[part] = library
         python_parts.register()  # the ops' fake implementations and backwards
         if compiles:
             print(f"... built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
@@ -267,14 +288,17 @@ def _load(label: str) -> KernelStatus:
 
 
 def c_function(
-    name: str, restype: Any = ctypes.c_int64, argtypes: tuple[Any, ...] = (ctypes.c_int64,)
+    name: str,
+    restype: Any = ctypes.c_int64,
+    argtypes: tuple[Any, ...] = (ctypes.c_int64,),
+    part: str = "train",
 ) -> Callable[..., Any]:
-    """The plain C function ``condrnn_<name>`` of the loaded library, through ctypes: what is no
-    op (no tensor in or out: a pool's size). AttributeError
-    where the library has no such function; RuntimeError where none is loaded."""
-    if _loaded is None:
-        raise RuntimeError("the kernel library is not loaded (load_library)")
-    function = getattr(ctypes.CDLL(str(_loaded)), f"{LIBRARY}_{name}")
+    """The plain C function ``condrnn_<name>`` of the loaded part of the library, through
+    ctypes: what is no op (no tensor in or out: a pool's size). AttributeError where the library
+    has no such function; RuntimeError where that part is not loaded."""
+    if part not in _loaded:
+        raise RuntimeError(f"the kernel library's {part} part is not loaded (load_library)")
+    function = getattr(ctypes.CDLL(str(_loaded[part])), f"{LIBRARY}_{name}")
     function.restype, function.argtypes = restype, list(argtypes)
     return function
 
@@ -310,7 +334,7 @@ class PythonParts:
         self._maybe_register()
 
     def _maybe_register(self) -> None:
-        if _loaded is not None:
+        if _loaded:
             self.register()
 
     def register(self) -> None:
@@ -352,8 +376,9 @@ def none_if_empty(t: Any) -> Any:
 
 
 def kernel_sources(stem: str) -> tuple[Path, ...]:
-    """``csrc/<stem>.cpp`` and the headers of ``csrc`` it includes (``#include "..."``)."""
-    source = CSRC / f"{stem}.cpp"
+    """The kernel's source (``csrc/<stem>.cpp`` or ``csrc/infer/<stem>.cpp``) and the headers of
+    ``csrc`` it includes (``#include "..."``)."""
+    source = next(p for p in part_sources(part_of(stem)) if p.stem == stem)
     included = re.findall(r'^#include "([^"]+)"', source.read_text(), re.MULTILINE)
     return (source, *(CSRC / name for name in included))
 
@@ -379,7 +404,7 @@ class KernelOps:
             found = getattr(torch.ops.condrnn, op).default
         except AttributeError:  # not an op: a plain C function of the kernel (``pool_held``)
             try:
-                found = c_function(op, argtypes=())
+                found = c_function(op, argtypes=(), part=part_of(self.stem))
             except AttributeError as e:
                 raise AttributeError(f"the kernel library has no op condrnn::{op}") from e
         setattr(self, name, found)  # found once
@@ -390,40 +415,43 @@ class KernelOps:
 
 
 class Kernel:
-    """A method's kernel family, ``csrc/<stem>.cpp``, as ops of the library: a training kernel
-    (forward and backward of its recurrence, the forward op's backward registered with it) or an
-    inference kernel (a whole eval sequence, no backward).
+    """A method's kernel family as ops of the library: a training kernel, ``csrc/<stem>.cpp``
+    (forward and backward of its recurrence, the forward op's backward registered with it), or an
+    inference kernel, ``csrc/infer/<stem>.cpp`` (a whole eval sequence, no backward); ``part``
+    says which part of the library holds it.
 
-    Called, it returns its ops (``KernelOps``), the library built (or found built) and loaded at
-    the first ask of a process, never at import, or None where it cannot be built (with one
-    warning) or kernels are disabled; a build that compiles says so in one line on stderr.
+    Called, it returns its ops (``KernelOps``), its part of the library built (or found built)
+    and loaded at the first ask of a process, never at import, or None where it cannot be built
+    (with one warning) or kernels are disabled; a build that compiles says so in one line on stderr.
     Define it in its op family's module (``baselines/ops/<stem>.py``): its sources
     (``kernel_source_files``) are part of the code version of every method whose modules hold it
-    (``method_code``), and a sweep builds the library before its first run.
+    (``method_code``), and a sweep builds the training part before its first run.
 
     Args:
-        stem: the source's name in ``csrc``, without ``.cpp``.
+        stem: the source's name in ``csrc`` (or ``csrc/infer``), without ``.cpp``.
         name: what the kernel is, for its messages ("Skip-GRU training").
     """
 
     def __init__(self, stem: str, name: str) -> None:
         self.stem, self.name = stem, name
+        self.part = part_of(stem)
         self._ops = KernelOps(stem)
         # where it is declared (its family's module), as a class's: the code versions follow a
         # method's modules to it through its methods too (``x_kernel.for_tensors``)
         self.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
 
     def __call__(self) -> KernelOps | None:
-        return self._ops if load_library(self.name) else None
+        return self._ops if load_library(self.name, self.part) else None
 
     def cache_clear(self) -> None:
-        """Forget what the last ask found, for every kernel (they share the library): the next
-        call loads (or builds) again (``forget_library``)."""
+        """Forget what the last ask found, for every kernel: the next call loads (or builds)
+        again (``forget_library``)."""
         forget_library()
 
     def status(self) -> KernelStatus:
-        """Where the kernel (the library) stands in this process, found without building it."""
-        return library_status()
+        """Where the kernel (its part of the library) stands in this process, found without
+        building it."""
+        return library_status(self.part)
 
     def kernel_source_files(self) -> tuple[Path, ...]:
         """Its C++ source and the headers of ``csrc`` it includes."""

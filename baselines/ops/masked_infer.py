@@ -29,21 +29,21 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library, on_cpu
+from baselines.ops.library import Kernel, KernelStatus, fake, on_cpu
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 masked_infer_family = Kernel("masked_infer", "masked-cell inference")
 
 
 def masked_infer_kernel_status() -> KernelStatus:
     """The state of the kernel (the library's), found without building or loading it."""
-    return library_status()
+    return masked_infer_family.status()
 
 
 def masked_infer_kernel() -> Any:
     """The op ``condrnn::masked_infer_sequence``, or None where the library cannot be built."""
-    ok = load_library("masked-cell inference")
+    ok = masked_infer_family() is not None
     return torch.ops.condrnn.masked_infer_sequence.default if ok else None
 
 

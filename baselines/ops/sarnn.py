@@ -19,21 +19,21 @@ from typing import Any
 
 import torch
 
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library
+from baselines.ops.library import Kernel, KernelStatus, fake
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 sarnn_family = Kernel("sarnn", "SA-RNN inference")
 
 
 def sarnn_kernel_status() -> KernelStatus:
     """The state of the SA-RNN kernel (the library's), found without building or loading it."""
-    return library_status()
+    return sarnn_family.status()
 
 
 def sarnn_kernel() -> Any:
     """The op ``condrnn::sarnn_sequence``, or None where the library cannot be built."""
-    return torch.ops.condrnn.sarnn_sequence.default if load_library("SA-RNN") else None
+    return torch.ops.condrnn.sarnn_sequence.default if sarnn_family() is not None else None
 
 
 @fake("sarnn_sequence")

@@ -22,23 +22,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library
+from baselines.ops.library import Kernel, KernelStatus, fake
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 skip_rnn_infer_family = Kernel("skip_rnn_infer", "Skip RNN inference")
 
 
 def skip_rnn_infer_kernel_status() -> KernelStatus:
     """The state of the Skip RNN inference kernel (the library's), found without building it."""
-    return library_status()
+    return skip_rnn_infer_family.status()
 
 
 def skip_rnn_infer_kernel() -> Any:
     """The op ``condrnn::skip_rnn_infer_sequence``, or None where the library cannot be built.
     The caller asks ``on_cpu`` first and passes float32 or float64 tensors of one dtype
     (``fused_dtype``)."""
-    return torch.ops.condrnn.skip_rnn_infer_sequence.default if load_library("Skip RNN") else None
+    return (
+        torch.ops.condrnn.skip_rnn_infer_sequence.default
+        if skip_rnn_infer_family() is not None
+        else None
+    )
 
 
 def fused_dtype(*tensors: Tensor) -> bool:

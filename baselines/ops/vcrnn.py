@@ -14,21 +14,21 @@ from typing import Any
 
 import torch
 
-from baselines.ops.library import Kernel, KernelStatus, fake, library_status, load_library
+from baselines.ops.library import Kernel, KernelStatus, fake
 
 # the family's source counts in the code version of every method whose modules use it
-# (``method_code``), and a sweep builds the library before its first run
+# (``method_code``); it is in the library's inference part (``PARTS``)
 vcrnn_family = Kernel("vcrnn", "VC-RNN inference")
 
 
 def vcrnn_kernel_status() -> KernelStatus:
     """The state of the VC-RNN kernel (the library's), found without building or loading it."""
-    return library_status()
+    return vcrnn_family.status()
 
 
 def vcrnn_kernel() -> Any:
     """The op ``condrnn::vcrnn_sequence``, or None where the library cannot be built."""
-    return torch.ops.condrnn.vcrnn_sequence.default if load_library("VC-RNN") else None
+    return torch.ops.condrnn.vcrnn_sequence.default if vcrnn_family() is not None else None
 
 
 @fake("vcrnn_sequence")

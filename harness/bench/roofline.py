@@ -115,9 +115,9 @@ def best_per_call(f: Callable[[], Any], calls: int, blocks: int) -> float:
 def kernel_ops(methods: Sequence[str]) -> dict[str, Any] | None:
     """The kernel library's measure ops, or None where the library is not loaded.
 
-    The library is asked for through the kernel loaders of ``methods`` (``method_kernels``;
-    every kernel is in the one library). None: no method with a kernel, the library not built,
-    ``HARNESS_NO_KERNELS``.
+    The library's inference part (which holds them) is asked for through the inference kernel
+    loaders of ``methods`` (``method_kernels``). None: no method with an inference kernel, the
+    library not built, ``HARNESS_NO_KERNELS``.
 
     Returns:
         ``{"triad": ..., "product": ..., "loop": ...}``: ``condrnn::roofline_triad``,
@@ -125,6 +125,8 @@ def kernel_ops(methods: Sequence[str]) -> dict[str, Any] | None:
     """
     for method in methods:
         for loader in method_kernels(method):
+            if getattr(loader, "part", None) != "infer":
+                continue
             ops = torch.ops.condrnn
             if loader() is None or not hasattr(ops, "roofline_triad"):
                 return None

@@ -287,11 +287,13 @@ def _run_config(
 def build_kernels(cfgs: Any, run: RunOptions) -> None:
     """Build (or load) the compiled kernels that the runs ``cfgs`` train with, here, now.
 
-    The kernels are those whose sources are part of the runs' methods' code versions
-    (``method_kernels``: the loaders in their modules). Every kernel is an op of one library
-    (``baselines.ops.library``): the first loader builds it, all its kernels in one build, once per
-    machine and CPU, saying so in one line on stderr when it compiles (a cached one loads
-    silently), and the others find it loaded, so that no run's time holds a compile. Nothing is
+    The kernels are the training kernels whose sources are part of the runs' methods' code
+    versions (``method_kernels``: the loaders in their modules, ``part`` "train"; the inference
+    kernels they also hold run only in fast paths, which no run calls). Every training kernel is
+    an op of one library (the training part of ``baselines.ops.library``): the first loader builds
+    it, all its kernels in one build, once per machine and CPU, saying so in one line on stderr
+    when it compiles (a cached one loads silently), and the others find it loaded, so that no
+    run's time holds a compile. Nothing is
     built with ``HARNESS_NO_KERNELS`` set or where the runs do not train on the CPU (the kernels
     are CPU-only).
     """
@@ -301,7 +303,8 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
         return
     loaders = {id(k): k for m in dict.fromkeys(c.method for c in cfgs) for k in method_kernels(m)}
     for loader in loaders.values():
-        loader()
+        if getattr(loader, "part", "train") == "train":
+            loader()
 
 
 def warm_up() -> None:

@@ -1,8 +1,9 @@
-// The operator library ``condrnn`` (``torch.ops.condrnn``): every source of this folder compiled
-// into one shared library, in one build, by baselines/ops/library.py, and loaded with
-// ``torch.ops.load_library`` once a process.
+// The operator library ``condrnn`` (``torch.ops.condrnn``): the sources of this folder (the
+// training kernels) and of ``infer/`` (the inference kernels) compiled into two shared libraries,
+// one build each, by baselines/ops/library.py, and loaded with ``torch.ops.load_library`` once a
+// process each.
 //
-// This file holds the one ``TORCH_LIBRARY`` block of the namespace (a second copy of the library
+// This file holds the one ``TORCH_LIBRARY`` block of the namespace (a second copy of a library
 // loaded into a process is refused by the dispatcher). A source may also export plain C
 // functions, which are no ops (no tensor in or out) and which Python calls through ctypes
 // (baselines/ops/library.py ``c_function``; e.g. masked_cell.cpp's pool size).
