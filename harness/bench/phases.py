@@ -271,20 +271,52 @@ def method_phase(
     key = (cfg.task, cfg.task_cfg, cfg.seed)
     if key not in splits:
         splits[key] = task_obj.splits(cfg.seed).test
-    split = splits[key]
     B = cfg.train.eval_batch_size if phase == "inference" else cfg.train.batch_size
-    batch = next(iter(split.batches(B))).to(device)
+    batch = next(iter(splits[key].batches(B))).to(device)
+    timed = _Timed(
+        phase,
+        device,
+        task_obj,
+        cfg.train,
+        model,
+        batch,
+        _info(method, phase, device, cfg, task_obj, model, batch),
+    )
+
+    def forward() -> tuple[Tensor, Tensor | None]:
+        out = model(batch.x, batch.lengths)
+        return out.pred, out.aux_loss
+
+    if phase == "train":
+        model.on_epoch_start(0, cfg.train.epochs)
+    return Phase(timed.of(model, forward), timed.info, model, timed.key(), timed.reference)
+
+
+def _info(
+    method: str,
+    phase: str,
+    device: torch.device,
+    cfg: Any,
+    task: Task,
+    model: SeqModel,
+    batch: Batch,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A method phase's ``Phase.info``; and what shapes its references besides the sizes.
+
+    The second: the embedding, the read-out and its mode.
+    """
+    first = model.methods[0]
     sizes = {
         "B": int(batch.x.shape[0]),
         "T": int(batch.x.shape[1]),
-        "V": int(task_obj.input_size),
+        "V": int(task.input_size),
         "D": cfg.model.hidden_size,
         "layers": cfg.model.num_layers,
     }
     layers = len(model.layers)
     method_macs = sum(m.cost().dense_step() for m in model.methods)
     gru_macs = fused_macs("GRU", first.input_size, first.hidden_size, layers)
-    info = {
+    return {
         "method": method,
         "task": cfg.task,
         "preset": cfg.preset,
@@ -300,56 +332,79 @@ def method_phase(
         "cell_macs": fused_macs(first.fused_cell, first.input_size, first.hidden_size, layers),
         "mac_ratio": method_macs / gru_macs,
         "target": timing_target(first, layers, method_macs),
-    }
-    # What shapes a reference besides the sizes: the embedding, the read-out and its mode.
-    shape = {
+    }, {
         "input_size": first.input_size,
         "embedding": None if model.embed is None else list(model.embed.weight.shape),
         "output_size": model.readout.out_features,
         "readout": model.readout_mode,
         "tied": model.tied,
     }
-    ref_config = {"task": cfg.task, "preset": cfg.preset, "seed": cfg.seed, "sizes": sizes, **shape}
-    key = json.dumps({"phase": phase, "device": str(device), **ref_config}, sort_keys=True)
 
-    def timed(module: nn.Module, forward: Callable[[], tuple[Tensor, Any]]) -> Callable[[], Any]:
-        """``phase`` on ``module``: one forward pass under no_grad, or one training step."""
-        if phase == "inference":
+
+class _Timed:
+    """One method's phase on one batch: how a module is timed in it, and its references.
+
+    ``of`` times a module in the phase; ``reference`` builds a reference phase of the same batch;
+    the phases of equal ``key`` have the same references.
+    """
+
+    def __init__(
+        self,
+        phase: str,
+        device: torch.device,
+        task: Task,
+        train: TrainConfig,
+        model: SeqModel,
+        batch: Batch,
+        info: tuple[dict[str, Any], dict[str, Any]],
+    ) -> None:
+        self.phase, self.device, self.task, self.train = phase, device, task, train
+        self.model, self.batch = model, batch
+        self.info, shape = info
+        self.ref_config = {k: self.info[k] for k in ("task", "preset", "seed", "sizes")} | shape
+
+    def key(self) -> str:
+        """Equal for the phases whose references are the same."""
+        return json.dumps(
+            {"phase": self.phase, "device": str(self.device), **self.ref_config}, sort_keys=True
+        )
+
+    def of(self, module: nn.Module, forward: Callable[[], tuple[Tensor, Any]]) -> Callable[[], Any]:
+        """The phase on ``module``: one forward pass under no_grad, or one training step."""
+        if self.phase == "inference":
             module.eval()
-            return synced(torch.no_grad()(lambda: forward()[0]), device)
+            return synced(torch.no_grad()(lambda: forward()[0]), self.device)
         module.train()
         params = [p for p in module.parameters() if p.requires_grad]
-        return synced(train_step(params, task_obj, batch, cfg.train, forward), device)
+        step = train_step(params, self.task, self.batch, self.train, forward)
+        return synced(step, self.device)
 
-    def make_reference(kind: str = "GRU") -> Phase:
+    def reference(self, kind: str = "GRU") -> Phase:
+        """The reference phase of a kind of ``TIMED_CELLS`` at this phase's sizes and batch."""
         if kind != STEP_LOOP and kind not in FUSED_CELLS:
             raise ValueError(f"unknown reference {kind!r}; known: {', '.join(TIMED_CELLS)}")
-        ref = (StepLoopGRUModel(model) if kind == STEP_LOOP else FusedModel(model, kind)).to(device)
+        model, info, batch = self.model, self.info, self.batch
+        ref = StepLoopGRUModel(model) if kind == STEP_LOOP else FusedModel(model, kind)
+        ref = ref.to(self.device)
         cell = "GRU" if kind == STEP_LOOP else kind
+        first = model.methods[0]
+        macs = fused_macs(cell, first.input_size, first.hidden_size, len(model.layers))
         ref_info = {
             **{k: info[k] for k in ("task", "preset", "seed", "phase", "device", "device_name")},
             "method": TIMED_CELLS[kind],
-            "sizes": sizes,
+            "sizes": info["sizes"],
             "params": sum(p.numel() for p in ref.parameters()),
             # The optimiser settings of the first method timed at these sizes: they change the
             # work of a step only through whether clipping runs.
             "config": {
                 "reference": TIMED_CELLS[kind],
-                **ref_config,
+                **self.ref_config,
                 "train": {k: info["config"]["train"][k] for k in ("lr", "weight_decay", "clip")},
             },
             # the step loop computes the GRU's arithmetic: its ratio to the fused GRU is dispatch
             "fused_cell": cell,
-            "dense_macs": (macs := fused_macs(cell, first.input_size, first.hidden_size, layers)),
+            "dense_macs": macs,
             "cell_macs": macs,
             "mac_ratio": FUSED_CELLS[cell] / FUSED_CELLS["GRU"],
         }
-        return Phase(timed(ref, lambda: (ref(batch.x, batch.lengths), None)), ref_info, ref)
-
-    def forward() -> tuple[Tensor, Tensor | None]:
-        out = model(batch.x, batch.lengths)
-        return out.pred, out.aux_loss
-
-    if phase == "train":
-        model.on_epoch_start(0, cfg.train.epochs)
-    return Phase(timed(model, forward), info, model, key, make_reference)
+        return Phase(self.of(ref, lambda: (ref(batch.x, batch.lengths), None)), ref_info, ref)

@@ -380,11 +380,8 @@ def measure_one(
     with torch.no_grad():
         noskip_ref = noskip(x)
     name = type(cell).__name__
-    alt_macs = {
-        "dense": macs["dense"],
-        "noskip": union_macs(noskip, noskip_ref),
-        "fused": float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1]),
-    }
+    fused = float(fused_macs(name, x.shape[-1], model.hidden_size) * x.shape[1])
+    alt_macs = {"dense": macs["dense"], "noskip": union_macs(noskip, noskip_ref), "fused": fused}
     paths: dict[str, Callable[[], Any]] = {
         "dense": torch.no_grad()(lambda: model(x)),
         "noskip": lambda: noskip.fast_forward(x),
@@ -392,28 +389,9 @@ def measure_one(
         "fast": lambda: model.fast_forward(x),
     }
     times = interleaved_rounds(paths, x.device, budget_s=budget_s)
-    row: dict[str, Any] = {
-        "skip": achieved_skip(ref, model),
-        "skip_kind": skip_kind(ref),
-        "flop_reduction": macs["dense"] / macs["effective"],
-        "flop_reduction_exact": macs["dense"] / macs["exact"],
-        "fast_macs": fast_macs,
-        # each sequence's own decisions (the mean over the batch), against the batch's union
-        "own_macs": macs["exact"],
-    }
+    row = _what_it_skips(model, ref, macs, fast_macs)
     for alt, alt_mac in alt_macs.items():
-        med, lo, hi = ratio_spread(times[alt], times["fast"])
-        row.update(
-            {
-                f"{alt}_ms": 1e3 * statistics.median(times[alt]),
-                f"{alt}_macs": alt_mac,
-                f"speedup_{alt}": med,
-                f"speedup_{alt}_min": lo,
-                f"speedup_{alt}_max": hi,
-                f"mac_ratio_{alt}": alt_mac / fast_macs,
-                f"realised_frac_{alt}": med * fast_macs / alt_mac,
-            }
-        )
+        row.update(_against(alt, times[alt], times["fast"], alt_mac, fast_macs))
     row["mac_ratio_fused_own"] = alt_macs["fused"] / macs["exact"]
     row["realised_frac_fused_own"] = row["speedup_fused"] / row["mac_ratio_fused_own"]
     fast_ms = 1e3 * statistics.median(times["fast"])
@@ -423,17 +401,49 @@ def measure_one(
         bound = physical_bound(weights, macs["dense"] / T, B, V, model.hidden_size, machine,
                                itemsize=x.element_size())  # fmt: skip
         row.update(roofline=machine, **bound, x_bound=fast_ms / bound["bound_ms"])
+    row.update(fast_ms=fast_ms, rounds=len(times["fast"]))
+    row["rounds_ms"] = {k: [1e3 * t for t in v] for k, v in times.items()}
+    row.update(noskip_skip=achieved_skip(noskip_ref, noskip), fused_cell=name)
+    diff = (out.outputs - ref.outputs).abs().max().item()
+    row.update(max_abs_diff=diff, mask_mismatch=int((out.mask != ref.mask).sum().item()))
+    return {**row, "reads_mismatch": reads_mismatch(out, ref), "note": type(model).fast_path_note()}
+
+
+def _what_it_skips(
+    model: Method, ref: SeqOut, macs: dict[str, float], fast_macs: float
+) -> dict[str, Any]:
+    """A row's first fields (``measure_one``): the skip, and the MACs of the decisions.
+
+    The skip its dense forward ``ref`` achieved; the MACs of the batch's union of decisions and
+    of each sequence's own.
+    """
     return {
-        **row,
-        "fast_ms": fast_ms,
-        "rounds": len(times["fast"]),
-        "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
-        "noskip_skip": achieved_skip(noskip_ref, noskip),
-        "fused_cell": name,
-        "max_abs_diff": (out.outputs - ref.outputs).abs().max().item(),
-        "mask_mismatch": int((out.mask != ref.mask).sum().item()),
-        "reads_mismatch": reads_mismatch(out, ref),
-        "note": type(model).fast_path_note(),
+        "skip": achieved_skip(ref, model),
+        "skip_kind": skip_kind(ref),
+        "flop_reduction": macs["dense"] / macs["effective"],
+        "flop_reduction_exact": macs["dense"] / macs["exact"],
+        "fast_macs": fast_macs,
+        # each sequence's own decisions (the mean over the batch), against the batch's union
+        "own_macs": macs["exact"],
+    }
+
+
+def _against(
+    alt: str, alt_s: list[float], fast_s: list[float], alt_macs: float, fast_macs: float
+) -> dict[str, float]:
+    """A row's fields comparing the fast path with the alternative ``alt`` (``measure_one``).
+
+    From their per-round times (seconds) and their MACs.
+    """
+    med, lo, hi = ratio_spread(alt_s, fast_s)
+    return {
+        f"{alt}_ms": 1e3 * statistics.median(alt_s),
+        f"{alt}_macs": alt_macs,
+        f"speedup_{alt}": med,
+        f"speedup_{alt}_min": lo,
+        f"speedup_{alt}_max": hi,
+        f"mac_ratio_{alt}": alt_macs / fast_macs,
+        f"realised_frac_{alt}": med * fast_macs / alt_macs,
     }
 
 

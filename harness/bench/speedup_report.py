@@ -81,6 +81,60 @@ def _vs(r: dict[str, Any], alt: str) -> list[str]:
     return [f"{r[keys[0]]:.2f}x{spread}", f"{r[keys[1]]:.2f}x", f"{r[keys[2]]:.2f}"]
 
 
+METHOD_TEXT = (
+    "Untrained models with decision parameters set to hit each target skip "
+    "(each method's `at_skip`; the setting column says how); inputs x ~ N(0, I). "
+    "Each row times the fast path `model.fast_forward(x)` against three alternatives, all "
+    "under no_grad: the method's own dense masked loop `model.eval()(x)`; the same fast "
+    "path with skipping turned off (the method's `at_skip` model at skip 0, same weights, "
+    "every unit updated at full depth), which separates removed per-step dispatch from "
+    "skipped work; and torch's fused cell at the same B, T, V, D (the method's "
+    "`fused_cell`, eval), what a user would otherwise run. "
+    "Speedup = alternative / fast, the median of per-round ratios (min–max over the rounds "
+    "in brackets; rounds in the last column), timed in alternating blocks of consecutive "
+    "calls after one warm-up. "
+    "MAC ratio = MACs of the alternative / MACs the fast path needs, exact-realisable (what "
+    "it can skip: for VC-RNN the first k units read only the first k state dims), for the "
+    "union of the batch's decisions (every unit some sequence updates, the largest depth): "
+    "at batch 1, and where a batch's decisions coincide, the FLOP reduction; at batch > 1 "
+    "with independent per-unit decisions, the ratio of the weight rows read. Realised = "
+    "speedup / MAC ratio, the fraction of the saved work turned into time. The MAC ratio is "
+    "no bound on the speedup: against the own dense loop the fast path also removes "
+    "per-step dispatch (skipped steps, fused kernels), and against any alternative a "
+    "smaller working set can stay in cache, so that realised passes 1 "
+    "({beaten}). FLOP reduction = dense / "
+    "effective MACs per sequence (exact-realisable in brackets where it differs). "
+    "Fast paths are PyTorch code unless a note below says "
+    "otherwise. For depth-adaptive methods the skip is the depth-skip %. "
+    "{columns}Max |diff| = "
+    "largest difference between fast and dense outputs. {unit}.{raw}"
+)
+"""What a speedup report's header says its rows measure (``speedup_markdown``)."""
+
+SUMMARY_TEXT = (
+    "Against the fused cell at batch 1 (each method at its largest D and highest "
+    "target skip): speedup, MAC ratio, realised, and the fast path's time over its "
+    "physical bound."
+)
+BATCHED_TEXT = (
+    "Against the fused cell at batch > 1 (each method at its largest D and highest "
+    "target skip and batch): the MAC ratio and realised fraction by the union of the "
+    "batch's decisions (what a path that reads a weight row for the whole batch once any "
+    "sequence needs it must do) and by each sequence's own decisions (the batch's mean: "
+    "what a path that follows every sequence's decisions must do). Where the decisions "
+    "of a batch coincide the two are equal."
+)
+TITLES = [
+    *("Method", "D", "B", "Target skip %", "Skip %", "Setting", "FLOP reduction"),
+    *("ms: dense / no skip / fused / fast", "bound ms", "× bound"),
+    *("vs own dense loop", "MAC ratio", "realised"),
+    *("vs same path, no skip", "MAC ratio", "realised"),
+    *("vs fused cell", "MAC ratio", "realised"),
+    *("Max abs diff", "Rounds"),
+]
+"""The columns of a speedup report's table, one row per configuration (``_table_row``)."""
+
+
 def speedup_markdown(
     rows: Sequence[dict[str, Any]],
     command: str,
@@ -108,53 +162,43 @@ def speedup_markdown(
         largest D and the highest target skip), one table row per configuration (a row without
         a bound, measured before there was one, shows dashes there).
     """
-    dev = torch.device(device)
-    name = device_name(dev)
+    lines = _header(rows, command, device, data_file)
+    for text, summary in (
+        (SUMMARY_TEXT, _fused_summary(rows)),
+        (BATCHED_TEXT, _union_and_own(rows)),
+    ):
+        if summary:
+            lines += [text, "", *summary, ""]
+    lines += pipe_table(TITLES, [_table_row(r) for r in rows])
+    lines.append("")
+    lines.append(f"T = {rows[0]['T']}, V = {rows[0]['V']}." if rows else "No rows.")
+    return "\n".join(lines) + "\n"
+
+
+def _header(
+    rows: Sequence[dict[str, Any]], command: str, device: str, data_file: str | None
+) -> list[str]:
+    """The report's lines before its summaries: what, where, when, how, the code and notes."""
     sha, dirty = git_state()
     commit = "unknown" if sha is None else sha[:12] + (" (dirty)" if dirty else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    last_note: dict[str, str] = {}
-    for r in rows:
-        if r.get("note"):
-            last_note[r["method"]] = r["note"]
+    last_note = {r["method"]: r["note"] for r in rows if r.get("note")}
     notes = list(dict.fromkeys(last_note.values()))
     raw = f" Raw per-round timings, one JSON line per row: `{data_file}`." if data_file else ""
     columns = any(r.get("skip_kind") == "columns" for r in rows)
-    lines = [
+    text = METHOD_TEXT.format(
+        beaten=_beaten(rows), columns=COLUMNS_NOTE if columns else "", unit=UNIT_NOTE, raw=raw
+    )
+    return [
         "<!-- Generated file: do not edit. Produced by "
         "harness.bench.speedup_report.speedup_markdown. -->",
         "# Realised speedups of the skipping methods' fast inference paths",
         "",
         f"Generated {stamp} by `{command}`.",
-        f"Device: {name}; torch {torch.__version__}; threads: {torch.get_num_threads()}; "
-        f"commit {commit}.",
+        f"Device: {device_name(torch.device(device))}; torch {torch.__version__}; "
+        f"threads: {torch.get_num_threads()}; commit {commit}.",
         "",
-        "Untrained models with decision parameters set to hit each target skip "
-        "(each method's `at_skip`; the setting column says how); inputs x ~ N(0, I). "
-        "Each row times the fast path `model.fast_forward(x)` against three alternatives, all "
-        "under no_grad: the method's own dense masked loop `model.eval()(x)`; the same fast "
-        "path with skipping turned off (the method's `at_skip` model at skip 0, same weights, "
-        "every unit updated at full depth), which separates removed per-step dispatch from "
-        "skipped work; and torch's fused cell at the same B, T, V, D (the method's "
-        "`fused_cell`, eval), what a user would otherwise run. "
-        "Speedup = alternative / fast, the median of per-round ratios (min–max over the rounds "
-        "in brackets; rounds in the last column), timed in alternating blocks of consecutive "
-        "calls after one warm-up. "
-        "MAC ratio = MACs of the alternative / MACs the fast path needs, exact-realisable (what "
-        "it can skip: for VC-RNN the first k units read only the first k state dims), for the "
-        "union of the batch's decisions (every unit some sequence updates, the largest depth): "
-        "at batch 1, and where a batch's decisions coincide, the FLOP reduction; at batch > 1 "
-        "with independent per-unit decisions, the ratio of the weight rows read. Realised = "
-        "speedup / MAC ratio, the fraction of the saved work turned into time. The MAC ratio is "
-        "no bound on the speedup: against the own dense loop the fast path also removes "
-        "per-step dispatch (skipped steps, fused kernels), and against any alternative a "
-        "smaller working set can stay in cache, so that realised passes 1 "
-        f"({_beaten(rows)}). FLOP reduction = dense / "
-        "effective MACs per sequence (exact-realisable in brackets where it differs). "
-        "Fast paths are PyTorch code unless a note below says "
-        "otherwise. For depth-adaptive methods the skip is the depth-skip %. "
-        f"{COLUMNS_NOTE if columns else ''}Max |diff| = "
-        f"largest difference between fast and dense outputs. {UNIT_NOTE}.{raw}",
+        text,
         "",
         _bound_header(rows),
         "",
@@ -164,56 +208,26 @@ def speedup_markdown(
         *[f"- {n}" for n in notes],
         *([""] if notes else []),
     ]
-    batched = _union_and_own(rows)
-    summary = _fused_summary(rows)
-    if summary:
-        lines += [
-            "Against the fused cell at batch 1 (each method at its largest D and highest "
-            "target skip): speedup, MAC ratio, realised, and the fast path's time over its "
-            "physical bound.",
-            "",
-            *summary,
-            "",
-        ]
-    if batched:
-        lines += [
-            "Against the fused cell at batch > 1 (each method at its largest D and highest "
-            "target skip and batch): the MAC ratio and realised fraction by the union of the "
-            "batch's decisions (what a path that reads a weight row for the whole batch once any "
-            "sequence needs it must do) and by each sequence's own decisions (the batch's mean: "
-            "what a path that follows every sequence's decisions must do). Where the decisions "
-            "of a batch coincide the two are equal.",
-            "",
-            *batched,
-            "",
-        ]
-    titles = ["Method", "D", "B", "Target skip %", "Skip %", "Setting", "FLOP reduction"]
-    titles += ["ms: dense / no skip / fused / fast", "bound ms", "× bound"]
-    for alt in ("vs own dense loop", "vs same path, no skip", "vs fused cell"):
-        titles += [alt, "MAC ratio", "realised"]
-    body = []
-    for r in rows:
-        red = f"{r['flop_reduction']:.2f}x"
-        if abs(r["flop_reduction_exact"] - r["flop_reduction"]) > 1e-3 * r["flop_reduction"]:
-            red += f" ({r['flop_reduction_exact']:.2f}x)"
-        diff = f"{r['max_abs_diff']:.1e}"
-        if r["mask_mismatch"]:
-            diff += f", {r['mask_mismatch']} mask entries differ"
-        if r.get("reads_mismatch"):
-            diff += f", {r['reads_mismatch']} reads entries differ"
-        cell = f"{r['fused_cell']}: " if r.get("fused_cell") else ""
-        fused = _vs(r, "fused")
-        fused[0] = cell + fused[0] if fused[0] != "–" else fused[0]
-        ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
-        skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
-        who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
-        body.append([*who, r["setting"], red, ms, *_bound(r)])
-        body[-1] += [*_vs(r, "dense"), *_vs(r, "noskip"), *fused]
-        body[-1] += [diff, str(r["rounds"])]
-    lines += pipe_table([*titles, "Max abs diff", "Rounds"], body)
-    lines.append("")
-    lines.append(f"T = {rows[0]['T']}, V = {rows[0]['V']}." if rows else "No rows.")
-    return "\n".join(lines) + "\n"
+
+
+def _table_row(r: dict[str, Any]) -> list[str]:
+    """A configuration's row of the report's table (``TITLES``)."""
+    red = f"{r['flop_reduction']:.2f}x"
+    if abs(r["flop_reduction_exact"] - r["flop_reduction"]) > 1e-3 * r["flop_reduction"]:
+        red += f" ({r['flop_reduction_exact']:.2f}x)"
+    diff = f"{r['max_abs_diff']:.1e}"
+    if r["mask_mismatch"]:
+        diff += f", {r['mask_mismatch']} mask entries differ"
+    if r.get("reads_mismatch"):
+        diff += f", {r['reads_mismatch']} reads entries differ"
+    fused = _vs(r, "fused")
+    if r.get("fused_cell") and fused[0] != "–":
+        fused[0] = f"{r['fused_cell']}: {fused[0]}"
+    ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
+    skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
+    who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
+    own = [*_vs(r, "dense"), *_vs(r, "noskip")]
+    return [*who, r["setting"], red, ms, *_bound(r), *own, *fused, diff, str(r["rounds"])]
 
 
 def _beaten(rows: Sequence[dict[str, Any]]) -> str:
