@@ -52,9 +52,7 @@ from harness.components.config import PRESETS as PRESETS
 from harness.components.config import legacy_values, parse_set
 from harness.components.metrics import METRICS
 from harness.components.metrics import UNIT_NOTE as UNIT_NOTE
-from harness.components.registry import METHODS as METHODS
-from harness.components.registry import TASKS as TASKS
-from harness.components.registry import describe_source as describe_source
+from harness.components.registry import METHODS, TASKS, describe_source
 from harness.components.registry import isolated as isolated
 from harness.components.selection import BUDGETS as BUDGETS
 from harness.components.selection import parse_rule
@@ -72,27 +70,23 @@ from harness.errors import (
     WriteFailed,
     out_of_memory,
 )
-from harness.executors import EXECUTORS as EXECUTORS
+from harness.executors import EXECUTORS, Executor, ExecutorOptions, RunOptions, make_executor
 from harness.executors import MAX_THREADS as MAX_THREADS
-from harness.executors import (
-    Executor,
-    ExecutorOptions,
-    RunOptions,
-    make_executor,
-)
 from harness.executors.base import PART, declared, options_for
 from harness.persistence.claims import SweepStore, lease_s
 from harness.persistence.outputs import beside_records as beside_records
-from harness.persistence.outputs import check_writable, leaderboard_path, refuse_overwrite
-from harness.persistence.outputs import write_text as write_text
+from harness.persistence.outputs import (
+    check_writable,
+    leaderboard_path,
+    refuse_overwrite,
+    write_text,
+)
 from harness.persistence.records import RunRecord
 from harness.persistence.records import label as label
 from harness.persistence.store import STORE_MODES as STORE_MODES
 from harness.persistence.store import Store, load, output_store_path, store_path
 from harness.planning.resume import plan_resume
-from harness.planning.spec import Block as Block
-from harness.planning.spec import Sweep, SweepSpec, plan_sweep
-from harness.planning.spec import parse_seeds as parse_seeds
+from harness.planning.spec import Block, Sweep, SweepSpec, parse_seeds, plan_sweep
 from harness.planning.spec import resolve_configs as resolve_configs
 from harness.planning.spec import usable_tasks as usable_tasks
 from harness.planning.suites import load as load_sweep_file
