@@ -15,77 +15,104 @@ their bounds, data and their checksums, each model built once) -> ``run_sweep`` 
 store, claim each run just in time, the executor trains it, append its record; a write that
 fails stops it without losing a finished run) -> ``report`` /
 ``compare`` (read records, write tables) / ``export_tensorboard`` (TensorBoard HParams).
-Progress reaches the caller as ``SweepEvent`` s.
+Progress reaches the caller as ``SweepEvent`` s. ``prepare_run`` checks and plans a ``harness
+run`` from a ``RunRequest`` (its flags, typed; a sweep file fills the rest).
+
+This module is the command line's only door: a CLI module imports nothing of the project but
+``harness.api``, ``harness.errors`` and other CLI modules (``tests/test_cli_shape.py``). What the
+commands name, list and check (the registries, the presets, the report parts) is re-exported
+here (``import X as X``); what loads torch (the timing suite, the speedups) is imported when
+called.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from harness import __version__ as __version__
+from harness.authoring import scaffold
+from harness.authoring.conformance import CHECKS as CHECKS
+from harness.authoring.conformance import iter_checks as iter_checks
+from harness.authoring.conformance import training_task as training_task
+from harness.bench.excerpts import SPEEDUP_PARTS as SPEEDUP_PARTS
+from harness.bench.excerpts import TIMING_PARTS as TIMING_PARTS
+from harness.bench.excerpts import print_speedup as print_speedup
+from harness.bench.excerpts import print_timing as print_timing
+from harness.bench.excerpts import speedup_rows as speedup_rows
 from harness.components import registry
+from harness.components.config import DEVICES as DEVICES
+from harness.components.config import PRESETS as PRESETS
 from harness.components.config import legacy_values, parse_set
+from harness.components.metrics import METRICS
+from harness.components.metrics import UNIT_NOTE as UNIT_NOTE
+from harness.components.registry import METHODS, TASKS, describe_source
+from harness.components.registry import isolated as isolated
+from harness.components.selection import BUDGETS as BUDGETS
 from harness.components.selection import parse_rule
-from harness.errors import DISK_FULL_NOTE, ConfigError, HarnessError, RecordError, WriteFailed
-from harness.executors import (
-    EXECUTORS,
-    MAX_THREADS,
-    Executor,
-    ExecutorOptions,
-    RunOptions,
-    make_executor,
+from harness.components.selection import select as select
+from harness.data import Fetcher as Fetcher
+from harness.data import NotFetchableError as NotFetchableError
+from harness.data import data_root as data_root
+from harness.data import status_rows as status_rows
+from harness.env import resolve_device, run_conditions
+from harness.errors import (
+    DISK_FULL_NOTE,
+    ConfigError,
+    HarnessError,
+    RecordError,
+    WriteFailed,
+    out_of_memory,
 )
+from harness.executors import EXECUTORS, Executor, ExecutorOptions, RunOptions, make_executor
+from harness.executors import MAX_THREADS as MAX_THREADS
 from harness.executors.base import PART, declared, options_for
 from harness.persistence.claims import SweepStore, lease_s
-from harness.persistence.outputs import check_writable, leaderboard_path, refuse_overwrite
+from harness.persistence.outputs import beside_records as beside_records
+from harness.persistence.outputs import (
+    check_writable,
+    leaderboard_path,
+    refuse_overwrite,
+    write_text,
+)
 from harness.persistence.records import RunRecord
-from harness.persistence.store import STORE_MODES, Store, load, output_store_path, store_path
+from harness.persistence.records import label as label
+from harness.persistence.store import STORE_MODES as STORE_MODES
+from harness.persistence.store import Store, load, output_store_path, store_path
 from harness.planning.resume import plan_resume
-from harness.planning.spec import Block, Sweep, SweepSpec, plan_sweep, resolve_configs
+from harness.planning.spec import Block, Sweep, SweepSpec, parse_seeds, plan_sweep
+from harness.planning.spec import resolve_configs as resolve_configs
+from harness.planning.spec import usable_tasks as usable_tasks
 from harness.planning.suites import load as load_sweep_file
 from harness.planning.suites import plan, suite_names, suite_path
+from harness.planning.sweep import estimate_runs as estimate_runs
+from harness.planning.sweep import fresh_costs as fresh_costs
 from harness.planning.sweep import match_skip, parse_grid
-from harness.references import named_outright
-from harness.reporting.reports import (
-    compare,
-    export_tensorboard,
-    paper_report,
-    print_parts,
-    report,
-)
+from harness.planning.sweep import wall_seconds as wall_seconds
+from harness.references import REFERENCES, named_outright
+from harness.references import describe as describe_reference
+from harness.reporting.compare import parse_tolerances as parse_tolerances
+from harness.reporting.docs import fill as fill
+from harness.reporting.latex import WIDTHS as WIDTHS
+from harness.reporting.leaderboard import TERSE as TERSE
+from harness.reporting.leaderboard import WIDE as WIDE
+from harness.reporting.leaderboard import boards as boards
+from harness.reporting.leaderboard import terminal as terminal
+from harness.reporting.references import record_notes as record_notes
+from harness.reporting.reports import PARTS as PARTS
+from harness.reporting.reports import compare as compare
+from harness.reporting.reports import export_tensorboard as export_tensorboard
+from harness.reporting.reports import paper_report as paper_report
+from harness.reporting.reports import print_parts as print_parts
+from harness.reporting.reports import report
+from harness.training.code import method_code as method_code
 from harness.training.tracking import check_log_dir
-
-__all__ = [
-    "EXECUTORS",
-    "MAX_THREADS",
-    "STORE_MODES",
-    "Block",
-    "RunJob",
-    "SweepEvent",
-    "SweepResult",
-    "SweepSpec",
-    "compare",
-    "board_records",
-    "declared",
-    "executor",
-    "existing_store",
-    "export_tensorboard",
-    "include",
-    "paper_report",
-    "parse_seeds",
-    "plan_sweep",
-    "prepare_run",
-    "print_parts",
-    "report",
-    "resolve_configs",
-    "run_sweep",
-    "suites",
-]
 
 # --- running a sweep ---------------------------------------------------------------------------
 
@@ -419,43 +446,69 @@ def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, di
 
 # --- the ``harness run`` command -----------------------------------------------------------------
 
-MAX_SEEDS = 10_000
 
+@dataclass(frozen=True)
+class RunRequest:
+    """A ``harness run``, typed: what to run, where to record it, how (its flags' values).
 
-def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
-    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
-
-    The count is checked against ``limit`` before a range is expanded, so ``0-9999999`` fails
-    at once; anything else, a negative seed, an empty or descending range is a ConfigError.
+    ``config`` or ``suite`` (a sweep file) fills the fields not in ``given`` (``resolved``).
+    Executor options (``workers``, ``ray_address``, ``slurm_*``, a plugin's) are in
+    ``executor_options``, by their declared names (``harness list executors``).
     """
-    usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
-    ranges: list[tuple[int, int]] = []
-    try:
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            lo, sep, hi = part.partition("-")
-            ranges.append((int(lo), int(hi) if sep else int(lo)))
-    except ValueError:  # also a negative seed: "-1" has no number before its "-"
-        raise ConfigError(usage) from None
-    if not ranges or any(hi < lo for lo, hi in ranges):
-        raise ConfigError(usage)
-    count = sum(hi - lo + 1 for lo, hi in ranges)
-    if count > limit:
-        raise ConfigError(f"--seeds '{spec}' gives {count:,} seeds; at most {limit:,} are allowed")
-    return list(dict.fromkeys(s for lo, hi in ranges for s in range(lo, hi + 1)))
+
+    tasks: str = "all"
+    methods: str = "all"
+    preset: str = "smoke"
+    seeds: str = "0"
+    set: Sequence[str] = ()
+    grid: Sequence[str] = ()
+    select: str | None = None
+    match_skip: float | None = None
+    data_dir: str | None = None
+    device: str = "cpu"
+    threads: int = 1
+    out: str = "results"
+    store_mode: str | None = None
+    report: str | None = None
+    no_report: bool = False
+    force: bool = False
+    retry_failed: bool = False
+    keep_stale: bool = False
+    allow_unverified_data: bool = False
+    executor: str = "local"
+    executor_options: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint_every: float = 10.0
+    no_checkpoint: bool = False
+    log_dir: str | None = None
+    config: str | None = None
+    suite: str | None = None
+    dry_run: bool = False
+    verbose: bool = False
+    given: frozenset[str] = frozenset()  # the fields (and executor options) given as flags
+
+    def resolved(self) -> tuple[RunRequest, Any]:
+        """This request with its sweep file's options where none was given, and the file."""
+        if self.config and self.suite:
+            raise ConfigError("give --config FILE or --suite NAME, not both")
+        if not (self.config or self.suite):
+            return self, None
+        file = load_sweep_file(self.config or suite_path(self.suite))
+        taken = {k: v for k, v in file.options.items() if k not in self.given | {"set", "grid"}}
+        own = {f.name for f in fields(self)} & taken.keys()
+        options = {**self.executor_options, **{k: taken[k] for k in taken.keys() & declared()}}
+        return replace(self, **{k: taken[k] for k in own}, executor_options=options), file
 
 
 @dataclass
 class RunJob:
     """A ``harness run`` checked and planned (``prepare_run``); nothing run or written yet.
 
-    ``opts``: its options, a sweep file's where no flag was given; ``board``: the leaderboard to
-    write after the sweep (None: none); ``executor``: its name, its options and ``RunOptions``.
+    ``request``: its options, a sweep file's where no flag was given; ``board``: the leaderboard
+    to write after the sweep (None: none); ``executor``: its name, its options and
+    ``RunOptions``.
     """
 
-    opts: dict[str, Any]
+    request: RunRequest
     spec: SweepSpec
     sweep: Sweep
     store: Store
@@ -481,13 +534,14 @@ class RunJob:
 
     @property
     def _resume(self) -> dict[str, bool]:
-        return {k: bool(self.opts.get(k)) for k in ("force", "retry_failed", "keep_stale")}
+        r = self.request
+        return {"force": r.force, "retry_failed": r.retry_failed, "keep_stale": r.keep_stale}
 
     def write_board(self) -> list[Path]:
         """Write the store's leaderboard to ``board``: the files (HarnessError: a failed write)."""
         try:
             paths, _ = report(
-                [self.store.path], self.board, figures=False, select=self.opts.get("select"),
+                [self.store.path], self.board, figures=False, select=self.request.select,
                 command="harness run",
             )  # fmt: skip
         except WriteFailed as e:
@@ -502,7 +556,7 @@ class RunJob:
         """Per method, the swept variant with Skip % nearest ``match_skip`` (this sweep's runs)."""
         ids = {c.run_id for c in self.sweep.configs}
         records = [r for r in self.store.read()[0] if r["run_id"] in ids]
-        return match_skip(records, self.opts["match_skip"], self.spec.swept())
+        return match_skip(records, self.request.match_skip, self.spec.swept())
 
 
 def board_records(store: str | Path, select: str | None) -> tuple[list[RunRecord], Any, str]:
@@ -531,50 +585,38 @@ def suites() -> list[tuple[str, str]]:
     return [(n, load_sweep_file(suite_path(n)).description) for n in suite_names()]
 
 
-def prepare_run(opts: dict[str, Any], given: Iterable[str] = ()) -> RunJob:
-    """Check and plan a ``harness run`` from its options (argparse dests), given as flags or not.
+def prepare_run(request: RunRequest) -> RunJob:
+    """Check and plan a ``harness run`` (``RunRequest``); nothing is run or written.
 
     ``config`` or ``suite`` (a sweep file) fills the options not ``given``; ``set`` and ``grid``
     merge with the file's key by key (``harness.planning.suites.plan``). Every check comes before
     the store is opened: bad input (a HarnessError, one line) creates nothing.
     """
-    opts, given = dict(opts), set(given)
-    if opts.get("config") and opts.get("suite"):
-        raise ConfigError("give --config FILE or --suite NAME, not both")
-    file = None
-    if opts.get("config") or opts.get("suite"):
-        file = load_sweep_file(opts["config"] or suite_path(opts["suite"]))
-        opts |= {k: v for k, v in file.options.items() if k not in given | {"set", "grid"}}
-    run = RunOptions(
-        opts["data_dir"],
-        opts["device"],
-        opts["threads"],
-        opts["log_dir"],
-        verbose=bool(opts.get("verbose")),
-    )
+    req, file = request.resolved()
+    run = RunOptions(req.data_dir, req.device, req.threads, req.log_dir, verbose=req.verbose)
     lease_s()  # a bad $HARNESS_CLAIM_LEASE_S is refused before anything is written
-    options = {k: opts.get(k) for k in declared()}
-    executor = (*check_executor(opts["executor"], run, options), run)
-    with _started_early(*executor[:2], run, opts["dry_run"]):
-        if opts.get("select"):  # a bad rule is refused before anything runs
-            parse_rule(opts["select"])
-        spec = _spec(opts, file, given)
-        if opts["log_dir"] and not opts["dry_run"]:
-            check_log_dir(opts["log_dir"])
-        sweep = plan_sweep(spec, opts["data_dir"], opts["allow_unverified_data"])
+    options = {k: req.executor_options.get(k) for k in declared()}
+    executor = (*check_executor(req.executor, run, options), run)
+    with _started_early(*executor[:2], run, req.dry_run):
+        if req.select:  # a bad rule is refused before anything runs
+            parse_rule(req.select)
+        spec = _spec(req, file)
+        if req.log_dir and not req.dry_run:
+            check_log_dir(req.log_dir)
+        sweep = plan_sweep(spec, req.data_dir, req.allow_unverified_data)
         # after every check: bad input creates nothing
-        store = open_store(opts["out"], create=False, mode=opts.get("store_mode"))
+        store = open_store(req.out, create=False, mode=req.store_mode)
         board = None
-        if not opts["no_report"] and not opts["dry_run"]:  # never over the store; writable first
-            board = leaderboard_path(opts["out"], opts["report"])
-            option = "--report" if opts["report"] else "the leaderboard"
+        if not req.no_report and not req.dry_run:  # never over the store; writable first
+            board = leaderboard_path(req.out, req.report)
+            option = "--report" if req.report else "the leaderboard"
             refuse_overwrite(board, option, [("the records store (--out)", store.path)])
             check_writable(board)
 
-        keep = None if opts.get("no_checkpoint") else str(store.checkpoints_path)
-        every = 60.0 * opts.get("checkpoint_every", 10.0)
+        keep = None if req.no_checkpoint else str(store.checkpoints_path)
+        every = 60.0 * req.checkpoint_every
         executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
-        return RunJob(opts, spec, sweep, store, board, executor)
+        return RunJob(req, spec, sweep, store, board, executor)
 
 
 @contextlib.contextmanager
@@ -594,20 +636,154 @@ def _started_early(name: str, options: Any, run: RunOptions, dry_run: bool) -> A
         raise
 
 
-def _spec(opts: dict[str, Any], file: Any, given: set[str]) -> SweepSpec:
-    """The ``SweepSpec`` of the options and the sweep file's parts."""
+def _spec(req: RunRequest, file: Any) -> SweepSpec:
+    """The ``SweepSpec`` of the request and its sweep file's parts."""
     parts = file.parts if file is not None else []
-    named = ",".join(p.tasks or opts["tasks"] for p in parts) if parts else opts["tasks"]
-    named_m = ",".join([*(p.methods or opts["methods"] for p in parts), opts["methods"]])
-    sets, grid = parse_set(opts.get("set") or []), parse_grid(opts.get("grid") or [])
+    named = ",".join(p.tasks or req.tasks for p in parts) if parts else req.tasks
+    named_m = ",".join([*(p.methods or req.methods for p in parts), req.methods])
+    sets, grid = parse_set(list(req.set)), parse_grid(list(req.grid))
+    blocks = plan(file, req.methods, req.tasks, sets, grid, set(req.given))
     return SweepSpec(
-        blocks=[Block(*b) for b in plan(file, opts["methods"], opts["tasks"], sets, grid, given)],
-        seeds=parse_seeds(opts["seeds"]),
-        preset=opts["preset"],
+        blocks=[Block(*b) for b in blocks],
+        seeds=parse_seeds(req.seeds),
+        preset=req.preset,
         named_tasks={p.strip() for p in named.split(",")} - {"all"},
         named_methods=named_outright(named_m),
         config=file.path if file else None,
-        suite=opts.get("suite"),
-        select=opts.get("select"),
-        match_skip=opts.get("match_skip"),
+        suite=req.suite,
+        select=req.select,
+        match_skip=req.match_skip,
     )
+
+
+# --- the registered components (``harness list``) --------------------------------------------
+
+# what ``harness list KIND`` lists (``all``: every kind but the metrics)
+COMPONENTS = {
+    "methods": METHODS,
+    "tasks": TASKS,
+    "references": REFERENCES,
+    "metrics": METRICS,
+    "executors": EXECUTORS,
+}
+
+
+def component_lines(kind: str) -> list[str]:
+    """What ``harness list KIND`` says: per registered component (plugins loaded), one entry.
+
+    Its name, its origin unless built in, and what it is (a reference's notes per task follow
+    on lines of their own).
+    """
+    registry.load_plugins()
+    return [_component_line(kind, name, obj) for name, obj in COMPONENTS[kind].items()]
+
+
+def _first_line(obj: Any) -> str:
+    """The first paragraph (not line) of the module's (else the class's) docstring, one line."""
+    doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def _component_line(kind: str, name: str, obj: Any) -> str:
+    where = "" if registry.source_of(obj)["kind"] == "builtin" else f"({describe_source(obj)}) "
+    if kind == "tasks":
+        arrow = "higher" if obj.higher_is_better else "lower"
+        what = f"[{obj.kind}, {obj.primary} ({arrow} is better)] {_first_line(obj)}"
+    elif kind == "references":
+        bound = "a bound, " if obj.bound else ""
+        what = f"[{bound}{'/'.join(map(str, obj.kinds))}] {describe_reference(name)}"
+        what += "".join(
+            f"\n  {'':16s}   on {task}: {tcls.reference_notes[name]}"
+            for task, tcls in TASKS.items()
+            if name in tcls.reference_notes
+        )
+    elif kind == "metrics":
+        arrow = {True: "higher is better", False: "lower is better", None: ""}[obj.higher]
+        what = f"{obj.title} [{', '.join(p for p in (obj.unit, arrow, obj.group) if p)}]"
+    else:
+        what = _first_line(obj)
+    return f"  {name:16s} {where}{what}"
+
+
+def new_method(name: str, kind: str, out: str | Path) -> tuple[list[Path], str]:
+    """Write a new method's template and its test (``harness.authoring.scaffold.new_method``).
+
+    Returns:
+        The paths written, and the method's registry key.
+    """
+    return scaffold.new_method(name, kind, out), scaffold.names(name)[0]
+
+
+METHOD_TEMPLATES = scaffold.KINDS  # ``harness new method --kind``: kind -> what it makes
+
+# --- benchmarks: the timing suite and the speedups load torch when called --------------------
+
+
+def run_bench(*args: Any, **kwargs: Any) -> list[str]:
+    """The timing suite (``harness.bench.suite.run_bench``): the files it wrote."""
+    from harness.bench.suite import run_bench
+
+    return run_bench(*args, **kwargs)
+
+
+def render_timing(stores: Sequence[Path], command: str) -> tuple[str, list[dict], list[str]]:
+    """The timing report of the records in ``stores`` (``harness.bench.suite.render_timing``)."""
+    from harness.bench.suite import render_timing
+
+    return render_timing(stores, command)
+
+
+def timing_records(stores: Sequence[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The timing records of ``stores``, and the lines that could not be read."""
+    from harness.bench.suite import timing_records
+
+    return timing_records(stores)
+
+
+def bench_speedup(
+    out: Path,
+    data: Path,
+    command: str,
+    device: str | None,
+    *,
+    methods: str,
+    skips: Sequence[float],
+    hidden: Sequence[int],
+    batches: Sequence[int],
+    seq_len: int,
+    budget: float,
+    threads: int,
+) -> None:
+    """Measure the fast paths' realised speedups; write the report ``out`` and its rows ``data``.
+
+    On ``device`` (None: the CPU; ``auto``: CUDA if present), with ``threads`` torch CPU threads
+    (0: torch's default), for ``methods`` (``all``: every method with a fast path) at the target
+    ``skips``, sizes and batches, ``budget`` seconds of timing per row
+    (``harness.bench.speedup``); the command line ``command`` is named in the report.
+    """
+    import torch
+
+    from harness.bench.speedup import measure_speedups, speedup_jsonl
+    from harness.bench.speedup_report import speedup_markdown
+
+    device = resolve_device(device or "cpu").type
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    run_conditions()  # as in training runs and the timing report
+    sizes = f"--hidden {_csv(hidden)}, --batches {_csv(batches)}, --seq-len {seq_len}"
+    try:
+        with out_of_memory(f"the speedup measurement ({sizes})"):
+            rows = measure_speedups(
+                methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
+                batches=batches, seq_len=seq_len, device=device, budget_s=budget,
+            )  # fmt: skip
+        text = speedup_markdown(rows, command, device, data_file=data.name)
+    finally:
+        torch.set_num_threads(previous)
+    write_text(data, speedup_jsonl(rows))
+    write_text(out, text)
+
+
+def _csv(values: Sequence[Any]) -> str:
+    return ",".join(str(v) for v in values)

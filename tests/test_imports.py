@@ -19,9 +19,9 @@ PACKAGES = ("harness", "baselines", "tasks")
 # importer -> imported: the heavy dependency the import inside a function defers (what the
 # imported module loads and the importer does not).
 DEFERRED = {
-    ("harness.cli.bench", "harness.bench.speedup"): "torch",
-    ("harness.cli.bench", "harness.bench.speedup_report"): "torch",
-    ("harness.cli.bench", "harness.bench.suite"): "torch",
+    ("harness.api", "harness.bench.speedup"): "torch",
+    ("harness.api", "harness.bench.speedup_report"): "torch",
+    ("harness.api", "harness.bench.suite"): "torch",
     ("harness.bench.excerpts", "harness.bench.timing_report"): "torch",
     ("harness.authoring.conformance", "harness.bench.speedup"): "torch",
     ("harness.authoring.conformance", "harness.components.flops"): "torch",

@@ -70,6 +70,23 @@ def test_given_options_sees_explicit_and_abbreviated_flags():
     assert parser.parse_args([]).workers == 1  # the defaults are back
 
 
+def test_the_api_plans_a_typed_request_its_sweep_file_filling_what_was_not_given(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('tasks = "adding"\nmethods = "gru"\nseeds = "0-2"\nworkers = 2\n')
+    out = tmp_path / "r"
+    request = api.RunRequest(config=str(sweep), seeds="5", out=str(out), dry_run=True)
+    job = api.prepare_run(request)  # nothing given: the file's seeds win over the field's
+    assert (job.request.tasks, job.request.methods, job.spec.seeds) == ("adding", "gru", [0, 1, 2])
+    assert job.executor[0] == "pool" and job.executor[1].workers == 2  # the file's executor key
+    job = api.prepare_run(api.RunRequest(**{**vars(request), "given": frozenset({"seeds"})}))
+    assert job.spec.seeds == [5]  # given as a flag: it wins over the file
+    resume, recorded = job.plan()
+    assert [c.seed for c in resume.todo] == [5] and recorded == []
+    assert not out.exists()  # planned only: nothing written
+    with pytest.raises(api.ConfigError, match="not both"):
+        api.prepare_run(api.RunRequest(config=str(sweep), suite="ssa-table4"))
+
+
 SWEEP = """
 description = "a test sweep"
 tasks = "adding"

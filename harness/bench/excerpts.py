@@ -27,9 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.api import parse_seeds
 from harness.errors import ConfigError, HarnessError
-from harness.planning.spec import Block, SweepSpec, resolve_configs
+from harness.planning.spec import Block, SweepSpec, parse_seeds, resolve_configs
 from harness.planning.suites import load, plan, suite_path
 from harness.planning.sweep import wall_seconds
 from harness.references import component

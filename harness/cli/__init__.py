@@ -2,9 +2,9 @@
 
 One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
 ``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
-so ``harness --help`` and ``harness --version`` stay fast. The CLI parses, calls and prints: the
-work is done by ``harness.planning.sweep``, ``harness.components.flops``, ``harness.bench`` and
-``harness.reporting``.
+so ``harness --help`` and ``harness --version`` stay fast. The CLI parses, calls ``harness.api`` and
+prints: a CLI module imports nothing of the project but ``harness.api``, ``harness.errors`` and
+other CLI modules (``tests/test_cli_shape.py``).
 
 Bad input (unknown names, bad ``--set`` values, missing data, unwritable output, malformed
 records) gives one line on stderr and exit code 2, never a traceback.
@@ -17,7 +17,7 @@ import gc
 import sys
 from typing import Any
 
-from harness import __version__, api
+from harness import api
 from harness.cli import bench, check, compare, data, docs, flops, listing, new, report, run, store
 from harness.cli.common import Parser, dispatch, includes
 from harness.errors import HarnessError, Interrupted
@@ -37,7 +37,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--version",
         action="version",
-        version=f"harness {__version__}",
+        version=f"harness {api.__version__}",
         help="print the version and exit",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)

@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.bench import excerpts
-from harness.bench.excerpts import SPEEDUP_PARTS, TIMING_PARTS
+from harness import api
+from harness.api import SPEEDUP_PARTS, TIMING_PARTS, check_writable, refuse_overwrite
 from harness.cli.common import (
     add_command,
-    check_writable,
     comma_list,
     data_dir_option,
     device_option,
@@ -30,18 +29,13 @@ from harness.cli.common import (
     include_option,
     int_at_least,
     methods_option,
-    out_of_memory,
     preset_option,
     require_task,
     set_option,
     task_option,
     threads_option,
-    write_report,
 )
-from harness.components import config
-from harness.env import resolve_device, run_conditions
 from harness.errors import ConfigError
-from harness.persistence.outputs import refuse_overwrite
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
 # TIMING.md in the --out folder of the timing records, SPEEDUP.md (+ .jsonl) in the default one.
@@ -226,16 +220,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
     check_writable(report)
 
-    from harness.bench.suite import run_bench
-
-    paths = run_bench(
+    paths = api.run_bench(
         args.methods,
         task,
         args.preset,
         args.device or "auto",  # every device to time on (harness.env.bench_devices)
         args.out,
         report=str(report),
-        overrides=config.parse_set(args.set or []),
+        overrides=api.parse_set(args.set or []),
         rounds=args.rounds,
         warmup=args.warmup,
         threads=args.threads,
@@ -263,13 +255,11 @@ def _render_timing(args: argparse.Namespace, command: str) -> int:
     inputs = [("--from", p) for p in stores]
     refuse_overwrite(report, "--report", inputs)
     refuse_overwrite(data, "--report's data file", inputs)
-    from harness.bench.suite import render_timing
-
-    text, timings, problems = render_timing(stores, command)
+    text, timings, problems = api.render_timing(stores, command)
     for line in problems:
         print(line, file=sys.stderr)
-    write_report(data, "".join(json.dumps(r) + "\n" for r in timings))
-    write_report(report, text)
+    api.write_text(data, "".join(json.dumps(r) + "\n" for r in timings))
+    api.write_text(report, text)
     print(report)
     print(data)
     return 2 if problems else 0
@@ -293,15 +283,13 @@ def _print(args: argparse.Namespace) -> int:
     elif args.suite is None or args.epoch_batches is None:
         raise ConfigError("--print cost: name the suite (--suite) and its epoch (--epoch-batches)")
     if speedup:
-        rows = excerpts.speedup_rows([Path(p) for p in args.sources])
-        text = excerpts.print_speedup(rows, args.parts, args.sources, args.where or ())
+        rows = api.speedup_rows([Path(p) for p in args.sources])
+        text = api.print_speedup(rows, args.parts, args.sources, args.where or ())
     else:
-        from harness.bench.suite import timing_records
-
-        timings, problems = timing_records(_stores(args))
+        timings, problems = api.timing_records(_stores(args))
         for line in problems:
             print(line, file=sys.stderr)
-        text = excerpts.print_timing(
+        text = api.print_timing(
             timings,
             args.parts,
             args.sources,
@@ -315,40 +303,16 @@ def _print(args: argparse.Namespace) -> int:
 
 
 def _bench_speedup(args: argparse.Namespace, command: str) -> int:
-    # the one device measured on: the CPU unless --device names another (auto: CUDA if present)
-    device = resolve_device(args.device or "cpu").type
     out = Path(args.report or SPEEDUP_REPORT)
     data = data_path(out)
     option = "--report" if args.report else "the speedup report"
     refuse_overwrite(out, option)
     refuse_overwrite(data, f"{option}'s raw timings")
     check_writable(out)  # before the measurement, not after
-    import torch
-
-    from harness.bench.speedup import measure_speedups, speedup_jsonl
-    from harness.bench.speedup_report import speedup_markdown
-
-    previous = torch.get_num_threads()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    run_conditions()  # as in training runs and the timing report
-    sizes = f"--hidden {_csv(args.hidden)}, --batches {_csv(args.batches)}"
-    try:
-        with out_of_memory(f"the speedup measurement ({sizes}, --seq-len {args.seq_len})"):
-            rows = measure_speedups(
-                methods=None if args.methods == "all" else args.methods,
-                skips=args.skips,
-                hidden=args.hidden,
-                batches=args.batches,
-                seq_len=args.seq_len,
-                device=device,
-                budget_s=args.budget,
-            )
-        text = speedup_markdown(rows, command, device, data_file=data.name)
-    finally:
-        torch.set_num_threads(previous)
-    write_report(data, speedup_jsonl(rows))
-    write_report(out, text)
+    sizes = {k: getattr(args, k) for k in ("skips", "hidden", "batches", "seq_len", "budget")}
+    api.bench_speedup(
+        out, data, command, args.device, methods=args.methods, threads=args.threads, **sizes
+    )
     print(out)
     print(data)
     return 0

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.components.selection import select as select_records
-from harness.reporting.leaderboard import TERSE, WIDE, boards, terminal
-from harness.reporting.references import record_notes
+from harness.api import TERSE, WIDE, boards, record_notes, terminal
+from harness.api import select as select_records
 
 FORMATS = ("table", "md")
 NONE = "no run finished ok: no table"

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.authoring.conformance import CHECKS, iter_checks
+from harness.api import CHECKS, METHODS, TASKS, describe_source, iter_checks, usable_tasks
 from harness.cli.common import add_command, comma_list, examples, include_option
-from harness.components.registry import METHODS, TASKS, describe_source
-from harness.planning.spec import usable_tasks
 
 
 def add_parser(subparsers: Any) -> None:

@@ -17,12 +17,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from harness.api import MAX_THREADS, parse_seeds  # noqa: F401  (parse_seeds: re-exported)
-from harness.components.config import DEVICES, PRESETS
-from harness.components.registry import TASKS
-from harness.errors import ConfigError, HarnessError, out_of_memory  # noqa: F401  (re-exported: one line for an allocation)
-from harness.persistence.outputs import check_writable  # noqa: F401  (re-exported: the commands' checks)
-from harness.persistence.outputs import write_text as write_report  # noqa: F401  (atomic, never over records)
+from harness.api import (
+    DEVICES,
+    MAX_THREADS,
+    PRESETS,
+    TASKS,
+    parse_seeds,  # noqa: F401  (re-exported)
+)
+from harness.errors import ConfigError, HarnessError
 
 
 class Parser(argparse.ArgumentParser):

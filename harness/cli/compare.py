@@ -7,7 +7,6 @@ from typing import Any
 
 from harness import api
 from harness.cli.common import add_command, console, examples
-from harness.reporting.compare import parse_tolerances
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,7 +66,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     res, skipped = api.compare(
         args.reference,
         args.current,
-        parse_tolerances(args.tol or []),
+        api.parse_tolerances(args.tol or []),
         only_present=args.only_present,
         allow_empty=args.allow_empty,
         skip_malformed=args.skip_malformed,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from harness import data
+from harness import api
 from harness.cli.common import (
     add_command,
     console,
@@ -15,7 +15,6 @@ from harness.cli.common import (
     include_option,
     tasks_option,
 )
-from harness.components.registry import TASKS
 from harness.errors import DataError
 
 
@@ -66,12 +65,12 @@ def cmd_data(args: argparse.Namespace) -> int:
     tasks = None
     spec = ",".join([*([args.tasks] if args.tasks else []), *args.names])
     if spec:
-        tasks = TASKS.resolve(spec)
+        tasks = api.TASKS.resolve(spec)
     if args.action == "fetch":
         return fetch(tasks, spec, args.data_dir, args.mirror)
     verify = args.action == "verify"
-    rows = data.status_rows(args.data_dir, verify=verify, tasks=tasks, fresh=verify)
-    show(rows, verify, f"datasets under {data.data_root(args.data_dir)}")
+    rows = api.status_rows(args.data_dir, verify=verify, tasks=tasks, fresh=verify)
+    show(rows, verify, f"datasets under {api.data_root(args.data_dir)}")
     bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
     for r in bad:
         sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
@@ -107,15 +106,15 @@ def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str 
     (exit 2); without names such tasks are reported and the others fetched.
     """
     out = console()
-    root = data.data_root(data_dir)
-    fetcher = data.Fetcher(root, mirror, say=lambda line: out.print(line, highlight=False))
+    root = api.data_root(data_dir)
+    fetcher = api.Fetcher(root, mirror, say=lambda line: out.print(line, highlight=False))
     named = {p.strip() for p in spec.split(",")} - {"all", ""}
     failed = []
-    for name in tasks if tasks is not None else TASKS.names():
+    for name in tasks if tasks is not None else api.TASKS.names():
         try:
-            line = TASKS.get(name)(None, data_dir).fetch(fetcher)
+            line = api.TASKS.get(name)(None, data_dir).fetch(fetcher)
         except DataError as e:
-            if name in named or not isinstance(e, data.NotFetchableError):
+            if name in named or not isinstance(e, api.NotFetchableError):
                 failed.append(f"{name}: {e}")
             else:
                 out.print(f"[yellow]{name}: {e}[/]", highlight=False)

@@ -19,10 +19,7 @@ from harness import api
 from harness.cli.bench import add_parser as add_bench
 from harness.cli.common import Parser, add_command, dispatch, examples, includes
 from harness.cli.report import add_parser as add_report
-from harness.components.config import legacy_values
-from harness.components.registry import isolated
 from harness.errors import HarnessError
-from harness.reporting.docs import fill
 
 DEFAULT_DOCS = "docs/*.md"
 
@@ -61,7 +58,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
     files = args.files or sorted(str(p) for p in Path().glob(DEFAULT_DOCS))
     if not files:
         raise HarnessError(f"no {DEFAULT_DOCS} here: run it from the repository, or name files")
-    stale = fill(files, run_block, check=args.check)
+    stale = api.fill(files, run_block, check=args.check)
     for b in stale:
         print(f"{b.where()}: {'stale' if args.check else 'regenerated'}")
     if args.check and stale:
@@ -84,7 +81,7 @@ def run_block(argv: list[str]) -> tuple[int, str, str]:
     add_bench(sub)
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            with isolated():
+            with api.isolated():
                 api.include(includes(argv))
                 code = dispatch(parser, argv)
         except HarnessError as e:  # a bad --include, as 'harness' says it
@@ -93,5 +90,5 @@ def run_block(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as e:  # a usage error: its line is on stderr already
             code = e.code if isinstance(e.code, int) else 2
         finally:
-            legacy_values.cache_clear()  # kept by method name: an included one's goes with it
+            api.legacy_values.cache_clear()  # kept by method name: an included one's goes with it
     return code, out.getvalue(), err.getvalue()

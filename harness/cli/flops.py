@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from harness import api
 from harness.cli.common import (
     add_command,
     data_dir_option,
@@ -18,9 +19,6 @@ from harness.cli.common import (
     set_option,
     task_option,
 )
-from harness.components import config
-from harness.components.metrics import UNIT_NOTE
-from harness.planning.sweep import fresh_costs
 
 
 def add_parser(subparsers: Any) -> None:
@@ -61,16 +59,16 @@ def _seq_len(row: dict[str, Any]) -> str:
 def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.planning.sweep.fresh_costs``) as a table or as JSON."""
     task = require_task(args.task, "flops")
-    overrides = config.parse_set(args.set or [])
+    overrides = api.parse_set(args.set or [])
 
-    rows = fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
+    rows = api.fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
     if args.json:
-        print(json.dumps({"unit": UNIT_NOTE, "rows": rows}, indent=2))
+        print(json.dumps({"unit": api.UNIT_NOTE, "rows": rows}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"MACs/FLOPs per sequence, fresh models ({UNIT_NOTE})")
+    table = Table(title=f"MACs/FLOPs per sequence, fresh models ({api.UNIT_NOTE})")
     columns = ("method", "T", "params", "dense MACs (fvcore)", "dense MACs", "effective MACs")
     for col in (*columns, "effective FLOPs"):
         table.add_column(col, justify="right")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.authoring.conformance import training_task
-from harness.authoring.scaffold import KINDS, names, new_method
+from harness import api
 from harness.cli.common import add_command, examples, include_option
 
 
@@ -21,7 +20,7 @@ def add_parser(subparsers: Any) -> None:
             "harness new method my-skip --kind skip --out my_methods",
             "harness check my-skip --include my_methods",
             note="kinds:\n"
-            + "\n".join(f"  {k:9s} {what}" for k, what in KINDS.items())
+            + "\n".join(f"  {k:9s} {what}" for k, what in api.METHOD_TEMPLATES.items())
             + "\nan existing file is never overwritten (exit 2, nothing written)",
         ),
     )
@@ -30,8 +29,8 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument(
         "--kind",
         required=True,
-        choices=list(KINDS),
-        help="the template: " + ", ".join(KINDS) + " (see below)",
+        choices=list(api.METHOD_TEMPLATES),
+        help="the template: " + ", ".join(api.METHOD_TEMPLATES) + " (see below)",
     )
     s.add_argument(
         "--out",
@@ -46,15 +45,13 @@ def cmd_new(args: argparse.Namespace) -> int:
     """Write the two files and say what to run next."""
     from pathlib import Path
 
-    paths = new_method(args.name, args.kind, args.out)
-    key = names(args.name)[0]
+    paths, key = api.new_method(args.name, args.kind, args.out)
     folder = Path(args.out)
     for p in paths:
         print(f"wrote {p}")
     print("next:")
     print(f"  harness check {key} --include {folder}")
     print(f"  python -m pytest {paths[1]}")
-    print(
-        f"  harness run --tasks {training_task()} --methods {key} --preset smoke --include {folder}"
-    )
+    task = api.training_task()
+    print(f"  harness run --tasks {task} --methods {key} --preset smoke --include {folder}")
     return 0

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.components.selection import BUDGETS
-from harness.persistence.records import label
-from harness.planning.sweep import estimate_runs, wall_seconds
-from harness.training.code import method_code
+from harness.api import BUDGETS, estimate_runs, label, method_code, wall_seconds
 
 
 def fmt_duration(seconds: float) -> str:

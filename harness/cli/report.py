@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import api
+from harness.api import METHODS, PARTS, TASKS, WIDTHS, beside_records, parse_rule
 from harness.cli.common import (
     add_command,
     comma_list,
@@ -22,12 +23,7 @@ from harness.cli.common import (
     preset_option,
     task_option,
 )
-from harness.components.registry import METHODS, TASKS
-from harness.components.selection import parse_rule
 from harness.errors import HarnessError
-from harness.persistence.outputs import beside_records
-from harness.reporting.latex import WIDTHS
-from harness.reporting.reports import PARTS
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 from typing import Any
 
 from harness import api
@@ -230,11 +231,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         for name, description in api.suites():
             print(f"{name:14s} {description}")
         return 0
-    opts = {k: v for k, v in vars(args).items() if k not in ("func", "parser", "argv")}
-    job = api.prepare_run(opts, given_options(args.parser, getattr(args, "argv", None)))
+    job = api.prepare_run(request(args))
     for note in job.sweep.notes:
         out.print(f"[yellow]{note}[/]")
-    if job.opts["dry_run"]:
+    if job.request.dry_run:
         return dry_run(job, out)
     result = run_with_progress(job, out, ["harness", *getattr(args, "argv", [])])
     say_finish(result, out)
@@ -244,13 +244,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job.board is not None:
         for p in job.write_board():
             print(f"wrote {p}")
-        records, rule, none = api.board_records(job.store.path, job.opts["select"])
+        records, rule, none = api.board_records(job.store.path, job.request.select)
         print_board(records, rule, none, job.store.path, job.board, args.format)
-    if job.opts["match_skip"] is not None:
-        print_match_skip(job.match_skip(), job.opts["match_skip"], job.spec.swept(), out)
+    if job.request.match_skip is not None:
+        print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
     if result.failed:
         out.print(f"[red]{result.failed} run(s) failed; see the records in {job.store.path}[/]")
     return result.exit_code
+
+
+def request(args: argparse.Namespace) -> api.RunRequest:
+    """The ``api.RunRequest`` of ``run``'s parsed flags (those given on its command line too)."""
+    given = given_options(args.parser, getattr(args, "argv", None))
+    fields = (f.name for f in dataclasses.fields(api.RunRequest))
+    values = {f: getattr(args, f) for f in fields if hasattr(args, f)}
+    values |= {"set": tuple(args.set or ()), "grid": tuple(args.grid or ())}
+    options = {k: getattr(args, k) for k in api.declared() if hasattr(args, k)}
+    return api.RunRequest(**values, executor_options=options, given=frozenset(given))
 
 
 def dry_run(job: api.RunJob, out: Any) -> int:
@@ -259,7 +269,8 @@ def dry_run(job: api.RunJob, out: Any) -> int:
     _say_plan(job, resume, out)
     print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
     if resume.todo:
-        out.print(estimate_line(resume.todo, recorded, job.opts["workers"]), highlight=False)
+        workers = job.request.executor_options.get("workers") or 1
+        out.print(estimate_line(resume.todo, recorded, workers), highlight=False)
     _say_skipped(job.sweep, out)
     out.print("dry run: nothing was run or written")
     return 0
@@ -275,7 +286,7 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
             if event.kind == "planned":
                 _say_plan(job, event.resume, out)
                 if event.todo:
-                    args = (out, event.todo, job.sweep.labels, in_process, job.opts["verbose"])
+                    args = (out, event.todo, job.sweep.labels, in_process, job.request.verbose)
                     shown.append(stack.enter_context(SweepProgress(*args)))
             elif shown:
                 shown[0].on_event(event)

@@ -20,6 +20,33 @@ from harness.planning.sweep import build_configs, validate, variant_labels
 from harness.references import cannot_serve, named_outright, resolve_names, skipped_lines
 from harness.references import unserved as why_not
 
+MAX_SEEDS = 10_000
+
+
+def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
+    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
+
+    The count is checked against ``limit`` before a range is expanded, so ``0-9999999`` fails
+    at once; anything else, a negative seed, an empty or descending range is a ConfigError.
+    """
+    usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
+    ranges: list[tuple[int, int]] = []
+    try:
+        for part in spec.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            lo, sep, hi = part.partition("-")
+            ranges.append((int(lo), int(hi) if sep else int(lo)))
+    except ValueError:  # also a negative seed: "-1" has no number before its "-"
+        raise ConfigError(usage) from None
+    if not ranges or any(hi < lo for lo, hi in ranges):
+        raise ConfigError(usage)
+    count = sum(hi - lo + 1 for lo, hi in ranges)
+    if count > limit:
+        raise ConfigError(f"--seeds '{spec}' gives {count:,} seeds; at most {limit:,} are allowed")
+    return list(dict.fromkeys(s for lo, hi in ranges for s in range(lo, hi + 1)))
+
 
 @dataclass
 class Block:
