@@ -61,7 +61,7 @@ from harness.data import Fetcher as Fetcher
 from harness.data import NotFetchableError as NotFetchableError
 from harness.data import data_root as data_root
 from harness.data import status_rows as status_rows
-from harness.env import resolve_device, run_conditions
+from harness.env import resolve_device, run_conditions, torch_threads
 from harness.errors import (
     DISK_FULL_NOTE,
     ConfigError,
@@ -761,26 +761,18 @@ def bench_speedup(
     ``skips``, sizes and batches, ``budget`` seconds of timing per row
     (``harness.bench.speedup``); the command line ``command`` is named in the report.
     """
-    import torch
-
     from harness.bench.speedup import measure_speedups, speedup_jsonl
     from harness.bench.speedup_report import speedup_markdown
 
     device = resolve_device(device or "cpu").type
-    previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
     run_conditions()  # as in training runs and the timing report
     sizes = f"--hidden {_csv(hidden)}, --batches {_csv(batches)}, --seq-len {seq_len}"
-    try:
-        with out_of_memory(f"the speedup measurement ({sizes})"):
-            rows = measure_speedups(
-                methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
-                batches=batches, seq_len=seq_len, device=device, budget_s=budget,
-            )  # fmt: skip
+    with torch_threads(threads or 0), out_of_memory(f"the speedup measurement ({sizes})"):
+        rows = measure_speedups(
+            methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
+            batches=batches, seq_len=seq_len, device=device, budget_s=budget,
+        )  # fmt: skip
         text = speedup_markdown(rows, command, device, data_file=data.name)
-    finally:
-        torch.set_num_threads(previous)
     write_text(data, speedup_jsonl(rows))
     write_text(out, text)
 

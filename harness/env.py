@@ -12,6 +12,7 @@ import ctypes
 import functools
 import platform
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -229,6 +230,23 @@ def run_conditions() -> bool:
     """
     hold_freed_memory()
     return flush_denormals()
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Set torch's CPU threads to ``threads`` (0: leave them) inside the block, then restore them.
+
+    A timing's thread count, not the process's.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def environment(device: torch.device) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from harness import env
 from harness.training.code import method_kernels
 
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -218,9 +219,7 @@ def measure_machine(
     start = time.perf_counter()
     ops = kernel_ops(methods) or {}
     caches, from_sysfs = cache_levels()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with env.torch_threads(1):
         levels = []
         for name, size in caches:
             n_bytes = size // 2
@@ -233,8 +232,6 @@ def measure_machine(
         product = ops.get("product")
         peaks = {str(b): peak_rate(b, product, blocks) for b in sorted(set(batches))}
         floor = floor_call(seq_len, ops.get("loop"), blocks)
-    finally:
-        torch.set_num_threads(previous)
     return {
         "ops": "kernel" if ops else "torch",
         "caches": "sysfs" if from_sysfs else "fixed",

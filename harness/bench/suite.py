@@ -236,30 +236,8 @@ def time_methods(
         (timing records, one line per timing that failed).
     """
     records: list[dict[str, Any]] = []
-    failed: list[str] = []
     splits: SplitCache = {}
-    say = progress or (lambda line: None)
-
-    def run(make: Callable[[], Phase], label: str, device: torch.device, **kw: Any) -> Any:
-        try:
-            phase = make()
-            start = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            times = time_fn(phase.fn, device, warmup=warmup, rounds=rounds)
-        except Exception as e:  # a broken method is reported, and the others go on
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            failed.append(f"{label}: {_first_line(e)}")
-            say(f"{label}: failed ({_first_line(e)})")
-            return None, None
-        rec = timing_record(phase, times, warmup=warmup, start=start, bench_id=bench_id, **kw)
-        if phase.info["phase"] == "train":  # what a step dispatches (one more, untimed step)
-            try:
-                rec["ops_per_step"] = ops_per_step(phase.fn, phase.info["sizes"].get("T") or 1)
-            except Exception as e:  # the timing stands without its profile
-                say(f"{label}: ops not counted ({_first_line(e)})")
-        say(f"{label}: {format_ms(rec['median_s'])} ms")
-        return phase, rec
-
+    run = _Timings(warmup, rounds, bench_id, progress or (lambda line: None))
     for device in devices:
         environment = env.environment(device)
         as_reference = {"environment": environment, "reference": True}
@@ -295,7 +273,84 @@ def time_methods(
                         records.append(ref)
                 apply_ratios(rec, here)
                 del phase  # free the model before building the next one
-    return records, failed
+    return records, run.failed
+
+
+class _Timings:
+    """How ``time_methods`` times a phase: its rounds, and what it says and records of each."""
+
+    def __init__(self, warmup: int, rounds: int, bench_id: str, say: Callable[[str], None]):
+        self.warmup, self.rounds, self.bench_id, self.say = warmup, rounds, bench_id, say
+        self.failed: list[str] = []  # one line per timing that failed
+
+    def __call__(
+        self, make: Callable[[], Phase], label: str, device: torch.device, **kw: Any
+    ) -> tuple[Phase | None, dict[str, Any] | None]:
+        """The phase ``make`` builds, timed, and its record (None, None where it failed)."""
+        try:
+            phase = make()
+            start = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            times = time_fn(phase.fn, device, warmup=self.warmup, rounds=self.rounds)
+        except Exception as e:  # a broken method is reported, and the others go on
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.failed.append(f"{label}: {_first_line(e)}")
+            self.say(f"{label}: failed ({_first_line(e)})")
+            return None, None
+        rec = timing_record(
+            phase, times, warmup=self.warmup, start=start, bench_id=self.bench_id, **kw
+        )
+        if phase.info["phase"] == "train":  # what a step dispatches (one more, untimed step)
+            try:
+                rec["ops_per_step"] = ops_per_step(phase.fn, phase.info["sizes"].get("T") or 1)
+            except Exception as e:  # the timing stands without its profile
+                self.say(f"{label}: ops not counted ({_first_line(e)})")
+        self.say(f"{label}: {format_ms(rec['median_s'])} ms")
+        return phase, rec
+
+
+def _command(
+    asked: tuple[str | Iterable[str], str | Iterable[str]],
+    resolved: tuple[list[str], list[str]],
+    preset: str,
+    device: str,
+    out_dir: str | os.PathLike,
+    overrides: dict[str, Any] | None,
+) -> str:
+    """The command line of ``run_bench``'s arguments, for a report header.
+
+    ``asked`` is the methods and tasks as asked for, ``resolved`` as the registries resolved
+    them (named where they were asked for as lists).
+    """
+    (methods, tasks), (names, task_names) = asked, resolved
+    flags = (
+        ("--methods", methods if isinstance(methods, str) else ",".join(names)),
+        ("--task", tasks if isinstance(tasks, str) else ",".join(task_names)),
+        *(("--preset", preset), ("--device", device), ("--out", out_dir)),
+        *(("--set", f"{k}={v}") for k, v in (overrides or {}).items()),
+    )
+    return "harness bench " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags)
+
+
+def _runnable(
+    names: list[str],
+    tasks: list[str],
+    preset: str,
+    overrides: dict[str, Any] | None,
+    data_dir: str | None,
+) -> tuple[list[str], dict[str, str]]:
+    """``runnable_tasks``, checked before any timing.
+
+    HarnessError where no task has usable data, ConfigError (one line) for a bad preset or an
+    override no (method, task) pair has.
+    """
+    runnable, no_data = runnable_tasks(tasks, data_dir)
+    if not runnable:
+        raise HarnessError(
+            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
+        )
+    build_configs(names, runnable, [0], preset, dict(overrides or {}))
+    return runnable, no_data
 
 
 def runnable_tasks(
@@ -366,49 +421,26 @@ def run_bench(
         ConfigError: a bad preset, an override no selected (method, task) pair has, or a bad
             round/thread count.
     """
-    names = METHODS.resolve(methods)
-    task_names = TASKS.resolve(tasks)
+    names, task_names = METHODS.resolve(methods), TASKS.resolve(tasks)
     devices = env.bench_devices(device)
     if rounds < 1 or warmup < 0 or threads < 0:
         raise ConfigError("bench needs rounds >= 1, warmup >= 0 and threads >= 0")
-    runnable, no_data = runnable_tasks(task_names, data_dir)
-    if not runnable:
-        raise HarnessError(
-            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
-        )
-    # bad presets or overrides fail here with one line, before any timing
-    build_configs(names, runnable, [0], preset, dict(overrides or {}))
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jsonl, md = out / "timing.jsonl", Path(report)
-    store = Store(jsonl, config.legacy_values)
-    store.check_writable()
-    say = progress or (lambda line: None)
+    runnable, no_data = _runnable(names, task_names, preset, overrides, data_dir)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    jsonl, md = Path(out_dir) / "timing.jsonl", Path(report)
+    (store := Store(jsonl, config.legacy_values)).check_writable()
     skipped: dict[str, int] = {}
     for t, why in no_data.items():
-        say(f"task '{t}' skipped: no usable data ({why})")
+        if progress is not None:
+            progress(f"task '{t}' skipped: no usable data ({why})")
         skipped[f"task `{t}`: no usable data ({why})"] = len(names) * len(PHASES) * len(devices)
     bench_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
     if command is None:
-        command = "harness bench " + " ".join(
-            f"{flag} {shlex.quote(str(v))}"
-            for flag, v in (
-                ("--methods", methods if isinstance(methods, str) else ",".join(names)),
-                ("--task", tasks if isinstance(tasks, str) else ",".join(task_names)),
-                ("--preset", preset),
-                ("--device", device),
-                ("--out", out_dir),
-                *(("--set", f"{k}={v}") for k, v in (overrides or {}).items()),
-            )
-        )
-    previous = torch.get_num_threads()
-    if threads > 0:
-        torch.set_num_threads(threads)
+        asked, resolved = (methods, tasks), (names, task_names)
+        command = _command(asked, resolved, preset, device, out_dir, overrides)
     env.run_conditions()  # as in training runs: methods and fused references alike
-    records: list[dict[str, Any]] = []
-    failed: list[str] = []
-    try:
+    records, failed = [], []
+    with env.torch_threads(threads):
         for t in runnable:
             recs, fails = time_methods(
                 names, devices, t, preset, overrides, rounds=rounds, warmup=warmup,
@@ -419,8 +451,6 @@ def run_bench(
             for r in recs:  # each task's records are kept even if a later task is interrupted
                 r["command"] = command  # what timed it, for a report rendered from the records
                 store.append(r)
-    finally:
-        torch.set_num_threads(previous)
     if device == "auto" and all(d.type != "cuda" for d in devices):
         skipped["CUDA not available (device auto)"] = len(names) * len(PHASES) * len(runnable)
     write_text(md, timing_markdown(records, [str(jsonl)], command, failed, skipped))
