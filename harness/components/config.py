@@ -312,14 +312,13 @@ def resolve(
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
     if (ref := _reference(method)) is not None:  # no trainer, no model: its own config
         return ref.resolve_config(task, seed, preset, overrides)
-    task_cls = TASKS.get(task)
     method_cls = METHODS.get(method)
-    p = task_cls.preset(preset)
+    p = TASKS.get(task).preset(preset)
     sections = {
         "train": p.train,
         "model": p.model,
         "method": build_config(method_cls.config_cls, {}),
-        "task": build_config(task_cls.config_cls, dict(p.task), task),
+        "task": task_config(task, preset),
     }
     owners = {"method": method, "task": task}
     sections = apply_overrides(sections, p.methods.get(method, {}), owners)
@@ -343,6 +342,13 @@ def resolve(
         method_cfg=sections["method"],
         task_cfg=sections["task"],
     )
+
+
+def task_config(task: str, preset: str | None = None) -> Any:
+    """The task config ``preset`` gives ``task`` (None: its config class's defaults)."""
+    task_cls = TASKS.get(task)
+    given = {} if preset is None else dict(task_cls.preset(preset).task)
+    return build_config(task_cls.config_cls, given, task)
 
 
 def _reference(name: Any) -> Any:

@@ -5,9 +5,10 @@ It says whether a task separates the methods at all, so every leaderboard and pa
 the references first (``harness.reporting.references``). A reference gets the task's splits for
 the run's seed (``Task.splits``), is fitted on the training split only and predicts each
 validation and test batch as a model would, so that its metrics come from the task's own
-``batch_stats`` and ``finalize`` (``harness.references.run``). Its run is recorded like any run
-(``harness.persistence.records``), under ``method`` = ``ref:NAME``, with a run id hashed from its
-task, the task's config, the preset, the seed, its name and its own config (``RefConfig``).
+``batch_stats`` and ``finalize``. The training step runs it as it runs a method (``ReferenceFit``,
+through ``Reference.fitting``) and records it the same way, under ``method`` = ``ref:NAME``, with a
+run id hashed from its task, the task's config, the preset, the seed, its name and its own config
+(``RefConfig``).
 
 Built-in references (``harness.references.predictors``): ``ref:majority`` and ``ref:logreg``
 (classification), ``ref:mean`` and ``ref:last`` (regression), ``ref:unigram`` and ``ref:bigram``
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.components.config import apply_overrides, build_config, trusted
+from harness import env
+from harness.components.config import apply_overrides, build_config, task_config, trusted
 from harness.components.knobs import MAX_SEED, check_knobs
 from harness.components.registry import (
     METHODS,
@@ -76,6 +78,7 @@ class Reference:
     config_cls: ClassVar[type] = NoReferenceConfig
     bound: ClassVar[bool] = False
     trains: ClassVar[bool] = False  # fitted once: no model, no epochs, no Skip % (Method.trains)
+    every_part: ClassVar[bool] = True  # a task's baseline: --methods adds it to every sweep part
     description: ClassVar[str] = ""
 
     def __init__(self, cfg: Any = None) -> None:
@@ -126,17 +129,22 @@ class Reference:
     def code_version(cls) -> str:
         """Its code version (a record's ``method_code``): a digest of its files.
 
-        The files are this package's base and runner modules and the module that registers the
-        reference (for a task's own reference: the task's module and the modules of its package
-        it uses, as ``harness.training.code.method_code`` takes them).
+        The files are this package's base module (its runner too) and the module that registers
+        the reference (for a task's own reference: the task's module and the modules of its
+        package it uses, as ``harness.training.code.method_code`` takes them).
         """
         module = sys.modules[cls.__module__]
-        files = {__file__, str(Path(__file__).with_name("run.py"))}
+        files = {__file__}
         if module.__name__.partition(".")[0] == __name__.partition(".")[0]:
             files.add(module.__file__)
         else:
             files |= source_files(module)
         return code_digest(files)
+
+    @classmethod
+    def fitting(cls, cfg: RefConfig, data_dir: str | None = None) -> ReferenceFit:
+        """How the training step runs ``cfg`` (``harness.training.train.fitting``)."""
+        return ReferenceFit(cfg, data_dir)
 
     def fit(self, task: Any, train: Any, seed: int) -> None:
         """Fit on the training split (a ``harness.components.task.Split``) only."""
@@ -245,12 +253,68 @@ def default_sections(name: str, task: str, preset: str | None = None) -> dict[st
         task: the task.
         preset: the task config is the preset's (None: the config class's defaults).
     """
-    task_cls = TASKS.get(task)
-    given = dict(task_cls.preset(preset).task) if preset is not None else {}
     return {
         "method": build_config(REFERENCES.get(name).config_cls, {}),
-        "task": build_config(task_cls.config_cls, given, task),
+        "task": task_config(task, preset),
     }
+
+
+# --- a reference run, as the training step runs it --------------------------------------------
+
+# what a reference's record says chose its test metrics (``selection``)
+SELECTION = "reference predictors: fitted once on the training split, no epochs to choose from"
+EVAL_BATCH = 64  # sequences scored at once, at most: a language model's logits are V wide
+
+
+class ReferenceFit:
+    """One reference run through the training step's interface (``harness.training.train.Fitting``).
+
+    Fitted once on the training split, it scores validation and test with the task's own
+    ``batch_stats`` and ``finalize``; its record has no MACs, no trace and no epochs (``history``
+    empty, ``best_epoch`` -1), and ``params`` the numbers the fit produced. It runs on the CPU,
+    whatever device the sweep trains on: it is deterministic there.
+    """
+
+    def __init__(self, cfg: RefConfig, data_dir: str | None = None) -> None:
+        self.cfg, self.data_dir = cfg, data_dir
+        self.params: dict[str, int] | None = None  # known once fitted
+
+    def check(self) -> None:
+        """Nothing to build: whether it serves its task is checked as a sweep resolves."""
+
+    def device(self) -> Any:
+        """The CPU."""
+        import torch
+
+        return torch.device("cpu")
+
+    def setup(self, device: Any) -> tuple[Any, Any, str]:
+        """Its task (one it serves, else ConfigError) and the splits of the run's seed."""
+        cfg = self.cfg
+        self.task = TASKS.get(cfg.task)(cfg.task_cfg, self.data_dir)
+        cls = REFERENCES.get(cfg.method)
+        why = cls.serves(self.task)
+        if why is not None:
+            raise ConfigError(cannot_serve(cfg.method, self.task, why))
+        env.set_seed(cfg.seed)
+        self.splits = self.task.splits(cfg.seed)
+        self.ref = cls(cfg.method_cfg)
+        return self.task, self.splits, SELECTION
+
+    def fit(self, callbacks: Any = (), events: Any = None, checkpoint: Any = None) -> dict:
+        """Fit on the training split (no epochs: no callbacks, events or checkpoint)."""
+        t0 = time.perf_counter()
+        self.ref.fit(self.task, self.splits.train, self.cfg.seed)
+        train_s = time.perf_counter() - t0
+        self.params = {"total": self.ref.num_params(), "method": self.ref.num_params()}
+        return {"best_epoch": -1, "history": [], "train_s": train_s}
+
+    def evaluate(self) -> dict[str, Any]:
+        """The validation and test metrics of its predictions (``Reference.score``)."""
+        batch = min(self.task.preset(self.cfg.preset).train.eval_batch_size, EVAL_BATCH)
+        val = self.ref.score(self.task, self.splits.val, batch)
+        test = self.ref.score(self.task, self.splits.test, batch)
+        return {"metrics": test, "val_metrics": val, "macs": {}, "diagnostics": {}, "trace": {}}
 
 
 def unserved(cfg: Any, data_dir: str | None = None) -> str | None:
