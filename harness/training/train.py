@@ -349,10 +349,7 @@ def train_model(
 
 
 class Fitting(Protocol):
-    """A run's component as ``run`` runs it, whatever it is; ``run`` records what it returns.
-
-    ``params`` (the record's parameter counts) is None until known.
-    """
+    """A run's component as ``run`` runs it; ``params``, its record's, are None until known."""
 
     params: dict[str, int] | None
 
@@ -385,13 +382,7 @@ def out_of_memory_as_error(cfg: RunConfig) -> contextlib.AbstractContextManager[
 
 
 class ModelFit:
-    """A method's run (``Fitting``): its model, trained by ``train_model``, tested by ``evaluate``.
-
-    Args:
-        cfg: the run's config.
-        data_dir: where real-data tasks look for their files.
-        device: ``--device`` (``env.resolve_device``).
-    """
+    """A method's run (``Fitting``): its model, trained (``train_model``), then tested."""
 
     def __init__(self, cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> None:
         self.cfg, self.data_dir, self.asked = cfg, data_dir, device
@@ -413,10 +404,8 @@ class ModelFit:
         self.task, self.model = build(self.cfg, self.data_dir)
         self.splits = self.task.splits(self.cfg.seed)
         self.model.to(device)
-        self.params = {
-            "total": sum(p.numel() for p in self.model.parameters()),
-            "method": self.model.method_param_count(),
-        }
+        total = sum(p.numel() for p in self.model.parameters())
+        self.params = {"total": total, "method": self.model.method_param_count()}
         best = "highest" if self.task.higher_is_better else "lowest"
         rule = f"test metrics at the epoch with the {best} validation {self.task.primary}"
         return self.task, self.splits, rule
@@ -438,14 +427,8 @@ class ModelFit:
         test = evaluate(self.model, self.task, self.splits.test, size, self.dev, trace=True)
         if (val := self.loop.best_metrics) is None:  # none finite: the final parameters'
             val = evaluate(self.model, self.task, self.splits.val, size, self.dev).metrics
-        diagnostics = {**test.diagnostics, **self.model.train_diagnostics()}
-        return dict(
-            metrics=test.metrics,
-            val_metrics=val,
-            macs=test.macs,
-            diagnostics=diagnostics,
-            trace=test.trace,
-        )
+        tested = dict(metrics=test.metrics, val_metrics=val, macs=test.macs, trace=test.trace)
+        return tested | {"diagnostics": {**test.diagnostics, **self.model.train_diagnostics()}}
 
 
 def run(
