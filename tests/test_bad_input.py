@@ -15,6 +15,7 @@ from harness.cli.common import parse_seeds
 from harness.components import config
 from harness.errors import ConfigError, HarnessError
 from harness.planning import sweep
+from harness.training.train import out_of_memory_as_error
 
 RUN = ["run", "--tasks", "adding", "--methods", "gru", "--no-report", "--out", "r.jsonl"]
 FLOPS = ["flops", "--task", "adding", "--methods", "gru"]
@@ -192,7 +193,7 @@ def test_an_allocation_failure_names_the_model(monkeypatch, capsys):
 def test_other_runtime_errors_are_not_taken_for_memory():
     cfg = sweep.build_configs(["gru"], ["adding"], [0], "smoke", {})[0]
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        with sweep.out_of_memory_as_error(cfg):
+        with out_of_memory_as_error(cfg):
             raise RuntimeError("shape mismatch")
 
 

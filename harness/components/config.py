@@ -310,39 +310,40 @@ def resolve(
     """
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
-    if (ref := _reference(method)) is not None:  # no trainer, no model: its own config
-        return ref.resolve_config(task, seed, preset, overrides)
-    task_cls = TASKS.get(task)
-    method_cls = METHODS.get(method)
-    p = task_cls.preset(preset)
-    sections = {
-        "train": p.train,
-        "model": p.model,
-        "method": build_config(method_cls.config_cls, {}),
-        "task": build_config(task_cls.config_cls, dict(p.task), task),
-    }
     owners = {"method": method, "task": task}
-    sections = apply_overrides(sections, p.methods.get(method, {}), owners)
+    if (ref := _reference(method)) is not None:  # no trainer, no model: its own sections
+        sections, make = ref.config_sections(task, preset), ref.run_config
+    else:
+        method_cls = METHODS.get(method)
+        p = TASKS.get(task).preset(preset)
+        sections = {
+            "train": p.train,
+            "model": p.model,
+            "method": build_config(method_cls.config_cls, {}),
+            "task": task_config(task, preset),
+        }
+        sections, make = apply_overrides(sections, p.methods.get(method, {}), owners), RunConfig
     sections = apply_overrides(sections, overrides or {}, owners)
     for sec, obj in sections.items():  # the preset's values and the defaults too
         check_knobs(obj, sec, owners.get(sec, ""))
     if not 0 <= int(seed) <= MAX_SEED:
         raise ConfigError(f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]")
-    if sections["train"].compile and not method_cls.compiles():
+    if ref is None and sections["train"].compile and not method_cls.compiles():
         able = ", ".join(n for n, cls in METHODS.items() if cls.compiles()) or "none"
         raise ConfigError(
             f"train.compile: method '{method}' has no compiled step (those with one: {able})"
         )
-    return RunConfig(
-        method=method,
-        task=task,
-        seed=int(seed),
-        preset=preset,
-        train=sections["train"],
-        model=sections["model"],
-        method_cfg=sections["method"],
-        task_cfg=sections["task"],
-    )
+    fields = {
+        {"method": "method_cfg", "task": "task_cfg"}.get(k, k): v for k, v in sections.items()
+    }
+    return make(method=method, task=task, seed=int(seed), preset=preset, **fields)
+
+
+def task_config(task: str, preset: str | None = None) -> Any:
+    """The task config ``preset`` gives ``task`` (None: its config class's defaults)."""
+    task_cls = TASKS.get(task)
+    given = {} if preset is None else dict(task_cls.preset(preset).task)
+    return build_config(task_cls.config_cls, given, task)
 
 
 def _reference(name: Any) -> Any:
@@ -357,7 +358,7 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
     (``harness.executors.base.run_one``) and what a record keeps (``trusted``).
     """
     if (ref := _reference(d.get("method"))) is not None:
-        return ref.config_from_dict(d)
+        return trusted(ref.run_config, d, ref.config_cls)
     method_cls = METHODS.get(d.get("method")).config_cls
     return trusted(RunConfig, d, method_cls, train=TrainConfig, model=ModelConfig)
 

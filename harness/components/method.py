@@ -129,7 +129,10 @@ class Method(nn.Module):
     # budget penalty, a skip probability, a threshold): the reports plot metric and Skip % against
     # each one a sweep varies. A method that never skips declares none.
     budget_knobs: ClassVar[tuple[str, ...]] = ()
-    trains: ClassVar[bool] = True  # a model trained over epochs (a Reference is fitted once)
+    every_part: ClassVar[bool] = False  # a sweep file's part names the methods it runs
+    # How the training step runs it (``harness.training.train.Fitting``); None: its model,
+    # trained over epochs by the harness's loop (``harness.training.train.ModelFit``).
+    fitting: ClassVar[Any] = None
 
     def __init__(self, input_size: int, hidden_size: int, cfg: Any = None) -> None:
         super().__init__()

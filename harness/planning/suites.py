@@ -321,17 +321,17 @@ def plan(
         return [(resolve_names(methods), TASKS.resolve(tasks), sets, grids)]
     chosen_m = resolve_names(methods) if "methods" in given else None
     chosen_t = TASKS.resolve(tasks) if "tasks" in given else None
-    refs = [m for m in chosen_m or [] if not component(m).trains]
+    every = [m for m in chosen_m or [] if component(m).every_part]  # a task's baselines
     blocks = []
     for part in sweep.parts:
         ms = resolve_names(part.methods or methods)
         ts = TASKS.resolve(part.tasks or tasks)
         ms = [m for m in ms if chosen_m is None or m in chosen_m]
-        ms += [r for r in refs if r not in ms]
+        ms += [r for r in every if r not in ms]
         ts = [t for t in ts if chosen_t is None or t in chosen_t]
         if ms and ts:
             sets, grids = _layer(*_layer(*top, part.set, part.grid), overrides, grid)
-            if not any(component(m).trains for m in ms):  # a part's knobs (lam) are not theirs
+            if all(component(m).every_part for m in ms):  # a part's knobs (lam) are not theirs
                 sets = {k: v for k, v in sets.items() if _taken(k, ms, ts)}
                 grids = {k: v for k, v in grids.items() if _taken(k, ms, ts)}
             blocks.append((ms, ts, sets, grids))

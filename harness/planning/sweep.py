@@ -7,7 +7,6 @@ about as much" selection (``--match-skip``).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 from collections.abc import Sequence
@@ -17,9 +16,8 @@ from harness.components import config
 from harness.components.metrics import mean_std
 from harness.components.registry import METHODS
 from harness.components.selection import BUDGETS, by_variant, nearest_variant
-from harness.errors import ConfigError, HarnessError, out_of_memory
+from harness.errors import ConfigError, HarnessError
 from harness.persistence.records import flat_config, latest
-from harness.references import component
 
 MAX_RUNS = 100_000  # a bigger sweep is a typo, and would take minutes just to resolve
 
@@ -114,22 +112,21 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
     the middle of the sweep.
 
     Args:
-        cfgs: run configs (``build_configs``); one model is built per ``variant_id``. A
-            reference predictor's run has no model (``harness.references``) and is left alone.
+        cfgs: run configs (``build_configs``); each variant is checked once, as the training
+            step will run it (``harness.training.train.Fitting.check``).
         data_dir: dataset root for real-data tasks.
 
     Raises:
         ConfigError: the first config whose task or model cannot be built, named in the message.
     """
-    from harness.training.train import build
+    from harness.training.train import fitting
 
     seen = set()
     for cfg in cfgs:
-        if cfg.variant_id not in seen and component(cfg.method).trains:
+        if cfg.variant_id not in seen:
             seen.add(cfg.variant_id)
             try:
-                with out_of_memory_as_error(cfg):
-                    build(cfg, data_dir)
+                fitting(cfg, data_dir).check()
             except HarnessError as e:
                 raise ConfigError(f"{cfg.method} on {cfg.task} ({cfg.preset}): {e}") from None
 
@@ -151,12 +148,6 @@ def variant_labels(cfgs: list[Any]) -> dict[str, str]:
         for rid, flat in flats.items():
             labels[rid] = " ".join(f"{k}={flat.get(k)}" for k in varying)
     return labels
-
-
-def out_of_memory_as_error(cfg: config.RunConfig) -> contextlib.AbstractContextManager[None]:
-    """``out_of_memory`` for a run's model: a ConfigError naming its size."""
-    size = f" (hidden_size={cfg.model.hidden_size}, num_layers={cfg.model.num_layers})"
-    return out_of_memory("", size, ConfigError)
 
 
 def fresh_costs(
@@ -188,7 +179,7 @@ def fresh_costs(
         HarnessError: unknown methods or task, missing data, bad overrides or preset.
     """
     from harness.components.flops import model_costs
-    from harness.training.train import build
+    from harness.training.train import build, out_of_memory_as_error
 
     if batch < 1:
         raise ConfigError(f"batch must be >= 1 (got {batch})")

@@ -5,9 +5,10 @@ It says whether a task separates the methods at all, so every leaderboard and pa
 the references first (``harness.reporting.references``). A reference gets the task's splits for
 the run's seed (``Task.splits``), is fitted on the training split only and predicts each
 validation and test batch as a model would, so that its metrics come from the task's own
-``batch_stats`` and ``finalize`` (``harness.references.run``). Its run is recorded like any run
-(``harness.persistence.records``), under ``method`` = ``ref:NAME``, with a run id hashed from its
-task, the task's config, the preset, the seed, its name and its own config (``RefConfig``).
+``batch_stats`` and ``finalize``. The training step runs it as it runs a method (``ReferenceFit``,
+through ``Reference.fitting``) and records it the same way, under ``method`` = ``ref:NAME``, with a
+run id hashed from its task, the task's config, the preset, the seed, its name and its own config
+(``RefConfig``).
 
 Built-in references (``harness.references.predictors``): ``ref:majority`` and ``ref:logreg``
 (classification), ``ref:mean`` and ``ref:last`` (regression), ``ref:unigram`` and ``ref:bigram``
@@ -15,20 +16,20 @@ Built-in references (``harness.references.predictors``): ``ref:majority`` and ``
 ``@register_reference`` (a bound the task computes, say). ``harness run --methods 'ref:*'`` runs
 them (``resolve_names``); ``--methods all`` stays the registered methods.
 
-This module imports no torch: the registry, the base class and the run config.
+This module imports no torch: the registry, the base class, the run config and the run.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.components.config import apply_overrides, build_config, trusted
-from harness.components.knobs import MAX_SEED, check_knobs
+from harness import env
+from harness.components.config import build_config, task_config
 from harness.components.registry import (
     METHODS,
     REFERENCES,
@@ -50,6 +51,79 @@ __all__ = [
     "resolve_names",
     "role",
 ]
+
+
+# --- a reference run: its config, and the run through the training step's interface --------
+
+
+@dataclass(frozen=True)
+class RefConfig(Identified):
+    """Everything that determines a reference run (what ``RunConfig`` is to a method's run).
+
+    No trainer and no model: its run id hashes the reference, the task, the task's config, the
+    preset, the seed, the reference's own config and the data's identity.
+    """
+
+    method: str
+    task: str
+    seed: int
+    preset: str
+    method_cfg: Any
+    task_cfg: Any
+    data: Any = None  # harness.components.config.DataIdentity of real data, None for generated data
+
+
+# what a reference's record says chose its test metrics (``selection``)
+SELECTION = "reference predictors: fitted once on the training split, no epochs to choose from"
+EVAL_BATCH = 64  # sequences scored at once, at most: a language model's logits are V wide
+
+
+class ReferenceFit:
+    """One reference run through the training step's interface (``harness.training.train.Fitting``).
+
+    Fitted once on the training split, it scores validation and test with the task's own
+    ``batch_stats`` and ``finalize``; its record has no MACs, no trace and no epochs (``history``
+    empty, ``best_epoch`` -1), and ``params`` the numbers the fit produced. It runs on the CPU,
+    whatever device the sweep trains on: it is deterministic there.
+    """
+
+    def __init__(self, cfg: RefConfig, data_dir: str | None = None) -> None:
+        self.cfg, self.data_dir = cfg, data_dir
+        self.params: dict[str, int] | None = None  # known once fitted
+
+    def check(self) -> None:
+        """Nothing to build: whether it serves its task is checked as a sweep resolves."""
+
+    def device(self) -> Any:
+        """The CPU, whatever device the sweep trains on."""
+        return env.resolve_device("cpu")
+
+    def setup(self, device: Any) -> tuple[Any, Any, str]:
+        """Its task (one it serves, else ConfigError) and the splits of the run's seed."""
+        cfg = self.cfg
+        self.task = TASKS.get(cfg.task)(cfg.task_cfg, self.data_dir)
+        cls = REFERENCES.get(cfg.method)
+        if (why := cls.serves(self.task)) is not None:
+            raise ConfigError(cannot_serve(cfg.method, self.task, why))
+        env.set_seed(cfg.seed)
+        self.splits = self.task.splits(cfg.seed)
+        self.ref = cls(cfg.method_cfg)
+        return self.task, self.splits, SELECTION
+
+    def fit(self, callbacks: Any = (), events: Any = None, checkpoint: Any = None) -> dict:
+        """Fit on the training split (no epochs: no callbacks, events or checkpoint)."""
+        t0 = time.perf_counter()
+        self.ref.fit(self.task, self.splits.train, self.cfg.seed)
+        train_s = time.perf_counter() - t0
+        self.params = {"total": self.ref.num_params(), "method": self.ref.num_params()}
+        return {"best_epoch": -1, "history": [], "train_s": train_s}
+
+    def evaluate(self) -> dict[str, Any]:
+        """The validation and test metrics of its predictions (``Reference.score``)."""
+        batch = min(self.task.preset(self.cfg.preset).train.eval_batch_size, EVAL_BATCH)
+        val = self.ref.score(self.task, self.splits.val, batch)
+        test = self.ref.score(self.task, self.splits.test, batch)
+        return {"metrics": test, "val_metrics": val, "macs": {}, "diagnostics": {}, "trace": {}}
 
 
 @dataclass(frozen=True)
@@ -75,7 +149,9 @@ class Reference:
     kinds: ClassVar[tuple[str, ...]] = ()
     config_cls: ClassVar[type] = NoReferenceConfig
     bound: ClassVar[bool] = False
-    trains: ClassVar[bool] = False  # fitted once: no model, no epochs, no Skip % (Method.trains)
+    run_config: ClassVar[type] = RefConfig  # its runs' config (``config.resolve`` makes one)
+    fitting: ClassVar[type] = ReferenceFit  # how the training step runs it
+    every_part: ClassVar[bool] = True  # a task's baseline: --methods adds it to every sweep part
     description: ClassVar[str] = ""
 
     def __init__(self, cfg: Any = None) -> None:
@@ -92,46 +168,21 @@ class Reference:
         return f"for {' or '.join(str(k) for k in cls.kinds)} tasks"
 
     @classmethod
-    def resolve_config(
-        cls, task: str, seed: int, preset: str, overrides: dict[str, Any] | None = None
-    ) -> RefConfig:
-        """Its run config on ``task``: the preset's, then the overrides it has keys for.
-
-        Raises:
-            ConfigError: an unknown key or name, a value out of its declared range.
-        """
-        owners = {"method": cls.name, "task": task}
-        sections = default_sections(cls.name, task, preset)
-        sections = apply_overrides(sections, overrides or {}, owners)
-        for sec, obj in sections.items():
-            check_knobs(obj, sec, owners[sec])
-        if not 0 <= int(seed) <= MAX_SEED:
-            raise ConfigError(
-                f"seed {seed} is out of range: expected an integer in [0, {MAX_SEED}]"
-            )
-        return RefConfig(cls.name, task, int(seed), preset, sections["method"], sections["task"])
-
-    @classmethod
-    def config_from_dict(cls, d: dict[str, Any]) -> RefConfig:
-        """Its run config from ``RefConfig.to_dict()``, trusted (``config.from_dict`` asks)."""
-        return trusted(RefConfig, d, cls.config_cls)
-
-    @classmethod
-    def config_sections(cls, task: str) -> dict[str, Any]:
-        """The default config sections on ``task`` (``config.default_sections`` asks)."""
-        return default_sections(cls.name, task)
+    def config_sections(cls, task: str, preset: str | None = None) -> dict[str, Any]:
+        """Its config sections on ``task``: its own, and the ``preset``'s task config."""
+        return {"method": build_config(cls.config_cls, {}), "task": task_config(task, preset)}
 
     @classmethod
     @functools.cache
     def code_version(cls) -> str:
         """Its code version (a record's ``method_code``): a digest of its files.
 
-        The files are this package's base and runner modules and the module that registers the
-        reference (for a task's own reference: the task's module and the modules of its package
-        it uses, as ``harness.training.code.method_code`` takes them).
+        The files are this package's base module (its runner too) and the module that registers
+        the reference (for a task's own reference: the task's module and the modules of its
+        package it uses, as ``harness.training.code.method_code`` takes them).
         """
         module = sys.modules[cls.__module__]
-        files = {__file__, str(Path(__file__).with_name("run.py"))}
+        files = {__file__}
         if module.__name__.partition(".")[0] == __name__.partition(".")[0]:
             files.add(module.__file__)
         else:
@@ -167,7 +218,7 @@ def is_reference(name: Any) -> bool:
 
 
 def component(name: str) -> Any:
-    """The class that runs ``name``, which the core asks (``trains``, ``code_version``)."""
+    """The class that runs ``name``, which the core asks (``fitting``, ``every_part``, ...)."""
     return (REFERENCES if is_reference(name) else METHODS).get(name)
 
 
@@ -215,42 +266,6 @@ def describe(name: str) -> str:
     """A reference's description (``Reference.description``, else its docstring's first line)."""
     cls = REFERENCES.get(name)
     return cls.description or (cls.__doc__ or "").strip().split("\n", 1)[0]
-
-
-# --- a reference run's config -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RefConfig(Identified):
-    """Everything that determines a reference run (what ``RunConfig`` is to a method's run).
-
-    No trainer and no model: its run id hashes the reference, the task, the task's config, the
-    preset, the seed, the reference's own config and the data's identity.
-    """
-
-    method: str
-    task: str
-    seed: int
-    preset: str
-    method_cfg: Any
-    task_cfg: Any
-    data: Any = None  # harness.components.config.DataIdentity of real data, None for generated data
-
-
-def default_sections(name: str, task: str, preset: str | None = None) -> dict[str, Any]:
-    """The config sections a reference run has: ``method`` (its own) and ``task``.
-
-    Args:
-        name: the reference.
-        task: the task.
-        preset: the task config is the preset's (None: the config class's defaults).
-    """
-    task_cls = TASKS.get(task)
-    given = dict(task_cls.preset(preset).task) if preset is not None else {}
-    return {
-        "method": build_config(REFERENCES.get(name).config_cls, {}),
-        "task": build_config(task_cls.config_cls, given, task),
-    }
 
 
 def unserved(cfg: Any, data_dir: str | None = None) -> str | None:

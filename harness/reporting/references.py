@@ -20,16 +20,18 @@ a diagnosis of the table, not a choice of any row.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.components.config import task_config
 from harness.components.metrics import get_metric, higher_is_better
 from harness.components.registry import TASKS
 from harness.persistence.records import latest
-from harness.references import default_sections, describe, role
+from harness.references import describe, role
 from harness.reporting.runs import ranges, variant_label
 from harness.reporting.text import ci95, fmt_cell
 
@@ -170,9 +172,7 @@ def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> di
     if not task_cfgs:
         return {}
     try:
-        import dataclasses
-
-        preset_cfg = dataclasses.asdict(default_sections("ref:mean", task, preset)["task"])
+        preset_cfg = dataclasses.asdict(task_config(task, preset))
     except Exception:  # a task or preset this harness does not know
         preset_cfg = {}
     out = {}

@@ -1,19 +1,24 @@
-"""The one training and evaluation loop, shared by every method and task.
+"""The one training and evaluation loop, shared by every method and task, and the one run.
 
 Adam with global-norm gradient clipping; validation after every epoch; the test metrics reported
 are those of the parameters from the epoch with the best validation primary metric (the rule is
 named in every record). A non-finite loss or gradient ends the run as failed, with the reason
 and the epochs it finished recorded.
+
+``run`` runs every component through one interface (``Fitting``: set up, fit, evaluate) and builds
+every record: a method's model trained over epochs (``ModelFit``) and a component that fits itself
+(a reference predictor, ``harness.references.ReferenceFit``) alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -23,13 +28,19 @@ from harness.components.config import RunConfig
 from harness.components.flops import sequence_macs
 from harness.components.metrics import FLOPS_PER_MAC, METRICS, Measured, unread_columns, valid_steps
 from harness.components.model import SeqModel
-from harness.components.registry import METHODS, TASKS, method_source
-from harness.components.task import Split, Task
-from harness.errors import DivergedError, HarnessError, NonFiniteLoss, failure_reason
+from harness.components.registry import METHODS, TASKS, source_of
+from harness.components.task import Split, Splits, Task
+from harness.errors import (
+    ConfigError,
+    DivergedError,
+    HarnessError,
+    NonFiniteLoss,
+    failure_reason,
+    out_of_memory,
+)
 from harness.persistence import records
 from harness.persistence.trace import pack_depth, pack_mask
-from harness.references import RefConfig
-from harness.references.run import run_reference
+from harness.references import component
 from harness.training import events as events_mod
 from harness.training.checkpoint import Checkpointer, TrainState, restore_training, training_state
 from harness.training.code import method_code
@@ -337,16 +348,100 @@ def train_model(
     return loop
 
 
+class Fitting(Protocol):
+    """A run's component as ``run`` runs it; ``params``, its record's, are None until known."""
+
+    params: dict[str, int] | None
+
+    def check(self) -> None:
+        """Build what ``setup`` will, before a sweep starts: a bad size fails at once."""
+
+    def device(self) -> torch.device:
+        """Where it runs (the record's ``env``)."""
+
+    def setup(self, device: torch.device) -> tuple[Task, Splits, str]:
+        """The task, its splits for the run's seed, the rule that chooses the test metrics."""
+
+    def fit(self, callbacks: Sequence, events: list, checkpoint: Any) -> dict[str, Any]:
+        """The record's ``best_epoch``, ``history``, ``train_s`` (and ``compiled``)."""
+
+    def evaluate(self) -> dict[str, Any]:
+        """The record's ``metrics`` (test), ``val_metrics``, ``macs``, ``diagnostics``, trace."""
+
+
+def fitting(cfg: Any, data_dir: str | None = None, device: str = "cpu") -> Fitting:
+    """How ``run`` runs ``cfg``: as its component says (``fitting``), else ``ModelFit``."""
+    own = component(cfg.method).fitting
+    return ModelFit(cfg, data_dir, device) if own is None else own(cfg, data_dir)
+
+
+def out_of_memory_as_error(cfg: RunConfig) -> contextlib.AbstractContextManager[None]:
+    """``out_of_memory`` for a run's model: a ConfigError naming its size."""
+    size = f" (hidden_size={cfg.model.hidden_size}, num_layers={cfg.model.num_layers})"
+    return out_of_memory("", size, ConfigError)
+
+
+class ModelFit:
+    """A method's run (``Fitting``): its model, trained (``train_model``), then tested."""
+
+    def __init__(self, cfg: RunConfig, data_dir: str | None = None, device: str = "cpu") -> None:
+        self.cfg, self.data_dir, self.asked = cfg, data_dir, device
+        self.params: dict[str, int] | None = None
+
+    def check(self) -> None:
+        """Build the task and the model once (``harness.planning.sweep.validate``)."""
+        with out_of_memory_as_error(self.cfg):
+            build(self.cfg, self.data_dir)
+
+    def device(self) -> torch.device:
+        """The device asked for, with the run conditions set (``env.run_conditions``)."""
+        self.dev = env.resolve_device(self.asked)
+        env.run_conditions()  # subnormals flushed, freed memory reused: several-fold, faster
+        return self.dev
+
+    def setup(self, device: torch.device) -> tuple[Task, Splits, str]:
+        """The task, its splits and the model (on ``device``); the selection rule."""
+        self.task, self.model = build(self.cfg, self.data_dir)
+        self.splits = self.task.splits(self.cfg.seed)
+        self.model.to(device)
+        total = sum(p.numel() for p in self.model.parameters())
+        self.params = {"total": total, "method": self.model.method_param_count()}
+        best = "highest" if self.task.higher_is_better else "lowest"
+        rule = f"test metrics at the epoch with the {best} validation {self.task.primary}"
+        return self.task, self.splits, rule
+
+    def fit(self, callbacks, events, checkpoint) -> dict[str, Any]:
+        """Train over epochs (``train_model``), timing the compilation of a compiled step."""
+        clock = CompileClock()
+        if self.cfg.train.compile:
+            clock.start()
+        self.loop = loop = train_model(
+            self.cfg, self.task, self.model, self.splits, self.dev, callbacks, events, checkpoint
+        )
+        best, history = loop.best_epoch, loop.history
+        return dict(best_epoch=best, history=history, train_s=loop.train_s, compiled=clock.stop())
+
+    def evaluate(self) -> dict[str, Any]:
+        """The test pass (traced) and the best epoch's validation metrics."""
+        size = self.cfg.train.eval_batch_size
+        test = evaluate(self.model, self.task, self.splits.test, size, self.dev, trace=True)
+        if (val := self.loop.best_metrics) is None:  # none finite: the final parameters'
+            val = evaluate(self.model, self.task, self.splits.val, size, self.dev).metrics
+        tested = dict(metrics=test.metrics, val_metrics=val, macs=test.macs, trace=test.trace)
+        return tested | {"diagnostics": {**test.diagnostics, **self.model.train_diagnostics()}}
+
+
 def run(
-    cfg: RunConfig,
+    cfg: Any,
     data_dir: str | None = None,
     device: str = "cpu",
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]] = (),
     checkpoint_dir: str | None = None,
     checkpoint_every_s: float = 600.0,
 ) -> records.RunRecord:
-    """Train and test one configuration; returns its record (status ``ok`` or ``failed``).
+    """Run one configuration (a method's, a reference's); its record (``ok`` or ``failed``).
 
+    The component runs through ``fitting``; this is the one place that builds a run's record.
     ``callbacks`` go to ``train_model`` (called after every epoch). With ``checkpoint_dir``, the
     run keeps a checkpoint there (``harness.training.checkpoint``: at the end of an epoch, at most
     every ``checkpoint_every_s`` seconds), goes on from one it finds, and removes it once recorded.
@@ -355,20 +450,17 @@ def run(
     divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
     returned as a failed record naming the reason, so a sweep goes on; only an interrupt
     (Ctrl-C, SIGTERM) propagates, and the checkpoint stays: the next start of this run goes on
-    from it. A reference predictor's config (``ref:NAME``) is fitted and
-    scored by ``harness.references.run`` instead.
+    from it.
     """
-    if isinstance(cfg, RefConfig):  # a reference predictor's run: it fits and scores itself
-        return run_reference(cfg, data_dir)
     code = method_code(cfg.method)
-    rec = records.start_record(cfg, code, method_source(cfg.method))
+    rec = records.start_record(cfg, code, source_of(component(cfg.method)))
     checkpoint = None
     if checkpoint_dir is not None:
         checkpoint = Checkpointer.of_run(
             checkpoint_dir, cfg.run_id, code, checkpoint_every_s, rec["time"]["start"]
         )
     try:
-        done = _train_and_test(cfg, data_dir, device, callbacks, rec, checkpoint)
+        done = _fit_and_test(fitting(cfg, data_dir, device), cfg, callbacks, rec, checkpoint)
     except DivergedError as e:  # the epochs it finished stay on record
         done = records.finish_failed(rec, f"diverged: {e}", e.history, e.train_s)
     except HarnessError as e:  # bad input met inside the run: its message is the reason
@@ -380,51 +472,24 @@ def run(
     return done
 
 
-def _train_and_test(
-    cfg: RunConfig,
-    data_dir: str | None,
-    device: str,
+def _fit_and_test(
+    fit: Fitting,
+    cfg: Any,
     callbacks: Sequence[Callable[[int, dict[str, Any]], None]],
     rec: records.RunRecord,
     checkpoint: Checkpointer | None = None,
 ) -> records.RunRecord:
-    """The body of ``run``: trains, tests and completes ``rec`` as a finished run."""
-    dev = env.resolve_device(device)
-    env.run_conditions()  # subnormals flushed, freed memory reused: several-fold, a third faster
+    """The body of ``run``: sets up, fits and tests, and completes ``rec`` as a finished run."""
+    dev = fit.device()
     rec["env"] = env.environment(dev)
-    task, model = build(cfg, data_dir)
-    splits = task.splits(cfg.seed)
-    model.to(dev)
-    best = "highest" if task.higher_is_better else "lowest"  # the rule that chose the test metrics
-    records.describe_task(
-        rec, task, f"test metrics at the epoch with the {best} validation {task.primary}"
-    )
-    rec["params"] = {
-        "total": sum(p.numel() for p in model.parameters()),
-        "method": model.method_param_count(),
-    }
+    task, splits, selection = fit.setup(dev)
+    records.describe_task(rec, task, selection)
+    if fit.params is not None:  # a model's, known before it trains: a failed run keeps them
+        rec["params"] = fit.params
     records.describe_data(rec, splits.info, cfg.data)
-    clock = CompileClock()
-    if cfg.train.compile:
-        clock.start()
-    loop = train_model(cfg, task, model, splits, dev, callbacks, rec["events"], checkpoint)
-    compiled = clock.stop()
+    fitted = fit.fit(callbacks, rec["events"], checkpoint)
     t0 = time.perf_counter()
-    test = evaluate(model, task, splits.test, cfg.train.eval_batch_size, dev, trace=True)
+    tested = fit.evaluate()
     eval_s = time.perf_counter() - t0
-    if (val_metrics := loop.best_metrics) is None:  # none finite: the final parameters'
-        val_metrics = evaluate(model, task, splits.val, cfg.train.eval_batch_size, dev).metrics
-    return records.finish_ok(
-        rec,
-        best_epoch=loop.best_epoch,
-        history=loop.history,
-        metrics=test.metrics,
-        val_metrics=val_metrics,
-        macs=test.macs,
-        flops_per_mac=FLOPS_PER_MAC,
-        diagnostics={**test.diagnostics, **model.train_diagnostics()},
-        trace=test.trace,
-        train_s=loop.train_s,
-        eval_s=eval_s,
-        compiled=compiled,
-    )
+    rec["params"] = fit.params
+    return records.finish_ok(rec, **fitted, **tested, flops_per_mac=FLOPS_PER_MAC, eval_s=eval_s)
