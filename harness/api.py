@@ -47,6 +47,7 @@ from harness.bench.excerpts import print_speedup as print_speedup
 from harness.bench.excerpts import print_timing as print_timing
 from harness.bench.excerpts import speedup_rows as speedup_rows
 from harness.components import registry
+from harness.components.code import method_code as method_code
 from harness.components.config import DEVICES as DEVICES
 from harness.components.config import PRESETS as PRESETS
 from harness.components.config import legacy_values, parse_set
@@ -111,7 +112,6 @@ from harness.reporting.reports import export_tensorboard as export_tensorboard
 from harness.reporting.reports import paper_report as paper_report
 from harness.reporting.reports import print_parts as print_parts
 from harness.reporting.reports import report
-from harness.training.code import method_code as method_code
 from harness.training.tracking import check_log_dir
 
 # --- running a sweep ---------------------------------------------------------------------------

@@ -657,7 +657,7 @@ def test_device_auto_times_cuda_only_where_present(tmp_path):
 
 def test_a_timing_report_names_the_code_it_timed_and_warns_when_it_changed():
     from harness.bench.timing_report import timing_markdown
-    from harness.training.code import code_changes, method_code
+    from harness.components.code import code_changes, method_code
 
     now = method_code("gru")
     rows = [{"method": "gru", "method_code": now}, {"method": "gru", "method_code": "0" * 16}]

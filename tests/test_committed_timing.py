@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench.roofline import BOUND_KEYS
-from harness.training.code import current_code
+from harness.components.code import current_code
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports"
 TIMED = ("TIMING.md", "SPEEDUP.md")

@@ -15,7 +15,7 @@ from kernel_support import built, op_node, train_on_meta
 import baselines.ops.phased_gate as phased_gate
 import baselines.phased_lstm as phased_module
 from baselines.phased_lstm import _R_ON_MIN, PhasedLSTM, PhasedLSTMConfig, timestamps
-from harness.training.code import method_kernels
+from harness.components.code import method_kernels
 
 pytestmark = pytest.mark.kernel
 

@@ -97,7 +97,7 @@ def test_sa_rnn_trains_on_meta_through_the_op(kernel_ops, form):
 
 
 def test_the_kernel_source_is_part_of_sa_rnn_code_version(tmp_path, monkeypatch, no_build):
-    from harness.training.code import method_code
+    from harness.components.code import method_code
 
     shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)

@@ -251,7 +251,7 @@ def test_skip_rnn_trains_on_meta_through_the_op(kernel_ops, form):
 
 
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch, no_build):
-    from harness.training.code import method_code
+    from harness.components.code import method_code
 
     shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)

@@ -1,6 +1,6 @@
 """A method's code version covers every kernel family its modules use: each family module of
 ``baselines/ops`` declares its ``Kernel`` (the C++ source it runs), and the discovery
-(``harness.components.registry.kernel_loaders``) reaches it however the method holds the family,
+(``harness.components.code.kernel_loaders``) reaches it however the method holds the family,
 a function of its module or a method of its kernel (``x_kernel.for_tensors``). No build."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from baselines.ops import library
-from harness.components.registry import METHODS, source_files
-from harness.training.code import method_kernels
+from harness.components.code import method_kernels, source_files
+from harness.components.registry import METHODS
 
 SHARED = {"__init__", "library", "inference"}  # the package's shared modules, no family of theirs
 

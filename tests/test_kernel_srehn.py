@@ -218,12 +218,12 @@ def test_srehn_trains_on_meta_through_the_op(ops, r_max):
 
 def test_the_kernel_source_is_part_of_srehns_code_version_only(tmp_path, monkeypatch, no_build):
     """A changed ``csrc/srehn.cpp`` changes SREHN's ``method_code`` and not EI-REHN's."""
-    from harness.components import registry
+    from harness.components import code
     from harness.planning import resume
 
     shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
-    assert str(tmp_path / "srehn.cpp") in registry.source_files(sys.modules[SREHN.__module__])
+    assert str(tmp_path / "srehn.cpp") in code.source_files(sys.modules[SREHN.__module__])
     resume.method_code.cache_clear()
     before = {name: resume.method_code(name) for name in ("srehn", "ei-rehn")}
     source = tmp_path / "srehn.cpp"

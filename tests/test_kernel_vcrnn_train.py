@@ -301,7 +301,7 @@ def test_it_trains_on_meta_through_the_op(vc_ops, form, V):
 
 
 def test_the_kernel_source_is_part_of_the_code_version(tmp_path, monkeypatch):
-    from harness.training.code import method_code
+    from harness.components.code import method_code
 
     shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)

@@ -473,12 +473,12 @@ def test_the_ei_rehn_kernel_source_is_part_of_its_code_version(tmp_path, monkeyp
     other kernel code are stale), and asking for it builds nothing."""
     import sys
 
-    from harness.components import registry
+    from harness.components import code
     from harness.planning import resume
 
     shutil.copytree(kernels.CSRC, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(kernels, "CSRC", tmp_path)
-    files = registry.source_files(sys.modules[EIREHN.__module__])
+    files = code.source_files(sys.modules[EIREHN.__module__])
     assert str(tmp_path / "ei_rehn_stack.cpp") in files
     assert kernels.__file__ in files
     assert str(tmp_path / "masked_cell.cpp") not in files  # only the kernels its modules hold

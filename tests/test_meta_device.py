@@ -33,8 +33,8 @@ from baselines._delta_gru_fast import input_deltas, scan_deltas
 from baselines.ops import library
 from baselines.ops.ei_rehn_stack import step_kernel
 from harness.authoring import conformance
+from harness.components.code import method_kernels
 from harness.components.registry import METHODS
-from harness.training.code import method_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = METHODS.names()

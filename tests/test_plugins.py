@@ -21,7 +21,7 @@ import pytest
 from plugins import ROOT, FakeDist, FakeEntryPoint, installed, isolated_registry
 
 from harness.authoring.scaffold import render
-from harness.components import registry
+from harness.components import code, registry
 from harness.components.registry import METHODS, PluginError, include, method_source
 from harness.persistence import records
 from harness.planning import resume
@@ -92,7 +92,7 @@ def test_a_folder_gives_its_files_but_not_tests_or_shared_pieces(tmp_path):
     assert [f.name for f in files] == ["incl_a.py", "incl_b.py"]
     assert {"incl-a", "incl-b"} <= set(METHODS.names())
     # the code version of an included method covers the files of its folder it uses
-    used = {Path(f).name for f in registry.source_files(sys.modules["incl_a"])}
+    used = {Path(f).name for f in code.source_files(sys.modules["incl_a"])}
     assert used == {"incl_a.py", "_incl_shared.py"}
     before = resume.method_code("incl-a")
     (tmp_path / "_incl_shared.py").write_text("def bound(d):\n    return 1 / d**0.5\n")
@@ -226,7 +226,7 @@ def test_entry_points_register_methods_and_a_broken_one_is_one_line(tmp_path, mo
     registry._loaded = False
     METHODS.names()
     assert capsys.readouterr().err == ""  # said once
-    assert {Path(f).name for f in registry.source_files(sys.modules["fakeplug_pkg.methods"])} == {
+    assert {Path(f).name for f in code.source_files(sys.modules["fakeplug_pkg.methods"])} == {
         "methods.py"
     }
 
@@ -312,7 +312,7 @@ def test_the_example_package_loads_through_its_entry_point(monkeypatch, harness)
     package = {"kind": "entry-point", "package": "condrnn-plugin-example", "version": "0.1.0"}
     assert method_source("example-skip") == package
     module = sys.modules[METHODS.get("example-skip").__module__]
-    assert {Path(f).name for f in registry.source_files(module)} == {"example_skip.py"}
+    assert {Path(f).name for f in code.source_files(module)} == {"example_skip.py"}
     results = conformance.run_checks("example-skip", only=["forward", "cost", "fast-path"])
     assert [r.status for r in results] == ["pass"] * 3, [r.line() for r in results]
     # every kind it declares is listed, saying it comes from the package

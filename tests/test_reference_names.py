@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from builders import make_record
 
-from harness.components import config
+from harness.components import code, config
 from harness.components.registry import UnknownNameError
 from harness.components.selection import empty_tables
 from harness.persistence import records
 from harness.references import component, unserved
-from harness.training import code, train
+from harness.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 # what tells a reference by its name: the old test and its prefix, or a test of the prefix itself

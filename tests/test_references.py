@@ -21,6 +21,7 @@ from builders import make_record
 
 from harness import api
 from harness.components import config
+from harness.components.code import method_code
 from harness.components.selection import Rule, select
 from harness.components.task import Split, Task, TaskKind
 from harness.data import data_root
@@ -33,7 +34,6 @@ from harness.reporting.paper import write_paper_report
 from harness.reporting.references import separation
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import build_main_table
-from harness.training.code import method_code
 
 # --- toy tasks: the task interface without data --------------------------------------------------
 

@@ -310,7 +310,7 @@ def test_measured_rows_of_activity_sparse_methods():
 
 
 def test_the_speedup_report_names_the_code_it_timed_and_warns_when_it_changed(rows):
-    from harness.training.code import method_code
+    from harness.components.code import method_code
 
     md = speedup_markdown(rows, "harness bench --speedup")
     assert "Code timed (`method_code`): " in md and method_code(rows[0]["method"]) in md

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.components import registry
+from harness.components import code
 from harness.errors import RecordError
 from harness.persistence import claims as claims_mod
 from harness.persistence import records
@@ -421,7 +421,7 @@ def test_compare_ignores_the_code_version_and_the_command_line(tmp_path, harness
 
 
 def test_the_code_version_covers_the_shared_modules_a_method_uses():
-    files = {Path(f).name for f in registry.source_files(sys.modules["baselines.gru"])}
+    files = {Path(f).name for f in code.source_files(sys.modules["baselines.gru"])}
     assert files == {"gru.py", "_cells.py"}
     assert resume.method_code("gru") != resume.method_code("rnn")
 

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from harness import env
-from harness.training.code import method_kernels
+from harness.components.code import method_kernels
 
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # the cache levels assumed where sysfs does not say (name, bytes)

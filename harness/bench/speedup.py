@@ -60,12 +60,12 @@ from harness.bench.roofline import measure_machine, physical_bound
 
 # the report is rendered in harness.bench.speedup_report; its names stay importable from here
 from harness.bench.speedup_report import BOUND_NOTE, COLUMNS_NOTE, speedup_markdown  # noqa: F401
+from harness.components.code import current_code
 from harness.components.flops import realisable_step_macs, sequence_macs
 from harness.components.method import Method, SeqOut
 from harness.components.registry import METHODS
 from harness.env import resolve_device
 from harness.errors import ConfigError
-from harness.training.code import current_code
 from harness.training.timing import synchronize
 
 

@@ -14,10 +14,10 @@ import torch
 
 from harness.bench.roofline import describe
 from harness.bench.timing_report import method_codes
+from harness.components.code import code_changes
 from harness.components.metrics import UNIT_NOTE
 from harness.env import device_name, git_state
 from harness.reporting.render import pipe_table
-from harness.training.code import code_changes
 
 # The report's sentence on activity-sparse rows (those whose skip_kind is "columns").
 COLUMNS_NOTE = (

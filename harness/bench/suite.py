@@ -47,6 +47,7 @@ from harness.bench.phases import (
 from harness.bench.profile import ops_per_step
 from harness.bench.timing_report import format_ms, timing_markdown
 from harness.components import config
+from harness.components.code import current_code
 from harness.components.config import config_hash
 from harness.components.registry import METHODS, TASKS
 from harness.errors import ConfigError, HarnessError
@@ -54,7 +55,6 @@ from harness.persistence.outputs import write_text
 from harness.persistence.records import latest
 from harness.persistence.store import Store, load
 from harness.planning.sweep import build_configs
-from harness.training.code import current_code
 from harness.training.timing import summarize, time_fn
 
 # 2: references of several kinds, ratio_vs_cell, mac_ratio and target; dense_macs and cell_macs

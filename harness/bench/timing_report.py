@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from harness.bench.phases import FUSED_GRU, MAC_BOUND, PHASES, STEP_LOOP, TARGET_FACTOR, TIMED_CELLS
+from harness.components.code import code_changes
 from harness.reporting.render import pipe_table
 from harness.reporting.text import commits
-from harness.training.code import code_changes
 
 RATIO = "× fused GRU"
 CELL_RATIO = "× fused cell"

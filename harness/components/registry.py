@@ -590,68 +590,21 @@ def _installed_distribution(top: str) -> tuple[str, str] | None:
     return None
 
 
-# --- a component's code: the files its digest covers ------------------------------------------
+def included_file(module: str) -> Path | None:
+    """The file an included module (``include``) was imported from; None for any other."""
+    return _INCLUDED.get(module)
 
 
-def source_files(module: Any) -> set[str]:
-    """The source files of ``module`` and of the modules of its package it uses, transitively.
-
-    The package's ``__init__`` (which imports every module) is left out. An object of those
-    modules with a ``kernel_source_files()`` (a ``baselines.ops.library.Kernel``)
-    adds the files it names: the C++ sources the method runs. A file imported by
-    ``--include`` is a top-level module of its own: its package is its folder, whose modules it
-    uses (shared ``_*.py`` pieces) count.
-    """
-    modules, loaders = _uses(module)
-    extra = {str(p) for loader in loaders for p in loader.kernel_source_files()}
-    return extra | {m.__file__ for m in modules if getattr(m, "__file__", None)}
+def file_of(module: Any) -> Path | None:
+    """The resolved source file of a module, or None (a namespace package, a built-in)."""
+    return _file_of(module)
 
 
-def kernel_loaders(module: Any) -> list[Any]:
-    """The compiled kernels' loaders that ``source_files(module)`` counts the C++ sources of.
-
-    Each is an object of the modules ``module`` uses with a ``kernel_source_files()``; called,
-    it builds (or loads) its kernel (``baselines.ops.library``).
-    """
-    return _uses(module)[1]
+def is_reference(name: Any) -> bool:
+    """Whether ``name`` names a reference predictor (``ref:NAME``): the one test of the prefix."""
+    return isinstance(name, str) and name.startswith(REFERENCES.prefix)
 
 
-def _uses(module: Any) -> tuple[list[Any], list[Any]]:
-    """The modules of ``source_files`` and the kernel loaders they hold, each once."""
-    pkg = module.__name__.partition(".")[0]
-    included = _INCLUDED.get(module.__name__)
-    folder = None if included is None else included.parent
-    seen: dict[str, Any] = {}
-    loaders: dict[int, Any] = {}
-    todo = [module]
-    while todo:
-        mod = todo.pop()
-        if mod.__name__ in seen:
-            continue
-        seen[mod.__name__] = mod
-        for obj in vars(mod).values():
-            owner = getattr(obj, "__self__", None)  # a kernel's method (``kernel.for_tensors``):
-            if callable(getattr(owner, "kernel_source_files", None)):  # the kernel, whose
-                obj = owner  # ``__module__`` is its family's module
-            name = obj.__name__ if type(obj) is type(sys) else getattr(obj, "__module__", None)
-            if not isinstance(name, str) or name == pkg:
-                continue
-            other = sys.modules.get(name)
-            here = _file_of(other)  # an included file's package is its folder
-            if name.partition(".")[0] != pkg and (here is None or here.parent != folder):
-                continue
-            loader = getattr(obj, "kernel_source_files", None)  # a compiled kernel's loader
-            if callable(loader) and not isinstance(obj, type):  # a kernel, not its class
-                loaders.setdefault(id(obj), obj)
-            if other is not None and name not in seen:
-                todo.append(other)
-    return list(seen.values()), list(loaders.values())
-
-
-def code_digest(files: Iterable[str]) -> str:
-    """A component's code version: 16 hex digits of the SHA-256 of its files' names and contents."""
-    h = hashlib.sha256()
-    for path in sorted(files):
-        h.update(Path(path).name.encode() + b"\0")
-        h.update(Path(path).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+def component(name: str) -> Any:
+    """The class that runs ``name``, which the core asks (``fitting``, ``every_part``, ...)."""
+    return (REFERENCES if is_reference(name) else METHODS).get(name)

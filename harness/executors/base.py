@@ -12,12 +12,12 @@ from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol
 
 from harness.components import config
+from harness.components.code import method_code, method_kernels
 from harness.components.registry import SNAKE_KEY, Registry, load_plugins, needs
 from harness.env import resolve_device
 from harness.errors import DISK_FULL_NOTE, ConfigError, failure_reason
 from harness.persistence import records
 from harness.persistence.store import write_part
-from harness.training.code import method_code, method_kernels
 from harness.training.tracking import TensorBoardLogger
 
 # The most worker processes and torch threads per run a sweep may ask for: beyond any machine

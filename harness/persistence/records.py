@@ -47,7 +47,7 @@ class RunRecord(TypedDict, total=False):
         status: ``ok`` or ``failed``.
         error: why a failed run failed (one line); None when ok.
         config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
-        method_code: digest of the method's source files (``harness.training.code.method_code``).
+        method_code: digest of the method's source files (``harness.components.code.method_code``).
         method_source: where the method came from (``harness.components.registry.source_of``), if
             known.
         env: where it ran (``harness.env.environment``).
@@ -117,7 +117,7 @@ def start_record(cfg: Any, method_code: str | None, method_source: dict | None =
 
     Args:
         cfg: the ``RunConfig``.
-        method_code: the method's code version (``harness.training.code.method_code``).
+        method_code: the method's code version (``harness.components.code.method_code``).
         method_source: where the method comes from (``harness.components.registry.method_source``).
     """
     rec = _identified(cfg.to_dict(), method_code)

@@ -1,6 +1,6 @@
 """Resuming a sweep: which of its runs the store already holds, and the code that made them.
 
-Records carry their method's code version (``harness.training.code.method_code``); ``plan_resume``
+Records carry their method's code version (``harness.components.code.method_code``); ``plan_resume``
 reruns the runs the store lacks and, unless told to keep them, those whose record was made by other
 code of their method.
 """
@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.components.code import method_code
 from harness.persistence.records import latest
-from harness.training.code import method_code
 
 
 @dataclass

@@ -29,14 +29,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness import env
+from harness.components.code import code_digest, source_files
 from harness.components.config import build_config, task_config
 from harness.components.registry import (
     METHODS,
     REFERENCES,
     TASKS,
-    code_digest,
+    component,
+    is_reference,
     register_reference,
-    source_files,
 )
 from harness.errors import ConfigError
 from harness.persistence.records import Identified
@@ -179,7 +180,7 @@ class Reference:
 
         The files are this package's base module (its runner too) and the module that registers
         the reference (for a task's own reference: the task's module and the modules of its
-        package it uses, as ``harness.training.code.method_code`` takes them).
+        package it uses, as ``harness.components.code.method_code`` takes them).
         """
         module = sys.modules[cls.__module__]
         files = {__file__}
@@ -210,16 +211,6 @@ class Reference:
                 acc[0] += s
                 acc[1] += c
         return task.finalize({k: (s, c) for k, (s, c) in stats.items()})
-
-
-def is_reference(name: Any) -> bool:
-    """Whether ``name`` names a reference predictor (``ref:NAME``): the one test of the prefix."""
-    return isinstance(name, str) and name.startswith(REFERENCES.prefix)
-
-
-def component(name: str) -> Any:
-    """The class that runs ``name``, which the core asks (``fitting``, ``every_part``, ...)."""
-    return (REFERENCES if is_reference(name) else METHODS).get(name)
 
 
 def resolve_names(spec: str | Iterable[str]) -> list[str]:

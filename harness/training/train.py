@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from harness import env
+from harness.components.code import method_code
 from harness.components.config import RunConfig
 from harness.components.flops import sequence_macs
 from harness.components.metrics import FLOPS_PER_MAC, METRICS, Measured, unread_columns, valid_steps
@@ -43,7 +44,6 @@ from harness.persistence.trace import pack_depth, pack_mask
 from harness.references import component
 from harness.training import events as events_mod
 from harness.training.checkpoint import Checkpointer, TrainState, restore_training, training_state
-from harness.training.code import method_code
 from harness.training.timing import CompileClock
 
 
