@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import import_module, metadata
 from pathlib import Path
+from typing import Any
 
 PROBE = """
 import json, sys
@@ -162,11 +163,23 @@ class FakeEntryPoint:
         return metadata.EntryPoint(self.name, self.value, self.group).load()
 
 
+def faked_entry_points(eps: list[FakeEntryPoint]) -> Any:
+    """``importlib.metadata.entry_points`` with ``eps`` as the harness's installed plugins: the
+    harness's groups (``condrnn_harness.*``) give them; any other group, or none, what is really
+    installed (other packages look theirs up too: triton's backends, when torch imports it)."""
+    real = metadata.entry_points
+
+    def entry_points(group: str | None = None, **kw: Any) -> Any:
+        if group is not None and group.startswith("condrnn_harness."):
+            return [e for e in eps if e.group == group]
+        return real(**kw) if group is None else real(group=group, **kw)
+
+    return entry_points
+
+
 def installed(monkeypatch, *eps: FakeEntryPoint) -> None:
     """Make ``eps`` the installed entry points and have the registry load again."""
     from harness.components import registry
 
-    monkeypatch.setattr(
-        metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group]
-    )
+    monkeypatch.setattr(metadata, "entry_points", faked_entry_points(list(eps)))
     registry._loaded = False

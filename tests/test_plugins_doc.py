@@ -16,7 +16,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from plugins import ROOT, isolated_registry
+from plugins import ROOT, faked_entry_points, isolated_registry
 from test_plugins import FakeDist, FakeEntryPoint
 
 from harness.components import registry
@@ -97,6 +97,4 @@ def install(folder: Path, monkeypatch) -> None:
     ]
     monkeypatch.syspath_prepend(str(folder))
     # each harness command loads the plugins afresh, so only the installed entry points change
-    monkeypatch.setattr(
-        metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group]
-    )
+    monkeypatch.setattr(metadata, "entry_points", faked_entry_points(eps))
