@@ -1,7 +1,7 @@
 """Column-skipping helpers of the activity-sparse methods' fast paths (Delta GRU, EGRU).
 
 Kept apart from ``baselines._cells`` so that the code digest
-(``harness.training.code.method_code``) of the methods that share those cells does not change with
+(``harness.components.code.method_code``) of the methods that share those cells does not change with
 these.
 """
 

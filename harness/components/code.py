@@ -18,7 +18,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.components.registry import UnknownNameError, component, file_of, included_file
+from harness.components.registry import (
+    METHODS,
+    REFERENCES,
+    UnknownNameError,
+    file_of,
+    included_file,
+)
+
+
+def component(name: str) -> Any:
+    """The method or reference predictor registered as ``name`` (UnknownNameError: neither)."""
+    holders = [r for r in (METHODS, REFERENCES) if name in r]
+    return (holders[0] if holders else METHODS).get(name)
 
 
 @functools.cache

@@ -598,13 +598,3 @@ def included_file(module: str) -> Path | None:
 def file_of(module: Any) -> Path | None:
     """The resolved source file of a module, or None (a namespace package, a built-in)."""
     return _file_of(module)
-
-
-def is_reference(name: Any) -> bool:
-    """Whether ``name`` names a reference predictor (``ref:NAME``): the one test of the prefix."""
-    return isinstance(name, str) and name.startswith(REFERENCES.prefix)
-
-
-def component(name: str) -> Any:
-    """The class that runs ``name``, which the core asks (``fitting``, ``every_part``, ...)."""
-    return (REFERENCES if is_reference(name) else METHODS).get(name)

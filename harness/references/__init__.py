@@ -35,8 +35,6 @@ from harness.components.registry import (
     METHODS,
     REFERENCES,
     TASKS,
-    component,
-    is_reference,
     register_reference,
 )
 from harness.errors import ConfigError
@@ -211,6 +209,16 @@ class Reference:
                 acc[0] += s
                 acc[1] += c
         return task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+
+
+def is_reference(name: Any) -> bool:
+    """Whether ``name`` names a reference predictor (``ref:NAME``): the one test of the prefix."""
+    return isinstance(name, str) and name.startswith(REFERENCES.prefix)
+
+
+def component(name: str) -> Any:
+    """The class that runs ``name``, which the core asks (``fitting``, ``every_part``, ...)."""
+    return (REFERENCES if is_reference(name) else METHODS).get(name)
 
 
 def resolve_names(spec: str | Iterable[str]) -> list[str]:
