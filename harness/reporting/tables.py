@@ -49,19 +49,24 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+FULL, WIDE, TERSE = 0, 1, 2  # a column's place in a terminal: none (a file only), wide, always
+
+
 @dataclass(frozen=True)
 class Column:
-    """A table column: title, the measure key, direction (None: no bold), 10^scale unit, form.
+    """A column of every table: title, measure key ("": a label), direction, unit, form, place.
 
-    ``form`` is the registry's (``harness.components.metrics.Metric.form``): ``num``, ``int`` or
-    ``yes-no``.
+    ``higher``: the direction (None: no bold); ``scale``: the 10^scale unit of its cells;
+    ``form``: the registry's (``harness.components.metrics.Metric.form``), ``num``, ``int`` or
+    ``yes-no``; ``place``: where a terminal shows it (the leaderboard's, ``FULL``: nowhere).
     """
 
     title: str
-    key: str
+    key: str = ""
     higher: bool | None = None
     scale: int = 0
     form: str = "num"
+    place: int = FULL
 
 
 def column(key: str, values: Sequence[float] = (), higher: bool | None = None) -> Column:
@@ -278,9 +283,10 @@ def solved_notes(rows: Sequence[Any]) -> list[str]:
 def cell(row: Any, col: Column) -> str:
     """The text of ``row``'s cell in column ``col`` (``row``: an ``aggregate`` row).
 
-    Skip % on a task that records ``solved`` (S-SA Table 4's): the mean over the seeds that solved
-    it, and the unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the
-    task can skip anything, so its Skip % is out of the comparison (S-SA Table 4).
+    A measure that one seed of the row's holds is that value, without a std. Skip % on a task
+    that records ``solved`` (S-SA Table 4's): the mean over the seeds that solved it, and the
+    unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the task can skip
+    anything, so its Skip % is out of the comparison (S-SA Table 4).
     """
     mean = row[col.key]
     split = solved_skip(row) if col.key == "skip_pct" else None
@@ -300,7 +306,8 @@ def cell(row: Any, col: Column) -> str:
         vals = row[f"{col.key}_vals"]
         k = int(sum(v > 0 for v in vals))
         return {0: "No", len(vals): "Yes"}.get(k, f"{k}/{len(vals)}") if vals else "–"
-    return fmt_cell(mean, row[f"{col.key}_std"], row["seeds"], col.scale)
+    std = row[f"{col.key}_std"] if len(row[f"{col.key}_vals"]) > 1 else None  # one value: no std
+    return fmt_cell(mean, std, row["seeds"], col.scale)
 
 
 def _bold(means: Sequence[float], higher: bool | None) -> list[bool]:
