@@ -51,7 +51,7 @@ def test_commit_per_row_and_mixed_commits_flagged():
     mixed = [rec("gru", 0, 0, 1, 1), rec("gru", 1, 0, 1, 1, sha="0123456789abc")]
     assert commit_label(mixed) == "mixed: 0123456789, abcdef1234"
     (board,) = boards(mixed)
-    assert [r.cells["Commit"] for r in board.rows] == ["mixed: 0123456789, abcdef1234"]
+    assert [r["Commit"] for r in board.rows] == ["mixed: 0123456789, abcdef1234"]
 
 
 def sweep():
@@ -187,5 +187,5 @@ def test_the_leaderboard_ci_of_an_mse_starts_at_zero():
     recs = [rec("gru", s, 0.0, test=t, val=t) for s, t in enumerate([0.0, 1e-3, 2e-3])]
     (board,) = boards(recs)
     (ci,) = [c.title for c in board.columns if c.title.startswith("95 % CI")]
-    low, high = (float(v) for v in board.rows[0].cells[ci].strip("[]").split(", "))
+    low, high = (float(v) for v in board.rows[0][ci].strip("[]").split(", "))
     assert low == 0.0 and high > 0

@@ -152,7 +152,7 @@ def board(records):
     import pandas as pd
 
     (b,) = boards(records)
-    return pd.DataFrame([r.cells for r in b.rows], columns=[c.title for c in b.columns])
+    return pd.DataFrame(b.rows, columns=[c.title for c in b.columns])
 
 
 def test_the_leaderboard_reads_direction_title_and_scale_from_the_registry(monkeypatch):

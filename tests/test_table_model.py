@@ -85,7 +85,7 @@ def test_a_plugin_metric_reaches_terminal_markdown_latex_and_csv(calm, tmp_path,
     text = _terminal(recs)
     assert "Calm share % ↑" in text
     (board,) = boards(recs)
-    calm_cells = [r.cells["Calm share % ↑"] for r in board.rows]
+    calm_cells = [r["Calm share % ↑"] for r in board.rows]
     assert calm_cells == ["45.0 ± 7.1", "46.0 ± 7.1"]  # gru 40 / 50, lstm 41 / 51
     assert all(c in text for c in calm_cells)
 
@@ -128,9 +128,9 @@ def test_the_leaderboard_and_the_paper_table_share_one_aggregation_and_column_mo
     assert mse_title in main.titles  # one column model: the same title, unit and direction
     j = main.titles.index(mse_title)
     paper = {r[0][0]: r[j][0] for r in main.rows}
-    board_cells = {r.cells["Method"]: r.cells[mse_title] for r in board.rows}
+    board_cells = {r["Method"]: r[mse_title] for r in board.rows}
     assert board_cells == paper == {"gru": "3.0 ± 1.0", "lstm": "2.5 ± 2.2"}
-    assert {r.cells["Method"]: r.cells["Skip % ↑"] for r in board.rows} == {
+    assert {r["Method"]: r["Skip % ↑"] for r in board.rows} == {
         "gru": "12.5",
         "lstm": "–",
     }

@@ -1,18 +1,16 @@
-"""The leaderboard: one table model (``Board``) per (task, preset), rendered four ways.
+"""The leaderboard: one table (``Board``) per (task, preset), rendered four ways.
 
-``boards`` builds the model from records and the metric registry (``harness.components.metrics``)
-on the paper tables' aggregation and columns (``harness.reporting.runs.aggregate``,
-``harness.reporting.tables.Column``, ``column``, ``cell``): rows are method variants (runs that
-differ only by seed, aggregated over seeds, ``1*``: one seed), the reference rows first
+``boards`` builds it from records on the paper tables' model: their aggregation over seeds
+(``harness.reporting.runs.aggregate``), columns and cells (``harness.reporting.tables.Column``,
+``column``, ``cell``, from the metric registry). Rows are method variants, the reference rows first
 (``harness.references.role``), then by the primary metric; the columns are the primary metric (and
 its 95 % CI), then every registered measure the table's records hold, scores first, yes / no
-outcomes, then the compute measures in registry order (a ``detail`` measure gets none). Each
-measure's title, direction, unit and cell form are the registry's; cells use the one number format
-of the reports (``harness.reporting.text.fmt_cell``), Skip % over every seed (no solved split).
-With a selection rule (``harness.components.selection``) each method has one row, the variant the
-rule picked on validation data. The renderings: the terminal (``terminal``: the measures with a
-direction, ``Column.place``), Markdown (``leaderboard_markdown``, the file beside the records),
-LaTeX (``leaderboard_tex``) and csv / parquet numbers (``leaderboard_numbers``).
+outcomes, then the compute measures in registry order (a ``detail`` measure gets none); Skip % is
+over every seed (no solved split). With a selection rule (``harness.components.selection``) each
+method has one row, the variant the rule picked on validation data. The renderings: the terminal
+(``terminal``: the measures with a direction, ``Column.place``), Markdown
+(``leaderboard_markdown``, the file beside the records), LaTeX (``leaderboard_tex``) and csv /
+parquet numbers (``leaderboard_numbers``).
 """
 
 from __future__ import annotations
@@ -46,21 +44,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Row:
-    """One method variant: its label (``aggregate``'s), its text per column title."""
-
-    variant: str
-    cells: dict[str, str]
-
-
-@dataclass
 class Board:
-    """One (task, preset) table: its columns and rows (in order), and the rows' aggregate."""
+    """One (task, preset) table: its columns, its rows' cells by column title, their aggregate."""
 
     task: str
     preset: str
     columns: list[Column]
-    rows: list[Row]
+    rows: list[dict[str, str]]  # one per method variant, in order
     agg: pd.DataFrame  # ``harness.reporting.runs.aggregate``'s rows, in the rows' order
 
     @property
@@ -124,14 +114,15 @@ def _board(task: str, preset: str, runs: pd.DataFrame, picked: Any) -> Board:
     kept = [
         replace(c, place=_place(c, primary, agg if methods.empty else methods))
         for c in columns
-        if any(r.cells.get(c.title) for r in rows)
+        if any(r.get(c.title) for r in rows)
     ]
-    for r in rows:
-        r.cells = {c.title: "–" if r.cells.get(c.title) is None else r.cells[c.title] for c in kept}
+    rows = [{c.title: "–" if r.get(c.title) is None else r[c.title] for c in kept} for r in rows]
     return Board(task, preset, kept, rows, agg)
 
 
-def _row(r: Any, columns: list[Column], pcol: Column, ci: Column, picked: Any, mark: bool) -> Row:
+def _row(
+    r: Any, columns: list[Column], pcol: Column, ci: Column, picked: Any, mark: bool
+) -> dict[str, str | None]:
     """The cells of aggregate row ``r`` (None: no value, the column may go)."""
     cells = {
         "Method": method_cell(r["method"]),
@@ -145,7 +136,7 @@ def _row(r: Any, columns: list[Column], pcol: Column, ci: Column, picked: Any, m
     cells |= {c.title: cell(r, c) if r[f"{c.key}_vals"] else None for c in columns if c.key}
     if mark:  # on the primary's cell
         cells[pcol.title] += f" {WORSE}"
-    return Row(r["label"], cells)
+    return cells
 
 
 def _place(c: Column, primary: str, methods: pd.DataFrame) -> int:
@@ -170,15 +161,15 @@ def terminal(board: Board, place: int = WIDE) -> tuple[list[str], list[list[str]
     """
     cols = [c.title for c in board.columns if c.place >= place]
     rows = []
-    for r in board.rows:
-        cells = dict(r.cells, Method=f"{r.cells['Method']} {r.variant}".strip())
+    for r, variant in zip(board.rows, board.agg["label"], strict=True):
+        cells = dict(r, Method=f"{r['Method']} {variant}".strip())
         rows.append([cells[t] for t in cols])
     return cols, rows
 
 
 def _cells(b: Board) -> list[list[Cell]]:
     """The rows of ``b`` as Markdown and LaTeX render them (nothing bold)."""
-    return [[(r.cells[c.title], False) for c in b.columns] for r in b.rows]
+    return [[(r[c.title], False) for c in b.columns] for r in b.rows]
 
 
 def _select(records: Sequence[dict[str, Any]], select: Any) -> tuple[list, Any, list]:
