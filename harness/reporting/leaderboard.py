@@ -97,6 +97,8 @@ def _board(task: str, preset: str, runs: pd.DataFrame, picked: Any) -> Board:
         for m, x, v in zip(agg["method"], agg[primary], agg["variant_id"], strict=True)
     ]
     agg = agg.iloc[sorted(range(len(agg)), key=order.__getitem__)].reset_index(drop=True)
+    parts = zip(agg["parts"], agg["config"], strict=True)  # values as str: gamma=1.0, not %g's 1
+    agg["label"] = [", ".join(f"{k}={cfg.get(k)}" for k in p) for p, cfg in parts]
     columns = [Column("Method", place=TERSE), Column("Variant"), Column("Seeds", place=TERSE)]
     for k in keys:  # titles and units as the paper tables have them
         columns.append(col := column(k, list(agg[k]), higher if k == primary else None))
