@@ -10,7 +10,7 @@ from builders import make_record
 from harness.cli import main
 from harness.components.selection import Rule, parse_rule, select
 from harness.errors import ConfigError
-from harness.reporting.leaderboard import leaderboard_markdown, leaderboard_rows
+from harness.reporting.leaderboard import boards, leaderboard_markdown
 from harness.reporting.text import column_scale, commit_label, fmt_cell
 
 
@@ -50,8 +50,8 @@ def test_commit_per_row_and_mixed_commits_flagged():
     assert commit_label([rec("gru", 0, 0, 1, 1, dirty=True)]) == "abcdef1234+dirty"
     mixed = [rec("gru", 0, 0, 1, 1), rec("gru", 1, 0, 1, 1, sha="0123456789abc")]
     assert commit_label(mixed) == "mixed: 0123456789, abcdef1234"
-    (df,) = leaderboard_rows(mixed).values()
-    assert list(df["Commit"]) == ["mixed: 0123456789, abcdef1234"]
+    (board,) = boards(mixed)
+    assert [r["Commit"] for r in board.rows] == ["mixed: 0123456789, abcdef1234"]
 
 
 def sweep():
@@ -185,7 +185,7 @@ def test_a_field_older_records_lack_tells_their_variant_apart():
 def test_the_leaderboard_ci_of_an_mse_starts_at_zero():
     # 1e-3 ± t(0.975, 2) * 1e-3 / sqrt(3) = 1e-3 ± 2.48e-3: the low end would be negative
     recs = [rec("gru", s, 0.0, test=t, val=t) for s, t in enumerate([0.0, 1e-3, 2e-3])]
-    (df,) = leaderboard_rows(recs).values()
-    (ci,) = [c for c in df.columns if c.startswith("95 % CI")]
-    low, high = (float(v) for v in df[ci].iloc[0].strip("[]").split(", "))
+    (board,) = boards(recs)
+    (ci,) = [c.title for c in board.columns if c.title.startswith("95 % CI")]
+    low, high = (float(v) for v in board.rows[0][ci].strip("[]").split(", "))
     assert low == 0.0 and high > 0

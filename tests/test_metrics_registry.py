@@ -26,7 +26,7 @@ from harness.reporting import compare as gate
 from harness.reporting import figstyle
 from harness.reporting.curves import curves_figure
 from harness.reporting.figures import tradeoff_figure, variant_points
-from harness.reporting.leaderboard import leaderboard_rows
+from harness.reporting.leaderboard import boards
 from harness.reporting.paper import write_paper_report
 from harness.reporting.runs import aggregate, runs_frame
 from harness.reporting.tables import build_main_table
@@ -148,8 +148,11 @@ def rec(method, seed, mse, skip=50.0, flops=1e4, acc=None):
 
 
 def board(records):
-    (df,) = leaderboard_rows(records).values()
-    return df
+    """The leaderboard's one table of ``records``: a frame of its cells, by column title."""
+    import pandas as pd
+
+    (b,) = boards(records)
+    return pd.DataFrame(b.rows, columns=[c.title for c in b.columns])
 
 
 def test_the_leaderboard_reads_direction_title_and_scale_from_the_registry(monkeypatch):

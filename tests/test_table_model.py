@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def test_a_plugin_metric_reaches_terminal_markdown_latex_and_csv(calm, tmp_path,
     text = _terminal(recs)
     assert "Calm share % ↑" in text
     (board,) = boards(recs)
-    calm_cells = [r.cells["Calm share % ↑"] for r in board.rows]
+    calm_cells = [r["Calm share % ↑"] for r in board.rows]
     assert calm_cells == ["45.0 ± 7.1", "46.0 ± 7.1"]  # gru 40 / 50, lstm 41 / 51
     assert all(c in text for c in calm_cells)
 
@@ -98,3 +99,44 @@ def test_the_terminal_and_the_file_show_the_same_flops(calm):
     assert "Effective FLOPs ↓" in text and "MACs" not in text
     rows = [ln.split() for ln in text.splitlines() if ln.split()[:1] in (["gru"], ["lstm"])]
     assert len(rows) == 2 and all(" ".join(r[-4:]) == flops for r in rows)
+
+
+def test_the_leaderboard_and_the_paper_table_share_one_aggregation_and_column_model(tmp_path):
+    """A measure's cell reads the same in both tables, and their csv rows hold the same numbers.
+
+    Three seeds of two methods; the GRU records ``calm`` on one seed only: a mean over one value,
+    no std (``_std`` empty in either csv), the same cell text in either table.
+    """
+    from harness.reporting.leaderboard import leaderboard_numbers
+    from harness.reporting.runs import aggregate, runs_frame, tidy
+    from harness.reporting.tables import build_main_table
+
+    mse = {"gru": (2e-3, 3e-3, 4e-3), "lstm": (1e-3, 1.5e-3, 5e-3)}
+    recs = [
+        make_record(method=m, seed=s, **{"metrics.mse": mse[m][s], "flops": {}})
+        for m in mse
+        for s in range(3)
+    ]
+    recs[0]["metrics"]["skip_pct"] = 12.5  # the gru's seed 0 alone holds a Skip %
+    for r in recs[1:]:
+        r["metrics"].pop("skip_pct")
+    (board,) = boards(recs)
+    agg = aggregate(runs_frame(recs), ["mse", "skip_pct", "flops", "params", "hidden_size"])
+    main = build_main_table(agg, "mse", False)
+    titles = [c.title for c in board.columns]
+    mse_title = next(t for t in titles if t.startswith("MSE"))
+    assert mse_title in main.titles  # one column model: the same title, unit and direction
+    j = main.titles.index(mse_title)
+    paper = {r[0][0]: r[j][0] for r in main.rows}
+    board_cells = {r["Method"]: r[mse_title] for r in board.rows}
+    assert board_cells == paper == {"gru": "3.0 ± 1.0", "lstm": "2.5 ± 2.2"}
+    assert {r["Method"]: r["Skip % ↑"] for r in board.rows} == {
+        "gru": "12.5",
+        "lstm": "–",
+    }
+    numbers = {r["method"]: r for r in leaderboard_numbers(recs)}
+    for r in tidy(agg, "adding", "smoke", None, ["mse", "skip_pct"]):
+        for k in ("mse", "mse_std", "mse_ci95", "skip_pct", "skip_pct_std", "mse_seed2"):
+            a, b = numbers[r["method"]][k], r[k]
+            assert a == b or (math.isnan(a) and math.isnan(b)), (r["method"], k)
+    assert math.isnan(numbers["gru"]["skip_pct_std"]) and numbers["gru"]["skip_pct"] == 12.5

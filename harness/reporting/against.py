@@ -146,26 +146,8 @@ def against_table(
     titles += [t for t, _, _ in cols]
     cells: list[list[str]] = [[] for _ in methods]
     for _title, key, target in cols:
-        tests, diffs = [], []
-        for _i, r in methods:  # None: the named method's own row
-            own = r["variant_id"] == target["variant_id"]
-            mine, theirs = r[f"{key}_by_seed"], target[f"{key}_by_seed"]
-            tests.append(None if own else compare_seeds(mine, theirs))
-            diffs.append(None if own else difference(mine, theirs))
-        p_t = holm([c.p if c else None for c in tests])
-        p_w = holm([c.wilcoxon if c else None for c in tests])
-        for k, (c, d) in enumerate(zip(tests, diffs, strict=True)):
-            if c is None or d is None:
-                cells[k].append("–")
-                continue
-            mean, std, n = d
-            text = fmt_cell(mean, std, n)
-            text = text if text.startswith(("-", "–")) or text == "0" else f"+{text}"
-            if std is None and not math.isnan(mean):
-                text += " (means)"
-            if p_t[k] is not None:
-                text += f"; p {fmt_p(p_t[k])} ({c.test}"
-                text += f", W {c.w_text(p_w[k])})" if p_w[k] is not None else ")"
+        column, p_t = _column(methods, key, target)
+        for k, text in enumerate(column):
             cells[k].append(text)
         if key == SQRT:
             notes.append(_best_note(methods, target, key, sqrt_title, p_t))
@@ -188,3 +170,36 @@ def against_table(
         "method's own row.",
     )
     return titles, rows, notes
+
+
+def _column(
+    methods: list[tuple[int, Any]], key: str, target: Any
+) -> tuple[list[str], list[float | None]]:
+    """The cells of a column: each method row's ``key`` against ``target``'s, and the t p-values.
+
+    Each cell the difference (``difference``) and its tests (``compare_seeds``), Holm-corrected
+    over the column; ``–`` for ``target``'s own row.
+    """
+    tests, diffs = [], []
+    for _i, r in methods:  # None: the named method's own row
+        own = r["variant_id"] == target["variant_id"]
+        mine, theirs = r[f"{key}_by_seed"], target[f"{key}_by_seed"]
+        tests.append(None if own else compare_seeds(mine, theirs))
+        diffs.append(None if own else difference(mine, theirs))
+    p_t = holm([c.p if c else None for c in tests])
+    p_w = holm([c.wilcoxon if c else None for c in tests])
+    cells = []
+    for k, (c, d) in enumerate(zip(tests, diffs, strict=True)):
+        if c is None or d is None:
+            cells.append("–")
+            continue
+        mean, std, n = d
+        text = fmt_cell(mean, std, n)
+        text = text if text.startswith(("-", "–")) or text == "0" else f"+{text}"
+        if std is None and not math.isnan(mean):
+            text += " (means)"
+        if p_t[k] is not None:
+            text += f"; p {fmt_p(p_t[k])} ({c.test}"
+            text += f", W {c.w_text(p_w[k])})" if p_w[k] is not None else ")"
+        cells.append(text)
+    return cells, p_t

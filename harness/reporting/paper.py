@@ -131,17 +131,8 @@ def write_paper_report(
     root = None if tex_root is None else Path(tex_root)
     if root is not None and not Path(out_dir).resolve().is_relative_to(root.resolve()):
         raise HarnessError(f"--tex-root {tex_root} does not hold the report's folder {out_dir}")
-    opts = Options(
-        sources,
-        formats,
-        figures,
-        published,
-        select,
-        allow_dirty,
-        tuple(against),
-        tuple(widths),
-        root,
-    )
+    args = (sources, formats, figures, published, select, allow_dirty, tuple(against))
+    opts = Options(*args, tuple(widths), root)
     out, written = Path(out_dir), list[Path]()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -277,24 +268,10 @@ def _build_one(
     head_notes += f"- Failed runs (not tabulated): {failed_summary(failed)}"
     head_notes += ":\n" if failed else ".\n"
     head_notes += "".join(f"  - {f.line()}\n" for f in failed)
-    tables: list[Table] = []
     figs: list = []
     if runs.empty:
-        again = allow_dirty_command(opts.sources, task, preset)
-        tables.append(
-            Table(
-                f"{task} ({preset} preset): no record from a clean commit",
-                "main",
-                ["Method"],
-                [],
-                [
-                    f"Every ok record of this task and preset ({len(left_out)} records) comes "
-                    "from a tree with uncommitted changes, and paper tables use records from "
-                    f"clean commits only. To tabulate them anyway: `{again}`."
-                ],
-            )
-        )
         head = header(kept or group, opts.sources, f"{task} ({preset} preset): paper-style report")
+        tables = [_no_clean_table(task, preset, len(left_out), opts)]
         return head + head_notes + NOTES, tables, figs, None, None, (task, preset)
     primary, higher = runs["primary"].iloc[0], bool(runs["higher"].iloc[0])  # the registry's
     papers = tables_for(task, opts.published)
@@ -302,77 +279,18 @@ def _build_one(
     order = refs + list(dict.fromkeys(r.method for t in papers for r in t.rows))
     keys = list(dict.fromkeys([primary, *measures(list(runs["record"]))]))
     agg = aggregate(runs, keys, order)
-    picked = None
-    shown = agg
-    if select is not None:
-        _, why = select_records(list(runs["record"]), select)
-        # picked by best-val whatever the rule (harness.components.selection)
-        own = "reference predictor"
-        picked = {
-            k: (f"{select.label()} ({v})" if "/" not in k and not v.startswith(own) else v)
-            for k, v in why.items()
-        }
-        shown = agg[agg["variant_id"].isin(picked)].reset_index(drop=True)
+    picked, shown = _picked(runs, agg, select)
     seeds = ", ".join(map(str, sorted(runs["seed"].unique())))
     ours = f"harness, preset {preset}, seeds {seeds}"
-    rows_rule = f"rows picked by {select}" if select else "every variant"
-    main = build_main_table(shown, primary, higher, picked, agg)
-    unpicked = sorted(k for k in (picked or {}) if "/" in k)
-    methods_in = [{m for m in df["method"] if role(m) == "method"} for df in (agg, shown)]
-    no_method = select is not None and bool(methods_in[0]) and not methods_in[1]
-    versus = against_table(shown, primary, higher, opts.against)
-    tables.append(
-        Table(
-            f"{task} ({preset} preset), {rows_rule}; {ours}",
-            "main",
-            main.titles,
-            main.rows,
-            ([no_row_line(select)] if no_method else [])
-            + main.notes
-            + [f"{k.split('/')[-1]}: no row ({picked[k]})." for k in unpicked]
-            + _reference_notes(task, preset, shown, runs, primary, higher, opts)
-            # no named method has a row: no comparison table, its notes say why
-            + (versus[2] if versus is not None and not versus[0] else []),
-        )
-    )
-    if versus is not None and versus[0]:
-        names = ", ".join(opts.against)
-        tables.append(
-            Table(
-                f"{task} ({preset} preset), {rows_rule}: paired comparisons with {names}",
-                "against",
-                *versus,
-            )
-        )
-    agg = agg[[role(m) == "method" for m in agg["method"]]]  # the paper rows are methods
-    dirty_runs = runs_frame(latest(left_out)) if left_out and not opts.allow_dirty else None
-    dirty_agg = None
-    if dirty_runs is not None and not dirty_runs.empty:
-        dirty_agg = aggregate(dirty_runs, keys, order)
-        dirty_agg = dirty_agg[[role(m) == "method" for m in dirty_agg["method"]]]
-    differences = task_differences(task)
+    tables = _main_tables(task, preset, (agg, shown, runs), primary, higher, picked, ours, opts)
+    dirty_runs = runs_frame(latest([] if opts.allow_dirty else left_out))
+    dirty_agg = _methods(aggregate(dirty_runs, keys, order)) if len(dirty_runs) else None
+    methods = _methods(agg)  # the paper rows are methods
     for j, t in enumerate(papers):
         pvh = paper_vs_harness(
-            t, agg, primary, rule, task, preset, failed=failed, dirty_agg=dirty_agg
+            t, methods, primary, rule, task, preset, failed=failed, dirty_agg=dirty_agg
         )
-        notes = ([t.note] if t.note else []) + pvh.notes
-        if select is not None:
-            notes += one_result_notes(t, pvh, shown, select)
-        if differences:
-            notes.append(f"The harness's {task} differs from the paper: " + " ".join(differences))
-        if pvh.at_setting:
-            caption = (
-                f"{t.title} vs harness ({ours}); paper rows filled at each row's setting, "
-                f"ties by {rule}"
-            )
-        else:
-            own = f" ({pvh.own_setting})" if pvh.own_setting else ""
-            caption = (
-                f"Harness, {preset} preset{own}, beside {t.title} as context "
-                f"(not at the paper's setting; {ours}); rows matched on their knobs, ties by "
-                f"{rule}"
-            )
-        tables.append(Table(caption, f"paper-{j + 1}", pvh.titles, pvh.rows, notes))
+        tables.append(_versus_table(t, pvh, j, (task, preset, ours), shown, select))
     title = get_metric(primary).title
     if opts.figures:
         shown_ids = runs[runs["variant_id"].isin(picked or {})]
@@ -385,36 +303,129 @@ def _build_one(
             selected=dict(zip(shown_ids["method"], shown_ids["variant_id"], strict=True)) or None,
             rule=str(select) if select else "",
         )
-    head = header(latest(kept), opts.sources, f"{task} ({preset} preset): paper-style report") + (
-        "- Bold: best test mean per column (arrow = direction), for display only; Solved, "
-        "counts and p-values are never bold. p: the per-seed primary metric against a "
-        "reference row chosen on validation, paired tests where the seeds are shared, Holm's "
-        "correction (the notes under the table say which).\n"
-        f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n"
-        + MATCH_RULE.format(rule=rule)
-        + NOTES
-        + head_notes
-    )
+    head = header(latest(kept), opts.sources, f"{task} ({preset} preset): paper-style report")
+    rows = f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n"
+    head += HEAD_NOTES + rows + MATCH_RULE.format(rule=rule) + NOTES + head_notes
     return head, tables, figs, shown, picked, (task, preset)
 
 
-def _reference_notes(
+HEAD_NOTES = (
+    "- Bold: best test mean per column (arrow = direction), for display only; Solved, "
+    "counts and p-values are never bold. p: the per-seed primary metric against a "
+    "reference row chosen on validation, paired tests where the seeds are shared, Holm's "
+    "correction (the notes under the table say which).\n"
+)
+
+
+def _methods(agg: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``agg`` that are methods (the paper rows are), no reference predictor's."""
+    return agg[[role(m) == "method" for m in agg["method"]]]
+
+
+def _no_clean_table(task: str, preset: str, n: int, opts: Options) -> Table:
+    """The table of a (task, preset) whose ``n`` ok records all come from dirty trees."""
+    again = allow_dirty_command(opts.sources, task, preset)
+    return Table(
+        f"{task} ({preset} preset): no record from a clean commit",
+        "main",
+        ["Method"],
+        [],
+        [
+            f"Every ok record of this task and preset ({n} records) comes from a tree with "
+            "uncommitted changes, and paper tables use records from clean commits only. To "
+            f"tabulate them anyway: `{again}`."
+        ],
+    )
+
+
+def _picked(
+    runs: pd.DataFrame, agg: pd.DataFrame, select: Rule | None
+) -> tuple[dict[str, str] | None, pd.DataFrame]:
+    """What a selection rule picked (variant id -> why; None: no rule) and the rows shown."""
+    if select is None:
+        return None, agg
+    _, why = select_records(list(runs["record"]), select)
+    # picked by best-val whatever the rule (harness.components.selection)
+    own = "reference predictor"
+    picked = {
+        k: (f"{select.label()} ({v})" if "/" not in k and not v.startswith(own) else v)
+        for k, v in why.items()
+    }
+    return picked, agg[agg["variant_id"].isin(picked)].reset_index(drop=True)
+
+
+def _main_tables(
     task: str,
     preset: str,
-    shown: pd.DataFrame,
-    runs: pd.DataFrame,
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     primary: str,
     higher: bool,
+    picked: dict[str, str] | None,
+    ours: str,
     opts: Options,
-) -> list[str]:
-    """What the table's reference predictors are and whether the task separates the methods.
+) -> list[Table]:
+    """The main table, and the paired comparisons with ``opts.against`` where it has their rows.
 
-    ``harness.reporting.references.notes``; with no reference row, the command that adds them.
+    ``frames``: every variant's aggregate row, the rows shown, the runs.
     """
-    rows = [ref_row(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in shown.iterrows()]
-    store = str(opts.sources[0]) if opts.sources else "results"
-    recs = list(runs["record"])
-    return reference_notes(task, preset, rows, primary, higher, store=store, records=recs)
+    agg, shown, runs = frames
+    select = opts.select
+    rows_rule = f"rows picked by {select}" if select else "every variant"
+    main = build_main_table(shown, primary, higher, picked, agg)
+    unpicked = sorted(k for k in (picked or {}) if "/" in k)
+    methods_in = [{m for m in df["method"] if role(m) == "method"} for df in (agg, shown)]
+    no_method = select is not None and bool(methods_in[0]) and not methods_in[1]
+    versus = against_table(shown, primary, higher, opts.against)
+    notes = ([no_row_line(select)] if no_method else []) + main.notes
+    notes += [f"{k.split('/')[-1]}: no row ({(picked or {})[k]})." for k in unpicked]
+    # what the reference predictors are, whether the task separates the methods (or the command
+    # that adds reference rows)
+    refs = [ref_row(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in shown.iterrows()]
+    store, recs = str(opts.sources[0]) if opts.sources else "results", list(runs["record"])
+    notes += reference_notes(task, preset, refs, primary, higher, store=store, records=recs)
+    # no named method has a row: no comparison table, its notes say why
+    notes += versus[2] if versus is not None and not versus[0] else []
+    caption = f"{task} ({preset} preset), {rows_rule}"
+    tables = [Table(f"{caption}; {ours}", "main", main.titles, main.rows, notes)]
+    if versus is not None and versus[0]:
+        names = ", ".join(opts.against)
+        tables.append(Table(f"{caption}: paired comparisons with {names}", "against", *versus))
+    return tables
+
+
+def _versus_table(
+    t: PaperTable,
+    pvh: PaperVsHarness,
+    j: int,
+    where: tuple[str, str, str],
+    shown: pd.DataFrame,
+    select: Rule | None,
+) -> Table:
+    """The ``j``-th (from 0) paper vs harness table: ``pvh``'s rows.
+
+    ``where``: the task, the preset and the harness's setting (``ours``); ``shown``: the main
+    table's rows, which ``select`` picked (None: no rule; ``best-val`` picks at a paper row).
+    """
+    task, preset, ours = where
+    rule = select or Rule("best-val")
+    notes = ([t.note] if t.note else []) + pvh.notes
+    if select is not None:
+        notes += one_result_notes(t, pvh, shown, select)
+    if differences := task_differences(task):
+        notes.append(f"The harness's {task} differs from the paper: " + " ".join(differences))
+    if pvh.at_setting:
+        caption = (
+            f"{t.title} vs harness ({ours}); paper rows filled at each row's setting, "
+            f"ties by {rule}"
+        )
+    else:
+        own = f" ({pvh.own_setting})" if pvh.own_setting else ""
+        caption = (
+            f"Harness, {preset} preset{own}, beside {t.title} as context "
+            f"(not at the paper's setting; {ours}); rows matched on their knobs, ties by "
+            f"{rule}"
+        )
+    return Table(caption, f"paper-{j + 1}", pvh.titles, pvh.rows, notes)
 
 
 def _render(

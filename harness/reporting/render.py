@@ -11,15 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.errors import HarnessError
 from harness.persistence.outputs import write_bytes, write_text
 from harness.reporting.latex import TEX_FIGURE, Cell, figure_env, render_tex, tex_escape
 from harness.reporting.text import GREY_OFF, GREY_ON
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 FORMATS = ("md", "tex", "csv", "parquet")
 NO_PYARROW = "--format parquet needs pyarrow (pip install pyarrow); csv needs nothing more"
@@ -141,14 +137,17 @@ def latex_document(
     return "\n".join(parts)
 
 
-def write_frame(df: pd.DataFrame, path: Path) -> None:
-    """``df`` as ``.csv`` or ``.parquet`` (pyarrow needed; its absence is one HarnessError line).
+def write_frame(rows: Sequence[dict], path: Path) -> None:
+    """A table's numbers (one dict a row) as ``.csv`` or ``.parquet`` (pyarrow needed).
 
     Written through ``harness.persistence.outputs.write_bytes``: atomically, never over a records
-    store.
+    store; without pyarrow a ``.parquet`` is one HarnessError line.
     """
     import io
 
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
     if path.suffix == ".csv":
         write_text(path, df.to_csv(index=False))
         return

@@ -100,7 +100,7 @@ def report(
         elif fmt == "tex":
             write_text(path, lb.leaderboard_tex(records, rule, command, names, width))
         else:
-            write_frame(lb.leaderboard_frame(records, rule), path)
+            write_frame(lb.leaderboard_numbers(records, rule), path)
         written.append(path)
     if figures:
         from harness.reporting.figures import write_curves

@@ -25,9 +25,11 @@ from harness.training.events import derive_events
 if TYPE_CHECKING:
     import pandas as pd
 
-# Where a record keeps the registered measures that are not among its ``metrics``.
+# Where a record keeps the registered measures that are not among its ``metrics`` (and its
+# training time, the leaderboard's Train s).
 WHERE = {"flops": ("flops", "effective"), "dense_flops": ("flops", "dense")}
 WHERE.update(params=("params", "total"), hidden_size=("config", "model", "hidden_size"))
+WHERE.update(train_s=("time", "train_s"))
 
 
 def measure(rec: dict[str, Any], key: str) -> Any:
@@ -53,11 +55,15 @@ def measures(records: Sequence[dict[str, Any]]) -> list[str]:
 
 def variant_label(group: list[dict[str, Any]], all_method_runs: list[dict[str, Any]]) -> str:
     """The config fields (other than seed) that vary among a method's runs in one table."""
-    flats = [flat_config(r) for r in all_method_runs]
-    fields = {k for f in flats for k in f}  # a key one config lacks varies too (old records)
-    varying = sorted(k for k in fields if len({repr(f.get(k)) for f in flats}) > 1)
     here = flat_config(group[0])
+    varying = _varying([flat_config(r) for r in all_method_runs])
     return ", ".join(f"{k}={here.get(k)}" for k in varying)
+
+
+def _varying(configs: Sequence[dict[str, Any]]) -> list[str]:
+    """The keys whose values differ among flat ``configs`` (sorted)."""
+    fields = {k for c in configs for k in c}  # a key one config lacks varies too (old records)
+    return sorted(k for k in fields if len({repr(c.get(k)) for c in configs}) > 1)
 
 
 def dirty(rec: dict[str, Any]) -> bool:
@@ -174,7 +180,8 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     Columns: ``task``, ``preset``, ``method``, ``variant_id``, ``seed``, ``primary``,
     ``higher`` (the primary metric's direction, ``harness.components.metrics.higher_is_better``),
     ``record``, ``config`` (flat), one column per recorded metric and one per measure of
-    ``WHERE`` (``hidden_size``, ``flops`` (effective), ``dense_flops``, ``params`` (total)).
+    ``WHERE`` (``hidden_size``, ``flops`` (effective), ``dense_flops``, ``params`` (total),
+    ``train_s``).
     """
     import pandas as pd
 
@@ -212,16 +219,16 @@ def solved_split(skip: dict[Any, float], solved: dict[Any, float]) -> dict[str, 
     if not both:
         return {}
 
-    def stats(vals: list[float]) -> tuple[float, float, int]:
-        if not vals:
-            return math.nan, 0.0, 0
-        std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        return statistics.fmean(vals), std, len(vals)
-
     return {
-        "skip_pct_solved": stats([v for _, v, ok in both if ok > 0]),
-        "skip_pct_unsolved": stats([v for _, v, ok in both if ok <= 0]),
+        "skip_pct_solved": _stats([v for _, v, ok in both if ok > 0]),
+        "skip_pct_unsolved": _stats([v for _, v, ok in both if ok <= 0]),
     }
+
+
+def _stats(vals: list[float]) -> tuple[float, float, int]:
+    """Mean (NaN for none), sample std (0 for fewer than 2) and count of ``vals``."""
+    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return statistics.fmean(vals) if vals else math.nan, std, len(vals)
 
 
 def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()) -> pd.DataFrame:
@@ -241,8 +248,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
     for _, m_runs in runs.groupby("method", sort=False):
         groups = list(m_runs.groupby("variant_id", sort=False))
         cfgs = [g["config"].iloc[0] for _, g in groups]
-        fields = {k for c in cfgs for k in c}  # a key one config lacks varies too (old records)
-        varying = sorted(k for k in fields if len({repr(c.get(k)) for c in cfgs}) > 1)
+        varying = _varying(cfgs)
         for (_, g), cfg in zip(groups, cfgs, strict=True):
             g = g.sort_values("seed")
             row = {
@@ -261,8 +267,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
             for k in keys:
                 col = [float(v) for v in g[k]] if k in g else [math.nan] * len(g)
                 vals = [v for v in col if not math.isnan(v)]
-                row[k] = statistics.fmean(vals) if vals else math.nan
-                row[f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+                row[k], row[f"{k}_std"], _ = _stats(vals)
                 row[f"{k}_vals"] = vals
                 row[f"{k}_by_seed"] = dict(zip(row["seed_list"], col, strict=True))
             outcome = next((k for k in keys if get_metric(k).form == "yes-no"), None)
@@ -278,33 +283,33 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()
     return agg.sort_values("rank").drop(columns=["rank", "sort"]).reset_index(drop=True)
 
 
-def tidy(agg: pd.DataFrame, task: str, preset: str, picked: dict[str, str] | None) -> pd.DataFrame:
-    """One row per variant with numbers, not text: the csv / parquet form of a table.
+def tidy(
+    agg: pd.DataFrame,
+    task: str,
+    preset: str,
+    picked: dict[str, str] | None,
+    keys: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per variant of ``agg`` with numbers, not text: a table's csv / parquet rows.
 
-    Per measure ``k``: its mean, ``k_std`` (NaN for one seed), ``k_ci95`` (half-width, Student's
-    t) and the per-seed values, ``k_seed<s>`` for every seed ``s`` of the table (NaN where the
-    variant has no run of that seed), so that a reader can redo any test.
+    ``task``, ``preset``, the variant (``method``, ``variant``, ``variant_id``, ``seeds``,
+    ``commit``, ``picked_by``), then per measure ``k`` of ``keys`` (None: every registered one
+    ``agg`` holds, in registry order) its mean, ``k_std`` (NaN for one value), ``k_ci95``
+    (half-width, Student's t), and then the per-seed values, ``k_seed<s>`` for every seed ``s`` of
+    the table (NaN where the variant has no run of that seed), so that a reader can redo any test.
     """
-    import pandas as pd
-
     seeds = sorted({s for ss in agg["seed_list"] for s in ss}) if len(agg) else []
     rows = []
     for _, r in agg.iterrows():
-        row = {
-            "task": task,
-            "preset": preset,
-            "method": r["method"],
-            "variant": r["label"],
-            "variant_id": r["variant_id"],
-            "seeds": r["seeds"],
-            "commit": r["commit"],
-            "picked_by": (picked or {}).get(r["variant_id"], ""),
-        }
-        keys = [m.name for m in METRICS.values() if m.name in r]
-        for k in keys:
-            row[k], row[f"{k}_std"] = r[k], r[f"{k}_std"] if r["seeds"] > 1 else math.nan
-            row[f"{k}_ci95"] = ci95(r[f"{k}_vals"]) or math.nan
-        for k in keys:
+        row = {"task": task, "preset": preset, "method": r["method"], "variant": r["label"]}
+        row.update({k: r[k] for k in ("variant_id", "seeds", "commit")})
+        row["picked_by"] = (picked or {}).get(r["variant_id"], "")
+        ks = [m.name for m in METRICS.values() if m.name in r] if keys is None else keys
+        for k in ks:
+            vals = r[f"{k}_vals"]
+            row[k], row[f"{k}_std"] = r[k], r[f"{k}_std"] if len(vals) > 1 else math.nan
+            row[f"{k}_ci95"] = ci95(vals) or math.nan
+        for k in ks:
             row.update({f"{k}_seed{s}": r[f"{k}_by_seed"].get(s, math.nan) for s in seeds})
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows

@@ -49,19 +49,24 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+FULL, WIDE, TERSE = 0, 1, 2  # a column's place in a terminal: none (a file only), wide, always
+
+
 @dataclass(frozen=True)
 class Column:
-    """A table column: title, the measure key, direction (None: no bold), 10^scale unit, form.
+    """A column of every table: title, measure key ("": a label), direction, unit, form, place.
 
-    ``form`` is the registry's (``harness.components.metrics.Metric.form``): ``num``, ``int`` or
-    ``yes-no``.
+    ``higher``: the direction (None: no bold); ``scale``: the 10^scale unit of its cells;
+    ``form``: the registry's (``harness.components.metrics.Metric.form``), ``num``, ``int`` or
+    ``yes-no``; ``place``: where a terminal shows it (the leaderboard's, ``FULL``: nowhere).
     """
 
     title: str
-    key: str
+    key: str = ""
     higher: bool | None = None
     scale: int = 0
     form: str = "num"
+    place: int = FULL
 
 
 def column(key: str, values: Sequence[float] = (), higher: bool | None = None) -> Column:
@@ -278,9 +283,10 @@ def solved_notes(rows: Sequence[Any]) -> list[str]:
 def cell(row: Any, col: Column) -> str:
     """The text of ``row``'s cell in column ``col`` (``row``: an ``aggregate`` row).
 
-    Skip % on a task that records ``solved`` (S-SA Table 4's): the mean over the seeds that solved
-    it, and the unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the
-    task can skip anything, so its Skip % is out of the comparison (S-SA Table 4).
+    A measure that one seed of the row's holds is that value, without a std. Skip % on a task
+    that records ``solved`` (S-SA Table 4's): the mean over the seeds that solved it, and the
+    unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the task can skip
+    anything, so its Skip % is out of the comparison (S-SA Table 4).
     """
     mean = row[col.key]
     split = solved_skip(row) if col.key == "skip_pct" else None
@@ -300,7 +306,8 @@ def cell(row: Any, col: Column) -> str:
         vals = row[f"{col.key}_vals"]
         k = int(sum(v > 0 for v in vals))
         return {0: "No", len(vals): "Yes"}.get(k, f"{k}/{len(vals)}") if vals else "–"
-    return fmt_cell(mean, row[f"{col.key}_std"], row["seeds"], col.scale)
+    std = row[f"{col.key}_std"] if len(row[f"{col.key}_vals"]) > 1 else None  # one value: no std
+    return fmt_cell(mean, std, row["seeds"], col.scale)
 
 
 def _bold(means: Sequence[float], higher: bool | None) -> list[bool]:
@@ -334,41 +341,30 @@ def build_main_table(
     cols = layout(agg, primary, higher)
     # reference predictors (harness.references): never bold, not the reference, not tested
     predictors = [role(m) != "method" for m in agg["method"]]
-    among = [i for i, p in enumerate(predictors) if not p]
-    ref, how = reference(agg.iloc[among], primary, higher)
-    ref = among[ref] if ref >= 0 else -1
-    shown = {c.key for c in cols}  # D_h as a column is not repeated in the variant label
-    labels = [", ".join(t for k, t in p.items() if k not in shown) for p in agg["parts"]]
-    pcol = next(c for c in cols if c.key == primary)
-    tests = [
-        compare_seeds(r[f"{primary}_by_seed"], agg.iloc[ref][f"{primary}_by_seed"])
-        if ref >= 0 and i != ref and not predictors[i]
-        else Comparison("", None)
-        for i, (_, r) in enumerate(agg.iterrows())
-    ]
+    tests, ref, how = _tests(agg, primary, higher, predictors)
     p_adj, w_adj = holm([c.p for c in tests]), holm([c.wilcoxon for c in tests])
     with_p = any(p is not None for p in p_adj)  # an all-n/a p column is left out
     with_w = any(p is not None for p in w_adj)
+    shown = {c.key for c in cols}  # D_h as a column is not repeated in the variant label
+    labels = [", ".join(t for k, t in p.items() if k not in shown) for p in agg["parts"]]
+    pcol = next(c for c in cols if c.key == primary)
     ptitle = get_metric(primary).title
     titles = ["Method"] + (["Variant"] if any(labels) else []) + ["Seeds"]
     titles += [c.title for c in cols] + [ci_title(ptitle, pcol.scale)]
     titles += [f"p vs reference ({ptitle}, Holm)"] if with_p else []
     titles += ["Wilcoxon p (Holm)"] if with_w else []
     titles += ["Commit"] + (["Picked by"] if picked is not None else [])
+    rs = [r for _, r in agg.iterrows()]
     bolds = [
         _bold(
-            [
-                math.nan if p else comparable(r, c.key)
-                for (_, r), p in zip(agg.iterrows(), predictors, strict=True)
-            ],
+            [math.nan if predictors[i] else comparable(r, c.key) for i, r in enumerate(rs)],
             c.higher,
         )
         for c in cols
     ]
-    judged = [judge(r["method"], r["label"], r[f"{primary}_vals"]) for _, r in agg.iterrows()]
-    marked = worse(judged, higher)
+    marked = worse([judge(r["method"], r["label"], r[f"{primary}_vals"]) for r in rs], higher)
     rows = []
-    for i, (_, r) in enumerate(agg.iterrows()):
+    for i, r in enumerate(rs):
         cells: list[Cell] = [(method_cell(r["method"]), False)]
         cells += [(labels[i], False)] if "Variant" in titles else []
         mark = f" {EVENT_MARK}" if r["events"] else ""
@@ -385,29 +381,52 @@ def build_main_table(
         cells.append((r["commit"], False))
         cells += [(picked.get(r["variant_id"], "–"), False)] if picked is not None else []
         rows.append(cells)
-    notes = []
-    if with_p:
-        n_t, n_w = sum(p is not None for p in p_adj), sum(p is not None for p in w_adj)
-        wil = f" and, apart, over its {n_w} Wilcoxon tests" if with_w else ""
-        notes.append(
-            f"p: the per-seed {ptitle} of each row against the reference row's "
-            f"({row_name(agg.iloc[ref]['method'], agg.iloc[ref]['label'])}: {how}, chosen "
-            "among the rows "
-            "with the table's seed count). A run seed fixes what the task draws from it (split, "
-            "balancing sample) and the batch order, the same for every method, so rows with the "
-            f"same seeds as the reference are paired samples: paired t-test, and {WILCOXON} "
-            "beside it; rows whose seeds differ: Welch's "
-            f"t-test (scipy.stats). Holm's step-down correction over the table's {n_t} t-tests"
-            f"{wil}. Bold marks the best test mean of a column, for display only: nothing is "
-            "chosen by it."
-        )
+    notes = _p_notes(agg.iloc[ref], how, ptitle, p_adj, w_adj) if with_p else []
     notes += seed_count_notes(agg)
     leads = [[c.title for j, c in enumerate(cols) if bolds[j][i]] for i in range(len(agg))]
     notes += grid_notes(agg if every is None else every, agg, leads) if picked is not None else []
     notes += events_notes(agg)
     if any(c.key == "skip_pct" for c in cols):
-        notes += solved_notes([r for _, r in agg.iterrows()])
+        notes += solved_notes(rs)
     return Table("", "", titles, rows, notes)
+
+
+def _tests(
+    agg: pd.DataFrame, primary: str, higher: bool, predictors: list[bool]
+) -> tuple[list[Comparison], int, str]:
+    """Each row's test against the reference row (``reference``, among the methods' rows).
+
+    Returns the comparisons (none for the reference row and the reference predictors' rows),
+    the reference row's index (-1: none) and how it was chosen.
+    """
+    among = [i for i, p in enumerate(predictors) if not p]
+    ref, how = reference(agg.iloc[among], primary, higher)
+    ref = among[ref] if ref >= 0 else -1
+    tests = [
+        compare_seeds(r[f"{primary}_by_seed"], agg.iloc[ref][f"{primary}_by_seed"])
+        if ref >= 0 and i != ref and not predictors[i]
+        else Comparison("", None)
+        for i, (_, r) in enumerate(agg.iterrows())
+    ]
+    return tests, ref, how
+
+
+def _p_notes(
+    ref: Any, how: str, ptitle: str, p_adj: list[float | None], w_adj: list[float | None]
+) -> list[str]:
+    """The note on the p column: the reference row ``ref``, the tests, Holm's correction."""
+    n_t, n_w = sum(p is not None for p in p_adj), sum(p is not None for p in w_adj)
+    wil = f" and, apart, over its {n_w} Wilcoxon tests" if n_w else ""
+    name = row_name(ref["method"], ref["label"])
+    return [
+        f"p: the per-seed {ptitle} of each row against the reference row's ({name}: {how}, "
+        "chosen among the rows with the table's seed count). A run seed fixes what the task "
+        "draws from it (split, balancing sample) and the batch order, the same for every "
+        "method, so rows with the same seeds as the reference are paired samples: paired "
+        f"t-test, and {WILCOXON} beside it; rows whose seeds differ: Welch's t-test "
+        f"(scipy.stats). Holm's step-down correction over the table's {n_t} t-tests{wil}. Bold "
+        "marks the best test mean of a column, for display only: nothing is chosen by it."
+    ]
 
 
 def row_name(method: str, label: str) -> str:

@@ -335,18 +335,7 @@ def paper_vs_harness(
             the rows only they would fill.
     """
     at_setting = preset == PAPER_PRESET
-    head = ""  # the column "ours − paper" is taken on: the primary metric if printed
-    if at_setting:
-        others = (c for c in table.columns if c not in ("solved", "flops", "params"))
-        head = primary if primary in table.columns else next(others, "")
-    titles = ["Paper row"]
-    for k in table.columns:
-        t = scaled(get_metric(k).title, table.scale.get(k, 0))
-        titles += [f"Paper: {t}", f"Ours: {t}"]
-    if head:
-        h = get_metric(head).title
-        titles.append(f"Ours − paper: {scaled(h, table.scale.get(head, 0))}")
-    titles += ["Ours: knobs", "Ours: seeds", "Setting vs paper", "Commit", "Picked by"]
+    titles, head = _titles(table, primary, at_setting)
     rows, letters, commands, filled, keys = [], {}, [], {}, []
     paper_seeds = table.setting.get("seeds")
     n_seeds = int(agg["seeds"].max()) if len(agg) else 1
@@ -357,21 +346,7 @@ def paper_vs_harness(
         key = row_key(prow, table, at_setting)
         keys.append((prow, key))
         ours, why = match_variant(prow, agg, rule, key)
-        cells: list[Cell] = [(prow.label, False)]
-        for j, k in enumerate(table.columns):
-            sc = table.scale.get(k, 0)
-            paper = prow.printed[k]
-            if k in prow.printed_std:
-                paper += f" {table.spread_text(prow.printed_std[k])}"
-            col = Column(k, k, scale=sc, form=get_metric(k).form)
-            mine = cell(ours, col) if ours is not None else (NOT_RUN if j == 0 else "–")
-            cells += [(paper, False), (mine, False)]
-        if head:
-            diff = "–"
-            if ours is not None and not math.isnan(comparable(ours, head)):
-                d = (comparable(ours, head) - prow.values[head]) * 10.0 ** -table.scale.get(head, 0)
-                diff = f"{d:+.{_decimals_of(prow.printed[head])}f}".replace("-", "−")
-            cells.append((diff, False))
+        cells = _number_cells(table, prow, ours, head)
         knobs = ", ".join(f"{k}={_value_text(v)}" for k, v in prow.config.items()) or "–"
         if ours is None:
             commands.append(row_command(task, preset, prow, key, n_seeds, at_setting))
@@ -403,6 +378,50 @@ def paper_vs_harness(
     return PaperVsHarness(
         titles, rows, notes, at_setting, own_setting(table, cfgs) if cfgs else "", filled
     )
+
+
+def _titles(table: PaperTable, primary: str, at_setting: bool) -> tuple[list[str], str]:
+    """The titles of a paper vs harness table, and the measure "Ours − paper" is taken on.
+
+    That measure: at the paper's setting, the primary metric if the paper prints it, else the
+    first score it prints; none ("") at a smaller preset.
+    """
+    head = ""
+    if at_setting:
+        others = (c for c in table.columns if c not in ("solved", "flops", "params"))
+        head = primary if primary in table.columns else next(others, "")
+    titles = ["Paper row"]
+    for k in table.columns:
+        t = scaled(get_metric(k).title, table.scale.get(k, 0))
+        titles += [f"Paper: {t}", f"Ours: {t}"]
+    if head:
+        h = get_metric(head).title
+        titles.append(f"Ours − paper: {scaled(h, table.scale.get(head, 0))}")
+    titles += ["Ours: knobs", "Ours: seeds", "Setting vs paper", "Commit", "Picked by"]
+    return titles, head
+
+
+def _number_cells(table: PaperTable, prow: PaperRow, ours: Any, head: str) -> list[Cell]:
+    """A paper row's label, then per column the paper's number and ours, then Ours − paper.
+
+    ``ours``: the variant at the row's setting (None: not run there); ``head``: the measure of
+    Ours − paper ("": no such column).
+    """
+    cells: list[Cell] = [(prow.label, False)]
+    for j, k in enumerate(table.columns):
+        paper = prow.printed[k]
+        if k in prow.printed_std:
+            paper += f" {table.spread_text(prow.printed_std[k])}"
+        col = Column(k, k, scale=table.scale.get(k, 0), form=get_metric(k).form)
+        mine = cell(ours, col) if ours is not None else (NOT_RUN if j == 0 else "–")
+        cells += [(paper, False), (mine, False)]
+    if head:
+        diff = "–"
+        if ours is not None and not math.isnan(comparable(ours, head)):
+            d = (comparable(ours, head) - prow.values[head]) * 10.0 ** -table.scale.get(head, 0)
+            diff = f"{d:+.{_decimals_of(prow.printed[head])}f}".replace("-", "−")
+        cells.append((diff, False))
+    return cells
 
 
 def _picked_by(row: PaperRow, why: str, rule: Rule, at_setting: bool) -> str:
