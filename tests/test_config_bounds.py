@@ -250,7 +250,7 @@ def test_a_preset_naming_an_unknown_method_or_key_is_refused_when_the_registry_l
     with pytest.raises(registry.PresetError, match=expected) as err:
         config.check_presets()
     assert "\n" not in str(err.value)
-    monkeypatch.setattr(registry, "_loaded", False)  # load_plugins runs the check
+    monkeypatch.setattr(plugins, "_loaded", False)  # load_plugins runs the check
     with pytest.raises(registry.PresetError, match=expected):
         plugins.load_plugins()
     with pytest.raises(registry.PresetError):  # and again: a failed load is not remembered
