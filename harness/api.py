@@ -46,15 +46,16 @@ from harness.bench.excerpts import TIMING_PARTS as TIMING_PARTS
 from harness.bench.excerpts import print_speedup as print_speedup
 from harness.bench.excerpts import print_timing as print_timing
 from harness.bench.excerpts import speedup_rows as speedup_rows
-from harness.components import registry
+from harness.components import plugins
 from harness.components.code import method_code as method_code
 from harness.components.config import DEVICES as DEVICES
 from harness.components.config import PRESETS as PRESETS
 from harness.components.config import legacy_values, parse_set
 from harness.components.metrics import METRICS
 from harness.components.metrics import UNIT_NOTE as UNIT_NOTE
-from harness.components.registry import METHODS, TASKS, describe_source
-from harness.components.registry import isolated as isolated
+from harness.components.plugins import describe_source
+from harness.components.plugins import isolated as isolated
+from harness.components.registry import METHODS, TASKS
 from harness.components.selection import BUDGETS as BUDGETS
 from harness.components.selection import parse_rule
 from harness.components.selection import select as select
@@ -433,7 +434,7 @@ def _stalled(ex: Executor, empty: int, seconds: float, in_flight: int) -> str:
     """The line saying that ``ex`` makes no progress (``STALL_S``)."""
     cls = type(ex)
     return (
-        f"executor '{getattr(cls, 'name', cls.__name__)}' ({registry.describe_source(cls)}) "
+        f"executor '{getattr(cls, 'name', cls.__name__)}' ({plugins.describe_source(cls)}) "
         f"makes no progress: its wait_any() returned no record {empty} times in {seconds:.0f} s "
         f"without waiting, with {in_flight} run(s) in flight; the sweep stopped, its runs in "
         "flight cancelled and their claims released (wait_any must wait until a run finishes)"
@@ -575,9 +576,9 @@ def include(paths: Sequence[str]) -> None:
     So too with no ``paths`` when ``$HARNESS_INCLUDE`` names some: an executor included either
     way has its options as flags of ``harness run``.
     """
-    if paths or os.environ.get(registry.INCLUDE_ENV):
-        registry.include(paths)
-        registry.load_plugins()
+    if paths or os.environ.get(plugins.INCLUDE_ENV):
+        plugins.include(paths)
+        plugins.load_plugins()
 
 
 def suites() -> list[tuple[str, str]]:
@@ -674,7 +675,7 @@ def component_lines(kind: str) -> list[str]:
     Its name, its origin unless built in, and what it is (a reference's notes per task follow
     on lines of their own).
     """
-    registry.load_plugins()
+    plugins.load_plugins()
     return [_component_line(kind, name, obj) for name, obj in COMPONENTS[kind].items()]
 
 
@@ -685,7 +686,7 @@ def _first_line(obj: Any) -> str:
 
 
 def _component_line(kind: str, name: str, obj: Any) -> str:
-    where = "" if registry.source_of(obj)["kind"] == "builtin" else f"({describe_source(obj)}) "
+    where = "" if plugins.source_of(obj)["kind"] == "builtin" else f"({describe_source(obj)}) "
     if kind == "tasks":
         arrow = "higher" if obj.higher_is_better else "lower"
         what = f"[{obj.kind}, {obj.primary} ({arrow} is better)] {_first_line(obj)}"

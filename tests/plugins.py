@@ -96,35 +96,35 @@ def isolated_registry() -> Iterator[None]:
     the modules the plugins added (those outside the project's packages and the installed ones)
     and the caches keyed by method name (``method_code``, ``legacy_values``).
     """
-    from harness.components import config, registry
+    from harness.components import config, plugins
     from harness.planning import resume
 
-    registry.load_plugins()
-    items = registry._snapshot()
-    saved = (dict(registry._INCLUDED), dict(registry._PLUGIN_DISTS), set(registry._FAILED))
+    plugins.load_plugins()
+    items = plugins._snapshot()
+    saved = (dict(plugins._INCLUDED), dict(plugins._PLUGIN_DISTS), set(plugins._FAILED))
     modules, path = set(sys.modules), list(sys.path)
-    env = os.environ.get(registry.INCLUDE_ENV)
+    env = os.environ.get(plugins.INCLUDE_ENV)
     try:
         yield
     finally:
-        registry._restore(items)
+        plugins._restore(items)
         for name, now in (("_INCLUDED", saved[0]), ("_PLUGIN_DISTS", saved[1])):
-            getattr(registry, name).clear()
-            getattr(registry, name).update(now)
-        registry._FAILED.clear()
-        registry._FAILED.update(saved[2])
-        registry._loaded = True
+            getattr(plugins, name).clear()
+            getattr(plugins, name).update(now)
+        plugins._FAILED.clear()
+        plugins._FAILED.update(saved[2])
+        plugins._loaded = True
         for name in set(sys.modules) - modules:
             if _added_by_a_plugin(sys.modules[name]):
                 del sys.modules[name]
         sys.path[:] = path
         if env is None:
-            os.environ.pop(registry.INCLUDE_ENV, None)
+            os.environ.pop(plugins.INCLUDE_ENV, None)
         else:
-            os.environ[registry.INCLUDE_ENV] = env
+            os.environ[plugins.INCLUDE_ENV] = env
         resume.method_code.cache_clear()
         config.legacy_values.cache_clear()
-        registry._installed_distribution.cache_clear()
+        plugins._installed_distribution.cache_clear()
 
 
 def _added_by_a_plugin(module: object) -> bool:
@@ -179,7 +179,7 @@ def faked_entry_points(eps: list[FakeEntryPoint]) -> Any:
 
 def installed(monkeypatch, *eps: FakeEntryPoint) -> None:
     """Make ``eps`` the installed entry points and have the registry load again."""
-    from harness.components import registry
+    from harness.components import plugins
 
     monkeypatch.setattr(metadata, "entry_points", faked_entry_points(list(eps)))
-    registry._loaded = False
+    plugins._loaded = False

@@ -14,10 +14,11 @@ from plugins import FakeDist, FakeEntryPoint, installed, isolated_registry
 
 from harness.authoring.scaffold import render
 from harness.cli.listing import KINDS
-from harness.components import registry
+from harness.components import plugins
 from harness.components.method import Method
 from harness.components.metrics import METRICS, Metric, register_metric
-from harness.components.registry import PluginError, register_method, register_task
+from harness.components.plugins import PluginError
+from harness.components.registry import register_method, register_task
 from harness.components.task import Task, TaskKind
 from harness.executors import EXECUTORS, register_executor
 from harness.references import Reference, register_reference
@@ -176,16 +177,16 @@ def test_every_kind_registers_from_an_entry_point(tmp_path, monkeypatch, harness
     monkeypatch.syspath_prepend(str(tmp_path))
     dist = FakeDist("plugpkg", "2.0")
     eps = [
-        FakeEntryPoint(kind, f"plugpkg.{path.stem}", registry.ENTRY_POINT_GROUPS[kind[:-1]], dist)
+        FakeEntryPoint(kind, f"plugpkg.{path.stem}", plugins.ENTRY_POINT_GROUPS[kind[:-1]], dist)
         for kind, path in files.items()
     ]
     installed(monkeypatch, *eps)
     assert "plugpkg-exec" in EXECUTORS.names()  # light: the executors' own group, not the rest
-    assert not registry._loaded and "plugpkg.plugpkg_methods" not in sys.modules
+    assert not plugins._loaded and "plugpkg.plugpkg_methods" not in sys.modules
     for kind, name in NAMES.items():
         name = name.format(p="plugpkg")
         obj = KINDS[kind].get(name)
-        assert registry.source_of(obj) == {
+        assert plugins.source_of(obj) == {
             "kind": "entry-point",
             "package": "plugpkg",
             "version": "2.0",
@@ -203,7 +204,7 @@ def test_every_kind_registers_from_an_include_and_is_listed_with_it(tmp_path, ha
         res = harness("list", kind, "--include", str(tmp_path), check=True)
         (line,) = [x for x in res.stdout.splitlines() if f" {name} " in x]
         assert f"(--include {files[kind]})" in line, line
-    assert registry.source_of(METRICS.get("inclkind_metric"))["path"] == str(files["metrics"])
+    assert plugins.source_of(METRICS.get("inclkind_metric"))["path"] == str(files["metrics"])
 
 
 def test_an_include_that_registers_a_wrong_component_is_one_line_and_leaves_nothing(

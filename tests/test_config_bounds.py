@@ -244,17 +244,17 @@ def test_shipped_presets_name_registered_methods_and_keys():
 def test_a_preset_naming_an_unknown_method_or_key_is_refused_when_the_registry_loads(
     methods, expected, monkeypatch
 ):
-    from harness.components import registry
+    from harness.components import plugins, registry
 
     _with_overrides(monkeypatch, "seizures", "quick", methods)
     with pytest.raises(registry.PresetError, match=expected) as err:
         config.check_presets()
     assert "\n" not in str(err.value)
-    monkeypatch.setattr(registry, "_loaded", False)  # load_plugins runs the check
+    monkeypatch.setattr(plugins, "_loaded", False)  # load_plugins runs the check
     with pytest.raises(registry.PresetError, match=expected):
-        registry.load_plugins()
+        plugins.load_plugins()
     with pytest.raises(registry.PresetError):  # and again: a failed load is not remembered
-        registry.load_plugins()
+        plugins.load_plugins()
 
 
 def test_an_ambiguous_preset_key_is_refused(monkeypatch):

@@ -19,7 +19,8 @@ from harness.authoring import conformance
 from harness.authoring.conformance import ConformanceError
 from harness.authoring.scaffold import new_method
 from harness.components.method import StepCost
-from harness.components.registry import METHODS, UnknownNameError, include
+from harness.components.plugins import include
+from harness.components.registry import METHODS, UnknownNameError
 from harness.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from plugins import isolated_registry
 
-from harness.components import registry
+from harness.components import plugins
 from harness.components.metrics import METRICS
 
 MEASURE = """
@@ -39,7 +39,7 @@ register_metric(Metric(
 def test_a_registered_measure_is_taken_on_every_run_of_every_task(tmp_path, harness):
     (tmp_path / "measure.py").write_text(MEASURE)
     with isolated_registry():
-        registry._loaded = False  # a new process loads the plugins afresh
+        plugins._loaded = False  # a new process loads the plugins afresh
         res = harness("run", "--include", "measure.py", "--tasks", "adding,synthetic",
                       "--methods", "gru,skip-rnn,ei-rehn", "--preset", "smoke", "--out", "runs",
                       "--no-report")  # fmt: skip

@@ -20,7 +20,8 @@ from harness.components.metrics import (
     higher_is_better,
     register_metric,
 )
-from harness.components.registry import TASKS, PluginError
+from harness.components.plugins import PluginError
+from harness.components.registry import TASKS
 from harness.components.task import Batch
 from harness.reporting import compare as gate
 from harness.reporting import figstyle

@@ -16,7 +16,7 @@ import re
 from plugins import ROOT, isolated_registry
 from test_plugins_doc import commands
 
-from harness.components import registry
+from harness.components import plugins
 
 KEYS = [("methods", "my-leaky"), ("tasks", "my-recall"), ("metrics", "my_abs_err"),
         ("references", "ref:my-half"), ("executors", "my-serial")]  # fmt: skip
@@ -34,7 +34,7 @@ def test_one_plugin_file_adds_every_kind_and_runs_a_sweep_through_its_executor(t
     (tmp_path / "my_plugin.py").write_text(plugin_source())
     inc = ("--include", "my_plugin.py")
     with isolated_registry():
-        registry._loaded = False  # a new process loads the plugins afresh
+        plugins._loaded = False  # a new process loads the plugins afresh
         for kind, key in KEYS:
             res = harness("list", kind, *inc)
             line = next((l for l in res.stdout.splitlines() if l.split()[:1] == [key]), "")

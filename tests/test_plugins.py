@@ -21,8 +21,9 @@ import pytest
 from plugins import ROOT, FakeDist, FakeEntryPoint, installed, isolated_registry
 
 from harness.authoring.scaffold import render
-from harness.components import code, registry
-from harness.components.registry import METHODS, PluginError, include, method_source
+from harness.components import code, plugins, registry
+from harness.components.plugins import PluginError, include
+from harness.components.registry import METHODS, method_source
 from harness.persistence import records
 from harness.planning import resume
 
@@ -76,7 +77,7 @@ def test_an_included_file_registers_its_method_and_says_where_from(tmp_path):
     assert method_source("incl-one") == {"kind": "include", "path": str(path), "sha256": digest}
     assert method_source("gru") == {"kind": "builtin"}
     assert include([path]) == [path]  # twice: imported once
-    assert registry.INCLUDE_ENV in os.environ  # spawned workers import it too
+    assert plugins.INCLUDE_ENV in os.environ  # spawned workers import it too
 
 
 def test_a_folder_gives_its_files_but_not_tests_or_shared_pieces(tmp_path):
@@ -174,8 +175,8 @@ def test_list_names_where_a_plugin_comes_from(tmp_path, harness):
 
 def test_the_environment_variable_includes_too(tmp_path, monkeypatch):
     path = write_method(tmp_path, "incl-env")
-    monkeypatch.setenv(registry.INCLUDE_ENV, str(path))
-    registry._loaded = False
+    monkeypatch.setenv(plugins.INCLUDE_ENV, str(path))
+    plugins._loaded = False
     assert "incl-env" in METHODS
 
 
@@ -223,7 +224,7 @@ def test_entry_points_register_methods_and_a_broken_one_is_one_line(tmp_path, mo
         "package": "fakeplug",
         "version": "1.2.3",
     }
-    registry._loaded = False
+    plugins._loaded = False
     METHODS.names()
     assert capsys.readouterr().err == ""  # said once
     assert {Path(f).name for f in code.source_files(sys.modules["fakeplug_pkg.methods"])} == {
@@ -298,7 +299,7 @@ def test_the_example_package_loads_through_its_entry_point(monkeypatch, harness)
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
     dist = FakeDist(project["name"], project["version"])
     groups = project["entry-points"]
-    assert set(groups) <= set(registry.ENTRY_POINT_GROUPS.values())
+    assert set(groups) <= set(plugins.ENTRY_POINT_GROUPS.values())
     eps = [FakeEntryPoint(n, v, g, dist) for g, found in groups.items() for n, v in found.items()]
     monkeypatch.syspath_prepend(str(EXAMPLE))
     installed(monkeypatch, *eps)
@@ -322,7 +323,7 @@ def test_the_example_package_loads_through_its_entry_point(monkeypatch, harness)
         ("metrics", "mae"),
         ("references", "ref:example-median"),
     ]:
-        assert registry.source_of(LISTED[kind].get(name)) == package
+        assert plugins.source_of(LISTED[kind].get(name)) == package
         listed = harness("list", kind, check=True).stdout.splitlines()
         (line,) = [x for x in listed if x.startswith(f"  {name} ")]
         assert "(plugin package condrnn-plugin-example 0.1.0 (module condrnn_plugin_" in line
@@ -443,7 +444,7 @@ def test_plugins_load_lazily():
         "harness.cli\nprint(sorted(m for m in ('torch', 'baselines', 'tasks', 'importlib.metadata')"
         " if m in sys.modules))"
     )
-    env = {**os.environ, registry.INCLUDE_ENV: "/no/such/file.py"}
+    env = {**os.environ, plugins.INCLUDE_ENV: "/no/such/file.py"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -19,7 +19,7 @@ from pathlib import Path
 from plugins import ROOT, faked_entry_points, isolated_registry
 from test_plugins import FakeDist, FakeEntryPoint
 
-from harness.components import registry
+from harness.components import plugins, registry
 
 DOC = ROOT / "docs" / "plugins.md"
 
@@ -68,7 +68,7 @@ def test_every_command_of_the_document_runs(tmp_path, harness, monkeypatch):
             install(tmp_path / words[3], monkeypatch)
         elif words[0] == "harness":
             with isolated_registry():
-                registry._loaded = False  # a new process loads the plugins afresh
+                plugins._loaded = False  # a new process loads the plugins afresh
                 res = harness(*words[1:])
             assert res.returncode == 0, f"{command}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
         else:

@@ -1101,22 +1101,22 @@ def test_an_executor_option_of_harness_runs_own_is_refused_through_harness_inclu
 ):
     """``$HARNESS_INCLUDE`` is ``--include``: the clash is one line, exit 2, whatever the command;
     an option that clashes with nothing is a flag of ``harness run``, as through --include."""
-    from harness.components import registry
+    from harness.components import plugins
 
     (tmp_path / "clash.py").write_text(CLASH)
     (tmp_path / "mine.py").write_text(EXECUTOR.format(name="mine", options='(Option("my_x"),)'))
     line = "error: executor 'clash' (--include "
     for argv in (["list", "executors"], [*RUN, "--executor", "clash", "--out", "s.jsonl"]):
         with isolated_registry():
-            monkeypatch.setenv(registry.INCLUDE_ENV, str(tmp_path / "clash.py"))
-            registry._loaded = False  # a new process: nothing imported yet
+            monkeypatch.setenv(plugins.INCLUDE_ENV, str(tmp_path / "clash.py"))
+            plugins._loaded = False  # a new process: nothing imported yet
             code, _, err = harness(*argv)
         assert code == 2 and err.startswith(line) and err.count("\n") == 1, err
         assert "has the option 'out' (--out), one of harness run's own" in err
     assert not (tmp_path / "s.jsonl").exists()
     with isolated_registry():
-        monkeypatch.setenv(registry.INCLUDE_ENV, str(tmp_path / "mine.py"))
-        registry._loaded = False
+        monkeypatch.setenv(plugins.INCLUDE_ENV, str(tmp_path / "mine.py"))
+        plugins._loaded = False
         code, out, _ = harness("run", "--help")
     assert code == 0 and "--executor mine:\n  --my-x MY_X" in out
 

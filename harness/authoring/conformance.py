@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.components import config
-from harness.components.registry import METHODS, TASKS, check_method, source_of
+from harness.components.plugins import source_of
+from harness.components.registry import METHODS, TASKS, check_method
 from harness.errors import ConfigError, failure_reason
 
 V, D, B, T = 3, 10, 2, 6  # the sizes of the model checks

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from string import Template
 
-from harness.components.registry import MAX_KEY, METHODS, describe_source, key_problems
+from harness.components.plugins import describe_source
+from harness.components.registry import MAX_KEY, METHODS, key_problems
 from harness.errors import ConfigError
 
 KINDS = {

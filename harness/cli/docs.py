@@ -72,7 +72,7 @@ def run_block(argv: list[str]) -> tuple[int, str, str]:
     """``harness ARGV`` (``report`` or ``bench``) in this process: (exit code, stdout, stderr).
 
     It runs as the same command line would alone: its ``--include`` files imported first, and
-    forgotten after (``registry.isolated``), so that what one block registers no other sees.
+    forgotten after (``plugins.isolated``), so that what one block registers no other sees.
     """
     out, err = io.StringIO(), io.StringIO()
     parser = Parser(prog="harness")

@@ -18,13 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.components.registry import (
-    METHODS,
-    REFERENCES,
-    UnknownNameError,
-    file_of,
-    included_file,
-)
+from harness.components.plugins import file_of, included_file
+from harness.components.registry import METHODS, REFERENCES, UnknownNameError
 
 
 def component(name: str) -> Any:

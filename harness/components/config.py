@@ -20,7 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.components.registry import METHODS, REFERENCES, TASKS, PresetError, after_load
+from harness.components.plugins import after_load
+from harness.components.registry import METHODS, REFERENCES, TASKS, PresetError
 from harness.errors import ConfigError
 from harness.persistence.records import Identified, config_hash  # noqa: F401  (config_hash: bench)
 

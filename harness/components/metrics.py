@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.components.registry import SNAKE_KEY, Registry, load_plugins
+from harness.components.plugins import load_plugins
+from harness.components.registry import SNAKE_KEY, Registry
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -141,7 +142,7 @@ def register_metric(metric: Metric) -> Metric:
     """Register ``metric`` in ``METRICS``; registering the same description again changes nothing.
 
     Its ``__module__`` becomes the caller's (as ``collections.namedtuple`` does), so that
-    ``harness.components.registry.source_of`` says where it came from: a built-in, a plugin, an
+    ``harness.components.plugins.source_of`` says where it came from: a built-in, a plugin, an
     included file.
 
     Returns:

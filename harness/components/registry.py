@@ -1,48 +1,34 @@
-"""One ``Registry`` type for every kind of component, and the plugins that fill them.
+"""One ``Registry`` type for every kind of component.
 
 A component (a method, a task, a reference predictor, a metric, an executor) registers itself
 under its name in its kind's registry (``METHODS``, ``TASKS``, ``REFERENCES`` here,
 ``harness.components.metrics.METRICS``, ``harness.executors.EXECUTORS``), which checks it against
-the kind's protocol; the harness looks components up by name and never imports one directly.
-``load_plugins()`` imports, once, when a registry is first read:
-
-1. the built-in packages (``PLUGIN_PACKAGES``), whose ``__init__`` modules import every file
-   explicitly, so a file nobody imported cannot silently miss its registration (tests check that
-   every file registered under its own name);
-2. the installed plugins: every entry point of the groups ``condrnn_harness.<kind>s``
-   (``ENTRY_POINT_GROUPS``) is loaded, which imports its module. A plugin that fails to import
-   (an exception, or ``sys.exit``) is skipped with one line on stderr naming it; the rest work;
-3. the files named by ``include`` (``--include PATH``, ``include = [...]`` in a sweep file, or
-   ``$HARNESS_INCLUDE``): ``.py`` files, or folders whose ``.py`` files are all imported (except
-   ``test_*.py`` and the shared pieces ``_*.py``, which the others import). Each is imported as a
-   top-level module named after its file, with its folder on ``sys.path``. A file that fails to
-   import (an exception, or ``sys.exit``) is an error (``PluginError``): it was asked for by
-   name.
+the kind's protocol; the harness looks components up by name and never imports one directly. A
+registry's first lookup loads the plugins that fill it (``harness.components.plugins``).
 
 A key registered from two sources (a plugin's key that a built-in, another plugin or an included
 file already has) is a ``PluginError`` naming both; so is a component that lacks what its kind
-must have (``check_method``, ``needs``), wherever it registers from. Then every task preset's
-per-method overrides are checked against the registered methods and their keys. ``source_of``
-says where an entry came from (records keep a method's as ``method_source``).
+must have (``check_method``, ``needs``), wherever it registers from.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fnmatch
-import functools
-import hashlib
-import importlib
-import os
 import re
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from harness.errors import HarnessError, failure_reason
+from harness.components.plugins import (
+    REGISTRIES,
+    PluginError,
+    describe_source,
+    load_kind,
+    load_plugins,
+    source_of,
+)
+from harness.errors import HarnessError
 
 _KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 SNAKE_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$")  # a metric's name, an executor option's
@@ -55,10 +41,6 @@ class UnknownNameError(HarnessError):
 
 class PresetError(HarnessError):
     """A task preset whose per-method overrides name an unknown method or key."""
-
-
-class PluginError(HarnessError):
-    """A key registered from two sources, or an included file that cannot be imported."""
 
 
 class Registry:
@@ -89,14 +71,22 @@ class Registry:
         self.prefix = prefix
         self._items: dict[str, Any] = {}
         self._check, self._protocol, self._key, self._light = check, protocol, key, light
-        _REGISTRIES.append(self)
+        REGISTRIES.append(self)
 
     def _load(self) -> None:
-        if self._light and not _loaded:
-            importlib.import_module(PLUGIN_PACKAGES[self.kind])
-            _load_entry_points([ENTRY_POINT_GROUPS[self.kind]])
+        if self._light:
+            load_kind(self.kind)
         else:
             load_plugins()
+
+    def snapshot(self) -> dict[str, Any]:
+        """What is registered now, to ``restore`` (a plugin that fails half-way)."""
+        return dict(self._items)
+
+    def restore(self, items: dict[str, Any]) -> None:
+        """Forget what registered since ``snapshot`` gave ``items``."""
+        self._items.clear()
+        self._items.update(items)
 
     def register(self, name: str) -> Callable[[Any], Any]:
         """Decorator registering ``obj`` under ``name`` (and setting a class's ``name``).
@@ -271,7 +261,6 @@ def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
     return check
 
 
-_REGISTRIES: list[Registry] = []  # every registry, for a plugin that fails half-way (_restore)
 METHODS = Registry("method", check_method, "harness.components.method.Method")
 TASKS = Registry(
     "task",
@@ -289,312 +278,7 @@ register_method = METHODS.register
 register_task = TASKS.register
 register_reference = REFERENCES.register
 
-# The built-in package or module of each kind: importing it registers its components.
-PLUGIN_PACKAGES = {
-    "method": "baselines",
-    "task": "tasks",
-    "reference": "harness.references.predictors",
-    "metric": "harness.components.metrics",
-    "executor": "harness.executors",
-}
-# The entry-point group an installed plugin package declares each kind in
-# (``[project.entry-points."condrnn_harness.methods"]``); loading an entry point imports its module.
-ENTRY_POINT_GROUPS = {k: f"condrnn_harness.{k}s" for k in PLUGIN_PACKAGES}
-# The included paths, os.pathsep-separated: set by ``include`` so that worker processes spawned
-# by a sweep import them too; a user may set it instead of passing --include.
-INCLUDE_ENV = "HARNESS_INCLUDE"
-
-_loaded = False
-_AFTER_LOAD: list[Callable[[], None]] = []
-_INCLUDED: dict[str, Path] = {}  # module name -> the included file it was imported from
-_PLUGIN_DISTS: dict[str, tuple[str, str]] = {}  # top-level module -> (distribution, version)
-_FAILED: set[str] = set()  # entry points that failed to import (said once)
-
-
-def after_load(check: Callable[[], None]) -> Callable[[], None]:
-    """Run ``check`` each time the plugins have been loaded (``load_plugins``).
-
-    How a module above the registry checks what registered
-    (``harness.components.config.check_presets``) without the registry importing it.
-    """
-    _AFTER_LOAD.append(check)
-    return check
-
-
-def load_plugins() -> None:
-    """Import the built-in packages, the installed plugins and the included files, once.
-
-    Raises:
-        PluginError: a key registered from two sources, or an included file that cannot be
-            imported.
-        HarnessError: a check registered with ``after_load`` failed (``PresetError``: a task
-            preset names an unknown method or key); every later call raises it again.
-    """
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True  # before the imports: a module that looks a name up must not recurse here
-    try:
-        for pkg in PLUGIN_PACKAGES.values():
-            importlib.import_module(pkg)
-        _load_entry_points(ENTRY_POINT_GROUPS.values())
-        for path in _env_paths():
-            for file in _files_of(path):
-                _import_file(file)
-        for check in _AFTER_LOAD:
-            check()
-    except BaseException:
-        _loaded = False
-        raise
-
-
-# --- plugins: installed packages ------------------------------------------------------------------
-
-
-def _load_entry_points(groups: Iterable[str]) -> None:
-    """Load every entry point of ``groups``; one that fails is said once, skipped."""
-    from importlib import metadata
-
-    for group in groups:
-        eps = sorted(metadata.entry_points(group=group), key=lambda e: (e.value, e.name))
-        for ep in eps:
-            dist = getattr(ep, "dist", None)
-            package = (dist.metadata["Name"], dist.version) if dist is not None else ("?", "?")
-            ident = f"{group}:{ep.name}={ep.value}"
-            if ident in _FAILED:
-                continue
-            top = ep.value.partition(":")[0].strip().partition(".")[0]
-            _PLUGIN_DISTS.setdefault(top, package)
-            before = _snapshot()
-            try:
-                ep.load()
-            except (PluginError, KeyboardInterrupt):
-                _restore(before)
-                raise
-            except BaseException as e:  # SystemExit too: a plugin does not end the command
-                _restore(before)
-                _FAILED.add(ident)
-                sys.stderr.write(
-                    f"warning: plugin '{ep.name}' of {package[0]} {package[1]} ({ep.value}) "
-                    f"failed to import and is skipped: {failure_reason(e)}\n"
-                )
-
-
-# --- plugins: included files ----------------------------------------------------------------------
-
-
-def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Import the components of ``.py`` files or folders of them (``--include``).
-
-    A folder gives each of its ``.py`` files except ``test_*.py`` and ``_*.py``, in name order.
-    The paths are imported when the registry loads (at once if it has loaded) and are added to
-    ``$HARNESS_INCLUDE``, so that the worker processes of a sweep import them too.
-
-    Args:
-        paths: files or folders (relative paths are taken from the current directory).
-
-    Returns:
-        The files they give.
-
-    Raises:
-        PluginError: a path that does not exist, a file that is not ``.py``, a folder with no
-            file to import, or (when the registry has loaded) a file that cannot be imported.
-    """
-    new = [Path(p).expanduser().resolve() for p in paths]
-    files = [f for p in new for f in _files_of(p)]
-    if _loaded:  # else they are imported when the registry loads
-        before = _snapshot()
-        try:
-            for file in files:
-                _import_file(file)
-            for check in _AFTER_LOAD:
-                check()
-        except BaseException:
-            _restore(before)
-            raise
-    known = _env_paths()
-    merged = known + [p for p in dict.fromkeys(new) if p not in known]
-    os.environ[INCLUDE_ENV] = os.pathsep.join(str(p) for p in merged)
-    return files
-
-
-@contextlib.contextmanager
-def isolated() -> Iterator[None]:
-    """Forget, after the block, what the files it includes (``include``) register and import.
-
-    How ``harness docs`` runs each block's command in one process as its command line would
-    alone: afterwards the registries, the included files, ``$HARNESS_INCLUDE``, ``sys.path`` and
-    the modules imported from the included files' folders are as before.
-    """
-    load_plugins()
-    items, included, env = _snapshot(), dict(_INCLUDED), os.environ.get(INCLUDE_ENV)
-    path, modules = list(sys.path), set(sys.modules)
-    try:
-        yield
-    finally:
-        _restore(items)
-        folders = {f.parent for name, f in _INCLUDED.items() if name not in included}
-        _INCLUDED.clear()
-        _INCLUDED.update(included)
-        for name in set(sys.modules) - modules:
-            file = _file_of(sys.modules[name])
-            if file is not None and any(file.is_relative_to(d) for d in folders):
-                del sys.modules[name]
-        sys.path[:] = path
-        if env is None:
-            os.environ.pop(INCLUDE_ENV, None)
-        else:
-            os.environ[INCLUDE_ENV] = env
-
-
-def _env_paths() -> list[Path]:
-    raw = os.environ.get(INCLUDE_ENV, "")
-    return list(dict.fromkeys(Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p))
-
-
-def _files_of(path: Path) -> list[Path]:
-    """The files an included path gives (a ``.py`` file, or a folder's importable files)."""
-    if path.is_dir():
-        files = sorted(
-            p
-            for p in path.glob("*.py")
-            if p.is_file() and not p.name.startswith(("_", "test_")) and p.name != "conftest.py"
-        )
-        if not files:
-            raise PluginError(
-                f"--include {path}: no .py file to import there (test_*.py and _*.py are not "
-                "imported)"
-            )
-        return files
-    if not path.exists():
-        raise PluginError(f"--include {path}: no such file or folder")
-    if path.suffix != ".py":
-        raise PluginError(f"--include {path}: expects a .py file or a folder of them")
-    return [path]
-
-
-def _import_file(file: Path) -> None:
-    """Import one included file as the top-level module named after it (once)."""
-    import importlib.util
-
-    name = file.stem
-    if not name.isidentifier():
-        raise PluginError(f"--include {file}: '{name}' is not a Python module name; rename it")
-    mod = sys.modules.get(name)
-    if mod is not None:
-        if _file_of(mod) == file:  # imported already (by its own test, or included before)
-            _INCLUDED[name] = file
-            return
-        raise PluginError(
-            f"--include {file}: a module named '{name}' is already imported from "
-            f"{_file_of(mod) or 'elsewhere'}; rename the file"
-        )
-    found = importlib.util.find_spec(name)
-    if found is not None and found.origin and Path(found.origin).resolve() != file:
-        raise PluginError(
-            f"--include {file}: its module name '{name}' is taken by {found.origin}; rename "
-            "the file"
-        )
-    if str(file.parent) not in sys.path:  # the files it imports from its folder (``_*.py``)
-        sys.path.insert(0, str(file.parent))
-    spec = importlib.util.spec_from_file_location(name, file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    _INCLUDED[name] = file
-    before = _snapshot()
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as e:
-        del sys.modules[name]
-        del _INCLUDED[name]
-        _restore(before)
-        if isinstance(e, (PluginError, KeyboardInterrupt)):
-            raise
-        # SystemExit too: an included file does not end the command (nor give its exit code)
-        raise PluginError(f"--include {file} failed to import: {failure_reason(e)}") from None
-
-
-def _file_of(module: Any) -> Path | None:
-    file = getattr(module, "__file__", None)
-    return Path(file).resolve() if file else None
-
-
-def _snapshot() -> dict[Registry, dict[str, Any]]:
-    return {r: dict(r._items) for r in _REGISTRIES}
-
-
-def _restore(snapshot: dict[Registry, dict[str, Any]]) -> None:
-    """Forget what registered since ``snapshot`` (a plugin that failed half-way)."""
-    for registry, items in snapshot.items():
-        registry._items.clear()
-        registry._items.update(items)
-
-
-# --- where an entry came from -------------------------------------------------------------------
-
-
-def source_of(obj: Any) -> dict[str, str]:
-    """Where a registered class comes from, as records keep it (``method_source``).
-
-    Returns:
-        ``{"kind": "builtin"}`` (the built-in packages), ``{"kind": "entry-point", "package":
-        NAME, "version": V}`` (an installed distribution), ``{"kind": "include", "path": P,
-        "sha256": D}`` (an included file and the digest of its content), or ``{"kind":
-        "module", "module": M}`` (imported some other way, e.g. by a test or a notebook).
-    """
-    module = getattr(obj, "__module__", None) or "?"
-    top = module.partition(".")[0]
-    if top in {p.partition(".")[0] for p in PLUGIN_PACKAGES.values()}:
-        return {"kind": "builtin"}
-    if module in _INCLUDED:
-        path = _INCLUDED[module]
-        try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:  # removed since it was imported: the record says so
-            digest = "unreadable"
-        return {"kind": "include", "path": str(path), "sha256": digest}
-    dist = _PLUGIN_DISTS.get(top) or _installed_distribution(top)
-    if dist is not None:
-        return {"kind": "entry-point", "package": dist[0], "version": dist[1]}
-    return {"kind": "module", "module": module}
-
 
 def method_source(name: str) -> dict[str, str]:
     """``source_of`` the method ``name`` (a record's ``method_source``); UnknownNameError: none."""
     return source_of(METHODS.get(name))
-
-
-def describe_source(obj: Any) -> str:
-    """``source_of`` in words, for messages: ``built-in module baselines.x``, ``--include P``..."""
-    src, module = source_of(obj), getattr(obj, "__module__", "?")
-    return {
-        "builtin": f"built-in module {module}",
-        "include": f"--include {src.get('path')}",
-        "entry-point": f"plugin package {src.get('package')} {src.get('version')} "
-        f"(module {module})",
-    }.get(src["kind"], f"module {module}")
-
-
-@functools.cache
-def _installed_distribution(top: str) -> tuple[str, str] | None:
-    """The installed distribution providing the top-level module ``top``, with its version."""
-    from importlib import metadata
-
-    names = metadata.packages_distributions().get(top) or []
-    for dist_name in names:
-        try:
-            return dist_name, metadata.version(dist_name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def included_file(module: str) -> Path | None:
-    """The file an included module (``include``) was imported from; None for any other."""
-    return _INCLUDED.get(module)
-
-
-def file_of(module: Any) -> Path | None:
-    """The resolved source file of a module, or None (a namespace package, a built-in)."""
-    return _file_of(module)

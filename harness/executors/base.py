@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Protocol
 
 from harness.components import config
 from harness.components.code import method_code, method_kernels
-from harness.components.registry import SNAKE_KEY, Registry, load_plugins, needs
+from harness.components.plugins import load_plugins
+from harness.components.registry import SNAKE_KEY, Registry, needs
 from harness.env import resolve_device
 from harness.errors import DISK_FULL_NOTE, ConfigError, failure_reason
 from harness.persistence import records

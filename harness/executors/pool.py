@@ -36,7 +36,7 @@ from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from typing import Any, ClassVar
 
-from harness.components.registry import PLUGIN_PACKAGES
+from harness.components.plugins import PLUGIN_PACKAGES
 from harness.errors import HarnessError
 from harness.executors.base import (
     WARM,

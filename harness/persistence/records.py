@@ -48,7 +48,7 @@ class RunRecord(TypedDict, total=False):
         error: why a failed run failed (one line); None when ok.
         config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
         method_code: digest of the method's source files (``harness.components.code.method_code``).
-        method_source: where the method came from (``harness.components.registry.source_of``), if
+        method_source: where the method came from (``harness.components.plugins.source_of``), if
             known.
         env: where it ran (``harness.env.environment``).
         time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``; ``compile_s`` (the part of

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.components.config import DEVICES, PRESETS, accepts
-from harness.components.registry import PLUGIN_PACKAGES, TASKS, include
+from harness.components.plugins import PLUGIN_PACKAGES, include
+from harness.components.registry import TASKS
 from harness.components.selection import parse_rule
 from harness.errors import ConfigError
 from harness.executors import EXECUTORS, MAX_THREADS

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from harness.components.registry import PLUGIN_PACKAGES
+from harness.components.plugins import PLUGIN_PACKAGES
 from harness.errors import HarnessError
 
 try:

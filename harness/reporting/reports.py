@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.components.config import coerce, key_type, legacy_values
-from harness.components.registry import INCLUDE_ENV, TASKS
+from harness.components.plugins import INCLUDE_ENV
+from harness.components.registry import TASKS
 from harness.components.selection import empty_tables, parse_rule, select
 from harness.errors import ConfigError, HarnessError
 from harness.persistence.outputs import check_writable, refuse_overwrite, write_text

@@ -29,7 +29,8 @@ from harness.components.config import RunConfig
 from harness.components.flops import sequence_macs
 from harness.components.metrics import FLOPS_PER_MAC, METRICS, Measured, unread_columns, valid_steps
 from harness.components.model import SeqModel
-from harness.components.registry import METHODS, TASKS, source_of
+from harness.components.plugins import source_of
+from harness.components.registry import METHODS, TASKS
 from harness.components.task import Split, Splits, Task
 from harness.errors import (
     ConfigError,

@@ -23,7 +23,7 @@ def test_generic_check(check):
 
 def test_every_kind_the_package_declares_comes_from_it():
     from harness.cli.listing import KINDS
-    from harness.components.registry import source_of
+    from harness.components.plugins import source_of
 
     declared = {
         "methods": "example-skip",
