@@ -234,16 +234,7 @@ def cost(
         where_ = ", ".join(f"{t} ({p})" for t, p in places) or "none"
         raise ConfigError(f"--print cost: suite {suite} trains on {where_}; an epoch is one task's")
     task, preset = places[0]
-    steps: dict[str, dict[str, Any]] = {}
-    for r in records:
-        here = (r["task"], r.get("preset")) == (task, preset)
-        if r["phase"] == "train" and here and not r.get("reference"):
-            if r["method"] in steps:
-                raise ConfigError(
-                    f"--print cost: {r['method']} has several train timings at {task} ({preset}): "
-                    "pick one with --where (e.g. sizes.D=...)"
-                )
-            steps[r["method"]] = r
+    steps = _train_steps(records, task, preset)
     if not steps:
         raise ConfigError(
             f"--print cost: no train timing at suite {suite}'s task, {task} ({preset} preset), in "
@@ -258,24 +249,9 @@ def cost(
         if r is None or "median_s" not in r:
             untimed.append(f"{method} ({len(runs)} runs)")
             continue
-        step = r["median_s"]
-        s = r["sizes"]
-        times_ = []
-        epochs = []
-        for c in runs:
-            cap = c.train.max_train_batches
-            batches = min(epoch_batches, cap) if cap else epoch_batches
-            epochs.append(c.train.epochs)
-            times_.append(step * batches * c.train.epochs)
+        row, times_ = _method_cost(method, runs, r, epoch_batches)
+        body.append(row)
         per_run += times_
-        epoch = duration(step * epoch_batches)
-        run = " – ".join(dict.fromkeys(duration(t) for t in (min(times_), max(times_))))
-        span = sorted(set(epochs))
-        body.append(
-            [f"{method} (D {s.get('D')}, {_layers(s.get('layers'))})", duration(step), epoch, run]
-            + [" – ".join(map(str, dict.fromkeys((span[0], span[-1])))), str(len(runs))]
-            + [f"{sum(times_) / 3600:.1f} h"]
-        )
     here = [r for r in steps.values() if r["method"] in per_method]
     about = _about(here) if here else f"{task} ({preset} preset)"
     flag = f" --seeds {seeds}"
@@ -298,6 +274,42 @@ def cost(
     if untimed:
         said += f" Not timed, not counted: {', '.join(untimed)}."
     return "\n".join([*lines, said]) + "\n"
+
+
+def _train_steps(
+    records: Sequence[dict[str, Any]], task: str, preset: str
+) -> dict[str, dict[str, Any]]:
+    """``cost``'s train timing of each method at ``task`` (``preset``); ConfigError: several."""
+    steps: dict[str, dict[str, Any]] = {}
+    for r in records:
+        here = (r["task"], r.get("preset")) == (task, preset)
+        if r["phase"] == "train" and here and not r.get("reference"):
+            if r["method"] in steps:
+                raise ConfigError(
+                    f"--print cost: {r['method']} has several train timings at {task} ({preset}): "
+                    "pick one with --where (e.g. sizes.D=...)"
+                )
+            steps[r["method"]] = r
+    return steps
+
+
+def _method_cost(
+    method: str, runs: list[Any], r: dict[str, Any], epoch_batches: int
+) -> tuple[list[str], list[float]]:
+    """``cost``'s row of a method whose train step ``r`` timed, and the seconds of each run."""
+    step, s = r["median_s"], r["sizes"]
+    times_, epochs = [], []
+    for c in runs:
+        cap = c.train.max_train_batches
+        batches = min(epoch_batches, cap) if cap else epoch_batches
+        epochs.append(c.train.epochs)
+        times_.append(step * batches * c.train.epochs)
+    epoch = duration(step * epoch_batches)
+    run = " – ".join(dict.fromkeys(duration(t) for t in (min(times_), max(times_))))
+    span = sorted(set(epochs))
+    row = [f"{method} (D {s.get('D')}, {_layers(s.get('layers'))})", duration(step), epoch, run]
+    row += [" – ".join(map(str, dict.fromkeys((span[0], span[-1])))), str(len(runs))]
+    return [*row, f"{sum(times_) / 3600:.1f} h"], times_
 
 
 def _layers(n: Any) -> str:

@@ -222,30 +222,13 @@ def estimate_runs(
         recorded; a compiling variant's compilation on its first run), and how many runs were
         estimated each way, ``{"variant": ..., "method": ..., "unknown": ...}``.
     """
-
-    def seconds(t: dict[str, Any], key: str) -> float:
-        v = float(t.get(key) or 0.0)
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(key)
-        return v
-
-    def took(r: dict[str, Any]) -> tuple[float, float] | None:
-        """(seconds less compilation, compilation seconds) of a run."""
-        t = r.get("time") or {}
-        try:
-            s = float(t["train_s"]) + seconds(t, "eval_s")
-            compiling = min(seconds(t, "compile_s"), s)
-        except (KeyError, TypeError, ValueError):
-            return None
-        return (s - compiling, compiling) if math.isfinite(s) and s >= 0 else None
-
     by_variant: dict[str, list[float]] = {}
     # (seconds, epochs run or None) of the runs of each (method, task, preset)
     by_method: dict[tuple[str, str, str], list[tuple[float, int | None]]] = {}
     compile_variant: dict[str, float] = {}  # the most a run of the variant spent compiling
     compile_method: dict[tuple[str, str, str], float] = {}
     for r in latest(records):
-        got = took(r) if r.get("status") == "ok" else None
+        got = _took(r) if r.get("status") == "ok" else None
         if got is not None:
             s, compiling = got
             key = (r["method"], r["task"], r["preset"])
@@ -282,6 +265,24 @@ def estimate_runs(
             per_run.append(None)
             counts["unknown"] += 1
     return per_run, counts
+
+
+def _seconds(t: dict[str, Any], key: str) -> float:
+    v = float(t.get(key) or 0.0)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(key)
+    return v
+
+
+def _took(r: dict[str, Any]) -> tuple[float, float] | None:
+    """(seconds less compilation, compilation seconds) of a recorded run (``estimate_runs``)."""
+    t = r.get("time") or {}
+    try:
+        s = float(t["train_s"]) + _seconds(t, "eval_s")
+        compiling = min(_seconds(t, "compile_s"), s)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (s - compiling, compiling) if math.isfinite(s) and s >= 0 else None
 
 
 def wall_seconds(per_run: Sequence[float | None], workers: int) -> float:

@@ -321,14 +321,7 @@ def train_model(
                 overflowed.append(wide)
             losses.append(loss.item())
         loop.train_s += time.perf_counter() - t0
-        if overflowed:
-            loop.events.append(events_mod.overflow_event(epoch, overflowed, tc.clip))
-        epoch_loss = float(np.mean(losses))
-        spike = events_mod.loss_spike(epoch, epoch_loss, loop.best_loss)
-        if spike is not None:
-            loop.events.append(spike)
-        if loop.best_loss is None or epoch_loss < loop.best_loss[0]:
-            loop.best_loss = (epoch_loss, epoch)
+        epoch_loss = _epoch_done(loop, epoch, losses, overflowed, tc.clip)
         val = evaluate(model, task, splits.val, tc.eval_batch_size, device).metrics
         v = val.get(task.primary, float("nan"))
         loop.history.append({"epoch": epoch, "train_loss": epoch_loss, f"val_{task.primary}": v})
@@ -347,6 +340,24 @@ def train_model(
     if loop.best_state is not None:
         model.load_state_dict(loop.best_state)
     return loop
+
+
+def _epoch_done(
+    loop: TrainState, epoch: int, losses: list[float], overflowed: list[Any], clip: float
+) -> float:
+    """An epoch's training loss (the mean over its batches), what happened in it noted in ``loop``.
+
+    Clipping in float64 after an overflow, a loss spike, a new best loss.
+    """
+    if overflowed:
+        loop.events.append(events_mod.overflow_event(epoch, overflowed, clip))
+    epoch_loss = float(np.mean(losses))
+    spike = events_mod.loss_spike(epoch, epoch_loss, loop.best_loss)
+    if spike is not None:
+        loop.events.append(spike)
+    if loop.best_loss is None or epoch_loss < loop.best_loss[0]:
+        loop.best_loss = (epoch_loss, epoch)
+    return epoch_loss
 
 
 class Fitting(Protocol):
