@@ -67,9 +67,18 @@ def test_the_union_of_a_dense_gru_reads_3d_d_plus_v_weights_each_step():
 
 
 def test_the_working_set_counts_a_weight_once_and_every_activation():
-    # weights: the sum over the steps, at most the whole model's; B (T (V + D) + D) activations
+    # weights: the most one step reads, at most the whole model's; B (T (V + D) + D) activations
     assert working_set([GRU] * 3, GRU, 1, V, D) == 4 * (72 + 3 * 6 + 4) == 376
-    assert working_set([10, 0, 20], GRU, 2, V, D) == 4 * (30 + 2 * 22)
+    assert working_set([10, 0, 20], GRU, 2, V, D) == 4 * (20 + 2 * 22)
+
+
+def test_a_model_that_runs_a_small_part_of_itself_at_every_step_reads_it_from_its_cache():
+    """A depth-adaptive model at depth 1 of 10 reads its first layer at every step: the rows it
+    touches are those of one step, not of the whole model nor of T steps, so its bound's level
+    is the one they fit in (the bound must stay below what any implementation can do)."""
+    layer, model, T = 20_000, 200_000, 50  # 80 kB a layer (L2), 800 kB the model (memory)
+    b = physical_bound([layer] * T, model, 1, V, D, machine())
+    assert b["bound_level"] == "L2" and b["bound_working_set"] == 4 * (layer + T * 6 + 4)
     m = machine()
     assert level_for(376, m)["name"] == "L1" and level_for(501, m)["name"] == "L2"
     assert level_for(100_001, m)["name"] == "memory"
@@ -92,6 +101,19 @@ def test_the_bound_takes_the_larger_of_bytes_and_macs_step_by_step():
     assert b["bound_level"] == "L2"
     assert b["bound_ms"] == pytest.approx(1e3 * (7.2e-9 + 1.6e-9 + 3.6e-9 + 3e-6))
     assert (b["bound_bytes"], b["bound_macs"], b["bound_mac_steps"]) == (912, 432, 2)
+
+
+def test_at_batch_above_1_the_macs_are_each_sequences_own_and_the_bytes_the_unions():
+    """A batch whose sequences update different units reads the union of their rows once a step,
+    but need compute only each one's own: the bound counts those MACs (``own``)."""
+    union = physical_bound([GRU, 36], GRU, 4, V, D, machine())
+    own = physical_bound([GRU, 36], GRU, 4, V, D, machine(), own=[72, 36])
+    assert union["bound_macs"] == 4 * (GRU + 36) and own["bound_macs"] == 72 + 36
+    assert own["bound_bytes"] == union["bound_bytes"] and own["bound_ms"] < union["bound_ms"]
+    # working set 4 (72 + 4 x 16) = 544 B: L2; the first step max(4 (72 + 40) B / 1e11,
+    # 72 / 4e10) = 4.48 ns (the union's 288 MACs: 7.2 ns), the second max(3.04, 0.9) ns
+    assert own["bound_level"] == "L2"
+    assert own["bound_ms"] == pytest.approx(1e3 * (4.48e-9 + 3.04e-9 + 2 * 1e-6))
 
 
 def test_a_working_set_beyond_the_caches_reads_at_the_memory_bandwidth():

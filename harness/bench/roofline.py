@@ -26,15 +26,16 @@ Elsewhere torch's ops called from Python run them (``torch.add(..., out=)`` once
 (a few microseconds) is then inside every pass and product, so that the in-cache bandwidths and
 the small products' rates come out low. The measurement says which ran (``ops``).
 
-The bound (``physical_bound``) of a row: the sum over its steps of the larger of the step's bytes
-at the bandwidth of the level the sequence's working set fits in and its MACs at the peak
-throughput of the row's batch size, plus T times the per-step floor. The bytes and MACs of a step
-come from the weight elements its decisions read (``step_traffic``), which the exact-realisable
-MAC count of the batch's union of decisions gives: one MAC per weight element read for one
-sequence, so the union's per-sequence MACs (the batch's union MACs / B: at batch B each element
-read serves B sequences). What it leaves out: biases, nonlinearities and the decisions' own
-elementwise work, any state beyond the D outputs (an LSTM's cell, a depth stack's layers), and
-the cost of reading a scattered row rather than a contiguous block.
+The bound (``physical_bound``) of a row: the sum over its steps of the larger of the step's
+bytes at the bandwidth of the level the sequence's working set fits in and its MACs at the peak
+throughput of the row's batch size, plus T times the per-step floor. The bytes of a step come
+from the weight elements its decisions read (``step_traffic``), which the exact-realisable MAC
+count of the batch's union of decisions gives: one MAC per weight element read for one sequence,
+so the union's per-sequence MACs (the batch's union MACs / B: at batch B each element read
+serves B sequences); its MACs are each sequence's own, summed over the batch. What it leaves
+out: biases, nonlinearities and the decisions' own elementwise work, any state beyond the D
+outputs (an LSTM's cell, a depth stack's layers), and the cost of reading a scattered row rather
+than a contiguous block.
 """
 
 from __future__ import annotations
@@ -250,7 +251,12 @@ def measure_machine(
 
 
 def step_traffic(
-    weights: Sequence[float], batch: int, input_size: int, hidden_size: int, itemsize: int = 4
+    weights: Sequence[float],
+    batch: int,
+    input_size: int,
+    hidden_size: int,
+    itemsize: int = 4,
+    own: Sequence[float] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Bytes and MACs of each step of a batch, from the weight elements each step reads.
 
@@ -263,13 +269,17 @@ def step_traffic(
         input_size: V.
         hidden_size: D.
         itemsize: bytes of a value (4: float32).
+        own: per step, the MACs of the batch's sequences each by its own decisions (their
+            sum), the least arithmetic a step needs; None: every sequence computes the union,
+            ``B weights``.
 
     Returns:
         Per step: bytes, ``itemsize (weights + B (V + 2 D))`` (the weights once, and the
-        batch's input step, previous state and output), and MACs, ``B weights``.
+        batch's input step, previous state and output), and MACs (``own``, or ``B weights``).
     """
     acts = batch * (input_size + 2 * hidden_size)
-    return [itemsize * (w + acts) for w in weights], [batch * w for w in weights]
+    macs = [batch * w for w in weights] if own is None else [float(m) for m in own]
+    return [itemsize * (w + acts) for w in weights], macs
 
 
 def working_set(
@@ -282,14 +292,17 @@ def working_set(
 ) -> float:
     """Bytes a sequence touches, which decide the cache level its steps read from.
 
-    The weights read over the sequence (their sum over the steps, at most the ``full_weights``
-    elements of the whole model: a row read at two steps counts once) and the activations:
-    the inputs and outputs of every step and the initial state, ``B (T (V + D) + D)``. A step's
-    rows are read again at later steps and calls: they stay at the level the whole working set
-    fits in, not the one a single step's bytes would.
+    The weights read over the sequence, at the least: the most any one step reads (at most the
+    ``full_weights`` elements of the whole model; a row read at several steps counts once, and
+    which rows differ from step to step is not known here, so the fewest the sequence can touch
+    are taken and the bound stays a lower bound: a depth-adaptive model that runs its first
+    layer at every step touches that layer's rows alone); and the activations: the inputs and
+    outputs of every step and the initial state, ``B (T (V + D) + D)``. A step's rows are read
+    again at later steps and calls: they stay at the level the whole working set fits in, not
+    the one a single step's bytes would.
     """
     acts = batch * (len(weights) * (input_size + hidden_size) + hidden_size)
-    return itemsize * (min(float(sum(weights)), full_weights) + acts)
+    return itemsize * (min(float(max(weights, default=0.0)), full_weights) + acts)
 
 
 def level_for(n_bytes: float, machine: dict[str, Any]) -> dict[str, Any]:
@@ -318,6 +331,7 @@ def physical_bound(
     hidden_size: int,
     machine: dict[str, Any],
     itemsize: int = 4,
+    own: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """The least time this machine needs for a sequence whose steps read ``weights`` elements.
 
@@ -335,13 +349,14 @@ def physical_bound(
         hidden_size: D.
         machine: a measurement (``measure_machine``).
         itemsize: bytes of a value.
+        own: per step, the batch's MACs by each sequence's own decisions (``step_traffic``).
 
     Returns:
         ``bound_ms``, ``bound_level`` (the level's name), ``bound_working_set`` (bytes),
         ``bound_bytes`` and ``bound_macs`` (summed over the steps) and ``bound_mac_steps`` (the
         steps whose MACs take longer than their bytes).
     """
-    nbytes, macs = step_traffic(weights, batch, input_size, hidden_size, itemsize)
+    nbytes, macs = step_traffic(weights, batch, input_size, hidden_size, itemsize, own)
     ws = working_set(weights, full_weights, batch, input_size, hidden_size, itemsize)
     level = level_for(ws, machine)
     bw, peak = float(level["bytes_per_s"]), peak_for(machine, batch)

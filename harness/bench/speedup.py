@@ -398,8 +398,9 @@ def measure_one(
     if machine is not None:
         B, T, V = x.shape
         weights = union_step_macs(model, ref).tolist()  # elements read, per sequence and step
+        own = realisable_step_macs(model, ref).sum(0).tolist()  # the batch's least MACs a step
         bound = physical_bound(weights, macs["dense"] / T, B, V, model.hidden_size, machine,
-                               itemsize=x.element_size())  # fmt: skip
+                               itemsize=x.element_size(), own=own)  # fmt: skip
         row.update(roofline=machine, **bound, x_bound=fast_ms / bound["bound_ms"])
     row.update(fast_ms=fast_ms, rounds=len(times["fast"]))
     row["rounds_ms"] = {k: [1e3 * t for t in v] for k, v in times.items()}
