@@ -231,6 +231,14 @@ def timing_markdown(
         ),
         f"- Commit: {', '.join(shas)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
         f"CPU threads: {uniq('threads')}; python: {uniq('python')}.",
+        *(
+            [
+                f"- CUDA: {uniq('cuda')}; driver: {uniq('driver')}; cuDNN: {uniq('cudnn')}; "
+                f"compute capability: {uniq('capability')}; triton: {uniq('triton')}."
+            ]
+            if any(e.get("cuda") for e in envs)
+            else []
+        ),
         "- **Timing is advisory**: it depends on the machine and on its load at the time, and is "
         "never a pass/fail gate. Compare ratios, and only within one run and device.",
         "- Inference: one test batch of `train.eval_batch_size`, eval mode, no_grad. Train step: "
