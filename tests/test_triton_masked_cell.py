@@ -142,9 +142,9 @@ def test_the_triton_kernels_equal_the_per_step_cells_in_the_interpreter(cell, dt
 def test_the_kernels_take_the_widths_they_are_written_for():
     import baselines.ops.gpu.masked_cell as gpu
 
-    h, w = torch.empty(2, 256), torch.empty(4 * 256, 256)
+    h, w = torch.empty(2, 128), torch.empty(4 * 128, 128)
     assert gpu.takes(torch.empty(2, 5, 700), h, w)  # the input's width is not D
-    assert not gpu.takes(torch.empty(2, 257), torch.empty(3 * 257, 257))
+    assert not gpu.takes(torch.empty(2, 129), torch.empty(3 * 129, 129))
     assert not gpu.takes(OnCuda())  # no shape: no call the kernels know
 
 

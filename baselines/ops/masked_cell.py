@@ -15,7 +15,7 @@ learns through autograd.
 
 On CUDA the same ops run Triton kernels (``baselines/ops/gpu/masked_cell.py``: a persistent
 kernel over T each way, registered as the ops' CUDA implementation), where triton is installed
-and D is at most 256; the library is still built there (it defines the ops).
+and D is at most 128; the library is still built there (it defines the ops).
 
 The methods' per-step PyTorch loops are the reference, and the path in eval mode and wherever the
 kernel cannot run (neither CPU nor CUDA with Triton: one warning line, ``library.on_cpu``; not

@@ -5,14 +5,18 @@ kernels over T: one program per tile of ``BLOCK_B`` sequences runs all T steps, 
 registers, each step's ``W h`` one ``tl.dot`` per gate (IEEE float32, no TF32), so a whole
 sequence is one launch each way where the PyTorch path launches a dozen kernels a step.
 
-The recurrent weight is read from global memory at every step (it stays in the L2 cache; at
-D = 128 the LSTM's is 256 KB, more than a program's registers), so the kernels take D up to
-``MAX_D`` (a tile of ``BLOCK_D = next power of 2 >= D`` columns); beyond it ``fits`` says no and
-the method runs its PyTorch path. The weight's gradient is one matmul over all steps after the
-backward kernel (``DW^T H``), as the C++ kernel does. Activations are written out (Triton's
-interpreter has no libdevice): ``sigmoid(a) = 1 / (1 + exp(-a))``, ``tanh(a) = sign(a) (1 - e) /
-(1 + e)`` with ``e = exp(-2|a|)``; lerp rounds as torch's. The compiler may contract a multiply
-and an add: the kernels equal the per-step reference to float rounding, not bit for bit.
+The recurrent weight is read from global memory at every step (it stays in the L2 cache; a
+gate's ``[D, D]`` tile goes through shared memory into ``tl.dot``), whole: the kernels take D up
+to ``MAX_D`` = 128 (a tile of ``BLOCK_D = next power of 2 >= D`` columns; at 256 one gate's tile
+alone, 256 KB in float32, is more than an H100's shared memory), and beyond it ``takes`` says no
+and the method runs its PyTorch path (the PTB task's D = 256). The weight's gradient is one matmul
+over all steps after the backward kernel (``DW^T H``), as the C++ kernel does. Activations are
+written out (Triton's interpreter has no libdevice): ``sigmoid(a) = 1 / (1 + exp(-a))``,
+``tanh(a) = sign(a) (1 - e) / (1 + e)`` with ``e = exp(-2|a|)``; lerp rounds as torch's. The
+compiler may contract a multiply and an add: the kernels equal the per-step reference to float
+rounding, not bit for bit. Not yet compiled on a GPU: the interpreter checks the values, not
+what the compiler makes of the tiles (shared memory, registers); scripts/gpu-check's CUDA tests
+are the first to.
 
 On CPU tensors the launchers run in Triton's interpreter (``TRITON_INTERPRET=1`` set before
 triton is imported): that is how the tests run them without a GPU. The sequence length is a
@@ -34,8 +38,10 @@ TANH, GRU, LSTM = 0, 1, 2
 GATES = {TANH: 1, GRU: 3, LSTM: 4}
 BLOCK_B = 16
 """Sequences a program runs (``tl.dot`` takes at least 16 rows)."""
-MAX_D = 256
-"""The widest state the kernels take."""
+MAX_D = 128
+"""The widest state the kernels take (a gate's whole weight tile in shared memory)."""
+NUM_WARPS = 8
+"""Warps a program runs: a [128, 128] tile is 64 registers a thread at 8 warps."""
 
 
 def fits(hidden_size: int) -> bool:
@@ -249,7 +255,7 @@ def forward(xp: Tensor, h0: Tensor, c0: Tensor, weight: Tensor, m: Tensor, cell:
     grid = (triton.cdiv(B, BLOCK_B),)
     _launch(_forward_kernel)[grid](
         *args, m.contiguous(), hs, H, A, X, C, B, D,
-        S=S, CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D),
+        S=S, CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D), num_warps=NUM_WARPS,
     )  # fmt: skip
     c_T = C[S].clone() if cell == LSTM else empty
     return [hs, c_T, H, A, X, C]
@@ -267,7 +273,7 @@ def backward(grad_hs, grad_c, weight, m, H, A, X, C, cell: int):
     _launch(_backward_kernel)[grid](
         grad_hs.contiguous(), grad_c.contiguous(), weight.contiguous(), m.contiguous(),
         H, A, X, C, DX, DW, dm, dh0, dc0, B, D,
-        S=S, CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D),
+        S=S, CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D), num_warps=NUM_WARPS,
     )  # fmt: skip
     dweight = DW.view(S * B, GD).t() @ H.view(S * B, D)  # sum over steps of dA^T h
     return [DX, dh0, dc0, dweight, dm]
