@@ -46,3 +46,26 @@ def test_a_cuda_timing_report_names_cuda_driver_cudnn_and_triton():
     md = timing_report.timing_markdown(records, ["t.jsonl"], "c")
     line = "- CUDA: 13.0; driver: 580.1; cuDNN: 91000; compute capability: 9.0; triton: 3.6.0."
     assert line in md
+    assert "(3× on CUDA, issue 66" not in md  # the bound is the device's: these are CPU tables
+
+
+def test_on_cuda_a_train_step_is_flagged_above_3x_its_cell_per_mac():
+    from harness.bench import phases, timing_report
+
+    assert (phases.mac_bound("cpu"), phases.mac_bound("cuda"), phases.mac_bound(None)) == (
+        1.5,
+        3.0,
+        1.5,
+    )
+    lines = (ROOT / "reports" / "TIMING.jsonl").read_text().splitlines()
+    records = [r for r in map(json.loads, lines) if r.get("phase") == "train"]
+    flagged = [r for r in records if (timing_report.per_mac_ratio(r) or 0) > 1.5]
+    middle = [r for r in flagged if timing_report.per_mac_ratio(r) <= 3.0]
+    assert middle, "no committed row between the two bounds to test with"
+    table = [r for r in records if (r["task"], r["device"]) == (middle[0]["task"], "cpu")]
+    assert "⚑ Train step above 1.5×" in timing_report.timing_table(table)
+    for r in table:
+        r["device"] = "cuda"
+    text = timing_report.timing_table(table)
+    assert "⚑ Train step above 3×" in text or "⚑" not in text
+    assert f"**{timing_report._ratio(timing_report.per_mac_ratio(middle[0]))}**" not in text
