@@ -8,6 +8,7 @@ Skipped, naming it, where triton is not installed (it comes with the dev extra o
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -155,6 +156,46 @@ def test_off_cuda_or_without_triton_the_family_asks_no_gpu_module(monkeypatch):
     monkeypatch.setattr(library, "cuda_ready", lambda: False)
     assert not kernel.on_cuda((OnCuda(), OnCuda()))
     assert kernel.kernel_source_files()[-1].name == "masked_cell.py"  # in the code version
+
+
+COMPILE = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import baselines.ops.gpu.masked_cell as gpu
+
+cell, dtype = int(sys.argv[1]), sys.argv[2]
+consts = {"S_STATIC": 0, "CELL": cell, "G": gpu.GATES[cell], "BLOCK_B": gpu.BLOCK_B,
+          "BLOCK_D": gpu.block_d(gpu.MAX_D)}
+shared = {}
+for kernel in (gpu._forward_kernel, gpu._backward_kernel):
+    names = kernel.arg_names
+    sig = {n: "constexpr" if n in consts else "i32" if n in ("B", "D", "S") else "*" + dtype
+           for n in names}
+    src = ASTSource(kernel, sig, constexprs={(names.index(n),): v for n, v in consts.items()})
+    options = {"num_warps": gpu.NUM_WARPS, "num_stages": gpu.NUM_STAGES}
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    shared[kernel.fn.__name__] = compiled.metadata.shared
+print(json.dumps(shared))
+"""
+H100_SHARED = 227 * 1024
+"""The shared memory a program may use on an H100 (sm_90, with the opt-in Triton takes)."""
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+def test_the_kernels_compile_for_an_h100_within_its_shared_memory(dtype, request):
+    """Compiled (not interpreted) for sm_90 without a GPU, in a process without
+    ``TRITON_INTERPRET``: the LSTM's kernels, the largest (four gates' weight tiles), at the
+    widest D they take fit an H100's shared memory (a launch would fail otherwise)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    args = [sys.executable, "-c", COMPILE, str(masked_cell.CELLS["lstm"]), dtype]
+    cwd = request.config.rootpath
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(shared) == {"_forward_kernel", "_backward_kernel"}
+    assert all(0 < n <= H100_SHARED for n in shared.values()), shared
 
 
 @pytest.fixture

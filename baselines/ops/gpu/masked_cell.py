@@ -19,10 +19,10 @@ what the compiler makes of the tiles (shared memory, registers); scripts/gpu-che
 are the first to.
 
 On CPU tensors the launchers run in Triton's interpreter (``TRITON_INTERPRET=1`` set before
-triton is imported): that is how the tests run them without a GPU. The sequence length is a
-compile-time constant (one compile per T, and T is fixed per task): Triton 3.6's interpreter
-cannot loop over a run-time integer with numpy 2.4 (it converts a one-element array with
-``int``, which numpy 2.4 refuses).
+triton is imported): that is how the tests run them without a GPU. There the loop over T is
+bounded by a compile-time constant (``S_STATIC``): Triton 3.6's interpreter cannot loop over a
+run-time integer with numpy 2.4 (it converts a one-element array with ``int``, which numpy 2.4
+refuses); compiled, the bound is the run-time ``S`` (one compile for every T).
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ MAX_D = 128
 """The widest state the kernels take (a gate's whole weight tile in shared memory)."""
 NUM_WARPS = 8
 """Warps a program runs: a [128, 128] tile is 64 registers a thread at 8 warps."""
+NUM_STAGES = 1
+"""No software pipelining of the loop over T: with Triton's default (3 stages) the kernels' tiles
+need 0.4-1.4 MB of shared memory at D = 128, with 1 at most 192 KB (the LSTM's backward in
+float64), within an H100's 227 KB (tests/test_triton_masked_cell.py compiles them for sm_90)."""
 
 
 def fits(hidden_size: int) -> bool:
@@ -96,7 +100,7 @@ def _times_w(d, w, g, D, j, wmask):
 
 @triton.jit
 def _forward_kernel(
-    xp, h0, c0, w, m, hs, H, A, X, C, B, D, S: tl.constexpr,
+    xp, h0, c0, w, m, hs, H, A, X, C, B, D, S, S_STATIC: tl.constexpr,
     CELL: tl.constexpr, G: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -109,7 +113,8 @@ def _forward_kernel(
     if CELL == 2:
         c = tl.load(c0 + bd, mask=mask, other=0.0)
         tl.store(C + bd, c, mask=mask)
-    for t in range(S):
+    # S_STATIC in Triton's interpreter (the module's docstring says why), else the run-time S
+    for t in range(S_STATIC if S_STATIC > 0 else S):
         row = t * B * G * D + b[:, None] * (G * D) + j[None, :]  # gate 0 of [T, B, GD]
         bsd = b[:, None] * S * D + t * D + j[None, :]  # [B, T, D] offsets
         u = tl.load(m + bsd, mask=mask, other=0.0)
@@ -154,7 +159,7 @@ def _forward_kernel(
 
 @triton.jit
 def _backward_kernel(
-    g_hs, g_c, w, m, H, A, X, C, DX, DW, dm, dh0, dc0, B, D, S: tl.constexpr,
+    g_hs, g_c, w, m, H, A, X, C, DX, DW, dm, dh0, dc0, B, D, S, S_STATIC: tl.constexpr,
     CELL: tl.constexpr, G: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -166,7 +171,7 @@ def _backward_kernel(
     dc = tl.zeros([BLOCK_B, BLOCK_D], dtype=dh.dtype)
     if CELL == 2:
         dc = tl.load(g_c + bd, mask=mask, other=0.0)
-    for tt in range(S):
+    for tt in range(S_STATIC if S_STATIC > 0 else S):
         t = S - 1 - tt
         row = t * B * G * D + b[:, None] * (G * D) + j[None, :]
         bsd = b[:, None] * S * D + t * D + j[None, :]
@@ -242,6 +247,12 @@ def _launch(kernel):
         return kernel
 
 
+def _static(steps: int) -> int:
+    """The sequence length as a compile-time constant in Triton's interpreter, else 0 (a run-time
+    loop bound: one compile for every T)."""
+    return steps if type(_forward_kernel).__name__ == "InterpretedFunction" else 0
+
+
 def forward(xp: Tensor, h0: Tensor, c0: Tensor, weight: Tensor, m: Tensor, cell: int):
     """``condrnn::masked_cell_forward``: ``[hs, c_T, H, A, X, C]`` as the C++ kernel returns
     them (empty tensors where the cell has none)."""
@@ -254,8 +265,9 @@ def forward(xp: Tensor, h0: Tensor, c0: Tensor, weight: Tensor, m: Tensor, cell:
     args = (xp.contiguous(), h0.contiguous(), c0.contiguous(), weight.contiguous())
     grid = (triton.cdiv(B, BLOCK_B),)
     _launch(_forward_kernel)[grid](
-        *args, m.contiguous(), hs, H, A, X, C, B, D,
-        S=S, CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D), num_warps=NUM_WARPS,
+        *args, m.contiguous(), hs, H, A, X, C, B, D, S,
+        S_STATIC=_static(S), CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D),
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
     c_T = C[S].clone() if cell == LSTM else empty
     return [hs, c_T, H, A, X, C]
@@ -272,8 +284,9 @@ def backward(grad_hs, grad_c, weight, m, H, A, X, C, cell: int):
     grid = (triton.cdiv(B, BLOCK_B),)
     _launch(_backward_kernel)[grid](
         grad_hs.contiguous(), grad_c.contiguous(), weight.contiguous(), m.contiguous(),
-        H, A, X, C, DX, DW, dm, dh0, dc0, B, D,
-        S=S, CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D), num_warps=NUM_WARPS,
+        H, A, X, C, DX, DW, dm, dh0, dc0, B, D, S,
+        S_STATIC=_static(S), CELL=cell, G=GATES[cell], BLOCK_B=BLOCK_B, BLOCK_D=block_d(D),
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
     dweight = DW.view(S * B, GD).t() @ H.view(S * B, D)  # sum over steps of dA^T h
     return [DX, dh0, dc0, dweight, dm]
