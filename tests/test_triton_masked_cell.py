@@ -216,7 +216,8 @@ def test_the_triton_kernels_register_as_the_ops_cuda_implementation(masked_kerne
 @pytest.mark.parametrize("cell", list(GATES))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_the_masked_cell_op_on_cuda_equals_the_per_step_cells(masked_kernel, cell, dtype):
-    for B, T, D, fill in (*SHAPES, (64, 50, 128, None)):
+    # few tile widths (a compile each): 16 and 128
+    for B, T, D, fill in ((3, 7, 5, None), (17, 5, 16, None), *SHAPES[3:], (64, 50, 128, None)):
         xp, h0, W, m, c0, w_out, w_c = inputs(cell, dtype, B, T, D, fill, device="cuda")
         want = reference(cell, xp, h0, W, m, c0, w_out, w_c)
         kernel = masked_cell.sequence_kernel(xp, h0, W)

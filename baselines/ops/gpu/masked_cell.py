@@ -42,6 +42,9 @@ MAX_D = 128
 """The widest state the kernels take (a gate's whole weight tile in shared memory)."""
 NUM_WARPS = 8
 """Warps a program runs: a [128, 128] tile is 64 registers a thread at 8 warps."""
+SIZES = ("B", "D", "S")
+"""The sizes, not specialised on (Triton would compile again for a size of 1 or a multiple of 16):
+a compile per cell, dtype and ``BLOCK_D``."""
 NUM_STAGES = 1
 """No software pipelining of the loop over T: with Triton's default (3 stages) the kernels' tiles
 need 0.4-1.4 MB of shared memory at D = 128, with 1 at most 192 KB (the LSTM's backward in
@@ -98,7 +101,7 @@ def _times_w(d, w, g, D, j, wmask):
     return tl.dot(d, wg, input_precision="ieee", out_dtype=d.dtype)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _forward_kernel(
     xp, h0, c0, w, m, hs, H, A, X, C, B, D, S, S_STATIC: tl.constexpr,
     CELL: tl.constexpr, G: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -157,7 +160,7 @@ def _forward_kernel(
         tl.store(hs + bsd, h, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _backward_kernel(
     g_hs, g_c, w, m, H, A, X, C, DX, DW, dm, dh0, dc0, B, D, S, S_STATIC: tl.constexpr,
     CELL: tl.constexpr, G: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
