@@ -461,8 +461,12 @@ class Kernel:
 
     def kernel_source_files(self) -> tuple[Path, ...]:
         """Its C++ source and the headers of ``csrc`` it includes (and its CUDA module's file)."""
-        gpu = () if self.gpu is None else (CSRC.parent / "gpu" / f"{self.gpu.split('.')[-1]}.py",)
-        return (*kernel_sources(self.stem), *gpu)
+        if self.gpu is None:
+            return kernel_sources(self.stem)
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.gpu)  # its file, without importing it (or triton)
+        return (*kernel_sources(self.stem), Path(spec.origin))
 
     def on_cuda(self, tensors: tuple[Any, ...]) -> bool:
         """Whether its CUDA implementation runs on ``tensors``: all on CUDA, ``cuda_ready``, and
