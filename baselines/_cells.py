@@ -45,7 +45,71 @@ def check_gru_form(form: str, owner: str = "GRUWeights") -> str:
     return form
 
 
-class GRUWeights(nn.Module):
+class OneChunk(nn.Module):
+    """A module whose fused-kernel tensors (``_chunk``: names of parameters and buffers, in the
+    order the kernel takes them) are views of one contiguous buffer, in that order, on any device
+    but the CPU: cuDNN's RNN reads its weights from one chunk, and given separate tensors it
+    copies them into one at every call (with a warning, "not part of single contiguous chunk of
+    memory"). ``nn.GRU`` does this by ``flatten_parameters`` after every move; here it happens
+    when a module is made off the CPU and after every ``_apply`` (``to``, ``cuda``, ``double``)
+    that leaves the tensors apart. On the CPU the tensors stay as they are allocated (the CPU's
+    products may round by alignment, and the CPU kernels need no chunk), so no CPU number moves.
+    """
+
+    _chunk: tuple[str, ...] = ()
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.pack_chunk()
+        return out
+
+    def chunk_tensors(self) -> list[Tensor]:
+        """The tensors of ``_chunk``, in order."""
+        return [getattr(self, name) for name in self._chunk]
+
+    def pack_chunk(self, force: bool = False) -> None:
+        """Make the ``_chunk`` tensors views of one new buffer, in order (their values copied),
+        unless they are on the CPU (``force`` packs there too) or already one chunk."""
+        tensors = self.chunk_tensors()
+        if not tensors or (tensors[0].device.type == "cpu" and not force):
+            return
+        if is_one_chunk(tensors):
+            return
+        flat = tensors[0].new_empty(sum(t.numel() for t in tensors))
+        offset = 0
+        with torch.no_grad():
+            for t in tensors:
+                n = t.numel()
+                flat[offset : offset + n].copy_(t.reshape(-1))
+                t.set_(flat.untyped_storage(), offset, t.shape, contiguous_strides(t.shape))
+                offset += n
+
+
+def contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_one_chunk(tensors: list[Tensor]) -> bool:
+    """Whether ``tensors`` are contiguous views of one storage, the first at its start and each
+    next one right after the one before (cuDNN's test for its flat weights,
+    ``try_get_weight_buf``: the buffer starts at the storage's start and every weight at the
+    offset cuDNN's layout gives it, which for one layer is this order, packed)."""
+    storage = tensors[0].untyped_storage()
+    offset = 0
+    for t in tensors:
+        same = t.untyped_storage()._cdata == storage._cdata
+        if not (same and t.is_contiguous() and t.storage_offset() == offset):
+            return False
+        offset += t.numel()
+    return storage.nbytes() >= offset * tensors[0].element_size()
+
+
+class GRUWeights(OneChunk):
     """Parameters of one GRU cell: ``weight_ih [3D, V]``, ``weight_hh [3D, D]``, ``bias [3D]``
     (3D(D+V+1) parameters, docs/methods.md 2.3), run in the reset-after or the reset-before form.
 
@@ -56,7 +120,11 @@ class GRUWeights(nn.Module):
         gate_bias: if given, the initial bias of the r and z gates (Skip RNN's TF code uses 1.0).
         form: one of ``GRU_FORMS``; it changes only ``step`` (and ``fused``, after only), not
             the parameters or their initialisation.
+
+    Off the CPU the four tensors of the fused kernel are one chunk (``OneChunk``).
     """
+
+    _chunk = ("weight_ih", "weight_hh", "bias", "zero_bias")
 
     def __init__(
         self,
@@ -82,6 +150,7 @@ class GRUWeights(nn.Module):
             self.bias.uniform_(-b, b)
             if gate_bias is not None:
                 self.bias[: 2 * D] = gate_bias
+        self.pack_chunk()
 
     def input_proj(self, x: Tensor) -> Tensor:
         """``W_i x + b`` for every step at once: ``[B, T, V] -> [B, T, 3D]``."""
@@ -226,11 +295,14 @@ def masked_lerp(u: Tensor, new: Tensor, old: Tensor) -> Tensor:
     return torch.lerp(old, new, u)
 
 
-class LSTMWeights(nn.Module):
+class LSTMWeights(OneChunk):
     """Parameters of one LSTM cell without peepholes (docs/methods.md 2.2): ``weight_ih [4D, V]``,
     ``weight_hh [4D, D]``, one ``bias [4D]`` (4D(D+V+1) parameters), gate order i, f, g, o as in
-    PyTorch. Weights ~ U(+-1/sqrt(D)); forget-gate bias initialised to ``forget_bias``.
+    PyTorch. Weights ~ U(+-1/sqrt(D)); forget-gate bias initialised to ``forget_bias``. Off the
+    CPU the four tensors of the fused kernel are one chunk (``OneChunk``).
     """
+
+    _chunk = ("weight_ih", "weight_hh", "bias", "zero_bias")
 
     def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 1.0) -> None:
         super().__init__()
@@ -245,6 +317,7 @@ class LSTMWeights(nn.Module):
             for p in (self.weight_ih, self.weight_hh, self.bias):
                 p.uniform_(-b, b)
             self.bias[D : 2 * D] = forget_bias  # [DECISION] docs/methods.md 2.2: forget bias 1
+        self.pack_chunk()
 
     def input_proj(self, x: Tensor) -> Tensor:
         """``W_i x + b`` for every step: ``[B, T, V] -> [B, T, 4D]``."""

@@ -16,15 +16,18 @@ import math
 import torch
 from torch import Tensor, nn
 
+from baselines._cells import OneChunk
 from harness.components.method import Method, SeqOut, StepCost, StepOut
 from harness.components.registry import register_method
 
 
 @register_method("rnn")
-class RNN(Method):
-    """Dense tanh RNN; the sequence forward runs torch's fused kernel on the same weights."""
+class RNN(OneChunk, Method):
+    """Dense tanh RNN; the sequence forward runs torch's fused kernel on the same weights (one
+    chunk off the CPU, ``OneChunk``)."""
 
     fused_cell = "RNN"  # a tanh RNN: held against torch.nn.RNN, not the GRU
+    _chunk = ("weight_ih", "weight_hh", "bias", "zero_bias")
 
     def __init__(self, input_size: int, hidden_size: int, cfg=None) -> None:
         super().__init__(input_size, hidden_size, cfg)
@@ -37,6 +40,7 @@ class RNN(Method):
         with torch.no_grad():
             for p in (self.weight_ih, self.weight_hh, self.bias):
                 p.uniform_(-b, b)
+        self.pack_chunk()
 
     def cost(self) -> StepCost:
         D, V = self.hidden_size, self.input_size

@@ -265,4 +265,37 @@ def environment(device: torch.device) -> dict[str, Any]:
         "flush_denormal": _cpu["flush_denormal"],
         "freed_memory_held": _cpu["freed_memory_held"],
         "platform": platform.platform(),
+        **(cuda_environment(device) if device.type == "cuda" else {}),
+    }
+
+
+def cuda_environment(device: torch.device) -> dict[str, Any]:
+    """What a CUDA record adds to ``environment``.
+
+    The CUDA runtime torch was built with, cuDNN's version, the driver's (``nvidia-smi``'s, else
+    the CUDA driver API's number), the GPU's compute capability and Triton's version (None where
+    not installed).
+    """
+    import importlib.metadata
+
+    import torch
+
+    driver = None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
+        driver = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    if driver is None:
+        with contextlib.suppress(AttributeError, RuntimeError):
+            driver = f"CUDA driver API {torch._C._cuda_getDriverVersion()}"
+    triton = None
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        triton = importlib.metadata.version("triton")
+    major, minor = torch.cuda.get_device_capability(device)
+    return {
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "driver": driver,
+        "capability": f"{major}.{minor}",
+        "triton": triton,
     }

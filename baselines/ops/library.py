@@ -143,6 +143,14 @@ def on_cpu(what: str, *tensors: Any, meta: bool = False) -> bool:
     return False
 
 
+def cuda_ready() -> bool:
+    """Whether the CUDA implementations (``baselines/ops/gpu``, Triton) can run in this process:
+    a CUDA device and the triton package."""
+    import importlib.util
+
+    return torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
+
+
 def cpu_identity() -> str:
     """The CPU's architecture, model and instruction-set flags (what ``-march=native`` targets)."""
     parts = [platform.machine()]
@@ -312,6 +320,7 @@ class PythonParts:
     def __init__(self) -> None:
         self.fakes: dict[str, Callable[..., Any]] = {}
         self.backwards: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+        self.gpu: dict[str, str] = {}  # a family's stem: its CUDA module (``Kernel``'s ``gpu``)
         self.done: set[tuple[str, str]] = set()
         self._lib: Any = None
 
@@ -353,6 +362,23 @@ class PythonParts:
                     f"{LIBRARY}::{op}", backward, setup_context=setup, lib=self._lib
                 )
                 self.done.add(("autograd", op))
+        if cuda_ready():
+            self.register_cuda()
+
+    def register_cuda(self) -> None:
+        """Register the CUDA implementations (Triton) of the families that have one: each
+        ``gpu`` module's ``OPS`` (op name: launcher), for the ops the loaded library has. Called
+        by ``register`` where CUDA and Triton are there; on CPU by the tests (Triton imports
+        without a GPU), which check what it registers."""
+        import importlib
+
+        for module in self.gpu.values():
+            for op, launcher in importlib.import_module(module).OPS.items():
+                if ("cuda", op) not in self.done and hasattr(torch.ops.condrnn, op):
+                    torch.library.register_kernel(
+                        f"{LIBRARY}::{op}", "cuda", launcher, lib=self._lib
+                    )
+                    self.done.add(("cuda", op))
 
 
 python_parts = PythonParts()
@@ -427,14 +453,22 @@ class Kernel:
     (``kernel_source_files``) are part of the code version of every method whose modules hold it
     (``method_code``), and a sweep builds the training part before its first run.
 
+    A family with a CUDA implementation (``gpu``: its module in ``baselines/ops/gpu``, Triton,
+    registered as the ops' CUDA kernels) runs on CUDA tensors too, where ``cuda_ready`` and the
+    module ``takes`` them; every other family runs on CPU only.
+
     Args:
         stem: the source's name in ``csrc`` (or ``csrc/infer``), without ``.cpp``.
         name: what the kernel is, for its messages ("Skip-GRU training").
+        gpu: the module of its CUDA implementation (``baselines.ops.gpu.<stem>``), or None.
     """
 
-    def __init__(self, stem: str, name: str) -> None:
-        self.stem, self.name = stem, name
+    def __init__(self, stem: str, name: str, gpu: str | None = None) -> None:
+        self.stem, self.name, self.gpu = stem, name, gpu
         self.part = part_of(stem)
+        if gpu is not None:
+            python_parts.gpu[stem] = gpu
+            python_parts._maybe_register()
         self._ops = KernelOps(stem)
         # where it is declared (its family's module), as a class's: the code versions follow a
         # method's modules to it through its methods too (``x_kernel.for_tensors``)
@@ -454,15 +488,30 @@ class Kernel:
         return library_status(self.part)
 
     def kernel_source_files(self) -> tuple[Path, ...]:
-        """Its C++ source and the headers of ``csrc`` it includes."""
-        return kernel_sources(self.stem)
+        """Its C++ source and the headers of ``csrc`` it includes (and its CUDA module's file)."""
+        if self.gpu is None:
+            return kernel_sources(self.stem)
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.gpu)  # its file, without importing it (or triton)
+        return (*kernel_sources(self.stem), Path(spec.origin))
+
+    def on_cuda(self, tensors: tuple[Any, ...]) -> bool:
+        """Whether its CUDA implementation runs on ``tensors``: all on CUDA, ``cuda_ready``, and
+        its module ``takes`` them (the widths it is written for)."""
+        if self.gpu is None or not tensors or any(t.device.type != "cuda" for t in tensors):
+            return False
+        import importlib
+
+        return cuda_ready() and importlib.import_module(self.gpu).takes(*tensors)
 
     def for_tensors(self, *tensors: Any) -> Any:
         """The kernel where it can run on these tensors (CPU, or meta: its ops' fake
-        implementations; float32/64, one dtype), else None (also where it cannot be built or
+        implementations; CUDA where it has a CUDA implementation that takes them, ``on_cuda``;
+        float32/64, one dtype), else None (also where it cannot be built or
         ``HARNESS_NO_KERNELS`` is set). On another device the first call warns once
         (``on_cpu``)."""
-        if not on_cpu(f"the {self.name} kernel", *tensors, meta=True):
+        if not self.on_cuda(tensors) and not on_cpu(f"the {self.name} kernel", *tensors, meta=True):
             return None
         dtype = tensors[0].dtype
         if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in tensors):

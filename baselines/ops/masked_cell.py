@@ -13,11 +13,16 @@ mixed with the previous state by the mask or gate ``m [B, T, D]`` (for the LSTM 
 too, by the same m). The gradient of m is returned, so a differentiable gate (Phased LSTM's k)
 learns through autograd.
 
+On CUDA the same ops run Triton kernels (``baselines/ops/gpu/masked_cell.py``: a persistent
+kernel over T each way, registered as the ops' CUDA implementation), where triton is installed
+and D is at most 128; the library is still built there (it defines the ops).
+
 The methods' per-step PyTorch loops are the reference, and the path in eval mode and wherever the
-kernel cannot run (not CPU: one warning line, ``library.on_cpu``; not float32/64; not built;
-``HARNESS_NO_KERNELS=1``): the kernel equals them to float rounding, not bit for bit
-(tests/test_kernels.py: values and the gradients of every parameter, the input and the mask, in
-float64 and float32).
+kernel cannot run (neither CPU nor CUDA with Triton: one warning line, ``library.on_cpu``; not
+float32/64; not built; ``HARNESS_NO_KERNELS=1``): the kernel equals them to float rounding, not
+bit for bit (tests/test_kernels.py: values and the gradients of every parameter, the input and
+the mask, in float64 and float32; tests/test_triton_masked_cell.py the Triton kernels, in
+Triton's interpreter).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ CELLS = {"tanh": 0, "gru": 1, "lstm": 2}
 
 
 # Its source is part of the code version of the method that trains with it (``method_code``).
-masked_cell_kernel = Kernel("masked_cell", "masked-cell training")
+masked_cell_kernel = Kernel(
+    "masked_cell", "masked-cell training", gpu="baselines.ops.gpu.masked_cell"
+)
 masked_cell_kernel_status = masked_cell_kernel.status
 sequence_kernel = masked_cell_kernel.for_tensors
 
