@@ -584,7 +584,7 @@ def wide_report(monkeypatch):
                 trace |= {"max_depth": [5], "depth_hist": {"1": 3 + k, "3": 5, "5": j + 1}}
             for s in (0, 1, 2):
                 acc = 96.0 - 0.2 * k - 3 * j + s / 2
-                metrics = {"accuracy": acc, "skip_pct": skip + s, "solved": float(j < 2)}
+                metrics = {"accuracy": acc, "skip_pct": skip and skip + s, "solved": float(j < 2)}
                 if m == "delta-gru":
                     metrics["read_skip_pct"] = 40.0 + 30 * j + s
                 r = make_record(
@@ -673,6 +673,7 @@ def overlaps(fig):
 def test_no_text_of_any_figure_overlaps_another_or_leaves_the_figure(monkeypatch):
     figs = every_figure(wide_report(monkeypatch))
     assert {"tradeoff", "masks", "curves", "depth", "budget-lam"} <= set(figs)
+    assert len(figs["tradeoff"].axes) == 3  # Skip %, delta-gru's activity sparsity, FLOPs
     for kind, fig in figs.items():
         assert len(drawn_texts(fig)) > 5, kind
         assert overlaps(fig) == [], kind

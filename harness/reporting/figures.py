@@ -234,19 +234,20 @@ def _off_axis(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
     lo, hi = band(picks[primary].to_numpy(float), picks[f"{primary}_ci"], primary)
     for i, down, up in zip(picks.index, lo < y0, hi > y1, strict=True):
         for edge, head in [(y0, "down")] * bool(down) + [(y1, "up")] * bool(up):
-            ax.plot(picks.at[i, x], edge, marker=OFF_AXIS[head], ms=6, color=OFF_AXIS_COLOR,
+            ax.plot(picks.at[i, x], edge, marker=OFF_AXIS[head], ms=8, color=OFF_AXIS_COLOR,
                     clip_on=False, zorder=4)  # fmt: skip
 
 
-def _guides(ax: Axes, targets: Sequence[float]) -> None:
+def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
     """The matched budgets: dotted vertical guides labelled above the axis.
 
-    A label closer than a tenth of the axis to the one left of it goes a line higher.
+    A label closer to the one left of it than a tenth of the axis (times the ``panels`` side by
+    side) goes a line higher.
     """
     x0, x1 = ax.get_xlim()
     prev, up = -math.inf, False
     for t in sorted(targets):
-        up = (t - prev) < 0.1 * (x1 - x0) and not up
+        up = (t - prev) < 0.1 * panels * (x1 - x0) and not up
         prev = t
         ax.axvline(t, color="0.35", linestyle=":", lw=0.8, zorder=1)
         ax.annotate(f"{t:g} %", (t, 1), xycoords=ax.get_xaxis_transform(),
@@ -265,7 +266,7 @@ def _tradeoff_legend(fig: Figure, methods: list[str], key: dict[str, bool], holl
         "front: a method's solved variants": Line2D([], [], color="0.3", lw=1),
         "reference: mean ± 95 % CI": Patch(color=REFERENCE_COLOR, alpha=0.3, lw=0),
         "matched budget": Line2D([], [], color="0.35", ls=":", lw=0.8),
-        "CI past the axis": Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=6,
+        "CI past the axis": Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=8,
                                    color=OFF_AXIS_COLOR),
     }  # fmt: skip
     handles = [Line2D([], [], **method_style(m)) for m in methods]
@@ -328,7 +329,7 @@ def tradeoff_figure(
             _variants(ax, part, x, primary, higher)
             _picks(ax, picks[picks["method"].isin(methods)], x, primary)
             _off_axis(ax, picks[picks["method"].isin(methods)], x, primary)
-            ax.set_xlabel(textwrap.fill(label, 34 if len(panels) > 2 else 60))
+            ax.set_xlabel(textwrap.fill(label, 26 if len(panels) > 2 else 60))
             if x == "flops" and spans_decades(part[x]):
                 ax.set_xscale("log", nonpositive="clip")
                 ax.xaxis.set_minor_formatter(NullFormatter())
@@ -336,7 +337,7 @@ def tradeoff_figure(
             elif x == "flops":  # 200k, 1.5M: no offset text ("1e6") beside the axis label
                 ax.xaxis.set_major_formatter(EngFormatter(sep=""))
             else:
-                _guides(ax, targets)
+                _guides(ax, targets, len(panels))
             draw_bands(ax, bands, primary, text=ax is axes[-1])
         axes[0].set_ylabel(metric_title + arrow(higher))
         hollow = "solved" in points and bool((points["solved"] < 1).any())
