@@ -430,9 +430,9 @@ def log_knob(values: Sequence[float]) -> bool:
 def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
     """Make ``ax``'s x axis a log axis over the values > 0; 0, where run, at a tick past a break.
 
-    Up to six values: a tick at each, and at each power of 10 between them; more: one per
-    decade, only every second (third, ...) one labelled over more than five decades, counted
-    from the top. Either way at least three ticks are labelled.
+    Up to six values: a tick at each, and at each power of 10 between them, labelled from the
+    top where a label stands 12 % of the axis from the one above it; more: one per decade, only
+    every second (third, ...) one labelled over more than five decades, counted from the top.
 
     Returns:
         The x position where 0 is drawn (a decade below the smallest value > 0).
@@ -453,12 +453,19 @@ def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
     ax.xaxis.set_minor_locator(NullLocator())
     step = 1 if few else math.ceil(len(decades) / 5)  # at most 5 decades labelled
 
+    span = math.log10(top / (zero_x if zero else low)) + 0.8  # decades in view
+    shown, prev = set(), math.inf  # from the top, a label at least 12 % of the axis apart
+    for t in sorted(ticks, reverse=True):
+        if prev - math.log10(t) >= 0.12 * span:
+            shown.add(t)
+            prev = math.log10(t)
+
     def label(v: float, _: Any) -> str:
         if v == zero_x:
             return "0"
         e = math.log10(v)
         if few:
-            return f"{v:g}"
+            return f"{v:g}" if v in shown else ""
         if abs(e - round(e)) >= 1e-9:  # the lowest value: unless a decade stands beside it
             return f"{v:g}" if step == 1 and all(abs(e - d) > 0.5 for d in decades) else ""
         return f"$10^{{{round(e)}}}$" if (decades[-1] - round(e)) % step == 0 else ""
