@@ -924,3 +924,8 @@ def test_a_masks_panel_is_dense_only_where_the_table_gives_0_skip(monkeypatch, t
     assert dense and all(table[m.split(" ")[0]] == 0 for m in dense), dense
     titles = [ax.get_title(loc="left") for ax in fig.axes if ax.images]
     assert "skip-rnn: Skip 20.0 %; this sequence: no update skipped" in titles
+    few = [cls_rec("skip-rnn", 0, "k", 90.0, 0.004) | {"trace": ones}]  # skips, but little
+    fig = P.mask_figure({"skip-rnn": few[0]})
+    assert [ax.get_title(loc="left") for ax in fig.axes if ax.images] == [
+        "skip-rnn: Skip 0.004 %; this sequence: no update skipped"
+    ]

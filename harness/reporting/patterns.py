@@ -123,7 +123,7 @@ def _panel_title(rec: dict[str, Any], img: np.ndarray, kind: str, skip: float | 
     """A panel's title: Skip % (``skip``: the table's mean; else the record's), and its kind's."""
     metrics = rec.get("metrics") or {}
     pct = metrics.get("skip_pct", math.nan) if skip is None else skip
-    title = f"Skip {pct:.1f} %"
+    title = f"Skip {pct:.2g} %" if 0 < pct < 0.05 else f"Skip {pct:.1f} %"  # never "0.0" above 0
     if kind == "depth" and "depth_skip_pct" in metrics:
         title += f", depth-skip {metrics['depth_skip_pct']:.1f} %"
     if kind == "reads":
