@@ -69,7 +69,7 @@ from harness.reporting.patterns import (
     mask_figure,
     mask_panels,
 )
-from harness.reporting.references import draw_bands, reference_bands
+from harness.reporting.references import REFERENCE_COLOR, draw_bands, reference_bands
 from harness.reporting.text import arrow, ci95, value_text
 
 if TYPE_CHECKING:
@@ -259,8 +259,6 @@ def _tradeoff_legend(fig: Figure, methods: list[str], key: dict[str, bool], holl
     """One legend under the panels: the methods, then what every other kind of mark means."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-
-    from harness.reporting.references import REFERENCE_COLOR
 
     marks = {
         "front: a method's solved variants": Line2D([], [], color="0.3", lw=1),
