@@ -81,14 +81,14 @@ def test_the_knob_axis_is_logarithmic_where_it_spans_decades():
                 "method": "m",
                 "line": "m",
                 "knob": [v for v in values for _ in (0, 1)],
-                "mse": 1.0,
-                "skip_pct": 50.0,
+                "mse": [1.0 + v for v in values for _ in (0, 1)],
+                "skip_pct": [50.0 + 10 * v for v in values for _ in (0, 1)],
             }
         )
 
     fig = F.budget_figure(frame([0.25, 0.5, 0.9]), "knob", "mse", "MSE", False)
     assert [ax.get_xscale() for ax in fig.axes[:2]] == ["linear", "linear"]
-    assert fig.axes[0].get_xlabel() == "knob"
+    assert fig.axes[-1].get_xlabel() == "knob"  # under the lower panel
     fig = F.budget_figure(frame([0.0, 1e-4, 1e-2]), "knob", "mse", "MSE", False)
-    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_xlabel() == "knob"
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][0] == "0"
+    assert fig.axes[-1].get_xscale() == "log" and fig.axes[-1].get_xlabel() == "knob"
+    assert [t.get_text() for t in fig.axes[-1].get_xticklabels()][0] == "0"

@@ -130,9 +130,13 @@ def test_every_method_its_own_colour_and_marker_in_every_figure(monkeypatch):
 
 def test_tradeoff_fronts_picks_hollow_unsolved_references_and_log_axis():
     recs = [
-        rec("sa-rnn", s, lam, mse=m * (1 + s / 10), skip=k + s)
+        rec("sa-rnn", s, lam, mse=m * (1 + s / 10), skip=k + s, flops=f)
         for s in (0, 1)
-        for lam, m, k in [(0.0, 1e-3, 10.0), (1e-3, 2e-3, 60.0), (1e-2, 0.5, 90.0)]
+        for lam, m, k, f in [
+            (0.0, 1e-3, 10.0, 4e4),
+            (1e-3, 2e-3, 60.0, 2e4),
+            (1e-2, 0.5, 90.0, 1e4),
+        ]
     ]
     points = F.variant_points(runs_frame(recs), ["mse", "skip_pct", "flops"])
     assert points["mse_std"].iloc[0] == pytest.approx(np.std([1e-3, 1.1e-3], ddof=1))
@@ -141,12 +145,13 @@ def test_tradeoff_fronts_picks_hollow_unsolved_references_and_log_axis():
     points["solved"] = [1.0, 1.0, 0.5]  # one seed of lam=0.01 did not solve it
     bands = [("ref:mean", 0.1, 0.01), ("ref:far", 5.0, 0.1)]
     fig = F.tradeoff_figure(points, "mse", False, "MSE", bands, {("sa-rnn", "sa-rnn-0.001")}, [50])
-    left, right = fig.axes[:2]
+    left, right = fig.axes[:2]  # Skip %, FLOPs
     assert left.get_yscale() == "log"  # 1e-3 .. 0.55 spans decades
     low, high = left.get_ylim()
-    pad = 10 ** (0.06 * np.log10(0.525 / 1.05e-3))  # 6 % of the points' span, on each side
-    assert (low, high) == pytest.approx((1.05e-3 / pad, 0.525 * pad))  # fitted to the points
-    assert right.get_xscale() == "linear"  # every FLOPs value is 1e4
+    bottom = 2.1e-3 - points["mse_ci"].iloc[1]  # the pick's CI reaches below: the axis shows it
+    pad = 10 ** (0.06 * np.log10(0.525 / bottom))  # 6 % of the span, on each side
+    assert (low, high) == pytest.approx((bottom / pad, 0.525 * pad))
+    assert right.get_xscale() == "linear"  # FLOPs within a factor 10
     colour = S.method_style("sa-rnn")["color"]
     (front,) = [ln for ln in left.get_lines() if ln.get_marker() in ("None", "", None)
                 and to_hex(ln.get_color()) == colour]  # fmt: skip
@@ -154,27 +159,59 @@ def test_tradeoff_fronts_picks_hollow_unsolved_references_and_log_axis():
     (bars,) = left.containers  # the marked variant alone: CI error bars
     assert bars.has_yerr and bars.has_xerr
     np.testing.assert_allclose(bars.lines[0].get_ydata(), [2.1e-3])
-    solved, hollow = [c for c in left.collections if isinstance(c, PathCollection)]  # seaborn's
+    solved, hollow = [c for c in left.collections if isinstance(c, PathCollection)]
     assert len(solved.get_offsets()) == 2 and solved.get_facecolors()[0][3] > 0
-    assert len(hollow.get_offsets()) == 1 and len(hollow.get_facecolors()) == 0
+    assert len(hollow.get_offsets()) == 1 and not np.any(hollow.get_facecolors()[:, 3])
     # ref:mean within the range: a band, named; ref:far past it: an arrow and its name at the top
     assert [t.get_text() for t in right.texts] == ["ref:mean 0.100", "↑ ref:far 5.00"]
     assert right.texts[1].get_position()[1] == 1.0
     assert [t.get_text() for t in left.texts] == ["50 %"]  # the budget's guide
+    # the legend says what each kind of mark means
+    (lg,) = fig.legends
+    assert [t.get_text() for t in lg.get_texts()] == [
+        "sa-rnn", "front: a method's solved variants", "reference: mean ± 95 % CI",
+        "matched budget",
+    ]  # fmt: skip
+    assert "hollow: a seed did not solve the task" in lg.get_title().get_text()
     marked = {("sa-rnn", "sa-rnn-0.001")}
-    for ci, want in ((1e-6, []), (1.0, ["^", "v"])):  # within the axis; past both ends
+    arrows = sorted(S.OFF_AXIS.values())
+    for ci, want in ((1e-6, []), (1e4, arrows)):  # within the axis; past both ends
         points.loc[points.index[1], "mse_ci"] = ci
         fig = F.tradeoff_figure(points, "mse", False, "MSE", bands, marked, [50])
         for ax in fig.axes[:2]:
             heads = [ln for ln in ax.get_lines() if not ln.get_clip_on()]  # at the edge
             assert sorted(ln.get_marker() for ln in heads) == want
+            assert {to_hex(ln.get_color()) for ln in heads} <= {to_hex(S.OFF_AXIS_COLOR)}
     for ax in fig.axes[:2]:
         heads = [ln for ln in ax.get_lines() if not ln.get_clip_on()]
-        assert sorted(ln.get_marker() for ln in heads) == ["^", "v"]
         assert {ln.get_ydata()[0] for ln in heads} == set(ax.get_ylim())
+    # the CI is drawn up to the points' span (2.7 decades) past them, never further
+    lo, hi = np.log10(1.05e-3), np.log10(0.525)
+    top = hi + (hi - lo)  # the CI's lower end is below 0: not on a log axis
+    assert np.log10(fig.axes[0].get_ylim()[1]) == pytest.approx(top + 0.06 * (top - lo))
+    assert "CI past the axis" in [t.get_text() for t in fig.legends[0].get_texts()]
     # Within a decade: linear axes.
     points["mse"] = [0.2, 0.3, 0.4]
     assert F.tradeoff_figure(points, "mse", False, "MSE").axes[0].get_yscale() == "linear"
+
+
+def test_tradeoff_draws_no_degenerate_axis_and_activity_sparsity_apart():
+    recs = [rec("gru", s, mse=0.2 + s / 100, skip=0.0, flops=1e4) for s in (0, 1)]
+    recs += [
+        rec("delta-gru", s, th, mse=0.1 * (1 + k), skip=0.0, flops=1e4) for s in (0, 1)
+        for k, th in enumerate([0.1, 0.3])
+    ]  # fmt: skip
+    for r in recs[2:]:
+        r["metrics"]["read_skip_pct"] = 40.0 + 30 * ("0.3" in r["variant_id"])
+    runs = runs_frame(recs)
+    caption, fig = F.tradeoff(runs, "mse", False, "MSE", [], F.variant_labels(runs), None, "")
+    # Skip % is 0 and FLOPs one value everywhere: no such panel; activity sparsity, its own
+    (ax,) = fig.axes
+    assert ax.get_xlabel().startswith("Activity sparsity %")
+    assert "vs activity sparsity %, one panel each" in caption
+    assert "Activity-sparse methods (delta-gru)" in caption
+    runs = runs[runs["method"] == "gru"]
+    assert F.tradeoff(runs, "mse", False, "MSE", [], {}, None, "") == ("", None)
 
 
 def test_tradeoff_caption_names_the_unsolved_variants_and_the_budgets():
@@ -188,7 +225,7 @@ def test_tradeoff_caption_names_the_unsolved_variants_and_the_budgets():
     caption, fig = F.tradeoff(runs, "mse", False, "MSE", [], labels, None, "val-skip-nearest:74")
     assert "Hollow: variants with a run that did not solve the task: sa-rnn (lam=0.01)." in caption
     # the rule's 74 replaces 76; 90 is past every variant's Skip % (at most 81) by more than 5
-    assert "at each matched budget (50, 74 % Skip, dotted)" in caption
+    assert "at each matched budget (50, 74 %, dotted)" in caption
     assert [t.get_text() for t in fig.axes[0].texts] == ["50 %", "74 %"]
     # a report without a matched budget draws none: best-val's pick is marked
     caption, fig = F.tradeoff(runs, "mse", False, "MSE", [], labels, None, "")
@@ -214,24 +251,31 @@ def lambda_runs(recs):
 
 def test_lambda_axis_has_a_zero_tick_and_no_negative_ticks():
     recs = [
-        rec("sa-rnn", s, lam, skip=k + 8 * s)
+        rec("sa-rnn", s, lam, mse=0.1 + k / 1000, skip=k + 8 * s)
         for s in (0, 1)
         for lam, k in [(0.0, 1.0), (1e-4, 40.0), (1e-2, 95.0)]
     ]
     fig = F.budget_figure(lambda_runs(recs), "lam", "mse", "MSE", False)
     texts(fig)
+    assert len(fig.axes) == 2  # MSE above Skip %
     for ax in fig.axes[:2]:
         assert ax.get_xscale() == "log"
         ticks = ax.get_xticks()
-        assert (ticks > 0).all()
-        labels = [t.get_text() for t in ax.get_xticklabels()]
-        assert labels[0] == "0" and ticks[0] == pytest.approx(1e-5)  # a decade below 1e-4
-        assert "$10^{-4}$" in labels and "$10^{-2}$" in labels
+        assert (ticks > 0).all() and ticks[0] == pytest.approx(1e-5)  # 0: a decade below 1e-4
         assert any(t.get_text() == "//" for t in ax.texts)  # the break
+    labels = [t.get_text() for t in fig.axes[1].get_xticklabels()]  # under the lower panel
+    assert labels == ["0", "0.0001", "0.001", "0.01"]  # three values: each, and the decades
     skip_ax = fig.axes[1]
     (band,) = [c for c in skip_ax.collections if isinstance(c, PolyCollection)]
     ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
     assert ys.min() >= 0 and ys.max() <= 100 and ys.max() == pytest.approx(100)
+    # No 0 run: no 0 tick, no break. Over many decades: every second decade labelled.
+    recs = [rec("sa-rnn", s, 10.0**-e, mse=e, skip=e + s) for s in (0, 1) for e in range(1, 9)]
+    ax = F.budget_figure(lambda_runs(recs), "lam", "mse", "MSE", False).axes[1]
+    texts(ax.figure)
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "0" not in labels and not ax.texts
+    assert labels == ["$10^{-7}$", "$10^{-5}$", "$10^{-3}$", "$10^{-1}$"]
 
 
 def test_update_patterns_at_a_matched_budget():
@@ -506,8 +550,13 @@ def test_many_update_patterns_fill_two_columns():
 
 KNOBS = {"sa-rnn": "lam", "skip-rnn": "lam", "random-updates": "p_skip", "delta-gru": "theta_h"}
 # p_skip's lowest value a factor 2 below a decade: the log axis labels the decade, not both
-VALUES = {"lam": [0.0, 1e-3, 1e-2], "p_skip": [0.05, 0.25, 0.5, 0.75], "theta_h": [0.1, 0.3]}
-LRS = {"sa-rnn": 10, "skip-rnn": 10}  # 20 lines of the budget figure: a tall legend
+# theta_h: close values on a log axis (0.25, 0.34), whose labels must not collide
+VALUES = {
+    "lam": [0.0, 1e-3, 1e-2],
+    "p_skip": [0.05, 0.25, 0.5, 0.75],
+    "theta_h": [0.03, 0.25, 0.34],
+}
+LRS = {"sa-rnn": 10, "skip-rnn": 10, "delta-gru": 3}  # many budget panels, narrow ones
 LATER = [f"zz-later-{k}" for k in range(4)]  # methods registered after today's 16
 
 
@@ -540,9 +589,9 @@ def wide_report(monkeypatch):
                 trace |= {"max_depth": [5], "depth_hist": {"1": 3 + k, "3": 5, "5": j + 1}}
             for s in (0, 1, 2):
                 acc = 96.0 - 0.2 * k - 3 * j + s / 2
-                metrics = {"accuracy": acc, "skip_pct": skip + s, "solved": float(j < 2)}
+                metrics = {"accuracy": acc, "skip_pct": skip and skip + s, "solved": float(j < 2)}
                 if m == "delta-gru":
-                    metrics["read_skip_pct"] = 40.0 + 30 * j + s
+                    metrics["read_skip_pct"] = 40.0 + 20 * j + s
                 r = make_record(
                     method="gru" if m in LATER else m, task="seizures", seed=s,
                     set={knob: str(value), "train.batch_size": str(16 << j),
@@ -585,7 +634,7 @@ def every_figure(recs):
     }
     for knob, swept in F.budget_sweeps(methods).items():
         figs[f"budget-{knob}"] = F.budget_figure(swept, knob, "accuracy", "Accuracy %", True)
-    return figs
+    return {kind: fig for kind, fig in figs.items() if fig is not None}
 
 
 def drawn_texts(fig):
@@ -629,6 +678,7 @@ def overlaps(fig):
 def test_no_text_of_any_figure_overlaps_another_or_leaves_the_figure(monkeypatch):
     figs = every_figure(wide_report(monkeypatch))
     assert {"tradeoff", "masks", "curves", "depth", "budget-lam"} <= set(figs)
+    assert len(figs["tradeoff"].axes) == 3  # Skip %, delta-gru's activity sparsity, FLOPs
     for kind, fig in figs.items():
         assert len(drawn_texts(fig)) > 5, kind
         assert overlaps(fig) == [], kind
@@ -669,4 +719,213 @@ def test_activity_sparse_methods_are_drawn_by_the_columns_they_read():
     assert fig.get_suptitle().endswith("not drawn): gru")  # dense: a note, no panel
     assert P.mask_panels({"gru": dense}) == ([], ["gru"])  # report_figures: then no figure
     every = trace | {"first_reads": [pack_mask(torch.ones(12, 7))]}  # read every column
-    assert P.mask_figure({"delta-gru": rec("delta-gru", 0, trace=every)}).get_suptitle()
+    assert P.mask_figure({"delta-gru": rec("delta-gru", 0, skip=0.0, trace=every)}).get_suptitle()
+
+
+# --- every mark means one thing: rules over every figure report_figures draws ------------------
+
+SHAPES = set(S.MARKERS)  # the methods' marker shapes
+FAMILY = {"o": "o", "^": "triangle", "v": "triangle", "s": "s", "D": "D", "P": "+", "X": "+"}
+
+
+def lab(color):
+    """CIELAB (D65) of a matplotlib colour (the test's own conversion)."""
+    from matplotlib.colors import to_rgb
+
+    c = np.asarray(to_rgb(color))
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    m = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+    x, y, z = m @ c / np.array([0.95047, 1.0, 1.08883])
+    f = [v ** (1 / 3) if v > 216 / 24389 else (24389 / 27 * v + 16) / 116 for v in (x, y, z)]
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def report_figures_drawn(runs, monkeypatch, tmp_path, **kw):
+    """{kind: figure} of what ``report_figures`` draws on ``runs`` (accuracy, higher better)."""
+    drawn = {}
+
+    def keep(fig, stem):
+        drawn[stem.name.rsplit("_", 1)[1]] = fig
+        return [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+
+    monkeypatch.setattr(F, "save", keep)
+    F.report_figures(runs, "accuracy", True, "Accuracy %", tmp_path / "t_p", **kw)
+    return drawn
+
+
+def method_of(label):
+    """The method a label names (``sa-rnn`` or ``sa-rnn, k=v``), None for any other label."""
+    name = str(label).split(", ")[0]
+    return name if name in METHODS.names() or name in LATER else None
+
+
+def shapes_misused(fig):
+    """Marks in a method's marker shape that are not that method's: in the axes and legends."""
+    out = []
+    for ax in fig.axes:
+        owners = {id(c.lines[0]): c.get_label() for c in ax.containers if hasattr(c, "has_xerr")}
+        for ln in ax.get_lines():
+            owner = method_of(owners.get(id(ln)) or ln.get_gid() or ln.get_label())
+            if ln.get_marker() in SHAPES and (
+                owner is None or S.method_style(owner)["marker"] != ln.get_marker()
+            ):
+                out.append((ax.get_title(loc="left"), ln.get_label(), ln.get_marker()))
+        for c in ax.collections:  # scatter plots: one per method, named by its gid
+            if isinstance(c, PathCollection) and method_of(c.get_gid()) is None:
+                out.append((ax.get_title(loc="left"), "a scatter of no method", c.get_label()))
+    for lg in fig.legends:
+        for h, t in zip(lg.legend_handles, lg.get_texts(), strict=True):
+            marker = getattr(h, "get_marker", lambda: None)()
+            owner = method_of(t.get_text())
+            if marker in SHAPES and (owner is None or S.method_style(owner)["marker"] != marker):
+                out.append(("legend", t.get_text(), marker))
+    return out
+
+
+def constant_panels(fig):
+    """Panels (not images, not colour bars) whose drawn data are one x or one y value."""
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible() or ax.images or hasattr(ax, "_colorbar"):
+            continue
+        xs, ys = [], []
+        for ln in ax.get_lines():
+            if ln.get_transform() == ax.transData and ln.get_clip_on():  # data, not guides
+                xs += list(np.asarray(ln.get_xdata(), float))
+                ys += list(np.asarray(ln.get_ydata(), float))
+        for c in ax.collections:
+            if isinstance(c, PathCollection):
+                xs += list(c.get_offsets()[:, 0])
+                ys += list(c.get_offsets()[:, 1])
+        for p in ax.patches:  # bars
+            xs.append(p.get_x() + p.get_width() / 2)
+            ys.append(p.get_height())
+        xs, ys = np.array(xs), np.array(ys)
+        ok = np.isfinite(xs) & np.isfinite(ys)
+        if ok.sum() >= 2 and (np.ptp(xs[ok]) == 0 or np.ptp(ys[ok]) == 0):
+            out.append(ax.get_xlabel() or ax.get_ylabel())
+    return out
+
+
+def look(handle):
+    """A legend handle's (colour, marker, fill) as drawn."""
+    return to_hex(handle.get_color()), handle.get_marker(), handle.get_fillstyle()
+
+
+def alike_entries(fig):
+    """Pairs of legend entries told apart by neither colour (CIELAB distance >= 40) nor marker.
+
+    Markers differ when their families differ (^ and v are one: triangles) or their fill does.
+    """
+    out = []
+    for lg in fig.legends:
+        entries = [(t.get_text(), look(h)) for h, t in zip(lg.legend_handles, lg.get_texts(),
+                   strict=True) if getattr(h, "get_marker", lambda: None)() in SHAPES]  # fmt: skip
+        for i, (a, (ca, ma, fa)) in enumerate(entries):
+            for b, (cb, mb, fb) in entries[i + 1 :]:
+                same_marker = FAMILY[ma] == FAMILY[mb] and fa == fb
+                if same_marker and np.linalg.norm(lab(ca) - lab(cb)) < 40:
+                    out.append((a, b))
+    return out
+
+
+def lines_per_panel(fig):
+    """Per panel, the number of lines drawn (in a method's marker shape, two points or more)."""
+    return [
+        sum(ln.get_marker() in SHAPES and len(ln.get_xdata()) > 1 for ln in ax.get_lines())
+        for ax in fig.axes
+    ]
+
+
+def test_every_mark_of_every_figure_means_one_thing(monkeypatch, tmp_path):
+    """No method's marker shape for anything else, no constant panel, distinct legend entries."""
+    runs = runs_frame(wide_report(monkeypatch))
+    figs = report_figures_drawn(runs, monkeypatch, tmp_path, rule="val-skip-nearest:76")
+    assert {"tradeoff", "masks", "curves", "depth", "budget-lam"} <= set(figs)
+    for kind, fig in figs.items():
+        assert shapes_misused(fig) == [], kind
+        assert constant_panels(fig) == [], kind
+        assert alike_entries(fig) == [], kind
+
+
+def test_the_rules_see_what_they_forbid():
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    with S.style():
+        fig = Figure()
+        ax = fig.subplots()
+        ax.plot([1, 2], [3, 3], marker=S.method_style("gru")["marker"], gid="gru")  # flat
+        ax.plot([1], [3], marker="^", color="grey")  # a method's shape, no method's mark
+        handles = [Line2D([], [], color=c, marker="P") for c in ("#d55e00", "#de8f05")]
+        fig.legend(handles, ["ei-rehn", "rnn"])  # vermilion and orange crosses
+    assert constant_panels(fig) == [""]
+    assert [m for *_, m in shapes_misused(fig)] == ["^", "P"]  # rnn is no cross
+    assert alike_entries(fig) == [("ei-rehn", "rnn")]
+
+
+def test_budget_figures_are_small_multiples_of_at_most_six_lines(monkeypatch, tmp_path):
+    """Many settings of one knob: a panel per learning rate (and more), <= 6 lines, 3 ticks."""
+    recs = []
+    for lr in (1e-4, 1e-3, 1e-2):
+        for gamma in (0.01, 1.0):
+            for target in (0.05, 0.1, 0.25, 0.34, 0.5):
+                for s in (0, 1):
+                    r = make_record(
+                        method="vc-rnn", task="seizures", seed=s, primary="accuracy",
+                        higher_is_better=True,
+                        set={"gamma": str(gamma), "m_target": str(target), "train.lr": str(lr)},
+                        metrics={"accuracy": 90 + 10 * target - lr + s, "skip_pct": 100 * target},
+                    )  # fmt: skip
+                    recs.append(r | {"variant_id": f"{lr}-{gamma}-{target}"})
+                    recs[-1] |= {"run_id": f"{lr}-{gamma}-{target}-{s}"}
+    figs = report_figures_drawn(runs_frame(recs), monkeypatch, tmp_path)
+    gamma = figs["budget-gamma"]  # 30 settings: gamma along x, 15 lines (lr x m_target)
+    assert max(lines_per_panel(gamma)) <= 6
+    assert len([ax for ax in gamma.axes if ax.get_visible()]) > 2
+    assert alike_entries(gamma) == []
+    for kind, fig in figs.items():
+        if kind.startswith("budget"):
+            texts(fig)
+            bottom = [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel()]
+            for ax in bottom:
+                labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+                assert len(labels) >= 3, (kind, labels)
+            assert max(lines_per_panel(fig)) <= 6, kind
+
+
+def test_activity_sparse_budget_figures_draw_their_activity_sparsity(monkeypatch, tmp_path):
+    recs = []
+    for th, read in ((0.1, 40.0), (0.3, 60.0), (0.5, 75.0)):
+        for s in (0, 1):
+            r = make_record(
+                method="delta-gru", task="seizures", seed=s, primary="accuracy",
+                higher_is_better=True, set={"theta_h": str(th)},
+                metrics={"accuracy": 95 - th + s, "skip_pct": 0.0, "read_skip_pct": read + s},
+            )  # fmt: skip
+            recs.append(r | {"variant_id": f"d{th}", "run_id": f"d{th}-{s}"})
+    fig = report_figures_drawn(runs_frame(recs), monkeypatch, tmp_path)["budget-theta-h"]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["Accuracy % ↑", "Activity sparsity % ↑"]
+    assert constant_panels(fig) == []  # not Skip %: 0 everywhere
+    assert not any(t.get_text() == "0" for ax in fig.axes for t in ax.get_xticklabels())
+
+
+def test_a_masks_panel_is_dense_only_where_the_table_gives_0_skip(monkeypatch, tmp_path):
+    """Skip RNN skips on average but not in the drawn sequence: drawn, and said; GRU: dense."""
+    ones = {"first_mask": [pack_mask(torch.ones(12, 6))], "units": [6]}
+    recs = [cls_rec("gru", s, "g", 90.0, 0.0) | {"trace": ones} for s in (0, 1)]
+    recs += [cls_rec("skip-rnn", s, "k", 90.0, 10.0 + 20 * s) | {"trace": ones} for s in (0, 1)]
+    recs += [cls_rec("sa-rnn", s, "a", 90.0, 40.0) for s in (0, 1)]
+    runs = runs_frame(recs)
+    table = runs.groupby("method")["skip_pct"].mean()  # the table's Skip % of each (one variant)
+    figs = report_figures_drawn(runs, monkeypatch, tmp_path, selected={"skip-rnn": "k"})
+    fig = figs["masks"]
+    dense = fig.get_suptitle().split("not drawn): ")[-1].split(", ") if fig.get_suptitle() else []
+    assert dense and all(table[m.split(" ")[0]] == 0 for m in dense), dense
+    titles = [ax.get_title(loc="left") for ax in fig.axes if ax.images]
+    assert "skip-rnn: Skip 20.0 %; this sequence: no update skipped" in titles
+    few = [cls_rec("skip-rnn", 0, "k", 90.0, 0.004) | {"trace": ones}]  # skips, but little
+    fig = P.mask_figure({"skip-rnn": few[0]})
+    assert [ax.get_title(loc="left") for ax in fig.axes if ax.images] == [
+        "skip-rnn: Skip 0.004 %; this sequence: no update skipped"
+    ]

@@ -234,15 +234,16 @@ def test_the_figures_read_percent_titles_and_directions_from_the_registry(monkey
     lo, hi = figstyle.band(np.array([99.0]), np.array([5.0]), "skip_pct")
     assert hi[0] == 104.0
     recs = [rec("gru", s, 1e-3 * (s + 1)) for s in (0, 1)]
+    recs += [rec("sa-rnn", s, 1e-3 * (s + 2), skip=70.0, flops=2e4) for s in (0, 1)]
     points = variant_points(runs_frame(recs), ["mse", "skip_pct", "flops"])
     fig = tradeoff_figure(points, "mse", False, "MSE")
     assert [ax.get_xlabel() for ax in fig.axes[:2]] == [
-        "Skip % ↑",
+        "Skip % ↑ (methods that skip)",
         "Effective FLOPs per sequence ↓",
     ]
     redescribe(monkeypatch, "skip_pct", title="Skipped", higher=False)
     fig = tradeoff_figure(points, "mse", False, "MSE")
-    assert fig.axes[0].get_xlabel() == "Skipped ↓"
+    assert fig.axes[0].get_xlabel() == "Skipped ↓ (methods that skip)"
     assert curves_figure(recs).axes[1].get_ylabel() == "val. MSE ↓"
     redescribe(monkeypatch, "mse", title="Squared error", higher=True)
     assert curves_figure(recs).axes[1].get_ylabel() == "val. Squared error ↑"

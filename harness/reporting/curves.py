@@ -1,8 +1,9 @@
 """Learning curves: training loss and validation primary metric per epoch, from the records.
 
 ``curves_figure`` draws one row per (task, preset) and one line per method (the variant of
-``curve_choice``, chosen on validation data), mean ± std over its seeds; ``write_curves`` saves
-it beside the leaderboard. matplotlib is imported inside the functions.
+``curve_choice``, chosen on validation data), mean ± std over its seeds (geometric on a log axis),
+linear axes fitted to the epochs past the first fifth; ``write_curves`` saves it beside the
+leaderboard. matplotlib is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from harness.reporting.figstyle import (
     legend_height,
     method_order,
     method_style,
+    readable_log,
     save,
     spans_decades,
     style,
@@ -79,16 +81,69 @@ def curve_choice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dic
 
 
 NARROW_METHODS = 6  # the most lines a one-column (3.3 in) figure draws; more: 7 in wide
+SETTLING = 0.2  # the first fifth of the epochs does not set a linear y axis's limits
+
+
+def _series(
+    records: Sequence[dict[str, Any]], key: str, metric: str, log: bool
+) -> tuple[np.ndarray, ...]:
+    """Per epoch the line and its band's ends: mean ± std (``band`` of ``metric``), or geometric.
+
+    On a log axis the mean and std are those of log10 of the values (the geometric mean,
+    times / over the geometric std), so that a band never reaches 0; a run's value <= 0 there
+    counts as missing.
+    """
+    if not log:
+        mean, std = _per_epoch(records, key)
+        return (mean, *band(mean, std, metric))
+    logged = [
+        {**r, "history": [{key: math.log10(v) if v and v > 0 else math.nan} for v in vals]}
+        for r in records
+        for vals in [[h.get(key) for h in r.get("history") or []]]
+    ]
+    mean, std = _per_epoch(logged, key)
+    std = np.nan_to_num(std)
+    return 10**mean, 10 ** (mean - std), 10 ** (mean + std)
+
+
+def _panel(ax: Any, by_method: dict[str, list], key: str, metric: str, alpha: float) -> None:
+    """One panel of ``curves_figure``: each method's line and band of ``key`` per epoch.
+
+    A log axis where the means span decades (geometric bands, ``_series``), with at least three
+    labelled ticks; a linear one fitted to every line past its first ``SETTLING`` of epochs.
+    """
+    means = {m: _per_epoch(rs, key)[0] for m, rs in by_method.items()}
+    log = spans_decades(np.concatenate([*means.values(), [np.nan]]))
+    settled = []
+    for method, rs in by_method.items():
+        mean, lo, hi = _series(rs, key, metric, log)
+        epochs = np.arange(1, len(mean) + 1)
+        st = method_style(method)
+        ax.plot(epochs, mean, markevery=max(len(mean) // 8, 1), label=method, **st)
+        ax.fill_between(epochs, lo, hi, color=st["color"], alpha=alpha, lw=0)
+        settled.append(mean[int(SETTLING * len(mean)) :])
+    if log:
+        ax.set_yscale("log", nonpositive="clip")
+        ax.set_ylim(*ax.get_ylim())
+        readable_log(ax.yaxis)
+        return
+    ys = np.concatenate([*settled, [np.nan]])
+    if np.isfinite(ys).any():
+        low, high = np.nanmin(ys), np.nanmax(ys)
+        pad = 0.08 * (high - low) or 0.05 * (abs(high) or 1.0)
+        ax.set_ylim(low - pad, high + pad)
 
 
 def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
     """Learning curves: training loss and validation primary metric per epoch.
 
-    One line per method (the variant of ``curve_choice``), mean ± std over its seeds. One
-    (task, preset) with at most ``NARROW_METHODS`` methods fits one column (``ONE_COLUMN``): the
-    loss above the validation metric, the legend below. Anything more is ``TWO_COLUMNS`` wide,
-    one row per (task, preset) with the loss left of the validation metric (each panel about
-    2.6 in wide) and the legend outside on the right (the figure as tall as it needs).
+    One line per method (the variant of ``curve_choice``), mean ± std over its seeds (on a log
+    axis, geometric: ``_series``); a linear axis is fitted to the epochs past the first fifth
+    (``SETTLING``: a first epoch far off runs past the axis). One (task, preset) with at most
+    ``NARROW_METHODS`` methods fits one column (``ONE_COLUMN``): the loss above the validation
+    metric, the legend below. Anything more is ``TWO_COLUMNS`` wide, one row per (task, preset)
+    with the loss left of the validation metric (each panel about 2.6 in wide) and the legend
+    outside on the right (the figure as tall as it needs).
 
     Args:
         records: run records; those without a history are left out.
@@ -112,25 +167,15 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
         for (top, bottom), ((task, preset), by_method) in zip(grid, chosen.items(), strict=False):
             first = next(iter(by_method.values()))[0]
             primary, higher = first["primary"], higher_is_better(first)
-            for ax, key, label in [
-                (top, "train_loss", get_metric("train_loss").title),
-                (bottom, f"val_{primary}", f"val. {get_metric(primary).title}{arrow(higher)}"),
+            for ax, key, metric, label in [
+                (top, "train_loss", "train_loss", get_metric("train_loss").title),
+                (bottom, f"val_{primary}", primary, f"val. {get_metric(primary).title}"),
             ]:
-                ys = []
-                for method, rs in by_method.items():
-                    mean, std = _per_epoch(rs, key)
-                    epochs = np.arange(1, len(mean) + 1)
-                    lo, hi = band(mean, std, primary if key != "train_loss" else key)
-                    st = method_style(method)
-                    ax.plot(epochs, mean, markevery=max(len(mean) // 8, 1), label=method, **st)
-                    ax.fill_between(epochs, lo, hi, color=st["color"], alpha=alpha, lw=0)
-                    ys.append(mean)
-                    methods.append(method)
-                if ys and spans_decades(np.concatenate(ys)):
-                    ax.set_yscale("log", nonpositive="clip")
-                ax.set_ylabel(label)
+                _panel(ax, by_method, key, metric, alpha)
+                ax.set_ylabel(label + (arrow(higher) if ax is bottom else ""))
                 ax.xaxis.get_major_locator().set_params(integer=True)
                 ax.set_xlabel("epoch")
+            methods += list(by_method)
             top.set_title(f"{task} ({preset})", loc="left")
             if narrow:
                 top.set_xlabel("")

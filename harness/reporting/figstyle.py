@@ -2,7 +2,10 @@
 
 Every figure gives a method the same colour, marker and line style (``method_style``, assigned
 from the registry order: seaborn's colour-blind-safe palette times marker shapes, each method its
-own pair); axes whose values span a decade or more are logarithmic (``spans_decades``); bands
+own pair, and no two methods of one marker family in colours closer than ``DISTINCT``); a
+method's marker shapes mark its data alone (a confidence interval past an axis ends in the grey
+``OFF_AXIS`` glyphs); axes whose values span a decade or more are logarithmic
+(``spans_decades``) with at least three labelled ticks (``readable_log``); bands
 and error bars of a percentage (the metric registry's ``percent``, ``harness.components.metrics``)
 stay within [0, 100] (``band``, ``error_bars``). Figures are sized for one column (``ONE_COLUMN``
 inches wide) or two (``TWO_COLUMNS``), text is at least 7 pt (``STYLE``) and PDFs embed TrueType
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,10 +39,14 @@ ONE_COLUMN = 3.3  # inches: one column of a two-column paper
 TWO_COLUMNS = 7.0  # inches: the full text width
 # Each method's colour comes from seaborn's colour-blind-safe "colorblind" palette (``palette``:
 # its 10 colours less its grey, which the reference predictors' bands keep), and its marker from
-# MARKERS. With 9 colours and 7 markers (coprime), the i-th method's (colour, marker) pair is
-# unique for the first 63, neighbours differ in both, and two methods of one colour (i, i + 9)
-# get markers two apart in MARKERS, ordered so that such pairs differ in shape (never ^ and v).
+# MARKERS: the 63 (colour, marker) pairs in the order ``pairs`` gives them, neighbours differing
+# in both, and no two of the first 30 ``confusable`` (one marker family, colours less than
+# DISTINCT apart: orange and vermilion, blue and light blue, purple and pink, orange and tan).
 MARKERS = ("o", "^", "s", "P", "v", "D", "X")
+MARKER_FAMILY = {"o": "o", "^": "triangle", "v": "triangle", "s": "s", "D": "D", "P": "+", "X": "+"}
+DISTINCT = 40.0  # CIELAB distance (CIE76) below which two colours read as one
+OFF_AXIS = {"up": "$\\uparrow$", "down": "$\\downarrow$"}  # a CI past an axis: no method's shape
+OFF_AXIS_COLOR = "0.45"
 LINESTYLES = ("-", "--", ":", "-.")
 MARK_COLOR = "#EE3377"  # the steps a task marks, on the update patterns
 STYLE = {
@@ -95,17 +103,55 @@ def palette() -> tuple[str, ...]:
     return tuple(c for c in sns.color_palette("colorblind").as_hex() if c != "#949494")
 
 
+def lab(color: Any) -> np.ndarray:
+    """A matplotlib colour in CIELAB (D65): L*, a*, b*."""
+    from matplotlib.colors import to_rgb
+
+    rgb = np.asarray(to_rgb(color))
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+    xyz = xyz @ lin / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def confusable(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether two (colour, marker) pairs read as one: one marker family, colours < DISTINCT."""
+    same_shape = MARKER_FAMILY.get(a[1], a[1]) == MARKER_FAMILY.get(b[1], b[1])
+    return same_shape and float(np.linalg.norm(lab(a[0]) - lab(b[0]))) < DISTINCT
+
+
+@functools.cache
+def pairs() -> tuple[tuple[str, str], ...]:
+    """The 63 (colour, marker) pairs in the order methods take them.
+
+    Each is the first of colour ``k mod 9`` and marker ``k mod 7`` (k = 0, 1, ...) not taken
+    that differs from the one before in both and is ``confusable`` with none taken, as long as
+    one is (the first 30); then the first that differs from the one before in both.
+    """
+    colors = palette()
+    order = [(colors[k % len(colors)], MARKERS[k % len(MARKERS)]) for k in range(63)]
+    clash = {(p, q): confusable(p, q) for p in order for q in order}
+    out: list[tuple[str, str]] = []
+    while len(out) < len(order):
+        left = [p for p in order if p not in out]
+        fits = [p for p in left if not out or (p[0] != out[-1][0] and p[1] != out[-1][1])]
+        clear = [p for p in fits if not any(clash[p, q] for q in out)]
+        out.append((clear or fits or left)[0])
+    return tuple(out)
+
+
 def style_at(i: int) -> dict[str, str]:
     """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order).
 
-    Colour ``i mod 9`` of ``palette()``, marker ``i mod 7`` of ``MARKERS``; past every colour,
-    the next line style. Two indices below 63 never share a (colour, marker) pair.
+    The ``i``-th of ``pairs()`` (mod 63); past every colour, the next line style. Two indices
+    below 63 never share a (colour, marker) pair.
     """
-    colors = palette()
+    color, marker = pairs()[i % 63]
     return {
-        "color": colors[i % len(colors)],
-        "marker": MARKERS[i % len(MARKERS)],
-        "linestyle": LINESTYLES[(i // len(colors)) % len(LINESTYLES)],
+        "color": color,
+        "marker": marker,
+        "linestyle": LINESTYLES[(i // len(palette())) % len(LINESTYLES)],
     }
 
 
@@ -135,6 +181,23 @@ def spans_decades(values: Any) -> bool:
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     return bool(v.size) and bool((v > 0).all()) and v.max() >= 10 * v.min()
+
+
+def readable_log(axis: Any) -> None:
+    """Give a log ``axis`` (its limits set) at least three labelled ticks.
+
+    Over fewer than three decades in view, the ticks at 1, 2 and 5 times each power of 10 are
+    labelled (``%g``; from 10 000 on, as 20k, 1.5M); any axis that spans a decade shows three.
+    """
+    from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    if lo <= 0 or math.floor(math.log10(hi)) - math.ceil(math.log10(lo)) + 1 >= 3:
+        return
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    eng = EngFormatter(sep="")
+    axis.set_major_formatter(FuncFormatter(lambda v, _: eng(v) if v >= 1e4 else f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def band(mean: np.ndarray, std: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray]:

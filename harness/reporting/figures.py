@@ -2,27 +2,34 @@
 
 What they show follows the seed papers' figures:
 
-- ``tradeoff_figure``: the primary metric vs Skip % and vs effective FLOPs, every method variant
-  a faint point (mean over seeds), each method's Pareto front a line, the variant picked at each
-  matched budget (``MATCHED_BUDGETS``, vertical guides) marked with its 95 % CI as error bars,
-  unsolved variants hollow; the y axis fitted to the methods' points, each reference predictor
-  (``ref:NAME``, which has neither Skip % nor FLOPs) a labelled band within it, its mean ± 95 %
-  CI over seeds (``reference_bands``), or an arrow at its edge. The other figures leave the
-  references out.
-- ``budget_figure``: metric and Skip % vs a budget knob (S-SA Fig. 4 for λ), mean ± std over
-  seeds. A method names its budget knobs (``harness.components.method.Method.budget_knobs``: a
-  penalty's weight such as ``lam``, a skip probability, a threshold); a knob gets a figure when a
-  method that declares it was run at several values of it. Where its values span decades the axis is
-  logarithmic, and 0 has its own tick left of a break.
+- ``tradeoff_figure``: the primary metric vs Skip %, vs activity sparsity % (the activity-sparse
+  methods, a measure of their own, in its own panel) and vs effective FLOPs, a panel per measure
+  that varies; every method variant a faint point (mean over seeds), each method's Pareto front a
+  line, the variant picked at each matched budget (``MATCHED_BUDGETS``, vertical guides) marked
+  with its 95 % CI as error bars, unsolved variants hollow; the y axis fitted to the methods'
+  points and the picks' CIs (a CI past it ends in a grey arrow, a shape no method has), each
+  reference predictor (``ref:NAME``, which has neither Skip % nor FLOPs) a labelled band within
+  it, its mean ± 95 % CI over seeds (``reference_bands``), or an arrow at its edge; one legend
+  names the methods and every other kind of mark. The other figures leave the references out.
+- ``budget_figure``: metric and Skip % (activity sparsity for the activity-sparse methods) vs a
+  budget knob (S-SA Fig. 4 for λ), mean ± std over seeds, as small multiples: a panel per
+  learning rate (and per other setting while a panel would hold more than six lines or a method
+  more than three). A method names its budget knobs
+  (``harness.components.method.Method.budget_knobs``: a penalty's weight such as ``lam``, a skip
+  probability, a threshold); a knob gets a figure when a method that declares it was run at
+  several values of it. Where its values span decades the axis is logarithmic, and 0, where run,
+  has its own tick left of a break; every axis has at least three labelled ticks.
 - the update patterns and the depth histogram (``harness.reporting.patterns``) and the learning
   curves (``harness.reporting.curves``).
 
 Which figures a report gets follows from its records and the methods' declared knobs alone: masks
 where a method's trace holds them, a budget figure where a method was run at several values of a
-knob it declares, curves where records hold a history, the depth histogram where traces hold one;
-no method or task is singled out by name. Sizes, palette and per-method styles:
-``harness.reporting.figstyle``; titles, directions and percentages: the metric registry
-(``harness.components.metrics``).
+knob it declares, curves where records hold a history, the depth histogram where traces hold one
+(of the variants the masks show); no method or task is singled out by name. No panel is drawn
+whose data are all one value (a Skip % of 0 everywhere, one FLOPs count): every mark means one
+thing (``tests/test_figures.py`` checks these rules on every figure). Sizes, palette and
+per-method styles: ``harness.reporting.figstyle``; titles, directions and percentages: the
+metric registry (``harness.components.metrics``).
 
 matplotlib and pandas are imported inside the functions (``import harness`` stays light).
 """
@@ -42,15 +49,15 @@ from harness.components.selection import Rule, budget_measure, parse_rule, selec
 from harness.references import role
 from harness.reporting.curves import curves_figure, write_curves
 from harness.reporting.figstyle import (
-    LINESTYLES,
+    OFF_AXIS,
+    OFF_AXIS_COLOR,
     TWO_COLUMNS,
     band,
     error_bars,
     figure,
-    legend,
-    legend_height,
     method_order,
     method_style,
+    readable_log,
     save,
     spans_decades,
 )
@@ -62,7 +69,7 @@ from harness.reporting.patterns import (
     mask_figure,
     mask_panels,
 )
-from harness.reporting.references import draw_bands, reference_bands
+from harness.reporting.references import REFERENCE_COLOR, draw_bands, reference_bands
 from harness.reporting.text import arrow, ci95, value_text
 
 if TYPE_CHECKING:
@@ -122,7 +129,149 @@ def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
 
 MATCHED_BUDGETS = (50.0, 76.0, 90.0)  # Skip %: the budgets of S-SA's matched tables (docs)
-DASHES = {"-": "", "--": (4, 1.5), ":": (1, 1.5), "-.": (4, 1.5, 1, 1.5)}  # seaborn's dashes
+PICKS = "large, black-edged: the picked variants, 95 % CI bars; faint: every variant"
+UNSOLVED = "; hollow: a seed did not solve the task"
+
+
+def tradeoff_panels(
+    points: pd.DataFrame, activity: Collection[str] = ()
+) -> list[tuple[str, list[str], str]]:
+    """The x axes of the trade-off figure: ``(key, methods drawn, label)``, those that vary.
+
+    Skip % for the methods that skip, activity sparsity % for the ``activity``-sparse ones
+    (``read_skip_pct``: a different measure, its own panel), effective FLOPs for every method;
+    a panel whose x values (over its methods' variants) are all one value is not drawn.
+    """
+    skip, act, flops = (get_metric(k) for k in ("skip_pct", "read_skip_pct", "flops"))
+    methods = method_order(points["method"])
+    plain = [m for m in methods if m not in activity]
+    out = []
+    for key, ms, label in [
+        ("skip_pct", plain, f"{skip.title}{arrow(skip.higher)} (methods that skip)"),
+        ("read_skip_pct", [m for m in methods if m in activity],
+         f"{act.title}{arrow(act.higher)} (activity-sparse methods)"),
+        ("flops", methods, f"{flops.title} per sequence{arrow(flops.higher)}"),
+    ]:  # fmt: skip
+        xs = points.loc[points["method"].isin(ms), key] if key in points else points.iloc[:0, 0]
+        xs = xs.to_numpy(float)
+        xs = xs[np.isfinite(xs)]
+        if xs.size and xs.min() != xs.max():
+            out.append((key, ms, label))
+    return out
+
+
+def _variants(ax: Axes, points: pd.DataFrame, x: str, primary: str, higher: bool) -> None:
+    """Each method's variants, faint (hollow where unsolved), and its Pareto front, a line."""
+    solved = points["solved"] >= 1 if "solved" in points else points[primary].notna()
+    for method, g in points.groupby("method", sort=False):
+        st, ok = method_style(method), solved[g.index]
+        kw = {"marker": st["marker"], "s": 14, "alpha": 0.35, "gid": method}
+        if ok.any():
+            ax.scatter(g.loc[ok, x], g.loc[ok, primary], color=st["color"], lw=0, **kw)
+        if (~ok).any():
+            ax.scatter(g.loc[~ok, x], g.loc[~ok, primary], facecolors="none",
+                       edgecolors=st["color"], lw=0.8, **kw)  # fmt: skip
+        good = g[ok]  # an unsolved run can skip anything: the front is of the solved
+        front = good.iloc[pareto_front(list(good[x]), list(good[primary]), x_higher(x), higher)]
+        ax.plot(front[x], front[primary], color=st["color"], ls=st["linestyle"], lw=1, gid=method)
+
+
+def x_higher(key: str) -> bool:
+    """Whether more of x measure ``key`` is better (the metric registry's direction)."""
+    return bool(get_metric(key).higher)
+
+
+def _picks(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
+    """The picked variants: large, black-edged (hollow where unsolved), 95 % CI error bars."""
+    for i in picks.index:
+        g, st = picks.loc[[i]], method_style(picks.at[i, "method"])
+        hollow = "solved" in picks and picks.at[i, "solved"] < 1
+        ax.errorbar(
+            g[x].to_numpy(float),
+            g[primary].to_numpy(float),
+            xerr=error_bars(g[x], g[f"{x}_ci"], x),
+            yerr=error_bars(g[primary], g[f"{primary}_ci"], primary),
+            fmt=st["marker"], color=st["color"], ms=5.5, mew=0.7, elinewidth=0.7, zorder=3,
+            mec=st["color"] if hollow else "black", mfc="none" if hollow else st["color"],
+            label=picks.at[i, "method"],
+        )  # fmt: skip
+
+
+def _fit_y(ax: Axes, points: pd.DataFrame, picks: pd.DataFrame, primary: str) -> bool:
+    """Fit the y axis to the points and the picks' CIs (these up to the points' span beyond).
+
+    Logarithmic where the points span decades. Returns whether some CI runs past the axis.
+    """
+    ys = points[primary].to_numpy(float)
+    ys = ys[np.isfinite(ys)]
+    if not ys.size:
+        return False
+    log = spans_decades(ys)
+    f = np.log10 if log else (lambda v: np.asarray(v, float))
+    lo_ci, hi_ci = band(picks[primary].to_numpy(float), picks[f"{primary}_ci"], primary)
+    ends = np.concatenate([lo_ci, hi_ci])
+    ends = ends[np.isfinite(ends) & ((ends > 0) if log else True)]
+    lo, hi = f(ys).min(), f(ys).max()
+    span = hi - lo or 0.05 * (abs(hi) or 1.0)
+    if ends.size:
+        lo, hi = max(min(lo, f(ends).min()), lo - span), min(max(hi, f(ends).max()), hi + span)
+    pad = 0.06 * (hi - lo) or 0.05 * (abs(hi) or 1.0)
+    lo, hi = lo - pad, hi + pad
+    if log:
+        ax.set_yscale("log", nonpositive="clip")
+    ax.set_ylim(*((10**lo, 10**hi) if log else (lo, hi)))
+    if log:
+        readable_log(ax.yaxis)
+    y0, y1 = ax.get_ylim()
+    return bool(
+        np.any(np.nan_to_num(lo_ci, nan=y0) < y0) or np.any(np.nan_to_num(hi_ci, nan=y1) > y1)
+    )
+
+
+def _off_axis(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
+    """Where a pick's CI runs past the y axis: a grey arrow glyph at that edge (no method's)."""
+    y0, y1 = ax.get_ylim()
+    lo, hi = band(picks[primary].to_numpy(float), picks[f"{primary}_ci"], primary)
+    for i, down, up in zip(picks.index, lo < y0, hi > y1, strict=True):
+        for edge, head in [(y0, "down")] * bool(down) + [(y1, "up")] * bool(up):
+            ax.plot(picks.at[i, x], edge, marker=OFF_AXIS[head], ms=8, color=OFF_AXIS_COLOR,
+                    clip_on=False, zorder=4)  # fmt: skip
+
+
+def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
+    """The matched budgets: dotted vertical guides labelled above the axis.
+
+    A label closer to the one left of it than a tenth of the axis (times the ``panels`` side by
+    side) goes a line higher.
+    """
+    x0, x1 = ax.get_xlim()
+    prev, up = -math.inf, False
+    for t in sorted(targets):
+        up = (t - prev) < 0.1 * panels * (x1 - x0) and not up
+        prev = t
+        ax.axvline(t, color="0.35", linestyle=":", lw=0.8, zorder=1)
+        ax.annotate(f"{t:g} %", (t, 1), xycoords=ax.get_xaxis_transform(),
+                    xytext=(0, 3.5 + 8 * up), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7, color="0.35")  # fmt: skip
+
+
+def _tradeoff_legend(fig: Figure, methods: list[str], key: dict[str, bool], hollow: bool) -> None:
+    """One legend under the panels: the methods, then what every other kind of mark means."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    marks = {
+        "front: a method's solved variants": Line2D([], [], color="0.3", lw=1),
+        "reference: mean ± 95 % CI": Patch(color=REFERENCE_COLOR, alpha=0.3, lw=0),
+        "matched budget": Line2D([], [], color="0.35", ls=":", lw=0.8),
+        "CI past the axis": Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=8,
+                                   color=OFF_AXIS_COLOR),
+    }  # fmt: skip
+    handles = [Line2D([], [], **method_style(m)) for m in methods]
+    handles += [h for k, h in marks.items() if key.get(k, True)]
+    labels = methods + [k for k in marks if key.get(k, True)]
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+               title=PICKS + (UNSOLVED if hollow else ""))  # fmt: skip
 
 
 def tradeoff_figure(
@@ -134,135 +283,67 @@ def tradeoff_figure(
     marked: Collection[tuple[str, str]] = (),
     targets: Sequence[float] = (),
     activity: Sequence[str] = (),
-) -> Figure:
-    """Metric vs Skip % (left) and vs effective FLOPs (right): per method its front of variants.
+) -> Figure | None:
+    """Metric vs Skip %, vs activity sparsity % and vs effective FLOPs: each method's front.
 
-    Every variant is a faint point; each method's Pareto front (``pareto_front``, over its
-    solved variants) is a line in its style, and the ``marked`` variants (those picked at a
-    matched budget, or by the table's rule) are drawn large, black-edged, with 95 % CI error
-    bars. A variant some of whose seeds did not solve the task (mean ``solved`` below 1, where
-    recorded) is hollow. The y axis spans the methods' points; reference predictors are bands
-    within it, arrows at its edge outside it (``draw_bands``), named right of the FLOPs panel.
-    ``targets`` are vertical guides on the Skip % panel. One legend, under the panels. Colours,
-    markers and dashes: ``method_style``, through seaborn's hue and style semantics.
+    One panel per x measure that varies (``tradeoff_panels``; None when none does): every
+    variant a faint point, each method's Pareto front (``pareto_front``, over its solved
+    variants) a line in its style, and the ``marked`` variants (those picked at a matched
+    budget, or by the table's rule) drawn large, black-edged, with 95 % CI error bars. A variant
+    some of whose seeds did not solve the task (mean ``solved`` below 1, where recorded) is
+    hollow. The y axis spans the methods' points and the picks' CIs up to the points' span
+    beyond them (``_fit_y``); a CI past it ends in a grey arrow glyph (``OFF_AXIS``). Reference
+    predictors are bands within the y range, arrows at its edge outside it (``draw_bands``),
+    named right of the last panel. ``targets`` are vertical guides on the sparsity panels. One
+    legend under the panels names the methods and every other kind of mark.
 
     Args:
         points: one row per variant (``variant_points``) with ``method``, ``variant_id``,
-            ``primary``, ``skip_pct``, ``flops`` and their ``_ci`` columns (``solved``: optional).
+            ``primary``, ``skip_pct``, ``flops`` and their ``_ci`` columns (``solved``,
+            ``read_skip_pct``: optional).
         primary: the primary metric's key (its column in ``points``).
         higher: whether higher values of the metric are better (sets the Pareto fronts).
         metric_title: axis label of the metric.
         bands: the reference predictors (``reference_bands``).
         marked: ``(method, variant_id)`` pairs drawn large with error bars.
         targets: Skip % budgets drawn as labelled vertical guides.
-        activity: methods whose ``skip_pct`` column holds their activity sparsity % (named in
-            the x label).
+        activity: the activity-sparse methods, drawn at their activity sparsity % (their own
+            panel) instead of their Skip % (0).
     """
-    import pandas as pd
-    import seaborn as sns
+    import textwrap
+
     from matplotlib.ticker import EngFormatter, NullFormatter
 
-    skip, flops = get_metric("skip_pct"), get_metric("flops")
-    also = f" (activity sparsity %: {', '.join(activity)})" if len(activity) else ""
-    xs = [
-        ("skip_pct", skip.higher, skip.title + also + arrow(skip.higher)),
-        ("flops", flops.higher, f"{flops.title} per sequence{arrow(flops.higher)}"),
-    ]
-    methods = method_order(points["method"])
-    styles = {m: method_style(m) for m in methods}
-    semantics = {
-        "hue": "method",
-        "hue_order": methods,
-        "palette": {m: s["color"] for m, s in styles.items()},
-        "style": "method",
-        "style_order": methods,
-        "legend": False,
-    }
-    solved = points["solved"] if "solved" in points else pd.Series(1.0, index=points.index)
-    hollow = solved < 1
-    is_marked = pd.Series(
-        list(zip(points["method"], points["variant_id"], strict=True)), index=points.index
-    ).isin(set(marked))
-    with figure(TWO_COLUMNS, 3.4, 1, 2, sharey=True) as (fig, axes):
-        for ax, (x, x_higher, xlabel) in zip(axes, xs, strict=True):
-            markers = {m: s["marker"] for m, s in styles.items()}
-            for part in (points[~hollow], points[hollow]):
-                if len(part):
-                    kw = {"alpha": 0.35, "s": 14, "linewidth": 0}
-                    sns.scatterplot(part, x=x, y=primary, markers=markers, ax=ax, **kw, **semantics)
-            if hollow.any():  # the last collection: the unsolved variants, hollow
-                dots = ax.collections[-1]
-                dots.set_edgecolors(dots.get_facecolors())
-                dots.set_facecolors("none")
-                dots.set_linewidth(0.8)
-            fronts = [  # of the solved variants: an unsolved run can skip anything
-                g.iloc[pareto_front(list(g[x]), list(g[primary]), x_higher, higher)]
-                for _, g in points[~hollow].groupby("method", sort=False)
-            ]
-            dashes = {m: DASHES[s["linestyle"]] for m, s in styles.items()}
-            if fronts:
-                kw = {"dashes": dashes, "estimator": None, "sort": True, "lw": 1}
-                sns.lineplot(pd.concat(fronts), x=x, y=primary, ax=ax, **kw, **semantics)
-            for i in points.index[is_marked]:  # the picks: large, black-edged, CI error bars
-                g, st = points.loc[[i]], styles[points.at[i, "method"]]
-                ax.errorbar(
-                    g[x].to_numpy(float),
-                    g[primary].to_numpy(float),
-                    xerr=error_bars(g[x], g[f"{x}_ci"], x),
-                    yerr=error_bars(g[primary], g[f"{primary}_ci"], primary),
-                    fmt=st["marker"],
-                    color=st["color"],
-                    ms=5.5,
-                    mew=0.7,
-                    elinewidth=0.7,
-                    zorder=3,
-                    mec=st["color"] if hollow[i] else "black",
-                    mfc="none" if hollow[i] else st["color"],
-                    label=points.at[i, "method"],
-                )
-            ax.set_xlabel(xlabel)
-            if x == "flops" and spans_decades(points[x]):
+    panels = tradeoff_panels(points, activity)
+    if not panels:
+        return None
+    pairs = list(zip(points["method"], points["variant_id"], strict=True))
+    picks = points[[p in set(marked) for p in pairs]]
+    with figure(TWO_COLUMNS, 3.7, 1, len(panels), sharey=True, squeeze=False) as (fig, axes):
+        axes = list(axes[0])
+        past = _fit_y(axes[0], points, picks, primary)
+        for ax, (x, methods, label) in zip(axes, panels, strict=True):
+            part = points[points["method"].isin(methods)]
+            _variants(ax, part, x, primary, higher)
+            _picks(ax, picks[picks["method"].isin(methods)], x, primary)
+            _off_axis(ax, picks[picks["method"].isin(methods)], x, primary)
+            ax.set_xlabel(textwrap.fill(label, 26 if len(panels) > 2 else 60))
+            if x == "flops" and spans_decades(part[x]):
                 ax.set_xscale("log", nonpositive="clip")
-                ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: never crowded
+                ax.xaxis.set_minor_formatter(NullFormatter())
+                readable_log(ax.xaxis)
             elif x == "flops":  # 200k, 1.5M: no offset text ("1e6") beside the axis label
                 ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+            else:
+                _guides(ax, targets, len(panels))
+            draw_bands(ax, bands, primary, text=ax is axes[-1])
         axes[0].set_ylabel(metric_title + arrow(higher))
-        axes[1].set_ylabel("")
-        ys = points[primary].to_numpy(float)
-        ys = ys[np.isfinite(ys)]
-        log = spans_decades(ys)
-        if log:
-            axes[0].set_yscale("log", nonpositive="clip")
-        if ys.size:
-            lo, hi = (np.log10(ys) if log else ys).min(), (np.log10(ys) if log else ys).max()
-            pad = 0.06 * (hi - lo) or 0.05 * (abs(hi) or 1.0)
-            lo, hi = lo - pad, hi + pad
-            axes[0].set_ylim(*((10**lo, 10**hi) if log else (lo, hi)))
+        hollow = "solved" in points and bool((points["solved"] < 1).any())
         y0, y1 = axes[0].get_ylim()
-        picks = points[is_marked]
-        lo_ci, hi_ci = band(picks[primary], picks[f"{primary}_ci"], primary)
-        for i, down, up in zip(picks.index, lo_ci < y0, hi_ci > y1, strict=True):
-            colour = styles[picks.at[i, "method"]]["color"]  # a CI past the axis: an arrowhead
-            edges = [(y0, "v")] * bool(down) + [(y1, "^")] * bool(up)  # where it leaves it
-            for ax, (x, _, _) in zip(axes, xs, strict=True):
-                for edge, head in edges:
-                    ax.plot(picks.at[i, x], edge, head, ms=4, color=colour, clip_on=False)
-        for t in targets:
-            axes[0].axvline(t, color="0.35", linestyle=":", lw=0.8, zorder=1)
-            axes[0].annotate(  # above the arrowheads of CIs that leave the axis at its top
-                f"{t:g} %",
-                (t, 1),
-                xycoords=axes[0].get_xaxis_transform(),
-                xytext=(0, 3.5),
-                textcoords="offset points",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color="0.35",
-            )
-        for ax in axes:
-            draw_bands(ax, bands, primary, text=ax is axes[1])
-        legend(fig, methods, below=True)
+        key = {"reference: mean ± 95 % CI": any(y0 <= b[1] <= y1 for b in bands),
+               "matched budget": bool(targets) and any(p[0] != "flops" for p in panels),
+               "CI past the axis": past}  # fmt: skip
+        _tradeoff_legend(fig, method_order(points["method"]), key, hollow)
     return fig
 
 
@@ -274,8 +355,8 @@ def budget_knobs(method: str) -> tuple[str, ...]:
         return ()
 
 
-def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
-    """Per variant id, the config values that vary among its method's variants (``k=v, ...``).
+def variant_values(runs: pd.DataFrame, exclude: str = "") -> dict[str, dict[str, str]]:
+    """Per variant id, the config values that vary among its method's variants (as text).
 
     The method's budget knobs come first, in their declared order, the other values after them
     by name; ``exclude`` (the knob a budget figure plots along x) is left out.
@@ -288,8 +369,16 @@ def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
         knobs = [k for k in budget_knobs(method) if k in varying]
         keys = [k for k in [*knobs, *sorted(varying - set(knobs))] if k != exclude]
         for vid, cfg in cfgs.items():
-            out[vid] = ", ".join(f"{k}={value_text(cfg.get(k))}" for k in keys)
+            out[vid] = {k: value_text(cfg.get(k)) for k in keys}
     return out
+
+
+def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
+    """Per variant id, its ``variant_values`` as ``k=v, ...``."""
+    return {
+        vid: ", ".join(f"{k}={v}" for k, v in values.items())
+        for vid, values in variant_values(runs, exclude).items()
+    }
 
 
 def budget_sweeps(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -300,7 +389,9 @@ def budget_sweeps(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
     Returns:
         ``{knob: runs}`` in the order the knobs first appear; each frame adds a column named by
-        the knob (its value as a float) and ``line`` (the method and its other varying values).
+        the knob (its value as a float), ``others`` (the method's other varying values, a dict,
+        less those set with the knob: one value at each of its values) and ``line`` (the method
+        and those values).
     """
     import pandas as pd
 
@@ -311,12 +402,22 @@ def budget_sweeps(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
             if values.nunique() < 2:  # NaN (not set) is not a value
                 continue
             part = m_runs.assign(**{knob: values})[values.notna()]
-            labels = variant_labels(m_runs, exclude=knob)
-            part["line"] = [
-                ", ".join(p for p in (method, labels[v]) if p) for v in part["variant_id"]
-            ]
+            others = variant_values(m_runs, exclude=knob)
+            part["others"] = [others[v] for v in part["variant_id"]]
+            by_value = part.groupby(knob)["others"]
+            tied = [  # set with the knob (one value per knob value): no setting of its own
+                k for k in {k for o in part["others"] for k in o}
+                if by_value.agg(lambda os, k=k: len({o.get(k) for o in os})).max() == 1
+            ]  # fmt: skip
+            part["others"] = [{k: v for k, v in o.items() if k not in tied} for o in part["others"]]
+            part["line"] = [_line(method, o) for o in part["others"]]
             found.setdefault(knob, []).append(part)
     return {knob: pd.concat(parts) for knob, parts in found.items()}
+
+
+def _line(method: str, values: dict[str, str], leave: Collection[str] = ()) -> str:
+    """``method, k=v, ...`` of ``values`` less the keys in ``leave``."""
+    return ", ".join([method, *(f"{k}={v}" for k, v in values.items() if k not in leave)])
 
 
 def log_knob(values: Sequence[float]) -> bool:
@@ -325,111 +426,278 @@ def log_knob(values: Sequence[float]) -> bool:
 
 
 def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
-    """Make ``ax``'s x axis a log axis over the values > 0, 0 at its own tick past a break.
+    """Make ``ax``'s x axis a log axis over the values > 0; 0, where run, at a tick past a break.
 
-    Every decade has a tick; over more than five decades only every second (third, ...) one,
-    counted from the top, is labelled.
+    Up to six values: a tick at each, and at each power of 10 between them, labelled from the
+    top where a label stands 12 % of the axis from the one above it; more: one per decade, only
+    every second (third, ...) one labelled over more than five decades, counted from the top.
 
     Returns:
         The x position where 0 is drawn (a decade below the smallest value > 0).
     """
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    positive = [v for v in values if v > 0] or [1.0]
-    low, top = min(positive), max(positive)
+    positive = sorted({v for v in values if v > 0}) or [1.0]
+    low, top = positive[0], positive[-1]
     zero_x = low / 10
+    zero = any(v == 0 for v in values)
     decades = range(math.ceil(math.log10(low) - 1e-9), math.floor(math.log10(top) + 1e-9) + 1)
-    ticks = [zero_x, *sorted({low, *(10.0**d for d in decades)})]
+    few = len(positive) <= 6
+    ticks = sorted(
+        {*positive, *(10.0**d for d in decades)} if few else {low, *(10.0**d for d in decades)}
+    )
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_locator(FixedLocator([zero_x] * zero + ticks))
     ax.xaxis.set_minor_locator(NullLocator())
+    step = 1 if few else math.ceil(len(decades) / 5)  # at most 5 decades labelled
 
-    step = math.ceil(len(decades) / 5)  # at most 5 decades labelled: labels never overlap
+    span = math.log10(top / (zero_x if zero else low)) + 0.8  # decades in view
+    shown, prev = set(), math.inf  # from the top, a label at least 12 % of the axis apart
+    for t in sorted(ticks, reverse=True):
+        if prev - math.log10(t) >= 0.12 * span:
+            shown.add(t)
+            prev = math.log10(t)
 
     def label(v: float, _: Any) -> str:
         if v == zero_x:
             return "0"
         e = math.log10(v)
+        if few:
+            return f"{v:g}" if v in shown else ""
         if abs(e - round(e)) >= 1e-9:  # the lowest value: unless a decade stands beside it
             return f"{v:g}" if step == 1 and all(abs(e - d) > 0.5 for d in decades) else ""
         return f"$10^{{{round(e)}}}$" if (decades[-1] - round(e)) % step == 0 else ""
 
     ax.xaxis.set_major_formatter(FuncFormatter(label))
-    ax.set_xlim(zero_x / 10**0.4, top * 10**0.4)
-    brk = math.sqrt(zero_x * low)  # the break between 0 and the log scale
-    ax.text(brk, 0, "//", transform=ax.get_xaxis_transform(), ha="center", va="center")
+    ax.set_xlim((zero_x if zero else low) / 10**0.4, top * 10**0.4)
+    if zero:
+        brk = math.sqrt(zero_x * low)  # the break between 0 and the log scale
+        ax.text(brk, 0, "//", transform=ax.get_xaxis_transform(), ha="center", va="center")
     return zero_x
 
 
-def _line_styles(runs: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """A style per ``line`` of ``runs``: its method's; further lines of a method, other dashes."""
-    out: dict[str, dict[str, str]] = {}
+MAX_LINES = 6  # lines in one panel of a budget figure
+LINE_LOOKS = (  # a method's lines told apart: its colour, a dark shade, half-filled markers
+    {"shade": 1.0, "fillstyle": "full", "linestyle": "-"},
+    {"shade": 0.3, "fillstyle": "full", "linestyle": "--"},
+    {"shade": 1.0, "fillstyle": "bottom", "linestyle": ":"},
+)
+
+
+def facet_keys(runs: pd.DataFrame) -> list[str]:
+    """The settings a budget figure's panels split on (one panel per combination of values).
+
+    The learning rate where it varies; then, while a method keeps more than ``LINE_LOOKS``
+    lines (its other settings) or a panel more than ``MAX_LINES``, the setting whose split
+    leaves the fewest.
+    """
+    lines = {(m, tuple(o.items())) for m, o in zip(runs["method"], runs["others"], strict=True)}
+    cand = sorted({k for _, o in lines for k, _ in o}, key=lambda k: (k != "train.lr", k))
+
+    def crowd(keys: list[str]) -> tuple[int, int]:
+        per_method: dict[str, set] = {}
+        panels: dict[tuple, set] = {}
+        for m, o in lines:
+            rest = tuple(kv for kv in o if kv[0] not in keys)
+            per_method.setdefault(m, set()).add(rest)
+            panels.setdefault(tuple(v for k, v in o if k in keys), set()).add((m, rest))
+        worst = max(len(v) for v in per_method.values())
+        return max(worst - len(LINE_LOOKS), 0) + max(
+            max(map(len, panels.values())) - MAX_LINES, 0
+        ), worst
+
+    keys = cand[:1] if cand[:1] == ["train.lr"] else []
+    while crowd(keys)[0] and len(keys) < len(cand):
+        keys.append(min((k for k in cand if k not in keys), key=lambda k: crowd([*keys, k])))
+    return keys
+
+
+def swept_lines(runs: pd.DataFrame, knob: str) -> pd.DataFrame:
+    """The runs a budget figure draws: knob >= 0, of settings run at two values of it or more.
+
+    A setting (method and its other values, ``others``) run at one value of the knob is a
+    point, not a sweep: the trade-off figure shows it.
+    """
+    runs = runs[runs[knob] >= 0]
+    if "others" not in runs:  # one setting per method beside the knob
+        runs = runs.assign(others=[{}] * len(runs))
+    setting = [repr((m, o)) for m, o in zip(runs["method"], runs["others"], strict=True)]
+    return runs[runs.groupby(setting)[knob].transform("nunique").to_numpy() > 1]
+
+
+def panel_grid(panels: Sequence[tuple]) -> tuple[dict[tuple, tuple[int, int]], int]:
+    """Where each panel (its facet values) of a budget figure goes: ``({panel: (row, col)}, cols)``.
+
+    One column per value of the first facet setting (the learning rate) where there are at most
+    four, one row per combination of the others; else row by row, three or four a row. Values
+    in numeric order.
+    """
+
+    def order(v: str) -> tuple:
+        try:
+            return (0, float(v), "")
+        except ValueError:
+            return (1, 0.0, v)
+
+    uniq = sorted(set(panels), key=lambda p: [order(v) for v in (*p[1:], *p[:1])])
+    firsts = sorted({p[0] for p in uniq if p}, key=order)
+    if 1 < len(firsts) <= 4:
+        rests = list(dict.fromkeys(p[1:] for p in uniq))
+        return {p: (rests.index(p[1:]), firsts.index(p[0])) for p in uniq}, len(firsts)
+    ncol = max(min(len(uniq), 3 if len(uniq) <= 9 else 4), 1)
+    return {p: divmod(k, ncol) for k, p in enumerate(uniq)}, ncol
+
+
+def budget_rows(runs: pd.DataFrame, knob: str, primary: str) -> list[tuple[str, list[str]]]:
+    """The measures a budget figure draws, ``(key, methods)``: the metric and each sparsity.
+
+    Skip % for the methods that skip, activity sparsity % for the activity-sparse ones
+    (``budget_measure``); a measure whose means (per ``line`` and knob value) are all one value
+    is not drawn.
+    """
+    methods = method_order(runs["method"])
+    activity = [
+        m for m in methods if "record" in runs
+        and budget_measure(list(runs.loc[runs["method"] == m, "record"]), "test") != "skip_pct"
+    ]  # fmt: skip
+    rows = []
+    for key, ms in [(primary, methods), ("skip_pct", [m for m in methods if m not in activity]),
+                    ("read_skip_pct", activity)]:  # fmt: skip
+        part = runs[runs["method"].isin(ms)]
+        v = (  # the means drawn: per line and knob value
+            part.groupby(["line", knob])[key].mean().to_numpy(float) if key in part else []
+        )
+        v = np.asarray(v, float)[np.isfinite(np.asarray(v, float))]
+        if ms and v.size and v.min() != v.max():
+            rows.append((key, ms))
+    return rows
+
+
+def _line_looks(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The style of each ``line`` of ``runs``: its method's, then the next of ``LINE_LOOKS``.
+
+    A method's second line is a dark shade of its colour, dashed; its third has half-filled
+    markers, dotted.
+    """
+    from matplotlib.colors import to_hex, to_rgb
+
+    out: dict[str, dict[str, Any]] = {}
     for method in method_order(runs["method"]):
         st = method_style(method)
-        lines = list(dict.fromkeys(runs.loc[runs["method"] == method, "line"]))
-        for k, line in enumerate(lines):
-            ls = LINESTYLES[(LINESTYLES.index(st["linestyle"]) + k) % len(LINESTYLES)]
-            out[line] = {**st, "linestyle": ls}
+        for j, line in enumerate(dict.fromkeys(runs.loc[runs["method"] == method, "line"])):
+            look = LINE_LOOKS[j % len(LINE_LOOKS)]
+            colour = to_hex(np.asarray(to_rgb(st["color"])) * look["shade"])
+            out[line] = {**st, "color": colour, "linestyle": look["linestyle"],
+                         "fillstyle": look["fillstyle"]}  # fmt: skip
     return out
+
+
+def _budget_line(
+    ax: Axes, g: pd.DataFrame, knob: str, y: str, st: dict, zero_x: float | None
+) -> None:
+    """One line of a budget panel: mean ± std over seeds per knob value; 0 left of the break."""
+    s = g.groupby(knob)[y].agg(["mean", "std"]).sort_index()
+    x, m = s.index.to_numpy(float), s["mean"].to_numpy(float)
+    lo, hi = band(m, s["std"].to_numpy(float), y)
+    drawn = x > 0 if zero_x is not None else np.ones_like(x, dtype=bool)
+    ax.plot(x[drawn], m[drawn], gid=g["method"].iloc[0], **st)
+    ax.fill_between(x[drawn], lo[drawn], hi[drawn], color=st["color"], alpha=0.15, lw=0)
+    if not drawn.all():  # 0 on a log axis
+        z = ~drawn
+        ax.errorbar([zero_x], m[z], yerr=[m[z] - lo[z], hi[z] - m[z]], fmt=st["marker"],
+                    color=st["color"], fillstyle=st["fillstyle"],
+                    label=g["method"].iloc[0])  # fmt: skip
+        if drawn.any():
+            ax.plot([zero_x, x[drawn][0]], [m[z][0], m[drawn][0]], color=st["color"],
+                    linestyle=":", lw=0.8)  # fmt: skip
 
 
 def budget_figure(
     runs: pd.DataFrame, knob: str, primary: str, metric_title: str, higher: bool | None = None
-) -> Figure:
-    """Metric and Skip % vs a budget knob, mean ± std over seeds, one line per setting.
+) -> Figure | None:
+    """Metric and sparsity vs a budget knob, small multiples: mean ± std over seeds per line.
 
-    Where the knob's values above 0 span decades (``log_knob``) the axis is logarithmic over
-    them and 0 is drawn at its own tick ("0") a decade to the left, past a break mark, joined to
-    the rest by a dotted segment; otherwise it is linear. Negative values are left out.
+    One panel per combination of the ``facet_keys`` settings (e.g. per learning rate), the
+    metric above each sparsity measure (``budget_rows``: Skip %, or the activity sparsity of
+    the activity-sparse methods); in a panel one line per method and other setting, at most
+    ``MAX_LINES``, a method's in its colour (``_line_looks``). Where the knob's values above 0
+    span decades (``log_knob``) the axis is logarithmic over them and 0, where run, is drawn at
+    its own tick ("0") a decade to the left, past a break mark, joined to the rest by a dotted
+    segment; otherwise it is linear. Negative values are left out. None when nothing varies.
 
     Args:
-        runs: one row per run with ``method``, ``line`` (method and the other varying values),
-            the knob's value in the column named ``knob``, ``primary`` and ``skip_pct``.
+        runs: one row per run (``budget_sweeps``) with ``method``, ``others``, ``record``, the
+            knob's value in the column named ``knob``, ``primary`` and ``skip_pct``.
         knob: the budget knob (the x axis is labelled with its name).
         primary: the primary metric's key (its column in ``runs``).
         metric_title: axis label of the metric.
         higher: the metric's direction (an arrow in the label), if known.
     """
-    runs = runs[runs[knob] >= 0]
-    styles = _line_styles(runs)
+    import textwrap
+
+    runs = swept_lines(runs, knob)
+    rows = budget_rows(runs, knob, primary)
+    if not rows:
+        return None
+    facets = facet_keys(runs)
+    runs = runs.assign(
+        panel=[tuple(o.get(k, "") for k in facets) for o in runs["others"]],
+        line=[_line(m, o, facets) for m, o in zip(runs["method"], runs["others"], strict=True)],
+    )
+    looks = _line_looks(runs)
+    cells, ncol = panel_grid(list(runs["panel"]))
+    nrow = (max(r for r, _ in cells.values()) + 1) * len(rows)
     log = log_knob(list(runs[knob]))
-    skip = get_metric("skip_pct")
-    with figure(TWO_COLUMNS, max(2.6, legend_height(len(styles))), 1, 2) as (fig, axes):
-        panels = [(primary, metric_title + arrow(higher)), ("skip_pct", skip.title + arrow(True))]
-        for ax, (y, title) in zip(axes, panels, strict=True):
-            zero_x = _knob_axis(ax, list(runs[knob])) if log else None
-            for line, st in styles.items():
-                s = runs[runs["line"] == line].groupby(knob)[y].agg(["mean", "std"]).sort_index()
-                x = s.index.to_numpy(float)
-                m = s["mean"].to_numpy(float)
-                lo, hi = band(m, s["std"].to_numpy(float), y)
-                drawn = x > 0 if log else np.ones_like(x, dtype=bool)
-                ax.plot(x[drawn], m[drawn], label=line, **st)
-                ax.fill_between(x[drawn], lo[drawn], hi[drawn], color=st["color"], alpha=0.2, lw=0)
-                if not drawn.all():  # 0 on a log axis
-                    z = ~drawn
-                    ax.errorbar(
-                        [zero_x],
-                        m[z],
-                        yerr=[m[z] - lo[z], hi[z] - m[z]],
-                        fmt=st["marker"],
-                        color=st["color"],
-                    )
-                    if drawn.any():
-                        ax.plot(
-                            [zero_x, x[drawn][0]],
-                            [m[z][0], m[drawn][0]],
-                            color=st["color"],
-                            linestyle=":",
-                            lw=0.8,
-                        )
-            ax.set_xlabel(knob)
-            ax.set_ylabel(title)
-            if not get_metric(y).percent and spans_decades(runs[y]):
-                ax.set_yscale("log", nonpositive="clip")
-        handles = [h for h in axes[0].get_lines() if h.get_label() in styles]
-        fig.legend(handles, [h.get_label() for h in handles], loc="outside right upper")
+    per_row = 1.9 if nrow * ncol <= 2 else 1.15 if nrow <= 6 else 0.95
+    height = 0.5 + per_row * nrow + 0.2 * math.ceil(len(looks) / 2)
+    kw = {"squeeze": False, "sharex": True, "sharey": "row"}
+    with figure(TWO_COLUMNS, height, nrow, ncol, **kw) as (fig, grid):
+        for ax in grid.flat:
+            ax.set_visible(False)
+        for panel, (row, col) in cells.items():
+            left = col == min(c for r, c in cells.values() if r == row)
+            for r, (y, methods) in enumerate(rows):
+                ax = grid[row * len(rows) + r, col]
+                ax.set_visible(True)
+                zero_x = _knob_axis(ax, list(runs[knob])) if log else None
+                part = runs[(runs["panel"] == panel) & runs["method"].isin(methods)]
+                for line, g in part.groupby("line", sort=False):
+                    zero = zero_x if (g[knob] == 0).any() else None
+                    _budget_line(ax, g, knob, y, looks[line], zero)
+                label = metric_title + arrow(higher) if y == primary else None
+                _budget_axes(ax, runs[y], y, label, left)
+                ax.set_xlabel(knob if r == len(rows) - 1 else "")
+                ax.xaxis.set_tick_params(labelbottom=r == len(rows) - 1)
+                if r == 0 and panel:
+                    title = ", ".join(f"{k}={v}" for k, v in zip(facets, panel, strict=True))
+                    ax.set_title(textwrap.fill(title, 34 if ncol < 4 else 26), loc="left")
+        _budget_legend(fig, looks)
     return fig
+
+
+def _budget_axes(ax: Axes, values: pd.Series, y: str, label: str | None, left: bool) -> None:
+    """A budget panel's y axis: labelled in the left column, log where ``values`` span decades.
+
+    The label is ``label``, else the measure's title and direction.
+    """
+    import textwrap
+
+    metric = get_metric(y)
+    label = label or metric.title + arrow(metric.higher)
+    ax.set_ylabel(textwrap.fill(label, 24) if left else "")
+    if not metric.percent and spans_decades(values):
+        ax.set_yscale("log", nonpositive="clip")
+        ax.set_ylim(*ax.get_ylim())
+        readable_log(ax.yaxis)
+
+
+def _budget_legend(fig: Figure, looks: dict[str, dict[str, Any]]) -> None:
+    """The budget figure's legend, under its panels: one entry per line."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], **st) for st in looks.values()]
+    ncols = max(min(len(looks), 110 // (max(map(len, looks)) + 8)), 1)  # within 7 in
+    fig.legend(handles, list(looks), loc="outside lower center", ncols=ncols)
 
 
 def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
@@ -467,9 +735,14 @@ def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
     return (
         "Update pattern of the first test sequence, per method "
         + "; ".join(parts)
-        + f".{chance} Units × time, black = update; depth-adaptive methods: micro-steps n_t,i "
-        "per unit (colour); activity-sparse methods (every unit updated): the columns each step "
-        "read, input columns (in) above state columns (state)."
+        + f".{chance} Units × time, black = update (grey: a pixel of several units, their share "
+        "updated); depth-adaptive methods: micro-steps n_t,i per unit (colour); activity-sparse "
+        "methods (every unit updated): the columns each step read, input columns (in) above "
+        "state columns (state). Each title gives the variant's test Skip % (its table row's "
+        "mean over seeds); a method that skips is drawn even where this sequence skipped "
+        "nothing (its title says so). Named above the panels, not drawn: the methods at 0 % "
+        "Skip whose sequence updated every unit, read every column (and ran every unit at one "
+        "depth)."
     )
 
 
@@ -482,14 +755,15 @@ def tradeoff(
     labels: dict[str, str],
     selected: dict[str, str] | None,
     rule: str,
-) -> tuple[str, Figure]:
-    """The trade-off figure of ``report_figures`` and its caption.
+) -> tuple[str, Figure | None]:
+    """The trade-off figure of ``report_figures`` and its caption (no figure: see below).
 
-    Activity-sparse methods (``budget_measure``) stand at their activity sparsity % on the Skip
-    % axis; in a matched-budget report (a rule with a Skip % target) the budget targets are the
-    rule's own and those of ``MATCHED_BUDGETS`` at least 5 points from it, up to 5 points past
-    the highest Skip %; marked: the table's picks and, per
+    Activity-sparse methods (``budget_measure``) stand at their activity sparsity % in a panel
+    of their own; in a matched-budget report (a rule with a Skip % target) the budget targets
+    are the rule's own and those of ``MATCHED_BUDGETS`` at least 5 points from it, up to 5
+    points past the highest Skip % (or activity sparsity %); marked: the table's picks and, per
     target, the variant ``val-skip-nearest`` picks (``best-val``'s where no target is left).
+    No figure where neither Skip %, activity sparsity nor FLOPs varies (``tradeoff_panels``).
     """
     keys = [primary, "skip_pct", "read_skip_pct", "flops", "solved"]
     points = variant_points(runs, [k for k in keys if k in runs])
@@ -499,40 +773,78 @@ def tradeoff(
         if budget_measure(list(runs.loc[runs["method"] == m, "record"]), "test") != "skip_pct"
     ]
     at = points["method"].isin(activity)
-    for c in ("skip_pct", "skip_pct_ci") if activity else ():  # at their activity sparsity
-        points.loc[at, c] = points.loc[at, "read_" + c]
+    sparsity = points["skip_pct"].where(~at, points.get("read_skip_pct", points["skip_pct"]))
     own = [t for t in [parse_rule(rule).target if rule else None] if t is not None]
     # the other matched budgets only in a matched-budget report (a rule with a target)
     targets = own + [t for t in MATCHED_BUDGETS if own and all(abs(t - u) >= 5 for u in own)]
-    targets = sorted(t for t in targets if t <= points["skip_pct"].max() + 5)  # where some skip
+    targets = sorted(t for t in targets if t <= sparsity.max() + 5)  # where some skip
     marked = set((selected or {}).items())
     for r in [Rule("val-skip-nearest", t) for t in targets] or [Rule("best-val")]:
         marked |= {(rec["method"], rec["variant_id"]) for rec in select(list(runs["record"]), r)[0]}
+    fig = tradeoff_figure(points, primary, higher, title, bands, marked, targets, activity)
+    if fig is None:
+        return "", None
     unsolved = points[points["solved"] < 1] if "solved" in points else points.iloc[:0]
     named = [f"{m} ({labels[v] or v})" for m, v in unsolved[["method", "variant_id"]].to_numpy()]
     budgets = ", ".join(f"{t:g}" for t in targets)
     picks = "the variant best-val picks"
     if targets:
-        picks = (
-            f"the variant val-skip-nearest picks at each matched budget ({budgets} % Skip, dotted)"
-        )
+        picks = f"the variant val-skip-nearest picks at each matched budget ({budgets} %, dotted)"
+    names = {"skip_pct": "Skip %", "read_skip_pct": "activity sparsity %",
+             "flops": "effective FLOPs per sequence"}  # fmt: skip
+    drawn = [names[k] for k, _, _ in tradeoff_panels(points, activity)]
     caption = (
-        f"{title} vs Skip % and vs effective FLOPs per sequence, one point per variant (mean over "
-        f"seeds; faint: every variant). Lines: each method's Pareto front of its solved variants. "
-        f"Large, black-edged, with 95 % CI error bars (Student's t; an arrowhead where one runs "
-        f"past the axis): {picks}"
+        f"{title} vs {' and vs '.join(drawn)}, one panel each, one point per variant (mean "
+        f"over seeds; faint: every variant). Lines: each method's Pareto front of its solved "
+        f"variants. Large, black-edged, with 95 % CI error bars (Student's t; a grey arrow "
+        f"where one runs past the axis): {picks}"
         + (f" and the table's pick ({rule})" if selected else "")
-        + (f"; {', '.join(activity)} at their activity sparsity %" if activity else "")
+        + (f". Activity-sparse methods ({', '.join(activity)}) update every unit (Skip 0 %): "
+           "they stand at their activity sparsity % (the share of weight columns not read), "
+           "a measure of their own, in its own panel" if activity else "")
+        + ". A panel whose x values are all one value is not drawn"
         + (f". Hollow: variants with a run that did not solve the task: {'; '.join(named)}"
            if named else "")
         + (f". Grey: the reference predictors ({', '.join(b[0] for b in bands)}), mean ± 95 % "
            "CI, a band within the y range, an arrow at its edge outside it" if bands else "")
-        + "."
+        + ". The legend under the panels says what each kind of mark means."
     )  # fmt: skip
+    return caption, fig
+
+
+def budget_caption(swept: pd.DataFrame, knob: str, primary: str, title: str) -> str:
+    """The caption of ``budget_figure(swept, knob, ...)``: what its rows, panels and lines are."""
+    swept = swept_lines(swept, knob)
+    drawn = budget_rows(swept, knob, primary)
+    rows = [title if k == primary else get_metric(k).title for k, _ in drawn]
+    facets = facet_keys(swept)
+    zero = "; 0 left of the break" if log_knob(swept[knob]) and (swept[knob] == 0).any() else ""
+    activity = [m for k, ms in drawn if k == "read_skip_pct" for m in ms]
     return (
-        caption,
-        tradeoff_figure(points, primary, higher, title, bands, marked, targets, activity),
-    )
+        f"{' and '.join(rows)} vs {knob}, the budget knob of "
+        f"{', '.join(method_order(swept['method']))} (mean ± std over seeds{zero})"
+        + (f", one panel per {' and '.join(facets)}" if facets else "")
+        + (f"; {', '.join(activity)}: every unit updated (Skip 0 %), their activity sparsity "
+           "drawn" if activity else "")
+        + ". A method's lines are in its colour; its second a dark shade (dashed), its third "
+        "with half-filled markers (dotted). Settings run at one value of the knob alone are "
+        "not drawn (the trade-off figure shows them)."
+    )  # fmt: skip
+
+
+def depth_hists(runs: pd.DataFrame, choice: MaskChoice) -> dict[str, dict[str, int]]:
+    """Per depth method, its executed depths' counts over the seeds of the variant it shows.
+
+    The variant of ``choice`` (the update patterns' pick: the table's, else nearest the
+    common Skip %), so that the histogram and the masks figure show one variant.
+    """
+    hists: dict[str, dict[str, int]] = {}
+    for method, (vid, _) in choice.picks.items():
+        for rec in runs.loc[runs["variant_id"] == vid, "record"]:
+            for r, c in ((rec.get("trace") or {}).get("depth_hist") or {}).items():
+                h = hists.setdefault(method, {})
+                h[r] = h.get(r, 0) + c
+    return hists
 
 
 def report_figures(
@@ -572,39 +884,35 @@ def report_figures(
     runs = runs[[role(m) == "method" for m in runs["method"]]]
     if runs.empty:  # reference predictors alone: no method to draw
         return out
-    keep(*tradeoff(runs, primary, higher, title, bands, labels, selected, rule), "tradeoff")
+    caption, fig = tradeoff(runs, primary, higher, title, bands, labels, selected, rule)
+    if fig is not None:
+        keep(caption, fig, "tradeoff")
     choice = mask_choice(runs, None, selected)
-    if mask_panels(choice.records)[0]:  # a note on dense methods alone is no figure
-        keep(
-            mask_caption(choice, title, rule),
-            mask_figure(choice.records, {m: labels[v] for m, (v, _) in choice.picks.items()}),
-            "masks",
-        )
+    if mask_panels(choice.records, choice.skip)[0]:  # a note on dense methods alone is no figure
+        picked = {m: labels[v] for m, (v, _) in choice.picks.items()}
+        fig = mask_figure(choice.records, picked, choice.skip)
+        keep(mask_caption(choice, title, rule), fig, "masks")
     for knob, swept in budget_sweeps(runs).items():
-        zero = "; 0 left of the break" if log_knob(swept[knob]) and (swept[knob] == 0).any() else ""
-        keep(
-            f"{title} and Skip % vs {knob}, the budget knob of "
-            f"{', '.join(method_order(swept['method']))} (mean ± std over seeds{zero}).",
-            budget_figure(swept, knob, primary, title, higher),
-            f"budget-{knob.replace('_', '-')}",
-        )
+        fig = budget_figure(swept, knob, primary, title, higher)
+        if fig is not None:
+            keep(
+                budget_caption(swept, knob, primary, title), fig, f"budget-{knob.replace('_', '-')}"
+            )
     records = list(runs["record"])
     if any(r.get("history") for r in records):
         keep(
             f"Learning curves: training loss and validation {title} per epoch (mean ± std over "
-            "seeds), per method the variant with the best mean validation value.",
+            "seeds; on a log axis the geometric mean times / over the geometric std), per method "
+            "the variant with the best mean validation value. A linear axis is fitted to the "
+            "epochs past the first fifth: an earlier value may run past it.",
             curves_figure(records),
             "curves",
         )
-    hists: dict[str, dict[str, int]] = {}
-    for rec in records:
-        for r, c in ((rec.get("trace") or {}).get("depth_hist") or {}).items():
-            h = hists.setdefault(rec["method"], {})
-            h[r] = h.get(r, 0) + c
-    if hists:
+    hists = depth_hists(runs, choice)
+    if len({r for h in hists.values() for r, c in h.items() if c}) > 1:  # one depth: no figure
         keep(
-            "Histogram of the executed depth R_t over all test steps (all runs of each depth "
-            "method).",
+            "Share of the test steps executed at each depth R_t, over the seeds of the variant "
+            "each depth method's update pattern shows (as in the masks figure).",
             depth_figure(hists),
             "depth",
         )

@@ -3,11 +3,14 @@
 - ``mask_figure``: the update pattern of the first test sequence (S-SA Fig. 3): per method one
   variant (``mask_choice``: the one the table's selection rule picked, else the one whose test
   Skip % is nearest a common target, never one at chance on validation, ``at_chance``), units x
-  time, Skip % in each panel's title, the steps the task marks (``Task.marked_steps``: e.g. the
-  two inputs a target sums) drawn as dashed lines; depth-adaptive methods are drawn as a heatmap
-  of the micro-steps each unit ran; methods that update every unit at every step ("dense") get
-  no panel, only a note. More than five panels go in two columns.
-- ``depth_figure``: the histogram of executed depth R_t of depth-adaptive methods.
+  time, the variant's Skip % (its table row's mean over seeds) in each panel's title, the steps
+  the task marks (``Task.marked_steps``: e.g. the two inputs a target sums) drawn as dashed
+  lines; depth-adaptive methods are drawn as a heatmap of the micro-steps each unit ran; methods
+  at 0 % Skip whose sequence updated every unit at every step ("dense") get no panel, only a
+  note; a method that skips is drawn even where this sequence skipped nothing (its title says
+  so). More than five panels go in two columns.
+- ``depth_figure``: the histogram of executed depth R_t of depth-adaptive methods, for the
+  variants the update patterns show.
 
 matplotlib is imported inside the functions.
 """
@@ -15,7 +18,7 @@ matplotlib is imported inside the functions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,47 +89,75 @@ def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
     return (np.concatenate(layers) if layers else np.zeros((0, 0), np.uint8)), edges
 
 
-def mask_panels(runs: dict[str, dict[str, Any]]) -> tuple[list[tuple], list[str]]:
+def mask_panels(
+    runs: dict[str, dict[str, Any]], skip: dict[str, float] | None = None
+) -> tuple[list[tuple], list[str]]:
     """The panels ``mask_figure`` draws, ``(method, record, image, kind, edges)``, and the dense.
 
     ``kind``: ``depth`` (``depth_image``), ``reads`` (every unit updated, some columns not
-    read: ``reads_image``, whose block edges are ``edges``) or ``mask``; a method that updated
-    every unit and read every column is dense (no panel); one without a trace is left out.
+    read: ``reads_image``, whose block edges are ``edges``) or ``mask``. A method is dense (no
+    panel, a note) only where its Skip % (``skip``, the table's mean over seeds; else its
+    record's) is 0 and its drawn sequence updated every unit, read every column and ran every
+    unit at one depth ("fixed depth R" in the note); a method that skips is drawn even where
+    this sequence skipped nothing. One without a trace is left out.
     """
     panels, dense = [], []
     for method, rec in runs.items():
         depth, mask, (reads, edges) = depth_image(rec), mask_image(rec), reads_image(rec)
-        if depth.size:
+        pct = (skip or {}).get(method, (rec.get("metrics") or {}).get("skip_pct", math.nan))
+        skips = not pct == 0  # NaN: not known to be 0
+        if depth.size and (skips or not mask.all() or depth.min() != depth.max()):
             panels.append((method, rec, depth, "depth", []))
+        elif depth.size:
+            dense.append(f"{method} (fixed depth {int(depth.max())})")
         elif mask.size and mask.all() and reads.size and not reads.all():
             panels.append((method, rec, reads, "reads", edges))
-        elif mask.size and mask.all():
+        elif mask.size and mask.all() and not skips:
             dense.append(method)
         elif mask.size:
             panels.append((method, rec, mask, "mask", []))
     return panels, dense
 
 
-def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> Figure:
+def _panel_title(rec: dict[str, Any], img: np.ndarray, kind: str, skip: float | None) -> str:
+    """A panel's title: Skip % (``skip``: the table's mean; else the record's), and its kind's."""
+    metrics = rec.get("metrics") or {}
+    pct = metrics.get("skip_pct", math.nan) if skip is None else skip
+    title = f"Skip {pct:.2g} %" if 0 < pct < 0.05 else f"Skip {pct:.1f} %"  # never "0.0" above 0
+    if kind == "depth" and "depth_skip_pct" in metrics:
+        title += f", depth-skip {metrics['depth_skip_pct']:.1f} %"
+    if kind == "reads":
+        title = f"activity sparsity {metrics.get('read_skip_pct', math.nan):.1f} %"
+    if kind == "mask" and img.all():
+        title += "; this sequence: no update skipped"
+    return title
+
+
+def mask_figure(
+    runs: dict[str, dict[str, Any]],
+    labels: dict[str, str] | None = None,
+    skip: dict[str, float] | None = None,
+) -> Figure:
     """One panel per method: the first test sequence's updates (or reads) over time.
 
     Args:
         runs: ``{method: record}`` (``mask_panels``: a dense method gets no panel but is named
             in a note).
         labels: ``{method: variant label}`` added to the panel titles.
+        skip: ``{method: Skip %}`` of the variant (the table's mean over seeds), in the titles
+            and deciding who is dense; default: each record's own.
 
     A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
     an activity-sparse one (every unit updated, ``reads_image``) by the columns it read at each
     step, its input columns ("in") above its state columns ("state"), its activity sparsity in
-    the title; any other as its update mask (black = updated). Steps the task marked in the trace
-    (``first_marks``) are dashed vertical lines. Up to five panels are stacked in one column,
-    more fill two columns row by row; titles wrap to their panel's width.
+    the title; any other as its update mask (black = updated; grey where a pixel holds several
+    units). Steps the task marked in the trace (``first_marks``) are dashed vertical lines. Up
+    to five panels are stacked in one column, more fill two columns row by row; titles wrap to
+    their panel's width.
     """
     import textwrap
 
-    from matplotlib.ticker import MaxNLocator
-
-    panels, dense = mask_panels(runs)
+    panels, dense = mask_panels(runs, skip)
     cols = 1 if len(panels) <= 5 else 2
     rows = max(math.ceil(len(panels) / cols), 1)
     kw = {"squeeze": False, "sharex": True}
@@ -135,19 +166,15 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
         for ax, (method, rec, img, kind, edges) in zip(axes, panels, strict=False):
-            metrics = rec.get("metrics") or {}
-            title = f"Skip {metrics.get('skip_pct', math.nan):.1f} %"
+            title = _panel_title(rec, img, kind, (skip or {}).get(method))
             if kind == "depth":
                 top = max(int(img.max()), max((rec.get("trace") or {}).get("max_depth", [1])))
                 im = ax.imshow(img, cmap="viridis", vmin=0, vmax=top, aspect="auto")
                 fig.colorbar(im, ax=ax, label="n_t,i", pad=0.01)  # micro-steps (caption)
-                if "depth_skip_pct" in metrics:
-                    title += f", depth-skip {metrics['depth_skip_pct']:.1f} %"
             else:
                 ax.imshow(img, cmap="Greys", vmin=0, vmax=1, aspect="auto")
             ax.set_yticks([])
             if kind == "reads":  # each layer's input columns above its state columns
-                title = f"activity sparsity {metrics.get('read_skip_pct', math.nan):.1f} %"
                 for y in edges[1:-1]:
                     ax.axhline(y - 0.5, color=MARK_COLOR, lw=0.6)
                 centres = [(a + b - 1) / 2 for a, b in zip(edges, edges[1:], strict=False)]
@@ -159,21 +186,33 @@ def mask_figure(runs: dict[str, dict[str, Any]], labels: dict[str, str] | None =
             ax.set_title(textwrap.fill(f"{method}: {title}{label}", width), loc="left")
             ax.set_ylabel("column" if kind == "reads" else "unit")
             ax.grid(False)
-        marked = any((r.get("trace") or {}).get("first_marks") for _, r, _, _, _ in panels)
-        read = " or column read" if any(p[3] == "reads" for p in panels) else ""
-        xlabel = f"time step t (black = unit updated{read}" + (
-            "; dashed: marked steps)" if marked else ")"
-        )
-        for c in range(cols):  # the lowest drawn panel of each column
-            drawn = [ax for ax in grid[:, c] if ax.get_visible()]
-            bottom = drawn[-1] if drawn else grid[-1, c]
-            bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-            bottom.set_xlabel(xlabel)
-            bottom.xaxis.set_tick_params(labelbottom=True)
-        if dense:
-            note = "Dense (every unit updated, every column read, at every step; not drawn): "
-            fig.suptitle(textwrap.fill(note + ", ".join(dense), 110), x=0.01, ha="left")
+        _mask_axes(fig, grid, cols, panels, dense)
     return fig
+
+
+def _mask_axes(fig: Figure, grid: Any, cols: int, panels: list[tuple], dense: list[str]) -> None:
+    """``mask_figure``'s x labels (under each column's lowest panel) and its note on the dense."""
+    import textwrap
+
+    from matplotlib.ticker import MaxNLocator
+
+    marked = any((r.get("trace") or {}).get("first_marks") for _, r, _, _, _ in panels)
+    read = " or column read" if any(p[3] == "reads" for p in panels) else ""
+    tall = any(p[2].shape[0] > 100 for p in panels if p[3] != "depth")
+    xlabel = (
+        f"time step t (black = unit updated{read}"
+        + ("; grey: a pixel of several units, the share updated" if tall else "")
+        + ("; dashed: marked steps)" if marked else ")")
+    )
+    for c in range(cols):  # the lowest drawn panel of each column
+        drawn = [ax for ax in grid[:, c] if ax.get_visible()]
+        bottom = drawn[-1] if drawn else grid[-1, c]
+        bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+        bottom.set_xlabel(textwrap.fill(xlabel, 110 if cols == 1 else 52))
+        bottom.xaxis.set_tick_params(labelbottom=True)
+    if dense:
+        note = "Dense, Skip 0 % (every unit updated, every column read, at every step; not drawn): "
+        fig.suptitle(textwrap.fill(note + ", ".join(dense), 110), x=0.01, ha="left")
 
 
 def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
@@ -270,6 +309,7 @@ class MaskChoice:
         table_at_chance: methods whose table pick is at chance, matched on Skip % instead.
         at_chance: methods every variant of which is at chance: no panel.
         chance: the chance level (``majority_share``, %); None where the rule does not apply.
+        skip: ``{method: mean test Skip %}`` of each pick over its seeds, as its table row.
     """
 
     target: float
@@ -278,6 +318,7 @@ class MaskChoice:
     table_at_chance: list[str]
     at_chance: list[str]
     chance: float | None = None
+    skip: dict[str, float] = field(default_factory=dict)
 
 
 def mask_choice(
@@ -321,7 +362,12 @@ def mask_choice(
         recs = groups[vid]
         records[method] = next((r for r in recs if not at_chance([r])), recs[0])
     first = next(iter(groups.values()), [{}])[0]
-    return MaskChoice(target, picks, records, table_at_chance, none, majority_share(first))
+    skip = {
+        m: float(runs.loc[runs["variant_id"] == v, "skip_pct"].mean())
+        for m, (v, _) in picks.items()
+        if "skip_pct" in runs
+    }
+    return MaskChoice(target, picks, records, table_at_chance, none, majority_share(first), skip)
 
 
 def matched_budget(runs: pd.DataFrame, target: float | None = None) -> tuple[float, dict[str, str]]:
