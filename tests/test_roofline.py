@@ -16,6 +16,7 @@ from harness.bench.roofline import (
     parse_size,
     peak_for,
     physical_bound,
+    read_seconds,
     step_traffic,
     working_set,
 )
@@ -95,11 +96,11 @@ def test_the_bound_of_a_dense_gru_at_batch_1_is_its_macs_at_the_peak_plus_the_fl
 
 def test_the_bound_takes_the_larger_of_bytes_and_macs_step_by_step():
     b = physical_bound([GRU, 0, 36], GRU, 4, V, D, machine())
-    # working set 4 (72 + 4 * 22) = 640 B: L2 (1e11 B/s); peak at B 4: 4e10 MAC/s
-    # steps: max(448/1e11, 288/4e10) = 7.2 ns, max(160/1e11, 0) = 1.6 ns, max(304/1e11,
-    # 144/4e10) = 3.6 ns
+    # working set 4 (72 + 4 * 22) = 640 B: L2; a step's bytes (at most 500) fit L1, read at its
+    # 1e12 B/s; peak at B 4: 4e10 MAC/s. Steps: max(448/1e12, 288/4e10) = 7.2 ns,
+    # max(160/1e12, 0) = 0.16 ns, max(304/1e12, 144/4e10) = 3.6 ns
     assert b["bound_level"] == "L2"
-    assert b["bound_ms"] == pytest.approx(1e3 * (7.2e-9 + 1.6e-9 + 3.6e-9 + 3e-6))
+    assert b["bound_ms"] == pytest.approx(1e3 * (7.2e-9 + 0.16e-9 + 3.6e-9 + 3e-6))
     assert (b["bound_bytes"], b["bound_macs"], b["bound_mac_steps"]) == (912, 432, 2)
 
 
@@ -110,18 +111,22 @@ def test_at_batch_above_1_the_macs_are_each_sequences_own_and_the_bytes_the_unio
     own = physical_bound([GRU, 36], GRU, 4, V, D, machine(), own=[72, 36])
     assert union["bound_macs"] == 4 * (GRU + 36) and own["bound_macs"] == 72 + 36
     assert own["bound_bytes"] == union["bound_bytes"] and own["bound_ms"] < union["bound_ms"]
-    # working set 4 (72 + 4 x 16) = 544 B: L2; the first step max(4 (72 + 40) B / 1e11,
-    # 72 / 4e10) = 4.48 ns (the union's 288 MACs: 7.2 ns), the second max(3.04, 0.9) ns
+    # working set 4 (72 + 4 x 16) = 544 B: L2, a step's bytes from L1; the first step
+    # max(4 (72 + 40) B / 1e12, 72 / 4e10) = 1.8 ns (the union's 288 MACs: 7.2 ns), the second
+    # max(0.304, 0.9) ns
     assert own["bound_level"] == "L2"
-    assert own["bound_ms"] == pytest.approx(1e3 * (4.48e-9 + 3.04e-9 + 2 * 1e-6))
+    assert own["bound_ms"] == pytest.approx(1e3 * (1.8e-9 + 0.9e-9 + 2 * 1e-6))
 
 
-def test_a_working_set_beyond_the_caches_reads_at_the_memory_bandwidth():
+def test_a_working_set_beyond_the_caches_reads_what_passes_the_last_at_the_memory_bandwidth():
     w = [30_000] * 3
     b = physical_bound(w, 1e6, 1, V, D, machine())
-    # 4 (90 000 + 22) B: memory (1e10 B/s); a step max(4 x 30 010 / 1e10, 3e4 / 1e10) = 12.004 us
+    # 4 (30 000 + 22) B: memory (1e10 B/s); of a step's 120 040 B the 100 000 L2 holds at 1e11,
+    # the rest at 1e10: 1 + 2.004 us, above its 3e4 MACs / 1e10 = 3 us
     assert b["bound_level"] == "memory" and b["bound_mac_steps"] == 0
-    assert b["bound_ms"] == pytest.approx(1e3 * (3 * 12.004e-6 + 3e-6))
+    assert b["bound_ms"] == pytest.approx(1e3 * (3 * 3.004e-6 + 3e-6))
+    assert read_seconds(120_040, machine()["levels"][-1], machine()) == pytest.approx(3.004e-6)
+    assert read_seconds(400, machine()["levels"][0], machine()) == pytest.approx(0.4e-9)
     # a model of 20 000 weights read again at every step stays in L2 (80 088 B)
     assert physical_bound(w, 20_000, 1, V, D, machine())["bound_level"] == "L2"
 

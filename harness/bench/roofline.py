@@ -316,6 +316,24 @@ def level_for(n_bytes: float, machine: dict[str, Any]) -> dict[str, Any]:
     return machine["levels"][-1]
 
 
+def read_seconds(n_bytes: float, level: dict[str, Any], machine: dict[str, Any]) -> float:
+    """The least time to read a step's ``n_bytes`` from a working set at ``level``.
+
+    The working set does not fit the level below (``level_for``), but as much of the step's bytes
+    as that smaller, faster level holds can come from there (at most its size, at its bandwidth);
+    the rest comes at ``level``'s. This keeps the bound a lower bound where a working set passes a
+    cache's size by a little (the part that stays in the cache is read at its speed).
+    """
+    levels = machine["levels"]
+    i = next(k for k, lv in enumerate(levels) if lv is level or lv["name"] == level["name"])
+    if i == 0:
+        return n_bytes / float(level["bytes_per_s"])
+    near = min(n_bytes, float(levels[i - 1]["size"]))
+    return near / float(levels[i - 1]["bytes_per_s"]) + (n_bytes - near) / float(
+        level["bytes_per_s"]
+    )
+
+
 def peak_for(machine: dict[str, Any], batch: int) -> float:
     """The peak MACs per second measured at ``batch``, or at the nearest batch size measured."""
     rates = machine["peak_macs_per_s"]
@@ -335,9 +353,10 @@ def physical_bound(
 ) -> dict[str, Any]:
     """The least time this machine needs for a sequence whose steps read ``weights`` elements.
 
-    Sum over the steps of ``max(bytes / bandwidth, MACs / peak)`` (``step_traffic``; the
-    bandwidth of the level the ``working_set`` fits in, the peak at ``batch``), plus T times
-    the measured per-step floor (``machine["floor_step_s"]``).
+    Sum over the steps of ``max(read time, MACs / peak)`` (``step_traffic``; the bytes read at
+    the bandwidth of the level the ``working_set`` fits in, as much of them as the next smaller
+    level holds at its bandwidth, ``read_seconds``; the peak at ``batch``), plus T times the
+    measured per-step floor (``machine["floor_step_s"]``).
 
     Args:
         weights: per step, the weight elements the batch's union of decisions reads
@@ -359,8 +378,9 @@ def physical_bound(
     nbytes, macs = step_traffic(weights, batch, input_size, hidden_size, itemsize, own)
     ws = working_set(weights, full_weights, batch, input_size, hidden_size, itemsize)
     level = level_for(ws, machine)
-    bw, peak = float(level["bytes_per_s"]), peak_for(machine, batch)
-    seconds = sum(max(b / bw, m / peak) for b, m in zip(nbytes, macs, strict=True))
+    peak = peak_for(machine, batch)
+    read = [read_seconds(b, level, machine) for b in nbytes]
+    seconds = sum(max(r, m / peak) for r, m in zip(read, macs, strict=True))
     seconds += len(weights) * float(machine["floor_step_s"])
     return {
         "bound_ms": 1e3 * seconds,
@@ -368,7 +388,7 @@ def physical_bound(
         "bound_working_set": ws,
         "bound_bytes": float(sum(nbytes)),
         "bound_macs": float(sum(macs)),
-        "bound_mac_steps": sum(m / peak > b / bw for b, m in zip(nbytes, macs, strict=True)),
+        "bound_mac_steps": sum(m / peak > r for r, m in zip(read, macs, strict=True)),
     }
 
 
