@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_support import built
-from op_cases import CASES, NOT_AOT_TRACEABLE, NOT_DIFFERENTIABLE
+from op_cases import CASES, NOT_DIFFERENTIABLE
 
 from baselines.ops import library
 from baselines.ops.library import LIBRARY
@@ -65,12 +65,6 @@ def test_every_fake_and_backward_declared_names_an_op_of_the_library(ops):
     assert {op for kind, op in parts.done if kind == "fake"} == set(parts.fakes)
 
 
-def test_the_ops_left_out_of_aot_dispatch_are_few_and_say_why(ops):
-    """Only EI-REHN's whole step, whose layer count is data-dependent (its docstring)."""
-    assert NOT_AOT_TRACEABLE <= {"ei_rehn_stack_step_forward"}
-    assert NOT_AOT_TRACEABLE <= set(CASES)
-
-
 def test_every_forward_op_has_its_backward_registered(ops):
     forwards = [n for n in namespace_ops() if not n.endswith("backward")]
     assert [n for n in forwards if not has_kernel(n, "Autograd")] == [
@@ -82,9 +76,8 @@ def test_every_forward_op_has_its_backward_registered(ops):
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_opcheck(ops, op, dtype):
     overload = getattr(torch.ops.condrnn, op).default
-    checks = [c for c in OPCHECKS if not (op in NOT_AOT_TRACEABLE and "aot" in c)]
     count = 0
-    for args in CASES[op](dtype):
-        torch.library.opcheck(overload, args, test_utils=checks)
+    for args in CASES[op](dtype):  # every check, AOT dispatch included: EI-REHN's whole step too
+        torch.library.opcheck(overload, args, test_utils=OPCHECKS)
         count += 1
     assert count > 0

@@ -65,10 +65,11 @@ step stops at its host sync ``int(tr.R.max())`` there); under FakeTensor it does
 backward (tests/test_kernels.py). The method reads the count on the host (``ran += layers``; the
 next step's ``first`` is ``ran == 0``), the fused step's equivalent of the Python step's sync.
 Under ``torch.compile`` dynamo breaks the graph at the op (an operator of data-dependent output
-shape) and runs it eagerly; with ``capture_dynamic_output_shape_ops`` it traces the forward, but
-AOTAutograd cannot trace the backward: its fake implementation decides on the count which
-gradients have no elements (the layers' where no layer ran, bias's where one did), a
-data-dependent guard, unless the caller has fixed the count (``torch._check``).
+shape) and runs it eagerly; with ``capture_dynamic_output_shape_ops`` it traces the forward, and
+AOTAutograd the backward too: no gradient's shape depends on the count (the layers' parameters
+get 0 where no layer ran, bias 0 where one did: layer 1 takes its bias with ``bx``, so a step's
+bias gradient is 0, not none, as ``_Stack``'s; ``bias`` is also in ``bx``, so its gradient over a
+sequence is the same either way), and opcheck's AOT dispatch test passes.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from baselines.ops.library import Kernel, autograd, fake, incoming, none_if_empty
+from baselines.ops.library import Kernel, autograd, fake, incoming
 
 _tanh_backward = torch.ops.aten.tanh_backward
 _sigmoid_backward = torch.ops.aten.sigmoid_backward
@@ -104,7 +105,7 @@ def stack_layers(
 ) -> Tensor:
     """``h_t`` after the layers ``1..R`` of one step, ``R = d.shape[1]`` (``EIREHN._layers``): by
     the op ``condrnn::ei_rehn_stack_forward`` where the kernel runs (its backward registered with
-    it: the gradients of every input, bias's None where R = 1), else by ``_Stack``.
+    it: the gradients of every input, bias's 0 where R = 1), else by ``_Stack``.
 
     Args:
         h: ``h_{t-1}`` ``[B, D]``.
@@ -209,7 +210,7 @@ class _Stack(torch.autograd.Function):
             torch.stack(dd, 1),
             da[0],
             torch.cat(dhw).t().mm(hs),
-            torch.cat(da[1:]).sum(0) if R > 1 else None,
+            torch.cat(da[1:]).sum(0) if R > 1 else da[0].new_zeros(2 * D),
             dpw_all.t().mm(zs),
             dpw_all[:, 2 * D :].sum(0),
             dz_all.t().mm(us),
@@ -239,17 +240,18 @@ def _stack_backward_fake(grad_h, d, weight0, proj, hyper_weight, H, SGZ, GBAR, H
         grad_h.new_empty(B, D),  # h
         grad_h.new_empty(B, R, D),  # d
         grad_h.new_empty(B, 2 * D),  # bx
-        *_layer_grads_fake(grad_h, D, hyper_weight, R),
+        *_layer_grads_fake(grad_h, D, hyper_weight),
     ]
 
 
-def _layer_grads_fake(t: Tensor, D: Any, hyper_weight: Tensor, R: Any) -> list[Tensor]:
+def _layer_grads_fake(t: Tensor, D: Any, hyper_weight: Tensor) -> list[Tensor]:
     """The shapes of the gradients of weight0, bias, proj, mix_bias, hyper_weight, hyper_bias and
-    init from ``R`` layers (bias's no elements where R = 1: layer 1 takes its bias with bx)."""
+    init: their parameters', however many layers ran (0 where none did; bias's where one did:
+    layer 1 takes its bias with bx), so that no shape depends on the layer count."""
     Dz, U = hyper_weight.shape
     return [
         t.new_empty(2 * D, D),  # weight0
-        t.new_empty(2 * D) if R > 1 else t.new_empty(0),  # bias
+        t.new_empty(2 * D),  # bias
         t.new_empty(4 * D, Dz),  # proj
         t.new_empty(2 * D),  # mix_bias
         t.new_empty(Dz, U),  # hyper_weight
@@ -269,8 +271,7 @@ def _stack_setup(ctx, inputs, output):
 def _stack_backward(ctx, grads):
     saved = ctx.saved_tensors
     grad_h = incoming(grads[0], saved[4][0])
-    d = torch.ops.condrnn.ei_rehn_stack_backward(grad_h, *saved)
-    return tuple(map(none_if_empty, d))
+    return tuple(torch.ops.condrnn.ei_rehn_stack_backward(grad_h, *saved))
 
 
 autograd("ei_rehn_stack_forward", _stack_backward, _stack_setup)
@@ -295,7 +296,7 @@ def fused_step(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
     """One training step: ``(h_t, d^1, n, mask, layers)``, by the op
     ``condrnn::ei_rehn_stack_step_forward`` (its backward registered with it: the gradients of p,
-    h, rate_h, alpha, beta and the weights; the layers' None where no layer ran, bias's where one
+    h, rate_h, alpha, beta and the weights; the layers' 0 where no layer ran, bias's where one
     did).
 
     Args:
@@ -351,11 +352,7 @@ def _step_backward_fake(
     grad_h, grad_d1, rate_h, weight0, proj, hyper_weight, AT, DG, MG, EG, H, SGZ, GBAR, HW, W
 ):
     B, D = AT.shape
-    L = GBAR.shape[0]  # the layers run: their gradients have no elements where none ran
-    if L > 0:
-        layers = _layer_grads_fake(AT, D, hyper_weight, L)
-    else:
-        layers = [AT.new_empty(0) for _ in range(7)]  # 7 tensors: outputs alias nothing
+    layers = _layer_grads_fake(AT, D, hyper_weight)  # 0 where no layer ran (GBAR: L rows)
     return [
         AT.new_empty(B, 3 * D),  # p
         AT.new_empty(B, D),  # h
@@ -380,7 +377,7 @@ def _step_backward(ctx, grads, _grad_layers):
     saved = ctx.saved_tensors
     grad_h = incoming(grads[0], saved[4])  # shaped like AT
     d = torch.ops.condrnn.ei_rehn_stack_step_backward(grad_h, grads[1], *saved)
-    return (*map(none_if_empty, d), None, None)
+    return (*d, None, None)
 
 
 autograd("ei_rehn_stack_step_forward", _step_backward, _step_setup)

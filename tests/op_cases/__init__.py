@@ -4,8 +4,7 @@
 kernel tests use. A forward op's float inputs require grad (its registered backward is then
 checked through AOT dispatch); a backward op's saved tensors come from a real forward call, its
 incoming gradients are random. A family's ``NOT_DIFFERENTIABLE`` names its forward ops that have
-no backward (inference only); its ``NOT_AOT_TRACEABLE`` those whose backward AOT autograd cannot
-trace (opcheck's ``test_aot_dispatch_dynamic`` is left out for them, each saying why).
+no backward (inference only). Every op passes every check of opcheck, AOT dispatch included.
 
 A new op adds its ``cases_`` function to its family's module (tests/test_ops.py fails for an op
 without one).
@@ -24,8 +23,6 @@ CASES: dict[str, Callable[[torch.dtype], Iterator[tuple[Any, ...]]]] = {}
 """``condrnn::<op>`` -> its sample inputs, by dtype."""
 NOT_DIFFERENTIABLE: set[str] = set()
 """The forward ops without a backward."""
-NOT_AOT_TRACEABLE: set[str] = set()
-"""The ops whose backward AOT autograd cannot trace with dynamic shapes."""
 
 for _info in pkgutil.iter_modules(__path__):
     _module = importlib.import_module(f"{__name__}.{_info.name}")
@@ -33,4 +30,3 @@ for _info in pkgutil.iter_modules(__path__):
         if _name.startswith("cases_") and callable(_f):
             CASES[_name.removeprefix("cases_")] = _f
     NOT_DIFFERENTIABLE |= set(getattr(_module, "NOT_DIFFERENTIABLE", ()))
-    NOT_AOT_TRACEABLE |= set(getattr(_module, "NOT_AOT_TRACEABLE", ()))

@@ -14,14 +14,10 @@ Args = tuple[Any, ...]
 
 _EI = {"B": 3, "D": 5, "Dz": 4}
 R_MAX = 4
-LAYERS = (1, 3)  # the layers ``ei_rehn_stack_forward`` runs: one (bias's gradient: none), several
+LAYERS = (1, 3)  # the layers ``ei_rehn_stack_forward`` runs: one (bias's gradient: 0), several
 STEPS = (("mixed", False), ("mixed", True), ("dead", False), ("dead", True))
 """The steps ``ei_rehn_stack_step_forward`` runs, (gate, first): "mixed" has various depths among
 the units (L > 1), "dead" none (alpha = 1000: d = 0 at every layer), so L = 0, or 1 at first."""
-NOT_AOT_TRACEABLE = {"ei_rehn_stack_step_forward"}
-"""The forward ops whose backward AOTAutograd cannot trace at the unbacked layer count their fake
-implementation gives (opcheck's ``test_aot_dispatch_dynamic``): which of a step's gradients have
-no elements depends on it (baselines/ops/ei_rehn_stack.py)."""
 
 
 def _weights(dtype: torch.dtype, grad: bool, g: torch.Generator) -> tuple[torch.Tensor, ...]:

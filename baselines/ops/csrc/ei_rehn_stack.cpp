@@ -29,6 +29,7 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/tanh.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include <algorithm>
 #include <cmath>
@@ -313,7 +314,7 @@ std::vector<at::Tensor> backward_layers(const at::Tensor& grad_h, const T* dp, i
       DA.select(0, 0),
       mm_new(DHW.view({N, D2}).t(), H.view({N, D})),
       R > 1 ? DA.narrow(0, 1, R - 1).reshape({(R - 1) * B, D2}).sum(0)
-            : at::empty({0}, DA.options()),
+            : at::zeros({D2}, DA.options()),
       mm_new(dpw_all.t(), SGZ.narrow(0, 1, R).reshape({N, U}).narrow(1, D2, Dz)),
       dpw_all.narrow(1, D2, D2).sum(0),
       mm_new(dz_all.t(), SGZ.narrow(0, 0, R).reshape({N, U})),
@@ -446,8 +447,8 @@ std::tuple<std::vector<at::Tensor>, c10::SymInt> ei_rehn_step_forward(
   at::Tensor SGZ = at::empty({L + 1, B, U}, opts), GBAR = at::empty({L, B, 2 * D}, opts);
   at::Tensor HW = at::empty_like(GBAR), W = at::empty_like(GBAR);
   H.select(0, 0).copy_(h);
+  SGZ.select(0, 0).copy_(init.view({1, U}).expand({B, U}));  // layer 0's u, also where L = 0
   if (L > 0) {
-    SGZ.select(0, 0).copy_(init.view({1, U}).expand({B, U}));
     AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "ei_rehn_step_layers", [&] {
       forward_layers<scalar_t>(out, DG.data_ptr<scalar_t>(), r_max * D, L,
                                p.data_ptr<scalar_t>() + D, p.stride(0), weight0, bias, proj,
@@ -459,9 +460,9 @@ std::tuple<std::vector<at::Tensor>, c10::SymInt> ei_rehn_step_forward(
 }
 
 // The gradients of ``ei_rehn_step_forward``'s inputs p, h, rate_h, alpha, beta, weight0, bias,
-// proj, mix_bias, hyper_weight, hyper_bias, init (the layers' have no elements, shape [0], where
-// L = 0; bias's where L = 1, as ``_Stack``'s, None there), from those of h_t and d^1 (none:
-// undefined).
+// proj, mix_bias, hyper_weight, hyper_bias, init (the layers' 0 where L = 0, bias's where L = 1:
+// every output has its input's shape whatever the layer count, so that nothing about them
+// depends on it), from those of h_t and d^1 (none: undefined).
 std::vector<at::Tensor> ei_rehn_step_backward(
     at::Tensor grad_h, c10::optional<at::Tensor> grad_d1, at::Tensor rate_h, at::Tensor weight0,
     at::Tensor proj, at::Tensor hyper_weight, at::Tensor AT, at::Tensor DG, at::Tensor MG,
@@ -476,8 +477,13 @@ std::vector<at::Tensor> ei_rehn_step_backward(
   TORCH_CHECK(!has_d1 || (gd1.sizes() == AT.sizes() && gd1.scalar_type() == AT.scalar_type()),
               "ei_rehn_step_backward: grad_d1 shape");
   const auto opts = grad_h.options();
-  std::vector<at::Tensor> layer_grads;  // none where no layer ran: 10 tensors, no two alike
-  for (int i = 0; i < 10; ++i) layer_grads.push_back(at::empty({0}, opts));
+  // 0 where no layer ran: the layers' 7 parameters (from index 3: weight0, bias, proj, mix_bias,
+  // hyper_weight, hyper_bias, init), each its own tensor
+  const int64_t Dz = hyper_weight.size(0), U = hyper_weight.size(1);
+  std::vector<at::Tensor> layer_grads(3);
+  for (auto shape : std::vector<std::vector<int64_t>>{
+           {2 * D, D}, {2 * D}, {4 * D, Dz}, {2 * D}, {Dz, U}, {Dz}, {U}})
+    layer_grads.push_back(at::zeros(shape, opts));
   at::Tensor dp = at::empty({B, 3 * D}, opts), dalpha = at::empty({D}, opts);
   at::Tensor dbeta = at::empty({D}, opts), dat = at::empty({B, D}, opts), dh;
   AT_DISPATCH_FLOATING_TYPES(grad_h.scalar_type(), "ei_rehn_step_backward", [&] {
