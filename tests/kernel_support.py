@@ -23,7 +23,10 @@ import torch
 import torch.utils.cpp_extension
 
 import baselines  # noqa: F401  (the package imports every method, and so every kernel)
+from baselines._cells import gru_step, masked_update
+from baselines.clockwork_rnn import ClockworkRNN
 from baselines.ops import library
+from baselines.phased_lstm import PhasedLSTM
 
 
 def kernel_expected() -> str | None:
@@ -125,3 +128,18 @@ def train_on_meta(model: Any, x_shape: tuple[int, ...]) -> set[str]:
             names.add(type(node).__name__)
             todo.extend(next_fn for next_fn, _ in node.next_functions)
     return names
+
+
+def per_step(cell: str, xp: Any, h: Any, weight_hh: Any, m: Any, c: Any = None) -> Any:
+    """The masked-cell methods' own per-step code over a sequence, the kernels' oracle:
+    ``(hs, c_T)`` (the LSTM's cell state; None for the others)."""
+    hs, w_t = [], weight_hh.t()
+    for xp_t, m_t in zip(xp.unbind(1), m.unbind(1), strict=True):
+        if cell == "lstm":
+            h, c = PhasedLSTM._step(None, xp_t, h, c, m_t, w_t)
+        elif cell == "gru":
+            h = masked_update(m_t, gru_step(xp_t, h, weight_hh), h)  # RandomUpdates._step
+        else:
+            h = ClockworkRNN._step(None, xp_t, h, m_t, w_t)
+        hs.append(h)
+    return torch.stack(hs, 1), c

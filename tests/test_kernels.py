@@ -28,6 +28,7 @@ from kernel_support import (
     built,
     kernel_expected,
     op_node,
+    per_step,
     train_on_meta,
 )
 
@@ -42,7 +43,6 @@ import baselines.phased_lstm as phased_lstm
 import baselines.random_updates as random_updates
 import baselines.sa_rnn as sa
 import baselines.vc_rnn as vc
-from baselines._cells import gru_step, masked_update
 from baselines.clockwork_rnn import ClockworkRNN
 from baselines.ei_rehn import EIREHN, EIREHNConfig
 from baselines.phased_lstm import PhasedLSTM
@@ -923,20 +923,6 @@ def test_the_masked_cell_kernel_source_is_part_of_the_methods_code_versions(
     for name, code in before.items():
         assert resume.method_code(name) != code, name
     resume.method_code.cache_clear()
-
-
-def per_step(cell: str, xp, h, weight_hh, m, c=None):
-    """The methods' own per-step code over a sequence: ``(hs, c_T)``."""
-    hs, w_t = [], weight_hh.t()
-    for xp_t, m_t in zip(xp.unbind(1), m.unbind(1), strict=True):
-        if cell == "lstm":
-            h, c = PhasedLSTM._step(None, xp_t, h, c, m_t, w_t)
-        elif cell == "gru":
-            h = masked_update(m_t, gru_step(xp_t, h, weight_hh), h)  # RandomUpdates._step
-        else:
-            h = ClockworkRNN._step(None, xp_t, h, m_t, w_t)
-        hs.append(h)
-    return torch.stack(hs, 1), c
 
 
 @pytest.mark.kernel

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from kernel_support import OnCuda, built, op_node
+from kernel_support import OnCuda, built, op_node, per_step
 
 CUDA = torch.cuda.is_available()
 if not CUDA:  # before triton is first imported, where this module imports it first
@@ -24,9 +24,6 @@ pytest.importorskip("triton", reason="triton is not installed (the dev extra bri
 
 import baselines.ops.library as library  # noqa: E402
 import baselines.ops.masked_cell as masked_cell  # noqa: E402
-from baselines._cells import gru_step, masked_update  # noqa: E402
-from baselines.clockwork_rnn import ClockworkRNN  # noqa: E402
-from baselines.phased_lstm import PhasedLSTM  # noqa: E402
 
 GATES = {"tanh": 1, "gru": 3, "lstm": 4}
 # (B, T, D, fill): B below a program's 16 rows and above (two programs), D not a power of 2,
@@ -59,20 +56,6 @@ def in_a_fresh_process(request) -> None:
     cwd = request.config.rootpath
     proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:]
-
-
-def per_step(cell: str, xp, h, weight_hh, m, c=None):
-    """The methods' own per-step code over a sequence: ``(hs, c_T)`` (tests/test_kernels.py)."""
-    hs, w_t = [], weight_hh.t()
-    for xp_t, m_t in zip(xp.unbind(1), m.unbind(1), strict=True):
-        if cell == "lstm":
-            h, c = PhasedLSTM._step(None, xp_t, h, c, m_t, w_t)
-        elif cell == "gru":
-            h = masked_update(m_t, gru_step(xp_t, h, weight_hh), h)  # RandomUpdates._step
-        else:
-            h = ClockworkRNN._step(None, xp_t, h, m_t, w_t)
-        hs.append(h)
-    return torch.stack(hs, 1), c
 
 
 def inputs(cell, dtype, B, T, D, fill, device="cpu"):
