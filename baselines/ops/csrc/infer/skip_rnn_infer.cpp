@@ -40,6 +40,7 @@
 
 #include "common.h"  // dot, sigmoid, torch_lerp
 #include "gemm.h"  // mm_into: the products
+#include "panel.h"  // matrix, panel_mm: products with column-panel weights
 
 namespace {
 
@@ -54,28 +55,6 @@ void sigmoid_vec(T* p, int64_t n) {
 template <typename T>
 void tanh_vec(T* p, int64_t n) {
   at::vec::map([](Vectorized<T> a) { return a.tanh(); }, p, p, n);
-}
-
-// A [rows, cols] matrix at p whose rows are ld apart, as a tensor (no copy, no dispatch).
-template <typename T>
-at::Tensor matrix(const T* p, int64_t rows, int64_t cols, int64_t ld) {
-  return at::from_blob(const_cast<T*>(p), {rows, cols}, {ld, 1},
-                       at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
-}
-
-// out [n, N] (rows ldo apart) = a [n, K] (rows lda apart) times a [K, N] matrix stored as column
-// panels (``baselines.ops.inference.column_panels``): panel c holds its columns c w .. c w + w - 1
-// (the last fewer), [K, w] row-major at p + c w K. Each product reads its panel contiguously,
-// where the rows of a row-major [K, N] (N = 3D) are 12 KB apart at D = 1024 and a product of a
-// few rows streams them at half the speed or less (a page a row).
-template <typename T>
-void panel_mm(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, const T* p, int64_t K,
-              int64_t N, int64_t w) {
-  const at::Tensor left = matrix(a, n, K, lda);
-  for (int64_t c0 = 0; c0 < N; c0 += w) {
-    const int64_t cols = std::min(w, N - c0);
-    mm_into(matrix(out + c0, n, cols, ldo), left, matrix(p + c0 * K, K, cols, cols), false);
-  }
 }
 
 // x [B, S, V]; h0 [B, D]; wi [V, 3D] = W_ih^T (gates r, z, n); wh: W_hh^T [D, 3D], gate by gate
