@@ -54,17 +54,6 @@ using at::vec::Vectorized;
 
 enum Cell : int64_t { TANH = 0, GRU = 1, LSTM = 2 };
 
-// ATen's vectorised sigmoid and tanh, in place over n contiguous values.
-template <typename T>
-void sigmoid_(T* p, int64_t n) {
-  at::vec::map([](Vectorized<T> a) { return (Vectorized<T>(T(1)) + a.neg().exp()).reciprocal(); },
-               p, p, n);
-}
-template <typename T>
-void tanh_(T* p, int64_t n) {
-  at::vec::map([](Vectorized<T> a) { return a.tanh(); }, p, p, n);
-}
-
 // The sequence's buffers (the states, the gates and their gradients: hundreds of MB at the adding
 // task's sizes) come from a pool that keeps the memory of freed ones for the next call of the
 // same size, the next training step: fresh, each would be mapped and faulted in page by page
@@ -122,7 +111,6 @@ at::Tensor pooled(at::IntArrayRef sizes, const at::TensorOptions& opts) {
                        opts);
 }
 
-
 template <typename T>
 at::Tensor view(const T* p, int64_t rows, int64_t cols, int64_t ld, bool trans) {
   auto t = at::from_blob(const_cast<T*>(p), {trans ? cols : rows, trans ? rows : cols},
@@ -174,28 +162,28 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
         T* ar = a + b * GD;
 #pragma omp simd
         for (int64_t c = 0; c < 2 * D; ++c) ar[c] = xr[c] + hr[c];
-        sigmoid_(ar, 2 * D);
+        sigmoid_vec(ar, 2 * D);
 #pragma omp simd
         for (int64_t j = 0; j < D; ++j) {
           xn[b * D + j] = hr[2 * D + j];
           ar[2 * D + j] = xr[2 * D + j] + ar[j] * hr[2 * D + j];
         }
-        tanh_(ar + 2 * D, D);
+        tanh_vec(ar + 2 * D, D);
       }
     } else {
       std::memcpy(a, x, B * GD * sizeof(T));
       mm<T>(false, B, GD, D, h, D, wtp, GD, true, a, GD);  // xp + W h
       if (cell == TANH) {
-        tanh_(a, B * GD);
+        tanh_vec(a, B * GD);
       } else {
         const T* cp = Cp + t * B * D;
         T* cn = Cp + (t + 1) * B * D;
         T* tc = Xp + t * B * D;
         for (int64_t b = 0; b < B; ++b) {
           T* g = a + b * GD;
-          sigmoid_(g, 2 * D);
-          tanh_(g + 2 * D, D);
-          sigmoid_(g + 3 * D, D);
+          sigmoid_vec(g, 2 * D);
+          tanh_vec(g + 2 * D, D);
+          sigmoid_vec(g + 3 * D, D);
           const T* w = mp + (b * S + t) * D;
 #pragma omp simd
           for (int64_t j = 0; j < D; ++j) {
@@ -206,7 +194,7 @@ std::vector<at::Tensor> forward(const at::Tensor& xp, const at::Tensor& h0, cons
             cn[i] = torch_lerp(cp[i], ct, w[j]);
           }
         }
-        tanh_(tc, B * D);
+        tanh_vec(tc, B * D);
       }
     }
     const T* xs = cell == LSTM ? Xp + t * B * D : nullptr;

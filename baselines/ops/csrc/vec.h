@@ -12,3 +12,15 @@
 #endif
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+
+// at::vec's vectorised sigmoid and tanh (torch's SLEEF), in place over n contiguous values, as
+// ATen's own CPU kernels compute them.
+template <typename T>
+inline void sigmoid_vec(T* p, int64_t n) {
+  using V = at::vec::Vectorized<T>;
+  at::vec::map([](V a) { return (V(T(1)) + a.neg().exp()).reciprocal(); }, p, p, n);
+}
+template <typename T>
+inline void tanh_vec(T* p, int64_t n) {
+  at::vec::map([](at::vec::Vectorized<T> a) { return a.tanh(); }, p, p, n);
+}

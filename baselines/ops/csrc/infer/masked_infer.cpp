@@ -53,18 +53,6 @@ namespace {
 
 using at::vec::Vectorized;
 
-// ATen's vectorised sigmoid and tanh, in place over n contiguous values.
-template <typename T>
-void sigmoid_(T* p, int64_t n) {
-  at::vec::map([](Vectorized<T> a) { return (Vectorized<T>(T(1)) + a.neg().exp()).reciprocal(); },
-               p, p, n);
-}
-
-template <typename T>
-void tanh_(T* p, int64_t n) {
-  at::vec::map([](Vectorized<T> a) { return a.tanh(); }, p, p, n);
-}
-
 #if defined(__AVX512F__)
 template <typename T>
 struct Simd;
@@ -379,7 +367,7 @@ void run(const T* w, const T* x, const T* h0, T* c, const T* gate, T* out, int64
       }
       for (int64_t b : act) {
         T* r = rh + b * Dp;
-        sigmoid_(r, D);
+        sigmoid_vec(r, D);
         for (int64_t j = 0; j < D; ++j) r[j] *= hp[b][j];  // r * h
         rp[b] = r;
       }
@@ -458,17 +446,17 @@ void run(const T* w, const T* x, const T* h0, T* c, const T* gate, T* out, int64
     }
     // the activations over the step's pairs, then each pair's update
     if (lstm) {
-      sigmoid_(A0, P);
-      sigmoid_(A1, P);
-      tanh_(A2, P);
-      sigmoid_(A3, P);
+      sigmoid_vec(A0, P);
+      sigmoid_vec(A1, P);
+      tanh_vec(A2, P);
+      sigmoid_vec(A3, P);
       for (int64_t p = 0; p < P; ++p) {  // c~ = f c + i g; c_t = lerp(c, c~, w)
         T* cp = c + pb[p] * D + pu[p];
         const T cc = A1[p] * *cp + A0[p] * A2[p];
         A4[p] = cc;
         *cp = torch_lerp(*cp, cc, weight(pu[p], pb[p]));
       }
-      tanh_(A4, P);
+      tanh_vec(A4, P);
       for (int64_t p = 0; p < P; ++p) {  // h~ = o tanh(c~); h_t = lerp(h, h~, w)
         const int64_t i = pu[p], b = pb[p];
         T* hn = out + (b * Tn + t) * D + i;
@@ -476,11 +464,11 @@ void run(const T* w, const T* x, const T* h0, T* c, const T* gate, T* out, int64
         if (gemm) states[i * B + b] = *hn;
       }
     } else {
-      if (!before) sigmoid_(A0, P);
-      sigmoid_(A1, P);
+      if (!before) sigmoid_vec(A0, P);
+      sigmoid_vec(A1, P);
       if (!before)
         for (int64_t p = 0; p < P; ++p) A2[p] = A2[p] + A0[p] * A3[p];  // x_n + r (W_n h)
-      tanh_(A2, P);
+      tanh_vec(A2, P);
       for (int64_t p = 0; p < P; ++p) {  // h~ = (1 - z) n + z h; h_t = lerp(h, h~, w)
         const int64_t i = pu[p], b = pb[p];
         const T h = hp[b][i], zz = A1[p], nn = A2[p];

@@ -46,17 +46,6 @@ namespace {
 
 using at::vec::Vectorized;
 
-// at::vec's vectorised sigmoid and tanh (torch's SLEEF), in place over n contiguous values.
-template <typename T>
-void sigmoid_vec(T* p, int64_t n) {
-  at::vec::map([](Vectorized<T> a) { return (Vectorized<T>(T(1)) + a.neg().exp()).reciprocal(); },
-               p, p, n);
-}
-template <typename T>
-void tanh_vec(T* p, int64_t n) {
-  at::vec::map([](Vectorized<T> a) { return a.tanh(); }, p, p, n);
-}
-
 // x [B, S, V]; h0 [B, D]; wi [V, 3D] = W_ih^T (gates r, z, n); wh: W_hh^T [D, 3D], gate by gate
 // ([D, D] each), as column panels of w; bias [3D]; w_p [D]; b_p. Writes the states hs [B, S, D],
 // the decisions u [B, S], and the final P [B] (P_{S-1}) and C [B] (C_S).
