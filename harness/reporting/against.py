@@ -1,18 +1,8 @@
 """Paired comparisons against named methods (``harness report --paper --against M1,M2``).
 
-The main table tests every row against one reference row chosen on validation. A paper's claim
-is usually against named methods instead: S-SA's headline is that SA-RNN has the best
-√(Acc × Skip) at a matched budget, and a skipping method's accuracy is read against the dense
-GRU's. This table gives, for each method row and each named method M, the difference row − M
-of the primary metric and, where M skips updates, of √(Acc × Skip), with its test:
-
-- seeds shared (a run seed fixes the split, the balancing sample and the batch order, the same
-  for every method): the per-seed differences, mean ± sample std, paired t-test and Wilcoxon's
-  signed-rank test (``harness.reporting.tables.WILCOXON``);
-- seeds not shared: the difference of the means and Welch's t-test.
-
-Holm's step-down correction runs over each column's tests (one family per compared measure and
-named method). Reference predictors (``ref:NAME``) are not compared.
+For each method row and named method M, row − M of the primary metric and, where M skips updates, of
+√(Acc × Skip), with paired or Welch tests, Holm-corrected per column (docs/reports.md, Paired
+comparisons with named methods).
 """
 
 from __future__ import annotations
@@ -43,12 +33,7 @@ SQRT = "geo_mean"  # √(Acc × Skip)
 
 
 def difference(a: dict[Any, float], b: dict[Any, float]) -> tuple[float, float | None, int]:
-    """``a − b`` (seed -> value each), its std and how many values it is over.
-
-    The mean of the per-seed differences and their sample std when both have the same seeds
-    (pairs), else the difference of the means (std None, over the smaller side). NaN without
-    values.
-    """
+    """``a − b`` (seed -> value each), std and count: paired where the seeds match, else means."""
     fa, fb = finite_by_seed(a), finite_by_seed(b)
     if not fa or not fb:
         return math.nan, None, 0
@@ -67,11 +52,7 @@ def _best_note(
     title: str,
     p: list[float | None],
 ) -> str:
-    """Whether the named method has the best mean ``key`` of the method rows, or who does.
-
-    A paper's headline is often that (S-SA claims the best √(Acc × Skip) for SA-RNN); the note
-    gives the difference and the p of the table's cell.
-    """
+    """Whether the named method has the best mean ``key`` of the method rows, or who does."""
     name = row_name(target["method"], target["label"])
     means = [(r[key], k) for k, (_, r) in enumerate(methods) if not math.isnan(r[key])]
     if not means:
@@ -103,16 +84,8 @@ def against_table(
 ) -> tuple[list[str], list[list[Cell]], list[str]] | None:
     """The comparison table of ``agg``'s method rows against each method of ``names``.
 
-    Args:
-        agg: ``harness.reporting.runs.aggregate``'s rows, as the main table shows them.
-        primary: the primary metric's key.
-        higher: its direction.
-        names: the methods to compare against, in order.
-
-    Returns:
-        ``(titles, rows, notes)``, or None when ``names`` is empty. A named method with no row
-        in ``agg`` gets a note, no column; with several rows (no ``--select``), the one the main
-        table's reference rule picks among them (``harness.reporting.tables.reference``).
+    Returns ``(titles, rows, notes)``, or None when ``names`` is empty. A named method with no row
+    gets a note; with several rows, the one ``harness.reporting.tables.reference`` picks.
     """
     if not names:
         return None
@@ -175,11 +148,7 @@ def against_table(
 def _column(
     methods: list[tuple[int, Any]], key: str, target: Any
 ) -> tuple[list[str], list[float | None]]:
-    """The cells of a column: each method row's ``key`` against ``target``'s, and the t p-values.
-
-    Each cell the difference (``difference``) and its tests (``compare_seeds``), Holm-corrected
-    over the column; ``–`` for ``target``'s own row.
-    """
+    """Each method row's cell against ``target``'s (Holm-corrected), and the t p-values."""
     tests, diffs = [], []
     for _i, r in methods:  # None: the named method's own row
         own = r["variant_id"] == target["variant_id"]

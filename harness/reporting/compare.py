@@ -1,14 +1,10 @@
 """The drift gate: current records against a committed reference, with a tolerance per measure.
 
-Runs are matched by run id (the hash of the resolved config). For each matched pair every test
-metric, MAC/FLOP count and parameter count is compared: parameter counts and dense MACs/FLOPs
-exactly; effective MACs/FLOPs with a small relative tolerance (a mask can flip on the last bit of
-a float across CPUs); each test metric with the tolerance its metric registry entry gives
-(``harness.components.metrics.Metric.tolerance``: by default a small absolute plus relative one, as
-CPU runs are deterministic for a fixed thread count). A status change is drift. Reference runs
-absent from the current records are reported as missing (also a failure); current runs absent from
-the reference are listed as new (not a failure). A different torch version or device between the two
-sets of records is reported too (it explains drift; it is not a failure by itself).
+Runs are matched by run id; every test metric, MAC/FLOP and parameter count of a matched pair is
+compared: parameters and dense counts exactly, effective counts within a small relative tolerance (a
+mask can flip on the last bit of a float across CPUs), a test metric within its registry entry's
+tolerance. A status change and a missing reference run fail the gate; new runs and a different torch
+or device are reported, not failures.
 """
 
 from __future__ import annotations
@@ -64,8 +60,7 @@ class Comparison:
     def empty(self) -> str | None:
         """Why the comparison checked nothing (None when some run was compared).
 
-        An empty reference, or no run in both, would let the gate pass on nothing: an emptied
-        or truncated reference file must not turn CI green.
+        An empty reference, or no run in both, must not let the gate pass on nothing.
         """
         if self.matched:
             return None
@@ -75,12 +70,7 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
-        """Whether the gate passes: nothing drifted, no reference run missing, something matched.
-
-        Without ``only_present`` a missing reference run fails the gate; with it, the runs not
-        in both are left out. Either way a comparison of nothing (``empty``) fails unless
-        ``allow_empty``.
-        """
+        """Whether the gate passes: nothing drifted or missing, something compared (or allowed)."""
         if self.drifted or self.missing:
             return False
         return self.empty is None or self.allow_empty
@@ -96,8 +86,7 @@ def _tolerance(
 ) -> tuple[float, float]:
     """The tolerance of ``measure``: its most specific prefix in ``tols``, or its registry's.
 
-    "metrics.mse" wins over "metrics"; a test metric that no key of ``given`` (``--tol``) covers
-    has its metric registry entry's tolerance.
+    A test metric that no key of ``given`` (``--tol``) covers has its registry entry's tolerance.
     """
     best = ""
     for key in tols:
@@ -130,19 +119,7 @@ ENV_FIELDS = (("torch", "torch"), ("device_name", "device"))
 def environment_differences(
     reference: list[dict[str, Any]], current: list[dict[str, Any]]
 ) -> list[str]:
-    """The environment fields (torch version, device) that differ between two record sets.
-
-    One line per differing field, e.g. ``torch: reference 2.13.0+cpu, current 2.11.0``; empty
-    when they agree.
-
-    Args:
-        reference: the reference run records (the latest record of each run id counts); a
-            record without the field counts as ``unknown``.
-        current: the current run records, read the same way.
-
-    Returns:
-        The lines, torch first; a side with several values lists them all, joined by `` / ``.
-    """
+    """One line per environment field (torch, device) that differs between two record sets."""
     lines = []
     for key, name in ENV_FIELDS:
         ref, cur = (
@@ -166,18 +143,12 @@ def compare(
     Args:
         reference: the reference records.
         current: the records checked against them.
-        tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES`` and the test
-            metrics' registry tolerances (``harness.components.metrics``).
-        only_present: compare only the runs in both (a partial rerun); the others are counted
-            in ``left_out`` instead of listed as missing and new.
-        allow_empty: pass a comparison that compared no run (``Comparison.empty``).
-
-    Returns:
-        The comparison.
+        tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES`` and the registry's.
+        only_present: compare only the runs in both (the others counted in ``left_out``).
+        allow_empty: pass a comparison that compared no run.
 
     Raises:
-        HarnessError: a tolerance names a measure that no record has (``--tol bogus=1`` would
-            otherwise be silently ignored).
+        HarnessError: a tolerance names a measure no record has (it would be silently ignored).
     """
     check_tolerances(tolerances or {}, [*reference, *current])
     tols = {**DEFAULT_TOLERANCES, **(tolerances or {})}
@@ -211,11 +182,7 @@ def compare(
 def check_tolerances(
     tolerances: dict[str, tuple[float, float]], records: list[dict[str, Any]]
 ) -> None:
-    """Refuse a tolerance whose measure (or prefix) matches no measure of the records.
-
-    Raises:
-        HarnessError: one line naming the key and the measures there are.
-    """
+    """Refuse (HarnessError) a tolerance whose measure or prefix no measure of the records has."""
     measures = {m for r in records for m in _measures(r)}
     for key in tolerances:
         if not any(m == key or m.startswith(key + ".") for m in measures):
@@ -227,11 +194,10 @@ def check_tolerances(
 
 
 def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
-    """``["metrics.mse=1e-3", "macs=0:1e-2"]`` -> {measure: (abs, rel)} (``abs`` or ``abs:rel``).
+    """``["metrics.mse=1e-3", "macs=0:1e-2"]`` -> {measure: (abs, rel)}.
 
-    Raises:
-        HarnessError: a malformed item, or a tolerance that is negative or not finite (``nan``
-            would switch the gate off, a negative one would flag identical values).
+    Raises HarnessError for a malformed item, or a tolerance negative or not finite (``nan`` would
+    switch the gate off).
     """
     out = {}
     for item in items:
@@ -251,14 +217,7 @@ def parse_tolerances(items: list[str]) -> dict[str, tuple[float, float]]:
 
 
 def load_strict(path: str) -> list[dict[str, Any]]:
-    """Records of a store; for the gate a line it cannot read is bad input, not a warning.
-
-    Unreadable: not JSON (a torn last line), or failing ``harness.persistence.records.validate``.
-
-    Raises:
-        HarnessError: one line naming the unreadable lines (``FILE:N``, the first three and how
-            many more) and what to do.
-    """
+    """Records of a store; for the gate an unreadable line is a HarnessError, not a warning."""
     records, problems = load([path], legacy_values)
     if problems:  # one line: the first three, and the way out
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""

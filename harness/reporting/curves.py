@@ -1,9 +1,6 @@
 """Learning curves: training loss and validation primary metric per epoch, from the records.
 
-``curves_figure`` draws one row per (task, preset) and one line per method (the variant of
-``curve_choice``, chosen on validation data), mean ± std over its seeds (geometric on a log axis),
-linear axes fitted to the epochs past the first fifth; ``write_curves`` saves it beside the
-leaderboard. matplotlib is imported inside the functions.
+What they show: docs/reports.md, Figures. matplotlib is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -52,10 +49,10 @@ def _per_epoch(records: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray,
 
 
 def curve_choice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, list]]:
-    """The runs whose learning curves are drawn: ``{(task, preset): {method: records}}``.
+    """The runs whose curves are drawn: ``{(task, preset): {method: records}}``.
 
-    Ok runs with a history; per method, the variant with the best mean validation primary
-    metric (its records' ``val_metrics``), so the choice never looks at the test split.
+    Ok runs with a history; per method, the variant with the best mean validation primary metric, so
+    the choice never looks at the test split.
     """
     groups: dict[tuple[str, str], dict[str, dict[str, list]]] = {}
     for r in latest(records):
@@ -87,11 +84,10 @@ SETTLING = 0.2  # the first fifth of the epochs does not set a linear y axis's l
 def _series(
     records: Sequence[dict[str, Any]], key: str, metric: str, log: bool
 ) -> tuple[np.ndarray, ...]:
-    """Per epoch the line and its band's ends: mean ± std (``band`` of ``metric``), or geometric.
+    """Per epoch the line and its band's ends: mean ± std, or on a log axis geometric.
 
-    On a log axis the mean and std are those of log10 of the values (the geometric mean,
-    times / over the geometric std), so that a band never reaches 0; a run's value <= 0 there
-    counts as missing.
+    On a log axis the mean and std are those of log10 of the values, so that a band never reaches 0;
+    a value <= 0 there counts as missing.
     """
     if not log:
         mean, std = _per_epoch(records, key)
@@ -107,11 +103,7 @@ def _series(
 
 
 def _panel(ax: Any, by_method: dict[str, list], key: str, metric: str, alpha: float) -> None:
-    """One panel of ``curves_figure``: each method's line and band of ``key`` per epoch.
-
-    A log axis where the means span decades (geometric bands, ``_series``), with at least three
-    labelled ticks; a linear one fitted to every line past its first ``SETTLING`` of epochs.
-    """
+    """One panel: each method's line and band; log where the means span decades, else fitted."""
     means = {m: _per_epoch(rs, key)[0] for m, rs in by_method.items()}
     log = spans_decades(np.concatenate([*means.values(), [np.nan]]))
     settled = []
@@ -137,16 +129,8 @@ def _panel(ax: Any, by_method: dict[str, list], key: str, metric: str, alpha: fl
 def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
     """Learning curves: training loss and validation primary metric per epoch.
 
-    One line per method (the variant of ``curve_choice``), mean ± std over its seeds (on a log
-    axis, geometric: ``_series``); a linear axis is fitted to the epochs past the first fifth
-    (``SETTLING``: a first epoch far off runs past the axis). One (task, preset) with at most
-    ``NARROW_METHODS`` methods fits one column (``ONE_COLUMN``): the loss above the validation
-    metric, the legend below. Anything more is ``TWO_COLUMNS`` wide, one row per (task, preset)
-    with the loss left of the validation metric (each panel about 2.6 in wide) and the legend
-    outside on the right (the figure as tall as it needs).
-
-    Args:
-        records: run records; those without a history are left out.
+    One (task, preset) with at most ``NARROW_METHODS`` methods fits one column, the loss above the
+    metric; anything more is two columns wide, one row per (task, preset).
     """
     from matplotlib.figure import Figure
 
@@ -184,15 +168,7 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
 
 
 def write_curves(records: Sequence[dict[str, Any]], stem: Path) -> list[Path]:
-    """Save ``curves_figure(records)`` as ``stem.png`` / ``.pdf``; nothing without a history.
-
-    Args:
-        records: run records.
-        stem: path prefix of the two files.
-
-    Returns:
-        The paths written (none when no ok record holds a history).
-    """
+    """Save ``curves_figure(records)`` as ``stem.png`` / ``.pdf``; nothing without a history."""
     if not curve_choice(records):
         return []
     return save(curves_figure(records), stem)

@@ -1,20 +1,11 @@
 """Generated blocks of the docs: numbers that come from the records, filled by one command.
 
-A block is a marker line naming the command that makes it, the command's output, and an end
-line, each marker at the start of its line::
+A block is a marker line naming its command, the command's stdout and an end line
+(docs/reports.md, Numbers in the docs)::
 
     <!-- generated: harness report STORE --paper --task TASK --print main -->
     (the command's stdout)
     <!-- end -->
-
-``fill`` runs each block's command (in-process, through the ``run`` it is given: the command
-line's) and rewrites the block's body with its stdout, every other byte of the file kept (its
-line endings too); with ``check`` it writes nothing and returns the blocks whose body differs.
-A block's command is ``harness report ... --print PART`` (``harness.reporting.reports.
-print_parts``: the records' tables) or ``harness bench --from STORE ... --print PART``
-(``harness.bench.excerpts``: the timing and speedup reports' data), each of which writes nothing
-and prints Markdown that names no time, commit of the renderer or absolute path, so that a body
-changes only with the records.
 """
 
 from __future__ import annotations
@@ -39,14 +30,7 @@ Runner = Callable[[list[str]], tuple[int, str, str]]
 
 @dataclass(frozen=True)
 class Block:
-    """One generated block: where it is, its command, and its body's line span.
-
-    Attributes:
-        path: the Markdown file.
-        line: the marker's line number (1-based).
-        command: the command line the marker names.
-        body: the indices (0-based, end excluded) of the body's lines in the file.
-    """
+    """One generated block: its file, marker line (1-based), command and body's line span."""
 
     path: Path
     line: int
@@ -59,12 +43,7 @@ class Block:
 
 
 def blocks(path: Path, lines: Sequence[str]) -> list[Block]:
-    """The generated blocks of a file's ``lines``.
-
-    Raises:
-        HarnessError: a marker without ``-->`` or without a command, a block without its end
-            line (or with another marker inside it), an end line outside any block.
-    """
+    """The generated blocks of a file's ``lines``; HarnessError for a malformed marker or end."""
     found, start = [], None
     for i, line in enumerate(lines):
         if m := START.match(line):
@@ -89,11 +68,8 @@ def blocks(path: Path, lines: Sequence[str]) -> list[Block]:
 def body(block: Block, run: Runner, newline: str = "\n") -> list[str]:
     """The lines of ``block``'s body: its command's stdout, between two empty lines.
 
-    Each line ends with ``newline`` (the marker's line ending: a file keeps its own).
-
-    Raises:
-        HarnessError: the command is not ``harness report|bench ... --print PART``, cannot be
-            split into words, fails (with its last line on stderr) or warns (with its first).
+    Each line ends with ``newline``. HarnessError where the command is not ``harness report|bench
+    ... --print PART``, fails, or warns.
     """
     try:
         argv = shlex.split(block.command)
@@ -118,20 +94,9 @@ def body(block: Block, run: Runner, newline: str = "\n") -> list[str]:
 def fill(paths: Sequence[str | Path], run: Runner, check: bool = False) -> list[Block]:
     """Regenerate every block of ``paths``; with ``check``, write nothing.
 
-    Every file's blocks are found before any command runs, and every body computed before any
-    file is written, so a bad block leaves every file as it was.
-
-    Args:
-        paths: Markdown files.
-        run: runs a command line (the words after ``harness``): (exit code, stdout, stderr).
-        check: only compare.
-
-    Returns:
-        The blocks whose body differed from their command's output (rewritten unless
-        ``check``).
-
-    Raises:
-        HarnessError: a file cannot be read, a block is malformed or its command fails.
+    Every body is computed before any file is written, so a bad block leaves every file as it was.
+    ``run`` runs a command line (the words after ``harness``): (exit code, stdout, stderr). Returns
+    the blocks whose body differed.
     """
     files = []
     for p in map(Path, paths):

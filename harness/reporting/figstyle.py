@@ -1,19 +1,8 @@
 """The look shared by every report figure: sizes, palette, fonts, per-method styles, saving.
 
-Every figure gives a method the same colour, marker and line style (``method_style``, assigned
-from the registry order: seaborn's colour-blind-safe palette times marker shapes, each method its
-own pair, and no two methods of one marker family in colours closer than ``DISTINCT``); a
-method's marker shapes mark its data alone (a confidence interval past an axis ends in the grey
-``OFF_AXIS`` glyphs); axes whose values span a decade or more are logarithmic
-(``spans_decades``) with at least three labelled ticks (``readable_log``); bands
-and error bars of a percentage (the metric registry's ``percent``, ``harness.components.metrics``)
-stay within [0, 100] (``band``, ``error_bars``). Figures are sized for one column (``ONE_COLUMN``
-inches wide) or two (``TWO_COLUMNS``), text is at least 7 pt (``STYLE``) and PDFs embed TrueType
-fonts.
-
-matplotlib and seaborn are imported inside the functions (``import harness`` stays light).
-Figures are ``matplotlib.figure.Figure`` objects built under ``style()``, never through pyplot's
-global state, so many reports can be drawn in one process.
+The rules: docs/reports.md, Figures. Figures are ``matplotlib.figure.Figure`` objects built under
+``style()``, never through pyplot's global state, so many reports can be drawn in one process;
+matplotlib and seaborn are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -125,9 +114,9 @@ def confusable(a: tuple[str, str], b: tuple[str, str]) -> bool:
 def pairs() -> tuple[tuple[str, str], ...]:
     """The 63 (colour, marker) pairs in the order methods take them.
 
-    Each is the first of colour ``k mod 9`` and marker ``k mod 7`` (k = 0, 1, ...) not taken
-    that differs from the one before in both and is ``confusable`` with none taken, as long as
-    one is (the first 30); then the first that differs from the one before in both.
+    Each is the first of colour ``k mod 9`` and marker ``k mod 7`` not taken that differs from the
+    one before in both and is ``confusable`` with none taken, while one is (the first 30); then the
+    first that differs from the one before in both.
     """
     colors = palette()
     order = [(colors[k % len(colors)], MARKERS[k % len(MARKERS)]) for k in range(63)]
@@ -142,11 +131,7 @@ def pairs() -> tuple[tuple[str, str], ...]:
 
 
 def style_at(i: int) -> dict[str, str]:
-    """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order).
-
-    The ``i``-th of ``pairs()`` (mod 63); past every colour, the next line style. Two indices
-    below 63 never share a (colour, marker) pair.
-    """
+    """The ``color``, ``marker`` and ``linestyle`` of the ``i``-th method (registry order)."""
     color, marker = pairs()[i % 63]
     return {
         "color": color,
@@ -156,11 +141,9 @@ def style_at(i: int) -> dict[str, str]:
 
 
 def method_style(method: str) -> dict[str, str]:
-    """The ``color``, ``marker`` and ``linestyle`` of a method, the same in every figure.
+    """A method's ``color``, ``marker`` and ``linestyle``, the same in every figure.
 
-    The i-th registered method (registry order) gets ``style_at(i)``, so every registered
-    method has its own (colour, marker) pair; a name not registered gets a style past them,
-    from a checksum of the name, whose pair no registered method has.
+    A name not registered gets a style past the registered methods', from a checksum of the name.
     """
     names = METHODS.names()
     if method in names:
@@ -184,11 +167,7 @@ def spans_decades(values: Any) -> bool:
 
 
 def readable_log(axis: Any) -> None:
-    """Give a log ``axis`` (its limits set) at least three labelled ticks.
-
-    Over fewer than three decades in view, the ticks at 1, 2 and 5 times each power of 10 are
-    labelled (``%g``; from 10 000 on, as 20k, 1.5M); any axis that spans a decade shows three.
-    """
+    """Give a log ``axis`` (limits set) at least three labelled ticks: 1, 2, 5 per decade."""
     from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
 
     lo, hi = sorted(axis.get_view_interval())
@@ -222,11 +201,7 @@ def legend_height(entries: int) -> float:
 
 
 def legend(fig: Figure, methods: Sequence[str], below: bool = False) -> None:
-    """One legend entry per method (its colour, marker and line style), outside the axes.
-
-    On the right of a wide figure where one column of entries fits its height, unless
-    ``below``; otherwise under the axes, in rows of up to 6 entries (2 under a one-column one).
-    """
+    """One legend entry per method, right of a wide figure where it fits, else under the axes."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **method_style(m)) for m in methods]
@@ -239,11 +214,7 @@ def legend(fig: Figure, methods: Sequence[str], below: bool = False) -> None:
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.pdf`` at the figure's size; returns both paths.
-
-    Each is rendered in memory and written through ``harness.persistence.outputs.write_bytes``
-    (atomically, never over a records store).
-    """
+    """Write ``stem.png`` and ``stem.pdf`` (``write_bytes``: atomic, never over a store)."""
     import io
 
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]

@@ -1,37 +1,8 @@
-"""Figures of the paper-style reports, drawn from run records and saved as PNG and PDF.
+"""Figures of the paper-style reports (trade-off, budget knobs), drawn from run records.
 
-What they show follows the seed papers' figures:
-
-- ``tradeoff_figure``: the primary metric vs Skip %, vs activity sparsity % (the activity-sparse
-  methods, a measure of their own, in its own panel) and vs effective FLOPs, a panel per measure
-  that varies; every method variant a faint point (mean over seeds), each method's Pareto front a
-  line, the variant picked at each matched budget (``MATCHED_BUDGETS``, vertical guides) marked
-  with its 95 % CI as error bars, unsolved variants hollow; the y axis fitted to the methods'
-  points and the picks' CIs (a CI past it ends in a grey arrow, a shape no method has), each
-  reference predictor (``ref:NAME``, which has neither Skip % nor FLOPs) a labelled band within
-  it, its mean ± 95 % CI over seeds (``reference_bands``), or an arrow at its edge; one legend
-  names the methods and every other kind of mark. The other figures leave the references out.
-- ``budget_figure``: metric and Skip % (activity sparsity for the activity-sparse methods) vs a
-  budget knob (S-SA Fig. 4 for λ), mean ± std over seeds, as small multiples: a panel per
-  learning rate (and per other setting while a panel would hold more than six lines or a method
-  more than three). A method names its budget knobs
-  (``harness.components.method.Method.budget_knobs``: a penalty's weight such as ``lam``, a skip
-  probability, a threshold); a knob gets a figure when a method that declares it was run at
-  several values of it. Where its values span decades the axis is logarithmic, and 0, where run,
-  has its own tick left of a break; every axis has at least three labelled ticks.
-- the update patterns and the depth histogram (``harness.reporting.patterns``) and the learning
-  curves (``harness.reporting.curves``).
-
-Which figures a report gets follows from its records and the methods' declared knobs alone: masks
-where a method's trace holds them, a budget figure where a method was run at several values of a
-knob it declares, curves where records hold a history, the depth histogram where traces hold one
-(of the variants the masks show); no method or task is singled out by name. No panel is drawn
-whose data are all one value (a Skip % of 0 everywhere, one FLOPs count): every mark means one
-thing (``tests/test_figures.py`` checks these rules on every figure). Sizes, palette and
-per-method styles: ``harness.reporting.figstyle``; titles, directions and percentages: the
-metric registry (``harness.components.metrics``).
-
-matplotlib and pandas are imported inside the functions (``import harness`` stays light).
+Which figures a report gets, and what each shows: docs/reports.md, Figures. The update patterns are
+``harness.reporting.patterns``'s, the learning curves ``harness.reporting.curves``'s; the look is
+``harness.reporting.figstyle``'s. matplotlib and pandas are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -83,11 +54,7 @@ __all__ = ["report_figures", "write_curves"]  # write_curves: importable from he
 def pareto_front(
     xs: Sequence[float], ys: Sequence[float], x_higher: bool, y_higher: bool
 ) -> list[int]:
-    """Indices of the non-dominated points, sorted by x.
-
-    A point is dominated when another is at least as good on both axes and better on one
-    ("good" per ``x_higher`` / ``y_higher``). Points with a NaN coordinate are never on the front.
-    """
+    """Indices of the non-dominated points (no NaN), sorted by x; better per ``x/y_higher``."""
     sx, sy = (1 if x_higher else -1), (1 if y_higher else -1)
     pts = [(sx * x, sy * y) for x, y in zip(xs, ys, strict=True)]
     front = []
@@ -105,16 +72,7 @@ def pareto_front(
 
 
 def variant_points(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """One row per (method, variant) of ``runs``: per key the mean over seeds, its std and CI.
-
-    Args:
-        runs: one row per run with ``method``, ``variant_id``, ``seed`` and the ``keys``.
-        keys: the measures to aggregate.
-
-    Returns:
-        Columns ``method``, ``variant_id``, ``seeds`` and per key ``k``, ``k_std`` (sample std,
-        NaN for one seed) and ``k_ci`` (95 % CI half-width, Student's t; NaN for one seed).
-    """
+    """Per (method, variant): per key the mean over seeds, ``k_std`` and ``k_ci`` (95 % CI)."""
     import pandas as pd
 
     rows = []
@@ -136,12 +94,7 @@ UNSOLVED = "; hollow: a seed did not solve the task"
 def tradeoff_panels(
     points: pd.DataFrame, activity: Collection[str] = ()
 ) -> list[tuple[str, list[str], str]]:
-    """The x axes of the trade-off figure: ``(key, methods drawn, label)``, those that vary.
-
-    Skip % for the methods that skip, activity sparsity % for the ``activity``-sparse ones
-    (``read_skip_pct``: a different measure, its own panel), effective FLOPs for every method;
-    a panel whose x values (over its methods' variants) are all one value is not drawn.
-    """
+    """The trade-off figure's x axes, ``(key, methods drawn, label)``: those whose values vary."""
     skip, act, flops = (get_metric(k) for k in ("skip_pct", "read_skip_pct", "flops"))
     methods = method_order(points["method"])
     plain = [m for m in methods if m not in activity]
@@ -161,7 +114,6 @@ def tradeoff_panels(
 
 
 def _variants(ax: Axes, points: pd.DataFrame, x: str, primary: str, higher: bool) -> None:
-    """Each method's variants, faint (hollow where unsolved), and its Pareto front, a line."""
     solved = points["solved"] >= 1 if "solved" in points else points[primary].notna()
     for method, g in points.groupby("method", sort=False):
         st, ok = method_style(method), solved[g.index]
@@ -182,7 +134,6 @@ def x_higher(key: str) -> bool:
 
 
 def _picks(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
-    """The picked variants: large, black-edged (hollow where unsolved), 95 % CI error bars."""
     for i in picks.index:
         g, st = picks.loc[[i]], method_style(picks.at[i, "method"])
         hollow = "solved" in picks and picks.at[i, "solved"] < 1
@@ -198,7 +149,7 @@ def _picks(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
 
 
 def _fit_y(ax: Axes, points: pd.DataFrame, picks: pd.DataFrame, primary: str) -> bool:
-    """Fit the y axis to the points and the picks' CIs (these up to the points' span beyond).
+    """Fit the y axis to the points and the picks' CIs (up to the points' span beyond).
 
     Logarithmic where the points span decades. Returns whether some CI runs past the axis.
     """
@@ -229,7 +180,6 @@ def _fit_y(ax: Axes, points: pd.DataFrame, picks: pd.DataFrame, primary: str) ->
 
 
 def _off_axis(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
-    """Where a pick's CI runs past the y axis: a grey arrow glyph at that edge (no method's)."""
     y0, y1 = ax.get_ylim()
     lo, hi = band(picks[primary].to_numpy(float), picks[f"{primary}_ci"], primary)
     for i, down, up in zip(picks.index, lo < y0, hi > y1, strict=True):
@@ -239,11 +189,7 @@ def _off_axis(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
 
 
 def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
-    """The matched budgets: dotted vertical guides labelled above the axis.
-
-    A label closer to the one left of it than a tenth of the axis (times the ``panels`` side by
-    side) goes a line higher.
-    """
+    """The matched budgets: dotted guides labelled above the axis, a crowded label a line higher."""
     x0, x1 = ax.get_xlim()
     prev, up = -math.inf, False
     for t in sorted(targets):
@@ -256,7 +202,6 @@ def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
 
 
 def _tradeoff_legend(fig: Figure, methods: list[str], key: dict[str, bool], hollow: bool) -> None:
-    """One legend under the panels: the methods, then what every other kind of mark means."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -284,31 +229,17 @@ def tradeoff_figure(
     targets: Sequence[float] = (),
     activity: Sequence[str] = (),
 ) -> Figure | None:
-    """Metric vs Skip %, vs activity sparsity % and vs effective FLOPs: each method's front.
-
-    One panel per x measure that varies (``tradeoff_panels``; None when none does): every
-    variant a faint point, each method's Pareto front (``pareto_front``, over its solved
-    variants) a line in its style, and the ``marked`` variants (those picked at a matched
-    budget, or by the table's rule) drawn large, black-edged, with 95 % CI error bars. A variant
-    some of whose seeds did not solve the task (mean ``solved`` below 1, where recorded) is
-    hollow. The y axis spans the methods' points and the picks' CIs up to the points' span
-    beyond them (``_fit_y``); a CI past it ends in a grey arrow glyph (``OFF_AXIS``). Reference
-    predictors are bands within the y range, arrows at its edge outside it (``draw_bands``),
-    named right of the last panel. ``targets`` are vertical guides on the sparsity panels. One
-    legend under the panels names the methods and every other kind of mark.
+    """Metric vs Skip %, vs activity sparsity % and vs effective FLOPs; None when none varies.
 
     Args:
-        points: one row per variant (``variant_points``) with ``method``, ``variant_id``,
-            ``primary``, ``skip_pct``, ``flops`` and their ``_ci`` columns (``solved``,
-            ``read_skip_pct``: optional).
-        primary: the primary metric's key (its column in ``points``).
-        higher: whether higher values of the metric are better (sets the Pareto fronts).
+        points: ``variant_points`` (``solved``, ``read_skip_pct``: optional).
+        primary: the primary metric's key.
+        higher: its direction (sets the Pareto fronts).
         metric_title: axis label of the metric.
         bands: the reference predictors (``reference_bands``).
-        marked: ``(method, variant_id)`` pairs drawn large with error bars.
-        targets: Skip % budgets drawn as labelled vertical guides.
-        activity: the activity-sparse methods, drawn at their activity sparsity % (their own
-            panel) instead of their Skip % (0).
+        marked: ``(method, variant_id)`` pairs drawn large with 95 % CI error bars.
+        targets: Skip % budgets drawn as guides.
+        activity: the activity-sparse methods, drawn at their activity sparsity % instead.
     """
     import textwrap
 
@@ -348,7 +279,7 @@ def tradeoff_figure(
 
 
 def budget_knobs(method: str) -> tuple[str, ...]:
-    """The budget knobs ``method`` declares (``Method.budget_knobs``); none if not registered."""
+    """The budget knobs ``method`` declares; none if not registered."""
     try:
         return tuple(METHODS.get(method).budget_knobs)
     except UnknownNameError:
@@ -356,11 +287,7 @@ def budget_knobs(method: str) -> tuple[str, ...]:
 
 
 def variant_values(runs: pd.DataFrame, exclude: str = "") -> dict[str, dict[str, str]]:
-    """Per variant id, the config values that vary among its method's variants (as text).
-
-    The method's budget knobs come first, in their declared order, the other values after them
-    by name; ``exclude`` (the knob a budget figure plots along x) is left out.
-    """
+    """Per variant id, the config values varying among its method's variants (text), knobs first."""
     out = {}
     for method, m_runs in runs.groupby("method", sort=False):
         cfgs = {vid: g["config"].iloc[0] for vid, g in m_runs.groupby("variant_id", sort=False)}
@@ -384,14 +311,8 @@ def variant_labels(runs: pd.DataFrame, exclude: str = "") -> dict[str, str]:
 def budget_sweeps(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per budget knob, the runs of the methods that declare it and ran at several values of it.
 
-    Args:
-        runs: one row per run (``harness.reporting.runs.runs_frame``) with ``config``.
-
-    Returns:
-        ``{knob: runs}`` in the order the knobs first appear; each frame adds a column named by
-        the knob (its value as a float), ``others`` (the method's other varying values, a dict,
-        less those set with the knob: one value at each of its values) and ``line`` (the method
-        and those values).
+    Each frame adds the knob's value (a column named by it), ``others`` (the method's other varying
+    values, less those set with the knob) and ``line`` (the method and those values).
     """
     import pandas as pd
 
@@ -416,25 +337,16 @@ def budget_sweeps(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def _line(method: str, values: dict[str, str], leave: Collection[str] = ()) -> str:
-    """``method, k=v, ...`` of ``values`` less the keys in ``leave``."""
     return ", ".join([method, *(f"{k}={v}" for k, v in values.items() if k not in leave)])
 
 
 def log_knob(values: Sequence[float]) -> bool:
-    """Whether a knob's axis is logarithmic: its values above 0 span a factor of 10 or more."""
+    """Whether a knob's axis is logarithmic: its values above 0 span a decade."""
     return spans_decades([v for v in values if v > 0])
 
 
 def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
-    """Make ``ax``'s x axis a log axis over the values > 0; 0, where run, at a tick past a break.
-
-    Up to six values: a tick at each, and at each power of 10 between them, labelled from the
-    top where a label stands 12 % of the axis from the one above it; more: one per decade, only
-    every second (third, ...) one labelled over more than five decades, counted from the top.
-
-    Returns:
-        The x position where 0 is drawn (a decade below the smallest value > 0).
-    """
+    """Make ``ax``'s x a log axis over the values > 0, 0 at a tick past a break; returns 0's x."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     positive = sorted({v for v in values if v > 0}) or [1.0]
@@ -485,12 +397,7 @@ LINE_LOOKS = (  # a method's lines told apart: its colour, a dark shade, half-fi
 
 
 def facet_keys(runs: pd.DataFrame) -> list[str]:
-    """The settings a budget figure's panels split on (one panel per combination of values).
-
-    The learning rate where it varies; then, while a method keeps more than ``LINE_LOOKS``
-    lines (its other settings) or a panel more than ``MAX_LINES``, the setting whose split
-    leaves the fewest.
-    """
+    """The settings a budget figure's panels split on: the learning rate, then the least crowded."""
     lines = {(m, tuple(o.items())) for m, o in zip(runs["method"], runs["others"], strict=True)}
     cand = sorted({k for _, o in lines for k, _ in o}, key=lambda k: (k != "train.lr", k))
 
@@ -513,11 +420,7 @@ def facet_keys(runs: pd.DataFrame) -> list[str]:
 
 
 def swept_lines(runs: pd.DataFrame, knob: str) -> pd.DataFrame:
-    """The runs a budget figure draws: knob >= 0, of settings run at two values of it or more.
-
-    A setting (method and its other values, ``others``) run at one value of the knob is a
-    point, not a sweep: the trade-off figure shows it.
-    """
+    """The runs a budget figure draws: knob >= 0, of settings run at two values of it or more."""
     runs = runs[runs[knob] >= 0]
     if "others" not in runs:  # one setting per method beside the knob
         runs = runs.assign(others=[{}] * len(runs))
@@ -526,12 +429,7 @@ def swept_lines(runs: pd.DataFrame, knob: str) -> pd.DataFrame:
 
 
 def panel_grid(panels: Sequence[tuple]) -> tuple[dict[tuple, tuple[int, int]], int]:
-    """Where each panel (its facet values) of a budget figure goes: ``({panel: (row, col)}, cols)``.
-
-    One column per value of the first facet setting (the learning rate) where there are at most
-    four, one row per combination of the others; else row by row, three or four a row. Values
-    in numeric order.
-    """
+    """Where each panel of a budget figure goes: ``({panel: (row, col)}, columns)``."""
 
     def order(v: str) -> tuple:
         try:
@@ -549,12 +447,7 @@ def panel_grid(panels: Sequence[tuple]) -> tuple[dict[tuple, tuple[int, int]], i
 
 
 def budget_rows(runs: pd.DataFrame, knob: str, primary: str) -> list[tuple[str, list[str]]]:
-    """The measures a budget figure draws, ``(key, methods)``: the metric and each sparsity.
-
-    Skip % for the methods that skip, activity sparsity % for the activity-sparse ones
-    (``budget_measure``); a measure whose means (per ``line`` and knob value) are all one value
-    is not drawn.
-    """
+    """The measures a budget figure draws, ``(key, methods)``: those that vary."""
     methods = method_order(runs["method"])
     activity = [
         m for m in methods if "record" in runs
@@ -574,11 +467,7 @@ def budget_rows(runs: pd.DataFrame, knob: str, primary: str) -> list[tuple[str, 
 
 
 def _line_looks(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """The style of each ``line`` of ``runs``: its method's, then the next of ``LINE_LOOKS``.
-
-    A method's second line is a dark shade of its colour, dashed; its third has half-filled
-    markers, dotted.
-    """
+    """Each line's style: its method's; a second darker, dashed; a third half-filled, dotted."""
     from matplotlib.colors import to_hex, to_rgb
 
     out: dict[str, dict[str, Any]] = {}
@@ -595,7 +484,6 @@ def _line_looks(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
 def _budget_line(
     ax: Axes, g: pd.DataFrame, knob: str, y: str, st: dict, zero_x: float | None
 ) -> None:
-    """One line of a budget panel: mean ± std over seeds per knob value; 0 left of the break."""
     s = g.groupby(knob)[y].agg(["mean", "std"]).sort_index()
     x, m = s.index.to_numpy(float), s["mean"].to_numpy(float)
     lo, hi = band(m, s["std"].to_numpy(float), y)
@@ -615,21 +503,12 @@ def _budget_line(
 def budget_figure(
     runs: pd.DataFrame, knob: str, primary: str, metric_title: str, higher: bool | None = None
 ) -> Figure | None:
-    """Metric and sparsity vs a budget knob, small multiples: mean ± std over seeds per line.
-
-    One panel per combination of the ``facet_keys`` settings (e.g. per learning rate), the
-    metric above each sparsity measure (``budget_rows``: Skip %, or the activity sparsity of
-    the activity-sparse methods); in a panel one line per method and other setting, at most
-    ``MAX_LINES``, a method's in its colour (``_line_looks``). Where the knob's values above 0
-    span decades (``log_knob``) the axis is logarithmic over them and 0, where run, is drawn at
-    its own tick ("0") a decade to the left, past a break mark, joined to the rest by a dotted
-    segment; otherwise it is linear. Negative values are left out. None when nothing varies.
+    """Metric and sparsity vs a budget knob, small multiples; None when nothing varies.
 
     Args:
-        runs: one row per run (``budget_sweeps``) with ``method``, ``others``, ``record``, the
-            knob's value in the column named ``knob``, ``primary`` and ``skip_pct``.
-        knob: the budget knob (the x axis is labelled with its name).
-        primary: the primary metric's key (its column in ``runs``).
+        runs: ``budget_sweeps``'s frame for ``knob``.
+        knob: the budget knob (the x axis).
+        primary: the primary metric's key.
         metric_title: axis label of the metric.
         higher: the metric's direction (an arrow in the label), if known.
     """
@@ -676,10 +555,6 @@ def budget_figure(
 
 
 def _budget_axes(ax: Axes, values: pd.Series, y: str, label: str | None, left: bool) -> None:
-    """A budget panel's y axis: labelled in the left column, log where ``values`` span decades.
-
-    The label is ``label``, else the measure's title and direction.
-    """
     import textwrap
 
     metric = get_metric(y)
@@ -692,7 +567,6 @@ def _budget_axes(ax: Axes, values: pd.Series, y: str, label: str | None, left: b
 
 
 def _budget_legend(fig: Figure, looks: dict[str, dict[str, Any]]) -> None:
-    """The budget figure's legend, under its panels: one entry per line."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **st) for st in looks.values()]
@@ -756,14 +630,11 @@ def tradeoff(
     selected: dict[str, str] | None,
     rule: str,
 ) -> tuple[str, Figure | None]:
-    """The trade-off figure of ``report_figures`` and its caption (no figure: see below).
+    """The trade-off figure of ``report_figures`` and its caption (``("", None)``: no figure).
 
-    Activity-sparse methods (``budget_measure``) stand at their activity sparsity % in a panel
-    of their own; in a matched-budget report (a rule with a Skip % target) the budget targets
-    are the rule's own and those of ``MATCHED_BUDGETS`` at least 5 points from it, up to 5
-    points past the highest Skip % (or activity sparsity %); marked: the table's picks and, per
-    target, the variant ``val-skip-nearest`` picks (``best-val``'s where no target is left).
-    No figure where neither Skip %, activity sparsity nor FLOPs varies (``tradeoff_panels``).
+    The budget targets are the rule's own and those of ``MATCHED_BUDGETS`` at least 5 points from
+    it, up to 5 points past the highest sparsity; marked: the table's picks and, per target, the
+    variant ``val-skip-nearest`` picks (``best-val``'s where there is no target).
     """
     keys = [primary, "skip_pct", "read_skip_pct", "flops", "solved"]
     points = variant_points(runs, [k for k in keys if k in runs])
@@ -813,7 +684,7 @@ def tradeoff(
 
 
 def budget_caption(swept: pd.DataFrame, knob: str, primary: str, title: str) -> str:
-    """The caption of ``budget_figure(swept, knob, ...)``: what its rows, panels and lines are."""
+    """The caption of ``budget_figure(swept, knob, ...)``."""
     swept = swept_lines(swept, knob)
     drawn = budget_rows(swept, knob, primary)
     rows = [title if k == primary else get_metric(k).title for k, _ in drawn]
@@ -833,11 +704,7 @@ def budget_caption(swept: pd.DataFrame, knob: str, primary: str, title: str) -> 
 
 
 def depth_hists(runs: pd.DataFrame, choice: MaskChoice) -> dict[str, dict[str, int]]:
-    """Per depth method, its executed depths' counts over the seeds of the variant it shows.
-
-    The variant of ``choice`` (the update patterns' pick: the table's, else nearest the
-    common Skip %), so that the histogram and the masks figure show one variant.
-    """
+    """Per depth method, its depths' counts over the seeds of the variant its masks show."""
     hists: dict[str, dict[str, int]] = {}
     for method, (vid, _) in choice.picks.items():
         for rec in runs.loc[runs["variant_id"] == vid, "record"]:
@@ -856,20 +723,16 @@ def report_figures(
     selected: dict[str, str] | None = None,
     rule: str = "",
 ) -> list[tuple[str, list[Path]]]:
-    """Draw and save the figures that apply to one (task, preset) of ``harness.reporting.paper``.
+    """Draw and save the figures that apply to one (task, preset) of the paper report.
 
     Args:
-        runs: one row per run (``harness.reporting.runs.runs_frame``: ``method``,
-            ``variant_id``, ``seed``, ``record``, ``config``, ``flops`` and metrics).
+        runs: ``harness.reporting.runs.runs_frame``'s rows.
         primary: the primary metric's key.
-        higher: whether higher values of the primary metric are better.
-        title: the primary metric's title, for axes and captions.
+        higher: its direction.
+        title: its title, for axes and captions.
         stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
-        selected: ``{method: variant_id}``, the variant the table shows per method where a
-            selection rule picked one: marked in the trade-off figure; the update patterns show
-            it (unless it is at chance).
-        rule: the selection rule that picked ``selected`` (e.g. ``val-skip-nearest:76``), named
-            in the captions; its Skip % target joins ``MATCHED_BUDGETS`` in the trade-off.
+        selected: ``{method: variant_id}`` a selection rule picked (marked, and shown in the masks).
+        rule: that rule, named in the captions.
 
     Returns:
         ``(caption, [png, pdf])`` per figure drawn.

@@ -1,16 +1,8 @@
-r"""LaTeX tables that print at 8 pt or more, and the figures' floats.
+"""LaTeX tables that print at 8 pt or more, and the figures' floats.
 
-``tex_escape`` turns the reports' text (units ``×10^k``, ``D_h``, arrows, ±) into LaTeX that
-needs only booktabs and graphicx (and xcolor for a greyed cell,
-``harness.reporting.text.grey``). ``render_tex`` sets one table: ``tex_layout`` decides its
-float (``table`` for one column of a two-column paper, ``table*`` for the text width, set
-within 6.5 in so that it fits a one-column paper too), its font size (``\fontsize{9}{11}`` or
-``\fontsize{8}{9.5}``, never scaled) and, for a table too wide for 6.5 in, how its columns are
-split over several floats; widths are estimated from Computer Modern's metrics (``tex_width``).
-Each table also has a version set in one column of a two-column paper (``width="column"``: 3.3
-in, ``mean ± std`` cells stacked on two lines, columns split over several ``table`` floats where
-they still do not fit, rows where a float would be taller than ``COLUMN_HEIGHT``). ``tex_key``
-names a report in its labels, ``figure_env`` gives a saved figure the float its width needs.
+``render_tex`` sets one table, ``tex_layout`` decides its floats, sizes and splits from widths
+estimated with Computer Modern's metrics (``tex_width``); the rules: docs/reports.md, Formats and
+LaTeX in a paper.
 """
 
 from __future__ import annotations
@@ -73,11 +65,7 @@ def _tex_math(m: re.Match) -> str:
 
 
 def tex_escape(s: str) -> str:
-    r"""LaTeX for a cell, title or note (needs only booktabs and graphicx).
-
-    ``x10^5`` / ``×10^5`` become ``$\times 10^{5}$``, ``D_h``, ``R_t``, ``R_max`` math; every
-    other LaTeX special character is escaped (no ``^`` or ``_`` is left outside math).
-    """
+    """LaTeX for a cell, title or note: ``×10^5``, ``D_h``, ``R_t`` as math, the rest escaped."""
     out, pos = [], 0
     for m in _MATH.finditer(s):
         out.append("".join(_TEX_PLAIN.get(c, c) for c in s[pos : m.start()]))
@@ -236,10 +224,7 @@ class _Column:
 
 
 def stacked(text: str) -> list[str]:
-    """A ``mean ± std`` cell as its two lines, ``mean`` and ``± std ...``; any other: itself.
-
-    A greyed span (``harness.reporting.text.grey``) over the ``±`` is closed and opened again.
-    """
+    """A ``mean ± std`` cell as its two lines (a greyed span closed and reopened); else itself."""
     if " ± " not in text:
         return [text]
     mean, std = text.split(" ± ", 1)
@@ -261,9 +246,8 @@ def _fit(
 ) -> list[_Column] | None:
     """``cols`` laid out at ``size`` within ``target`` pt, or None if they do not fit.
 
-    Numeric columns and the first keep their natural width; text columns wrap where the line is
-    too short for them, to at most ``MAX_CELL_LINES`` lines a cell (``loose``: any number) and
-    never narrower than their longest word.
+    Numeric columns and the first keep their natural width; text columns wrap, to at most
+    ``MAX_CELL_LINES`` lines a cell (``loose``: any number), never narrower than their longest word.
     """
     room = target - 2 * TABCOLSEP * len(cols)
     nat = [c.natural(size) for c in cols]
@@ -326,19 +310,11 @@ def tex_layout(
 ) -> list[TexPart]:
     """How a table is set: one float, or its columns split over several, none below 8 pt.
 
-    A table that fits one column of a two-column paper (3.3 in) at 9 or 8 pt is a ``table``;
-    one that fits 6.5 in (a one-column paper's text width, within a two-column one's 7 in) a
-    ``table*``. A wider one is split: the main part keeps the columns that tell the rows apart,
-    the ``keep`` columns and then, in order, every other column that still fits 6.5 in at 8 pt;
-    the rest go, with the row keys again, to a second part, split again while it is too wide;
-    all parts are then set at 8 pt. Widths are estimated from Computer Modern's metrics
-    (``tex_width``); nothing is scaled.
-
-    ``width="column"``: the version set in one column (3.3 in), every part a ``table``. Its
-    first column wraps too; where the table does not fit, its numeric columns print each
-    ``mean ± std`` on two lines (``stacked``), and where it still does not fit, its columns are
-    split as above, within 3.3 in at 8 pt; a part that fits nowhere wraps its numeric columns'
-    text too (``best val (reference)``).
+    A ``table`` where it fits 3.3 in, a ``table*`` where it fits 6.5 in, else split: the first part
+    keeps the row keys, the ``keep`` columns and every other column that still fits at 8 pt, the
+    rest go to later parts with the row keys again. ``width="column"``: every part a ``table``
+    within 3.3 in, ``mean ± std`` stacked where the table does not fit, split where it still does
+    not.
     """
     if width not in WIDTHS:
         raise ValueError(f"width {width!r}: one of {', '.join(WIDTHS)}")
@@ -412,11 +388,7 @@ def _cell_lines(c: _Column, text: str, bold: bool, size: float) -> int:
 
 
 def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tuple[int, int]]:
-    """``rows`` cut into as few runs of about equal length as keep ``part`` within a page.
-
-    The float's height is estimated (caption, head, rows, rules: ``COLUMN_HEIGHT`` at most); a
-    run is ``(first, after its last)``.
-    """
+    """``rows`` cut into as few even runs ``(first, end)`` as keep ``part`` within a page."""
     skip = dict(TEX_SIZES)[part.size]
     line = TEX_TARGETS[0][1]
     cap = f"Table 99: {caption} (continued: more columns of Table 99, rows 99–99)"
@@ -495,11 +467,9 @@ TEX_FIGURE = r"""\begin{%(env)s}[tbp]\centering
 def tex_key(task: str, preset: str, sources: Sequence[str | Path], rule: Rule | None = None) -> str:
     """What a report's LaTeX labels start with, shared by no other report: ``task-preset.store``.
 
-    ``store``: the records' name, their file's stem or, for a store's default ``runs.jsonl``, its
-    folder's name (``results/paper/runs.jsonl``: ``paper``, ``results/paper/adding_tuned.jsonl``:
-    ``adding-tuned``; several joined by ``+``), then ``.rule`` where a selection rule picked the
-    rows (``val-skip-nearest-76``). Made of the report's command alone, so it is the same each
-    time the report is regenerated; lower-case letters, digits and ``-+.`` only.
+    ``store``: the records' name, their file's stem or, for a store's ``runs.jsonl``, its folder's
+    name (several joined by ``+``), then ``.rule`` where a selection rule picked the rows. Made of
+    the command alone, so a regenerated report keeps its labels.
     """
 
     def slug(text: str) -> str:
@@ -530,8 +500,8 @@ def figure_width(pdf: Path) -> float | None:
 def figure_env(pdf: Path) -> str:
     """``figure`` for a figure one column wide (3.3 in) or less, else ``figure*``.
 
-    The figures are drawn at the width they print at (``harness.reporting.figstyle``), so a
-    7 in figure in a one-column float would print its 7 pt text at 3.3 pt.
+    The figures are drawn at the width they print at, so a 7 in figure in a one-column float would
+    print its 7 pt text at 3.3 pt.
     """
     width = figure_width(pdf)
     narrow = width is not None and width <= TEX_TARGETS[0][1] / PT_PER_IN + 0.01
@@ -549,14 +519,10 @@ def render_tex(
 ) -> str:
     r"""A booktabs table at 9 or 8 pt, never scaled: caption and ``\label`` above.
 
-    ``tex_layout`` decides the float: a ``table`` where the table fits one column of a
-    two-column paper (3.3 in), a ``table*`` where it fits 6.5 in, else its columns are split over
-    several floats (the row keys repeated in each; ``keep``: titles that stay in the first). A
-    later part is labelled ``<label>-cont<k>`` and its caption refers to the first. Bold cells are
-    ``\textbf{x}``; ``notes`` are printed under the first part's tabular, in the float.
-    ``width="column"``: the version set in one column, every part a ``table`` (``tex_layout``),
-    a part taller than ``COLUMN_HEIGHT`` cut into floats of fewer rows (``_row_chunks``), its
-    notes after the floats, in the text (``TEX_NOTES``): a float cannot break across pages.
+    ``tex_layout`` decides the floats; a later part is labelled ``<label>-cont<k>``. ``notes`` go
+    under the first part's tabular; in the column version (``width="column"``), whose tall parts are
+    cut by rows (``_row_chunks``), they follow the floats as text: a float cannot break across
+    pages.
     """
     parts = tex_layout(titles, rows, keep, width)
     text = "".join(f"\n\\par\\smallskip\\footnotesize\\raggedright {tex_escape(n)}" for n in notes)

@@ -1,16 +1,10 @@
 """The leaderboard: one table (``Board``) per (task, preset), rendered four ways.
 
-``boards`` builds it from records on the paper tables' model: their aggregation over seeds
-(``harness.reporting.runs.aggregate``), columns and cells (``harness.reporting.tables.Column``,
-``column``, ``cell``, from the metric registry). Rows are method variants, the reference rows first
-(``harness.references.role``), then by the primary metric; the columns are the primary metric (and
-its 95 % CI), then every registered measure the table's records hold, scores first, yes / no
-outcomes, then the compute measures in registry order (a ``detail`` measure gets none); Skip % is
-over every seed (no solved split). With a selection rule (``harness.components.selection``) each
-method has one row, the variant the rule picked on validation data. The renderings: the terminal
-(``terminal``: the measures with a direction, ``Column.place``), Markdown
-(``leaderboard_markdown``, the file beside the records), LaTeX (``leaderboard_tex``) and csv /
-parquet numbers (``leaderboard_numbers``).
+Built on the paper tables' model (``harness.reporting.runs.aggregate``,
+``harness.reporting.tables.Column``): rows are method variants, the reference rows first, then by
+the primary metric; the columns the primary metric and its 95 % CI, then every registered measure
+the records hold. Rendered to the terminal (``terminal``), Markdown, LaTeX and csv / parquet
+numbers.
 """
 
 from __future__ import annotations
@@ -60,7 +54,7 @@ class Board:
 
 
 def _measures(runs: pd.DataFrame, primary: str) -> list[str]:
-    """The measures with a column: the primary, then each registered one a record holds."""
+    """The measures with a column: the primary, then scores, yes / no outcomes, the rest."""
     held = [k for k in measures(list(runs["record"])) if k in runs and runs[k].notna().any()]
 
     def place(k: str) -> int:
@@ -71,12 +65,7 @@ def _measures(runs: pd.DataFrame, primary: str) -> list[str]:
 
 
 def boards(records: Sequence[dict[str, Any]], picked: dict[str, str] | None = None) -> list[Board]:
-    """The leaderboard's tables of ``records`` (ok runs, the latest record of each run).
-
-    Args:
-        records: run records (already selected, if a rule picks the rows).
-        picked: variant id -> why a selection rule picked it (adds a "Picked by" column).
-    """
+    """The leaderboard's tables of ``records``; ``picked``: variant id -> why a rule picked it."""
     runs = runs_frame(records)
     places = sorted(set(zip(runs["task"], runs["preset"], strict=True))) if len(runs) else []
     return [
@@ -142,11 +131,7 @@ def _row(
 
 
 def _place(c: Column, primary: str, methods: pd.DataFrame) -> int:
-    """A column's place in the terminal (``TERSE``, ``WIDE`` or ``FULL``: the file only).
-
-    The primary and each measure with a direction that every method row holds: the compute ones
-    always, the other scores where the width allows.
-    """
+    """A column's place in the terminal: the primary and every directed measure all methods hold."""
     if not c.key or c.key == primary:
         return TERSE if c.key else c.place
     m = get_metric(c.key)
@@ -156,11 +141,7 @@ def _place(c: Column, primary: str, methods: pd.DataFrame) -> int:
 
 
 def terminal(board: Board, place: int = WIDE) -> tuple[list[str], list[list[str]]]:
-    """The columns and rows a terminal shows: those at ``place`` or above, the variant in Method.
-
-    The file's measures, fewer of them: the primary metric and the compute measures with a
-    direction always (effective FLOPs among them), the task's other scores where the width allows.
-    """
+    """The columns and rows a terminal shows: those at ``place`` or above, the variant in Method."""
     cols = [c.title for c in board.columns if c.place >= place]
     rows = []
     for r, variant in zip(board.rows, board.agg["label"], strict=True):
@@ -191,12 +172,8 @@ def leaderboard_markdown(
 ) -> str:
     """The full LEADERBOARD.md text: header, one table per (task, preset), failed runs.
 
-    Args:
-        records: run records.
-        sources: the files they came from (named in the header).
-        problems: malformed-line messages, listed at the end.
-        select: a ``harness.components.selection.Rule``; None: every variant has a row.
-        command: the command writing it, named in the header.
+    ``problems``: malformed-line messages, listed at the end; ``select``: a
+    ``harness.components.selection.Rule`` (None: every variant has a row).
     """
     failed = failed_records(records)  # before selection: superseded records count too
     records, picked, empty = _select(records, select)
@@ -232,12 +209,7 @@ def leaderboard_tex(
     sources: Sequence[str] = (),
     width: str = "text",
 ) -> str:
-    """The leaderboard as LaTeX tables (booktabs, graphicx), one per (task, preset).
-
-    Labelled ``tab:<key>.leaderboard``, the key ``harness.reporting.latex.tex_key`` of the task,
-    preset, ``sources`` and ``select``; ``width``: ``text`` or ``column`` (set in one column of a
-    two-column paper, ``harness.reporting.latex.render_tex``).
-    """
+    """The leaderboard as LaTeX tables, one per (task, preset): ``tab:<key>.leaderboard``."""
     records, picked, empty = _select(records, select)
     parts = [f"% Generated by {command}. Needs \\usepackage{{booktabs,graphicx}}.\n"]
     parts += [f"% {t} ({p} preset): {no_row_line(select)}" for t, p in empty]
@@ -250,11 +222,7 @@ def leaderboard_tex(
 
 
 def leaderboard_numbers(records: Sequence[dict[str, Any]], select: Any = None) -> list[dict]:
-    """The leaderboard's numbers (not text) for csv / parquet: one row per variant.
-
-    ``harness.reporting.runs.tidy`` of each table, its measures those with a column: per measure
-    its mean, ``_std``, ``_ci95`` (half-width) in the measure's own unit, then its per-seed values.
-    """
+    """The leaderboard's numbers for csv / parquet (``tidy`` of each table's measures)."""
     records, picked, _ = _select(records, select)
     return [
         row

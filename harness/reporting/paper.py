@@ -1,28 +1,9 @@
 """Paper-style reports: the seed papers' tables and figures, regenerated from run records.
 
-Per (task, preset), ``write_paper_report`` writes ``paper_<task>_<preset>.md`` / ``.tex`` (and
-``.csv`` / ``.parquet``: the main table's numbers and per-seed values) and figures
-(``harness.reporting.figures``), from the records of clean commits only unless ``allow_dirty``
-(the header says which, and how many records it left out):
-- the main table (``harness.reporting.tables``), in the layout of the seed paper that reports
-  this kind of task. One row per method variant (runs differing only by seed,
-  ``harness.reporting.runs``), labelled by the config values that vary among a method's
-  variants, or with a selection rule (``harness.components.selection``) one row per method, picked
-  on validation data among the variants with the most seeds. Cells are
-  ``harness.reporting.text.fmt_cell`` (mean ± std over seeds, one unit per column); the best test
-  mean per measured column is bold (display only); a 95 % CI of the primary metric, the commit of
-  the row's records, p-values against a reference row chosen on validation (paired where the seeds
-  are shared, Holm-corrected), and a mark on rows whose runs had training events;
-- one "paper vs harness" table per published table of the task (``harness.reporting.versus``):
-  at the paper preset each paper row at its own setting, at a smaller preset the harness's own
-  table with the paper's numbers as context. Methods that a published table lists come first in
-  the main table, in its order.
-The header (``harness.reporting.text.header``) names the records, commits, devices, FLOP unit,
-the rule that chose each test metric, and every failed record (superseded ones included). LaTeX
-output compiles with booktabs and graphicx (``harness.reporting.render``), its labels the
-report's own (``harness.reporting.latex.tex_key``), its figure paths relative to ``tex_root``, in
-a text-width and a one-column version (``widths``). pandas and scipy are imported inside the
-functions.
+Per (task, preset): the main table (``harness.reporting.tables``), the paired comparisons
+(``harness.reporting.against``), one paper-vs-harness table per published table
+(``harness.reporting.versus``) and the figures, rendered to Markdown, LaTeX, csv and parquet. What
+they hold and which records: docs/reports.md. pandas and scipy are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -87,39 +68,27 @@ def write_paper_report(
     widths: Sequence[str] = ("text",),
     tex_root: str | Path | None = None,
 ) -> list[Path]:
-    r"""Write the paper-style report of every chosen (task, preset) with ok runs.
+    """Write the paper-style report of every chosen (task, preset) with ok runs.
 
     Args:
-        records: run records (any status, superseded ones included: failed records are
-            counted, not tabulated, and a run's latest record is the one tabulated).
+        records: run records (any status, superseded ones included: failed records are counted,
+            and a run's latest record is tabulated).
         sources: the records files, named in the header.
         out_dir: directory for ``paper_<task>_<preset>.{md,tex,csv,parquet}`` and ``figures/``.
         tasks: restrict to these tasks (None: all in the records).
         presets: restrict to these presets (None: all in the records).
-        formats: any of ``md``, ``tex``, ``csv``, ``parquet`` (csv / parquet: the main table's
-            numbers, one row per variant, with the per-seed values).
+        formats: any of ``md``, ``tex``, ``csv``, ``parquet``.
         figures: also draw the figures (PNG and PDF).
-        published: the published-results file to compare with (None: the shipped one; see
-            ``harness.reporting.published.load_tables``).
-        select: a selection rule (``harness.components.selection``): the main table then has one row
-            per method, the variant the rule picks on validation data. It also picks among several
-            variants at a paper row's setting (None: ``best-val`` there, all variants in the main
-            table).
-        allow_dirty: also tabulate records made from a tree with uncommitted changes
-            (``env.git_dirty``); by default they are left out, and each report says how many.
-        against: methods to compare every method row with, paired by seed, in a table after
-            the main one (``harness.reporting.against``).
-        widths: the LaTeX versions written: ``text`` (``paper_<task>_<preset>.tex``, set within
-            the text width) and ``column`` (``paper_<task>_<preset>_column.tex``, set in one
-            column of a two-column paper); labels ``tab:<key>.main`` and the like, the key
-            ``harness.reporting.latex.tex_key`` of the task, preset, ``sources`` and ``select``.
-        tex_root: the folder the LaTeX's figure paths start from, holding ``out_dir`` (None:
-            ``out_dir``): a document names it in its ``\graphicspath``.
+        published: the published-results file (None: the shipped one).
+        select: a selection rule: one row per method (None: every variant; ``best-val`` at a
+            paper row).
+        allow_dirty: also tabulate records of trees with uncommitted changes.
+        against: methods to compare every method row with, paired by seed.
+        widths: the LaTeX versions, ``text`` and ``column``.
+        tex_root: the folder the LaTeX's figure paths start from, holding ``out_dir``.
 
     Returns:
-        The paths written. Raises HarnessError if the records hold no ok run of the chosen
-        tasks and presets. A (task, preset) whose ok runs all come from dirty trees gets a
-        report that says so and names the command with ``--allow-dirty``.
+        The paths written. Raises HarnessError if no ok run of the chosen tasks and presets.
     """
     if unknown := sorted(set(formats) - set(FORMATS)):
         raise HarnessError(f"unknown report formats {unknown}; use any of {', '.join(FORMATS)}")
@@ -157,14 +126,9 @@ def paper_markdown(
 ) -> str:
     """Tables of the paper-style report in Markdown, for a generated block of the docs.
 
-    The tables ``write_paper_report`` would write with the same arguments, without the header
-    (which names the rendering commit and time) or the figures: per (task, preset), in the order
-    of ``parts``, its ``main`` table, its ``against`` table and its ``paper`` (vs harness)
-    tables, each under its caption in italics and followed by its notes.
-
-    Returns:
-        The Markdown text. Raises HarnessError if the records hold no ok run of the chosen
-        tasks and presets.
+    Per (task, preset), in the order of ``parts``, its ``main``, ``against`` and ``paper`` tables,
+    each under its caption and followed by its notes; no header (it names the rendering commit and
+    time), no figures. Raises HarnessError if no ok run of the chosen tasks and presets.
     """
     opts = Options(sources, (), False, None, select, allow_dirty, tuple(against))
     text = []
@@ -178,7 +142,6 @@ def paper_markdown(
 
 
 def _part(label: str) -> str:
-    """Which part of a report a table is, by its label: ``main``, ``against`` or ``paper``."""
     return "paper" if label.startswith("paper-") else label
 
 
@@ -188,11 +151,7 @@ def _groups(
     tasks: Sequence[str] | None,
     presets: Sequence[str] | None,
 ) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """Each chosen (task, preset) with ok runs, and its records (every status).
-
-    Raises:
-        HarnessError: the records hold no ok run of the chosen tasks and presets.
-    """
+    """Each chosen (task, preset) with ok runs and its records; HarnessError if there is none."""
     chosen = [
         r
         for r in records
@@ -223,7 +182,6 @@ class Options:
 
 
 def _dirty_line(task: str, preset: str, left_out: list[dict[str, Any]], opts: Options) -> str:
-    """The header line that says which records the tables hold: clean trees only, or not."""
     n = len(left_out)
     if opts.allow_dirty:
         return (
@@ -249,12 +207,7 @@ def allow_dirty_command(sources: Sequence[str], task: str, preset: str) -> str:
 def _build_one(
     task: str, preset: str, group: list[dict[str, Any]], out: Path, opts: Options
 ) -> Any:
-    """The report of one (task, preset), ``group`` its records (every status), to render.
-
-    Returns:
-        What ``_render`` takes before its folder and options: the header, the tables, the
-        figures drawn (into ``out``), the rows shown, the rows' picks, and (task, preset).
-    """
+    """The report of one (task, preset), ``group`` its records: what ``_render`` takes."""
     from harness.reporting.figures import report_figures
 
     left_out = [r for r in group if dirty(r)]
@@ -364,7 +317,7 @@ def _main_tables(
     ours: str,
     opts: Options,
 ) -> list[Table]:
-    """The main table, and the paired comparisons with ``opts.against`` where it has their rows.
+    """The main table, and the paired comparisons with ``opts.against``.
 
     ``frames``: every variant's aggregate row, the rows shown, the runs.
     """
@@ -401,11 +354,7 @@ def _versus_table(
     shown: pd.DataFrame,
     select: Rule | None,
 ) -> Table:
-    """The ``j``-th (from 0) paper vs harness table: ``pvh``'s rows.
-
-    ``where``: the task, the preset and the harness's setting (``ours``); ``shown``: the main
-    table's rows, which ``select`` picked (None: no rule; ``best-val`` picks at a paper row).
-    """
+    """The ``j``-th (from 0) paper vs harness table: ``pvh``'s rows, caption and notes."""
     task, preset, ours = where
     rule = select or Rule("best-val")
     notes = ([t.note] if t.note else []) + pvh.notes
@@ -461,13 +410,7 @@ def _render(
 def one_result_notes(
     table: PaperTable, pvh: PaperVsHarness, shown: pd.DataFrame, select: Rule
 ) -> list[str]:
-    """Where a paper row shows another variant of a method than the method table, say both.
-
-    The method table holds the variant ``select`` picked per method; a paper row holds the
-    variant at the row's own setting (the paper's knobs, or the rule among the variants at the
-    paper's setting). Each is labelled by what picked it, so that one report shows one result
-    per method per rule.
-    """
+    """Where a paper row shows another variant of a method than the main table, say both."""
     main = {r["method"]: r for _, r in shown.iterrows()}
     notes = []
     for i, row in enumerate(table.rows):

@@ -1,18 +1,6 @@
 """The update-pattern figures: which units each method updated, and how deep it ran.
 
-- ``mask_figure``: the update pattern of the first test sequence (S-SA Fig. 3): per method one
-  variant (``mask_choice``: the one the table's selection rule picked, else the one whose test
-  Skip % is nearest a common target, never one at chance on validation, ``at_chance``), units x
-  time, the variant's Skip % (its table row's mean over seeds) in each panel's title, the steps
-  the task marks (``Task.marked_steps``: e.g. the two inputs a target sums) drawn as dashed
-  lines; depth-adaptive methods are drawn as a heatmap of the micro-steps each unit ran; methods
-  at 0 % Skip whose sequence updated every unit at every step ("dense") get no panel, only a
-  note; a method that skips is drawn even where this sequence skipped nothing (its title says
-  so). More than five panels go in two columns.
-- ``depth_figure``: the histogram of executed depth R_t of depth-adaptive methods, for the
-  variants the update patterns show.
-
-matplotlib is imported inside the functions.
+What they show: docs/reports.md, Figures. matplotlib is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -53,10 +41,7 @@ def mask_image(record: dict[str, Any]) -> np.ndarray:
 
 
 def depth_image(record: dict[str, Any]) -> np.ndarray:
-    """The recorded first test sequence's micro-steps per unit ``n_t,i`` as ``[units, T]``.
-
-    Empty when the record holds no depth trace (the method is not depth-adaptive).
-    """
+    """The first test sequence's micro-steps per unit ``n_t,i``, ``[units, T]`` (empty: none)."""
     layers = [unpack_depth(rows).T for rows in (record.get("trace") or {}).get("first_depth", [])]
     return np.concatenate(layers, axis=0) if layers else np.zeros((0, 0), dtype=np.int64)
 
@@ -64,14 +49,11 @@ def depth_image(record: dict[str, Any]) -> np.ndarray:
 def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
     """The first test sequence's column reads as ``[columns, T]`` (1 = read), layers stacked.
 
-    An activity-sparse layer (``SeqOut.reads``) reads, at each step, some of its V input and D
-    state columns (docs/methods.md 1.1); each layer's rows are its V input columns, then its D
-    state columns. V is the task's input size for the first layer (``Task.input_size`` under the
-    record's task config), the previous layer's D after it.
+    Each layer's rows are its V input columns, then its D state columns (docs/methods.md 1.1); V is
+    the task's input size for the first layer, the previous layer's D after it.
 
     Returns:
-        The image and the rows where its blocks (a layer's inputs, its state) begin, then its
-        height: ``[0, V, V + D]`` for one layer; empty without reads.
+        The image, and the rows where its blocks begin, then its height (``[0, V, V + D]``).
     """
     trace = record.get("trace") or {}
     units = trace.get("units", [])
@@ -94,12 +76,9 @@ def mask_panels(
 ) -> tuple[list[tuple], list[str]]:
     """The panels ``mask_figure`` draws, ``(method, record, image, kind, edges)``, and the dense.
 
-    ``kind``: ``depth`` (``depth_image``), ``reads`` (every unit updated, some columns not
-    read: ``reads_image``, whose block edges are ``edges``) or ``mask``. A method is dense (no
-    panel, a note) only where its Skip % (``skip``, the table's mean over seeds; else its
-    record's) is 0 and its drawn sequence updated every unit, read every column and ran every
-    unit at one depth ("fixed depth R" in the note); a method that skips is drawn even where
-    this sequence skipped nothing. One without a trace is left out.
+    ``kind``: ``depth``, ``reads`` (every unit updated, some columns not read) or ``mask``. A method
+    is dense (named, no panel) only where its Skip % (``skip``: the table's mean; else its record's)
+    is 0 and its sequence updated every unit, read every column, at one depth.
     """
     panels, dense = [], []
     for method, rec in runs.items():
@@ -120,7 +99,6 @@ def mask_panels(
 
 
 def _panel_title(rec: dict[str, Any], img: np.ndarray, kind: str, skip: float | None) -> str:
-    """A panel's title: Skip % (``skip``: the table's mean; else the record's), and its kind's."""
     metrics = rec.get("metrics") or {}
     pct = metrics.get("skip_pct", math.nan) if skip is None else skip
     title = f"Skip {pct:.2g} %" if 0 < pct < 0.05 else f"Skip {pct:.1f} %"  # never "0.0" above 0
@@ -138,22 +116,12 @@ def mask_figure(
     labels: dict[str, str] | None = None,
     skip: dict[str, float] | None = None,
 ) -> Figure:
-    """One panel per method: the first test sequence's updates (or reads) over time.
+    """One panel per method: the first test sequence's updates (or reads, or depths) over time.
 
     Args:
-        runs: ``{method: record}`` (``mask_panels``: a dense method gets no panel but is named
-            in a note).
+        runs: ``{method: record}`` (``mask_panels``).
         labels: ``{method: variant label}`` added to the panel titles.
-        skip: ``{method: Skip %}`` of the variant (the table's mean over seeds), in the titles
-            and deciding who is dense; default: each record's own.
-
-    A record with a depth trace (``depth_image``) is drawn as a heatmap of micro-steps per unit;
-    an activity-sparse one (every unit updated, ``reads_image``) by the columns it read at each
-    step, its input columns ("in") above its state columns ("state"), its activity sparsity in
-    the title; any other as its update mask (black = updated; grey where a pixel holds several
-    units). Steps the task marked in the trace (``first_marks``) are dashed vertical lines. Up
-    to five panels are stacked in one column, more fill two columns row by row; titles wrap to
-    their panel's width.
+        skip: ``{method: Skip %}`` of the variant (the table's mean), in the titles.
     """
     import textwrap
 
@@ -191,7 +159,6 @@ def mask_figure(
 
 
 def _mask_axes(fig: Figure, grid: Any, cols: int, panels: list[tuple], dense: list[str]) -> None:
-    """``mask_figure``'s x labels (under each column's lowest panel) and its note on the dense."""
     import textwrap
 
     from matplotlib.ticker import MaxNLocator
@@ -216,11 +183,7 @@ def _mask_axes(fig: Figure, grid: Any, cols: int, panels: list[tuple], dense: li
 
 
 def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
-    """Share of steps executed at each depth R_t, per depth method.
-
-    Each method's bars are in its colour with its marker on top, as in every other figure; the
-    legend is under the axes, off the bars.
-    """
+    """Share of steps executed at each depth R_t, per depth method."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -252,11 +215,9 @@ def depth_figure(hists: dict[str, dict[str, int]]) -> Figure:
 def majority_share(record: dict[str, Any]) -> float | None:
     """The chance level (%) of a classification record: the majority class's share of the data.
 
-    From the class counts the record's ``data`` gives (``class_counts``; ``n_positive`` and
-    ``n_negative``; ``positive_pct``), where the task did not balance its splits
-    (``per_class``); else 100 / the task's number of classes. None for a task that is not a
-    classification (``harness.components.task.TaskKind``), whose primary metric is not a percentage,
-    or that is not registered.
+    From the class counts the record's ``data`` gives where the task did not balance its splits,
+    else 100 / the task's number of classes. None for a task that is not a classification with a
+    percentage metric, or is not registered.
     """
     try:
         cls = TASKS.get(record.get("task", ""))
@@ -286,11 +247,7 @@ CHANCE_MARGIN = 1.0  # points of accuracy above the majority-class share still c
 
 
 def at_chance(records: list[dict[str, Any]]) -> bool:
-    """Whether a variant's mean validation primary metric is at chance (``majority_share``).
-
-    At chance: within ``CHANCE_MARGIN`` points above the majority class's share, or below it.
-    Never for a regression or language task, nor without a validation metric.
-    """
+    """Whether a variant's mean validation metric is at most chance + ``CHANCE_MARGIN``."""
     chance = majority_share(records[0]) if records else None
     if chance is None:
         return False
@@ -308,8 +265,8 @@ class MaskChoice:
         records: ``{method: record}``: the drawn run, the lowest seed not at chance.
         table_at_chance: methods whose table pick is at chance, matched on Skip % instead.
         at_chance: methods every variant of which is at chance: no panel.
-        chance: the chance level (``majority_share``, %); None where the rule does not apply.
-        skip: ``{method: mean test Skip %}`` of each pick over its seeds, as its table row.
+        chance: the chance level (``majority_share``, %), if any.
+        skip: ``{method: mean test Skip %}`` of each pick.
     """
 
     target: float
@@ -326,16 +283,8 @@ def mask_choice(
 ) -> MaskChoice:
     """Per method, the variant whose update pattern is drawn.
 
-    The variant the table's selection rule picked (``selected``), unless it is at chance on
-    validation (``at_chance``); otherwise the variant whose mean test Skip % is nearest
-    ``target`` (``matched_budget``) among those not at chance. A method all of whose variants
-    are at chance gets none.
-
-    Args:
-        runs: one row per run (``harness.reporting.runs.runs_frame``: ``method``,
-            ``variant_id``, ``seed``, ``record``, ``skip_pct``).
-        target: the Skip % to match (None: see ``matched_budget``, over variants not at chance).
-        selected: ``{method: variant_id}`` the table shows (None: no selection rule).
+    The table's pick (``selected``) unless it is at chance on validation; otherwise the variant
+    whose mean test Skip % is nearest ``target`` (``matched_budget``) among those not at chance.
     """
     groups = {
         vid: sorted(g["record"], key=lambda r: r["seed"])
@@ -371,23 +320,10 @@ def mask_choice(
 
 
 def matched_budget(runs: pd.DataFrame, target: float | None = None) -> tuple[float, dict[str, str]]:
-    """Per method, the variant whose mean test Skip % is nearest ``target``.
+    """Per method, the variant whose mean test Skip % is nearest ``target`` (ties: lower id).
 
-    The update patterns show it for a method the table picked no variant of (``mask_choice``).
-
-    The variant is taken by ``harness.components.selection.nearest_skip`` on the test split, one
-    group per
-    method: ties go to the lower variant id.
-
-    Args:
-        runs: one row per run (``harness.reporting.runs.runs_frame``: ``method``, ``variant_id``,
-            ``record``, ``skip_pct``).
-        target: the Skip % to match; None: the median over the variants that skip (mean Skip %
-            over their seeds above 1 %).
-
-    Returns:
-        ``(target, {method: variant_id})``; a method none of whose variants recorded a Skip %
-        is left out.
+    ``target`` None: the median over the variants that skip (mean Skip % above 1 %). Returns
+    ``(target, {method: variant_id})``.
     """
     if target is None:
         means = runs.groupby("variant_id", sort=False)["skip_pct"].mean()

@@ -1,10 +1,8 @@
 """The seed papers' published tables, read from a data file, for the "paper vs harness" tables.
 
-The numbers live in ``paper_results.toml``, package data of the task package (the file and its
-conventions are described in ``docs/papers.md``); a user can point ``load_tables`` and
-``tables_for`` at a file of their own with the same layout. The file states values as the papers
-print them with one scale per column; this module multiplies them out, so every value here is in
-the harness's own unit and sits beside our numbers unchanged.
+The numbers live in ``paper_results.toml``, package data of the task package (layout:
+docs/papers.md); the file states values as the papers print them, with a scale per column,
+multiplied out here into the harness's units.
 """
 
 from __future__ import annotations
@@ -213,14 +211,9 @@ def default_path() -> Path:
 
 
 def load_tables(path: str | Path | None = None) -> tuple[PaperTable, ...]:
-    """Every table of a published-results file, values in the harness's units.
+    """Every table of a published-results file (None: the shipped one), in the harness's units.
 
-    Args:
-        path: a TOML file in the layout of ``docs/papers.md``; None: the shipped file.
-
-    Returns:
-        The tables in file order. Raises HarnessError (one line naming the file and the problem)
-        if the file cannot be read or does not follow the layout.
+    HarnessError (one line naming the file and the problem) if it cannot be read or is malformed.
     """
     return _load(Path(path) if path is not None else default_path())
 
@@ -245,10 +238,5 @@ def _load(path: Path) -> tuple[PaperTable, ...]:
 
 
 def tables_for(task: str, path: str | Path | None = None) -> list[PaperTable]:
-    """The seed tables that cover ``task`` (empty for tasks no seed paper reports).
-
-    Args:
-        task: a registered task key.
-        path: the published-results file; None: the shipped one (see ``load_tables``).
-    """
+    """The published tables that cover ``task`` (``path``: as ``load_tables``)."""
     return [t for t in load_tables(path) if t.task == task]

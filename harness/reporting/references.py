@@ -1,21 +1,9 @@
 """Reference predictors in the reports: first rows, what each is, whether a task separates.
 
-A reference predictor (``harness.references``, ``ref:NAME``) is no method: the leaderboard, the
-terminal's tables and the paper tables show its rows first, labelled ``(reference)``,
-never bold, left out of the paired tests' reference row and of Holm's family. Under each table
-a note says what each reference is (``notes``) and, where the best reference comes as close to
-the best method row as ``separation`` says, that the task does not separate the methods at this
-setting; a method row whose mean primary metric is worse than the best reference's has that cell
-marked ``†`` (``WORSE``, ``worse``), and a note names those rows. A table whose records hold no
-reference run says so, with the command that adds them (``add_command``).
-
-The rule (``RULE``): the best reference predictor (a bound, such as a noise floor, is not a
-predictor) is compared with the best method row by their mean primary metric over seeds. The
-task does not separate the methods when the best method row is better by at most 2 percentage
-points (a percentage: accuracy), by at most 10 % of the reference's value (MSE, perplexity: the
-methods remove less than a tenth of the reference's error), or by at most the half-width of the
-95 % CI (Student's t) of either row. Both rows are chosen by their test means: the statement is
-a diagnosis of the table, not a choice of any row.
+A reference predictor (``ref:NAME``, ``harness.references``) is no method: its rows come first,
+never bold, never tested. The notes under each table say what each is, whether the task separates
+the methods (``RULE``, docs/reports.md, Reference predictors), mark a method row worse than the best
+reference (``WORSE``), or give the command that adds them (``add_command``).
 """
 
 from __future__ import annotations
@@ -61,13 +49,7 @@ def method_cell(method: str) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    """One row of a table as the rule reads it: its method, its label, the per-seed values.
-
-    Attributes:
-        method: the method or reference (``ref:NAME``).
-        label: the variant's settings, "" for none.
-        values: the finite per-seed primary metric values.
-    """
+    """One row as the rule reads it: method, label ("": none), finite per-seed primary values."""
 
     method: str
     label: str
@@ -126,17 +108,7 @@ def worse_notes(rows: Sequence[Row], primary: str, higher: bool) -> list[str]:
 
 
 def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
-    """The sentence "this task does not separate the methods ..." where ``RULE`` says so.
-
-    Args:
-        rows: every row of the table (references and methods).
-        primary: the primary metric.
-        higher: its direction.
-
-    Returns:
-        The sentence naming both rows and which margin held; None where the best method row
-        stands clear of every reference (or either side has no value).
-    """
+    """The sentence "this task does not separate the methods ..." where ``RULE`` says so."""
     sign = 1.0 if higher else -1.0
     ref = best_reference(rows, higher)
     methods = [r for r in rows if role(r.method) == "method" and r.values]
@@ -164,11 +136,7 @@ def separation(rows: Sequence[Row], primary: str, higher: bool) -> str | None:
 
 
 def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The task settings every record of a table shares that the preset does not give.
-
-    So that the references run at the table's setting: ``{field: value}`` of the fields whose
-    value is the same in every ``task_cfgs`` and differs from the preset's.
-    """
+    """The task settings every record of a table shares that the preset does not give."""
     if not task_cfgs:
         return {}
     try:
@@ -217,20 +185,9 @@ def notes(
 ) -> list[str]:
     """The notes under a table about its reference predictors.
 
-    Args:
-        task: the table's task.
-        preset: its preset.
-        rows: every row of the table (``row``).
-        primary: the primary metric.
-        higher: its direction.
-        store: the records store the add command writes to.
-        records: the table's ok records; the add command takes the seeds and the shared task
-            settings (``task_sets``) of its methods' records (of all, with no method row).
-        brief: the terminal's short form (no descriptions).
-
-    Returns:
-        What each reference is and ``RULE`` (the verdict where due, ``worse_notes``); or, with no
-        reference row, that none was run and the command that runs them.
+    What each reference is and ``RULE`` (the verdict where due, ``worse_notes``); with no reference
+    row, the command that runs them, with the seeds and shared task settings (``task_sets``) of the
+    methods' ``records`` in ``store``. ``brief``: the terminal's short form.
     """
     refs = list(dict.fromkeys(r.method for r in rows if role(r.method) != "method"))
     if not refs:
@@ -280,16 +237,7 @@ REFERENCE_COLOR = "#555555"  # the reference predictors' bands: grey, set apart 
 def reference_bands(
     runs: pd.DataFrame, primary: str, labels: dict[str, str] | None = None
 ) -> list[tuple[str, float, float]]:
-    """``(label, mean, 95 % CI half-width)`` of each reference predictor variant in ``runs``.
-
-    Args:
-        runs: one row per run (``harness.reporting.runs.runs_frame``).
-        primary: the metric the band spans.
-        labels: variant id -> its settings, added to the name where a reference has several.
-
-    Returns:
-        One band per variant, by name; the half-width is 0 below two seeds.
-    """
+    """``(label, mean, 95 % CI half-width)`` of each reference predictor variant in ``runs``."""
     out = []
     for (method, vid), g in runs.groupby(["method", "variant_id"], sort=True):
         if role(method) == "method" or primary not in g:
@@ -303,16 +251,7 @@ def reference_bands(
 def draw_bands(ax: Any, bands: Sequence[tuple[str, float, float]], key: str, text: bool) -> None:
     """Reference predictors on an axis whose y range is set: a band within it, an arrow past it.
 
-    A reference inside the axis's y range is a band (its mean a line, its CI shaded); with
-    ``text`` it is named, with its mean, right of the axis beside its line. One outside the
-    range is not drawn in the axes; with ``text`` its name and mean stand at the edge it lies
-    beyond, after an arrow (↑ / ↓). The names are pushed apart so that none overlaps another.
-
-    Args:
-        ax: the axis (its y limits and scale already set).
-        bands: ``reference_bands``.
-        key: the metric (a percentage's band stays within [0, 100]).
-        text: write each band's name (right of the axis).
+    With ``text`` each is named with its mean right of the axis, the names pushed apart.
     """
     import numpy as np
 

@@ -1,9 +1,7 @@
-"""Rendering tables: GitHub Markdown, LaTeX (booktabs, graphicx, xcolor), csv and parquet.
+"""Rendering tables: GitHub Markdown, LaTeX (``harness.reporting.latex``), csv and parquet.
 
-A table is a list of titles and rows of ``Cell`` (text, bold). ``render_md`` and ``render_tex``
-render one table (LaTeX: ``harness.reporting.latex``, which sets no table below 8 pt);
-``markdown_document`` and ``latex_document`` a whole report (header, tables with their notes,
-figures); ``write_frame`` writes a table's numbers as ``.csv`` or ``.parquet``.
+A table is titles and rows of ``Cell`` (text, bold); ``markdown_document`` and ``latex_document``
+render a whole report (header, tables with their notes, figures).
 """
 
 from __future__ import annotations
@@ -55,11 +53,7 @@ def pipe_table(titles: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str
 def markdown_document(head: str, tables: list[Table], figs: list, out: Path) -> str:
     """A report in Markdown: ``head``, each table with its notes, each figure with its caption.
 
-    Args:
-        head: the header (``harness.reporting.text.header`` and the report's notes).
-        tables: the tables.
-        figs: ``(caption, [png, pdf])`` per figure.
-        out: the report's folder (figures are linked relative to it).
+    ``figs``: ``(caption, [png, pdf])`` per figure, linked relative to ``out``.
     """
     parts = [head]
     for t in tables:
@@ -81,21 +75,9 @@ def latex_document(
 ) -> str:
     r"""A report in LaTeX: the header as comments, the tables, each figure in a float.
 
-    A figure wider than one column (3.3 in) is a ``figure*``, printed at the full text width.
-    Labels start with ``key`` (``harness.reporting.latex.tex_key``), so that the tables of
-    several reports go into one document: ``tab:<key>.<table's label>`` (``main``, ``against``,
-    ``paper-1``, ...), ``fig:<key>.<kind>`` (``tradeoff``, ``masks``, ...). A figure is included
-    by its path relative to ``root`` (default ``out``), the folder a document's
-    ``\graphicspath`` names.
-
-    Args:
-        head: the header (``harness.reporting.text.header`` and the report's notes).
-        tables: the tables.
-        figs: ``(caption, [png, pdf])`` per figure.
-        out: the report's folder.
-        key: what the labels start with (empty: ``tab:<table's label>``).
-        root: the folder the figures' paths start from; it holds ``out``.
-        width: ``text``, or ``column`` for the version set in one column (``render_tex``).
+    Labels start with ``key`` (``tab:<key>.main``, ``fig:<key>.tradeoff``); a figure's path is
+    relative to ``root`` (default ``out``), the folder a document's ``\graphicspath`` names.
+    ``width``: ``text``, or ``column``.
     """
     root = out if root is None else root
     base = out.resolve().relative_to(root.resolve())  # out's place under root
@@ -138,11 +120,7 @@ def latex_document(
 
 
 def write_frame(rows: Sequence[dict], path: Path) -> None:
-    """A table's numbers (one dict a row) as ``.csv`` or ``.parquet`` (pyarrow needed).
-
-    Written through ``harness.persistence.outputs.write_bytes``: atomically, never over a records
-    store; without pyarrow a ``.parquet`` is one HarnessError line.
-    """
+    """A table's numbers (one dict a row) as ``.csv`` or ``.parquet`` (pyarrow needed)."""
     import io
 
     import pandas as pd

@@ -1,8 +1,7 @@
 """Reading records and writing what they say: the leaderboard, the paper report, the gate.
 
-Every output is checked before anything is written: never over a records store, never over one
-of the command's own inputs (``harness.persistence.outputs``). ``harness.api`` re-exports these
-functions.
+Every output is checked before anything is written: never over a records store, never over one of
+the command's inputs (``harness.persistence.outputs``). ``harness.api`` re-exports these.
 """
 
 from __future__ import annotations
@@ -33,12 +32,7 @@ from harness.training import tracking
 
 
 def load_records(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
-    """The usable records of several stores (files or ``--out`` folders).
-
-    Returns:
-        The records, and one line per unusable line (``FILE:N: malformed record skipped
-        (why)``).
-    """
+    """The usable records of several stores, and one line per unusable line."""
     return load(sources, legacy_values)
 
 
@@ -55,9 +49,7 @@ def report(
 ) -> tuple[list[Path], list[str]]:
     """The leaderboard of the records in ``sources``, written to ``out`` (other formats beside it).
 
-    Nothing is written over a records store or over one of ``sources`` (checked before anything
-    is written); the learning curves go beside ``out`` unless ``figures`` is False. A ``select``
-    rule that keeps no method row of a table is said on stderr (one line) and in the table.
+    A ``select`` rule that keeps no method row of a table is said on stderr and in the table.
 
     Args:
         sources: records files or folders.
@@ -67,11 +59,10 @@ def report(
         figures: also draw the learning curves (``<out stem>_curves.png`` / ``.pdf``).
         option: how the caller names ``out`` in messages (``--out``).
         command: the command writing it, named in its header (``harness run``).
-        widths: the LaTeX versions (``tex``): ``text`` (``<out stem>.tex``), ``column``
-            (``<out stem>_column.tex``, set in one column of a two-column paper).
+        widths: the LaTeX versions, ``text`` and ``column``.
 
     Returns:
-        The paths written, and the unusable lines of the sources (the report lists them too).
+        The paths written, and the unusable lines of the sources.
     """
     out = Path(out)
     inputs = _inputs(sources)
@@ -115,16 +106,8 @@ def export_tensorboard(
 ) -> tuple[list[Path], list[str]]:
     """Each run of the records in ``sources`` as TensorBoard HParams under ``out_dir``.
 
-    ``tracking.write_hparams`` writes them (``tensorboard --logdir out_dir``, HParams tab).
-    ``out_dir`` must be new or empty: a second export into it would add a second event file to
-    every run (delete the folder, or give another, to export again).
-
-    Raises:
-        HarnessError: the tensorboard package is missing, ``out_dir`` is not empty, is one of
-            ``sources`` or cannot be written, or the sources hold no usable record.
-
-    Returns:
-        The run folders written, and the unusable lines of the sources.
+    ``out_dir`` must be new or empty: a second export would add a second event file to every run.
+    Returns the run folders written and the unusable lines; HarnessError where it cannot.
     """
     out_dir = Path(out_dir)
     refuse_overwrite(out_dir, "--tensorboard", _inputs(sources))
@@ -156,16 +139,9 @@ def paper_report(
 ) -> tuple[list[Path], list[str]]:
     """The paper-style report of the records in ``sources`` (tables, figures) into ``out_dir``.
 
-    Nothing is written over a records store or over one of ``sources``: the tables
-    (``paper_<task>_<preset>.<format>``) and the figures already in ``out_dir/figures`` under
-    their names are checked before anything is written. The tables hold records of clean
-    commits only unless ``allow_dirty`` (``harness.reporting.paper.write_paper_report``).
-    ``against``: methods every method row is compared with, paired by seed. A ``select`` rule
-    that keeps no method row of a table, and an ``against`` method with no ok record, are said
-    on stderr, one line each (the report says so too).
-    ``widths``: the LaTeX versions, ``text`` and ``column`` (``paper_<task>_<preset>_column.tex``,
-    set in one column); ``tex_root``: the folder their figure paths start from, holding
-    ``out_dir`` (default ``out_dir``).
+    The tables and the figures already in ``out_dir/figures`` are checked before anything is
+    written. A ``select`` rule that keeps no method row, and an ``against`` method with no ok
+    record, are said on stderr. The options: ``harness.reporting.paper.write_paper_report``.
 
     Returns:
         The paths written, and the unusable lines of the sources.
@@ -231,25 +207,10 @@ def print_parts(
 ) -> tuple[str, list[str]]:
     """Parts of a report of the records in ``sources``, as Markdown text; nothing is written.
 
-    What a generated block of the docs holds (``harness.reporting.docs``), so it names neither a
-    time nor the rendering commit nor a path other than the sources as given. ``count``: one
-    line, the records that the filters keep (how many failed, how many come from a dirty tree)
-    and their runs (distinct run ids); ``main``, ``against``, ``paper``: those tables of the paper
-    report (``harness.reporting.paper.paper_markdown``).
-
-    Args:
-        sources: records files or folders.
-        parts: any of ``PARTS``: the count first, then the tables in this order.
-        tasks: only these tasks (None: all).
-        preset: only this preset (None: all).
-        where: ``KEY=VALUE[,VALUE...]`` each: only the records whose config field ``KEY`` (as
-            ``--set`` names it, or ``method``) is one of the values.
-        select: a selection rule, as for the paper report.
-        allow_dirty: also tabulate records of dirty trees, as for the paper report.
-        against: methods to compare with, as for the paper report.
-
-    Returns:
-        The text, and the unusable lines of the sources.
+    What a generated block of the docs holds (docs/reports.md, Numbers in the docs): no time, no
+    rendering commit. ``parts``: any of ``PARTS``; ``where``: ``KEY=VALUE[,VALUE...]`` filters
+    (``_where``); the other options as for ``paper_report``. Returns the text and the unusable
+    lines.
     """
     records, problems = _load_once(sources)
     records = _where(
@@ -281,11 +242,7 @@ _LOADED: dict[tuple[tuple[str, str], ...], tuple[list[RunRecord], list[str]]] = 
 
 
 def _load_once(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str]]:
-    """``load_records``, kept for the process by the files' contents (their digest).
-
-    ``harness docs`` prints many parts of the same stores in one process; only ``print_parts``,
-    which reads the records and changes none, uses it.
-    """
+    """``load_records``, kept for the process by the files' digests (for ``print_parts``)."""
     paths = [store_path(s) for s in sources]
     if not all(p.is_file() for p in paths):
         return load_records(sources)  # says which is missing
@@ -300,16 +257,9 @@ def _load_once(sources: Sequence[str | Path]) -> tuple[list[RunRecord], list[str
 def _where(records: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     """The records whose fields have the values ``where`` names (``KEY=V[,V...]`` each).
 
-    ``KEY`` is ``method``, ``task`` or a config field as ``--set`` names it. A method's or
-    task's values are names or globs, as ``run --methods`` and ``--tasks`` take them; any other
-    value is read as its field's type, the registered config's (else the record's own), and
-    matches as that (``lam=1e-2`` keeps ``0.01``). Filters that keep no record say so in one
-    warning line on stderr.
-
-    Raises:
-        HarnessError: an item is not ``KEY=VALUE``, no record has the field ``KEY``, a method
-            or task is not registered, or a value can never be the field's (``train.lr=abc``,
-            ``train.lr=nan``).
+    ``KEY`` is ``method``, ``task`` (names or globs) or a config field, whose values are read as its
+    type (``lam=1e-2`` keeps ``0.01``). Filters that keep nothing warn on stderr; a malformed item,
+    an unknown field, name, or a value the field can never hold raise HarnessError.
     """
     fields = [{"method": r.get("method"), "task": r.get("task"), **flat_config(r)} for r in records]
     kept = []
@@ -367,11 +317,7 @@ def _matcher(key: str, texts: list[str], fields: list[dict[str, Any]]) -> Any:
 
 
 def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
-    """Warn on stderr, in one line, of the tables in which ``rule`` keeps no method row.
-
-    The report says so in each such table (``harness.components.selection.no_row_line``), and why,
-    per method; the exit code is unchanged.
-    """
+    """Warn on stderr, in one line, of the tables in which ``rule`` keeps no method row."""
     if rule is None:
         return
 
@@ -411,16 +357,11 @@ def compare(
         tol: ``{measure prefix: (abs, rel)}`` over the default tolerances.
         only_present: compare only the runs in both (a partial rerun).
         allow_empty: pass a comparison that compared nothing.
-        skip_malformed: skip unusable lines (named in the second value) instead of refusing.
+        skip_malformed: skip unusable lines (the second value) instead of refusing.
         markdown: also write the comparison there (never over an input or a records store).
 
     Returns:
-        The ``harness.reporting.compare.Comparison`` (``ok``: the gate passes) and the skipped
-        lines.
-
-    Raises:
-        HarnessError: unusable lines (without ``skip_malformed``), a tolerance naming no
-            measure, an output path that is an input or a store.
+        The ``harness.reporting.compare.Comparison`` and the skipped lines.
     """
     if markdown is not None:
         inputs = [("the reference (REFERENCE)", reference), ("CURRENT", current)]

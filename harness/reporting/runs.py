@@ -1,12 +1,7 @@
 """Records -> frames: one row per run, per method variant over seeds, and the failed runs.
 
-The leaderboard (``harness.reporting.leaderboard``) and the paper-style report
-(``harness.reporting.paper``) both build on these. A variant is a set of runs that differ only by
-seed; it is labelled by the config values that vary among its method's variants. Besides the
-frames: which records come from a dirty tree (``dirty``), what happened while a run trained
-(``events_text``: the record's ``events`` or, for older records, the loss spikes of its history,
-``harness.training.events.derive_events``) and every failed record, superseded ones included
-(``failed_records``). pandas is imported inside the functions.
+A variant is a set of runs that differ only by seed, labelled by the config values that vary among
+its method's variants. pandas is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -43,11 +38,7 @@ def measure(rec: dict[str, Any], key: str) -> Any:
 
 
 def measures(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The registered measures, details aside, in registry order, ``records``' own among them.
-
-    A measure a record holds and the registry lacks yet is registered by its task's module
-    (``harness.components.metrics.get_metric`` imports it).
-    """
+    """The registered measures, details aside, in registry order (``records``' own registered)."""
     for k in {k for r in records for k in (r.get("metrics") or {})}:
         get_metric(k)
     return [m.name for m in METRICS.values() if m.group != "detail"]
@@ -67,23 +58,13 @@ def _varying(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def dirty(rec: dict[str, Any]) -> bool:
-    """Whether a record was made from a tree with uncommitted changes (``env.git_dirty``).
-
-    A record whose environment does not say (a harness installed, not checked out) is not.
-    """
+    """Whether a record was made from a tree with uncommitted changes (unknown: not)."""
     return (rec.get("env") or {}).get("git_dirty") is True
 
 
 @dataclass(frozen=True)
 class Failed:
-    """One failed record, and what became of its run.
-
-    Attributes:
-        record: the failed record.
-        label: what sets its variant apart from the method's other runs (``lam=1``), or "".
-        rerun: ``ok`` when a later record of the same run id finished, ``failed`` when the
-            run's latest record is this one or another failure.
-    """
+    """One failed record, its variant's label, and its run's latest status (``rerun``)."""
 
     record: dict[str, Any]
     label: str
@@ -105,12 +86,7 @@ class Failed:
 
 
 def failed_records(records: Sequence[dict[str, Any]]) -> list[Failed]:
-    """Every failed record among ``records`` (in store order), superseded ones included.
-
-    A run retried with ``--retry-failed`` keeps its failed records in the store; each is listed,
-    with whether the run's latest record is ok. Its variant label is taken among the latest
-    records of the method on the same task and preset.
-    """
+    """Every failed record among ``records`` (in store order), superseded ones included."""
     last = {r["run_id"]: r for r in latest(records)}
     out = []
     for r in records:
@@ -156,10 +132,7 @@ def ranges(values: Iterable[int], sep: str = ", ") -> str:
 
 
 def events_text(runs: Sequence[dict[str, Any]]) -> str:
-    """The events of a variant's runs: ``seed 0: loss_spike at epochs 92-99; seed 1: ...``.
-
-    Empty when no run had one.
-    """
+    """The events of a variant's runs: ``seed 0: loss_spike at epochs 92-99; ...`` ("": none)."""
     parts = []
     for r in sorted(runs, key=lambda r: r["seed"]):
         kinds: dict[str, list[int]] = {}
@@ -175,13 +148,10 @@ def events_text(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per ok run (the latest line of each run id): identity, metrics, FLOPs, params.
+    """One row per ok run (the latest record of each run id): identity, config, measures.
 
-    Columns: ``task``, ``preset``, ``method``, ``variant_id``, ``seed``, ``primary``,
-    ``higher`` (the primary metric's direction, ``harness.components.metrics.higher_is_better``),
-    ``record``, ``config`` (flat), one column per recorded metric and one per measure of
-    ``WHERE`` (``hidden_size``, ``flops`` (effective), ``dense_flops``, ``params`` (total),
-    ``train_s``).
+    Columns: ``task``, ``preset``, ``method``, ``variant_id``, ``seed``, ``primary``, ``higher``,
+    ``record``, ``config`` (flat), each recorded metric and each measure of ``WHERE``.
     """
     import pandas as pd
 
@@ -205,11 +175,8 @@ def _sort_key(v: Any) -> tuple[int, Any]:
 def solved_split(skip: dict[Any, float], solved: dict[Any, float]) -> dict[str, Any]:
     """Skip % over the solved runs and, apart, over the unsolved ones (S-SA Table 4's rule).
 
-    A skip rate only means something for a run that solved the task: a run that never learnt it can
-    skip anything. For a task that records ``solved`` (S-SA Table 4's), ``skip_pct_solved`` and
-    ``skip_pct_unsolved`` hold ``(mean, std, n)`` over the seeds that solved it (``solved`` 1) and
-    those that did not (0); the tables print the first as the Skip % and the second greyed, out of
-    every comparison. Empty when no seed recorded ``solved``.
+    A run that never learnt the task can skip anything: ``skip_pct_solved`` and
+    ``skip_pct_unsolved`` are ``(mean, std, n)``; empty when no seed recorded ``solved``.
     """
     both = [
         (s, v, solved[s])
@@ -232,15 +199,11 @@ def _stats(vals: list[float]) -> tuple[float, float, int]:
 
 
 def aggregate(runs: pd.DataFrame, keys: Sequence[str], order: Sequence[str] = ()) -> pd.DataFrame:
-    """Aggregate runs over seeds into one row per method variant.
+    """Aggregate runs over seeds into one row per method variant (methods in ``order`` first).
 
-    Each row has ``method``, ``label`` (the config values that vary among the method's variants;
-    ``parts`` by key), ``seeds`` (how many), ``seed_list``, ``config``, ``records``, ``events``
-    (``events_text`` of its runs, "" without any), ``event_runs`` (how many had one), and per
-    key ``k`` the mean, ``k_std`` (sample std, 0 for one seed), ``k_vals`` (the finite values,
-    by seed) and ``k_by_seed`` (seed -> value, NaN where none was recorded); with ``solved``
-    and ``skip_pct`` among the keys, ``skip_pct_solved`` and ``skip_pct_unsolved``
-    (``solved_split``). Methods in ``order`` come first.
+    Each row has ``method``, ``label`` (``parts`` by key), ``seeds``, ``seed_list``, ``config``,
+    ``records``, ``commit``, ``events``, ``event_runs`` and per key ``k`` the mean, ``k_std``,
+    ``k_vals`` (finite values) and ``k_by_seed``; with ``solved``, ``solved_split``'s columns.
     """
     import pandas as pd
 
@@ -292,11 +255,8 @@ def tidy(
 ) -> list[dict[str, Any]]:
     """One row per variant of ``agg`` with numbers, not text: a table's csv / parquet rows.
 
-    ``task``, ``preset``, the variant (``method``, ``variant``, ``variant_id``, ``seeds``,
-    ``commit``, ``picked_by``), then per measure ``k`` of ``keys`` (None: every registered one
-    ``agg`` holds, in registry order) its mean, ``k_std`` (NaN for one value), ``k_ci95``
-    (half-width, Student's t), and then the per-seed values, ``k_seed<s>`` for every seed ``s`` of
-    the table (NaN where the variant has no run of that seed), so that a reader can redo any test.
+    Per measure of ``keys`` (None: every registered one ``agg`` holds) its mean, ``_std``, ``_ci95``
+    (half-width), then ``k_seed<s>`` for every seed of the table.
     """
     seeds = sorted({s for ss in agg["seed_list"] for s in ss}) if len(agg) else []
     rows = []

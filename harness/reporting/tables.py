@@ -1,21 +1,9 @@
-"""The paper-style main table: its columns, cells, bold marks, marks and significance tests.
+"""The paper-style main table: its columns, cells, bold marks and significance tests.
 
-The layout is that of the seed paper that reports this kind of task, chosen by the registry's
-description of its measures: S-SA Tables 1-3 for a percentage primary such as accuracy (the other
-scores: √(Acc×Skip), Skip %, accuracy, effective FLOPs), S-SA Table 4 for a task whose rows hold
-a yes / no outcome such as ``solved`` (solved, MSE, Skip %, FLOPs), S-EI Table 1 otherwise (D_h,
-# params, metric). Every column's title, direction, unit and cell form come from
-the metric registry (``harness.components.metrics``). The best test mean per measured column is
-bold, for display only. Each row's per-seed primary metric is tested against a reference row chosen
-on
-validation (``reference``): paired t and Wilcoxon signed-rank tests where the two share their
-seeds, Welch's t-test where they do not (``compare_seeds``), Holm-corrected over the table
-(``holm``). A row whose runs had a training event is marked ``‡`` (``EVENT_MARK``), a method row
-worse than the best reference predictor ``†`` on its primary metric (``references.WORSE``). The
-rows of reference predictors (``ref:NAME``, ``harness.reporting.references``) are never bold,
-never the reference row and never tested (``–``), so Holm's family holds the methods' rows alone.
-Where a selection rule picked the rows and a bold row sits at a knob value another method was
-not run at, a note lists each method's grid (``grid_notes``).
+The layout is that of the seed paper that reports this kind of task (``layout``); every column's
+title, direction, unit and form come from the metric registry (``harness.components.metrics``).
+Bold, the reference row, the tests and Holm's correction, the marks and the reference predictors'
+rows: docs/reports.md (Numbers, Significance, Reference predictors).
 """
 
 from __future__ import annotations
@@ -56,9 +44,8 @@ FULL, WIDE, TERSE = 0, 1, 2  # a column's place in a terminal: none (a file only
 class Column:
     """A column of every table: title, measure key ("": a label), direction, unit, form, place.
 
-    ``higher``: the direction (None: no bold); ``scale``: the 10^scale unit of its cells;
-    ``form``: the registry's (``harness.components.metrics.Metric.form``), ``num``, ``int`` or
-    ``yes-no``; ``place``: where a terminal shows it (the leaderboard's, ``FULL``: nowhere).
+    ``higher``: the direction (None: no bold); ``scale``: the 10^scale unit of its cells; ``form``:
+    the registry's (``num``, ``int``, ``yes-no``); ``place``: where a terminal shows it.
     """
 
     title: str
@@ -72,12 +59,8 @@ class Column:
 def column(key: str, values: Sequence[float] = (), higher: bool | None = None) -> Column:
     """The column of measure ``key`` as the metric registry describes it.
 
-    Args:
-        key: the measure.
-        values: the column's values; they set its power of ten (none for a percentage or a
-            whole-number column).
-        higher: the direction, where the caller knows it better than the registry (the
-            primary metric of a task whose metric the registry has no direction for).
+    ``values`` set its power of ten (none for a percentage or a whole number); ``higher`` overrides
+    the registry's direction.
     """
     m = get_metric(key)
     higher = m.higher if higher is None else higher
@@ -113,16 +96,12 @@ WILCOXON = (
 
 
 def paired_p(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None, bool]:
-    """Two-sided p-values of paired samples (``a[i]`` with ``b[i]``): paired t, Wilcoxon.
+    """Two-sided p-values of paired samples: paired t, Wilcoxon, and whether Wilcoxon is exact.
 
-    Wilcoxon's signed-rank test (scipy's, zero differences dropped, tied ones given their mean
-    rank) is exact where scipy computes it so: its null distribution (``method="exact"``) where no
-    difference is 0 or tied (to 10 significant digits, so that rounding makes no rank) and
-    n <= 50; else every sign flip of the n differences (``PermutationMethod``) where n <= 13;
-    else the normal approximation, the third value False. None where a test has no answer:
-    fewer than 2 pairs, every difference the same (t), every difference 0 (Wilcoxon). Kept for
-    the process by the values (the sign flips cost: ``harness docs`` prints the same pairs in
-    several blocks).
+    Wilcoxon (scipy's, zero differences dropped, ties at their mean rank) is exact where no
+    difference is 0 or tied (to 10 significant digits) and n <= 50, by every sign flip where n <=
+    13, else the normal approximation. None where a test has no answer. Cached by value: ``harness
+    docs`` prints the same pairs in several blocks, and the sign flips cost.
     """
     return _paired_p(tuple(a), tuple(b))
 
@@ -156,11 +135,10 @@ class Comparison:
     """One row's per-seed primary metric against the reference row's.
 
     Attributes:
-        test: ``paired t`` (the two share their seeds), ``Welch`` (they do not), or "" (no
-            test: fewer than 2 values on a side).
-        p: the t-test's p-value (paired or Welch), before correction.
+        test: ``paired t`` (shared seeds), ``Welch`` (not), or "" (fewer than 2 values a side).
+        p: the t-test's p-value, before correction.
         wilcoxon: Wilcoxon's signed-rank p-value, paired rows only.
-        exact: whether that p-value is exact (else the normal approximation's, ``paired_p``).
+        exact: whether that p-value is exact (else the normal approximation's).
     """
 
     test: str
@@ -169,7 +147,7 @@ class Comparison:
     exact: bool = True
 
     def w_text(self, p: float | None) -> str:
-        """``p`` (this test's Wilcoxon p, Holm-adjusted) as printed, ``≈`` if approximate."""
+        """``p`` (Holm-adjusted Wilcoxon) as printed, ``≈`` if approximate."""
         return ("" if self.exact or p is None else APPROX) + fmt_p(p)
 
 
@@ -179,12 +157,7 @@ def finite_by_seed(by_seed: dict[Any, float]) -> dict[Any, float]:
 
 
 def compare_seeds(a: dict[Any, float], b: dict[Any, float]) -> Comparison:
-    """``a`` against ``b`` (seed -> value): paired where both have the same seeds, else Welch.
-
-    A run seed fixes what a task draws from it (split, balancing sample) and the batch order,
-    the same for every method, so two rows with the same seeds are paired samples. Seeds
-    without a finite value are left out first.
-    """
+    """``a`` against ``b`` (seed -> finite value): paired where they share the seeds, else Welch."""
     fa, fb = finite_by_seed(a), finite_by_seed(b)
     if fa.keys() == fb.keys() and len(fa) >= 2:
         seeds = sorted(fa)
@@ -194,10 +167,7 @@ def compare_seeds(a: dict[Any, float], b: dict[Any, float]) -> Comparison:
 
 
 def holm(ps: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment of a family of p-values (None: no test, left as is).
-
-    The i-th smallest of m p-values becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``.
-    """
+    """Holm's step-down adjustment of a family of p-values (None: no test, left as is)."""
     order = sorted((p, i) for i, p in enumerate(ps) if p is not None)
     out: list[float | None] = [None] * len(ps)
     running = 0.0
@@ -208,12 +178,10 @@ def holm(ps: Sequence[float | None]) -> list[float | None]:
 
 
 def reference(agg: pd.DataFrame, primary: str, higher: bool) -> tuple[int, str]:
-    """The row every other row is tested against, and how it was chosen.
+    """The row every other row is tested against, and how it was chosen (``-1``: none).
 
-    Among the rows with the table's seed count (the most seeds of any row), the best mean
-    validation ``primary`` (ties: variant id). Where no such row recorded one, the best test
-    mean, labelled as such: a test number then chose it, so it is for display only. ``-1`` for
-    a table without a finite primary metric.
+    Among the rows with the most seeds, the best mean validation ``primary`` (ties: variant id);
+    where none recorded one, the best test mean, labelled display only.
     """
     if not len(agg) or not agg[primary].notna().any():
         return -1, ""
@@ -229,12 +197,11 @@ def reference(agg: pd.DataFrame, primary: str, higher: bool) -> tuple[int, str]:
 
 
 def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
-    """The seed paper's columns for this kind of task (see the module docstring).
+    """The seed paper's columns for this kind of task.
 
-    The roles come from the registry: a percentage primary takes S-SA Tables 1-3 (the other
-    scores the rows hold first), a yes / no outcome the rows hold S-SA Table 4, any other task
-    S-EI Table 1; Skip % (activity sparsity where held), FLOPs and the model's size are the
-    papers' own columns.
+    A percentage primary takes S-SA Tables 1-3 (the other percentage scores, Skip %, the metric,
+    FLOPs), a yes / no outcome the rows hold S-SA Table 4 (outcome, metric, Skip %, FLOPs), any
+    other task S-EI Table 1 (D_h, # params, metric).
     """
     held = [k for k in agg.columns if k in METRICS and agg[k].notna().any()]
     scores = [METRICS.get(k) for k in agg.columns if k in METRICS and k != primary]
@@ -250,19 +217,13 @@ def layout(agg: pd.DataFrame, primary: str, higher: bool) -> list[Column]:
 
 
 def solved_skip(row: Any) -> tuple[tuple[float, float, int], tuple[float, float, int]] | None:
-    """``row``'s Skip % over its solved and its unsolved seeds (``runs.solved_split``).
-
-    None for a row of a task without ``solved``.
-    """
+    """``row``'s Skip % over its solved and unsolved seeds; None without ``solved``."""
     ok, not_ok = row.get("skip_pct_solved"), row.get("skip_pct_unsolved")
     return (ok, not_ok) if isinstance(ok, tuple) and isinstance(not_ok, tuple) else None
 
 
 def comparable(row: Any, key: str) -> float:
-    """``row``'s mean of ``key`` as the table compares it (bold, Ours − paper).
-
-    For Skip % on a task with ``solved``, the mean over the solved seeds only (NaN if none).
-    """
+    """``row``'s mean of ``key`` as compared (bold, Ours − paper): Skip % of the solved seeds."""
     split = solved_skip(row) if key == "skip_pct" else None
     return split[0][0] if split is not None else row[key]
 
@@ -276,17 +237,15 @@ SOLVED_NOTE = (
 
 
 def solved_notes(rows: Sequence[Any]) -> list[str]:
-    """``SOLVED_NOTE`` when a row of ``rows`` has an unsolved run, else nothing."""
+    """``SOLVED_NOTE`` when a row of ``rows`` has an unsolved run."""
     return [SOLVED_NOTE] if any((x := solved_skip(r)) and x[1][2] for r in rows) else []
 
 
 def cell(row: Any, col: Column) -> str:
     """The text of ``row``'s cell in column ``col`` (``row``: an ``aggregate`` row).
 
-    A measure that one seed of the row's holds is that value, without a std. Skip % on a task
-    that records ``solved`` (S-SA Table 4's): the mean over the seeds that solved it, and the
-    unsolved seeds' Skip % after it, greyed (``grey``): a run that did not learn the task can skip
-    anything, so its Skip % is out of the comparison (S-SA Table 4).
+    Skip % on a task with ``solved`` (S-SA Table 4): the mean over the solved seeds, the unsolved
+    seeds' after it, greyed: a run that did not learn the task can skip anything.
     """
     mean = row[col.key]
     split = solved_skip(row) if col.key == "skip_pct" else None
@@ -329,7 +288,7 @@ def build_main_table(
     picked: dict[str, str] | None = None,
     every: pd.DataFrame | None = None,
 ) -> Table:
-    """The S-SA / S-EI style table (see the module docstring) and its notes (no caption yet).
+    """The S-SA / S-EI style table and its notes (no caption yet).
 
     Args:
         agg: ``harness.reporting.runs.aggregate``'s rows.
@@ -394,11 +353,7 @@ def build_main_table(
 def _tests(
     agg: pd.DataFrame, primary: str, higher: bool, predictors: list[bool]
 ) -> tuple[list[Comparison], int, str]:
-    """Each row's test against the reference row (``reference``, among the methods' rows).
-
-    Returns the comparisons (none for the reference row and the reference predictors' rows),
-    the reference row's index (-1: none) and how it was chosen.
-    """
+    """Each row's test against the reference row (among the methods' rows), its index and why."""
     among = [i for i, p in enumerate(predictors) if not p]
     ref, how = reference(agg.iloc[among], primary, higher)
     ref = among[ref] if ref >= 0 else -1
@@ -414,7 +369,6 @@ def _tests(
 def _p_notes(
     ref: Any, how: str, ptitle: str, p_adj: list[float | None], w_adj: list[float | None]
 ) -> list[str]:
-    """The note on the p column: the reference row ``ref``, the tests, Holm's correction."""
     n_t, n_w = sum(p is not None for p in p_adj), sum(p is not None for p in w_adj)
     wil = f" and, apart, over its {n_w} Wilcoxon tests" if n_w else ""
     name = row_name(ref["method"], ref["label"])
@@ -435,11 +389,7 @@ def row_name(method: str, label: str) -> str:
 
 
 def grids(every: pd.DataFrame) -> dict[str, dict[str, list[Any]]]:
-    """Each method's grid: per knob that any method's variants in ``every`` vary, its values.
-
-    The values (in order) the method's variants were run at; a knob its config lacks is left
-    out (a method of one variant without any such knob: no knob). Reference predictors have none.
-    """
+    """Each method's grid: per knob some method varies in ``every``, the values it was run at."""
     knobs = {k for p in every["parts"] for k in p}
     out: dict[str, dict[str, list[Any]]] = {m: {} for m in every["method"] if role(m) == "method"}
     for m, cfg in zip(every["method"], every["config"], strict=True):
@@ -454,13 +404,10 @@ def grids(every: pd.DataFrame) -> dict[str, dict[str, list[Any]]]:
 
 
 def grid_notes(every: pd.DataFrame, agg: pd.DataFrame, leads: list[list[str]]) -> list[str]:
-    """Where a picked row leads a column at a knob value not every method was run at: the grids.
+    """The grids, where a picked row leads a column at a knob value another method lacks.
 
-    A row leads the columns it is bold in (``leads``, by row of ``agg``, the rows a selection
-    rule picked from ``every``). Its lead rests on a grid point only some methods were given
-    when one of the knobs its method varies is at a value that another method varying, or run
-    at, that knob was not run at (S-SA's λ grid refined for SA-RNN alone). The note then lists
-    each method's grid (``grids``) and the suites their records name.
+    A row leads the columns it is bold in (``leads``). S-SA's λ grid refined for SA-RNN alone is
+    such a case: the note lists each method's grid and the suites its records name.
     """
     grid = grids(every)
     found = []
@@ -510,7 +457,7 @@ def seed_count_notes(agg: pd.DataFrame, rows: str = "any row") -> list[str]:
 
 
 def events_notes(agg: pd.DataFrame) -> list[str]:
-    """The note under a table whose rows have runs with training events (``EVENT_MARK``)."""
+    """The note under a table whose rows had training events (``EVENT_MARK``)."""
     marked = [
         (r["method"], r["label"], r["events"], r["event_runs"])
         for _, r in agg.iterrows()

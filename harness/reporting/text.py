@@ -1,9 +1,7 @@
 """Text shared by the generated reports: arrows, number formats, notes, the header.
 
-The leaderboard (``harness.reporting.leaderboard``), the paper-style report
-(``harness.reporting.paper``) and its figures take their wording from here, and each measure's
-title, direction and range from the metric registry (``harness.components.metrics``), so one measure
-reads the same everywhere.
+Each measure's title, direction and range come from the metric registry
+(``harness.components.metrics``), so one measure reads the same everywhere.
 """
 
 from __future__ import annotations
@@ -26,11 +24,8 @@ def arrow(higher: bool | None) -> str:
 def column_scale(values: Sequence[float], large: bool = False) -> int:
     """The power of ten a column is printed in, so that no cell needs e-notation.
 
-    Args:
-        values: the column's values (NaN and 0 ignored).
-        large: a count-like column (FLOPs, parameters): ``x10^(top - 1)`` from 10^5 up, as S-SA
-            prints ``25.7 x10^4``. Otherwise small values get a multiple of three (``x10^-3``)
-            that brings the smallest one to at least 0.1.
+    ``large`` (FLOPs, parameters): ``x10^(top - 1)`` from 10^5 up, as S-SA prints ``25.7 x10^4``;
+    otherwise small values get a multiple of three that brings the smallest to at least 0.1.
     """
     finite = [abs(v) for v in values if v is not None and not math.isnan(v) and v != 0]
     if not finite:
@@ -53,7 +48,6 @@ def scaled(title: str, scale: int) -> str:
 
 
 def _sig_decimals(x: float, digits: int) -> int:
-    """Decimals that show ``digits`` significant digits of ``x`` (none for whole numbers >= 100)."""
     if x == 0 or not math.isfinite(x):
         return 0
     return max(0, digits - 1 - math.floor(math.log10(abs(x))))
@@ -67,14 +61,8 @@ def std_decimals(std: float) -> int:
 def fmt_cell(mean: float | None, std: float | None = None, n: int = 1, scale: int = 0) -> str:
     """The one number format of every generated table: ``mean ± std``, never e-notation.
 
-    Args:
-        mean: the value (None or NaN gives ``–``), in the measure's own unit.
-        std: the sample std over ``n`` values; shown only when n > 1, and then a std above 0
-            sets the decimals (2 significant digits of the std, the mean to the same place).
-            A std of 0 over several seeds is printed with its n (``26.0 ± 0 (n=5)``): every
-            seed gave the same value (a deterministic column, or a fixed result to look into).
-        n: how many values the mean is over.
-        scale: the column's power of ten (``column_scale``): the cell shows value / 10^scale.
+    ``std`` over ``n`` values shows where n > 1: 2 significant digits, the mean to the same place; a
+    std of 0 reads ``± 0 (n=5)``. ``scale``: the cell shows value / 10^scale; None or NaN: ``–``.
     """
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "–"
@@ -110,11 +98,7 @@ def ci95(vals: Sequence[float]) -> float | None:
 def fmt_ci(
     mean: float | None, vals: Sequence[float], scale: int = 0, metric: str | None = None
 ) -> str:
-    """``[low, high]``, the 95 % CI of the mean of ``vals`` to the decimals of their std.
-
-    The interval is clipped to the values ``metric`` can take (its registered ``range``,
-    ``harness.components.metrics``: an accuracy's ends at 100, an MSE's starts at 0).
-    """
+    """``[low, high]``, the 95 % CI of the mean of ``vals``, clipped to ``metric``'s range."""
     h = ci95(vals)
     if mean is None or math.isnan(mean) or h is None:
         return "–"
@@ -143,11 +127,7 @@ def commits(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def commit_label(records: Sequence[dict[str, Any]]) -> str:
-    """The commit (10 hex digits, ``+dirty`` for a dirty tree) a set of records was made at.
-
-    Records of several commits give ``mixed: a, b`` (a row that should be rerun or split);
-    records without a commit give ``?``.
-    """
+    """The commit of a set of records; ``mixed: a, b`` for several, ``?`` for none."""
     shas = commits(records)
     if not shas:
         return "?"
@@ -196,11 +176,7 @@ def fmt_p(p: float | None) -> str:
 
 
 def selection_rules(records: Sequence[dict[str, Any]]) -> str:
-    """The records' selection rules, each naming its tasks unless every task of them has it.
-
-    For example ``test metrics at the epoch with the lowest validation mse (tasks A, B); test
-    metrics at the epoch with the lowest validation perplexity (task C)``.
-    """
+    """The records' selection rules, each naming its tasks unless every task of them has it."""
     tasks: dict[str, set[str]] = {}
     for r in records:
         if r.get("selection"):
@@ -221,12 +197,7 @@ def header(
 ) -> str:
     """Generated-file header: provenance of the numbers, selection rule, FLOP unit.
 
-    Args:
-        records: the records the report is made of (their environments and selection rules
-            are listed).
-        sources: the records files, named in the header.
-        title: the Markdown title.
-        command: the command that writes the report (``harness run`` writes its leaderboard).
+    ``sources``: the records files; ``command``: the command that writes the report.
     """
     envs = [r.get("env", {}) for r in records]
     shas = commits(records) or ["unknown"]

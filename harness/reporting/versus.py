@@ -1,13 +1,7 @@
 """Paper vs harness: each row of a seed paper's table beside the harness variant that fills it.
 
-One table per published table of the task (``harness.reporting.published``). At the paper preset
-a row is filled only at its own setting (``row_key``: the row's knobs and every setting the paper
-states for its table), by the variant ``match_variant`` finds, or reads ``not run at this
-setting`` with the command that would run it (``row_command``: the shipped suite that does, else
-the flags); the paper's numbers as printed, ours minus the paper's, and where the harness's
-setting still differs (``setting_diff``: what the paper does not state, the seeds). At a smaller
-preset the table is the harness's own (``own_setting`` in its title), rows matched on their knobs,
-the paper's numbers as context and no difference taken.
+One table per published table of the task (``harness.reporting.published``); the matching rules at
+the paper preset and at a smaller one: docs/reports.md, Paper vs harness.
 """
 
 from __future__ import annotations
@@ -64,13 +58,8 @@ def stated(value: Any) -> bool:
 def row_key(row: PaperRow, table: PaperTable, at_setting: bool = True) -> dict[str, Any]:
     """The config a harness variant must have to fill a paper row.
 
-    Args:
-        row: the paper row; its own knobs (``row.config``) are always part of the key.
-        table: its table; every setting the paper states for it (``table.setting``, but
-            ``seeds``, ``n.s.`` values and fields the row's method does not have) is part of the
-            key too when ``at_setting``.
-        at_setting: False for a table at a smaller preset (``quick``), which is the harness's
-            own table with the paper's numbers as context: its rows match on the knobs alone.
+    The row's knobs and, ``at_setting`` (the paper preset), every setting the paper states for its
+    table that the row's method has (not ``seeds`` nor ``n.s.``).
     """
     key = {}
     if at_setting:
@@ -103,13 +92,10 @@ def has_key(cfg: dict[str, Any], key: dict[str, Any]) -> bool:
 def match_variant(
     row: PaperRow, agg: pd.DataFrame, rule: Rule, key: dict[str, Any] | None = None
 ) -> tuple[Any, str]:
-    """The harness variant that fills a paper row, and how it was picked.
+    """The harness variant that fills a paper row, and how it was picked (None: ``NOT_RUN``).
 
-    A variant qualifies only if it is of the row's method and has every value of ``key``
-    (``row_key``; None: the row's knobs alone). One qualifying variant fills the row; among
-    several, ``rule`` picks on validation metrics (``harness.components.selection.choose``, which
-    also leaves out the variants with fewer seeds than the most any of them has). None qualifies:
-    ``(None, NOT_RUN)``.
+    A variant of the row's method with every value of ``key`` (None: the row's knobs); among
+    several, ``rule`` picks on validation metrics (``harness.components.selection.choose``).
     """
     key = row.config if key is None else key
     cand = [r for _, r in agg[agg["method"] == row.method].iterrows() if has_key(r["config"], key)]
@@ -151,7 +137,6 @@ def _value_text(v: Any) -> str:
 
 
 def _shown(key: str, v: Any) -> str:
-    """A setting's value in words: an ``embed_size`` of 0 is ``as D``, a data limit of 0 ``all``."""
     if isinstance(v, bool):
         return "yes" if v else "no"
     if v == 0 and key == "embed_size":
@@ -171,14 +156,9 @@ def knobs_text(knobs: dict[str, Any]) -> str:
 
 
 def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, preset: str) -> str:
-    """Where a harness variant's setting differs from a paper table's: ``T 50 (paper 500); ...``.
+    """Where a variant's setting differs from a paper table's: ``T 50 (paper 500); ...``.
 
-    Args:
-        setting: the paper's (``PaperTable.setting``; a string value such as ``n.s.`` is shown
-            as is and always counts as a difference).
-        cfg: the variant's flat config.
-        seeds: its seed count.
-        preset: the harness preset.
+    A string setting such as ``n.s.`` always counts as a difference.
     """
     parts = [f"preset {preset}"]
     for k, paper in setting.items():
@@ -193,10 +173,7 @@ def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, prese
 
 
 def own_setting(table: PaperTable, cfgs: Sequence[dict[str, Any]]) -> str:
-    """The harness's values of a table's setting keys: ``D 50, T 50, epochs 15``.
-
-    A key with several values among ``cfgs`` lists them (``D 10/15/20``).
-    """
+    """The harness's values of a table's setting keys: ``D 50, T 50, epochs 15`` (``D 10/15``)."""
     parts = []
     for k in table.setting:
         if k == "seeds":
@@ -223,9 +200,8 @@ def row_command(
 ) -> str:
     """The ``harness run`` line that would fill a paper row at ``key``.
 
-    At the paper's setting, a shipped suite (``tasks/suites/``) whose runs include the row's key,
-    narrowed to the row's method and knobs (``suite_command``); else the flags, with the values
-    of ``key`` that the preset does not already have.
+    At the paper's setting, a shipped suite whose runs include the key (``suite_command``); else the
+    flags, with the values of ``key`` the preset does not already have.
     """
     for name in suite_names() if at_setting else []:
         found = suite_command(
@@ -249,10 +225,8 @@ def suite_command(
 ) -> str | None:
     """``harness run --suite NAME --methods METHOD [--set ...]`` if suite ``name`` runs ``key``.
 
-    The command narrows the suite to the method, and with ``--set`` to the row's knobs and to
-    the values of ``key`` (``(field, value)`` pairs) that the suite sweeps; it is returned only if
-    the runs it resolves to (seed 0, nothing built, no data read) include one with every value of
-    ``key``.
+    Narrowed with ``--set`` to the row's knobs and the values of ``key`` the suite sweeps; returned
+    only if the runs it resolves to (seed 0, nothing built) include one with every value of ``key``.
     """
     try:
         sweep = load(suite_path(name))
@@ -282,16 +256,11 @@ def suite_command(
 
 @dataclass
 class PaperVsHarness:
-    """One paper-vs-harness table: cells, the notes printed under it, and what filled it.
+    """One paper-vs-harness table: cells, notes, and what filled it.
 
-    Attributes:
-        titles: column titles.
-        rows: cells.
-        notes: the notes under the table.
-        at_setting: whether its rows were matched at the paper's setting (the paper preset);
-            False: the harness's own table at a smaller preset, the paper's numbers as context.
-        own_setting: the harness's values of the table's setting keys (``own_setting``).
-        filled: index of a paper row in its table -> the variant id that filled it.
+    ``at_setting``: matched at the paper's setting (False: the harness's own table, the paper's
+    numbers as context); ``own_setting``: ``own_setting``'s text; ``filled``: paper row index ->
+    variant id.
     """
 
     titles: list[str]
@@ -315,13 +284,6 @@ def paper_vs_harness(
 ) -> PaperVsHarness:
     """Each paper row beside the harness variant at that row's setting (``match_variant``).
 
-    At the paper preset a row's key is its knobs and every setting its table states
-    (``row_key``): a row with no variant at that setting says ``not run at this setting`` and the
-    notes give the command that would run it (``row_command``). At a smaller preset the table is
-    the harness's own: rows match on their knobs alone, the paper's numbers are context and there
-    is no "Ours − paper" column. Paper numbers are printed as the paper prints them, in its units
-    (``table.scale``); ours are in the same units.
-
     Args:
         table: the paper's table.
         agg: the harness variants (``harness.reporting.runs.aggregate``).
@@ -329,10 +291,8 @@ def paper_vs_harness(
         rule: picks among several variants at a row's setting, on validation data.
         task: the task (for the commands).
         preset: the harness preset.
-        failed: the failed records of the task and preset (``failed_records``); the notes count
-            those at the table's rows' keys.
-        dirty_agg: the variants of records from dirty trees, left out of ``agg``; the notes name
-            the rows only they would fill.
+        failed: the failed records of the task and preset, counted at the rows' keys.
+        dirty_agg: the variants of dirty trees' records; the notes name the rows only they fill.
     """
     at_setting = preset == PAPER_PRESET
     titles, head = _titles(table, primary, at_setting)
@@ -381,11 +341,7 @@ def paper_vs_harness(
 
 
 def _titles(table: PaperTable, primary: str, at_setting: bool) -> tuple[list[str], str]:
-    """The titles of a paper vs harness table, and the measure "Ours − paper" is taken on.
-
-    That measure: at the paper's setting, the primary metric if the paper prints it, else the
-    first score it prints; none ("") at a smaller preset.
-    """
+    """The titles, and the measure of "Ours − paper" (the primary, else the first score; "")."""
     head = ""
     if at_setting:
         others = (c for c in table.columns if c not in ("solved", "flops", "params"))
@@ -402,11 +358,7 @@ def _titles(table: PaperTable, primary: str, at_setting: bool) -> tuple[list[str
 
 
 def _number_cells(table: PaperTable, prow: PaperRow, ours: Any, head: str) -> list[Cell]:
-    """A paper row's label, then per column the paper's number and ours, then Ours − paper.
-
-    ``ours``: the variant at the row's setting (None: not run there); ``head``: the measure of
-    Ours − paper ("": no such column).
-    """
+    """A paper row's label, per column the paper's number and ours, then Ours − paper."""
     cells: list[Cell] = [(prow.label, False)]
     for j, k in enumerate(table.columns):
         paper = prow.printed[k]
@@ -425,7 +377,6 @@ def _number_cells(table: PaperTable, prow: PaperRow, ours: Any, head: str) -> li
 
 
 def _picked_by(row: PaperRow, why: str, rule: Rule, at_setting: bool) -> str:
-    """What filled a row, labelled by what picked it (the paper's knobs, or ``rule``)."""
     if why == ONE and not at_setting:
         why = "the one variant with the row's knobs"
     if row.config:
@@ -445,7 +396,6 @@ def _notes(
     failed: Sequence[Failed],
     keys: list[tuple[PaperRow, dict[str, Any]]],
 ) -> list[str]:
-    """The notes under a paper-vs-harness table."""
     notes = [
         f"Paper spreads, printed {table.spread} as the paper prints them, are "
         f"{table.spread_name}. Ours ± x: the sample std over seeds."
