@@ -22,18 +22,18 @@ from harness.persistence.outputs import write_text
 from harness.persistence.records import latest
 from harness.references import role
 from harness.reporting.against import against_table
-from harness.reporting.latex import WIDTHS, tex_key, tex_name
+from harness.reporting.latex import tex_key
 from harness.reporting.published import PaperTable, tables_for
 from harness.reporting.references import notes as reference_notes
 from harness.reporting.references import row as ref_row
 from harness.reporting.render import (
     FORMATS,
-    NO_PYARROW,
     Table,
-    has_pyarrow,
+    check_formats,
     latex_document,
     markdown_document,
     render_md,
+    table_files,
     write_frame,
 )
 from harness.reporting.runs import (
@@ -90,13 +90,8 @@ def write_paper_report(
     Returns:
         The paths written. Raises HarnessError if no ok run of the chosen tasks and presets.
     """
-    if unknown := sorted(set(formats) - set(FORMATS)):
-        raise HarnessError(f"unknown report formats {unknown}; use any of {', '.join(FORMATS)}")
-    if "parquet" in formats and not has_pyarrow():
-        raise HarnessError(NO_PYARROW)
+    check_formats(formats, widths)
     groups = _groups(records, sources, tasks, presets)
-    if unknown := sorted(set(widths) - set(WIDTHS)):
-        raise HarnessError(f"unknown LaTeX widths {unknown}; use any of {', '.join(WIDTHS)}")
     root = None if tex_root is None else Path(tex_root)
     if root is not None and not Path(out_dir).resolve().is_relative_to(root.resolve()):
         raise HarnessError(f"--tex-root {tex_root} does not hold the report's folder {out_dir}")
@@ -388,22 +383,19 @@ def _render(
     opts: Options,
 ) -> list[Path]:
     """Write one report in each of ``opts.formats``; the figures' paths come first."""
-    stem = "_".join(where)
     written = [p for _, ps in figs for p in ps]
-    if "md" in opts.formats:
-        path = out / f"paper_{stem}.md"
-        write_text(path, markdown_document(head, tables, figs, out))
-        written.append(path)
     key = tex_key(*where, opts.sources, opts.select)
-    for width in opts.widths if "tex" in opts.formats else ():
-        path = out / tex_name(f"paper_{stem}", width)
-        write_text(path, latex_document(head, tables, figs, out, key, opts.tex_root, width))
-        written.append(path)
-    for fmt in ("csv", "parquet"):
-        if fmt in opts.formats and shown is not None:
-            path = out / f"paper_{stem}.{fmt}"
+    formats = [f for f in FORMATS if f in opts.formats]
+    for fmt, path, width in table_files(out / f"paper_{'_'.join(where)}", formats, opts.widths):
+        if fmt == "md":
+            write_text(path, markdown_document(head, tables, figs, out))
+        elif fmt == "tex":
+            write_text(path, latex_document(head, tables, figs, out, key, opts.tex_root, width))
+        elif shown is not None:
             write_frame(tidy(shown, *where, picked), path)
-            written.append(path)
+        else:
+            continue
+        written.append(path)
     return written
 
 

@@ -12,7 +12,15 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.persistence.outputs import write_bytes, write_text
-from harness.reporting.latex import TEX_FIGURE, Cell, figure_env, render_tex, tex_escape
+from harness.reporting.latex import (
+    TEX_FIGURE,
+    WIDTHS,
+    Cell,
+    figure_env,
+    render_tex,
+    tex_escape,
+    tex_name,
+)
 from harness.reporting.text import GREY_OFF, GREY_ON
 
 FORMATS = ("md", "tex", "csv", "parquet")
@@ -141,3 +149,24 @@ def has_pyarrow() -> bool:
     from importlib.util import find_spec
 
     return find_spec("pyarrow") is not None
+
+
+def check_formats(formats: Sequence[str], widths: Sequence[str]) -> None:
+    """Refuse (HarnessError) an unknown format or LaTeX width, and parquet without pyarrow."""
+    if unknown := sorted(set(formats) - set(FORMATS)):
+        raise HarnessError(f"unknown report formats {unknown}; use any of {', '.join(FORMATS)}")
+    if "parquet" in formats and not has_pyarrow():
+        raise HarnessError(NO_PYARROW)
+    if unknown := sorted(set(widths) - set(WIDTHS)):
+        raise HarnessError(f"unknown LaTeX widths {unknown}; use any of {', '.join(WIDTHS)}")
+
+
+def table_files(
+    base: Path, formats: Sequence[str], widths: Sequence[str]
+) -> list[tuple[str, Path, str]]:
+    """``(format, file, LaTeX width)`` per file: ``<base>.<format>``, one ``.tex`` per width."""
+    return [
+        (fmt, base.with_name(tex_name(base.name, w) if fmt == "tex" else f"{base.name}.{fmt}"), w)
+        for fmt in formats
+        for w in (widths if fmt == "tex" else [""])
+    ]

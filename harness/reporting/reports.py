@@ -25,8 +25,7 @@ from harness.references import resolve_names
 from harness.reporting import compare as gate
 from harness.reporting import leaderboard as lb
 from harness.reporting import paper
-from harness.reporting.latex import WIDTHS, tex_name
-from harness.reporting.render import NO_PYARROW, has_pyarrow, write_frame
+from harness.reporting.render import check_formats, table_files, write_frame
 from harness.reporting.runs import dirty
 from harness.training import tracking
 
@@ -66,21 +65,15 @@ def report(
     """
     out = Path(out)
     inputs = _inputs(sources)
-    if unknown := sorted(set(widths) - set(WIDTHS)):
-        raise HarnessError(f"unknown LaTeX widths {unknown}; use any of {', '.join(WIDTHS)}")
-    paths = [  # (format, file, LaTeX width)
-        (fmt, out.with_name(tex_name(out.stem, w)), w)
-        if fmt == "tex"
-        else (fmt, out if fmt == "md" else out.with_suffix(f".{fmt}"), "")
-        for fmt in formats
-        for w in (widths if fmt == "tex" else [""])
+    check_formats(formats, widths)
+    paths = [
+        (f, out if f == "md" else p, w)
+        for f, p, w in table_files(out.parent / out.stem, formats, widths)
     ]
     curves = out.with_name(f"{out.stem}_curves")
     drawn = [curves.with_suffix(".png"), curves.with_suffix(".pdf")] if figures else []
     for path in [*(p for _, p, _ in paths), *drawn]:
         refuse_overwrite(path, option if path == out else f"{option} ({path.name})", inputs)
-    if "parquet" in formats and not has_pyarrow():
-        raise HarnessError(NO_PYARROW)
     rule = _rule(select)
     records, problems = load_records(sources)
     _say_empty(records, rule)
@@ -149,21 +142,13 @@ def paper_report(
     out_dir = Path(out_dir)
     records, problems = load_records(sources)
     inputs = _inputs(sources)
-    tabled = [
-        r
-        for r in records
-        if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
-    ]
+    tabled = _chosen(records, tasks, preset)
     # the files it may write, known before it writes any: its tables and the figures already in
     # figures/ under their stem (the figures drawn depend on the runs: the existing ones count)
     for task, pre in sorted({(r["task"], r["preset"]) for r in tabled}):
         stem = f"{task}_{pre}"
         figs = sorted((out_dir / "figures").glob(f"{stem}_*"))
-        tables = [
-            out_dir / (tex_name(f"paper_{stem}", w) if fmt == "tex" else f"paper_{stem}.{fmt}")
-            for fmt in formats
-            for w in (widths if fmt == "tex" else [""])
-        ]
+        tables = [p for _, p, _ in table_files(out_dir / f"paper_{stem}", formats, widths)]
         for path in [*tables, *figs]:
             refuse_overwrite(path, f"--out-dir {out_dir}:", inputs)
     _say_empty(tabled, _rule(select))
@@ -213,14 +198,7 @@ def print_parts(
     lines.
     """
     records, problems = _load_once(sources)
-    records = _where(
-        [
-            r
-            for r in records
-            if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
-        ],
-        where,
-    )
+    records = _where(_chosen(records, tasks, preset), where)
     text = []
     if "count" in parts:
         runs, dirties = len({r["run_id"] for r in records}), sum(map(dirty, records))
@@ -328,6 +306,15 @@ def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
             f"warning: --select {rule} keeps no method row of {where}: no variant qualifies "
             "(the report says why, per method)\n"
         )
+
+
+def _chosen(records: list[RunRecord], tasks: Sequence[str] | None, preset: str | None) -> list:
+    """The records of ``tasks`` (None: all) and ``preset`` (None: all)."""
+    return [
+        r
+        for r in records
+        if (not tasks or r.get("task") in tasks) and (not preset or r.get("preset") == preset)
+    ]
 
 
 def _rule(select: str | None) -> Any:
