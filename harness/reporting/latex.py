@@ -25,31 +25,14 @@ Cell = tuple[str, bool]  # a table cell: (text, bold)
 
 # Text that becomes math in LaTeX, and the math it becomes.
 _MATH = re.compile(r"[×x]10\^\{?(-?\d+)\}?|√\(Acc×Skip\)|\b([DR])_(h|t|z|max)\b|\^")
-_TEX_PLAIN = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "±": r"$\pm$",
-    "↑": r"$\uparrow$",
-    "↓": r"$\downarrow$",
-    "λ": r"$\lambda$",
-    "–": "--",
-    "−": "$-$",
-    "×": r"$\times$",
-    "·": r"$\cdot$",
-    "√": r"$\surd$",
-    "≠": r"$\neq$",
-    "‡": r"$\ddagger$",
-    "†": r"$\dagger$",
-    "≈": r"$\approx$",
-    "`": "",
-}
+# Characters LaTeX sets in math, each followed by its command.
+_MATH_CHARS = r"""± \pm ↑ \uparrow ↓ \downarrow λ \lambda − - × \times · \cdot √ \surd ≠ \neq
+‡ \ddagger † \dagger ≈ \approx""".split()
+_TEX_PLAIN = (
+    {c: "\\" + c for c in "&%$#_{}"}
+    | {c: f"${m}$" for c, m in zip(_MATH_CHARS[::2], _MATH_CHARS[1::2], strict=True)}
+    | {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "–": "--", "`": ""}
+)
 
 
 def _tex_math(m: re.Match) -> str:
@@ -92,36 +75,14 @@ TABCOLSEP = 4.0  # pt each side of a column
 MAX_HEAD_LINES = 3  # a column title wraps onto at most this many lines (more if it must)
 MAX_CELL_LINES = 4  # a text cell wraps onto at most this many lines before the table splits
 SAFETY = 1.03  # estimated text widths are taken this much wider than the sum of the glyphs
-_EM = {
-    0.278: "il!',.:;[]`|·",
-    0.306: "fj",
-    0.333: "-",
-    0.361: "I",
-    0.389: "t()",
-    0.392: "r",
-    0.394: "s",
-    0.444: "cez†",
-    0.472: "?",
-    0.5: '0123456789ago"*/^{}~–↑↓_<>\\',
-    0.514: "J",
-    0.528: "kqvxy",
-    0.556: "bdhnpuS",
-    0.583: "λ",
-    0.611: "Z",
-    0.625: "L",
-    0.653: "F",
-    0.681: "EP",
-    0.708: "B",
-    0.722: "wCT",
-    0.736: "R",
-    0.75: "AHNUVXY",
-    0.764: "D",
-    0.778: "KOQ&+=@±×−≠‡≈",
-    0.785: "G",
-    0.833: "m#%$√M",
-    1.028: "W",
-}
-_CHAR_EM = {c: w for w, chars in _EM.items() for c in chars} | {" ": 0.333, "`": 0.0}
+_EM = r"""
+0.278 il!',.:;[]`|·  0.306 fj  0.333 -  0.361 I  0.389 t()  0.392 r  0.394 s  0.444 cez†  0.472 ?
+0.5 0123456789ago"*/^{}~–↑↓_<>\  0.514 J  0.528 kqvxy  0.556 bdhnpuS  0.583 λ  0.611 Z  0.625 L
+0.653 F  0.681 EP  0.708 B  0.722 wCT  0.736 R  0.75 AHNUVXY  0.764 D  0.778 KOQ&+=@±×−≠‡≈  0.785 G
+0.833 m#%$√M  1.028 W
+""".split()  # glyph widths in em (cmr10), each followed by the characters that have it
+_CHAR_EM = {c: float(w) for w, cs in zip(_EM[::2], _EM[1::2], strict=True) for c in cs}
+_CHAR_EM |= {" ": 0.333, "`": 0.0}
 _DESIGN = {8.0: 1.0625, 9.0: 1.0278}  # width per em of cmr8 / cmr9 relative to cmr10
 _BOLD = 1.154  # cmbx relative to cmr
 _NUMERIC = re.compile(r"^[\[(]?[-+−]?\.?\d")
