@@ -140,15 +140,9 @@ def compare(
 ) -> Comparison:
     """Compare two record lists (the latest record of each run id counts).
 
-    Args:
-        reference: the reference records.
-        current: the records checked against them.
-        tolerances: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES`` and the registry's.
-        only_present: compare only the runs in both (the others counted in ``left_out``).
-        allow_empty: pass a comparison that compared no run.
-
-    Raises:
-        HarnessError: a tolerance names a measure no record has (it would be silently ignored).
+    ``tolerances``: ``{measure prefix: (abs, rel)}`` over ``DEFAULT_TOLERANCES`` and the registry's;
+    ``only_present``: only the runs in both (the others counted in ``left_out``); ``allow_empty``:
+    pass a comparison of nothing. HarnessError for a tolerance no measure has (it would be ignored).
     """
     check_tolerances(tolerances or {}, [*reference, *current])
     tols = {**DEFAULT_TOLERANCES, **(tolerances or {})}

@@ -231,15 +231,9 @@ def tradeoff_figure(
 ) -> Figure | None:
     """Metric vs Skip %, vs activity sparsity % and vs effective FLOPs; None when none varies.
 
-    Args:
-        points: ``variant_points`` (``solved``, ``read_skip_pct``: optional).
-        primary: the primary metric's key.
-        higher: its direction (sets the Pareto fronts).
-        metric_title: axis label of the metric.
-        bands: the reference predictors (``reference_bands``).
-        marked: ``(method, variant_id)`` pairs drawn large with 95 % CI error bars.
-        targets: Skip % budgets drawn as guides.
-        activity: the activity-sparse methods, drawn at their activity sparsity % instead.
+    ``points``: ``variant_points``; ``bands``: ``reference_bands``; ``marked``: the ``(method,
+    variant_id)`` pairs drawn large with 95 % CI bars; ``targets``: Skip % guides; ``activity``: the
+    activity-sparse methods, drawn at their activity sparsity %.
     """
     import textwrap
 
@@ -503,14 +497,9 @@ def _budget_line(
 def budget_figure(
     runs: pd.DataFrame, knob: str, primary: str, metric_title: str, higher: bool | None = None
 ) -> Figure | None:
-    """Metric and sparsity vs a budget knob, small multiples; None when nothing varies.
+    """Metric and sparsity vs a budget knob (``runs``: ``budget_sweeps``'s), small multiples.
 
-    Args:
-        runs: ``budget_sweeps``'s frame for ``knob``.
-        knob: the budget knob (the x axis).
-        primary: the primary metric's key.
-        metric_title: axis label of the metric.
-        higher: the metric's direction (an arrow in the label), if known.
+    None when nothing varies; ``higher``: the metric's direction (an arrow in the label), if known.
     """
     import textwrap
 
@@ -723,19 +712,10 @@ def report_figures(
     selected: dict[str, str] | None = None,
     rule: str = "",
 ) -> list[tuple[str, list[Path]]]:
-    """Draw and save the figures that apply to one (task, preset) of the paper report.
+    """Draw and save the figures of one (task, preset); ``(caption, [png, pdf])`` per figure.
 
-    Args:
-        runs: ``harness.reporting.runs.runs_frame``'s rows.
-        primary: the primary metric's key.
-        higher: its direction.
-        title: its title, for axes and captions.
-        stem: path prefix; each figure goes to ``<stem>_<kind>.png`` / ``.pdf``.
-        selected: ``{method: variant_id}`` a selection rule picked (marked, and shown in the masks).
-        rule: that rule, named in the captions.
-
-    Returns:
-        ``(caption, [png, pdf])`` per figure drawn.
+    ``runs``: ``runs_frame``'s rows; ``stem``: the path prefix, ``<stem>_<kind>.png`` / ``.pdf``;
+    ``selected``: ``{method: variant_id}`` that ``rule`` picked (marked, shown in the masks).
     """
     out = []
 

@@ -116,12 +116,10 @@ def mask_figure(
     labels: dict[str, str] | None = None,
     skip: dict[str, float] | None = None,
 ) -> Figure:
-    """One panel per method: the first test sequence's updates (or reads, or depths) over time.
+    """One panel per method (``mask_panels``): the first test sequence's updates over time.
 
-    Args:
-        runs: ``{method: record}`` (``mask_panels``).
-        labels: ``{method: variant label}`` added to the panel titles.
-        skip: ``{method: Skip %}`` of the variant (the table's mean), in the titles.
+    ``labels``: ``{method: variant label}``, ``skip``: ``{method: Skip %}`` (the table's), in
+    titles.
     """
     import textwrap
 

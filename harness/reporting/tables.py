@@ -288,14 +288,10 @@ def build_main_table(
     picked: dict[str, str] | None = None,
     every: pd.DataFrame | None = None,
 ) -> Table:
-    """The S-SA / S-EI style table and its notes (no caption yet).
+    """The S-SA / S-EI style table of ``agg`` (``aggregate``'s rows) and its notes, no caption.
 
-    Args:
-        agg: ``harness.reporting.runs.aggregate``'s rows.
-        primary: the primary metric's key.
-        higher: its direction.
-        picked: variant id -> why the selection rule picked it (adds a "Picked by" column).
-        every: the variants ``agg``'s rows were picked from, for ``grid_notes`` (None: ``agg``).
+    ``picked``: variant id -> why the selection rule picked it (a "Picked by" column); ``every``:
+    the variants the rows were picked from, for ``grid_notes`` (None: ``agg``).
     """
     cols = layout(agg, primary, higher)
     # reference predictors (harness.references): never bold, not the reference, not tested

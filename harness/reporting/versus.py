@@ -284,15 +284,9 @@ def paper_vs_harness(
 ) -> PaperVsHarness:
     """Each paper row beside the harness variant at that row's setting (``match_variant``).
 
-    Args:
-        table: the paper's table.
-        agg: the harness variants (``harness.reporting.runs.aggregate``).
-        primary: the primary metric.
-        rule: picks among several variants at a row's setting, on validation data.
-        task: the task (for the commands).
-        preset: the harness preset.
-        failed: the failed records of the task and preset, counted at the rows' keys.
-        dirty_agg: the variants of dirty trees' records; the notes name the rows only they fill.
+    ``agg``: the harness variants (``aggregate``); ``rule`` picks among several on validation;
+    ``failed``: the task and preset's failed records, counted at the rows' keys; ``dirty_agg``: the
+    variants of dirty trees' records, naming the rows only they would fill.
     """
     at_setting = preset == PAPER_PRESET
     titles, head = _titles(table, primary, at_setting)
