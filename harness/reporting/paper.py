@@ -241,16 +241,10 @@ def _build_one(
         tables.append(_versus_table(t, pvh, j, (task, preset, ours), shown, select))
     title = get_metric(primary).title
     if opts.figures:
-        shown_ids = runs[runs["variant_id"].isin(picked or {})]
-        figs = report_figures(
-            runs,
-            primary,
-            higher,
-            title,
-            out / "figures" / stem,
-            selected=dict(zip(shown_ids["method"], shown_ids["variant_id"], strict=True)) or None,
-            rule=str(select) if select else "",
-        )
+        ids = runs[runs["variant_id"].isin(picked or {})]
+        selected = dict(zip(ids["method"], ids["variant_id"], strict=True)) or None
+        why = str(select) if select else ""
+        figs = report_figures(runs, primary, higher, title, out / "figures" / stem, selected, why)
     head = header(latest(kept), opts.sources, f"{task} ({preset} preset): paper-style report")
     rows = f"- Rows: {select.describe() if select else 'every variant (no --select rule)'}.\n"
     head += HEAD_NOTES + rows + MATCH_RULE.format(rule=rule) + NOTES + head_notes
@@ -272,17 +266,13 @@ def _methods(agg: pd.DataFrame) -> pd.DataFrame:
 
 def _no_clean_table(task: str, preset: str, n: int, opts: Options) -> Table:
     """The table of a (task, preset) whose ``n`` ok records all come from dirty trees."""
-    again = allow_dirty_command(opts.sources, task, preset)
+    note = (
+        f"Every ok record of this task and preset ({n} records) comes from a tree with "
+        "uncommitted changes, and paper tables use records from clean commits only. To "
+        f"tabulate them anyway: `{allow_dirty_command(opts.sources, task, preset)}`."
+    )
     return Table(
-        f"{task} ({preset} preset): no record from a clean commit",
-        "main",
-        ["Method"],
-        [],
-        [
-            f"Every ok record of this task and preset ({n} records) comes from a tree with "
-            "uncommitted changes, and paper tables use records from clean commits only. To "
-            f"tabulate them anyway: `{again}`."
-        ],
+        f"{task} ({preset} preset): no record from a clean commit", "main", ["Method"], [], [note]
     )
 
 
