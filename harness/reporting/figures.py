@@ -124,13 +124,9 @@ def _variants(ax: Axes, points: pd.DataFrame, x: str, primary: str, higher: bool
             ax.scatter(g.loc[~ok, x], g.loc[~ok, primary], facecolors="none",
                        edgecolors=st["color"], lw=0.8, **kw)  # fmt: skip
         good = g[ok]  # an unsolved run can skip anything: the front is of the solved
-        front = good.iloc[pareto_front(list(good[x]), list(good[primary]), x_higher(x), higher)]
+        better = bool(get_metric(x).higher)  # more of x is better (the registry's direction)
+        front = good.iloc[pareto_front(list(good[x]), list(good[primary]), better, higher)]
         ax.plot(front[x], front[primary], color=st["color"], ls=st["linestyle"], lw=1, gid=method)
-
-
-def x_higher(key: str) -> bool:
-    """Whether more of x measure ``key`` is better (the metric registry's direction)."""
-    return bool(get_metric(key).higher)
 
 
 def _picks(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:

@@ -53,11 +53,6 @@ def _sig_decimals(x: float, digits: int) -> int:
     return max(0, digits - 1 - math.floor(math.log10(abs(x))))
 
 
-def std_decimals(std: float) -> int:
-    """Decimals of a mean ± std: the std to 2 significant digits, the mean to the same place."""
-    return _sig_decimals(std, 2)
-
-
 def fmt_cell(mean: float | None, std: float | None = None, n: int = 1, scale: int = 0) -> str:
     """The one number format of every generated table: ``mean ± std``, never e-notation.
 
@@ -70,7 +65,7 @@ def fmt_cell(mean: float | None, std: float | None = None, n: int = 1, scale: in
     m = mean * f
     if n > 1 and std is not None and not math.isnan(std) and std * f > 0:
         s = std * f
-        d = std_decimals(s)
+        d = _sig_decimals(s, 2)  # the std to 2 significant digits
         return f"{m:.{d}f} ± {s:.{d}f}"
     text = f"{m:.0f}" if abs(m) >= 100 else f"{m:.{_sig_decimals(m, 3)}f}"  # 3 significant digits
     if n > 1 and std is not None and not math.isnan(std):
@@ -111,7 +106,7 @@ def fmt_ci(
         low = max(low, lo_bound)
     if hi_bound is not None:
         high = min(high, hi_bound)
-    d = std_decimals(statistics.stdev(vals) * f)
+    d = _sig_decimals(statistics.stdev(vals) * f, 2)
     return f"[{low * f:.{d}f}, {high * f:.{d}f}]"
 
 
