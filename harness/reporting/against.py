@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from harness.components.metrics import get_metric
 from harness.references import role
-from harness.reporting.references import method_cell
-from harness.reporting.render import Cell
+from harness.reporting.render import Cell, plain
 from harness.reporting.tables import (
     WILCOXON,
     compare_seeds,
     finite_by_seed,
     holm,
+    lead_cells,
     reference,
     row_name,
 )
-from harness.reporting.text import fmt_cell, fmt_p, seeds_cell
+from harness.reporting.text import fmt_cell, fmt_p
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -126,11 +126,7 @@ def against_table(
             notes.append(_best_note(methods, target, key, sqrt_title, p_t))
     rows: list[list[Cell]] = []
     for k, (_i, r) in enumerate(methods):
-        line: list[Cell] = [(method_cell(r["method"]), False)]
-        line += [(labels[k], False)] if "Variant" in titles else []
-        line.append((seeds_cell(r["seeds"]), False))
-        line += [(t, False) for t in cells[k]]
-        rows.append(line)
+        rows.append(lead_cells(r, labels[k] if "Variant" in titles else None) + plain(*cells[k]))
     notes.insert(
         0,
         "Each cell: row − the named method, mean ± sample std of the per-seed differences over "

@@ -39,6 +39,11 @@ class Table:
     keep: tuple[str, ...] = ()  # LaTeX: titles that stay in the first part of a split table
 
 
+def plain(*texts: str) -> list[Cell]:
+    """Cells of ``texts``, none bold."""
+    return [(t, False) for t in texts]
+
+
 def render_md(titles: list[str], rows: list[list[Cell]]) -> str:
     """A GitHub Markdown table; bold cells as ``**x**``."""
     import pandas as pd

@@ -19,7 +19,7 @@ from harness.components.selection import split_mean
 from harness.references import role
 from harness.reporting.references import WORSE, method_cell, worse
 from harness.reporting.references import row as judge
-from harness.reporting.render import Cell, Table
+from harness.reporting.render import Cell, Table, plain
 from harness.reporting.text import (
     arrow,
     ci_title,
@@ -320,10 +320,8 @@ def build_main_table(
     marked = worse([judge(r["method"], r["label"], r[f"{primary}_vals"]) for r in rs], higher)
     rows = []
     for i, r in enumerate(rs):
-        cells: list[Cell] = [(method_cell(r["method"]), False)]
-        cells += [(labels[i], False)] if "Variant" in titles else []
         mark = f" {EVENT_MARK}" if r["events"] else ""
-        cells.append((seeds_cell(r["seeds"]) + mark, False))
+        cells = lead_cells(r, labels[i] if "Variant" in titles else None, mark)
         low = f" {WORSE}" * marked[i]  # on the primary's cell: worse than a reference predictor
         cells += [(cell(r, c) + low * (c is pcol), bolds[j][i]) for j, c in enumerate(cols)]
         cells.append((fmt_ci(r[primary], r[f"{primary}_vals"], pcol.scale, primary), False))
@@ -344,6 +342,12 @@ def build_main_table(
     if any(c.key == "skip_pct" for c in cols):
         notes += solved_notes(rs)
     return Table("", "", titles, rows, notes)
+
+
+def lead_cells(r: Any, label: str | None, mark: str = "") -> list[Cell]:
+    """A row's first cells: Method, its Variant (None: no such column), Seeds (and ``mark``)."""
+    variant = [] if label is None else [label]
+    return plain(method_cell(r["method"]), *variant, seeds_cell(r["seeds"]) + mark)
 
 
 def _tests(

@@ -20,7 +20,7 @@ from harness.persistence.records import flat_config
 from harness.planning.suites import load, plan, suite_names, suite_path
 from harness.planning.sweep import build_configs
 from harness.reporting.published import PaperRow, PaperTable
-from harness.reporting.render import Cell
+from harness.reporting.render import Cell, plain
 from harness.reporting.runs import Failed, failed_summary
 from harness.reporting.tables import (
     EVENT_MARK,
@@ -307,19 +307,16 @@ def paper_vs_harness(
             if dirty_agg is not None and len(dirty_agg):
                 if match_variant(prow, dirty_agg, rule, key)[0] is not None:
                     only_dirty.append(prow.label)
-            cells += [(knobs, False), ("0", False), ("–", False), ("–", False), (why, False)]
+            cells += plain(knobs, "0", "–", "–", why)
         else:
             filled[i] = ours["variant_id"]
             diff_text = setting_diff(table.setting, ours["config"], ours["seeds"], preset)
             letter = letters.setdefault(diff_text, f"({chr(ord('a') + len(letters))})")
             mark = f" {EVENT_MARK}" if ours["events"] else ""
-            cells += [
-                (knobs, False),
-                (seeds_cell(ours["seeds"]) + mark, False),
-                (letter, False),
-                (ours["commit"], False),
-                (_picked_by(prow, why, rule, at_setting), False),
-            ]
+            seeds = seeds_cell(ours["seeds"]) + mark
+            cells += plain(
+                knobs, seeds, letter, ours["commit"], _picked_by(prow, why, rule, at_setting)
+            )
         rows.append(cells)
     used = agg[agg["variant_id"].isin(filled.values())] if len(agg) else agg
     notes = _notes(table, used, letters, commands, only_dirty, at_setting, failed, keys)
@@ -360,7 +357,7 @@ def _number_cells(table: PaperTable, prow: PaperRow, ours: Any, head: str) -> li
             paper += f" {table.spread_text(prow.printed_std[k])}"
         col = Column(k, k, scale=table.scale.get(k, 0), form=get_metric(k).form)
         mine = cell(ours, col) if ours is not None else (NOT_RUN if j == 0 else "–")
-        cells += [(paper, False), (mine, False)]
+        cells += plain(paper, mine)
     if head:
         diff = "–"
         if ours is not None and not math.isnan(comparable(ours, head)):
