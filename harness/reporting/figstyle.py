@@ -200,13 +200,13 @@ def legend_height(entries: int) -> float:
     return entries * 1.6 * STYLE["legend.fontsize"] / 72 + 0.1
 
 
-def legend(fig: Figure, methods: Sequence[str], below: bool = False) -> None:
+def legend(fig: Figure, methods: Sequence[str]) -> None:
     """One legend entry per method, right of a wide figure where it fits, else under the axes."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **method_style(m)) for m in methods]
     wide = fig.get_figwidth() > ONE_COLUMN + 0.01
-    if wide and legend_height(len(methods)) <= fig.get_figheight() and not below:
+    if wide and legend_height(len(methods)) <= fig.get_figheight():
         fig.legend(handles, methods, loc="outside right upper")
     else:
         ncols = max(min(len(methods), 6 if wide else 2), 1)
