@@ -41,7 +41,7 @@ from harness.reporting.patterns import (
     mask_panels,
 )
 from harness.reporting.references import REFERENCE_COLOR, draw_bands, reference_bands
-from harness.reporting.text import arrow, ci95, value_text
+from harness.reporting.text import arrow, ci95, num_first, value_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -420,15 +420,8 @@ def swept_lines(runs: pd.DataFrame, knob: str) -> pd.DataFrame:
 
 def panel_grid(panels: Sequence[tuple]) -> tuple[dict[tuple, tuple[int, int]], int]:
     """Where each panel of a budget figure goes: ``({panel: (row, col)}, columns)``."""
-
-    def order(v: str) -> tuple:
-        try:
-            return (0, float(v), "")
-        except ValueError:
-            return (1, 0.0, v)
-
-    uniq = sorted(set(panels), key=lambda p: [order(v) for v in (*p[1:], *p[:1])])
-    firsts = sorted({p[0] for p in uniq if p}, key=order)
+    uniq = sorted(set(panels), key=lambda p: [num_first(v) for v in (*p[1:], *p[:1])])
+    firsts = sorted({p[0] for p in uniq if p}, key=num_first)
     if 1 < len(firsts) <= 4:
         rests = list(dict.fromkeys(p[1:] for p in uniq))
         return {p: (rests.index(p[1:]), firsts.index(p[0])) for p in uniq}, len(firsts)

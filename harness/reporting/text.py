@@ -42,6 +42,14 @@ def value_text(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def num_first(text: str) -> tuple[int, float, str]:
+    """A sort key: numbers in numeric order, then other text."""
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
 def scaled(title: str, scale: int) -> str:
     """A column title with its unit: ``MSE (×10^-3)``; unchanged for scale 0."""
     return f"{title} (×10^{scale})" if scale else title

@@ -31,7 +31,7 @@ from harness.reporting.tables import (
     seed_count_notes,
     solved_notes,
 )
-from harness.reporting.text import scaled, seeds_cell
+from harness.reporting.text import num_first, scaled, seeds_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,17 +178,10 @@ def own_setting(table: PaperTable, cfgs: Sequence[dict[str, Any]]) -> str:
     for k in table.setting:
         if k == "seeds":
             continue
-        vals = sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=_num_first)
+        vals = sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=num_first)
         if vals:
             parts.append(f"{_name(k)} {'/'.join(vals)}")
     return ", ".join(parts)
-
-
-def _num_first(text: str) -> tuple[int, float, str]:
-    try:
-        return (0, float(text), text)
-    except ValueError:
-        return (1, 0.0, text)
 
 
 def _decimals_of(text: str) -> int:
