@@ -458,15 +458,11 @@ def seed_count_notes(agg: pd.DataFrame, rows: str = "any row") -> list[str]:
 
 def events_notes(agg: pd.DataFrame) -> list[str]:
     """The note under a table whose rows had training events (``EVENT_MARK``)."""
-    marked = [
-        (r["method"], r["label"], r["events"], r["event_runs"])
-        for _, r in agg.iterrows()
-        if r["events"]
-    ]
+    marked = [r for _, r in agg.iterrows() if r["events"]]
     if not marked:
         return []
-    n_runs = sum(m[3] for m in marked)
-    rows = "; ".join(f"{row_name(m, lab)}: {ev}" for m, lab, ev, _ in marked)
+    n_runs = sum(r["event_runs"] for r in marked)
+    rows = "; ".join(f"{row_name(r['method'], r['label'])}: {r['events']}" for r in marked)
     return [
         f"{EVENT_MARK} {len(marked)} row{'s' if len(marked) > 1 else ''} ({n_runs} "
         f"run{'s' if n_runs > 1 else ''}) had training events: {EVENTS_MEANING} {rows}."
