@@ -1,20 +1,9 @@
 """Parts of the timing and speedup reports, printed for the docs' generated blocks.
 
-``harness bench --from STORE --print PART`` prints one of these from the data a report was
-rendered from, and writes nothing: the timing records beside ``reports/TIMING.md``
-(``reports/TIMING.jsonl``) or, with ``--speedup``, the rows beside ``reports/SPEEDUP.md``
-(``reports/SPEEDUP.jsonl``). As with ``harness report --print``
-(``harness.reporting.reports.print_parts``) the text names no time, no rendering commit and no
-path but the stores as given, so that a block's body changes only with the data (and, for
-``cost``, with the suite it counts).
-
-Timing parts: ``times``, a compact table per task, preset and device of the selected timings
-(inference and train step, each against its fused cell, and the train step per MAC); ``cost``,
-what a shipped suite's runs would take on one core at the timed train steps. Speedup parts:
-``rows``, the selected rows with each comparison's speedup, MAC ratio and realised fraction;
-``above``, how many rows realise more than their MAC ratio, per comparison, and those rows.
-The module is imported by the command line at start-up, so what it needs beyond the standard
-library (the timing report's helpers, which import torch) it imports where it is used.
+``harness bench --from STORE --print PART`` (docs/reports.md, "Numbers in the docs"): timing
+parts (``times``, ``cost``) from timing records, speedup parts (``rows``, ``above``) from speedup
+rows; the text names no time, no rendering commit and no path but the stores as given. Imported
+by the command line at start-up: the timing report's helpers (torch) are imported where used.
 """
 
 from __future__ import annotations
@@ -70,9 +59,8 @@ def _matches(field: Any, text: str) -> bool:
 def where(rows: Sequence[dict[str, Any]], items: Sequence[str]) -> list[dict[str, Any]]:
     """The rows whose fields have the values ``items`` name (``KEY=V[,V...]`` each, all of them).
 
-    A string field matches a name or a glob (``method=NAME,NAME``, ``method=torch.nn.*``),
-    a number one equal to the value (``target_skip=0.9``, ``sizes.D=1024``). A filter that keeps
-    no row says so in one warning line on stderr, which fails a docs block.
+    A string field matches a name or a glob, a number one equal to the value. A filter that
+    keeps no row says so in one warning line on stderr, which fails a docs block.
 
     Raises:
         HarnessError: an item is not ``KEY=VALUE``, or no row has the field ``KEY``.
@@ -90,19 +78,6 @@ def where(rows: Sequence[dict[str, Any]], items: Sequence[str]) -> list[dict[str
             sys.stderr.write(f"warning: --where {' --where '.join(items)}: no record matches\n")
             return []
     return kept
-
-
-def _ratio(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}" if x < 10 else f"{x:.3g}"
-
-
-def _ms(r: dict[str, Any] | None) -> str:
-    """``median (min–max)`` in ms of a timing, or a dash."""
-    from harness.bench.timing_report import format_ms  # torch, via the bench's phases
-
-    if not r or "median_s" not in r:
-        return "–"
-    return f"{format_ms(r['median_s'])} ({format_ms(r.get('min_s'))}–{format_ms(r.get('max_s'))})"
 
 
 def _pairs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,11 +112,10 @@ def _about(here: Sequence[dict[str, Any]]) -> str:
 def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
     """``times``: per task, preset and device, a caption and a table of the timings.
 
-    A row per method (or reference) and size: its inference and train-step times in ms (median,
-    min–max), each over the fused cell's at the same sizes in the same run (``ratio_vs_cell``),
-    and the train step per dense MAC against the cell's (``per_mac_ratio``), as in TIMING.md.
+    A row per method (or reference) and size: inference and train-step ms, each over its fused
+    cell's, and the train step per dense MAC against the cell's, as in TIMING.md.
     """
-    from harness.bench.timing_report import per_mac_ratio  # torch, via the bench's phases
+    from harness.bench.timing_report import format_ratio, per_mac_ratio, spread  # torch
 
     out = []
     for here in _groups(records).values():
@@ -163,14 +137,14 @@ def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
         pairs = _pairs(here)  # the references first, then in the records' order
         for row in sorted(pairs, key=lambda row: not row["record"].get("reference")):
             r = row["record"]
-            inf, train = row.get("inference"), row.get("train")
+            inf, train = row.get("inference", {}), row.get("train", {})
             name = f"{r['method']} (reference)" if r.get("reference") else r["method"]
             s = r["sizes"]
             body.append(
                 [name, r.get("fused_cell") or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
-                + [_ms(inf), _ratio((inf or {}).get("ratio_vs_cell"))]
-                + [_ms(train), _ratio((train or {}).get("ratio_vs_cell"))]
-                + [_ratio(per_mac_ratio(train or {}))]
+                + [spread(inf), format_ratio(inf.get("ratio_vs_cell"))]
+                + [spread(train), format_ratio(train.get("ratio_vs_cell"))]
+                + [format_ratio(per_mac_ratio(train))]
             )
         titles = ["Method", "Cell", "D", "L", "Inference ms", "× fused cell", "Train step ms"]
         table = pipe_table([*titles, "× fused cell", "× cell per MAC"], body)
@@ -190,13 +164,9 @@ def duration(seconds: float) -> str:
 
 
 def suite_runs(name: str, seeds: str | None) -> tuple[list[Any], str]:
-    """The runs of a shipped suite as ``harness run --suite NAME [--seeds S]`` resolves them.
+    """The runs (``RunConfig``) of ``harness run --suite NAME [--seeds S]``, and the seeds.
 
-    Nothing is built and no data are read (``harness.planning.spec.resolve_configs``).
-
-    Returns:
-        The ``RunConfig`` of each run, and the seeds as given (the suite's own if ``seeds`` is
-        None).
+    Nothing is built and no data are read; the seeds are the suite's own where ``seeds`` is None.
     """
     file = load(suite_path(name))
     opts = {"methods": "all", "tasks": "all", "seeds": "0", "preset": "smoke"} | file.options
@@ -215,12 +185,9 @@ def cost(
 ) -> str:
     """``cost``: what each method's runs of ``suite`` would take on one core, and the total.
 
-    A run is the method's timed train step (its ``train`` record at the suite's task and preset;
-    ``--where`` picks one where there are several) times ``epoch_batches`` (at most the run's
-    ``train.max_train_batches`` where set) times the run's ``train.epochs``, at the size timed
-    whatever the run's. Validation is not counted, nor are the reference predictors (no training
-    step). The wall time on ``WORKERS`` workers is ``harness.planning.sweep.wall_seconds`` of the
-    runs' times (one run a worker, longest first).
+    A run is the method's timed train step at the suite's task and preset x ``epoch_batches``
+    (at most its ``train.max_train_batches``) x its epochs; the wall time on ``WORKERS``
+    workers is ``wall_seconds`` of the runs' times.
 
     Raises:
         ConfigError: the suite trains on several tasks (an epoch is one task's), no method has
@@ -326,10 +293,7 @@ def print_timing(
     seeds: str | None = None,
     epoch_batches: int | None = None,
 ) -> str:
-    """The timing parts asked for (``TIMING_PARTS``, in that order) of the records ``items`` keep.
-
-    ``cost`` needs ``suite`` and ``epoch_batches`` (``harness.cli.bench`` checks them).
-    """
+    """The timing parts asked for (``TIMING_PARTS``, in order) of the records ``items`` keep."""
     kept = where(records, items)
     out = []
     if "times" in parts and kept:
@@ -374,18 +338,33 @@ def _vs(r: dict[str, Any], alt: str) -> str:
     return f"{r['fused_cell']}: {text}" if alt == "fused" and r.get("fused_cell") else text
 
 
-def _row_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+def realised_above(rows: Sequence[dict[str, Any]]) -> str:
+    """Per comparison, how many rows realise more than their MAC ratio (``N of M rows against``)."""
+    counts = []
+    for alt, _, what in ALTERNATIVES:
+        had = [r for r in rows if f"realised_frac_{alt}" in r]
+        n = sum(r[f"realised_frac_{alt}"] > 1 for r in had)
+        counts.append(f"{n} of {len(had)} rows against the {what}")
+    return ", ".join(counts)
 
+
+def who(r: dict[str, Any]) -> list[str]:
+    """A speedup row's first cells: method, D, B, target skip % and skip % ((cols): columns)."""
+    skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
+    return [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
+
+
+def ms(r: dict[str, Any], paths: Sequence[str]) -> str:
+    """A speedup row's median ms of ``paths`` (``fast``, ``dense``, ...), dashes where missing."""
+    return " / ".join(f"{r[f'{k}_ms']:.2f}" if f"{k}_ms" in r else "–" for k in paths)
+
+
+def _row_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     titles = ["Method", "D", "B", "Target skip %", "Skip %", "ms: fast / dense / no skip / fused"]
     body = []
     for r in rows:
-        skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
-        ms = " / ".join(
-            f"{r[f'{k}_ms']:.2f}" if f"{k}_ms" in r else "–"
-            for k in ("fast", "dense", "noskip", "fused")
-        )
-        who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip, ms]
-        body.append(who + [_vs(r, alt) for alt, _, _ in ALTERNATIVES])
+        paths = ms(r, ("fast", "dense", "noskip", "fused"))
+        body.append([*who(r), paths] + [_vs(r, alt) for alt, _, _ in ALTERNATIVES])
     return pipe_table(titles + [title for _, title, _ in ALTERNATIVES], body)
 
 
@@ -408,23 +387,17 @@ def print_speedup(
 ) -> str:
     """The speedup parts asked for (``SPEEDUP_PARTS``, in that order) of the rows ``items`` keep.
 
-    ``rows``: a caption and the table of the rows. ``above``: one line counting, per comparison,
-    the rows whose realised fraction passes 1 (their speedup beats their MAC ratio), then the
-    table of those rows.
+    ``rows``: a caption and a table; ``above``: per comparison, how many rows realise more than
+    their MAC ratio, then those rows.
     """
     kept = where(rows, items)
     out = []
     if "rows" in parts and kept:
         out.append("\n".join([_speedup_caption(kept, sources), "", *_row_table(kept)]) + "\n")
     if "above" in parts and kept:
-        counts, above = [], []
-        for alt, _, what in ALTERNATIVES:
-            had = [r for r in kept if f"realised_frac_{alt}" in r]
-            n = sum(r[f"realised_frac_{alt}"] > 1 for r in had)
-            counts.append(f"{n} of {len(had)} rows against the {what}")
         alts = [alt for alt, _, _ in ALTERNATIVES]
         above = [r for r in kept if any(r.get(f"realised_frac_{a}", 0) > 1 for a in alts)]
-        text = [f"Realised above 1 (speedup above the MAC ratio): {', '.join(counts)}."]
+        text = [f"Realised above 1 (speedup above the MAC ratio): {realised_above(kept)}."]
         if above:
             text += ["", _speedup_caption(above, sources), "", *_row_table(above)]
         out.append("\n".join(text) + "\n")

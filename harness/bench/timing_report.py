@@ -47,7 +47,7 @@ def format_ms(seconds: float | None) -> str:
     return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
 
 
-def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
+def spread(r: dict[str, Any], rounds_shown: bool = False) -> str:
     """``median (min–max)`` in ms, with the round count when the table does not give it."""
     if "median_s" not in r:
         return "–"
@@ -56,7 +56,8 @@ def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
     return f"{format_ms(r['median_s'])} ({low}–{high}{n})"
 
 
-def _ratio(r: float | None) -> str:
+def format_ratio(r: float | None) -> str:
+    """A ratio: two decimals below 10, else three significant digits; a dash for None."""
     return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
 
 
@@ -138,11 +139,13 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             bt = [row.get(p, {}).get("sizes", {}) for p in PHASES]
             cells.append(" / ".join(f"{b.get('B', '?')}×{b.get('T', '?')}" for b in bt))
         inf, train = row.get("inference", {}), row.get("train", {})
-        cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
-        cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
+        cells += [spread(inf, per_cell_rounds), format_ratio(inf.get("ratio_vs_cell"))]
+        cells += [spread(train, per_cell_rounds), format_ratio(train.get("ratio_vs_cell"))]
         x = per_mac_ratio(train)  # bold and flagged above the device's bound
-        per_mac = "–" if x is None else f"**{_ratio(x)}** {FLAG}" if x > bound else _ratio(x)
-        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"]), per_mac]
+        per_mac = (
+            "–" if x is None else f"**{format_ratio(x)}** {FLAG}" if x > bound else format_ratio(x)
+        )
+        cells += [format_ratio(train.get("ratio_vs_gru")), format_ratio(row["mac_ratio"]), per_mac]
         cells.append(_ops(train))
         target = train.get("target")
         if target:
@@ -175,7 +178,7 @@ def _ops(r: dict[str, Any]) -> str:
 
 def _flagged(r: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
     """A flagged train timing, with its ops a step beside its fused cell's at the same sizes."""
-    text = f"`{r['method']}` ({_ratio(per_mac_ratio(r))}"
+    text = f"`{r['method']}` ({format_ratio(per_mac_ratio(r))}"
     cell = TIMED_CELLS.get(r.get("fused_cell") or "")
     dims = ("V", "D", "layers", "T")
     ref = next(
