@@ -115,7 +115,7 @@ def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
     A row per method (or reference) and size: inference and train-step ms, each over its fused
     cell's, and the train step per dense MAC against the cell's, as in TIMING.md.
     """
-    from harness.bench.timing_report import format_ratio, per_mac_ratio, spread  # torch
+    from harness.bench.timing_report import format_ratio, per_mac_ratio, round_counts, spread
 
     out = []
     for here in _groups(records).values():
@@ -125,12 +125,11 @@ def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
             got = sorted({(x.get("B"), x.get("T")) for x in of}, key=str)
             if got:
                 shapes[label] = " or ".join(f"{b}×{t}" for b, t in got)
-        rounds = sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in here}, key=str)
         caption = (
             f"*{', '.join(f'`{s}`' for s in sources)}: {_about(here)}; batch × steps "
             + "; ".join(f"{k} {v}" for k, v in shapes.items())
             + "; times in ms, the median (min–max) of "
-            + " or ".join(f"{n} rounds after {w} warm-up round(s)" for n, w in rounds)
+            + " or ".join(f"{n} rounds after {w} warm-up round(s)" for n, w in round_counts(here))
             + "; × fused cell: over the method's fused cell at the same sizes in the same run.*"
         )
         body = []

@@ -59,9 +59,7 @@ class Phase:
 
     Attributes:
         fn: one round of work, no arguments; waits for the device before returning.
-        info: method, task, preset, seed, phase, device, sizes (B, T, V, D, layers), params,
-            config, fused cell, the dense MACs per step of the timed layers and of the fused
-            cell at their sizes, and (for a method) its MAC ratio and target, for the record.
+        info: the timing record's fields on what was timed (``_Timed``).
         model: the module timed.
         reference_key: equal for phases whose references are the same ("" for a reference).
         make_reference: builds the reference phase of a kind of ``TIMED_CELLS`` (None for a
@@ -207,8 +205,7 @@ def method_phase(
         splits[key] = task_obj.splits(cfg.seed).test
     B = cfg.train.eval_batch_size if phase == "inference" else cfg.train.batch_size
     batch = next(iter(splits[key].batches(B))).to(device)
-    info = _info(method, phase, device, cfg, task_obj, model, batch)
-    timed = _Timed(phase, device, task_obj, cfg.train, model, batch, info)
+    timed = _Timed(method, phase, device, cfg, task_obj, model, batch)
 
     def forward() -> tuple[Tensor, Tensor | None]:
         out = model(batch.x, batch.lengths)
@@ -219,57 +216,8 @@ def method_phase(
     return Phase(timed.of(model, forward), timed.info, model, timed.key(), timed.reference)
 
 
-def _info(
-    method: str,
-    phase: str,
-    device: torch.device,
-    cfg: Any,
-    task: Task,
-    model: SeqModel,
-    batch: Batch,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A method phase's ``Phase.info``; and what shapes its references besides the sizes.
-
-    The second: the embedding, the read-out and its mode.
-    """
-    first = model.methods[0]
-    sizes = {
-        "B": int(batch.x.shape[0]),
-        "T": int(batch.x.shape[1]),
-        "V": int(task.input_size),
-        "D": cfg.model.hidden_size,
-        "layers": cfg.model.num_layers,
-    }
-    layers = len(model.layers)
-    method_macs = sum(m.cost().dense_step() for m in model.methods)
-    gru_macs = fused_macs("GRU", first.input_size, first.hidden_size, layers)
-    return {
-        "method": method,
-        "task": cfg.task,
-        "preset": cfg.preset,
-        "seed": cfg.seed,
-        "phase": phase,
-        "device": device.type,
-        "device_name": env.device_name(device),
-        "sizes": sizes,
-        "params": sum(p.numel() for p in model.parameters()),
-        "config": cfg.to_dict(),
-        "fused_cell": first.fused_cell,
-        "dense_macs": method_macs,
-        "cell_macs": fused_macs(first.fused_cell, first.input_size, first.hidden_size, layers),
-        "mac_ratio": method_macs / gru_macs,
-        "target": timing_target(first, layers, method_macs),
-    }, {
-        "input_size": first.input_size,
-        "embedding": None if model.embed is None else list(model.embed.weight.shape),
-        "output_size": model.readout.out_features,
-        "readout": model.readout_mode,
-        "tied": model.tied,
-    }
-
-
 class _Timed:
-    """One method's phase on one batch: how a module is timed in it, and its references.
+    """One method's phase on one batch: its ``Phase.info``, how a module is timed, its references.
 
     ``of`` times a module in the phase; ``reference`` builds a reference phase of the same batch;
     the phases of equal ``key`` have the same references.
@@ -277,18 +225,52 @@ class _Timed:
 
     def __init__(
         self,
+        method: str,
         phase: str,
         device: torch.device,
+        cfg: Any,
         task: Task,
-        train: TrainConfig,
         model: SeqModel,
         batch: Batch,
-        info: tuple[dict[str, Any], dict[str, Any]],
     ) -> None:
-        self.phase, self.device, self.task, self.train = phase, device, task, train
+        self.phase, self.device, self.task, self.train = phase, device, task, cfg.train
         self.model, self.batch = model, batch
-        self.info, shape = info
-        self.ref_config = {k: self.info[k] for k in ("task", "preset", "seed", "sizes")} | shape
+        first = model.methods[0]
+        sizes = {
+            "B": int(batch.x.shape[0]),
+            "T": int(batch.x.shape[1]),
+            "V": int(task.input_size),
+            "D": cfg.model.hidden_size,
+            "layers": cfg.model.num_layers,
+        }
+        layers = len(model.layers)
+        method_macs = sum(m.cost().dense_step() for m in model.methods)
+        gru_macs = fused_macs("GRU", first.input_size, first.hidden_size, layers)
+        self.info = {
+            "method": method,
+            "task": cfg.task,
+            "preset": cfg.preset,
+            "seed": cfg.seed,
+            "phase": phase,
+            "device": device.type,
+            "device_name": env.device_name(device),
+            "sizes": sizes,
+            "params": sum(p.numel() for p in model.parameters()),
+            "config": cfg.to_dict(),
+            "fused_cell": first.fused_cell,
+            "dense_macs": method_macs,
+            "cell_macs": fused_macs(first.fused_cell, first.input_size, first.hidden_size, layers),
+            "mac_ratio": method_macs / gru_macs,
+            "target": timing_target(first, layers, method_macs),
+        }
+        # what shapes the references besides the sizes: the embedding, the read-out and its mode
+        self.ref_config = {k: self.info[k] for k in ("task", "preset", "seed", "sizes")} | {
+            "input_size": first.input_size,
+            "embedding": None if model.embed is None else list(model.embed.weight.shape),
+            "output_size": model.readout.out_features,
+            "readout": model.readout_mode,
+            "tied": model.tied,
+        }
 
     def key(self) -> str:
         """Equal for the phases whose references are the same."""

@@ -14,8 +14,7 @@ import torch
 
 from harness.bench.excerpts import ms, realised_above, who
 from harness.bench.roofline import describe
-from harness.bench.timing_report import method_codes
-from harness.components.code import code_changes
+from harness.bench.timing_report import code_lines
 from harness.components.metrics import UNIT_NOTE
 from harness.env import device_name, git_state
 from harness.reporting.render import pipe_table
@@ -190,8 +189,7 @@ def _header(
         "",
         _bound_header(rows),
         "",
-        f"Code timed (`method_code`): {method_codes(rows)}.",
-        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
+        *code_lines(rows),
         "",
         *[f"- {n}" for n in notes],
         *([""] if notes else []),

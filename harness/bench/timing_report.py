@@ -1,7 +1,6 @@
-"""The timing report, ``reports/TIMING.md``: one Markdown table per (task, device).
+"""The timing report, ``reports/TIMING.md``, rendered from timing records alone.
 
-Rendered from timing records alone (``harness.bench.suite`` measures them): nothing here builds
-a model or times anything, so a report can be rendered again from the records store.
+One Markdown table per (task, device); nothing here builds a model or times anything.
 """
 
 from __future__ import annotations
@@ -30,13 +29,17 @@ PER_MAC = "× cell per MAC"
 FLAG = "⚑"
 
 
-def method_codes(rows: Sequence[dict[str, Any]]) -> str:
-    """``method code, ...``: the code version each method was timed with (``?`` if unknown)."""
+def code_lines(rows: Sequence[dict[str, Any]], bullet: str = "") -> list[str]:
+    """A header's lines on the code versions the methods were timed with and those moved since."""
     codes: dict[str, set[str]] = {}
     for r in rows:
         if not r.get("reference"):
             codes.setdefault(r["method"], set()).add(r.get("method_code") or "?")
-    return ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
+    timed = ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
+    return [
+        f"{bullet}Code timed (`method_code`): {timed}.",
+        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
+    ]
 
 
 def format_ms(seconds: float | None) -> str:
@@ -62,18 +65,7 @@ def format_ratio(r: float | None) -> str:
 
 
 def per_mac_ratio(r: dict[str, Any]) -> float | None:
-    """A timing's ratio to its fused cell per dense MAC.
-
-    Its time over (the cell's time x its dense MACs per step / the cell's), from
-    ``ratio_vs_cell``, ``dense_macs`` and ``cell_macs``.
-
-    Args:
-        r: a timing record.
-
-    Returns:
-        The ratio, or None where the record lacks one of the three (records made before the
-        MACs were recorded, a failed reference).
-    """
+    """A timing record's ``ratio_vs_cell`` x ``cell_macs`` / ``dense_macs``; None: one lacking."""
     ratio, macs, cell = r.get("ratio_vs_cell"), r.get("dense_macs"), r.get("cell_macs")
     if ratio is None or not macs or not cell:
         return None
@@ -85,18 +77,16 @@ def _cell_name(reference: str | None) -> str:
     return next((k for k, v in TIMED_CELLS.items() if v == reference), reference or "?")
 
 
-def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+def round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """The distinct (rounds, warm-up rounds) of the records."""
     return sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
 
 
 def timing_table(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown table of the timings of one task on one device.
+    """One Markdown table of the timings of one task on one device: references first.
 
-    The reference rows come first (marked), then a row per method. Each phase gets its time in
-    ms as median (min–max) and its ratio to the row's fused cell; the train step also gets the
-    ratio to the fused GRU, the dense MAC ratio to the GRU, the ratio to the fused cell per dense
-    MAC (flagged above ``MAC_BOUND``, on CUDA above ``MAC_BOUNDS["cuda"]``) and the target with
-    whether it is met.
+    The header's lines (``_reading``) say what its columns are; a train step above the device's
+    ``mac_bound`` per MAC is flagged and listed under the table.
     """
     bound = mac_bound(records[0].get("device") if records else None)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -113,7 +103,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         for k in ("params", "fused_cell", "mac_ratio"):
             row[k] = r.get(k)
     uniform = _batch_shapes(records) is not None
-    per_cell_rounds = len(_round_counts(records)) > 1
+    per_cell_rounds = len(round_counts(records)) > 1
     cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
     cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
     cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
@@ -204,17 +194,10 @@ def timing_markdown(
     failed: Sequence[str] = (),
     skipped: dict[str, int] | None = None,
 ) -> str:
-    """The TIMING.md text: generated-file header, one table per (task, device), what was not timed.
+    """The TIMING.md text: a header, one table per (task, device), what was not timed.
 
-    Args:
-        records: timing records (methods and references).
-        sources: the records files, named in the header.
-        command: the command line that produced them.
-        failed: one line per timing that failed.
-        skipped: ``{reason: count}`` of timings not attempted.
-
-    Returns:
-        The Markdown.
+    ``sources``: the records files; ``failed``: one line per timing that failed; ``skipped``:
+    ``{reason: count}`` of timings not attempted.
     """
     parts = _header(records, sources, command)
     sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -248,7 +231,7 @@ def _header(records: Sequence[dict[str, Any]], sources: Sequence[str], command: 
             f" ({MAC_BOUNDS['cuda']:g}× on CUDA, issue 66: a GPU's fused cell is harder to "
             "approach at small sizes)"
         )
-    return [
+    lines = [
         "# Timing (advisory)",
         "",
         f"<!-- Generated by `harness bench` at {now}. Do not edit by hand. -->",
@@ -256,30 +239,23 @@ def _header(records: Sequence[dict[str, Any]], sources: Sequence[str], command: 
         f"- Generated by `{command}` ({len(records)} timings, in "
         f"{', '.join(f'`{s}`' for s in sources) or '?'}); sizes of {', '.join(tasks) or '?'}.",
         *[f"- Timed by `{c}`." for c in timed_by if c != command],
-        *(
-            [
-                "- Merged from these runs: each ratio is against the reference timed in its own "
-                "run; a reference timed at the same sizes by several runs shows the last run's "
-                "times (every run's are in the records)."
-            ]
-            if len(timed_by) > 1
-            else []
-        ),
-        f"- Commit: {', '.join(shas)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
-        f"CPU threads: {uniq('threads')}; python: {uniq('python')}.",
-        *(
-            [
-                f"- CUDA: {uniq('cuda')}; driver: {uniq('driver')}; cuDNN: {uniq('cudnn')}; "
-                f"compute capability: {uniq('capability')}; triton: {uniq('triton')}."
-            ]
-            if any(e.get("cuda") for e in envs)
-            else []
-        ),
-        *_reading(factor, cuda_bound),
-        f"- Code timed (`method_code`): {method_codes(records)}.",
-        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(records)],
-        "",
     ]
+    if len(timed_by) > 1:
+        lines.append(
+            "- Merged from these runs: each ratio is against the reference timed in its own "
+            "run; a reference timed at the same sizes by several runs shows the last run's "
+            "times (every run's are in the records)."
+        )
+    lines.append(
+        f"- Commit: {', '.join(shas)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
+        f"CPU threads: {uniq('threads')}; python: {uniq('python')}."
+    )
+    if any(e.get("cuda") for e in envs):
+        lines.append(
+            f"- CUDA: {uniq('cuda')}; driver: {uniq('driver')}; cuDNN: {uniq('cudnn')}; "
+            f"compute capability: {uniq('capability')}; triton: {uniq('triton')}."
+        )
+    return [*lines, *_reading(factor, cuda_bound), *code_lines(records, "- "), ""]
 
 
 def _reading(factor: str, cuda_bound: str) -> list[str]:
@@ -334,7 +310,7 @@ def _section(task: str, device: str, here: Sequence[dict[str, Any]]) -> list[str
         else ""
     )
     line += "Times: median (min–max) of " + "; ".join(
-        f"{n} rounds after {w} warm-up round(s)" for n, w in _round_counts(here)
+        f"{n} rounds after {w} warm-up round(s)" for n, w in round_counts(here)
     )
     return [*lines, line + ".\n", timing_table(here) + "\n"]
 
