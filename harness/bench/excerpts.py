@@ -93,14 +93,6 @@ def _pairs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _groups(records: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    """The records by (task, preset, device), in the order they come."""
-    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in records:
-        out.setdefault((r["task"], r.get("preset"), r.get("device")), []).append(r)
-    return out
-
-
 def _about(here: Sequence[dict[str, Any]]) -> str:
     """``TASK (PRESET preset) on CPU NAME, commit SHA``: where a group was timed."""
     r = here[0]
@@ -117,8 +109,11 @@ def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
     """
     from harness.bench.timing_report import format_ratio, per_mac_ratio, round_counts, spread
 
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # by task, preset and device
+    for r in records:
+        groups.setdefault((r["task"], r.get("preset"), r.get("device")), []).append(r)
     out = []
-    for here in _groups(records).values():
+    for here in groups.values():
         shapes = {}
         for phase, label in (("inference", "inference"), ("train", "train step")):
             of = [r["sizes"] for r in here if r["phase"] == phase]
@@ -220,12 +215,12 @@ def cost(
         per_run += times_
     here = [r for r in steps.values() if r["method"] in per_method]
     about = _about(here) if here else f"{task} ({preset} preset)"
-    flag = f" --seeds {seeds}"
     caption = (
-        f"*What `harness run --suite {suite}{flag}` would take on one core, at the train steps of "
-        f"{', '.join(f'`{s}`' for s in sources)} ({about}): a run is the train step × "
-        f"{epoch_batches:,} batches an epoch (`--epoch-batches`) × its epochs, each method at the "
-        "size timed whatever the run's; validation and the reference predictors not counted.*"
+        f"*What `harness run --suite {suite} --seeds {seeds}` would take on one core, at the "
+        f"train steps of {', '.join(f'`{s}`' for s in sources)} ({about}): a run is the train "
+        f"step × {epoch_batches:,} batches an epoch (`--epoch-batches`) × its epochs, each "
+        "method at the size timed whatever the run's; validation and the reference predictors "
+        "not counted.*"
     )
     titles = ["Method (size timed)", "Train step", "Epoch", "Run", "Epochs", "Runs", "Total"]
     lines = [caption, "", *pipe_table(titles, body), ""]
@@ -273,13 +268,10 @@ def _method_cost(
     epoch = duration(step * epoch_batches)
     run = " – ".join(dict.fromkeys(duration(t) for t in (min(times_), max(times_))))
     span = sorted(set(epochs))
-    row = [f"{method} (D {s.get('D')}, {_layers(s.get('layers'))})", duration(step), epoch, run]
+    layers = f"{s.get('layers')} layer" + ("" if s.get("layers") == 1 else "s")
+    row = [f"{method} (D {s.get('D')}, {layers})", duration(step), epoch, run]
     row += [" – ".join(map(str, dict.fromkeys((span[0], span[-1])))), str(len(runs))]
     return [*row, f"{sum(times_) / 3600:.1f} h"], times_
-
-
-def _layers(n: Any) -> str:
-    return f"{n} layer" if n == 1 else f"{n} layers"
 
 
 def print_timing(

@@ -279,27 +279,6 @@ def _command(
     return "harness bench " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags)
 
 
-def _runnable(
-    names: list[str],
-    tasks: list[str],
-    preset: str,
-    overrides: dict[str, Any] | None,
-    data_dir: str | None,
-) -> tuple[list[str], dict[str, str]]:
-    """``runnable_tasks``, checked before any timing.
-
-    HarnessError where no task has usable data, ConfigError for a bad preset or an override no
-    (method, task) pair has.
-    """
-    runnable, no_data = runnable_tasks(tasks, data_dir)
-    if not runnable:
-        raise HarnessError(
-            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
-        )
-    build_configs(names, runnable, [0], preset, dict(overrides or {}))
-    return runnable, no_data
-
-
 def runnable_tasks(
     tasks: Sequence[str], data_dir: str | None = None
 ) -> tuple[list[str], dict[str, str]]:
@@ -350,7 +329,12 @@ def run_bench(
     devices = env.bench_devices(device)
     if rounds < 1 or warmup < 0 or threads < 0:
         raise ConfigError("bench needs rounds >= 1, warmup >= 0 and threads >= 0")
-    runnable, no_data = _runnable(names, task_names, preset, overrides, data_dir)
+    runnable, no_data = runnable_tasks(task_names, data_dir)
+    if not runnable:
+        raise HarnessError(
+            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
+        )
+    build_configs(names, runnable, [0], preset, dict(overrides or {}))  # checked before timing
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     jsonl, md = Path(out_dir) / "timing.jsonl", Path(report)
     (store := Store(jsonl, config.legacy_values)).check_writable()

@@ -170,18 +170,11 @@ def _flagged(r: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
     """A flagged train timing, with its ops a step beside its fused cell's at the same sizes."""
     text = f"`{r['method']}` ({format_ratio(per_mac_ratio(r))}"
     cell = TIMED_CELLS.get(r.get("fused_cell") or "")
+    same = [
+        x for x in records if x.get("reference") and (x["method"], x["phase"]) == (cell, "train")
+    ]
     dims = ("V", "D", "layers", "T")
-    ref = next(
-        (
-            x
-            for x in records
-            if x.get("reference")
-            and x["method"] == cell
-            and x["phase"] == "train"
-            and all(x["sizes"].get(k) == r["sizes"].get(k) for k in dims)
-        ),
-        None,
-    )
+    ref = next((x for x in same if all(x["sizes"].get(k) == r["sizes"].get(k) for k in dims)), None)
     if r.get("ops_per_step") and ref is not None and ref.get("ops_per_step"):
         text += f"; {_ops(r)} ops a step against {_cell_name(cell)}'s {_ops(ref)}"
     return text + ")"
