@@ -158,14 +158,8 @@ def measure_machine(
 ) -> dict[str, Any]:
     """This machine's roofline, one thread, float32, for a run's methods, batch sizes and T.
 
-    ``blocks``: timed blocks (or calls) of each measure, the best kept.
-
-    Returns:
-        ``ops`` (``kernel`` or ``torch``), ``caches`` (``sysfs`` or ``fixed``), ``levels`` (each
-        cache level, then ``memory``: ``name``, ``size`` (bytes; None for memory),
-        ``triad_bytes``, ``bytes_per_s``), ``peak_macs_per_s`` and ``peak_n`` (keyed by batch
-        size as a string), ``floor_steps``, ``floor_call_s``, ``floor_step_s``, ``threads`` (1)
-        and ``seconds`` (the measurement's wall time).
+    ``blocks``: timed blocks (or calls) of each measure, the best kept. The fields: a row's
+    ``roofline`` (docs/speedup.md, "The rows").
     """
     start = time.perf_counter()
     ops = kernel_ops(methods) or {}
@@ -282,12 +276,7 @@ def physical_bound(
 
     The sum over the steps of ``max(read_seconds, MACs / peak)`` (``step_traffic``, at the level
     the ``working_set`` fits in), plus T times the per-step floor; ``full_weights``: the whole
-    model's weight elements.
-
-    Returns:
-        ``bound_ms``, ``bound_level``, ``bound_working_set`` (bytes), ``bound_bytes`` and
-        ``bound_macs`` (summed over the steps) and ``bound_mac_steps`` (the steps whose MACs
-        take longer than their bytes).
+    model's weight elements. Returns the ``BOUND_KEYS`` (docs/speedup.md, "The rows").
     """
     nbytes, macs = step_traffic(weights, batch, input_size, hidden_size, itemsize, own)
     ws = working_set(weights, full_weights, batch, input_size, hidden_size, itemsize)

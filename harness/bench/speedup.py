@@ -247,25 +247,11 @@ def measure_one(
     cell: torch.nn.Module,
     machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One row of ``measure_speedups``: a model's fast path checked and timed on inputs ``x``.
+    """One row of ``measure_speedups`` (docs/speedup.md, "The rows"): ``model``'s fast path.
 
-    Args:
-        model: a model with a fast path (eval mode).
-        x: ``[B, T, V]`` inputs.
-        budget_s: seconds of timing (at least 3 rounds regardless).
-        noskip: the same method at skip 0, timed through its fast path.
-        cell: torch's fused cell at the same sizes (``fused_cell``).
-        machine: this machine's roofline (``roofline.measure_machine``), or None: no bound.
-
-    Returns:
-        skip, skip_kind, flop_reduction(_exact), fast_macs (the batch's union, per sequence) and
-        own_macs (each sequence's own, the batch's mean); per alternative A (dense, noskip,
-        fused): A_ms, A_macs, speedup_A (median of per-round A / fast) with _min and _max,
-        mac_ratio_A (A's MACs / fast_macs) and realised_frac_A (speedup / MAC ratio); the fused
-        cell's by own_macs (``*_fused_own``); fast_ms, rounds, rounds_ms (ms per call a round
-        and path), noskip_skip, fused_cell, max_abs_diff, mask_mismatch, reads_mismatch and
-        note (``fast_path_note``, asked after the fast path ran); with ``machine``, roofline,
-        the ``roofline.physical_bound`` fields and x_bound (fast_ms / bound_ms).
+    Checked against its dense loop and timed on ``x`` (``[B, T, V]``) against it, ``noskip``
+    (the method at skip 0) and ``cell`` (torch's fused cell), for ``budget_s`` seconds; the
+    physical bound by ``machine`` (None: no bound).
     """
     model.eval()
     with torch.no_grad():
@@ -286,7 +272,14 @@ def measure_one(
         "fast": lambda: model.fast_forward(x),
     }
     times = interleaved_rounds(paths, x.device, budget_s=budget_s)
-    row = _what_it_skips(model, ref, macs, fast_macs)
+    row = {
+        "skip": achieved_skip(ref, model),
+        "skip_kind": skip_kind(ref),
+        "flop_reduction": macs["dense"] / macs["effective"],
+        "flop_reduction_exact": macs["dense"] / macs["exact"],
+        "fast_macs": fast_macs,  # the batch's union of decisions
+        "own_macs": macs["exact"],  # each sequence's own decisions, the batch's mean
+    }
     for alt, alt_mac in alt_macs.items():
         row.update(_against(alt, times[alt], times["fast"], alt_mac, fast_macs))
     row["mac_ratio_fused_own"] = alt_macs["fused"] / macs["exact"]
@@ -305,21 +298,6 @@ def measure_one(
     diff = (out.outputs - ref.outputs).abs().max().item()
     row.update(max_abs_diff=diff, mask_mismatch=int((out.mask != ref.mask).sum().item()))
     return {**row, "reads_mismatch": reads_mismatch(out, ref), "note": type(model).fast_path_note()}
-
-
-def _what_it_skips(
-    model: Method, ref: SeqOut, macs: dict[str, float], fast_macs: float
-) -> dict[str, Any]:
-    """A row's first fields (``measure_one``): the skip ``ref`` achieved and its MACs."""
-    return {
-        "skip": achieved_skip(ref, model),
-        "skip_kind": skip_kind(ref),
-        "flop_reduction": macs["dense"] / macs["effective"],
-        "flop_reduction_exact": macs["dense"] / macs["exact"],
-        "fast_macs": fast_macs,
-        # each sequence's own decisions (the mean over the batch), against the batch's union
-        "own_macs": macs["exact"],
-    }
 
 
 def _against(
