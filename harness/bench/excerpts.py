@@ -59,11 +59,8 @@ def _matches(field: Any, text: str) -> bool:
 def where(rows: Sequence[dict[str, Any]], items: Sequence[str]) -> list[dict[str, Any]]:
     """The rows whose fields have the values ``items`` name (``KEY=V[,V...]`` each, all of them).
 
-    A string field matches a name or a glob, a number one equal to the value. A filter that
-    keeps no row says so in one warning line on stderr, which fails a docs block.
-
-    Raises:
-        HarnessError: an item is not ``KEY=VALUE``, or no row has the field ``KEY``.
+    A string matches a name or glob, a number an equal value. HarnessError: an item not
+    ``KEY=VALUE``, a field no row has; no row kept: one warning line on stderr (fails a block).
     """
     kept = list(rows)
     for item in items:
@@ -102,11 +99,7 @@ def _about(here: Sequence[dict[str, Any]]) -> str:
 
 
 def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
-    """``times``: per task, preset and device, a caption and a table of the timings.
-
-    A row per method (or reference) and size: inference and train-step ms, each over its fused
-    cell's, and the train step per dense MAC against the cell's, as in TIMING.md.
-    """
+    """``times``: per task, preset and device, a caption and a table of the timings."""
     from harness.bench.timing_report import format_ratio, per_mac_ratio, round_counts, spread
 
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # by task, preset and device
@@ -158,10 +151,7 @@ def duration(seconds: float) -> str:
 
 
 def suite_runs(name: str, seeds: str | None) -> tuple[list[Any], str]:
-    """The runs (``RunConfig``) of ``harness run --suite NAME [--seeds S]``, and the seeds.
-
-    Nothing is built and no data are read; the seeds are the suite's own where ``seeds`` is None.
-    """
+    """The runs (``RunConfig``) of ``harness run --suite NAME [--seeds S]``, and the seeds."""
     file = load(suite_path(name))
     opts = {"methods": "all", "tasks": "all", "seeds": "0", "preset": "smoke"} | file.options
     seeds = seeds or str(opts["seeds"])
@@ -179,13 +169,9 @@ def cost(
 ) -> str:
     """``cost``: what each method's runs of ``suite`` would take on one core, and the total.
 
-    A run is the method's timed train step at the suite's task and preset x ``epoch_batches``
-    (at most its ``train.max_train_batches``) x its epochs; the wall time on ``WORKERS``
-    workers is ``wall_seconds`` of the runs' times.
-
-    Raises:
-        ConfigError: the suite trains on several tasks (an epoch is one task's), no method has
-            a train timing there, or a method has several.
+    A run: the method's train step at the suite's task x ``epoch_batches`` (at most
+    ``train.max_train_batches``) x its epochs. ConfigError: the suite trains on several tasks,
+    no method has a train timing there, or a method has several.
     """
     cfgs, seeds = suite_runs(suite, seeds)
     trained = [c for c in cfgs if hasattr(c, "train")]  # a reference predictor has no trainer
@@ -296,11 +282,7 @@ def print_timing(
 
 
 def speedup_rows(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """The rows of speedup data files (a report's ``.jsonl``: one JSON object a line).
-
-    Raises:
-        HarnessError: a file that cannot be read, or a line that is not a row.
-    """
+    """The rows of speedup data files (a report's ``.jsonl``); HarnessError: a bad file or line."""
     rows = []
     for p in paths:
         try:
@@ -376,11 +358,7 @@ def print_speedup(
     sources: Sequence[str],
     items: Sequence[str] = (),
 ) -> str:
-    """The speedup parts asked for (``SPEEDUP_PARTS``, in that order) of the rows ``items`` keep.
-
-    ``rows``: a caption and a table; ``above``: per comparison, how many rows realise more than
-    their MAC ratio, then those rows.
-    """
+    """The speedup parts asked for (``SPEEDUP_PARTS``, in order) of the rows ``items`` keep."""
     kept = where(rows, items)
     out = []
     if "rows" in parts and kept:

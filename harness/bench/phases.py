@@ -57,13 +57,9 @@ SplitCache = dict[tuple[str, Any, int], Split]
 class Phase:
     """One unit of timed work and what its timing record says about it.
 
-    Attributes:
-        fn: one round of work, no arguments; waits for the device before returning.
-        info: the timing record's fields on what was timed (``_Timed``).
-        model: the module timed.
-        reference_key: equal for phases whose references are the same ("" for a reference).
-        make_reference: builds the reference phase of a kind of ``TIMED_CELLS`` (None for a
-            reference).
+    ``fn``: one round of work, synced with the device; ``info``: the record's fields on what
+    was timed (``_Timed``); ``reference_key``: equal for phases with the same references;
+    ``make_reference``: builds the reference of a kind of ``TIMED_CELLS`` (None for a reference).
     """
 
     fn: Callable[[], Any]

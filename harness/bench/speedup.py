@@ -41,11 +41,8 @@ def fast_path_methods() -> list[str]:
 def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
     """The methods to measure: names or globs (a list, or comma-separated); None: all with one.
 
-    A glob keeps only the methods with a fast path.
-
-    Raises:
-        HarnessError: an unknown name, or a glob that matches no registered method.
-        ConfigError: a named method without a fast path, or a glob that matches none with one.
+    A glob keeps the methods with a fast path. HarnessError: an unknown name, a glob matching no
+    method; ConfigError: a named method without a fast path, a glob matching none with one.
     """
     have = fast_path_methods()
     if methods is None:
@@ -71,10 +68,7 @@ def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
 def build_at_skip(
     method: str, input_size: int, hidden_size: int, skip: float, seq_len: int, seed: int = 0
 ) -> tuple[Method, str]:
-    """``method``'s ``at_skip`` model (eval mode) at V, D, a target skip and T, and its setting.
-
-    Torch's global generator is seeded with ``seed`` first.
-    """
+    """``method``'s ``at_skip`` model (eval mode) and its setting, built after seeding torch."""
     cls = METHODS.get(method)
     if not has_fast_path(cls):
         resolve_methods([method])  # raises the ConfigError that lists the methods with one
@@ -156,8 +150,7 @@ def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, flo
 def union_step_macs(model: Method, out: SeqOut) -> Tensor:
     """Exact-realisable MACs per sequence of each step, ``[T]``, of the batch's union of decisions.
 
-    The union: at each step the units any sequence updates, at the largest depth, reading the
-    columns any sequence reads: what a batched fast path reads (docs/speedup.md, "MAC ratios").
+    What a batched fast path reads (docs/speedup.md, "MAC ratios").
     """
 
     def any_sequence(t: Tensor | None) -> Tensor | None:
@@ -199,14 +192,9 @@ def measure_speedups(
 
     One row (``measure_one``, after method, D, B, T, V, method_code, target_skip, setting and
     noskip_setting) per method, hidden size D, batch size B and target skip (Skip % / 100), on
-    inputs ``x ~ N(0, I)`` of shape ``[B, seq_len, input_size]``. ``methods``: as
-    ``resolve_methods`` takes them; ``device``: ``cpu``, ``cuda`` or ``auto``
-    (``harness.env.resolve_device``); ``budget_s``: seconds of timing per row (at least 3 rounds
-    regardless); ``seed`` seeds each model (``build_at_skip``) and, with B added, its inputs.
-
-    Raises:
-        ConfigError: bad sizes, skips or budget, or a method without a fast path.
-        HarnessError: an unknown method or device, or CUDA asked for where there is none.
+    ``x ~ N(0, I)``, ``[B, seq_len, input_size]`` (seeded by ``seed`` + B), as ``harness bench
+    --speedup`` takes them. ConfigError: bad sizes, skips or budget, a method without a fast
+    path; HarnessError: an unknown method or device, CUDA where there is none.
     """
     names = resolve_methods(methods)
     if not skips or not all(0.0 <= s < 1.0 for s in skips):

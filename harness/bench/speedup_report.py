@@ -141,10 +141,7 @@ def speedup_markdown(
 ) -> str:
     """The Markdown report of ``measure_speedups`` rows, measured on ``device`` by ``command``.
 
-    A header (device, torch, threads, commit, command, what the rows measure, the bound and its
-    roofline, the code timed, the fast-path notes: per method its last row's), the summaries
-    against the fused cell, a table row per configuration (a comparison a row lacks: a dash);
-    ``data_file``, the raw timings' file, is named in the header.
+    ``data_file``: the raw timings' file, named in the header; a comparison a row lacks: a dash.
     """
     lines = _header(rows, command, device, data_file)
     for text, summary in (

@@ -132,11 +132,8 @@ def merge_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def timing_records(stores: Sequence[Path]) -> tuple[list[dict[str, Any]], list[str]]:
     """The timings a report of ``stores`` shows, and one line per unusable line of the stores.
 
-    ``merge_references`` of the latest record of each, in the order of the stores.
-
-    Raises:
-        ConfigError: no timing record in the stores.
-        RecordError: a store that does not exist.
+    ``merge_references`` of the latest record of each, in the order of the stores. ConfigError:
+    no timing record in them; RecordError: a store that does not exist.
     """
     records, problems = load(stores)
     timings = merge_references([r for r in latest(records) if r.get("kind") == "timing"])
@@ -180,11 +177,7 @@ def time_methods(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Time every method in every phase on every device at one task's sizes, with references.
 
-    Each override applies to the methods that have its field; ``progress`` gets one line per
-    finished or failed timing.
-
-    Returns:
-        (timing records, one line per timing that failed).
+    Returns the timing records and one line per timing that failed (also told to ``progress``).
     """
     records: list[dict[str, Any]] = []
     splits: SplitCache = {}
@@ -316,14 +309,9 @@ def run_bench(
     skipped with one line (through ``progress`` and in the report); ``overrides`` as ``--set``;
     ``threads`` is restored afterwards; ``command`` defaults to one rebuilt from the arguments.
 
-    Returns:
-        Paths of the timing records (``out_dir/timing.jsonl``) and of the Markdown.
-
-    Raises:
-        HarnessError: unknown methods, tasks or device; no task with usable data; an unwritable
-            store.
-        ConfigError: a bad preset, an override no selected (method, task) pair has, or a bad
-            round/thread count.
+    Returns the paths of the timing records (``out_dir/timing.jsonl``) and of the Markdown.
+    HarnessError: unknown methods, tasks or device, no task with usable data, an unwritable store;
+    ConfigError: a bad preset, round or thread count, an override no selected pair has.
     """
     names, task_names = METHODS.resolve(methods), TASKS.resolve(tasks)
     devices = env.bench_devices(device)

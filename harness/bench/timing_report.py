@@ -83,11 +83,7 @@ def round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
 
 
 def timing_table(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown table of the timings of one task on one device: references first.
-
-    The header's lines (``_reading``) say what its columns are; a train step above the device's
-    ``mac_bound`` per MAC is flagged and listed under the table.
-    """
+    """One Markdown table of the timings of one task on one device (``_reading`` says how)."""
     bound = mac_bound(records[0].get("device") if records else None)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
@@ -187,11 +183,7 @@ def timing_markdown(
     failed: Sequence[str] = (),
     skipped: dict[str, int] | None = None,
 ) -> str:
-    """The TIMING.md text: a header, one table per (task, device), what was not timed.
-
-    ``sources``: the records files; ``failed``: one line per timing that failed; ``skipped``:
-    ``{reason: count}`` of timings not attempted.
-    """
+    """The TIMING.md text: a header, a table per (task, device), what failed or was ``skipped``."""
     parts = _header(records, sources, command)
     sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
