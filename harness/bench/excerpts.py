@@ -1,9 +1,6 @@
-"""Parts of the timing and speedup reports, printed for the docs' generated blocks.
+"""Parts of the timing and speedup reports for the docs' blocks: ``bench --from ... --print``.
 
-``harness bench --from STORE --print PART`` (docs/reports.md, "Numbers in the docs"): timing
-parts (``times``, ``cost``) from timing records, speedup parts (``rows``, ``above``) from speedup
-rows; the text names no time, no rendering commit and no path but the stores as given. Imported
-by the command line at start-up: the timing report's helpers (torch) are imported where used.
+Imported by the command line at start-up: the timing report's helpers (torch) where used.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """What ``harness bench`` times: one method's model in one phase on one device, and the references.
 
-A method's model is built as a run builds it, at one task preset's sizes, and timed on one batch
-of the task's test split: ``inference`` (eval, ``no_grad``, a batch of ``train.eval_batch_size``)
-or ``train`` (forward, task and aux loss, backward, clipping, Adam step, as ``train_model``
-does it, a batch of ``train.batch_size``). A reference (``TIMED_CELLS``) is the same model with
-torch's own cell of as many layers in place of the method's, serving every method timed at the
-same sizes; the method's ``fused_cell`` and ``timing_target`` say which it is held against.
+A phase (``inference`` or a ``train`` step) of a model built as a run builds it, on one test
+batch of a task preset; a reference (``TIMED_CELLS``) is the same model with torch's own cell.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from harness import env
-from harness.components.config import TrainConfig, resolve
+from harness.components.config import resolve
 from harness.components.method import Method
 from harness.components.model import SeqModel
 from harness.components.task import Batch, Split, Task
@@ -146,28 +142,6 @@ class ReferenceModel(nn.Module):
         return self.readout(h)
 
 
-def train_step(
-    params: list[nn.Parameter],
-    task: Task,
-    batch: Batch,
-    tc: TrainConfig,
-    forward: Callable[[], tuple[Tensor, Tensor | None]],
-) -> Callable[[], None]:
-    """One step of ``train_model``'s inner loop on ``batch``: forward, loss, backward, clip, Adam.
-
-    ``forward`` returns the predictions and the auxiliary loss (or None); ``tc`` gives the
-    learning rate, weight decay and clipping of ``params``.
-    """
-    opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
-
-    def step() -> None:
-        pred, aux = forward()
-        loss = task.loss(pred, batch)
-        descend(loss if aux is None else loss + aux, opt, params, tc.clip)
-
-    return step
-
-
 def method_phase(
     method: str,
     phase: str,
@@ -279,9 +253,15 @@ class _Timed:
         if self.phase == "inference":
             module.eval()
             return synced(torch.no_grad()(lambda: forward()[0]), self.device)
-        module.train()
-        params = [p for p in module.parameters() if p.requires_grad]
-        step = train_step(params, self.task, self.batch, self.train, forward)
+        module.train()  # a step of train_model's inner loop: forward, loss, backward, clip, Adam
+        params, tc = [p for p in module.parameters() if p.requires_grad], self.train
+        opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
+
+        def step() -> None:
+            pred, aux = forward()
+            loss = self.task.loss(pred, self.batch)
+            descend(loss if aux is None else loss + aux, opt, params, tc.clip)
+
         return synced(step, self.device)
 
     def reference(self, kind: str = "GRU") -> Phase:

@@ -1,10 +1,7 @@
 """What a training step dispatches per time step: the profile behind ``harness bench``'s ratios.
 
-``python``: the torch functions called from Python (``TorchFunctionMode``), each paying the
-Python-to-ATen overhead; ``aten``: the ATen operators dispatched, forward and backward
-(``TorchDispatchMode``), those torch's own C++ loops issue included. Per step of the batch they
-say how much more a method dispatches than its fused cell: why a row of the timing report is
-above ``MAC_BOUND`` when its MACs are not.
+Torch calls from Python (each paying the Python-to-ATen overhead) and ATen operators, backward
+and torch's own C++ loops included: why a train step is above ``MAC_BOUND`` per MAC.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """This machine's roofline, and the physical bound it gives a row of the speedup report.
 
-``measure_machine`` measures, once per ``harness bench --speedup`` run, one thread, float32:
-triad bandwidths per cache level and memory, peak product throughput per batch size and a
-per-step floor, by the kernel library's ops where it is loaded (``csrc/roofline.cpp``), else by
-torch's from Python; ``physical_bound`` is pure arithmetic on a measurement. docs/speedup.md,
-"The physical bound", says how and what it leaves out.
+``measure_machine`` measures it once per ``harness bench --speedup`` run; ``physical_bound`` is
+arithmetic on it (docs/speedup.md, "The physical bound", says how and what it leaves out).
 """
 
 from __future__ import annotations
@@ -147,10 +144,8 @@ def peak_rate(batch: int, product: Any, blocks: int) -> tuple[float, int]:
 def floor_call(steps: int, loop: Any, blocks: int) -> float:
     """Seconds of one call of the library's empty ``loop`` over ``steps`` (None: a cumsum)."""
     x = torch.zeros(max(1, steps))
-    calls = 200
-    if loop is not None:
-        return best_per_call(lambda: loop(x, steps), calls, blocks)
-    return best_per_call(lambda: torch.cumsum(x, 0), calls, blocks)
+    f = functools.partial(torch.cumsum, x, 0) if loop is None else functools.partial(loop, x, steps)
+    return best_per_call(f, 200, blocks)
 
 
 def measure_machine(
@@ -165,10 +160,7 @@ def measure_machine(
     ops = kernel_ops(methods) or {}
     caches, from_sysfs = cache_levels()
     with env.torch_threads(1):
-        levels = []
-        for name, size in caches:
-            n_bytes = size // 2
-            levels.append({"name": name, "size": size, "triad_bytes": n_bytes})
+        levels = [{"name": name, "size": size, "triad_bytes": size // 2} for name, size in caches]
         memory = min(max(4 * caches[-1][1], 64 << 20), 1 << 30)
         levels.append({"name": "memory", "size": None, "triad_bytes": memory})
         triads = [None, *([ops["triad"]] if ops else [])]  # torch.add's, the library's

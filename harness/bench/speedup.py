@@ -1,9 +1,6 @@
 """Realised speedups of the skipping methods' inference fast paths (``harness bench --speedup``).
 
-Untrained models at target skips (``Method.at_skip``); ``fast_forward`` checked against the dense
-masked loop and timed against it, against the same path at skip 0 and against torch's fused cell,
-in interleaved rounds, with the MAC ratio of each comparison (docs/speedup.md says what a row
-measures). ``harness.bench.speedup_report`` renders the report from the rows.
+What a row measures: docs/speedup.md; ``harness.bench.speedup_report`` renders the rows.
 """
 
 from __future__ import annotations

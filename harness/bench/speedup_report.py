@@ -1,8 +1,4 @@
-"""The speedup report (``harness bench --speedup``): Markdown from ``measure_speedups`` rows.
-
-Rendering runs no method code (a method's ``fast_path_note`` is in its rows), so it never
-builds a kernel.
-"""
+"""The speedup report (``harness bench --speedup``), from rows alone: it never builds a kernel."""
 
 from __future__ import annotations
 
@@ -166,13 +162,9 @@ def _header(
     last_note = {r["method"]: r["note"] for r in rows if r.get("note")}
     notes = list(dict.fromkeys(last_note.values()))
     raw = f" Raw per-round timings, one JSON line per row: `{data_file}`." if data_file else ""
-    columns = any(r.get("skip_kind") == "columns" for r in rows)
-    text = METHOD_TEXT.format(
-        beaten="here: " + realised_above(rows),
-        columns=COLUMNS_NOTE if columns else "",
-        unit=UNIT_NOTE,
-        raw=raw,
-    )
+    columns = COLUMNS_NOTE if any(r.get("skip_kind") == "columns" for r in rows) else ""
+    beaten = "here: " + realised_above(rows)
+    text = METHOD_TEXT.format(beaten=beaten, columns=columns, unit=UNIT_NOTE, raw=raw)
     return [
         "<!-- Generated file: do not edit. Produced by "
         "harness.bench.speedup_report.speedup_markdown. -->",

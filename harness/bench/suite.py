@@ -1,10 +1,7 @@
 """``harness bench``: time every method's model, record the timings, write ``TIMING.md``.
 
-For every (task, method, phase, device) the phase (``harness.bench.phases``) is timed in this
-process (``harness.training.timing``), and so are its references, once per distinct size. Each
-timing is a record appended to ``OUT/timing.jsonl`` (the run records' atomic store): statistics
-in seconds, rounds, sizes, environment, its ratios to the fused GRU and to its fused cell, its
-target and dense MACs. Timing is advisory: a timing that fails is listed under "Not timed".
+Each (task, method, phase, device) and its references, once per size, timed in this process;
+each timing a record appended to ``OUT/timing.jsonl``. Advisory: a failed timing is listed.
 """
 
 from __future__ import annotations
@@ -73,8 +70,7 @@ def timing_record(
     rec.update(warmup_rounds=warmup, sizes=info["sizes"], params=info["params"], env=environment)
     rec.update(bench_id=bench_id, time={"start": start})
     rec["benchmark"] = f"{info['method']}[{info['phase']}-{info['device']}]"
-    # its fused cell, dense MACs / the GRU's, and dense MACs per step of the timed layers and of
-    # the fused cell at the same sizes
+    # its fused cell, dense MACs / the GRU's, dense MACs per step of its layers and of the cell
     rec.update({k: info.get(k) for k in ("fused_cell", "mac_ratio", "dense_macs", "cell_macs")})
     rec["method_code"] = current_code(info["method"])  # the report names it, warns if it moved
     if reference:
@@ -152,8 +148,7 @@ def render_timing(
 
 def reference_kinds(phase: Phase) -> list[str]:
     """The kinds of reference a method's phase is compared with, the fused GRU first."""
-    kinds = ["GRU", phase.info.get("fused_cell") or "GRU", STEP_LOOP]
-    return list(dict.fromkeys(kinds))
+    return list(dict.fromkeys(["GRU", phase.info.get("fused_cell") or "GRU", STEP_LOOP]))
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,7 +1,4 @@
-"""The timing report, ``reports/TIMING.md``, rendered from timing records alone.
-
-One Markdown table per (task, device); nothing here builds a model or times anything.
-"""
+"""The timing report, ``reports/TIMING.md``, rendered from timing records alone."""
 
 from __future__ import annotations
 
@@ -115,8 +112,8 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         ratios = [row.get(p, {}).get("ratio_vs_cell") for p in ("train", "inference")]
         return (1, *[float("inf") if x is None else x for x in ratios])
 
-    body = []
-    for row in sorted(rows.values(), key=order):
+    body, ordered = [], sorted(rows.values(), key=order)
+    for row in ordered:
         name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
         s = row["sizes"]
         cells = [name, row["fused_cell"] or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
@@ -142,11 +139,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             cells += ["–", "–"]
         body.append(cells)
     lines = pipe_table(cols, body)
-    above = [
-        row["train"]
-        for row in sorted(rows.values(), key=order)
-        if (per_mac_ratio(row.get("train", {})) or 0) > bound
-    ]
+    above = [row["train"] for row in ordered if (per_mac_ratio(row.get("train", {})) or 0) > bound]
     if above:
         lines += ["", f"{FLAG} Train step above {bound:g}× its fused cell per MAC: "]
         lines[-1] += "; ".join(_flagged(r, records) for r in above) + "."
