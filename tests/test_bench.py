@@ -484,7 +484,9 @@ def test_run_bench_end_to_end_tiny(tmp_path):
     assert row[6] == row[8] == row[9] == row[11] == "1.00"  # its ratio columns
     rnn_per_mac = timing_report.per_mac_ratio(by["rnn", "train"])
     assert rnn_per_mac == pytest.approx(by["rnn", "train"]["ratio_vs_cell"])  # the RNN's MACs
-    assert table_row(text, "rnn")[11].split()[0].strip("*") == timing_report._ratio(rnn_per_mac)
+    assert table_row(text, "rnn")[11].split()[0].strip("*") == timing_report.format_ratio(
+        rnn_per_mac
+    )
     assert table_row(text, "lstm")[1] == "LSTM"
     assert "advisory" in text and "--set seq_len=4" in text and str(jsonl) in text
 

@@ -25,8 +25,8 @@ from harness.bench.speedup import (
     fast_path_methods,
     has_fast_path,
     measure_speedups,
-    speedup_markdown,
 )
+from harness.bench.speedup_report import speedup_markdown
 from harness.components.method import Method
 from harness.components.registry import METHODS
 from harness.errors import ConfigError, HarnessError

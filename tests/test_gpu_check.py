@@ -68,4 +68,4 @@ def test_on_cuda_a_train_step_is_flagged_above_3x_its_cell_per_mac():
         r["device"] = "cuda"
     text = timing_report.timing_table(table)
     assert "⚑ Train step above 3×" in text or "⚑" not in text
-    assert f"**{timing_report._ratio(timing_report.per_mac_ratio(middle[0]))}**" not in text
+    assert f"**{timing_report.format_ratio(timing_report.per_mac_ratio(middle[0]))}**" not in text

@@ -10,7 +10,7 @@ import statistics
 import pytest
 import torch
 
-from harness.bench import roofline, speedup
+from harness.bench import roofline, speedup, speedup_report
 from harness.bench.phases import FUSED_CELLS
 from harness.bench.speedup import (
     fast_path_methods,
@@ -18,9 +18,9 @@ from harness.bench.speedup import (
     interleaved_rounds,
     measure_speedups,
     speedup_jsonl,
-    speedup_markdown,
     union_macs,
 )
+from harness.bench.speedup_report import speedup_markdown
 from harness.components.flops import sequence_macs
 from harness.components.method import SeqOut
 from harness.components.registry import METHODS
@@ -233,7 +233,7 @@ def test_markdown_shows_the_bound_and_the_measurement_it_came_from():
     bound = {"bound_ms": 0.4, "bound_level": "L2", "x_bound": 2.5, "roofline": m}
     rows = [row(D=8, **bound), row(D=16, **bound), row(D=16, B=4)]  # the last one from before
     md = speedup_markdown(rows, "c")
-    assert speedup.BOUND_NOTE in md and roofline.describe(m) in md
+    assert speedup_report.BOUND_NOTE in md and roofline.describe(m) in md
     assert "1 rows measured without one show –." in md and "measurements in these rows" not in md
     cells = [
         [c.strip() for c in x.strip("|").split("|")]
@@ -285,13 +285,13 @@ def test_activity_sparse_outputs_are_measured_by_the_columns_they_read():
 def test_markdown_says_when_the_skip_is_the_activity_sparsity():
     rows = [row(), row(method="a", skip_kind="columns", reads_mismatch=3)]
     md = speedup_markdown(rows, "c")
-    assert speedup.COLUMNS_NOTE in md
+    assert speedup_report.COLUMNS_NOTE in md
     line = next(x for x in md.splitlines() if x.startswith("| a | 8 | 1 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[4] == "90.0 (cols)" and "3 reads entries differ" in cells[-2]
     other = next(x for x in md.splitlines() if x.startswith("| m | 8 | 1 |"))
     assert "(cols)" not in other and "reads" not in other
-    assert speedup.COLUMNS_NOTE not in speedup_markdown(rows[:1], "c")
+    assert speedup_report.COLUMNS_NOTE not in speedup_markdown(rows[:1], "c")
 
 
 def test_measured_rows_of_activity_sparse_methods():

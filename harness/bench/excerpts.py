@@ -1,20 +1,6 @@
-"""Parts of the timing and speedup reports, printed for the docs' generated blocks.
+"""Parts of the timing and speedup reports for the docs' blocks: ``bench --from ... --print``.
 
-``harness bench --from STORE --print PART`` prints one of these from the data a report was
-rendered from, and writes nothing: the timing records beside ``reports/TIMING.md``
-(``reports/TIMING.jsonl``) or, with ``--speedup``, the rows beside ``reports/SPEEDUP.md``
-(``reports/SPEEDUP.jsonl``). As with ``harness report --print``
-(``harness.reporting.reports.print_parts``) the text names no time, no rendering commit and no
-path but the stores as given, so that a block's body changes only with the data (and, for
-``cost``, with the suite it counts).
-
-Timing parts: ``times``, a compact table per task, preset and device of the selected timings
-(inference and train step, each against its fused cell, and the train step per MAC); ``cost``,
-what a shipped suite's runs would take on one core at the timed train steps. Speedup parts:
-``rows``, the selected rows with each comparison's speedup, MAC ratio and realised fraction;
-``above``, how many rows realise more than their MAC ratio, per comparison, and those rows.
-The module is imported by the command line at start-up, so what it needs beyond the standard
-library (the timing report's helpers, which import torch) it imports where it is used.
+Imported by the command line at start-up: the timing report's helpers (torch) where used.
 """
 
 from __future__ import annotations
@@ -70,12 +56,8 @@ def _matches(field: Any, text: str) -> bool:
 def where(rows: Sequence[dict[str, Any]], items: Sequence[str]) -> list[dict[str, Any]]:
     """The rows whose fields have the values ``items`` name (``KEY=V[,V...]`` each, all of them).
 
-    A string field matches a name or a glob (``method=NAME,NAME``, ``method=torch.nn.*``),
-    a number one equal to the value (``target_skip=0.9``, ``sizes.D=1024``). A filter that keeps
-    no row says so in one warning line on stderr, which fails a docs block.
-
-    Raises:
-        HarnessError: an item is not ``KEY=VALUE``, or no row has the field ``KEY``.
+    A string matches a name or glob, a number an equal value. HarnessError: an item not
+    ``KEY=VALUE``, a field no row has; no row kept: one warning line on stderr (fails a block).
     """
     kept = list(rows)
     for item in items:
@@ -92,19 +74,6 @@ def where(rows: Sequence[dict[str, Any]], items: Sequence[str]) -> list[dict[str
     return kept
 
 
-def _ratio(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}" if x < 10 else f"{x:.3g}"
-
-
-def _ms(r: dict[str, Any] | None) -> str:
-    """``median (min–max)`` in ms of a timing, or a dash."""
-    from harness.bench.timing_report import format_ms  # torch, via the bench's phases
-
-    if not r or "median_s" not in r:
-        return "–"
-    return f"{format_ms(r['median_s'])} ({format_ms(r.get('min_s'))}–{format_ms(r.get('max_s'))})"
-
-
 def _pairs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The timings as rows, a row per method and size holding its phases' records."""
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -118,14 +87,6 @@ def _pairs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _groups(records: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    """The records by (task, preset, device), in the order they come."""
-    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in records:
-        out.setdefault((r["task"], r.get("preset"), r.get("device")), []).append(r)
-    return out
-
-
 def _about(here: Sequence[dict[str, Any]]) -> str:
     """``TASK (PRESET preset) on CPU NAME, commit SHA``: where a group was timed."""
     r = here[0]
@@ -135,42 +96,39 @@ def _about(here: Sequence[dict[str, Any]]) -> str:
 
 
 def times(records: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
-    """``times``: per task, preset and device, a caption and a table of the timings.
+    """``times``: per task, preset and device, a caption and a table of the timings."""
+    from harness.bench.timing_report import format_ratio, per_mac_ratio, round_counts, spread
 
-    A row per method (or reference) and size: its inference and train-step times in ms (median,
-    min–max), each over the fused cell's at the same sizes in the same run (``ratio_vs_cell``),
-    and the train step per dense MAC against the cell's (``per_mac_ratio``), as in TIMING.md.
-    """
-    from harness.bench.timing_report import per_mac_ratio  # torch, via the bench's phases
-
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # by task, preset and device
+    for r in records:
+        groups.setdefault((r["task"], r.get("preset"), r.get("device")), []).append(r)
     out = []
-    for here in _groups(records).values():
+    for here in groups.values():
         shapes = {}
         for phase, label in (("inference", "inference"), ("train", "train step")):
             of = [r["sizes"] for r in here if r["phase"] == phase]
             got = sorted({(x.get("B"), x.get("T")) for x in of}, key=str)
             if got:
                 shapes[label] = " or ".join(f"{b}×{t}" for b, t in got)
-        rounds = sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in here}, key=str)
         caption = (
             f"*{', '.join(f'`{s}`' for s in sources)}: {_about(here)}; batch × steps "
             + "; ".join(f"{k} {v}" for k, v in shapes.items())
             + "; times in ms, the median (min–max) of "
-            + " or ".join(f"{n} rounds after {w} warm-up round(s)" for n, w in rounds)
+            + " or ".join(f"{n} rounds after {w} warm-up round(s)" for n, w in round_counts(here))
             + "; × fused cell: over the method's fused cell at the same sizes in the same run.*"
         )
         body = []
         pairs = _pairs(here)  # the references first, then in the records' order
         for row in sorted(pairs, key=lambda row: not row["record"].get("reference")):
             r = row["record"]
-            inf, train = row.get("inference"), row.get("train")
+            inf, train = row.get("inference", {}), row.get("train", {})
             name = f"{r['method']} (reference)" if r.get("reference") else r["method"]
             s = r["sizes"]
             body.append(
                 [name, r.get("fused_cell") or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
-                + [_ms(inf), _ratio((inf or {}).get("ratio_vs_cell"))]
-                + [_ms(train), _ratio((train or {}).get("ratio_vs_cell"))]
-                + [_ratio(per_mac_ratio(train or {}))]
+                + [spread(inf), format_ratio(inf.get("ratio_vs_cell"))]
+                + [spread(train), format_ratio(train.get("ratio_vs_cell"))]
+                + [format_ratio(per_mac_ratio(train))]
             )
         titles = ["Method", "Cell", "D", "L", "Inference ms", "× fused cell", "Train step ms"]
         table = pipe_table([*titles, "× fused cell", "× cell per MAC"], body)
@@ -190,14 +148,7 @@ def duration(seconds: float) -> str:
 
 
 def suite_runs(name: str, seeds: str | None) -> tuple[list[Any], str]:
-    """The runs of a shipped suite as ``harness run --suite NAME [--seeds S]`` resolves them.
-
-    Nothing is built and no data are read (``harness.planning.spec.resolve_configs``).
-
-    Returns:
-        The ``RunConfig`` of each run, and the seeds as given (the suite's own if ``seeds`` is
-        None).
-    """
+    """The runs (``RunConfig``) of ``harness run --suite NAME [--seeds S]``, and the seeds."""
     file = load(suite_path(name))
     opts = {"methods": "all", "tasks": "all", "seeds": "0", "preset": "smoke"} | file.options
     seeds = seeds or str(opts["seeds"])
@@ -215,16 +166,9 @@ def cost(
 ) -> str:
     """``cost``: what each method's runs of ``suite`` would take on one core, and the total.
 
-    A run is the method's timed train step (its ``train`` record at the suite's task and preset;
-    ``--where`` picks one where there are several) times ``epoch_batches`` (at most the run's
-    ``train.max_train_batches`` where set) times the run's ``train.epochs``, at the size timed
-    whatever the run's. Validation is not counted, nor are the reference predictors (no training
-    step). The wall time on ``WORKERS`` workers is ``harness.planning.sweep.wall_seconds`` of the
-    runs' times (one run a worker, longest first).
-
-    Raises:
-        ConfigError: the suite trains on several tasks (an epoch is one task's), no method has
-            a train timing there, or a method has several.
+    A run: the method's train step at the suite's task x ``epoch_batches`` (at most
+    ``train.max_train_batches``) x its epochs. ConfigError: the suite trains on several tasks,
+    no method has a train timing there, or a method has several.
     """
     cfgs, seeds = suite_runs(suite, seeds)
     trained = [c for c in cfgs if hasattr(c, "train")]  # a reference predictor has no trainer
@@ -254,12 +198,12 @@ def cost(
         per_run += times_
     here = [r for r in steps.values() if r["method"] in per_method]
     about = _about(here) if here else f"{task} ({preset} preset)"
-    flag = f" --seeds {seeds}"
     caption = (
-        f"*What `harness run --suite {suite}{flag}` would take on one core, at the train steps of "
-        f"{', '.join(f'`{s}`' for s in sources)} ({about}): a run is the train step × "
-        f"{epoch_batches:,} batches an epoch (`--epoch-batches`) × its epochs, each method at the "
-        "size timed whatever the run's; validation and the reference predictors not counted.*"
+        f"*What `harness run --suite {suite} --seeds {seeds}` would take on one core, at the "
+        f"train steps of {', '.join(f'`{s}`' for s in sources)} ({about}): a run is the train "
+        f"step × {epoch_batches:,} batches an epoch (`--epoch-batches`) × its epochs, each "
+        "method at the size timed whatever the run's; validation and the reference predictors "
+        "not counted.*"
     )
     titles = ["Method (size timed)", "Train step", "Epoch", "Run", "Epochs", "Runs", "Total"]
     lines = [caption, "", *pipe_table(titles, body), ""]
@@ -307,13 +251,10 @@ def _method_cost(
     epoch = duration(step * epoch_batches)
     run = " – ".join(dict.fromkeys(duration(t) for t in (min(times_), max(times_))))
     span = sorted(set(epochs))
-    row = [f"{method} (D {s.get('D')}, {_layers(s.get('layers'))})", duration(step), epoch, run]
+    layers = f"{s.get('layers')} layer" + ("" if s.get("layers") == 1 else "s")
+    row = [f"{method} (D {s.get('D')}, {layers})", duration(step), epoch, run]
     row += [" – ".join(map(str, dict.fromkeys((span[0], span[-1])))), str(len(runs))]
     return [*row, f"{sum(times_) / 3600:.1f} h"], times_
-
-
-def _layers(n: Any) -> str:
-    return f"{n} layer" if n == 1 else f"{n} layers"
 
 
 def print_timing(
@@ -326,10 +267,7 @@ def print_timing(
     seeds: str | None = None,
     epoch_batches: int | None = None,
 ) -> str:
-    """The timing parts asked for (``TIMING_PARTS``, in that order) of the records ``items`` keep.
-
-    ``cost`` needs ``suite`` and ``epoch_batches`` (``harness.cli.bench`` checks them).
-    """
+    """The timing parts asked for (``TIMING_PARTS``, in order) of the records ``items`` keep."""
     kept = where(records, items)
     out = []
     if "times" in parts and kept:
@@ -341,11 +279,7 @@ def print_timing(
 
 
 def speedup_rows(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """The rows of speedup data files (a report's ``.jsonl``: one JSON object a line).
-
-    Raises:
-        HarnessError: a file that cannot be read, or a line that is not a row.
-    """
+    """The rows of speedup data files (a report's ``.jsonl``); HarnessError: a bad file or line."""
     rows = []
     for p in paths:
         try:
@@ -374,18 +308,33 @@ def _vs(r: dict[str, Any], alt: str) -> str:
     return f"{r['fused_cell']}: {text}" if alt == "fused" and r.get("fused_cell") else text
 
 
-def _row_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+def realised_above(rows: Sequence[dict[str, Any]]) -> str:
+    """Per comparison, how many rows realise more than their MAC ratio (``N of M rows against``)."""
+    counts = []
+    for alt, _, what in ALTERNATIVES:
+        had = [r for r in rows if f"realised_frac_{alt}" in r]
+        n = sum(r[f"realised_frac_{alt}"] > 1 for r in had)
+        counts.append(f"{n} of {len(had)} rows against the {what}")
+    return ", ".join(counts)
 
+
+def who(r: dict[str, Any]) -> list[str]:
+    """A speedup row's first cells: method, D, B, target skip % and skip % ((cols): columns)."""
+    skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
+    return [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
+
+
+def ms(r: dict[str, Any], paths: Sequence[str]) -> str:
+    """A speedup row's median ms of ``paths`` (``fast``, ``dense``, ...), dashes where missing."""
+    return " / ".join(f"{r[f'{k}_ms']:.2f}" if f"{k}_ms" in r else "–" for k in paths)
+
+
+def _row_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     titles = ["Method", "D", "B", "Target skip %", "Skip %", "ms: fast / dense / no skip / fused"]
     body = []
     for r in rows:
-        skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
-        ms = " / ".join(
-            f"{r[f'{k}_ms']:.2f}" if f"{k}_ms" in r else "–"
-            for k in ("fast", "dense", "noskip", "fused")
-        )
-        who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip, ms]
-        body.append(who + [_vs(r, alt) for alt, _, _ in ALTERNATIVES])
+        paths = ms(r, ("fast", "dense", "noskip", "fused"))
+        body.append([*who(r), paths] + [_vs(r, alt) for alt, _, _ in ALTERNATIVES])
     return pipe_table(titles + [title for _, title, _ in ALTERNATIVES], body)
 
 
@@ -406,25 +355,15 @@ def print_speedup(
     sources: Sequence[str],
     items: Sequence[str] = (),
 ) -> str:
-    """The speedup parts asked for (``SPEEDUP_PARTS``, in that order) of the rows ``items`` keep.
-
-    ``rows``: a caption and the table of the rows. ``above``: one line counting, per comparison,
-    the rows whose realised fraction passes 1 (their speedup beats their MAC ratio), then the
-    table of those rows.
-    """
+    """The speedup parts asked for (``SPEEDUP_PARTS``, in order) of the rows ``items`` keep."""
     kept = where(rows, items)
     out = []
     if "rows" in parts and kept:
         out.append("\n".join([_speedup_caption(kept, sources), "", *_row_table(kept)]) + "\n")
     if "above" in parts and kept:
-        counts, above = [], []
-        for alt, _, what in ALTERNATIVES:
-            had = [r for r in kept if f"realised_frac_{alt}" in r]
-            n = sum(r[f"realised_frac_{alt}"] > 1 for r in had)
-            counts.append(f"{n} of {len(had)} rows against the {what}")
         alts = [alt for alt, _, _ in ALTERNATIVES]
         above = [r for r in kept if any(r.get(f"realised_frac_{a}", 0) > 1 for a in alts)]
-        text = [f"Realised above 1 (speedup above the MAC ratio): {', '.join(counts)}."]
+        text = [f"Realised above 1 (speedup above the MAC ratio): {realised_above(kept)}."]
         if above:
             text += ["", _speedup_caption(above, sources), "", *_row_table(above)]
         out.append("\n".join(text) + "\n")

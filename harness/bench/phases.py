@@ -1,24 +1,7 @@
 """What ``harness bench`` times: one method's model in one phase on one device, and the references.
 
-A method's model is built as a run builds it (``harness.components.config.resolve`` +
-``harness.training.train.build``) at the sizes of one task preset, and timed on one batch of the
-task's test split (so batches are smaller when the split is):
-
-- ``inference``: eval mode, ``no_grad``, one forward pass (a batch of ``train.eval_batch_size``);
-- ``train``: train mode, forward + task loss + aux loss, backward, gradient clipping, Adam step,
-  as ``harness.training.train.train_model`` does it (a batch of ``train.batch_size``).
-
-A reference is the same model with its stack of method layers replaced by torch's own cell of as
-many layers: same batch, same embedding and read-out (copies), same loss, clipping and optimiser.
-The kinds (``TIMED_CELLS``): the fused ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN`` (cuDNN on CUDA, one
-ATen kernel per layer on CPU), and an eager step loop of ``nn.GRUCell`` over the time steps, whose
-ratio to the fused GRU is the cost of dispatching a step at a time with the GRU's arithmetic. One
-reference of a kind serves every method timed at the same sizes.
-
-Which fused cell a method is held against comes from the method (``Method.fused_cell``), and so
-does its advisory target (``target``): within ``TARGET_FACTOR`` x its fused cell, or, for a
-depth-adaptive method (``Method.has_depth``: a highway cell runs several layers per step), within
-``TARGET_FACTOR`` x the fused GRU times its dense MACs per step over the GRU's at the same sizes.
+A phase (``inference`` or a ``train`` step) of a model built as a run builds it, on one test
+batch of a task preset; a reference (``TIMED_CELLS``) is the same model with torch's own cell.
 """
 
 from __future__ import annotations
@@ -33,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from harness import env
-from harness.components.config import TrainConfig, resolve
+from harness.components.config import resolve
 from harness.components.method import Method
 from harness.components.model import SeqModel
 from harness.components.task import Batch, Split, Task
@@ -70,15 +53,9 @@ SplitCache = dict[tuple[str, Any, int], Split]
 class Phase:
     """One unit of timed work and what its timing record says about it.
 
-    Attributes:
-        fn: one round of work, no arguments; waits for the device before returning.
-        info: method, task, preset, seed, phase, device, sizes (B, T, V, D, layers), params,
-            config, fused cell, the dense MACs per step of the timed layers and of the fused
-            cell at their sizes, and (for a method) its MAC ratio and target, for the record.
-        model: the module timed.
-        reference_key: equal for phases whose references are the same ("" for a reference).
-        make_reference: builds the reference phase of a kind of ``TIMED_CELLS`` (None for a
-            reference).
+    ``fn``: one round of work, synced with the device; ``info``: the record's fields on what
+    was timed (``_Timed``); ``reference_key``: equal for phases with the same references;
+    ``make_reference``: builds the reference of a kind of ``TIMED_CELLS`` (None for a reference).
     """
 
     fn: Callable[[], Any]
@@ -89,16 +66,9 @@ class Phase:
 
 
 def fused_macs(cell: str, input_size: int, hidden_size: int, num_layers: int = 1) -> int:
-    """Dense MACs per step of torch's fused ``cell`` stack (the first layer reads ``input_size``).
+    """Dense MACs per step of torch's fused ``cell`` stack: ``gates D (in + D)`` over the layers.
 
-    Args:
-        cell: a key of ``FUSED_CELLS`` (``torch.nn`` class name).
-        input_size: the first layer's input width.
-        hidden_size: D of every layer.
-        num_layers: the stack's depth.
-
-    Returns:
-        ``gates * D * (in + D)`` summed over the layers.
+    The first layer reads ``input_size``, the others D.
     """
     D = hidden_size
     return sum(
@@ -107,15 +77,11 @@ def fused_macs(cell: str, input_size: int, hidden_size: int, num_layers: int = 1
 
 
 def timing_target(method: Method, layers: int, method_macs: int) -> dict[str, Any]:
-    """The advisory target of a method's time: a ratio to one of the references at its sizes.
+    """The advisory target of a method's time, ``{"ratio", "reference", "rule"}``.
 
-    Args:
-        method: the first of the model's method layers (its class says which cell and rule).
-        layers: how many method layers the model stacks.
-        method_macs: the dense MACs per step of all those layers.
-
-    Returns:
-        ``{"ratio", "reference", "rule"}``: at most ``ratio`` x the reference named.
+    At most ``TARGET_FACTOR`` x its fused cell, or for a depth-adaptive method (a highway cell
+    runs several layers per step) x the fused GRU x its dense MACs per step (``method_macs``, of
+    its ``layers``) / the GRU's. ``method``: the model's first method layer.
     """
     if method.has_depth:
         fused = fused_macs("GRU", method.input_size, method.hidden_size, layers)
@@ -130,22 +96,40 @@ def timing_target(method: Method, layers: int, method_macs: int) -> dict[str, An
 
 
 class ReferenceModel(nn.Module):
-    """A timed model with its method layers replaced by torch's own cell.
+    """The timed model with its method layers replaced by torch's own cell of as many layers.
 
-    Subclasses set ``recurrent`` and implement ``run_layers``.
-
-    Args:
-        model: the method's model; its embedding and read-out are copied (ties kept).
+    ``kind``: a key of ``FUSED_CELLS``, one fused call over the sequence and stack, or
+    ``STEP_LOOP``, an eager loop of ``nn.GRUCell`` over the steps, layer by layer (the GRU's
+    arithmetic with one dispatch per step and layer). The embedding and read-out are copies
+    (ties kept).
     """
 
-    def __init__(self, model: SeqModel) -> None:
+    def __init__(self, model: SeqModel, kind: str = "GRU") -> None:
         super().__init__()
         self.embed, self.readout = copy.deepcopy((model.embed, model.readout))
-        self.readout_mode = model.readout_mode
+        self.readout_mode, self.kind = model.readout_mode, kind
+        first, layers = model.methods[0], len(model.layers)
+        V, D = first.input_size, first.hidden_size
+        if kind == STEP_LOOP:
+            self.recurrent = nn.ModuleList(nn.GRUCell(V if i == 0 else D, D) for i in range(layers))
+        else:
+            self.recurrent = getattr(nn, kind)(V, D, num_layers=layers, batch_first=True)
 
     def run_layers(self, h: Tensor) -> Tensor:
-        """The recurrent stack over ``h [B, T, in] -> [B, T, D]``."""
-        raise NotImplementedError
+        """The recurrent stack over ``h [B, T, in] -> [B, T, D]``.
+
+        The step loop runs over ``unbind(1)``: slicing would make backward quadratic in T.
+        """
+        if self.kind != STEP_LOOP:
+            return self.recurrent(h)[0]
+        for cell in self.recurrent:
+            state = h.new_zeros(h.shape[0], cell.hidden_size)
+            outs = []
+            for x_t in h.unbind(1):
+                state = cell(x_t, state)
+                outs.append(state)
+            h = torch.stack(outs, 1)
+        return h
 
     def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
         """Predictions ``[B, T, out]`` or, with the last-step read-out, ``[B, out]``."""
@@ -156,84 +140,6 @@ class ReferenceModel(nn.Module):
             idx = (lengths - 1) if lengths is not None else torch.full((B,), T - 1, device=h.device)
             h = h[torch.arange(B, device=h.device), idx.long()]
         return self.readout(h)
-
-
-class FusedModel(ReferenceModel):
-    """The model with one fused ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN`` of as many layers.
-
-    Args:
-        model: the method's model.
-        cell: a key of ``FUSED_CELLS``.
-    """
-
-    def __init__(self, model: SeqModel, cell: str = "GRU") -> None:
-        super().__init__(model)
-        first = model.methods[0]
-        self.recurrent = getattr(nn, cell)(
-            first.input_size, first.hidden_size, num_layers=len(model.layers), batch_first=True
-        )
-
-    def run_layers(self, h: Tensor) -> Tensor:
-        """One fused call over the whole sequence and stack."""
-        return self.recurrent(h)[0]
-
-
-class StepLoopGRUModel(ReferenceModel):
-    """The model with an eager loop of ``nn.GRUCell`` over the steps, layer by layer.
-
-    The GRU's arithmetic with one dispatch per step and layer, as a per-step method pays it.
-
-    Args:
-        model: the method's model.
-    """
-
-    def __init__(self, model: SeqModel) -> None:
-        super().__init__(model)
-        first = model.methods[0]
-        D = first.hidden_size
-        self.recurrent = nn.ModuleList(
-            nn.GRUCell(first.input_size if i == 0 else D, D) for i in range(len(model.layers))
-        )
-
-    def run_layers(self, h: Tensor) -> Tensor:
-        """Every layer's cell over ``unbind(1)`` (slicing would make backward quadratic in T)."""
-        for cell in self.recurrent:
-            state = h.new_zeros(h.shape[0], cell.hidden_size)
-            outs = []
-            for x_t in h.unbind(1):
-                state = cell(x_t, state)
-                outs.append(state)
-            h = torch.stack(outs, 1)
-        return h
-
-
-def train_step(
-    params: list[nn.Parameter],
-    task: Task,
-    batch: Batch,
-    tc: TrainConfig,
-    forward: Callable[[], tuple[Tensor, Tensor | None]],
-) -> Callable[[], None]:
-    """One step of ``harness.training.train.train_model``'s inner loop on ``batch``.
-
-    Args:
-        params: the trainable parameters (clipped and stepped by Adam).
-        task: gives the loss.
-        batch: the batch, on the device.
-        tc: learning rate, weight decay and clipping.
-        forward: returns (predictions, auxiliary loss or None) of the model on ``batch``.
-
-    Returns:
-        The step: forward, loss (+ aux), backward, clip, Adam step.
-    """
-    opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
-
-    def step() -> None:
-        pred, aux = forward()
-        loss = task.loss(pred, batch)
-        descend(loss if aux is None else loss + aux, opt, params, tc.clip)
-
-    return step
 
 
 def method_phase(
@@ -248,22 +154,10 @@ def method_phase(
     data_dir: str | None = None,
     splits: SplitCache | None = None,
 ) -> Phase:
-    """Build one method's model at a task preset's sizes, ready to time one phase.
+    """One method's model at a task preset's sizes, ready to time ``phase`` on ``device``.
 
-    Args:
-        method: a registered method.
-        phase: ``inference`` or ``train``.
-        device: where to time it.
-        task: the registered task whose preset gives the sizes and the batch timed.
-        preset: the task's preset (``smoke``, ``quick`` or ``paper``).
-        overrides: config overrides (``section.field`` or a bare ``field``), applied after the
-            preset as in a run.
-        seed: the run seed, which seeds the model's initialisation.
-        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
-        splits: a cache of test splits shared by the calls of one benchmark run.
-
-    Returns:
-        The phase, with the builder of its references.
+    ``overrides`` apply after the preset as in a run, ``seed`` is the run's; ``splits`` caches
+    the test splits across the calls of one benchmark run. The phase can build its references.
     """
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
@@ -281,15 +175,7 @@ def method_phase(
         splits[key] = task_obj.splits(cfg.seed).test
     B = cfg.train.eval_batch_size if phase == "inference" else cfg.train.batch_size
     batch = next(iter(splits[key].batches(B))).to(device)
-    timed = _Timed(
-        phase,
-        device,
-        task_obj,
-        cfg.train,
-        model,
-        batch,
-        _info(method, phase, device, cfg, task_obj, model, batch),
-    )
+    timed = _Timed(method, phase, device, cfg, task_obj, model, batch)
 
     def forward() -> tuple[Tensor, Tensor | None]:
         out = model(batch.x, batch.lengths)
@@ -300,57 +186,8 @@ def method_phase(
     return Phase(timed.of(model, forward), timed.info, model, timed.key(), timed.reference)
 
 
-def _info(
-    method: str,
-    phase: str,
-    device: torch.device,
-    cfg: Any,
-    task: Task,
-    model: SeqModel,
-    batch: Batch,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A method phase's ``Phase.info``; and what shapes its references besides the sizes.
-
-    The second: the embedding, the read-out and its mode.
-    """
-    first = model.methods[0]
-    sizes = {
-        "B": int(batch.x.shape[0]),
-        "T": int(batch.x.shape[1]),
-        "V": int(task.input_size),
-        "D": cfg.model.hidden_size,
-        "layers": cfg.model.num_layers,
-    }
-    layers = len(model.layers)
-    method_macs = sum(m.cost().dense_step() for m in model.methods)
-    gru_macs = fused_macs("GRU", first.input_size, first.hidden_size, layers)
-    return {
-        "method": method,
-        "task": cfg.task,
-        "preset": cfg.preset,
-        "seed": cfg.seed,
-        "phase": phase,
-        "device": device.type,
-        "device_name": env.device_name(device),
-        "sizes": sizes,
-        "params": sum(p.numel() for p in model.parameters()),
-        "config": cfg.to_dict(),
-        "fused_cell": first.fused_cell,
-        "dense_macs": method_macs,
-        "cell_macs": fused_macs(first.fused_cell, first.input_size, first.hidden_size, layers),
-        "mac_ratio": method_macs / gru_macs,
-        "target": timing_target(first, layers, method_macs),
-    }, {
-        "input_size": first.input_size,
-        "embedding": None if model.embed is None else list(model.embed.weight.shape),
-        "output_size": model.readout.out_features,
-        "readout": model.readout_mode,
-        "tied": model.tied,
-    }
-
-
 class _Timed:
-    """One method's phase on one batch: how a module is timed in it, and its references.
+    """One method's phase on one batch: its ``Phase.info``, how a module is timed, its references.
 
     ``of`` times a module in the phase; ``reference`` builds a reference phase of the same batch;
     the phases of equal ``key`` have the same references.
@@ -358,18 +195,52 @@ class _Timed:
 
     def __init__(
         self,
+        method: str,
         phase: str,
         device: torch.device,
+        cfg: Any,
         task: Task,
-        train: TrainConfig,
         model: SeqModel,
         batch: Batch,
-        info: tuple[dict[str, Any], dict[str, Any]],
     ) -> None:
-        self.phase, self.device, self.task, self.train = phase, device, task, train
+        self.phase, self.device, self.task, self.train = phase, device, task, cfg.train
         self.model, self.batch = model, batch
-        self.info, shape = info
-        self.ref_config = {k: self.info[k] for k in ("task", "preset", "seed", "sizes")} | shape
+        first = model.methods[0]
+        sizes = {
+            "B": int(batch.x.shape[0]),
+            "T": int(batch.x.shape[1]),
+            "V": int(task.input_size),
+            "D": cfg.model.hidden_size,
+            "layers": cfg.model.num_layers,
+        }
+        layers = len(model.layers)
+        method_macs = sum(m.cost().dense_step() for m in model.methods)
+        gru_macs = fused_macs("GRU", first.input_size, first.hidden_size, layers)
+        self.info = {
+            "method": method,
+            "task": cfg.task,
+            "preset": cfg.preset,
+            "seed": cfg.seed,
+            "phase": phase,
+            "device": device.type,
+            "device_name": env.device_name(device),
+            "sizes": sizes,
+            "params": sum(p.numel() for p in model.parameters()),
+            "config": cfg.to_dict(),
+            "fused_cell": first.fused_cell,
+            "dense_macs": method_macs,
+            "cell_macs": fused_macs(first.fused_cell, first.input_size, first.hidden_size, layers),
+            "mac_ratio": method_macs / gru_macs,
+            "target": timing_target(first, layers, method_macs),
+        }
+        # what shapes the references besides the sizes: the embedding, the read-out and its mode
+        self.ref_config = {k: self.info[k] for k in ("task", "preset", "seed", "sizes")} | {
+            "input_size": first.input_size,
+            "embedding": None if model.embed is None else list(model.embed.weight.shape),
+            "output_size": model.readout.out_features,
+            "readout": model.readout_mode,
+            "tied": model.tied,
+        }
 
     def key(self) -> str:
         """Equal for the phases whose references are the same."""
@@ -382,9 +253,15 @@ class _Timed:
         if self.phase == "inference":
             module.eval()
             return synced(torch.no_grad()(lambda: forward()[0]), self.device)
-        module.train()
-        params = [p for p in module.parameters() if p.requires_grad]
-        step = train_step(params, self.task, self.batch, self.train, forward)
+        module.train()  # a step of train_model's inner loop: forward, loss, backward, clip, Adam
+        params, tc = [p for p in module.parameters() if p.requires_grad], self.train
+        opt = torch.optim.Adam(params, lr=tc.lr, weight_decay=tc.weight_decay)
+
+        def step() -> None:
+            pred, aux = forward()
+            loss = self.task.loss(pred, self.batch)
+            descend(loss if aux is None else loss + aux, opt, params, tc.clip)
+
         return synced(step, self.device)
 
     def reference(self, kind: str = "GRU") -> Phase:
@@ -392,8 +269,7 @@ class _Timed:
         if kind != STEP_LOOP and kind not in FUSED_CELLS:
             raise ValueError(f"unknown reference {kind!r}; known: {', '.join(TIMED_CELLS)}")
         model, info, batch = self.model, self.info, self.batch
-        ref = StepLoopGRUModel(model) if kind == STEP_LOOP else FusedModel(model, kind)
-        ref = ref.to(self.device)
+        ref = ReferenceModel(model, kind).to(self.device)
         cell = "GRU" if kind == STEP_LOOP else kind
         first = model.methods[0]
         macs = fused_macs(cell, first.input_size, first.hidden_size, len(model.layers))

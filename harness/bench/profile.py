@@ -1,18 +1,7 @@
-"""What a training step dispatches, per time step: the profile behind ``harness bench``'s ratios.
+"""What a training step dispatches per time step: the profile behind ``harness bench``'s ratios.
 
-A recurrent method that decides per step (skip, update some units, halt) runs a Python loop over
-the steps, and at the paper presets' sizes a step's arithmetic is small: its time is mostly the
-cost of dispatching each operation. ``count_ops`` counts, over one call of a phase's work,
-
-- ``python``: the torch functions called from Python (``TorchFunctionMode``), each paying the
-  Python-to-ATen overhead (a few µs on a CPU);
-- ``aten``: the ATen operators dispatched, forward and backward (``TorchDispatchMode``),
-  including those torch's own C++ loops issue (on a CPU, ``nn.GRU`` with gradients runs its
-  steps as ATen operators too, from C++, without the Python overhead).
-
-Divided by the steps of the batch, they say how much more a method dispatches per step than
-its fused cell: the reason a row of ``reports/TIMING.md`` is above ``MAC_BOUND`` when its MACs
-are not.
+Torch calls from Python (each paying the Python-to-ATen overhead) and ATen operators, backward
+and torch's own C++ loops included: why a train step is above ``MAC_BOUND`` per MAC.
 """
 
 from __future__ import annotations
@@ -41,11 +30,7 @@ class _AtenOps(TorchDispatchMode):
 
 
 def count_ops(fn: Callable[[], Any]) -> tuple[int, int]:
-    """``(python, aten)`` of one call of ``fn``.
-
-    The torch functions it called from Python, and the ATen operators it dispatched, backward
-    included.
-    """
+    """``(python, aten)``: the torch calls from Python and ATen operators of one call of ``fn``."""
     with _PythonCalls() as py, _AtenOps() as aten:
         fn()
     return py.n, aten.n

@@ -1,47 +1,6 @@
-"""Realised speedups of the skipping methods' inference fast paths (issue 7, issue 12 part 3).
+"""Realised speedups of the skipping methods' inference fast paths (``harness bench --speedup``).
 
-The methods' ``forward`` computes every unit and then masks (as the authors' code does), so the
-FLOPs it saves are analytic only. Each skipping method also has ``fast_forward`` (inference)
-that really does less work. This module builds untrained models whose decision parameters are
-set to hit a target Skip %, checks the fast path against the dense one, and times the fast path
-against three alternatives, in interleaved rounds so that load from other processes hits all
-of them alike:
-
-- ``dense``: the method's own eager masked loop, ``model.eval()(x)`` under ``no_grad``;
-- ``noskip``: the same implementation with skipping turned off: ``fast_forward`` of the same
-  method's ``at_skip`` model at skip 0 (same seed, so the same weights; every unit updated, full
-  depth), which separates the removed per-step dispatch from the skipped work;
-- ``fused``: torch's fused cell at the same sizes (``Method.fused_cell``: ``nn.GRU``, ``nn.LSTM``
-  or ``nn.RNN``; eval, ``no_grad``, the same B, T, V, D), what a user would otherwise run.
-
-Each comparison has a MAC ratio, the speedup the saved work would give if time followed the
-MACs: MACs of the alternative / MACs the fast path must do
-(``harness.components.flops.sequence_macs``, the exact-realisable count). The fast path's MACs
-are those of the *union* of the batch's decisions (a unit computed for one sequence of the batch
-is read, as a weight row, for all of them; likewise a column some sequence reads; the deepest
-sequence sets a step's depth): at batch 1, or where the decisions of the batch coincide, that is
-the FLOP reduction; at batch > 1 with independent per-unit decisions it is the ratio of the
-weight rows read. ``realised`` = speedup / MAC ratio, the fraction of the saved work turned into
-time. The MAC ratio is no bound on the speedup: time does not follow MACs alone. Against the own
-dense loop the fast path also removes per-step dispatch (skipped steps, fused kernels); against
-any alternative, a fast path whose smaller working set stays in cache saves more than its MACs.
-Where the realised fraction passes 1, the report says how often.
-
-A speedup is the median of per-round ratios (alternative / fast); its spread (min-max over the
-rounds) and the number of rounds are kept in the row, and so are the raw per-round times
-(``rounds_ms``, written to a data file beside the report). Weights repacked by a fast path are
-cached, so packing is not timed (done once per model).
-
-Which methods are measured, and how a target is reached, is up to each method: a method with a
-real fast path implements ``Method.at_skip`` (an untrained model whose decision parameters aim at
-a Skip %, and a one-line description of that setting, reported per row) and may add a line to
-the report's header with ``Method.fast_path_note``, asked once the fast path has run and kept in
-each row, so that rendering a report from rows runs no method code (no kernel is built for it).
-The target is the unit Skip %, for depth-adaptive methods the depth-skip %, and for activity-sparse
-methods (whose outputs carry ``SeqOut.reads``) the activity sparsity, the share of the input and
-state columns the steps do not read (``achieved_skip``, ``skip_kind``); their MAC ratio counts the
-union of the batch's columns read. ``harness.bench.speedup_report`` renders the report from the
-rows.
+What a row measures: docs/speedup.md; ``harness.bench.speedup_report`` renders the rows.
 """
 
 from __future__ import annotations
@@ -57,9 +16,6 @@ from torch import Tensor
 
 from harness.bench.phases import FUSED_CELLS, fused_macs
 from harness.bench.roofline import measure_machine, physical_bound
-
-# the report is rendered in harness.bench.speedup_report; its names stay importable from here
-from harness.bench.speedup_report import BOUND_NOTE, COLUMNS_NOTE, speedup_markdown  # noqa: F401
 from harness.components.code import current_code
 from harness.components.flops import realisable_step_macs, sequence_macs
 from harness.components.method import Method, SeqOut
@@ -80,15 +36,10 @@ def fast_path_methods() -> list[str]:
 
 
 def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
-    """The method names to measure, from names or globs.
+    """The methods to measure: names or globs (a list, or comma-separated); None: all with one.
 
-    None gives every method with a fast path; else names or globs (a list, or comma-separated),
-    where a glob keeps only the methods with a fast path.
-
-    Raises:
-        HarnessError: an unknown name, or a glob that matches no registered method.
-        ConfigError: a named method without a fast path, or a glob that matches none with one
-            (the message lists the methods with one).
+    A glob keeps the methods with a fast path. HarnessError: an unknown name, a glob matching no
+    method; ConfigError: a named method without a fast path, a glob matching none with one.
     """
     have = fast_path_methods()
     if methods is None:
@@ -114,19 +65,7 @@ def resolve_methods(methods: str | Sequence[str] | None = None) -> list[str]:
 def build_at_skip(
     method: str, input_size: int, hidden_size: int, skip: float, seq_len: int, seed: int = 0
 ) -> tuple[Method, str]:
-    """``method``'s ``at_skip`` model, built after seeding torch with ``seed``.
-
-    Args:
-        method: a registered method with a fast path.
-        input_size: V, the size of each input step.
-        hidden_size: D, the number of hidden units.
-        skip: the target Skip % / 100.
-        seq_len: T of the sequences it will run on.
-        seed: seeds torch's global generator before the model is built.
-
-    Returns:
-        The model (eval mode) and a one-line description of its setting.
-    """
+    """``method``'s ``at_skip`` model (eval mode) and its setting, built after seeding torch."""
     cls = METHODS.get(method)
     if not has_fast_path(cls):
         resolve_methods([method])  # raises the ConfigError that lists the methods with one
@@ -135,11 +74,7 @@ def build_at_skip(
 
 
 def skip_kind(out: SeqOut) -> str:
-    """What ``achieved_skip`` measures for an output: ``columns``, ``depth`` or ``units``.
-
-    ``columns`` for activity-sparse methods (their output says which columns each step reads),
-    ``depth`` for depth-adaptive methods, ``units`` for the others.
-    """
+    """What ``achieved_skip`` measures for an output: ``columns``, ``depth`` or ``units``."""
     if out.reads is not None:
         return "columns"
     return "units" if out.depth is None else "depth"
@@ -148,10 +83,8 @@ def skip_kind(out: SeqOut) -> str:
 def achieved_skip(out: SeqOut, method: Method) -> float:
     """The skip a fast path is measured at, as a fraction of a batch (``skip_kind``).
 
-    Activity-sparse methods (``SeqOut.reads``): the activity sparsity, the share of the V + D
-    input and state columns the steps do not read (their rows are all updated: Skip % is 0).
-    Depth-adaptive methods: the depth-skip fraction (docs/methods.md 1.1). Others: Skip % / 100,
-    the share of unit updates skipped.
+    Activity-sparse methods (``SeqOut.reads``): the share of the V + D input and state columns
+    not read; depth-adaptive ones: the depth-skip fraction; others: the unit updates skipped.
     """
     if out.reads is not None:
         return 1.0 - (out.reads > 0).double().mean().item()
@@ -173,18 +106,11 @@ def interleaved_rounds(
     budget_s: float = 3.0,
     block: int = 3,
 ) -> dict[str, list[float]]:
-    """Time several paths in alternating rounds; the seconds per call of each path in each round.
+    """Time several paths in alternating rounds: ``{path: [seconds per call, one per round]}``.
 
-    A round times, for each path in turn, a block of ``block`` consecutive calls after one
-    untimed call of that path: alternating rounds makes load from other processes hit every path
-    alike, while the block keeps each path in its own steady state. (Alternating single calls
-    would time a fast path right after a dense one has streamed every weight through the
-    caches, which is not how repeated inference runs.) A path whose warm-up call takes more than
-    ``SLOW_CALL_S`` is timed one call per round, without the untimed call (caches do not matter
-    at that length). Rounds are added until ``budget_s`` is spent, within min/max rounds.
-
-    Returns:
-        ``{path: [seconds per call, one per round]}``, every list as long as the others.
+    A round times each path in turn, ``block`` calls after an untimed one (one call, none
+    untimed, for a path slower than ``SLOW_CALL_S``); rounds go on until ``budget_s`` is spent,
+    within min/max rounds (docs/speedup.md, "What a row measures").
     """
     blocks = dict.fromkeys(paths, block)
 
@@ -219,16 +145,9 @@ def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, flo
 
 
 def union_step_macs(model: Method, out: SeqOut) -> Tensor:
-    """Exact-realisable MACs of each step, ``[T]``, of computing the union of the batch's decisions.
+    """Exact-realisable MACs per sequence of each step, ``[T]``, of the batch's union of decisions.
 
-    The union: at each step the units updated by any sequence, at the largest depth, reading
-    the columns read by any sequence. This is what a batched fast path reads (a weight row, or
-    column, serves the whole batch once any sequence needs it). Counted as a sparse
-    implementation can realise it (``Method.exact_step_macs``, where a method's structure lets
-    it skip more than the paper's count says: VC-RNN's first k units read only the first k state
-    dims, k(k + V) per gate), not what a dense count would credit; for the other methods the
-    paper-effective MACs. At batch 1, or where the batch's decisions coincide, the effective
-    (exact) MACs. Per sequence: one MAC per weight element the step reads.
+    What a batched fast path reads (docs/speedup.md, "MAC ratios").
     """
 
     def any_sequence(t: Tensor | None) -> Tensor | None:
@@ -244,19 +163,12 @@ def union_step_macs(model: Method, out: SeqOut) -> Tensor:
 
 
 def union_macs(model: Method, out: SeqOut) -> float:
-    """Exact-realisable MACs per sequence of computing the union of the batch's decisions.
-
-    The sum of ``union_step_macs`` over the steps.
-    """
+    """The sum of ``union_step_macs`` over the steps."""
     return union_step_macs(model, out).sum().item()
 
 
 def fused_cell(cell: str, input_size: int, hidden_size: int) -> torch.nn.Module:
-    """Torch's fused ``cell`` (``nn.GRU``, ``nn.LSTM`` or ``nn.RNN``), batch first, eval mode.
-
-    One layer of ``input_size`` inputs and ``hidden_size`` units: the dense model a user would
-    otherwise run.
-    """
+    """Torch's fused ``cell`` (``GRU``, ``LSTM`` or ``RNN``): one layer, batch first, eval mode."""
     if cell not in FUSED_CELLS:
         raise ConfigError(f"fused_cell {cell!r} is not one of {', '.join(FUSED_CELLS)}")
     return getattr(torch.nn, cell)(input_size, hidden_size, batch_first=True).eval()
@@ -273,32 +185,13 @@ def measure_speedups(
     budget_s: float = 3.0,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Measure the realised speedup of ``fast_forward`` against its three alternatives.
+    """The realised speedup of ``fast_forward`` against its three alternatives.
 
-    One measurement per method, hidden size D, batch size B and target skip; inputs
-    ``x ~ N(0, I)`` of shape ``[B, seq_len, V]``. The alternatives (module docstring) are the
-    dense masked forward, the same method's ``at_skip`` model at skip 0 through ``fast_forward``
-    (built once per method and D, with the same seed) and torch's fused ``Method.fused_cell``.
-
-    Args:
-        methods: names or globs (see ``resolve_methods``); None: every method with a fast path.
-        skips: target Skip % / 100, each in [0, 1).
-        hidden: hidden sizes D.
-        batches: batch sizes B.
-        seq_len: T.
-        device: ``cpu``, ``cuda`` or ``auto``, the one device measured on
-            (``harness.env.resolve_device``: auto is CUDA when available, else the CPU).
-        input_size: V.
-        budget_s: seconds of timing per row (at least 3 rounds are timed regardless).
-        seed: seeds each model (``build_at_skip``) and, with B added, its inputs.
-
-    Returns:
-        One row per configuration (``measure_one``), with method, D, B, T, V, target_skip,
-        setting and noskip_setting first.
-
-    Raises:
-        ConfigError: bad sizes, skips or budget, or a method without a fast path.
-        HarnessError: an unknown method or device, or CUDA asked for where there is none.
+    One row (``measure_one``, after method, D, B, T, V, method_code, target_skip, setting and
+    noskip_setting) per method, hidden size D, batch size B and target skip (Skip % / 100), on
+    ``x ~ N(0, I)``, ``[B, seq_len, input_size]`` (seeded by ``seed`` + B), as ``harness bench
+    --speedup`` takes them. ConfigError: bad sizes, skips or budget, a method without a fast
+    path; HarnessError: an unknown method or device, CUDA where there is none.
     """
     names = resolve_methods(methods)
     if not skips or not all(0.0 <= s < 1.0 for s in skips):
@@ -339,36 +232,11 @@ def measure_one(
     cell: torch.nn.Module,
     machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Achieved skip, MACs and their ratios, times and fast-vs-dense agreement of one model.
+    """One row of ``measure_speedups`` (docs/speedup.md, "The rows"): ``model``'s fast path.
 
-    This is the per-configuration part of ``measure_speedups``. The row's ``note`` is the
-    method's ``fast_path_note``, asked after the fast path has run, so that it describes what
-    ran (e.g. whether an optional compiled kernel was built and used).
-
-    Args:
-        model: a model with a fast path (eval mode).
-        x: ``[B, T, V]`` inputs.
-        budget_s: seconds of timing (at least 3 rounds regardless).
-        noskip: the same method at skip 0 (``at_skip(..., 0.0)``), timed through its fast path.
-        cell: torch's fused cell at the same sizes (``fused_cell``).
-        machine: this machine's roofline (``harness.bench.roofline.measure_machine``), or None
-            (no bound).
-
-    Returns:
-        skip (achieved; depth-skip for depth-adaptive methods), flop_reduction (dense /
-        effective MACs), flop_reduction_exact (dense / exact-realisable), fast_macs (MACs of the
-        batch's union, per sequence); for each alternative A in ``dense``, ``noskip`` and
-        ``fused``: ``A_ms`` (median ms), ``A_macs``, ``speedup_A`` with ``speedup_A_min`` /
-        ``speedup_A_max`` (median and range of per-round A / fast), ``mac_ratio_A`` (A's MACs /
-        fast_macs, no bound on the speedup) and ``realised_frac_A`` (speedup / MAC ratio). Then
-        fast_ms, rounds, rounds_ms (``{path: [ms per call, one per round]}``), noskip_skip,
-        own_macs (the exact-realisable MACs of each sequence's own decisions, the batch's mean),
-        mac_ratio_fused_own and realised_frac_fused_own (against the fused cell, by those),
-        fused_cell, max_abs_diff, mask_mismatch and reads_mismatch (entries that differ, fast vs
-        dense; reads 0 for methods without them), skip_kind (``skip_kind``: what ``skip``
-        measures) and note. With ``machine``: ``roofline`` (the measurement), the physical
-        bound's fields (``harness.bench.roofline.physical_bound``: ``bound_ms``, ...) and
-        ``x_bound``, fast_ms / bound_ms.
+    Checked against its dense loop and timed on ``x`` (``[B, T, V]``) against it, ``noskip``
+    (the method at skip 0) and ``cell`` (torch's fused cell), for ``budget_s`` seconds; the
+    physical bound by ``machine`` (None: no bound).
     """
     model.eval()
     with torch.no_grad():
@@ -389,7 +257,14 @@ def measure_one(
         "fast": lambda: model.fast_forward(x),
     }
     times = interleaved_rounds(paths, x.device, budget_s=budget_s)
-    row = _what_it_skips(model, ref, macs, fast_macs)
+    row = {
+        "skip": achieved_skip(ref, model),
+        "skip_kind": skip_kind(ref),
+        "flop_reduction": macs["dense"] / macs["effective"],
+        "flop_reduction_exact": macs["dense"] / macs["exact"],
+        "fast_macs": fast_macs,  # the batch's union of decisions
+        "own_macs": macs["exact"],  # each sequence's own decisions, the batch's mean
+    }
     for alt, alt_mac in alt_macs.items():
         row.update(_against(alt, times[alt], times["fast"], alt_mac, fast_macs))
     row["mac_ratio_fused_own"] = alt_macs["fused"] / macs["exact"]
@@ -410,32 +285,10 @@ def measure_one(
     return {**row, "reads_mismatch": reads_mismatch(out, ref), "note": type(model).fast_path_note()}
 
 
-def _what_it_skips(
-    model: Method, ref: SeqOut, macs: dict[str, float], fast_macs: float
-) -> dict[str, Any]:
-    """A row's first fields (``measure_one``): the skip, and the MACs of the decisions.
-
-    The skip its dense forward ``ref`` achieved; the MACs of the batch's union of decisions and
-    of each sequence's own.
-    """
-    return {
-        "skip": achieved_skip(ref, model),
-        "skip_kind": skip_kind(ref),
-        "flop_reduction": macs["dense"] / macs["effective"],
-        "flop_reduction_exact": macs["dense"] / macs["exact"],
-        "fast_macs": fast_macs,
-        # each sequence's own decisions (the mean over the batch), against the batch's union
-        "own_macs": macs["exact"],
-    }
-
-
 def _against(
     alt: str, alt_s: list[float], fast_s: list[float], alt_macs: float, fast_macs: float
 ) -> dict[str, float]:
-    """A row's fields comparing the fast path with the alternative ``alt`` (``measure_one``).
-
-    From their per-round times (seconds) and their MACs.
-    """
+    """A row's fields comparing the fast path with ``alt``, from per-round seconds and MACs."""
     med, lo, hi = ratio_spread(alt_s, fast_s)
     return {
         f"{alt}_ms": 1e3 * statistics.median(alt_s),
@@ -449,10 +302,7 @@ def _against(
 
 
 def reads_mismatch(out: SeqOut, ref: SeqOut) -> int:
-    """Entries of ``reads`` that differ between two outputs.
-
-    All of them where one output has reads and the other none; 0 where neither has.
-    """
+    """Entries of ``reads`` that differ between two outputs (all where only one has them)."""
     if out.reads is None and ref.reads is None:
         return 0
     if out.reads is None or ref.reads is None or out.reads.shape != ref.reads.shape:

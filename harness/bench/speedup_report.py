@@ -1,8 +1,4 @@
-"""The speedup report (``harness bench --speedup``): Markdown from ``measure_speedups`` rows.
-
-Rendering runs no method code: a method's ``fast_path_note`` was taken into its rows when they
-were measured (``harness.bench.speedup``), so rendering a report never builds a kernel.
-"""
+"""The speedup report (``harness bench --speedup``), from rows alone: it never builds a kernel."""
 
 from __future__ import annotations
 
@@ -12,9 +8,9 @@ from typing import Any
 
 import torch
 
+from harness.bench.excerpts import ms, realised_above, who
 from harness.bench.roofline import describe
-from harness.bench.timing_report import method_codes
-from harness.components.code import code_changes
+from harness.bench.timing_report import code_lines
 from harness.components.metrics import UNIT_NOTE
 from harness.env import device_name, git_state
 from harness.reporting.render import pipe_table
@@ -28,10 +24,6 @@ COLUMNS_NOTE = (
     "and their no-skip model (its `at_skip` at 0) reads every column but the state columns of "
     "the first step (the zero initial state). "
 )
-
-
-def _ms(r: dict[str, Any], alt: str) -> str:
-    return f"{r[f'{alt}_ms']:.2f}" if f"{alt}_ms" in r else "–"
 
 
 # The report's sentences on the physical bound (rows with ``bound_ms``).
@@ -143,26 +135,9 @@ def speedup_markdown(
     device: str = "cpu",
     data_file: str | None = None,
 ) -> str:
-    """A generated Markdown report of ``measure_speedups`` rows.
+    """The Markdown report of ``measure_speedups`` rows, measured on ``device`` by ``command``.
 
-    Renders the rows only: no method code runs, so nothing is built here (a method's
-    ``fast_path_note`` was taken into its rows when they were measured). A comparison a row
-    lacks is shown as a dash.
-
-    Args:
-        rows: from ``measure_speedups``.
-        command: the command line that produced them, for the header.
-        device: the device they were measured on.
-        data_file: the name of the data file with the raw timings, for the header (None: not
-            mentioned).
-
-    Returns:
-        The report: a header naming the device, torch version, thread count, commit and command,
-        the fast-path notes found in the rows (per method the last one, which saw all of its
-        rows run), the physical bound and the roofline measurement it came from (the rows'
-        ``roofline``), a summary against the fused cell at batch 1 (per method its row at the
-        largest D and the highest target skip), one table row per configuration (a row without
-        a bound, measured before there was one, shows dashes there).
+    ``data_file``: the raw timings' file, named in the header; a comparison a row lacks: a dash.
     """
     lines = _header(rows, command, device, data_file)
     for text, summary in (
@@ -187,10 +162,9 @@ def _header(
     last_note = {r["method"]: r["note"] for r in rows if r.get("note")}
     notes = list(dict.fromkeys(last_note.values()))
     raw = f" Raw per-round timings, one JSON line per row: `{data_file}`." if data_file else ""
-    columns = any(r.get("skip_kind") == "columns" for r in rows)
-    text = METHOD_TEXT.format(
-        beaten=_beaten(rows), columns=COLUMNS_NOTE if columns else "", unit=UNIT_NOTE, raw=raw
-    )
+    columns = COLUMNS_NOTE if any(r.get("skip_kind") == "columns" for r in rows) else ""
+    beaten = "here: " + realised_above(rows)
+    text = METHOD_TEXT.format(beaten=beaten, columns=columns, unit=UNIT_NOTE, raw=raw)
     return [
         "<!-- Generated file: do not edit. Produced by "
         "harness.bench.speedup_report.speedup_markdown. -->",
@@ -204,8 +178,7 @@ def _header(
         "",
         _bound_header(rows),
         "",
-        f"Code timed (`method_code`): {method_codes(rows)}.",
-        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
+        *code_lines(rows),
         "",
         *[f"- {n}" for n in notes],
         *([""] if notes else []),
@@ -225,40 +198,27 @@ def _table_row(r: dict[str, Any]) -> list[str]:
     fused = _vs(r, "fused")
     if r.get("fused_cell") and fused[0] != "–":
         fused[0] = f"{r['fused_cell']}: {fused[0]}"
-    ms = " / ".join([_ms(r, "dense"), _ms(r, "noskip"), _ms(r, "fused"), _ms(r, "fast")])
-    skip = f"{100 * r['skip']:.1f}" + (" (cols)" if r.get("skip_kind") == "columns" else "")
-    who = [r["method"], str(r["D"]), str(r["B"]), f"{100 * r['target_skip']:.0f}", skip]
+    paths = ms(r, ("dense", "noskip", "fused", "fast"))
     own = [*_vs(r, "dense"), *_vs(r, "noskip")]
-    return [*who, r["setting"], red, ms, *_bound(r), *own, *fused, diff, str(r["rounds"])]
+    return [*who(r), r["setting"], red, paths, *_bound(r), *own, *fused, diff, str(r["rounds"])]
 
 
-def _beaten(rows: Sequence[dict[str, Any]]) -> str:
-    """How often realised passes 1, per comparison: ``in 12 of 84 rows against the dense ...``."""
-    counts = []
-    for alt, what in (
-        ("dense", "own dense loop"),
-        ("noskip", "no-skip path"),
-        ("fused", "fused cell"),
-    ):
-        had = [r for r in rows if f"realised_frac_{alt}" in r]
-        n = sum(r[f"realised_frac_{alt}"] > 1 for r in had)
-        counts.append(f"{n} of {len(had)} rows against the {what}")
-    return "here: " + ", ".join(counts)
+def _best(rows: Sequence[dict[str, Any]], batched: bool, key: str) -> dict[str, dict[str, Any]]:
+    """Per method, its row with ``key`` at the largest D, target (and batch) at batch 1 or above."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if (r["B"] > 1) != batched or key not in r:
+            continue
+        b = best.get(r["method"])
+        order = ("D", "target_skip", "B") if batched else ("D", "target_skip")
+        if b is None or tuple(r[k] for k in order) > tuple(b[k] for k in order):
+            best[r["method"]] = r
+    return best
 
 
 def _union_and_own(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """A table row per method against the fused cell at batch > 1, by two MAC ratios.
-
-    Its row at the largest D, target and batch, by the union's MAC ratio and by the sequences'
-    own; rows measured before the own ratio existed are left out.
-    """
-    best: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["B"] == 1 or "mac_ratio_fused_own" not in r:
-            continue
-        b = best.get(r["method"])
-        if b is None or (r["D"], r["target_skip"], r["B"]) > (b["D"], b["target_skip"], b["B"]):
-            best[r["method"]] = r
+    """A table row per method against the fused cell at batch > 1, by the union's and own MACs."""
+    best = _best(rows, True, "mac_ratio_fused_own")
     if not best:
         return []
     titles = ["Method", "D", "B", "Target skip %", "vs fused cell", "MAC ratio: union"]
@@ -275,14 +235,8 @@ def _union_and_own(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _fused_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """A table row per method: its batch-1 row at the largest D and highest target, vs fused."""
-    best: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["B"] != 1 or "speedup_fused" not in r:
-            continue
-        b = best.get(r["method"])
-        if b is None or (r["D"], r["target_skip"]) > (b["D"], b["target_skip"]):
-            best[r["method"]] = r
+    """A table row per method against the fused cell at batch 1."""
+    best = _best(rows, False, "speedup_fused")
     if not best:
         return []
     titles = ["Method", "D", "Target skip %", "Fused cell", "vs fused cell", "MAC ratio"]

@@ -1,24 +1,7 @@
 """``harness bench``: time every method's model, record the timings, write ``TIMING.md``.
 
-The timing runs in this process (no test runner, no checkout needed): for every (task, method,
-phase, device), ``harness.bench.phases`` builds the model at the task preset's sizes and
-``harness.training.timing`` runs warm-up rounds, then timed rounds, synchronising the device around
-each. Each timing is a record (one JSON line, appended to ``OUT/timing.jsonl`` through the same
-atomic store as run records) with the median, mean, stddev, min, max and iqr in seconds, the rounds,
-the sizes timed and the environment.
-
-The references (``phases.TIMED_CELLS``) are the same model with torch's own cell in place of the
-method's layers, timed in the same run at the sizes of each timed method (once per distinct size),
-on the same device and phase, with records of their own (``reference: true``): the fused GRU, the
-eager ``nn.GRUCell`` step loop (dispatch cost at the GRU's arithmetic) and the fused cell of any
-method held against another one (``Method.fused_cell``, e.g. the LSTM). Every time is also given
-as a ratio to the fused GRU (``ratio_vs_gru``) and to the method's own fused cell
-(``ratio_vs_cell``), and a method's record carries its advisory target (``target``, see
-``phases.timing_target``) and whether it was met. Every record also holds the dense MACs per
-step of what it timed (``dense_macs``) and of its fused cell at the same sizes (``cell_macs``),
-from which the report gives the time per MAC against the cell's. Timing is advisory: nothing here
-is a pass/fail gate, and a method whose timing fails is listed under "Not timed", not fatal. The
-report is rendered from the records by ``harness.bench.timing_report``.
+Each (task, method, phase, device) and its references, once per size, timed in this process;
+each timing a record appended to ``OUT/timing.jsonl``. Advisory: a failed timing is listed.
 """
 
 from __future__ import annotations
@@ -73,21 +56,11 @@ def timing_record(
     start: str | None = None,
     reference: bool = False,
 ) -> dict[str, Any]:
-    """The timing record of one phase's per-round seconds.
+    """The timing record of one phase's per-round seconds (``times``, after ``warmup`` rounds).
 
-    Args:
-        phase: what was timed (its ``info`` fills the record).
-        times: seconds per timed round.
-        warmup: untimed rounds before them.
-        environment: ``harness.env.environment`` of the device, with the thread count in
-            use.
-        bench_id: the id of the ``harness bench`` invocation.
-        start: ISO time the timing started.
-        reference: whether this is a reference timing (adds ``reference: true``).
-
-    Returns:
-        The record. Its ratios are left to ``apply_ratios`` (a reference is 1.0 to itself), and
-        so is whether a method's target was met.
+    ``environment``: ``harness.env.environment`` of the device, with the threads in use;
+    ``start``: ISO time the timing started. The ratios are left to ``apply_ratios`` (a
+    reference is 1.0 to itself), and so is whether a method's target was met.
     """
     info, stats = phase.info, summarize(times)
     rec: dict[str, Any] = {"schema": TIMING_SCHEMA, "kind": "timing"}
@@ -97,8 +70,7 @@ def timing_record(
     rec.update(warmup_rounds=warmup, sizes=info["sizes"], params=info["params"], env=environment)
     rec.update(bench_id=bench_id, time={"start": start})
     rec["benchmark"] = f"{info['method']}[{info['phase']}-{info['device']}]"
-    # its fused cell, dense MACs / the GRU's, and dense MACs per step of the timed layers and of
-    # the fused cell at the same sizes
+    # its fused cell, dense MACs / the GRU's, dense MACs per step of its layers and of the cell
     rec.update({k: info.get(k) for k in ("fused_cell", "mac_ratio", "dense_macs", "cell_macs")})
     rec["method_code"] = current_code(info["method"])  # the report names it, warns if it moved
     if reference:
@@ -117,11 +89,9 @@ def timing_record(
 
 
 def apply_ratios(rec: dict[str, Any], refs: dict[str, dict[str, Any] | None]) -> None:
-    """Fill a record's ratios from the references timed at its sizes, device and phase.
+    """Fill a record's ratios (in place) from ``refs``, ``{reference: record or None}``.
 
-    Args:
-        rec: a timing record (a method's or a reference's), updated in place.
-        refs: ``{reference name: its record, or None if it failed}`` at the record's sizes.
+    The references timed at its sizes, device and phase (None: failed).
     """
 
     def ratio(name: str | None) -> float | None:
@@ -138,11 +108,9 @@ def apply_ratios(rec: dict[str, Any], refs: dict[str, dict[str, Any] | None]) ->
 
 
 def merge_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Timings merged from several runs of the suite, each reference shown once.
+    """Timings merged from several runs of the suite, each reference shown once (the last run's).
 
-    Each run times its own references, and each record's ratios are against those of its own
-    run (kept as they are). Where several runs timed a reference at the same sizes
-    (``reference_key``), the last run's timing stands in the report; the others are dropped.
+    Each record's ratios stay against the references of its own run.
     """
     last = {
         (r["reference_key"], r["method"]): r
@@ -160,13 +128,8 @@ def merge_references(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def timing_records(stores: Sequence[Path]) -> tuple[list[dict[str, Any]], list[str]]:
     """The timings a report of ``stores`` shows, and one line per unusable line of the stores.
 
-    The timings are ``merge_references`` of the latest record of each, in the order of the
-    stores: what ``render_timing`` renders, and what ``harness bench --from ... --print``
-    (``harness.bench.excerpts``) prints parts of.
-
-    Raises:
-        ConfigError: no timing record in the stores.
-        RecordError: a store that does not exist.
+    ``merge_references`` of the latest record of each, in the order of the stores. ConfigError:
+    no timing record in them; RecordError: a store that does not exist.
     """
     records, problems = load(stores)
     timings = merge_references([r for r in latest(records) if r.get("kind") == "timing"])
@@ -178,24 +141,14 @@ def timing_records(stores: Sequence[Path]) -> tuple[list[dict[str, Any]], list[s
 def render_timing(
     stores: Sequence[Path], command: str
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
-    """The timing report of the timing records in ``stores`` (``harness bench --from``).
-
-    Returns:
-        The Markdown, the timings it shows (``timing_records``: written beside the report, its
-        data file) and one line per unusable line of the stores.
-
-    Raises:
-        ConfigError: no timing record in the stores.
-        RecordError: a store that does not exist.
-    """
+    """The timing report of ``stores`` (``harness bench --from``), and ``timing_records``."""
     timings, problems = timing_records(stores)
     return timing_markdown(timings, [str(p) for p in stores], command), timings, problems
 
 
 def reference_kinds(phase: Phase) -> list[str]:
     """The kinds of reference a method's phase is compared with, the fused GRU first."""
-    kinds = ["GRU", phase.info.get("fused_cell") or "GRU", STEP_LOOP]
-    return list(dict.fromkeys(kinds))
+    return list(dict.fromkeys(["GRU", phase.info.get("fused_cell") or "GRU", STEP_LOOP]))
 
 
 def _first_line(e: BaseException) -> str:
@@ -219,21 +172,7 @@ def time_methods(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Time every method in every phase on every device at one task's sizes, with references.
 
-    Args:
-        names: registered methods.
-        devices: where to time them.
-        task: the registered task whose preset gives the sizes and the batches timed.
-        preset: the task's preset (``smoke``, ``quick`` or ``paper``).
-        overrides: config overrides (``section.field`` or a bare ``field``), applied after the
-            preset as in a run (the seed is 0), each to the methods that have its field.
-        rounds: timed rounds per timing.
-        warmup: untimed warm-up rounds before the timed ones.
-        data_dir: dataset root for real-data tasks.
-        bench_id: stored in every record.
-        progress: called with one line per finished or failed timing.
-
-    Returns:
-        (timing records, one line per timing that failed).
+    Returns the timing records and one line per timing that failed (also told to ``progress``).
     """
     records: list[dict[str, Any]] = []
     splits: SplitCache = {}
@@ -317,11 +256,7 @@ def _command(
     out_dir: str | os.PathLike,
     overrides: dict[str, Any] | None,
 ) -> str:
-    """The command line of ``run_bench``'s arguments, for a report header.
-
-    ``asked`` is the methods and tasks as asked for, ``resolved`` as the registries resolved
-    them (named where they were asked for as lists).
-    """
+    """The command line of ``run_bench``'s arguments (methods and tasks as asked, or resolved)."""
     (methods, tasks), (names, task_names) = asked, resolved
     flags = (
         ("--methods", methods if isinstance(methods, str) else ",".join(names)),
@@ -332,39 +267,10 @@ def _command(
     return "harness bench " + " ".join(f"{f} {shlex.quote(str(v))}" for f, v in flags)
 
 
-def _runnable(
-    names: list[str],
-    tasks: list[str],
-    preset: str,
-    overrides: dict[str, Any] | None,
-    data_dir: str | None,
-) -> tuple[list[str], dict[str, str]]:
-    """``runnable_tasks``, checked before any timing.
-
-    HarnessError where no task has usable data, ConfigError (one line) for a bad preset or an
-    override no (method, task) pair has.
-    """
-    runnable, no_data = runnable_tasks(tasks, data_dir)
-    if not runnable:
-        raise HarnessError(
-            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
-        )
-    build_configs(names, runnable, [0], preset, dict(overrides or {}))
-    return runnable, no_data
-
-
 def runnable_tasks(
     tasks: Sequence[str], data_dir: str | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """The tasks whose data is usable (or generated), and why each other one is not.
-
-    Args:
-        tasks: registered task names.
-        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
-
-    Returns:
-        (runnable tasks in the given order, ``{task: why it has no usable data}``).
-    """
+    """The tasks whose data is usable (or generated), in order, and ``{task: why not}``."""
     runnable, no_data = [], {}
     for t in tasks:
         status = TASKS.get(t)(None, data_dir).data_status()
@@ -393,39 +299,25 @@ def run_bench(
 ) -> tuple[Path, Path]:
     """Time methods and the references at each task's sizes; record the timings; write the Markdown.
 
-    Args:
-        methods: names or globs, a list or comma-separated (``"all"``).
-        tasks: names or globs, a list or comma-separated (``"all"``); a task without usable data
-            is skipped with one line (through ``progress`` and in the report).
-        preset: the preset whose sizes are timed.
-        device: ``cpu``, ``cuda`` or ``auto``: every device to time on
-            (``harness.env.bench_devices``; auto is the CPU, plus CUDA when present).
-        out_dir: gets the timing records, appended to ``timing.jsonl``.
-        report: the Markdown to write.
-        overrides: config overrides (``{"seq_len": 5}``), as ``--set``; each applies to the
-            (method, task) pairs that have its field.
-        rounds: timed rounds per (task, method, phase, device).
-        warmup: untimed rounds before them.
-        threads: torch CPU threads while timing (0: leave torch's setting); restored afterwards.
-        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
-        command: the command line for the report header (default: rebuilt from the arguments).
-        progress: called with one line per finished or failed timing and per skipped task (e.g.
-            to print to stderr).
+    As ``harness bench`` (its ``--help`` says what each argument does): ``methods`` and
+    ``tasks`` are names or globs, a list or comma-separated; a task without usable data is
+    skipped with one line (through ``progress`` and in the report); ``overrides`` as ``--set``;
+    ``threads`` is restored afterwards; ``command`` defaults to one rebuilt from the arguments.
 
-    Returns:
-        Paths of the timing records (JSONL) and of the Markdown.
-
-    Raises:
-        HarnessError: unknown methods, tasks or device; no task with usable data; an unwritable
-            store.
-        ConfigError: a bad preset, an override no selected (method, task) pair has, or a bad
-            round/thread count.
+    Returns the paths of the timing records (``out_dir/timing.jsonl``) and of the Markdown.
+    HarnessError: unknown methods, tasks or device, no task with usable data, an unwritable store;
+    ConfigError: a bad preset, round or thread count, an override no selected pair has.
     """
     names, task_names = METHODS.resolve(methods), TASKS.resolve(tasks)
     devices = env.bench_devices(device)
     if rounds < 1 or warmup < 0 or threads < 0:
         raise ConfigError("bench needs rounds >= 1, warmup >= 0 and threads >= 0")
-    runnable, no_data = _runnable(names, task_names, preset, overrides, data_dir)
+    runnable, no_data = runnable_tasks(task_names, data_dir)
+    if not runnable:
+        raise HarnessError(
+            "; ".join(f"no usable data for task '{t}': {why}" for t, why in no_data.items())
+        )
+    build_configs(names, runnable, [0], preset, dict(overrides or {}))  # checked before timing
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     jsonl, md = Path(out_dir) / "timing.jsonl", Path(report)
     (store := Store(jsonl, config.legacy_values)).check_writable()

@@ -1,8 +1,4 @@
-"""The timing report, ``reports/TIMING.md``: one Markdown table per (task, device).
-
-Rendered from timing records alone (``harness.bench.suite`` measures them): nothing here builds
-a model or times anything, so a report can be rendered again from the records store.
-"""
+"""The timing report, ``reports/TIMING.md``, rendered from timing records alone."""
 
 from __future__ import annotations
 
@@ -30,13 +26,17 @@ PER_MAC = "× cell per MAC"
 FLAG = "⚑"
 
 
-def method_codes(rows: Sequence[dict[str, Any]]) -> str:
-    """``method code, ...``: the code version each method was timed with (``?`` if unknown)."""
+def code_lines(rows: Sequence[dict[str, Any]], bullet: str = "") -> list[str]:
+    """A header's lines on the code versions the methods were timed with and those moved since."""
     codes: dict[str, set[str]] = {}
     for r in rows:
         if not r.get("reference"):
             codes.setdefault(r["method"], set()).add(r.get("method_code") or "?")
-    return ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
+    timed = ", ".join(f"{m} {'/'.join(sorted(c))}" for m, c in codes.items()) or "none"
+    return [
+        f"{bullet}Code timed (`method_code`): {timed}.",
+        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(rows)],
+    ]
 
 
 def format_ms(seconds: float | None) -> str:
@@ -47,7 +47,7 @@ def format_ms(seconds: float | None) -> str:
     return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
 
 
-def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
+def spread(r: dict[str, Any], rounds_shown: bool = False) -> str:
     """``median (min–max)`` in ms, with the round count when the table does not give it."""
     if "median_s" not in r:
         return "–"
@@ -56,23 +56,13 @@ def _spread(r: dict[str, Any], rounds_shown: bool) -> str:
     return f"{format_ms(r['median_s'])} ({low}–{high}{n})"
 
 
-def _ratio(r: float | None) -> str:
+def format_ratio(r: float | None) -> str:
+    """A ratio: two decimals below 10, else three significant digits; a dash for None."""
     return "–" if r is None else f"{r:.2f}" if r < 10 else f"{r:.3g}"
 
 
 def per_mac_ratio(r: dict[str, Any]) -> float | None:
-    """A timing's ratio to its fused cell per dense MAC.
-
-    Its time over (the cell's time x its dense MACs per step / the cell's), from
-    ``ratio_vs_cell``, ``dense_macs`` and ``cell_macs``.
-
-    Args:
-        r: a timing record.
-
-    Returns:
-        The ratio, or None where the record lacks one of the three (records made before the
-        MACs were recorded, a failed reference).
-    """
+    """A timing record's ``ratio_vs_cell`` x ``cell_macs`` / ``dense_macs``; None: one lacking."""
     ratio, macs, cell = r.get("ratio_vs_cell"), r.get("dense_macs"), r.get("cell_macs")
     if ratio is None or not macs or not cell:
         return None
@@ -84,19 +74,13 @@ def _cell_name(reference: str | None) -> str:
     return next((k for k, v in TIMED_CELLS.items() if v == reference), reference or "?")
 
 
-def _round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+def round_counts(records: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """The distinct (rounds, warm-up rounds) of the records."""
     return sorted({(r.get("rounds"), r.get("warmup_rounds")) for r in records}, key=str)
 
 
 def timing_table(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown table of the timings of one task on one device.
-
-    The reference rows come first (marked), then a row per method. Each phase gets its time in
-    ms as median (min–max) and its ratio to the row's fused cell; the train step also gets the
-    ratio to the fused GRU, the dense MAC ratio to the GRU, the ratio to the fused cell per dense
-    MAC (flagged above ``MAC_BOUND``, on CUDA above ``MAC_BOUNDS["cuda"]``) and the target with
-    whether it is met.
-    """
+    """One Markdown table of the timings of one task on one device (``_reading`` says how)."""
     bound = mac_bound(records[0].get("device") if records else None)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
@@ -112,7 +96,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         for k in ("params", "fused_cell", "mac_ratio"):
             row[k] = r.get(k)
     uniform = _batch_shapes(records) is not None
-    per_cell_rounds = len(_round_counts(records)) > 1
+    per_cell_rounds = len(round_counts(records)) > 1
     cols = ["Method", "Cell", "D", "L", "Params"] + ([] if uniform else ["B×T (inference / train)"])
     cols += [f"{PHASES['inference']} ms ↓", f"{CELL_RATIO} ↓"]
     cols += [f"{PHASES['train']} ms ↓", f"{CELL_RATIO} ↓", f"{RATIO} ↓", "MACs / GRU"]
@@ -128,8 +112,8 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
         ratios = [row.get(p, {}).get("ratio_vs_cell") for p in ("train", "inference")]
         return (1, *[float("inf") if x is None else x for x in ratios])
 
-    body = []
-    for row in sorted(rows.values(), key=order):
+    body, ordered = [], sorted(rows.values(), key=order)
+    for row in ordered:
         name = f"**{row['method']}** (reference)" if row["ref"] else row["method"]
         s = row["sizes"]
         cells = [name, row["fused_cell"] or "–", str(s.get("D", "–")), str(s.get("layers", "–"))]
@@ -138,11 +122,13 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             bt = [row.get(p, {}).get("sizes", {}) for p in PHASES]
             cells.append(" / ".join(f"{b.get('B', '?')}×{b.get('T', '?')}" for b in bt))
         inf, train = row.get("inference", {}), row.get("train", {})
-        cells += [_spread(inf, per_cell_rounds), _ratio(inf.get("ratio_vs_cell"))]
-        cells += [_spread(train, per_cell_rounds), _ratio(train.get("ratio_vs_cell"))]
+        cells += [spread(inf, per_cell_rounds), format_ratio(inf.get("ratio_vs_cell"))]
+        cells += [spread(train, per_cell_rounds), format_ratio(train.get("ratio_vs_cell"))]
         x = per_mac_ratio(train)  # bold and flagged above the device's bound
-        per_mac = "–" if x is None else f"**{_ratio(x)}** {FLAG}" if x > bound else _ratio(x)
-        cells += [_ratio(train.get("ratio_vs_gru")), _ratio(row["mac_ratio"]), per_mac]
+        per_mac = (
+            "–" if x is None else f"**{format_ratio(x)}** {FLAG}" if x > bound else format_ratio(x)
+        )
+        cells += [format_ratio(train.get("ratio_vs_gru")), format_ratio(row["mac_ratio"]), per_mac]
         cells.append(_ops(train))
         target = train.get("target")
         if target:
@@ -153,11 +139,7 @@ def timing_table(records: Sequence[dict[str, Any]]) -> str:
             cells += ["–", "–"]
         body.append(cells)
     lines = pipe_table(cols, body)
-    above = [
-        row["train"]
-        for row in sorted(rows.values(), key=order)
-        if (per_mac_ratio(row.get("train", {})) or 0) > bound
-    ]
+    above = [row["train"] for row in ordered if (per_mac_ratio(row.get("train", {})) or 0) > bound]
     if above:
         lines += ["", f"{FLAG} Train step above {bound:g}× its fused cell per MAC: "]
         lines[-1] += "; ".join(_flagged(r, records) for r in above) + "."
@@ -175,20 +157,13 @@ def _ops(r: dict[str, Any]) -> str:
 
 def _flagged(r: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
     """A flagged train timing, with its ops a step beside its fused cell's at the same sizes."""
-    text = f"`{r['method']}` ({_ratio(per_mac_ratio(r))}"
+    text = f"`{r['method']}` ({format_ratio(per_mac_ratio(r))}"
     cell = TIMED_CELLS.get(r.get("fused_cell") or "")
+    same = [
+        x for x in records if x.get("reference") and (x["method"], x["phase"]) == (cell, "train")
+    ]
     dims = ("V", "D", "layers", "T")
-    ref = next(
-        (
-            x
-            for x in records
-            if x.get("reference")
-            and x["method"] == cell
-            and x["phase"] == "train"
-            and all(x["sizes"].get(k) == r["sizes"].get(k) for k in dims)
-        ),
-        None,
-    )
+    ref = next((x for x in same if all(x["sizes"].get(k) == r["sizes"].get(k) for k in dims)), None)
     if r.get("ops_per_step") and ref is not None and ref.get("ops_per_step"):
         text += f"; {_ops(r)} ops a step against {_cell_name(cell)}'s {_ops(ref)}"
     return text + ")"
@@ -201,18 +176,7 @@ def timing_markdown(
     failed: Sequence[str] = (),
     skipped: dict[str, int] | None = None,
 ) -> str:
-    """The TIMING.md text: generated-file header, one table per (task, device), what was not timed.
-
-    Args:
-        records: timing records (methods and references).
-        sources: the records files, named in the header.
-        command: the command line that produced them.
-        failed: one line per timing that failed.
-        skipped: ``{reason: count}`` of timings not attempted.
-
-    Returns:
-        The Markdown.
-    """
+    """The TIMING.md text: a header, a table per (task, device), what failed or was ``skipped``."""
     parts = _header(records, sources, command)
     sections: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
@@ -245,7 +209,7 @@ def _header(records: Sequence[dict[str, Any]], sources: Sequence[str], command: 
             f" ({MAC_BOUNDS['cuda']:g}× on CUDA, issue 66: a GPU's fused cell is harder to "
             "approach at small sizes)"
         )
-    return [
+    lines = [
         "# Timing (advisory)",
         "",
         f"<!-- Generated by `harness bench` at {now}. Do not edit by hand. -->",
@@ -253,30 +217,23 @@ def _header(records: Sequence[dict[str, Any]], sources: Sequence[str], command: 
         f"- Generated by `{command}` ({len(records)} timings, in "
         f"{', '.join(f'`{s}`' for s in sources) or '?'}); sizes of {', '.join(tasks) or '?'}.",
         *[f"- Timed by `{c}`." for c in timed_by if c != command],
-        *(
-            [
-                "- Merged from these runs: each ratio is against the reference timed in its own "
-                "run; a reference timed at the same sizes by several runs shows the last run's "
-                "times (every run's are in the records)."
-            ]
-            if len(timed_by) > 1
-            else []
-        ),
-        f"- Commit: {', '.join(shas)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
-        f"CPU threads: {uniq('threads')}; python: {uniq('python')}.",
-        *(
-            [
-                f"- CUDA: {uniq('cuda')}; driver: {uniq('driver')}; cuDNN: {uniq('cudnn')}; "
-                f"compute capability: {uniq('capability')}; triton: {uniq('triton')}."
-            ]
-            if any(e.get("cuda") for e in envs)
-            else []
-        ),
-        *_reading(factor, cuda_bound),
-        f"- Code timed (`method_code`): {method_codes(records)}.",
-        *[f"- **Timed with other code than today's**: {line}" for line in code_changes(records)],
-        "",
     ]
+    if len(timed_by) > 1:
+        lines.append(
+            "- Merged from these runs: each ratio is against the reference timed in its own "
+            "run; a reference timed at the same sizes by several runs shows the last run's "
+            "times (every run's are in the records)."
+        )
+    lines.append(
+        f"- Commit: {', '.join(shas)}; devices: {uniq('device_name')}; torch: {uniq('torch')}; "
+        f"CPU threads: {uniq('threads')}; python: {uniq('python')}."
+    )
+    if any(e.get("cuda") for e in envs):
+        lines.append(
+            f"- CUDA: {uniq('cuda')}; driver: {uniq('driver')}; cuDNN: {uniq('cudnn')}; "
+            f"compute capability: {uniq('capability')}; triton: {uniq('triton')}."
+        )
+    return [*lines, *_reading(factor, cuda_bound), *code_lines(records, "- "), ""]
 
 
 def _reading(factor: str, cuda_bound: str) -> list[str]:
@@ -331,7 +288,7 @@ def _section(task: str, device: str, here: Sequence[dict[str, Any]]) -> list[str
         else ""
     )
     line += "Times: median (min–max) of " + "; ".join(
-        f"{n} rounds after {w} warm-up round(s)" for n, w in _round_counts(here)
+        f"{n} rounds after {w} warm-up round(s)" for n, w in round_counts(here)
     )
     return [*lines, line + ".\n", timing_table(here) + "\n"]
 
