@@ -317,3 +317,13 @@ def test_the_speedup_report_names_the_code_it_timed_and_warns_when_it_changed(ro
     assert "other code" not in md
     old = [{**r, "method_code": "0" * 16} for r in rows]
     assert "**Timed with other code than today's**" in speedup_markdown(old, "cmd")
+
+
+def test_markdown_says_why_a_method_needing_more_macs_than_the_fused_cell_is_slower():
+    more = row("deep", D=16, speedup_fused=0.6, mac_ratio_fused=0.5, realised_frac_fused=1.2,
+               bound_ms=0.8)  # fmt: skip
+    md = speedup_markdown([row(D=16), more], "c")
+    says = [x for x in md.splitlines() if x.startswith("- deep: ")]
+    assert len(says) == 1 and "needs 2.00x the MACs of torch's fused GRU" in says[0]
+    assert "realised 1.20" in says[0] and "1.25x its physical bound" in says[0]
+    assert not any(x.startswith("- m: ") for x in md.splitlines())  # MAC ratio 10: nothing to say

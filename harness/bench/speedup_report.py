@@ -248,4 +248,19 @@ def _fused_summary(rows: Sequence[dict[str, Any]]) -> list[str]:
             + [f"{r['realised_frac_fused']:.2f}", _bound(r)[1]]
             for m, r in best.items()
         ],
-    )
+    ) + _more_work(best)
+
+
+def _more_work(best: dict[str, dict[str, Any]]) -> list[str]:
+    """A sentence per method of the batch-1 summary whose MAC ratio is below 1, saying why."""
+    lines = [
+        f"- {m}: at its {100 * r['target_skip']:.0f} % target skip it still needs "
+        f"{1 / r['mac_ratio_fused']:.2f}x the MACs of torch's fused {r.get('fused_cell', 'cell')} "
+        "(its dense step does more work than that cell's; what it skips is a share of its own "
+        "work), so it runs slower than the fused cell unless it beats its MAC ratio; realised "
+        f"{r['realised_frac_fused']:.2f} is its speedup over what that ratio predicts, and its "
+        f"time is {_bound(r)[1]} its physical bound."
+        for m, r in best.items()
+        if r["mac_ratio_fused"] < 1
+    ]
+    return ["", *lines] if lines else []
