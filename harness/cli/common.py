@@ -1,11 +1,7 @@
-"""What the subcommands share: the parser class, the shared options, small helpers.
+"""What the subcommands share: the parser class, the option tables, argument types, helpers.
 
-Every option that more than one subcommand takes is declared once here, as a parent parser
-(``argparse``'s ``parents=``) made by one of the ``*_option`` functions; a subcommand passes what
-differs for it (its default, its help). argparse shares a parent's action objects with every
-parser built from it, so a parent is made fresh per subcommand rather than reused: changing one
-subcommand's default would otherwise change it for all.
-
+A subcommand declares its options as a table (``add_options``): ``"--flag METAVAR"`` and its help;
+their other argparse keywords are its own or, for an option several subcommands take, ``KINDS``'.
 Nothing here imports torch: ``harness --help`` and ``harness --version`` stay fast.
 """
 
@@ -87,31 +83,43 @@ def add_command(
     subparsers: Any,
     name: str,
     help: str,
-    parents: Sequence[argparse.ArgumentParser] = (),
-    epilog: str | None = None,
-    description: str | None = None,
+    options: dict[str, str],
+    kinds: dict[str, dict[str, Any]] | None = None,
+    **texts: str,
 ) -> argparse.ArgumentParser:
-    """Add one subcommand parser (its epilog's examples keep their line breaks).
+    """Add a subcommand parser with its ``options`` (``add_options``).
 
-    Args:
-        subparsers: the object ``add_subparsers`` returned.
-        name: the subcommand.
-        help: one line for ``harness --help``; also the description unless one is given.
-        parents: parent parsers with the shared options it takes.
-        epilog: examples and notes printed after the options.
-        description: a longer text printed before the options.
-
-    Returns:
-        The subcommand's parser.
+    ``help`` is its line in ``harness --help`` and its description unless ``texts`` gives one;
+    ``texts``: ``description``, ``epilog`` (its examples keep their line breaks).
     """
-    return subparsers.add_parser(
+    parser = subparsers.add_parser(
         name,
         help=help,
-        description=description or help,
-        parents=list(parents),
-        epilog=epilog,
+        description=texts.get("description") or help,
+        epilog=texts.get("epilog"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_options(parser, options, kinds)
+    return parser
+
+
+def add_options(
+    parser: Any, options: dict[str, str], kinds: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """Add each option ``"FLAG [FLAG...] [METAVAR]"`` (a positional: ``"NAME [METAVAR]"``) -> help.
+
+    Its other ``add_argument`` keywords are ``KINDS``' updated by ``kinds``', by its first flag;
+    a flag with neither a metavar nor keywords is a switch (``store_true``).
+    """
+    for spec, help in options.items():
+        words = spec.split()
+        flags = [w for w in words if w.startswith("-")] or words[:1]
+        kw = KINDS.get(flags[0], {}) | (kinds or {}).get(flags[0], {})
+        if words[len(flags) :]:
+            kw = {"metavar": words[-1], **kw}
+        elif not kw and flags[0].startswith("-"):
+            kw = {"action": "store_true"}
+        parser.add_argument(*flags, help=help, **kw)
 
 
 # --- argument types (their errors become argparse's one-line usage error) ----------------------
@@ -178,98 +186,33 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
-# --- shared options, as parent parsers ----------------------------------------------------------
+# --- options several subcommands take ---------------------------------------------------------
 
-
-def _option(*flags: str, **kwargs: Any) -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(*flags, **kwargs)
-    return parent
-
-
-def methods_option(note: str = "") -> argparse.ArgumentParser:
-    """``--methods``: comma-separated method names or globs, or ``all`` (the default)."""
-    return _option(
-        "--methods",
-        default="all",
-        metavar="METHOD[,METHOD...]",
-        help="comma-separated method names or globs, or 'all' (default: %(default)s; "
-        "see 'harness list methods')" + note,
-    )
-
-
-def tasks_option(default: str | None = "all", note: str = "") -> argparse.ArgumentParser:
-    """``--tasks``: comma-separated task names or globs, or ``all``."""
-    shown = "%(default)s" if default else "all tasks"
-    return _option(
-        "--tasks",
-        default=default,
-        metavar="TASK[,TASK...]",
-        help=f"comma-separated task names or globs, or 'all' (default: {shown}; "
-        "see 'harness list tasks')" + note,
-    )
-
-
-def task_option(help: str, metavar: str = "TASK") -> argparse.ArgumentParser:
-    """``--task``: one task name (no default: no task is special)."""
-    return _option("--task", default=None, metavar=metavar, help=help)
-
-
-def preset_option(
-    default: str | None = "smoke", help: str | None = None
-) -> argparse.ArgumentParser:
-    """``--preset``: one of the presets."""
-    return _option(
-        "--preset",
-        default=default,
-        choices=PRESETS,
-        help=help or "sizes and training budget of every run (default: %(default)s)",
-    )
-
-
-def set_option(scope: str = "") -> argparse.ArgumentParser:
-    """``--set KEY=VALUE`` (repeatable): config overrides; ``scope`` prefixes the help."""
-    return _option(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help=f"{scope}override a config field, as section.field or a bare field when unambiguous "
-        "(e.g. train.lr=0.01, hidden_size=64); repeatable; a key no selected method or task "
-        "has is an error",
-    )
-
-
-def data_dir_option(scope: str = "") -> argparse.ArgumentParser:
-    """``--data-dir``: the dataset root; ``scope`` prefixes the help."""
-    return _option(
-        "--data-dir",
-        metavar="DIR",
-        help=f"{scope}dataset root (default: $HARNESS_DATA_DIR, else the user cache directory)",
-    )
-
-
-def device_option(default: str | None, help: str) -> argparse.ArgumentParser:
-    """``--device cpu|cuda|auto`` (None: the command picks; ``harness.env.resolve_device``)."""
-    return _option("--device", default=default, choices=DEVICES, help=help)
-
-
-def include_option() -> argparse.ArgumentParser:
-    """``--include PATH`` (repeatable): methods and tasks from a ``.py`` file or a folder."""
-    return _option(
-        "--include",
-        action="append",
-        metavar="PATH",
-        help="import the methods and tasks of a .py file, or of every .py file of a folder "
-        "(not test_*.py, _*.py), before the registry is read; repeatable; also "
-        "$HARNESS_INCLUDE (see docs/plugins.md)",
-    )
-
-
-def threads_option(help: str) -> argparse.ArgumentParser:
-    """``--threads N``: torch CPU threads (default 1; 0 leaves torch's default; at most 1024)."""
-    return _option(
-        "--threads", type=int_at_least(0, MAX_THREADS), default=1, metavar="N", help=help
-    )
+KINDS: dict[str, dict[str, Any]] = {
+    "--methods": {"default": "all"},
+    "--tasks": {"default": "all"},
+    "--preset": {"default": "smoke", "choices": PRESETS},
+    "--device": {"choices": DEVICES},
+    "--threads": {"type": int_at_least(0, MAX_THREADS), "default": 1},
+    "--set": {"action": "append"},
+    "--include": {"action": "append"},
+    "--where": {"action": "append"},
+}
+METHODS_HELP = (
+    "comma-separated method names or globs, or 'all' (default: %(default)s; see 'harness list "
+    "methods')"
+)
+TASKS_HELP = "comma-separated task names or globs, or 'all' (default: {}; see 'harness list tasks')"
+SET_HELP = (
+    "override a config field, as section.field or a bare field when unambiguous (e.g. "
+    "train.lr=0.01, hidden_size=64); repeatable; a key no selected method or task has is an error"
+)
+DATA_DIR_HELP = "dataset root (default: $HARNESS_DATA_DIR, else the user cache directory)"
+INCLUDE = {
+    "--include PATH": "import the methods and tasks of a .py file, or of every .py file of a "
+    "folder (not test_*.py, _*.py), before the registry is read; repeatable; also "
+    "$HARNESS_INCLUDE (see docs/plugins.md)"
+}
 
 
 # --- helpers of the commands ------------------------------------------------------------------

@@ -6,52 +6,36 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli.common import add_command, console, examples
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``compare`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "compare",
         "drift gate: current records vs a reference",
-        epilog=examples(
+        {
+            "reference": "the reference records (.jsonl)",
+            "current": "the records to check against it (.jsonl)",
+            "--tol MEASURE=ABS[:REL]": "tolerance for a measure or a prefix of measures "
+            "(metrics.mse=1e-3, macs=0:1e-2); repeatable",
+            "--markdown FILE": "also write the comparison as Markdown",
+            "--only-present": "compare only the runs in both (a partial rerun); say how many were "
+            "left out; fails when no run is in both",
+            "--allow-empty": "pass when nothing was compared (a reference with no record, or no "
+            "run in both); by default that fails, so an emptied reference cannot pass the gate",
+            "--skip-malformed": "skip record lines that cannot be read (a torn last line, an "
+            "unknown schema), naming each, instead of refusing the store",
+        },
+        {"--tol": {"action": "append"}},
+        epilog=common.examples(
             "harness compare results/reference/smoke.jsonl results/runs.jsonl --markdown drift.md",
             "harness compare results/reference/smoke.jsonl rerun.jsonl --only-present",
             note="exit codes: 0 no drift, 1 drift, missing runs or nothing compared (unless "
             "--allow-empty),\n2 bad input (a tolerance that is negative, not finite or names no "
             "measure, a record\nline that cannot be read)",
         ),
-    )
-    s.add_argument("reference", help="the reference records (.jsonl)")
-    s.add_argument("current", help="the records to check against it (.jsonl)")
-    s.add_argument(
-        "--tol",
-        action="append",
-        metavar="MEASURE=ABS[:REL]",
-        help="tolerance for a measure or a prefix of measures (metrics.mse=1e-3, macs=0:1e-2); "
-        "repeatable",
-    )
-    s.add_argument(
-        "--markdown", default=None, metavar="FILE", help="also write the comparison as Markdown"
-    )
-    s.add_argument(
-        "--only-present",
-        action="store_true",
-        help="compare only the runs in both (a partial rerun); say how many were left out; "
-        "fails when no run is in both",
-    )
-    s.add_argument(
-        "--allow-empty",
-        action="store_true",
-        help="pass when nothing was compared (a reference with no record, or no run in both); "
-        "by default that fails, so an emptied reference cannot pass the gate",
-    )
-    s.add_argument(
-        "--skip-malformed",
-        action="store_true",
-        help="skip record lines that cannot be read (a torn last line, an unknown schema), "
-        "naming each, instead of refusing the store",
     )
     s.set_defaults(func=cmd_compare)
 
@@ -72,7 +56,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         skip_malformed=args.skip_malformed,
         markdown=args.markdown,
     )
-    out = console()
+    out = common.console()
     for line in skipped:
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     for line in res.environment:  # numbers from another torch or device may drift for that reason

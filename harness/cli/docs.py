@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import api
+from harness.cli import common
 from harness.cli.bench import add_parser as add_bench
-from harness.cli.common import Parser, add_command, dispatch, examples, includes
+from harness.cli.common import Parser, dispatch, includes
 from harness.cli.report import add_parser as add_report
 from harness.errors import HarnessError
 
@@ -26,11 +27,17 @@ DEFAULT_DOCS = "docs/*.md"
 
 def add_parser(subparsers: Any) -> None:
     """Add ``docs`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "docs",
         "fill the docs' generated blocks from the records (--check: only compare)",
-        epilog=examples(
+        {
+            "files": f"Markdown files (default: {DEFAULT_DOCS}, from the current folder)",
+            "--check": "write nothing; print one line per block whose body differs from its "
+            "command's output and exit 1 if there is one",
+        },
+        {"files": {"nargs": "*"}},
+        epilog=common.examples(
             "harness docs",
             "harness docs --check",
             "harness docs docs/reproduction.md",
@@ -38,17 +45,6 @@ def add_parser(subparsers: Any) -> None:
             "(or\n'harness bench --from STORE ... --print PART'), the command's output, a line "
             "'<!-- end -->'\n(docs/reports.md, \"Numbers in the docs\")",
         ),
-    )
-    s.add_argument(
-        "files",
-        nargs="*",
-        help=f"Markdown files (default: {DEFAULT_DOCS}, from the current folder)",
-    )
-    s.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; print one line per block whose body differs from its command's "
-        "output and exit 1 if there is one",
     )
     s.set_defaults(func=cmd_docs)
 

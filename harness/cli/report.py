@@ -14,15 +14,8 @@ from typing import Any
 
 from harness import api
 from harness.api import METHODS, PARTS, TASKS, WIDTHS, beside_records, parse_rule
-from harness.cli.common import (
-    add_command,
-    comma_list,
-    examples,
-    include_option,
-    one_of,
-    preset_option,
-    task_option,
-)
+from harness.cli import common
+from harness.cli.common import comma_list, one_of
 from harness.errors import HarnessError
 
 FORMATS = ("md", "tex", "csv", "parquet")
@@ -35,23 +28,60 @@ DESTS = {"--format": "formats", "--print": "parts", "--width": "widths"}
 
 def add_parser(subparsers: Any) -> None:
     """Add ``report`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "report",
         "leaderboard from records (or, with --paper, paper tables and figures)",
-        parents=[
-            task_option(
-                "--paper: only these tasks, comma-separated names or globs as 'run --tasks' "
-                "takes them (default: every task in the records)",
-                metavar="TASK[,TASK...]",
-            ),
-            preset_option(
-                default=None,
-                help="--paper: only this preset (default: every preset in the records)",
-            ),
-            include_option(),
-        ],
-        epilog=examples(
+        {
+            "--task TASK[,TASK...]": "--paper: only these tasks, comma-separated names or globs "
+            "as 'run --tasks' takes them (default: every task in the records)",
+            "--preset": "--paper: only this preset (default: every preset in the records)",
+            **common.INCLUDE,
+            "records": f"records files or directories (default: {DEFAULT_RECORDS})",
+            "--out FILE": "the leaderboard to write (default: next to the records: "
+            "DIR/LEADERBOARD.md for DIR or DIR/runs.jsonl, X.md for X.jsonl)",
+            "--paper": "paper tables (md/tex), figures, paper-vs-harness and significance, instead",
+            "--out-dir DIR": "--paper: output directory (default: paper/ in the records' folder)",
+            "--format --formats FORMAT[,FORMAT...]": f"table formats, any of {', '.join(FORMATS)} "
+            "(parquet needs pyarrow); the leaderboard's go beside --out with their suffix "
+            "(default: md; --paper: md,tex)",
+            "--select RULE": "one row per method, the variant RULE picks on the validation split: "
+            "best-val, or val-skip-band:TARGET:WIDTH (best validation metric among variants whose "
+            "validation Skip %% is within TARGET +- WIDTH), or val-skip-nearest:TARGET "
+            "(validation Skip %% nearest TARGET); default: every variant",
+            "--against METHOD[,METHOD...]": "--paper: a table after the main one comparing every "
+            "method row with each of these methods, paired by seed (row - method: mean "
+            "difference, paired t and Wilcoxon p, Holm per column), on the primary metric and, "
+            "against a method that skips, on √(Acc×Skip)",
+            "--allow-dirty": "--paper: also tabulate records made from a tree with uncommitted "
+            "changes (default: clean commits only; each report says how many it left out)",
+            "--width WIDTH[,WIDTH...]": "the LaTeX versions (--format tex): text, set within a "
+            "one-column paper's text width (X.tex), and column, set in one column of a two-column "
+            "paper, 3.3 in (X_column.tex) (default: text)",
+            "--tex-root DIR": "--paper: the LaTeX's figure paths start from DIR, a folder holding "
+            "--out-dir, so that a document naming DIR in its \\graphicspath includes several "
+            "reports' figures (default: --out-dir)",
+            "--no-figures": "tables only: no learning curves beside the leaderboard, no --paper "
+            "figures",
+            "--tensorboard DIR": "instead of a report, write each run's knobs (HParams) and "
+            "test/val metrics, FLOPs and parameters into a new or empty DIR for TensorBoard's "
+            "HParams dashboard (needs the tensorboard extra)",
+            "--print PART[,PART...]": "write nothing; print Markdown to stdout (for the docs' "
+            "generated blocks, 'harness docs'): count (records, failed and dirty ones, runs), or "
+            "with --paper the main, against or paper (vs harness) tables of each task and preset",
+            "--where KEY=VALUE[,VALUE...]": "--print: only the records whose config field KEY (as "
+            "--set names it), method or task is one of the values (methods and tasks: names or "
+            "globs; others read as the field's type); repeatable",
+        },
+        {
+            "--preset": {"default": None},
+            "records": {"nargs": "*"},
+            "--format": {"dest": "formats", "type": comma_list(one_of(FORMATS))},
+            "--against": {"type": comma_list(str)},
+            "--width": {"dest": "widths", "type": comma_list(one_of(WIDTHS))},
+            "--print": {"dest": "parts", "type": comma_list(one_of(PARTS))},
+        },
+        epilog=common.examples(
             "harness report results/runs.jsonl",
             "harness report results/runs.jsonl --paper --task TASK --preset quick",
             "harness report results/runs.jsonl --paper --task 'TASK,PREFIX-*'",
@@ -61,103 +91,6 @@ def add_parser(subparsers: Any) -> None:
             note="malformed record lines are skipped and listed in the report, which is still "
             "written;\nthe exit code is then 2",
         ),
-    )
-    s.add_argument(
-        "records",
-        nargs="*",
-        help=f"records files or directories (default: {DEFAULT_RECORDS})",
-    )
-    s.add_argument(
-        "--out",
-        metavar="FILE",
-        help="the leaderboard to write (default: next to the records: DIR/LEADERBOARD.md for "
-        "DIR or DIR/runs.jsonl, X.md for X.jsonl)",
-    )
-    s.add_argument(
-        "--paper",
-        action="store_true",
-        help="paper tables (md/tex), figures, paper-vs-harness and significance, instead",
-    )
-    s.add_argument(
-        "--out-dir",
-        metavar="DIR",
-        help="--paper: output directory (default: paper/ in the records' folder)",
-    )
-    s.add_argument(
-        "--format",
-        "--formats",
-        dest="formats",
-        type=comma_list(one_of(FORMATS)),
-        metavar="FORMAT[,FORMAT...]",
-        help=f"table formats, any of {', '.join(FORMATS)} (parquet needs pyarrow); the "
-        "leaderboard's go beside --out with their suffix (default: md; --paper: md,tex)",
-    )
-    s.add_argument(
-        "--select",
-        metavar="RULE",
-        help="one row per method, the variant RULE picks on the validation split: best-val, "
-        "or val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation "
-        "Skip %% is within TARGET +- WIDTH), or val-skip-nearest:TARGET (validation Skip %% "
-        "nearest TARGET); default: every variant",
-    )
-    s.add_argument(
-        "--against",
-        type=comma_list(str),
-        metavar="METHOD[,METHOD...]",
-        help="--paper: a table after the main one comparing every method row with each of these "
-        "methods, paired by seed (row - method: mean difference, paired t and Wilcoxon p, Holm "
-        "per column), on the primary metric and, against a method that skips, on √(Acc×Skip)",
-    )
-    s.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="--paper: also tabulate records made from a tree with uncommitted changes "
-        "(default: clean commits only; each report says how many it left out)",
-    )
-    s.add_argument(
-        "--width",
-        dest="widths",
-        type=comma_list(one_of(WIDTHS)),
-        metavar="WIDTH[,WIDTH...]",
-        help="the LaTeX versions (--format tex): text, set within a one-column paper's text "
-        "width (X.tex), and column, set in one column of a two-column paper, 3.3 in "
-        "(X_column.tex) (default: text)",
-    )
-    s.add_argument(
-        "--tex-root",
-        metavar="DIR",
-        help="--paper: the LaTeX's figure paths start from DIR, a folder holding --out-dir, so "
-        "that a document naming DIR in its \\graphicspath includes several reports' figures "
-        "(default: --out-dir)",
-    )
-    s.add_argument(
-        "--no-figures",
-        action="store_true",
-        help="tables only: no learning curves beside the leaderboard, no --paper figures",
-    )
-    s.add_argument(
-        "--tensorboard",
-        metavar="DIR",
-        help="instead of a report, write each run's knobs (HParams) and test/val metrics, FLOPs "
-        "and parameters into a new or empty DIR for TensorBoard's HParams dashboard (needs the "
-        "tensorboard extra)",
-    )
-    s.add_argument(
-        "--print",
-        dest="parts",
-        type=comma_list(one_of(PARTS)),
-        metavar="PART[,PART...]",
-        help="write nothing; print Markdown to stdout (for the docs' generated blocks, 'harness "
-        "docs'): count (records, failed and dirty ones, runs), or with --paper the main, "
-        "against or paper (vs harness) tables of each task and preset",
-    )
-    s.add_argument(
-        "--where",
-        action="append",
-        metavar="KEY=VALUE[,VALUE...]",
-        help="--print: only the records whose config field KEY (as --set names it), method or "
-        "task is one of the values (methods and tasks: names or globs; others read as the "
-        "field's type); repeatable",
     )
     s.set_defaults(func=cmd_report)
 

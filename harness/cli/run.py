@@ -8,22 +8,8 @@ import dataclasses
 from typing import Any
 
 from harness import api
+from harness.cli import common
 from harness.cli.board import FORMATS, print_board
-from harness.cli.common import (
-    add_command,
-    console,
-    data_dir_option,
-    device_option,
-    examples,
-    float_at_least,
-    include_option,
-    int_at_least,
-    methods_option,
-    preset_option,
-    set_option,
-    tasks_option,
-    threads_option,
-)
 from harness.cli.progress import (
     SweepProgress,
     estimate_line,
@@ -35,7 +21,7 @@ from harness.cli.progress import (
 )
 from harness.errors import HarnessError
 
-EPILOG = examples(
+EPILOG = common.examples(
     "harness run --tasks all --preset smoke",
     "harness run --tasks TASK --methods 'METHOD,PREFIX-*' --seeds 0-4 --preset quick",
     "harness run --tasks TASK --methods METHOD --set train.lr=0.005 --set hidden_size=64",
@@ -57,149 +43,88 @@ EPILOG = examples(
 
 def add_parser(subparsers: Any) -> None:
     """Add ``run`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "run",
         "train and test methods on tasks; write records + leaderboard",
-        parents=[
-            tasks_option(),
-            methods_option(
-                "; reference predictors: 'ref:*' or ref:NAME, beside them too ('all,ref:*'; "
-                "see 'harness list references')"
-            ),
-            preset_option(),
-            set_option(),
-            data_dir_option(),
-            device_option("cpu", "where the runs train and test (default: %(default)s)"),
-            threads_option("torch CPU threads per run (default: %(default)s; 0: torch's default)"),
-            include_option(),
-        ],
+        {
+            "--tasks TASK[,TASK...]": common.TASKS_HELP.format("%(default)s"),
+            "--methods METHOD[,METHOD...]": common.METHODS_HELP + "; reference predictors: "
+            "'ref:*' or ref:NAME, beside them too ('all,ref:*'; see 'harness list references')",
+            "--preset": "sizes and training budget of every run (default: %(default)s)",
+            "--set KEY=VALUE": common.SET_HELP,
+            "--data-dir DIR": common.DATA_DIR_HELP,
+            "--device": "where the runs train and test (default: %(default)s)",
+            "--threads N": "torch CPU threads per run (default: %(default)s; 0: torch's default)",
+            **common.INCLUDE,
+            "--seeds SEEDS": "e.g. 0-4 or 0,1,2 (default: %(default)s)",
+            "--grid KEY=V1,V2,...": "sweep a config field over values (repeatable: cartesian "
+            "product); a key applies to the methods and tasks that have it",
+            "--match-skip TARGET": "after the sweep, show per method the variant with TEST Skip "
+            "%% nearest TARGET (test-based; to choose on validation: harness report --select "
+            "val-skip-band:T:W)",
+            "--select RULE": "the leaderboard written after the sweep keeps one row per method: "
+            "the variant RULE picks on the validation split (best-val, or "
+            "val-skip-band:TARGET:WIDTH: the best validation metric among variants whose "
+            "validation Skip %% is within TARGET +- WIDTH; or val-skip-nearest:TARGET: validation "
+            "Skip %% nearest TARGET); default: every variant",
+            "--out PATH": "records directory (its runs.jsonl) or .jsonl file (default: "
+            "%(default)s)",
+            "--store-mode": "lock: the driver appends each record under flock on the store "
+            "(local disks, NFS with working locks); files: each run writes its record to its own "
+            "file in STORE.parts/, merged into the store in order under a lock file, for NFS "
+            "without locks and Lustre without its flock option (default: the store's own mode, "
+            "lock for a new one; see docs/clusters.md)",
+            "--report FILE": "leaderboard to write from all the records of --out (default: next "
+            "to them: DIR/LEADERBOARD.md for --out DIR, X.md for --out X.jsonl)",
+            "--no-report": "neither write nor print the leaderboard",
+            "--format": "what is printed at the end: table, the leaderboard's main columns fitted "
+            "to the terminal (to 100 columns through a pipe or into a file), then the file of the "
+            "full table; md, the leaderboard's Markdown as written (default: %(default)s)",
+            "--force": "rerun runs already recorded (appended)",
+            "--retry-failed": "rerun the runs recorded as failed (appended; the latest record of "
+            "a run counts)",
+            "--keep-stale": "count records made by other code of their method as done (default: "
+            "rerun them)",
+            "--allow-unverified-data": "run on data that differ from the published checksums "
+            "(recorded as unverified, under their own digest)",
+            "--executor": "local: in this process, or with --workers N > 1 the pool of N "
+            "processes; pool: worker processes; ray: Ray tasks; submitit: Slurm jobs, --slurm-* "
+            "(default: %(default)s; 'harness list executors')",
+        },
+        {
+            "--device": {"default": "cpu"},
+            "--seeds": {"default": "0"},
+            "--grid": {"action": "append"},
+            "--match-skip": {"type": common.float_at_least(0.0)},
+            "--out": {"default": "results"},
+            "--store-mode": {"choices": api.STORE_MODES},
+            "--format": {"choices": FORMATS, "default": "table"},
+            "--executor": {"default": "local", "choices": api.EXECUTORS.names()},
+        },
         epilog=EPILOG,
     )
-    s.add_argument(
-        "--seeds", default="0", metavar="SEEDS", help="e.g. 0-4 or 0,1,2 (default: %(default)s)"
-    )
-    s.add_argument(
-        "--grid",
-        action="append",
-        metavar="KEY=V1,V2,...",
-        help="sweep a config field over values (repeatable: cartesian product); a key applies "
-        "to the methods and tasks that have it",
-    )
-    s.add_argument(
-        "--match-skip",
-        type=float_at_least(0.0),
-        metavar="TARGET",
-        help="after the sweep, show per method the variant with TEST Skip %% nearest TARGET "
-        "(test-based; to choose on validation: harness report --select val-skip-band:T:W)",
-    )
-    s.add_argument(
-        "--select",
-        metavar="RULE",
-        help="the leaderboard written after the sweep keeps one row per method: the variant RULE "
-        "picks on the validation split (best-val, or val-skip-band:TARGET:WIDTH: the best "
-        "validation metric among variants whose validation Skip %% is within TARGET +- WIDTH; "
-        "or val-skip-nearest:TARGET: validation Skip %% nearest TARGET); default: every variant",
-    )
-    s.add_argument(
-        "--out",
-        default="results",
-        metavar="PATH",
-        help="records directory (its runs.jsonl) or .jsonl file (default: %(default)s)",
-    )
-    s.add_argument(
-        "--store-mode",
-        choices=api.STORE_MODES,
-        help="lock: the driver appends each record under flock on the store (local disks, NFS "
-        "with working locks); files: each run writes its record to its own file in "
-        "STORE.parts/, merged into the store in order under a lock file, for NFS without locks "
-        "and Lustre without its flock option (default: the store's own mode, lock for a new "
-        "one; see docs/clusters.md)",
-    )
-    s.add_argument(
-        "--report",
-        metavar="FILE",
-        help="leaderboard to write from all the records of --out (default: next to them: "
-        "DIR/LEADERBOARD.md for --out DIR, X.md for --out X.jsonl)",
-    )
-    s.add_argument(
-        "--no-report", action="store_true", help="neither write nor print the leaderboard"
-    )
-    s.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="table",
-        help="what is printed at the end: table, the leaderboard's main columns fitted to the "
-        "terminal (to 100 columns through a pipe or into a file), then the file of the full "
-        "table; md, the leaderboard's Markdown as written (default: %(default)s)",
-    )
-    s.add_argument("--force", action="store_true", help="rerun runs already recorded (appended)")
-    s.add_argument(
-        "--retry-failed",
-        action="store_true",
-        help="rerun the runs recorded as failed (appended; the latest record of a run counts)",
-    )
-    s.add_argument(
-        "--keep-stale",
-        action="store_true",
-        help="count records made by other code of their method as done (default: rerun them)",
-    )
-    s.add_argument(
-        "--allow-unverified-data",
-        action="store_true",
-        help="run on data that differ from the published checksums (recorded as unverified, "
-        "under their own digest)",
-    )
-    s.add_argument(
-        "--executor",
-        default="local",
-        choices=api.EXECUTORS.names(),
-        help="local: in this process, or with --workers N > 1 the pool of N processes; pool: "
-        "worker processes; ray: Ray tasks; submitit: Slurm jobs, --slurm-* (default: "
-        "%(default)s; 'harness list executors')",
-    )
     executor_options(s)
-    s.add_argument(
-        "--checkpoint-every",
-        type=float_at_least(0.0),
-        default=10.0,
-        metavar="MINUTES",
-        help="each run keeps a checkpoint of its training in OUT.checkpoints/ at the end of an "
-        "epoch, at most every MINUTES (0: every epoch), and a run started again goes on from its "
-        "checkpoint; removed once the run is recorded (default: 10)",
-    )
-    s.add_argument(
-        "--no-checkpoint",
-        action="store_true",
-        help="keep no checkpoints: a run stopped in the middle starts again from its first epoch",
-    )
-    s.add_argument(
-        "--log-dir",
-        metavar="DIR",
-        help="also write TensorBoard event files per run under DIR (needs the tensorboard extra)",
-    )
-    s.add_argument(
-        "--config",
-        metavar="FILE",
-        help="a sweep file (TOML; YAML with PyYAML) holding these options; flags given beside "
-        "it override it",
-    )
-    s.add_argument(
-        "--suite",
-        metavar="NAME",
-        help="a shipped sweep file, one per seed-paper table ('--suite list' lists them)",
-    )
-    s.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the resolved runs (recorded or to run) and write nothing",
-    )
-    s.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="print every epoch's losses (runs in this process only: not with --workers or "
-        "Ray); with --executor ray, Ray's own log lines too",
+    common.add_options(
+        s,
+        {
+            "--checkpoint-every MINUTES": "each run keeps a checkpoint of its training in "
+            "OUT.checkpoints/ at the end of an epoch, at most every MINUTES (0: every epoch), and "
+            "a run started again goes on from its checkpoint; removed once the run is recorded "
+            "(default: 10)",
+            "--no-checkpoint": "keep no checkpoints: a run stopped in the middle starts again "
+            "from its first epoch",
+            "--log-dir DIR": "also write TensorBoard event files per run under DIR (needs the "
+            "tensorboard extra)",
+            "--config FILE": "a sweep file (TOML; YAML with PyYAML) holding these options; flags "
+            "given beside it override it",
+            "--suite NAME": "a shipped sweep file, one per seed-paper table ('--suite list' lists "
+            "them)",
+            "--dry-run": "print the resolved runs (recorded or to run) and write nothing",
+            "-v --verbose": "print every epoch's losses (runs in this process only: not with "
+            "--workers or Ray); with --executor ray, Ray's own log lines too",
+        },
+        {"--checkpoint-every": {"type": common.float_at_least(0.0), "default": 10.0}},
     )
     s.set_defaults(func=cmd_run, parser=s)
 
@@ -212,7 +137,7 @@ def executor_options(s: argparse.ArgumentParser) -> None:
         seen |= {o.name for o in fresh}
         group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            kind = {"type": int_at_least(*o.bounds) if o.bounds else o.type}
+            kind = {"type": common.int_at_least(*o.bounds) if o.bounds else o.type}
             if o.type is list:  # repeatable: each flag adds a string
                 kind = {"action": "append"}
             how = {"action": "store_true"} if o.type is bool else kind | {"metavar": o.metavar}
@@ -226,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         0 every run succeeded, 1 some run failed (bad input, or a write that failed and stopped
         the sweep, raises a HarnessError: one line, exit 2).
     """
-    out = console()
+    out = common.console()
     if args.suite == "list":  # the shipped suites with their descriptions
         for name, description in api.suites():
             print(f"{name:14s} {description}")
