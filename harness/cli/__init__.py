@@ -1,13 +1,7 @@
-"""The ``harness`` command line: its subcommands (``COMMANDS``, in the order ``--help`` lists them).
+"""The ``harness`` command line: one module per subcommand (``add_parser``, ``cmd_*``).
 
-One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
-``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
-so ``harness --help`` and ``harness --version`` stay fast. The CLI parses, calls ``harness.api`` and
-prints: a CLI module imports nothing of the project but ``harness.api``, ``harness.errors`` and
-other CLI modules (``tests/test_cli_shape.py``).
-
-Bad input (unknown names, bad ``--set`` values, missing data, unwritable output, malformed
-records) gives one line on stderr and exit code 2, never a traceback.
+It parses, calls ``harness.api`` and prints (``tests/test_cli_shape.py``); torch loads only when a
+command runs. Bad input gives one line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -47,14 +41,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``harness`` console script.
-
-    Args:
-        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+    """Entry point of the ``harness`` console script (``argv``: default ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 success, 1 failed runs or drift, 2 bad input, 128 + the signal when
-        interrupted (130 SIGINT, 143 SIGTERM).
+        0 success, 1 failed runs or drift, 2 bad input, 128 + the signal when interrupted.
     """
     program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     old_handler = _on_sigterm(_interrupt)

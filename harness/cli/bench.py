@@ -1,11 +1,7 @@
 """``harness bench``: the timing suite, or with ``--speedup`` the fast paths' realised speedups.
 
-Both write a generated Markdown report whose header names the command line that produced it:
-the arguments ``harness.cli.main`` parsed (``args.argv``), so that an in-process call records its
-own command, not the host process's ``sys.argv``. Each report has its data beside it (the name
-with ``.jsonl``): the speedup rows, or the timings a report rendered with ``--from`` shows. With
-``--print`` nothing is measured or written: parts of those data are printed for the docs'
-generated blocks (``harness.bench.excerpts``).
+Each report names the command line ``main`` parsed (``args.argv``, not the host's ``sys.argv``)
+and has its data beside it (``data_path``); ``--print`` prints parts of such data.
 """
 
 from __future__ import annotations
@@ -272,9 +268,6 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
 
 
 def data_path(report: Path) -> Path:
-    """The data file beside a report: its name with ``.jsonl``.
-
-    The speedup report's raw timings, or the timings a report rendered with ``--from`` shows.
-    """
+    """The data file beside a report (its rows, or the timings it shows): ``.jsonl`` for ``.md``."""
     data = report.with_suffix(".jsonl")
     return data if data != report else report.with_name(report.name + ".rounds.jsonl")

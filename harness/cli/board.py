@@ -1,10 +1,7 @@
 """What ``harness run`` prints when it ends: the leaderboard, as a terminal can show it.
 
-One ``rich`` table per (task, preset): the leaderboard's model rendered for a terminal
-(``harness.reporting.leaderboard.terminal``), fitted to its width (cells wrap, numbers never), with
-the notes on its reference predictors, then the file that holds the full table. The same through a
-pipe or into a file, fitted to ``PIPE_WIDTH`` columns; ``--format md`` prints the leaderboard's
-Markdown as written instead.
+One ``rich`` table per (task, preset) fitted to the terminal's width (``PIPE_WIDTH`` through a
+pipe), with its notes, then the file that holds the full table.
 """
 
 from __future__ import annotations
@@ -24,15 +21,9 @@ PIPE_WIDTH = 100  # the columns of a table printed to a pipe or a file (no termi
 def print_board(
     records: Sequence[dict], rule: Any, none: str, store: Path, board: Path, given: str | None
 ) -> None:
-    """Print the leaderboard of ``records`` (written to ``board``) on stdout.
+    """Print the leaderboard of ``records`` (``api.board_records``) on stdout.
 
-    Args:
-        records: the records of ``store`` (``harness.api.board_records``).
-        rule: the ``--select`` rule, if any.
-        none: what to say where there is no table.
-        store: the records file, named in the notes.
-        board: the leaderboard's Markdown, written already.
-        given: ``--format``: ``md`` prints the Markdown; else the tables (``print_tables``).
+    ``given`` (``--format``) ``md`` prints the Markdown written to ``board``, else the tables.
     """
     from rich.console import Console
 
@@ -50,10 +41,8 @@ def print_tables(
 ) -> None:
     """Print the leaderboard of ``records`` on ``console``, and where its Markdown ``board`` is.
 
-    ``rule`` picks the rows, ``store`` is named in the notes, ``none`` is said for no table.
-
-    A table too wide for the console even with the method's cell and the titles wrapped keeps
-    only its ``TERSE`` columns (``harness.reporting.leaderboard.Column``); numbers never wrap.
+    ``rule`` picks the rows; ``none`` is said for no table. A table too wide even with the
+    method's cell and the titles wrapped keeps only its ``TERSE`` columns; numbers never wrap.
     """
     from rich.measure import Measurement
 

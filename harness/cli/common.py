@@ -26,10 +26,8 @@ from harness.errors import ConfigError, HarnessError
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr and exit code 2.
 
-    An empty value (``--config ''``, ``--out ''``, a positional ``''``) is a usage error for
-    every option: none of them means anything empty, and taken as given it would quietly mean
-    the default (``--config ''`` ran the default sweep, ``--out ''`` wrote into the current
-    folder).
+    An empty value is a usage error for every option: taken as given it would quietly mean the
+    default (``--config ''`` ran the default sweep, ``--out ''`` wrote into the current folder).
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -61,10 +59,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
 
 
 def includes(argv: list[str]) -> list[str]:
-    """The ``--include`` paths of ``argv``, to import before its parser is built (it checks them).
-
-    An included executor's options are flags of ``run``, so the files come first.
-    """
+    """The ``--include`` paths of ``argv``: imported first, as an executor's options are flags."""
     pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     pre.add_argument("--include", action="append", default=[])
     try:
@@ -219,13 +214,9 @@ INCLUDE = {
 
 
 def require_task(task: str | None, command: str, many: bool = False) -> str:
-    """The one task ``task`` names (a name or a glob matching one task).
+    """The one task ``task`` names (``many``: the several it names, as a comma list).
 
-    With ``many``, ``task`` may name several (a list, globs, ``all``), returned as a comma list.
-
-    Raises:
-        ConfigError: no ``--task`` (the message names the registered tasks), an unknown name, or
-            a glob matching several tasks.
+    ConfigError: no ``--task`` (the message names the tasks), an unknown name, or several.
     """
     if not task:
         raise ConfigError(f"{command} needs --task TASK; tasks: {', '.join(TASKS.names())}")

@@ -1,9 +1,6 @@
 """``harness docs``: fill the docs' generated blocks from the records, or check that they are.
 
-A block (``harness.reporting.docs``) names a ``harness report ... --print PART`` or ``harness
-bench --from STORE ... --print PART`` command; its body is that command's stdout. Every number of
-the docs that comes from the records or a committed report sits in one, so that ``harness docs
---check`` (in CI) fails when a record changes and the docs do not.
+A block's body is the stdout of the ``harness report|bench ... --print PART`` it names.
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 def run_block(argv: list[str]) -> tuple[int, str, str]:
     """``harness ARGV`` (``report`` or ``bench``) in this process: (exit code, stdout, stderr).
 
-    It runs as the same command line would alone: its ``--include`` files imported first, and
-    forgotten after (``plugins.isolated``), so that what one block registers no other sees.
+    As alone: its ``--include`` files imported first and forgotten after (``api.isolated``).
     """
     out, err = io.StringIO(), io.StringIO()
     parser = Parser(prog="harness")

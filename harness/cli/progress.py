@@ -1,10 +1,6 @@
 """What ``harness run`` shows while and after a sweep runs: progress, dry runs, summaries.
 
-``SweepProgress`` turns ``harness.api.SweepEvent`` s into the progress display (the run in
-progress and its epoch, an ETA, one line per finished run); the other functions print what the
-sweep found and did (resume, runs left to other sweeps, the ``--match-skip`` table) or say, in
-one line, why it stopped and where its records are (``stopped_line``). Everything goes to
-stderr; stdout keeps the leaderboard.
+Everything goes to stderr but the dry run's list; stdout keeps the leaderboard.
 """
 
 from __future__ import annotations
@@ -27,12 +23,7 @@ def fmt_duration(seconds: float) -> str:
 
 
 def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int = 1) -> str:
-    """``--dry-run``'s estimate of the time the runs to run would take, from the store's times.
-
-    With ``workers`` > 1, also the wall time on that many parallel workers
-    (``harness.planning.sweep.wall_seconds``: the runs are independent) and the longest run, its
-    floor.
-    """
+    """``--dry-run``'s estimate of the runs' time from the store's (and on ``workers``)."""
     per_run, n = estimate_runs(todo, records)
     seconds = sum(s for s in per_run if s is not None)
     known = n["variant"] + n["method"]
@@ -72,19 +63,10 @@ def print_dry_run(cfgs: list[Any], todo_ids: set[str], labels: dict[str, str]) -
 
 
 class SweepProgress:
-    """The progress display of a sweep: the run in progress, its epoch, an ETA, per-run lines.
+    """The progress display of a sweep (``SweepEvent`` s): the runs done, an ETA, a line each.
 
-    In this process (one worker) the run in progress and its epoch are shown (``on_epoch``, a
-    ``harness.training.train.train_model`` callback); with ``--workers`` or Ray the runs train in
-    other processes, and the display shows how many have finished, the ETA and a line per finished
-    run.
-
-    Args:
-        console: the rich console.
-        todo: the runs, in the order a serial executor runs them.
-        labels: variant labels (``variant_labels``).
-        serial: the runs train in this process, one after the other.
-        verbose: print every epoch's losses.
+    ``serial``: the runs train in this process in the order of ``todo``, so the run in progress
+    and its epoch are shown too (every epoch's losses with ``verbose``).
     """
 
     def __init__(
@@ -142,10 +124,7 @@ class SweepProgress:
             )
 
     def on_event(self, event: Any) -> None:
-        """A ``harness.api.SweepEvent``: an epoch of the run in progress, a finished run, a note.
-
-        A record kept aside (``unwritten``) is said at the end, in ``stopped_line``.
-        """
+        """Show an epoch, a finished run or a note (a record kept aside: in ``stopped_line``)."""
         if event.kind == "epoch":
             self.on_epoch(event.epoch, event.row)
         elif event.kind == "finished":
@@ -203,13 +182,7 @@ def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str]
 
 
 def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
-    """Print what resuming found: records of changed method code, failed runs retried or kept.
-
-    Args:
-        plan: the ``harness.planning.resume.ResumePlan``.
-        console: the rich console.
-        limit: records named per kind (the rest are counted).
-    """
+    """Print what resuming found: records of changed method code, failed runs retried or kept."""
 
     def names(recs: list[dict[str, Any]]) -> str:
         shown = [label(r) for r in recs[:limit]]
@@ -258,11 +231,7 @@ def say_finish(result: Any, console: Any) -> None:
 
 
 def stopped_line(result: Any) -> str:
-    """Why a sweep stopped (a write that failed) and where its records are, in one line.
-
-    Args:
-        result: the ``harness.api.SweepResult`` (its ``write_error`` set).
-    """
+    """Why a sweep stopped (``SweepResult.write_error``) and where its records are, in one line."""
     store, fallback = result.store, result.fallback
     kept = len(result.unwritten)
     recorded = len(result.records) - kept

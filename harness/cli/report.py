@@ -1,9 +1,6 @@
 """``harness report``: the leaderboard, or with ``--paper`` the paper-style report, of records.
 
-With ``--tensorboard DIR`` it writes instead each run's knobs and metrics as TensorBoard HParams
-(``harness.api.export_tensorboard``), and nothing else. With ``--print PART`` it writes nothing and
-prints parts of a report as Markdown (``harness.api.print_parts``): what ``harness docs`` fills the
-docs' generated blocks with.
+Or (``--tensorboard``) the runs as TensorBoard HParams, or (``--print``) parts of a report.
 """
 
 from __future__ import annotations
@@ -22,8 +19,6 @@ FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
 # the flags whose value is not under their own name
 DESTS = {"--format": "formats", "--print": "parts", "--width": "widths"}
-# Without --out / --out-dir a report goes beside its records (the flags' help says where, from
-# harness.persistence.outputs.beside_records), never into the checkout's committed reports/.
 
 
 def add_parser(subparsers: Any) -> None:
