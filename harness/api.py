@@ -167,7 +167,6 @@ class SweepResult:
     """
 
     store: Path
-    planned: int
     todo: list[Any]
     resume: Any
     records: list[RunRecord] = field(default_factory=list)
@@ -219,20 +218,10 @@ def existing_store(path: str | Path) -> Store:
     return store
 
 
-def plan_runs(
-    sweep: Sweep,
-    store: Store,
-    *,
-    force: bool = False,
-    retry_failed: bool = False,
-    keep_stale: bool = False,
-) -> tuple[Any, list[RunRecord]]:
-    """The runs of ``sweep`` the store lacks (``harness.planning.resume``), and its records."""
+def plan_runs(sweep: Sweep, store: Store, **resume: bool) -> tuple[Any, list[RunRecord]]:
+    """The runs of ``sweep`` the store lacks (``plan_resume``'s ``resume`` flags), its records."""
     recorded = store.read()[0]
-    plan = plan_resume(
-        sweep.configs, recorded, force=force, retry_failed=retry_failed, keep_stale=keep_stale
-    )
-    return plan, recorded
+    return plan_resume(sweep.configs, recorded, **resume), recorded
 
 
 def run_sweep(
@@ -264,7 +253,7 @@ def run_sweep(
     say = lambda line: emit(SweepEvent("note", error=line))  # noqa: E731
     swept = SweepStore(store, say)  # before reading: records from now on are seen
     plan, _ = plan_runs(sweep, store, force=force, retry_failed=retry_failed, keep_stale=keep_stale)
-    result = SweepResult(store.path, len(sweep.configs), plan.todo, plan)
+    result = SweepResult(store.path, plan.todo, plan)
     emit(SweepEvent("planned", todo=plan.todo, resume=plan))
     try:
         _prepare(ex, plan.todo)
@@ -312,10 +301,9 @@ def provenance(sweep: Sweep, argv: Sequence[str]) -> dict[str, Any]:
 
 def _prepare(ex: Executor, todo: list[Any]) -> None:
     """The executor's ``prepare(todo)`` (workers, kernels built), if any; cancelled on error."""
-    if not todo or not hasattr(ex, "prepare"):
-        return
     try:
-        ex.prepare(todo)
+        if todo and hasattr(ex, "prepare"):
+            ex.prepare(todo)
     except BaseException:
         ex.cancel()
         raise
@@ -364,8 +352,14 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
                     pending.pop(h, None)
                 continue
             empty, since = (empty + 1, since or called) if not done else (0, 0.0)
-            if empty and STALL_S <= time.monotonic() - since < empty * MIN_WAIT_S:
-                raise HarnessError(_stalled(ex, empty, time.monotonic() - since, len(pending)))
+            if empty and STALL_S <= (seconds := time.monotonic() - since) < empty * MIN_WAIT_S:
+                raise HarnessError(
+                    f"executor '{getattr(type(ex), 'name', type(ex).__name__)}' "
+                    f"({describe_source(type(ex))}) makes no progress: its wait_any() returned "
+                    f"no record {empty} times in {seconds:.0f} s without waiting, with "
+                    f"{len(pending)} run(s) in flight; the sweep stopped, its runs in flight "
+                    "cancelled and their claims released (wait_any must wait until a run finishes)"
+                )
             yield from [(pending.pop(h), rec) for h, rec in done]
             fill()  # after the records are handled: a store that took none starts no run
     except BaseException:
@@ -373,17 +367,6 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
         raise
     if failed is not None:
         raise failed
-
-
-def _stalled(ex: Executor, empty: int, seconds: float, in_flight: int) -> str:
-    """The line saying that ``ex`` makes no progress (``STALL_S``)."""
-    cls = type(ex)
-    return (
-        f"executor '{getattr(cls, 'name', cls.__name__)}' ({plugins.describe_source(cls)}) "
-        f"makes no progress: its wait_any() returned no record {empty} times in {seconds:.0f} s "
-        f"without waiting, with {in_flight} run(s) in flight; the sweep stopped, its runs in "
-        "flight cancelled and their claims released (wait_any must wait until a run finishes)"
-    )
 
 
 def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, dict], None]:

@@ -169,20 +169,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
     check_writable(report)
 
+    device = args.device or "auto"  # every device to time on (harness.env.bench_devices)
+    kw = {k: getattr(args, k) for k in ("rounds", "warmup", "threads", "data_dir")}
+    kw |= {"overrides": api.parse_set(args.set or []), "command": command}
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     paths = api.run_bench(
-        args.methods,
-        task,
-        args.preset,
-        args.device or "auto",  # every device to time on (harness.env.bench_devices)
-        args.out,
-        report=str(report),
-        overrides=api.parse_set(args.set or []),
-        rounds=args.rounds,
-        warmup=args.warmup,
-        threads=args.threads,
-        data_dir=args.data_dir,
-        command=command,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        args.methods, task, args.preset, device, args.out, report=str(report), progress=say, **kw
     )
     for p in paths:
         print(p)
@@ -258,7 +250,7 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     refuse_overwrite(out, option)
     refuse_overwrite(data, f"{option}'s raw timings")
     check_writable(out)  # before the measurement, not after
-    sizes = {k: getattr(args, k) for k in ("skips", "hidden", "batches", "seq_len", "budget")}
+    sizes = {k: getattr(args, k) for k in SPEEDUP_ONLY}  # skips, hidden, batches, seq_len, budget
     api.bench_speedup(
         out, data, command, args.device, methods=args.methods, threads=args.threads, **sizes
     )

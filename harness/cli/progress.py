@@ -5,6 +5,7 @@ Everything goes to stderr but the dry run's list; stdout keeps the leaderboard.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from harness.api import BUDGETS, estimate_runs, label, method_code, wall_seconds
@@ -46,17 +47,9 @@ def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int =
 def print_dry_run(cfgs: list[Any], todo_ids: set[str], labels: dict[str, str]) -> None:
     """The resolved runs, one line each on stdout: status, method, task, seed, run id, variant."""
     rows = [("status", "method", "task", "seed", "run id", "variant")]
-    rows += [
-        (
-            "to run" if c.run_id in todo_ids else "recorded",
-            c.method,
-            c.task,
-            str(c.seed),
-            c.run_id,
-            labels.get(c.run_id, ""),
-        )
-        for c in cfgs
-    ]
+    for c in cfgs:
+        status = "to run" if c.run_id in todo_ids else "recorded"
+        rows.append((status, c.method, c.task, str(c.seed), c.run_id, labels.get(c.run_id, "")))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[5])
@@ -72,21 +65,12 @@ class SweepProgress:
     def __init__(
         self, console: Any, todo: list[Any], labels: dict[str, str], serial: bool, verbose: bool
     ) -> None:
-        import time
-
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.todo, self.labels, self.serial, self.verbose = todo, labels, serial, verbose
-        self.finished = 0
-        self.started = time.monotonic()
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[eta]}"),
-            console=console,
-            transient=False,
-        )
+        self.finished, self.started = 0, time.monotonic()
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        self.progress = Progress(*columns, TextColumn("{task.fields[eta]}"), console=console)
         self.bar = self.progress.add_task(self._current(), total=len(todo), eta="")
 
     def __enter__(self) -> SweepProgress:
@@ -104,24 +88,7 @@ class SweepProgress:
     def _current(self, epoch: str = "") -> str:
         if self.finished >= len(self.todo):
             return "done"
-        if not self.serial:
-            return "running"
-        return f"running {self.name(self.todo[self.finished])}{epoch}"
-
-    def on_epoch(self, epoch: int, row: dict[str, Any]) -> None:
-        """After each epoch of the run in progress (serial): show it; with verbose, its losses."""
-        cfg = self.todo[min(self.finished, len(self.todo) - 1)]
-        self.progress.update(
-            self.bar, description=self._current(f" epoch {epoch + 1}/{cfg.train.epochs}")
-        )
-        if self.verbose:
-            values = " ".join(
-                f"{k} {v:.4g}" for k, v in row.items() if k != "epoch" and isinstance(v, float)
-            )
-            self.progress.console.print(
-                f"  {self.name(cfg)} epoch {epoch + 1}/{cfg.train.epochs}: {values}",
-                highlight=False,
-            )
+        return f"running {self.name(self.todo[self.finished])}{epoch}" if self.serial else "running"
 
     def on_event(self, event: Any) -> None:
         """Show an epoch, a finished run or a note (a record kept aside: in ``stopped_line``)."""
@@ -132,14 +99,25 @@ class SweepProgress:
         elif event.kind == "note":
             self.progress.console.print(f"[yellow]{event.error}[/]", highlight=False)
 
+    def on_epoch(self, epoch: int, row: dict[str, Any]) -> None:
+        """After each epoch of the run in progress (serial): show it; with verbose, its losses."""
+        cfg = self.todo[min(self.finished, len(self.todo) - 1)]
+        at = f" epoch {epoch + 1}/{cfg.train.epochs}"
+        self.progress.update(self.bar, description=self._current(at))
+        if self.verbose:
+            values = (
+                f"{k} {v:.4g}" for k, v in row.items() if k != "epoch" and isinstance(v, float)
+            )
+            self.progress.console.print(
+                f"  {self.name(cfg)}{at}: {' '.join(values)}", highlight=False
+            )
+
     def done(self, cfg: Any, rec: dict[str, Any]) -> None:
         """A run finished: its line, the bar, the ETA of the rest."""
-        import time
-
         self.finished += 1
-        elapsed = time.monotonic() - self.started
         left = len(self.todo) - self.finished
-        eta = f"ETA {fmt_duration(elapsed / self.finished * left)}" if left else ""
+        per_run = (time.monotonic() - self.started) / self.finished
+        eta = f"ETA {fmt_duration(per_run * left)}" if left else ""
         self.progress.update(self.bar, advance=1, description=self._current(), eta=eta)
         self.progress.console.print(summary(self.name(cfg), rec), highlight=False)
 
@@ -192,11 +170,8 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
     if plan.stale:
         methods = sorted({r["method"] for r in plan.stale})
         codes = ", ".join(f"{m} now {method_code(m)}" for m in methods)
-        what = (
-            "kept (--keep-stale)"
-            if plan.kept_stale
-            else "rerun (the new records supersede them; --keep-stale keeps them)"
-        )
+        what = "rerun (the new records supersede them; --keep-stale keeps them)"
+        what = "kept (--keep-stale)" if plan.kept_stale else what
         console.print(
             f"[yellow]warning: {len(plan.stale)} record(s) were made by other code of their "
             f"method ({codes}): {what}: {names(plan.stale)}[/]",
@@ -212,22 +187,15 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
 
 def say_finish(result: Any, console: Any) -> None:
     """Print the runs other sweeps took, and what the executor said at its close."""
-    for line in result.notes:
-        console.print(line, highlight=False)
+    lines = list(result.notes)
     if result.taken:
-        console.print(
-            f"{len(result.taken)} run(s) left to other sweeps on {result.store}:", highlight=False
-        )
-        for cfg, holder in result.taken:
-            by = (
-                "recorded by another sweep"
-                if holder.get("recorded")
-                else f"claimed by pid {holder.get('pid')} on {holder.get('host')}"
-            )
-            console.print(
-                f"  {cfg.method}/{cfg.task}/{cfg.preset}/seed{cfg.seed} ({cfg.run_id}): {by}",
-                highlight=False,
-            )
+        lines.append(f"{len(result.taken)} run(s) left to other sweeps on {result.store}:")
+    for cfg, holder in result.taken:
+        by = f"claimed by pid {holder.get('pid')} on {holder.get('host')}"
+        by = "recorded by another sweep" if holder.get("recorded") else by
+        lines.append(f"  {cfg.method}/{cfg.task}/{cfg.preset}/seed{cfg.seed} ({cfg.run_id}): {by}")
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def stopped_line(result: Any) -> str:

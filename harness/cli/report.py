@@ -93,73 +93,37 @@ def add_parser(subparsers: Any) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report (``harness.api.report`` / ``paper_report`` / ``export_tensorboard``).
 
-    Malformed records are an error (exit 2) once the report is written without them.
+    Malformed records are an error (exit 2) once the report is written (printed) without them.
     """
     sources, tasks = args.records or [DEFAULT_RECORDS], _check_flags(args)
+    written = {"select": args.select, "figures": not args.no_figures}
+    written["widths"] = tuple(args.widths or ("text",))
+    paper = {"tasks": tasks, "preset": args.preset, "allow_dirty": args.allow_dirty}
+    paper["against"], listed = args.against or (), ", listed in the report"
     if args.parts:  # nothing written: parts of a report on stdout
-        return _print(args, sources, tasks)
-    if args.tensorboard:
+        where = args.where or ()
+        text, problems = api.print_parts(
+            sources, args.parts, where=where, select=args.select, **paper
+        )
+        print(text, end="")
+        listed = ""
+    elif args.tensorboard:
         paths, problems = api.export_tensorboard(sources, args.tensorboard)
         print(f"wrote {len(paths)} runs' HParams: tensorboard --logdir {args.tensorboard}")
     elif not args.paper:
-        paths, problems = api.report(
-            sources,
-            Path(args.out or beside_records(sources)[0]),
-            formats=tuple(args.formats or ("md",)),
-            select=args.select,
-            figures=not args.no_figures,
-            option="--out" if args.out else "the leaderboard (next to its records)",
-            widths=tuple(args.widths or ("text",)),
-        )
+        out, formats = Path(args.out or beside_records(sources)[0]), tuple(args.formats or ("md",))
+        option = "--out" if args.out else "the leaderboard (next to its records)"
+        paths, problems = api.report(sources, out, formats=formats, option=option, **written)
         for p in paths:
             print(f"wrote {p}")
     else:
-        paths, problems = _paper(args, sources, tasks)
+        out = args.out_dir or beside_records(sources)[1] / "paper"
+        written |= {"formats": tuple(args.formats or ("md", "tex")), "tex_root": args.tex_root}
+        paths, problems = api.paper_report(sources, out, **written, **paper)
         for p in paths:
             print(p)
     if problems:  # the report is written without them; the input is still bad
-        more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
-        raise HarnessError(f"{problems[0]}{more}")
-    return 0
-
-
-def _paper(
-    args: argparse.Namespace, sources: list[str], tasks: list[str] | None
-) -> tuple[list[Path], list[str]]:
-    """``--paper``: the paper-style report (``harness.api.paper_report``)."""
-    return api.paper_report(
-        sources,
-        args.out_dir or beside_records(sources)[1] / "paper",
-        tasks=tasks,
-        preset=args.preset,
-        formats=tuple(args.formats or ("md", "tex")),
-        select=args.select,
-        figures=not args.no_figures,
-        allow_dirty=args.allow_dirty,
-        against=args.against or (),
-        widths=tuple(args.widths or ("text",)),
-        tex_root=args.tex_root,
-    )
-
-
-def _print(args: argparse.Namespace, sources: list[str], tasks: list[str] | None) -> int:
-    """``--print``: the parts asked for, as Markdown on stdout; nothing is written.
-
-    Malformed records are an error (exit 2), after the parts are printed without them.
-    """
-    text, problems = api.print_parts(
-        sources,
-        args.parts,
-        tasks=tasks,
-        preset=args.preset,
-        where=args.where or (),
-        select=args.select,
-        allow_dirty=args.allow_dirty,
-        against=args.against or (),
-    )
-    print(text, end="")
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        more = f" (and {len(problems) - 1} more{listed})" if len(problems) > 1 else ""
         raise HarnessError(f"{problems[0]}{more}")
     return 0
 
