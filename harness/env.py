@@ -29,13 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 PROJECT = "condrnn-harness"
 
 
-def _git(root: Path, *args: str) -> str:
+def _stdout(*command: str, timeout: float = 10) -> str:
     return subprocess.run(
-        ["git", "-C", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=True,
+        command, capture_output=True, text=True, timeout=timeout, check=True
     ).stdout
 
 
@@ -62,12 +58,13 @@ def checkout_state(root: Path) -> tuple[str | None, bool | None]:
     Dirty: tracked files outside ``OUTPUT_FOLDERS`` differ. ``(None, None)``: no such checkout.
     """
     root = Path(root).resolve()
+    git = functools.partial(_stdout, "git", "-C", str(root))
     try:
-        top = _git(root, "rev-parse", "--show-toplevel").strip()
+        top = git("rev-parse", "--show-toplevel").strip()
         if not top or Path(top).resolve() != root or not _is_project_root(root):
             return None, None
-        sha = _git(root, "rev-parse", "HEAD").strip()
-        status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", *_NOT_CODE)
+        sha = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *_NOT_CODE)
         return sha, bool(status.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -198,8 +195,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device": device.type,
         "device_name": device_name(device),
         "threads": torch.get_num_threads(),
-        "flush_denormal": _cpu["flush_denormal"],
-        "freed_memory_held": _cpu["freed_memory_held"],
+        **_cpu,  # flush_denormal, freed_memory_held
         "platform": platform.platform(),
         **(cuda_environment(device) if device.type == "cuda" else {}),
     }
@@ -213,9 +209,8 @@ def cuda_environment(device: torch.device) -> dict[str, Any]:
 
     driver = None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
-        driver = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+        query = ("--query-gpu=driver_version", "--format=csv,noheader")
+        driver = (_stdout("nvidia-smi", *query, timeout=20).strip().splitlines() or [None])[0]
     if driver is None:
         with contextlib.suppress(AttributeError, RuntimeError):
             driver = f"CUDA driver API {torch._C._cuda_getDriverVersion()}"

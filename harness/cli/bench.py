@@ -137,8 +137,8 @@ def add_parser(subparsers: Any) -> None:
             note="timings are advisory, never a pass/fail gate",
         ),
     )
-    for k, v in SPEEDUP_ONLY.items():  # a list's default as a flag gives it
-        s.set_defaults(**{k: _csv(v) if isinstance(v, list) else v})
+    # the defaults of --speedup's options as flags give them (a list comma-separated)
+    s.set_defaults(**{k: _csv(v) if isinstance(v, list) else v for k, v in SPEEDUP_ONLY.items()})
     s.set_defaults(func=cmd_bench)
 
 
@@ -230,15 +230,8 @@ def _print(args: argparse.Namespace) -> int:
         timings, problems = api.timing_records(_stores(args))
         for line in problems:
             print(line, file=sys.stderr)
-        text = api.print_timing(
-            timings,
-            args.parts,
-            args.sources,
-            args.where or (),
-            suite=args.suite,
-            seeds=args.seeds,
-            epoch_batches=args.epoch_batches,
-        )
+        cost = {k: getattr(args, k) for k in COST_ONLY}  # suite, seeds, epoch_batches
+        text = api.print_timing(timings, args.parts, args.sources, args.where or (), **cost)
     sys.stdout.write(text)
     return 0
 

@@ -47,14 +47,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """
     from rich.markup import escape
 
+    tolerances = api.parse_tolerances(args.tol or [])
+    flags = ("only_present", "allow_empty", "skip_malformed", "markdown")
     res, skipped = api.compare(
-        args.reference,
-        args.current,
-        api.parse_tolerances(args.tol or []),
-        only_present=args.only_present,
-        allow_empty=args.allow_empty,
-        skip_malformed=args.skip_malformed,
-        markdown=args.markdown,
+        args.reference, args.current, tolerances, **{k: getattr(args, k) for k in flags}
     )
     out = common.console()
     for line in skipped:

@@ -1,14 +1,88 @@
-"""What ``harness run`` shows while and after a sweep runs: progress, dry runs, summaries.
+"""What ``harness run`` shows while and after a sweep runs: progress, dry runs, the leaderboard.
 
-Everything goes to stderr but the dry run's list; stdout keeps the leaderboard.
+Everything goes to stderr but the dry run's list and the leaderboard: one ``rich`` table per
+(task, preset) fitted to the terminal's width (``PIPE_WIDTH`` through a pipe), with its notes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from harness.api import BUDGETS, estimate_runs, label, method_code, wall_seconds
+from harness import api
+
+FORMATS = ("table", "md")  # run --format
+NONE = "no run finished ok: no table"
+PIPE_WIDTH = 100  # the columns of a table printed to a pipe or a file (no terminal width)
+
+
+def print_board(
+    records: Sequence[dict], rule: Any, none: str, store: Path, board: Path, given: str | None
+) -> None:
+    """Print the leaderboard of ``records`` (``api.board_records``) on stdout.
+
+    ``given`` (``--format``) ``md`` prints the Markdown written to ``board``, else the tables.
+    """
+    from rich.console import Console
+
+    if given == "md":
+        print(board.read_text())
+        return
+    stdout = Console(highlight=False)
+    if not stdout.is_terminal:
+        stdout.width = PIPE_WIDTH
+    print_tables(records, rule, str(store), stdout, board, none)
+
+
+def print_tables(
+    records: Sequence[dict], rule: Any, store: str, console: Any, board: Path, none: str = NONE
+) -> None:
+    """Print the leaderboard of ``records`` on ``console``, and where its Markdown ``board`` is.
+
+    ``rule`` picks the rows; ``none`` is said for no table. A table too wide even with the
+    method's cell and the titles wrapped keeps only its ``TERSE`` columns; numbers never wrap.
+    """
+    from rich.measure import Measurement
+
+    picked, wide = None, console.options.update_width(10_000)  # the narrowest it can be
+    if rule is not None:
+        records, picked = api.select(records, rule)
+    tables = api.boards(records, picked)
+    for b in tables:
+        for place, tight in ((api.WIDE, False), (api.WIDE, True), (api.TERSE, True)):
+            table = _table(b.title, *api.terminal(b, place), tight)
+            if Measurement.get(console, wide, table).minimum <= console.width:
+                break
+        console.print(table)
+        for note in api.record_notes(records, b.task, b.preset, store, brief=True):
+            console.print(f"  {note}", highlight=False, markup=False)
+    if not tables:
+        console.print(none, highlight=False)
+    console.print(
+        f"the full leaderboard (CIs, dense cost, parameters, time, commits, failures): {board}",
+        highlight=False,
+    )
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], tight: bool) -> Any:
+    """A ``rich`` table: the method's cell wraps; a number never, a title (``tight``) by words."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    widest = max((len(row[0].split(" ")[0]) for row in rows), default=6)
+    table.add_column(columns[0], overflow="fold", min_width=max(widest, 6))
+    for j, col in enumerate(columns[1:], 1):
+        title_width = max(map(len, col.split())) if tight else len(col)
+        whole = max((len(row[j]) for row in rows), default=1)
+        table.add_column(col, justify="right", width=max(whole, title_width))
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def fmt_duration(seconds: float) -> str:
@@ -25,7 +99,7 @@ def fmt_duration(seconds: float) -> str:
 
 def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int = 1) -> str:
     """``--dry-run``'s estimate of the runs' time from the store's (and on ``workers``)."""
-    per_run, n = estimate_runs(todo, records)
+    per_run, n = api.estimate_runs(todo, records)
     seconds = sum(s for s in per_run if s is not None)
     known = n["variant"] + n["method"]
     if not known:
@@ -35,7 +109,7 @@ def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int =
         parts.append(f"{n['method']} from the same method, task and preset")
     text = f"estimated time: {fmt_duration(seconds)} in one process"
     if workers > 1:
-        wall = fmt_duration(wall_seconds(per_run, workers))
+        wall = fmt_duration(api.wall_seconds(per_run, workers))
         longest = fmt_duration(max(s for s in per_run if s is not None))
         text += f", {wall} on {workers} workers (the longest run: {longest})"
     text += f" ({', '.join(parts)}"
@@ -150,7 +224,7 @@ def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str]
             row["method"],
             *[str(row["values"][k]) for k in swept],
             f"{row['skip_pct']:.1f}"
-            + ("" if row["budget"] == BUDGETS["skip_pct"] else " (activity sparsity)"),
+            + ("" if row["budget"] == api.BUDGETS["skip_pct"] else " (activity sparsity)"),
             f"{primary} {row[primary]:.4g}",
             str(row["seeds"]),
             str(row["candidates"]),
@@ -163,13 +237,13 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
     """Print what resuming found: records of changed method code, failed runs retried or kept."""
 
     def names(recs: list[dict[str, Any]]) -> str:
-        shown = [label(r) for r in recs[:limit]]
+        shown = [api.label(r) for r in recs[:limit]]
         more = f" and {len(recs) - limit} more" if len(recs) > limit else ""
         return ", ".join(shown) + more
 
     if plan.stale:
         methods = sorted({r["method"] for r in plan.stale})
-        codes = ", ".join(f"{m} now {method_code(m)}" for m in methods)
+        codes = ", ".join(f"{m} now {api.method_code(m)}" for m in methods)
         what = "rerun (the new records supersede them; --keep-stale keeps them)"
         what = "kept (--keep-stale)" if plan.kept_stale else what
         console.print(

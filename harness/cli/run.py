@@ -8,17 +8,7 @@ import dataclasses
 from typing import Any
 
 from harness import api
-from harness.cli import common
-from harness.cli.board import FORMATS, print_board
-from harness.cli.progress import (
-    SweepProgress,
-    estimate_line,
-    print_dry_run,
-    print_match_skip,
-    say_finish,
-    say_resume,
-    stopped_line,
-)
+from harness.cli import common, progress
 from harness.errors import HarnessError
 
 EPILOG = common.examples(
@@ -99,7 +89,7 @@ def add_parser(subparsers: Any) -> None:
             "--match-skip": {"type": common.float_at_least(0.0)},
             "--out": {"default": "results"},
             "--store-mode": {"choices": api.STORE_MODES},
-            "--format": {"choices": FORMATS, "default": "table"},
+            "--format": {"choices": progress.FORMATS, "default": "table"},
             "--executor": {"default": "local", "choices": api.EXECUTORS.names()},
         },
         epilog=EPILOG,
@@ -162,17 +152,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job.request.dry_run:
         return dry_run(job, out)
     result = run_with_progress(job, out, ["harness", *getattr(args, "argv", [])])
-    say_finish(result, out)
+    progress.say_finish(result, out)
     _say_skipped(job.sweep, out)
     if result.write_error:  # stopped: no leaderboard of a sweep half done
-        raise HarnessError(stopped_line(result))
+        raise HarnessError(progress.stopped_line(result))
     if job.board is not None:
         for p in job.write_board():
             print(f"wrote {p}")
         records, rule, none = api.board_records(job.store.path, job.request.select)
-        print_board(records, rule, none, job.store.path, job.board, args.format)
+        progress.print_board(records, rule, none, job.store.path, job.board, args.format)
     if job.request.match_skip is not None:
-        print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
+        progress.print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
     if result.failed:
         out.print(f"[red]{result.failed} run(s) failed; see the records in {job.store.path}[/]")
     return result.exit_code
@@ -192,10 +182,10 @@ def dry_run(job: api.RunJob, out: Any) -> int:
     """Print the resolved runs, recorded or to run, and an estimate; nothing runs."""
     resume, recorded = job.plan()
     _say_plan(job, resume, out)
-    print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
+    progress.print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
     if resume.todo:
         workers = job.request.executor_options.get("workers") or 1
-        out.print(estimate_line(resume.todo, recorded, workers), highlight=False)
+        out.print(progress.estimate_line(resume.todo, recorded, workers), highlight=False)
     _say_skipped(job.sweep, out)
     out.print("dry run: nothing was run or written")
     return 0
@@ -205,14 +195,14 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
     """Run the sweep, showing its progress (every epoch's losses with ``-v``)."""
     in_process = api.EXECUTORS.get(job.executor[0]).in_process
     with contextlib.ExitStack() as stack:
-        shown: list[SweepProgress] = []
+        shown: list[progress.SweepProgress] = []
 
         def on_event(event: api.SweepEvent) -> None:
             if event.kind == "planned":
                 _say_plan(job, event.resume, out)
                 if event.todo:
                     args = (out, event.todo, job.sweep.labels, in_process, job.request.verbose)
-                    shown.append(stack.enter_context(SweepProgress(*args)))
+                    shown.append(stack.enter_context(progress.SweepProgress(*args)))
             elif shown:
                 shown[0].on_event(event)
 
@@ -220,7 +210,7 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
 
 
 def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
-    say_resume(resume, out)
+    progress.say_resume(resume, out)
     n, todo, failed = len(job.sweep.configs), len(resume.todo), len(resume.kept_failed)
     kept = f", {failed} failed earlier (kept; --retry-failed reruns them)" * bool(failed)
     done = n - todo - failed
