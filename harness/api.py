@@ -123,10 +123,7 @@ def executor(name: str = "local", run: RunOptions | None = None, **options: Any)
 
 
 def check_executor(name: str, run: RunOptions, options: dict[str, Any]) -> tuple[str, Any]:
-    """The executor ``name`` resolves to (``local`` with workers is ``pool``), and its options.
-
-    Checked against its declarations, then its ``preflight`` checks this machine (HarnessError).
-    """
+    """The executor ``name`` resolves to (``local`` with workers: ``pool``), its options checked."""
     if name == "local" and (options.get("workers") or 1) > 1:
         name = "pool"
     checked = options_for(name, options)
@@ -256,7 +253,12 @@ def run_sweep(
     result = SweepResult(store.path, plan.todo, plan)
     emit(SweepEvent("planned", todo=plan.todo, resume=plan))
     try:
-        _prepare(ex, plan.todo)
+        if plan.todo and hasattr(ex, "prepare"):  # workers started, the kernels built
+            try:
+                ex.prepare(plan.todo)
+            except BaseException:
+                ex.cancel()
+                raise
         with swept:
             try:
                 for cfg, rec in _pull(ex, swept.claimed(plan.todo), emit):
@@ -297,16 +299,6 @@ def _drop_empty(store: Store, folders: list[Path]) -> None:
 def provenance(sweep: Sweep, argv: Sequence[str]) -> dict[str, Any]:
     """What the driver adds to each record of ``sweep``: the command line and the sweep."""
     return {"argv": list(argv), "sweep": sweep.provenance}
-
-
-def _prepare(ex: Executor, todo: list[Any]) -> None:
-    """The executor's ``prepare(todo)`` (workers, kernels built), if any; cancelled on error."""
-    try:
-        if todo and hasattr(ex, "prepare"):
-            ex.prepare(todo)
-    except BaseException:
-        ex.cancel()
-        raise
 
 
 # An executor makes no progress when its ``wait_any`` returns no record again and again without
@@ -428,10 +420,7 @@ class RunRequest:
 
 @dataclass
 class RunJob:
-    """A ``harness run`` checked and planned (``prepare_run``); nothing run or written yet.
-
-    ``board``: the leaderboard to write (None: none); ``executor``: name, options, RunOptions.
-    """
+    """A ``harness run`` checked and planned (``prepare_run``); ``board`` None: no leaderboard."""
 
     request: RunRequest
     spec: SweepSpec
@@ -511,8 +500,11 @@ def prepare_run(request: RunRequest) -> RunJob:
     run = RunOptions(req.data_dir, req.device, req.threads, req.log_dir, verbose=req.verbose)
     lease_s()  # a bad $HARNESS_CLAIM_LEASE_S is refused before anything is written
     options = {k: req.executor_options.get(k) for k in declared()}
-    executor = (*check_executor(req.executor, run, options), run)
-    with _started_early(*executor[:2], run, req.dry_run):
+    name, checked = check_executor(req.executor, run, options)
+    # its start-up (the pool's fork server importing the training code) overlaps the planning
+    start = getattr(EXECUTORS.get(name), "start_early", None)
+    stop = start(run, checked) if start and not req.dry_run else None
+    try:
         if req.select:  # a bad rule is refused before anything runs
             parse_rule(req.select)
         spec = _spec(req, file)
@@ -527,24 +519,13 @@ def prepare_run(request: RunRequest) -> RunJob:
             option = "--report" if req.report else "the leaderboard"
             refuse_overwrite(board, option, [("the records store (--out)", store.path)])
             check_writable(board)
-
-        keep = None if req.no_checkpoint else str(store.checkpoints_path)
-        every = 60.0 * req.checkpoint_every
-        executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
-        return RunJob(req, spec, sweep, store, board, executor)
-
-
-@contextlib.contextmanager
-def _started_early(name: str, options: Any, run: RunOptions, dry_run: bool) -> Any:
-    """The executor's ``start_early`` (overlapping the planning), undone if what follows raises."""
-    start = getattr(EXECUTORS.get(name), "start_early", None)
-    stop = start(run, options) if start and not dry_run else None
-    try:
-        yield
     except BaseException:
         if stop is not None:
             stop()
         raise
+    keep = None if req.no_checkpoint else str(store.checkpoints_path)
+    run = replace(run, checkpoint_dir=keep, checkpoint_every_s=60.0 * req.checkpoint_every)
+    return RunJob(req, spec, sweep, store, board, (name, checked, run))
 
 
 def _spec(req: RunRequest, file: Any) -> SweepSpec:
@@ -657,10 +638,7 @@ def bench_speedup(
     budget: float,
     threads: int,
 ) -> None:
-    """Measure the fast paths' realised speedups; write the report ``out`` and its rows ``data``.
-
-    ``device`` None: the CPU; ``methods`` ``all``: every method with a fast path.
-    """
+    """Measure the fast paths' speedups (``device`` None: the CPU); write ``out`` and ``data``."""
     from harness.bench.speedup import measure_speedups, speedup_jsonl
     from harness.bench.speedup_report import speedup_markdown
 

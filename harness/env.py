@@ -1,7 +1,4 @@
-"""The environment a run was measured in (code version, software, device), and ``--device``.
-
-torch is imported inside the functions that need it: importing this module stays light.
-"""
+"""The environment a run was measured in (commit, software, device), and ``--device``; light."""
 
 from __future__ import annotations
 

@@ -105,10 +105,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def allocation_failure(e: BaseException) -> str | None:
-    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
-
-    torch's CPU allocator raises a RuntimeError naming it (``DefaultCPUAllocator``).
-    """
+    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None."""
     torch = sys.modules.get("torch")  # without torch imported, no torch error was raised
     typed = (MemoryError, torch.OutOfMemoryError) if torch else MemoryError
     text = str(e)
@@ -122,10 +119,7 @@ def allocation_failure(e: BaseException) -> str | None:
 def out_of_memory(
     what: str, detail: str = "", error: type[HarnessError] = HarnessError
 ) -> Iterator[None]:
-    """Turn an allocation failure inside the block into ``error``, one line.
-
-    ``WHAT does not fit in memory DETAIL; it asked for N GiB`` (``what`` "": the caller says it).
-    """
+    """An allocation failure inside the block: ``error("WHAT does not fit in memory DETAIL")``."""
     try:
         yield
     except (MemoryError, RuntimeError) as e:

@@ -13,13 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from harness.api import (
-    DEVICES,
-    MAX_THREADS,
-    PRESETS,
-    TASKS,
-    parse_seeds,  # noqa: F401  (re-exported)
-)
+from harness.api import DEVICES, MAX_THREADS, PRESETS, TASKS
+from harness.api import parse_seeds as parse_seeds
 from harness.errors import ConfigError, HarnessError
 
 
@@ -202,6 +197,12 @@ SET_HELP = (
     "override a config field, as section.field or a bare field when unambiguous (e.g. "
     "train.lr=0.01, hidden_size=64); repeatable; a key no selected method or task has is an error"
 )
+SELECT_HELP = (
+    "one row per method, the variant RULE picks on the validation split: best-val, or "
+    "val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation Skip %% "
+    "is within TARGET +- WIDTH), or val-skip-nearest:TARGET (validation Skip %% nearest TARGET); "
+    "default: every variant"
+)
 DATA_DIR_HELP = "dataset root (default: $HARNESS_DATA_DIR, else the user cache directory)"
 INCLUDE = {
     "--include PATH": "import the methods and tasks of a .py file, or of every .py file of a "
@@ -214,10 +215,7 @@ INCLUDE = {
 
 
 def require_task(task: str | None, command: str, many: bool = False) -> str:
-    """The one task ``task`` names (``many``: the several it names, as a comma list).
-
-    ConfigError: no ``--task`` (the message names the tasks), an unknown name, or several.
-    """
+    """The one task ``task`` names (``many``: the several, a comma list); else a ConfigError."""
     if not task:
         raise ConfigError(f"{command} needs --task TASK; tasks: {', '.join(TASKS.names())}")
     names = TASKS.resolve(task)

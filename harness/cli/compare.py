@@ -41,10 +41,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Print the drifted, missing and new runs (``harness.api.compare``); 0 when the gate passes.
-
-    It passes when nothing drifted or went missing and something was compared (1 otherwise).
-    """
+    """Print the drifted, missing and new runs; 0 when nothing drifted or went missing, else 1."""
     from rich.markup import escape
 
     tolerances = api.parse_tolerances(args.tol or [])

@@ -1,7 +1,4 @@
-"""``harness docs``: fill the docs' generated blocks from the records, or check that they are.
-
-A block's body is the stdout of the ``harness report|bench ... --print PART`` it names.
-"""
+"""``harness docs``: fill the docs' generated blocks (``harness report|bench ... --print``)."""
 
 from __future__ import annotations
 
@@ -62,10 +59,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def run_block(argv: list[str]) -> tuple[int, str, str]:
-    """``harness ARGV`` (``report`` or ``bench``) in this process: (exit code, stdout, stderr).
-
-    As alone: its ``--include`` files imported first and forgotten after (``api.isolated``).
-    """
+    """``harness ARGV`` (``report``, ``bench``) here, as if alone: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     parser = Parser(prog="harness")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)

@@ -1,8 +1,4 @@
-"""``harness list``: the registered components of each kind, with where each comes from.
-
-(Named ``listing`` because a submodule called ``list`` would shadow the builtin inside the
-package's ``__init__``.)
-"""
+"""``harness list`` (``listing``: a ``list`` module would shadow the builtin in the package)."""
 
 from __future__ import annotations
 

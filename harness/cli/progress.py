@@ -21,10 +21,7 @@ PIPE_WIDTH = 100  # the columns of a table printed to a pipe or a file (no termi
 def print_board(
     records: Sequence[dict], rule: Any, none: str, store: Path, board: Path, given: str | None
 ) -> None:
-    """Print the leaderboard of ``records`` (``api.board_records``) on stdout.
-
-    ``given`` (``--format``) ``md`` prints the Markdown written to ``board``, else the tables.
-    """
+    """Print the leaderboard on stdout: tables, or (``given`` ``md``) the Markdown of ``board``."""
     from rich.console import Console
 
     if given == "md":

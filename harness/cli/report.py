@@ -1,7 +1,4 @@
-"""``harness report``: the leaderboard, or with ``--paper`` the paper-style report, of records.
-
-Or (``--tensorboard``) the runs as TensorBoard HParams, or (``--print``) parts of a report.
-"""
+"""``harness report``: the leaderboard, the paper report, TensorBoard HParams or report parts."""
 
 from __future__ import annotations
 
@@ -40,10 +37,7 @@ def add_parser(subparsers: Any) -> None:
             "--format --formats FORMAT[,FORMAT...]": f"table formats, any of {', '.join(FORMATS)} "
             "(parquet needs pyarrow); the leaderboard's go beside --out with their suffix "
             "(default: md; --paper: md,tex)",
-            "--select RULE": "one row per method, the variant RULE picks on the validation split: "
-            "best-val, or val-skip-band:TARGET:WIDTH (best validation metric among variants whose "
-            "validation Skip %% is within TARGET +- WIDTH), or val-skip-nearest:TARGET "
-            "(validation Skip %% nearest TARGET); default: every variant",
+            "--select RULE": common.SELECT_HELP,
             "--against METHOD[,METHOD...]": "--paper: a table after the main one comparing every "
             "method row with each of these methods, paired by seed (row - method: mean "
             "difference, paired t and Wilcoxon p, Holm per column), on the primary metric and, "
@@ -129,10 +123,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _check_flags(args: argparse.Namespace) -> list[str] | None:
-    """Refuse misplaced flags, unknown names and a bad rule; return the tasks named.
-
-    Flags of ``--paper`` need it; ``--tensorboard`` takes no flag of a report.
-    """
+    """Refuse misplaced flags, unknown names and a bad rule; return the tasks named."""
 
     def used(*flags: str) -> list[str]:  # the flags given (their values: DESTS or own name)
         return [f for f in flags if getattr(args, DESTS.get(f, f[2:].replace("-", "_")))]

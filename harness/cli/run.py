@@ -53,11 +53,7 @@ def add_parser(subparsers: Any) -> None:
             "--match-skip TARGET": "after the sweep, show per method the variant with TEST Skip "
             "%% nearest TARGET (test-based; to choose on validation: harness report --select "
             "val-skip-band:T:W)",
-            "--select RULE": "the leaderboard written after the sweep keeps one row per method: "
-            "the variant RULE picks on the validation split (best-val, or "
-            "val-skip-band:TARGET:WIDTH: the best validation metric among variants whose "
-            "validation Skip %% is within TARGET +- WIDTH; or val-skip-nearest:TARGET: validation "
-            "Skip %% nearest TARGET); default: every variant",
+            "--select RULE": "the leaderboard written after the sweep keeps " + common.SELECT_HELP,
             "--out PATH": "records directory (its runs.jsonl) or .jsonl file (default: "
             "%(default)s)",
             "--store-mode": "lock: the driver appends each record under flock on the store "
