@@ -1,19 +1,9 @@
 """The harness as a library: plan and run a sweep, report records, compare against a reference.
 
-The command line (``harness.cli``) only parses, calls these and prints; a notebook, a test or
-another front end (a cluster launcher, a web page) calls the same functions::
-
-    from harness import api
-
-    sweep = api.plan_sweep(api.SweepSpec.of("METHOD,PREFIX-*", "TASK", seeds=[0, 1]))
-    result = api.run_sweep(sweep, "results/runs.jsonl", api.executor("pool", workers=2))
-    api.report(["results/runs.jsonl"], "results/LEADERBOARD.md")
-
-Data flows one way (docs/architecture.md): ``SweepSpec`` -> ``plan_sweep`` -> ``run_sweep``
-(progress as ``SweepEvent`` s) -> ``report`` / ``compare`` / ``export_tensorboard``;
-``prepare_run`` checks and plans a ``harness run`` from a ``RunRequest`` (its flags, typed). This
-module is the command line's only door (``tests/test_cli_shape.py``): what the commands name,
-list and check is re-exported here; what loads torch is imported when called.
+``SweepSpec`` -> ``plan_sweep`` -> ``run_sweep`` (``SweepEvent`` s) -> ``report`` / ``compare``;
+``prepare_run`` plans a ``harness run`` from a ``RunRequest`` (docs/architecture.md, with a
+notebook's example). The command line's only door (``tests/test_cli_shape.py``): what the commands
+name, list and check is re-exported here; what loads torch is imported when called.
 """
 
 from __future__ import annotations
@@ -112,10 +102,7 @@ from harness.training.tracking import check_log_dir
 def executor(name: str = "local", run: RunOptions | None = None, **options: Any) -> Executor:
     """An executor from the registry (``harness list executors``), checked (``check_executor``).
 
-    Args:
-        name: ``local``, ``pool``, ``ray``, ``submitit``, or one a plugin registered.
-        run: what every run gets (default ``RunOptions()``).
-        **options: the executor's declared options (``workers``, ...); None: its default.
+    ``run``: what every run gets; ``options``: its declared ones (``workers``, ...; None: default).
     """
     run = run or RunOptions()
     name, checked = check_executor(name, run, options)
@@ -153,14 +140,10 @@ class SweepEvent:
 
 @dataclass
 class SweepResult:
-    """What a sweep did.
+    """What a sweep did: its ``records`` as they finished (``unwritten``: kept in ``fallback``).
 
-    Attributes:
-        records: the records this sweep appended (or kept aside), in the order they finished.
-        taken: ``(config, holder)`` of runs another sweep on the store held or recorded.
-        unwritten: records the store could not take (in ``fallback``).
-        write_error: why the sweep stopped before its end (a write that failed), or "".
-        notes: lines the executor had to say at its close (the logs submitit kept).
+    ``taken``: ``(config, holder)`` of runs another sweep held or recorded; ``write_error``: why
+    it stopped early (a write that failed), or ""; ``notes``: what the executor said at its close.
     """
 
     store: Path
@@ -431,7 +414,7 @@ class RunJob:
 
     def plan(self) -> tuple[Any, list[RunRecord]]:
         """What a dry run shows: the runs the store lacks (``plan_runs``), and its records."""
-        return plan_runs(self.sweep, self.store, **self._resume)
+        return plan_runs(self.sweep, self.store, **self.resume)
 
     def run(self, on_event: Callable[[SweepEvent], None], argv: Sequence[str]) -> SweepResult:
         """Run the sweep (``run_sweep``); in ``files`` mode each run writes its own record."""
@@ -440,12 +423,12 @@ class RunJob:
             parts = str(self.store.parts_path)
             run = replace(run, parts_dir=parts, provenance=provenance(self.sweep, argv))
         ex = make_executor(self.executor[0], run, self.executor[1])
-        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self._resume)
+        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self.resume)
 
     @property
-    def _resume(self) -> dict[str, bool]:
-        r = self.request
-        return {"force": r.force, "retry_failed": r.retry_failed, "keep_stale": r.keep_stale}
+    def resume(self) -> dict[str, bool]:
+        """``force``, ``retry_failed``, ``keep_stale``: the runs rerun."""
+        return {k: getattr(self.request, k) for k in ("force", "retry_failed", "keep_stale")}
 
     def write_board(self) -> list[Path]:
         """Write the store's leaderboard to ``board``: the files (HarnessError: a failed write)."""
@@ -644,7 +627,7 @@ def bench_speedup(
 
     device = resolve_device(device or "cpu").type
     run_conditions()  # as in training runs and the timing report
-    sizes = f"--hidden {_csv(hidden)}, --batches {_csv(batches)}, --seq-len {seq_len}"
+    sizes = f"--hidden {csv(hidden)}, --batches {csv(batches)}, --seq-len {seq_len}"
     with torch_threads(threads or 0), out_of_memory(f"the speedup measurement ({sizes})"):
         rows = measure_speedups(
             methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
@@ -655,5 +638,6 @@ def bench_speedup(
     write_text(out, text)
 
 
-def _csv(values: Sequence[Any]) -> str:
+def csv(values: Sequence[Any]) -> str:
+    """``values`` as a flag takes them: ``1,2,3``."""
     return ",".join(str(v) for v in values)

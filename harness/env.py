@@ -74,11 +74,7 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def resolve_device(device: str) -> torch.device:
-    """The one device to run on, from ``--device`` (``auto``: CUDA when available, else the CPU).
-
-    Raises:
-        HarnessError: ``cuda`` where no CUDA device is available, or another name.
-    """
+    """The one device ``--device`` names (``auto``: CUDA if available); HarnessError: no CUDA."""
     import torch
 
     if device == "auto":
@@ -129,10 +125,7 @@ def set_seed(seed: int) -> None:
 
 
 def flush_denormals() -> bool:
-    """Flush subnormal floats to zero on the CPU for this process; returns whether it can.
-
-    Why (decaying gradients slow x86 down many times): docs/speedup.md, "Subnormal floats".
-    """
+    """Flush subnormal floats to zero on the CPU (why: docs/speedup.md); whether it can."""
     import torch
 
     _cpu["flush_denormal"] = bool(torch.set_flush_denormal(True))
@@ -146,11 +139,7 @@ _HOLD = 2**31 - 1  # the largest value mallopt takes (an int): 2 GiB
 
 
 def hold_freed_memory() -> bool:
-    """Make this process reuse the memory it frees rather than return it to the OS (glibc).
-
-    Why (a step's memory faulted in anew each step): docs/speedup.md, "Freed memory". Returns
-    whether it was set: False where the C library is not glibc (macOS, musl, Windows).
-    """
+    """Make this process reuse the memory it frees (why: docs/speedup.md); False: not glibc."""
     if platform.libc_ver()[0] == "glibc":
         mallopt = ctypes.CDLL(None).mallopt
         _cpu["freed_memory_held"] = bool(

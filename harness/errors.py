@@ -1,7 +1,6 @@
 """Errors the CLI turns into one line and exit code 2, never a traceback; failures in one line.
 
-Also allocation failures (``out_of_memory``), a failed run's reason (``failure_reason``) and a
-write that fails, a full filesystem named by its mount point (``WriteFailed``).
+Allocation failures (``out_of_memory``), a run's (``failure_reason``), a write's (``WriteFailed``).
 """
 
 from __future__ import annotations
@@ -38,10 +37,7 @@ class RecordError(HarnessError):
 
 
 class WriteFailed(HarnessError):
-    """A write a sweep or a command needs failed (``write_failure`` says what and why).
-
-    ``dropped``: handles of runs an executor dropped unstarted because of it (a submission).
-    """
+    """A write failed (``write_failure``: what, why); ``dropped``: the runs it left unstarted."""
 
     def __init__(self, path: str | os.PathLike, error: OSError, dropped: list | tuple = ()) -> None:
         self.path, self.error, self.dropped = Path(path), error, list(dropped)
@@ -74,10 +70,7 @@ def write_failure(path: str | os.PathLike, error: OSError) -> str:
 
 
 class DivergedError(RuntimeError):
-    """Training produced a non-finite gradient norm (``NonFiniteLoss``: a non-finite loss).
-
-    The run is recorded as failed, with its ``history`` (the epochs finished) and ``train_s``.
-    """
+    """A non-finite gradient norm: the run is recorded failed, with its epochs' ``history``."""
 
     # the type names the event that ends the run (harness.training.events)
     event = "non_finite_gradient"
@@ -86,8 +79,7 @@ class DivergedError(RuntimeError):
         self, message: str, history: list[dict] | None = None, train_s: float | None = None
     ) -> None:
         super().__init__(message)
-        self.history = history or []
-        self.train_s = train_s
+        self.history, self.train_s = history or [], train_s
 
 
 class NonFiniteLoss(DivergedError):

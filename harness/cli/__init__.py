@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import signal
 import sys
+import threading
 from typing import Any
 
 from harness import api
@@ -41,11 +43,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``harness`` console script (``argv``: default ``sys.argv[1:]``).
-
-    Returns:
-        0 success, 1 failed runs or drift, 2 bad input, 128 + the signal when interrupted.
-    """
+    """The ``harness`` console script: 0 ok, 1 failed runs or drift, 2 bad input, 128 + a signal."""
     program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     old_handler = _on_sigterm(_interrupt)
     try:
@@ -55,11 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return 2
     except KeyboardInterrupt as e:  # SIGINT (Ctrl-C) gives 130; SIGTERM (Interrupted) 143
-        import signal
-
         signum = getattr(e, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
-        sys.stderr.write(f"interrupted ({name}); finished runs are recorded\n")
+        sys.stderr.write(
+            f"interrupted ({signal.Signals(signum).name}); finished runs are recorded\n"
+        )
         return 128 + signum
     finally:
         _on_sigterm(old_handler)
@@ -74,9 +71,6 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _on_sigterm(handler: Any) -> Any:
     """Install a SIGTERM handler (main thread only); returns the previous one."""
-    import signal
-    import threading
-
     if handler is None or threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, handler)

@@ -47,10 +47,6 @@ SPEEDUP_ONLY = {
 }
 
 
-def _csv(values: list[Any]) -> str:
-    return ",".join(str(v) for v in values)
-
-
 def add_parser(subparsers: Any) -> None:
     """Add ``bench`` to the ``harness`` subcommands."""
     suite, speedup = "timing suite: ", "--speedup: "
@@ -138,7 +134,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     # the defaults of --speedup's options as flags give them (a list comma-separated)
-    s.set_defaults(**{k: _csv(v) if isinstance(v, list) else v for k, v in SPEEDUP_ONLY.items()})
+    s.set_defaults(**{k: api.csv(v) if isinstance(v, list) else v for k, v in SPEEDUP_ONLY.items()})
     s.set_defaults(func=cmd_bench)
 
 

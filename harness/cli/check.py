@@ -46,11 +46,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not args.only or "training" in args.only:  # its data missing: one line, as for run
             usable_tasks([args.task], [args.task], None)
     print(f"{args.method} ({describe_source(cls)})", flush=True)
-    failed = passed = skipped = 0
+    counts = dict.fromkeys(("pass", "fail", "skip"), 0)
     for result in iter_checks(args.method, args.only, args.task):
         print(result.line(), flush=True)
-        failed += result.status == "fail"
-        passed += result.status == "pass"
-        skipped += result.status == "skip"
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+        counts[result.status] += 1
+    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
+    return 1 if counts["fail"] else 0

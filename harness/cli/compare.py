@@ -57,18 +57,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _print_differences(res, out)
     if args.only_present:
         none = "; no run is in both, so nothing was compared" if not res.matched else ""
-        out.print(
-            f"left out (not in both): {res.left_out[0]} reference run(s), "
-            f"{res.left_out[1]} current run(s){none}"
-        )
+        ref, cur = res.left_out
+        out.print(f"left out (not in both): {ref} reference run(s), {cur} current run(s){none}")
     if res.empty:
         allowed = "accepted (--allow-empty)" if args.allow_empty else "pass --allow-empty to accept"
         out.print(f"{'[yellow]' if res.ok else '[red]'}nothing compared: {res.empty}; {allowed}[/]")
     verdict = "[green]PASS[/]" if res.ok else "[red]FAIL[/]"
-    out.print(
-        f"{verdict}: {res.matched} matched, {len(res.drifted)} drifted, "
-        f"{len(res.missing)} missing, {len(res.new)} new"
-    )
+    counts = f"{len(res.drifted)} drifted, {len(res.missing)} missing, {len(res.new)} new"
+    out.print(f"{verdict}: {res.matched} matched, {counts}")
     return 0 if res.ok else 1
 
 

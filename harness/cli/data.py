@@ -48,10 +48,8 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Print (or fetch) the datasets; 2 if one asked for is missing or any is corrupt, else 0."""
-    tasks = None
     spec = ",".join([*([args.tasks] if args.tasks else []), *args.names])
-    if spec:
-        tasks = api.TASKS.resolve(spec)
+    tasks = api.TASKS.resolve(spec) if spec else None
     if args.action == "fetch":
         return fetch(tasks, spec, args.data_dir, args.mirror)
     verify = args.action == "verify"
@@ -86,10 +84,9 @@ def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
 
 
 def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str | None) -> int:
-    """Download the public datasets of ``tasks`` (default: every real-data task) into the root.
+    """Download and verify the public datasets of ``tasks`` (default: all); 2 if one fails.
 
-    A task named explicitly whose data cannot be downloaded (a licence) or verified is an error
-    (exit 2); without names such tasks are reported and the others fetched.
+    A task whose data cannot be downloaded (a licence) fails only when named; else it is reported.
     """
     out = common.console()
     root = api.data_root(data_dir)

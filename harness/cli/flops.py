@@ -55,15 +55,9 @@ def cmd_flops(args: argparse.Namespace) -> int:
     columns = ("method", "T", "params", "dense MACs (fvcore)", "dense MACs", "effective MACs")
     for col in (*columns, "effective FLOPs"):
         table.add_column(col, justify="right")
+    counts = ("macs_dense_fvcore", "macs_dense", "macs_effective", "flops_effective")
     for r in rows:
-        table.add_row(
-            r["method"],
-            _seq_len(r),
-            str(r["params_total"]),
-            f"{r['macs_dense_fvcore']:.4g}",
-            f"{r['macs_dense']:.4g}",
-            f"{r['macs_effective']:.4g}",
-            f"{r['flops_effective']:.4g}",
-        )
+        cells = (f"{r[k]:.4g}" for k in counts)
+        table.add_row(r["method"], _seq_len(r), str(r["params_total"]), *cells)
     Console().print(table)
     return 0

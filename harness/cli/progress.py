@@ -1,7 +1,6 @@
 """What ``harness run`` shows while and after a sweep runs: progress, dry runs, the leaderboard.
 
-Everything goes to stderr but the dry run's list and the leaderboard: one ``rich`` table per
-(task, preset) fitted to the terminal's width (``PIPE_WIDTH`` through a pipe), with its notes.
+On stderr but the dry run's list and the leaderboard (a table per task and preset, with notes).
 """
 
 from __future__ import annotations
@@ -197,8 +196,7 @@ def summary(name: str, rec: dict[str, Any]) -> str:
     """One finished run as a line: its name and variant, primary metric, Skip %, duration."""
     if rec["status"] != "ok":
         return f"[red]✗ {name}: {rec['error']}[/]"
-    m = rec["metrics"]
-    primary = rec["primary"]
+    m, primary = rec["metrics"], rec["primary"]
     extra = f" skip {m['skip_pct']:.1f}%" if m.get("skip_pct") is not None else ""
     if "mean_depth" in m:
         extra += f" depth {m['mean_depth']:.2f}"
@@ -215,17 +213,11 @@ def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str]
     for col in ("task", "method", *swept, "Skip %", "metric", "seeds", "candidates"):
         table.add_column(col)
     for row in rows:
-        primary = row["primary"]
-        table.add_row(
-            row["task"],
-            row["method"],
-            *[str(row["values"][k]) for k in swept],
-            f"{row['skip_pct']:.1f}"
-            + ("" if row["budget"] == api.BUDGETS["skip_pct"] else " (activity sparsity)"),
-            f"{primary} {row[primary]:.4g}",
-            str(row["seeds"]),
-            str(row["candidates"]),
-        )
+        values, primary = [str(row["values"][k]) for k in swept], row["primary"]
+        sparsity = "" if row["budget"] == api.BUDGETS["skip_pct"] else " (activity sparsity)"
+        skip, metric = f"{row['skip_pct']:.1f}{sparsity}", f"{primary} {row[primary]:.4g}"
+        counts = str(row["seeds"]), str(row["candidates"])
+        table.add_row(row["task"], row["method"], *values, skip, metric, *counts)
     out.print(table)
     out.print("to choose on validation data instead: harness report --select val-skip-band:T:W")
 

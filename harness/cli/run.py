@@ -131,12 +131,7 @@ def executor_options(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Plan the sweep (``api.prepare_run``), run what is not recorded yet, write the leaderboard.
-
-    Returns:
-        0 every run succeeded, 1 some run failed (bad input, or a write that failed and stopped
-        the sweep, raises a HarnessError: one line, exit 2).
-    """
+    """Plan the sweep, run what is not recorded, write the leaderboard: 0, or 1 if a run failed."""
     out = common.console()
     if args.suite == "list":  # the shipped suites with their descriptions
         for name, description in api.suites():
@@ -214,9 +209,8 @@ def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
 
 
 def _say_skipped(sweep: Any, out: Any) -> None:
-    for t, reason in sweep.skipped_tasks:
-        out.print(f"[yellow]skipped task '{t}': {reason}[/]", highlight=False)
-    for line in sweep.skipped_references:
+    tasks = [f"skipped task '{t}': {reason}" for t, reason in sweep.skipped_tasks]
+    for line in [*tasks, *sweep.skipped_references]:
         out.print(f"[yellow]{line}[/]", highlight=False)
 
 
