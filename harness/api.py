@@ -1,28 +1,9 @@
 """The harness as a library: plan and run a sweep, report records, compare against a reference.
 
-The command line (``harness.cli``) only parses, calls these and prints; a notebook, a test or
-another front end (a cluster launcher, a web page) calls the same functions::
-
-    from harness import api
-
-    sweep = api.plan_sweep(api.SweepSpec.of("METHOD,PREFIX-*", "TASK", seeds=[0, 1]))
-    result = api.run_sweep(sweep, "results/runs.jsonl", api.executor("pool", workers=2))
-    api.report(["results/runs.jsonl"], "results/LEADERBOARD.md")
-
-Data flows one way: ``SweepSpec`` (what to run, as flags or a sweep file say it) ->
-``plan_sweep`` (every run's ``RunConfig``, checked before anything runs: names, values and
-their bounds, data and their checksums, each model built once) -> ``run_sweep`` (resume from the
-store, claim each run just in time, the executor trains it, append its record; a write that
-fails stops it without losing a finished run) -> ``report`` /
-``compare`` (read records, write tables) / ``export_tensorboard`` (TensorBoard HParams).
-Progress reaches the caller as ``SweepEvent`` s. ``prepare_run`` checks and plans a ``harness
-run`` from a ``RunRequest`` (its flags, typed; a sweep file fills the rest).
-
-This module is the command line's only door: a CLI module imports nothing of the project but
-``harness.api``, ``harness.errors`` and other CLI modules (``tests/test_cli_shape.py``). What the
-commands name, list and check (the registries, the presets, the report parts) is re-exported
-here (``import X as X``); what loads torch (the timing suite, the speedups) is imported when
-called.
+``SweepSpec`` -> ``plan_sweep`` -> ``run_sweep`` (``SweepEvent`` s) -> ``report`` / ``compare``;
+``prepare_run`` plans a ``harness run`` from a ``RunRequest`` (docs/architecture.md, with a
+notebook's example). The command line's only door (``tests/test_cli_shape.py``): what the commands
+name, list and check is re-exported here; what loads torch is imported when called.
 """
 
 from __future__ import annotations
@@ -121,11 +102,7 @@ from harness.training.tracking import check_log_dir
 def executor(name: str = "local", run: RunOptions | None = None, **options: Any) -> Executor:
     """An executor from the registry (``harness list executors``), checked (``check_executor``).
 
-    Args:
-        name: ``local``, ``pool``, ``ray``, ``submitit``, or one a plugin registered.
-        run: what every run gets (data root, device, threads, ...; default ``RunOptions()``).
-        **options: the executor's declared options (``workers`` for ``pool``, ``ray_address``
-            for ``ray``, ``slurm_partition``, ... for ``submitit``); None: its default.
+    ``run``: what every run gets; ``options``: its declared ones (``workers``, ...; None: default).
     """
     run = run or RunOptions()
     name, checked = check_executor(name, run, options)
@@ -133,11 +110,7 @@ def executor(name: str = "local", run: RunOptions | None = None, **options: Any)
 
 
 def check_executor(name: str, run: RunOptions, options: dict[str, Any]) -> tuple[str, Any]:
-    """The executor ``name`` resolves to (``local`` with workers is ``pool``), and its options.
-
-    The options are checked against its declarations (``options_for``), then its ``preflight``
-    checks this machine (its package installed, CUDA present): a HarnessError, one line.
-    """
+    """The executor ``name`` resolves to (``local`` with workers: ``pool``), its options checked."""
     if name == "local" and (options.get("workers") or 1) > 1:
         name = "pool"
     checked = options_for(name, options)
@@ -149,11 +122,9 @@ def check_executor(name: str, run: RunOptions, options: dict[str, Any]) -> tuple
 class SweepEvent:
     """What ``run_sweep`` tells its caller as the sweep goes.
 
-    ``kind`` is one of: ``planned`` (``todo`` and ``resume`` set: what will run), ``epoch``
-    (``cfg``, ``epoch``, ``row``: an epoch of the run in progress, in-process executors only),
-    ``finished`` (``cfg``, ``record``), ``unwritten`` (``record``, ``fallback``, ``error``:
-    the store could not take it; it went to the fallback file, and the sweep stops), ``note``
-    (``error``: a line to show, such as a claim of another host taken over).
+    ``kind``: ``planned`` (``todo``, ``resume``), ``epoch`` (``cfg``, ``epoch``, ``row``;
+    in-process executors only), ``finished`` (``cfg``, ``record``), ``unwritten`` (``record``,
+    ``fallback``, ``error``: kept aside; the sweep stops), ``note`` (``error``: a line to show).
     """
 
     kind: str
@@ -169,24 +140,13 @@ class SweepEvent:
 
 @dataclass
 class SweepResult:
-    """What a sweep did.
+    """What a sweep did: its ``records`` as they finished (``unwritten``: kept in ``fallback``).
 
-    Attributes:
-        store: the store's path.
-        planned: the runs of the sweep.
-        todo: the runs it had to run (not recorded, or rerun).
-        resume: the resume plan (``harness.planning.resume.ResumePlan``).
-        records: the records this sweep appended (or kept aside), in the order they finished.
-        taken: ``(config, holder)`` of runs another sweep on the store held or recorded.
-        unwritten: records the store could not take (in ``fallback``).
-        fallback: the fallback file, if a record went there.
-        write_error: why the sweep stopped before its end, in one line: a write that failed
-            (a full disk: the filesystem, the error and the path); empty when it did not.
-        notes: lines the executor had to say at its close (the logs submitit kept).
+    ``taken``: ``(config, holder)`` of runs another sweep held or recorded; ``write_error``: why
+    it stopped early (a write that failed), or ""; ``notes``: what the executor said at its close.
     """
 
     store: Path
-    planned: int
     todo: list[Any]
     resume: Any
     records: list[RunRecord] = field(default_factory=list)
@@ -212,18 +172,8 @@ class SweepResult:
 def open_store(out: str | Path | Store, create: bool = True, mode: str | None = None) -> Store:
     """The store a sweep appends to: ``out`` a folder (its ``runs.jsonl``) or a ``.jsonl`` file.
 
-    With ``create``, the store's lock is checked (``Store.check_lock``) and the records a crash
-    left unmerged (``files`` mode) are merged.
-
-    Args:
-        out: the store or its path.
-        create: create the store (and its folder); without it nothing is written.
-        mode: ``--store-mode`` (None: the store's own, ``lock`` for a new one).
-
-    Raises:
-        RecordError: a path that cannot be a store (a device, below a file, not writable), an
-            existing file that holds something other than records, ``lock`` mode asked of a
-            store in ``files`` mode, or a filesystem without locks in ``lock`` mode.
+    With ``create`` it is created, its lock checked and what a crash left unmerged merged;
+    ``mode``: ``--store-mode``. RecordError: a path that cannot be a store, or the wrong mode.
     """
     store = out if isinstance(out, Store) else Store(output_store_path(out), legacy_values, mode)
     if mode == "lock" and store.parts_path.is_dir():
@@ -248,20 +198,10 @@ def existing_store(path: str | Path) -> Store:
     return store
 
 
-def plan_runs(
-    sweep: Sweep,
-    store: Store,
-    *,
-    force: bool = False,
-    retry_failed: bool = False,
-    keep_stale: bool = False,
-) -> tuple[Any, list[RunRecord]]:
-    """The runs of ``sweep`` the store lacks (``harness.planning.resume``), and its records."""
+def plan_runs(sweep: Sweep, store: Store, **resume: bool) -> tuple[Any, list[RunRecord]]:
+    """The runs of ``sweep`` the store lacks (``plan_resume``'s ``resume`` flags), its records."""
     recorded = store.read()[0]
-    plan = plan_resume(
-        sweep.configs, recorded, force=force, retry_failed=retry_failed, keep_stale=keep_stale
-    )
-    return plan, recorded
+    return plan_resume(sweep.configs, recorded, **resume), recorded
 
 
 def run_sweep(
@@ -277,32 +217,13 @@ def run_sweep(
 ) -> SweepResult:
     """Run what the store does not hold yet; append each record as its run finishes.
 
-    Runs recorded already are skipped (resume) unless ``force``; ``retry_failed`` reruns failed
-    ones; a record made by other code of its method is rerun unless ``keep_stale``. Each run is
-    claimed just before it starts, so sweeps sharing a store split the work. A write that fails
-    on the way stops the sweep (``SweepResult.write_error``): no run starts any more, the runs
-    in flight finish, and every finished run is appended or, when the store cannot take it (a
-    full disk), kept in a fallback file (``SweepResult.fallback``). The writes that fail so are
-    the record, the claim, a submission (submitit's folder), and a run's checkpoint or
-    TensorBoard events on a full disk (optional: the run goes on without them and is
-    recorded). Before the first run the executor prepares (``prepare``: the compiled kernels the
-    runs train with are built on this machine, once; the pool's workers start). The executor is
-    closed at the end; on an interrupt its runs in flight are stopped (not recorded) and the
-    interrupt propagates. A sweep that stops so (or on an error: a submission the scheduler
-    refuses) before its first record leaves no store where there was none.
-
-    Args:
-        sweep: the planned sweep (``plan_sweep``).
-        store: the store, or its path (a folder or a ``.jsonl`` file).
-        executor: where the runs train (default: ``local``, in this process).
-        on_event: called with each ``SweepEvent``.
-        force: rerun every run.
-        retry_failed: rerun runs recorded as failed.
-        keep_stale: keep records made by other code of their method.
-        argv: the command line, stored in each record (``argv``) with the sweep (``sweep``).
-
-    Returns:
-        What the sweep did (``SweepResult.exit_code``: 0, 1 or 2).
+    Recorded runs are skipped unless ``force`` (``retry_failed``: failed ones rerun;
+    ``keep_stale``: records of other code of their method kept). Each run is claimed just before
+    it starts, so sweeps sharing a store split the work. A write that fails (the record, a claim,
+    a submission, a checkpoint on a full disk) stops the sweep: the runs in flight finish, each
+    finished run appended or kept in a fallback file. On an interrupt the runs in flight are
+    stopped, and a sweep stopped before its first record leaves no store where there was none.
+    ``argv`` (the command line) is stored in each record with the sweep.
     """
     path = store.path if isinstance(store, Store) else output_store_path(store)
     new = [p for p in (path, *path.parents) if not p.exists()]  # what opening it creates
@@ -312,10 +233,15 @@ def run_sweep(
     say = lambda line: emit(SweepEvent("note", error=line))  # noqa: E731
     swept = SweepStore(store, say)  # before reading: records from now on are seen
     plan, _ = plan_runs(sweep, store, force=force, retry_failed=retry_failed, keep_stale=keep_stale)
-    result = SweepResult(store.path, len(sweep.configs), plan.todo, plan)
+    result = SweepResult(store.path, plan.todo, plan)
     emit(SweepEvent("planned", todo=plan.todo, resume=plan))
     try:
-        _prepare(ex, plan.todo)
+        if plan.todo and hasattr(ex, "prepare"):  # workers started, the kernels built
+            try:
+                ex.prepare(plan.todo)
+            except BaseException:
+                ex.cancel()
+                raise
         with swept:
             try:
                 for cfg, rec in _pull(ex, swept.claimed(plan.todo), emit):
@@ -358,21 +284,6 @@ def provenance(sweep: Sweep, argv: Sequence[str]) -> dict[str, Any]:
     return {"argv": list(argv), "sweep": sweep.provenance}
 
 
-def _prepare(ex: Executor, todo: list[Any]) -> None:
-    """The executor's ``prepare(todo)``, if it has one, before the first run.
-
-    Its workers started, the compiled kernels built (``harness.executors.base.build_kernels``);
-    on an interrupt it is cancelled.
-    """
-    if not todo or not hasattr(ex, "prepare"):
-        return
-    try:
-        ex.prepare(todo)
-    except BaseException:
-        ex.cancel()
-        raise
-
-
 # An executor makes no progress when its ``wait_any`` returns no record again and again without
 # waiting (less than MIN_WAIT_S a call on average) for STALL_S while runs are in flight: the sweep
 # stops with an error naming it. A ``wait_any`` that waits (blocks, or polls with a pause) may
@@ -384,12 +295,9 @@ MIN_WAIT_S = 0.1
 def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None]) -> Any:
     """The one loop every executor is driven by: keep its slots filled, yield what finishes.
 
-    A config is read from ``todo`` (and so claimed) only when a slot is free for it and the
-    records of the runs finished before are handled (appended, or kept aside). A write
-    that fails while a run is claimed or submitted (``WriteFailed``) starts no run any more: the
-    runs in flight finish and are yielded, then it is raised. An executor that makes no progress
-    (``STALL_S``) is a HarnessError naming it. On any other exception (that one, an interrupt,
-    or the consumer stopping) the runs in flight are cancelled.
+    A config is read from ``todo`` (and so claimed) only when a slot is free and the records
+    finished before are handled. A ``WriteFailed`` starts no run any more: the runs in flight
+    are yielded, then it is raised. On any other exception the runs in flight are cancelled.
     """
     it = iter(todo)
     pending: dict[Any, Any] = {}
@@ -419,8 +327,14 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
                     pending.pop(h, None)
                 continue
             empty, since = (empty + 1, since or called) if not done else (0, 0.0)
-            if empty and STALL_S <= time.monotonic() - since < empty * MIN_WAIT_S:
-                raise HarnessError(_stalled(ex, empty, time.monotonic() - since, len(pending)))
+            if empty and STALL_S <= (seconds := time.monotonic() - since) < empty * MIN_WAIT_S:
+                raise HarnessError(
+                    f"executor '{getattr(type(ex), 'name', type(ex).__name__)}' "
+                    f"({describe_source(type(ex))}) makes no progress: its wait_any() returned "
+                    f"no record {empty} times in {seconds:.0f} s without waiting, with "
+                    f"{len(pending)} run(s) in flight; the sweep stopped, its runs in flight "
+                    "cancelled and their claims released (wait_any must wait until a run finishes)"
+                )
             yield from [(pending.pop(h), rec) for h, rec in done]
             fill()  # after the records are handled: a store that took none starts no run
     except BaseException:
@@ -428,17 +342,6 @@ def _pull(ex: Executor, todo: Iterable[Any], emit: Callable[[SweepEvent], None])
         raise
     if failed is not None:
         raise failed
-
-
-def _stalled(ex: Executor, empty: int, seconds: float, in_flight: int) -> str:
-    """The line saying that ``ex`` makes no progress (``STALL_S``)."""
-    cls = type(ex)
-    return (
-        f"executor '{getattr(cls, 'name', cls.__name__)}' ({plugins.describe_source(cls)}) "
-        f"makes no progress: its wait_any() returned no record {empty} times in {seconds:.0f} s "
-        f"without waiting, with {in_flight} run(s) in flight; the sweep stopped, its runs in "
-        "flight cancelled and their claims released (wait_any must wait until a run finishes)"
-    )
 
 
 def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, dict], None]:
@@ -450,11 +353,9 @@ def _on_epoch(cfg: Any, emit: Callable[[SweepEvent], None]) -> Callable[[int, di
 
 @dataclass(frozen=True)
 class RunRequest:
-    """A ``harness run``, typed: what to run, where to record it, how (its flags' values).
+    """A ``harness run``, typed: its flags' values (executor options by their declared names).
 
     ``config`` or ``suite`` (a sweep file) fills the fields not in ``given`` (``resolved``).
-    Executor options (``workers``, ``ray_address``, ``slurm_*``, a plugin's) are in
-    ``executor_options``, by their declared names (``harness list executors``).
     """
 
     tasks: str = "all"
@@ -502,12 +403,7 @@ class RunRequest:
 
 @dataclass
 class RunJob:
-    """A ``harness run`` checked and planned (``prepare_run``); nothing run or written yet.
-
-    ``request``: its options, a sweep file's where no flag was given; ``board``: the leaderboard
-    to write after the sweep (None: none); ``executor``: its name, its options and
-    ``RunOptions``.
-    """
+    """A ``harness run`` checked and planned (``prepare_run``); ``board`` None: no leaderboard."""
 
     request: RunRequest
     spec: SweepSpec
@@ -518,25 +414,21 @@ class RunJob:
 
     def plan(self) -> tuple[Any, list[RunRecord]]:
         """What a dry run shows: the runs the store lacks (``plan_runs``), and its records."""
-        return plan_runs(self.sweep, self.store, **self._resume)
+        return plan_runs(self.sweep, self.store, **self.resume)
 
     def run(self, on_event: Callable[[SweepEvent], None], argv: Sequence[str]) -> SweepResult:
-        """Run the sweep on the executor chosen (``run_sweep``).
-
-        In ``files`` mode each run writes its own record to the store's parts folder
-        (``RunOptions.parts_dir``), where the driver merges it from.
-        """
+        """Run the sweep (``run_sweep``); in ``files`` mode each run writes its own record."""
         run = self.executor[2]
         if self.store.mode == "files":
             parts = str(self.store.parts_path)
             run = replace(run, parts_dir=parts, provenance=provenance(self.sweep, argv))
         ex = make_executor(self.executor[0], run, self.executor[1])
-        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self._resume)
+        return run_sweep(self.sweep, self.store, ex, on_event, argv=argv, **self.resume)
 
     @property
-    def _resume(self) -> dict[str, bool]:
-        r = self.request
-        return {"force": r.force, "retry_failed": r.retry_failed, "keep_stale": r.keep_stale}
+    def resume(self) -> dict[str, bool]:
+        """``force``, ``retry_failed``, ``keep_stale``: the runs rerun."""
+        return {k: getattr(self.request, k) for k in ("force", "retry_failed", "keep_stale")}
 
     def write_board(self) -> list[Path]:
         """Write the store's leaderboard to ``board``: the files (HarnessError: a failed write)."""
@@ -571,11 +463,7 @@ def board_records(store: str | Path, select: str | None) -> tuple[list[RunRecord
 
 
 def include(paths: Sequence[str]) -> None:
-    """Import the ``.py`` files or folders ``paths`` (``--include``) and the registry, now.
-
-    So too with no ``paths`` when ``$HARNESS_INCLUDE`` names some: an executor included either
-    way has its options as flags of ``harness run``.
-    """
+    """Import ``--include``'s (or ``$HARNESS_INCLUDE``'s) files and the registry, now."""
     if paths or os.environ.get(plugins.INCLUDE_ENV):
         plugins.include(paths)
         plugins.load_plugins()
@@ -587,18 +475,19 @@ def suites() -> list[tuple[str, str]]:
 
 
 def prepare_run(request: RunRequest) -> RunJob:
-    """Check and plan a ``harness run`` (``RunRequest``); nothing is run or written.
+    """Check and plan a ``harness run``; nothing is run or written (bad input creates nothing).
 
-    ``config`` or ``suite`` (a sweep file) fills the options not ``given``; ``set`` and ``grid``
-    merge with the file's key by key (``harness.planning.suites.plan``). Every check comes before
-    the store is opened: bad input (a HarnessError, one line) creates nothing.
+    A sweep file fills the options not ``given``; ``set`` and ``grid`` merge with its key by key.
     """
     req, file = request.resolved()
     run = RunOptions(req.data_dir, req.device, req.threads, req.log_dir, verbose=req.verbose)
     lease_s()  # a bad $HARNESS_CLAIM_LEASE_S is refused before anything is written
     options = {k: req.executor_options.get(k) for k in declared()}
-    executor = (*check_executor(req.executor, run, options), run)
-    with _started_early(*executor[:2], run, req.dry_run):
+    name, checked = check_executor(req.executor, run, options)
+    # its start-up (the pool's fork server importing the training code) overlaps the planning
+    start = getattr(EXECUTORS.get(name), "start_early", None)
+    stop = start(run, checked) if start and not req.dry_run else None
+    try:
         if req.select:  # a bad rule is refused before anything runs
             parse_rule(req.select)
         spec = _spec(req, file)
@@ -613,28 +502,13 @@ def prepare_run(request: RunRequest) -> RunJob:
             option = "--report" if req.report else "the leaderboard"
             refuse_overwrite(board, option, [("the records store (--out)", store.path)])
             check_writable(board)
-
-        keep = None if req.no_checkpoint else str(store.checkpoints_path)
-        every = 60.0 * req.checkpoint_every
-        executor = (*executor[:2], replace(run, checkpoint_dir=keep, checkpoint_every_s=every))
-        return RunJob(req, spec, sweep, store, board, executor)
-
-
-@contextlib.contextmanager
-def _started_early(name: str, options: Any, run: RunOptions, dry_run: bool) -> Any:
-    """The executor's ``start_early`` (not for a dry run), undone if what follows raises.
-
-    Its start-up (the pool's fork server importing the training code) overlaps the planning;
-    bad input found there ends it at once.
-    """
-    start = getattr(EXECUTORS.get(name), "start_early", None)
-    stop = start(run, options) if start and not dry_run else None
-    try:
-        yield
     except BaseException:
         if stop is not None:
             stop()
         raise
+    keep = None if req.no_checkpoint else str(store.checkpoints_path)
+    run = replace(run, checkpoint_dir=keep, checkpoint_every_s=60.0 * req.checkpoint_every)
+    return RunJob(req, spec, sweep, store, board, (name, checked, run))
 
 
 def _spec(req: RunRequest, file: Any) -> SweepSpec:
@@ -670,11 +544,7 @@ COMPONENTS = {
 
 
 def component_lines(kind: str) -> list[str]:
-    """What ``harness list KIND`` says: per registered component (plugins loaded), one entry.
-
-    Its name, its origin unless built in, and what it is (a reference's notes per task follow
-    on lines of their own).
-    """
+    """What ``harness list KIND`` says: per component its name, origin unless built in, what."""
     plugins.load_plugins()
     return [_component_line(kind, name, obj) for name, obj in COMPONENTS[kind].items()]
 
@@ -707,11 +577,7 @@ def _component_line(kind: str, name: str, obj: Any) -> str:
 
 
 def new_method(name: str, kind: str, out: str | Path) -> tuple[list[Path], str]:
-    """Write a new method's template and its test (``harness.authoring.scaffold.new_method``).
-
-    Returns:
-        The paths written, and the method's registry key.
-    """
+    """Write a new method's template and its test: the paths written, and its registry key."""
     return scaffold.new_method(name, kind, out), scaffold.names(name)[0]
 
 
@@ -755,19 +621,13 @@ def bench_speedup(
     budget: float,
     threads: int,
 ) -> None:
-    """Measure the fast paths' realised speedups; write the report ``out`` and its rows ``data``.
-
-    On ``device`` (None: the CPU; ``auto``: CUDA if present), with ``threads`` torch CPU threads
-    (0: torch's default), for ``methods`` (``all``: every method with a fast path) at the target
-    ``skips``, sizes and batches, ``budget`` seconds of timing per row
-    (``harness.bench.speedup``); the command line ``command`` is named in the report.
-    """
+    """Measure the fast paths' speedups (``device`` None: the CPU); write ``out`` and ``data``."""
     from harness.bench.speedup import measure_speedups, speedup_jsonl
     from harness.bench.speedup_report import speedup_markdown
 
     device = resolve_device(device or "cpu").type
     run_conditions()  # as in training runs and the timing report
-    sizes = f"--hidden {_csv(hidden)}, --batches {_csv(batches)}, --seq-len {seq_len}"
+    sizes = f"--hidden {csv(hidden)}, --batches {csv(batches)}, --seq-len {seq_len}"
     with torch_threads(threads or 0), out_of_memory(f"the speedup measurement ({sizes})"):
         rows = measure_speedups(
             methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
@@ -778,5 +638,6 @@ def bench_speedup(
     write_text(out, text)
 
 
-def _csv(values: Sequence[Any]) -> str:
+def csv(values: Sequence[Any]) -> str:
+    """``values`` as a flag takes them: ``1,2,3``."""
     return ",".join(str(v) for v in values)

@@ -1,9 +1,4 @@
-"""The environment a run was measured in: code version, software, device.
-
-Also where ``--device`` is resolved, once for every command: ``resolve_device`` (the one device
-to run on) and ``bench_devices`` (every device the timing suite times on). torch is imported
-inside the functions that need it, so that importing this module stays light.
-"""
+"""The environment a run was measured in (commit, software, device), and ``--device``; light."""
 
 from __future__ import annotations
 
@@ -27,18 +22,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parent.parent
-# The distribution name in the checkout's pyproject.toml: how a checkout of this project is told
-# apart from any other git repository the installed package happens to sit in.
+# tells a checkout of this project from another git repository the installed package sits in
 PROJECT = "condrnn-harness"
 
 
-def _git(root: Path, *args: str) -> str:
+def _stdout(*command: str, timeout: float = 10) -> str:
     return subprocess.run(
-        ["git", "-C", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=True,
+        command, capture_output=True, text=True, timeout=timeout, check=True
     ).stdout
 
 
@@ -60,26 +50,18 @@ _NOT_CODE = tuple(f":(exclude){folder}" for folder in OUTPUT_FOLDERS)
 def checkout_state(root: Path) -> tuple[str | None, bool | None]:
     """(commit sha, dirty) of the checkout of this project whose top level is ``root``.
 
-    A commit is recorded only when ``root`` is itself the top level of a git work tree and holds
-    this project's ``pyproject.toml``. An installed copy (site-packages) that happens to lie inside
-    some other repository, a virtualenv in a project's folder say, must not record that
-    repository's commit as the harness version.
-
-    Args:
-        root: the folder that holds the ``harness`` package.
-
-    Returns:
-        ``(sha, dirty)``, dirty meaning tracked files outside ``OUTPUT_FOLDERS`` (the records
-        stores and reports) differ from the commit; ``(None, None)`` when ``root`` is not such
-        a checkout or git is unavailable.
+    Only when ``root`` is the top of a git work tree holding this project's ``pyproject.toml``:
+    an installed copy inside another repository (a virtualenv) must not record its commit.
+    Dirty: tracked files outside ``OUTPUT_FOLDERS`` differ. ``(None, None)``: no such checkout.
     """
     root = Path(root).resolve()
+    git = functools.partial(_stdout, "git", "-C", str(root))
     try:
-        top = _git(root, "rev-parse", "--show-toplevel").strip()
+        top = git("rev-parse", "--show-toplevel").strip()
         if not top or Path(top).resolve() != root or not _is_project_root(root):
             return None, None
-        sha = _git(root, "rev-parse", "HEAD").strip()
-        status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", *_NOT_CODE)
+        sha = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *_NOT_CODE)
         return sha, bool(status.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -92,21 +74,7 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def resolve_device(device: str) -> torch.device:
-    """The one device to run on, from ``--device``: ``cpu``, ``cuda`` or ``auto``.
-
-    ``auto`` is CUDA when a CUDA device is available, else the CPU. Training runs and
-    ``harness bench --speedup`` measure on this one device; the timing suite times on every
-    device ``bench_devices`` gives.
-
-    Args:
-        device: ``cpu``, ``cuda`` or ``auto``.
-
-    Returns:
-        The torch device.
-
-    Raises:
-        HarnessError: ``cuda`` where no CUDA device is available, or another name.
-    """
+    """The one device ``--device`` names (``auto``: CUDA if available); HarnessError: no CUDA."""
     import torch
 
     if device == "auto":
@@ -119,21 +87,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 def bench_devices(device: str) -> list[torch.device]:
-    """Every device the timing suite (``harness bench``) times on, from ``--device``.
-
-    Unlike ``resolve_device``, ``auto`` means all of them: the CPU, plus CUDA when a CUDA device
-    is available (each gets its own table in the timing report). ``cpu`` and ``cuda`` are the one
-    device ``resolve_device`` gives.
-
-    Args:
-        device: ``cpu``, ``cuda`` or ``auto``.
-
-    Returns:
-        The devices, the CPU first.
-
-    Raises:
-        HarnessError: as ``resolve_device``.
-    """
+    """Every device the timing suite times on: ``auto`` is the CPU plus CUDA when available."""
     if device != "auto":
         return [resolve_device(device)]
     found = resolve_device("auto")
@@ -154,8 +108,7 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
-# Whether this process flushes subnormal floats to zero (``flush_denormals``) and holds the
-# memory it frees for reuse (``hold_freed_memory``): what ``run_conditions`` sets.
+# what ``run_conditions`` set in this process (recorded in ``environment``)
 _cpu = {"flush_denormal": False, "freed_memory_held": False}
 
 
@@ -172,16 +125,7 @@ def set_seed(seed: int) -> None:
 
 
 def flush_denormals() -> bool:
-    """Flush subnormal floats to zero on the CPU for this process; returns whether it can.
-
-    Gradients that shrink over hundreds of steps (a sequence of T = 500 steps) fall into the
-    subnormal range (below 1.2e-38 in float32), where each multiply-add costs many times more on
-    x86 CPUs: the backward of torch's fused ``nn.GRU`` at batch 256, T = 500, D = 128 took about
-    5 s with subnormals and 0.65 s without, and the time jumped between T = 150 and T = 200.
-    Such values become 0, far below anything a metric shows. Every training run and every timing
-    calls this (``run_conditions``), so methods and fused references are measured alike; records
-    say so in ``env.flush_denormal``.
-    """
+    """Flush subnormal floats to zero on the CPU (why: docs/speedup.md); whether it can."""
     import torch
 
     _cpu["flush_denormal"] = bool(torch.set_flush_denormal(True))
@@ -195,24 +139,7 @@ _HOLD = 2**31 - 1  # the largest value mallopt takes (an int): 2 GiB
 
 
 def hold_freed_memory() -> bool:
-    """Make this process reuse the memory it frees rather than return it to the OS (glibc).
-
-    By default glibc's malloc gives each block over its mmap threshold (128 KiB at first, rising
-    to at most 32 MiB as such blocks are freed) a mapping of its own, unmapped when freed, and
-    returns the top of its heap to the OS as soon as 128 KiB lie free there. A training step
-    frees its activations and allocates them again at the next, so each step's memory faults in
-    anew, page by page, zeroed by the kernel: the 96-run smoke sweep took 3.5 million page
-    faults, 5.7 of its 18.8 s spent in the kernel. With both thresholds at the most ``mallopt``
-    takes (2 GiB), what a step frees serves the next: 0.2 million faults, 13.4 s, and about
-    the same peak memory (1000 MiB against 960). The process keeps its peak memory until it
-    ends, as it keeps its threads. Values are not touched: only where memory comes from.
-
-    Every training run and every timing calls this (``run_conditions``); records say so in
-    ``env.freed_memory_held``.
-
-    Returns:
-        Whether it was set: False where the C library is not glibc (macOS, musl, Windows).
-    """
+    """Make this process reuse the memory it frees (why: docs/speedup.md); False: not glibc."""
     if platform.libc_ver()[0] == "glibc":
         mallopt = ctypes.CDLL(None).mallopt
         _cpu["freed_memory_held"] = bool(
@@ -222,22 +149,14 @@ def hold_freed_memory() -> bool:
 
 
 def run_conditions() -> bool:
-    """Set what every training run and every timing runs under, in this process.
-
-    Subnormal floats are flushed to zero (``flush_denormals``) and freed memory is held for
-    reuse (``hold_freed_memory``), so that a method and its fused reference are timed as the
-    training runs them. Returns whether subnormals are flushed.
-    """
+    """Set what every run and timing runs under; returns whether subnormals are flushed."""
     hold_freed_memory()
     return flush_denormals()
 
 
 @contextlib.contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
-    """Set torch's CPU threads to ``threads`` (0: leave them) inside the block, then restore them.
-
-    A timing's thread count, not the process's.
-    """
+    """Set torch's CPU threads to ``threads`` (0: leave them) inside the block, then restore."""
     import torch
 
     previous = torch.get_num_threads()
@@ -262,29 +181,22 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device": device.type,
         "device_name": device_name(device),
         "threads": torch.get_num_threads(),
-        "flush_denormal": _cpu["flush_denormal"],
-        "freed_memory_held": _cpu["freed_memory_held"],
+        **_cpu,  # flush_denormal, freed_memory_held
         "platform": platform.platform(),
         **(cuda_environment(device) if device.type == "cuda" else {}),
     }
 
 
 def cuda_environment(device: torch.device) -> dict[str, Any]:
-    """What a CUDA record adds to ``environment``.
-
-    The CUDA runtime torch was built with, cuDNN's version, the driver's (``nvidia-smi``'s, else
-    the CUDA driver API's number), the GPU's compute capability and Triton's version (None where
-    not installed).
-    """
+    """What a CUDA record adds to ``environment`` (the driver: nvidia-smi's, else the API's)."""
     import importlib.metadata
 
     import torch
 
     driver = None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
-        driver = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+        query = ("--query-gpu=driver_version", "--format=csv,noheader")
+        driver = (_stdout("nvidia-smi", *query, timeout=20).strip().splitlines() or [None])[0]
     if driver is None:
         with contextlib.suppress(AttributeError, RuntimeError):
             driver = f"CUDA driver API {torch._C._cuda_getDriverVersion()}"

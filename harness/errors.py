@@ -1,9 +1,6 @@
-"""Errors the CLI turns into one clear line and exit code 2 (bad input), never a traceback.
+"""Errors the CLI turns into one line and exit code 2, never a traceback; failures in one line.
 
-Also how an allocation failure is told apart from other errors (``allocation_failure``) and
-turned into one such line (``out_of_memory``), and the one line a failed run's record gives as
-its reason (``failure_reason``). And a write that fails on the way of a sweep (``WriteFailed``;
-``is_disk_full``, ``write_failure``: the full filesystem named by its mount point).
+Allocation failures (``out_of_memory``), a run's (``failure_reason``), a write's (``WriteFailed``).
 """
 
 from __future__ import annotations
@@ -40,13 +37,7 @@ class RecordError(HarnessError):
 
 
 class WriteFailed(HarnessError):
-    """A write a sweep or a command needs failed (``write_failure`` says what and why).
-
-    Args:
-        path: what was being written.
-        error: the OSError met.
-        dropped: handles of runs an executor dropped unstarted because of it (a submission).
-    """
+    """A write failed (``write_failure``: what, why); ``dropped``: the runs it left unstarted."""
 
     def __init__(self, path: str | os.PathLike, error: OSError, dropped: list | tuple = ()) -> None:
         self.path, self.error, self.dropped = Path(path), error, list(dropped)
@@ -71,11 +62,7 @@ def mount_point(path: str | os.PathLike) -> Path:
 
 
 def write_failure(path: str | os.PathLike, error: OSError) -> str:
-    """One line: ``path`` could not be written, and why; a full filesystem is named.
-
-    ``no space on the filesystem at MOUNT (ENOSPC: No space left on device) writing PATH``, else
-    ``cannot write PATH: REASON``.
-    """
+    """One line: ``path`` could not be written, and why; a full filesystem is named."""
     if is_disk_full(error):
         why = f"{FULL_DISK[error.errno]}: {error.strerror or os.strerror(error.errno)}"
         return f"no space on the filesystem at {mount_point(path)} ({why}) writing {path}"
@@ -83,15 +70,7 @@ def write_failure(path: str | os.PathLike, error: OSError) -> str:
 
 
 class DivergedError(RuntimeError):
-    """Training produced a non-finite gradient norm (``NonFiniteLoss``: a non-finite loss).
-
-    The run is recorded as failed, with the epochs it finished, and the sweep goes on.
-
-    Args:
-        message: what went non-finite, and where.
-        history: the history rows of the epochs finished before it (``train_model``'s).
-        train_s: the training seconds spent until then.
-    """
+    """A non-finite gradient norm: the run is recorded failed, with its epochs' ``history``."""
 
     # the type names the event that ends the run (harness.training.events)
     event = "non_finite_gradient"
@@ -100,8 +79,7 @@ class DivergedError(RuntimeError):
         self, message: str, history: list[dict] | None = None, train_s: float | None = None
     ) -> None:
         super().__init__(message)
-        self.history = history or []
-        self.train_s = train_s
+        self.history, self.train_s = history or [], train_s
 
 
 class NonFiniteLoss(DivergedError):
@@ -111,11 +89,7 @@ class NonFiniteLoss(DivergedError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A sweep stopped by a signal (SIGTERM, ...): exit code 128 + the signal's number.
-
-    Args:
-        signum: the signal received.
-    """
+    """A sweep stopped by a signal ``signum`` (SIGTERM, ...): exit code 128 + its number."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -123,11 +97,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def allocation_failure(e: BaseException) -> str | None:
-    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None.
-
-    Python and numpy raise a MemoryError, torch a ``torch.OutOfMemoryError`` (CUDA) or, from its
-    CPU allocator, a RuntimeError that names it (``DefaultCPUAllocator: can't allocate memory``).
-    """
+    """Whether ``e`` is a failed allocation: ``"; it asked for N GiB"`` (or ``""``), else None."""
     torch = sys.modules.get("torch")  # without torch imported, no torch error was raised
     typed = (MemoryError, torch.OutOfMemoryError) if torch else MemoryError
     text = str(e)
@@ -141,16 +111,7 @@ def allocation_failure(e: BaseException) -> str | None:
 def out_of_memory(
     what: str, detail: str = "", error: type[HarnessError] = HarnessError
 ) -> Iterator[None]:
-    """Turn an allocation failure inside the block into one error line about ``what``.
-
-    Args:
-        what: what was being allocated ("" when the caller prefixes the message itself).
-        detail: said after "does not fit in memory" (e.g. the model's size).
-        error: the error type raised.
-
-    Raises:
-        HarnessError: ``WHAT does not fit in memory DETAIL; it asked for N GiB``.
-    """
+    """An allocation failure inside the block: ``error("WHAT does not fit in memory DETAIL")``."""
     try:
         yield
     except (MemoryError, RuntimeError) as e:
@@ -162,14 +123,10 @@ def out_of_memory(
 
 
 def failure_reason(e: BaseException, where: bool = True) -> str:
-    """One line saying why a run failed: the exception, its message and where it was raised.
+    """One line saying why a run (a plugin import, a submission) failed, and where.
 
-    Also why a plugin did not import, a job was not submitted or a timing failed. A syntax error
-    names the bad source's place. ``where=False`` leaves the place out (an outside program's
-    refusal, raised in a library's code: its message is the whole story).
-
-    An allocation failure says so first (``out of memory: ...``): the message of a numpy or torch
-    allocator names the size it asked for.
+    A syntax error names the bad source's place; ``where=False``: no place (an outside program's
+    refusal); an allocation failure starts with ``out of memory: ``.
     """
     text = " ".join(str(e).split())  # one line, however the message was laid out
     if len(text) > 500:

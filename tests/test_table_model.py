@@ -1,7 +1,8 @@
 """One leaderboard model, four renderings: a measure registered by a plugin reaches every one.
 
 ``harness.reporting.leaderboard`` builds one table per (task, preset) from the records and the
-metric registry; the terminal (``harness.cli.board``), the Markdown file, LaTeX and csv render it.
+metric registry; the terminal (``harness.cli.progress``), the Markdown file, LaTeX and csv render
+it.
 A metric that an ``--include`` file registers gets a column in each, and the terminal shows the
 effective FLOPs the file shows, not a second count of its own.
 """
@@ -19,7 +20,7 @@ from plugins import isolated_registry
 from rich.console import Console
 
 from harness.cli import main
-from harness.cli.board import print_tables
+from harness.cli.progress import print_tables
 from harness.components import metrics
 from harness.reporting.leaderboard import boards, leaderboard_markdown
 

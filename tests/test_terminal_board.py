@@ -18,7 +18,7 @@ import pytest
 from plugins import ROOT
 from rich.console import Console
 
-from harness.cli.board import print_tables
+from harness.cli.progress import print_tables
 from harness.persistence.store import load
 from harness.reporting.leaderboard import TERSE, WIDE, boards, terminal
 

@@ -1,20 +1,16 @@
-"""The ``harness`` command line: its subcommands (``COMMANDS``, in the order ``--help`` lists them).
+"""The ``harness`` command line: one module per subcommand (``add_parser``, ``cmd_*``).
 
-One module per subcommand (``add_parser`` and its ``cmd_*`` function); what they share is in
-``harness.cli.common``. The command functions import the torch-heavy machinery when they run,
-so ``harness --help`` and ``harness --version`` stay fast. The CLI parses, calls ``harness.api`` and
-prints: a CLI module imports nothing of the project but ``harness.api``, ``harness.errors`` and
-other CLI modules (``tests/test_cli_shape.py``).
-
-Bad input (unknown names, bad ``--set`` values, missing data, unwritable output, malformed
-records) gives one line on stderr and exit code 2, never a traceback.
+It parses, calls ``harness.api`` and prints (``tests/test_cli_shape.py``); torch loads only when a
+command runs. Bad input gives one line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import signal
 import sys
+import threading
 from typing import Any
 
 from harness import api
@@ -47,15 +43,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``harness`` console script.
-
-    Args:
-        argv: the arguments after the program name (default: ``sys.argv[1:]``).
-
-    Returns:
-        The exit code: 0 success, 1 failed runs or drift, 2 bad input, 128 + the signal when
-        interrupted (130 SIGINT, 143 SIGTERM).
-    """
+    """The ``harness`` console script: 0 ok, 1 failed runs or drift, 2 bad input, 128 + a signal."""
     program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     old_handler = _on_sigterm(_interrupt)
     try:
@@ -65,11 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return 2
     except KeyboardInterrupt as e:  # SIGINT (Ctrl-C) gives 130; SIGTERM (Interrupted) 143
-        import signal
-
         signum = getattr(e, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
-        sys.stderr.write(f"interrupted ({name}); finished runs are recorded\n")
+        sys.stderr.write(
+            f"interrupted ({signal.Signals(signum).name}); finished runs are recorded\n"
+        )
         return 128 + signum
     finally:
         _on_sigterm(old_handler)
@@ -84,9 +71,6 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _on_sigterm(handler: Any) -> Any:
     """Install a SIGTERM handler (main thread only); returns the previous one."""
-    import signal
-    import threading
-
     if handler is None or threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, handler)

@@ -1,11 +1,7 @@
 """``harness bench``: the timing suite, or with ``--speedup`` the fast paths' realised speedups.
 
-Both write a generated Markdown report whose header names the command line that produced it:
-the arguments ``harness.cli.main`` parsed (``args.argv``), so that an in-process call records its
-own command, not the host process's ``sys.argv``. Each report has its data beside it (the name
-with ``.jsonl``): the speedup rows, or the timings a report rendered with ``--from`` shows. With
-``--print`` nothing is measured or written: parts of those data are printed for the docs'
-generated blocks (``harness.bench.excerpts``).
+Each report names the command line ``main`` parsed (``args.argv``, not the host's ``sys.argv``)
+and has its data beside it (``data_path``); ``--print`` prints parts of such data.
 """
 
 from __future__ import annotations
@@ -19,22 +15,8 @@ from typing import Any
 
 from harness import api
 from harness.api import SPEEDUP_PARTS, TIMING_PARTS, check_writable, refuse_overwrite
-from harness.cli.common import (
-    add_command,
-    comma_list,
-    data_dir_option,
-    device_option,
-    examples,
-    float_at_least,
-    include_option,
-    int_at_least,
-    methods_option,
-    preset_option,
-    require_task,
-    set_option,
-    task_option,
-    threads_option,
-)
+from harness.cli import common
+from harness.cli.common import comma_list, float_at_least, int_at_least
 from harness.errors import ConfigError
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
@@ -65,16 +47,74 @@ SPEEDUP_ONLY = {
 }
 
 
-def _csv(values: list[Any]) -> str:
-    return ",".join(str(v) for v in values)
-
-
 def add_parser(subparsers: Any) -> None:
     """Add ``bench`` to the ``harness`` subcommands."""
-    s = add_command(
+    suite, speedup = "timing suite: ", "--speedup: "
+    s = common.add_command(
         subparsers,
         "bench",
         "timing suite -> timing records + report; or --speedup: fast paths' speedups",
+        {
+            "--methods METHOD[,METHOD...]": common.METHODS_HELP
+            + "; with --speedup, 'all' is every method with a fast path",
+            "--task TASK": "timing suite: the tasks whose preset sizes are timed, comma-separated "
+            "names or globs, or 'all'; tasks without usable data are skipped (required)",
+            "--preset": "timing suite: the preset (default: %(default)s)",
+            "--set KEY=VALUE": suite + common.SET_HELP,
+            "--data-dir DIR": suite + common.DATA_DIR_HELP,
+            "--device": "timing suite: the devices timed, auto (the default) being the CPU plus "
+            "CUDA when present; --speedup: the one device measured on, cpu by default, auto being "
+            "CUDA when available",
+            "--threads N": "torch CPU threads while measuring (default: %(default)s; 0: torch's "
+            "default)",
+            **common.INCLUDE,
+            "--report FILE": f"the Markdown to write (default: --out's {TIMING_REPORT}, or "
+            f"{SPEEDUP_REPORT} with --speedup, whose raw timings go beside it, with .jsonl for "
+            ".md)",
+            "--from STORE[,STORE...]": "timing suite: time nothing; render the report (--report, "
+            "required; its timings go beside it, with .jsonl for .md) from the timing records in "
+            "these stores (files or --out folders), e.g. of runs made in parallel; with --print, "
+            "print parts of them (with --speedup: of these speedup rows, a report's .jsonl)",
+            "--print PART[,PART...]": "time nothing and write nothing: print Markdown from the "
+            "records --from names (for the docs' generated blocks, 'harness docs'): "
+            f"{', '.join(TIMING_PARTS)} of the timing records, or with --speedup "
+            f'{", ".join(SPEEDUP_PARTS)} of the speedup rows (docs/reports.md, "Numbers in the '
+            'docs")',
+            "--where KEY=VALUE[,VALUE...]": "--print: only the records (rows) whose field KEY "
+            "(dotted for a nested one: sizes.D) is one of the values (names or globs; numbers as "
+            "numbers); repeatable",
+            "--suite NAME": "--print cost: the shipped suite ('harness run --suite list') whose "
+            "runs are costed",
+            "--seeds SEEDS": "--print cost: the suite's seeds, as 'harness run --seeds' takes "
+            "them (default: the suite's own)",
+            "--epoch-batches N": "--print cost: the training batches of an epoch of the suite's "
+            "task",
+            "--out DIR": suite + "the timing records go to DIR/timing.jsonl (default: %(default)s)",
+            "--rounds N": suite + "timed rounds per method, phase and device (default: "
+            "%(default)s)",
+            "--warmup N": suite + "untimed rounds before them (default: %(default)s)",
+            "--speedup": "measure the fast paths' realised speedups instead of the timing suite",
+            "--skips S[,S...]": speedup + "target skips, fractions in [0, 1) (default: "
+            "%(default)s)",
+            "--hidden D[,D...]": speedup + "hidden sizes (default: %(default)s)",
+            "--batches B[,B...]": speedup + "batch sizes (default: %(default)s)",
+            "--seq-len T": speedup + "sequence length (default: %(default)s)",
+            "--budget SECONDS": speedup + "seconds of timing per row; at least 3 rounds are timed "
+            "regardless (default: %(default)s)",
+        },
+        {
+            "--from": {"dest": "sources", "type": comma_list(str)},
+            "--print": {"dest": "parts", "type": comma_list(str)},
+            "--epoch-batches": {"type": int_at_least(1)},
+            "--out": {"default": TIMING_ONLY["out"]},
+            "--rounds": {"type": int_at_least(1), "default": TIMING_ONLY["rounds"]},
+            "--warmup": {"type": int_at_least(0), "default": TIMING_ONLY["warmup"]},
+            "--skips": {"type": comma_list(float_at_least(0.0, below=1.0))},
+            "--hidden": {"type": comma_list(int_at_least(1))},
+            "--batches": {"type": comma_list(int_at_least(1))},
+            "--seq-len": {"type": int_at_least(1)},
+            "--budget": {"type": float_at_least(0.0)},
+        },
         description="Timing suite: times training steps and inference of each method against\n"
         "torch's fused cells (and an eager step-loop GRU) at each task's preset sizes;\n"
         f"appends timing records to --out and writes {TIMING_REPORT} beside them, one table per\n"
@@ -84,27 +124,7 @@ def add_parser(subparsers: Any) -> None:
         "loop, the same path without skipping and torch's fused cell; writes\n"
         f"{SPEEDUP_REPORT} and the raw timings\n"
         "beside it (the report's name with .jsonl).",
-        parents=[
-            methods_option(note="; with --speedup, 'all' is every method with a fast path"),
-            task_option(
-                "timing suite: the tasks whose preset sizes are timed, comma-separated names or "
-                "globs, or 'all'; tasks without usable data are skipped (required)"
-            ),
-            preset_option(help="timing suite: the preset (default: %(default)s)"),
-            set_option(scope="timing suite: "),
-            data_dir_option(scope="timing suite: "),
-            device_option(
-                None,
-                "timing suite: the devices timed, auto (the default) being the CPU plus CUDA when "
-                "present; --speedup: the one device measured on, cpu by default, auto being CUDA "
-                "when available",
-            ),
-            threads_option(
-                "torch CPU threads while measuring (default: %(default)s; 0: torch's default)"
-            ),
-            include_option(),
-        ],
-        epilog=examples(
+        epilog=common.examples(
             "harness bench --methods all --task TASK --preset smoke",
             "harness bench --task all --preset paper --device cpu --rounds 3 --warmup 1",
             "harness bench --speedup   # realised speedup of the fast inference paths",
@@ -113,83 +133,8 @@ def add_parser(subparsers: Any) -> None:
             note="timings are advisory, never a pass/fail gate",
         ),
     )
-    s.add_argument(
-        "--report",
-        metavar="FILE",
-        help=f"the Markdown to write (default: --out's {TIMING_REPORT}, or {SPEEDUP_REPORT} with "
-        "--speedup, whose raw timings go beside it, with .jsonl for .md)",
-    )
-
-    def add_options(mode: str, only: dict[str, Any], rows: Any) -> None:
-        for flag, kind, metavar, what in rows:  # the default: ``only``'s, as a flag gives it
-            default = only[flag[2:].replace("-", "_")]
-            default = _csv(default) if isinstance(default, list) else default
-            help = f"{mode}: {what} (default: %(default)s)"
-            s.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
-
-    s.add_argument(
-        "--from",
-        dest="sources",
-        type=comma_list(str),
-        metavar="STORE[,STORE...]",
-        help="timing suite: time nothing; render the report (--report, required; its timings "
-        "go beside it, with .jsonl for .md) from the timing records in these stores (files or "
-        "--out folders), e.g. of runs made in parallel; with --print, print parts of them (with "
-        "--speedup: of these speedup rows, a report's .jsonl)",
-    )
-    s.add_argument(
-        "--print",
-        dest="parts",
-        type=comma_list(str),
-        metavar="PART[,PART...]",
-        help="time nothing and write nothing: print Markdown from the records --from names (for "
-        f"the docs' generated blocks, 'harness docs'): {', '.join(TIMING_PARTS)} of the timing "
-        f"records, or with --speedup {', '.join(SPEEDUP_PARTS)} of the speedup rows "
-        '(docs/reports.md, "Numbers in the docs")',
-    )
-    s.add_argument(
-        "--where",
-        action="append",
-        metavar="KEY=VALUE[,VALUE...]",
-        help="--print: only the records (rows) whose field KEY (dotted for a nested one: "
-        "sizes.D) is one of the values (names or globs; numbers as numbers); repeatable",
-    )
-    s.add_argument(
-        "--suite",
-        metavar="NAME",
-        help="--print cost: the shipped suite ('harness run --suite list') whose runs are costed",
-    )
-    s.add_argument(
-        "--seeds",
-        metavar="SEEDS",
-        help="--print cost: the suite's seeds, as 'harness run --seeds' takes them (default: "
-        "the suite's own)",
-    )
-    s.add_argument(
-        "--epoch-batches",
-        type=int_at_least(1),
-        metavar="N",
-        help="--print cost: the training batches of an epoch of the suite's task",
-    )
-    add_options("timing suite", TIMING_ONLY, (
-        ("--out", None, "DIR", "the timing records go to DIR/timing.jsonl"),
-        ("--rounds", int_at_least(1), "N", "timed rounds per method, phase and device"),
-        ("--warmup", int_at_least(0), "N", "untimed rounds before them"),
-    ))  # fmt: skip
-    s.add_argument(
-        "--speedup",
-        action="store_true",
-        help="measure the fast paths' realised speedups instead of the timing suite",
-    )
-    add_options("--speedup", SPEEDUP_ONLY, (
-        ("--skips", comma_list(float_at_least(0.0, below=1.0)), "S[,S...]",
-         "target skips, fractions in [0, 1)"),
-        ("--hidden", comma_list(int_at_least(1)), "D[,D...]", "hidden sizes"),
-        ("--batches", comma_list(int_at_least(1)), "B[,B...]", "batch sizes"),
-        ("--seq-len", int_at_least(1), "T", "sequence length"),
-        ("--budget", float_at_least(0.0), "SECONDS",
-         "seconds of timing per row; at least 3 rounds are timed regardless"),
-    ))  # fmt: skip
+    # the defaults of --speedup's options as flags give them (a list comma-separated)
+    s.set_defaults(**{k: api.csv(v) if isinstance(v, list) else v for k, v in SPEEDUP_ONLY.items()})
     s.set_defaults(func=cmd_bench)
 
 
@@ -212,7 +157,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _only_for(args, SPEEDUP_ONLY, "with --speedup")
     if args.sources:
         return _render_timing(args, command)
-    task = require_task(args.task, "bench (without --speedup)", many=True)
+    task = common.require_task(args.task, "bench (without --speedup)", many=True)
 
     report = Path(args.report or Path(args.out) / TIMING_REPORT)
     store = ("the timing records (--out)", Path(args.out) / "timing.jsonl")
@@ -220,20 +165,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_writable(Path(args.out), directory=True)  # before minutes of timing, not after
     check_writable(report)
 
+    device = args.device or "auto"  # every device to time on (harness.env.bench_devices)
+    kw = {k: getattr(args, k) for k in ("rounds", "warmup", "threads", "data_dir")}
+    kw |= {"overrides": api.parse_set(args.set or []), "command": command}
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     paths = api.run_bench(
-        args.methods,
-        task,
-        args.preset,
-        args.device or "auto",  # every device to time on (harness.env.bench_devices)
-        args.out,
-        report=str(report),
-        overrides=api.parse_set(args.set or []),
-        rounds=args.rounds,
-        warmup=args.warmup,
-        threads=args.threads,
-        data_dir=args.data_dir,
-        command=command,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        args.methods, task, args.preset, device, args.out, report=str(report), progress=say, **kw
     )
     for p in paths:
         print(p)
@@ -289,15 +226,8 @@ def _print(args: argparse.Namespace) -> int:
         timings, problems = api.timing_records(_stores(args))
         for line in problems:
             print(line, file=sys.stderr)
-        text = api.print_timing(
-            timings,
-            args.parts,
-            args.sources,
-            args.where or (),
-            suite=args.suite,
-            seeds=args.seeds,
-            epoch_batches=args.epoch_batches,
-        )
+        cost = {k: getattr(args, k) for k in COST_ONLY}  # suite, seeds, epoch_batches
+        text = api.print_timing(timings, args.parts, args.sources, args.where or (), **cost)
     sys.stdout.write(text)
     return 0
 
@@ -309,7 +239,7 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
     refuse_overwrite(out, option)
     refuse_overwrite(data, f"{option}'s raw timings")
     check_writable(out)  # before the measurement, not after
-    sizes = {k: getattr(args, k) for k in ("skips", "hidden", "batches", "seq_len", "budget")}
+    sizes = {k: getattr(args, k) for k in SPEEDUP_ONLY}  # skips, hidden, batches, seq_len, budget
     api.bench_speedup(
         out, data, command, args.device, methods=args.methods, threads=args.threads, **sizes
     )
@@ -319,9 +249,6 @@ def _bench_speedup(args: argparse.Namespace, command: str) -> int:
 
 
 def data_path(report: Path) -> Path:
-    """The data file beside a report: its name with ``.jsonl``.
-
-    The speedup report's raw timings, or the timings a report rendered with ``--from`` shows.
-    """
+    """The data file beside a report (its rows, or the timings it shows): ``.jsonl`` for ``.md``."""
     data = report.with_suffix(".jsonl")
     return data if data != report else report.with_name(report.name + ".rounds.jsonl")

@@ -6,20 +6,27 @@ import argparse
 from typing import Any
 
 from harness.api import CHECKS, METHODS, TASKS, describe_source, iter_checks, usable_tasks
-from harness.cli.common import add_command, comma_list, examples, include_option
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``check`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "check",
         "run the generic checks on one method (built-in or plugin)",
-        parents=[include_option()],
+        {
+            **common.INCLUDE,
+            "method METHOD": "a registered method ('harness list methods')",
+            "--only CHECK[,CHECK...]": "run only these checks (default: all)",
+            "--task TASK": "the task the training check trains on (default: the first built-in "
+            "regression task that generates its data)",
+        },
+        {"--only": {"type": common.comma_list(str)}},
         description="Run on one registered method the generic checks the project's tests run on "
         "every method: one line per property, PASS, FAIL with the numbers, or SKIP where it "
         "does not apply.",
-        epilog=examples(
+        epilog=common.examples(
             "harness check METHOD",
             "harness check METHOD --include my_methods/",
             "harness check METHOD --only forward,cost",
@@ -27,19 +34,6 @@ def add_parser(subparsers: Any) -> None:
             "skipped, 1 some check failed, 2 bad input (an unknown method or check, the data of "
             "--task not found)",
         ),
-    )
-    s.add_argument("method", metavar="METHOD", help="a registered method ('harness list methods')")
-    s.add_argument(
-        "--only",
-        type=comma_list(str),
-        metavar="CHECK[,CHECK...]",
-        help="run only these checks (default: all)",
-    )
-    s.add_argument(
-        "--task",
-        metavar="TASK",
-        help="the task the training check trains on (default: the first built-in regression "
-        "task that generates its data)",
     )
     s.set_defaults(func=cmd_check)
 
@@ -52,11 +46,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not args.only or "training" in args.only:  # its data missing: one line, as for run
             usable_tasks([args.task], [args.task], None)
     print(f"{args.method} ({describe_source(cls)})", flush=True)
-    failed = passed = skipped = 0
+    counts = dict.fromkeys(("pass", "fail", "skip"), 0)
     for result in iter_checks(args.method, args.only, args.task):
         print(result.line(), flush=True)
-        failed += result.status == "fail"
-        passed += result.status == "pass"
-        skipped += result.status == "skip"
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+        counts[result.status] += 1
+    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
+    return 1 if counts["fail"] else 0

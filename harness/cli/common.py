@@ -1,11 +1,7 @@
-"""What the subcommands share: the parser class, the shared options, small helpers.
+"""What the subcommands share: the parser class, the option tables, argument types, helpers.
 
-Every option that more than one subcommand takes is declared once here, as a parent parser
-(``argparse``'s ``parents=``) made by one of the ``*_option`` functions; a subcommand passes what
-differs for it (its default, its help). argparse shares a parent's action objects with every
-parser built from it, so a parent is made fresh per subcommand rather than reused: changing one
-subcommand's default would otherwise change it for all.
-
+A subcommand declares its options as a table (``add_options``): ``"--flag METAVAR"`` and its help;
+their other argparse keywords are its own or, for an option several subcommands take, ``KINDS``'.
 Nothing here imports torch: ``harness --help`` and ``harness --version`` stay fast.
 """
 
@@ -17,23 +13,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from harness.api import (
-    DEVICES,
-    MAX_THREADS,
-    PRESETS,
-    TASKS,
-    parse_seeds,  # noqa: F401  (re-exported)
-)
+from harness.api import DEVICES, MAX_THREADS, PRESETS, TASKS
+from harness.api import parse_seeds as parse_seeds
 from harness.errors import ConfigError, HarnessError
 
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr and exit code 2.
 
-    An empty value (``--config ''``, ``--out ''``, a positional ``''``) is a usage error for
-    every option: none of them means anything empty, and taken as given it would quietly mean
-    the default (``--config ''`` ran the default sweep, ``--out ''`` wrote into the current
-    folder).
+    An empty value is a usage error for every option: taken as given it would quietly mean the
+    default (``--config ''`` ran the default sweep, ``--out ''`` wrote into the current folder).
     """
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -65,10 +54,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
 
 
 def includes(argv: list[str]) -> list[str]:
-    """The ``--include`` paths of ``argv``, to import before its parser is built (it checks them).
-
-    An included executor's options are flags of ``run``, so the files come first.
-    """
+    """The ``--include`` paths of ``argv``: imported first, as an executor's options are flags."""
     pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     pre.add_argument("--include", action="append", default=[])
     try:
@@ -87,31 +73,43 @@ def add_command(
     subparsers: Any,
     name: str,
     help: str,
-    parents: Sequence[argparse.ArgumentParser] = (),
-    epilog: str | None = None,
-    description: str | None = None,
+    options: dict[str, str],
+    kinds: dict[str, dict[str, Any]] | None = None,
+    **texts: str,
 ) -> argparse.ArgumentParser:
-    """Add one subcommand parser (its epilog's examples keep their line breaks).
+    """Add a subcommand parser with its ``options`` (``add_options``).
 
-    Args:
-        subparsers: the object ``add_subparsers`` returned.
-        name: the subcommand.
-        help: one line for ``harness --help``; also the description unless one is given.
-        parents: parent parsers with the shared options it takes.
-        epilog: examples and notes printed after the options.
-        description: a longer text printed before the options.
-
-    Returns:
-        The subcommand's parser.
+    ``help`` is its line in ``harness --help`` and its description unless ``texts`` gives one;
+    ``texts``: ``description``, ``epilog`` (its examples keep their line breaks).
     """
-    return subparsers.add_parser(
+    parser = subparsers.add_parser(
         name,
         help=help,
-        description=description or help,
-        parents=list(parents),
-        epilog=epilog,
+        description=texts.get("description") or help,
+        epilog=texts.get("epilog"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_options(parser, options, kinds)
+    return parser
+
+
+def add_options(
+    parser: Any, options: dict[str, str], kinds: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """Add each option ``"FLAG [FLAG...] [METAVAR]"`` (a positional: ``"NAME [METAVAR]"``) -> help.
+
+    Its other ``add_argument`` keywords are ``KINDS``' updated by ``kinds``', by its first flag;
+    a flag with neither a metavar nor keywords is a switch (``store_true``).
+    """
+    for spec, help in options.items():
+        words = spec.split()
+        flags = [w for w in words if w.startswith("-")] or words[:1]
+        kw = KINDS.get(flags[0], {}) | (kinds or {}).get(flags[0], {})
+        if words[len(flags) :]:
+            kw = {"metavar": words[-1], **kw}
+        elif not kw and flags[0].startswith("-"):
+            kw = {"action": "store_true"}
+        parser.add_argument(*flags, help=help, **kw)
 
 
 # --- argument types (their errors become argparse's one-line usage error) ----------------------
@@ -178,112 +176,46 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
-# --- shared options, as parent parsers ----------------------------------------------------------
+# --- options several subcommands take ---------------------------------------------------------
 
-
-def _option(*flags: str, **kwargs: Any) -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(*flags, **kwargs)
-    return parent
-
-
-def methods_option(note: str = "") -> argparse.ArgumentParser:
-    """``--methods``: comma-separated method names or globs, or ``all`` (the default)."""
-    return _option(
-        "--methods",
-        default="all",
-        metavar="METHOD[,METHOD...]",
-        help="comma-separated method names or globs, or 'all' (default: %(default)s; "
-        "see 'harness list methods')" + note,
-    )
-
-
-def tasks_option(default: str | None = "all", note: str = "") -> argparse.ArgumentParser:
-    """``--tasks``: comma-separated task names or globs, or ``all``."""
-    shown = "%(default)s" if default else "all tasks"
-    return _option(
-        "--tasks",
-        default=default,
-        metavar="TASK[,TASK...]",
-        help=f"comma-separated task names or globs, or 'all' (default: {shown}; "
-        "see 'harness list tasks')" + note,
-    )
-
-
-def task_option(help: str, metavar: str = "TASK") -> argparse.ArgumentParser:
-    """``--task``: one task name (no default: no task is special)."""
-    return _option("--task", default=None, metavar=metavar, help=help)
-
-
-def preset_option(
-    default: str | None = "smoke", help: str | None = None
-) -> argparse.ArgumentParser:
-    """``--preset``: one of the presets."""
-    return _option(
-        "--preset",
-        default=default,
-        choices=PRESETS,
-        help=help or "sizes and training budget of every run (default: %(default)s)",
-    )
-
-
-def set_option(scope: str = "") -> argparse.ArgumentParser:
-    """``--set KEY=VALUE`` (repeatable): config overrides; ``scope`` prefixes the help."""
-    return _option(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help=f"{scope}override a config field, as section.field or a bare field when unambiguous "
-        "(e.g. train.lr=0.01, hidden_size=64); repeatable; a key no selected method or task "
-        "has is an error",
-    )
-
-
-def data_dir_option(scope: str = "") -> argparse.ArgumentParser:
-    """``--data-dir``: the dataset root; ``scope`` prefixes the help."""
-    return _option(
-        "--data-dir",
-        metavar="DIR",
-        help=f"{scope}dataset root (default: $HARNESS_DATA_DIR, else the user cache directory)",
-    )
-
-
-def device_option(default: str | None, help: str) -> argparse.ArgumentParser:
-    """``--device cpu|cuda|auto`` (None: the command picks; ``harness.env.resolve_device``)."""
-    return _option("--device", default=default, choices=DEVICES, help=help)
-
-
-def include_option() -> argparse.ArgumentParser:
-    """``--include PATH`` (repeatable): methods and tasks from a ``.py`` file or a folder."""
-    return _option(
-        "--include",
-        action="append",
-        metavar="PATH",
-        help="import the methods and tasks of a .py file, or of every .py file of a folder "
-        "(not test_*.py, _*.py), before the registry is read; repeatable; also "
-        "$HARNESS_INCLUDE (see docs/plugins.md)",
-    )
-
-
-def threads_option(help: str) -> argparse.ArgumentParser:
-    """``--threads N``: torch CPU threads (default 1; 0 leaves torch's default; at most 1024)."""
-    return _option(
-        "--threads", type=int_at_least(0, MAX_THREADS), default=1, metavar="N", help=help
-    )
+KINDS: dict[str, dict[str, Any]] = {
+    "--methods": {"default": "all"},
+    "--tasks": {"default": "all"},
+    "--preset": {"default": "smoke", "choices": PRESETS},
+    "--device": {"choices": DEVICES},
+    "--threads": {"type": int_at_least(0, MAX_THREADS), "default": 1},
+    "--set": {"action": "append"},
+    "--include": {"action": "append"},
+    "--where": {"action": "append"},
+}
+METHODS_HELP = (
+    "comma-separated method names or globs, or 'all' (default: %(default)s; see 'harness list "
+    "methods')"
+)
+TASKS_HELP = "comma-separated task names or globs, or 'all' (default: {}; see 'harness list tasks')"
+SET_HELP = (
+    "override a config field, as section.field or a bare field when unambiguous (e.g. "
+    "train.lr=0.01, hidden_size=64); repeatable; a key no selected method or task has is an error"
+)
+SELECT_HELP = (
+    "one row per method, the variant RULE picks on the validation split: best-val, or "
+    "val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation Skip %% "
+    "is within TARGET +- WIDTH), or val-skip-nearest:TARGET (validation Skip %% nearest TARGET); "
+    "default: every variant"
+)
+DATA_DIR_HELP = "dataset root (default: $HARNESS_DATA_DIR, else the user cache directory)"
+INCLUDE = {
+    "--include PATH": "import the methods and tasks of a .py file, or of every .py file of a "
+    "folder (not test_*.py, _*.py), before the registry is read; repeatable; also "
+    "$HARNESS_INCLUDE (see docs/plugins.md)"
+}
 
 
 # --- helpers of the commands ------------------------------------------------------------------
 
 
 def require_task(task: str | None, command: str, many: bool = False) -> str:
-    """The one task ``task`` names (a name or a glob matching one task).
-
-    With ``many``, ``task`` may name several (a list, globs, ``all``), returned as a comma list.
-
-    Raises:
-        ConfigError: no ``--task`` (the message names the registered tasks), an unknown name, or
-            a glob matching several tasks.
-    """
+    """The one task ``task`` names (``many``: the several, a comma list); else a ConfigError."""
     if not task:
         raise ConfigError(f"{command} needs --task TASK; tasks: {', '.join(TASKS.names())}")
     names = TASKS.resolve(task)

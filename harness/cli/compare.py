@@ -6,16 +6,30 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli.common import add_command, console, examples
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``compare`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "compare",
         "drift gate: current records vs a reference",
-        epilog=examples(
+        {
+            "reference": "the reference records (.jsonl)",
+            "current": "the records to check against it (.jsonl)",
+            "--tol MEASURE=ABS[:REL]": "tolerance for a measure or a prefix of measures "
+            "(metrics.mse=1e-3, macs=0:1e-2); repeatable",
+            "--markdown FILE": "also write the comparison as Markdown",
+            "--only-present": "compare only the runs in both (a partial rerun); say how many were "
+            "left out; fails when no run is in both",
+            "--allow-empty": "pass when nothing was compared (a reference with no record, or no "
+            "run in both); by default that fails, so an emptied reference cannot pass the gate",
+            "--skip-malformed": "skip record lines that cannot be read (a torn last line, an "
+            "unknown schema), naming each, instead of refusing the store",
+        },
+        {"--tol": {"action": "append"}},
+        epilog=common.examples(
             "harness compare results/reference/smoke.jsonl results/runs.jsonl --markdown drift.md",
             "harness compare results/reference/smoke.jsonl rerun.jsonl --only-present",
             note="exit codes: 0 no drift, 1 drift, missing runs or nothing compared (unless "
@@ -23,56 +37,19 @@ def add_parser(subparsers: Any) -> None:
             "measure, a record\nline that cannot be read)",
         ),
     )
-    s.add_argument("reference", help="the reference records (.jsonl)")
-    s.add_argument("current", help="the records to check against it (.jsonl)")
-    s.add_argument(
-        "--tol",
-        action="append",
-        metavar="MEASURE=ABS[:REL]",
-        help="tolerance for a measure or a prefix of measures (metrics.mse=1e-3, macs=0:1e-2); "
-        "repeatable",
-    )
-    s.add_argument(
-        "--markdown", default=None, metavar="FILE", help="also write the comparison as Markdown"
-    )
-    s.add_argument(
-        "--only-present",
-        action="store_true",
-        help="compare only the runs in both (a partial rerun); say how many were left out; "
-        "fails when no run is in both",
-    )
-    s.add_argument(
-        "--allow-empty",
-        action="store_true",
-        help="pass when nothing was compared (a reference with no record, or no run in both); "
-        "by default that fails, so an emptied reference cannot pass the gate",
-    )
-    s.add_argument(
-        "--skip-malformed",
-        action="store_true",
-        help="skip record lines that cannot be read (a torn last line, an unknown schema), "
-        "naming each, instead of refusing the store",
-    )
     s.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Print the drifted, missing and new runs (``harness.api.compare``); 0 when the gate passes.
-
-    It passes when nothing drifted or went missing and something was compared (1 otherwise).
-    """
+    """Print the drifted, missing and new runs; 0 when nothing drifted or went missing, else 1."""
     from rich.markup import escape
 
+    tolerances = api.parse_tolerances(args.tol or [])
+    flags = ("only_present", "allow_empty", "skip_malformed", "markdown")
     res, skipped = api.compare(
-        args.reference,
-        args.current,
-        api.parse_tolerances(args.tol or []),
-        only_present=args.only_present,
-        allow_empty=args.allow_empty,
-        skip_malformed=args.skip_malformed,
-        markdown=args.markdown,
+        args.reference, args.current, tolerances, **{k: getattr(args, k) for k in flags}
     )
-    out = console()
+    out = common.console()
     for line in skipped:
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     for line in res.environment:  # numbers from another torch or device may drift for that reason
@@ -80,18 +57,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _print_differences(res, out)
     if args.only_present:
         none = "; no run is in both, so nothing was compared" if not res.matched else ""
-        out.print(
-            f"left out (not in both): {res.left_out[0]} reference run(s), "
-            f"{res.left_out[1]} current run(s){none}"
-        )
+        ref, cur = res.left_out
+        out.print(f"left out (not in both): {ref} reference run(s), {cur} current run(s){none}")
     if res.empty:
         allowed = "accepted (--allow-empty)" if args.allow_empty else "pass --allow-empty to accept"
         out.print(f"{'[yellow]' if res.ok else '[red]'}nothing compared: {res.empty}; {allowed}[/]")
     verdict = "[green]PASS[/]" if res.ok else "[red]FAIL[/]"
-    out.print(
-        f"{verdict}: {res.matched} matched, {len(res.drifted)} drifted, "
-        f"{len(res.missing)} missing, {len(res.new)} new"
-    )
+    counts = f"{len(res.drifted)} drifted, {len(res.missing)} missing, {len(res.new)} new"
+    out.print(f"{verdict}: {res.matched} matched, {counts}")
     return 0 if res.ok else 1
 
 

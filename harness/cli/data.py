@@ -7,33 +7,34 @@ import sys
 from typing import Any
 
 from harness import api
-from harness.cli.common import (
-    add_command,
-    console,
-    data_dir_option,
-    examples,
-    include_option,
-    tasks_option,
-)
+from harness.cli import common
 from harness.errors import DataError
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``data`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "data",
         "dataset status, checksums and downloads",
-        parents=[
-            tasks_option(
-                default=None,
-                note="; a dataset missing for a task named here is an error, "
-                "otherwise only a corrupt one is",
-            ),
-            data_dir_option(),
-            include_option(),
-        ],
-        epilog=examples(
+        {
+            "--tasks TASK[,TASK...]": common.TASKS_HELP.format("all tasks")
+            + "; a dataset missing for a task named here is an error, otherwise only a corrupt one "
+            "is",
+            "--data-dir DIR": common.DATA_DIR_HELP,
+            **common.INCLUDE,
+            "action": "list: where each dataset is and whether it is there; verify: also check it "
+            "against the published checksums; fetch: download, verify and unpack the public ones",
+            "names TASK": "tasks (besides --tasks); optional",
+            "--mirror URL": "fetch: base URL that stands in for the official addresses",
+        },
+        {
+            "--tasks": {"default": None},
+            "action": {"choices": ["list", "verify", "fetch"]},
+            # a default keeps argparse from naming the optional TASK among the required arguments
+            "names": {"nargs": "*", "default": []},
+        },
+        epilog=common.examples(
             "harness data list",
             "harness data verify --tasks TASK",
             "harness data fetch",
@@ -42,30 +43,13 @@ def add_parser(subparsers: Any) -> None:
             "$HARNESS_DATA_MIRROR) fetches URL/<dataset folder>/<file name> instead",
         ),
     )
-    s.add_argument(
-        "action",
-        choices=["list", "verify", "fetch"],
-        help="list: where each dataset is and whether it is there; verify: also check it "
-        "against the published checksums; fetch: download, verify and unpack the public ones",
-    )
-    # (a default keeps argparse from naming the optional TASK among the required arguments)
-    s.add_argument(
-        "names", nargs="*", default=[], metavar="TASK", help="tasks (besides --tasks); optional"
-    )
-    s.add_argument(
-        "--mirror",
-        metavar="URL",
-        help="fetch: base URL that stands in for the official addresses",
-    )
     s.set_defaults(func=cmd_data)
 
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Print (or fetch) the datasets; 2 if one asked for is missing or any is corrupt, else 0."""
-    tasks = None
     spec = ",".join([*([args.tasks] if args.tasks else []), *args.names])
-    if spec:
-        tasks = api.TASKS.resolve(spec)
+    tasks = api.TASKS.resolve(spec) if spec else None
     if args.action == "fetch":
         return fetch(tasks, spec, args.data_dir, args.mirror)
     verify = args.action == "verify"
@@ -100,12 +84,11 @@ def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
 
 
 def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str | None) -> int:
-    """Download the public datasets of ``tasks`` (default: every real-data task) into the root.
+    """Download and verify the public datasets of ``tasks`` (default: all); 2 if one fails.
 
-    A task named explicitly whose data cannot be downloaded (a licence) or verified is an error
-    (exit 2); without names such tasks are reported and the others fetched.
+    A task whose data cannot be downloaded (a licence) fails only when named; else it is reported.
     """
-    out = console()
+    out = common.console()
     root = api.data_root(data_dir)
     fetcher = api.Fetcher(root, mirror, say=lambda line: out.print(line, highlight=False))
     named = {p.strip() for p in spec.split(",")} - {"all", ""}

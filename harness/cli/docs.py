@@ -1,10 +1,4 @@
-"""``harness docs``: fill the docs' generated blocks from the records, or check that they are.
-
-A block (``harness.reporting.docs``) names a ``harness report ... --print PART`` or ``harness
-bench --from STORE ... --print PART`` command; its body is that command's stdout. Every number of
-the docs that comes from the records or a committed report sits in one, so that ``harness docs
---check`` (in CI) fails when a record changes and the docs do not.
-"""
+"""``harness docs``: fill the docs' generated blocks (``harness report|bench ... --print``)."""
 
 from __future__ import annotations
 
@@ -16,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import api
+from harness.cli import common
 from harness.cli.bench import add_parser as add_bench
-from harness.cli.common import Parser, add_command, dispatch, examples, includes
+from harness.cli.common import Parser, dispatch, includes
 from harness.cli.report import add_parser as add_report
 from harness.errors import HarnessError
 
@@ -26,11 +21,17 @@ DEFAULT_DOCS = "docs/*.md"
 
 def add_parser(subparsers: Any) -> None:
     """Add ``docs`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "docs",
         "fill the docs' generated blocks from the records (--check: only compare)",
-        epilog=examples(
+        {
+            "files": f"Markdown files (default: {DEFAULT_DOCS}, from the current folder)",
+            "--check": "write nothing; print one line per block whose body differs from its "
+            "command's output and exit 1 if there is one",
+        },
+        {"files": {"nargs": "*"}},
+        epilog=common.examples(
             "harness docs",
             "harness docs --check",
             "harness docs docs/reproduction.md",
@@ -38,17 +39,6 @@ def add_parser(subparsers: Any) -> None:
             "(or\n'harness bench --from STORE ... --print PART'), the command's output, a line "
             "'<!-- end -->'\n(docs/reports.md, \"Numbers in the docs\")",
         ),
-    )
-    s.add_argument(
-        "files",
-        nargs="*",
-        help=f"Markdown files (default: {DEFAULT_DOCS}, from the current folder)",
-    )
-    s.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; print one line per block whose body differs from its command's "
-        "output and exit 1 if there is one",
     )
     s.set_defaults(func=cmd_docs)
 
@@ -69,11 +59,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def run_block(argv: list[str]) -> tuple[int, str, str]:
-    """``harness ARGV`` (``report`` or ``bench``) in this process: (exit code, stdout, stderr).
-
-    It runs as the same command line would alone: its ``--include`` files imported first, and
-    forgotten after (``plugins.isolated``), so that what one block registers no other sees.
-    """
+    """``harness ARGV`` (``report``, ``bench``) here, as if alone: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     parser = Parser(prog="harness")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)

@@ -7,45 +7,28 @@ import json
 from typing import Any
 
 from harness import api
-from harness.cli.common import (
-    add_command,
-    data_dir_option,
-    examples,
-    include_option,
-    int_at_least,
-    methods_option,
-    preset_option,
-    require_task,
-    set_option,
-    task_option,
-)
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``flops`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "flops",
         "dense/effective MACs and params of fresh models",
-        parents=[
-            methods_option(),
-            task_option("the task whose data and sizes are used (required; see 'harness list')"),
-            preset_option(help="the preset whose sizes are used (default: %(default)s)"),
-            set_option(),
-            data_dir_option(),
-            include_option(),
-        ],
-        epilog=examples("harness flops --methods METHOD[,METHOD...] --task TASK --json"),
-    )
-    s.add_argument(
-        "--batch",
-        type=int_at_least(1),
-        default=16,
-        metavar="N",
-        help="test sequences the effective MACs are averaged over (default: %(default)s)",
-    )
-    s.add_argument(
-        "--json", action="store_true", help="print the rows as JSON (with the unit convention)"
+        {
+            "--methods METHOD[,METHOD...]": common.METHODS_HELP,
+            "--task TASK": "the task whose data and sizes are used (required; see 'harness list')",
+            "--preset": "the preset whose sizes are used (default: %(default)s)",
+            "--set KEY=VALUE": common.SET_HELP,
+            "--data-dir DIR": common.DATA_DIR_HELP,
+            **common.INCLUDE,
+            "--batch N": "test sequences the effective MACs are averaged over (default: "
+            "%(default)s)",
+            "--json": "print the rows as JSON (with the unit convention)",
+        },
+        {"--batch": {"type": common.int_at_least(1), "default": 16}},
+        epilog=common.examples("harness flops --methods METHOD[,METHOD...] --task TASK --json"),
     )
     s.set_defaults(func=cmd_flops)
 
@@ -58,7 +41,7 @@ def _seq_len(row: dict[str, Any]) -> str:
 
 def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.planning.sweep.fresh_costs``) as a table or as JSON."""
-    task = require_task(args.task, "flops")
+    task = common.require_task(args.task, "flops")
     overrides = api.parse_set(args.set or [])
 
     rows = api.fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)
@@ -72,15 +55,9 @@ def cmd_flops(args: argparse.Namespace) -> int:
     columns = ("method", "T", "params", "dense MACs (fvcore)", "dense MACs", "effective MACs")
     for col in (*columns, "effective FLOPs"):
         table.add_column(col, justify="right")
+    counts = ("macs_dense_fvcore", "macs_dense", "macs_effective", "flops_effective")
     for r in rows:
-        table.add_row(
-            r["method"],
-            _seq_len(r),
-            str(r["params_total"]),
-            f"{r['macs_dense_fvcore']:.4g}",
-            f"{r['macs_dense']:.4g}",
-            f"{r['macs_effective']:.4g}",
-            f"{r['flops_effective']:.4g}",
-        )
+        cells = (f"{r[k]:.4g}" for k in counts)
+        table.add_row(r["method"], _seq_len(r), str(r["params_total"]), *cells)
     Console().print(table)
     return 0

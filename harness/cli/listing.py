@@ -1,8 +1,4 @@
-"""``harness list``: the registered components of each kind, with where each comes from.
-
-(Named ``listing`` because a submodule called ``list`` would shadow the builtin inside the
-package's ``__init__``.)
-"""
+"""``harness list`` (``listing``: a ``list`` module would shadow the builtin in the package)."""
 
 from __future__ import annotations
 
@@ -11,26 +7,20 @@ from typing import Any
 
 from harness.api import COMPONENTS as KINDS
 from harness.api import component_lines
-from harness.cli.common import add_command, include_option
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``list`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "list",
         "registered methods, tasks, reference predictors, metrics and executors",
-        parents=[include_option()],
+        {**common.INCLUDE, "what": "what to list (default: %(default)s: all but the metrics)"},
+        {"what": {"nargs": "?", "choices": [*KINDS, "all"], "default": "all"}},
         epilog="the names are what --methods, --tasks (globs such as 'PREFIX-*' too) and "
         "'run --executor' take; references run with --methods 'ref:*' (or beside the methods: "
         "'all,ref:*'); each not built in says where it comes from",
-    )
-    s.add_argument(
-        "what",
-        nargs="?",
-        choices=[*KINDS, "all"],
-        default="all",
-        help="what to list (default: %(default)s: all but the metrics)",
     )
     s.set_defaults(func=cmd_list)
 

@@ -6,37 +6,35 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli.common import add_command, examples, include_option
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``new`` to the ``harness`` subcommands."""
-    s = add_command(
+    kinds = api.METHOD_TEMPLATES
+    s = common.add_command(
         subparsers,
         "new",
         "write a template of a new method (NAME.py, test_NAME.py) that passes 'harness check'",
-        parents=[include_option()],
-        epilog=examples(
+        {
+            **common.INCLUDE,
+            "what": "what to make (a method)",
+            "name NAME": "its name, e.g. my-skip (file my_skip.py)",
+            "--kind": "the template: " + ", ".join(kinds) + " (see below)",
+            "--out DIR": "the folder to write into, made if missing (default: the current folder)",
+        },
+        {
+            "what": {"choices": ["method"]},
+            "--kind": {"required": True, "choices": list(kinds)},
+            "--out": {"default": "."},
+        },
+        epilog=common.examples(
             "harness new method my-skip --kind skip --out my_methods",
             "harness check my-skip --include my_methods",
             note="kinds:\n"
-            + "\n".join(f"  {k:9s} {what}" for k, what in api.METHOD_TEMPLATES.items())
+            + "\n".join(f"  {k:9s} {what}" for k, what in kinds.items())
             + "\nan existing file is never overwritten (exit 2, nothing written)",
         ),
-    )
-    s.add_argument("what", choices=["method"], help="what to make (a method)")
-    s.add_argument("name", metavar="NAME", help="its name, e.g. my-skip (file my_skip.py)")
-    s.add_argument(
-        "--kind",
-        required=True,
-        choices=list(api.METHOD_TEMPLATES),
-        help="the template: " + ", ".join(api.METHOD_TEMPLATES) + " (see below)",
-    )
-    s.add_argument(
-        "--out",
-        default=".",
-        metavar="DIR",
-        help="the folder to write into, made if missing (default: the current folder)",
     )
     s.set_defaults(func=cmd_new)
 

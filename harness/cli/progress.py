@@ -1,17 +1,84 @@
-"""What ``harness run`` shows while and after a sweep runs: progress, dry runs, summaries.
+"""What ``harness run`` shows while and after a sweep runs: progress, dry runs, the leaderboard.
 
-``SweepProgress`` turns ``harness.api.SweepEvent`` s into the progress display (the run in
-progress and its epoch, an ETA, one line per finished run); the other functions print what the
-sweep found and did (resume, runs left to other sweeps, the ``--match-skip`` table) or say, in
-one line, why it stopped and where its records are (``stopped_line``). Everything goes to
-stderr; stdout keeps the leaderboard.
+On stderr but the dry run's list and the leaderboard (a table per task and preset, with notes).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from harness.api import BUDGETS, estimate_runs, label, method_code, wall_seconds
+from harness import api
+
+FORMATS = ("table", "md")  # run --format
+NONE = "no run finished ok: no table"
+PIPE_WIDTH = 100  # the columns of a table printed to a pipe or a file (no terminal width)
+
+
+def print_board(
+    records: Sequence[dict], rule: Any, none: str, store: Path, board: Path, given: str | None
+) -> None:
+    """Print the leaderboard on stdout: tables, or (``given`` ``md``) the Markdown of ``board``."""
+    from rich.console import Console
+
+    if given == "md":
+        print(board.read_text())
+        return
+    stdout = Console(highlight=False)
+    if not stdout.is_terminal:
+        stdout.width = PIPE_WIDTH
+    print_tables(records, rule, str(store), stdout, board, none)
+
+
+def print_tables(
+    records: Sequence[dict], rule: Any, store: str, console: Any, board: Path, none: str = NONE
+) -> None:
+    """Print the leaderboard of ``records`` on ``console``, and where its Markdown ``board`` is.
+
+    ``rule`` picks the rows; ``none`` is said for no table. A table too wide even with the
+    method's cell and the titles wrapped keeps only its ``TERSE`` columns; numbers never wrap.
+    """
+    from rich.measure import Measurement
+
+    picked, wide = None, console.options.update_width(10_000)  # the narrowest it can be
+    if rule is not None:
+        records, picked = api.select(records, rule)
+    tables = api.boards(records, picked)
+    for b in tables:
+        for place, tight in ((api.WIDE, False), (api.WIDE, True), (api.TERSE, True)):
+            table = _table(b.title, *api.terminal(b, place), tight)
+            if Measurement.get(console, wide, table).minimum <= console.width:
+                break
+        console.print(table)
+        for note in api.record_notes(records, b.task, b.preset, store, brief=True):
+            console.print(f"  {note}", highlight=False, markup=False)
+    if not tables:
+        console.print(none, highlight=False)
+    console.print(
+        f"the full leaderboard (CIs, dense cost, parameters, time, commits, failures): {board}",
+        highlight=False,
+    )
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], tight: bool) -> Any:
+    """A ``rich`` table: the method's cell wraps; a number never, a title (``tight``) by words."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    widest = max((len(row[0].split(" ")[0]) for row in rows), default=6)
+    table.add_column(columns[0], overflow="fold", min_width=max(widest, 6))
+    for j, col in enumerate(columns[1:], 1):
+        title_width = max(map(len, col.split())) if tight else len(col)
+        whole = max((len(row[j]) for row in rows), default=1)
+        table.add_column(col, justify="right", width=max(whole, title_width))
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def fmt_duration(seconds: float) -> str:
@@ -27,13 +94,8 @@ def fmt_duration(seconds: float) -> str:
 
 
 def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int = 1) -> str:
-    """``--dry-run``'s estimate of the time the runs to run would take, from the store's times.
-
-    With ``workers`` > 1, also the wall time on that many parallel workers
-    (``harness.planning.sweep.wall_seconds``: the runs are independent) and the longest run, its
-    floor.
-    """
-    per_run, n = estimate_runs(todo, records)
+    """``--dry-run``'s estimate of the runs' time from the store's (and on ``workers``)."""
+    per_run, n = api.estimate_runs(todo, records)
     seconds = sum(s for s in per_run if s is not None)
     known = n["variant"] + n["method"]
     if not known:
@@ -43,7 +105,7 @@ def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int =
         parts.append(f"{n['method']} from the same method, task and preset")
     text = f"estimated time: {fmt_duration(seconds)} in one process"
     if workers > 1:
-        wall = fmt_duration(wall_seconds(per_run, workers))
+        wall = fmt_duration(api.wall_seconds(per_run, workers))
         longest = fmt_duration(max(s for s in per_run if s is not None))
         text += f", {wall} on {workers} workers (the longest run: {longest})"
     text += f" ({', '.join(parts)}"
@@ -55,56 +117,30 @@ def estimate_line(todo: list[Any], records: list[dict[str, Any]], workers: int =
 def print_dry_run(cfgs: list[Any], todo_ids: set[str], labels: dict[str, str]) -> None:
     """The resolved runs, one line each on stdout: status, method, task, seed, run id, variant."""
     rows = [("status", "method", "task", "seed", "run id", "variant")]
-    rows += [
-        (
-            "to run" if c.run_id in todo_ids else "recorded",
-            c.method,
-            c.task,
-            str(c.seed),
-            c.run_id,
-            labels.get(c.run_id, ""),
-        )
-        for c in cfgs
-    ]
+    for c in cfgs:
+        status = "to run" if c.run_id in todo_ids else "recorded"
+        rows.append((status, c.method, c.task, str(c.seed), c.run_id, labels.get(c.run_id, "")))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[5])
 
 
 class SweepProgress:
-    """The progress display of a sweep: the run in progress, its epoch, an ETA, per-run lines.
+    """The progress display of a sweep (``SweepEvent`` s): the runs done, an ETA, a line each.
 
-    In this process (one worker) the run in progress and its epoch are shown (``on_epoch``, a
-    ``harness.training.train.train_model`` callback); with ``--workers`` or Ray the runs train in
-    other processes, and the display shows how many have finished, the ETA and a line per finished
-    run.
-
-    Args:
-        console: the rich console.
-        todo: the runs, in the order a serial executor runs them.
-        labels: variant labels (``variant_labels``).
-        serial: the runs train in this process, one after the other.
-        verbose: print every epoch's losses.
+    ``serial``: the runs train in this process in the order of ``todo``, so the run in progress
+    and its epoch are shown too (every epoch's losses with ``verbose``).
     """
 
     def __init__(
         self, console: Any, todo: list[Any], labels: dict[str, str], serial: bool, verbose: bool
     ) -> None:
-        import time
-
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.todo, self.labels, self.serial, self.verbose = todo, labels, serial, verbose
-        self.finished = 0
-        self.started = time.monotonic()
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[eta]}"),
-            console=console,
-            transient=False,
-        )
+        self.finished, self.started = 0, time.monotonic()
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        self.progress = Progress(*columns, TextColumn("{task.fields[eta]}"), console=console)
         self.bar = self.progress.add_task(self._current(), total=len(todo), eta="")
 
     def __enter__(self) -> SweepProgress:
@@ -122,30 +158,10 @@ class SweepProgress:
     def _current(self, epoch: str = "") -> str:
         if self.finished >= len(self.todo):
             return "done"
-        if not self.serial:
-            return "running"
-        return f"running {self.name(self.todo[self.finished])}{epoch}"
-
-    def on_epoch(self, epoch: int, row: dict[str, Any]) -> None:
-        """After each epoch of the run in progress (serial): show it; with verbose, its losses."""
-        cfg = self.todo[min(self.finished, len(self.todo) - 1)]
-        self.progress.update(
-            self.bar, description=self._current(f" epoch {epoch + 1}/{cfg.train.epochs}")
-        )
-        if self.verbose:
-            values = " ".join(
-                f"{k} {v:.4g}" for k, v in row.items() if k != "epoch" and isinstance(v, float)
-            )
-            self.progress.console.print(
-                f"  {self.name(cfg)} epoch {epoch + 1}/{cfg.train.epochs}: {values}",
-                highlight=False,
-            )
+        return f"running {self.name(self.todo[self.finished])}{epoch}" if self.serial else "running"
 
     def on_event(self, event: Any) -> None:
-        """A ``harness.api.SweepEvent``: an epoch of the run in progress, a finished run, a note.
-
-        A record kept aside (``unwritten``) is said at the end, in ``stopped_line``.
-        """
+        """Show an epoch, a finished run or a note (a record kept aside: in ``stopped_line``)."""
         if event.kind == "epoch":
             self.on_epoch(event.epoch, event.row)
         elif event.kind == "finished":
@@ -153,14 +169,25 @@ class SweepProgress:
         elif event.kind == "note":
             self.progress.console.print(f"[yellow]{event.error}[/]", highlight=False)
 
+    def on_epoch(self, epoch: int, row: dict[str, Any]) -> None:
+        """After each epoch of the run in progress (serial): show it; with verbose, its losses."""
+        cfg = self.todo[min(self.finished, len(self.todo) - 1)]
+        at = f" epoch {epoch + 1}/{cfg.train.epochs}"
+        self.progress.update(self.bar, description=self._current(at))
+        if self.verbose:
+            values = (
+                f"{k} {v:.4g}" for k, v in row.items() if k != "epoch" and isinstance(v, float)
+            )
+            self.progress.console.print(
+                f"  {self.name(cfg)}{at}: {' '.join(values)}", highlight=False
+            )
+
     def done(self, cfg: Any, rec: dict[str, Any]) -> None:
         """A run finished: its line, the bar, the ETA of the rest."""
-        import time
-
         self.finished += 1
-        elapsed = time.monotonic() - self.started
         left = len(self.todo) - self.finished
-        eta = f"ETA {fmt_duration(elapsed / self.finished * left)}" if left else ""
+        per_run = (time.monotonic() - self.started) / self.finished
+        eta = f"ETA {fmt_duration(per_run * left)}" if left else ""
         self.progress.update(self.bar, advance=1, description=self._current(), eta=eta)
         self.progress.console.print(summary(self.name(cfg), rec), highlight=False)
 
@@ -169,8 +196,7 @@ def summary(name: str, rec: dict[str, Any]) -> str:
     """One finished run as a line: its name and variant, primary metric, Skip %, duration."""
     if rec["status"] != "ok":
         return f"[red]✗ {name}: {rec['error']}[/]"
-    m = rec["metrics"]
-    primary = rec["primary"]
+    m, primary = rec["metrics"], rec["primary"]
     extra = f" skip {m['skip_pct']:.1f}%" if m.get("skip_pct") is not None else ""
     if "mean_depth" in m:
         extra += f" depth {m['mean_depth']:.2f}"
@@ -187,43 +213,28 @@ def print_match_skip(rows: list[dict[str, Any]], target: float, swept: list[str]
     for col in ("task", "method", *swept, "Skip %", "metric", "seeds", "candidates"):
         table.add_column(col)
     for row in rows:
-        primary = row["primary"]
-        table.add_row(
-            row["task"],
-            row["method"],
-            *[str(row["values"][k]) for k in swept],
-            f"{row['skip_pct']:.1f}"
-            + ("" if row["budget"] == BUDGETS["skip_pct"] else " (activity sparsity)"),
-            f"{primary} {row[primary]:.4g}",
-            str(row["seeds"]),
-            str(row["candidates"]),
-        )
+        values, primary = [str(row["values"][k]) for k in swept], row["primary"]
+        sparsity = "" if row["budget"] == api.BUDGETS["skip_pct"] else " (activity sparsity)"
+        skip, metric = f"{row['skip_pct']:.1f}{sparsity}", f"{primary} {row[primary]:.4g}"
+        counts = str(row["seeds"]), str(row["candidates"])
+        table.add_row(row["task"], row["method"], *values, skip, metric, *counts)
     out.print(table)
     out.print("to choose on validation data instead: harness report --select val-skip-band:T:W")
 
 
 def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
-    """Print what resuming found: records of changed method code, failed runs retried or kept.
-
-    Args:
-        plan: the ``harness.planning.resume.ResumePlan``.
-        console: the rich console.
-        limit: records named per kind (the rest are counted).
-    """
+    """Print what resuming found: records of changed method code, failed runs retried or kept."""
 
     def names(recs: list[dict[str, Any]]) -> str:
-        shown = [label(r) for r in recs[:limit]]
+        shown = [api.label(r) for r in recs[:limit]]
         more = f" and {len(recs) - limit} more" if len(recs) > limit else ""
         return ", ".join(shown) + more
 
     if plan.stale:
         methods = sorted({r["method"] for r in plan.stale})
-        codes = ", ".join(f"{m} now {method_code(m)}" for m in methods)
-        what = (
-            "kept (--keep-stale)"
-            if plan.kept_stale
-            else "rerun (the new records supersede them; --keep-stale keeps them)"
-        )
+        codes = ", ".join(f"{m} now {api.method_code(m)}" for m in methods)
+        what = "rerun (the new records supersede them; --keep-stale keeps them)"
+        what = "kept (--keep-stale)" if plan.kept_stale else what
         console.print(
             f"[yellow]warning: {len(plan.stale)} record(s) were made by other code of their "
             f"method ({codes}): {what}: {names(plan.stale)}[/]",
@@ -239,30 +250,19 @@ def say_resume(plan: Any, console: Any, limit: int = 10) -> None:
 
 def say_finish(result: Any, console: Any) -> None:
     """Print the runs other sweeps took, and what the executor said at its close."""
-    for line in result.notes:
-        console.print(line, highlight=False)
+    lines = list(result.notes)
     if result.taken:
-        console.print(
-            f"{len(result.taken)} run(s) left to other sweeps on {result.store}:", highlight=False
-        )
-        for cfg, holder in result.taken:
-            by = (
-                "recorded by another sweep"
-                if holder.get("recorded")
-                else f"claimed by pid {holder.get('pid')} on {holder.get('host')}"
-            )
-            console.print(
-                f"  {cfg.method}/{cfg.task}/{cfg.preset}/seed{cfg.seed} ({cfg.run_id}): {by}",
-                highlight=False,
-            )
+        lines.append(f"{len(result.taken)} run(s) left to other sweeps on {result.store}:")
+    for cfg, holder in result.taken:
+        by = f"claimed by pid {holder.get('pid')} on {holder.get('host')}"
+        by = "recorded by another sweep" if holder.get("recorded") else by
+        lines.append(f"  {cfg.method}/{cfg.task}/{cfg.preset}/seed{cfg.seed} ({cfg.run_id}): {by}")
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def stopped_line(result: Any) -> str:
-    """Why a sweep stopped (a write that failed) and where its records are, in one line.
-
-    Args:
-        result: the ``harness.api.SweepResult`` (its ``write_error`` set).
-    """
+    """Why a sweep stopped (``SweepResult.write_error``) and where its records are, in one line."""
     store, fallback = result.store, result.fallback
     kept = len(result.unwritten)
     recorded = len(result.records) - kept

@@ -1,10 +1,4 @@
-"""``harness report``: the leaderboard, or with ``--paper`` the paper-style report, of records.
-
-With ``--tensorboard DIR`` it writes instead each run's knobs and metrics as TensorBoard HParams
-(``harness.api.export_tensorboard``), and nothing else. With ``--print PART`` it writes nothing and
-prints parts of a report as Markdown (``harness.api.print_parts``): what ``harness docs`` fills the
-docs' generated blocks with.
-"""
+"""``harness report``: the leaderboard, the paper report, TensorBoard HParams or report parts."""
 
 from __future__ import annotations
 
@@ -14,44 +8,69 @@ from typing import Any
 
 from harness import api
 from harness.api import METHODS, PARTS, TASKS, WIDTHS, beside_records, parse_rule
-from harness.cli.common import (
-    add_command,
-    comma_list,
-    examples,
-    include_option,
-    one_of,
-    preset_option,
-    task_option,
-)
+from harness.cli import common
+from harness.cli.common import comma_list, one_of
 from harness.errors import HarnessError
 
 FORMATS = ("md", "tex", "csv", "parquet")
 DEFAULT_RECORDS = "results/runs.jsonl"
 # the flags whose value is not under their own name
 DESTS = {"--format": "formats", "--print": "parts", "--width": "widths"}
-# Without --out / --out-dir a report goes beside its records (the flags' help says where, from
-# harness.persistence.outputs.beside_records), never into the checkout's committed reports/.
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``report`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "report",
         "leaderboard from records (or, with --paper, paper tables and figures)",
-        parents=[
-            task_option(
-                "--paper: only these tasks, comma-separated names or globs as 'run --tasks' "
-                "takes them (default: every task in the records)",
-                metavar="TASK[,TASK...]",
-            ),
-            preset_option(
-                default=None,
-                help="--paper: only this preset (default: every preset in the records)",
-            ),
-            include_option(),
-        ],
-        epilog=examples(
+        {
+            "--task TASK[,TASK...]": "--paper: only these tasks, comma-separated names or globs "
+            "as 'run --tasks' takes them (default: every task in the records)",
+            "--preset": "--paper: only this preset (default: every preset in the records)",
+            **common.INCLUDE,
+            "records": f"records files or directories (default: {DEFAULT_RECORDS})",
+            "--out FILE": "the leaderboard to write (default: next to the records: "
+            "DIR/LEADERBOARD.md for DIR or DIR/runs.jsonl, X.md for X.jsonl)",
+            "--paper": "paper tables (md/tex), figures, paper-vs-harness and significance, instead",
+            "--out-dir DIR": "--paper: output directory (default: paper/ in the records' folder)",
+            "--format --formats FORMAT[,FORMAT...]": f"table formats, any of {', '.join(FORMATS)} "
+            "(parquet needs pyarrow); the leaderboard's go beside --out with their suffix "
+            "(default: md; --paper: md,tex)",
+            "--select RULE": common.SELECT_HELP,
+            "--against METHOD[,METHOD...]": "--paper: a table after the main one comparing every "
+            "method row with each of these methods, paired by seed (row - method: mean "
+            "difference, paired t and Wilcoxon p, Holm per column), on the primary metric and, "
+            "against a method that skips, on √(Acc×Skip)",
+            "--allow-dirty": "--paper: also tabulate records made from a tree with uncommitted "
+            "changes (default: clean commits only; each report says how many it left out)",
+            "--width WIDTH[,WIDTH...]": "the LaTeX versions (--format tex): text, set within a "
+            "one-column paper's text width (X.tex), and column, set in one column of a two-column "
+            "paper, 3.3 in (X_column.tex) (default: text)",
+            "--tex-root DIR": "--paper: the LaTeX's figure paths start from DIR, a folder holding "
+            "--out-dir, so that a document naming DIR in its \\graphicspath includes several "
+            "reports' figures (default: --out-dir)",
+            "--no-figures": "tables only: no learning curves beside the leaderboard, no --paper "
+            "figures",
+            "--tensorboard DIR": "instead of a report, write each run's knobs (HParams) and "
+            "test/val metrics, FLOPs and parameters into a new or empty DIR for TensorBoard's "
+            "HParams dashboard (needs the tensorboard extra)",
+            "--print PART[,PART...]": "write nothing; print Markdown to stdout (for the docs' "
+            "generated blocks, 'harness docs'): count (records, failed and dirty ones, runs), or "
+            "with --paper the main, against or paper (vs harness) tables of each task and preset",
+            "--where KEY=VALUE[,VALUE...]": "--print: only the records whose config field KEY (as "
+            "--set names it), method or task is one of the values (methods and tasks: names or "
+            "globs; others read as the field's type); repeatable",
+        },
+        {
+            "--preset": {"default": None},
+            "records": {"nargs": "*"},
+            "--format": {"dest": "formats", "type": comma_list(one_of(FORMATS))},
+            "--against": {"type": comma_list(str)},
+            "--width": {"dest": "widths", "type": comma_list(one_of(WIDTHS))},
+            "--print": {"dest": "parts", "type": comma_list(one_of(PARTS))},
+        },
+        epilog=common.examples(
             "harness report results/runs.jsonl",
             "harness report results/runs.jsonl --paper --task TASK --preset quick",
             "harness report results/runs.jsonl --paper --task 'TASK,PREFIX-*'",
@@ -62,185 +81,49 @@ def add_parser(subparsers: Any) -> None:
             "written;\nthe exit code is then 2",
         ),
     )
-    s.add_argument(
-        "records",
-        nargs="*",
-        help=f"records files or directories (default: {DEFAULT_RECORDS})",
-    )
-    s.add_argument(
-        "--out",
-        metavar="FILE",
-        help="the leaderboard to write (default: next to the records: DIR/LEADERBOARD.md for "
-        "DIR or DIR/runs.jsonl, X.md for X.jsonl)",
-    )
-    s.add_argument(
-        "--paper",
-        action="store_true",
-        help="paper tables (md/tex), figures, paper-vs-harness and significance, instead",
-    )
-    s.add_argument(
-        "--out-dir",
-        metavar="DIR",
-        help="--paper: output directory (default: paper/ in the records' folder)",
-    )
-    s.add_argument(
-        "--format",
-        "--formats",
-        dest="formats",
-        type=comma_list(one_of(FORMATS)),
-        metavar="FORMAT[,FORMAT...]",
-        help=f"table formats, any of {', '.join(FORMATS)} (parquet needs pyarrow); the "
-        "leaderboard's go beside --out with their suffix (default: md; --paper: md,tex)",
-    )
-    s.add_argument(
-        "--select",
-        metavar="RULE",
-        help="one row per method, the variant RULE picks on the validation split: best-val, "
-        "or val-skip-band:TARGET:WIDTH (best validation metric among variants whose validation "
-        "Skip %% is within TARGET +- WIDTH), or val-skip-nearest:TARGET (validation Skip %% "
-        "nearest TARGET); default: every variant",
-    )
-    s.add_argument(
-        "--against",
-        type=comma_list(str),
-        metavar="METHOD[,METHOD...]",
-        help="--paper: a table after the main one comparing every method row with each of these "
-        "methods, paired by seed (row - method: mean difference, paired t and Wilcoxon p, Holm "
-        "per column), on the primary metric and, against a method that skips, on √(Acc×Skip)",
-    )
-    s.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="--paper: also tabulate records made from a tree with uncommitted changes "
-        "(default: clean commits only; each report says how many it left out)",
-    )
-    s.add_argument(
-        "--width",
-        dest="widths",
-        type=comma_list(one_of(WIDTHS)),
-        metavar="WIDTH[,WIDTH...]",
-        help="the LaTeX versions (--format tex): text, set within a one-column paper's text "
-        "width (X.tex), and column, set in one column of a two-column paper, 3.3 in "
-        "(X_column.tex) (default: text)",
-    )
-    s.add_argument(
-        "--tex-root",
-        metavar="DIR",
-        help="--paper: the LaTeX's figure paths start from DIR, a folder holding --out-dir, so "
-        "that a document naming DIR in its \\graphicspath includes several reports' figures "
-        "(default: --out-dir)",
-    )
-    s.add_argument(
-        "--no-figures",
-        action="store_true",
-        help="tables only: no learning curves beside the leaderboard, no --paper figures",
-    )
-    s.add_argument(
-        "--tensorboard",
-        metavar="DIR",
-        help="instead of a report, write each run's knobs (HParams) and test/val metrics, FLOPs "
-        "and parameters into a new or empty DIR for TensorBoard's HParams dashboard (needs the "
-        "tensorboard extra)",
-    )
-    s.add_argument(
-        "--print",
-        dest="parts",
-        type=comma_list(one_of(PARTS)),
-        metavar="PART[,PART...]",
-        help="write nothing; print Markdown to stdout (for the docs' generated blocks, 'harness "
-        "docs'): count (records, failed and dirty ones, runs), or with --paper the main, "
-        "against or paper (vs harness) tables of each task and preset",
-    )
-    s.add_argument(
-        "--where",
-        action="append",
-        metavar="KEY=VALUE[,VALUE...]",
-        help="--print: only the records whose config field KEY (as --set names it), method or "
-        "task is one of the values (methods and tasks: names or globs; others read as the "
-        "field's type); repeatable",
-    )
     s.set_defaults(func=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report (``harness.api.report`` / ``paper_report`` / ``export_tensorboard``).
 
-    Malformed records are an error (exit 2) once the report is written without them.
+    Malformed records are an error (exit 2) once the report is written (printed) without them.
     """
     sources, tasks = args.records or [DEFAULT_RECORDS], _check_flags(args)
+    written = {"select": args.select, "figures": not args.no_figures}
+    written["widths"] = tuple(args.widths or ("text",))
+    paper = {"tasks": tasks, "preset": args.preset, "allow_dirty": args.allow_dirty}
+    paper["against"], listed = args.against or (), ", listed in the report"
     if args.parts:  # nothing written: parts of a report on stdout
-        return _print(args, sources, tasks)
-    if args.tensorboard:
+        where = args.where or ()
+        text, problems = api.print_parts(
+            sources, args.parts, where=where, select=args.select, **paper
+        )
+        print(text, end="")
+        listed = ""
+    elif args.tensorboard:
         paths, problems = api.export_tensorboard(sources, args.tensorboard)
         print(f"wrote {len(paths)} runs' HParams: tensorboard --logdir {args.tensorboard}")
     elif not args.paper:
-        paths, problems = api.report(
-            sources,
-            Path(args.out or beside_records(sources)[0]),
-            formats=tuple(args.formats or ("md",)),
-            select=args.select,
-            figures=not args.no_figures,
-            option="--out" if args.out else "the leaderboard (next to its records)",
-            widths=tuple(args.widths or ("text",)),
-        )
+        out, formats = Path(args.out or beside_records(sources)[0]), tuple(args.formats or ("md",))
+        option = "--out" if args.out else "the leaderboard (next to its records)"
+        paths, problems = api.report(sources, out, formats=formats, option=option, **written)
         for p in paths:
             print(f"wrote {p}")
     else:
-        paths, problems = _paper(args, sources, tasks)
+        out = args.out_dir or beside_records(sources)[1] / "paper"
+        written |= {"formats": tuple(args.formats or ("md", "tex")), "tex_root": args.tex_root}
+        paths, problems = api.paper_report(sources, out, **written, **paper)
         for p in paths:
             print(p)
     if problems:  # the report is written without them; the input is still bad
-        more = f" (and {len(problems) - 1} more, listed in the report)" if len(problems) > 1 else ""
-        raise HarnessError(f"{problems[0]}{more}")
-    return 0
-
-
-def _paper(
-    args: argparse.Namespace, sources: list[str], tasks: list[str] | None
-) -> tuple[list[Path], list[str]]:
-    """``--paper``: the paper-style report (``harness.api.paper_report``)."""
-    return api.paper_report(
-        sources,
-        args.out_dir or beside_records(sources)[1] / "paper",
-        tasks=tasks,
-        preset=args.preset,
-        formats=tuple(args.formats or ("md", "tex")),
-        select=args.select,
-        figures=not args.no_figures,
-        allow_dirty=args.allow_dirty,
-        against=args.against or (),
-        widths=tuple(args.widths or ("text",)),
-        tex_root=args.tex_root,
-    )
-
-
-def _print(args: argparse.Namespace, sources: list[str], tasks: list[str] | None) -> int:
-    """``--print``: the parts asked for, as Markdown on stdout; nothing is written.
-
-    Malformed records are an error (exit 2), after the parts are printed without them.
-    """
-    text, problems = api.print_parts(
-        sources,
-        args.parts,
-        tasks=tasks,
-        preset=args.preset,
-        where=args.where or (),
-        select=args.select,
-        allow_dirty=args.allow_dirty,
-        against=args.against or (),
-    )
-    print(text, end="")
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        more = f" (and {len(problems) - 1} more{listed})" if len(problems) > 1 else ""
         raise HarnessError(f"{problems[0]}{more}")
     return 0
 
 
 def _check_flags(args: argparse.Namespace) -> list[str] | None:
-    """Refuse misplaced flags, unknown names and a bad rule; return the tasks named.
-
-    Flags of ``--paper`` need it; ``--tensorboard`` takes no flag of a report.
-    """
+    """Refuse misplaced flags, unknown names and a bad rule; return the tasks named."""
 
     def used(*flags: str) -> list[str]:  # the flags given (their values: DESTS or own name)
         return [f for f in flags if getattr(args, DESTS.get(f, f[2:].replace("-", "_")))]

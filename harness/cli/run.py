@@ -8,34 +8,10 @@ import dataclasses
 from typing import Any
 
 from harness import api
-from harness.cli.board import FORMATS, print_board
-from harness.cli.common import (
-    add_command,
-    console,
-    data_dir_option,
-    device_option,
-    examples,
-    float_at_least,
-    include_option,
-    int_at_least,
-    methods_option,
-    preset_option,
-    set_option,
-    tasks_option,
-    threads_option,
-)
-from harness.cli.progress import (
-    SweepProgress,
-    estimate_line,
-    print_dry_run,
-    print_match_skip,
-    say_finish,
-    say_resume,
-    stopped_line,
-)
+from harness.cli import common, progress
 from harness.errors import HarnessError
 
-EPILOG = examples(
+EPILOG = common.examples(
     "harness run --tasks all --preset smoke",
     "harness run --tasks TASK --methods 'METHOD,PREFIX-*' --seeds 0-4 --preset quick",
     "harness run --tasks TASK --methods METHOD --set train.lr=0.005 --set hidden_size=64",
@@ -57,149 +33,84 @@ EPILOG = examples(
 
 def add_parser(subparsers: Any) -> None:
     """Add ``run`` to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "run",
         "train and test methods on tasks; write records + leaderboard",
-        parents=[
-            tasks_option(),
-            methods_option(
-                "; reference predictors: 'ref:*' or ref:NAME, beside them too ('all,ref:*'; "
-                "see 'harness list references')"
-            ),
-            preset_option(),
-            set_option(),
-            data_dir_option(),
-            device_option("cpu", "where the runs train and test (default: %(default)s)"),
-            threads_option("torch CPU threads per run (default: %(default)s; 0: torch's default)"),
-            include_option(),
-        ],
+        {
+            "--tasks TASK[,TASK...]": common.TASKS_HELP.format("%(default)s"),
+            "--methods METHOD[,METHOD...]": common.METHODS_HELP + "; reference predictors: "
+            "'ref:*' or ref:NAME, beside them too ('all,ref:*'; see 'harness list references')",
+            "--preset": "sizes and training budget of every run (default: %(default)s)",
+            "--set KEY=VALUE": common.SET_HELP,
+            "--data-dir DIR": common.DATA_DIR_HELP,
+            "--device": "where the runs train and test (default: %(default)s)",
+            "--threads N": "torch CPU threads per run (default: %(default)s; 0: torch's default)",
+            **common.INCLUDE,
+            "--seeds SEEDS": "e.g. 0-4 or 0,1,2 (default: %(default)s)",
+            "--grid KEY=V1,V2,...": "sweep a config field over values (repeatable: cartesian "
+            "product); a key applies to the methods and tasks that have it",
+            "--match-skip TARGET": "after the sweep, show per method the variant with TEST Skip "
+            "%% nearest TARGET (test-based; to choose on validation: harness report --select "
+            "val-skip-band:T:W)",
+            "--select RULE": "the leaderboard written after the sweep keeps " + common.SELECT_HELP,
+            "--out PATH": "records directory (its runs.jsonl) or .jsonl file (default: "
+            "%(default)s)",
+            "--store-mode": "lock: the driver appends each record under flock on the store "
+            "(local disks, NFS with working locks); files: each run writes its record to its own "
+            "file in STORE.parts/, merged into the store in order under a lock file, for NFS "
+            "without locks and Lustre without its flock option (default: the store's own mode, "
+            "lock for a new one; see docs/clusters.md)",
+            "--report FILE": "leaderboard to write from all the records of --out (default: next "
+            "to them: DIR/LEADERBOARD.md for --out DIR, X.md for --out X.jsonl)",
+            "--no-report": "neither write nor print the leaderboard",
+            "--format": "what is printed at the end: table, the leaderboard's main columns fitted "
+            "to the terminal (to 100 columns through a pipe or into a file), then the file of the "
+            "full table; md, the leaderboard's Markdown as written (default: %(default)s)",
+            "--force": "rerun runs already recorded (appended)",
+            "--retry-failed": "rerun the runs recorded as failed (appended; the latest record of "
+            "a run counts)",
+            "--keep-stale": "count records made by other code of their method as done (default: "
+            "rerun them)",
+            "--allow-unverified-data": "run on data that differ from the published checksums "
+            "(recorded as unverified, under their own digest)",
+            "--executor": "local: in this process, or with --workers N > 1 the pool of N "
+            "processes; pool: worker processes; ray: Ray tasks; submitit: Slurm jobs, --slurm-* "
+            "(default: %(default)s; 'harness list executors')",
+        },
+        {
+            "--device": {"default": "cpu"},
+            "--seeds": {"default": "0"},
+            "--grid": {"action": "append"},
+            "--match-skip": {"type": common.float_at_least(0.0)},
+            "--out": {"default": "results"},
+            "--store-mode": {"choices": api.STORE_MODES},
+            "--format": {"choices": progress.FORMATS, "default": "table"},
+            "--executor": {"default": "local", "choices": api.EXECUTORS.names()},
+        },
         epilog=EPILOG,
     )
-    s.add_argument(
-        "--seeds", default="0", metavar="SEEDS", help="e.g. 0-4 or 0,1,2 (default: %(default)s)"
-    )
-    s.add_argument(
-        "--grid",
-        action="append",
-        metavar="KEY=V1,V2,...",
-        help="sweep a config field over values (repeatable: cartesian product); a key applies "
-        "to the methods and tasks that have it",
-    )
-    s.add_argument(
-        "--match-skip",
-        type=float_at_least(0.0),
-        metavar="TARGET",
-        help="after the sweep, show per method the variant with TEST Skip %% nearest TARGET "
-        "(test-based; to choose on validation: harness report --select val-skip-band:T:W)",
-    )
-    s.add_argument(
-        "--select",
-        metavar="RULE",
-        help="the leaderboard written after the sweep keeps one row per method: the variant RULE "
-        "picks on the validation split (best-val, or val-skip-band:TARGET:WIDTH: the best "
-        "validation metric among variants whose validation Skip %% is within TARGET +- WIDTH; "
-        "or val-skip-nearest:TARGET: validation Skip %% nearest TARGET); default: every variant",
-    )
-    s.add_argument(
-        "--out",
-        default="results",
-        metavar="PATH",
-        help="records directory (its runs.jsonl) or .jsonl file (default: %(default)s)",
-    )
-    s.add_argument(
-        "--store-mode",
-        choices=api.STORE_MODES,
-        help="lock: the driver appends each record under flock on the store (local disks, NFS "
-        "with working locks); files: each run writes its record to its own file in "
-        "STORE.parts/, merged into the store in order under a lock file, for NFS without locks "
-        "and Lustre without its flock option (default: the store's own mode, lock for a new "
-        "one; see docs/clusters.md)",
-    )
-    s.add_argument(
-        "--report",
-        metavar="FILE",
-        help="leaderboard to write from all the records of --out (default: next to them: "
-        "DIR/LEADERBOARD.md for --out DIR, X.md for --out X.jsonl)",
-    )
-    s.add_argument(
-        "--no-report", action="store_true", help="neither write nor print the leaderboard"
-    )
-    s.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="table",
-        help="what is printed at the end: table, the leaderboard's main columns fitted to the "
-        "terminal (to 100 columns through a pipe or into a file), then the file of the full "
-        "table; md, the leaderboard's Markdown as written (default: %(default)s)",
-    )
-    s.add_argument("--force", action="store_true", help="rerun runs already recorded (appended)")
-    s.add_argument(
-        "--retry-failed",
-        action="store_true",
-        help="rerun the runs recorded as failed (appended; the latest record of a run counts)",
-    )
-    s.add_argument(
-        "--keep-stale",
-        action="store_true",
-        help="count records made by other code of their method as done (default: rerun them)",
-    )
-    s.add_argument(
-        "--allow-unverified-data",
-        action="store_true",
-        help="run on data that differ from the published checksums (recorded as unverified, "
-        "under their own digest)",
-    )
-    s.add_argument(
-        "--executor",
-        default="local",
-        choices=api.EXECUTORS.names(),
-        help="local: in this process, or with --workers N > 1 the pool of N processes; pool: "
-        "worker processes; ray: Ray tasks; submitit: Slurm jobs, --slurm-* (default: "
-        "%(default)s; 'harness list executors')",
-    )
     executor_options(s)
-    s.add_argument(
-        "--checkpoint-every",
-        type=float_at_least(0.0),
-        default=10.0,
-        metavar="MINUTES",
-        help="each run keeps a checkpoint of its training in OUT.checkpoints/ at the end of an "
-        "epoch, at most every MINUTES (0: every epoch), and a run started again goes on from its "
-        "checkpoint; removed once the run is recorded (default: 10)",
-    )
-    s.add_argument(
-        "--no-checkpoint",
-        action="store_true",
-        help="keep no checkpoints: a run stopped in the middle starts again from its first epoch",
-    )
-    s.add_argument(
-        "--log-dir",
-        metavar="DIR",
-        help="also write TensorBoard event files per run under DIR (needs the tensorboard extra)",
-    )
-    s.add_argument(
-        "--config",
-        metavar="FILE",
-        help="a sweep file (TOML; YAML with PyYAML) holding these options; flags given beside "
-        "it override it",
-    )
-    s.add_argument(
-        "--suite",
-        metavar="NAME",
-        help="a shipped sweep file, one per seed-paper table ('--suite list' lists them)",
-    )
-    s.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the resolved runs (recorded or to run) and write nothing",
-    )
-    s.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="print every epoch's losses (runs in this process only: not with --workers or "
-        "Ray); with --executor ray, Ray's own log lines too",
+    common.add_options(
+        s,
+        {
+            "--checkpoint-every MINUTES": "each run keeps a checkpoint of its training in "
+            "OUT.checkpoints/ at the end of an epoch, at most every MINUTES (0: every epoch), and "
+            "a run started again goes on from its checkpoint; removed once the run is recorded "
+            "(default: 10)",
+            "--no-checkpoint": "keep no checkpoints: a run stopped in the middle starts again "
+            "from its first epoch",
+            "--log-dir DIR": "also write TensorBoard event files per run under DIR (needs the "
+            "tensorboard extra)",
+            "--config FILE": "a sweep file (TOML; YAML with PyYAML) holding these options; flags "
+            "given beside it override it",
+            "--suite NAME": "a shipped sweep file, one per seed-paper table ('--suite list' lists "
+            "them)",
+            "--dry-run": "print the resolved runs (recorded or to run) and write nothing",
+            "-v --verbose": "print every epoch's losses (runs in this process only: not with "
+            "--workers or Ray); with --executor ray, Ray's own log lines too",
+        },
+        {"--checkpoint-every": {"type": common.float_at_least(0.0), "default": 10.0}},
     )
     s.set_defaults(func=cmd_run, parser=s)
 
@@ -212,7 +123,7 @@ def executor_options(s: argparse.ArgumentParser) -> None:
         seen |= {o.name for o in fresh}
         group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            kind = {"type": int_at_least(*o.bounds) if o.bounds else o.type}
+            kind = {"type": common.int_at_least(*o.bounds) if o.bounds else o.type}
             if o.type is list:  # repeatable: each flag adds a string
                 kind = {"action": "append"}
             how = {"action": "store_true"} if o.type is bool else kind | {"metavar": o.metavar}
@@ -220,13 +131,8 @@ def executor_options(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Plan the sweep (``api.prepare_run``), run what is not recorded yet, write the leaderboard.
-
-    Returns:
-        0 every run succeeded, 1 some run failed (bad input, or a write that failed and stopped
-        the sweep, raises a HarnessError: one line, exit 2).
-    """
-    out = console()
+    """Plan the sweep, run what is not recorded, write the leaderboard: 0, or 1 if a run failed."""
+    out = common.console()
     if args.suite == "list":  # the shipped suites with their descriptions
         for name, description in api.suites():
             print(f"{name:14s} {description}")
@@ -237,17 +143,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job.request.dry_run:
         return dry_run(job, out)
     result = run_with_progress(job, out, ["harness", *getattr(args, "argv", [])])
-    say_finish(result, out)
+    progress.say_finish(result, out)
     _say_skipped(job.sweep, out)
     if result.write_error:  # stopped: no leaderboard of a sweep half done
-        raise HarnessError(stopped_line(result))
+        raise HarnessError(progress.stopped_line(result))
     if job.board is not None:
         for p in job.write_board():
             print(f"wrote {p}")
         records, rule, none = api.board_records(job.store.path, job.request.select)
-        print_board(records, rule, none, job.store.path, job.board, args.format)
+        progress.print_board(records, rule, none, job.store.path, job.board, args.format)
     if job.request.match_skip is not None:
-        print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
+        progress.print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
     if result.failed:
         out.print(f"[red]{result.failed} run(s) failed; see the records in {job.store.path}[/]")
     return result.exit_code
@@ -267,10 +173,10 @@ def dry_run(job: api.RunJob, out: Any) -> int:
     """Print the resolved runs, recorded or to run, and an estimate; nothing runs."""
     resume, recorded = job.plan()
     _say_plan(job, resume, out)
-    print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
+    progress.print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
     if resume.todo:
         workers = job.request.executor_options.get("workers") or 1
-        out.print(estimate_line(resume.todo, recorded, workers), highlight=False)
+        out.print(progress.estimate_line(resume.todo, recorded, workers), highlight=False)
     _say_skipped(job.sweep, out)
     out.print("dry run: nothing was run or written")
     return 0
@@ -280,14 +186,14 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
     """Run the sweep, showing its progress (every epoch's losses with ``-v``)."""
     in_process = api.EXECUTORS.get(job.executor[0]).in_process
     with contextlib.ExitStack() as stack:
-        shown: list[SweepProgress] = []
+        shown: list[progress.SweepProgress] = []
 
         def on_event(event: api.SweepEvent) -> None:
             if event.kind == "planned":
                 _say_plan(job, event.resume, out)
                 if event.todo:
                     args = (out, event.todo, job.sweep.labels, in_process, job.request.verbose)
-                    shown.append(stack.enter_context(SweepProgress(*args)))
+                    shown.append(stack.enter_context(progress.SweepProgress(*args)))
             elif shown:
                 shown[0].on_event(event)
 
@@ -295,7 +201,7 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
 
 
 def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
-    say_resume(resume, out)
+    progress.say_resume(resume, out)
     n, todo, failed = len(job.sweep.configs), len(resume.todo), len(resume.kept_failed)
     kept = f", {failed} failed earlier (kept; --retry-failed reruns them)" * bool(failed)
     done = n - todo - failed
@@ -303,9 +209,8 @@ def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
 
 
 def _say_skipped(sweep: Any, out: Any) -> None:
-    for t, reason in sweep.skipped_tasks:
-        out.print(f"[yellow]skipped task '{t}': {reason}[/]", highlight=False)
-    for line in sweep.skipped_references:
+    tasks = [f"skipped task '{t}': {reason}" for t, reason in sweep.skipped_tasks]
+    for line in [*tasks, *sweep.skipped_references]:
         out.print(f"[yellow]{line}[/]", highlight=False)
 
 

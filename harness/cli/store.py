@@ -6,16 +6,17 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli.common import add_command, examples
+from harness.cli import common
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``store`` (``check``, ``repair``) to the ``harness`` subcommands."""
-    s = add_command(
+    s = common.add_command(
         subparsers,
         "store",
         "check a records store, or repair it (unusable lines moved to a side file)",
-        epilog=examples(
+        {},
+        epilog=common.examples(
             "harness store check results/runs.jsonl",
             "harness store repair results/runs.jsonl",
             note="check exits 1 when some line is unusable (a torn last line, a record with wrong "
@@ -41,7 +42,7 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """``check``: 0 if every line is usable, else 1; ``repair``: 0 once repaired."""
-    store = api.existing_store(args.path)
+    store, fix = api.existing_store(args.path), f"harness store repair {args.path}"
     if args.action == "check":
         lines = store.lines()
         bad = [line for line in lines if line.problem]
@@ -51,16 +52,13 @@ def cmd_store(args: argparse.Namespace) -> int:
         for part, why in bad_parts:
             print(f"{part}: {why}")
         good = sum(line.record is not None for line in lines)
-        verdict = f"{len(bad)} unusable line(s): run 'harness store repair {args.path}'"
-        print(f"{store.path}: {good} record(s), {verdict if bad else 'no unusable line'}")
+        verdict = f"{len(bad)} unusable line(s): run '{fix}'" if bad else "no unusable line"
+        print(f"{store.path}: {good} record(s), {verdict}")
         if bad_parts:
-            fix = f"run 'harness store repair {args.path}'"
-            print(f"{len(bad_parts)} unusable record file(s): {fix}")
+            print(f"{len(bad_parts)} unusable record file(s): run '{fix}'")
         if unmerged:
-            print(
-                f"{len(unmerged)} record(s) not merged yet in {store.parts_path}/ (the next run "
-                f"or 'harness store repair {args.path}' merges them)"
-            )
+            where = f"{store.parts_path}/ (the next run or '{fix}' merges them)"
+            print(f"{len(unmerged)} record(s) not merged yet in {where}")
         return 1 if bad or bad_parts else 0
     merged = store.merge()
     if merged:
