@@ -27,14 +27,7 @@ class ModelOut:
 
 
 class SeqModel(nn.Module):
-    """``[embedding] -> method layer x num_layers -> linear read-out``.
-
-    Args:
-        method_cls: the registered Method class.
-        method_cfg: its config instance.
-        task: the task (gives input/output sizes, token inputs, read-out mode).
-        model_cfg: hidden size, layers, embedding.
-    """
+    """``[embedding] -> method layer x num_layers -> linear read-out``, sized by the task."""
 
     def __init__(self, method_cls: type, method_cfg, task: Task, model_cfg: ModelConfig) -> None:
         super().__init__()
