@@ -25,11 +25,7 @@ def component(name: str) -> Any:
 
 @functools.cache
 def method_code(method: str) -> str:
-    """The code version of a registered method: 16 hex digits of a digest of its source files.
-
-    ``source_files``: not the harness itself. A component with a ``code_version`` of its own (a
-    reference predictor) is asked for it.
-    """
+    """The code version of a registered method: 16 hex digits of a digest of ``source_files``."""
     cls = component(method)
     if hasattr(cls, "code_version"):
         return cls.code_version()
@@ -51,10 +47,7 @@ def current_code(method: str) -> str | None:
 
 
 def code_changes(rows: Iterable[dict[str, Any]]) -> list[str]:
-    """``METHOD: measured with CODE, now CODE`` for each method whose code changed since ``rows``.
-
-    Rows without a ``method_code`` (measured before it was kept) are not judged.
-    """
+    """``METHOD: measured with CODE, now CODE`` per method whose code changed since ``rows``."""
     seen: dict[str, set[str]] = {}
     for r in rows:
         if r.get("method_code"):

@@ -42,11 +42,7 @@ from harness.components.knobs import (  # noqa: E402, F401  (methods and tasks i
 
 @functools.cache
 def legacy_values(method: str, task: str) -> dict[str, dict[str, Any]]:
-    """The fields of a (method, task) pair's config that declare a legacy value, by record section.
-
-    ``{"train": {...}, "model": {...}, "method_cfg": {...}, "task_cfg": {...}}`` (an unknown
-    method or task contributes nothing).
-    """
+    """``{record section: {field: legacy value}}`` of a (method, task) pair's config fields."""
     classes = {"train": TrainConfig, "model": ModelConfig}
     if method in METHODS:
         classes["method_cfg"] = METHODS.get(method).config_cls
@@ -114,10 +110,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class Preset:
-    """A task's settings for one preset: trainer, model, task knobs, and per-method overrides.
-
-    Overrides: ``{"<method key>": {"hidden_size": 20}}``, keys of any section (``check_presets``).
-    """
+    """A task's settings for one preset: trainer, model, task knobs, per-method overrides."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -280,18 +273,13 @@ def resolve(
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
     owners = {"method": method, "task": task}
+    sections = default_sections(method, task, preset)
     if (ref := _reference(method)) is not None:  # no trainer, no model: its own sections
-        sections, make = ref.config_sections(task, preset), ref.run_config
+        make = ref.run_config
     else:
         method_cls = METHODS.get(method)
-        p = TASKS.get(task).preset(preset)
-        sections = {
-            "train": p.train,
-            "model": p.model,
-            "method": build_config(method_cls.config_cls, {}),
-            "task": task_config(task, preset),
-        }
-        sections, make = apply_overrides(sections, p.methods.get(method, {}), owners), RunConfig
+        own = TASKS.get(task).preset(preset).methods.get(method, {})
+        sections, make = apply_overrides(sections, own, owners), RunConfig
     sections = apply_overrides(sections, overrides or {}, owners)
     for sec, obj in sections.items():  # the preset's values and the defaults too
         check_knobs(obj, sec, owners.get(sec, ""))
@@ -329,11 +317,7 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 def trusted(cls: type, d: dict[str, Any], method_cls: type, **sections: type) -> Any:
-    """The run config ``cls`` whose ``to_dict()`` is ``d``, as it was: not validated again.
-
-    No bounds or ``__post_init__`` run; a field left out takes its default. ConfigError: a
-    field with no default is missing, or a section is not a dict.
-    """
+    """The run config ``cls`` whose ``to_dict()`` is ``d``, as it was: nothing validated again."""
     task_cls = TASKS.get(d.get("task")).config_cls
     sections.update(method_cfg=method_cls, task_cfg=task_cls, data=DataIdentity)
     try:
@@ -351,15 +335,17 @@ def _as_is(cls: type, values: dict[str, Any]) -> Any:
     return obj
 
 
-def default_sections(method: str, task: str) -> dict[str, Any]:
-    """The default config sections of a (method, task) pair, for key lookups."""
+def default_sections(method: str, task: str, preset: str | None = None) -> dict[str, Any]:
+    """The config sections of a (method, task) pair: ``preset``'s, else the defaults."""
     if (ref := _reference(method)) is not None:
-        return ref.config_sections(task)
+        return ref.config_sections(task, preset)
+    method_cfg = build_config(METHODS.get(method).config_cls, {})
+    p = TASKS.get(task).preset(preset) if preset is not None else Preset()
     return {
-        "train": TrainConfig(),
-        "model": ModelConfig(),
-        "method": build_config(METHODS.get(method).config_cls, {}),
-        "task": build_config(TASKS.get(task).config_cls, {}),
+        "train": p.train,
+        "model": p.model,
+        "method": method_cfg,
+        "task": task_config(task, preset),
     }
 
 
@@ -382,10 +368,7 @@ def key_type(method: str, task: str, key: str) -> Any:
 
 
 def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
-    """Instantiate a config dataclass, each value checked against its bounds first (ConfigError).
-
-    ``owner``: the method or task it configures, named in the messages.
-    """
+    """Instantiate a config dataclass, each value checked against its bounds first (ConfigError)."""
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:

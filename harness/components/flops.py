@@ -114,10 +114,7 @@ class _OutputsOnly(nn.Module):
 
 
 def fvcore_macs(method: nn.Module, x: Tensor) -> tuple[int, dict[str, int]]:
-    """MACs fvcore counts for ``method(x)`` (whole batch) and the ops it could not count.
-
-    RuntimeError: fvcore left a matmul-like op uncounted (it would be silently zero).
-    """
+    """MACs fvcore counts for ``method(x)`` and the ops it could not count (none matmul-like)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fvcore.nn import FlopCountAnalysis

@@ -141,10 +141,7 @@ def check_knobs(obj: Any, section: str, owner: str = "") -> None:
 
 
 def check_data_steps(owner: str, formula: str, steps: int) -> None:
-    """ConfigError when a generated task's splits would hold over ``MAX_DATA_STEPS`` steps.
-
-    ``formula``: how ``steps`` follows from the fields (``(n_train + n_val + n_test) * seq_len``).
-    """
+    """ConfigError when a generated task's splits would hold over ``MAX_DATA_STEPS`` steps."""
     if steps > MAX_DATA_STEPS:
         raise ConfigError(
             f"{owner}: {formula} = {steps:,} time steps, more than {MAX_DATA_STEPS:,}; use fewer "

@@ -136,10 +136,7 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def exact_step_macs(self, out: SeqOut) -> Tensor | None:
-        """Per-step MACs ``[B, T]`` a sparse implementation could realise; None: as paper's.
-
-        Defined where it differs from the paper-effective count (docs/methods.md 1.2 item 3).
-        """
+        """Per-step MACs ``[B, T]`` a sparse implementation could realise; None: the paper's."""
         return None
 
     # --- recurrence ----------------------------------------------------------------------------
@@ -148,24 +145,15 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def step(self, x_t: Tensor, state: Any, t: int) -> StepOut:
-        """One step: ``x_t [B, V]``, state -> StepOut.
-
-        A method that sets ``uses_times`` also takes ``time: Tensor | None = None`` (``[B]``).
-        """
+        """One step: ``x_t [B, V]``, state -> StepOut (and ``time=`` with ``uses_times``)."""
         raise NotImplementedError
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state: Any = None) -> SeqOut:
-        """Sequence forward ``x [B, T, V] -> SeqOut``; by default the step loop.
-
-        A method that sets ``uses_times`` adds a keyword ``times`` and passes it to ``step_loop``.
-        """
+        """Sequence forward ``x [B, T, V] -> SeqOut``: the step loop (with ``times`` if asked)."""
         return self.step_loop(x, state)
 
     def step_loop(self, x: Tensor, state: Any = None, times: Tensor | None = None) -> SeqOut:
-        """Run ``step`` over time and stack the results; the reference for fast paths.
-
-        ``times`` (``[B, T]``, methods that set ``uses_times``): step t gets its own as ``time``.
-        """
+        """Run ``step`` over time and stack the results (the fast paths' reference); ``times``."""
         if state is None:
             state = self.init_state(x.shape[0], x)
         hs, masks, depths, reads = [], [], [], []

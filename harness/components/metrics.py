@@ -106,21 +106,14 @@ METRICS = Registry(
 
 
 def register_metric(metric: Metric) -> Metric:
-    """Register ``metric`` (the same description again changes nothing); returns it.
-
-    Its ``__module__`` becomes the caller's, so that ``source_of`` says where it came from.
-    PluginError: another description is registered under the same name.
-    """
+    """Register ``metric`` (again: no change) as its caller's, for ``source_of``; returns it."""
     if "__module__" not in vars(metric):
         object.__setattr__(metric, "__module__", sys._getframe(1).f_globals.get("__name__", "?"))
     return METRICS.register(metric.name)(metric)
 
 
 def get_metric(name: str) -> Metric:
-    """The registered description of measure ``name`` (the plugins loaded if need be).
-
-    An unknown one gets a neutral description: the name as its title, no direction.
-    """
+    """The registered description of measure ``name``; a neutral one (no direction) if unknown."""
     if name not in METRICS.registered():  # (without loading them, the harness's own are known)
         load_plugins()
     return METRICS.registered().get(name) or Metric(name, name)
@@ -178,33 +171,20 @@ def _geo_mean(metrics: dict[str, float], kind: str) -> float | None:
 
 _PCT = {"unit": "%", "percent": True, "range": (0.0, 100.0)}
 _TRACE = {"group": "compute"}
+_SKIPPED = {**_TRACE, **_PCT, "higher": True}  # a trace measure's share skipped
 for _m in (
     # the trace measures of every run, in the order the leaderboard prints them
-    Metric("skip_pct", "Skip %", higher=True, per_sequence=_skip_pct, **_TRACE, **_PCT),
-    Metric(
-        "read_skip_pct",
-        "Activity sparsity %",
-        higher=True,
-        per_sequence=_read_skip_pct,
-        **_TRACE,
-        **_PCT,
-    ),  # fmt: skip
+    Metric("skip_pct", "Skip %", per_sequence=_skip_pct, **_SKIPPED),
+    Metric("read_skip_pct", "Activity sparsity %", per_sequence=_read_skip_pct, **_SKIPPED),
     Metric(
         "mean_depth",
         "Mean depth",
         "layers",
         range=(0.0, None),
+        **_TRACE,
         per_sequence=_depth("mean_depth", 1.0),
-        **_TRACE,
-    ),  # fmt: skip
-    Metric(
-        "depth_skip_pct",
-        "Depth-skip %",
-        higher=True,
-        per_sequence=_depth("depth_skip", 100.0),
-        **_TRACE,
-        **_PCT,
-    ),  # fmt: skip
+    ),
+    Metric("depth_skip_pct", "Depth-skip %", per_sequence=_depth("depth_skip", 100.0), **_SKIPPED),
     # the scores of the task kinds (harness.components.task.Task.batch_stats / finalize)
     Metric("accuracy", "Accuracy %", higher=True, **_PCT),
     Metric("mse", "MSE", higher=False, range=(0.0, None)),

@@ -70,11 +70,7 @@ def load_kind(kind: str) -> None:
 
 
 def load_plugins() -> None:
-    """Import the built-in packages, the installed plugins and the included files, once.
-
-    PluginError: a key registered from two sources, an included file that cannot be imported;
-    HarnessError: an ``after_load`` check failed (every later call raises it again).
-    """
+    """Import the built-in packages, installed plugins and included files, once (PluginError)."""
     global _loaded
     if _loaded:
         return

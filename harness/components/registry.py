@@ -81,11 +81,7 @@ class Registry:
         self._items.update(items)
 
     def register(self, name: str) -> Callable[[Any], Any]:
-        """Decorator registering ``obj`` under ``name`` (and setting a class's ``name``).
-
-        PluginError: ``name`` is registered already by another object, or ``obj`` lacks what
-        the kind must have (its name's form and length included), naming where each came from.
-        """
+        """Decorator registering ``obj`` under ``name`` (PluginError: name taken, or lacking)."""
         key = self.prefix + name
 
         def deco(obj: Any) -> Any:

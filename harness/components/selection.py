@@ -218,11 +218,7 @@ def most_seeds(
 
 
 def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
-    """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
-
-    Only the variants it can score on validation, then those with the most seeds, are
-    candidates; ``(None, reason)`` when none qualifies.
-    """
+    """The variant id ``rule`` picks among ``variants`` (those with the most seeds), and why."""
     first = next(iter(variants.values()))[0]
     primary, higher = first["primary"], higher_is_better(first)
     n = len(variants)

@@ -180,10 +180,7 @@ class Task:
         return None
 
     def fetch(self, fetcher: Any) -> str | None:
-        """Download the published data with a ``harness.data.Fetcher``; one line saying what.
-
-        DataError: it cannot be downloaded (a licence: the message says how) or does not match.
-        """
+        """Download the published data with a ``harness.data.Fetcher``; one line saying what."""
         return None
 
     # --- scoring -------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ reason). Adding one: docs/architecture.md ("Adding an executor").
 """
 
 from harness.executors import local, pool, ray, submitit  # noqa: F401  (they register)
-from harness.executors.base import (
+from harness.executors.base import (  # noqa: F401  (re-exported)
     EXECUTORS,
     MAX_THREADS,
     Executor,
@@ -16,14 +16,3 @@ from harness.executors.base import (
     register_executor,
     run_one,
 )
-
-__all__ = [
-    "EXECUTORS",
-    "MAX_THREADS",
-    "Executor",
-    "ExecutorOptions",
-    "RunOptions",
-    "make_executor",
-    "register_executor",
-    "run_one",
-]

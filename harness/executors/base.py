@@ -126,10 +126,7 @@ def declared(cls: Any = None) -> dict[str, Option]:
 
 
 def options_for(name: str, values: dict[str, Any]) -> ExecutorOptions:
-    """``values`` checked against the executor ``name``'s declared options, with its defaults.
-
-    ConfigError: a value given for an option it does not declare, or one out of bounds.
-    """
+    """``values`` checked against executor ``name``'s options (ConfigError), with its defaults."""
     own, every = declared(EXECUTORS.get(name)), declared()
     for key, value in values.items():
         option = every.get(key)
@@ -183,11 +180,7 @@ _PROTOCOL = needs(
 
 
 def option_problems(cls: Any) -> list[str]:
-    """What is wrong with an executor class's ``options``, a phrase each.
-
-    A tuple of ``Option``, in snake_case, none of ``RUN_OPTIONS``, none that another executor
-    declares otherwise (an equal one is shared: ``WORKERS``).
-    """
+    """What is wrong with an executor class's ``options`` (``RUN_OPTIONS``...), a phrase each."""
     options = getattr(cls, "options", ())
     if not isinstance(options, tuple) or not all(isinstance(o, Option) for o in options):
         return [f"has options {options!r}, not a tuple of Option"]

@@ -21,10 +21,7 @@ from harness.executors.base import (
 
 @register_executor("local")
 class LocalExecutor:
-    """One run at a time, in this process: ``wait_any`` trains the run ``submit`` queued.
-
-    ``options`` is unused (``workers`` over 1 goes to ``pool``).
-    """
+    """One run at a time, in this process: ``wait_any`` trains the run ``submit`` queued."""
 
     in_process: ClassVar[bool] = True
     options = (WORKERS,)

@@ -45,10 +45,7 @@ SERVER_GC = "harness.executors.server_gc"  # the server's first import: it makes
 
 
 def context() -> Any:
-    """The workers' ``multiprocessing`` context: a fork server that imports what they need.
-
-    ``WARM``, the built-in components and this module: no plugin (each worker loads its driver's).
-    """
+    """The workers' ``multiprocessing`` context: a fork server importing ``WARM``, no plugin."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")

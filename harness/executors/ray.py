@@ -56,10 +56,7 @@ TOKEN_HELP = (
 
 @register_executor("ray")
 class RayExecutor:
-    """Ray tasks; joined at ``options.ray_address``, else a local instance on 127.0.0.1.
-
-    HarnessError: Ray missing or unreachable, or a local instance would listen beyond loopback.
-    """
+    """Ray tasks; joined at ``options.ray_address``, else a local instance on 127.0.0.1."""
 
     in_process: ClassVar[bool] = False
     options = (Option("ray_address", str, None, "ray executor: cluster address; auto: the one "
@@ -158,33 +155,34 @@ def probe(address: str, timeout_s: int) -> None:
     A plain connection first (refused: at once). HarnessError, one line without Ray's output
     (its warnings while it retries for minutes): no answer, a token refused or missing, ...
     """
+
+    def fail(why: str) -> HarnessError:
+        return HarnessError(f"cannot connect to Ray at {address}: {why}")
+
     silent = f"no answer within {timeout_s} s (--ray-connect-timeout)"
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if port.isdigit():  # not "auto" (Ray finds that address)
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
         except TimeoutError:
-            raise HarnessError(f"cannot connect to Ray at {address}: {silent}") from None
+            raise fail(silent) from None
         except OSError as e:
-            raise HarnessError(f"cannot connect to Ray at {address}: {e.strerror or e}") from None
+            raise fail(e.strerror or str(e)) from None
     env = os.environ | {"RAY_gcs_server_port_wait_time_s": "1"}
     cmd = [sys.executable, "-c", PROBE, address]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise HarnessError(f"cannot connect to Ray at {address}: {silent}") from None
+        raise fail(silent) from None
     if not done.returncode:
         return
     if "no authentication token was found" in done.stderr:
-        raise HarnessError(
-            f"cannot connect to Ray at {address}: token authentication is on but no token was "
-            f"found; {TOKEN_HELP}"
-        )
+        raise fail(f"token authentication is on but no token was found; {TOKEN_HELP}")
     if "AuthenticationError" in done.stderr:
         mode = os.environ.get("RAY_AUTH_MODE") or "unset"
-        raise HarnessError(
-            f"cannot connect to Ray at {address}: the cluster refused this client's "
-            f"authentication (RAY_AUTH_MODE is {mode} here); {TOKEN_HELP}"
+        raise fail(
+            f"the cluster refused this client's authentication (RAY_AUTH_MODE is {mode} here); "
+            f"{TOKEN_HELP}"
         )
     last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-    raise HarnessError(f"cannot connect to Ray at {address}: {last[:300]}")
+    raise fail(last[:300])

@@ -244,11 +244,7 @@ def progress(cfg_dict: dict[str, Any], run: RunOptions) -> str:
 
 @register_executor("submitit")
 class SubmititExecutor:
-    """submitit jobs: Slurm where there is Slurm, else local processes (``submitit_cluster``).
-
-    ``run``'s paths must be ones the nodes reach; ``options`` are ``OPTIONS``. HarnessError:
-    submitit missing, or it cannot be set up with them (the folder, a parameter Slurm refuses).
-    """
+    """submitit jobs: Slurm where there is Slurm, else local processes (``submitit_cluster``)."""
 
     in_process: ClassVar[bool] = False
     options = OPTIONS
@@ -262,13 +258,9 @@ class SubmititExecutor:
             raise HarnessError(INSTALL) from None
         folder = Path(options.slurm_folder or default_folder()).expanduser()
         cluster = options.submitit_cluster or ("local" if options.slurm_local else None)
-        self.requeue_max = (
-            DEFAULT_REQUEUE_MAX if options.slurm_requeue_max is None else options.slurm_requeue_max
-        )
-        most = {
-            "slurm_max_num_timeout": self.requeue_max,
-            "local_max_num_timeout": self.requeue_max,
-        }
+        n = options.slurm_requeue_max
+        self.requeue_max = DEFAULT_REQUEUE_MAX if n is None else n
+        most = dict.fromkeys(("slurm_max_num_timeout", "local_max_num_timeout"), self.requeue_max)
         try:  # submitit's own count of time-outs never ends a job before Pack's does
             self._ex = submitit.AutoExecutor(folder=folder, cluster=cluster, **most)
         except (OSError, RuntimeError, ValueError) as e:
@@ -283,13 +275,9 @@ class SubmititExecutor:
         gpus = options.slurm_gpus
         if gpus is None:
             gpus = 1 if run.device == "cuda" else 0
-        self.size = options.slurm_array_parallelism or (
-            SLURM_PARALLELISM
-            if self.cluster == "slurm"
-            else 1
-            if self.cluster == "debug"
-            else max((os.cpu_count() or 1) // cpus, 1)
-        )
+        local = 1 if self.cluster == "debug" else max((os.cpu_count() or 1) // cpus, 1)
+        slurm = SLURM_PARALLELISM if self.cluster == "slurm" else local
+        self.size = options.slurm_array_parallelism or slurm
         params: dict[str, Any] = {
             "name": "harness",
             "timeout_min": minutes,
@@ -332,10 +320,7 @@ class SubmititExecutor:
         return self._next
 
     def _flush(self) -> None:
-        """Submit the queued runs, ``runs_per_job`` to a job: one job array (or a single job).
-
-        WriteFailed: their pickles met a full disk (none started); HarnessError: sbatch refused.
-        """
+        """Submit the queued runs, ``runs_per_job`` to a job, as one array (WriteFailed: full)."""
         if not self._queued:
             return
         queued, self._queued = self._queued, []
@@ -468,10 +453,7 @@ class SubmititExecutor:
         return job in self._ended
 
     def _squeue(self) -> dict[Any, str]:
-        """The jobs in flight that squeue (not sacct: no accounting needed) says will still run.
-
-        A job squeue no longer lists has ended; where squeue does not answer, all count as running.
-        """
+        """The jobs in flight squeue (not sacct) says will still run; all if it does not answer."""
         ids = {job.job_id.split("_")[0] for job in self._jobs}
         cmd = ["squeue", "-h", "-r", "--states=all", "-o", "%i|%T", "-j", ",".join(ids)]
         try:

@@ -36,11 +36,7 @@ MIN_LEASE_S = 1.0
 
 
 def lease_s() -> float:
-    """The lease of this process's claims, in seconds: ``$HARNESS_CLAIM_LEASE_S``, else 300.
-
-    ConfigError outside ``MIN_LEASE_S``..``CLAIM_TIMEOUT_S`` (a longer lease would outlive every
-    claim it renews).
-    """
+    """This process's claims' lease in seconds: ``$HARNESS_CLAIM_LEASE_S`` (1 s..48 h), else 300."""
     raw = os.environ.get(LEASE_ENV, "").strip()
     if not raw:
         return DEFAULT_LEASE_S
@@ -133,14 +129,8 @@ class Claims:
             if other and not mine and not claim_is_stale(other, now):
                 return other
             claims = {k: c for k, c in claims.items() if not claim_is_stale(c, now)}
-            claims[run_id] = {
-                "run_id": run_id,
-                "pid": self.pid,
-                "host": self.host,
-                "started": self._started,
-                "time": now,
-                "lease_s": self.lease,
-            }
+            mark = {"run_id": run_id, "started": self._started, "time": now, "lease_s": self.lease}
+            claims[run_id] = {**mark, "pid": self.pid, "host": self.host}
             try:
                 write_claims(self.store.claims_path, claims)
             except OSError as e:
@@ -226,11 +216,7 @@ class SweepStore:
                 self.taken.append((cfg, holder))
 
     def append(self, rec: dict[str, Any], written: bool = False) -> bool:
-        """Append ``rec``; False when the store could not take it (it is in ``fallback``).
-
-        ``written``: it is in its own file already (``files`` mode), which is merged; a merge
-        that fails leaves the file for the next one.
-        """
+        """Append ``rec`` (``written``: merge its own file); False when it went to ``fallback``."""
         if written:
             with contextlib.suppress(OSError, HarnessError):
                 self.store.merge()

@@ -75,11 +75,7 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
 
 
 def write_atomically(path: Path, data: bytes, mode: int | None, durable: bool = False) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
-
-    A failed write leaves the old file. ``mode``: permission bits (None: 0600). ``durable``:
-    fsync the file before the rename and the folder after it.
-    """
+    """Write ``data`` beside ``path``, rename it over (``durable``: fsync the file and folder)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -55,11 +55,7 @@ def refuse_overwrite(
     option: str,
     inputs: Iterable[tuple[str, str | os.PathLike]] = (),
 ) -> None:
-    """Refuse (HarnessError) an output path that holds records or is one of ``inputs``.
-
-    ``inputs``: ``(what, path)`` of every file the command reads or appends to; ``option`` names
-    the path in the message.
-    """
+    """HarnessError naming ``option`` when ``path`` holds records or is one of ``inputs``."""
     for what, source in inputs:
         if same_file(path, source):
             raise HarnessError(
@@ -74,10 +70,7 @@ def refuse_overwrite(
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write a generated file atomically, its folder created (``refuse_overwrite`` first).
-
-    Raises WriteFailed (one line) for an OSError.
-    """
+    """Write a generated file atomically, its folder created (``refuse_overwrite``; WriteFailed)."""
     p = Path(path)
     refuse_overwrite(p, "output")
     try:

@@ -30,38 +30,7 @@ OK_RUN_REQUIRED = ("metrics", "variant_id", "primary", "higher_is_better")
 
 
 class RunRecord(TypedDict, total=False):
-    """One run, as stored (one JSON line). ``REQUIRED`` keys are always there.
-
-    Attributes:
-        schema: the record format's version (``SCHEMA_VERSION``).
-        run_id: hash of the fully resolved config (``RunConfig.run_id``).
-        variant_id: the same without the seed: runs that differ only by seed share it.
-        method: the method's registry key; ``task`` the task's; ``seed``, ``preset``.
-        status: ``ok`` or ``failed``.
-        error: why a failed run failed (one line); None when ok.
-        config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
-        method_code: digest of the method's source files (``harness.components.code.method_code``).
-        method_source: where the method came from (``harness.components.plugins.source_of``), if
-            known.
-        env: where it ran (``harness.env.environment``).
-        time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``; ``compile_s`` (the part of
-            ``train_s`` spent compiling) for runs with ``train.compile``.
-        primary: the task's primary metric; ``higher_is_better`` its direction.
-        selection: the rule that chose the test metrics (text).
-        params: ``total`` and ``method`` parameter counts.
-        data: the splits' sizes and, for data files, their ``digest`` and ``verified``.
-        best_epoch: the epoch whose parameters were tested; ``epochs_run`` those trained.
-        history: one row per epoch (``train_loss``, ``val_<primary>``).
-        metrics: test metrics (the task's, ``skip_pct``, ...).
-        val_metrics: validation metrics of the best epoch.
-        macs: MACs per sequence (``dense``, ``effective``, ...); ``flops`` twice them.
-        diagnostics: method-specific measures (``diag_*`` of the layers).
-        trace: the first test sequence's update pattern and per-step shares (``pack_mask``).
-        events: what happened while it trained (``harness.training.events``): gradient norms clipped
-            in float64 after overflowing float32, loss spikes, the non-finite value that ended it.
-        argv: the command line of the sweep that made it; ``sweep`` the resolved sweep.
-        written_run_id: set by the reader when migration changed ``run_id`` (not stored).
-    """
+    """One run, as stored (one JSON line); its fields are docs/reports.md's "The run record"."""
 
     schema: int
     run_id: str
@@ -298,10 +267,7 @@ def _non_finite(token: str) -> Any:
 
 
 def from_json(text: str | bytes, legacy: Legacy | None = None) -> RunRecord:
-    """Parse and check one line (no newline; ``validate``), then ``migrate`` it given ``legacy``.
-
-    Raises RecordProblem: not UTF-8, not strict JSON (``NaN`` included), or not usable.
-    """
+    """Parse and check one line (RecordProblem: unusable), then ``migrate`` it given ``legacy``."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")

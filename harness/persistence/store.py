@@ -325,10 +325,7 @@ class Store:
         return good, bad
 
     def reject_parts(self) -> list[tuple[Path, Path, str]]:
-        """Move each unusable record file beside the store (``STORE.rejected-NAME``).
-
-        Returns ``(file, where it went, why)`` of each.
-        """
+        """Move each unusable record file beside the store: ``(file, where it went, why)`` each."""
         moved = []
         with self.locked():
             for part, why in self.unmerged()[1]:
@@ -443,10 +440,7 @@ def _signals_deferred() -> Iterator[None]:
 
 
 def _write_line(path: Path, fd: int, data: bytes) -> None:
-    """Append ``data`` (whole lines) to the locked store ``path`` open as ``fd``, durably.
-
-    A line cut short before gets its newline first; a write that fails is cut back off.
-    """
+    """Append whole lines durably to the locked store open as ``fd`` (a failed write cut off)."""
     size = os.fstat(fd).st_size
     if size:  # a line cut short by a killed writer must not swallow the next record
         with open(path, "rb") as f:
