@@ -113,11 +113,7 @@ def bounds_of(cls_or_obj: Any, name: str) -> Bounds | None:
 
 
 def check_knob(cls_or_obj: Any, name: str, value: Any, key: str, owner: str = "") -> None:
-    """ConfigError when the (coerced) ``value`` lies outside the bounds field ``name`` declares.
-
-    ``key``: the field as the user spelled it; ``owner``: its method or task. The message:
-    ``update_bias=1e+308 is out of range for METHOD: expected a number in [-100, 100]``.
-    """
+    """ConfigError (``KEY=VALUE is out of range for OWNER: ...``) outside ``name``'s bounds."""
     b = bounds_of(cls_or_obj, name)
     if b is None or b.admits(value):
         return

@@ -151,11 +151,7 @@ def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 @contextlib.contextmanager
 def isolated() -> Iterator[None]:
-    """Forget, after the block, what the files it includes register and import.
-
-    The registries, the included files, ``$HARNESS_INCLUDE``, ``sys.path`` and the modules of
-    their folders are as before (``harness docs`` runs each block's command so).
-    """
+    """Forget, after the block, what the files it includes register, import and set."""
     load_plugins()
     items, included, env = _snapshot(), dict(_INCLUDED), os.environ.get(INCLUDE_ENV)
     path, modules = list(sys.path), set(sys.modules)

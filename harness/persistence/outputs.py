@@ -96,11 +96,7 @@ BOARD_FILE = "LEADERBOARD.md"  # a store's leaderboard, beside it
 
 
 def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
-    """``(leaderboard, folder)`` of the reports of records, beside them.
-
-    ``DIR`` or ``DIR/runs.jsonl`` gives ``DIR/LEADERBOARD.md``, ``X.jsonl`` gives ``X.md``.
-    HarnessError: the sources lie in different places.
-    """
+    """``(leaderboard, folder)`` beside the records: ``DIR/LEADERBOARD.md``, or ``X.md``."""
     places = set()
     for source in sources:
         store = store_path(source)

@@ -124,13 +124,7 @@ class Repair:
 
 
 class Store:
-    """An append-only JSONL file of run records.
-
-    Args:
-        path: the ``.jsonl`` file (created on first append with its parent directories).
-        legacy: migrates what is read (``harness.persistence.records.migrate``); None: as written.
-        mode: ``lock`` or ``files``; None: ``files`` where the store has a parts folder.
-    """
+    """An append-only JSONL file of records (``legacy`` migrates reads; ``mode``: lock, files)."""
 
     def __init__(
         self, path: str | os.PathLike, legacy: Legacy | None = None, mode: str | None = None
