@@ -1,12 +1,7 @@
 """A component's code: the files it covers, its version (``method_code``), what changed since.
 
-A method's version is a digest (``code_digest``) of its source files (``source_files``): the
-module that registers it and the modules of its package it uses, transitively, with the C++
-sources of the compiled kernels those modules hold (``kernel_loaders``); a component with a
-``code_version`` of its own (a reference predictor) is asked for it. The training loop records
-it, a lost run's record too (``harness.executors``), a resumed sweep reruns the runs other code
-made (``harness.planning.resume``), a sweep builds the kernels before its first run, and the
-timing reports say when they were measured with other code.
+Records keep the version, a resumed sweep reruns the runs other code made, and the timing
+reports say when they were measured with other code.
 """
 
 from __future__ import annotations
@@ -30,20 +25,7 @@ def component(name: str) -> Any:
 
 @functools.cache
 def method_code(method: str) -> str:
-    """The code version of a registered method: a digest of its source files.
-
-    The files are the module that registers the method and the modules of its package that it
-    uses (shared cells, kernels), transitively; not the harness itself. The same for a plugin
-    package (its own files) and an included file (it and the files of its folder it uses).
-
-    A component with a ``code_version`` of its own (a reference predictor) is asked for it.
-
-    Args:
-        method: the registry key.
-
-    Returns:
-        16 hex digits of the SHA-256 of the files' names and contents.
-    """
+    """The code version of a registered method: 16 hex digits of a digest of ``source_files``."""
     cls = component(method)
     if hasattr(cls, "code_version"):
         return cls.code_version()
@@ -51,21 +33,13 @@ def method_code(method: str) -> str:
 
 
 def method_kernels(method: str) -> list[Any]:
-    """The loaders of the compiled kernels whose sources are part of ``method``'s code version.
-
-    The same discovery as ``method_code`` (``kernel_loaders``): each
-    loader, called, builds or loads its kernel (``baselines.ops.library``); none for a component
-    with a ``code_version`` of its own.
-    """
+    """The loaders of the compiled kernels whose sources are part of ``method``'s code version."""
     cls = component(method)
     return [] if hasattr(cls, "code_version") else kernel_loaders(sys.modules[cls.__module__])
 
 
 def current_code(method: str) -> str | None:
-    """``method_code`` of a registered method; None for a name the registry does not hold.
-
-    (A timing reference such as torch's fused cell has no code version of the harness's.)
-    """
+    """``method_code`` of a registered method; None for another name (torch's fused cell)."""
     try:
         return method_code(method)
     except UnknownNameError:
@@ -73,12 +47,7 @@ def current_code(method: str) -> str | None:
 
 
 def code_changes(rows: Iterable[dict[str, Any]]) -> list[str]:
-    """The methods whose code changed since ``rows`` (records or report rows) were measured.
-
-    A row names its ``method`` and the ``method_code`` it ran with; one line per method whose
-    code today differs: ``METHOD: measured with CODE, now CODE``. Rows without a code version
-    (measured before it was kept) are not judged.
-    """
+    """``METHOD: measured with CODE, now CODE`` per method whose code changed since ``rows``."""
     seen: dict[str, set[str]] = {}
     for r in rows:
         if r.get("method_code"):
@@ -94,11 +63,9 @@ def code_changes(rows: Iterable[dict[str, Any]]) -> list[str]:
 def source_files(module: Any) -> set[str]:
     """The source files of ``module`` and of the modules of its package it uses, transitively.
 
-    The package's ``__init__`` (which imports every module) is left out. An object of those
-    modules with a ``kernel_source_files()`` (a ``baselines.ops.library.Kernel``)
-    adds the files it names: the C++ sources the method runs. A file imported by
-    ``--include`` is a top-level module of its own: its package is its folder, whose modules it
-    uses (shared ``_*.py`` pieces) count.
+    Not the package's ``__init__`` (which imports every module); with the C++ sources of the
+    kernels those modules hold (``kernel_source_files()``). An included file's package is its
+    folder (its shared ``_*.py`` pieces count).
     """
     modules, loaders = _uses(module)
     extra = {str(p) for loader in loaders for p in loader.kernel_source_files()}
@@ -106,11 +73,7 @@ def source_files(module: Any) -> set[str]:
 
 
 def kernel_loaders(module: Any) -> list[Any]:
-    """The compiled kernels' loaders that ``source_files(module)`` counts the C++ sources of.
-
-    Each is an object of the modules ``module`` uses with a ``kernel_source_files()``; called,
-    it builds (or loads) its kernel (``baselines.ops.library``).
-    """
+    """The loaders of the kernels whose C++ sources ``source_files(module)`` counts."""
     return _uses(module)[1]
 
 

@@ -1,12 +1,8 @@
 """Frozen configuration dataclasses, presets, and typed ``key=value`` overrides.
 
-A run is fully described by a ``RunConfig``: method, task, seed, preset, the trainer settings, the
-model wrapper settings, the method's knobs and the task's knobs. Its ``run_id`` is a hash of all of
-them, so a store can resume a sweep and a drift gate can match runs across commits.
-
-Overrides (``--set key=value``) name a field as ``section.field`` or as a bare ``field`` when only
-one section has it; sections are ``train``, ``model``, ``method`` and ``task``. Values are coerced
-to the field's declared type; an unknown key lists the valid ones.
+A ``RunConfig`` describes a run fully; its ``run_id`` hashes it all. An override (``--set``)
+names ``section.field`` (``train``, ``model``, ``method``, ``task``) or a bare ``field`` that one
+section has; values are coerced to the field's type.
 """
 
 from __future__ import annotations
@@ -46,12 +42,7 @@ from harness.components.knobs import (  # noqa: E402, F401  (methods and tasks i
 
 @functools.cache
 def legacy_values(method: str, task: str) -> dict[str, dict[str, Any]]:
-    """The fields of a (method, task) pair's config that declare a legacy value, by record section.
-
-    Returns:
-        ``{"train": {...}, "model": {...}, "method_cfg": {...}, "task_cfg": {...}}``; a method
-        or task the registry does not know contributes nothing.
-    """
+    """``{record section: {field: legacy value}}`` of a (method, task) pair's config fields."""
     classes = {"train": TrainConfig, "model": ModelConfig}
     if method in METHODS:
         classes["method_cfg"] = METHODS.get(method).config_cls
@@ -78,11 +69,9 @@ class TrainConfig:
         eval_batch_size: batch size for validation and test passes.
         patience: stop after this many epochs without validation improvement (0: never).
         max_train_batches: cap on training batches per epoch (0: no cap).
-        compile: train with the method's per-step function compiled by ``torch.compile``
-            (``Method.compile_step``; only methods that define one, else a ConfigError). The
-            same equations with the operations fused: the float rounding differs from eager
-            training, so compiled runs are their own variant. Inductor builds C++ on the CPU: a
-            C++ compiler is needed, and each new process compiles again (tens of seconds).
+        compile: train with ``Method.compile_step`` (methods that define one). The float
+            rounding differs from eager training, so compiled runs are their own variant;
+            Inductor needs a C++ compiler and compiles again in each process (tens of seconds).
     """
 
     epochs: int = knob(1, ge=1, le=100_000)
@@ -121,12 +110,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class Preset:
-    """A task's settings for one preset: trainer, model, task knobs, and per-method overrides.
-
-    Per-method overrides look like ``{"<method key>": {"hidden_size": 20}}``, with keys in any
-    section; ``check_presets`` refuses an unknown method or key when the
-    registry loads.
-    """
+    """A task's settings for one preset: trainer, model, task knobs, per-method overrides."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -136,11 +120,7 @@ class Preset:
 
 @dataclass(frozen=True)
 class DataIdentity:
-    """Which data files a run read: their digest and whether they are the published data.
-
-    ``digest`` is ``harness.data.manifest_digest`` of the files' content sums; ``verified`` is
-    True when they match the sums the task publishes (``harness.data.attach_identity``).
-    """
+    """Which data files a run read: their digest, and whether they match the published sums."""
 
     digest: str
     verified: bool
@@ -148,11 +128,7 @@ class DataIdentity:
 
 @dataclass(frozen=True)
 class RunConfig(Identified):
-    """Everything that determines one run.
-
-    ``data`` identifies the data files of tasks that read them (None for generated data, whose
-    run ids therefore do not change); it is part of ``run_id`` and ``variant_id``.
-    """
+    """Everything that determines one run (``data``: None for generated data, ids unchanged)."""
 
     method: str
     task: str
@@ -219,20 +195,9 @@ def apply_overrides(
 ) -> dict[str, Any]:
     """Apply ``{key: value}`` overrides to a dict of frozen config dataclasses by section.
 
-    Each value is coerced to its field's type and checked against the field's declared bounds
-    (``knob``) before the section is rebuilt.
-
-    Args:
-        sections: ``{"train": TrainConfig(...), "model": ..., "method": ..., "task": ...}``.
-        overrides: keys ``section.field`` or a bare ``field`` owned by exactly one section.
-        owners: the method or task each section belongs to, named in the messages.
-
-    Returns:
-        A new dict of sections with the overrides applied (types coerced, values validated).
-
-    Raises:
-        ConfigError: an unknown or ambiguous key, a bad value, or two spellings of one field
-            (``lr`` and ``train.lr``) with different values.
+    Each value is coerced and checked against its field's bounds; ``owners`` (each section's
+    method or task) are named in the messages. ConfigError: an unknown or ambiguous key, a bad
+    value, or two spellings of one field (``lr``, ``train.lr``) with different values.
     """
     changes: dict[str, dict[str, Any]] = {s: {} for s in sections}
     spelled: dict[tuple[str, str], str] = {}  # (section, field) -> the key that set it
@@ -304,26 +269,17 @@ def resolve(
     preset: str,
     overrides: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Build the fully resolved RunConfig from a task preset and overrides.
-
-    Layers apply in order: the task preset, then its per-method overrides, then the user's
-    overrides (which win).
-    """
+    """The resolved RunConfig: the task preset, its per-method overrides, the user's (which win)."""
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Available: {', '.join(PRESETS)}")
     owners = {"method": method, "task": task}
+    sections = default_sections(method, task, preset)
     if (ref := _reference(method)) is not None:  # no trainer, no model: its own sections
-        sections, make = ref.config_sections(task, preset), ref.run_config
+        make = ref.run_config
     else:
         method_cls = METHODS.get(method)
-        p = TASKS.get(task).preset(preset)
-        sections = {
-            "train": p.train,
-            "model": p.model,
-            "method": build_config(method_cls.config_cls, {}),
-            "task": task_config(task, preset),
-        }
-        sections, make = apply_overrides(sections, p.methods.get(method, {}), owners), RunConfig
+        own = TASKS.get(task).preset(preset).methods.get(method, {})
+        sections, make = apply_overrides(sections, own, owners), RunConfig
     sections = apply_overrides(sections, overrides or {}, owners)
     for sec, obj in sections.items():  # the preset's values and the defaults too
         check_knobs(obj, sec, owners.get(sec, ""))
@@ -353,11 +309,7 @@ def _reference(name: Any) -> Any:
 
 
 def from_dict(d: dict[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig from ``RunConfig.to_dict()`` output, trusted: nothing is checked again.
-
-    A config is validated once, by ``resolve``; its dict is what crosses to an executor's worker
-    (``harness.executors.base.run_one``) and what a record keeps (``trusted``).
-    """
+    """Rebuild a RunConfig from ``RunConfig.to_dict()``, trusted: ``resolve`` checked it once."""
     if (ref := _reference(d.get("method"))) is not None:
         return trusted(ref.run_config, d, ref.config_cls)
     method_cls = METHODS.get(d.get("method")).config_cls
@@ -365,14 +317,7 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
 
 
 def trusted(cls: type, d: dict[str, Any], method_cls: type, **sections: type) -> Any:
-    """The run config ``cls`` whose ``to_dict()`` is ``d``, as it was: not validated again.
-
-    Neither the knobs' bounds nor ``__post_init__`` run, for it or its sections (``method_cfg``
-    of ``method_cls``, ``task_cfg``, ``data``, ``sections``); a field left out takes its default.
-
-    Raises:
-        ConfigError: a field with no default is missing, or a section is not a dict.
-    """
+    """The run config ``cls`` whose ``to_dict()`` is ``d``, as it was: nothing validated again."""
     task_cls = TASKS.get(d.get("task")).config_cls
     sections.update(method_cfg=method_cls, task_cfg=task_cls, data=DataIdentity)
     try:
@@ -390,15 +335,17 @@ def _as_is(cls: type, values: dict[str, Any]) -> Any:
     return obj
 
 
-def default_sections(method: str, task: str) -> dict[str, Any]:
-    """The default config sections of a (method, task) pair, for key lookups."""
+def default_sections(method: str, task: str, preset: str | None = None) -> dict[str, Any]:
+    """The config sections of a (method, task) pair: ``preset``'s, else the defaults."""
     if (ref := _reference(method)) is not None:
-        return ref.config_sections(task)
+        return ref.config_sections(task, preset)
+    method_cfg = build_config(METHODS.get(method).config_cls, {})
+    p = TASKS.get(task).preset(preset) if preset is not None else Preset()
     return {
-        "train": TrainConfig(),
-        "model": ModelConfig(),
-        "method": build_config(METHODS.get(method).config_cls, {}),
-        "task": build_config(TASKS.get(task).config_cls, {}),
+        "train": p.train,
+        "model": p.model,
+        "method": method_cfg,
+        "task": task_config(task, preset),
     }
 
 
@@ -414,27 +361,14 @@ def accepts(method: str, task: str, key: str) -> bool:
 
 
 def key_type(method: str, task: str, key: str) -> Any:
-    """The annotated type of the field an override key names for a (method, task) pair.
-
-    Raises:
-        HarnessError: the method or task is not registered, or the key names no one field.
-    """
+    """The annotated type of the field an override key names for a (method, task) pair."""
     sections = default_sections(method, task)
     sec, fld = _locate(sections, key)
     return _fields(sections[sec])[fld]
 
 
 def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
-    """Instantiate a config dataclass, turning bad values into ConfigError.
-
-    Each given value is checked against its field's declared bounds
-    (``harness.components.config.knob``) first, so an out-of-range value is named with its range.
-
-    Args:
-        cls: the config dataclass.
-        values: field values.
-        owner: the method or task it configures, named in the messages.
-    """
+    """Instantiate a config dataclass, each value checked against its bounds first (ConfigError)."""
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
@@ -451,11 +385,7 @@ def build_config(cls: type, values: dict[str, Any], owner: str = "") -> Any:
 def check_presets() -> None:
     """Check that every task preset's per-method overrides name registered methods and keys.
 
-    ``harness.components.config.resolve`` reads a preset's overrides by method key, so a misspelt
-    key (snake_case for kebab-case) would silently run the method without them.
-
-    Raises:
-        PresetError: one line naming the task, the preset and the bad key, with suggestions.
+    A misspelt key would silently run the method without them. PresetError: one line.
     """
     import difflib
 

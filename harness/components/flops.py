@@ -1,18 +1,7 @@
-"""MAC/FLOP accounting. Convention, printed in every report: 1 MAC = 2 FLOPs.
-
-Three numbers per method and sequence (docs/methods.md 1.2):
-
-- ``dense``: what the dense computation executes, counted by fvcore on the method module (with the
-  handles registered below for the fused RNN ops fvcore would otherwise count as zero) and, from
-  the analytic cost model, ``StepCost.dense_step() * T``;
-- ``effective`` (primary, S-SA's convention): updated units x full row cost + decision network,
-  summed from the update mask and depth with the method's ``StepCost``;
-- ``exact``: what a sparse implementation could realise, where the method says it differs.
-
-Biases, nonlinearities, elementwise gating, embeddings and the read-out are not charged.
+"""MAC/FLOP accounting (docs/methods.md 1.2): ``dense``, ``effective``, ``exact``; 1 MAC = 2 FLOPs.
 
 Note for method authors: fvcore counts a jit trace, which drops computation that feeds no output
-(e.g. a decision projection computed after the last step), while FlopCounterMode counts every
+(a decision projection computed after the last step), while FlopCounterMode counts every
 executed op; compute such terms where they are used so both counters agree.
 """
 
@@ -31,12 +20,8 @@ from harness.components.metrics import FLOPS_PER_MAC, valid_steps
 def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:
     """Paper-effective MACs of every step, ``[B, T]`` (float64), from the mask, depth and reads.
 
-    Rows and columns under one convention: an updated unit costs its row of every gate matrix
-    (``per_unit``), and of that row only the columns the step reads (``SeqOut.reads``: the share
-    of the V + D input and previous-state columns read; all of them when ``reads`` is None). A
-    step of an activity-sparse cell that updates k units and reads c of its V + D columns costs
-    ``per_unit * k * c / (V + D)``, which for its cells (``per_unit = G (V + D)``) is
-    ``G * k * c``: the products of the nonzero columns only.
+    An updated unit costs its row of every gate matrix (``per_unit``), of which only the columns
+    the step reads: ``per_unit * k * c / (V + D)`` for k units updated and c columns read.
     """
     mask = out.mask.detach()
     k = (mask > 0).sum(-1).double()  # [B, T] updated units
@@ -61,11 +46,7 @@ def per_sequence(step_macs: Tensor, lengths: Tensor | None = None) -> Tensor:
 
 
 def realisable_step_macs(method: Method, out: SeqOut, effective: Tensor | None = None) -> Tensor:
-    """Exact-realisable MACs of every step, ``[B, T]`` (float64).
-
-    ``Method.exact_step_macs`` where the method counts them, else the paper-effective MACs
-    (``effective`` where given, else the ``effective_step_macs`` of ``out``).
-    """
+    """Exact-realisable MACs of every step, ``[B, T]``: the method's, else ``effective``'s."""
     exact = method.exact_step_macs(out)
     if exact is not None:
         return exact.double()
@@ -133,11 +114,7 @@ class _OutputsOnly(nn.Module):
 
 
 def fvcore_macs(method: nn.Module, x: Tensor) -> tuple[int, dict[str, int]]:
-    """MACs fvcore counts for ``method(x)`` (whole batch) and the ops it could not count.
-
-    Raises:
-        RuntimeError: if fvcore left a matmul-like op uncounted (it would be silently zero).
-    """
+    """MACs fvcore counts for ``method(x)`` and the ops it could not count (none matmul-like)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fvcore.nn import FlopCountAnalysis
@@ -182,24 +159,11 @@ def torch_flops(method: nn.Module, x: Tensor) -> int:
 def model_costs(
     model: nn.Module, x: Tensor, lengths: Tensor | None = None, times: Tensor | None = None
 ) -> dict[str, Any]:
-    """MACs, FLOPs and parameters per sequence of a built model on a batch, summed over its layers.
+    """MACs, FLOPs and parameters per sequence of a ``SeqModel`` on a batch, summed over layers.
 
-    The model (a ``harness.components.model.SeqModel``) runs in eval mode, without gradients.
-    Sequences shorter than T (``lengths``) are charged their own steps, as the records charge them;
-    fvcore counts the padded batch, and its dense count is scaled to the mean true length (the dense
-    cost of a step does not depend on the step).
-
-    Args:
-        model: the model, whose ``methods`` are its recurrent layers.
-        x: a batch of input sequences, ``[B, T, ...]``.
-        lengths: the true length of each sequence, ``[B]`` (None: all T).
-        times: the sample times, ``[B, T]``, for the methods that read them.
-
-    Returns:
-        ``seq_len`` (T, the padded length), ``mean_len`` (the mean true length), ``params_total``,
-        ``params_method`` and ``macs_*`` / ``flops_*`` for ``dense_fvcore`` (fvcore's count of
-        the dense computation), ``dense`` (the analytic cost model) and ``effective``, each summed
-        over the layers and averaged over the sequences.
+    Sequences are charged their true ``lengths``, as the records charge them; fvcore counts the
+    padded batch, scaled to the mean true length. Returns ``seq_len`` (padded), ``mean_len``,
+    ``params_*`` and ``macs_*`` / ``flops_*`` of ``dense_fvcore``, ``dense`` and ``effective``.
     """
     model.eval()
     with torch.no_grad():

@@ -1,10 +1,7 @@
 """The valid values of a config field, declared next to it: ``knob``, ``Bounds``, the limits.
 
-Every field of the train, model, method and task config dataclasses is declared with ``knob``
-(its interval or set of values, and for a field added after records existed the value older
-records read as); ``harness.components.config.resolve`` checks every run of a sweep against them
-before the first run starts. ``harness.components.config`` re-exports these names, which is where
-methods and tasks import them from.
+``resolve`` checks every run of a sweep against them before the first starts; methods and tasks
+import these names from ``harness.components.config``.
 """
 
 from __future__ import annotations
@@ -43,11 +40,7 @@ NO_LEGACY = object()  # knob(legacy=...) not given: every record holds the field
 
 @dataclass(frozen=True)
 class Bounds:
-    """The values a config field accepts: an interval (either end open or closed) or a set.
-
-    Built by ``knob``; read by ``check_knobs``, which every run of a sweep passes before the
-    first run starts (``resolve``).
-    """
+    """The values a config field accepts: an interval (either end open or closed) or a set."""
 
     ge: float | None = None
     gt: float | None = None
@@ -97,29 +90,12 @@ def knob(
     choices: tuple[Any, ...] | None = None,
     legacy: Any = NO_LEGACY,
 ) -> Any:
-    """A config dataclass field with its valid values.
+    """A config dataclass field with its valid values: ``knob(32, ge=1, le=65_536)``.
 
-    ``hidden_size: int = knob(32, ge=1, le=65_536)``. Every field of a config (train, model,
-    method and task sections) declares its bounds this way, except booleans (their type is their
-    set); ``tests/test_config_bounds.py`` checks that none is missing. Bounds that tie two fields
-    together (``min_duration <= max_duration``) stay in the dataclass's ``__post_init__``, after
-    its ``check_knobs`` call.
-
-    Args:
-        default: the field's default value.
-        ge: the value must be >= this.
-        gt: the value must be > this.
-        le: the value must be <= this.
-        lt: the value must be < this.
-        choices: the value must be one of these (instead of an interval).
-        legacy: for a field added after records existed, the value that reproduces what the
-            code did before it: a record that lacks the field reads as holding this value
-            (``harness.persistence.records.migrate``), so the same setting is one variant whichever
-            code recorded it. Omitted for fields every record holds.
-
-    Returns:
-        A ``dataclasses.field`` carrying ``Bounds`` (none for a boolean given no bounds) and the
-        legacy value in its metadata.
+    ``ge``, ``gt``, ``le``, ``lt`` bound an interval, ``choices`` a set (booleans need none).
+    ``legacy``: for a field added after records existed, the value that reproduces the code
+    before it, which a record lacking the field reads as (``records.migrate``). Bounds that tie
+    fields together stay in ``__post_init__``, after its ``check_knobs`` call.
     """
     bounded = choices is not None or any(b is not None for b in (ge, gt, le, lt))
     meta: dict[str, Any] = {}
@@ -137,19 +113,7 @@ def bounds_of(cls_or_obj: Any, name: str) -> Bounds | None:
 
 
 def check_knob(cls_or_obj: Any, name: str, value: Any, key: str, owner: str = "") -> None:
-    """Raise ConfigError when ``value`` lies outside the bounds field ``name`` declares.
-
-    Args:
-        cls_or_obj: the config dataclass (or an instance).
-        name: the field.
-        value: the value, already coerced to the field's type.
-        key: the field as the user spelled it (``update_bias``, ``train.lr``).
-        owner: the method or task the field belongs to, named in the message.
-
-    Raises:
-        ConfigError: ``update_bias=1e+308 is out of range for METHOD: expected a number in
-            [-100, 100]``.
-    """
+    """ConfigError (``KEY=VALUE is out of range for OWNER: ...``) outside ``name``'s bounds."""
     b = bounds_of(cls_or_obj, name)
     if b is None or b.admits(value):
         return
@@ -173,19 +137,7 @@ def check_knobs(obj: Any, section: str, owner: str = "") -> None:
 
 
 def check_data_steps(owner: str, formula: str, steps: int) -> None:
-    """Raise ConfigError when a generated task's splits would hold over ``MAX_DATA_STEPS`` steps.
-
-    Each size is bounded on its own; their product is checked here, before any data exist.
-
-    Args:
-        owner: the task, named in the message.
-        formula: how ``steps`` follows from the fields (``(n_train + n_val + n_test) * seq_len``).
-        steps: the time steps of all splits together.
-
-    Raises:
-        ConfigError: ``TASK: (n_train + n_val + n_test) * seq_len = 5,000,000,000 time steps,
-            more than 1,000,000,000; use fewer or shorter sequences``.
-    """
+    """ConfigError when a generated task's splits would hold over ``MAX_DATA_STEPS`` steps."""
     if steps > MAX_DATA_STEPS:
         raise ConfigError(
             f"{owner}: {formula} = {steps:,} time steps, more than {MAX_DATA_STEPS:,}; use fewer "

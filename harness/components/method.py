@@ -1,10 +1,6 @@
-"""The method interface: every RNN in the benchmark is a ``Method``.
+"""The method interface: every RNN in the benchmark is a ``Method`` (1 MAC = 2 FLOPs everywhere).
 
-A method maps a batch of sequences ``x [B, T, V]`` to a ``SeqOut``: the outputs, the binary update
-mask (docs/methods.md 1.1), optionally the per-unit depth (highway family), an auxiliary loss
-(budget penalties, already weighted) and per-sequence diagnostics. Its ``cost(V)`` states the
-analytic multiply-accumulate counts of its cell as a ``StepCost``; the harness does the sums
-(``harness.components.flops``). One convention everywhere: 1 MAC = 2 FLOPs.
+A method maps ``x [B, T, V]`` to a ``SeqOut``; ``cost()`` states its cell's analytic MACs.
 """
 
 from __future__ import annotations
@@ -30,10 +26,9 @@ class SeqOut:
         aux_loss: scalar auxiliary loss (budget penalty), already weighted by the method's lambda.
         extras: per-sequence diagnostics ``{name: [B]}`` averaged over the test set into records.
         state: the final recurrent state (for carrying state across windows), or None.
-        reads: column mask ``[B, T, V + D]``, values in {0, 1}: 1 where step t reads input
-            feature v (the first V) or the previous state of unit j (the last D), i.e. uses that
-            column of the weight matrices; 0 where an activity-sparse method (Delta GRU, EGRU)
-            skips it. None: every column is read (every method that skips rows, not columns).
+        reads: column mask ``[B, T, V + D]``: 1 where step t reads input feature v (the first
+            V) or unit j's previous state (the last D); 0 where an activity-sparse method skips
+            it. None: every column is read.
     """
 
     outputs: Tensor
@@ -103,31 +98,20 @@ class NoConfig:
 
 
 class Method(nn.Module):
-    """Base class of every registered method.
+    """Base class of every registered method (V inputs, D units, ``cfg`` of ``config_cls``).
 
     Subclasses set ``config_cls`` (a frozen dataclass of their knobs), implement ``cost`` and either
     ``init_state`` + ``step`` (then ``forward`` is the step loop) or their own ``forward``.
-
-    Args:
-        input_size: V.
-        hidden_size: D.
-        cfg: an instance of ``config_cls`` (defaults when None).
     """
 
     name: ClassVar[str] = "?"
     config_cls: ClassVar[type] = NoConfig
     has_depth: ClassVar[bool] = False
-    # The torch fused cell (its ``torch.nn`` class name: "GRU", "LSTM" or "RNN") whose
-    # same-sized model ``harness bench`` times this method against: the dense cell it computes.
+    # The torch fused cell ("GRU", "LSTM" or "RNN") ``harness bench`` times it against.
     fused_cell: ClassVar[str] = "GRU"
-    # True: the method reads the time of each sample. The model then calls its forward with the
-    # keyword ``times=`` (``[B, T]`` float, or None where the task gives none: steps at equal
-    # spacing), and its step loop passes ``time=`` (``[B]``) to ``step``. Methods that leave it
-    # False never receive times; they see the samples one step apart.
+    # True: its forward gets ``times=`` (``[B, T]`` or None: equal steps), ``step`` gets ``time=``.
     uses_times: ClassVar[bool] = False
-    # The config fields that set how much the method skips, the main one first (the weight of a
-    # budget penalty, a skip probability, a threshold): the reports plot metric and Skip % against
-    # each one a sweep varies. A method that never skips declares none.
+    # The config fields that set how much it skips, the main one first (reports plot against them).
     budget_knobs: ClassVar[tuple[str, ...]] = ()
     every_part: ClassVar[bool] = False  # a sweep file's part names the methods it runs
     # How the training step runs it (``harness.training.train.Fitting``); None: its model,
@@ -152,11 +136,7 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def exact_step_macs(self, out: SeqOut) -> Tensor | None:
-        """Per-step MACs ``[B, T]`` that a sparse implementation could realise.
-
-        Defined where it differs from the paper-effective count (docs/methods.md 1.2 item 3); None
-        when they agree.
-        """
+        """Per-step MACs ``[B, T]`` a sparse implementation could realise; None: the paper's."""
         return None
 
     # --- recurrence ----------------------------------------------------------------------------
@@ -165,30 +145,15 @@ class Method(nn.Module):
         raise NotImplementedError
 
     def step(self, x_t: Tensor, state: Any, t: int) -> StepOut:
-        """One step: ``x_t [B, V]``, state -> StepOut.
-
-        A method that sets ``uses_times`` also takes ``time: Tensor | None = None`` (``[B]``).
-        """
+        """One step: ``x_t [B, V]``, state -> StepOut (and ``time=`` with ``uses_times``)."""
         raise NotImplementedError
 
     def forward(self, x: Tensor, lengths: Tensor | None = None, state: Any = None) -> SeqOut:
-        """Sequence forward ``x [B, T, V] -> SeqOut``; by default the step loop.
-
-        A method that sets ``uses_times`` adds a keyword ``times: Tensor | None = None``
-        (``[B, T]``) and passes it on to ``step_loop``.
-        """
+        """Sequence forward ``x [B, T, V] -> SeqOut``: the step loop (with ``times`` if asked)."""
         return self.step_loop(x, state)
 
     def step_loop(self, x: Tensor, state: Any = None, times: Tensor | None = None) -> SeqOut:
-        """Run ``step`` over time and stack the results; the reference for fast paths.
-
-        Args:
-            x: inputs ``[B, T, V]``.
-            state: the initial state (None: ``init_state``).
-            times: sample times ``[B, T]``, only for methods that set ``uses_times``; step t
-                then gets its own times, ``[B]``, as ``time``. None: ``step`` is called
-                without it.
-        """
+        """Run ``step`` over time and stack the results (the fast paths' reference); ``times``."""
         if state is None:
             state = self.init_state(x.shape[0], x)
         hs, masks, depths, reads = [], [], [], []
@@ -228,11 +193,8 @@ class Method(nn.Module):
     def fast_forward(self, x: Tensor) -> SeqOut:
         """Inference-only forward that really skips the work the mask marks as skipped.
 
-        It has eval semantics and no autograd, and serves to measure realised speedups
-        (``harness.bench.speedup``). It returns the same outputs and mask as ``self.eval()(x)``
-        up to matmul rounding. This default IS that dense masked forward (training mode restored
-        afterwards); skipping methods override it and ``tests/test_fast_paths.py`` checks them
-        against it.
+        The same outputs and mask as ``self.eval()(x)`` under no_grad, up to matmul rounding: this
+        default IS that dense masked forward (``tests/test_fast_paths.py`` holds overrides to it).
         """
         was_training = self.training
         self.eval()
@@ -245,10 +207,8 @@ class Method(nn.Module):
     def compile_step(self) -> None:
         """Train with the per-step function compiled by ``torch.compile`` (``train.compile``).
 
-        Methods whose training cost is many tiny operations per step (a deep recurrence of small
-        layers) override it: they replace the function their training forward calls at each step by
-        its compiled form, so the outputs are the same equations with the float operations fused.
-        Eval passes and ``step`` stay eager. The default has no compiled form.
+        An override replaces the function its training forward calls at each step by its compiled
+        form (the same equations, fused); eval passes and ``step`` stay eager.
         """
         raise ConfigError(f"{self.name}: train.compile is not available for this method")
 
@@ -262,56 +222,32 @@ class Method(nn.Module):
     def at_skip(
         cls, input_size: int, hidden_size: int, skip: float, seq_len: int
     ) -> tuple[Method, str]:
-        """An untrained model for measuring ``fast_forward`` at a chosen Skip %.
+        """An untrained model for measuring ``fast_forward`` at a chosen Skip %, and its setting.
 
-        Methods with a real fast path override this (``harness.bench.speedup`` measures the
-        methods that do); the caller seeds torch's global generator first, so a hook must draw
-        its random numbers from it, in a fixed order.
-
-        Args:
-            input_size: V.
-            hidden_size: D.
-            skip: the target Skip % / 100 (for depth-adaptive methods, the depth-skip fraction).
-            seq_len: T of the sequences it will be run on (for schedules fixed in time).
-
-        Returns:
-            The model in eval mode, with its decision parameters set to aim at ``skip`` on inputs
-            ``x ~ N(0, I)``, and a one-line description of that setting.
+        Methods with a real fast path override this. The caller seeds torch's global generator:
+        draw from it, in a fixed order. ``skip``: the target Skip % / 100 (depth-adaptive: the
+        depth-skip fraction) on ``x ~ N(0, I)`` of length ``seq_len``; the model in eval mode.
         """
         raise NotImplementedError(f"{cls.name} has no fast inference path to set a skip for")
 
     @classmethod
     def fast_path_note(cls) -> str | None:
-        """One sentence for the speedup report about how this method's fast path runs here.
-
-        For example, whether an optional compiled kernel is in use; None when there is nothing
-        to say.
-        """
+        """One sentence for the speedup report on how its fast path runs here (a kernel?)."""
         return None
 
     # --- trainer hooks -------------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, num_epochs: int) -> None:
-        """Called by the trainer before each epoch (0-based), before the epoch's timer starts.
-
-        Annealing schedules live here, and the building of what a training step needs (a compiled
-        kernel), which is then not counted as training time.
-        """
+        """Called before each epoch (0-based) and its timer: annealing, building a kernel."""
         self.epoch = epoch
 
     def train_diagnostics(self) -> dict[str, float]:
-        """Measures of the training passes so far, recorded with a run's diagnostics.
-
-        For example how many layers a depth-adaptive method really ran per step in training
-        (``harness.training.train`` adds them to the record). Default: none.
-        """
+        """Measures of the training passes so far (layers run per step), recorded with a run."""
         return {}
 
     def train_state(self) -> dict[str, Any]:
-        """What ``train_diagnostics`` counts that is not a parameter or buffer.
+        """What ``train_diagnostics`` counts that is not a parameter or buffer (plain numbers).
 
-        Plain Python numbers, saved with a run's checkpoint (``harness.training.checkpoint``) so
-        that a resumed run records the same diagnostics. A method that keeps such tallies returns
-        them here and restores them in ``load_train_state``. Default: none.
+        Kept in a run's checkpoint, restored by ``load_train_state``: a resumed run records them.
         """
         return {}
 

@@ -1,27 +1,11 @@
 """Every measure a record holds, described once; with its computation where every run takes it.
 
-The registry (``METRICS``, ``register_metric``, ``get_metric``) says of each measure its title,
-unit, direction, whether it is a percentage, the values it can take, how a table prints it and
-the drift gate's tolerance for it. The leaderboard, the paper tables, the figures and the drift
-gate (``harness.reporting``) read it; none keeps a table of its own.
-
-A measure of every run carries its computation: ``per_sequence`` (its value for each sequence of
-a test batch, from the batch's step outputs, ``Measured``; the record holds the mean over the
-split's sequences) or ``of_metrics`` (from the split's other measures, once they are known). The
-evaluation (``harness.training.train.evaluate``) computes whatever is registered so, in
-registration order, and nothing else by hand: Skip %, activity sparsity, depth-skip %, mean depth
-and the geometric mean are such entries here, and a plugin adds a measure to every run of every
-task the same way. The scores ``harness.components.task.Task`` computes for each task kind, and
-the counts the reports print (FLOPs, parameters, D), are registered descriptions only. A task
-whose own scoring records another measure registers it in its module (``register_metric``, e.g. a
-0/1 ``solved``); ``tests/test_metrics_registry.py`` fails for a recorded measure without an
-entry.
-
-Skip % follows docs/methods.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per sequence,
-``1 - sum_{t,i} u_{t,i} / (T_true * D)``, then averaged over sequences. Depth-adaptive methods also
-get depth-skip % ``1 - sum n / (T D R_max)`` and mean depth ``mean_t max_i n_{t,i}``.
-
-This module imports torch only inside the functions that need it: importing it stays light.
+The reports, figures and drift gate read the registry (``METRICS``); the evaluation computes
+every registered ``per_sequence`` and ``of_metrics`` measure (docs/architecture.md, "Adding a
+metric"). Skip % follows docs/methods.md 1.1 (S-SA eq. 10 with its off-by-one fixed): per
+sequence ``1 - sum_{t,i} u_{t,i} / (T_true * D)``, averaged over sequences; depth-skip % is
+``1 - sum n / (T D R_max)``, mean depth ``mean_t max_i n_{t,i}``. Torch is imported only inside
+the functions that need it.
 """
 
 from __future__ import annotations
@@ -56,32 +40,22 @@ class Metric:
     """How the reports, the figures and the drift gate treat one measure.
 
     Attributes:
-        name: its key: in a record's ``metrics`` and ``val_metrics`` (``val_<name>`` in the
-            per-epoch history), or a report column's key (``flops``, ``params``).
+        name: its key in a record's ``metrics`` (``val_<name>`` in the history), or a report
+            column's (``flops``, ``params``).
         title: what tables and axes print for it (``Skip %``, ``MSE``).
-        unit: its unit (``%`` for a percentage, ``FLOPs``, ``nats``); empty for a plain number.
-        higher: its direction: True when higher is better, False when lower is better, None when
-            neither (no arrow, never bold, not a sort key).
-        percent: a percentage (unit ``%``, range 0-100): printed without a power of ten, its
-            confidence intervals, bands and error bars clipped to [0, 100].
-        range: ``(low, high)``, the values it can take (None: unbounded on that side); a
-            confidence interval is clipped to it.
-        large: a count (FLOPs): a table prints it in a power of ten ``x10^k`` from 10^5 up, as
-            S-SA does (``harness.reporting.text.column_scale``).
-        form: how a table cell shows it over seeds: ``num`` (mean ± std), ``int`` (a whole
-            number), ``yes-no`` (a 0/1 outcome: Yes, No, or how many seeds of how many).
-        group: ``score`` (how well the task is done: a table column), ``compute`` (how much work
-            was done or skipped: the leaderboard's trace columns, in registration order), or
-            ``detail`` (recorded, never a table column).
-        tolerance: the drift gate's default ``(absolute, relative)`` tolerance for it as a test
-            metric (``harness.reporting.compare``; ``--tol`` overrides it).
-        per_sequence: where every run measures it: its value for each sequence of a test batch,
-            a ``[B]`` tensor in its unit, from ``Measured`` (the batch, the model's outputs, the
-            model), or None where the run has no such value (no depth, no column reads); the
+        higher: True when higher is better, False when lower, None when neither (no arrow,
+            never bold, not a sort key).
+        percent: unit ``%``, range 0-100: intervals, bands and error bars clipped to it.
+        range: ``(low, high)``, None unbounded; a confidence interval is clipped to it.
+        large: a count (FLOPs): printed in a power of ten ``x10^k`` from 10^5 up, as S-SA does.
+        form: a cell over seeds: ``num`` (mean ± std), ``int``, ``yes-no`` (a 0/1 outcome).
+        group: ``score`` (a table column), ``compute`` (the leaderboard's trace columns, in
+            registration order) or ``detail`` (recorded, never a column).
+        tolerance: the drift gate's default ``(absolute, relative)`` tolerance (``--tol``).
+        per_sequence: ``Measured`` -> a ``[B]`` tensor (None: no such value on this run); the
             record holds the mean over the split's sequences.
-        of_metrics: where every run derives it from the split's other measures: ``(metrics,
-            task kind) -> value``, or None where it does not apply. Run after every
-            ``per_sequence`` measure and the task's scores, in registration order.
+        of_metrics: ``(metrics, task kind) -> value`` or None, run after the ``per_sequence``
+            measures and the task's scores, in registration order.
     """
 
     name: str
@@ -115,14 +89,7 @@ class Metric:
 
 @dataclass(frozen=True)
 class Measured:
-    """What a ``per_sequence`` measure reads of one test batch.
-
-    Attributes:
-        batch: the batch (``x [B, T, V]``, ``lengths`` or None, ``times``).
-        out: the model's outputs: ``pred`` and ``layers``, one ``SeqOut`` per layer (``mask``,
-            ``depth``, ``reads``, ``outputs``).
-        model: the ``SeqModel`` (its layers, ``methods``: ``hidden_size``, ``cost()``).
-    """
+    """What a ``per_sequence`` measure reads: a test batch, the outputs, the ``SeqModel``."""
 
     batch: Any
     out: Any
@@ -139,30 +106,14 @@ METRICS = Registry(
 
 
 def register_metric(metric: Metric) -> Metric:
-    """Register ``metric`` in ``METRICS``; registering the same description again changes nothing.
-
-    Its ``__module__`` becomes the caller's (as ``collections.namedtuple`` does), so that
-    ``harness.components.plugins.source_of`` says where it came from: a built-in, a plugin, an
-    included file.
-
-    Returns:
-        The metric, so that a module can keep it: ``SOLVED = register_metric(Metric(...))``.
-
-    Raises:
-        PluginError: another description is registered under the same name.
-    """
+    """Register ``metric`` (again: no change) as its caller's, for ``source_of``; returns it."""
     if "__module__" not in vars(metric):
         object.__setattr__(metric, "__module__", sys._getframe(1).f_globals.get("__name__", "?"))
     return METRICS.register(metric.name)(metric)
 
 
 def get_metric(name: str) -> Metric:
-    """The registered description of measure ``name``.
-
-    A name not registered yet is looked up again after the plugins are loaded (a task registers
-    its own measures in its module); one still unknown gets a neutral description: the name as
-    its title, no direction, printed as a plain number.
-    """
+    """The registered description of measure ``name``; a neutral one (no direction) if unknown."""
     if name not in METRICS.registered():  # (without loading them, the harness's own are known)
         load_plugins()
     return METRICS.registered().get(name) or Metric(name, name)
@@ -220,33 +171,20 @@ def _geo_mean(metrics: dict[str, float], kind: str) -> float | None:
 
 _PCT = {"unit": "%", "percent": True, "range": (0.0, 100.0)}
 _TRACE = {"group": "compute"}
+_SKIPPED = {**_TRACE, **_PCT, "higher": True}  # a trace measure's share skipped
 for _m in (
     # the trace measures of every run, in the order the leaderboard prints them
-    Metric("skip_pct", "Skip %", higher=True, per_sequence=_skip_pct, **_TRACE, **_PCT),
-    Metric(
-        "read_skip_pct",
-        "Activity sparsity %",
-        higher=True,
-        per_sequence=_read_skip_pct,
-        **_TRACE,
-        **_PCT,
-    ),  # fmt: skip
+    Metric("skip_pct", "Skip %", per_sequence=_skip_pct, **_SKIPPED),
+    Metric("read_skip_pct", "Activity sparsity %", per_sequence=_read_skip_pct, **_SKIPPED),
     Metric(
         "mean_depth",
         "Mean depth",
         "layers",
         range=(0.0, None),
+        **_TRACE,
         per_sequence=_depth("mean_depth", 1.0),
-        **_TRACE,
-    ),  # fmt: skip
-    Metric(
-        "depth_skip_pct",
-        "Depth-skip %",
-        higher=True,
-        per_sequence=_depth("depth_skip", 100.0),
-        **_TRACE,
-        **_PCT,
-    ),  # fmt: skip
+    ),
+    Metric("depth_skip_pct", "Depth-skip %", per_sequence=_depth("depth_skip", 100.0), **_SKIPPED),
     # the scores of the task kinds (harness.components.task.Task.batch_stats / finalize)
     Metric("accuracy", "Accuracy %", higher=True, **_PCT),
     Metric("mse", "MSE", higher=False, range=(0.0, None)),
@@ -287,9 +225,7 @@ def skip_fraction(mask: Tensor, lengths: Tensor | None = None) -> Tensor:
 def unread_columns(layers: Sequence[Any]) -> Tensor | None:
     """The share of column reads each step skips, ``[B, T]`` (float64), over the layers' reads.
 
-    Each layer with ``SeqOut.reads`` counts its V + D columns (docs/methods.md 1.1); None when
-    no layer has reads (the row-skipping methods). A model's layers are all of one method, so
-    either every layer has reads or none has.
+    Each layer's V + D columns count (docs/methods.md 1.1); None when no layer has reads.
     """
     reads = [o.reads.detach() for o in layers if o.reads is not None]
     if not reads:

@@ -27,14 +27,7 @@ class ModelOut:
 
 
 class SeqModel(nn.Module):
-    """``[embedding] -> method layer x num_layers -> linear read-out``.
-
-    Args:
-        method_cls: the registered Method class.
-        method_cfg: its config instance.
-        task: the task (gives input/output sizes, token inputs, read-out mode).
-        model_cfg: hidden size, layers, embedding.
-    """
+    """``[embedding] -> method layer x num_layers -> linear read-out``, sized by the task."""
 
     def __init__(self, method_cls: type, method_cfg, task: Task, model_cfg: ModelConfig) -> None:
         super().__init__()
@@ -69,11 +62,8 @@ class SeqModel(nn.Module):
     ) -> ModelOut:
         """Run the layers over ``x`` (embedded first if it holds tokens) and read out predictions.
 
-        The read-out is of the last true step of each sequence (``last`` mode; ``lengths`` is
-        ``[B]``, or None for full-length sequences) or of every step; the layers' auxiliary
-        losses are summed. ``times [B, T]`` (the sample times, ``harness.components.task.Split``)
-        go, as the keyword ``times``, to every layer whose method sets ``uses_times``, and to no
-        other.
+        Of each sequence's last true step (``last`` mode) or of every step; the auxiliary losses
+        summed. ``times`` go only to the layers whose method sets ``uses_times``.
         """
         h = self.embed(x) if self.embed is not None else x
         traces: list[SeqOut] = []

@@ -1,25 +1,11 @@
 """The plugins that fill the registries (``harness.components.registry``); where entries came from.
 
-``load_plugins()`` imports, once, when a registry is first read:
-
-1. the built-in packages (``PLUGIN_PACKAGES``), whose ``__init__`` modules import every file
-   explicitly, so a file nobody imported cannot silently miss its registration (tests check that
-   every file registered under its own name);
-2. the installed plugins: every entry point of the groups ``condrnn_harness.<kind>s``
-   (``ENTRY_POINT_GROUPS``) is loaded, which imports its module. A plugin that fails to import
-   (an exception, or ``sys.exit``) is skipped with one line on stderr naming it; the rest work;
-3. the files named by ``include`` (``--include PATH``, ``include = [...]`` in a sweep file, or
-   ``$HARNESS_INCLUDE``): ``.py`` files, or folders whose ``.py`` files are all imported (except
-   ``test_*.py`` and the shared pieces ``_*.py``, which the others import). Each is imported as a
-   top-level module named after its file, with its folder on ``sys.path``. A file that fails to
-   import (an exception, or ``sys.exit``) is an error (``PluginError``): it was asked for by
-   name.
-
-Then every check registered with ``after_load`` runs (the task presets' per-method overrides
-against the registered methods and their keys). A plugin that fails half-way leaves no entry
-behind (every registry is snapshotted and restored: ``REGISTRIES``). ``source_of`` says where an
-entry came from (records keep a method's as ``method_source``). The registry imports this module,
-never the other way.
+``load_plugins()`` imports, once: the built-in packages (``PLUGIN_PACKAGES``, whose ``__init__``
+imports every file), the installed entry points (one that fails is said on stderr and skipped),
+the included files (one that fails is a ``PluginError``: it was asked for by name), then runs the
+``after_load`` checks (docs/plugins.md). A plugin that fails half-way leaves no entry behind
+(every registry is snapshotted and restored). The registry imports this module, never the
+other way.
 """
 
 from __future__ import annotations
@@ -66,11 +52,7 @@ _FAILED: set[str] = set()  # entry points that failed to import (said once)
 
 
 def after_load(check: Callable[[], None]) -> Callable[[], None]:
-    """Run ``check`` each time the plugins have been loaded (``load_plugins``).
-
-    How a module above the registry checks what registered
-    (``harness.components.config.check_presets``) without the registry importing it.
-    """
+    """Run ``check`` (a module above the registry's) each time the plugins have been loaded."""
     _AFTER_LOAD.append(check)
     return check
 
@@ -81,24 +63,14 @@ def loaded() -> bool:
 
 
 def load_kind(kind: str) -> None:
-    """Until the plugins are loaded, load one kind's built-in module and entry points only.
-
-    A light registry's lookup (``Registry(light=True)``); once they are loaded, nothing more.
-    """
+    """Until the plugins are loaded, load one kind's built-in module and entry points only."""
     if not _loaded:
         importlib.import_module(PLUGIN_PACKAGES[kind])
         load_entry_points([ENTRY_POINT_GROUPS[kind]])
 
 
 def load_plugins() -> None:
-    """Import the built-in packages, the installed plugins and the included files, once.
-
-    Raises:
-        PluginError: a key registered from two sources, or an included file that cannot be
-            imported.
-        HarnessError: a check registered with ``after_load`` failed (``PresetError``: a task
-            preset names an unknown method or key); every later call raises it again.
-    """
+    """Import the built-in packages, installed plugins and included files, once (PluginError)."""
     global _loaded
     if _loaded:
         return
@@ -153,21 +125,11 @@ def load_entry_points(groups: Iterable[str]) -> None:
 
 
 def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Import the components of ``.py`` files or folders of them (``--include``).
+    """Import the components of ``.py`` files or folders of them (``--include``); the files.
 
-    A folder gives each of its ``.py`` files except ``test_*.py`` and ``_*.py``, in name order.
-    The paths are imported when the registry loads (at once if it has loaded) and are added to
-    ``$HARNESS_INCLUDE``, so that the worker processes of a sweep import them too.
-
-    Args:
-        paths: files or folders (relative paths are taken from the current directory).
-
-    Returns:
-        The files they give.
-
-    Raises:
-        PluginError: a path that does not exist, a file that is not ``.py``, a folder with no
-            file to import, or (when the registry has loaded) a file that cannot be imported.
+    A folder gives its ``.py`` files but ``test_*.py`` and ``_*.py``, in name order. They are
+    imported when the registry loads (at once if it has) and added to ``$HARNESS_INCLUDE``, so
+    that a sweep's worker processes import them too. PluginError: a bad path or import.
     """
     new = [Path(p).expanduser().resolve() for p in paths]
     files = [f for p in new for f in _files_of(p)]
@@ -189,12 +151,7 @@ def include(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 @contextlib.contextmanager
 def isolated() -> Iterator[None]:
-    """Forget, after the block, what the files it includes (``include``) register and import.
-
-    How ``harness docs`` runs each block's command in one process as its command line would
-    alone: afterwards the registries, the included files, ``$HARNESS_INCLUDE``, ``sys.path`` and
-    the modules imported from the included files' folders are as before.
-    """
+    """Forget, after the block, what the files it includes register, import and set."""
     load_plugins()
     items, included, env = _snapshot(), dict(_INCLUDED), os.environ.get(INCLUDE_ENV)
     path, modules = list(sys.path), set(sys.modules)
@@ -306,11 +263,8 @@ def _restore(snapshot: dict[Any, dict[str, Any]]) -> None:
 def source_of(obj: Any) -> dict[str, str]:
     """Where a registered class comes from, as records keep it (``method_source``).
 
-    Returns:
-        ``{"kind": "builtin"}`` (the built-in packages), ``{"kind": "entry-point", "package":
-        NAME, "version": V}`` (an installed distribution), ``{"kind": "include", "path": P,
-        "sha256": D}`` (an included file and the digest of its content), or ``{"kind":
-        "module", "module": M}`` (imported some other way, e.g. by a test or a notebook).
+    ``{"kind": "builtin"}``, ``{"kind": "entry-point", "package": NAME, "version": V}``,
+    ``{"kind": "include", "path": P, "sha256": D}`` or ``{"kind": "module", "module": M}``.
     """
     module = getattr(obj, "__module__", None) or "?"
     top = module.partition(".")[0]

@@ -1,14 +1,8 @@
-"""One ``Registry`` type for every kind of component.
+"""One ``Registry`` type for every kind of component, and the method, task and reference ones.
 
-A component (a method, a task, a reference predictor, a metric, an executor) registers itself
-under its name in its kind's registry (``METHODS``, ``TASKS``, ``REFERENCES`` here,
-``harness.components.metrics.METRICS``, ``harness.executors.EXECUTORS``), which checks it against
-the kind's protocol; the harness looks components up by name and never imports one directly. A
-registry's first lookup loads the plugins that fill it (``harness.components.plugins``).
-
-A key registered from two sources (a plugin's key that a built-in, another plugin or an included
-file already has) is a ``PluginError`` naming both; so is a component that lacks what its kind
-must have (``check_method``, ``needs``), wherever it registers from.
+A component registers under its name in its kind's registry, which checks it against the kind's
+protocol (a ``PluginError`` naming where it came from); the harness looks components up by name
+and never imports one directly. A registry's first lookup loads the plugins that fill it.
 """
 
 from __future__ import annotations
@@ -47,15 +41,13 @@ class Registry:
     """A name -> component registry of one kind, with "did you mean" lookup.
 
     Args:
-        kind: what the registry holds, used in messages and to find its built-in module
-            (``PLUGIN_PACKAGES``) and entry-point group (``ENTRY_POINT_GROUPS``).
-        check: ``check(obj)``: what ``obj`` lacks of the kind's protocol, a phrase each; the
-            registry refuses it in one line (``PluginError``) naming where it came from.
-        protocol: the class that says what the kind must have, for that line.
+        kind: what it holds, for messages and its plugins (``PLUGIN_PACKAGES``).
+        check: ``check(obj)``: what ``obj`` lacks of the kind's protocol, a phrase each.
+        protocol: the class that says what the kind must have, named in the refusal.
         prefix: what every key starts with (``ref:`` for the reference predictors).
         key: the form of a name (kebab-case; a metric's is snake_case, as records keep it).
-        light: until the plugins are loaded, a lookup loads only the kind's built-in module and
-            entry points, not the torch-importing rest (the executors: the parser reads them).
+        light: until the plugins are loaded, a lookup loads only this kind's (the executors:
+            the parser reads them without importing torch).
     """
 
     def __init__(
@@ -89,14 +81,7 @@ class Registry:
         self._items.update(items)
 
     def register(self, name: str) -> Callable[[Any], Any]:
-        """Decorator registering ``obj`` under ``name`` (and setting a class's ``name``).
-
-        Raises:
-            PluginError: ``name`` is registered already by another object (the message names
-                where each comes from: a built-in module, a plugin package, an included file),
-                or ``obj`` lacks what the kind must have, its name's form and length
-                (``key_problems``) included.
-        """
+        """Decorator registering ``obj`` under ``name`` (PluginError: name taken, or lacking)."""
         key = self.prefix + name
 
         def deco(obj: Any) -> Any:
@@ -142,10 +127,7 @@ class Registry:
         return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
 
     def resolve(self, spec: str | Iterable[str]) -> list[str]:
-        """Expand comma-separated names and globs, keeping order and dropping repeats.
-
-        A plain name that is not registered, or a glob that matches nothing, is an error.
-        """
+        """Expand comma-separated names and globs, in order, once each (UnknownNameError: none)."""
         parts = spec.split(",") if isinstance(spec, str) else list(spec)
         out: list[str] = []
         for part in (p.strip() for p in parts):
@@ -175,10 +157,7 @@ class Registry:
         return sorted(self._items.items())
 
     def registered(self) -> Mapping[str, Any]:
-        """What is registered so far, read-only, without loading any plugin.
-
-        For code that runs while they load, or that must not load them.
-        """
+        """What is registered so far, read-only, without loading any plugin."""
         return MappingProxyType(self._items)
 
     def values(self) -> list[Any]:
@@ -188,12 +167,7 @@ class Registry:
 
 
 def key_problems(name: str, form: re.Pattern[str] = _KEY) -> list[str]:
-    """What is wrong with ``name`` as a registry key of the form ``form`` (kebab-case).
-
-    Returns:
-        A phrase each (``has a name not of the form ...``, ``has a name of 300 characters (at
-        most 64)``); empty when nothing is.
-    """
+    """What is wrong with ``name`` as a registry key of the form ``form``, a phrase each."""
     out = [] if form.match(name) else [f"has a name not of the form {form.pattern}"]
     if len(name) > MAX_KEY:
         out.append(f"has a name of {len(name)} characters (at most {MAX_KEY})")
@@ -201,16 +175,11 @@ def key_problems(name: str, form: re.Pattern[str] = _KEY) -> list[str]:
 
 
 def check_method(obj: Any) -> list[str]:
-    """What ``obj`` lacks of what a registered method must have, checked without building it.
+    """What ``obj`` lacks of a registered method, a phrase each, checked without building it.
 
-    A method is a ``harness.components.method.Method`` subclass (found among its bases by name, as
-    ``needs`` finds a protocol) whose ``config_cls`` is a frozen dataclass, that implements
-    ``cost`` and either ``init_state`` and ``step`` or its own ``forward``. The registry refuses a
-    class that lacks any of these, before any run starts; what needs a model built (shapes, costs,
-    gradients) is ``harness.authoring.conformance``'s.
-
-    Returns:
-        One phrase per missing part (``does not override cost()``); empty when nothing lacks.
+    A ``Method`` subclass (found among its bases by name) with a frozen dataclass ``config_cls``
+    that implements ``cost`` and either ``init_state`` and ``step`` or its own ``forward``; what
+    needs a model built is ``harness.authoring.conformance``'s.
     """
     method = "harness.components.method.Method"
     if not isinstance(obj, type):
@@ -241,9 +210,8 @@ def base_named(cls: type, dotted: str) -> type | None:
 def needs(base: str, *members: str) -> Callable[[Any], list[str]]:
     """A registry's static check: a class deriving from ``base`` that defines ``members``.
 
-    ``base``: a class's dotted name, found among the object's bases by name, as the protocols
-    live above the registry (``""``: any class). A member is defined when the class's is not the
-    base's (``a|b``: one of them).
+    ``base`` is found among the bases by dotted name (the protocols live above the registry;
+    ``""``: any class); a member is defined when it is not the base's (``a|b``: one of them).
     """
 
     def check(obj: Any) -> list[str]:

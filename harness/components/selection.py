@@ -1,34 +1,9 @@
 """Choosing one variant per (task, preset, method) from a sweep, on the validation split only.
 
-S-SA (section 4.2) picks each method's hyperparameters on validation data and reports the test
-metrics of that choice. A rule names how (``harness report --select RULE``):
-
-- ``best-val``: the variant with the best validation primary metric (mean over its seeds);
-- ``val-skip-band:TARGET:WIDTH``: among the variants whose validation Skip % (mean over seeds)
-  lies within TARGET ± WIDTH, the one with the best validation primary metric;
-- ``val-skip-nearest:TARGET``: the variant whose validation Skip % is nearest TARGET (ties: the
-  best validation primary metric). This is S-SA's matched budget ("tuned to skip about as much
-  as SA-RNN"), taken on validation; a method with one variant (a dense baseline) keeps it. An
-  activity-sparse method (Delta GRU, EGRU: it skips reads, never updates, so its Skip % is 0)
-  is matched on its validation activity sparsity % instead (``budget_measure``).
-  Variants that differ only in their training settings (``train.*``: the learning rate, batch
-  size, ...) are first reduced to the one with the best validation metric: S-SA chose the
-  learning rate on validation and the budget knob (lambda) to match the Skip %, and a learning
-  rate picked for its Skip % would be picked for the wrong reason.
-
-Every rule first keeps the variants with the most seeds: a variant with fewer seeds is not
-eligible while one with more exists (``most_seeds``), so a mean over one seed never competes with
-a mean over three (a lucky seed would win more often than a mean).
-
-Only ``val_metrics`` (the validation metrics of the epoch the test metrics were taken at) are
-read; a tie is broken by the variant id, never by a test number. The chosen variant's test
-metrics over its seeds are what the tables then show. ``harness run --match-skip`` is the
-test-based alternative (``harness.planning.sweep.match_skip``).
-
-``nearest_variant`` is the one "variant whose Skip % is nearest a target" rule, for one group of
-variants (``nearest_skip`` groups records and calls it): on validation for ``val-skip-nearest``,
-on test for ``--match-skip`` and for the update-pattern figure
-(``harness.reporting.patterns.matched_budget``).
+The rules (``harness report --select RULE``) are docs/reports.md's "Selection on validation".
+Only ``val_metrics`` are read; a tie is broken by the variant id, never by a test number.
+``nearest_variant`` is the one "Skip % nearest a target" rule: on validation for
+``val-skip-nearest``, on test for ``--match-skip`` and the update-pattern figure.
 """
 
 from __future__ import annotations
@@ -95,11 +70,7 @@ class Rule:
 
 
 def parse_rule(text: str) -> Rule:
-    """A rule of ``RULES``; anything else raises ConfigError.
-
-    TARGET is a Skip % (0 to 100); a band's WIDTH is above 0 (a band of width 0 would keep
-    only a variant that skipped exactly TARGET %).
-    """
+    """A rule of ``RULES`` (TARGET a Skip % from 0 to 100, WIDTH above 0), else ConfigError."""
     if text == "best-val":
         return Rule("best-val")
     name, _, rest = text.partition(":")
@@ -125,10 +96,7 @@ SPLITS = {"val": "val_metrics", "test": "metrics"}  # the record key of each spl
 
 
 def split_mean(runs: Sequence[dict[str, Any]], key: str, split: str = "val") -> float:
-    """Mean of metric ``key`` on ``split`` (``val`` or ``test``) over ``runs``.
-
-    NaN unless every run recorded a number for it.
-    """
+    """Mean of metric ``key`` on ``split`` over ``runs``; NaN unless every run recorded it."""
     vals = [(r.get(SPLITS[split]) or {}).get(key) for r in runs]
     vals = [float(v) for v in vals if v is not None and not math.isnan(v)]
     return statistics.fmean(vals) if len(vals) == len(runs) and vals else math.nan
@@ -140,11 +108,8 @@ BUDGETS = {"skip_pct": "Skip %", "read_skip_pct": "activity sparsity %"}  # meas
 def budget_measure(runs: Sequence[dict[str, Any]], split: str = "val") -> str:
     """The measure a method's budget is matched on: ``skip_pct``, or ``read_skip_pct``.
 
-    An activity-sparse method (Delta GRU, EGRU) updates every unit at every step: its Skip % is
-    0 whatever its thresholds, and what they move is its activity sparsity (``read_skip_pct``,
-    recorded only by activity-sparse layers). ``runs`` (one method's records, every variant)
-    are matched on their activity sparsity when every run recorded one on ``split`` and none
-    skipped an update; otherwise on Skip %, S-SA's budget.
+    ``read_skip_pct`` (an activity-sparse method, whose Skip % is 0 whatever its thresholds)
+    when every run of ``runs`` recorded one on ``split`` and none skipped an update.
     """
     key = SPLITS[split]
     for r in runs:
@@ -172,25 +137,19 @@ def nearest_skip(
     by: Sequence[str] = ("task", "preset", "method"),
     tie: Callable[[list[dict[str, Any]]], float] | None = None,
 ) -> dict[tuple[Any, ...], tuple[str, float]]:
-    """Per group of ``records``, the variant whose mean Skip % on ``split`` is nearest ``target``.
-
-    A variant is the records of one ``variant_id``; its Skip % is the mean over its runs
-    (``split_mean``: NaN, and so no candidate, unless every run recorded it). A group of an
-    activity-sparse method is matched on its activity sparsity % instead (``budget_measure``).
-    Among equally near variants the lower ``tie(runs)`` wins, then the lower variant id: never
-    the order of the records.
+    """Per group of ``records`` (ok, latest), the variant whose mean Skip % is nearest ``target``.
 
     Args:
-        records: ok run records (the caller keeps the latest record of each run id).
+        records: ok run records, the latest of each run id.
         target: the Skip % to match.
-        split: ``val`` (the records' ``val_metrics``) or ``test`` (their ``metrics``).
+        split: ``val`` or ``test``.
         by: the record keys whose values form a group (``()``: one group of all records).
-        tie: a variant's runs -> a number, lower first among equally near variants (e.g. the
-            validation primary metric, negated where higher is better); None: variant id only.
+        tie: a variant's runs -> a number, lower first among equally near variants; then the
+            variant id, never the order of the records.
 
     Returns:
-        ``{group: (variant_id, mean Skip %, or activity sparsity %)}``, the group as the tuple
-        of its ``by`` values; a group with no variant that recorded Skip % has no entry.
+        ``{group: (variant_id, mean Skip % or activity sparsity %)}`` (``budget_measure``); a
+        group with no variant that recorded it on every run has no entry.
     """
     out = {}
     for key, variants in by_variant(records, by).items():
@@ -206,12 +165,7 @@ def nearest_variant(
     split: str,
     tie: Callable[[list[dict[str, Any]]], float] | None = None,
 ) -> tuple[str, float, str] | None:
-    """``nearest_skip`` for one group, given as variant id -> its runs.
-
-    Returns:
-        ``(variant_id, its mean on split, the measure)``, the measure being ``budget_measure``'s
-        (``skip_pct`` or ``read_skip_pct``); None when no variant recorded it on every run.
-    """
+    """``nearest_skip`` for one group (variant id -> runs): ``(variant_id, mean, measure)``."""
     measure = budget_measure([r for runs in variants.values() for r in runs], split)
     means = {vid: split_mean(runs, measure, split) for vid, runs in variants.items()}
     cands = [vid for vid, mean in means.items() if not math.isnan(mean)]
@@ -229,8 +183,8 @@ def _best_training(
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """Per group of variants that differ only in ``train.*``, the best on validation.
 
-    Returns the kept variants and how many were dropped. A group none of whose variants has a
-    validation metric keeps them all (the caller reports that no metric was recorded).
+    Returns the kept variants and how many were dropped (a group with no validation metric
+    keeps them all): a learning rate picked for its Skip % would be picked for the wrong reason.
     """
     groups: dict[str, list[str]] = {}
     for vid, runs in variants.items():  # keyed by the config less its training settings and seed
@@ -264,17 +218,7 @@ def most_seeds(
 
 
 def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
-    """The variant id ``rule`` picks among ``variants`` (id -> its ok records), and why.
-
-    The candidates are the variants the rule can score on validation (a mean validation
-    primary metric, and for ``val-skip-nearest`` a mean validation Skip %, over every seed;
-    for ``val-skip-band``, only those in the band). Among them only those with the most seeds
-    are eligible (``most_seeds``); the reason says how many were left out for having fewer.
-
-    Returns:
-        ``(variant_id, reason)``; ``(None, reason)`` when no variant qualifies (none in the
-        Skip % band, or no validation metric recorded).
-    """
+    """The variant id ``rule`` picks among ``variants`` (those with the most seeds), and why."""
     first = next(iter(variants.values()))[0]
     primary, higher = first["primary"], higher_is_better(first)
     n = len(variants)
@@ -319,16 +263,9 @@ def select(
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The records of the variant ``rule`` picks per (task, preset, method), and the reasons.
 
-    Args:
-        records: run records; failed runs are kept (the reports count them), ok runs only of the
-            chosen variants.
-        rule: the selection rule.
-
-    Returns:
-        ``(records, reasons)``: the kept records, and per chosen variant id the reason text
-        (``"best-val of 4 (val mse 0.0012)"``); a (task, preset, method) with no qualifying
-        variant is keyed ``"task/preset/method"`` with the reason it has no row. A reference
-        predictor (``ref:NAME``, no Skip %) keeps its best-val variant whatever the rule.
+    Failed runs are kept (the reports count them). ``reasons``: per chosen variant id (``"best-val
+    of 4 (val mse 0.0012)"``), or ``"task/preset/method"`` for a group with none. A reference
+    predictor keeps its best-val variant whatever the rule.
     """
     recs = latest(records)
     reasons: dict[str, str] = {}
@@ -348,12 +285,7 @@ def select(
 def empty_tables(
     records: Sequence[dict[str, Any]], kept: Sequence[dict[str, Any]]
 ) -> list[tuple[str, str]]:
-    """The (task, preset) tables whose methods ran in ``records`` but have no row in ``kept``.
-
-    ``kept`` is what ``select`` kept of ``records``: such a table shows no method (at most the
-    reference predictors, which keep their best-val variant whatever the rule); its report
-    says so in place of the rows (``no_row_line``) and the command warns on stderr.
-    """
+    """The (task, preset) tables whose methods ran in ``records`` but have no row in ``kept``."""
 
     def tables(recs: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
         ok = (r for r in latest(recs) if r.get("status") == "ok" and "train" in r["config"])

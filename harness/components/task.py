@@ -1,13 +1,7 @@
 """The task interface: a task owns its data, its loss and its scoring.
 
-A task declares its ``kind`` (a ``TaskKind``: classification, regression, lm), its read-out
-(``last`` step or ``every`` step), its primary metric and direction, its knobs (``config_cls``)
-and its presets.
-``splits(seed)`` returns train/val/test ``Split``s of tensors; the loss and the metrics come from
-the kind, so tasks only override them when they score differently.
-
-Metrics are accumulated as (sum, count) pairs over batches (``batch_stats``) and turned into
-numbers once at the end (``finalize``), so a test set never has to sit in memory as logits.
+The loss and the metrics come from its ``kind``; metrics are accumulated as (sum, count) pairs
+over batches (``batch_stats``, ``finalize``), so a test set never sits in memory as logits.
 """
 
 from __future__ import annotations
@@ -27,11 +21,7 @@ from harness.errors import ConfigError
 
 
 class TaskKind(str, Enum):
-    """What a task predicts; it selects the loss and the metrics (``Task.loss``).
-
-    A ``str`` subclass, so ``task.kind == "classification"`` holds, and the kind prints and
-    serialises (f-strings, JSON) as its value.
-    """
+    """What a task predicts; it selects the loss and the metrics. A ``str``: prints as its value."""
 
     CLASSIFICATION = "classification"  # one label per sequence: cross-entropy, nll, accuracy
     REGRESSION = "regression"  # real targets: mean squared error
@@ -42,15 +32,7 @@ class TaskKind(str, Enum):
 
 
 def check_kind(owner: str, kind: object) -> TaskKind:
-    """``kind`` when it is a ``TaskKind``; otherwise a ConfigError naming ``owner``.
-
-    Args:
-        owner: the task class, for the message.
-        kind: the value its ``kind`` attribute holds (None: it has none).
-
-    Raises:
-        ConfigError: ``kind`` is not a TaskKind (a plain string included, whose member it names).
-    """
+    """``kind`` when it is a ``TaskKind``; otherwise a ConfigError naming the task ``owner``."""
     if isinstance(kind, TaskKind):
         return kind
     valid = {k.value: k.name for k in TaskKind}
@@ -66,11 +48,7 @@ def check_kind(owner: str, kind: object) -> TaskKind:
 
 @dataclass
 class Batch:
-    """A batch: ``x [B, T, V]`` (float) or ``[B, T]`` (token ids), targets ``y``, true lengths.
-
-    ``times [B, T]`` (float), when not None, is the time of each sample in the task's time unit
-    (see ``Split``).
-    """
+    """A batch: ``x [B, T, V]`` (or token ids ``[B, T]``), ``y``, lengths, times (``Split``)."""
 
     x: Tensor
     y: Tensor
@@ -88,13 +66,10 @@ class Split:
     """One split held as tensors; ``y`` is ``[N]`` (labels), ``[N, O]`` or ``[N, T, ...]``.
 
     Attributes:
-        x: inputs, ``[N, T, V]`` or token ids ``[N, T]``; sequences shorter than T are padded at
-            the end.
-        y: targets.
+        x: inputs, ``[N, T, V]`` or token ids ``[N, T]``, shorter sequences padded at the end.
         lengths: true length of each sequence, ``[N]``; None when all have length T.
-        times: the time of each sample, ``[N, T]`` (float, non-decreasing along T, in the task's
-            time unit); None when the samples are at equal steps. The model passes them only to
-            methods that set ``Method.uses_times``.
+        times: the time of each sample, ``[N, T]`` (non-decreasing, in the task's unit); None:
+            equal steps. Only methods that set ``Method.uses_times`` get them.
     """
 
     x: Tensor
@@ -141,17 +116,11 @@ class NoTaskConfig:
 
 
 class Task:
-    """Base class of every registered task.
+    """Base class of every registered task (``cfg`` of ``config_cls``; real data in ``data_dir``).
 
     Subclasses set the class attributes and implement ``splits``, ``input_size``, ``output_size``
-    and ``presets``. ``kind`` has no default: a class whose ``kind`` is not a ``TaskKind`` is
-    refused where it is defined (a ConfigError), before it can register. ``reference_notes``
-    says what a reference predictor (``harness.references``, ``ref:NAME``) is on this task, in
-    a sentence the tables print under the reference's description.
-
-    Args:
-        cfg: an instance of ``config_cls``.
-        data_dir: where real-data tasks look for their files (see ``harness.data``).
+    and ``presets``. A class whose ``kind`` is not a ``TaskKind`` is refused where it is defined.
+    ``reference_notes``: what a reference predictor (``ref:NAME``) is on this task, a sentence.
     """
 
     name: ClassVar[str] = "?"
@@ -203,69 +172,31 @@ class Task:
         raise NotImplementedError
 
     def marked_steps(self, x: Tensor) -> list[int]:
-        """Steps of one input sequence that figures mark on its update pattern (default none).
-
-        Args:
-            x: one sequence's inputs, ``[T, input_size]`` (token ids ``[T]``).
-
-        Returns:
-            The step indices to mark, e.g. where the target's inputs are.
-        """
+        """Steps of one sequence ``x [T, V]`` a figure marks on its update pattern (none)."""
         return []
 
     def data_status(self) -> dict[str, Any] | None:
-        """For real-data tasks, where the data was looked for and whether it is usable.
-
-        The dict holds ``{"status": "found"|"missing"|"corrupt", ...}``; None for generated
-        tasks.
-        """
+        """Real data: where it was looked for, ``{"status": "found"|"missing"|"corrupt", ...}``."""
         return None
 
     def fetch(self, fetcher: Any) -> str | None:
-        """Download the task's published data into the data root (``harness data fetch``).
-
-        Args:
-            fetcher: a ``harness.data.Fetcher`` (downloads, verifies, installs).
-
-        Returns:
-            One line saying what was installed; None for generated tasks.
-
-        Raises:
-            DataError: the data cannot be downloaded (e.g. a licence forbids it: the message says
-                how to obtain them) or do not match the published checksums.
-        """
+        """Download the published data with a ``harness.data.Fetcher``; one line saying what."""
         return None
 
     # --- scoring -------------------------------------------------------------------------------
     def loss(self, pred: Tensor, batch: Batch) -> Tensor:
-        """Mean training loss of a batch, chosen by the kind.
-
-        Regression: mean squared error; classification and lm: cross-entropy over every label
-        (one per sequence, or one per step).
-
-        Raises:
-            ConfigError: the task's kind is not a TaskKind.
-        """
-        kind = check_kind(type(self).__qualname__, self.kind)
-        if kind is TaskKind.REGRESSION:
+        """Mean training loss of a batch: MSE, or cross-entropy over every label, by the kind."""
+        if check_kind(type(self).__qualname__, self.kind) is TaskKind.REGRESSION:
             return F.mse_loss(pred, batch.y)
-        if kind in (TaskKind.CLASSIFICATION, TaskKind.LM):
-            return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1))
-        raise ConfigError(f"Task {type(self).__qualname__}: no loss for kind {kind.value!r}")
+        return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1))
 
     def batch_stats(self, pred: Tensor, batch: Batch) -> dict[str, tuple[float, float]]:
-        """``{metric: (sum, count)}`` contributions of a batch, chosen by the kind.
-
-        Raises:
-            ConfigError: the task's kind is not a TaskKind.
-        """
+        """``{metric: (sum, count)}`` contributions of a batch, by the kind (ConfigError: none)."""
         kind = check_kind(type(self).__qualname__, self.kind)
         pred = pred.detach().float()
         if kind is TaskKind.REGRESSION:
             se = (pred - batch.y).pow(2)
             return {"mse": (se.sum().item(), se.numel())}
-        if kind not in (TaskKind.CLASSIFICATION, TaskKind.LM):
-            raise ConfigError(f"Task {type(self).__qualname__}: no metrics for kind {kind.value!r}")
         flat, y = pred.reshape(-1, pred.shape[-1]), batch.y.reshape(-1)
         nll = F.cross_entropy(flat, y, reduction="sum").item()
         if kind is TaskKind.LM:

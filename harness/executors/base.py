@@ -47,16 +47,11 @@ class RunOptions:
 
     Attributes:
         data_dir: the dataset root (None: ``$HARNESS_DATA_DIR``, else the user cache).
-        device: ``cpu``, ``cuda`` or ``auto`` (``harness.env.resolve_device``).
         threads: torch CPU threads per run (0: torch's default).
         log_dir: TensorBoard event files per run under this folder (None: none).
-        checkpoint_dir: each run keeps a checkpoint of its training here and goes on from one
-            it finds (``harness.training.checkpoint``; None: no checkpoints).
-        checkpoint_every_s: the least seconds between two checkpoints of a run.
+        checkpoint_dir: each run keeps a checkpoint here and goes on from one it finds.
         parts_dir: a ``files``-mode store's parts folder: each run writes its record there
-            itself (``harness.persistence.store.write_part``), with ``provenance`` added, so a
-            record outlives a driver that died (None: the driver records it).
-        provenance: what the driver adds to each record (``argv``, ``sweep``).
+            itself, with ``provenance`` (``argv``, ``sweep``) added (None: the driver does).
         verbose: an executor shows its machinery's own log lines too (Ray's).
     """
 
@@ -75,11 +70,9 @@ class RunOptions:
 class Option:
     """A setting an executor declares (its ``options``): a ``harness run`` flag and a sweep key.
 
-    ``name`` is the sweep-file key (``slurm_time``; the flag ``--slurm-time``); ``type`` is
-    ``str``, ``int`` (within ``bounds``, ``(low, high)``), ``bool`` (a flag without a value) or
-    ``list`` (of strings: a repeatable flag, a sweep file's list); a value equal to ``default``
-    counts as not given; ``help`` and ``metavar`` are the flag's; ``what`` is a ``str``'s or a
-    ``list``'s value in words (``a path``), an ``int``'s unit (``minutes``).
+    ``type``: ``str``, ``int`` (within ``bounds``), ``bool`` (a flag without a value) or ``list``
+    (of strings: a repeatable flag). A value equal to ``default`` counts as not given. ``what``:
+    the value in words (``a path``), an ``int``'s unit (``minutes``).
     """
 
     name: str
@@ -133,12 +126,7 @@ def declared(cls: Any = None) -> dict[str, Option]:
 
 
 def options_for(name: str, values: dict[str, Any]) -> ExecutorOptions:
-    """``values`` checked against the executor ``name``'s declared options, with its defaults.
-
-    Raises:
-        HarnessError: an unknown executor, a value given (not None, not its default) for an
-            option it does not declare (naming the executors that do), or one out of bounds.
-    """
+    """``values`` checked against executor ``name``'s options (ConfigError), with its defaults."""
     own, every = declared(EXECUTORS.get(name)), declared()
     for key, value in values.items():
         option = every.get(key)
@@ -158,18 +146,10 @@ EpochCallback = Callable[[int, dict[str, Any]], None]
 class Executor(Protocol):
     """What ``harness.api.run_sweep`` drives, made as ``cls(RunOptions, ExecutorOptions)``.
 
-    An executor may also declare ``options`` (a tuple of ``Option``: its flags and sweep-file
-    keys, none named as ``harness run``'s own: ``option_problems``), ``preflight(run,
-    options)``, a check before anything is planned or runs, ``start_early(run, options)``,
-    called by ``harness run`` once its input is checked, before the sweep is planned (not for a
-    dry run): a start-up slow enough to overlap the planning (the pool's fork server importing
-    the training code), and ``prepare(cfgs)``, called with the runs to run before the first is
-    submitted (the executors whose runs train on this machine build their compiled kernels
-    there: ``build_kernels``).
-
-    Attributes:
-        name: the registry key.
-        in_process: runs train in this process (so ``submit``'s ``on_epoch`` is called).
+    Optional: ``options`` (a tuple of ``Option``), ``preflight(run, options)`` (a check before
+    anything is planned), ``start_early(run, options)`` (a slow start-up that overlaps the
+    planning; not for a dry run) and ``prepare(cfgs)`` (before the first run: ``build_kernels``).
+    ``in_process``: runs train in this process (so ``submit``'s ``on_epoch`` is called).
     """
 
     name: ClassVar[str]
@@ -182,22 +162,16 @@ class Executor(Protocol):
         """Start (or queue) one run; returns its handle."""
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Block until at least one run in flight finished; each finished ``(handle, record)``.
+        """Block until a run in flight finished (or poll with a pause); each ``(handle, record)``.
 
-        It may return nothing after a wait (a poll with a pause); one that returns nothing
-        without waiting, again and again, makes no progress and stops the sweep
-        (``harness.api.STALL_S``).
+        Nothing returned without waiting, again and again, stops the sweep (``api.STALL_S``).
         """
 
     def cancel(self) -> None:
         """Stop every run in flight now (they are dropped, not recorded)."""
 
     def close(self) -> list[str] | None:
-        """Release what the executor holds (worker processes) once nothing is in flight.
-
-        Returns:
-            Lines to show after the sweep (submitit: the logs it kept), or None.
-        """
+        """Release what it holds once nothing is in flight; lines to show after the sweep."""
 
 
 _PROTOCOL = needs(
@@ -206,12 +180,7 @@ _PROTOCOL = needs(
 
 
 def option_problems(cls: Any) -> list[str]:
-    """What is wrong with the ``options`` an executor class declares, a phrase each.
-
-    They are a tuple of ``Option``, each named in snake_case (the flag ``--name``, the sweep-file
-    key ``name``), none of ``harness run``'s own (``RUN_OPTIONS``) and none that another
-    registered executor declares otherwise (an equal ``Option`` is shared: ``WORKERS``).
-    """
+    """What is wrong with an executor class's ``options`` (``RUN_OPTIONS``...), a phrase each."""
     options = getattr(cls, "options", ())
     if not isinstance(options, tuple) or not all(isinstance(o, Option) for o in options):
         return [f"has options {options!r}, not a tuple of Option"]
@@ -241,12 +210,9 @@ def run_one(
 ) -> dict[str, Any]:
     """Run one config (as its dict: configs cross so, rebuilt trusted) and return its record.
 
-    With ``run.log_dir``, the run also writes TensorBoard events (``harness.training.tracking``).
-    ``callbacks`` (in-process runs only) go to ``harness.training.train.run``, called after every
-    epoch. Anything raised around the run (setting the threads, opening the event log) is the run's
-    failed record too; only an interrupt propagates. With ``run.parts_dir`` the record is also
-    written to its own file there, named under ``PART`` in the record returned (the driver
-    pops it); one that cannot be written is left to the driver.
+    ``callbacks`` (in-process runs) are called after every epoch. Anything raised around the run
+    is its failed record too; only an interrupt propagates. With ``run.parts_dir`` the record is
+    also written to its own file there, named under ``PART`` (an unwritten one is the driver's).
     """
     try:
         rec = _run_config(cfg_dict, run, callbacks)
@@ -286,17 +252,11 @@ def _run_config(
 
 
 def build_kernels(cfgs: Any, run: RunOptions) -> None:
-    """Build (or load) the compiled kernels that the runs ``cfgs`` train with, here, now.
+    """Build (or load) the training kernels of the runs ``cfgs`` now: no run's time holds one.
 
-    The kernels are the training kernels whose sources are part of the runs' methods' code
-    versions (``method_kernels``: the loaders in their modules, ``part`` "train"; the inference
-    kernels they also hold run only in fast paths, which no run calls). Every training kernel is
-    an op of one library (the training part of ``baselines.ops.library``): the first loader builds
-    it, all its kernels in one build, once per machine and CPU, saying so in one line on stderr
-    when it compiles (a cached one loads silently), and the others find it loaded, so that no
-    run's time holds a compile. Nothing is
-    built with ``HARNESS_NO_KERNELS`` set or where the runs do not train on the CPU (the kernels
-    are CPU-only).
+    The loaders of ``part`` "train" among ``method_kernels`` (inference kernels run only in fast
+    paths); the first builds the whole training library once per machine and CPU. Nothing with
+    ``HARNESS_NO_KERNELS`` or where the runs do not train on the CPU (the kernels are CPU-only).
     """
     if os.environ.get("HARNESS_NO_KERNELS") or not cfgs:
         return
@@ -311,12 +271,9 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
 def warm_up() -> None:
     """Import what a process's first run would (``WARM``) and the plugins, then freeze all.
 
-    The garbage collector is paused meanwhile: with it on, each full collection during torch's
-    imports traverses every object made so far, a third of their time (1.8 s against 1.3 s
-    here). Frozen (``gc.freeze``), those objects (about half a million) are not traversed again
-    by the collections the runs make, which took a few per cent of a run's time. Whoever called
-    this ends the freeze when its runs are done (``gc.unfreeze``: the objects are collectable
-    again), or its process ends.
+    The collector is paused meanwhile (a third of the imports' time, 1.8 s against 1.3 s here);
+    frozen (``gc.freeze``), their half a million objects are not traversed by the runs'
+    collections (a few per cent of a run). The caller ends the freeze (``gc.unfreeze``).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -359,10 +316,5 @@ def require_cuda(run: RunOptions, options: ExecutorOptions) -> None:
 
 
 def make_executor(name: str, run: RunOptions, options: ExecutorOptions) -> Executor:
-    """The executor registered as ``name``, set up for a sweep.
-
-    Raises:
-        HarnessError: an unknown name (with suggestions), or an executor that cannot start
-            (Ray not installed or not reachable).
-    """
+    """The executor registered as ``name``, set up for a sweep (HarnessError: cannot start)."""
     return EXECUTORS.get(name)(run, options_for(name, vars(options)))

@@ -21,14 +21,7 @@ from harness.executors.base import (
 
 @register_executor("local")
 class LocalExecutor:
-    """One run at a time, in this process: ``wait_any`` trains the run ``submit`` queued.
-
-    The run's epochs reach ``on_epoch`` (the progress display, ``-v``).
-
-    Args:
-        run: what every run gets.
-        options: unused (``harness.api.executor`` gives ``workers`` over 1 to ``pool``).
-    """
+    """One run at a time, in this process: ``wait_any`` trains the run ``submit`` queued."""
 
     in_process: ClassVar[bool] = True
     options = (WORKERS,)
@@ -41,11 +34,7 @@ class LocalExecutor:
         self._frozen = False
 
     def prepare(self, cfgs: list[Any]) -> None:
-        """Make ready for the first run: its imports, then the compiled kernels it trains with.
-
-        The imports (``warm_up``) freeze this process's objects until ``close``; the kernels are
-        built or loaded (``build_kernels``).
-        """
+        """Import (``warm_up``: frozen until ``close``), then build the kernels the runs use."""
         warm_up()
         self._frozen = True
         build_kernels(cfgs, self.run)

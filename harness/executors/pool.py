@@ -1,23 +1,11 @@
 """``pool``: the runs of a sweep in worker processes on this machine.
 
-Each worker is a process forked from a fork server (``multiprocessing``'s ``forkserver``: a clean
-process that imported the training code, torch and ``torch._dynamo`` among them, and ran no torch
-op, so no thread pool exists at the fork; torch and a plain fork of the driver do not mix). The
-server imports with the garbage collector paused (``SERVER_GC``); each worker freezes what it
-inherited and turns the collector on (``warm_up``), as Python's documentation advises for processes
-forked without exec. ``harness run`` starts the server early (``start_early``), while the driver
-plans the sweep, so that each worker starts in milliseconds, a replacement one too; it ends the
-server at once on bad input and at its exit. A worker takes one run at a time over a pipe and sends
-its record back; it holds the run it trains and the next one (``DEPTH``), so that it goes on at once
-while the driver appends the record it sent (the record's fsync, the progress line, claiming the
-next run); the driver builds the compiled kernels before the first run (``prepare``). The pool knows
-which worker holds which runs, so a worker that dies in the middle (the kernel's out-of-memory
-killer, a segmentation fault in a native library) gives the run it trained a failed record naming
-how it died, the run it held next goes to another worker, a fresh worker takes its place, and the
-sweep goes on. Workers end with the driver however it ends (``kill -9`` included: each watches a
-pipe whose other end only the driver holds, ``_exit_with_driver``; the server ends once neither the
-driver nor a worker is left), and at once when the sweep is interrupted. Where there is no fork
-server (Windows) the workers are spawned, each importing the training code itself.
+Workers are forked from a fork server that imported the training code and ran no torch op (torch
+and a plain fork of the driver do not mix); ``harness run`` starts it early (``start_early``),
+while it plans, so a worker starts in milliseconds. A worker holds the run it trains and the next
+(``DEPTH``), going on at once while the driver appends its record. One that dies gives the run it
+trained a failed record naming how; its next run goes to another worker. Workers end with the
+driver however it ends (``_exit_with_driver``). Without a fork server (Windows) they are spawned.
 """
 
 from __future__ import annotations
@@ -57,12 +45,7 @@ SERVER_GC = "harness.executors.server_gc"  # the server's first import: it makes
 
 
 def context() -> Any:
-    """The workers' ``multiprocessing`` context: a fork server that imports what they need.
-
-    The server imports ``WARM``, the built-in methods and tasks and this module, no more: it runs
-    no torch op and loads no plugin, so each worker loads the plugins its driver names
-    (``warm_up``). Where there is no fork server (Windows), workers are spawned.
-    """
+    """The workers' ``multiprocessing`` context: a fork server importing ``WARM``, no plugin."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
@@ -71,11 +54,10 @@ def context() -> Any:
 
 
 def _exit_with_driver(alive: Any) -> None:
-    """Make this worker process end when the driver does (even by ``kill -9``).
+    """Make this worker process end when the driver does (even by ``kill -9``); ignore SIGINT.
 
-    ``alive`` is the read end of a pipe whose write end only the driver holds: it reads its end
-    as soon as the driver is gone, however it ended, and a daemon thread waiting on it ends this
-    process then. The worker ignores SIGINT: the driver stops the pool on an interrupt.
+    ``alive`` is the read end of a pipe whose write end only the driver holds: it is ready once
+    the driver is gone, and a daemon thread waiting on it ends this process.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -89,9 +71,8 @@ def _exit_with_driver(alive: Any) -> None:
 def _worker(conn: Any, run: RunOptions, alive: Any, env: dict[str, str], serve: Any = None) -> None:
     """A worker's life: warm up, then take a config and send back its record, until the pipe closes.
 
-    ``alive``: the driver's liveness pipe (``_exit_with_driver``); ``env``: the driver's
-    environment when it started this worker (a fork server's is the one it started with).
-    ``serve(cfg_dict, run)`` makes the record (default ``run_one``; the sweep profile's times it).
+    ``env``: the driver's environment now (a fork server's is older). ``serve(cfg_dict, run)``
+    makes the record (default ``run_one``; the sweep profile's times it).
     """
     _exit_with_driver(alive)
     os.environ.clear()
@@ -147,12 +128,7 @@ class _Slot:
 
 @register_executor("pool")
 class PoolExecutor:
-    """``workers`` processes, one run each at a time.
-
-    Args:
-        run: what every run gets (one torch thread per run by default).
-        options: ``workers``, the processes (1 to ``MAX_WORKERS``, checked by ``WORKERS``).
-    """
+    """``options.workers`` processes, one run each at a time."""
 
     in_process: ClassVar[bool] = False
     options = (WORKERS,)
@@ -171,12 +147,8 @@ class PoolExecutor:
     def start_early(run: RunOptions, options: ExecutorOptions) -> Callable[[], None] | None:
         """Start the fork server now: it imports the workers' code while the sweep is planned.
 
-        A server this call started is ended at this process's exit, at once (left to itself, it
-        would end only after its own exit with torch loaded, holding the command's output open).
-
-        Returns:
-            What ends the server at once, still importing (bad input found while planning),
-            when this call started it; else None.
+        Ended at once at this process's exit (else it would hold the command's output open).
+        Returns what ends it at once (bad input found while planning), when this call started it.
         """
         if context().get_start_method() != "forkserver" or _server()._forkserver_pid:
             return None
@@ -189,12 +161,7 @@ class PoolExecutor:
         return self.size * DEPTH
 
     def prepare(self, cfgs: list[Any]) -> None:
-        """Build the runs' compiled kernels here, then start the workers the runs need.
-
-        The kernels are built (``build_kernels``: once, before the first run is submitted; the
-        workers load them from the cache) while the fork server imports the workers' code; a
-        worker starts once it has (spawned ones warm up then: ``warm_up``).
-        """
+        """Build the runs' kernels here (the workers load them), then start the workers needed."""
         build_kernels(cfgs, self.run)
         while len(self._slots) < min(self.size, len(cfgs)):
             self._spawn()
@@ -210,11 +177,7 @@ class PoolExecutor:
         return slot
 
     def _room(self) -> _Slot | None:
-        """The worker to send a run to; None: every one holds ``DEPTH`` runs.
-
-        An idle one, a new one while there are fewer than ``size``, else the live one holding
-        the fewest runs.
-        """
+        """An idle worker, a new one, else the live one holding fewest runs; None: all full."""
         for s in list(self._slots):
             if not s.jobs and not s.process.is_alive():  # died between runs
                 self._drop(s)
@@ -259,11 +222,7 @@ class PoolExecutor:
         return self._next
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Block until a worker sends a record or dies; each finished ``(handle, record)``.
-
-        A worker that died gives the run it trained a failed record; the runs it held after that
-        one never started and go to another worker.
-        """
+        """Block until a worker sends a record or dies; each finished ``(handle, record)``."""
         out: list[tuple[Hashable, dict[str, Any]]] = []
         while not out:
             self._dispatch()

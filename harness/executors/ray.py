@@ -1,31 +1,14 @@
 """``ray``: the runs of a sweep as Ray tasks, on a cluster or a local Ray instance.
 
-Needs the ``ray`` extra (``pip install 'condrnn-harness[ray]'``); nothing of Ray is imported
-until this executor is made. Each run is one task (``--threads`` CPUs, one GPU with
-``--device cuda``); as many are in flight as the cluster has CPUs for. A task that Ray loses (its
-worker killed, a node gone) is that run's failed record, naming what Ray said.
+Needs the ``ray`` extra; nothing of Ray is imported until this executor is made. Each run is one
+task (``--threads`` CPUs, one GPU with ``--device cuda``); docs/clusters.md.
 
-Without an address the executor starts a Ray instance of its own (``address="local"``: never one
-found through ``RAY_ADDRESS`` or ``ray start``) on loopback alone. On Linux Ray takes as the node
-address the one its default route leaves from, listens on all interfaces, and replaces a given
-``127.0.0.1`` (``_node_ip_address``, ``ray start --node-ip-address``) by that address too;
-``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (read once, when Ray is imported) makes it take
-127.0.0.1, and then every Ray server (GCS, raylet, workers, agents) listens there only. Ray
-(2.60) also switches token authentication on for a new instance and, with no token given, writes
-one to ``~/.ray/auth_token``, readable by everyone, and leaves it there: the executor gives the
-instance a fresh token in this process's environment (``RAY_AUTH_TOKEN``, unless set), which
-Ray's processes inherit and which no file holds.
-
-A cluster at an address is tried first by a probe of its own: a plain connection (refused or
-unresolved: an error at once), then a ``ray.init`` in a child process that is killed after
-``ray_connect_timeout`` seconds and whose output (Ray's warnings, one a second while it
-retries) is kept out of sight: an address nothing answers at, or a cluster that refuses this
-client's token (Ray's token authentication: ``RAY_AUTH_MODE=token`` and the token
-in ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ``~/.ray/auth_token``), is one
-line naming what to set, instead of Ray retrying for minutes. The runs' own environment
-(``WORKER_ENV``: the data root, the caches, the included plugin files) goes with each task, as
-``ray start``'s environment, not the driver's, is what a cluster's workers inherit. Ray's own
-log lines (connecting, started) show only with ``RunOptions.verbose`` (``harness run -v``).
+Without an address it starts a Ray instance of its own (``address="local"``) on loopback alone:
+on Linux Ray listens on all interfaces and replaces a given ``127.0.0.1`` by its default route's
+address unless ``LOOPBACK_ONLY=0`` (read once, when Ray is imported). Ray (2.60) also writes a new
+instance's token to ``~/.ray/auth_token``, readable by everyone, unless one is given: the instance
+gets a fresh one in this process's environment, which no file holds. ``WORKER_ENV`` goes with
+each task, as a cluster's workers inherit ``ray start``'s environment, not the driver's.
 """
 
 from __future__ import annotations
@@ -73,18 +56,7 @@ TOKEN_HELP = (
 
 @register_executor("ray")
 class RayExecutor:
-    """Ray tasks; started (or joined) at ``options.ray_address``, else a local instance.
-
-    Args:
-        run: what every run gets, as the workers see it (``data_dir``, ``log_dir`` must be
-            paths the workers can reach).
-        options: ``ray_address`` (None: a local instance on 127.0.0.1) and
-            ``ray_connect_timeout`` (seconds; ``probe``).
-
-    Raises:
-        HarnessError: Ray is not installed, or cannot be reached, or a local instance would
-            listen beyond loopback (Ray was imported before, without the setting above).
-    """
+    """Ray tasks; joined at ``options.ray_address``, else a local instance on 127.0.0.1."""
 
     in_process: ClassVar[bool] = False
     options = (Option("ray_address", str, None, "ray executor: cluster address; auto: the one "
@@ -180,40 +152,37 @@ class RayExecutor:
 def probe(address: str, timeout_s: int) -> None:
     """Connect to the Ray cluster at ``address`` once, in a child process, within ``timeout_s``.
 
-    A plain connection first: one refused (or a host that does not resolve) fails at once.
-
-    Raises:
-        HarnessError: refused, nothing answered in time, the cluster refused this client's token
-            (or none was found), or the connection failed otherwise: one line, without Ray's
-            output.
+    A plain connection first (refused: at once). HarnessError, one line without Ray's output
+    (its warnings while it retries for minutes): no answer, a token refused or missing, ...
     """
+
+    def fail(why: str) -> HarnessError:
+        return HarnessError(f"cannot connect to Ray at {address}: {why}")
+
     silent = f"no answer within {timeout_s} s (--ray-connect-timeout)"
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if port.isdigit():  # not "auto" (Ray finds that address)
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
         except TimeoutError:
-            raise HarnessError(f"cannot connect to Ray at {address}: {silent}") from None
+            raise fail(silent) from None
         except OSError as e:
-            raise HarnessError(f"cannot connect to Ray at {address}: {e.strerror or e}") from None
+            raise fail(e.strerror or str(e)) from None
     env = os.environ | {"RAY_gcs_server_port_wait_time_s": "1"}
     cmd = [sys.executable, "-c", PROBE, address]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise HarnessError(f"cannot connect to Ray at {address}: {silent}") from None
+        raise fail(silent) from None
     if not done.returncode:
         return
     if "no authentication token was found" in done.stderr:
-        raise HarnessError(
-            f"cannot connect to Ray at {address}: token authentication is on but no token was "
-            f"found; {TOKEN_HELP}"
-        )
+        raise fail(f"token authentication is on but no token was found; {TOKEN_HELP}")
     if "AuthenticationError" in done.stderr:
         mode = os.environ.get("RAY_AUTH_MODE") or "unset"
-        raise HarnessError(
-            f"cannot connect to Ray at {address}: the cluster refused this client's "
-            f"authentication (RAY_AUTH_MODE is {mode} here); {TOKEN_HELP}"
+        raise fail(
+            f"the cluster refused this client's authentication (RAY_AUTH_MODE is {mode} here); "
+            f"{TOKEN_HELP}"
         )
     last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-    raise HarnessError(f"cannot connect to Ray at {address}: {last[:300]}")
+    raise fail(last[:300])

@@ -1,50 +1,9 @@
 """``submitit``: the runs of a sweep as Slurm jobs (or local processes where there is no Slurm).
 
-Needs the ``slurm`` extra (``pip install 'condrnn-harness[slurm]'``); nothing of submitit is
-imported until this executor is made. ``submitit.AutoExecutor`` picks Slurm where ``srun`` is
-found, else its local backend (one process per job on this machine); ``submitit_cluster``
-forces ``slurm``, ``local`` or ``debug`` (in this process, for tests). Each run is one job
-calling ``run_one`` on its config; the job's record comes back through submitit's result file.
-The ``--slurm-*`` options set each job's partition, time limit, CPUs, GPUs and memory, and how
-many jobs are in flight at once (``slots``); ``--slurm-opt KEY=VALUE`` passes any other sbatch
-option (``account=abc``; ``cpus-per-task`` or ``cpus_per_task``, either replacing the harness's
-value) and ``--slurm-setup LINE`` a line the job script runs first (one that ends the job names
-itself and its exit status in the job's log). Jobs
-pickle their config into the submitit folder and import the harness on the node: the folder and
-the Python environment must be on a filesystem the compute nodes share.
-
-Arrays, and why runs are still claimed one by one: the pull loop (``harness.api._pull``) claims
-a run just before it hands it to ``submit``, and fills every free slot before it calls
-``wait_any``. ``submit`` only queues the run; ``wait_any`` first sends everything queued as one
-Slurm job array (``map_array``: one ``sbatch`` for the first fill, which is ``slots`` runs, and
-one for each refill), then polls. So scheduler load is that of arrays while claims stay per run
-and just in time, and each array element is its own job with its own result: a lost element is
-that run's failed record, as with the other executors. What this does not do is submit the whole
-sweep as one array up front and let Slurm's ``%N`` throttle run it: that would claim every run at
-once, hold claims for runs queued for hours, and leave nothing for a second sweep on the store.
-
-Several runs to a job (``--runs-per-job N``): a job runs its runs one after the other, each
-still its own claim, checkpoint and record, so the start of a job (the interpreter, torch, the
-harness, on a busy node minutes in the queue) is paid once per N runs. Each run's record goes to a
-file of its own as the run ends (``Pack``; the folder's ``records-*/HANDLE.pkl``) and the driver
-takes it from there at once; a job that ends without them fails only the runs not yet recorded.
-
-A job that ends without a run's record (killed by the scheduler: cancelled, out of memory, a node
-lost; or failing outside the run: the harness not importable on the node) is that run's failed
-record naming the job, its state (``squeue``'s on Slurm: ``sacct``, which needs the accounting
-database, is never asked) and the last line of its log, and the sweep goes on; ``--retry-failed``
-reruns it. At the end of the sweep (``close``) the files of the jobs whose runs succeeded are
-removed; a failed run's job keeps its logs, which a line names, until its failed runs succeed in
-a later sweep with the same folder. A job at its time limit is requeued (submitit's checkpointing
-protocol: Slurm signals it ``signal_delay_s`` before the limit, ``Pack.checkpoint`` hands back
-the runs not recorded yet, and the run in progress goes on from its checkpoint, which is written
-at least every quarter of ``--slurm-time``); after ``--slurm-requeue-max`` requeues the run is
-failed instead, saying how many of its epochs its checkpoint holds, and the checkpoint stays for
-``--retry-failed``. A submission that the scheduler refuses (an unknown partition, a time over
-the partition's limit) stops the sweep with one line (sbatch's own lines in it), and leaves no
-file of it: it would refuse every run alike. A
-submission that meets a full disk (the folder's) starts none of its runs (``WriteFailed``): the
-jobs in flight finish and are recorded, then the sweep stops.
+Needs the ``slurm`` extra; nothing of submitit is imported until this executor is made.
+``submit`` only queues a run; ``wait_any`` sends what is queued as one job array, then polls.
+A job runs ``runs_per_job`` runs (``Pack``), each record to its own file as the run ends. How
+it behaves on a cluster, and why arrays are filled per refill: docs/clusters.md.
 """
 
 from __future__ import annotations
@@ -134,11 +93,7 @@ LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_
 
 
 def default_folder() -> Path:
-    """Where jobs keep their pickles and logs without ``--slurm-folder``: the user cache.
-
-    ``$XDG_CACHE_HOME/condrnn-harness/submitit`` (else ``~/.cache/...``): outside the checkout and
-    the records, and in the home directory, which the compute nodes of a cluster usually share.
-    """
+    """Where jobs keep their pickles and logs without ``--slurm-folder``: the user cache."""
     return cache_dir() / "submitit"
 
 
@@ -156,12 +111,8 @@ def preflight(run: RunOptions, options: ExecutorOptions) -> None:
 def sbatch_options(pairs: list[str] | None) -> dict[str, str]:
     """``--slurm-opt`` values as submitit's ``slurm_additional_parameters`` (``{"qos": "high"}``).
 
-    A key is spelt as submitit spells its own (``cpus-per-task`` as ``cpus_per_task``), so that
-    the user's value replaces the one the harness gives (submitit would write both, and sbatch
-    keeps the last).
-
-    Raises:
-        HarnessError: a value that is not KEY=VALUE with a KEY of letters, digits, ``-``, ``_``.
+    A key is spelt as submitit spells its own (``cpus_per_task``), so that the user's value
+    replaces the harness's (submitit would write both). HarnessError: not KEY=VALUE.
     """
     found = {}
     for pair in pairs or ():
@@ -178,9 +129,8 @@ def sbatch_options(pairs: list[str] | None) -> dict[str, str]:
 def setup_lines(lines: list[str] | None) -> list[str] | None:
     """``--slurm-setup`` lines as the job script runs them: a line that ends the job says so.
 
-    A line that exits (``exit 3``) would end the job before the run, its log empty; a trap on
-    the script's exit, there while the setup runs, writes to the job's error log which line
-    ended it and with what exit status.
+    A trap on the script's exit, set while the setup runs, writes to the job's error log which
+    line ended it (``exit 3``) and with what status; else the job's log would be empty.
     """
     if not lines:
         return None
@@ -192,12 +142,7 @@ def setup_lines(lines: list[str] | None) -> list[str] | None:
 
 
 def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = None) -> str:
-    """Why a job has no record, in one line: the job, its state and submitit's message.
-
-    submitit's messages run over many lines (a traceback, the tail of the job's log); the line
-    kept is the last one that says something: the exception of a traceback, or the last line the
-    job logged.
-    """
+    """Why a job has no record, in one line: the job, its state, submitit's last telling line."""
     from submitit.core.utils import FailedJobError
 
     lines = [ln.strip() for ln in str(err).splitlines()]
@@ -219,25 +164,17 @@ def lost_why(job_id: str, state: str, err: BaseException, log: Path | None = Non
 class OutOfTime(BaseException):
     """Raised in a job at its time limit once it was requeued ``--slurm-requeue-max`` times.
 
-    Not an ``Exception``: it passes the run's own error handling, so that the run is not
-    recorded as failed there and its checkpoint stays (``harness.training.train.run``).
+    Not an ``Exception``: it passes the run's own error handling, so its checkpoint stays.
     """
 
 
 class Pack:
     """What a job runs: its runs one after the other, each record to a file as the run ends.
 
-    ``items`` are ``(handle, config dict)``; run ``handle``'s record goes to ``records/HANDLE.pkl``
-    (written whole, then renamed), where the driver takes it. submitit calls ``checkpoint`` when
-    Slurm signals the job before its time limit (or preempts it): the runs not recorded yet are
-    the requeued job's, the one in progress going on from its checkpoint; past ``requeue_max``
-    requeues, those runs are recorded as failed instead, saying how far the first one got.
-
-    Args:
-        run: what every run gets.
-        records: the folder of the records, which the driver reads.
-        requeue_max: how many times the job may be requeued.
-        requeues: how many times it was (0 in its first start).
+    ``items`` are ``(handle, config dict)``; a record goes to ``records/HANDLE.pkl`` (written
+    whole, then renamed). submitit calls ``checkpoint`` when Slurm signals the job before its
+    time limit: the runs not recorded yet are the requeued job's; past ``requeue_max`` requeues
+    (``requeues`` so far) they are recorded as failed, saying how far the first one got.
     """
 
     def __init__(self, run: RunOptions, records: str, requeue_max: int, requeues: int = 0) -> None:
@@ -268,11 +205,7 @@ class Pack:
         return len(items)
 
     def checkpoint(self, items: list[tuple[int, dict[str, Any]]]) -> Any:
-        """The job to requeue (submitit's protocol): the runs not recorded yet.
-
-        Raises:
-            OutOfTime: it was requeued ``requeue_max`` times already.
-        """
+        """The job to requeue (submitit's protocol): the runs not recorded yet (or OutOfTime)."""
         from submitit.helpers import DelayedSubmission
 
         if self.requeues >= self.requeue_max:
@@ -311,23 +244,7 @@ def progress(cfg_dict: dict[str, Any], run: RunOptions) -> str:
 
 @register_executor("submitit")
 class SubmititExecutor:
-    """submitit jobs: Slurm where there is Slurm, else local processes (``submitit_cluster``).
-
-    Args:
-        run: what every run gets, as the jobs see it (``data_dir``, ``log_dir`` must be paths the
-            nodes can reach).
-        options: the ``slurm_*`` fields: partition, time (minutes; default a day), CPUs per job
-            (default ``--threads``), GPUs per job (default 1 with ``--device cuda``, else 0),
-            memory (GB; default the partition's), array parallelism (jobs in flight; default 256
-            on Slurm, on the local backend as many as the CPUs hold), the folder of the jobs'
-            pickles and logs (default ``default_folder()``), other sbatch options
-            (``sbatch_options``) and the job script's setup lines, requeues at the time limit
-            (default 3); ``runs_per_job`` (default 1); ``submitit_cluster``.
-
-    Raises:
-        HarnessError: submitit is not installed, an option is out of range, or submitit cannot
-            be set up with them (the folder not writable, Slurm refusing a parameter).
-    """
+    """submitit jobs: Slurm where there is Slurm, else local processes (``submitit_cluster``)."""
 
     in_process: ClassVar[bool] = False
     options = OPTIONS
@@ -341,13 +258,9 @@ class SubmititExecutor:
             raise HarnessError(INSTALL) from None
         folder = Path(options.slurm_folder or default_folder()).expanduser()
         cluster = options.submitit_cluster or ("local" if options.slurm_local else None)
-        self.requeue_max = (
-            DEFAULT_REQUEUE_MAX if options.slurm_requeue_max is None else options.slurm_requeue_max
-        )
-        most = {
-            "slurm_max_num_timeout": self.requeue_max,
-            "local_max_num_timeout": self.requeue_max,
-        }
+        n = options.slurm_requeue_max
+        self.requeue_max = DEFAULT_REQUEUE_MAX if n is None else n
+        most = dict.fromkeys(("slurm_max_num_timeout", "local_max_num_timeout"), self.requeue_max)
         try:  # submitit's own count of time-outs never ends a job before Pack's does
             self._ex = submitit.AutoExecutor(folder=folder, cluster=cluster, **most)
         except (OSError, RuntimeError, ValueError) as e:
@@ -362,13 +275,9 @@ class SubmititExecutor:
         gpus = options.slurm_gpus
         if gpus is None:
             gpus = 1 if run.device == "cuda" else 0
-        self.size = options.slurm_array_parallelism or (
-            SLURM_PARALLELISM
-            if self.cluster == "slurm"
-            else 1
-            if self.cluster == "debug"
-            else max((os.cpu_count() or 1) // cpus, 1)
-        )
+        local = 1 if self.cluster == "debug" else max((os.cpu_count() or 1) // cpus, 1)
+        slurm = SLURM_PARALLELISM if self.cluster == "slurm" else local
+        self.size = options.slurm_array_parallelism or slurm
         params: dict[str, Any] = {
             "name": "harness",
             "timeout_min": minutes,
@@ -411,12 +320,7 @@ class SubmititExecutor:
         return self._next
 
     def _flush(self) -> None:
-        """Submit the queued runs, ``runs_per_job`` to a job: one job array (or a single job).
-
-        Raises:
-            WriteFailed: their pickles met a full disk; none of them started (``dropped``).
-            HarnessError: the scheduler refused them.
-        """
+        """Submit the queued runs, ``runs_per_job`` to a job, as one array (WriteFailed: full)."""
         if not self._queued:
             return
         queued, self._queued = self._queued, []
@@ -446,9 +350,8 @@ class SubmititExecutor:
     def _drop_unsent(self) -> None:
         """Remove what submitit left of a submission that failed: its pickles and script.
 
-        Its pickles are the temporary ones naming this executor's records folder; its script,
-        a temporary one too, is removed where no other submission's pickle is there (another
-        sweep's in the same folder, whose script it could be).
+        Its pickles name this executor's records folder; the script goes only where no other
+        submission's pickle is there (another sweep's in the folder, whose script it could be).
         """
         mine = str(self.records).encode()
         with contextlib.suppress(OSError):
@@ -459,11 +362,7 @@ class SubmititExecutor:
                 path.unlink(missing_ok=True)
 
     def wait_any(self) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Submit what is queued, then poll until some runs end; each ``(handle, record)``.
-
-        A run's record comes from its file (``Pack``); a job that ended without the records of
-        some of its runs gives each a failed record (``lost_why``).
-        """
+        """Submit what is queued, then poll until some runs end; each ``(handle, record)``."""
         self._flush()
         delay, most = POLL_FIRST_S, POLL_MAX_S if self.cluster == "slurm" else POLL_MAX_LOCAL_S
         while self._runs:
@@ -521,10 +420,8 @@ class SubmititExecutor:
     def _outcome(self, job: Any) -> BaseException | None:
         """What the ended ``job`` raised (None: it returned), from its result file.
 
-        Read without submitit's wait and its message for a job with no result, which ask sacct
-        (on a cluster without accounting, two warnings and sacct's error on the terminal): the
-        result file is waited for ``_results_timeout_s`` (a shared filesystem's delay), and no
-        result is the tail of the job's logs.
+        Not through submitit's wait, which asks sacct (warnings on a cluster without accounting):
+        the file is waited for ``_results_timeout_s``; no result is the tail of the job's logs.
         """
         from submitit.core.utils import FailedJobError, UncompletedJobError
 
@@ -556,12 +453,7 @@ class SubmititExecutor:
         return job in self._ended
 
     def _squeue(self) -> dict[Any, str]:
-        """The jobs in flight that will still run (squeue: pending, running, requeued, ...).
-
-        Asks squeue, not submitit's sacct, which needs Slurm's accounting database. A job that
-        squeue no longer lists has ended (it drops them ``MinJobAge`` after); where squeue does
-        not answer, every job counts as running.
-        """
+        """The jobs in flight squeue (not sacct) says will still run; all if it does not answer."""
         ids = {job.job_id.split("_")[0] for job in self._jobs}
         cmd = ["squeue", "-h", "-r", "--states=all", "-o", "%i|%T", "-j", ",".join(ids)]
         try:
@@ -593,11 +485,8 @@ class SubmititExecutor:
     def close(self) -> list[str]:
         """Remove the files of the jobs whose runs succeeded; a line naming the failed ones' logs.
 
-        The pickles and logs of a job whose run failed (or that sent no record) stay in the
-        folder, with a file naming those runs (``JOB_failed_runs``), until each of them has
-        succeeded in a later sweep with this folder (``--retry-failed``); the script of a job
-        array stays while one of its jobs' files do (and submitit's link to a script while the
-        script is there).
+        A failed job's files stay, with ``JOB_failed_runs`` naming its runs, until each has
+        succeeded in a later sweep with this folder; an array's script while one of its jobs' do.
         """
         deadline = time.monotonic() + 10.0  # the last jobs' results, written as they exit
         for job in self._ok:

@@ -1,15 +1,7 @@
-"""Concurrent sweeps on one store, and a sweep's side of the store.
+"""Concurrent sweeps on one store (``Claims``), and a running sweep's side of it (``SweepStore``).
 
-Sweeps sharing a store split the work: a sweep claims each run (``Claims``, a side file
-``<store>.claims``: run id, pid, host, time, lease) under the store's lock just before starting
-it. A claim is a lease that the live sweep renews (a heartbeat thread sets the time of its
-claims to now every third of the lease, ``lease_s()``: ``$HARNESS_CLAIM_LEASE_S``, default 5
-minutes): one made on this host is stale once its process is gone, one from another host once
-its lease ran out (a driver killed there holds its runs for minutes, not days); the sweep that
-takes over an expired claim says so in one line.
-``SweepStore`` is what a running sweep (``harness.api.run_sweep``) holds: it claims each run just
-in time, appends each record (keeping one the disk cannot take in a fallback file, after which
-no run starts any more) and drops its claims when the sweep ends, however it ends.
+Claims are leases a heartbeat renews (docs/clusters.md). A sweep claims each run just in time,
+appends or falls back, and releases its claims however it ends.
 """
 
 from __future__ import annotations
@@ -29,8 +21,8 @@ from harness.persistence.store import (
     HOST,
     AppendError,
     Store,
-    alive,
     drop_claims,
+    gone,
     process_start,
     read_claims,
     save_unwritten,
@@ -44,12 +36,7 @@ MIN_LEASE_S = 1.0
 
 
 def lease_s() -> float:
-    """The lease of this process's claims, in seconds: ``$HARNESS_CLAIM_LEASE_S``, else 300.
-
-    Raises:
-        ConfigError: a value that is not a number of seconds from ``MIN_LEASE_S`` to
-            ``CLAIM_TIMEOUT_S`` (a longer lease would outlive every claim it renews).
-    """
+    """This process's claims' lease in seconds: ``$HARNESS_CLAIM_LEASE_S`` (1 s..48 h), else 300."""
     raw = os.environ.get(LEASE_ENV, "").strip()
     if not raw:
         return DEFAULT_LEASE_S
@@ -72,10 +59,9 @@ def _number(value: Any) -> bool:
 def claim_is_stale(claim: dict[str, Any], now: float | None = None) -> bool:
     """Whether a claim no longer holds its run.
 
-    Its ``time`` is when its holder last renewed it. It is stale when that is older than
-    ``CLAIM_TIMEOUT_S``; made on another host, when it is older than the claim's ``lease_s``
-    (a claim without one, from an older harness, has ``CLAIM_TIMEOUT_S``); made on this host,
-    when its process is gone (or its pid now belongs to a process started later).
+    Its ``time`` (last renewed) is older than ``CLAIM_TIMEOUT_S``; or, from another host, older
+    than its ``lease_s`` (an older harness's claim has none); or, from this host, its process is
+    gone.
     """
     now = time.time() if now is None else now
     if not _number(claim.get("time")) or now - claim["time"] > CLAIM_TIMEOUT_S:
@@ -83,29 +69,15 @@ def claim_is_stale(claim: dict[str, Any], now: float | None = None) -> bool:
     if claim.get("host") != HOST:
         lease = claim.get("lease_s")
         return _number(lease) and now - claim["time"] > lease
-    pid = claim.get("pid")
-    if type(pid) is not int or not alive(pid):  # a claim's JSON: not a bool, not a string
-        return True
-    started = claim.get("started")
-    return started is not None and process_start(pid) not in (None, started)
+    return gone(claim.get("pid"), claim.get("started"))
 
 
 class Claims:
     """This process's claims on runs of a store, so that concurrent sweeps split the work.
 
-    A sweep calls ``take`` just before it starts a run: under the store's lock, the run is
-    refused when another sweep recorded it since this one began, or holds a claim on it that is
-    not stale (``claim_is_stale``); otherwise the claim (run id, pid, host, time, lease) is
-    written to ``<store>.claims``, and taking over the expired claim of another host is said in
-    one line (``say``), whether its lease ran out (another host) or its process is gone (this
-    host). From the first claim on, a heartbeat thread renews this process's claims
-    every third of the lease (``renew``). Appending the run's record drops its claim;
-    ``release`` drops the rest and stops the heartbeat.
-
-    Args:
-        store: the store the sweep appends to.
-        lease: the claims' lease in seconds (None: ``lease_s()``).
-        say: called with each line to show (a claim taken over).
+    ``take`` claims a run just before it starts; from the first claim on, a heartbeat thread
+    renews this process's claims every third of the lease (None: ``lease_s()``). Appending a
+    run's record drops its claim; ``release`` drops the rest. ``say`` shows a claim taken over.
     """
 
     def __init__(
@@ -114,6 +86,7 @@ class Claims:
         self.store = store
         self.mine: set[str] = set()
         self.host, self.pid = HOST, os.getpid()
+        self._me = (self.pid, self.host)
         self.lease = lease_s() if lease is None else lease
         self.say = say or (lambda line: None)
         self._started = process_start(self.pid)
@@ -143,8 +116,7 @@ class Claims:
     def take(self, run_id: str) -> dict[str, Any] | None:
         """Claim a run; None if claimed, else what holds it (a claim, or ``{"recorded": True}``).
 
-        Raises:
-            WriteFailed: the claims file could not be written (a full disk); nothing is claimed.
+        Raises WriteFailed when the claims file cannot be written (nothing is claimed).
         """
         with self.store.locked():
             self._scan_new_records()
@@ -152,22 +124,13 @@ class Claims:
                 return {"run_id": run_id, "recorded": True}
             claims = read_claims(self.store.claims_path)
             other = claims.get(run_id)
-            mine = other is not None and (other.get("pid"), other.get("host")) == (
-                self.pid,
-                self.host,
-            )
+            mine = other is not None and (other.get("pid"), other.get("host")) == self._me
             now = time.time()
             if other and not mine and not claim_is_stale(other, now):
                 return other
             claims = {k: c for k, c in claims.items() if not claim_is_stale(c, now)}
-            claims[run_id] = {
-                "run_id": run_id,
-                "pid": self.pid,
-                "host": self.host,
-                "started": self._started,
-                "time": now,
-                "lease_s": self.lease,
-            }
+            mark = {"run_id": run_id, "started": self._started, "time": now, "lease_s": self.lease}
+            claims[run_id] = {**mark, "pid": self.pid, "host": self.host}
             try:
                 write_claims(self.store.claims_path, claims)
             except OSError as e:
@@ -195,7 +158,7 @@ class Claims:
             claims = read_claims(self.store.claims_path)
             now, renewed = time.time(), False
             for run_id, c in claims.items():
-                if run_id in mine and (c.get("pid"), c.get("host")) == (self.pid, self.host):
+                if run_id in mine and (c.get("pid"), c.get("host")) == self._me:
                     c["time"], renewed = now, True
             if renewed:
                 write_claims(self.store.claims_path, claims)
@@ -222,19 +185,9 @@ class Claims:
 class SweepStore:
     """A sweep's side of its store: claims, records that cannot be written, release at the end.
 
-    - ``claimed(todo)`` yields the runs this sweep claimed, just in time (``Claims``), and keeps
-      in ``taken`` the ones another sweep on the same store holds or has recorded; it yields no
-      more once the sweep is ``stop``-ped.
-    - ``append(rec)`` appends a record; one that cannot be written (a full disk, after retries)
-      is kept in a fallback file (``harness.persistence.store.save_unwritten``), named in
-      ``fallback``, and the sweep stops: no run starts any more, those in flight finish and are
-      appended (or kept aside). ``append(rec, written=True)``: the run's job wrote its record
-      to its own file already (``files`` mode), which is merged.
-    - On leaving ``with`` (an interrupt included), the claims of runs not recorded are dropped.
-
-    Args:
-        store: the ``harness.persistence.store.Store``.
-        say: called with each line to show as the sweep goes (a claim taken over).
+    ``taken`` keeps the runs another sweep holds or has recorded. A record the store cannot take
+    (a full disk, after retries) goes to a fallback file (``fallback``) and stops the sweep: no
+    run starts any more. Leaving ``with`` (an interrupt too) drops the claims not recorded.
     """
 
     def __init__(self, store: Store, say: Callable[[str], None] | None = None) -> None:
@@ -252,7 +205,7 @@ class SweepStore:
         self.claims.release()
 
     def claimed(self, todo: Iterable[Any]) -> Iterator[Any]:
-        """The configs of ``todo`` this sweep claimed, claimed as they are read."""
+        """The configs of ``todo`` this sweep claimed, claimed as they are read, until stopped."""
         for cfg in todo:
             if self.stopped:
                 return
@@ -263,11 +216,7 @@ class SweepStore:
                 self.taken.append((cfg, holder))
 
     def append(self, rec: dict[str, Any], written: bool = False) -> bool:
-        """Append ``rec``; False when the store could not take it (it is in ``fallback``).
-
-        ``written``: it is in its own file already (``files`` mode), which is merged; a merge
-        that fails leaves the file for the next one.
-        """
+        """Append ``rec`` (``written``: merge its own file); False when it went to ``fallback``."""
         if written:
             with contextlib.suppress(OSError, HarnessError):
                 self.store.merge()

@@ -1,8 +1,4 @@
-"""What a path is and whether it can be written, in words; writing a file whole or not at all.
-
-The file-system facts beneath the records store (``harness.persistence.store``) and the commands'
-outputs (``harness.persistence.outputs``), and the one atomic write both use (``write_atomically``).
-"""
+"""What a path is and whether it can be written, in words; writing a file whole or not at all."""
 
 from __future__ import annotations
 
@@ -41,11 +37,7 @@ def file_kind(path: str | os.PathLike) -> str:
 
 
 def explain(path: str | os.PathLike, error: OSError) -> str:
-    """Why ``path`` could not be created or written, in words (for an OSError met doing so).
-
-    ``File exists`` and ``Not a directory`` from creating a folder mean that some parent of
-    ``path`` is a file: that parent is named.
-    """
+    """Why ``path`` could not be created or written, in words (a parent that is a file named)."""
     p = Path(path)
     if isinstance(error, (FileExistsError, NotADirectoryError)):
         for parent in [*reversed(p.parents), p]:
@@ -57,20 +49,11 @@ def explain(path: str | os.PathLike, error: OSError) -> str:
 
 
 def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
-    """Fail before the work, not after it, when ``path`` cannot be written.
+    """HarnessError (one line) before the work, not after it, when ``path`` cannot be written.
 
-    The folder (``path`` itself when ``directory``, else its parent) is created; a temporary
-    file is created in it and removed; an existing file is opened for appending (not changed);
-    an existing path that is neither a regular file nor (with ``directory``) a folder is refused
-    without being opened (opening a named pipe blocks). Folders this check created are removed
-    again, so a command that then stops on other bad input leaves nothing behind.
-
-    Args:
-        path: the file (or, with ``directory``, the folder) a command will write.
-        directory: ``path`` is a folder the command writes files into.
-
-    Raises:
-        HarnessError: one line naming the path and the reason.
+    A temporary file is made in the folder (``path`` itself when ``directory``), an existing file
+    opened for appending; any other kind of file is refused unopened (a named pipe would block).
+    Folders this check created are removed again: it leaves nothing behind.
     """
     p = Path(path)
     folder = p if directory else p.parent
@@ -92,18 +75,7 @@ def check_writable(path: str | os.PathLike, directory: bool = False) -> None:
 
 
 def write_atomically(path: Path, data: bytes, mode: int | None, durable: bool = False) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
-
-    A reader never sees half a file, and a write that fails (or is interrupted) leaves the old
-    one; the temporary file is removed.
-
-    Args:
-        path: the file; its folder exists.
-        data: the new content.
-        mode: the file's permission bits (None: the temporary file's, 0600).
-        durable: fsync the file before the rename and the folder after it, so that both reach
-            the disk (the records store's rewrites and the claims).
-    """
+    """Write ``data`` beside ``path``, rename it over (``durable``: fsync the file and folder)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

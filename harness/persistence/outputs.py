@@ -1,14 +1,7 @@
 """Where a command may write: never over a records store, never over one of its own inputs.
 
-Every generated file (leaderboards, paper tables, figures, drift and timing reports) is written
-through ``write_text`` / ``write_bytes`` here (atomically: a temporary file renamed over the
-target) after ``refuse_overwrite`` has checked the target; the commands also call
-``refuse_overwrite`` on every output path they know before any work starts, so a bad path costs
-nothing and changes nothing.
-
-A file *holds records* when one of the lines in its first MiB is a JSON object with ``schema``
-and ``run_id`` (a run or timing record, usable or not: a store with one malformed line is still a
-store). Such a file is written only by ``harness.persistence.store.Store.append``.
+Every generated file is written atomically through ``write_text`` / ``write_bytes``, after
+``refuse_overwrite``; the commands also call it on every output path before any work starts.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it
 
 
 def holds_records(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a regular file with a run (or timing) record among its first lines."""
+    """Whether ``path`` is a regular file with a record (usable or not) in its first MiB."""
     p = Path(path)
     try:
         if not p.is_file():
@@ -62,17 +55,7 @@ def refuse_overwrite(
     option: str,
     inputs: Iterable[tuple[str, str | os.PathLike]] = (),
 ) -> None:
-    """Refuse an output path that is one of the command's inputs or a file holding records.
-
-    Args:
-        path: the file the command would write.
-        option: how the user named it (``--report``, ``--markdown``), for the message.
-        inputs: ``(what, path)`` of every file the command reads or appends to (``--out``
-            store, ``REFERENCE``, ``records``).
-
-    Raises:
-        HarnessError: one line naming the option, the path and why.
-    """
+    """HarnessError naming ``option`` when ``path`` holds records or is one of ``inputs``."""
     for what, source in inputs:
         if same_file(path, source):
             raise HarnessError(
@@ -87,15 +70,7 @@ def refuse_overwrite(
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write a generated file atomically (a temporary file beside it, renamed over it).
-
-    A reader never sees half a file, and an interrupted write leaves the old one. The folder is
-    created.
-
-    Raises:
-        HarnessError: the target holds records (``refuse_overwrite``).
-        WriteFailed: an OSError (one line; a full disk names its filesystem).
-    """
+    """Write a generated file atomically, its folder created (``refuse_overwrite``; WriteFailed)."""
     p = Path(path)
     refuse_overwrite(p, "output")
     try:
@@ -121,15 +96,7 @@ BOARD_FILE = "LEADERBOARD.md"  # a store's leaderboard, beside it
 
 
 def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
-    """Where the reports of records go by default: next to them, never elsewhere.
-
-    A store ``DIR`` or ``DIR/runs.jsonl`` gives the leaderboard ``DIR/LEADERBOARD.md``; a store
-    ``X.jsonl`` of another name gives ``X.md`` beside it. The folder (the second value) is the
-    one holding the records (the paper report goes to its ``paper/``).
-
-    Raises:
-        HarnessError: the sources lie in different places (the caller names the output).
-    """
+    """``(leaderboard, folder)`` beside the records: ``DIR/LEADERBOARD.md``, or ``X.md``."""
     places = set()
     for source in sources:
         store = store_path(source)
@@ -146,9 +113,5 @@ def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
 
 
 def leaderboard_path(out: str, report: str | None) -> Path:
-    """Where ``harness run`` writes its leaderboard: ``--report``, else next to ``--out``.
-
-    ``--out DIR`` (records in ``DIR/runs.jsonl``) gives ``DIR/LEADERBOARD.md``; ``--out X.jsonl``
-    gives ``X.md`` beside it (``beside_records``, as ``harness report``).
-    """
+    """Where ``harness run`` writes its leaderboard: ``--report``, else beside ``--out``."""
     return Path(report) if report else beside_records([out])[0]

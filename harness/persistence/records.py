@@ -1,16 +1,9 @@
-"""The run record: its schema, the only code that builds one, and the reader that checks it.
+"""The run record (``RunRecord``): its schema, the only code that builds one, its checked reader.
 
-A record is one JSON line per finished run (status ``ok`` or ``failed``), a plain dict typed as
-``RunRecord``. This module is the one place that writes its schema: ``start_record`` /
-``finish_ok`` / ``finish_failed`` (what ``harness.training.train.run`` calls), ``failed_record`` (a
-run that could not start), ``to_json`` (one strict-JSON line) and ``from_json`` (parse and check a
-line). Records of the timing benchmark (``kind: timing``) share the required keys and the checks.
-
-Reading migrates: a record made before a config field existed reads as if it held the value the
-field declares for older records (``harness.components.config.knob(legacy=...)``), with the ids of
-the same setting made today, so one setting is one variant whichever code recorded it. The line on
-disk is never rewritten: the id it was written under stays in ``written_run_id``. Its ``trace`` is
-packed by ``harness.persistence.trace``, its ``events`` described by ``harness.training.events``.
+Timing records share the required keys and the checks. Reading migrates (``migrate``): a record
+made before a config field existed reads with the value the field declares for older records
+and the ids of the same setting made today, so one setting is one variant whichever code
+recorded it; the line on disk is never rewritten.
 """
 
 from __future__ import annotations
@@ -37,38 +30,7 @@ OK_RUN_REQUIRED = ("metrics", "variant_id", "primary", "higher_is_better")
 
 
 class RunRecord(TypedDict, total=False):
-    """One run, as stored (one JSON line). ``REQUIRED`` keys are always there.
-
-    Attributes:
-        schema: the record format's version (``SCHEMA_VERSION``).
-        run_id: hash of the fully resolved config (``RunConfig.run_id``).
-        variant_id: the same without the seed: runs that differ only by seed share it.
-        method: the method's registry key; ``task`` the task's; ``seed``, ``preset``.
-        status: ``ok`` or ``failed``.
-        error: why a failed run failed (one line); None when ok.
-        config: ``RunConfig.to_dict()``: train, model, method_cfg, task_cfg (and data).
-        method_code: digest of the method's source files (``harness.components.code.method_code``).
-        method_source: where the method came from (``harness.components.plugins.source_of``), if
-            known.
-        env: where it ran (``harness.env.environment``).
-        time: ``start``/``end`` (ISO, UTC), ``train_s``, ``eval_s``; ``compile_s`` (the part of
-            ``train_s`` spent compiling) for runs with ``train.compile``.
-        primary: the task's primary metric; ``higher_is_better`` its direction.
-        selection: the rule that chose the test metrics (text).
-        params: ``total`` and ``method`` parameter counts.
-        data: the splits' sizes and, for data files, their ``digest`` and ``verified``.
-        best_epoch: the epoch whose parameters were tested; ``epochs_run`` those trained.
-        history: one row per epoch (``train_loss``, ``val_<primary>``).
-        metrics: test metrics (the task's, ``skip_pct``, ...).
-        val_metrics: validation metrics of the best epoch.
-        macs: MACs per sequence (``dense``, ``effective``, ...); ``flops`` twice them.
-        diagnostics: method-specific measures (``diag_*`` of the layers).
-        trace: the first test sequence's update pattern and per-step shares (``pack_mask``).
-        events: what happened while it trained (``harness.training.events``): gradient norms clipped
-            in float64 after overflowing float32, loss spikes, the non-finite value that ended it.
-        argv: the command line of the sweep that made it; ``sweep`` the resolved sweep.
-        written_run_id: set by the reader when migration changed ``run_id`` (not stored).
-    """
+    """One run, as stored (one JSON line); its fields are docs/reports.md's "The run record"."""
 
     schema: int
     run_id: str
@@ -113,13 +75,7 @@ def now() -> str:
 
 
 def start_record(cfg: Any, method_code: str | None, method_source: dict | None = None) -> RunRecord:
-    """The record of a run about to start: its identity and config (status not yet set).
-
-    Args:
-        cfg: the ``RunConfig``.
-        method_code: the method's code version (``harness.components.code.method_code``).
-        method_source: where the method comes from (``harness.components.registry.method_source``).
-    """
+    """The record of a ``RunConfig`` about to start: its identity and config, no status yet."""
     rec = _identified(cfg.to_dict(), method_code)
     rec["events"] = []
     if method_source is not None:
@@ -173,9 +129,8 @@ def finish_ok(
 ) -> RunRecord:
     """Complete ``rec`` as a finished run (status ``ok``).
 
-    ``compiled`` (runs with ``train.compile``): ``compile_s``, the seconds of ``train_s`` that
-    ``torch.compile`` spent compiling, goes to ``time``; the FX-graph cache hits and misses to
-    ``diagnostics`` (``harness.training.timing.CompileClock``).
+    ``compiled`` (``train.compile``): its ``compile_s`` (part of ``train_s``) goes to ``time``,
+    the FX-graph cache hits and misses to ``diagnostics``.
     """
     rec.update(
         status="ok",
@@ -215,13 +170,7 @@ def finish_failed(
 
 
 def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None) -> RunRecord:
-    """The failed record of a run that could not start, from its config as a dict.
-
-    Args:
-        cfg_dict: ``RunConfig.to_dict()``.
-        error: why (one line).
-        method_code: the method's code version, if it could be taken.
-    """
+    """The failed record of a run that could not start, from ``RunConfig.to_dict()``."""
     rec = _identified(cfg_dict, method_code)
     rec.update(status="failed", error=" ".join(error.split()))
     rec["time"]["end"] = rec["time"]["start"]
@@ -231,9 +180,8 @@ def failed_record(cfg_dict: dict[str, Any], error: str, method_code: str | None)
 def canonical_config(d: dict[str, Any]) -> dict[str, Any]:
     """A config dict in the form its ids are hashed from.
 
-    Fields added to the config after records existed are left out at the value that reproduces
-    the code before them, where the ids were kept stable that way: ``train.compile`` when False,
-    ``data`` when None (generated data).
+    Fields added later are left out at the value of the code before them: ``train.compile``
+    when False, ``data`` when None (generated data).
     """
     out = dict(d)
     train = out.get("train")
@@ -257,18 +205,10 @@ UNHASHED_AT = {("task_cfg", "split"): "series"}
 
 
 class Identified:
-    """A run's config dataclass whose ``to_dict`` gives its ids: ``run_id`` and ``variant_id``.
-
-    ``harness.components.config.RunConfig`` (a method's run) and ``harness.references.RefConfig`` (a
-    reference predictor's) are both hashed by ``identity``.
-    """
+    """A run's config dataclass (``RunConfig``, ``RefConfig``) whose ``to_dict`` gives its ids."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Every resolved value as a JSON-ready dict, in its canonical form (``canonical_config``).
-
-        Its sections (dataclasses) become dicts; the fields whose absence the ids were kept stable
-        by (``train.compile`` when False, ``data`` for generated data) are left out.
-        """
+        """Every resolved value as a JSON-ready dict, in its form ``canonical_config``."""
         return canonical_config(dataclasses.asdict(self))  # type: ignore[call-overload]
 
     @property
@@ -283,10 +223,7 @@ class Identified:
 
 
 def identity(cfg_dict: dict[str, Any]) -> tuple[str, str]:
-    """``(run_id, variant_id)`` of a config dict (``RunConfig.run_id`` / ``variant_id``).
-
-    Hashed from ``canonical_config``, less the fields at their ``UNHASHED_AT`` value.
-    """
+    """``(run_id, variant_id)`` of a config dict: ``canonical_config`` less ``UNHASHED_AT``."""
     d = canonical_config(cfg_dict)
     for (section, name), value in UNHASHED_AT.items():
         fields = d.get(section)
@@ -310,10 +247,7 @@ def _clean(obj: Any) -> Any:
 
 
 def to_json(rec: RunRecord | dict[str, Any]) -> str:
-    """One record as one strict-JSON line (sorted keys, no spaces, NaN/inf as null), no newline.
-
-    ``written_run_id`` (the reader's note) is not stored.
-    """
+    """One record as one strict-JSON line (sorted keys, NaN/inf as null, no ``written_run_id``)."""
     data = {k: v for k, v in rec.items() if k != "written_run_id"}
     return json.dumps(_clean(data), sort_keys=True, separators=(",", ":"))
 
@@ -333,18 +267,7 @@ def _non_finite(token: str) -> Any:
 
 
 def from_json(text: str | bytes, legacy: Legacy | None = None) -> RunRecord:
-    """Parse and check one line (``validate``), then migrate it (``migrate``) given ``legacy``.
-
-    Args:
-        text: the line (without its newline).
-        legacy: the declared legacy values of a (method, task) pair's config fields
-            (``harness.components.config.legacy_values``; the store passes it): fill the fields
-            added since the record was written and take its ids afresh. None: read as written.
-
-    Raises:
-        RecordProblem: not UTF-8, not strict JSON (a ``NaN`` or ``Infinity`` token included),
-            or a record the reports cannot use (``validate``).
-    """
+    """Parse and check one line (RecordProblem: unusable), then ``migrate`` it given ``legacy``."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
@@ -407,20 +330,11 @@ _RUN_TYPES: dict[str, tuple[Any, str]] = {
 
 
 def validate(rec: Any) -> list[str]:
-    """What is wrong with one parsed record line; empty when the reports can use it.
+    """One short message per problem of a parsed line; empty when the reports can use it.
 
-    Checks the required keys and their types (``seed`` a non-negative integer, ``status`` ok or
-    failed, ``config`` an object, ``metrics`` an object of numbers or nulls, ...), that the
-    ``schema`` version is one this harness reads for the record's ``kind``, and that a run that
-    finished (``status`` ok) has what the reports read from it (``metrics``, ``variant_id``,
-    ``primary``, ``higher_is_better``, and ``config.model`` where ``config.train`` is: a
-    reference predictor's run has neither).
-
-    Args:
-        rec: the JSON value of one line.
-
-    Returns:
-        One short message per problem.
+    The required keys and their types (``_TYPES``), a ``schema`` this harness reads for the
+    ``kind``, and what the reports read from a finished run (``OK_RUN_REQUIRED``; ``config.model``
+    where ``config.train`` is: a reference predictor's run has neither).
     """
     if not isinstance(rec, dict):
         return [f"not a record: {_json_type(rec)}"]
@@ -461,21 +375,12 @@ def validate(rec: Any) -> list[str]:
 
 
 def migrate(rec: dict[str, Any], legacy: Legacy) -> RunRecord:
-    """A run record as the current harness would have written it for the same setting.
+    """A checked run record as the current harness would have written it (changed in place).
 
-    Each config section that lacks a field its config class now has gets the value that field
-    declares for records made before it existed (``harness.components.config.knob(legacy=...)``);
-    the run and variant ids are then taken from the completed config. A record whose ids change this
-    way keeps the id it was written under in ``written_run_id``; timing records and records of a
-    method or task this harness does not know are returned unchanged.
-
-    Args:
-        rec: a checked record (``validate``).
-        legacy: ``(method, task) -> {section: {field: value}}``, the legacy values the config
-            fields declare (``harness.components.config.legacy_values``).
-
-    Returns:
-        The record (the same dict, changed in place).
+    Each config field it lacks gets its declared ``legacy`` value (``(method, task) ->
+    {section: {field: value}}``, ``harness.components.config.legacy_values``); the ids are taken
+    afresh, the written one kept in ``written_run_id`` when it changed. Timing records and
+    records of unknown components are returned unchanged.
     """
     if rec.get("kind", "run") != "run":
         return rec  # type: ignore[return-value]
@@ -509,11 +414,7 @@ def latest(records: Iterable[RunRecord]) -> list[RunRecord]:
 
 
 def flat_config(rec: RunRecord | dict[str, Any]) -> dict[str, Any]:
-    """A record's resolved config as one flat dict, keyed as ``--set`` and ``--grid`` accept.
-
-    Method and model fields are keyed by name, trainer and task fields as ``train.x`` /
-    ``task.x``.
-    """
+    """A record's resolved config as one flat dict, keyed as ``--set`` and ``--grid`` accept."""
     c = rec["config"]
     out = {**c.get("method_cfg", {}), **c.get("model", {})}
     out.update({f"train.{k}": v for k, v in c.get("train", {}).items()})

@@ -1,28 +1,8 @@
 """The records store: an append-only JSONL file of run records, its lock, claims and fallback.
 
-One JSON line per finished run (``harness.persistence.records``). A line is written with a single
-``write`` on a file opened for appending, under an exclusive lock, only when the run has finished: a
-killed sweep loses at most the runs in flight and never corrupts what is already recorded.
-
-- Reading checks every line (``harness.persistence.records.from_json``: the required keys, their
-  types, strict JSON, a known ``schema`` version) and reports each unusable line with its line
-  number; nothing is ever dropped from the file by reading. ``Store.repair`` moves unusable lines (a
-  torn last line left by a killed writer or a full disk) to a side file, keeping every byte.
-- A full disk does not lose a finished run: ``Store.append`` retries, then raises
-  ``AppendError`` and the caller keeps the record in a fallback file (``save_unwritten``); a
-  sweep then stops (``harness.persistence.claims.SweepStore``).
-- Concurrent sweeps on one store split the work: a sweep claims each run (``Claims``, a side
-  file ``<store>.claims``) under the store's lock just before starting it.
-- Two modes (``STORE_MODES``) differ in what the store's lock is and in who writes a record.
-  ``lock`` (the default): ``flock`` on the store itself, and the driver appends each record.
-  ``files``, for filesystems whose ``flock`` is missing or does not reach across hosts (NFS
-  without a lock service, Lustre without its ``flock`` mount option): the lock is the file
-  ``<store>.lock``, made by an exclusive create (atomic on NFS v3+ and Lustre, no lock service),
-  and each record is first written whole to its own file in ``<store>.parts/`` (``write_part``,
-  by the job itself where it can), which ``Store.merge`` then appends to the store in the order
-  they were written, each once, and removes. A store with a ``<store>.parts/`` folder is in
-  ``files`` mode for every command that opens it.
-- ``SweepStore`` is a sweep's side of all that: claim just in time, append or fall back, release.
+Its guarantees (one locked, durable write per finished run; reading drops nothing; a full disk
+loses no record) are in docs/architecture.md ("The records store"), its two modes (``lock``,
+``files``: a lock file and a record file per run, merged in order) in docs/clusters.md.
 """
 
 from __future__ import annotations
@@ -87,12 +67,7 @@ def store_path(out: str | os.PathLike) -> Path:
 
 
 def output_store_path(out: str | os.PathLike) -> Path:
-    """``store_path`` for a store to write (``run --out``): a folder or a ``.jsonl`` file.
-
-    Raises:
-        RecordError: ``out`` names neither: an existing file that is not ``.jsonl``, or a
-            device (``/dev/null``), pipe or socket.
-    """
+    """``store_path`` for a store to write (``run --out``); RecordError for any other file."""
     p = Path(out)
     if p.suffix != ".jsonl" and p.exists() and not p.is_dir():
         raise RecordError(
@@ -104,14 +79,7 @@ def output_store_path(out: str | os.PathLike) -> Path:
 
 @dataclass
 class Line:
-    """One line of a store as found on disk.
-
-    Attributes:
-        number: 1-based line number.
-        raw: the bytes, with the newline that ends the line (none on a torn last line).
-        record: the record, when the line is usable.
-        problem: why the line is unusable (None when usable or blank).
-    """
+    """One line of a store: number (from 1), bytes (with the newline), record or problem."""
 
     number: int
     raw: bytes
@@ -120,16 +88,10 @@ class Line:
 
 
 def parse_lines(data: bytes, complete: bool = True, legacy: Legacy | None = None) -> list[Line]:
-    """Split a store's bytes into checked lines.
+    """Every line of a store's bytes, checked, blank ones included.
 
-    Args:
-        data: the file's bytes (or its beginning).
-        complete: whether ``data`` is the whole file (a last line without a newline is then
-            torn; otherwise it is just cut by the read and is left out).
-        legacy: migrates the records read, as in ``Store``.
-
-    Returns:
-        Every line, blank ones included (with neither record nor problem).
+    ``complete``: ``data`` is the whole file (a last line without a newline is torn; otherwise
+    it was cut by the read and is left out). ``legacy`` migrates the records, as in ``Store``.
     """
     out = []
     parts = data.split(b"\n")
@@ -154,13 +116,7 @@ def parse_lines(data: bytes, complete: bool = True, legacy: Legacy | None = None
 
 @dataclass
 class Repair:
-    """What ``Store.repair`` did.
-
-    Attributes:
-        kept: usable records left in the store.
-        moved: ``(line number, problem)`` of each line moved out.
-        side: the file the moved lines went to (None when nothing was moved).
-    """
+    """What ``Store.repair`` did: records kept, ``(line, problem)`` moved, the side file."""
 
     kept: int
     moved: list[tuple[int, str]] = field(default_factory=list)
@@ -168,17 +124,7 @@ class Repair:
 
 
 class Store:
-    """An append-only JSONL file of run records.
-
-    Args:
-        path: the ``.jsonl`` file (created on first append with its parent directories).
-        legacy: the declared legacy values of the config fields added since a record was written
-            (``harness.components.config.legacy_values``, passed by the layer that knows the
-            configs): read records are migrated with them (``harness.persistence.records.migrate``).
-            None: read as written.
-        mode: ``lock`` or ``files`` (``STORE_MODES``); None: ``files`` where the store has a
-            parts folder, else ``lock``.
-    """
+    """An append-only JSONL file of records (``legacy`` migrates reads; ``mode``: lock, files)."""
 
     def __init__(
         self, path: str | os.PathLike, legacy: Legacy | None = None, mode: str | None = None
@@ -192,35 +138,29 @@ class Store:
         """``lock`` or ``files``: as given, else ``files`` where ``parts_path`` is a folder."""
         return self._mode or ("files" if self.parts_path.is_dir() else "lock")
 
+    def _beside(self, suffix: str) -> Path:
+        return self.path.with_name(self.path.name + suffix)
+
     @property
     def parts_path(self) -> Path:
         """The folder of the records not merged yet, one file each (``files`` mode)."""
-        return self.path.with_name(self.path.name + ".parts")
-
-    @property
-    def lock_path(self) -> Path:
-        """The lock file of ``files`` mode (``lock_file``)."""
-        return self.path.with_name(self.path.name + ".lock")
+        return self._beside(".parts")
 
     @property
     def checkpoints_path(self) -> Path:
         """The folder beside it where its runs keep their checkpoints: ``STORE.checkpoints/``."""
-        return self.path.with_name(self.path.name + ".checkpoints")
+        return self._beside(".checkpoints")
 
     @property
     def claims_path(self) -> Path:
         """The side file of the runs that sweeps have claimed (``Claims``)."""
-        return self.path.with_name(self.path.name + ".claims")
+        return self._beside(".claims")
 
     def check_writable(self, create: bool = True) -> None:
         """Create the directory and open the file for appending, or raise RecordError.
 
-        A store is a regular file: a folder, a device (``/dev/null``), a pipe or a socket at its
-        path is refused, and so is a path below a file.
-
-        Args:
-            create: create the folder and the (empty) file; without it the check leaves
-                nothing behind (``harness.persistence.files.check_writable``).
+        A store is a regular file (not a folder, device, pipe or socket, nor below a file).
+        ``create=False``: check, leaving nothing behind.
         """
         if self.path.exists() and not self.path.is_file():
             raise RecordError(
@@ -245,13 +185,7 @@ class Store:
             ) from None
 
     def check_target(self) -> None:
-        """Refuse an existing file that holds something other than records (an empty one is fine).
-
-        Reads at most ``CHECK_TARGET_BYTES``: a store has a usable record among them.
-
-        Raises:
-            RecordError: the file has content and no line of it is a record.
-        """
+        """RecordError for an existing file with content and no record in its first MiB."""
         try:
             with open(self.path, "rb") as f:
                 data = f.read(CHECK_TARGET_BYTES + 1)
@@ -276,12 +210,11 @@ class Store:
         """Hold the store's exclusive lock; yields a descriptor open for appending.
 
         ``lock`` mode: ``flock`` on the file that is at ``path`` once locked (a store replaced by
-        ``repair`` meanwhile is locked again, so no record goes to the replaced file). ``files``
-        mode: the lock file (``lock_file``).
+        ``repair`` meanwhile is locked again). ``files`` mode: ``STORE.lock`` (``lock_file``).
         """
         self.check_writable()
         files = self.mode == "files"
-        with lock_file(self.lock_path) if files else contextlib.nullcontext():
+        with lock_file(self._beside(".lock")) if files else contextlib.nullcontext():
             while True:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
@@ -305,11 +238,7 @@ class Store:
                 os.close(fd)
 
     def check_lock(self) -> None:
-        """Refuse ``lock`` mode on a filesystem whose ``flock`` fails (Lustre without the option).
-
-        Raises:
-            RecordError: one line, naming ``--store-mode files``.
-        """
+        """RecordError (naming ``--store-mode files``) for ``lock`` mode where ``flock`` fails."""
         if self.mode != "lock":
             return
         try:
@@ -331,15 +260,9 @@ class Store:
     def append(self, record: dict[str, Any]) -> None:
         """Append one finished run as one line, atomically with respect to other writers.
 
-        The run's claim (``Claims``), if any, is dropped under the same lock. A write that fails
-        for want of space is undone (the file is cut back to its size before it) and retried
-        after ``APPEND_RETRY_DELAYS_S``. In ``files`` mode the record is written to its own file
-        (``write_part``, retried alike) and then merged (``merge``); a merge that fails leaves it
-        there, safe, for the next merge.
-
-        Raises:
-            RecordError: the record lacks required keys.
-            AppendError: the line (or its file) could not be written, retries included.
+        The run's claim is dropped under the same lock. A write that fails for want of space is
+        undone and retried after ``APPEND_RETRY_DELAYS_S``, then raises AppendError. ``files``
+        mode: written to its own file (``write_part``), then merged (a failed merge leaves it).
         """
         missing = [k for k in REQUIRED if k not in record]
         if missing:
@@ -396,11 +319,7 @@ class Store:
         return good, bad
 
     def reject_parts(self) -> list[tuple[Path, Path, str]]:
-        """Move each unusable record file, whole, beside the store: ``STORE.rejected-NAME``.
-
-        Returns:
-            ``(file, where it went, why)`` of each.
-        """
+        """Move each unusable record file beside the store: ``(file, where it went, why)`` each."""
         moved = []
         with self.locked():
             for part, why in self.unmerged()[1]:
@@ -415,13 +334,8 @@ class Store:
     def merge(self) -> int:
         """Append the record files of ``parts_path`` to the store, in their order, each once.
 
-        Under the store's lock: a file whose line the store holds already (a merge killed
-        between its append and the file's removal) is only removed; any other is appended
-        (durably) and then removed, and its run's claim dropped. An unusable file is left
-        where it is (``harness store check`` names it).
-
-        Returns:
-            How many records were appended.
+        A file whose line the store holds already (a merge killed before removing it) is only
+        removed; an unusable one is left. Returns how many records were appended.
         """
         if not self.parts():
             return 0
@@ -458,11 +372,7 @@ class Store:
         return parse_lines(data, legacy=self.legacy)
 
     def read(self) -> tuple[list[RunRecord], list[str]]:
-        """All usable records in file order, and one message per unusable line.
-
-        The record files not merged yet (``files`` mode, ``unmerged``) follow, in their order:
-        reading writes nothing.
-        """
+        """All usable records in file order (unmerged files last), a message per unusable line."""
         records, problems = [], []
         for line in self.lines():
             if line.record is not None:
@@ -479,12 +389,8 @@ class Store:
     def repair(self) -> Repair:
         """Move every unusable line to a side file ``<store>.rejected-<UTC time>``.
 
-        Under the store's lock, the usable and blank lines are written to a temporary file that
-        then replaces the store, after the side file is safely on disk: the side file and the new
-        store hold every byte of the old one (a torn last line gets a newline in the side file).
-
-        Returns:
-            What was kept and moved, and where to.
+        The side file is made durable before the usable and blank lines replace the store: the
+        two hold every byte of the old one (a torn last line gets a newline in the side file).
         """
         with self.locked():
             lines = self.lines()
@@ -528,11 +434,7 @@ def _signals_deferred() -> Iterator[None]:
 
 
 def _write_line(path: Path, fd: int, data: bytes) -> None:
-    """Append ``data`` (whole lines) to the locked store ``path`` open as ``fd``, durably.
-
-    A line cut short before (a killed writer) gets its newline first; a write that fails is
-    undone (the file is cut back to its size before it).
-    """
+    """Append whole lines durably to the locked store open as ``fd`` (a failed write cut off)."""
     size = os.fstat(fd).st_size
     if size:  # a line cut short by a killed writer must not swallow the next record
         with open(path, "rb") as f:
@@ -559,19 +461,10 @@ def _is_part(name: str) -> bool:
 
 
 def write_part(parts: str | os.PathLike, record: dict[str, Any]) -> Path:
-    """Write one finished run's record to its own file in ``parts`` (a store's ``parts_path``).
+    """Write one finished run's record to its own file in ``parts`` (``files`` mode); no lock.
 
-    What a job of a ``files``-mode store calls to record its run wherever it runs (``run_one``
-    does, given ``RunOptions.parts_dir``); ``Store.merge`` appends the file to the store later.
-    The file, ``TIME_NS-RUN_ID-HOST-PID.json`` (so names sort in the order written), holds the
-    record's line as the store will, and is written atomically and durably: it is there whole or
-    not at all. No lock is needed.
-
-    Returns:
-        The file.
-
-    Raises:
-        OSError: it could not be written (nothing is left behind).
+    ``TIME_NS-RUN_ID-HOST-PID.json`` (names sort in the order written), written atomically and
+    durably; ``Store.merge`` appends it later. Returns the file.
     """
     folder = Path(parts)
     folder.mkdir(parents=True, exist_ok=True)
@@ -589,28 +482,27 @@ def process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[-1].split()[19]
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host exists."""
+def gone(pid: Any, started: str | None) -> bool:
+    """Whether process ``pid`` of this host is gone (or its pid is now a later process's)."""
+    if type(pid) is not int:  # from JSON: not a bool, not a string
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:
         return True
-    return True
+    except PermissionError:
+        pass
+    return started is not None and process_start(pid) not in (None, started)
 
 
 def lock_is_stale(holder: dict[str, Any], age: float) -> bool:
-    """Whether a lock file was left behind by a crash.
+    """Whether a lock file was left by a crash.
 
-    Its holder's process is gone (this host; or its pid now belongs to a process started later)
-    or, held from another host (or unreadable), it is older than ``LOCK_STALE_S``: a lock is
-    held for milliseconds.
+    Its holder's process is gone (this host) or, held from another host (or unreadable), it is
+    older than ``LOCK_STALE_S``: a lock is held for milliseconds.
     """
-    pid = holder.get("pid")
-    if holder.get("host") == HOST and type(pid) is int:
-        started = holder.get("started")
-        return not alive(pid) or (started is not None and process_start(pid) not in (None, started))
+    if holder.get("host") == HOST and type(holder.get("pid")) is int:
+        return gone(holder["pid"], holder.get("started"))
     return age > LOCK_STALE_S
 
 
@@ -618,11 +510,8 @@ def lock_is_stale(holder: dict[str, Any], age: float) -> bool:
 def lock_file(path: Path) -> Iterator[None]:
     """Hold ``path`` as a lock: created exclusively (``O_EXCL``), removed on leaving.
 
-    An exclusive create is atomic on local disks, NFS v3 and later, and Lustre, with no lock
-    service or mount option. The file says who holds it (host, pid and its start, thread, time);
-    one left by a
-    crash (``lock_is_stale``) is moved aside and removed, checking that what was moved is what
-    was judged stale.
+    The file says who holds it (host, pid and its start, thread, time); one left by a crash
+    (``lock_is_stale``) is moved aside and removed, if what was moved is what was judged stale.
     """
     pid = os.getpid()
     me = {"host": HOST, "pid": pid, "started": process_start(pid), "thread": threading.get_ident()}
@@ -672,8 +561,7 @@ def _break_if_stale(path: Path) -> None:
         aside.unlink()
 
 
-# --- the claims side file (``harness.persistence.claims``), read and written under the store's lock
-# --------
+# --- the claims side file (``harness.persistence.claims``), under the store's lock -------------
 
 
 def read_claims(path: Path) -> dict[str, dict[str, Any]]:
@@ -694,8 +582,8 @@ def read_claims(path: Path) -> dict[str, dict[str, Any]]:
 def write_claims(path: Path, claims: dict[str, dict[str, Any]]) -> None:
     """Replace the claims file (durably); no claim left removes it.
 
-    On a full disk, fewer claims than the file holds are written over it in place (which needs
-    no new space), so that a sweep a full disk stopped still releases its claims.
+    On a full disk fewer claims are written over it in place (no new space needed), so that a
+    sweep a full disk stopped still releases its claims.
     """
     if not claims:
         with contextlib.suppress(FileNotFoundError):
@@ -729,17 +617,9 @@ def drop_claims(path: Path, run_ids: set[str]) -> None:
 def save_unwritten(record: dict[str, Any], store: Path, into: Path | None = None) -> Path:
     """Keep a record that could not go to ``store`` in a fallback file; returns the file.
 
-    The file (``<store name>-<UTC time>-<pid>.jsonl`` in ``unwritten/`` of the harness's cache,
-    ``harness.persistence.files.cache_dir()``, else in the temp directory) is a store itself:
-    append it to the real one once there is room.
-
-    Args:
-        record: the finished run's record.
-        store: the store it was meant for (names the file).
-        into: the fallback file of an earlier record of the same sweep, to append to.
-
-    Raises:
-        RecordError: no fallback location could be written either.
+    The file, ``<store name>-<UTC time>-<pid>.jsonl`` in the cache's ``unwritten/`` (else the
+    temp directory), or ``into`` (an earlier record's of the same sweep), is a store itself.
+    RecordError: no fallback could be written either.
     """
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = f"{store.stem}-{stamp}-{os.getpid()}.jsonl"
@@ -764,10 +644,7 @@ def save_unwritten(record: dict[str, Any], store: Path, into: Path | None = None
 def load(
     paths: Iterable[str | os.PathLike], legacy: Legacy | None = None
 ) -> tuple[list[RunRecord], list[str]]:
-    """Records and problems from several stores (files or ``--out`` directories).
-
-    ``legacy`` migrates what is read, as in ``Store``.
-    """
+    """Records and problems from several stores (files or ``--out`` folders), as ``Store``."""
     records, problems = [], []
     for p in paths:
         path = store_path(p)
