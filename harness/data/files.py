@@ -1,14 +1,7 @@
-"""Where datasets live and how their files are opened.
+"""Where datasets live (one folder per dataset in its published layout) and how files are opened.
 
-Resolution order for the data root: an explicit ``--data-dir``, then ``HARNESS_DATA_DIR``, then a
-per-user cache directory (``$XDG_CACHE_HOME/condrnn-harness/data`` or ``~/.cache/...``). The root
-holds one folder per dataset in its original published layout (see the project README).
-Text files may be stored gzip-compressed as ``NAME.gz``; ``find_file`` and ``open_text`` accept
-both forms.
-
-A missing file raises ``MissingDataError`` and an unreadable one ``CorruptDataError`` (both
-``DataError``: one line naming the file and where to get it). Import these names from
-``harness.data``, which gathers the data modules.
+A text file may be stored as ``NAME.gz``. A missing file raises ``MissingDataError``, an
+unreadable one ``CorruptDataError``. Import these names from ``harness.data``.
 """
 
 from __future__ import annotations
