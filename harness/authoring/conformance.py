@@ -1,14 +1,9 @@
 """The generic checks every registered method passes: ``harness check NAME`` and the test suite.
 
-Each ``check_*(name)`` builds fresh models of the method ``name`` at tiny sizes. A property that
-does not hold raises ``ConformanceError``, naming it and showing the numbers; ``NotApplicable``
-says it does not concern the method (e.g. the fast path of a method without ``at_skip``). The
-project's tests call these functions parametrized over the registry, so a failure reads the same
-there and in ``harness check``; ``run_checks`` runs them all, one ``Result`` per property. torch,
-fvcore and the trainer are imported inside the functions: importing this module stays light.
-The static part, which builds nothing (``harness.components.registry.check_method``: a ``Method``
-subclass, a frozen-dataclass config, ``cost`` and a recurrence), runs when a method registers
-(``harness.components.registry.check_method``), and again first in ``check_config``.
+Each ``check_*(name)`` builds fresh models of the method at tiny sizes; a property that does not
+hold raises ``ConformanceError`` with the numbers, ``NotApplicable`` says it does not concern the
+method. The tests call them parametrized over the registry, so a failure reads the same there and
+in ``harness check``. torch, fvcore and the trainer are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -32,12 +27,7 @@ TARGETS = (0.0, 0.5, 0.9)  # the Skip % / 100 a fast path is checked at
 
 
 class ConformanceError(AssertionError):
-    """A property a method does not have, with the numbers that show it.
-
-    Args:
-        prop: the property (the check's title).
-        numbers: what was measured against what was expected.
-    """
+    """A property (a check's title) a method does not have, with the numbers that show it."""
 
     def __init__(self, prop: str, numbers: str) -> None:
         super().__init__(f"{prop}: {numbers}")
@@ -114,9 +104,6 @@ def _close(what: str, got: Any, want: Any, rtol: float = 0.0, atol: float = 0.0)
             f"({', '.join(str(int(i)) for i in at)}): {float(got[at]):.6g}, expected "
             f"{float(want[at]):.6g}"
         )
-
-
-# --- the checks ---------------------------------------------------------------------------------
 
 
 @_check("config", "config: declared knobs, serialised and read back")
@@ -446,22 +433,12 @@ def check_training(name: str, task: str | None = None) -> str | None:
     return f"{task}, training loss {shown}"
 
 
-# --- all of them --------------------------------------------------------------------------------
-
-
 def iter_checks(
     name: str, only: list[str] | None = None, task: str | None = None
 ) -> Iterator[Result]:
-    """Run the checks on the method ``name`` (in ``CHECKS`` order), yielding each result.
+    """Run the checks (``only`` these ids) on the method ``name``, yielding each ``Result``.
 
-    Args:
-        name: a registered method.
-        only: check ids to run (default all; ``CHECKS`` lists them).
-        task: the task ``check_training`` trains on (default ``training_task()``).
-
-    Raises:
-        UnknownNameError: no such method (with suggestions).
-        ConfigError: an unknown check id.
+    ``task``: the task ``check_training`` trains on. ConfigError: an unknown check id.
     """
     METHODS.get(name)
     unknown = sorted(set(only or []) - set(CHECKS))

@@ -18,52 +18,19 @@ from typing import Any
 
 from harness.components.config import DataIdentity
 from harness.components.registry import TASKS
-from harness.data.fetch import MIRROR_ENV, Fetcher, extract
-from harness.data.files import (
-    CorruptDataError,
-    MissingDataError,
-    NotFetchableError,
-    cache_dir,
-    data_root,
-    find_file,
-    read_text,
-)
-from harness.data.sums import (
-    check_sha256,
-    content_sha256,
-    file_sums,
-    manifest_digest,
-    read_sums,
-    sha256,
-    stat_key,
-    verify_sha256,
-)
+from harness.data.fetch import MIRROR_ENV as MIRROR_ENV
+from harness.data.fetch import Fetcher as Fetcher
+from harness.data.fetch import extract as extract
+from harness.data.files import CorruptDataError as CorruptDataError
+from harness.data.files import MissingDataError, cache_dir, data_root
+from harness.data.files import NotFetchableError as NotFetchableError
+from harness.data.files import find_file as find_file
+from harness.data.files import read_text as read_text
+from harness.data.sums import check_sha256, file_sums, manifest_digest, sha256, stat_key
+from harness.data.sums import content_sha256 as content_sha256
+from harness.data.sums import read_sums as read_sums
+from harness.data.sums import verify_sha256 as verify_sha256
 from harness.errors import DataError
-
-__all__ = [
-    "MIRROR_ENV",
-    "CorruptDataError",
-    "DataError",
-    "Fetcher",
-    "MissingDataError",
-    "NotFetchableError",
-    "attach_identity",
-    "cache_dir",
-    "cached",
-    "content_sha256",
-    "data_root",
-    "disk_cached",
-    "extract",
-    "find_file",
-    "manifest_digest",
-    "read_sums",
-    "read_text",
-    "status",
-    "status_rows",
-    "task_row",
-    "verify_sha256",
-]
-
 
 _CACHE: dict[tuple, Any] = {}
 

@@ -19,25 +19,10 @@ from typing import Any, ClassVar
 from harness import env
 from harness.components.code import code_digest, source_files
 from harness.components.config import build_config, task_config
-from harness.components.registry import (
-    METHODS,
-    REFERENCES,
-    TASKS,
-    register_reference,
-)
+from harness.components.registry import METHODS, REFERENCES, TASKS
+from harness.components.registry import register_reference as register_reference
 from harness.errors import ConfigError
 from harness.persistence.records import Identified
-
-__all__ = [
-    "REFERENCES",
-    "RefConfig",
-    "Reference",
-    "component",
-    "describe",
-    "register_reference",
-    "resolve_names",
-    "role",
-]
 
 
 @dataclass(frozen=True)
@@ -73,6 +58,7 @@ class ReferenceFit:
         """Nothing to build: whether it serves its task is checked as a sweep resolves."""
 
     def device(self) -> Any:
+        """The CPU, whatever device the sweep trains on."""
         return env.resolve_device("cpu")
 
     def setup(self, device: Any) -> tuple[Any, Any, str]:
