@@ -436,10 +436,7 @@ def check_training(name: str, task: str | None = None) -> str | None:
 def iter_checks(
     name: str, only: list[str] | None = None, task: str | None = None
 ) -> Iterator[Result]:
-    """Run the checks (``only`` these ids) on the method ``name``, yielding each ``Result``.
-
-    ``task``: the task ``check_training`` trains on. ConfigError: an unknown check id.
-    """
+    """Run the checks (``only`` these; ``task`` to train on) on ``name``, yielding each Result."""
     METHODS.get(name)
     unknown = sorted(set(only or []) - set(CHECKS))
     if unknown:

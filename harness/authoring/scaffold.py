@@ -22,10 +22,7 @@ KINDS = {
 
 
 def names(name: str) -> tuple[str, str, str]:
-    """The registry key (kebab-case), module name (snake_case) and class name of ``name``.
-
-    ConfigError: ``name`` is not a registry key that starts with a letter.
-    """
+    """The registry key, module and class names of ``name`` (ConfigError: not a method key)."""
     key = name.replace("_", "-")
     if key_problems(key) or not key[:1].isalpha():
         raise ConfigError(

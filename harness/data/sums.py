@@ -13,14 +13,15 @@ import os
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from harness.data.files import CorruptDataError, MissingDataError, cache_dir, find_file
 
 
-def sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes."""
+def sha256(path: str | os.PathLike, opener: Any = open) -> str:
+    """Hex sha256 of a file's bytes (as ``opener`` reads them)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -31,14 +32,10 @@ def content_sha256(path: str | os.PathLike) -> str:
     p = Path(path)
     if p.suffix != ".gz":
         return sha256(p)
-    h = hashlib.sha256()
     try:
-        with gzip.open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        return sha256(p, gzip.open)
     except (OSError, EOFError, zlib.error) as e:
         raise CorruptDataError(f"corrupt data file {p}: {e}") from None
-    return h.hexdigest()
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -106,10 +103,9 @@ def file_sums(
     fresh: bool = False,
     members: dict[str, dict[str, str]] | None = None,
 ) -> tuple[dict[str, str], list, int]:
-    """The content sums of the files ``keys`` (paths or globs) name under ``folder``.
+    """``({key: sum, a glob's manifest_digest}, absent keys, files)`` of ``keys`` under ``folder``.
 
-    Returns ``({key: sum, a glob's manifest_digest}, absent keys, files)``; ``members`` gets each
-    glob's ``{relative path: sha256}``.
+    ``members`` gets each glob's ``{relative path: sha256}``.
     """
     root, got, absent, n = Path(folder), {}, [], 0
     for rel in keys:

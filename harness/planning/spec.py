@@ -8,7 +8,7 @@ model built once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.components.registry import TASKS
@@ -22,10 +22,7 @@ MAX_SEEDS = 10_000
 
 
 def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
-    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
-
-    ConfigError: more than ``limit`` seeds (counted before expanding), or a bad spec.
-    """
+    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"``, in order (ConfigError: bad, over ``limit``)."""
     usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
     ranges: list[tuple[int, int]] = []
     try:
@@ -126,10 +123,7 @@ class Sweep:
             "seeds": s.seeds,
             "match_skip": s.match_skip,
             "select": s.select,
-            "blocks": [
-                {"methods": b.methods, "tasks": b.tasks, "set": b.set, "grid": b.grid}
-                for b in s.blocks
-            ],
+            "blocks": [asdict(b) for b in s.blocks],
         }
 
 
@@ -186,10 +180,7 @@ def resolve_configs(
 def usable_tasks(
     named: Iterable[str], tasks: list[str], data_dir: str | None
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The tasks whose data can be read, and ``(task, reason)`` for the others.
-
-    DataError: a task ``named`` outright whose data are missing or corrupt.
-    """
+    """The tasks whose data can be read, ``(task, reason)`` of the others (DataError: ``named``)."""
     named = set(named)
     runnable, skipped = [], []
     for t in tasks:

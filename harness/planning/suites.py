@@ -223,10 +223,7 @@ def _unknown(keys: list[str], allowed: list[str], where: str) -> None:
 
 
 def load(path: str | Path) -> SweepFile:
-    """Read and check a sweep file (``.toml``, ``.yaml``, ``.yml``): its options and parts.
-
-    ConfigError: an unreadable file, an unknown key, or a value of the wrong type.
-    """
+    """Read and check a sweep file: its options and parts (ConfigError: bad file, key or value)."""
     path = Path(path)
     data = _read(path)
     keys = option_keys()
@@ -316,10 +313,7 @@ def _layer(
     new_set: dict[str, str],
     new_grid: dict[str, list[str]],
 ) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """``new_set`` and ``new_grid`` over ``sets`` and ``grids``: a key anew replaces either.
-
-    Under either spelling (``lr`` and ``train.lr`` name one field).
-    """
+    """``new_set``, ``new_grid`` over ``sets``, ``grids``: a key anew replaces it (any spelling)."""
     new = [*new_set, *new_grid]
 
     def kept(key: str) -> bool:

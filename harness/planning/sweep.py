@@ -88,10 +88,7 @@ def build_configs(
 
 
 def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
-    """Build each variant's model once (``Fitting.check``) before any run starts.
-
-    ConfigError: the first config whose task or model cannot be built, named in the message.
-    """
+    """Build each variant's model once (``Fitting.check``); a ConfigError names a bad one."""
     from harness.training.train import fitting
 
     seen = set()
@@ -105,10 +102,7 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
 
 
 def variant_labels(cfgs: list[Any]) -> dict[str, str]:
-    """Per run id, the config fields (not the seed) that vary among its method's runs on its task.
-
-    Three runs at three lambda values are labelled ``lam=0``, ``lam=0.001``, ...; else ``""``.
-    """
+    """Per run id, the fields (not the seed) that vary among its method's runs on its task."""
     groups: dict[tuple[str, str], list[Any]] = {}
     for c in cfgs:
         groups.setdefault((c.method, c.task), []).append(c)
@@ -181,9 +175,8 @@ def estimate_runs(
             e = e if isinstance(e, int) and e > 0 else None
             by_method.setdefault(key, []).append((s, e))
             if compiling > 0:
-                compile_variant[r["variant_id"]] = max(
-                    compiling, compile_variant.get(r["variant_id"], 0)
-                )
+                vid = r["variant_id"]
+                compile_variant[vid] = max(compiling, compile_variant.get(vid, 0.0))
                 compile_method[key] = max(compiling, compile_method.get(key, 0.0))
     per_run: list[float | None] = []
     counts = {"variant": 0, "method": 0, "unknown": 0}
@@ -230,9 +223,9 @@ def _took(r: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def wall_seconds(per_run: Sequence[float | None], workers: int) -> float:
-    """The wall time of runs of these durations (None: left out) on ``workers`` workers.
+    """The wall time of runs of these durations (None: left out) on ``workers``, LPT-scheduled.
 
-    LPT scheduling: the longest first, each to the worker free soonest (within 4/3 of the best).
+    The longest first, each to the worker free soonest: within 4/3 of the best schedule.
     """
     import heapq
 

@@ -180,10 +180,9 @@ def component(name: str) -> Any:
 
 
 def resolve_names(spec: str | Iterable[str]) -> list[str]:
-    """Method and reference names and globs (``"all,ref:*"``), in order, repeats dropped.
+    """Method and reference names and globs (``"all,ref:*"``: ``all`` is every method), in order.
 
-    ``all`` is every method, never a reference. UnknownNameError: an unknown name, a glob that
-    matches nothing, or no name at all.
+    UnknownNameError: an unknown name, a glob that matches nothing, or no name at all.
     """
     parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
     out: list[str] = []

@@ -92,10 +92,7 @@ def restore_training(
 
 
 class Checkpointer:
-    """The checkpoint of one run, ``folder/RUN_ID.pt``, used where ``identity`` matches.
-
-    ``every_s``: the least seconds between two saves; ``start``: the record's ``time.start``.
-    """
+    """The checkpoint of one run, ``folder/RUN_ID.pt``, saved at most every ``every_s`` seconds."""
 
     def __init__(
         self,

@@ -39,10 +39,7 @@ def synced(fn: Callable[[], Any], device: str | torch.device) -> Callable[[], An
 def time_fn(
     fn: Callable[[], Any], device: str | torch.device, warmup: int = 1, rounds: int = 5
 ) -> list[float]:
-    """Seconds per call of ``fn`` on ``device`` over ``rounds`` rounds, after ``warmup`` calls.
-
-    The device is synchronised before each round starts and before its clock stops.
-    """
+    """Seconds per call of ``fn`` over ``rounds`` synchronised rounds, after ``warmup`` calls."""
     if warmup < 0 or rounds < 1:
         raise ValueError(f"need warmup >= 0 and rounds >= 1 (got {warmup}, {rounds})")
     for _ in range(warmup):
@@ -92,11 +89,7 @@ _COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 
 class CompileClock:
-    """What ``torch.compile`` spent on a run: seconds, graphs built and loaded from the cache.
-
-    Differences of torch's own timers and counters between ``start`` and ``stop``. Inductor's
-    FX-graph cache is kept across runs and processes: later runs of the same graphs load them.
-    """
+    """What ``torch.compile`` spent on a run (torch's own timers and counters): seconds, graphs."""
 
     def __init__(self) -> None:
         self._at: tuple[float, int, int] | None = None

@@ -185,10 +185,7 @@ def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> lis
 
 
 def _quiet_writer_threads() -> None:
-    """Keep the traceback of a failed write in tensorboard's writer thread off stderr.
-
-    The logger meets the same error on its next call and handles it (``_write``).
-    """
+    """Keep a failed write's traceback in tensorboard's writer thread off stderr (``_write``)."""
     hook = threading.excepthook
     if getattr(hook, "harness_quiet", False):
         return
