@@ -31,8 +31,7 @@ class ConformanceError(AssertionError):
 
     def __init__(self, prop: str, numbers: str) -> None:
         super().__init__(f"{prop}: {numbers}")
-        self.prop = prop
-        self.numbers = numbers
+        self.prop, self.numbers = prop, numbers
 
 
 class NotApplicable(Exception):
@@ -423,12 +422,9 @@ def check_training(name: str, task: str | None = None) -> str | None:
     if not losses[-1] < losses[0]:
         raise _Fail(f"training loss on {task} per epoch {shown}: the last is not below the first")
     again = train.run(cfg)
-    if again["metrics"] != rec["metrics"]:
-        diff = {
-            k: (v, again["metrics"].get(k))
-            for k, v in rec["metrics"].items()
-            if again["metrics"].get(k) != v
-        }
+    got, want = again["metrics"], rec["metrics"]
+    if got != want:
+        diff = {k: (v, got.get(k)) for k, v in want.items() if got.get(k) != v}
         raise _Fail(f"the same config and seed gave other metrics on {task}: {diff}")
     return f"{task}, training loss {shown}"
 

@@ -48,8 +48,7 @@ def render(name: str, kind: str) -> dict[str, str]:
 def new_method(name: str, kind: str, out: str | Path) -> list[Path]:
     """Write ``out/<module>.py`` and ``out/test_<module>.py`` for a new method; the paths.
 
-    ConfigError: a bad name or kind, a name registered already or an installed module's, or a
-    file that exists already (then nothing is written).
+    ConfigError: a bad name or kind, a name taken already, or a file that exists (none written).
     """
     import importlib.util
 

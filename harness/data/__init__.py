@@ -51,11 +51,10 @@ _DISK: dict[tuple, dict[str, Any]] = {}
 def disk_cached(
     subdir: str, name: str, files: list[Path], build: Callable[[], dict[str, Any]]
 ) -> tuple[dict[str, Any], str]:
-    """Arrays derived from data files, cached on disk under ``cache_dir()/subdir``.
+    """Arrays derived from data files, cached on disk (and in memory): arrays, "hit"/"built".
 
-    Keyed by ``name`` (with a pipeline version) and every file's name and sha256; kept in memory
-    too, under the files' ``stat_key``. Returns the arrays, read-only, and ``"hit"`` or
-    ``"built"``; an unreadable entry is rebuilt and an unwritable cache only warns.
+    Keyed by ``name`` (with a pipeline version) and every file's name and sha256 (in memory: the
+    files' ``stat_key``); an unreadable entry is rebuilt and an unwritable cache only warns.
     """
     import zipfile
 
@@ -103,10 +102,8 @@ def status(
 ) -> dict[str, Any]:
     """A ``Task.data_status()`` dict: ``check()`` parses the data and returns a detail line.
 
-    The status is ``found``, else ``missing``/``corrupt`` on a DataError. ``sums`` are the
-    published checksums (``verify_sha256``); data without them name the files they read in
-    ``files`` (paths or globs), whose content digest then identifies them. A task may add
-    ``sha256_members`` (``check_sha256``), so that a mismatch names the files.
+    ``sums``: the published checksums (``verify_sha256``); data without them name the ``files``
+    they read, whose content digest identifies them. ``sha256_members``: ``check_sha256``.
     """
     row: dict[str, Any] = {"dataset": dataset, "path": str(path), "source": source}
     try:
@@ -179,8 +176,7 @@ def status_rows(
 ) -> list[dict[str, Any]]:
     """One row per registered real-data task (``tasks``: only these), as ``task_row`` gives it.
 
-    Status: ``found``, ``missing``, ``checksum mismatch`` or ``corrupt``. ``harness data verify``
-    passes ``fresh``: a check that trusts the sum cache is not a check.
+    Status: ``found``, ``missing``, ``checksum mismatch`` or ``corrupt``.
     """
     rows = []
     for name, cls in TASKS.items():
@@ -202,10 +198,8 @@ def status_rows(
 def attach_identity(
     cfgs: list[Any], data_dir: str | None = None, allow_unverified: bool = False
 ) -> tuple[list[Any], list[str]]:
-    """Verify the data of every run that reads data files, and key the runs by it.
+    """Verify the data of every run that reads data files, and key the runs (``cfg.data``) by it.
 
-    Each distinct (task, task config) is checked once and its runs get ``RunConfig.data``, part
-    of their run id: a record made on other data never stands in for one on the published data.
     Returns the configs and notes for data without published sums. DataError: one line per task
     whose files differ (unless ``allow_unverified``: recorded as unverified) or cannot be read.
     """

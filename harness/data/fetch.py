@@ -18,9 +18,8 @@ MIRROR_ENV = "HARNESS_DATA_MIRROR"
 class Fetcher:
     """Downloads a task's published files and installs them, verified, under ``root``.
 
-    A dataset is built in a staging folder, checked, and only then moved into place: a failed
-    download leaves nothing half-unpacked. ``mirror`` (default ``$HARNESS_DATA_MIRROR``): fetch
-    ``MIRROR/<dataset folder>/<file name>`` instead; ``say``: one line per download.
+    Built in a staging folder, checked, only then moved into place. ``mirror`` (default
+    ``$HARNESS_DATA_MIRROR``): fetch ``MIRROR/<dataset folder>/<file name>`` instead.
     """
 
     def __init__(
@@ -119,8 +118,7 @@ class Fetcher:
 def extract(archive: Path, pick: Callable[[str], str | None], stage: Path, depth: int = 2) -> int:
     """Copy the members of a zip or tar ``archive`` that ``pick`` names into ``stage``; how many.
 
-    ``pick``: member path -> destination relative to ``stage``, or None. Archives inside are
-    opened too, ``depth`` levels deep. CorruptDataError: no readable archive.
+    ``pick``: member path -> destination in ``stage``, or None; nested archives too, ``depth`` deep.
     """
     import shutil
     import tarfile

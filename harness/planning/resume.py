@@ -32,9 +32,8 @@ def plan_resume(
 ) -> ResumePlan:
     """Decide what a (resumed) sweep runs: the runs without a record, and the reruns.
 
-    ``force`` reruns everything, ``retry_failed`` the runs not ``ok``; a record whose
-    ``method_code`` differs from the method's now is stale and reruns unless ``keep_stale``
-    (a record without a code version is kept). A rerun's record is appended, and wins.
+    ``force`` reruns everything, ``retry_failed`` the runs not ``ok``; a record made by other
+    ``method_code`` is stale and reruns unless ``keep_stale`` (one without a code is kept).
     """
     if force:
         return ResumePlan(list(configs))

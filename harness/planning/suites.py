@@ -5,8 +5,7 @@ with PyYAML); its ``[[part]]`` tables each add their own ``methods``, ``tasks``,
 ``grid`` (over the file's, key by key), and the sweep is the union of the parts. A flag beside the
 file overrides it (``--set``, ``--grid`` key by key); in a file with parts, ``--methods`` and
 ``--tasks`` keep in each part the names they select, and the references ``--methods`` names join
-every part. ``include`` paths are relative to the file. The suites ship in the task package's
-``suites`` folder (``--suite ssa-table1``: ``ssa_table1.toml``).
+every part. The suites ship in the task package's ``suites`` folder.
 """
 
 from __future__ import annotations
@@ -173,6 +172,11 @@ def _option(key: str, value: Any, where: str) -> Any:
     def bad() -> ConfigError:
         return ConfigError(f"{where} expects {option_keys()[key]}, got {value!r}")
 
+    if key == "include":
+        v = [value] if isinstance(value, str) else value
+        if not (isinstance(v, list) and v and all(isinstance(p, str) and p for p in v)):
+            raise bad()
+        return v
     if key in ("tasks", "methods"):
         return _names(value, where)
     if key == "seeds":
@@ -231,19 +235,10 @@ def load(path: str | Path) -> SweepFile:
     _unknown([k for k in data if k not in allowed], allowed, str(path))
     sweep = SweepFile(str(path), description=str(data.get("description", "")))
     for key, value in data.items():
-        if key == "include":
-            paths = [value] if isinstance(value, str) else value
-            if (
-                not isinstance(paths, list)
-                or not paths
-                or not all(isinstance(p, str) and p for p in paths)
-            ):
-                raise ConfigError(
-                    f"{path}: 'include' expects {OPTION_KEYS['include']}, got {value!r}"
-                )
-            sweep.options[key] = [str(path.parent / Path(p).expanduser()) for p in paths]
-        elif key in keys:
+        if key in keys:
             sweep.options[key] = _option(key, value, f"{path}: '{key}'")
+    if paths := sweep.options.get("include"):  # relative to the file
+        sweep.options["include"] = [str(path.parent / Path(p).expanduser()) for p in paths]
     parts = data.get("part", [])
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         raise ConfigError(f"{path}: 'part' expects [[part]] tables")

@@ -47,9 +47,8 @@ def build_configs(
 ) -> list[config.RunConfig]:
     """Every distinct (task, method, grid point, seed) config of a sweep, in that nesting order.
 
-    An override or grid key (``--set``, ``--grid`` strings) applies to the (method, task) pairs
-    that have it. ConfigError: a key no pair has (listing the valid keys), a key both set and
-    swept, a bad value or preset, more than ``MAX_RUNS`` runs.
+    A ``--set`` or ``--grid`` key applies to the (method, task) pairs that have it. ConfigError:
+    a key no pair has, a key both set and swept, a bad value or preset, over ``MAX_RUNS`` runs.
     """
     points = math.prod(len(v) for v in (grid or {}).values())
     size = len(tasks) * len(methods) * points * len(seeds)
@@ -126,8 +125,7 @@ def fresh_costs(
 ) -> list[dict[str, Any]]:
     """MACs, FLOPs and parameters per sequence of fresh models (seed 0) of ``methods`` on a task.
 
-    Each runs in eval mode on the first ``batch`` test sequences (``model_costs``); one row per
-    method. HarnessError: unknown names, missing data, bad overrides or preset.
+    Each runs in eval mode on the first ``batch`` test sequences (``model_costs``); a row each.
     """
     from harness.components.flops import model_costs
     from harness.training.train import build, out_of_memory_as_error
@@ -155,10 +153,9 @@ def estimate_runs(
 ) -> tuple[list[float | None], dict[str, int]]:
     """The seconds each run in ``todo`` would take (None: unknown), and the counts of each way.
 
-    A run is estimated by the mean recorded ``train_s + eval_s`` of its variant's ok runs, else by
-    its method's on its task and preset, per epoch run times its epochs. Compilation counts once
-    per variant, on its first run: the largest ``compile_s`` recorded (later seeds load the
-    compiled graphs from inductor's cache).
+    The mean recorded ``train_s + eval_s`` of its variant's ok runs, else its method's on its
+    task and preset per epoch times its epochs. Compilation counts once per variant (the largest
+    recorded): later seeds load the compiled graphs from inductor's cache.
     """
     by_variant: dict[str, list[float]] = {}
     # (seconds, epochs run or None) of the runs of each (method, task, preset)

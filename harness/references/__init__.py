@@ -1,10 +1,8 @@
 """Reference predictors (``ref:NAME``): trivial, non-recurrent baselines of a task.
 
-A reference has no recurrent model, no epochs and no Skip %: it says whether a task separates the
-methods at all. It is fitted on the training split of the run's seed and scores validation and
-test with the task's own ``batch_stats`` and ``finalize``; the training step runs and records it
-as it runs a method (``ReferenceFit``). ``--methods 'ref:*'`` runs them; ``all`` stays the
-methods. This module imports no torch: the registry, the base class, the run config and the run.
+A reference (no recurrent model, no epochs, no Skip %) says whether a task separates the methods
+at all. Fitted on the training split, it is scored by the task's own ``batch_stats`` and
+``finalize``; the training step runs and records it as a method (``ReferenceFit``). No torch here.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ EVAL_BATCH = 64  # sequences scored at once, at most: a language model's logits 
 class ReferenceFit:
     """One reference run as the training step runs it (``harness.training.train.Fitting``).
 
-    Its record has no MACs, trace or epochs (``best_epoch`` -1); ``params`` counts the numbers
-    the fit produced. It runs on the CPU, whatever device the sweep trains on (deterministic).
+    Its record has no MACs, trace or epochs (``best_epoch`` -1); it runs on the CPU.
     """
 
     def __init__(self, cfg: RefConfig, data_dir: str | None = None) -> None:
@@ -95,12 +92,10 @@ class NoReferenceConfig:
 
 
 class Reference:
-    """Base class of a reference predictor.
+    """Base class of a reference predictor: ``kinds`` it serves, ``fit`` and ``predict``.
 
-    A subclass sets ``kinds`` (the ``TaskKind`` values it serves), implements ``fit`` and
-    ``predict``, holds its knobs in ``config_cls`` and says what it is in ``description`` (one
-    sentence). ``bound``: a bound the task computes, not a predictor (it overrides ``score``);
-    the tables do not judge the methods against it.
+    ``config_cls`` holds its knobs, ``description`` says what it is (one sentence). ``bound``: a
+    bound the task computes (it overrides ``score``), which the tables judge no method against.
     """
 
     name: ClassVar[str] = "ref:?"

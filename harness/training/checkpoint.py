@@ -1,11 +1,9 @@
 """Checkpoints of a run in training, so that a run longer than its process's life still finishes.
 
-At the end of an epoch, at most every ``every_s`` seconds, ``Checkpointer`` keeps all the loop
-needs to go on as if it had not stopped (parameters, Adam's state, every random state, the loop's
-``TrainState``, the methods' ``train_state``): the resumed run's record is the uninterrupted
-run's, plus ``time.resumed``. A checkpoint serves only its run id with the same method code and
-harness commit, is written atomically and removed once the run is recorded. One that cannot be
-written costs only resuming (one warning; a full disk goes into the record and stops the sweep).
+``Checkpointer`` keeps all the loop needs to go on as if it had not stopped: the resumed run's
+record is the uninterrupted run's, plus ``time.resumed``. A checkpoint serves only its run id with
+the same method code and harness commit, is written atomically and removed once the run is
+recorded. One that cannot be written costs only resuming (a full disk goes into the record).
 """
 
 from __future__ import annotations
@@ -103,9 +101,7 @@ class Checkpointer:
         start: str | None = None,
     ) -> None:
         self.path = Path(folder) / f"{run_id}.pt"
-        self.run_id = run_id
-        self.identity = dict(identity)
-        self.every_s = float(every_s)
+        self.run_id, self.identity, self.every_s = run_id, dict(identity), float(every_s)
         self._last = time.monotonic()
         self._broken = False  # a save failed: stop trying, the run goes on
         self.full = ""  # a save met a full disk: what the record tells the sweep

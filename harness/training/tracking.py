@@ -1,10 +1,8 @@
 """TensorBoard event files per run (``harness run --log-dir DIR``), and records as HParams.
 
-``TensorBoardLogger``, a training-loop callback, writes each epoch's training loss and validation
-metric, then the test metrics, under ``DIR/<task>_<preset>/<method>/<run id>``. It holds only
-plain values until its first event, so it travels to worker processes and Ray tasks. A write that
-fails ends the run's events, not the run (one warning; a full disk goes into the record).
-``write_hparams`` (``harness report --tensorboard DIR``) writes finished records in that layout.
+``TensorBoardLogger`` (a training-loop callback) holds only plain values until its first event,
+so it travels to worker processes and Ray tasks; a write that fails ends the run's events, not
+the run. ``write_hparams`` (``harness report --tensorboard DIR``) writes finished records.
 """
 
 from __future__ import annotations

@@ -140,12 +140,9 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
     unread = unread_columns(out.layers)
     if unread is not None:
         shares["read_skip_pct_per_step"] = unread
-    acc = traced.setdefault("_per_step", {"n": torch.zeros(T, dtype=torch.float64)})
-    acc["n"] = _pad_add(acc["n"], valid.sum(0).cpu())
-    for name, share in shares.items():
-        acc[name] = _pad_add(
-            acc.get(name, torch.zeros(0, dtype=torch.float64)), (share * valid).sum(0).cpu()
-        )
+    acc = traced.setdefault("_per_step", {})
+    for name, share in {"n": 1.0, **shares}.items():  # n: the sequences that reach each step
+        acc[name] = _pad_add(acc.get(name, torch.zeros(0)), (share * valid).sum(0).cpu())
     hist = traced.setdefault("depth_hist", {})
     for o in out.layers:
         if o.depth is None:
@@ -162,8 +159,7 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
 
 def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a + b`` for 1-d tensors of possibly different lengths (the shorter one zero-padded)."""
-    n = max(len(a), len(b))
-    out = torch.zeros(n, dtype=torch.float64)
+    out = torch.zeros(max(len(a), len(b)), dtype=torch.float64)
     out[: len(a)] += a
     out[: len(b)] += b
     return out
@@ -190,10 +186,8 @@ def descend(
 ) -> float | None:
     """One optimiser step on ``total``: backward, global-norm clipping to ``clip`` (0: none), step.
 
-    Where torch's norm overflows the gradients' dtype (float32: above about 1.8e19) while every
-    gradient is finite, it is taken again in float64 and the gradients scaled by it, where
-    ``clip_grad_norm_`` would scale them by ``clip / inf = 0``. Returns that float64 norm (an
-    event the record keeps), else None; DivergedError: a non-finite gradient, before the step.
+    A norm that overflows float32 (``clip_grad_norm_`` would scale by ``clip / inf = 0``) is taken
+    again in float64 and returned (an event); DivergedError: a non-finite gradient, before the step.
     """
     opt.zero_grad(set_to_none=True)
     total.backward()
@@ -237,10 +231,8 @@ def train_model(
 ) -> TrainState:
     """Train with Adam, leaving the best-validation parameters loaded; the loop's final state.
 
-    ``callbacks`` are called after every epoch with ``(epoch, history row)``; what happened on the
-    way is appended to ``events`` (``harness.training.events``). With ``checkpoint``, a saved state
-    is loaded first and saved again at the end of an epoch once ``checkpoint.every_s`` seconds
-    have passed. DivergedError: a non-finite loss or gradient, with the epochs finished before.
+    ``callbacks`` get ``(epoch, history row)`` after every epoch; ``events`` what happened. A
+    ``checkpoint``'s saved state is loaded first. DivergedError: a non-finite loss or gradient.
     """
     tc = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
@@ -405,9 +397,8 @@ def run(
     """Run one configuration (a method's, a reference's) through ``fitting``; its record.
 
     The one place that builds a run's record. With ``checkpoint_dir``, the run keeps a checkpoint
-    there (at most every ``checkpoint_every_s`` seconds), goes on from one it finds, and removes it
-    once recorded. Whatever goes wrong inside the run gives a failed record naming the reason, so
-    a sweep goes on; only an interrupt propagates (the checkpoint stays for the next start).
+    there and goes on from one it finds. Whatever goes wrong inside the run gives a failed record
+    naming the reason; only an interrupt propagates (the checkpoint stays for the next start).
     """
     code = method_code(cfg.method)
     rec = records.start_record(cfg, code, source_of(component(cfg.method)))
