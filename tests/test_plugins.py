@@ -180,12 +180,13 @@ def test_the_environment_variable_includes_too(tmp_path, monkeypatch):
     assert "incl-env" in METHODS
 
 
-def test_a_sweep_file_includes_paths_relative_to_itself(tmp_path, harness):
+def test_a_sweep_file_includes_paths_relative_to_itself(tmp_path, harness, monkeypatch):
     write_method(tmp_path / "mine", "incl-swept")
     (tmp_path / "sweep.toml").write_text(
         'include = "mine"\ntasks = "adding"\nmethods = ["incl-swept", "gru"]\n'
     )
     (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     res = harness(
         "run",
         "--config",

@@ -1,14 +1,9 @@
 """The generic checks every registered method passes: ``harness check NAME`` and the test suite.
 
-Each ``check_*(name)`` builds fresh models of the method ``name`` at tiny sizes. A property that
-does not hold raises ``ConformanceError``, naming it and showing the numbers; ``NotApplicable``
-says it does not concern the method (e.g. the fast path of a method without ``at_skip``). The
-project's tests call these functions parametrized over the registry, so a failure reads the same
-there and in ``harness check``; ``run_checks`` runs them all, one ``Result`` per property. torch,
-fvcore and the trainer are imported inside the functions: importing this module stays light.
-The static part, which builds nothing (``harness.components.registry.check_method``: a ``Method``
-subclass, a frozen-dataclass config, ``cost`` and a recurrence), runs when a method registers
-(``harness.components.registry.check_method``), and again first in ``check_config``.
+Each ``check_*(name)`` builds fresh models of the method at tiny sizes; a property that does not
+hold raises ``ConformanceError`` with the numbers, ``NotApplicable`` says it does not concern the
+method. The tests call them parametrized over the registry, so a failure reads the same there and
+in ``harness check``. torch, fvcore and the trainer are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -32,17 +27,11 @@ TARGETS = (0.0, 0.5, 0.9)  # the Skip % / 100 a fast path is checked at
 
 
 class ConformanceError(AssertionError):
-    """A property a method does not have, with the numbers that show it.
-
-    Args:
-        prop: the property (the check's title).
-        numbers: what was measured against what was expected.
-    """
+    """A property (a check's title) a method does not have, with the numbers that show it."""
 
     def __init__(self, prop: str, numbers: str) -> None:
         super().__init__(f"{prop}: {numbers}")
-        self.prop = prop
-        self.numbers = numbers
+        self.prop, self.numbers = prop, numbers
 
 
 class NotApplicable(Exception):
@@ -114,9 +103,6 @@ def _close(what: str, got: Any, want: Any, rtol: float = 0.0, atol: float = 0.0)
             f"({', '.join(str(int(i)) for i in at)}): {float(got[at]):.6g}, expected "
             f"{float(want[at]):.6g}"
         )
-
-
-# --- the checks ---------------------------------------------------------------------------------
 
 
 @_check("config", "config: declared knobs, serialised and read back")
@@ -436,33 +422,17 @@ def check_training(name: str, task: str | None = None) -> str | None:
     if not losses[-1] < losses[0]:
         raise _Fail(f"training loss on {task} per epoch {shown}: the last is not below the first")
     again = train.run(cfg)
-    if again["metrics"] != rec["metrics"]:
-        diff = {
-            k: (v, again["metrics"].get(k))
-            for k, v in rec["metrics"].items()
-            if again["metrics"].get(k) != v
-        }
+    got, want = again["metrics"], rec["metrics"]
+    if got != want:
+        diff = {k: (v, got.get(k)) for k, v in want.items() if got.get(k) != v}
         raise _Fail(f"the same config and seed gave other metrics on {task}: {diff}")
     return f"{task}, training loss {shown}"
-
-
-# --- all of them --------------------------------------------------------------------------------
 
 
 def iter_checks(
     name: str, only: list[str] | None = None, task: str | None = None
 ) -> Iterator[Result]:
-    """Run the checks on the method ``name`` (in ``CHECKS`` order), yielding each result.
-
-    Args:
-        name: a registered method.
-        only: check ids to run (default all; ``CHECKS`` lists them).
-        task: the task ``check_training`` trains on (default ``training_task()``).
-
-    Raises:
-        UnknownNameError: no such method (with suggestions).
-        ConfigError: an unknown check id.
-    """
+    """Run the checks (``only`` these; ``task`` to train on) on ``name``, yielding each Result."""
     METHODS.get(name)
     unknown = sorted(set(only or []) - set(CHECKS))
     if unknown:

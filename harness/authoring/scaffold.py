@@ -1,11 +1,7 @@
 """``harness new method``: a documented template of a new method and its test file.
 
-A template per kind of conditional computation (``KINDS``), in ``harness/authoring/templates/``:
-each holds the ``Method`` subclass with its config (fields declared with ``knob``), ``cost()`` and
-the hooks its kind has (``fast_forward`` and ``at_skip`` for skip and depth, ``budget_knobs`` for
-the kinds that skip), with ``# eq. N`` placeholders for the user's paper. Fresh from the template, a
-method passes ``harness check`` (``harness.authoring.conformance``) and trains; its test file runs
-the same checks under pytest.
+One template per kind (``KINDS``) in ``templates/``, with the hooks its kind has and ``# eq. N``
+placeholders for the user's paper; fresh from it, a method passes ``harness check`` and trains.
 """
 
 from __future__ import annotations
@@ -26,13 +22,7 @@ KINDS = {
 
 
 def names(name: str) -> tuple[str, str, str]:
-    """The registry key (kebab-case), module name (snake_case) and class name of ``name``.
-
-    Raises:
-        ConfigError: ``name``, with ``-`` for ``_``, is not a registry key
-            (``harness.components.registry.key_problems``: lower-case words of letters and
-            digits, at most ``MAX_KEY`` characters) that starts with a letter.
-    """
+    """The registry key, module and class names of ``name`` (ConfigError: not a method key)."""
     key = name.replace("_", "-")
     if key_problems(key) or not key[:1].isalpha():
         raise ConfigError(
@@ -44,11 +34,7 @@ def names(name: str) -> tuple[str, str, str]:
 
 
 def render(name: str, kind: str) -> dict[str, str]:
-    """The files of a new method: ``{file name: text}`` (the method, then its test file).
-
-    Raises:
-        ConfigError: a bad name or an unknown kind.
-    """
+    """The files of a new method: ``{file name: text}`` (the method, then its test file)."""
     if kind not in KINDS:
         raise ConfigError(f"unknown kind '{kind}'; kinds: {', '.join(KINDS)}")
     key, module, cls = names(name)
@@ -60,20 +46,9 @@ def render(name: str, kind: str) -> dict[str, str]:
 
 
 def new_method(name: str, kind: str, out: str | Path) -> list[Path]:
-    """Write ``OUT/<module>.py`` and ``OUT/test_<module>.py`` for a new method of ``kind``.
+    """Write ``out/<module>.py`` and ``out/test_<module>.py`` for a new method; the paths.
 
-    Args:
-        name: the method's name, kebab- or snake-case (``my-skip``, ``my_skip``).
-        kind: one of ``KINDS``.
-        out: the folder to write into (made if missing).
-
-    Returns:
-        The paths written.
-
-    Raises:
-        ConfigError: a bad name or kind, a name already registered (a built-in, a plugin, an
-            included file), a module name that an installed module has, or a file that exists
-            already (nothing is overwritten; nothing is written).
+    ConfigError: a bad name or kind, a name taken already, or a file that exists (none written).
     """
     import importlib.util
 

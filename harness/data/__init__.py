@@ -1,18 +1,9 @@
 """Datasets: where they live, how they are read, checked and identified, and how they are fetched.
 
-This module gathers the data modules; tasks and commands import every name from here:
-
-- ``harness.data.files``: the data root (``--data-dir``, ``HARNESS_DATA_DIR``, the user cache),
-  the readers (``find_file``, ``open_text``, ``read_text``: ``NAME`` or ``NAME.gz``) and the
-  errors (``MissingDataError``, ``CorruptDataError``, ``NotFetchableError``, all ``DataError``);
-- ``harness.data.sums``: content sums, verification against published sums, the sum cache;
-- ``harness.data.fetch``: downloads (``Fetcher``, ``extract``);
-- here: parsed data cached per process (``cached``) and on disk (``disk_cached``), the status
-  rows real-data tasks report (``status``; ``status_rows`` collects them for ``harness data
-  list|verify`` and, with ``verify``, checks the files against the sums the tasks ship) and the
-  data identity of a run (``attach_identity``).
-
-Importing it does not import torch.
+Tasks and commands import every data name from here (``files``: the data root, readers, errors;
+``sums``: content sums and verification; ``fetch``: downloads). This module holds the parsed-data
+caches, the status rows of ``harness data list|verify`` and a run's data identity. It imports no
+torch.
 """
 
 from __future__ import annotations
@@ -27,54 +18,19 @@ from typing import Any
 
 from harness.components.config import DataIdentity
 from harness.components.registry import TASKS
-from harness.data.fetch import MIRROR_ENV, Fetcher, extract
-from harness.data.files import (
-    CorruptDataError,
-    MissingDataError,
-    NotFetchableError,
-    cache_dir,
-    data_root,
-    find_file,
-    read_text,
-)
-from harness.data.sums import (
-    check_sha256,
-    content_sha256,
-    file_sums,
-    manifest_digest,
-    read_sums,
-    sha256,
-    stat_key,
-    verify_sha256,
-)
+from harness.data.fetch import MIRROR_ENV as MIRROR_ENV
+from harness.data.fetch import Fetcher as Fetcher
+from harness.data.fetch import extract as extract
+from harness.data.files import CorruptDataError as CorruptDataError
+from harness.data.files import MissingDataError, cache_dir, data_root
+from harness.data.files import NotFetchableError as NotFetchableError
+from harness.data.files import find_file as find_file
+from harness.data.files import read_text as read_text
+from harness.data.sums import check_sha256, file_sums, manifest_digest, sha256, stat_key
+from harness.data.sums import content_sha256 as content_sha256
+from harness.data.sums import read_sums as read_sums
+from harness.data.sums import verify_sha256 as verify_sha256
 from harness.errors import DataError
-
-__all__ = [
-    "MIRROR_ENV",
-    "CorruptDataError",
-    "DataError",
-    "Fetcher",
-    "MissingDataError",
-    "NotFetchableError",
-    "attach_identity",
-    "cache_dir",
-    "cached",
-    "content_sha256",
-    "data_root",
-    "disk_cached",
-    "extract",
-    "find_file",
-    "manifest_digest",
-    "read_sums",
-    "read_text",
-    "status",
-    "status_rows",
-    "task_row",
-    "verify_sha256",
-]
-
-
-# --- parsed-data cache ----------------------------------------------------------------------------
 
 _CACHE: dict[tuple, Any] = {}
 
@@ -95,13 +51,10 @@ _DISK: dict[tuple, dict[str, Any]] = {}
 def disk_cached(
     subdir: str, name: str, files: list[Path], build: Callable[[], dict[str, Any]]
 ) -> tuple[dict[str, Any], str]:
-    """Arrays derived from data files, cached on disk under ``cache_dir()/subdir``.
+    """Arrays derived from data files, cached on disk (and in memory): arrays, "hit"/"built".
 
-    The key is ``name`` (include a pipeline version in it) plus every source file's name and
-    sha256, so a changed file or pipeline rebuilds. Returns the arrays, read-only, and ``"hit"``
-    or ``"built"``; an unreadable entry is rebuilt and an unwritable cache only warns. A process
-    also keeps them in memory under the files' ``stat_key``: a sweep's later runs of the task
-    (each asks again) cost a ``stat`` per file, not hashing every file and reading the entry.
+    Keyed by ``name`` (with a pipeline version) and every file's name and sha256 (in memory: the
+    files' ``stat_key``); an unreadable entry is rebuilt and an unwritable cache only warns.
     """
     import zipfile
 
@@ -139,9 +92,6 @@ def _remember(stamp: tuple, arrays: dict[str, Any]) -> dict[str, Any]:
     return arrays
 
 
-# --- status rows (``harness data list|verify``) ---------------------------------------------------
-
-
 def status(
     dataset: str,
     path: str | os.PathLike,
@@ -150,15 +100,10 @@ def status(
     sums: dict[str, str] | None = None,
     files: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A ``Task.data_status()`` dict, built by calling ``check()``.
+    """A ``Task.data_status()`` dict: ``check()`` parses the data and returns a detail line.
 
-    ``check()`` loads and parses the data and returns a detail line: the status is ``found`` on
-    success, ``missing``/``corrupt`` on a DataError. ``sums`` (see ``verify_sha256``) are the
-    published checksums ``task_row(verify=True)`` checks; data without them name the files they
-    read in ``files`` (relative paths or globs), whose content digest then identifies them. A
-    task whose sums hold a glob's one digest may add the published sum of each of its files to
-    the row as ``sha256_members`` (``{glob: {path: sha256}}``, ``check_sha256``), so that a
-    mismatch names the files.
+    ``sums``: the published checksums (``verify_sha256``); data without them name the ``files``
+    they read, whose content digest identifies them. ``sha256_members``: ``check_sha256``.
     """
     row: dict[str, Any] = {"dataset": dataset, "path": str(path), "source": source}
     try:
@@ -179,10 +124,9 @@ def task_row(
 ) -> dict[str, Any] | None:
     """The data row of one task instance (``status_rows``); None for generated data.
 
-    With ``verify`` a found dataset is checked against the task's published sums and the row
-    gains ``digest`` (``manifest_digest`` of the files as found) and ``verified`` (True when
-    they match the published sums; False when they differ or the task publishes none). With
-    ``fresh`` every file is hashed again, whatever the sum cache says.
+    With ``verify``, a found dataset is checked against the published sums (every file hashed
+    again with ``fresh``): the row gains ``check``, ``digest`` (of the files as found) and
+    ``verified`` (False where they differ or none are published).
     """
     try:
         st = task.data_status()
@@ -230,20 +174,9 @@ def status_rows(
     tasks: list[str] | None = None,
     fresh: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per registered real-data task: ``task, dataset, status, path, source, detail``.
+    """One row per registered real-data task (``tasks``: only these), as ``task_row`` gives it.
 
-    Args:
-        data_dir: the data root (resolved as in ``data_root``).
-        verify: also check the files against the sha256 sums the task ships (the ``sha256``
-            entry of its ``data_status()``, see ``status``); status becomes
-            ``"checksum mismatch"`` when they differ, and the row gains ``check`` (the result,
-            e.g. ``sha256 verified for 3 files``), ``digest`` and ``verified`` (``task_row``).
-        tasks: only these task names (default: all registered).
-        fresh: with ``verify``, hash every file again whatever the sum cache says (``harness
-            data verify`` does: a check that trusts the cache is not a check).
-
-    Status is one of ``found``, ``missing``, ``checksum mismatch``, ``corrupt``; tasks whose data
-    are generated (``data_status()`` is None) are left out.
+    Status: ``found``, ``missing``, ``checksum mismatch`` or ``corrupt``.
     """
     rows = []
     for name, cls in TASKS.items():
@@ -265,25 +198,10 @@ def status_rows(
 def attach_identity(
     cfgs: list[Any], data_dir: str | None = None, allow_unverified: bool = False
 ) -> tuple[list[Any], list[str]]:
-    """Verify the data of every run that reads data files and key the runs by it.
+    """Verify the data of every run that reads data files, and key the runs (``cfg.data``) by it.
 
-    Each distinct (task, task config) is checked once (``task_row(verify=True)``; sums are
-    cached per file, so a rerun costs nothing) and its runs get ``RunConfig.data``, which is part
-    of their run id: a record made on other data never stands in for one made on the published
-    data. Runs of generated tasks are returned unchanged.
-
-    Args:
-        cfgs: ``RunConfig`` s (``harness.planning.sweep.build_configs``).
-        data_dir: the data root (``data_root``).
-        allow_unverified: run on data that differ from the published sums (recorded as
-            ``verified: false`` with their own digest) instead of refusing them.
-
-    Returns:
-        The configs with their data identity, and notes for data without published sums.
-
-    Raises:
-        DataError: one line naming, per task, the files that differ (or why the data cannot be
-            read), unless ``allow_unverified`` covers it.
+    Returns the configs and notes for data without published sums. DataError: one line per task
+    whose files differ (unless ``allow_unverified``: recorded as unverified) or cannot be read.
     """
     import dataclasses
 

@@ -1,7 +1,4 @@
-"""Downloads (``harness data fetch``): a task's published files, verified, under the data root.
-
-Import these names from ``harness.data``, which gathers the data modules.
-"""
+"""Downloads (``harness data fetch``): a task's published files, verified, under the data root."""
 
 from __future__ import annotations
 
@@ -19,18 +16,10 @@ MIRROR_ENV = "HARNESS_DATA_MIRROR"
 
 
 class Fetcher:
-    """Downloads a task's published files and installs them, verified, under the data root.
+    """Downloads a task's published files and installs them, verified, under ``root``.
 
-    Every download goes to a temporary file that is renamed when complete; a dataset is built in
-    a staging folder next to its destination, checked against the published sums and only then
-    moved into place, so a failed or corrupt download leaves nothing half-unpacked.
-
-    Args:
-        root: the data root (``data_root``).
-        mirror: a base URL that replaces every official address: a file is fetched from
-            ``MIRROR/<dataset folder>/<file name>`` (default: ``$HARNESS_DATA_MIRROR``, else the
-            official addresses).
-        say: called with one line per download.
+    Built in a staging folder, checked, only then moved into place. ``mirror`` (default
+    ``$HARNESS_DATA_MIRROR``): fetch ``MIRROR/<dataset folder>/<file name>`` instead.
     """
 
     def __init__(
@@ -77,20 +66,11 @@ class Fetcher:
         sums: dict[str, str] | None,
         build: Callable[[Path, Callable[[str], Path]], Any],
     ) -> str:
-        """Build ``<root>/<dataset>`` from downloads, verify it, move it into place.
+        """Build ``<root>/<dataset>`` from downloads, verify it against ``sums``, move it in place.
 
-        Args:
-            dataset: the dataset folder under the root.
-            sums: the published sums (``verify_sha256``); None when none are published (the
-                data are then installed unverified and the line says so).
-            build: ``build(stage, get)`` writes the dataset's layout into ``stage``; ``get(url)``
-                downloads a file and returns its local path.
-
-        Returns:
-            One line: installed (and verified), or already present and verified.
-
-        Raises:
-            DataError: a download failed, or the files do not match ``sums`` (nothing installed).
+        ``build(stage, get)`` writes the layout into ``stage``; ``get(url)`` downloads a file.
+        Returns one line: installed, or already present. DataError: a failed download, or files
+        that do not match ``sums`` (nothing installed).
         """
         import shutil
 
@@ -136,22 +116,9 @@ class Fetcher:
 
 
 def extract(archive: Path, pick: Callable[[str], str | None], stage: Path, depth: int = 2) -> int:
-    """Copy the members of a zip or tar archive that ``pick`` names into ``stage``.
+    """Copy the members of a zip or tar ``archive`` that ``pick`` names into ``stage``; how many.
 
-    Archives inside the archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``) are opened too, up to
-    ``depth`` levels (some official downloads wrap the dataset's own archive).
-
-    Args:
-        archive: a zip or (compressed) tar file.
-        pick: member path (posix, as stored) -> relative destination, or None to leave it.
-        stage: the folder destinations are relative to.
-        depth: how many nested archives deep to look.
-
-    Returns:
-        How many files were written.
-
-    Raises:
-        CorruptDataError: the file is no readable archive.
+    ``pick``: member path -> destination in ``stage``, or None; nested archives too, ``depth`` deep.
     """
     import shutil
     import tarfile

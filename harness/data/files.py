@@ -1,14 +1,7 @@
-"""Where datasets live and how their files are opened.
+"""Where datasets live (one folder per dataset in its published layout) and how files are opened.
 
-Resolution order for the data root: an explicit ``--data-dir``, then ``HARNESS_DATA_DIR``, then a
-per-user cache directory (``$XDG_CACHE_HOME/condrnn-harness/data`` or ``~/.cache/...``). The root
-holds one folder per dataset in its original published layout (see the project README).
-Text files may be stored gzip-compressed as ``NAME.gz``; ``find_file`` and ``open_text`` accept
-both forms.
-
-A missing file raises ``MissingDataError`` and an unreadable one ``CorruptDataError`` (both
-``DataError``: one line naming the file and where to get it). Import these names from
-``harness.data``, which gathers the data modules.
+A text file may be stored as ``NAME.gz``. A missing file raises ``MissingDataError``, an
+unreadable one ``CorruptDataError``. Import these names from ``harness.data``.
 """
 
 from __future__ import annotations
@@ -55,21 +48,15 @@ def find_file(path: str | os.PathLike, source: str = "") -> Path:
     raise MissingDataError(f"missing data file {p} (or {p.name}.gz).{where}")
 
 
-def open_text(path: str | os.PathLike, source: str = "") -> io.TextIOBase:
-    """Open a text data file, transparently decompressing ``.gz``; accepts either name."""
-    p = find_file(path, source)
-    try:
-        if p.suffix == ".gz":
-            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", errors="replace")
-        return open(p, encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise DataError(f"cannot read data file {p}: {e}") from None
-
-
 def read_text(path: str | os.PathLike, source: str = "") -> str:
     """The whole text of a data file (``NAME`` or ``NAME.gz``); corrupt gzip is a DataError."""
+    p = find_file(path, source)
     try:
-        with open_text(path, source) as f:
+        raw = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
+    except OSError as e:
+        raise DataError(f"cannot read data file {p}: {e}") from None
+    try:
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
             return f.read()
     except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
-        raise CorruptDataError(f"corrupt data file {find_file(path)}: {e}") from None
+        raise CorruptDataError(f"corrupt data file {p}: {e}") from None

@@ -1,10 +1,7 @@
 """Content sums of dataset files: verification against published sums, and the sum cache.
 
-A file's sum is the sha256 of its content (of the decompressed bytes for ``NAME.gz``), so a
-dataset verifies whether its files are stored compressed or not; a folder of files has one digest,
-``manifest_digest`` of their sums. Sums are remembered per file in the user cache, keyed on what a
-user cannot set back (``stat_key``), so checking a dataset again costs a ``stat`` per file.
-Import these names from ``harness.data``, which gathers the data modules.
+A file's sum is the sha256 of its content (decompressed for ``NAME.gz``); a folder has one digest
+(``manifest_digest``). Sums are cached per file under ``stat_key``. Import from ``harness.data``.
 """
 
 from __future__ import annotations
@@ -16,14 +13,15 @@ import os
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from harness.data.files import CorruptDataError, MissingDataError, cache_dir, find_file
 
 
-def sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes."""
+def sha256(path: str | os.PathLike, opener: Any = open) -> str:
+    """Hex sha256 of a file's bytes (as ``opener`` reads them)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -34,14 +32,10 @@ def content_sha256(path: str | os.PathLike) -> str:
     p = Path(path)
     if p.suffix != ".gz":
         return sha256(p)
-    h = hashlib.sha256()
     try:
-        with gzip.open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        return sha256(p, gzip.open)
     except (OSError, EOFError, zlib.error) as e:
         raise CorruptDataError(f"corrupt data file {p}: {e}") from None
-    return h.hexdigest()
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -49,16 +43,10 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def manifest_digest(sums: dict[str, str]) -> str:
-    """One digest for a set of files: sha256 of their ``sha256sum`` lines sorted by path.
-
-    ``sums`` maps relative paths (without a ``.gz`` suffix) to content sha256 sums, so the digest
-    is the same whether the files are stored compressed or not.
-    """
+    """One digest of ``sums`` (path without ``.gz`` -> sha256): of their sorted sha256sum lines."""
     lines = "".join(f"{h}  {rel}\n" for rel, h in sorted(sums.items()))
     return hashlib.sha256(lines.encode()).hexdigest()
 
-
-# --- content sums, cached per file in the user cache ---------------------------------------------
 
 _SUM_CACHES: dict[Path, dict[str, list]] = {}
 
@@ -77,23 +65,14 @@ def _sum_cache() -> tuple[Path, dict[str, list]]:
 def stat_key(st: os.stat_result) -> list[int]:
     """What a cached sum is keyed on: device, inode, size, mtime and ctime (nanoseconds).
 
-    A user can set a file's mtime back (``touch -r``, ``cp -p``, ``rsync -t``, ``tar x`` do) but
-    not its ctime, which any write or ``utime`` call moves; a file copied or replaced gets a new
-    inode. So a changed file never matches its old entry, whatever its size and mtime say.
+    A user can set a file's mtime back (``touch -r``, ``cp -p``) but not its ctime, and a file
+    copied or replaced gets a new inode: a changed file never matches its old entry.
     """
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def cached_content_sha256(path: str | os.PathLike, fresh: bool = False) -> str:
-    """``content_sha256`` remembered per file under ``stat_key`` (``save_sum_cache``).
-
-    A file whose key is unchanged is not read again, so checking a dataset before a second run
-    costs a ``stat`` per file.
-
-    Args:
-        path: the file.
-        fresh: hash it whatever the cache says (``harness data verify``), and remember the sum.
-    """
+    """``content_sha256`` remembered per file under ``stat_key`` (``fresh``: hash it anyway)."""
     p = Path(path).absolute()
     st = p.stat()
     _, sums = _sum_cache()
@@ -124,17 +103,9 @@ def file_sums(
     fresh: bool = False,
     members: dict[str, dict[str, str]] | None = None,
 ) -> tuple[dict[str, str], list, int]:
-    """The content sums of the files ``keys`` name under ``folder`` (as ``verify_sha256`` reads).
+    """``({key: sum, a glob's manifest_digest}, absent keys, files)`` of ``keys`` under ``folder``.
 
-    Args:
-        folder: the dataset folder the keys are relative to.
-        keys: relative paths (``NAME`` also finds ``NAME.gz``) or globs.
-        fresh: hash every file, whatever the cache says (``cached_content_sha256``).
-        members: filled, when given, with ``{glob: {relative path: sha256}}`` of each glob's
-            files.
-
-    Returns:
-        ``({key: sha256, or manifest_digest of the files a glob matches}, absent keys, files)``.
+    ``members`` gets each glob's ``{relative path: sha256}``.
     """
     root, got, absent, n = Path(folder), {}, [], 0
     for rel in keys:
@@ -163,17 +134,9 @@ def check_sha256(
     fresh: bool = False,
     known_members: dict[str, dict[str, str]] | None = None,
 ) -> tuple[str, str, str]:
-    """``verify_sha256`` plus the digest of the files as found (``manifest_digest`` of their sums).
+    """``verify_sha256`` plus the files' digest as found (``manifest_digest(known)`` if all match).
 
-    The digest equals ``manifest_digest(known)`` exactly when every file matches.
-
-    Args:
-        folder: the dataset folder.
-        known: as ``verify_sha256``.
-        fresh: hash every file, whatever the cache says.
-        known_members: for a glob of ``known``, the published sum of each of its files
-            (``read_sums``), so that a mismatch names the files that differ, are absent or are
-            extra; without it a mismatch names the glob.
+    ``known_members``: a glob's published sum per file, so that a mismatch names the files.
     """
     root = Path(folder)
     members: dict[str, dict[str, str]] = {}
@@ -214,17 +177,9 @@ def read_sums(path: str | os.PathLike) -> dict[str, str]:
 
 
 def verify_sha256(folder: str | os.PathLike, known: dict[str, str]) -> tuple[str, str]:
-    """Check the files under ``folder`` against known content sha256 sums.
+    """``(status, detail)``: the files under ``folder`` against ``known`` content sums.
 
-    Sums are cached per file (``cached_content_sha256``), so a second check is nearly free.
-
-    Args:
-        folder: the dataset folder the keys are relative to.
-        known: ``{relative path: sha256}`` (``NAME`` also matches ``NAME.gz``, hashed
-            decompressed), or ``{glob: digest}`` where the digest is ``manifest_digest`` of every
-            file the glob matches (one constant for a folder of hundreds of files).
-
-    Returns:
-        ``(status, detail)`` with status ``"found"`` or ``"checksum mismatch"``.
+    ``known``: ``{relative path: sha256}`` (``NAME`` also matches ``NAME.gz``) or ``{glob:
+    manifest_digest}``. Status ``"found"`` or ``"checksum mismatch"``.
     """
     return check_sha256(folder, known)[:2]

@@ -1,9 +1,4 @@
-"""Resuming a sweep: which of its runs the store already holds, and the code that made them.
-
-Records carry their method's code version (``harness.components.code.method_code``); ``plan_resume``
-reruns the runs the store lacks and, unless told to keep them, those whose record was made by other
-code of their method.
-"""
+"""Resuming a sweep: which of its runs the store already holds, and the code that made them."""
 
 from __future__ import annotations
 
@@ -17,22 +12,13 @@ from harness.persistence.records import latest
 
 @dataclass
 class ResumePlan:
-    """Which runs of a sweep to run, given the records already in the store.
+    """Which runs of a sweep to run, given the records (the latest of each) in the store."""
 
-    Attributes:
-        todo: the configs to run.
-        done: how many are recorded and kept.
-        failed: the latest records of failed runs that are rerun (``retry_failed``).
-        kept_failed: the latest records of failed runs that are kept (not ``retry_failed``).
-        stale: the latest records made by other code of their method (``method_code``).
-        kept_stale: whether the stale records were kept (not rerun).
-    """
-
-    todo: list[Any]
-    done: int = 0
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    todo: list[Any]  # the configs to run
+    done: int = 0  # how many are recorded and kept
+    failed: list[dict[str, Any]] = field(default_factory=list)  # rerun (retry_failed)
     kept_failed: list[dict[str, Any]] = field(default_factory=list)
-    stale: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[dict[str, Any]] = field(default_factory=list)  # made by other method code
     kept_stale: bool = False
 
 
@@ -44,22 +30,10 @@ def plan_resume(
     retry_failed: bool = False,
     keep_stale: bool = False,
 ) -> ResumePlan:
-    """Decide what a (resumed) sweep runs.
+    """Decide what a (resumed) sweep runs: the runs without a record, and the reruns.
 
-    A config whose run id has no record runs. With a record (the latest line of that id), it is
-    skipped, except: ``force`` reruns everything; ``retry_failed`` reruns runs whose record is not
-    ``ok``; a record whose ``method_code`` differs from the method's code now is stale and reruns
-    unless ``keep_stale`` (records without a code version, older than it, are kept).
-
-    Args:
-        configs: the sweep's ``RunConfig``s.
-        records: the store's records.
-        force: rerun every run.
-        retry_failed: rerun the failed runs.
-        keep_stale: keep the records made by other code instead of rerunning them.
-
-    Returns:
-        The plan; the reruns append records and the latest line of a run id wins (``latest``).
+    ``force`` reruns everything, ``retry_failed`` the runs not ``ok``; a record made by other
+    ``method_code`` is stale and reruns unless ``keep_stale`` (one without a code is kept).
     """
     if force:
         return ResumePlan(list(configs))

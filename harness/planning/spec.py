@@ -1,16 +1,14 @@
-"""What a sweep runs: its specification, and the plan of checked runs made from it.
+"""What a sweep runs: its specification (``SweepSpec``), and the plan of checked runs from it.
 
-``SweepSpec`` is a sweep as flags or a sweep file say it (blocks of methods x tasks with their
-overrides and grids, seeds, preset); ``plan_sweep`` resolves every run's ``RunConfig`` and checks
-everything that can be checked before the first run starts (names, values against their declared
-bounds, the data against their published checksums, every model built once). ``harness.api``
-re-exports these names.
+``plan_sweep`` resolves every run's config and checks all that can be checked before the first
+run starts: names, values against their bounds, the data against their published sums, every
+model built once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.components.registry import TASKS
@@ -24,11 +22,7 @@ MAX_SEEDS = 10_000
 
 
 def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
-    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"`` (repeats dropped, order kept).
-
-    The count is checked against ``limit`` before a range is expanded, so ``0-9999999`` fails
-    at once; anything else, a negative seed, an empty or descending range is a ConfigError.
-    """
+    """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"``, in order (ConfigError: bad, over ``limit``)."""
     usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
     ranges: list[tuple[int, int]] = []
     try:
@@ -50,14 +44,7 @@ def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
 
 @dataclass
 class Block:
-    """Methods x tasks with their own overrides and grid (one ``[[part]]`` of a sweep file).
-
-    Attributes:
-        methods: registered method and reference (``ref:NAME``) names.
-        tasks: registered task names.
-        set: ``key -> value`` overrides, as ``--set`` gives them.
-        grid: ``key -> values`` swept (cartesian product), as ``--grid`` gives them.
-    """
+    """Methods x tasks with their own ``--set`` overrides and ``--grid`` (a ``[[part]]``)."""
 
     methods: list[str]
     tasks: list[str]
@@ -67,21 +54,11 @@ class Block:
 
 @dataclass
 class SweepSpec:
-    """What a sweep runs, before anything is resolved.
+    """What a sweep runs, before anything is resolved: the union of its blocks' runs.
 
-    Attributes:
-        blocks: the blocks whose union is the sweep.
-        seeds: every variant's seeds.
-        preset: ``smoke``, ``quick`` or ``paper``.
-        named_tasks: tasks the user named outright: their missing data is an error, where a task
-            reached through ``all`` or a glob is skipped with the reason.
-        named_methods: methods and references the user named outright: a reference named
-            outright for a task named outright that it cannot serve is an error; otherwise the
-            pair is skipped with the reason.
-        config: the sweep file it came from (provenance).
-        suite: the shipped suite it came from (provenance).
-        select: the leaderboard's selection rule (provenance; ``report`` applies it).
-        match_skip: the Skip % target of ``--match-skip`` (provenance).
+    What the user named outright (not through ``all`` or a glob) is an error where it cannot run
+    (missing data; a reference on a task it cannot serve); otherwise it is skipped with the
+    reason. ``config``, ``suite``, ``select`` and ``match_skip`` are provenance.
     """
 
     blocks: list[Block]
@@ -89,7 +66,7 @@ class SweepSpec:
     preset: str = "smoke"
     named_tasks: set[str] = field(default_factory=set)
     named_methods: set[str] = field(default_factory=set)
-    config: str | None = None
+    config: str | None = None  # the sweep file
     suite: str | None = None
     select: str | None = None
     match_skip: float | None = None
@@ -126,25 +103,14 @@ class SweepSpec:
 
 @dataclass
 class Sweep:
-    """A planned sweep: every run's config, checked, in the order a serial executor runs them.
-
-    Attributes:
-        spec: what it was planned from.
-        configs: the distinct runs (``RunConfig``).
-        labels: per run id, the config fields that tell its variant apart (``lam=0.001``).
-        skipped_tasks: ``(task, reason)`` of tasks reached through ``all`` or a glob whose data
-            are missing.
-        notes: what the data checks said (data without published checksums).
-        skipped_references: one line per (reference, task) pair left out because the
-            reference cannot serve the task (reached through a glob or ``all``).
-    """
+    """A planned sweep: every run's config, checked, in the order a serial executor runs them."""
 
     spec: SweepSpec
     configs: list[Any]
-    labels: dict[str, str]
-    skipped_tasks: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    skipped_references: list[str] = field(default_factory=list)
+    labels: dict[str, str]  # per run id, what tells its variant apart (``lam=0.001``)
+    skipped_tasks: list[tuple[str, str]] = field(default_factory=list)  # (task, missing data)
+    notes: list[str] = field(default_factory=list)  # data without published checksums
+    skipped_references: list[str] = field(default_factory=list)  # ``skipped_lines``
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -157,33 +123,16 @@ class Sweep:
             "seeds": s.seeds,
             "match_skip": s.match_skip,
             "select": s.select,
-            "blocks": [
-                {"methods": b.methods, "tasks": b.tasks, "set": b.set, "grid": b.grid}
-                for b in s.blocks
-            ],
+            "blocks": [asdict(b) for b in s.blocks],
         }
 
 
 def plan_sweep(
     spec: SweepSpec, data_dir: str | None = None, allow_unverified: bool = False
 ) -> Sweep:
-    """Resolve and check every run of a sweep before any of them starts.
+    """Resolve and check every run of ``spec`` before any starts; HarnessError names what is wrong.
 
-    Every config is resolved (names, ``--set`` values and their declared bounds), the data of
-    every real-data task are checked against their published sums (and key the runs' ids), and
-    each distinct model is built once, so bad input stops the sweep here, not in its middle.
-
-    Args:
-        spec: what to run.
-        data_dir: the dataset root.
-        allow_unverified: run on data that differ from the published sums (recorded as
-            unverified, under their own digest).
-
-    Returns:
-        The sweep.
-
-    Raises:
-        HarnessError: one line naming what is wrong (exit 2 on the command line).
+    ``allow_unverified``: run on data that differ from the published sums (recorded so).
     """
     runnable, skipped = usable_tasks(spec.named_tasks, spec.tasks(), data_dir)
     unserved: list[str] = []
@@ -199,15 +148,10 @@ def resolve_configs(
     unserved: list[str] | None = None,
     data_dir: str | None = None,
 ) -> list[Any]:
-    """Every distinct run of ``spec`` as a ``RunConfig``, block by block; ``tasks``: only these.
+    """Every distinct run of ``spec`` as a config, block by block; ``tasks``: only these.
 
-    Each is resolved and bounds-checked; nothing is built and no data are read. A reference
-    (``ref:NAME``) that cannot serve a task is left out for it, with one line appended to
-    ``unserved``, unless both were named outright (then it is an error).
-
-    Raises:
-        ConfigError: a key no selected method or task has, a bad or out-of-range value, a
-            reference named outright for a task named outright that it cannot serve.
+    Nothing is built and no data are read. A reference that cannot serve a task is left out for
+    it (a line in ``unserved``), or a ConfigError where both were named outright.
     """
     cfgs, seen = [], set()
     skipped: dict[str, dict[str, list[str]]] = {}  # task -> why -> references
@@ -236,17 +180,7 @@ def resolve_configs(
 def usable_tasks(
     named: Iterable[str], tasks: list[str], data_dir: str | None
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The tasks whose data can be read, and ``(task, reason)`` for the others.
-
-    Args:
-        named: tasks the user named outright: for them missing data is an error.
-        tasks: the resolved task names.
-        data_dir: the data root.
-
-    Raises:
-        DataError: a task named outright whose data are missing or corrupt (one line: why,
-            and how to get them).
-    """
+    """The tasks whose data can be read, ``(task, reason)`` of the others (DataError: ``named``)."""
     named = set(named)
     runnable, skipped = [], []
     for t in tasks:

@@ -1,24 +1,11 @@
 """Sweep files (``harness run --config FILE``) and the shipped suites (``--suite NAME``).
 
-A sweep file holds what the ``harness run`` flags hold, under the flags' names with ``_`` for
-``-`` (``tasks``, ``methods``, ``seeds``, ``preset``, ``set``, ``grid``, ``match_skip``,
-``executor``, ``workers``, ...), as TOML (or YAML when PyYAML is installed). ``set`` is a table of
-``key = value`` overrides, ``grid`` a table of lists. A file may also hold ``[[part]]`` tables,
-each with its own ``methods``, ``tasks``, ``set`` and ``grid`` (a part's ``set`` and ``grid`` add
-to the file's, key by key): the sweep is the union of the parts' runs. This is how a paper table
-whose rows give each method its own sizes or knob values is written as one file.
-
-A flag given beside the file overrides the file's value; ``--set`` and ``--grid`` override it key
-by key. In a file with parts, ``--methods`` and ``--tasks`` keep, in each part, only the names they
-select; the reference predictors ``--methods`` names (``ref:*``) join every part, so that they
-run at each part's task settings.
-
-``include`` (a path or a list of them: ``.py`` files or folders, relative to the sweep file)
-imports the methods and tasks defined there before the names are looked up, as ``--include``
-does (the two add up).
-
-The suites are sweep files shipped as package data of the task package (its ``suites`` folder),
-one per seed-paper table; ``--suite ssa-table1`` reads ``suites/ssa_table1.toml`` there.
+A sweep file holds the ``harness run`` flags under their names (``_`` for ``-``), as TOML (or YAML
+with PyYAML); its ``[[part]]`` tables each add their own ``methods``, ``tasks``, ``set`` and
+``grid`` (over the file's, key by key), and the sweep is the union of the parts. A flag beside the
+file overrides it (``--set``, ``--grid`` key by key); in a file with parts, ``--methods`` and
+``--tasks`` keep in each part the names they select, and the references ``--methods`` names join
+every part. The suites ship in the task package's ``suites`` folder.
 """
 
 from __future__ import annotations
@@ -96,11 +83,7 @@ def suite_names() -> list[str]:
 
 
 def suite_path(name: str) -> Path:
-    """The file of the suite ``name`` (``ssa-table1`` or ``ssa_table1``).
-
-    Raises:
-        ConfigError: no such suite (the message lists them).
-    """
+    """The file of the suite ``name`` (``ssa-table1`` or ``ssa_table1``); else a ConfigError."""
     path = suite_dir() / (name.replace("-", "_") + ".toml")
     if not path.is_file():
         raise ConfigError(
@@ -189,6 +172,11 @@ def _option(key: str, value: Any, where: str) -> Any:
     def bad() -> ConfigError:
         return ConfigError(f"{where} expects {option_keys()[key]}, got {value!r}")
 
+    if key == "include":
+        v = [value] if isinstance(value, str) else value
+        if not (isinstance(v, list) and v and all(isinstance(p, str) and p for p in v)):
+            raise bad()
+        return v
     if key in ("tasks", "methods"):
         return _names(value, where)
     if key == "seeds":
@@ -239,17 +227,7 @@ def _unknown(keys: list[str], allowed: list[str], where: str) -> None:
 
 
 def load(path: str | Path) -> SweepFile:
-    """Read and check a sweep file.
-
-    Args:
-        path: a ``.toml`` (or ``.yaml``/``.yml``) file.
-
-    Returns:
-        Its options (argparse dests -> values as the flags give them) and parts.
-
-    Raises:
-        ConfigError: an unreadable file, an unknown key, or a value of the wrong type.
-    """
+    """Read and check a sweep file: its options and parts (ConfigError: bad file, key or value)."""
     path = Path(path)
     data = _read(path)
     keys = option_keys()
@@ -257,19 +235,10 @@ def load(path: str | Path) -> SweepFile:
     _unknown([k for k in data if k not in allowed], allowed, str(path))
     sweep = SweepFile(str(path), description=str(data.get("description", "")))
     for key, value in data.items():
-        if key == "include":
-            paths = [value] if isinstance(value, str) else value
-            if (
-                not isinstance(paths, list)
-                or not paths
-                or not all(isinstance(p, str) and p for p in paths)
-            ):
-                raise ConfigError(
-                    f"{path}: 'include' expects {OPTION_KEYS['include']}, got {value!r}"
-                )
-            sweep.options[key] = [str(path.parent / Path(p).expanduser()) for p in paths]
-        elif key in keys:
+        if key in keys:
             sweep.options[key] = _option(key, value, f"{path}: '{key}'")
+    if paths := sweep.options.get("include"):  # relative to the file
+        sweep.options["include"] = [str(path.parent / Path(p).expanduser()) for p in paths]
     parts = data.get("part", [])
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         raise ConfigError(f"{path}: 'part' expects [[part]] tables")
@@ -295,24 +264,11 @@ def plan(
     grid: dict[str, list[str]],
     given: set[str],
 ) -> list[tuple[list[str], list[str], dict[str, str], dict[str, list[str]]]]:
-    """The (methods, tasks, overrides, grid) blocks a sweep is built from, flags applied.
+    """The (methods, tasks, overrides, grid) blocks of a sweep, one per part, flags applied.
 
-    Args:
-        sweep: the sweep file (None: the flags alone).
-        methods: the ``--methods`` value (the flag's, else the file's, else the default).
-        tasks: the ``--tasks`` value, likewise.
-        overrides: ``--set`` given beside the file (they win over the file's, key by key).
-        grid: ``--grid`` given beside the file, likewise.
-        given: the options given as flags (``methods``, ``tasks``, ...).
-
-    Returns:
-        One block per part (one block for a file without parts): registered method (and
-        reference) and task names, and the merged overrides and grid. Blocks left with no method
-        or task are dropped.
-
-    Raises:
-        ConfigError: unknown names, or flags that select nothing in any part.
-        PluginError: a path of the file's ``include`` that cannot be imported.
+    ``methods`` and ``tasks``: the flag's value, else the file's, else the default; ``overrides``
+    and ``grid``: given beside the file; ``given``: the options given as flags. A part left with
+    no method or task is dropped. ConfigError: unknown names, or flags that select nothing.
     """
     if sweep is not None and sweep.options.get("include"):
         include(sweep.options["include"])
@@ -352,11 +308,7 @@ def _layer(
     new_set: dict[str, str],
     new_grid: dict[str, list[str]],
 ) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """``new_set`` and ``new_grid`` laid over ``sets`` and ``grids``.
-
-    A key set anew, as a value or as a grid, replaces the key's earlier value or grid, under
-    either spelling (``lr`` and ``train.lr`` name one field).
-    """
+    """``new_set``, ``new_grid`` over ``sets``, ``grids``: a key anew replaces it (any spelling)."""
     new = [*new_set, *new_grid]
 
     def kept(key: str) -> bool:

@@ -1,8 +1,6 @@
-"""Sweeps: the run configs of a selection, checked before anything runs, and S-SA's selection.
+"""Sweeps: the run configs of a selection, checked before anything runs, estimates, match-skip.
 
-A sweep is methods x tasks x grid points x seeds (``build_configs``), whose models are all built
-once before the first run (``validate``); ``match_skip`` is S-SA's "tune every method to skip
-about as much" selection (``--match-skip``).
+``match_skip`` is S-SA's "tune every method to skip about as much" selection (``--match-skip``).
 """
 
 from __future__ import annotations
@@ -47,27 +45,10 @@ def build_configs(
     overrides: dict[str, str],
     grid: dict[str, list[str]] | None = None,
 ) -> list[config.RunConfig]:
-    """Every (task, method, grid point, seed) config of a sweep, in that nesting order.
+    """Every distinct (task, method, grid point, seed) config of a sweep, in that nesting order.
 
-    An override or grid key applies to the (method, task) pairs that have it (a method's own knob
-    reaches that method and leaves the others alone); configs that resolve identically (a grid
-    key a method lacks) are kept once.
-
-    Args:
-        methods: registered method and reference (``ref:NAME``) names.
-        tasks: registered task names.
-        seeds: the seeds of every variant.
-        preset: the preset (``harness.components.config.PRESETS``).
-        overrides: ``key -> value`` strings, as ``--set`` gives them.
-        grid: ``key -> values`` to sweep (cartesian product), as ``parse_grid`` gives them.
-
-    Returns:
-        The ``RunConfig`` of every distinct run.
-
-    Raises:
-        ConfigError: a key that no selected (method, task) pair has (the message lists the valid
-            keys), a key given to both ``overrides`` and ``grid``, a bad value, an unknown
-            preset, or more than ``MAX_RUNS`` runs.
+    A ``--set`` or ``--grid`` key applies to the (method, task) pairs that have it. ConfigError:
+    a key no pair has, a key both set and swept, a bad value or preset, over ``MAX_RUNS`` runs.
     """
     points = math.prod(len(v) for v in (grid or {}).values())
     size = len(tasks) * len(methods) * points * len(seeds)
@@ -106,19 +87,7 @@ def build_configs(
 
 
 def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
-    """Build each distinct model of a sweep once, before any run starts.
-
-    A bad combination (e.g. a hidden size a method cannot take) is then reported at once, not in
-    the middle of the sweep.
-
-    Args:
-        cfgs: run configs (``build_configs``); each variant is checked once, as the training
-            step will run it (``harness.training.train.Fitting.check``).
-        data_dir: dataset root for real-data tasks.
-
-    Raises:
-        ConfigError: the first config whose task or model cannot be built, named in the message.
-    """
+    """Build each variant's model once (``Fitting.check``); a ConfigError names a bad one."""
     from harness.training.train import fitting
 
     seen = set()
@@ -132,11 +101,7 @@ def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
 
 
 def variant_labels(cfgs: list[Any]) -> dict[str, str]:
-    """Per run id, the config fields (not the seed) that vary among its method's runs on its task.
-
-    Three runs of one method at three lambda values are labelled ``lam=0``, ``lam=0.001``, ...;
-    a method run once per seed gets an empty label.
-    """
+    """Per run id, the fields (not the seed) that vary among its method's runs on its task."""
     groups: dict[tuple[str, str], list[Any]] = {}
     for c in cfgs:
         groups.setdefault((c.method, c.task), []).append(c)
@@ -158,25 +123,9 @@ def fresh_costs(
     batch: int = 16,
     data_dir: str | None = None,
 ) -> list[dict[str, Any]]:
-    """MACs, FLOPs and parameters per sequence of freshly initialised models (seed 0) on a task.
+    """MACs, FLOPs and parameters per sequence of fresh models (seed 0) of ``methods`` on a task.
 
-    Each model runs in eval mode on the first ``batch`` sequences of the task's test split
-    (``harness.components.flops.model_costs``: a shorter sequence is charged its own steps); nothing
-    is trained.
-
-    Args:
-        methods: names or globs, a list or comma-separated (``"all"``).
-        task: the task whose data and preset sizes are used.
-        preset: the preset.
-        overrides: config overrides (``{"hidden_size": "64"}``), as ``--set``.
-        batch: test sequences the effective MACs are averaged over.
-        data_dir: dataset root for real-data tasks (else ``$HARNESS_DATA_DIR``).
-
-    Returns:
-        One row per method: method, task, preset and the fields of ``model_costs``.
-
-    Raises:
-        HarnessError: unknown methods or task, missing data, bad overrides or preset.
+    Each runs in eval mode on the first ``batch`` test sequences (``model_costs``); a row each.
     """
     from harness.components.flops import model_costs
     from harness.training.train import build, out_of_memory_as_error
@@ -202,25 +151,11 @@ def fresh_costs(
 def estimate_runs(
     todo: Sequence[config.RunConfig], records: Sequence[dict[str, Any]]
 ) -> tuple[list[float | None], dict[str, int]]:
-    """The time each run in ``todo`` would take, from the recorded times of runs like them.
+    """The seconds each run in ``todo`` would take (None: unknown), and the counts of each way.
 
-    A run is estimated by the mean ``time.train_s + time.eval_s`` of the recorded ok runs of
-    its variant (same config, any seed); failing that, by the recorded ok runs of its method on
-    its task and preset (other knobs), per epoch run (``epochs_run``) times the run's epochs
-    (a record without ``epochs_run`` counts as is); failing that, it is not estimated. The times
-    are what the records say: one process at the recorded ``--threads``, on the recorded
-    machine, under whatever load it had.
-
-    Compilation (``train.compile``) is counted once per variant, not once per run: a run's
-    recorded ``time.compile_s`` is taken out of its time, and each variant of ``todo`` that
-    compiles adds the largest ``compile_s`` recorded for it (else for its method on its task and
-    preset), what a cold cache costs; its other seeds load the compiled graphs from inductor's
-    cache (``harness.training.timing.CompileClock``).
-
-    Returns:
-        ``(per_run, counts)``: the seconds of each run of ``todo`` (None where no run like it is
-        recorded; a compiling variant's compilation on its first run), and how many runs were
-        estimated each way, ``{"variant": ..., "method": ..., "unknown": ...}``.
+    The mean recorded ``train_s + eval_s`` of its variant's ok runs, else its method's on its
+    task and preset per epoch times its epochs. Compilation counts once per variant (the largest
+    recorded): later seeds load the compiled graphs from inductor's cache.
     """
     by_variant: dict[str, list[float]] = {}
     # (seconds, epochs run or None) of the runs of each (method, task, preset)
@@ -237,9 +172,8 @@ def estimate_runs(
             e = e if isinstance(e, int) and e > 0 else None
             by_method.setdefault(key, []).append((s, e))
             if compiling > 0:
-                compile_variant[r["variant_id"]] = max(
-                    compiling, compile_variant.get(r["variant_id"], 0)
-                )
+                vid = r["variant_id"]
+                compile_variant[vid] = max(compiling, compile_variant.get(vid, 0.0))
                 compile_method[key] = max(compiling, compile_method.get(key, 0.0))
     per_run: list[float | None] = []
     counts = {"variant": 0, "method": 0, "unknown": 0}
@@ -286,11 +220,9 @@ def _took(r: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def wall_seconds(per_run: Sequence[float | None], workers: int) -> float:
-    """The wall time of runs of these durations on ``workers`` parallel workers.
+    """The wall time of runs of these durations (None: left out) on ``workers``, LPT-scheduled.
 
-    Runs are independent, each on one worker: the longest first, each to the worker free
-    soonest (LPT scheduling, within 4/3 of the best schedule). With at least as many workers as
-    runs it is the longest run. Runs without an estimate (None) are left out.
+    The longest first, each to the worker free soonest: within 4/3 of the best schedule.
     """
     import heapq
 
@@ -305,20 +237,9 @@ def match_skip(
 ) -> list[dict[str, Any]]:
     """For each (task, preset, method), the variant whose mean TEST Skip % is nearest ``target``.
 
-    This choice reads the test set; ``harness.components.selection`` chooses on validation data
-    only. Both take the variant as ``harness.components.selection.nearest_variant`` does (ties: the
-    variant id; a variant without a test Skip % on every seed is no candidate).
-
-    Args:
-        records: run records (ok runs are used; the latest line per run id).
-        target: Skip % to match.
-        swept: config keys to show for each chosen variant (e.g. ``["lam"]``).
-
-    Returns:
-        One row per (task, preset, method) with the chosen variant, its mean Skip % (activity
-        sparsity % for an activity-sparse method, ``budget`` says which), its primary metric
-        (under its own name, which ``primary`` holds) and the number of candidate variants; a
-        (task, preset, method) none of whose variants recorded a test Skip % has no row.
+    This choice reads the test set (``harness.components.selection`` chooses on validation data),
+    as ``nearest_variant`` does. A row: the variant, its mean Skip % (``budget`` says which
+    measure), its primary metric, the candidates, and the ``swept`` keys' values.
     """
     groups = by_variant(r for r in latest(records) if r.get("status") == "ok")
     rows = []

@@ -1,22 +1,8 @@
-"""Reference predictors: trivial, non-recurrent baselines run through the task interface.
+"""Reference predictors (``ref:NAME``): trivial, non-recurrent baselines of a task.
 
-A reference (``ref:NAME``) is not a method: it has no recurrent model, no epochs and no Skip %.
-It says whether a task separates the methods at all, so every leaderboard and paper table shows
-the references first (``harness.reporting.references``). A reference gets the task's splits for
-the run's seed (``Task.splits``), is fitted on the training split only and predicts each
-validation and test batch as a model would, so that its metrics come from the task's own
-``batch_stats`` and ``finalize``. The training step runs it as it runs a method (``ReferenceFit``,
-through ``Reference.fitting``) and records it the same way, under ``method`` = ``ref:NAME``, with a
-run id hashed from its task, the task's config, the preset, the seed, its name and its own config
-(``RefConfig``).
-
-Built-in references (``harness.references.predictors``): ``ref:majority`` and ``ref:logreg``
-(classification), ``ref:mean`` and ``ref:last`` (regression), ``ref:unigram`` and ``ref:bigram``
-(language models). A task declares a reference of its own in its module with
-``@register_reference`` (a bound the task computes, say). ``harness run --methods 'ref:*'`` runs
-them (``resolve_names``); ``--methods all`` stays the registered methods.
-
-This module imports no torch: the registry, the base class, the run config and the run.
+A reference (no recurrent model, no epochs, no Skip %) says whether a task separates the methods
+at all. Fitted on the training split, it is scored by the task's own ``batch_stats`` and
+``finalize``; the training step runs and records it as a method (``ReferenceFit``). No torch here.
 """
 
 from __future__ import annotations
@@ -31,37 +17,15 @@ from typing import Any, ClassVar
 from harness import env
 from harness.components.code import code_digest, source_files
 from harness.components.config import build_config, task_config
-from harness.components.registry import (
-    METHODS,
-    REFERENCES,
-    TASKS,
-    register_reference,
-)
+from harness.components.registry import METHODS, REFERENCES, TASKS
+from harness.components.registry import register_reference as register_reference
 from harness.errors import ConfigError
 from harness.persistence.records import Identified
-
-__all__ = [
-    "REFERENCES",
-    "RefConfig",
-    "Reference",
-    "component",
-    "describe",
-    "register_reference",
-    "resolve_names",
-    "role",
-]
-
-
-# --- a reference run: its config, and the run through the training step's interface --------
 
 
 @dataclass(frozen=True)
 class RefConfig(Identified):
-    """Everything that determines a reference run (what ``RunConfig`` is to a method's run).
-
-    No trainer and no model: its run id hashes the reference, the task, the task's config, the
-    preset, the seed, the reference's own config and the data's identity.
-    """
+    """Everything that determines a reference run (its ``RunConfig``: no trainer, no model)."""
 
     method: str
     task: str
@@ -78,12 +42,9 @@ EVAL_BATCH = 64  # sequences scored at once, at most: a language model's logits 
 
 
 class ReferenceFit:
-    """One reference run through the training step's interface (``harness.training.train.Fitting``).
+    """One reference run as the training step runs it (``harness.training.train.Fitting``).
 
-    Fitted once on the training split, it scores validation and test with the task's own
-    ``batch_stats`` and ``finalize``; its record has no MACs, no trace and no epochs (``history``
-    empty, ``best_epoch`` -1), and ``params`` the numbers the fit produced. It runs on the CPU,
-    whatever device the sweep trains on: it is deterministic there.
+    Its record has no MACs, trace or epochs (``best_epoch`` -1); it runs on the CPU.
     """
 
     def __init__(self, cfg: RefConfig, data_dir: str | None = None) -> None:
@@ -131,17 +92,10 @@ class NoReferenceConfig:
 
 
 class Reference:
-    """Base class of a reference predictor (see the module docstring).
+    """Base class of a reference predictor: ``kinds`` it serves, ``fit`` and ``predict``.
 
-    A subclass sets ``kinds`` (the ``harness.components.task.TaskKind`` values it serves) and
-    implements ``fit`` and ``predict``; ``config_cls`` holds its knobs (declared with
-    ``harness.components.config.knob``); ``description`` says what it is in one sentence (``harness
-    list references``, the notes under the tables). ``bound``: the reference is a bound the task
-    computes (what no predictor can beat), not a predictor: it overrides ``score``, and the tables
-    do not judge the methods against it.
-
-    Args:
-        cfg: an instance of ``config_cls``.
+    ``config_cls`` holds its knobs, ``description`` says what it is (one sentence). ``bound``: a
+    bound the task computes (it overrides ``score``), which the tables judge no method against.
     """
 
     name: ClassVar[str] = "ref:?"
@@ -158,10 +112,7 @@ class Reference:
 
     @classmethod
     def serves(cls, task: Any) -> str | None:
-        """None when the reference can run on ``task``; otherwise why not, in a few words.
-
-        The words complete "ref:NAME ...": ``for classification tasks``.
-        """
+        """None when it can run on ``task``, else why not (completing "ref:NAME is ...")."""
         if task.kind in cls.kinds:
             return None
         return f"for {' or '.join(str(k) for k in cls.kinds)} tasks"
@@ -174,11 +125,9 @@ class Reference:
     @classmethod
     @functools.cache
     def code_version(cls) -> str:
-        """Its code version (a record's ``method_code``): a digest of its files.
+        """Its ``method_code``: a digest of this module and the module that registers it.
 
-        The files are this package's base module (its runner too) and the module that registers
-        the reference (for a task's own reference: the task's module and the modules of its
-        package it uses, as ``harness.components.code.method_code`` takes them).
+        For a task's own reference, the task's module and the modules of its package it uses.
         """
         module = sys.modules[cls.__module__]
         files = {__file__}
@@ -202,13 +151,17 @@ class Reference:
 
     def score(self, task: Any, split: Any, batch_size: int) -> dict[str, float]:
         """The task's metrics of the predictions on ``split`` (``batch_stats``, ``finalize``)."""
-        stats: dict[str, list[float]] = {}
+        stats: dict[str, tuple[float, float]] = {}
         for batch in split.batches(batch_size):
-            for k, (s, c) in task.batch_stats(self.predict(batch), batch).items():
-                acc = stats.setdefault(k, [0.0, 0.0])
-                acc[0] += s
-                acc[1] += c
-        return task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+            add_stats(stats, task.batch_stats(self.predict(batch), batch))
+        return task.finalize(stats)
+
+
+def add_stats(stats: dict[str, tuple[float, float]], batch: dict[str, tuple]) -> None:
+    """Add a batch's ``(sum, count)`` per metric (``Task.batch_stats``) to ``stats``."""
+    for k, (s, c) in batch.items():
+        old = stats.get(k, (0.0, 0.0))
+        stats[k] = (old[0] + s, old[1] + c)
 
 
 def is_reference(name: Any) -> bool:
@@ -222,13 +175,9 @@ def component(name: str) -> Any:
 
 
 def resolve_names(spec: str | Iterable[str]) -> list[str]:
-    """Method and reference names and globs (``"all,ref:*"``), in order, repeats dropped.
+    """Method and reference names and globs (``"all,ref:*"``: ``all`` is every method), in order.
 
-    A part starting with ``ref:`` is looked up among the references, any other among the
-    methods (``all`` is every method, never a reference).
-
-    Raises:
-        UnknownNameError: an unknown name, a glob that matches nothing, or no name at all.
+    UnknownNameError: an unknown name, a glob that matches nothing, or no name at all.
     """
     parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
     out: list[str] = []
@@ -249,9 +198,8 @@ def named_outright(spec: str | Iterable[str]) -> set[str]:
 def role(method: Any) -> str:
     """How a report places a record's row: ``"method"``, ``"reference"`` or ``"bound"``.
 
-    The one place that decides whether a name is a reference predictor: a report asks, and puts
-    reference rows first, judges the methods against the predictors and never against a bound
-    (``Reference.bound``). A reference this harness does not have registered is a predictor.
+    Reports put reference rows first and judge the methods against the predictors, never against
+    a bound. A reference this harness does not have registered is a predictor.
     """
     if not is_reference(method):
         return "method"
@@ -280,11 +228,7 @@ def cannot_serve(name: str, task: Any, why: str) -> str:
 
 
 def skipped_lines(skipped: dict[str, dict[str, list[str]]]) -> list[str]:
-    """One line per task: the references left out for it, grouped by why.
-
-    Args:
-        skipped: task -> why (``Reference.serves``) -> the references it holds for.
-    """
+    """One line per task of ``skipped`` (task -> why -> references): the references left out."""
     lines = []
     for task, whys in skipped.items():
         kind = TASKS.get(task).kind

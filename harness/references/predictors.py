@@ -1,9 +1,8 @@
 """The built-in reference predictors: class prior, logistic regression, mean, last value, n-grams.
 
-Each is fitted on the training split only and predicts what a model's read-out would
-(``harness.references.Reference``): logits ``[..., K]`` for classification and language models
-(log-probabilities, whose cross-entropy is their negative log-likelihood), values shaped like
-the targets for regression. Everything is computed on the CPU in float64 and is deterministic.
+Each predicts what a model's read-out would: logits ``[..., K]`` (log-probabilities) for
+classification and language models, values shaped like the targets for regression. Everything is
+computed on the CPU in float64 and is deterministic.
 """
 
 from __future__ import annotations
@@ -25,17 +24,14 @@ class _Prior(Reference):
     """A prediction that ignores the input: the distribution of the training targets."""
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
         counts = torch.bincount(train.y.reshape(-1).long(), minlength=task.output_size)
         c = counts.double().clamp(min=1.0)  # a value never counted counts once: no probability 0
         self.logits = (c / c.sum()).log().float()  # [K] log relative frequencies
 
     def predict(self, batch: Batch) -> Tensor:
-        """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
         return self.logits.expand(*batch.y.shape, len(self.logits))
 
     def num_params(self) -> int:
-        """How many numbers the fit produced."""
         return len(self.logits)
 
 
@@ -52,16 +48,10 @@ class Majority(_Prior):
 
 
 def summary_features(x: Tensor, lengths: Tensor | None) -> Tensor:
-    """Per input channel: mean, std, min, max and mean absolute first difference over true steps.
+    """``[N, 5 V]`` float64 per-channel statistics of ``x`` ``[N, T, V]`` over the true steps.
 
-    Args:
-        x: ``[N, T, V]`` inputs, sequences padded at the end.
-        lengths: true lengths ``[N]`` (None: all T).
-
-    Returns:
-        ``[N, 5 V]`` float64: the five statistics of channel 0, then of channel 1, ... grouped
-        by statistic (every channel's mean, then every channel's std, ...). The std is the
-        population std; a sequence of one step has a mean absolute difference of 0.
+    Grouped by statistic: every channel's mean, then population std, min, max and mean absolute
+    first difference (0 for a sequence of one step). ``lengths``: ``[N]`` (None: all T).
     """
     x = x.double()
     n, t, _ = x.shape
@@ -80,16 +70,10 @@ def summary_features(x: Tensor, lengths: Tensor | None) -> Tensor:
 
 @dataclass(frozen=True)
 class LogRegConfig:
-    """Knobs of ``ref:logreg``.
+    """Knobs of ``ref:logreg``."""
 
-    Attributes:
-        l2: weight of the L2 penalty ``l2 / 2 · ||W||²`` added to the mean cross-entropy (the
-            biases are not penalised).
-        max_iter: L-BFGS iterations at most.
-    """
-
-    l2: float = knob(1e-3, ge=0, le=MAX_PENALTY)
-    max_iter: int = knob(500, ge=1, le=100_000)
+    l2: float = knob(1e-3, ge=0, le=MAX_PENALTY)  # l2 / 2 · ||W||² (not the biases) + mean CE
+    max_iter: int = knob(500, ge=1, le=100_000)  # L-BFGS iterations at most
 
     def __post_init__(self) -> None:
         check_knobs(self, "method", "ref:logreg")
@@ -113,14 +97,14 @@ class LogReg(Reference):
 
     @classmethod
     def serves(cls, task) -> str | None:
-        """None when it can run on ``task``, else why not (``Reference.serves``)."""
+        """``Reference.serves``."""
         why = super().serves(task)
         if why is None and (task.token_input or task.readout != "last"):
             why = "for real-valued inputs and one label per sequence"
         return why
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
+        """``Reference.fit``."""
         torch.manual_seed(seed)
         feats = torch.cat([summary_features(b.x, b.lengths) for b in train.batches(CHUNK)])
         self.center = feats.mean(0)
@@ -152,12 +136,12 @@ class LogReg(Reference):
         self.weight, self.bias = self.weight.detach(), self.bias.detach()
 
     def predict(self, batch: Batch) -> Tensor:
-        """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
+        """``Reference.predict``."""
         z = (summary_features(batch.x, batch.lengths) - self.center) / self.scale
         return (z @ self.weight + self.bias).float()
 
     def num_params(self) -> int:
-        """How many numbers the fit produced."""
+        """``Reference.num_params``."""
         return self.weight.numel() + self.bias.numel()
 
 
@@ -173,18 +157,18 @@ class Mean(Reference):
     )
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
+        """``Reference.fit``."""
         y = train.y.double()
         self.mean = (y.reshape(-1, y.shape[-1]) if y.dim() > 1 else y.reshape(-1, 1)).mean(0)
         if y.dim() == 1:
             self.mean = self.mean.reshape(())
 
     def predict(self, batch: Batch) -> Tensor:
-        """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
+        """``Reference.predict``."""
         return self.mean.float().expand(batch.y.shape)
 
     def num_params(self) -> int:
-        """How many numbers the fit produced."""
+        """``Reference.num_params``."""
         return self.mean.numel()
 
 
@@ -201,7 +185,7 @@ class Last(Reference):
 
     @classmethod
     def serves(cls, task) -> str | None:
-        """None when it can run on ``task``, else why not (``Reference.serves``)."""
+        """``Reference.serves``."""
         why = super().serves(task)
         if why is None and (
             task.token_input or task.readout != "every" or task.input_size != task.output_size
@@ -210,10 +194,10 @@ class Last(Reference):
         return why
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``): nothing to fit."""
+        """Nothing to fit."""
 
     def predict(self, batch: Batch) -> Tensor:
-        """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
+        """``Reference.predict``."""
         return batch.x.float().reshape(batch.y.shape)
 
 
@@ -239,7 +223,7 @@ class Bigram(Reference):
     )
 
     def fit(self, task, train: Split, seed: int) -> None:
-        """Fit on the training split only (``Reference.fit``)."""
+        """``Reference.fit``."""
         self.vocab = task.output_size
         v = self.vocab
         keys = train.x.reshape(-1).long() * v + train.y.reshape(-1).long()
@@ -260,10 +244,10 @@ class Bigram(Reference):
         return (table / (self.context[contexts].double() + v)[:, None]).log()
 
     def predict(self, batch: Batch) -> Tensor:
-        """The prediction for one batch, shaped as a model's (``Reference.predict``)."""
+        """``Reference.predict``."""
         uniq, where = torch.unique(batch.x.reshape(-1).long(), return_inverse=True)
         return self.log_probs(uniq).float()[where].reshape(*batch.y.shape, self.vocab)
 
     def num_params(self) -> int:
-        """How many numbers the fit produced."""
+        """``Reference.num_params``."""
         return len(self.pairs) + self.vocab

@@ -1,23 +1,9 @@
 """Checkpoints of a run in training, so that a run longer than its process's life still finishes.
 
-A sweep resumes from its records store, run by run: a run killed in the middle (a stop, a
-machine that goes away, a Slurm time limit) starts again from its first epoch. ``Checkpointer``
-keeps, at most every ``every_s`` seconds and at the end of an epoch, everything the training loop
-needs to go on as if it had not stopped: the parameters, Adam's state, the epoch's position, the
-random states (the batch order's generator, torch's, Python's, numpy's; CUDA's where used), the
-history, the best validation epoch's parameters and metrics, the patience count, the training
-seconds, the events, and the methods' own training tallies (``Method.train_state``). A run that
-finds its checkpoint goes on from the next epoch and gives the record the uninterrupted run
-would have given (same metrics, history, diagnostics; ``time.train_s`` sums the processes'
-training time), plus ``time.resumed``: the epochs it resumed at and when.
-
-A checkpoint is used only by the run it was written for (its ``run_id``) and only with the same
-method code and harness commit (``method_code``, ``env.git_state``); anything else starts the run
-afresh and says so. It is written atomically (a temporary file renamed over the old one) and
-removed once the run is recorded. A checkpoint that cannot be written costs only the ability
-to resume: the run goes on without checkpoints. A folder a remote worker cannot see gives one
-warning; a full disk gives none here: the record says so (``harness.errors.DISK_FULL_NOTE``)
-and the sweep, once the run is recorded, stops with one line naming the filesystem.
+``Checkpointer`` keeps all the loop needs to go on as if it had not stopped: the resumed run's
+record is the uninterrupted run's, plus ``time.resumed``. A checkpoint serves only its run id with
+the same method code and harness commit, is written atomically and removed once the run is
+recorded. One that cannot be written costs only resuming (a full disk goes into the record).
 """
 
 from __future__ import annotations
@@ -47,29 +33,17 @@ def _say(msg: str) -> None:
 
 @dataclass
 class TrainState:
-    """The training loop's own variables, which it updates and a checkpoint keeps whole.
+    """The training loop's own variables, which it updates and a checkpoint keeps whole."""
 
-    Attributes:
-        epoch: the last epoch finished (-1: none yet).
-        history: one row per finished epoch (``epoch``, ``train_loss``, ``val_PRIMARY``).
-        best_loss: the lowest epoch training loss so far and its epoch (loss spikes).
-        stale: epochs since the validation metric last improved (patience).
-        best_val: the best validation primary metric (None: no finite one yet); ``best_epoch``
-            its epoch (-1: none), ``best_state`` and ``best_metrics`` the model's parameters
-            and buffers and the validation metrics then.
-        train_s: the training seconds, every process's together.
-        events: what happened on the way (``harness.training.events``).
-    """
-
-    epoch: int = -1
-    history: list[dict[str, Any]] = field(default_factory=list)
-    best_loss: tuple[float, int] | None = None
-    stale: int = 0
-    best_val: float | None = None
+    epoch: int = -1  # the last epoch finished
+    history: list[dict[str, Any]] = field(default_factory=list)  # a row per finished epoch
+    best_loss: tuple[float, int] | None = None  # (lowest epoch training loss, its epoch)
+    stale: int = 0  # epochs since the validation metric last improved (patience)
+    best_val: float | None = None  # the best validation primary metric, and at its epoch:
     best_epoch: int = -1
     best_state: dict[str, Any] | None = None
     best_metrics: dict[str, float] | None = None
-    train_s: float = 0.0
+    train_s: float = 0.0  # every process's together
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -80,12 +54,7 @@ def training_state(
     gen: torch.Generator,
     device: torch.device | str,
 ) -> dict[str, Any]:
-    """What ``Checkpointer.save`` keeps after ``loop.epoch``.
-
-    ``loop``'s fields under their names, the model (parameters, buffers and the methods'
-    ``train_state``), Adam's state, the batch order's generator and the global random states
-    (torch's, Python's, numpy's; CUDA's where in use).
-    """
+    """What ``Checkpointer.save`` keeps: ``loop``, model, Adam, batch order and random states."""
     rng = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
@@ -106,11 +75,7 @@ def training_state(
 def restore_training(
     saved: dict[str, Any], model: Any, opt: torch.optim.Optimizer, gen: torch.Generator
 ) -> TrainState:
-    """Load what ``training_state`` took; returns the loop's state, whole.
-
-    Into ``model`` (parameters, buffers, ``train_state``), ``opt``, ``gen`` and the global
-    random states.
-    """
+    """Load what ``training_state`` took into ``model``, ``opt``, ``gen``; the loop's state."""
     model.load_state_dict(saved["model"])
     model.load_train_state(saved["train_state"])
     opt.load_state_dict(saved["optimizer"])
@@ -125,15 +90,7 @@ def restore_training(
 
 
 class Checkpointer:
-    """The checkpoint of one run: ``folder/RUN_ID.pt``.
-
-    Args:
-        folder: where checkpoints live (``Store.checkpoints_path``).
-        run_id: the run's id.
-        identity: what must match for a checkpoint to be used (method code, harness commit).
-        every_s: the least seconds between two saves (0: at the end of every epoch).
-        start: the run's start (its record's ``time.start``), kept across processes.
-    """
+    """The checkpoint of one run, ``folder/RUN_ID.pt``, saved at most every ``every_s`` seconds."""
 
     def __init__(
         self,
@@ -144,9 +101,7 @@ class Checkpointer:
         start: str | None = None,
     ) -> None:
         self.path = Path(folder) / f"{run_id}.pt"
-        self.run_id = run_id
-        self.identity = dict(identity)
-        self.every_s = float(every_s)
+        self.run_id, self.identity, self.every_s = run_id, dict(identity), float(every_s)
         self._last = time.monotonic()
         self._broken = False  # a save failed: stop trying, the run goes on
         self.full = ""  # a save met a full disk: what the record tells the sweep
@@ -158,20 +113,13 @@ class Checkpointer:
     def of_run(
         cls, folder: str, run_id: str, method_code: str, every_s: float, start: str
     ) -> Checkpointer:
-        """The checkpoint of a run of this checkout (used with the same code only).
-
-        Same code: the same method code and harness commit (and dirty flag).
-        """
+        """The checkpoint of a run of this checkout: same method code, commit and dirty flag."""
         sha, dirty = git_state()
         identity = {"method_code": method_code, "git_sha": sha, "git_dirty": dirty}
         return cls(folder, run_id, identity, every_s, start)
 
     def finish(self, rec: dict[str, Any]) -> None:
-        """The run is over (``rec``, ok or failed): remove the checkpoint.
-
-        A resumed run's record gets its first start and ``time.resumed``; the record of a run
-        whose checkpoint met a full disk, ``DISK_FULL_NOTE`` (the sweep stops).
-        """
+        """The run is over: remove the checkpoint; ``rec`` gets ``time.resumed``, a full disk."""
         if self.resumed_at is not None:
             rec["time"].update(start=self.meta["start"], resumed=self.meta["resumed"])
         if self.full:
@@ -179,11 +127,7 @@ class Checkpointer:
         self.discard()
 
     def load(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
-        """The saved state, or None.
-
-        None where there is no checkpoint, or one this run cannot use (then it says why on
-        stderr and removes it).
-        """
+        """The saved state; None where there is none or one this run cannot use (removed)."""
         if not self.path.exists():
             return None
         try:
@@ -213,11 +157,7 @@ class Checkpointer:
         return not self._broken and time.monotonic() - self._last >= self.every_s
 
     def save(self, state: dict[str, Any]) -> bool:
-        """Write ``state`` (``training_state``) atomically; False where it cannot be written.
-
-        Then it tries no more: the run goes on without checkpoints. It warns once, except on a
-        full disk, which ``finish`` tells the sweep instead.
-        """
+        """Write ``state`` atomically; False where it cannot (then it tries no more)."""
         full = dict(
             state, format=FORMAT, run_id=self.run_id, identity=self.identity, meta=self.meta
         )

@@ -1,11 +1,8 @@
 """What happened while a run trained: the ``events`` a record keeps, and the rules behind them.
 
-The training loop (``harness.training.train.train_model``) appends an event for an epoch in which
-the gradient norm overflowed float32 and was clipped in float64 (``grad_overflow_clipped``), for an
-epoch whose mean training loss is above ``SPIKE_FACTOR`` times the lowest of the epochs before
-(``loss_spike``), and for the non-finite loss or gradient that ends a run. Reports mark the table
-rows whose runs had such events; for a record made before events were recorded, ``derive_events``
-finds the loss spikes in its history.
+An epoch whose gradient norm overflowed float32 and was clipped in float64, an epoch whose mean
+training loss is above ``SPIKE_FACTOR`` times the lowest before, and the non-finite loss or
+gradient that ends a run. Reports mark the rows whose runs had events.
 """
 
 from __future__ import annotations
@@ -32,13 +29,7 @@ def overflow_event(epoch: int, norms: list[float], clip: float) -> dict[str, Any
 
 
 def loss_spike(epoch: int, loss: float, best: tuple[float, int] | None) -> dict[str, Any] | None:
-    """The spike event of an epoch whose training ``loss`` exceeds ``SPIKE_FACTOR`` x its best.
-
-    Args:
-        epoch: the epoch.
-        loss: its mean training loss.
-        best: ``(lowest training loss of the epochs before, its epoch)``; None at the first.
-    """
+    """The event of an epoch whose ``loss`` exceeds ``SPIKE_FACTOR`` x ``best`` (loss, epoch)."""
     if best is None or not math.isfinite(loss) or not loss > SPIKE_FACTOR * best[0]:
         return None
     detail = (
@@ -48,10 +39,7 @@ def loss_spike(epoch: int, loss: float, best: tuple[float, int] | None) -> dict[
 
 
 def derive_events(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """A record's ``events``; for a record made before events were recorded, its history's.
-
-    That is the training-loss spikes; an overflow clipped in float64 leaves no trace there.
-    """
+    """A record's ``events``; for one made before events were recorded, its history's spikes."""
     if isinstance(rec.get("events"), list):
         return rec["events"]
     out, best = [], None

@@ -1,11 +1,8 @@
 """Wall-clock timing on CPU and CUDA: warm-up rounds, then synchronised per-round times.
 
-CUDA kernels run asynchronously, so a timed region must end with ``torch.cuda.synchronize()`` or it
-measures only the kernel launches: ``time_fn`` synchronises around every round, and ``synced`` wraps
-a function so that every call waits for the device before returning (for a timer that does not, such
-as pytest-benchmark's in ``benchmarks/``). ``summarize`` gives the statistics of the timing records.
-``CompileClock`` reads what ``torch.compile`` spent on a run. Timing is advisory: it depends on the
-machine and its load, and is never a pass/fail gate.
+CUDA kernels run asynchronously: ``time_fn`` synchronises around every round, ``synced`` makes a
+function wait for the device (for pytest-benchmark's timer). ``CompileClock`` reads what
+``torch.compile`` spent on a run. Timing is advisory, never a pass/fail gate.
 """
 
 from __future__ import annotations
@@ -42,20 +39,7 @@ def synced(fn: Callable[[], Any], device: str | torch.device) -> Callable[[], An
 def time_fn(
     fn: Callable[[], Any], device: str | torch.device, warmup: int = 1, rounds: int = 5
 ) -> list[float]:
-    """Seconds per call of ``fn`` over ``rounds`` rounds, after ``warmup`` untimed calls.
-
-    The device is synchronised before each round starts and before its clock stops, so queued
-    work of a previous call is never charged to the next one.
-
-    Args:
-        fn: the work to time (no arguments).
-        device: where ``fn`` runs (``"cpu"``, ``"cuda"``, a torch.device).
-        warmup: untimed calls first (allocator, caches, cuDNN/autotuning).
-        rounds: timed calls.
-
-    Returns:
-        One wall-clock duration in seconds per round.
-    """
+    """Seconds per call of ``fn`` over ``rounds`` synchronised rounds, after ``warmup`` calls."""
     if warmup < 0 or rounds < 1:
         raise ValueError(f"need warmup >= 0 and rounds >= 1 (got {warmup}, {rounds})")
     for _ in range(warmup):
@@ -72,11 +56,7 @@ def time_fn(
 
 
 def quartiles(times: list[float]) -> tuple[float, float]:
-    """First and third quartiles, computed as pytest-benchmark computes them.
-
-    That is Wikipedia's method 2 for an even count and method 3 for an odd one, so that ``iqr``
-    means the same in both.
-    """
+    """First and third quartiles as pytest-benchmark computes them (Wikipedia's methods 2, 3)."""
     data, n = sorted(times), len(times)
     if n == 1:
         return data[0], data[0]
@@ -89,10 +69,7 @@ def quartiles(times: list[float]) -> tuple[float, float]:
 
 
 def summarize(times: list[float]) -> dict[str, float]:
-    """Summary statistics of per-round seconds.
-
-    The median, mean, sample standard deviation, min, max, interquartile range and count.
-    """
+    """Median, mean, sample std, min, max, interquartile range and count of per-round seconds."""
     if not times:
         raise ValueError("no timings to summarize")
     q1, q3 = quartiles(times)
@@ -107,25 +84,12 @@ def summarize(times: list[float]) -> dict[str, float]:
     }
 
 
-# What torch.compile's own timers call the compilation of a frame (dynamo, AOTAutograd and
-# inductor; the backward too when it is loaded from the cache) and the lazy compilation of a
-# backward graph at its first backward (a cache miss).
+# torch.compile's timers of a frame's compilation and of a backward graph's (at its first backward)
 _COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 
 class CompileClock:
-    """What ``torch.compile`` spent on a run (``train.compile``).
-
-    Seconds compiling, and how many compiled graphs inductor built afresh or loaded from its
-    on-disk cache.
-
-    Read from torch's own compile timers and counters (``torch._dynamo.utils``), as differences
-    between ``start`` and ``stop``, so the runs of one process each get their own. The cache is
-    inductor's FX-graph cache (``TORCHINDUCTOR_CACHE_DIR``, by default
-    ``/tmp/torchinductor_$USER``), kept across runs and processes: the first run of a sweep
-    compiles, the later runs of the same graphs load them
-    (``harness.planning.sweep.estimate_runs`` counts the compilation once).
-    """
+    """What ``torch.compile`` spent on a run (torch's own timers and counters): seconds, graphs."""
 
     def __init__(self) -> None:
         self._at: tuple[float, int, int] | None = None

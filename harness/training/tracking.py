@@ -1,24 +1,8 @@
-"""TensorBoard event files per run (``harness run --log-dir DIR``).
+"""TensorBoard event files per run (``harness run --log-dir DIR``), and records as HParams.
 
-``TensorBoardLogger`` is a training-loop callback (``harness.training.train.train_model``'s
-``callbacks``): called with ``(epoch, row)`` after every epoch, it writes the row's training loss
-and validation metric; ``finish`` adds the run's test metrics and closes the file. Each run writes
-under ``DIR/<task>_<preset>/<method>/<run id>``, so ``tensorboard --logdir DIR`` groups runs by
-task and method.
-
-It needs the ``tensorboard`` package (``pip install 'condrnn-harness[tensorboard]'``);
-``check_log_dir`` checks for it before a sweep starts, and nothing of it is imported unless a
-log directory is given. The logger holds only plain values until its first event, so it travels to
-worker processes and Ray tasks; with Ray, DIR must be a path the workers can write (a shared
-filesystem) and the files are written where each run executes.
-
-The event files are optional: a write that fails ends the run's events, not the run. It warns
-once on stderr; a full disk instead goes into the run's record (``harness.errors.DISK_FULL_NOTE``),
-and the sweep, once the run is recorded, stops with one line naming the filesystem.
-
-``write_hparams`` (``harness report STORE --tensorboard DIR``) writes finished records after the
-fact, in the same layout: each run's knobs as HParams and its numbers as scalars, so that
-TensorBoard's HParams dashboard filters and sorts a whole sweep.
+``TensorBoardLogger`` (a training-loop callback) holds only plain values until its first event,
+so it travels to worker processes and Ray tasks; a write that fails ends the run's events, not
+the run. ``write_hparams`` (``harness report --tensorboard DIR``) writes finished records.
 """
 
 from __future__ import annotations
@@ -41,11 +25,7 @@ INSTALL = "pip install 'condrnn-harness[tensorboard]'"
 
 
 def check_log_dir(log_dir: str | Path, option: str = "--log-dir") -> None:
-    """Check, before any run, that TensorBoard files can be written to ``log_dir``.
-
-    Creates the directory. Raises ConfigError (one line, naming ``option``) when the
-    ``tensorboard`` package cannot be imported or the directory cannot be created or written.
-    """
+    """Create ``log_dir``; ConfigError (naming ``option``) without tensorboard or if unwritable."""
     if importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(f"{option} needs the tensorboard package: {INSTALL}")
     path = Path(log_dir)
@@ -63,12 +43,7 @@ def run_dir(log_dir: str | Path, cfg: Any) -> Path:
 
 
 class TensorBoardLogger:
-    """Per-epoch scalars of one run in a TensorBoard event file.
-
-    Args:
-        log_dir: the root directory (``--log-dir``).
-        cfg: the run's ``RunConfig`` (names the run's directory).
-    """
+    """Per-epoch scalars of the run ``cfg`` in a TensorBoard event file under ``log_dir``."""
 
     def __init__(self, log_dir: str | Path, cfg: Any) -> None:
         self.path = run_dir(log_dir, cfg)
@@ -124,10 +99,7 @@ class TensorBoardLogger:
         self._write(write)
 
     def finish(self, record: dict[str, Any]) -> None:
-        """Write the run's test metrics (at its best epoch) and close the file.
-
-        Where a write met a full disk, ``record`` gets ``DISK_FULL_NOTE`` (the sweep stops).
-        """
+        """Write the run's test metrics (at its best epoch), close the file; note a full disk."""
 
         def write() -> None:
             step = max(int(record.get("best_epoch") or 0), 0)
@@ -164,19 +136,10 @@ def _scalars(rec: dict[str, Any]) -> dict[str, float]:
 
 
 def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> list[Path]:
-    """Write each run's HParams and metrics under ``log_dir`` (the layout of ``run_dir``).
+    """Write each run's HParams and metrics under ``log_dir``; the run folders written.
 
-    HParams: ``WHO`` and ``flat_config``'s every knob, each a number, a bool or else its ``str``
-    (``None``, a list); scalars: the test and validation metrics, FLOPs and parameters. The last
-    record of each run id counts; a failed run's session ends as failed. TensorBoard builds the
-    experiment from the runs: a knob's type, its values (ticked to filter a string or bool, a
-    range for a number), which knobs differ, the metrics.
-
-    Returns:
-        The run folders written.
-
-    Raises:
-        WriteFailed: an event file could not be written (one line).
+    HParams: ``WHO`` and every knob (a number, a bool, else its ``str``); scalars: ``_scalars``.
+    The last record of each run id counts. WriteFailed: an event file could not be written.
     """
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from torch.utils.tensorboard import SummaryWriter
@@ -220,12 +183,7 @@ def write_hparams(records: Sequence[dict[str, Any]], log_dir: str | Path) -> lis
 
 
 def _quiet_writer_threads() -> None:
-    """Keep the traceback of a failed write in tensorboard's writer thread off stderr.
-
-    The thread re-raises its error, which Python prints; the logger meets the same error on its
-    next call and handles it (``TensorBoardLogger._write``). Installed again where something
-    (a test framework) put its own ``threading.excepthook`` in place since.
-    """
+    """Keep a failed write's traceback in tensorboard's writer thread off stderr (``_write``)."""
     hook = threading.excepthook
     if getattr(hook, "harness_quiet", False):
         return

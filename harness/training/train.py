@@ -1,13 +1,9 @@
 """The one training and evaluation loop, shared by every method and task, and the one run.
 
-Adam with global-norm gradient clipping; validation after every epoch; the test metrics reported
-are those of the parameters from the epoch with the best validation primary metric (the rule is
-named in every record). A non-finite loss or gradient ends the run as failed, with the reason
-and the epochs it finished recorded.
-
-``run`` runs every component through one interface (``Fitting``: set up, fit, evaluate) and builds
-every record: a method's model trained over epochs (``ModelFit``) and a component that fits itself
-(a reference predictor, ``harness.references.ReferenceFit``) alike.
+Adam with global-norm gradient clipping, validation after every epoch, test metrics of the best
+validation epoch's parameters (the rule is named in every record); a non-finite loss or gradient
+fails the run. ``run`` runs every component through one interface (``Fitting``: a method's
+``ModelFit``, a reference's ``ReferenceFit``) and builds every record.
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ from harness.errors import (
 )
 from harness.persistence import records
 from harness.persistence.trace import pack_depth, pack_mask
-from harness.references import component
+from harness.references import add_stats, component
 from harness.training import events as events_mod
 from harness.training.checkpoint import Checkpointer, TrainState, restore_training, training_state
 from harness.training.timing import CompileClock
@@ -61,11 +57,7 @@ def build(cfg: RunConfig, data_dir: str | None = None) -> tuple[Task, SeqModel]:
 
 @dataclass
 class EvalResult:
-    """Metrics of one pass over a split: task metrics, compute trace, MACs and diagnostics.
-
-    When traced, it also holds the update pattern of the first sequence and the histogram of
-    executed depth.
-    """
+    """Metrics of one pass over a split: task metrics, MACs, diagnostics and the trace."""
 
     metrics: dict[str, float]
     macs: dict[str, float] = field(default_factory=dict)
@@ -77,14 +69,13 @@ class EvalResult:
 def evaluate(
     model: SeqModel, task: Task, split: Split, batch_size: int, device, trace: bool = False
 ) -> EvalResult:
-    """Evaluate in eval mode: task metrics, Skip %, depth statistics and per-sequence MACs.
+    """Evaluate in eval mode: task metrics, the registered measures, MACs, diagnostics.
 
-    All are averaged over the split's sequences (Skip % per sequence over its true length,
-    docs/methods.md 1.1). With ``trace``, also keep the first sequence's per-layer update mask and,
-    for depth models, the histogram of executed depth R_t over every step of every sequence.
+    Averaged over the split's sequences (Skip % per sequence over its true length,
+    docs/methods.md 1.1). With ``trace``, also the first sequence's pattern and the R_t histogram.
     """
     model.eval()
-    stats: dict[str, list[float]] = {}
+    stats: dict[str, tuple[float, float]] = {}
     sums: dict[str, float] = {}  # the MACs and the methods' diagnostics, summed over sequences
     means: dict[str, float] = {}  # the registered measures of every run (``per_sequence``)
     per_sequence = [m for m in METRICS.values() if m.per_sequence is not None]
@@ -95,12 +86,8 @@ def evaluate(
         out = model(batch.x, batch.lengths, batch.times)
         if trace:
             _trace(out, batch, traced, task, model)
-        for k, (s, c) in task.batch_stats(out.pred, batch).items():
-            acc = stats.setdefault(k, [0.0, 0.0])
-            acc[0] += s
-            acc[1] += c
-        B = batch.x.shape[0]
-        n_seq += B
+        add_stats(stats, task.batch_stats(out.pred, batch))
+        n_seq += batch.x.shape[0]
         measured = Measured(batch, out, model)
         for metric in per_sequence:
             value = metric.per_sequence(measured)
@@ -114,7 +101,7 @@ def evaluate(
                 per_seq[f"diag_{k}"] = per_seq.get(f"diag_{k}", 0) + v.float() / len(model.methods)
         for k, v in per_seq.items():
             sums[k] = sums.get(k, 0.0) + float(v.double().sum())
-    metrics = task.finalize({k: (s, c) for k, (s, c) in stats.items()})
+    metrics = task.finalize(stats)
     metrics.update({k: v / max(n_seq, 1) for k, v in means.items()})
     for metric in METRICS.values():
         value = None if metric.of_metrics is None else metric.of_metrics(metrics, task.kind)
@@ -129,12 +116,7 @@ def evaluate(
 
 
 def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> None:
-    """Accumulate the first sequence's masks and the R_t histogram (see ``evaluate``).
-
-    The first sequence's record also holds, for depth models, its micro-steps per unit
-    (``first_depth``, ``pack_depth``) and, where the task marks steps of it, those steps
-    (``first_marks``, ``Task.marked_steps``).
-    """
+    """Add a batch to ``traced``: the first sequence's pattern, per-step shares, R_t histogram."""
     if "first_mask" not in traced:
         T = int(batch.lengths[0]) if batch.lengths is not None else batch.x.shape[1]
         traced["first_mask"] = [pack_mask(o.mask[0, :T]) for o in out.layers]
@@ -158,12 +140,9 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
     unread = unread_columns(out.layers)
     if unread is not None:
         shares["read_skip_pct_per_step"] = unread
-    acc = traced.setdefault("_per_step", {"n": torch.zeros(T, dtype=torch.float64)})
-    acc["n"] = _pad_add(acc["n"], valid.sum(0).cpu())
-    for name, share in shares.items():
-        acc[name] = _pad_add(
-            acc.get(name, torch.zeros(0, dtype=torch.float64)), (share * valid).sum(0).cpu()
-        )
+    acc = traced.setdefault("_per_step", {})
+    for name, share in {"n": 1.0, **shares}.items():  # n: the sequences that reach each step
+        acc[name] = _pad_add(acc.get(name, torch.zeros(0)), (share * valid).sum(0).cpu())
     hist = traced.setdefault("depth_hist", {})
     for o in out.layers:
         if o.depth is None:
@@ -180,8 +159,7 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
 
 def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a + b`` for 1-d tensors of possibly different lengths (the shorter one zero-padded)."""
-    n = max(len(a), len(b))
-    out = torch.zeros(n, dtype=torch.float64)
+    out = torch.zeros(max(len(a), len(b)), dtype=torch.float64)
     out[: len(a)] += a
     out[: len(b)] += b
     return out
@@ -206,28 +184,10 @@ def _better(new: float, best: float | None, higher: bool) -> bool:
 def descend(
     total: torch.Tensor, opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], clip: float
 ) -> float | None:
-    """One optimiser step on ``total``: backward, global-norm clipping (when ``clip > 0``), step.
+    """One optimiser step on ``total``: backward, global-norm clipping to ``clip`` (0: none), step.
 
-    The global norm is torch's (``get_total_norm``, in the gradients' dtype). Where that
-    overflows (float32: a norm above about 1.8e19, e.g. an exploding-gradient episode) while
-    every gradient is finite, it is taken again in float64 and the gradients are scaled by it:
-    the clipped step is then the one clipping defines, where torch's ``clip_grad_norm_`` would
-    scale every gradient by ``clip / inf = 0``.
-
-    Args:
-        total: the loss to minimise (task loss plus auxiliary loss).
-        opt: the optimiser over ``params``.
-        params: the trainable parameters, clipped together.
-        clip: the global gradient-norm bound; 0 turns clipping off.
-
-    Returns:
-        The float64 norm where the float32 one overflowed and the gradients were clipped with
-        it (an event the record keeps), else None.
-
-    Raises:
-        DivergedError: when clipping, a gradient with a non-finite element, before the step
-            (clipping it would write NaN into the parameters and the next batch's loss would be
-            NaN).
+    A norm that overflows float32 (``clip_grad_norm_`` would scale by ``clip / inf = 0``) is taken
+    again in float64 and returned (an event); DivergedError: a non-finite gradient, before the step.
     """
     opt.zero_grad(set_to_none=True)
     total.backward()
@@ -244,13 +204,9 @@ def descend(
 
 
 def _clip_wide(grads: list[torch.Tensor], clip: float) -> float:
-    """Global-norm clipping of gradients whose norm overflowed their dtype, in float64.
+    """Clip ``grads`` in float64 (norm and scale: a float32 ``clip / norm`` can flush to 0).
 
-    Both the norm and the scaling: a float32 scale ``clip / norm`` can be subnormal (flushed to 0).
-    Returns the float64 norm.
-
-    Raises:
-        DivergedError: when some gradient element is inf or NaN.
+    Returns the float64 norm; DivergedError where some gradient element is inf or NaN.
     """
     wide = [g.to(torch.float64) for g in grads]
     norm = torch.nn.utils.get_total_norm(wide)
@@ -275,18 +231,8 @@ def train_model(
 ) -> TrainState:
     """Train with Adam, leaving the best-validation parameters loaded; the loop's final state.
 
-    Each of ``callbacks`` is called after every epoch with ``(epoch, history row)`` (progress
-    display, ``harness.training.tracking``). What happened on the way is appended to ``events``
-    (``harness.training.events``; it becomes the state's ``events``): an epoch whose gradient norm
-    overflowed float32 and was clipped in float64, an epoch whose training loss is above
-    ``SPIKE_FACTOR`` times its best so far, and the non-finite loss or gradient that ends a run.
-
-    With ``checkpoint`` (``harness.training.checkpoint``), a saved state of this run is loaded first
-    and training goes on from the epoch after it, exactly as the uninterrupted run would have; the
-    state is saved again at the end of an epoch once ``checkpoint.every_s`` seconds have passed.
-
-    Raises DivergedError on a non-finite loss or gradient norm, naming the epoch and batch and
-    carrying the history of the epochs finished before it.
+    ``callbacks`` get ``(epoch, history row)`` after every epoch; ``events`` what happened. A
+    ``checkpoint``'s saved state is loaded first. DivergedError: a non-finite loss or gradient.
     """
     tc = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
@@ -345,10 +291,7 @@ def train_model(
 def _epoch_done(
     loop: TrainState, epoch: int, losses: list[float], overflowed: list[Any], clip: float
 ) -> float:
-    """An epoch's training loss (the mean over its batches), what happened in it noted in ``loop``.
-
-    Clipping in float64 after an overflow, a loss spike, a new best loss.
-    """
+    """An epoch's mean training loss; its overflows, loss spike and new best noted in ``loop``."""
     if overflowed:
         loop.events.append(events_mod.overflow_event(epoch, overflowed, clip))
     epoch_loss = float(np.mean(losses))
@@ -451,18 +394,11 @@ def run(
     checkpoint_dir: str | None = None,
     checkpoint_every_s: float = 600.0,
 ) -> records.RunRecord:
-    """Run one configuration (a method's, a reference's); its record (``ok`` or ``failed``).
+    """Run one configuration (a method's, a reference's) through ``fitting``; its record.
 
-    The component runs through ``fitting``; this is the one place that builds a run's record.
-    ``callbacks`` go to ``train_model`` (called after every epoch). With ``checkpoint_dir``, the
-    run keeps a checkpoint there (``harness.training.checkpoint``: at the end of an epoch, at most
-    every ``checkpoint_every_s`` seconds), goes on from one it finds, and removes it once recorded.
-
-    Whatever goes wrong inside the run (building the model or the data, an allocation failure,
-    divergence, a runtime error, bad input the sweep's up-front checks did not catch) is
-    returned as a failed record naming the reason, so a sweep goes on; only an interrupt
-    (Ctrl-C, SIGTERM) propagates, and the checkpoint stays: the next start of this run goes on
-    from it.
+    The one place that builds a run's record. With ``checkpoint_dir``, the run keeps a checkpoint
+    there and goes on from one it finds. Whatever goes wrong inside the run gives a failed record
+    naming the reason; only an interrupt propagates (the checkpoint stays for the next start).
     """
     code = method_code(cfg.method)
     rec = records.start_record(cfg, code, source_of(component(cfg.method)))
@@ -491,7 +427,7 @@ def _fit_and_test(
     rec: records.RunRecord,
     checkpoint: Checkpointer | None = None,
 ) -> records.RunRecord:
-    """The body of ``run``: sets up, fits and tests, and completes ``rec`` as a finished run."""
+    """The body of ``run``: set up, fit and test, and complete ``rec`` as a finished run."""
     dev = fit.device()
     rec["env"] = env.environment(dev)
     task, splits, selection = fit.setup(dev)
