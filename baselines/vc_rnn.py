@@ -115,16 +115,17 @@ def _rows_before(w_h: Tensor, h_bar: Tensor, xp: Tensor) -> Tensor:
 
 
 def pack_vc_columns(cell: GRUWeights) -> tuple[Tensor, Tensor]:
-    """The GRU's weights by input column, for ``condrnn::vcrnn_sequence``: ``hh [D, 3D]`` and
-    ``ih [V + 1, 3D]`` (the bias last). Row j holds the weights of input j to the r and z gates
-    of every unit, unit-major (``r_0, z_0, r_1, z_1, ...``, so that the units ``[:k]`` are the
-    row's first 2k values), then to the n gates (``n_0, n_1, ...``): the rows and columns
-    ``[:k]`` a step reads are the first values of its first k rows."""
+    """The GRU's weights by input column, for ``condrnn::vcrnn_sequence``: ``hh [D, 3D + 16]``
+    and ``ih [V + 1, 3D + 16]`` (the bias last). Row j holds the weights of input j to the r and
+    z gates of every unit, unit-major (``r_0, z_0, r_1, z_1, ...``, so that the units ``[:k]``
+    are the row's first 2k values), then to the n gates (``n_0, n_1, ...``), then 16 zeros (rows
+    3D apart would fall into the same few cache sets): the rows and columns ``[:k]`` a step reads
+    are the first values of its first k rows."""
     D = cell.hidden_size
 
-    def columns(w: Tensor) -> Tensor:  # [3D, C] gate-major rows -> [C, 3D]
+    def columns(w: Tensor) -> Tensor:  # [3D, C] gate-major rows -> [C, 3D + 16]
         g = w.detach().view(3, D, -1)
-        return torch.cat([g[:2].permute(2, 1, 0).reshape(-1, 2 * D), g[2].t()], 1).contiguous()
+        return F.pad(torch.cat([g[:2].permute(2, 1, 0).reshape(-1, 2 * D), g[2].t()], 1), (0, 16))
 
     return columns(cell.weight_hh), columns(torch.cat([cell.weight_ih, cell.bias[:, None]], 1))
 

@@ -25,10 +25,12 @@
 // k_b (the union; e = 0 leaves a unit of a sequence an exact copy). The weights are stored by
 // input column (``pack_vc_columns``): row j holds the r and z weights of every unit that read
 // input j, unit-major (r_0, z_0, r_1, ...: a prefix of units is a prefix of the row), then the n
-// weights; the products of a step are [B, K] by [K, 2K] and [B, K] by [K, K] blocks of rows
-// 3D apart, each row read contiguously: at batch 1 as sums of scaled rows (no horizontal
-// reduction), at B > 1 through ATen's mm (gemm.h). Outputs agree with the dense path to rounding
-// (products sum in another order; sigmoid and tanh are at::vec's, vec.h).
+// weights, then 16 values of padding (rows 3D apart, 12 KB at D = 1024, fall into the same few
+// cache sets and evict each other: 11-15 % of the time at batch 32, D 1024, in two runs); the
+// products of a step are [B, K] by [K, 2K] and [B, K] by [K, K] blocks of these rows, each row
+// read contiguously: at batch 1 as sums of scaled rows (no horizontal reduction), at B > 1
+// through ATen's mm (gemm.h). Outputs agree with the dense path to rounding (products sum in
+// another order; sigmoid and tanh are at::vec's, vec.h).
 #include "vec.h"  // first: at::vec at this CPU's width
 
 #include <ATen/Dispatch.h>
@@ -144,19 +146,21 @@ static int64_t decide(Band<T>& c, const T* mD, const T* index, int64_t B, int64_
   return K;
 }
 
-// B sequences of S steps. hh [D, 3D] and ih [V+1, 3D] by input column (``pack_vc_columns``; the
-// input's last row is the bias); sched_h [D]; sched_x [B, S] = w_x . x_t + b; xs [B, S, V+1] =
-// [x_t, 1]; index [D] = 1..D. masked: V = D and the GRU reads e * x. before: the reset-before
-// GRU. Writes outputs [B, S, D], the update mask [B, S, D] and m [B, S].
+// B sequences of S steps. hh [D, ldh] and ih [V+1, ldi] by input column (``pack_vc_columns``:
+// 3D columns, then padding; the input's last row is the bias); sched_h [D]; sched_x [B, S] =
+// w_x . x_t + b; xs [B, S, V+1] = [x_t, 1]; index [D] = 1..D. masked: V = D and the GRU reads
+// e * x. before: the reset-before GRU. Writes outputs [B, S, D], the update mask [B, S, D] and
+// m [B, S].
 template <typename T>
-static void run(const T* hh, const T* ih, const T* sched_h, const T* sched_x, const T* xs,
-                const T* index, T* out, T* mask, T* m_out, int64_t B, int64_t S, int64_t D,
-                int64_t V1, double sharpness, double eps, bool masked, bool before) {
+static void run(const T* hh, int64_t ldh, const T* ih, int64_t ldi, const T* sched_h,
+                const T* sched_x, const T* xs, const T* index, T* out, T* mask, T* m_out,
+                int64_t B, int64_t S, int64_t D, int64_t V1, double sharpness, double eps,
+                bool masked, bool before) {
   // Python scalars meet tensors of the dtype: torch casts them to it (1 - eps in double first).
   const T sharp = static_cast<T>(sharpness);
   const T lo = static_cast<T>(eps), hi = static_cast<T>(1.0 - eps);
   const T Ds = static_cast<T>(D);
-  const int64_t BD = B * D, N3 = 3 * D;
+  const int64_t BD = B * D;
   const bool whole = eps < 1e-4 || (at::get_num_threads() > 1 && BD >= at::internal::GRAIN_SIZE);
   const int64_t tail = whole ? 0 : BD % 64;
   const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
@@ -187,25 +191,25 @@ static void run(const T* hh, const T* ih, const T* sched_h, const T* sched_x, co
     if (K) {
       // input terms W_i x + b of units [:K]: r and z into rz [B, 2K], n into xn [B, K]
       if (masked) {
-        const T* bias = ih + (V1 - 1) * N3;
+        const T* bias = ih + (V1 - 1) * ldi;
         for (int64_t b = 0; b < B; ++b) {
           std::copy(bias, bias + 2 * K, rz.data() + b * 2 * K);
           std::copy(bias + 2 * D, bias + 2 * D + K, xn.data() + b * K);
         }
-        product(rz.data(), 2 * K, xbar.data(), K, B, ih, N3, K, 2 * K, true);
-        product(xn.data(), K, xbar.data(), K, B, ih + 2 * D, N3, K, K, true);
+        product(rz.data(), 2 * K, xbar.data(), K, B, ih, ldi, K, 2 * K, true);
+        product(xn.data(), K, xbar.data(), K, B, ih + 2 * D, ldi, K, K, true);
       } else {
         const T* x = xs + t * V1;
-        product(rz.data(), 2 * K, x, S * V1, B, ih, N3, V1, 2 * K, false);
-        product(xn.data(), K, x, S * V1, B, ih + 2 * D, N3, V1, K, false);
+        product(rz.data(), 2 * K, x, S * V1, B, ih, ldi, V1, 2 * K, false);
+        product(xn.data(), K, x, S * V1, B, ih + 2 * D, ldi, V1, K, false);
       }
-      product(rz.data(), 2 * K, hbar.data(), K, B, hh, N3, K, 2 * K, true);
+      product(rz.data(), 2 * K, hbar.data(), K, B, hh, ldh, K, 2 * K, true);
       sigmoid_vec(rz.data(), B * 2 * K);  // r, z
       if (before) {  // n = tanh(W_in x + b + W_hn (r * h-bar))
         for (int64_t p = 0; p < B * K; ++p) rh[p] = rz[2 * p] * hbar[p];
-        product(xn.data(), K, rh.data(), K, B, hh + 2 * D, N3, K, K, true);
+        product(xn.data(), K, rh.data(), K, B, hh + 2 * D, ldh, K, K, true);
       } else {  // n = tanh(W_in x + b + r * (W_hn h-bar))
-        product(hn.data(), K, hbar.data(), K, B, hh + 2 * D, N3, K, K, false);
+        product(hn.data(), K, hbar.data(), K, B, hh + 2 * D, ldh, K, K, false);
         for (int64_t p = 0; p < B * K; ++p) xn[p] = xn[p] + rz[2 * p] * hn[p];
       }
       tanh_vec(xn.data(), B * K);
@@ -228,9 +232,11 @@ std::vector<at::Tensor> vcrnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor 
                                        double sharpness, double eps, bool masked, bool before) {
   hh = hh.contiguous(); ih = ih.contiguous(); sched_h = sched_h.contiguous();
   sched_x = sched_x.contiguous(); xs = xs.contiguous(); index = index.contiguous();
-  TORCH_CHECK(xs.dim() == 3 && sched_x.dim() == 2, "vcrnn_sequence: xs [B, T, V+1], sched_x [B, T]");
+  TORCH_CHECK(xs.dim() == 3 && sched_x.dim() == 2,
+              "vcrnn_sequence: xs [B, T, V+1], sched_x [B, T]");
   const int64_t B = xs.size(0), S = xs.size(1), V1 = xs.size(2), D = index.size(0);
-  TORCH_CHECK(hh.numel() == 3 * D * D && ih.numel() == 3 * D * V1 && sched_h.numel() == D &&
+  TORCH_CHECK(hh.dim() == 2 && hh.size(0) == D && hh.size(1) >= 3 * D && ih.dim() == 2 &&
+                  ih.size(0) == V1 && ih.size(1) >= 3 * D && sched_h.numel() == D &&
                   sched_x.size(0) == B && sched_x.size(1) == S && (!masked || V1 == D + 1),
               "vcrnn_sequence: inconsistent shapes");
   auto out = at::empty({B, S, D}, xs.options());
@@ -238,9 +244,9 @@ std::vector<at::Tensor> vcrnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor 
   auto mask = at::zeros({B, S, D}, xs.options());
   auto m = at::empty({B, S}, xs.options());
   AT_DISPATCH_FLOATING_TYPES(xs.scalar_type(), "vcrnn_sequence", [&] {
-    run<scalar_t>(hh.data_ptr<scalar_t>(), ih.data_ptr<scalar_t>(), sched_h.data_ptr<scalar_t>(),
-                  sched_x.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(),
-                  index.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+    run<scalar_t>(hh.data_ptr<scalar_t>(), hh.size(1), ih.data_ptr<scalar_t>(), ih.size(1),
+                  sched_h.data_ptr<scalar_t>(), sched_x.data_ptr<scalar_t>(),
+                  xs.data_ptr<scalar_t>(), index.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
                   mask.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), B, S, D, V1, sharpness, eps,
                   masked, before);
   });
