@@ -123,8 +123,10 @@ static int64_t decide(Band<T>& c, const T* mD, const T* index, int64_t B, int64_
     while (n % 64) arg_p[n++] = T(0);
     for (int64_t p = c.tail0; p < BD; ++p) arg_p[n++] = c.sharp * (mD[p / D] - index[p % D]);
   }
-  at::Tensor soft_n = c.soft.narrow(0, 0, n);
-  at::sigmoid_out(soft_n, c.args.narrow(0, 0, n));
+  if (n) {  // none where every unit's argument lies beyond the band (most steps at sharpness 20)
+    at::Tensor soft_n = c.soft.narrow(0, 0, n);
+    at::sigmoid_out(soft_n, c.args.narrow(0, 0, n));
+  }
   const T* soft_p = c.soft.template data_ptr<T>();
   int64_t K = 0;
   for (int64_t b = 0; b < B; ++b) {  // Thr_eps, u = e > 0
