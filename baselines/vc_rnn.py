@@ -114,6 +114,22 @@ def _rows_before(w_h: Tensor, h_bar: Tensor, xp: Tensor) -> Tensor:
     return torch.lerp(n, h_bar, z)  # (1 - z) n + z h-bar
 
 
+def pack_vc_columns(cell: GRUWeights) -> tuple[Tensor, Tensor]:
+    """The GRU's weights by input column, for ``condrnn::vcrnn_sequence``: ``hh [D, 3D + 16]``
+    and ``ih [V + 1, 3D + 16]`` (the bias last). Row j holds the weights of input j to the r and
+    z gates of every unit, unit-major (``r_0, z_0, r_1, z_1, ...``, so that the units ``[:k]``
+    are the row's first 2k values), then to the n gates (``n_0, n_1, ...``), then 16 zeros (rows
+    3D apart would fall into the same few cache sets): the rows and columns ``[:k]`` a step reads
+    are the first values of its first k rows."""
+    D = cell.hidden_size
+
+    def columns(w: Tensor) -> Tensor:  # [3D, C] gate-major rows -> [C, 3D + 16]
+        g = w.detach().view(3, D, -1)
+        return F.pad(torch.cat([g[:2].permute(2, 1, 0).reshape(-1, 2 * D), g[2].t()], 1), (0, 16))
+
+    return columns(cell.weight_hh), columns(torch.cat([cell.weight_ih, cell.bias[:, None]], 1))
+
+
 def threshold_eps(v: Tensor, eps: float) -> Tensor:
     """``Thr_eps``: 1 above ``1 - eps``, 0 below ``eps``, ``v`` (and its gradient) in between."""
     return torch.where(v > 1 - eps, 1.0, torch.where(v < eps, 0.0, v))
@@ -242,38 +258,42 @@ class VCRNN(Method):
     def fast_forward(self, x: Tensor) -> SeqOut:
         """Inference computing only the VC-structural part of each step: the updated units are a
         prefix ``[:k_t]`` (the soft mask decreases in i) and the masked state ``e * h`` is 0
-        beyond it, so the GRU runs on rows and columns ``[:k_t]`` of the cached unit-major
-        weights, views without copies. For batch > 1, ``k_t`` is the largest over the batch (the
-        union of prefixes) and the per-sequence ``e`` masks the rest. Eval sharpness.
+        beyond it, so the GRU runs on rows and columns ``[:k_t]`` of the weights. For batch > 1,
+        ``k_t`` is the largest over the batch (the union of prefixes) and the per-sequence ``e``
+        masks the rest. Eval sharpness.
 
-        Few ops per step (at batch 1 the step is bound by per-op dispatch, not arithmetic):
-        ``Thr_eps`` runs on the prefix only (beyond each sequence's prefix ``e = 0``, i.e.
+        On CPU the whole loop runs in the fused kernel (``condrnn::vcrnn_sequence``,
+        ``csrc/infer/vcrnn.cpp``) at any batch size when it can be built: the same computation
+        with no per-step dispatch, on weights stored by input column (``pack_vc_columns``); the
+        decisions from each ``m_t`` bit for bit the dense path's, outputs to rounding.
+
+        Elsewhere (CUDA, no kernel, ``HARNESS_NO_KERNELS=1``), a PyTorch loop with few ops per
+        step: ``Thr_eps`` runs on the prefix only (beyond each sequence's prefix ``e = 0``, i.e.
         ``soft < eps``), the mask is built once at the end from each sequence's ``k``; the
         states are columns of one preallocated buffer ``[T + 1, D, B]``, the prefix written in
-        place, the rest copied.
-
-        At batch 1 on CPU the whole loop runs in the fused kernel (``condrnn::vcrnn_sequence``)
-        when it can be built (``csrc/vcrnn.cpp``: the same computation with no per-step dispatch;
-        the decisions from each ``m_t`` bit for bit the dense path's, outputs to rounding).
+        place, the rest copied, on rows and columns ``[:k_t]`` of the cached unit-major weights
+        (views without copies).
         """
         B, T, _ = x.shape
         D, eps = self.hidden_size, self.cfg.eps
         cell_params = (self.cell.weight_hh, self.cell.weight_ih, self.cell.bias)
-        hh, ih = cached_pack(self, "_fast_gru", cell_params, lambda: pack_gru_rows(self.cell))
-        kernel = vcrnn_kernel() if B == 1 and on_cpu("VC-RNN's fused kernel", x) else None
+        kernel = vcrnn_kernel() if on_cpu("VC-RNN's fused kernel", x) else None
         if kernel is not None:  # fused C++ loop: rows and columns [:k_t] only, no dispatch
-            sched = F.linear(x[0], self.sched_x, self.sched_b).view(T)  # [T]
-            xs = torch.cat([x[0], x.new_ones(T, 1)], -1)  # [T, V+1]
+            hh, ih = cached_pack(
+                self, "_fast_cols", cell_params, lambda: pack_vc_columns(self.cell)
+            )
+            sched = F.linear(x, self.sched_x, self.sched_b).view(B, T)
+            xs = torch.cat([x, x.new_ones(B, T, 1)], -1)  # [B, T, V+1]
             h, u, m_all = kernel(
                 hh, ih, self.sched_h.view(D), sched, xs, self.unit_index,
                 float(self.cfg.sharpness_end), float(eps), self.mask_input,
                 self.cell.form == "before",
             )  # fmt: skip
-            m_all = m_all[None]  # [1, T]
             extras = {"m": m_all.mean(1), "m_dev": (m_all - self.cfg.m_target).abs().mean(1)}
-            out = SeqOut(h[None], u[None], extras=extras, state=h[None, -1])
+            out = SeqOut(h, u, extras=extras, state=h[:, -1])
             out.aux_loss = self.aux_loss(out)
             return out
+        hh, ih = cached_pack(self, "_fast_gru", cell_params, lambda: pack_gru_rows(self.cell))
         # The state is kept as columns, h [D, B], so that the prefix of units is rows [:k].
         sched_x = F.linear(x, self.sched_x, self.sched_b).permute(1, 2, 0).unbind(0)  # T x [1, B]
         xs = x.permute(1, 2, 0).unbind(0)  # T x [V, B]
@@ -336,9 +356,10 @@ class VCRNN(Method):
 
     @classmethod
     def fast_path_note(cls) -> str | None:
-        """Whether batch 1 on CPU ran the fused C++ kernel here or the PyTorch fallback.
+        """Whether the fast path on CPU (any batch) ran the fused C++ kernel here or the PyTorch
+        fallback.
 
         Reads the kernel's status and never builds it: a report rendered by a process that ran
-        no batch-1 CPU fast path says so instead of compiling.
+        no CPU fast path says so instead of compiling.
         """
-        return vcrnn_kernel_status().fast_path_note(cls.name)
+        return vcrnn_kernel_status().fast_path_note(cls.name, "on CPU")

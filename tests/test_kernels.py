@@ -318,7 +318,7 @@ def test_the_vcrnn_kernel_builds_and_equals_the_dense_forward(library, monkeypat
     status = vc_ops.vcrnn_kernel_status()
     assert kernel is not None, f"the kernel did not build although {expected}: {status}"
     assert status.state == "loaded"
-    assert in_the_sessions_cache(kernels.library_file()), kernels.library_file()
+    assert in_the_sessions_cache(kernels.library_file("infer")), kernels.library_file("infer")
     assert VCRNN.fast_path_note().endswith("(used)")
 
     calls = []
@@ -345,9 +345,78 @@ def test_the_vcrnn_kernel_builds_and_equals_the_dense_forward(library, monkeypat
             m0 = torch.sigmoid(F.linear(x[0, 0], m.sched_x, m.sched_b))
             e0 = torch.sigmoid(m.cfg.sharpness_end * (m0 * m.hidden_size - m.unit_index))
             assert ((e0 > m.cfg.eps) & (e0 < 1 - m.cfg.eps)).any()
+
+
+def vc_batch_model(form: str, V: int, D: int, sharpness: float, eps: float) -> VCRNN:
+    """``vc_model`` with trained-like scheduler weights: ``m_t`` differs between the sequences
+    of a batch, so that their prefixes ``k_t`` differ at the same step."""
+    torch.manual_seed(2)
+    model = VCRNN(V, D, VCRNNConfig(gru_form=form, sharpness_end=sharpness, eps=eps)).eval()
+    with torch.no_grad():
+        model.sched_h.normal_(0.0, 2.0 / D**0.5)
+        model.sched_x.normal_(0.0, 1.0)
+        model.sched_b.fill_(-1.0)
+    return model.double()
+
+
+def check_vc_batch(m: VCRNN, B: int, T: int, calls: list) -> None:
+    """The fused kernel runs ``m`` at batch B and equals the dense eval forward in float64 and
+    float32: masks exactly, outputs to 1e-10 / 2e-5 (float32 sums over 30 steps), ``m`` to
+    rounding; the sequences' prefixes differ at some step."""
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-5)):
+        m = m.to(dtype)
+        x = torch.randn(B, T, m.input_size, dtype=dtype, generator=torch.Generator().manual_seed(1))
+        dense = m(x)
         n = len(calls)
-        m.fast_forward(torch.randn(2, 30, V, dtype=m.sched_h.dtype))
-        assert len(calls) == n  # batch 2: the PyTorch path
+        fused = m.fast_forward(x)
+        assert len(calls) == n + 1, "the fused kernel was not used"
+        assert torch.equal(fused.mask, dense.mask), dtype
+        torch.testing.assert_close(fused.outputs, dense.outputs, rtol=0, atol=tol)
+        torch.testing.assert_close(fused.state, dense.state, rtol=0, atol=tol)
+        for key in ("m", "m_dev"):
+            torch.testing.assert_close(fused.extras[key], dense.extras[key])
+        k = dense.mask.sum(-1)  # [B, T]
+        assert (k.amin(0) < k.amax(0)).float().mean() > 0.5  # different decisions per sequence
+        assert 0.05 < 1 - dense.mask.mean().item() < 0.95
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("form", ["after", "before"])
+@pytest.mark.parametrize("V, D", [(3, 40), (24, 24), (5, 37)])  # V = D: the input masked
+@pytest.mark.parametrize("sharpness, eps", [(20.0, 0.01), (2.0, 0.01), (2.0, 1e-6)])
+def test_the_vcrnn_kernel_equals_the_dense_forward_at_batch_above_1(
+    library, monkeypatch, form, V, D, sharpness, eps
+):
+    """At batch 7 (and 1 and 2), the union of the sequences' prefixes: each sequence's decisions
+    its own, bit for bit the dense forward's, with the soft band (sharpness 2 and 20), at an eps
+    below 1e-4 (every soft value through ATen's sigmoid) and where B D is not a multiple of 64
+    (the last values of the dense tensor, in ATen's scalar branch)."""
+    if vc_ops.vcrnn_kernel() is None:
+        pytest.skip("the kernel library does not build here")
+    kernel, calls = vc_ops.vcrnn_kernel(), []
+    monkeypatch.setattr(vc, "vcrnn_kernel", lambda: lambda *a: calls.append(1) or kernel(*a))
+    m = vc_batch_model(form, V, D, sharpness, eps)
+    check_vc_batch(m, 7, 30, calls)
+    for B in (1, 2):
+        x = torch.randn(B, 30, V, dtype=m.sched_h.dtype)
+        assert torch.equal(m.fast_forward(x).mask, m(x).mask)
+
+
+@pytest.mark.kernel
+def test_the_vcrnn_kernel_at_two_threads_and_a_large_batch(library, monkeypatch):
+    """B D >= ATen's grain size on two threads, where the dense forward's sigmoid runs in
+    chunks (the kernel then computes every soft value as the dense forward does): the
+    decisions are still the dense forward's."""
+    if vc_ops.vcrnn_kernel() is None:
+        pytest.skip("the kernel library does not build here")
+    kernel, calls = vc_ops.vcrnn_kernel(), []
+    monkeypatch.setattr(vc, "vcrnn_kernel", lambda: lambda *a: calls.append(1) or kernel(*a))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        check_vc_batch(vc_batch_model("after", 3, 1030, 2.0, 0.01), 33, 6, calls)
+    finally:
+        torch.set_num_threads(threads)
 
 
 # --- EI-REHN's training stack (baselines/ops/ei_rehn_stack.py, csrc/ei_rehn_stack.cpp) ---------

@@ -1,11 +1,12 @@
-"""VC-RNN's batch-1 inference loop in C++, as the op ``condrnn::vcrnn_sequence``
-(``csrc/vcrnn.cpp``): the fast path of ``VCRNN.fast_forward`` at batch 1 on the CPU, which reads
-only the rows and columns of the weights the updated units need, once a step, with no per-step
-Python dispatch (``baselines.ops.library`` says why and how it is built).
+"""VC-RNN's inference loop in C++, as the op ``condrnn::vcrnn_sequence``
+(``csrc/infer/vcrnn.cpp``): the fast path of ``VCRNN.fast_forward`` on the CPU at any batch size,
+which reads only the rows and columns of the weights the updated units need (at batch > 1 those
+of the union of the sequences' prefixes), once a step, with no per-step Python dispatch
+(``baselines.ops.library`` says why and how it is built).
 
 It is inference only (no backward). Its outputs' shapes follow from its inputs' (the outputs
-``[T, D]``, the update mask ``[T, D]`` and the scheduler's ``m [T]``): the fake implementation
-gives them, so the op also runs on the meta device and under FakeTensor.
+``[B, T, D]``, the update mask ``[B, T, D]`` and the scheduler's ``m [B, T]``): the fake
+implementation gives them, so the op also runs on the meta device and under FakeTensor.
 """
 
 from __future__ import annotations
@@ -33,5 +34,5 @@ def vcrnn_kernel() -> Any:
 
 @fake("vcrnn_sequence")
 def _sequence_fake(hh, ih, sched_h, sched_x, xs, index, sharpness, eps, masked, before):
-    T, D = xs.shape[0], index.shape[0]
-    return [xs.new_empty(T, D), xs.new_empty(T, D), xs.new_empty(T)]  # outputs, mask, m
+    (B, T), D = sched_x.shape, index.shape[0]
+    return [xs.new_empty(B, T, D), xs.new_empty(B, T, D), xs.new_empty(B, T)]  # outputs, mask, m

@@ -1,100 +1,231 @@
-// VC-RNN inference loop for batch 1 (eval semantics), loaded by baselines/ops/library.py.
+// VC-RNN inference loop for a batch of sequences (eval semantics), loaded by
+// baselines/ops/library.py.
 //
-// The update decisions are computed from the scheduler's m_t with the same IEEE operations as
-// the PyTorch code (elementwise products and differences rounded to the dtype one at a time;
-// built with -ffp-contract=off), and both sigmoids of the decision chain are ATen's own
-// at::sigmoid_out on tensors laid out as in the dense forward at batch 1 (m: one element; the
-// soft mask: D contiguous elements), so each value takes the same (vectorised or scalar) branch
-// of ATen's kernel and rounds identically. Given the same m_t, the mask and the soft mask e are
-// bit for bit the dense path's; outputs agree to rounding (dot products sum in another order).
-#include <ATen/core/Tensor.h>
+// Decisions. The scheduler's m_t is a dot product and one sigmoid (ATen's scalar formula), equal
+// to the dense path's to rounding. Given m_t, the soft mask e and the update mask are bit for
+// bit the dense path's: the arguments sharp * (m_t D - i) are the same IEEE operations as the
+// PyTorch code's (built with -ffp-contract=off), and every soft value Thr_eps does not settle on
+// its own is ATen's own at::sigmoid_out, each value in the branch (vectorised or scalar) ATen's
+// kernel takes for it in the dense forward's [B, D] tensor. That kernel computes lane by lane,
+// in vectors from the start of the flat array and the last (B D mod 2W) values (2W = two
+// vectors, which divides 64) with its scalar formula, the two differing in the last bit. So:
+// - units whose argument is at least A = logit(1 - eps) + 1 have sigmoid > 1 - eps by a margin
+//   far above any rounding (e = 1), those below -A have sigmoid < eps (e = 0), at eps >= 1e-4;
+//   the argument decreases in i, so the units between (the band, a unit or two at sharpness 20)
+//   are a range [lo_b, hi_b) of each sequence;
+// - the band values of all sequences go into one buffer, padded to a multiple of 64 values, and
+//   after it the dense tensor's last (B D mod 64) arguments, in order: one at::sigmoid_out a step
+//   computes each value in the branch the dense forward's takes, at any vector width;
+// - at eps < 1e-4, and where the dense forward's sigmoid runs on several threads (more than one
+//   ATen thread and B D >= at::internal::GRAIN_SIZE: its chunks end in scalar values of their
+//   own), the buffer is the dense tensor's B D arguments themselves.
+//
+// The GRU. The updated units are a prefix [:k_b] of each sequence (e decreases in i) and
+// h-bar = e * h is 0 beyond it, so a step reads rows and columns [:K] of the weights, K = max_b
+// k_b (the union; e = 0 leaves a unit of a sequence an exact copy). The weights are stored by
+// input column (``pack_vc_columns``): row j holds the r and z weights of every unit that read
+// input j, unit-major (r_0, z_0, r_1, ...: a prefix of units is a prefix of the row), then the n
+// weights, then 16 values of padding (rows 3D apart, 12 KB at D = 1024, fall into the same few
+// cache sets and evict each other: 11-15 % of the time at batch 32, D 1024, in two runs); the
+// products of a step are [B, K] by [K, 2K] and [B, K] by [K, K] blocks of these rows, each row
+// read contiguously: at batch 1 as sums of scaled rows (no horizontal reduction), at B > 1
+// through ATen's mm (gemm.h). Outputs agree with the dense path to rounding (products sum in
+// another order; sigmoid and tanh are at::vec's, vec.h).
+#include "vec.h"  // first: at::vec at this CPU's width
+
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sigmoid.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "common.h"  // dot, sigmoid, torch_lerp
+#include "common.h"  // dot, torch_lerp
+#include "panel.h"   // matrix, mm_into
 
-// One sequence. hh [D, 3, D] and ih [D, 3, V+1] are unit-major GRU rows (gates r, z, n; input
-// rows end in the bias); sched_h [D]; sched_x [T] = w_x . x_t + b; xs [T, V+1] = [x_t, 1];
-// index [D] = 1..D. masked: V = D and the GRU reads e * x. before: the reset-before GRU.
-// Writes outputs [T, D], the update mask [T, D] and m [T].
-template <typename scalar_t>
-static void run(const scalar_t* hh, const scalar_t* ih, const scalar_t* sched_h,
-                const scalar_t* sched_x, const scalar_t* xs, const scalar_t* index,
-                scalar_t* out, scalar_t* mask, scalar_t* m_out, int64_t T, int64_t D, int64_t V1,
-                double sharpness, double eps, bool masked, bool before) {
+// out [n, N] (rows ldo apart) (+)= a [n, Kd] (rows lda apart) w [Kd, N] (rows ldw apart): row
+// by row as sums of scaled rows of w, four at a time (the same sums in the same order as one at a
+// time), at n = 1 and for a few inputs (Kd < 32: the input terms), else ATen's mm on views.
+template <typename T>
+static void product(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, const T* w,
+                    int64_t ldw, int64_t Kd, int64_t N, bool accumulate) {
+  if (n > 1 && Kd >= 32 && N > 0) {
+    mm_into(matrix(out, n, N, ldo), matrix(a, n, Kd, lda), matrix(w, Kd, N, ldw), accumulate);
+    return;
+  }
+  for (int64_t b = 1; b < n; ++b)
+    product(out + b * ldo, ldo, a + b * lda, lda, 1, w, ldw, Kd, N, accumulate);
+  if (!accumulate) std::fill(out, out + N, T(0));
+  int64_t j = 0;
+  for (; j + 4 <= Kd; j += 4) {
+    const T a0 = a[j], a1 = a[j + 1], a2 = a[j + 2], a3 = a[j + 3];
+    const T* w0 = w + j * ldw;
+    const T *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+#pragma omp simd
+    for (int64_t c = 0; c < N; ++c)
+      out[c] = (((out[c] + a0 * w0[c]) + a1 * w1[c]) + a2 * w2[c]) + a3 * w3[c];
+  }
+  for (; j < Kd; ++j) {
+    const T aj = a[j];
+    const T* wj = w + j * ldw;
+#pragma omp simd
+    for (int64_t c = 0; c < N; ++c) out[c] = out[c] + aj * wj[c];
+  }
+}
+
+// The number of units i with sharp (md - index[i]) >= lim, a prefix (the argument decreases in
+// i): from the estimate md - lim / sharp (index = 1..D), a walk to the exact count.
+template <typename T>
+static int64_t count_at_least(T sharp, T md, const T* index, int64_t D, T lim) {
+  const double guess = std::floor(double(md) - double(lim) / double(sharp));
+  int64_t c = guess >= 0 ? (guess < double(D) ? int64_t(guess) : D) : 0;  // 0 where NaN
+  while (c > 0 && !(sharp * (md - index[c - 1]) >= lim)) --c;
+  while (c < D && sharp * (md - index[c]) >= lim) ++c;
+  return c;
+}
+
+// What the decisions of a step need (the file's comment says how they are made), and its
+// buffers: the arguments and soft values sigmoid_out computes, each sequence's band [lo_b, hi_b)
+// and where its values start in them.
+template <typename T>
+struct Band {
+  T sharp, lo, hi, A;   // sharpness, eps, 1 - eps, the band's edge logit(1 - eps) + 1
+  bool whole;           // every argument through sigmoid_out, in the dense tensor's order
+  int64_t tail, tail0;  // the dense tensor's last (B D mod 64) values: flat [tail0, B D)
+  at::Tensor args, soft;
+  std::vector<int64_t> lo_b, hi_b, at_b;
+};
+
+// The decisions of one step from the scheduler's m_b D: the soft mask e [B, D] (set up to each
+// sequence's band end hi_b; 0 from there on, left to the caller) and the update mask's rows
+// (mask_rows + b ldm, zeroed beforehand: set up to hi_b). Returns K = max_b k_b.
+template <typename T>
+static int64_t decide(Band<T>& c, const T* mD, const T* index, int64_t B, int64_t D, T* e,
+                      T* mask_rows, int64_t ldm) {
+  const int64_t BD = B * D;
+  T* arg_p = c.args.template data_ptr<T>();
+  int64_t n = 0;  // the arguments sigmoid_out computes: the band of each sequence, or all
+  for (int64_t b = 0; b < B; ++b) {
+    const T md = mD[b];
+    c.lo_b[b] = c.whole ? 0 : count_at_least(c.sharp, md, index, D, c.A);
+    c.hi_b[b] = c.whole ? D : count_at_least(c.sharp, md, index, D, T(-c.A));
+    c.at_b[b] = n;
+    const int64_t end = std::min(c.hi_b[b], c.tail0 - b * D);  // the last values: after the pad
+    for (int64_t i = c.lo_b[b]; i < end; ++i) arg_p[n++] = c.sharp * (md - index[i]);
+  }
+  if (c.tail) {
+    while (n % 64) arg_p[n++] = T(0);
+    for (int64_t p = c.tail0; p < BD; ++p) arg_p[n++] = c.sharp * (mD[p / D] - index[p % D]);
+  }
+  if (n) {  // none where every unit's argument lies beyond the band (most steps at sharpness 20)
+    at::Tensor soft_n = c.soft.narrow(0, 0, n);
+    at::sigmoid_out(soft_n, c.args.narrow(0, 0, n));
+  }
+  const T* soft_p = c.soft.template data_ptr<T>();
+  int64_t K = 0;
+  for (int64_t b = 0; b < B; ++b) {  // Thr_eps, u = e > 0
+    T* eb = e + b * D;
+    T* mrow = mask_rows + b * ldm;
+    const int64_t lo = c.lo_b[b], hi = c.hi_b[b];
+    int64_t k = lo;
+    std::fill(eb, eb + lo, T(1));
+    std::fill(mrow, mrow + lo, T(1));
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t p = b * D + i;
+      const T v = p < c.tail0 ? soft_p[c.at_b[b] + i - lo] : soft_p[n - (BD - p)];
+      eb[i] = v > c.hi ? T(1) : (v < c.lo ? T(0) : v);
+      mrow[i] = eb[i] > 0 ? T(1) : T(0);
+      if (eb[i] > 0) k = i + 1;
+    }
+    K = std::max(K, k);
+  }
+  return K;
+}
+
+// B sequences of S steps. hh [D, ldh] and ih [V+1, ldi] by input column (``pack_vc_columns``:
+// 3D columns, then padding; the input's last row is the bias); sched_h [D]; sched_x [B, S] =
+// w_x . x_t + b; xs [B, S, V+1] = [x_t, 1]; index [D] = 1..D. masked: V = D and the GRU reads
+// e * x. before: the reset-before GRU. Writes outputs [B, S, D], the update mask [B, S, D] and
+// m [B, S].
+template <typename T>
+static void run(const T* hh, int64_t ldh, const T* ih, int64_t ldi, const T* sched_h,
+                const T* sched_x, const T* xs, const T* index, T* out, T* mask, T* m_out,
+                int64_t B, int64_t S, int64_t D, int64_t V1, double sharpness, double eps,
+                bool masked, bool before) {
   // Python scalars meet tensors of the dtype: torch casts them to it (1 - eps in double first).
-  const scalar_t sharp = static_cast<scalar_t>(sharpness);
-  const scalar_t lo = static_cast<scalar_t>(eps), hi = static_cast<scalar_t>(1.0 - eps);
-  const scalar_t Ds = static_cast<scalar_t>(D);
-  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value);
-  at::Tensor pre = at::empty({1}, opts), m_t = at::empty({1}, opts);
-  at::Tensor arg = at::empty({D}, opts), soft = at::empty({D}, opts);
-  scalar_t* pre_p = pre.data_ptr<scalar_t>();
-  const scalar_t* m_p = m_t.data_ptr<scalar_t>();
-  scalar_t* arg_p = arg.data_ptr<scalar_t>();
-  const scalar_t* soft_p = soft.data_ptr<scalar_t>();
-  std::vector<scalar_t> h(D, scalar_t(0)), e(D), hbar(D), xbar(masked ? D : 0), rh(before ? D : 0);
-  std::vector<scalar_t> xr(D), xz(D), xn(D), z(before ? D : 0);
-  for (int64_t t = 0; t < T; ++t) {
-    const scalar_t* x = xs + t * V1;
-    pre_p[0] = sched_x[t] + dot(sched_h, h.data(), D);  // scheduler
-    at::sigmoid_out(m_t, pre);
-    const scalar_t m = m_p[0];
-    m_out[t] = m;
-    const scalar_t mD = m * Ds;
-    for (int64_t i = 0; i < D; ++i) arg_p[i] = sharp * (mD - index[i]);
-    at::sigmoid_out(soft, arg);  // the soft mask
-    int64_t k = 0;  // the prefix holding every updated unit
-    scalar_t* mrow = mask + t * D;
-    for (int64_t i = 0; i < D; ++i) {  // Thr_eps, u = e > 0
-      const scalar_t v = soft_p[i];
-      e[i] = v > hi ? scalar_t(1) : (v < lo ? scalar_t(0) : v);
-      const bool u = e[i] > 0;
-      mrow[i] = u ? scalar_t(1) : scalar_t(0);
-      if (u) k = i + 1;
+  const T sharp = static_cast<T>(sharpness);
+  const T lo = static_cast<T>(eps), hi = static_cast<T>(1.0 - eps);
+  const T Ds = static_cast<T>(D);
+  const int64_t BD = B * D;
+  const bool whole = eps < 1e-4 || (at::get_num_threads() > 1 && BD >= at::internal::GRAIN_SIZE);
+  const int64_t tail = whole ? 0 : BD % 64;
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  Band<T> band{sharp, lo, hi, static_cast<T>(std::log((1.0 - eps) / eps) + 1.0), whole, tail,
+               BD - tail, at::empty({BD + 128}, opts), at::empty({BD + 128}, opts),
+               std::vector<int64_t>(B), std::vector<int64_t>(B), std::vector<int64_t>(B)};
+  std::vector<T> zero(D, T(0)), mD(B), e(BD), hbar(BD), rz(2 * BD), xn(BD), hn(BD);
+  std::vector<T> xbar(masked ? BD : 0), rh(before ? BD : 0);
+  for (int64_t t = 0; t < S; ++t) {
+    auto prev = [&](int64_t b) { return t ? out + (b * S + t - 1) * D : zero.data(); };
+    for (int64_t b = 0; b < B; ++b) {  // the scheduler, ATen's scalar sigmoid
+      const T pre = sched_x[b * S + t] + dot(sched_h, prev(b), D);
+      const T m = T(1) / (T(1) + std::exp(-pre));
+      m_out[b * S + t] = m;
+      mD[b] = m * Ds;
     }
-    for (int64_t i = 0; i < k; ++i) hbar[i] = e[i] * h[i];  // 0 beyond k: columns [:k] only
-    for (int64_t i = 0; i < k; ++i) {  // the input terms W_i x-bar + b of the prefix rows
-      const scalar_t* wi = ih + i * 3 * V1;
-      if (masked) {  // x-bar = e * x is 0 beyond k too
-        if (i == 0)
-          for (int64_t j = 0; j < k; ++j) xbar[j] = e[j] * x[j];
-        xr[i] = dot(wi, xbar.data(), k) + wi[V1 - 1];
-        xz[i] = dot(wi + V1, xbar.data(), k) + wi[2 * V1 - 1];
-        xn[i] = dot(wi + 2 * V1, xbar.data(), k) + wi[3 * V1 - 1];
+    const int64_t K = decide(band, mD.data(), index, B, D, e.data(), mask + t * D, S * D);
+    for (int64_t b = 0; b < B; ++b) {  // e beyond each band: 0 up to K
+      T* eb = e.data() + b * D;
+      if (band.hi_b[b] < K) std::fill(eb + band.hi_b[b], eb + K, T(0));
+      const T* h = prev(b);
+      for (int64_t i = 0; i < K; ++i) hbar[b * K + i] = eb[i] * h[i];  // 0 beyond k_b
+      if (masked) {  // x-bar = e * x, 0 beyond k_b too
+        const T* x = xs + (b * S + t) * V1;
+        for (int64_t i = 0; i < K; ++i) xbar[b * K + i] = eb[i] * x[i];
+      }
+    }
+    if (K) {
+      // input terms W_i x + b of units [:K]: r and z into rz [B, 2K], n into xn [B, K]
+      if (masked) {
+        const T* bias = ih + (V1 - 1) * ldi;
+        for (int64_t b = 0; b < B; ++b) {
+          std::copy(bias, bias + 2 * K, rz.data() + b * 2 * K);
+          std::copy(bias + 2 * D, bias + 2 * D + K, xn.data() + b * K);
+        }
+        product(rz.data(), 2 * K, xbar.data(), K, B, ih, ldi, K, 2 * K, true);
+        product(xn.data(), K, xbar.data(), K, B, ih + 2 * D, ldi, K, K, true);
       } else {
-        xr[i] = dot(wi, x, V1);
-        xz[i] = dot(wi + V1, x, V1);
-        xn[i] = dot(wi + 2 * V1, x, V1);
+        const T* x = xs + t * V1;
+        product(rz.data(), 2 * K, x, S * V1, B, ih, ldi, V1, 2 * K, false);
+        product(xn.data(), K, x, S * V1, B, ih + 2 * D, ldi, V1, K, false);
       }
+      product(rz.data(), 2 * K, hbar.data(), K, B, hh, ldh, K, 2 * K, true);
+      sigmoid_vec(rz.data(), B * 2 * K);  // r, z
+      if (before) {  // n = tanh(W_in x + b + W_hn (r * h-bar))
+        for (int64_t p = 0; p < B * K; ++p) rh[p] = rz[2 * p] * hbar[p];
+        product(xn.data(), K, rh.data(), K, B, hh + 2 * D, ldh, K, K, true);
+      } else {  // n = tanh(W_in x + b + r * (W_hn h-bar))
+        product(hn.data(), K, hbar.data(), K, B, hh + 2 * D, ldh, K, K, false);
+        for (int64_t p = 0; p < B * K; ++p) xn[p] = xn[p] + rz[2 * p] * hn[p];
+      }
+      tanh_vec(xn.data(), B * K);
     }
-    scalar_t* hn = out + t * D;
-    if (before) {  // r and z of the prefix first: every candidate reads r * h-bar
-      for (int64_t i = 0; i < k; ++i) {
-        const scalar_t* wr = hh + i * 3 * D;
-        rh[i] = sigmoid(xr[i] + dot(wr, hbar.data(), k)) * hbar[i];
-        z[i] = sigmoid(xz[i] + dot(wr + D, hbar.data(), k));
+    for (int64_t b = 0; b < B; ++b) {
+      const T* h = prev(b);
+      const T* eb = e.data() + b * D;
+      T* o = out + (b * S + t) * D;
+      for (int64_t i = 0; i < K; ++i) {  // e = 0 or 1: h or the candidate
+        const int64_t p = b * K + i;
+        o[i] = torch_lerp(h[i], torch_lerp(xn[p], hbar[p], rz[2 * p + 1]), eb[i]);
       }
-      for (int64_t i = 0; i < k; ++i) {
-        const scalar_t n = std::tanh(xn[i] + dot(hh + i * 3 * D + 2 * D, rh.data(), k));
-        hn[i] = torch_lerp(h[i], torch_lerp(n, hbar[i], z[i]), e[i]);
-      }
-    } else {
-      for (int64_t i = 0; i < k; ++i) {
-        const scalar_t* wr = hh + i * 3 * D;
-        const scalar_t r = sigmoid(xr[i] + dot(wr, hbar.data(), k));
-        const scalar_t zi = sigmoid(xz[i] + dot(wr + D, hbar.data(), k));
-        const scalar_t n = std::tanh(xn[i] + r * dot(wr + 2 * D, hbar.data(), k));
-        // e = 0 or 1: h or the candidate
-        hn[i] = torch_lerp(h[i], torch_lerp(n, hbar[i], zi), e[i]);
-      }
+      std::copy(h + K, h + D, o + K);  // units beyond the union: an exact copy
     }
-    for (int64_t i = k; i < D; ++i) hn[i] = h[i];  // skipped units: an exact copy
-    std::copy(hn, hn + D, h.begin());
   }
 }
 
@@ -103,24 +234,28 @@ std::vector<at::Tensor> vcrnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor 
                                        double sharpness, double eps, bool masked, bool before) {
   hh = hh.contiguous(); ih = ih.contiguous(); sched_h = sched_h.contiguous();
   sched_x = sched_x.contiguous(); xs = xs.contiguous(); index = index.contiguous();
-  const int64_t T = xs.size(0), V1 = xs.size(1), D = index.size(0);
-  TORCH_CHECK(hh.numel() == 3 * D * D && ih.numel() == 3 * D * V1 && sched_h.numel() == D &&
-                  sched_x.numel() == T && (!masked || V1 == D + 1),
+  TORCH_CHECK(xs.dim() == 3 && sched_x.dim() == 2,
+              "vcrnn_sequence: xs [B, T, V+1], sched_x [B, T]");
+  const int64_t B = xs.size(0), S = xs.size(1), V1 = xs.size(2), D = index.size(0);
+  TORCH_CHECK(hh.dim() == 2 && hh.size(0) == D && hh.size(1) >= 3 * D && ih.dim() == 2 &&
+                  ih.size(0) == V1 && ih.size(1) >= 3 * D && sched_h.numel() == D &&
+                  sched_x.size(0) == B && sched_x.size(1) == S && (!masked || V1 == D + 1),
               "vcrnn_sequence: inconsistent shapes");
-  auto out = at::empty({T, D}, xs.options());
-  auto mask = at::empty({T, D}, xs.options());
-  auto m = at::empty({T}, xs.options());
+  auto out = at::empty({B, S, D}, xs.options());
+  // zeroed in one pass (streaming stores): a step writes only the units before its band's end
+  auto mask = at::zeros({B, S, D}, xs.options());
+  auto m = at::empty({B, S}, xs.options());
   AT_DISPATCH_FLOATING_TYPES(xs.scalar_type(), "vcrnn_sequence", [&] {
-    run<scalar_t>(hh.data_ptr<scalar_t>(), ih.data_ptr<scalar_t>(), sched_h.data_ptr<scalar_t>(),
-                  sched_x.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(),
-                  index.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                  mask.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), T, D, V1, sharpness, eps,
+    run<scalar_t>(hh.data_ptr<scalar_t>(), hh.size(1), ih.data_ptr<scalar_t>(), ih.size(1),
+                  sched_h.data_ptr<scalar_t>(), sched_x.data_ptr<scalar_t>(),
+                  xs.data_ptr<scalar_t>(), index.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                  mask.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), B, S, D, V1, sharpness, eps,
                   masked, before);
   });
   return {out, mask, m};
 }
 
-// The op (csrc/ops.cpp): VC-RNN's inference loop for one sequence, {outputs, mask, m}.
+// The op (csrc/ops.cpp): VC-RNN's inference loop for a batch, {outputs, mask, m}.
 TORCH_LIBRARY_FRAGMENT(condrnn, m) {
   m.def("vcrnn_sequence(Tensor hh, Tensor ih, Tensor sched_h, Tensor sched_x, Tensor xs,"
         " Tensor index, float sharpness, float eps, bool masked, bool before) -> Tensor[]");
