@@ -554,24 +554,17 @@ def _budget_legend(fig: Figure, looks: dict[str, dict[str, Any]]) -> None:
 
 def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
     """The update patterns' caption: which rule picked each panel's variant, who is left out."""
-
-    def names(how: str) -> str:
-        return ", ".join(m for m, (_, h) in choice.picks.items() if h == how)
-
-    parts = []
-    if names("table"):
-        parts.append(
-            f"the variant the table's rule{f' ({rule})' if rule else ''} picked: {names('table')}"
-        )
-    if names("nearest"):
-        parts.append(
-            f"the variant with test Skip % nearest {choice.target:.1f} %: {names('nearest')}"
-            + (
-                f" (the table's pick is at chance for {', '.join(choice.table_at_chance)})"
-                if choice.table_at_chance
-                else ""
-            )
-        )
+    at = choice.table_at_chance
+    late = f" (the table's pick is at chance for {', '.join(at)})" if at else ""
+    heads = {
+        "table": f"the variant the table's rule{f' ({rule})' if rule else ''} picked: ",
+        "nearest": f"the variant with test Skip % nearest {choice.target:.1f} %: ",
+    }
+    parts = [
+        heads[how] + names + (late if how == "nearest" else "")
+        for how in heads
+        if (names := ", ".join(m for m, (_, h) in choice.picks.items() if h == how))
+    ]
     if choice.at_chance:
         parts.append(
             f"not drawn, every variant at chance on validation: {', '.join(choice.at_chance)}"
