@@ -296,11 +296,7 @@ def _matcher(key: str, texts: list[str], fields: list[dict[str, Any]]) -> Any:
 
 def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
     """Warn on stderr, in one line, of the tables in which ``rule`` keeps no method row."""
-    if rule is None:
-        return
-
-    empty = empty_tables(records, select(records, rule)[0])
-    if empty:
+    if rule is not None and (empty := empty_tables(records, select(records, rule)[0])):
         where = ", ".join(f"{task} ({preset})" for task, preset in empty)
         sys.stderr.write(
             f"warning: --select {rule} keeps no method row of {where}: no variant qualifies "

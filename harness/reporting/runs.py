@@ -74,10 +74,9 @@ class Failed:
         """The record as one line: method, variant, task, preset, seed, run id, commit, error."""
         r = self.record
         sha = commit_label([r])
-        what = {
-            "ok": "rerun: its latest record is ok and tabulated",
-            "failed": "not rerun successfully: its latest record failed",
-        }[self.rerun]
+        what = "rerun: its latest record is ok and tabulated"
+        if self.rerun != "ok":
+            what = "not rerun successfully: its latest record failed"
         return (
             f"{r['method']}{f' ({self.label})' if self.label else ''} on {r['task']} "
             f"({r['preset']}, seed {r['seed']}, run {r['run_id']}, commit {sha}): "
