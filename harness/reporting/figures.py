@@ -492,6 +492,8 @@ def budget_figure(
     """
     import textwrap
 
+    from matplotlib.lines import Line2D
+
     runs = swept_lines(runs, knob)
     rows = budget_rows(runs, knob, primary)
     if not rows:
@@ -521,35 +523,23 @@ def budget_figure(
                 for line, g in part.groupby("line", sort=False):
                     zero = zero_x if (g[knob] == 0).any() else None
                     _budget_line(ax, g, knob, y, looks[line], zero)
+                metric = get_metric(y)
                 label = metric_title + arrow(higher) if y == primary else None
-                _budget_axes(ax, runs[y], y, label, left)
+                label = label or metric.title + arrow(metric.higher)
+                ax.set_ylabel(textwrap.fill(label, 24) if left else "")
+                if not metric.percent and spans_decades(runs[y]):
+                    ax.set_yscale("log", nonpositive="clip")
+                    ax.set_ylim(*ax.get_ylim())
+                    readable_log(ax.yaxis)
                 ax.set_xlabel(knob if r == len(rows) - 1 else "")
                 ax.xaxis.set_tick_params(labelbottom=r == len(rows) - 1)
                 if r == 0 and panel:
                     title = ", ".join(f"{k}={v}" for k, v in zip(facets, panel, strict=True))
                     ax.set_title(textwrap.fill(title, 34 if ncol < 4 else 26), loc="left")
-        _budget_legend(fig, looks)
+        handles = [Line2D([], [], **st) for st in looks.values()]
+        ncols = max(min(len(looks), 110 // (max(map(len, looks)) + 8)), 1)  # within 7 in
+        fig.legend(handles, list(looks), loc="outside lower center", ncols=ncols)
     return fig
-
-
-def _budget_axes(ax: Axes, values: pd.Series, y: str, label: str | None, left: bool) -> None:
-    import textwrap
-
-    metric = get_metric(y)
-    label = label or metric.title + arrow(metric.higher)
-    ax.set_ylabel(textwrap.fill(label, 24) if left else "")
-    if not metric.percent and spans_decades(values):
-        ax.set_yscale("log", nonpositive="clip")
-        ax.set_ylim(*ax.get_ylim())
-        readable_log(ax.yaxis)
-
-
-def _budget_legend(fig: Figure, looks: dict[str, dict[str, Any]]) -> None:
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], **st) for st in looks.values()]
-    ncols = max(min(len(looks), 110 // (max(map(len, looks)) + 8)), 1)  # within 7 in
-    fig.legend(handles, list(looks), loc="outside lower center", ncols=ncols)
 
 
 def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
@@ -701,28 +691,25 @@ def report_figures(
     """
     out = []
 
-    def keep(caption: str, fig: Figure, kind: str) -> None:
-        out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
+    def keep(caption: str, fig: Figure | None, kind: str) -> None:
+        if fig is not None:
+            out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
 
     labels = variant_labels(runs)
     bands = reference_bands(runs, primary, labels)
     runs = runs[[role(m) == "method" for m in runs["method"]]]
     if runs.empty:  # reference predictors alone: no method to draw
         return out
-    caption, fig = tradeoff(runs, primary, higher, title, bands, labels, selected, rule)
-    if fig is not None:
-        keep(caption, fig, "tradeoff")
+    keep(*tradeoff(runs, primary, higher, title, bands, labels, selected, rule), "tradeoff")
     choice = mask_choice(runs, None, selected)
     if mask_panels(choice.records, choice.skip)[0]:  # a note on dense methods alone is no figure
         picked = {m: labels[v] for m, (v, _) in choice.picks.items()}
         fig = mask_figure(choice.records, picked, choice.skip)
         keep(mask_caption(choice, title, rule), fig, "masks")
     for knob, swept in budget_sweeps(runs).items():
-        fig = budget_figure(swept, knob, primary, title, higher)
-        if fig is not None:
-            keep(
-                budget_caption(swept, knob, primary, title), fig, f"budget-{knob.replace('_', '-')}"
-            )
+        if (fig := budget_figure(swept, knob, primary, title, higher)) is not None:
+            caption = budget_caption(swept, knob, primary, title)
+            keep(caption, fig, f"budget-{knob.replace('_', '-')}")
     records = list(runs["record"])
     if any(r.get("history") for r in records):
         keep(

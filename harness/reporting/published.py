@@ -189,18 +189,11 @@ def _table(raw: Any, where: str, papers: dict[str, Any]) -> PaperTable:
     elif any(r.std for r in out):
         raise _Malformed(f"{where}: its rows print spreads, but {paper} names none (spread)")
     spread = spread or {"form": "± x", "name": ""}
-    return PaperTable(
-        _typed(raw["key"], str, where, "key"),
-        _typed(raw["task"], str, where, "task"),
-        _typed(raw["title"], str, where, "title"),
-        columns,
-        out,
-        _typed(raw.get("note", ""), str, where, "note"),
-        {k: round(math.log10(v)) for k, v in scale.items()},
-        dict(setting),
-        spread["form"],
-        spread["name"],
-    )
+    names = [_typed(raw[k], str, where, k) for k in ("key", "task", "title")]
+    note = _typed(raw.get("note", ""), str, where, "note")
+    powers = {k: round(math.log10(v)) for k, v in scale.items()}
+    form, name = spread["form"], spread["name"]
+    return PaperTable(*names, columns, out, note, powers, dict(setting), form, name)
 
 
 def default_path() -> Path:

@@ -426,14 +426,11 @@ def grid_notes(every: pd.DataFrame, agg: pd.DataFrame, leads: list[list[str]]) -
     suites = sorted(
         {s for rs in every["records"] for r in rs if (s := (r.get("sweep") or {}).get("suite"))}
     )
-    text = "; ".join(
-        f"{m}: "
-        + (
-            ", ".join(f"{k} {' / '.join(map(value_text, vs))}" for k, vs in g.items())
-            or "one variant"
-        )
+    each = {
+        m: [f"{k} {' / '.join(map(value_text, vs))}" for k, vs in g.items()]
         for m, g in grid.items()
-    )
+    }
+    text = "; ".join(f"{m}: {', '.join(g) or 'one variant'}" for m, g in each.items())
     where = f"; suite{'s' if len(suites) > 1 else ''} {', '.join(suites)}" if suites else ""
     return [
         f"Grids: {'; '.join(found)} (a lead at a grid point not every method was given). The "

@@ -61,14 +61,12 @@ def row_key(row: PaperRow, table: PaperTable, at_setting: bool = True) -> dict[s
     The row's knobs and, ``at_setting`` (the paper preset), every setting the paper states for its
     table that the row's method has (not ``seeds`` nor ``n.s.``).
     """
-    key = {}
-    if at_setting:
-        fields = config_fields(row.method, table.task)
-        key = {
-            k: v
-            for k, v in table.setting.items()
-            if k != "seeds" and stated(v) and (k in fields or not fields)
-        }
+    fields = config_fields(row.method, table.task) if at_setting else frozenset()
+    key = {
+        k: v
+        for k, v in table.setting.items()
+        if at_setting and k != "seeds" and stated(v) and (k in fields or not fields)
+    }
     return {**key, **row.config}
 
 
@@ -174,14 +172,10 @@ def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, prese
 
 def own_setting(table: PaperTable, cfgs: Sequence[dict[str, Any]]) -> str:
     """The harness's values of a table's setting keys: ``D 50, T 50, epochs 15`` (``D 10/15``)."""
-    parts = []
-    for k in table.setting:
-        if k == "seeds":
-            continue
-        vals = sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=num_first)
-        if vals:
-            parts.append(f"{_name(k)} {'/'.join(vals)}")
-    return ", ".join(parts)
+    vals = {
+        k: sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=num_first) for k in table.setting
+    }
+    return ", ".join(f"{_name(k)} {'/'.join(v)}" for k, v in vals.items() if v and k != "seeds")
 
 
 def _decimals_of(text: str) -> int:
