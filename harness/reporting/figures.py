@@ -56,18 +56,13 @@ def pareto_front(
 ) -> list[int]:
     """Indices of the non-dominated points (no NaN), sorted by x; better per ``x/y_higher``."""
     sx, sy = (1 if x_higher else -1), (1 if y_higher else -1)
-    pts = [(sx * x, sy * y) for x, y in zip(xs, ys, strict=True)]
-    front = []
-    for i, (x, y) in enumerate(pts):
-        if math.isnan(x) or math.isnan(y):
-            continue
-        dominated = any(
-            (x2 >= x and y2 >= y) and (x2 > x or y2 > y)
-            for j, (x2, y2) in enumerate(pts)
-            if j != i and not (math.isnan(x2) or math.isnan(y2))
-        )
-        if not dominated:
-            front.append(i)
+    pts = [(sx * x, sy * y, i) for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
+    front = [
+        i
+        for x, y, i in pts
+        if not any(x2 >= x and y2 >= y and (x2 > x or y2 > y) for x2, y2, _ in pts)
+    ]
     return sorted(front, key=lambda i: xs[i])
 
 
@@ -197,24 +192,6 @@ def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
                     va="bottom", fontsize=7, color="0.35")  # fmt: skip
 
 
-def _tradeoff_legend(fig: Figure, methods: list[str], key: dict[str, bool], hollow: bool) -> None:
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    marks = {
-        "front: a method's solved variants": Line2D([], [], color="0.3", lw=1),
-        "reference: mean ± 95 % CI": Patch(color=REFERENCE_COLOR, alpha=0.3, lw=0),
-        "matched budget": Line2D([], [], color="0.35", ls=":", lw=0.8),
-        "CI past the axis": Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=8,
-                                   color=OFF_AXIS_COLOR),
-    }  # fmt: skip
-    handles = [Line2D([], [], **method_style(m)) for m in methods]
-    handles += [h for k, h in marks.items() if key.get(k, True)]
-    labels = methods + [k for k in marks if key.get(k, True)]
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
-               title=PICKS + (UNSOLVED if hollow else ""))  # fmt: skip
-
-
 def tradeoff_figure(
     points: pd.DataFrame,
     primary: str,
@@ -233,6 +210,8 @@ def tradeoff_figure(
     """
     import textwrap
 
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     from matplotlib.ticker import EngFormatter, NullFormatter
 
     panels = tradeoff_panels(points, activity)
@@ -261,10 +240,21 @@ def tradeoff_figure(
         axes[0].set_ylabel(metric_title + arrow(higher))
         hollow = "solved" in points and bool((points["solved"] < 1).any())
         y0, y1 = axes[0].get_ylim()
-        key = {"reference: mean ± 95 % CI": any(y0 <= b[1] <= y1 for b in bands),
-               "matched budget": bool(targets) and any(p[0] != "flops" for p in panels),
-               "CI past the axis": past}  # fmt: skip
-        _tradeoff_legend(fig, method_order(points["method"]), key, hollow)
+        marks = {  # the legend's kinds of mark: (handle, whether drawn)
+            "front: a method's solved variants": (Line2D([], [], color="0.3", lw=1), True),
+            "reference: mean ± 95 % CI": (Patch(color=REFERENCE_COLOR, alpha=0.3, lw=0),
+                                          any(y0 <= b[1] <= y1 for b in bands)),
+            "matched budget": (Line2D([], [], color="0.35", ls=":", lw=0.8),
+                               bool(targets) and any(p[0] != "flops" for p in panels)),
+            "CI past the axis": (Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=8,
+                                        color=OFF_AXIS_COLOR), past),
+        }  # fmt: skip
+        methods = method_order(points["method"])
+        handles = [Line2D([], [], **method_style(m)) for m in methods]
+        handles += [h for h, drawn in marks.values() if drawn]
+        labels = methods + [k for k, (_, drawn) in marks.items() if drawn]
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+                   title=PICKS + (UNSOLVED if hollow else ""))  # fmt: skip
     return fig
 
 
