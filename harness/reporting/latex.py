@@ -250,6 +250,10 @@ class TexPart:
     size: float
     laid: list[_Column]
 
+    def cells(self, row: list[Cell]) -> list[tuple[_Column, str, bool]]:
+        """``row``'s cells in this part, each with its laid-out column."""
+        return [(c, *row[i]) for c, i in zip(self.laid, self.columns, strict=True)]
+
 
 def _place(
     cols: list[_Column],
@@ -342,13 +346,7 @@ def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tup
     cap = f"Table 99: {caption} (continued: more columns of Table 99, rows 99–99)"
     fixed = math.ceil(tex_width(cap, part.size) / line) * skip + 30.0  # + rules, their space
     fixed += max(len(c.head or [c.title]) for c in part.laid) * skip
-    tall = [
-        skip
-        * max(
-            _cell_lines(c, *r[i], part.size) for c, i in zip(part.laid, part.columns, strict=True)
-        )
-        for r in rows
-    ]
+    tall = [skip * max(_cell_lines(*x, part.size) for x in part.cells(r)) for r in rows]
     for n in range(1, len(rows) + 1):
         cuts = [round(len(rows) * j / n) for j in range(n + 1)]
         runs = list(zip(cuts[:-1], cuts[1:], strict=True))
@@ -494,13 +492,7 @@ def render_tex(
             cap += rf" (continued: {tex_escape(some)} of Table~\ref{{{label}}})"
         elif b < len(rows):  # the first of several runs of rows
             cap += f" ({tex_escape(some)})"
-        body = [
-            " & ".join(
-                _tex_cell(c, *r[i], size) for c, i in zip(part.laid, part.columns, strict=True)
-            )
-            + r" \\"
-            for r in rows[a:b]
-        ]
+        body = [" & ".join(_tex_cell(*x, size) for x in part.cells(r)) + r" \\" for r in rows[a:b]]
         out.append(
             TEX_FLOAT
             % {
