@@ -179,7 +179,7 @@ def _off_axis(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
                     clip_on=False, zorder=4)  # fmt: skip
 
 
-def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
+def _guides(ax: Axes, targets: Sequence[float], panels: int) -> None:
     """The matched budgets: dotted guides labelled above the axis, a crowded label a line higher."""
     x0, x1 = ax.get_xlim()
     prev, up = -math.inf, False
