@@ -221,20 +221,15 @@ def suite_command(
             return None
         tasks = sweep.options.get("tasks", task)
         grids = {k for *_, grid in plan(sweep, method, tasks, {}, {}, {"methods"}) for k in grid}
-        want = dict(key)
-        pinned = {
-            k: v
-            for k, v in want.items()
+        sets = {
+            k: _value_text(v)
+            for k, v in key
             if k in knobs or any(k == g or k.rsplit(".", 1)[-1] == g for g in grids)
         }
-        sets = {k: _value_text(v) for k, v in pinned.items()}
-        blocks = plan(sweep, method, tasks, sets, {}, {"methods"})
-        for ms, ts, over, grid in blocks:
-            if task not in ts:
-                continue
-            for cfg in build_configs(ms, [task], [0], preset, over, grid):
-                if has_key(flat_config({"config": cfg.to_dict()}), want):
-                    flags = "".join(f" --set {k}={v}" for k, v in sets.items())
+        flags = "".join(f" --set {k}={v}" for k, v in sets.items())
+        for ms, ts, over, grid in plan(sweep, method, tasks, sets, {}, {"methods"}):
+            for cfg in build_configs(ms, [task], [0], preset, over, grid) if task in ts else ():
+                if has_key(flat_config({"config": cfg.to_dict()}), dict(key)):
                     return f"harness run --suite {name} --methods {method}{flags}"
     except (HarnessError, ValueError, KeyError):
         return None
