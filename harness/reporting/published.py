@@ -47,15 +47,7 @@ class PaperRow:
 
 @dataclass(frozen=True)
 class PaperTable:
-    """A seed table; ``columns`` are keys of ``values`` (metrics, ``flops``, ``params``).
-
-    ``scale`` is the power of ten each column is printed in (``flops: 4`` for "x10^4");
-    ``setting`` the paper's setting shared by all rows, keyed like ``--set`` (``train.lr``,
-    ``task.seq_len``, ``hidden_size``) plus ``seeds`` (how many runs a std is over); a string
-    value (``"n.s."``: not stated) is shown as is. ``spread`` is how the table's paper prints a
-    row's spread (``"(x)"``, ``"± x"``: x stands for the number) and ``spread_name`` what the
-    paper calls it (its ``[papers]`` entry; "" for a paper that prints none).
-    """
+    """A seed table; ``columns`` are keys of ``values`` (metrics, ``flops``, ``params``)."""
 
     key: str
     task: str
@@ -63,10 +55,12 @@ class PaperTable:
     columns: tuple[str, ...]
     rows: tuple[PaperRow, ...]
     note: str = ""
-    scale: dict[str, int] = field(default_factory=dict)
+    scale: dict[str, int] = field(default_factory=dict)  # printed in 10^k: ``flops: 4``, "x10^4"
+    # the paper's setting shared by all rows, keyed like ``--set`` (``train.lr``, ``hidden_size``)
+    # plus ``seeds`` (how many runs a std is over); a string (``"n.s."``: not stated) shown as is
     setting: dict[str, Any] = field(default_factory=dict)
-    spread: str = "± x"
-    spread_name: str = ""
+    spread: str = "± x"  # how the paper prints a row's spread (``(x)``, ``± x``: x the number)
+    spread_name: str = ""  # what the paper calls it (its ``[papers]`` entry; "": prints none)
 
     def spread_text(self, std: str) -> str:
         """A printed spread as the paper prints it: ``(0.8)``, ``± 0.01``."""

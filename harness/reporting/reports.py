@@ -135,9 +135,7 @@ def paper_report(
     The tables and the figures already in ``out_dir/figures`` are checked before anything is
     written. A ``select`` rule that keeps no method row, and an ``against`` method with no ok
     record, are said on stderr. The options: ``harness.reporting.paper.write_paper_report``.
-
-    Returns:
-        The paths written, and the unusable lines of the sources.
+    Returns the paths written, and the unusable lines of the sources.
     """
     out_dir = Path(out_dir)
     records, problems = load_records(sources)

@@ -132,19 +132,12 @@ def _paired_p(
 
 @dataclass(frozen=True)
 class Comparison:
-    """One row's per-seed primary metric against the reference row's.
+    """One row's per-seed primary metric against the reference row's."""
 
-    Attributes:
-        test: ``paired t`` (shared seeds), ``Welch`` (not), or "" (fewer than 2 values a side).
-        p: the t-test's p-value, before correction.
-        wilcoxon: Wilcoxon's signed-rank p-value, paired rows only.
-        exact: whether that p-value is exact (else the normal approximation's).
-    """
-
-    test: str
-    p: float | None
-    wilcoxon: float | None = None
-    exact: bool = True
+    test: str  # ``paired t`` (shared seeds), ``Welch`` (not), or "" (fewer than 2 values a side)
+    p: float | None  # the t-test's p-value, before correction
+    wilcoxon: float | None = None  # Wilcoxon's signed-rank p-value, paired rows only
+    exact: bool = True  # whether that p-value is exact (else the normal approximation's)
 
     def w_text(self, p: float | None) -> str:
         """``p`` (Holm-adjusted Wilcoxon) as printed, ``≈`` if approximate."""
