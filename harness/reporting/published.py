@@ -28,20 +28,14 @@ DATA_FILE = "paper_results.toml"
 
 @dataclass(frozen=True)
 class PaperRow:
-    """One row of a paper table.
+    """One row of a paper table: by column, ``values`` and ``std`` in the harness's units."""
 
-    ``method`` is our method key, ``label`` what the paper prints; ``values`` and ``std`` by
-    column are in the harness's units, ``printed`` / ``printed_std`` the same numbers exactly as
-    the paper prints them (in the table's printed unit); ``config`` the row's own knobs (a harness
-    variant fills the row only if it has all of them).
-    """
-
-    method: str
-    label: str
+    method: str  # our method key
+    label: str  # what the paper prints
     values: dict[str, float]
     std: dict[str, float] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-    printed: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # its knobs: a variant with all fills it
+    printed: dict[str, str] = field(default_factory=dict)  # as the paper prints them
     printed_std: dict[str, str] = field(default_factory=dict)
 
 

@@ -238,19 +238,14 @@ def suite_command(
 
 @dataclass
 class PaperVsHarness:
-    """One paper-vs-harness table: cells, notes, and what filled it.
-
-    ``at_setting``: matched at the paper's setting (False: the harness's own table, the paper's
-    numbers as context); ``own_setting``: ``own_setting``'s text; ``filled``: paper row index ->
-    variant id.
-    """
+    """One paper-vs-harness table: cells, notes, and what filled it."""
 
     titles: list[str]
     rows: list[list[Cell]]
     notes: list[str]
-    at_setting: bool = True
-    own_setting: str = ""
-    filled: dict[int, str] = field(default_factory=dict)
+    at_setting: bool = True  # False: the harness's own table, the paper's numbers as context
+    own_setting: str = ""  # ``own_setting``'s text
+    filled: dict[int, str] = field(default_factory=dict)  # paper row index -> variant id
 
 
 def paper_vs_harness(
