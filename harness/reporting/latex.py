@@ -355,11 +355,6 @@ def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tup
     return [(j, j + 1) for j in range(len(rows))] or [(0, 0)]
 
 
-def _pt(x: float) -> str:
-    """``x`` pt rounded down to 0.1 pt, so that the columns' widths sum to no more than planned."""
-    return f"{math.floor(x * 10) / 10:.1f}pt"
-
-
 def _tex_head(c: _Column) -> str:
     if not c.head or len(c.head) == 1:
         return tex_escape(c.title)
@@ -377,7 +372,8 @@ def _tex_cell(c: _Column, text: str, bold: bool, size: float) -> str:
 def _parbox(c: _Column, pos: str, tex: str) -> str:
     """``tex`` as a paragraph as wide as column ``c``, flush as it; ``pos``: ``b`` or ``t``."""
     flush = r"\raggedright" if c.align == "l" else r"\raggedleft"
-    return rf"\parbox[{pos}]{{{_pt(c.width)}}}{{{flush} {tex}}}"
+    width = math.floor(c.width * 10) / 10  # rounded down: the widths sum to no more than planned
+    return rf"\parbox[{pos}]{{{width:.1f}pt}}{{{flush} {tex}}}"
 
 
 def _tex_text(text: str, bold: bool) -> str:

@@ -178,10 +178,6 @@ def own_setting(table: PaperTable, cfgs: Sequence[dict[str, Any]]) -> str:
     return ", ".join(f"{_name(k)} {'/'.join(v)}" for k, v in vals.items() if v and k != "seeds")
 
 
-def _decimals_of(text: str) -> int:
-    return len(text.partition(".")[2]) if "." in text and "e" not in text.lower() else 0
-
-
 def row_command(
     task: str, preset: str, row: PaperRow, key: dict[str, Any], seeds: int, at_setting: bool
 ) -> str:
@@ -339,7 +335,9 @@ def _number_cells(table: PaperTable, prow: PaperRow, ours: Any, head: str) -> li
         diff = "–"
         if ours is not None and not math.isnan(comparable(ours, head)):
             d = (comparable(ours, head) - prow.values[head]) * 10.0 ** -table.scale.get(head, 0)
-            diff = f"{d:+.{_decimals_of(prow.printed[head])}f}".replace("-", "−")
+            text = prow.printed[head]  # to the paper's decimal places
+            places = len(text.partition(".")[2]) if "." in text and "e" not in text.lower() else 0
+            diff = f"{d:+.{places}f}".replace("-", "−")
         cells.append((diff, False))
     return cells
 
