@@ -335,9 +335,7 @@ def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
     zero = any(v == 0 for v in values)
     decades = range(math.ceil(math.log10(low) - 1e-9), math.floor(math.log10(top) + 1e-9) + 1)
     few = len(positive) <= 6
-    ticks = sorted(
-        {*positive, *(10.0**d for d in decades)} if few else {low, *(10.0**d for d in decades)}
-    )
+    ticks = sorted({*(positive if few else [low]), *(10.0**d for d in decades)})
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(FixedLocator([zero_x] * zero + ticks))
     ax.xaxis.set_minor_locator(NullLocator())

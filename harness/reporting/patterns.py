@@ -114,11 +114,7 @@ def mask_figure(
     labels: dict[str, str] | None = None,
     skip: dict[str, float] | None = None,
 ) -> Figure:
-    """One panel per method (``mask_panels``): the first test sequence's updates over time.
-
-    ``labels``: ``{method: variant label}``, ``skip``: ``{method: Skip %}`` (the table's), in
-    titles.
-    """
+    """One panel per method (``mask_panels``), titled with ``labels`` and ``skip`` (the table's)."""
     import textwrap
 
     panels, dense = mask_panels(runs, skip)

@@ -84,7 +84,6 @@ def latex_document(
 
     Labels start with ``key`` (``tab:<key>.main``, ``fig:<key>.tradeoff``); a figure's path is
     relative to ``root`` (None: ``out``), the folder a document's ``\graphicspath`` names.
-    ``width``: ``text``, or ``column``.
     """
     root = out if root is None else root
     base = out.resolve().relative_to(root.resolve())  # out's place under root
