@@ -91,11 +91,8 @@ def failed_records(records: Sequence[dict[str, Any]]) -> list[Failed]:
     for r in records:
         if r.get("status") == "ok":
             continue
-        same = [
-            x
-            for x in last.values()
-            if (x["method"], x["task"], x["preset"]) == (r["method"], r["task"], r["preset"])
-        ]
+        key = (r["method"], r["task"], r["preset"])
+        same = [x for x in last.values() if (x["method"], x["task"], x["preset"]) == key]
         rerun = "ok" if last[r["run_id"]].get("status") == "ok" else "failed"
         out.append(Failed(r, variant_label([r], same), rerun))
     return out
