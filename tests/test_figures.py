@@ -460,7 +460,7 @@ def test_a_wide_figure_is_printed_at_the_text_width(tmp_path):
             fig.subplots().plot([0, 1])
         figs.append((name, S.save(fig, tmp_path / name)))
     assert figure_width(figs[1][1][1]) == pytest.approx(S.TWO_COLUMNS)
-    tex = latex_document("<!-- head -->", [], figs, tmp_path)
+    tex = latex_document("<!-- head -->", [], figs, tmp_path, "t-p.runs", None, "text")
     envs = re.findall(r"\\begin\{(figure\*?)\}", tex)
     assert envs == ["figure", "figure*"]
 

@@ -45,33 +45,26 @@ def difference(a: dict[Any, float], b: dict[Any, float]) -> tuple[float, float |
     return apart, None, min(len(fa), len(fb))
 
 
-def _best_note(
-    methods: list[tuple[int, Any]],
-    target: Any,
-    key: str,
-    title: str,
-    p: list[float | None],
-) -> str:
+def _best_note(methods: list[Any], target: Any, key: str, title: str, p: list[float | None]) -> str:
     """Whether the named method has the best mean ``key`` of the method rows, or who does."""
     name = row_name(target["method"], target["label"])
-    means = [(r[key], k) for k, (_, r) in enumerate(methods) if not math.isnan(r[key])]
+    means = [(r[key], k) for k, r in enumerate(methods) if not math.isnan(r[key])]
     if not means:
         return f"{title}: no row has a value."
     order = sorted(means, key=lambda m: -m[0])
-    rank = next(
-        i for i, (_, k) in enumerate(order) if methods[k][1]["variant_id"] == target["variant_id"]
-    )
+    vid = target["variant_id"]
+    rank = next(i for i, (_, k) in enumerate(order) if methods[k]["variant_id"] == vid)
     best, k = order[0]
     if rank == 0:
         if len(order) == 1:
             return f"{title}: {name} has the only value ({best:.3g})."
         second, j = order[1]
-        other = row_name(methods[j][1]["method"], methods[j][1]["label"])
+        other = row_name(methods[j]["method"], methods[j]["label"])
         return (
             f"{title}: {name} has the best mean of the method rows ({best:.3g}); the next, "
             f"{other}, is {best - second:.3g} below it (p {fmt_p(p[j])}, the cell above)."
         )
-    top = row_name(methods[k][1]["method"], methods[k][1]["label"])
+    top = row_name(methods[k]["method"], methods[k]["label"])
     return (
         f"{title}: {name} ranks {rank + 1} of {len(order)} method rows ({target[key]:.3g}); the "
         f"best is {top} ({best:.3g}, {best - target[key]:.3g} above; p {fmt_p(p[k])}, the cell "
@@ -89,7 +82,7 @@ def against_table(
     """
     if not names:
         return None
-    methods = [(i, r) for i, (_, r) in enumerate(agg.iterrows()) if role(r["method"]) == "method"]
+    methods = [r for _, r in agg.iterrows() if role(r["method"]) == "method"]
     notes: list[str] = []
     targets: list[tuple[str, Any]] = []  # (name, its row)
     for name in names:
@@ -114,19 +107,18 @@ def against_table(
         cols.append((f"− {name}: {ptitle}", primary, row))
         if SQRT in agg and (row.get("skip_pct") or 0) > 0:  # a method that skips
             cols.append((f"− {name}: {sqrt_title}", SQRT, row))
-    labels = [r["label"] for _, r in methods]
-    titles = ["Method"] + (["Variant"] if any(labels) else []) + ["Seeds"]
-    titles += [t for t, _, _ in cols]
-    cells: list[list[str]] = [[] for _ in methods]
+    variant = any(r["label"] for r in methods)
+    titles = ["Method", *["Variant"] * variant, "Seeds", *(t for t, _, _ in cols)]
+    columns = []
     for _title, key, target in cols:
         column, p_t = _column(methods, key, target)
-        for k, text in enumerate(column):
-            cells[k].append(text)
+        columns.append(column)
         if key == SQRT:
             notes.append(_best_note(methods, target, key, sqrt_title, p_t))
-    rows: list[list[Cell]] = []
-    for k, (_i, r) in enumerate(methods):
-        rows.append(lead_cells(r, labels[k] if "Variant" in titles else None) + plain(*cells[k]))
+    rows = [
+        lead_cells(r, r["label"] if variant else None) + plain(*cells)
+        for r, cells in zip(methods, zip(*columns, strict=True), strict=True)
+    ]
     notes.insert(
         0,
         "Each cell: row − the named method, mean ± sample std of the per-seed differences over "
@@ -141,12 +133,10 @@ def against_table(
     return titles, rows, notes
 
 
-def _column(
-    methods: list[tuple[int, Any]], key: str, target: Any
-) -> tuple[list[str], list[float | None]]:
+def _column(methods: list[Any], key: str, target: Any) -> tuple[list[str], list[float | None]]:
     """Each method row's cell against ``target``'s (Holm-corrected), and the t p-values."""
     tests, diffs = [], []
-    for _i, r in methods:  # None: the named method's own row
+    for r in methods:  # None: the named method's own row
         own = r["variant_id"] == target["variant_id"]
         mine, theirs = r[f"{key}_by_seed"], target[f"{key}_by_seed"]
         tests.append(None if own else compare_seeds(mine, theirs))

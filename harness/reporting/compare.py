@@ -88,10 +88,8 @@ def _tolerance(
 
     A test metric that no key of ``given`` (``--tol``) covers has its registry entry's tolerance.
     """
-    best = ""
-    for key in tols:
-        if (measure == key or measure.startswith(key + ".")) and len(key) > len(best):
-            best = key
+    keys = [k for k in tols if measure == k or measure.startswith(k + ".")]
+    best = max(keys, key=len, default="")
     if measure.startswith("metrics.") and best not in given:
         return get_metric(measure.removeprefix("metrics.")).tolerance
     return tols.get(best, (0.0, 0.0))

@@ -18,6 +18,7 @@ from harness.reporting.figstyle import (
     ONE_COLUMN,
     TWO_COLUMNS,
     band,
+    figure,
     legend,
     legend_height,
     method_order,
@@ -25,7 +26,6 @@ from harness.reporting.figstyle import (
     readable_log,
     save,
     spans_decades,
-    style,
 )
 from harness.reporting.text import arrow
 
@@ -132,21 +132,14 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
     One (task, preset) with at most ``NARROW_METHODS`` methods fits one column, the loss above the
     metric; anything more is two columns wide, one row per (task, preset).
     """
-    from matplotlib.figure import Figure
-
     chosen = curve_choice(records)
     n_methods = len({m for by_method in chosen.values() for m in by_method})
     narrow = len(chosen) <= 1 and n_methods <= NARROW_METHODS
     alpha = 0.2 if n_methods <= NARROW_METHODS else 0.1  # many bands: lighter
-    with style():
-        if narrow:
-            fig = Figure(figsize=(ONE_COLUMN, 3.6), layout="constrained")
-            grid = fig.subplots(2, 1, squeeze=False).T  # one row: [loss, val]
-        else:
-            tall = max(2.2 * max(len(chosen), 1) + 0.2, legend_height(n_methods))
-            fig = Figure(figsize=(TWO_COLUMNS, tall))
-            fig.set_layout_engine("constrained")
-            grid = fig.subplots(max(len(chosen), 1), 2, squeeze=False)
+    tall = max(2.2 * max(len(chosen), 1) + 0.2, legend_height(n_methods))
+    size = (ONE_COLUMN, 3.6, 2, 1) if narrow else (TWO_COLUMNS, tall, max(len(chosen), 1), 2)
+    with figure(*size, squeeze=False) as (fig, grid):
+        grid = grid.T if narrow else grid  # narrow: one row, [loss, val]
         methods: list[str] = []
         for (top, bottom), ((task, preset), by_method) in zip(grid, chosen.items(), strict=False):
             first = next(iter(by_method.values()))[0]

@@ -106,7 +106,7 @@ def fill(paths: Sequence[str | Path], run: Runner, check: bool = False) -> list[
             raise HarnessError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
         lines = raw.splitlines(keepends=True)
         files.append((p, lines, blocks(p, lines)))
-    stale, new = [], []
+    stale, changed = [], []
     for p, lines, found in files:
         out, at = [], 0
         for b in found:
@@ -115,9 +115,8 @@ def fill(paths: Sequence[str | Path], run: Runner, check: bool = False) -> list[
                 stale.append(b)
             out += lines[at : b.body[0]] + text
             at = b.body[1]
-        new.append((p, lines, out + lines[at:]))
-    if not check:
-        for p, lines, out in new:
-            if out != lines:
-                write_text(p, "".join(out))
+        if out + lines[at:] != lines:
+            changed.append((p, "".join(out + lines[at:])))
+    for p, text in [] if check else changed:
+        write_text(p, text)
     return stale

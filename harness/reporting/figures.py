@@ -56,18 +56,13 @@ def pareto_front(
 ) -> list[int]:
     """Indices of the non-dominated points (no NaN), sorted by x; better per ``x/y_higher``."""
     sx, sy = (1 if x_higher else -1), (1 if y_higher else -1)
-    pts = [(sx * x, sy * y) for x, y in zip(xs, ys, strict=True)]
-    front = []
-    for i, (x, y) in enumerate(pts):
-        if math.isnan(x) or math.isnan(y):
-            continue
-        dominated = any(
-            (x2 >= x and y2 >= y) and (x2 > x or y2 > y)
-            for j, (x2, y2) in enumerate(pts)
-            if j != i and not (math.isnan(x2) or math.isnan(y2))
-        )
-        if not dominated:
-            front.append(i)
+    pts = [(sx * x, sy * y, i) for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+    pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
+    front = [
+        i
+        for x, y, i in pts
+        if not any(x2 >= x and y2 >= y and (x2 > x or y2 > y) for x2, y2, _ in pts)
+    ]
     return sorted(front, key=lambda i: xs[i])
 
 
@@ -184,7 +179,7 @@ def _off_axis(ax: Axes, picks: pd.DataFrame, x: str, primary: str) -> None:
                     clip_on=False, zorder=4)  # fmt: skip
 
 
-def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
+def _guides(ax: Axes, targets: Sequence[float], panels: int) -> None:
     """The matched budgets: dotted guides labelled above the axis, a crowded label a line higher."""
     x0, x1 = ax.get_xlim()
     prev, up = -math.inf, False
@@ -195,24 +190,6 @@ def _guides(ax: Axes, targets: Sequence[float], panels: int = 1) -> None:
         ax.annotate(f"{t:g} %", (t, 1), xycoords=ax.get_xaxis_transform(),
                     xytext=(0, 3.5 + 8 * up), textcoords="offset points", ha="center",
                     va="bottom", fontsize=7, color="0.35")  # fmt: skip
-
-
-def _tradeoff_legend(fig: Figure, methods: list[str], key: dict[str, bool], hollow: bool) -> None:
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    marks = {
-        "front: a method's solved variants": Line2D([], [], color="0.3", lw=1),
-        "reference: mean ± 95 % CI": Patch(color=REFERENCE_COLOR, alpha=0.3, lw=0),
-        "matched budget": Line2D([], [], color="0.35", ls=":", lw=0.8),
-        "CI past the axis": Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=8,
-                                   color=OFF_AXIS_COLOR),
-    }  # fmt: skip
-    handles = [Line2D([], [], **method_style(m)) for m in methods]
-    handles += [h for k, h in marks.items() if key.get(k, True)]
-    labels = methods + [k for k in marks if key.get(k, True)]
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
-               title=PICKS + (UNSOLVED if hollow else ""))  # fmt: skip
 
 
 def tradeoff_figure(
@@ -233,6 +210,8 @@ def tradeoff_figure(
     """
     import textwrap
 
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     from matplotlib.ticker import EngFormatter, NullFormatter
 
     panels = tradeoff_panels(points, activity)
@@ -261,10 +240,21 @@ def tradeoff_figure(
         axes[0].set_ylabel(metric_title + arrow(higher))
         hollow = "solved" in points and bool((points["solved"] < 1).any())
         y0, y1 = axes[0].get_ylim()
-        key = {"reference: mean ± 95 % CI": any(y0 <= b[1] <= y1 for b in bands),
-               "matched budget": bool(targets) and any(p[0] != "flops" for p in panels),
-               "CI past the axis": past}  # fmt: skip
-        _tradeoff_legend(fig, method_order(points["method"]), key, hollow)
+        marks = {  # the legend's kinds of mark: (handle, whether drawn)
+            "front: a method's solved variants": (Line2D([], [], color="0.3", lw=1), True),
+            "reference: mean ± 95 % CI": (Patch(color=REFERENCE_COLOR, alpha=0.3, lw=0),
+                                          any(y0 <= b[1] <= y1 for b in bands)),
+            "matched budget": (Line2D([], [], color="0.35", ls=":", lw=0.8),
+                               bool(targets) and any(p[0] != "flops" for p in panels)),
+            "CI past the axis": (Line2D([], [], ls="none", marker=OFF_AXIS["up"], ms=8,
+                                        color=OFF_AXIS_COLOR), past),
+        }  # fmt: skip
+        methods = method_order(points["method"])
+        handles = [Line2D([], [], **method_style(m)) for m in methods]
+        handles += [h for h, drawn in marks.values() if drawn]
+        labels = methods + [k for k, (_, drawn) in marks.items() if drawn]
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+                   title=PICKS + (UNSOLVED if hollow else ""))  # fmt: skip
     return fig
 
 
@@ -345,9 +335,7 @@ def _knob_axis(ax: Axes, values: Sequence[float]) -> float:
     zero = any(v == 0 for v in values)
     decades = range(math.ceil(math.log10(low) - 1e-9), math.floor(math.log10(top) + 1e-9) + 1)
     few = len(positive) <= 6
-    ticks = sorted(
-        {*positive, *(10.0**d for d in decades)} if few else {low, *(10.0**d for d in decades)}
-    )
+    ticks = sorted({*(positive if few else [low]), *(10.0**d for d in decades)})
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(FixedLocator([zero_x] * zero + ticks))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -492,6 +480,8 @@ def budget_figure(
     """
     import textwrap
 
+    from matplotlib.lines import Line2D
+
     runs = swept_lines(runs, knob)
     rows = budget_rows(runs, knob, primary)
     if not rows:
@@ -521,57 +511,38 @@ def budget_figure(
                 for line, g in part.groupby("line", sort=False):
                     zero = zero_x if (g[knob] == 0).any() else None
                     _budget_line(ax, g, knob, y, looks[line], zero)
+                metric = get_metric(y)
                 label = metric_title + arrow(higher) if y == primary else None
-                _budget_axes(ax, runs[y], y, label, left)
+                label = label or metric.title + arrow(metric.higher)
+                ax.set_ylabel(textwrap.fill(label, 24) if left else "")
+                if not metric.percent and spans_decades(runs[y]):
+                    ax.set_yscale("log", nonpositive="clip")
+                    ax.set_ylim(*ax.get_ylim())
+                    readable_log(ax.yaxis)
                 ax.set_xlabel(knob if r == len(rows) - 1 else "")
                 ax.xaxis.set_tick_params(labelbottom=r == len(rows) - 1)
                 if r == 0 and panel:
                     title = ", ".join(f"{k}={v}" for k, v in zip(facets, panel, strict=True))
                     ax.set_title(textwrap.fill(title, 34 if ncol < 4 else 26), loc="left")
-        _budget_legend(fig, looks)
+        handles = [Line2D([], [], **st) for st in looks.values()]
+        ncols = max(min(len(looks), 110 // (max(map(len, looks)) + 8)), 1)  # within 7 in
+        fig.legend(handles, list(looks), loc="outside lower center", ncols=ncols)
     return fig
-
-
-def _budget_axes(ax: Axes, values: pd.Series, y: str, label: str | None, left: bool) -> None:
-    import textwrap
-
-    metric = get_metric(y)
-    label = label or metric.title + arrow(metric.higher)
-    ax.set_ylabel(textwrap.fill(label, 24) if left else "")
-    if not metric.percent and spans_decades(values):
-        ax.set_yscale("log", nonpositive="clip")
-        ax.set_ylim(*ax.get_ylim())
-        readable_log(ax.yaxis)
-
-
-def _budget_legend(fig: Figure, looks: dict[str, dict[str, Any]]) -> None:
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], **st) for st in looks.values()]
-    ncols = max(min(len(looks), 110 // (max(map(len, looks)) + 8)), 1)  # within 7 in
-    fig.legend(handles, list(looks), loc="outside lower center", ncols=ncols)
 
 
 def mask_caption(choice: MaskChoice, primary: str, rule: str = "") -> str:
     """The update patterns' caption: which rule picked each panel's variant, who is left out."""
-
-    def names(how: str) -> str:
-        return ", ".join(m for m, (_, h) in choice.picks.items() if h == how)
-
-    parts = []
-    if names("table"):
-        parts.append(
-            f"the variant the table's rule{f' ({rule})' if rule else ''} picked: {names('table')}"
-        )
-    if names("nearest"):
-        parts.append(
-            f"the variant with test Skip % nearest {choice.target:.1f} %: {names('nearest')}"
-            + (
-                f" (the table's pick is at chance for {', '.join(choice.table_at_chance)})"
-                if choice.table_at_chance
-                else ""
-            )
-        )
+    at = choice.table_at_chance
+    late = f" (the table's pick is at chance for {', '.join(at)})" if at else ""
+    heads = {
+        "table": f"the variant the table's rule{f' ({rule})' if rule else ''} picked: ",
+        "nearest": f"the variant with test Skip % nearest {choice.target:.1f} %: ",
+    }
+    parts = [
+        heads[how] + names + (late if how == "nearest" else "")
+        for how in heads
+        if (names := ", ".join(m for m, (_, h) in choice.picks.items() if h == how))
+    ]
     if choice.at_chance:
         parts.append(
             f"not drawn, every variant at chance on validation: {', '.join(choice.at_chance)}"
@@ -708,28 +679,25 @@ def report_figures(
     """
     out = []
 
-    def keep(caption: str, fig: Figure, kind: str) -> None:
-        out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
+    def keep(caption: str, fig: Figure | None, kind: str) -> None:
+        if fig is not None:
+            out.append((caption, save(fig, stem.with_name(f"{stem.name}_{kind}"))))
 
     labels = variant_labels(runs)
     bands = reference_bands(runs, primary, labels)
     runs = runs[[role(m) == "method" for m in runs["method"]]]
     if runs.empty:  # reference predictors alone: no method to draw
         return out
-    caption, fig = tradeoff(runs, primary, higher, title, bands, labels, selected, rule)
-    if fig is not None:
-        keep(caption, fig, "tradeoff")
+    keep(*tradeoff(runs, primary, higher, title, bands, labels, selected, rule), "tradeoff")
     choice = mask_choice(runs, None, selected)
     if mask_panels(choice.records, choice.skip)[0]:  # a note on dense methods alone is no figure
         picked = {m: labels[v] for m, (v, _) in choice.picks.items()}
         fig = mask_figure(choice.records, picked, choice.skip)
         keep(mask_caption(choice, title, rule), fig, "masks")
     for knob, swept in budget_sweeps(runs).items():
-        fig = budget_figure(swept, knob, primary, title, higher)
-        if fig is not None:
-            keep(
-                budget_caption(swept, knob, primary, title), fig, f"budget-{knob.replace('_', '-')}"
-            )
+        if (fig := budget_figure(swept, knob, primary, title, higher)) is not None:
+            caption = budget_caption(swept, knob, primary, title)
+            keep(caption, fig, f"budget-{knob.replace('_', '-')}")
     records = list(runs["record"])
     if any(r.get("history") for r in records):
         keep(

@@ -250,6 +250,10 @@ class TexPart:
     size: float
     laid: list[_Column]
 
+    def cells(self, row: list[Cell]) -> list[tuple[_Column, str, bool]]:
+        """``row``'s cells in this part, each with its laid-out column."""
+        return [(c, *row[i]) for c, i in zip(self.laid, self.columns, strict=True)]
+
 
 def _place(
     cols: list[_Column],
@@ -290,31 +294,27 @@ def tex_layout(
     if len(set(firsts)) < len(firsts) and len(titles) >= 3 and len(set(pairs)) == len(pairs):
         keys = [0, 1]
     rest = [i for i in range(len(cols)) if i not in keys]
-    small = TEX_SIZES[-1][0]
-    if column:
-        one = TEX_TARGETS[:1]
-        whole = _place(cols, sorted(keys + rest), targets=one)
-        if whole is None:  # the numbers' spread under their means
-            cols = [replace(c, stack=c.align == "r") for c in cols]
-            whole = _place(cols, sorted(keys + rest), targets=one)
-        if whole is not None:
-            return [whole]
-        parts = _split(cols, keys, rest, keep, one[0][1])
-        loose = [replace(c, wraps=True) for c in cols]  # a part too wide: numbers' text wraps too
-        return [_place(cols, p, [small], one) or _anyway(loose, p, *one[0]) for p in parts]
-    whole = _place(cols, sorted(keys + rest))
+    every, targets = sorted(keys + rest), TEX_TARGETS[:1] if column else TEX_TARGETS
+    whole = _place(cols, every, targets=targets)
+    if whole is None and column:  # the numbers' spread under their means
+        cols = [replace(c, stack=c.align == "r") for c in cols]
+        whole = _place(cols, every, targets=targets)
     if whole is not None:
         return [whole]
-    parts = _split(cols, keys, rest, keep)
-    return [_place(cols, p, [small]) or _anyway(cols, p) for p in parts]
+    env, wide = targets[-1]
+    small = TEX_SIZES[-1][0]
+    # a part too wide: an ``env`` at 8 pt, text (in a column version numbers' too) wrapped
+    # as narrow as it goes (``loose`` never refuses)
+    loose = [replace(c, wraps=True) for c in cols] if column else cols
+    return [
+        _place(cols, p, [small], targets)
+        or TexPart(p, env, small, _fit([loose[i] for i in p], small, wide, loose=True) or [])
+        for p in _split(cols, keys, rest, keep, wide)
+    ]
 
 
 def _split(
-    cols: list[_Column],
-    keys: list[int],
-    rest: list[int],
-    keep: Sequence[str],
-    wide: float = TEX_TARGETS[-1][1],
+    cols: list[_Column], keys: list[int], rest: list[int], keep: Sequence[str], wide: float
 ) -> list[list[int]]:
     """The column indices of each part (see ``tex_layout``), each within ``wide`` pt at 8 pt."""
     small = TEX_SIZES[-1][0]
@@ -329,15 +329,6 @@ def _split(
     chosen = chosen or order[:1]  # a column too wide even alone gets a part of its own
     left = [i for i in rest if i not in chosen]
     return [sorted(keys + chosen), *(_split(cols, keys, left, keep, wide) if left else [])]
-
-
-def _anyway(
-    cols: list[_Column], idx: list[int], env: str = "table*", target: float = TEX_TARGETS[-1][1]
-) -> TexPart:
-    """Columns that fit nowhere: an ``env`` at 8 pt, text wrapped as narrow as it goes."""
-    size = TEX_SIZES[-1][0]
-    laid = _fit([cols[i] for i in idx], size, target, loose=True) or []  # loose never refuses
-    return TexPart(idx, env, size, laid)
 
 
 def _cell_lines(c: _Column, text: str, bold: bool, size: float) -> int:
@@ -355,13 +346,7 @@ def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tup
     cap = f"Table 99: {caption} (continued: more columns of Table 99, rows 99–99)"
     fixed = math.ceil(tex_width(cap, part.size) / line) * skip + 30.0  # + rules, their space
     fixed += max(len(c.head or [c.title]) for c in part.laid) * skip
-    tall = [
-        skip
-        * max(
-            _cell_lines(c, *r[i], part.size) for c, i in zip(part.laid, part.columns, strict=True)
-        )
-        for r in rows
-    ]
+    tall = [skip * max(_cell_lines(*x, part.size) for x in part.cells(r)) for r in rows]
     for n in range(1, len(rows) + 1):
         cuts = [round(len(rows) * j / n) for j in range(n + 1)]
         runs = list(zip(cuts[:-1], cuts[1:], strict=True))
@@ -370,27 +355,25 @@ def _row_chunks(part: TexPart, rows: list[list[Cell]], caption: str) -> list[tup
     return [(j, j + 1) for j in range(len(rows))] or [(0, 0)]
 
 
-def _pt(x: float) -> str:
-    """``x`` pt rounded down to 0.1 pt, so that the columns' widths sum to no more than planned."""
-    return f"{math.floor(x * 10) / 10:.1f}pt"
-
-
 def _tex_head(c: _Column) -> str:
     if not c.head or len(c.head) == 1:
         return tex_escape(c.title)
-    flush = r"\raggedright" if c.align == "l" else r"\raggedleft"
-    lines = r"\\".join(tex_escape(x) for x in c.head)
-    return rf"\parbox[b]{{{_pt(c.width)}}}{{{flush} {lines}}}"
+    return _parbox(c, "b", r"\\".join(tex_escape(x) for x in c.head))
 
 
 def _tex_cell(c: _Column, text: str, bold: bool, size: float) -> str:
     lines = c.lines(text)
     tex = r"\\".join(_tex_text(x, bold) for x in lines)
     if len(lines) > 1 or (c.wrap and tex_width(text, size, bold) > c.width):
-        # stacked (the mean over its spread) or wrapped: a paragraph flush as the column
-        flush = r"\raggedright" if c.align == "l" else r"\raggedleft"
-        return rf"\parbox[t]{{{_pt(c.width)}}}{{{flush} {tex}\strut}}"
+        return _parbox(c, "t", tex + r"\strut")  # stacked or wrapped: a paragraph
     return tex
+
+
+def _parbox(c: _Column, pos: str, tex: str) -> str:
+    """``tex`` as a paragraph as wide as column ``c``, flush as it; ``pos``: ``b`` or ``t``."""
+    flush = r"\raggedright" if c.align == "l" else r"\raggedleft"
+    width = math.floor(c.width * 10) / 10  # rounded down: the widths sum to no more than planned
+    return rf"\parbox[{pos}]{{{width:.1f}pt}}{{{flush} {tex}}}"
 
 
 def _tex_text(text: str, bold: bool) -> str:
@@ -505,13 +488,7 @@ def render_tex(
             cap += rf" (continued: {tex_escape(some)} of Table~\ref{{{label}}})"
         elif b < len(rows):  # the first of several runs of rows
             cap += f" ({tex_escape(some)})"
-        body = [
-            " & ".join(
-                _tex_cell(c, *r[i], size) for c, i in zip(part.laid, part.columns, strict=True)
-            )
-            + r" \\"
-            for r in rows[a:b]
-        ]
+        body = [" & ".join(_tex_cell(*x, size) for x in part.cells(r)) + r" \\" for r in rows[a:b]]
         out.append(
             TEX_FLOAT
             % {

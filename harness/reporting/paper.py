@@ -130,14 +130,10 @@ def paper_markdown(
     for task, preset, group in _groups(records, sources, tasks, presets):
         tables = _build_one(task, preset, group, Path(), opts)[1]
         for part in parts:
-            for t in (t for t in tables if _part(t.label) == part):
+            for t in (t for t in tables if t.label.partition("-")[0] == part):  # paper-1: paper
                 notes = "".join(f"- {n}\n" for n in t.notes)
                 text.append(f"*{t.caption}*\n\n{render_md(t.titles, t.rows)}\n\n{notes}")
     return "\n".join(text)
-
-
-def _part(label: str) -> str:
-    return "paper" if label.startswith("paper-") else label
 
 
 def _groups(

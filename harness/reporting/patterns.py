@@ -50,10 +50,8 @@ def reads_image(record: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
     """The first test sequence's column reads as ``[columns, T]`` (1 = read), layers stacked.
 
     Each layer's rows are its V input columns, then its D state columns (docs/methods.md 1.1); V is
-    the task's input size for the first layer, the previous layer's D after it.
-
-    Returns:
-        The image, and the rows where its blocks begin, then its height (``[0, V, V + D]``).
+    the task's input size for the first layer, the previous layer's D after it. Returns the image,
+    and the rows where its blocks begin, then its height (``[0, V, V + D]``).
     """
     trace = record.get("trace") or {}
     units = trace.get("units", [])
@@ -116,11 +114,7 @@ def mask_figure(
     labels: dict[str, str] | None = None,
     skip: dict[str, float] | None = None,
 ) -> Figure:
-    """One panel per method (``mask_panels``): the first test sequence's updates over time.
-
-    ``labels``: ``{method: variant label}``, ``skip``: ``{method: Skip %}`` (the table's), in
-    titles.
-    """
+    """One panel per method (``mask_panels``), titled with ``labels`` and ``skip`` (the table's)."""
     import textwrap
 
     panels, dense = mask_panels(runs, skip)
@@ -255,25 +249,15 @@ def at_chance(records: list[dict[str, Any]]) -> bool:
 
 @dataclass
 class MaskChoice:
-    """Which variant's update pattern each method shows, and why (``mask_choice``).
+    """Which variant's update pattern each method shows, and why (``mask_choice``)."""
 
-    Attributes:
-        target: the test Skip % the methods without a table pick are matched at.
-        picks: ``{method: (variant_id, "table" | "nearest")}``.
-        records: ``{method: record}``: the drawn run, the lowest seed not at chance.
-        table_at_chance: methods whose table pick is at chance, matched on Skip % instead.
-        at_chance: methods every variant of which is at chance: no panel.
-        chance: the chance level (``majority_share``, %), if any.
-        skip: ``{method: mean test Skip %}`` of each pick.
-    """
-
-    target: float
-    picks: dict[str, tuple[str, str]]
-    records: dict[str, dict[str, Any]]
-    table_at_chance: list[str]
-    at_chance: list[str]
-    chance: float | None = None
-    skip: dict[str, float] = field(default_factory=dict)
+    target: float  # the test Skip % the methods without a table pick are matched at
+    picks: dict[str, tuple[str, str]]  # {method: (variant_id, "table" | "nearest")}
+    records: dict[str, dict[str, Any]]  # {method: the drawn run}: the lowest seed not at chance
+    table_at_chance: list[str]  # methods whose table pick is at chance: matched on Skip % instead
+    at_chance: list[str]  # methods every variant of which is at chance: no panel
+    chance: float | None = None  # the chance level (``majority_share``, %), if any
+    skip: dict[str, float] = field(default_factory=dict)  # {method: mean test Skip %} of a pick
 
 
 def mask_choice(

@@ -28,34 +28,20 @@ DATA_FILE = "paper_results.toml"
 
 @dataclass(frozen=True)
 class PaperRow:
-    """One row of a paper table.
+    """One row of a paper table: by column, ``values`` and ``std`` in the harness's units."""
 
-    ``method`` is our method key, ``label`` what the paper prints; ``values`` and ``std`` by
-    column are in the harness's units, ``printed`` / ``printed_std`` the same numbers exactly as
-    the paper prints them (in the table's printed unit); ``config`` the row's own knobs (a harness
-    variant fills the row only if it has all of them).
-    """
-
-    method: str
-    label: str
+    method: str  # our method key
+    label: str  # what the paper prints
     values: dict[str, float]
     std: dict[str, float] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-    printed: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # its knobs: a variant with all fills it
+    printed: dict[str, str] = field(default_factory=dict)  # as the paper prints them
     printed_std: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PaperTable:
-    """A seed table; ``columns`` are keys of ``values`` (metrics, ``flops``, ``params``).
-
-    ``scale`` is the power of ten each column is printed in (``flops: 4`` for "x10^4");
-    ``setting`` the paper's setting shared by all rows, keyed like ``--set`` (``train.lr``,
-    ``task.seq_len``, ``hidden_size``) plus ``seeds`` (how many runs a std is over); a string
-    value (``"n.s."``: not stated) is shown as is. ``spread`` is how the table's paper prints a
-    row's spread (``"(x)"``, ``"± x"``: x stands for the number) and ``spread_name`` what the
-    paper calls it (its ``[papers]`` entry; "" for a paper that prints none).
-    """
+    """A seed table; ``columns`` are keys of ``values`` (metrics, ``flops``, ``params``)."""
 
     key: str
     task: str
@@ -63,10 +49,12 @@ class PaperTable:
     columns: tuple[str, ...]
     rows: tuple[PaperRow, ...]
     note: str = ""
-    scale: dict[str, int] = field(default_factory=dict)
+    scale: dict[str, int] = field(default_factory=dict)  # printed in 10^k: ``flops: 4``, "x10^4"
+    # the paper's setting shared by all rows, keyed like ``--set`` (``train.lr``, ``hidden_size``)
+    # plus ``seeds`` (how many runs a std is over); a string (``"n.s."``: not stated) shown as is
     setting: dict[str, Any] = field(default_factory=dict)
-    spread: str = "± x"
-    spread_name: str = ""
+    spread: str = "± x"  # how the paper prints a row's spread (``(x)``, ``± x``: x the number)
+    spread_name: str = ""  # what the paper calls it (its ``[papers]`` entry; "": prints none)
 
     def spread_text(self, std: str) -> str:
         """A printed spread as the paper prints it: ``(0.8)``, ``± 0.01``."""
@@ -189,18 +177,11 @@ def _table(raw: Any, where: str, papers: dict[str, Any]) -> PaperTable:
     elif any(r.std for r in out):
         raise _Malformed(f"{where}: its rows print spreads, but {paper} names none (spread)")
     spread = spread or {"form": "± x", "name": ""}
-    return PaperTable(
-        _typed(raw["key"], str, where, "key"),
-        _typed(raw["task"], str, where, "task"),
-        _typed(raw["title"], str, where, "title"),
-        columns,
-        out,
-        _typed(raw.get("note", ""), str, where, "note"),
-        {k: round(math.log10(v)) for k, v in scale.items()},
-        dict(setting),
-        spread["form"],
-        spread["name"],
-    )
+    names = [_typed(raw[k], str, where, k) for k in ("key", "task", "title")]
+    note = _typed(raw.get("note", ""), str, where, "note")
+    powers = {k: round(math.log10(v)) for k, v in scale.items()}
+    form, name = spread["form"], spread["name"]
+    return PaperTable(*names, columns, out, note, powers, dict(setting), form, name)
 
 
 def default_path() -> Path:

@@ -143,11 +143,8 @@ def task_sets(task: str, preset: str, task_cfgs: Sequence[dict[str, Any]]) -> di
         preset_cfg = dataclasses.asdict(task_config(task, preset))
     except Exception:  # a task or preset this harness does not know
         preset_cfg = {}
-    out = {}
-    for k, v in task_cfgs[0].items():
-        if all(c.get(k) == v for c in task_cfgs) and preset_cfg.get(k, v) != v:
-            out[k] = v
-    return out
+    shared = {k: v for k, v in task_cfgs[0].items() if all(c.get(k) == v for c in task_cfgs)}
+    return {k: v for k, v in shared.items() if preset_cfg.get(k, v) != v}
 
 
 def add_command(
@@ -160,7 +157,6 @@ def add_command(
 
 
 def _describe(method: str, task: str) -> str:
-
     try:
         text = describe(method)
     except Exception:  # not registered here (a plugin's)

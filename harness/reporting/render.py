@@ -78,19 +78,12 @@ def markdown_document(head: str, tables: list[Table], figs: list, out: Path) -> 
 
 
 def latex_document(
-    head: str,
-    tables: list[Table],
-    figs: list,
-    out: Path,
-    key: str = "",
-    root: Path | None = None,
-    width: str = "text",
+    head: str, tables: list[Table], figs: list, out: Path, key: str, root: Path | None, width: str
 ) -> str:
     r"""A report in LaTeX: the header as comments, the tables, each figure in a float.
 
     Labels start with ``key`` (``tab:<key>.main``, ``fig:<key>.tradeoff``); a figure's path is
-    relative to ``root`` (default ``out``), the folder a document's ``\graphicspath`` names.
-    ``width``: ``text``, or ``column``.
+    relative to ``root`` (None: ``out``), the folder a document's ``\graphicspath`` names.
     """
     root = out if root is None else root
     base = out.resolve().relative_to(root.resolve())  # out's place under root
@@ -111,22 +104,20 @@ def latex_document(
         "% Needs \\usepackage{booktabs,graphicx,xcolor}. Figures: paths relative to "
         f"{where}; a document elsewhere names it in its preamble, "
         "\\graphicspath{{<its path>/}} (docs/reports.md).",
-        f"% Labels: tab:{key or '<name>'}.main and the like, fig:{key or '<name>'}.<kind>.\n",
+        f"% Labels: tab:{key}.main and the like, fig:{key}.<kind>.\n",
     ]
-    pre = f"{key}." if key else ""
     parts += [
-        render_tex(t.titles, t.rows, t.caption, f"tab:{pre}{t.label}", t.notes, t.keep, width)
+        render_tex(t.titles, t.rows, t.caption, f"tab:{key}.{t.label}", t.notes, t.keep, width)
         for t in tables
     ]
     for caption, paths in figs:
-        kind = paths[1].stem.rsplit("_", 1)[-1]  # <task>_<preset>_<kind>
         parts.append(
             TEX_FIGURE
             % {
                 "env": figure_env(paths[1]),
                 "path": (base / paths[1].relative_to(out)).as_posix(),
                 "caption": tex_escape(caption),
-                "label": f"fig:{pre}{kind}" if key else "fig:" + paths[1].stem.replace("_", "-"),
+                "label": f"fig:{key}.{paths[1].stem.rsplit('_', 1)[-1]}",  # <task>_<preset>_<kind>
             }
         )
     return "\n".join(parts)

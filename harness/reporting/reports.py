@@ -135,9 +135,7 @@ def paper_report(
     The tables and the figures already in ``out_dir/figures`` are checked before anything is
     written. A ``select`` rule that keeps no method row, and an ``against`` method with no ok
     record, are said on stderr. The options: ``harness.reporting.paper.write_paper_report``.
-
-    Returns:
-        The paths written, and the unusable lines of the sources.
+    Returns the paths written, and the unusable lines of the sources.
     """
     out_dir = Path(out_dir)
     records, problems = load_records(sources)
@@ -296,11 +294,7 @@ def _matcher(key: str, texts: list[str], fields: list[dict[str, Any]]) -> Any:
 
 def _say_empty(records: Sequence[dict[str, Any]], rule: Any) -> None:
     """Warn on stderr, in one line, of the tables in which ``rule`` keeps no method row."""
-    if rule is None:
-        return
-
-    empty = empty_tables(records, select(records, rule)[0])
-    if empty:
+    if rule is not None and (empty := empty_tables(records, select(records, rule)[0])):
         where = ", ".join(f"{task} ({preset})" for task, preset in empty)
         sys.stderr.write(
             f"warning: --select {rule} keeps no method row of {where}: no variant qualifies "

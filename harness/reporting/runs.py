@@ -74,10 +74,9 @@ class Failed:
         """The record as one line: method, variant, task, preset, seed, run id, commit, error."""
         r = self.record
         sha = commit_label([r])
-        what = {
-            "ok": "rerun: its latest record is ok and tabulated",
-            "failed": "not rerun successfully: its latest record failed",
-        }[self.rerun]
+        what = "rerun: its latest record is ok and tabulated"
+        if self.rerun != "ok":
+            what = "not rerun successfully: its latest record failed"
         return (
             f"{r['method']}{f' ({self.label})' if self.label else ''} on {r['task']} "
             f"({r['preset']}, seed {r['seed']}, run {r['run_id']}, commit {sha}): "
@@ -92,11 +91,8 @@ def failed_records(records: Sequence[dict[str, Any]]) -> list[Failed]:
     for r in records:
         if r.get("status") == "ok":
             continue
-        same = [
-            x
-            for x in last.values()
-            if (x["method"], x["task"], x["preset"]) == (r["method"], r["task"], r["preset"])
-        ]
+        key = (r["method"], r["task"], r["preset"])
+        same = [x for x in last.values() if (x["method"], x["task"], x["preset"]) == key]
         rerun = "ok" if last[r["run_id"]].get("status") == "ok" else "failed"
         out.append(Failed(r, variant_label([r], same), rerun))
     return out

@@ -132,19 +132,12 @@ def _paired_p(
 
 @dataclass(frozen=True)
 class Comparison:
-    """One row's per-seed primary metric against the reference row's.
+    """One row's per-seed primary metric against the reference row's."""
 
-    Attributes:
-        test: ``paired t`` (shared seeds), ``Welch`` (not), or "" (fewer than 2 values a side).
-        p: the t-test's p-value, before correction.
-        wilcoxon: Wilcoxon's signed-rank p-value, paired rows only.
-        exact: whether that p-value is exact (else the normal approximation's).
-    """
-
-    test: str
-    p: float | None
-    wilcoxon: float | None = None
-    exact: bool = True
+    test: str  # ``paired t`` (shared seeds), ``Welch`` (not), or "" (fewer than 2 values a side)
+    p: float | None  # the t-test's p-value, before correction
+    wilcoxon: float | None = None  # Wilcoxon's signed-rank p-value, paired rows only
+    exact: bool = True  # whether that p-value is exact (else the normal approximation's)
 
     def w_text(self, p: float | None) -> str:
         """``p`` (Holm-adjusted Wilcoxon) as printed, ``≈`` if approximate."""
@@ -426,14 +419,11 @@ def grid_notes(every: pd.DataFrame, agg: pd.DataFrame, leads: list[list[str]]) -
     suites = sorted(
         {s for rs in every["records"] for r in rs if (s := (r.get("sweep") or {}).get("suite"))}
     )
-    text = "; ".join(
-        f"{m}: "
-        + (
-            ", ".join(f"{k} {' / '.join(map(value_text, vs))}" for k, vs in g.items())
-            or "one variant"
-        )
+    each = {
+        m: [f"{k} {' / '.join(map(value_text, vs))}" for k, vs in g.items()]
         for m, g in grid.items()
-    )
+    }
+    text = "; ".join(f"{m}: {', '.join(g) or 'one variant'}" for m, g in each.items())
     where = f"; suite{'s' if len(suites) > 1 else ''} {', '.join(suites)}" if suites else ""
     return [
         f"Grids: {'; '.join(found)} (a lead at a grid point not every method was given). The "

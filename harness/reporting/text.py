@@ -108,12 +108,9 @@ def fmt_ci(
     f = 10.0**-scale
     if h == 0:
         return fmt_cell(mean, scale=scale)
-    low, high = mean - h, mean + h
     lo_bound, hi_bound = get_metric(metric).range if metric else (None, None)
-    if lo_bound is not None:
-        low = max(low, lo_bound)
-    if hi_bound is not None:
-        high = min(high, hi_bound)
+    low = mean - h if lo_bound is None else max(mean - h, lo_bound)
+    high = mean + h if hi_bound is None else min(mean + h, hi_bound)
     d = _sig_decimals(statistics.stdev(vals) * f, 2)
     return f"[{low * f:.{d}f}, {high * f:.{d}f}]"
 

@@ -61,14 +61,12 @@ def row_key(row: PaperRow, table: PaperTable, at_setting: bool = True) -> dict[s
     The row's knobs and, ``at_setting`` (the paper preset), every setting the paper states for its
     table that the row's method has (not ``seeds`` nor ``n.s.``).
     """
-    key = {}
-    if at_setting:
-        fields = config_fields(row.method, table.task)
-        key = {
-            k: v
-            for k, v in table.setting.items()
-            if k != "seeds" and stated(v) and (k in fields or not fields)
-        }
+    fields = config_fields(row.method, table.task) if at_setting else frozenset()
+    key = {
+        k: v
+        for k, v in table.setting.items()
+        if at_setting and k != "seeds" and stated(v) and (k in fields or not fields)
+    }
     return {**key, **row.config}
 
 
@@ -174,18 +172,10 @@ def setting_diff(setting: dict[str, Any], cfg: dict[str, Any], seeds: int, prese
 
 def own_setting(table: PaperTable, cfgs: Sequence[dict[str, Any]]) -> str:
     """The harness's values of a table's setting keys: ``D 50, T 50, epochs 15`` (``D 10/15``)."""
-    parts = []
-    for k in table.setting:
-        if k == "seeds":
-            continue
-        vals = sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=num_first)
-        if vals:
-            parts.append(f"{_name(k)} {'/'.join(vals)}")
-    return ", ".join(parts)
-
-
-def _decimals_of(text: str) -> int:
-    return len(text.partition(".")[2]) if "." in text and "e" not in text.lower() else 0
+    vals = {
+        k: sorted({_shown(k, c[k]) for c in cfgs if k in c}, key=num_first) for k in table.setting
+    }
+    return ", ".join(f"{_name(k)} {'/'.join(v)}" for k, v in vals.items() if v and k != "seeds")
 
 
 def row_command(
@@ -227,20 +217,15 @@ def suite_command(
             return None
         tasks = sweep.options.get("tasks", task)
         grids = {k for *_, grid in plan(sweep, method, tasks, {}, {}, {"methods"}) for k in grid}
-        want = dict(key)
-        pinned = {
-            k: v
-            for k, v in want.items()
+        sets = {
+            k: _value_text(v)
+            for k, v in key
             if k in knobs or any(k == g or k.rsplit(".", 1)[-1] == g for g in grids)
         }
-        sets = {k: _value_text(v) for k, v in pinned.items()}
-        blocks = plan(sweep, method, tasks, sets, {}, {"methods"})
-        for ms, ts, over, grid in blocks:
-            if task not in ts:
-                continue
-            for cfg in build_configs(ms, [task], [0], preset, over, grid):
-                if has_key(flat_config({"config": cfg.to_dict()}), want):
-                    flags = "".join(f" --set {k}={v}" for k, v in sets.items())
+        flags = "".join(f" --set {k}={v}" for k, v in sets.items())
+        for ms, ts, over, grid in plan(sweep, method, tasks, sets, {}, {"methods"}):
+            for cfg in build_configs(ms, [task], [0], preset, over, grid) if task in ts else ():
+                if has_key(flat_config({"config": cfg.to_dict()}), dict(key)):
                     return f"harness run --suite {name} --methods {method}{flags}"
     except (HarnessError, ValueError, KeyError):
         return None
@@ -249,19 +234,14 @@ def suite_command(
 
 @dataclass
 class PaperVsHarness:
-    """One paper-vs-harness table: cells, notes, and what filled it.
-
-    ``at_setting``: matched at the paper's setting (False: the harness's own table, the paper's
-    numbers as context); ``own_setting``: ``own_setting``'s text; ``filled``: paper row index ->
-    variant id.
-    """
+    """One paper-vs-harness table: cells, notes, and what filled it."""
 
     titles: list[str]
     rows: list[list[Cell]]
     notes: list[str]
-    at_setting: bool = True
-    own_setting: str = ""
-    filled: dict[int, str] = field(default_factory=dict)
+    at_setting: bool = True  # False: the harness's own table, the paper's numbers as context
+    own_setting: str = ""  # ``own_setting``'s text
+    filled: dict[int, str] = field(default_factory=dict)  # paper row index -> variant id
 
 
 def paper_vs_harness(
@@ -355,7 +335,9 @@ def _number_cells(table: PaperTable, prow: PaperRow, ours: Any, head: str) -> li
         diff = "–"
         if ours is not None and not math.isnan(comparable(ours, head)):
             d = (comparable(ours, head) - prow.values[head]) * 10.0 ** -table.scale.get(head, 0)
-            diff = f"{d:+.{_decimals_of(prow.printed[head])}f}".replace("-", "−")
+            text = prow.printed[head]  # to the paper's decimal places
+            places = len(text.partition(".")[2]) if "." in text and "e" not in text.lower() else 0
+            diff = f"{d:+.{places}f}".replace("-", "−")
         cells.append((diff, False))
     return cells
 
