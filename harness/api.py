@@ -628,7 +628,8 @@ def bench_speedup(
     device = resolve_device(device or "cpu").type
     run_conditions()  # as in training runs and the timing report
     sizes = f"--hidden {csv(hidden)}, --batches {csv(batches)}, --seq-len {seq_len}"
-    with torch_threads(threads or 0), out_of_memory(f"the speedup measurement ({sizes})"):
+    oom = out_of_memory(f"the speedup measurement ({sizes}) does not fit in memory")
+    with torch_threads(threads or 0), oom:
         rows = measure_speedups(
             methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
             batches=batches, seq_len=seq_len, device=device, budget_s=budget,
