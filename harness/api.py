@@ -452,14 +452,9 @@ class RunJob:
         return match_skip(records, self.request.match_skip, self.spec.swept())
 
 
-def board_records(store: str | Path, select: str | None) -> tuple[list[RunRecord], Any, str]:
-    """The records of ``store`` (migrated), the ``select`` rule parsed, the line for no table."""
-    records, _ = load([store], legacy_values)
-    rule = parse_rule(select) if select else None
-    none = "no run finished ok: no table"
-    if rule and any(r.get("status") == "ok" for r in records):
-        none = f"--select {rule} keeps no row: no table"
-    return records, rule, none
+def board_records(store: str | Path, select: str | None) -> tuple[list[RunRecord], Any]:
+    """The records of ``store`` (migrated), and the ``select`` rule parsed."""
+    return load([store], legacy_values)[0], parse_rule(select) if select else None
 
 
 def include(paths: Sequence[str]) -> None:
@@ -586,25 +581,20 @@ METHOD_TEMPLATES = scaffold.KINDS  # ``harness new method --kind``: kind -> what
 # --- benchmarks: the timing suite and the speedups load torch when called --------------------
 
 
-def run_bench(*args: Any, **kwargs: Any) -> list[str]:
-    """The timing suite (``harness.bench.suite.run_bench``): the files it wrote."""
-    from harness.bench.suite import run_bench
+def _timing_suite(name: str) -> Callable[..., Any]:
+    """``harness.bench.suite``'s function ``name``, imported when called (it loads torch)."""
 
-    return run_bench(*args, **kwargs)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from harness.bench import suite
 
+        return getattr(suite, name)(*args, **kwargs)
 
-def render_timing(stores: Sequence[Path], command: str) -> tuple[str, list[dict], list[str]]:
-    """The timing report of the records in ``stores`` (``harness.bench.suite.render_timing``)."""
-    from harness.bench.suite import render_timing
-
-    return render_timing(stores, command)
+    return call
 
 
-def timing_records(stores: Sequence[Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The timing records of ``stores``, and the lines that could not be read."""
-    from harness.bench.suite import timing_records
-
-    return timing_records(stores)
+run_bench = _timing_suite("run_bench")  # the timing suite: the files it wrote
+render_timing = _timing_suite("render_timing")  # stores' timing report: text, rows, problems
+timing_records = _timing_suite("timing_records")  # stores' timing records, unreadable lines
 
 
 def bench_speedup(
@@ -628,7 +618,8 @@ def bench_speedup(
     device = resolve_device(device or "cpu").type
     run_conditions()  # as in training runs and the timing report
     sizes = f"--hidden {csv(hidden)}, --batches {csv(batches)}, --seq-len {seq_len}"
-    with torch_threads(threads or 0), out_of_memory(f"the speedup measurement ({sizes})"):
+    oom = out_of_memory(f"the speedup measurement ({sizes}) does not fit in memory")
+    with torch_threads(threads or 0), oom:
         rows = measure_speedups(
             methods=None if methods == "all" else methods, skips=skips, hidden=hidden,
             batches=batches, seq_len=seq_len, device=device, budget_s=budget,

@@ -108,18 +108,15 @@ def allocation_failure(e: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
-def out_of_memory(
-    what: str, detail: str = "", error: type[HarnessError] = HarnessError
-) -> Iterator[None]:
-    """An allocation failure inside the block: ``error("WHAT does not fit in memory DETAIL")``."""
+def out_of_memory(what: str, error: type[HarnessError] = HarnessError) -> Iterator[None]:
+    """An allocation failure inside the block: ``error(WHAT + "; it asked for N GiB")``."""
     try:
         yield
     except (MemoryError, RuntimeError) as e:
         need = allocation_failure(e)
         if need is None:
             raise
-        head = f"{what} does not fit in memory" if what else "does not fit in memory"
-        raise error(f"{head}{detail}{need}") from None
+        raise error(f"{what}{need}") from None
 
 
 def failure_reason(e: BaseException, where: bool = True) -> str:

@@ -346,12 +346,13 @@ def test_eta_comes_from_the_finished_runs():
     ]
     console = Console(file=io.StringIO(), width=200)
     rec = {"status": "ok", "metrics": {"mse": 1.0, "skip_pct": 0.0}, "primary": "mse"}
-    with SweepProgress(console, todo, {}, serial=True, verbose=False) as progress:
+    progress = SweepProgress(console, todo, {}, serial=True, verbose=False)
+    with progress.progress:
         progress.started -= 30  # the first run took 30 s
-        progress.on_epoch(1, {"epoch": 1, "train_loss": 0.5})
+        progress.on_event(api.SweepEvent("epoch", epoch=1, row={"epoch": 1, "train_loss": 0.5}))
         (task,) = progress.progress.tasks
         assert task.description == "running m | t seed 0 epoch 2/3"
-        progress.done(todo[0], rec)
+        progress.on_event(api.SweepEvent("finished", todo[0], rec))
         assert task.fields["eta"] == "ETA 1 min 00 s"  # two runs left at 30 s each
         assert task.description == "running m | t seed 1"
     assert "✓ m | t seed 0: mse 1 skip 0.0% (0.0 s)" in console.file.getvalue()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +45,6 @@ class Result:
     title: str
     status: str
     detail: str = ""
-    seconds: float = 0.0
 
     def line(self) -> str:
         """``PASS  title``, ``FAIL  title: numbers`` or ``SKIP  title: why`` (one line)."""
@@ -110,8 +108,7 @@ def check_config(name: str) -> str | None:
     """Static parts (``registry.check_method``); knobs (not booleans) in bounds; JSON."""
     import typing
 
-    lacks = check_method(METHODS.get(name))  # registration refuses these: a class edited since
-    if lacks:
+    if lacks := check_method(METHODS.get(name)):  # registration refuses these: a class edited since
         raise _Fail("; ".join(lacks))
     cls = METHODS.get(name).config_cls
     hints = typing.get_type_hints(cls)
@@ -147,8 +144,7 @@ def check_shapes(name: str) -> str | None:
         for what, value in (("outputs", out.outputs), ("mask", out.mask)):
             if tuple(value.shape) != (B, T, D):
                 raise _Fail(f"{mode}: {what} of shape {tuple(value.shape)}, expected {(B, T, D)}")
-        values = sorted(set(out.mask.detach().unique().tolist()) - {0.0, 1.0})
-        if values:
+        if values := sorted(set(out.mask.detach().unique().tolist()) - {0.0, 1.0}):
             raise _Fail(f"{mode}: mask values {values[:5]} outside {{0, 1}}")
         if m.has_depth:
             if out.depth is None or tuple(out.depth.shape) != (B, T, D):
@@ -178,9 +174,8 @@ def check_forward(name: str) -> str | None:
         torch.manual_seed(1)
         ref = m.step_loop(x)
         _close(f"{mode}: outputs", fast.outputs, ref.outputs, rtol=1e-5, atol=1e-6)
-        _close(f"{mode}: masks", fast.mask, ref.mask)
-        _close(f"{mode}: depths", fast.depth, ref.depth)
-        _close(f"{mode}: reads", fast.reads, ref.reads)
+        for what, label in (("mask", "masks"), ("depth", "depths"), ("reads", "reads")):
+            _close(f"{mode}: {label}", getattr(fast, what), getattr(ref, what))
 
 
 @_check("cost", "cost() == fvcore == FlopCounterMode (dense MACs)")
@@ -347,8 +342,7 @@ def check_at_skip(name: str) -> str | None:
     b, _ = build_at_skip(name, V, FAST_D, 0.5, FAST_T, seed=5)
     c, _ = build_at_skip(name, V, FAST_D, 0.5, FAST_T, seed=6)
     pa, pb, pc = (dict(m.named_parameters()) for m in (a, b, c))
-    differ = [k for k in pa if not torch.equal(pa[k], pb[k])]
-    if differ:
+    if differ := [k for k in pa if not torch.equal(pa[k], pb[k])]:
         raise _Fail(f"seed 5 twice gave different {differ}: draw from torch's global generator")
     if all(torch.equal(pa[k], pc[k]) for k in pa):
         raise _Fail("seeds 5 and 6 gave the same parameters: draw them from the global generator")
@@ -383,8 +377,7 @@ def check_budget_knobs(name: str) -> str | None:
     fields = {f.name for f in dataclasses.fields(cls.config_cls)}
     if not isinstance(knobs, tuple):
         raise _Fail(f"budget_knobs is a {type(knobs).__name__}, not a tuple")
-    unknown = [k for k in knobs if k not in fields]
-    if unknown:
+    if unknown := [k for k in knobs if k not in fields]:
         raise _Fail(f"{unknown} are not fields of {cls.config_cls.__name__} ({sorted(fields)})")
     if len(set(knobs)) != len(knobs):
         raise _Fail(f"budget_knobs {knobs} repeats a field")
@@ -434,13 +427,11 @@ def iter_checks(
 ) -> Iterator[Result]:
     """Run the checks (``only`` these; ``task`` to train on) on ``name``, yielding each Result."""
     METHODS.get(name)
-    unknown = sorted(set(only or []) - set(CHECKS))
-    if unknown:
+    if unknown := sorted(set(only or []) - set(CHECKS)):
         raise ConfigError(f"unknown check '{unknown[0]}'; checks: {', '.join(CHECKS)}")
     for id, (title, fn) in CHECKS.items():
         if only and id not in only:
             continue
-        start = time.perf_counter()
         kwargs = {"task": task} if id == "training" else {}
         try:
             note = fn(name, **kwargs)
@@ -451,7 +442,6 @@ def iter_checks(
             result = Result(id, title, "skip", str(e))
         except Exception as e:  # the method itself raised: the property fails, with where
             result = Result(id, title, "fail", f"raised {failure_reason(e)}")
-        result.seconds = time.perf_counter() - start
         yield result
 
 

@@ -68,8 +68,7 @@ def new_method(name: str, kind: str, out: str | Path) -> list[Path]:
     folder = Path(out)
     paths = [folder / f for f in files]
     try:  # (a path too long for the filesystem fails already here)
-        there = [str(p) for p in paths if p.exists()]
-        if there:
+        if there := [str(p) for p in paths if p.exists()]:
             verb = "exists" if len(there) == 1 else "exist"
             raise ConfigError(f"{', '.join(there)} {verb} already; nothing was written")
         folder.mkdir(parents=True, exist_ok=True)

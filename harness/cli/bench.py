@@ -139,8 +139,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _only_for(args: argparse.Namespace, options: dict[str, Any], mode: str) -> None:
-    given = [k for k, default in options.items() if getattr(args, k) != default]
-    if given:
+    if given := [k for k, default in options.items() if getattr(args, k) != default]:
         flags = ", ".join("--from" if k == "sources" else "--" + k.replace("_", "-") for k in given)
         raise ConfigError(f"{flags}: only used {mode}")
 

@@ -43,6 +43,7 @@ def add_parser(subparsers: Any) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Print the drifted, missing and new runs; 0 when nothing drifted or went missing, else 1."""
     from rich.markup import escape
+    from rich.table import Table
 
     tolerances = api.parse_tolerances(args.tol or [])
     flags = ("only_present", "allow_empty", "skip_malformed", "markdown")
@@ -54,7 +55,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     for line in res.environment:  # numbers from another torch or device may drift for that reason
         out.print(f"[yellow]environment differs: {line}[/]")
-    _print_differences(res, out)
+    if res.drifted:
+        table = Table(title="drifted measures")
+        for col in ("run", "measure", "reference", "current", "tolerance"):
+            table.add_column(col)
+        for d in res.drifted:
+            table.add_row(d.label, d.measure, str(d.reference), str(d.current), d.tolerance)
+        out.print(table)
+    for title, rows in (("missing from current", res.missing), ("new in current", res.new)):
+        for r in rows:
+            out.print(f"{title}: {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}")
     if args.only_present:
         none = "; no run is in both, so nothing was compared" if not res.matched else ""
         ref, cur = res.left_out
@@ -66,19 +76,3 @@ def cmd_compare(args: argparse.Namespace) -> int:
     counts = f"{len(res.drifted)} drifted, {len(res.missing)} missing, {len(res.new)} new"
     out.print(f"{verdict}: {res.matched} matched, {counts}")
     return 0 if res.ok else 1
-
-
-def _print_differences(res: Any, out: Any) -> None:
-    """The table of the drifted measures, then the runs missing from current and new in it."""
-    from rich.table import Table
-
-    if res.drifted:
-        table = Table(title="drifted measures")
-        for col in ("run", "measure", "reference", "current", "tolerance"):
-            table.add_column(col)
-        for d in res.drifted:
-            table.add_row(d.label, d.measure, str(d.reference), str(d.current), d.tolerance)
-        out.print(table)
-    for title, rows in (("missing from current", res.missing), ("new in current", res.new)):
-        for r in rows:
-            out.print(f"{title}: {r['method']}/{r['task']}/{r['preset']}/seed{r['seed']}")

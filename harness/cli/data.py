@@ -52,25 +52,15 @@ def cmd_data(args: argparse.Namespace) -> int:
     tasks = api.TASKS.resolve(spec) if spec else None
     if args.action == "fetch":
         return fetch(tasks, spec, args.data_dir, args.mirror)
-    verify = args.action == "verify"
-    rows = api.status_rows(args.data_dir, verify=verify, tasks=tasks, fresh=verify)
-    show(rows, verify, f"datasets under {api.data_root(args.data_dir)}")
-    bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
-    for r in bad:
-        sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
-    return 2 if bad else 0
-
-
-def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
-    """The status table: with ``verify``, the checksum result per dataset instead of the source."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
-    last = "checksums" if verify else "source"
-    for col in ("task", "dataset", "status", "path", last):
+    verify = args.action == "verify"
+    rows = api.status_rows(args.data_dir, verify=verify, tasks=tasks, fresh=verify)
+    table = Table(title=f"datasets under {api.data_root(args.data_dir)}")
+    for col in ("task", "dataset", "status", "path", "checksums" if verify else "source"):
         table.add_column(col, overflow="fold")
-    for r in rows:
+    for r in rows:  # verify: the checksum result per dataset instead of the source
         color = "green" if r["status"] == "found" else "red"
         if verify:
             result = r.get("check") or r.get("detail") or ""
@@ -81,6 +71,10 @@ def show(rows: list[dict[str, Any]], verify: bool, title: str) -> None:
         table.add_row(r["task"], r["dataset"], f"[{color}]{r['status']}[/]", str(r["path"]), result)
     console = Console()  # on stdout; piped: a table as wide as its longest path or description
     (console if console.is_terminal else Console(width=100_000)).print(table)
+    bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
+    for r in bad:
+        sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
+    return 2 if bad else 0
 
 
 def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str | None) -> int:

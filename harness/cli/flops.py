@@ -33,12 +33,6 @@ def add_parser(subparsers: Any) -> None:
     s.set_defaults(func=cmd_flops)
 
 
-def _seq_len(row: dict[str, Any]) -> str:
-    """T, and the mean true length where sequences are shorter (the length charged)."""
-    T, mean = row["seq_len"], row.get("mean_len", row["seq_len"])
-    return str(T) if mean == T else f"{T} (mean {mean:.1f})"
-
-
 def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.planning.sweep.fresh_costs``) as a table or as JSON."""
     task = common.require_task(args.task, "flops")
@@ -56,8 +50,9 @@ def cmd_flops(args: argparse.Namespace) -> int:
     for col in (*columns, "effective FLOPs"):
         table.add_column(col, justify="right")
     counts = ("macs_dense_fvcore", "macs_dense", "macs_effective", "flops_effective")
-    for r in rows:
-        cells = (f"{r[k]:.4g}" for k in counts)
-        table.add_row(r["method"], _seq_len(r), str(r["params_total"]), *cells)
+    for r in rows:  # T, and the mean true length where sequences are shorter (the length charged)
+        T, mean = r["seq_len"], r.get("mean_len", r["seq_len"])
+        seq = str(T) if mean == T else f"{T} (mean {mean:.1f})"
+        table.add_row(r["method"], seq, str(r["params_total"]), *(f"{r[k]:.4g}" for k in counts))
     Console().print(table)
     return 0

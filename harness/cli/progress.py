@@ -13,12 +13,11 @@ from typing import Any
 from harness import api
 
 FORMATS = ("table", "md")  # run --format
-NONE = "no run finished ok: no table"
 PIPE_WIDTH = 100  # the columns of a table printed to a pipe or a file (no terminal width)
 
 
 def print_board(
-    records: Sequence[dict], rule: Any, none: str, store: Path, board: Path, given: str | None
+    records: Sequence[dict], rule: Any, store: Path, board: Path, given: str | None
 ) -> None:
     """Print the leaderboard on stdout: tables, or (``given`` ``md``) the Markdown of ``board``."""
     from rich.console import Console
@@ -29,20 +28,19 @@ def print_board(
     stdout = Console(highlight=False)
     if not stdout.is_terminal:
         stdout.width = PIPE_WIDTH
-    print_tables(records, rule, str(store), stdout, board, none)
+    print_tables(records, rule, str(store), stdout, board)
 
 
-def print_tables(
-    records: Sequence[dict], rule: Any, store: str, console: Any, board: Path, none: str = NONE
-) -> None:
+def print_tables(records: Sequence[dict], rule: Any, store: str, console: Any, board: Path) -> None:
     """Print the leaderboard of ``records`` on ``console``, and where its Markdown ``board`` is.
 
-    ``rule`` picks the rows; ``none`` is said for no table. A table too wide even with the
-    method's cell and the titles wrapped keeps only its ``TERSE`` columns; numbers never wrap.
+    ``rule`` picks the rows (no table: a line says why). A table too wide even with the method's
+    cell and the titles wrapped keeps only its ``TERSE`` columns; numbers never wrap.
     """
     from rich.measure import Measurement
 
     picked, wide = None, console.options.update_width(10_000)  # the narrowest it can be
+    ok = any(r.get("status") == "ok" for r in records)  # before the rule picks
     if rule is not None:
         records, picked = api.select(records, rule)
     tables = api.boards(records, picked)
@@ -55,7 +53,8 @@ def print_tables(
         for note in api.record_notes(records, b.task, b.preset, store, brief=True):
             console.print(f"  {note}", highlight=False, markup=False)
     if not tables:
-        console.print(none, highlight=False)
+        why = f"--select {rule} keeps no row" if rule is not None and ok else "no run finished ok"
+        console.print(f"{why}: no table", highlight=False)
     console.print(
         f"the full leaderboard (CIs, dense cost, parameters, time, commits, failures): {board}",
         highlight=False,
@@ -126,7 +125,7 @@ def print_dry_run(cfgs: list[Any], todo_ids: set[str], labels: dict[str, str]) -
 
 
 class SweepProgress:
-    """The progress display of a sweep (``SweepEvent`` s): the runs done, an ETA, a line each.
+    """The progress display of a sweep (``SweepEvent`` s; enter its ``progress``): runs, ETA.
 
     ``serial``: the runs train in this process in the order of ``todo``, so the run in progress
     and its epoch are shown too (every epoch's losses with ``verbose``).
@@ -143,13 +142,6 @@ class SweepProgress:
         self.progress = Progress(*columns, TextColumn("{task.fields[eta]}"), console=console)
         self.bar = self.progress.add_task(self._current(), total=len(todo), eta="")
 
-    def __enter__(self) -> SweepProgress:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
-
     def name(self, cfg: Any) -> str:
         """``method | task seed N variant``."""
         label = self.labels.get(cfg.run_id, "")
@@ -161,35 +153,25 @@ class SweepProgress:
         return f"running {self.name(self.todo[self.finished])}{epoch}" if self.serial else "running"
 
     def on_event(self, event: Any) -> None:
-        """Show an epoch, a finished run or a note (a record kept aside: in ``stopped_line``)."""
-        if event.kind == "epoch":
-            self.on_epoch(event.epoch, event.row)
+        """Show an epoch, a finished run (line, bar, ETA), a note (unwritten: ``stopped_line``)."""
+        console = self.progress.console
+        if event.kind == "epoch":  # of the run in progress (serial)
+            cfg = self.todo[min(self.finished, len(self.todo) - 1)]
+            at = f" epoch {event.epoch + 1}/{cfg.train.epochs}"
+            self.progress.update(self.bar, description=self._current(at))
+            if self.verbose:
+                row = event.row.items()
+                values = (f"{k} {v:.4g}" for k, v in row if k != "epoch" and isinstance(v, float))
+                console.print(f"  {self.name(cfg)}{at}: {' '.join(values)}", highlight=False)
         elif event.kind == "finished":
-            self.done(event.cfg, event.record)
+            self.finished += 1
+            left = len(self.todo) - self.finished
+            per_run = (time.monotonic() - self.started) / self.finished
+            eta = f"ETA {fmt_duration(per_run * left)}" if left else ""
+            self.progress.update(self.bar, advance=1, description=self._current(), eta=eta)
+            console.print(summary(self.name(event.cfg), event.record), highlight=False)
         elif event.kind == "note":
-            self.progress.console.print(f"[yellow]{event.error}[/]", highlight=False)
-
-    def on_epoch(self, epoch: int, row: dict[str, Any]) -> None:
-        """After each epoch of the run in progress (serial): show it; with verbose, its losses."""
-        cfg = self.todo[min(self.finished, len(self.todo) - 1)]
-        at = f" epoch {epoch + 1}/{cfg.train.epochs}"
-        self.progress.update(self.bar, description=self._current(at))
-        if self.verbose:
-            values = (
-                f"{k} {v:.4g}" for k, v in row.items() if k != "epoch" and isinstance(v, float)
-            )
-            self.progress.console.print(
-                f"  {self.name(cfg)}{at}: {' '.join(values)}", highlight=False
-            )
-
-    def done(self, cfg: Any, rec: dict[str, Any]) -> None:
-        """A run finished: its line, the bar, the ETA of the rest."""
-        self.finished += 1
-        left = len(self.todo) - self.finished
-        per_run = (time.monotonic() - self.started) / self.finished
-        eta = f"ETA {fmt_duration(per_run * left)}" if left else ""
-        self.progress.update(self.bar, advance=1, description=self._current(), eta=eta)
-        self.progress.console.print(summary(self.name(cfg), rec), highlight=False)
+            console.print(f"[yellow]{event.error}[/]", highlight=False)
 
 
 def summary(name: str, rec: dict[str, Any]) -> str:

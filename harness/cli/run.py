@@ -150,8 +150,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job.board is not None:
         for p in job.write_board():
             print(f"wrote {p}")
-        records, rule, none = api.board_records(job.store.path, job.request.select)
-        progress.print_board(records, rule, none, job.store.path, job.board, args.format)
+        records, rule = api.board_records(job.store.path, job.request.select)
+        progress.print_board(records, rule, job.store.path, job.board, args.format)
     if job.request.match_skip is not None:
         progress.print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
     if result.failed:
@@ -193,7 +193,8 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
                 _say_plan(job, event.resume, out)
                 if event.todo:
                     args = (out, event.todo, job.sweep.labels, in_process, job.request.verbose)
-                    shown.append(stack.enter_context(progress.SweepProgress(*args)))
+                    shown.append(progress.SweepProgress(*args))
+                    stack.enter_context(shown[0].progress)
             elif shown:
                 shown[0].on_event(event)
 

@@ -60,8 +60,7 @@ def cmd_store(args: argparse.Namespace) -> int:
             where = f"{store.parts_path}/ (the next run or '{fix}' merges them)"
             print(f"{len(unmerged)} record(s) not merged yet in {where}")
         return 1 if bad or bad_parts else 0
-    merged = store.merge()
-    if merged:
+    if merged := store.merge():
         print(f"merged {merged} record(s) from {store.parts_path}/")
     for part, aside, why in store.reject_parts():
         print(f"moved {part} to {aside}: {why}")

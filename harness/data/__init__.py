@@ -13,6 +13,7 @@ import hashlib
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +204,6 @@ def attach_identity(
     Returns the configs and notes for data without published sums. DataError: one line per task
     whose files differ (unless ``allow_unverified``: recorded as unverified) or cannot be read.
     """
-    import dataclasses
-
     known: dict[tuple[str, str], DataIdentity | None] = {}
     bad: list[str] = []
     notes: list[str] = []
@@ -227,7 +226,7 @@ def attach_identity(
             elif status is not None:
                 bad.append(f"task '{cfg.task}': {row['detail']}")
         ident = known[key]
-        out.append(cfg if ident is None else dataclasses.replace(cfg, data=ident))
+        out.append(cfg if ident is None else replace(cfg, data=ident))
     if bad:
         hint = " (--allow-unverified-data runs on them anyway)" if not allow_unverified else ""
         raise DataError("; ".join(bad) + (hint if "checksums" in "".join(bad) else ""))

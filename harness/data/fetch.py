@@ -32,23 +32,15 @@ class Fetcher:
         self.mirror = mirror or os.environ.get(MIRROR_ENV) or None
         self.say = say or (lambda line: None)
 
-    def address(self, url: str, dataset: str) -> str:
-        """Where ``url`` is fetched from (the mirror's copy when a mirror is set)."""
-        from urllib.parse import quote, unquote
-
-        if not self.mirror:
-            return url
-        name = unquote(url.rstrip("/").rsplit("/", 1)[-1])
-        return f"{self.mirror.rstrip('/')}/{quote(dataset)}/{quote(name)}"
-
     def download(self, url: str, dataset: str, folder: Path) -> Path:
-        """Download ``url`` into ``folder`` (via a temporary file); DataError if it fails."""
+        """Download ``url`` (the mirror's copy when a mirror is set) into ``folder``; DataError."""
         import shutil
         import urllib.request
-        from urllib.parse import unquote
+        from urllib.parse import quote, unquote
 
-        src = self.address(url, dataset)
-        dest = folder / (unquote(src.rstrip("/").rsplit("/", 1)[-1]) or "download")
+        name = unquote(url.rstrip("/").rsplit("/", 1)[-1])
+        src = f"{self.mirror.rstrip('/')}/{quote(dataset)}/{quote(name)}" if self.mirror else url
+        dest = folder / (name or "download")
         part = folder / f".{dest.name}.{os.getpid()}.part"
         self.say(f"downloading {src}")
         try:
@@ -98,10 +90,8 @@ class Fetcher:
                     )
             else:
                 got, _, n = file_sums(stage, ["**/*"])
-                detail = (
-                    f"no published checksums; content digest {manifest_digest(got)[:12]} "
-                    f"of {n} files"
-                )
+                digest = manifest_digest(got)[:12]
+                detail = f"no published checksums; content digest {digest} of {n} files"
             target.mkdir(parents=True, exist_ok=True)
             for entry in sorted(stage.iterdir()):
                 dest = target / entry.name

@@ -18,12 +18,8 @@ from harness.persistence.files import cache_dir
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
     """The data root: ``data_dir``, else ``$HARNESS_DATA_DIR``, else the user cache directory."""
-    if data_dir:
-        return Path(data_dir).expanduser()
-    env = os.environ.get("HARNESS_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    return cache_dir() / "data"
+    root = data_dir or os.environ.get("HARNESS_DATA_DIR")
+    return Path(root).expanduser() if root else cache_dir() / "data"
 
 
 class MissingDataError(DataError):

@@ -74,10 +74,8 @@ def stat_key(st: os.stat_result) -> list[int]:
 def cached_content_sha256(path: str | os.PathLike, fresh: bool = False) -> str:
     """``content_sha256`` remembered per file under ``stat_key`` (``fresh``: hash it anyway)."""
     p = Path(path).absolute()
-    st = p.stat()
     _, sums = _sum_cache()
-    hit = sums.get(str(p))
-    key = stat_key(st)
+    hit, key = sums.get(str(p)), stat_key(p.stat())
     if not fresh and isinstance(hit, list) and len(hit) == len(key) + 1 and hit[:-1] == key:
         return hit[-1]
     digest = content_sha256(p)

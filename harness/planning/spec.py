@@ -24,14 +24,9 @@ MAX_SEEDS = 10_000
 def parse_seeds(spec: str, limit: int = MAX_SEEDS) -> list[int]:
     """Seeds from ``"0-4"``, ``"0,2,5"`` or ``"3"``, in order (ConfigError: bad, over ``limit``)."""
     usage = f"--seeds expects e.g. 0-4 or 0,1,2 (seeds >= 0); got '{spec}'"
-    ranges: list[tuple[int, int]] = []
     try:
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            lo, sep, hi = part.partition("-")
-            ranges.append((int(lo), int(hi) if sep else int(lo)))
+        parts = [p.strip().partition("-") for p in spec.split(",") if p.strip()]
+        ranges = [(int(lo), int(hi) if sep else int(lo)) for lo, sep, hi in parts]
     except ValueError:  # also a negative seed: "-1" has no number before its "-"
         raise ConfigError(usage) from None
     if not ranges or any(hi < lo for lo, hi in ranges):
@@ -115,16 +110,9 @@ class Sweep:
     @property
     def provenance(self) -> dict[str, Any]:
         """The resolved sweep, as each of its records stores it (``sweep``)."""
-        s = self.spec
-        return {
-            "config": s.config,
-            "suite": s.suite,
-            "preset": s.preset,
-            "seeds": s.seeds,
-            "match_skip": s.match_skip,
-            "select": s.select,
-            "blocks": [asdict(b) for b in s.blocks],
-        }
+        keys = ("config", "suite", "preset", "seeds", "match_skip", "select")
+        blocks = [asdict(b) for b in self.spec.blocks]
+        return {k: getattr(self.spec, k) for k in keys} | {"blocks": blocks}
 
 
 def plan_sweep(

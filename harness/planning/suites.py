@@ -19,6 +19,7 @@ from harness.components.config import DEVICES, PRESETS, accepts
 from harness.components.plugins import PLUGIN_PACKAGES, include
 from harness.components.registry import TASKS
 from harness.components.selection import parse_rule
+from harness.env import tomllib  # tomli on Python 3.10
 from harness.errors import ConfigError
 from harness.executors import EXECUTORS, MAX_THREADS
 from harness.executors.base import declared
@@ -103,14 +104,7 @@ def _read(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file") from None
     if path.suffix == ".toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: not valid TOML ({e})") from None
+        parse, error, kind = tomllib.loads, tomllib.TOMLDecodeError, "TOML"
     else:
         try:
             import yaml
@@ -118,11 +112,12 @@ def _read(path: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: YAML sweep files need PyYAML (pip install pyyaml), or write it as TOML"
             ) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
-        data = {} if data is None else data
+        parse, error, kind = yaml.safe_load, yaml.YAMLError, "YAML"
+    try:
+        data = parse(text)
+    except error as e:
+        raise ConfigError(f"{path}: not valid {kind} ({' '.join(str(e).split())})") from None
+    data = {} if data is None else data  # an empty YAML file
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expects a table of options at the top level")
     return data
@@ -245,14 +240,8 @@ def load(path: str | Path) -> SweepFile:
     for i, raw in enumerate(parts, 1):
         where = f"{path}: part {i}"
         _unknown([k for k in raw if k not in PART_KEYS], list(PART_KEYS), where)
-        sweep.parts.append(
-            Part(
-                methods=_names(raw["methods"], f"{where} 'methods'") if "methods" in raw else None,
-                tasks=_names(raw["tasks"], f"{where} 'tasks'") if "tasks" in raw else None,
-                set=_table(raw.get("set", {}), f"{where} 'set'", lists=False),
-                grid=_table(raw.get("grid", {}), f"{where} 'grid'", lists=True),
-            )
-        )
+        given = [k for k in ("methods", "tasks", "set", "grid") if k in raw]  # not the note
+        sweep.parts.append(Part(**{k: _option(k, raw[k], f"{where} '{k}'") for k in given}))
     return sweep
 
 
@@ -311,15 +300,10 @@ def _layer(
     """``new_set``, ``new_grid`` over ``sets``, ``grids``: a key anew replaces it (any spelling)."""
     new = [*new_set, *new_grid]
 
-    def kept(key: str) -> bool:
-        return not any(_same_field(key, k) for k in new)
+    def kept(key: str) -> bool:  # no new key names its field: the same, or one is bare (lr)
+        bare = [k for k in new if "." not in k or "." not in key]
+        return key not in new and all(k.rsplit(".", 1)[-1] != key.rsplit(".", 1)[-1] for k in bare)
 
     sets = {k: v for k, v in sets.items() if kept(k)} | new_set
     grids = {k: v for k, v in grids.items() if kept(k)} | new_grid
     return sets, grids
-
-
-def _same_field(a: str, b: str) -> bool:
-    """Whether two override keys name one field: equal, or one is the other's bare name."""
-    bare = "." not in a or "." not in b
-    return a == b or (bare and a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1])

@@ -57,14 +57,12 @@ def build_configs(
             f"the sweep has {size:,} runs ({len(tasks)} tasks x {len(methods)} methods x "
             f"{points:,} grid points x {len(seeds):,} seeds); at most {MAX_RUNS:,} are allowed"
         )
-    both = [k for k in grid or {} if k in overrides]
-    if both:
+    if both := [k for k in grid or {} if k in overrides]:
         raise ConfigError(f"'{both[0]}' is given to both --set and --grid; give one")
     combos = itertools.product(*(grid or {}).values())  # one empty point for an empty grid
     grid_points = [dict(zip(grid or {}, combo, strict=True)) for combo in combos]
-    cfgs: list[config.RunConfig] = []
+    cfgs: dict[str, config.RunConfig] = {}  # by run id: the first of equal ones
     used: set[str] = set()
-    seen: set[str] = set()
     for t in tasks:
         for m in methods:
             for point in grid_points:
@@ -72,18 +70,15 @@ def build_configs(
                 used |= set(ov)
                 for s in seeds:
                     cfg = config.resolve(m, t, s, preset, ov)
-                    if cfg.run_id not in seen:
-                        seen.add(cfg.run_id)
-                        cfgs.append(cfg)
-    unused = [k for k in [*overrides, *(grid or {})] if k not in used]
-    if unused:
+                    cfgs.setdefault(cfg.run_id, cfg)
+    if unused := [k for k in [*overrides, *(grid or {})] if k not in used]:
         sections = [config.default_sections(m, t) for t in tasks for m in methods]
         keys = sorted({k for s in sections for k in config.valid_keys(s)})
         raise ConfigError(
             f"Unknown key '{unused[0]}' for the selected methods and tasks. "
             f"Valid keys: {', '.join(keys)}"
         )
-    return cfgs
+    return list(cfgs.values())
 
 
 def validate(cfgs: list[config.RunConfig], data_dir: str | None = None) -> None:
@@ -130,8 +125,6 @@ def fresh_costs(
     from harness.components.flops import model_costs
     from harness.training.train import build, out_of_memory_as_error
 
-    if batch < 1:
-        raise ConfigError(f"batch must be >= 1 (got {batch})")
     rows = []
     for cfg in build_configs(METHODS.resolve(methods), [task], [0], preset, dict(overrides or {})):
         try:

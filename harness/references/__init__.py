@@ -113,9 +113,7 @@ class Reference:
     @classmethod
     def serves(cls, task: Any) -> str | None:
         """None when it can run on ``task``, else why not (completing "ref:NAME is ...")."""
-        if task.kind in cls.kinds:
-            return None
-        return f"for {' or '.join(str(k) for k in cls.kinds)} tasks"
+        return None if task.kind in cls.kinds else f"for {' or '.join(map(str, cls.kinds))} tasks"
 
     @classmethod
     def config_sections(cls, task: str, preset: str | None = None) -> dict[str, Any]:
@@ -184,9 +182,7 @@ def resolve_names(spec: str | Iterable[str]) -> list[str]:
     for part in (p for p in parts if p):
         found = REFERENCES.resolve(part) if is_reference(part) else METHODS.resolve(part)
         out.extend(n for n in found if n not in out)
-    if not out:
-        return METHODS.resolve("")  # the registry's "no method given" message
-    return out
+    return out or METHODS.resolve("")  # the registry's "no method given" message
 
 
 def named_outright(spec: str | Iterable[str]) -> set[str]:

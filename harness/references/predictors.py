@@ -159,9 +159,8 @@ class Mean(Reference):
     def fit(self, task, train: Split, seed: int) -> None:
         """``Reference.fit``."""
         y = train.y.double()
-        self.mean = (y.reshape(-1, y.shape[-1]) if y.dim() > 1 else y.reshape(-1, 1)).mean(0)
-        if y.dim() == 1:
-            self.mean = self.mean.reshape(())
+        mean = y.reshape(-1, y.shape[-1] if y.dim() > 1 else 1).mean(0)
+        self.mean = mean if y.dim() > 1 else mean.reshape(())
 
     def predict(self, batch: Batch) -> Tensor:
         """``Reference.predict``."""
@@ -230,8 +229,9 @@ class Bigram(Reference):
         self.pairs, self.counts = torch.unique(keys, sorted=True, return_counts=True)
         self.context = torch.bincount(train.x.reshape(-1).long(), minlength=v)  # c(v)
 
-    def log_probs(self, contexts: Tensor) -> Tensor:
-        """``[U, V]`` log p(. | v) of each context token in ``contexts`` ``[U]`` (distinct)."""
+    def predict(self, batch: Batch) -> Tensor:
+        """``[..., V]`` log p(. | v) of each input token v, built once per distinct token."""
+        contexts, where = torch.unique(batch.x.reshape(-1).long(), return_inverse=True)
         v = self.vocab
         lo = torch.searchsorted(self.pairs, contexts * v)
         hi = torch.searchsorted(self.pairs, (contexts + 1) * v)
@@ -241,12 +241,8 @@ class Bigram(Reference):
         j = start + torch.arange(int(spans.sum()))
         table = torch.ones(len(contexts), v, dtype=torch.float64)
         table[row, self.pairs[j] % v] += self.counts[j].double()
-        return (table / (self.context[contexts].double() + v)[:, None]).log()
-
-    def predict(self, batch: Batch) -> Tensor:
-        """``Reference.predict``."""
-        uniq, where = torch.unique(batch.x.reshape(-1).long(), return_inverse=True)
-        return self.log_probs(uniq).float()[where].reshape(*batch.y.shape, self.vocab)
+        log_probs = (table / (self.context[contexts].double() + v)[:, None]).log()
+        return log_probs.float()[where].reshape(*batch.y.shape, v)
 
     def num_params(self) -> int:
         """``Reference.num_params``."""

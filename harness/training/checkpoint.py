@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.env import git_state
 from harness.errors import DISK_FULL_NOTE, is_disk_full, write_failure
 from harness.persistence import records
 
@@ -108,15 +107,6 @@ class Checkpointer:
         # what the record keeps across processes (a loaded checkpoint's replaces it)
         self.meta: dict[str, Any] = {"start": start, "resumed": []}
         self.resumed_at: int | None = None  # the epoch this process resumed at
-
-    @classmethod
-    def of_run(
-        cls, folder: str, run_id: str, method_code: str, every_s: float, start: str
-    ) -> Checkpointer:
-        """The checkpoint of a run of this checkout: same method code, commit and dirty flag."""
-        sha, dirty = git_state()
-        identity = {"method_code": method_code, "git_sha": sha, "git_dirty": dirty}
-        return cls(folder, run_id, identity, every_s, start)
 
     def finish(self, rec: dict[str, Any]) -> None:
         """The run is over: remove the checkpoint; ``rec`` gets ``time.resumed``, a full disk."""

@@ -91,8 +91,9 @@ _COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 class CompileClock:
     """What ``torch.compile`` spent on a run (torch's own timers and counters): seconds, graphs."""
 
-    def __init__(self) -> None:
-        self._at: tuple[float, int, int] | None = None
+    def __init__(self, on: bool) -> None:
+        """``on``: take the counts the run's are measured from (off: ``stop`` gives nothing)."""
+        self._at = self._read() if on else None
 
     @staticmethod
     def _read() -> tuple[float, int, int]:
@@ -102,14 +103,9 @@ class CompileClock:
         inductor = counters["inductor"]
         return seconds, inductor["fxgraph_cache_hit"], inductor["fxgraph_cache_miss"]
 
-    def start(self) -> None:
-        """Take the counts the run's are measured from."""
-        self._at = self._read()
-
     def stop(self) -> dict[str, float]:
         """``compile_s`` (for the record's ``time``), ``compile_cache_hits`` and ``_misses``."""
         if self._at is None:
             return {}
-        now = self._read()
-        s, hits, misses = (b - a for a, b in zip(self._at, now, strict=True))
+        s, hits, misses = (b - a for a, b in zip(self._at, self._read(), strict=True))
         return {"compile_s": s, "compile_cache_hits": hits, "compile_cache_misses": misses}

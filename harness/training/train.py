@@ -107,8 +107,9 @@ def evaluate(
         value = None if metric.of_metrics is None else metric.of_metrics(metrics, task.kind)
         if value is not None:
             metrics[metric.name] = value
-    if trace:
-        _finish_trace(traced)
+    if acc := traced.pop("_per_step", None):  # per-step sums of ``_trace``: means (%, 2 places)
+        n = acc.pop("n").clamp(min=1.0)
+        traced |= {k: [round(float(v), 2) for v in 100.0 * t / n] for k, t in acc.items()}
     mean = {k: v / max(n_seq, 1) for k, v in sums.items()}
     macs = {k[5:]: v for k, v in mean.items() if k.startswith("macs_")}
     diags = {k[5:]: v for k, v in mean.items() if k.startswith("diag_")}
@@ -132,7 +133,7 @@ def _trace(out, batch, traced: dict[str, Any], task: Task, model: SeqModel) -> N
         if marks:
             traced["first_marks"] = [int(t) for t in marks]
     # per step, over the test set: the share of rows (unit updates) and of columns (reads)
-    # skipped, each layer weighted by its units / columns; summed here, divided in _finish_trace
+    # skipped, each layer weighted by its units / columns; summed here, divided in evaluate
     B, T = out.layers[0].mask.shape[:2]
     valid = valid_steps(B, T, batch.lengths, out.layers[0].mask.device).double()
     rows = sum((o.mask.detach() <= 0).double().sum(-1) for o in out.layers)
@@ -163,16 +164,6 @@ def _pad_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out[: len(a)] += a
     out[: len(b)] += b
     return out
-
-
-def _finish_trace(traced: dict[str, Any]) -> None:
-    """Turn the per-step sums of ``_trace`` into per-step means (percent, 2 decimals)."""
-    acc = traced.pop("_per_step", None)
-    if not acc:
-        return
-    n = acc.pop("n").clamp(min=1.0)
-    for name, total in acc.items():
-        traced[name] = [round(float(v), 2) for v in 100.0 * total / n]
 
 
 def _better(new: float, best: float | None, higher: bool) -> bool:
@@ -332,8 +323,8 @@ def fitting(cfg: Any, data_dir: str | None = None, device: str = "cpu") -> Fitti
 
 def out_of_memory_as_error(cfg: RunConfig) -> contextlib.AbstractContextManager[None]:
     """``out_of_memory`` for a run's model: a ConfigError naming its size."""
-    size = f" (hidden_size={cfg.model.hidden_size}, num_layers={cfg.model.num_layers})"
-    return out_of_memory("", size, ConfigError)
+    size = f"hidden_size={cfg.model.hidden_size}, num_layers={cfg.model.num_layers}"
+    return out_of_memory(f"does not fit in memory ({size})", ConfigError)
 
 
 class ModelFit:
@@ -367,9 +358,7 @@ class ModelFit:
 
     def fit(self, callbacks, events, checkpoint) -> dict[str, Any]:
         """Train over epochs (``train_model``), timing the compilation of a compiled step."""
-        clock = CompileClock()
-        if self.cfg.train.compile:
-            clock.start()
+        clock = CompileClock(self.cfg.train.compile)
         self.loop = loop = train_model(
             self.cfg, self.task, self.model, self.splits, self.dev, callbacks, events, checkpoint
         )
@@ -403,10 +392,11 @@ def run(
     code = method_code(cfg.method)
     rec = records.start_record(cfg, code, source_of(component(cfg.method)))
     checkpoint = None
-    if checkpoint_dir is not None:
-        checkpoint = Checkpointer.of_run(
-            checkpoint_dir, cfg.run_id, code, checkpoint_every_s, rec["time"]["start"]
-        )
+    if checkpoint_dir is not None:  # one of this checkout: same method code, commit, dirty flag
+        sha, dirty = env.git_state()
+        identity = {"method_code": code, "git_sha": sha, "git_dirty": dirty}
+        every, start = checkpoint_every_s, rec["time"]["start"]
+        checkpoint = Checkpointer(checkpoint_dir, cfg.run_id, identity, every, start)
     try:
         done = _fit_and_test(fitting(cfg, data_dir, device), cfg, callbacks, rec, checkpoint)
     except DivergedError as e:  # the epochs it finished stay on record
