@@ -39,6 +39,12 @@ def test_overrides_are_typed_and_validated():
     assert isinstance(rc.model.hidden_size, int)
     with pytest.raises(ConfigError, match="Unknown key 'bogus'"):
         config.resolve("gru", "adding", 0, "smoke", {"bogus": "1"})
+    with pytest.raises(
+        ConfigError, match="Unknown key 'train.hidden_size'"
+    ):  # model's, not train's
+        config.resolve("gru", "adding", 0, "smoke", {"train.hidden_size": "12"})
+    with pytest.raises(ConfigError, match="Unknown config section 'nope' in 'nope.lr'"):
+        config.resolve("gru", "adding", 0, "smoke", {"nope.lr": "0.5"})
     with pytest.raises(ConfigError, match="expects an integer"):
         config.resolve("gru", "adding", 0, "smoke", {"hidden_size": "1.5"})
     with pytest.raises(ConfigError, match="expects a number"):

@@ -1,6 +1,6 @@
 """A method's code version covers every kernel family its modules use: each family module of
 ``baselines/ops`` declares its ``Kernel`` (the C++ source it runs), and the discovery
-(``harness.components.code.kernel_loaders``) reaches it however the method holds the family,
+(``harness.components.code.method_kernels``) reaches it however the method holds the family,
 a function of its module or a method of its kernel (``x_kernel.for_tensors``). No build."""
 
 from __future__ import annotations

@@ -419,15 +419,16 @@ def test_the_pools_fork_server_starts_before_planning_and_ends_at_once_on_bad_in
     pool._stop_server()  # none runs: this command starts it (a later pool starts another)
     started = []
     real = pool.PoolExecutor.start_early
+    server = pool.forkserver._forkserver  # multiprocessing's one fork server (started or not)
 
     def start_early(run, options):
-        started.append(pool._server()._forkserver_pid)  # None: planning has not started it
+        started.append(server._forkserver_pid)  # None: planning has not started it
         return real(run, options)
 
     monkeypatch.setattr(pool.PoolExecutor, "start_early", staticmethod(start_early))
     bad = harness("run", "--tasks", "adding", "--methods", "no-such", "--workers", "2")
     one_line_error(bad, "no-such")
-    assert started == [None] and pool._server()._forkserver_pid is None  # started, then ended
+    assert started == [None] and server._forkserver_pid is None  # started, then ended
     assert list(tmp_path.iterdir()) == []  # nothing created
     harness("run", "--tasks", "adding", "--methods", "no-such", "--workers", "2", "--dry-run")
     assert len(started) == 1  # a dry run starts none

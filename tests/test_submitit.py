@@ -192,7 +192,7 @@ def test_a_sweep_file_holds_the_slurm_options():
         suites._option("slurm_local", "yes", "slurm_local")
     with pytest.raises(HarnessError, match="expects a list of shell lines, got 'module load x'"):
         suites._option("slurm_setup", "module load x", "slurm_setup")
-    for key, (low, high) in sub.LIMITS.items():
+    for key, (low, high) in {o.name: o.bounds for o in sub.OPTIONS if o.bounds}.items():
         assert f"[{low}, {high}]" in suites.option_keys()[key]
         with pytest.raises(HarnessError, match=rf"expects an integer in \[{low}, {high}\]"):
             suites._option(key, high + 1, key)

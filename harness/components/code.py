@@ -19,8 +19,7 @@ from harness.components.registry import METHODS, REFERENCES, UnknownNameError
 
 def component(name: str) -> Any:
     """The method or reference predictor registered as ``name`` (UnknownNameError: neither)."""
-    holders = [r for r in (METHODS, REFERENCES) if name in r]
-    return (holders[0] if holders else METHODS).get(name)
+    return next((r for r in (METHODS, REFERENCES) if name in r), METHODS).get(name)
 
 
 @functools.cache
@@ -35,7 +34,7 @@ def method_code(method: str) -> str:
 def method_kernels(method: str) -> list[Any]:
     """The loaders of the compiled kernels whose sources are part of ``method``'s code version."""
     cls = component(method)
-    return [] if hasattr(cls, "code_version") else kernel_loaders(sys.modules[cls.__module__])
+    return [] if hasattr(cls, "code_version") else _uses(sys.modules[cls.__module__])[1]
 
 
 def current_code(method: str) -> str | None:
@@ -70,11 +69,6 @@ def source_files(module: Any) -> set[str]:
     modules, loaders = _uses(module)
     extra = {str(p) for loader in loaders for p in loader.kernel_source_files()}
     return extra | {m.__file__ for m in modules if getattr(m, "__file__", None)}
-
-
-def kernel_loaders(module: Any) -> list[Any]:
-    """The loaders of the kernels whose C++ sources ``source_files(module)`` counts."""
-    return _uses(module)[1]
 
 
 def _uses(module: Any) -> tuple[list[Any], list[Any]]:

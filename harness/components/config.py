@@ -143,6 +143,10 @@ class RunConfig(Identified):
 
 # --- typed overrides -----------------------------------------------------------------------------
 
+# the words a boolean field takes
+_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True)
+_WORDS |= dict.fromkeys(("0", "false", "no", "off"), False)
+
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
     """Coerce ``value`` (a string from the CLI or a Python value) to the annotated type ``tp``."""
@@ -157,14 +161,10 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if tp is bool:
-        if isinstance(value, bool):
-            return value
-        s = str(value).strip().lower()
-        if s in ("1", "true", "yes", "on"):
-            return True
-        if s in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"'{key}' expects true/false, got '{value}'")
+        truth = value if isinstance(value, bool) else _WORDS.get(str(value).strip().lower())
+        if truth is None:
+            raise ConfigError(f"'{key}' expects true/false, got '{value}'")
+        return truth
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -212,36 +212,27 @@ def apply_overrides(
                 "different values; give one"
             )
         changes[sec][fld] = coerced
-    out = {}
-    for sec, obj in sections.items():
-        if not changes[sec]:
-            out[sec] = obj
-            continue
+    out = dict(sections)
+    for sec, fields in changes.items():
         try:
-            out[sec] = dataclasses.replace(obj, **changes[sec])
+            out[sec] = dataclasses.replace(out[sec], **fields) if fields else out[sec]
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{sec}: {e}") from None
     return out
 
 
 def _locate(sections: dict[str, Any], key: str) -> tuple[str, str]:
-    if "." in key:
-        sec, fld = key.split(".", 1)
-        if sec not in sections:
-            raise ConfigError(
-                f"Unknown config section '{sec}' in '{key}'. Sections: {list(sections)}"
-            )
-        if fld not in _fields(sections[sec]):
-            raise ConfigError(f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}")
-        return sec, fld
-    owners = [s for s, obj in sections.items() if key in _fields(obj)]
+    sec, fld = key.split(".", 1) if "." in key else ("", key)
+    if sec and sec not in sections:
+        raise ConfigError(f"Unknown config section '{sec}' in '{key}'. Sections: {list(sections)}")
+    owners = [s for s, obj in sections.items() if sec in ("", s) and fld in _fields(obj)]
     if not owners:
         raise ConfigError(f"Unknown key '{key}'. Valid keys: {', '.join(valid_keys(sections))}")
     if len(owners) > 1:
         raise ConfigError(
             f"Key '{key}' is ambiguous; write one of: {', '.join(f'{s}.{key}' for s in owners)}"
         )
-    return owners[0], key
+    return owners[0], fld
 
 
 def valid_keys(sections: dict[str, Any]) -> list[str]:

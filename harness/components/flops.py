@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.components.method import Method, SeqOut, StepCost
+from harness.components.method import Method, SeqOut, StepCost, evaluating
 from harness.components.metrics import FLOPS_PER_MAC, valid_steps
 
 
@@ -26,23 +26,15 @@ def effective_step_macs(cost: StepCost, out: SeqOut) -> Tensor:
     mask = out.mask.detach()
     k = (mask > 0).sum(-1).double()  # [B, T] updated units
     active = (k > 0).double()
-    if out.depth is not None:
-        R = out.depth.detach().amax(-1).double()  # executed depth R_t = max_i n_{t,i}
-    else:
-        R = active
-    rows = k if out.reads is None else k * read_share(out.reads)
+    # executed depth R_t = max_i n_{t,i}
+    R = active if out.depth is None else out.depth.detach().amax(-1).double()
+    rows = k if out.reads is None else k * (out.reads.detach() > 0).double().mean(-1)
     return cost.always + cost.per_unit * rows + cost.per_active_step * active + cost.per_layer * R
-
-
-def read_share(reads: Tensor) -> Tensor:
-    """The share of the V + D columns each step reads, ``[B, T]`` (float64)."""
-    return (reads.detach() > 0).double().mean(-1)
 
 
 def per_sequence(step_macs: Tensor, lengths: Tensor | None = None) -> Tensor:
     """Sum ``[B, T]`` per-step MACs over each sequence's true length -> ``[B]``."""
-    B, T = step_macs.shape
-    return (step_macs * valid_steps(B, T, lengths, step_macs.device).double()).sum(1)
+    return (step_macs * valid_steps(*step_macs.shape, lengths, step_macs.device).double()).sum(1)
 
 
 def realisable_step_macs(method: Method, out: SeqOut, effective: Tensor | None = None) -> Tensor:
@@ -57,8 +49,7 @@ def sequence_macs(method: Method, out: SeqOut, lengths: Tensor | None = None) ->
     """Per-sequence ``effective``, ``exact`` and ``dense`` (analytic) MACs, each ``[B]``."""
     cost = method.cost()
     eff = effective_step_macs(cost, out)
-    B, T = eff.shape
-    dense = torch.full((B, T), float(cost.dense_step()), dtype=torch.float64, device=eff.device)
+    dense = torch.full(eff.shape, float(cost.dense_step()), dtype=torch.float64, device=eff.device)
     return {
         "effective": per_sequence(eff, lengths),
         "exact": per_sequence(realisable_step_macs(method, out, eff), lengths),
@@ -75,16 +66,12 @@ def _rnn_handle(gates: int):
     def handle(inputs: list[Any], outputs: list[Any]) -> int:
         from fvcore.nn.jit_handles import get_shape
 
-        x_shape = get_shape(inputs[0])
-        out_shape = get_shape(outputs[0])
-        num_layers = int(inputs[4].toIValue())
-        bidir = bool(inputs[7].toIValue())
-        batch_first = bool(inputs[8].toIValue())
-        dirs = 2 if bidir else 1
-        B, T = (x_shape[0], x_shape[1]) if batch_first else (x_shape[1], x_shape[0])
-        D = out_shape[-1] // dirs
+        # the op's arguments: input, ..., num_layers (4), ..., bidirectional (7), batch_first (8)
+        x_shape, dirs = get_shape(inputs[0]), 2 if inputs[7].toIValue() else 1
+        B, T = (x_shape[0], x_shape[1]) if inputs[8].toIValue() else (x_shape[1], x_shape[0])
+        D = get_shape(outputs[0])[-1] // dirs
         total, v = 0, x_shape[-1]
-        for _ in range(num_layers):
+        for _ in range(int(inputs[4].toIValue())):
             total += B * T * dirs * gates * D * (v + D)
             v = dirs * D
         return total
@@ -119,16 +106,12 @@ def fvcore_macs(method: nn.Module, x: Tensor) -> tuple[int, dict[str, int]]:
         warnings.simplefilter("ignore")
         from fvcore.nn import FlopCountAnalysis
 
-        was_training = method.training
-        method.eval()
-        try:
+        with evaluating(method):
             fca = FlopCountAnalysis(_OutputsOnly(method), (x,)).set_op_handle(**RNN_HANDLES)
             fca.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             fca.tracer_warnings("none")
             total = int(fca.total())
             unsupported = dict(fca.unsupported_ops())
-        finally:
-            method.train(was_training)
     missed = [op for op in unsupported if any(m in op for m in _MATMUL_LIKE)]
     if missed:
         raise RuntimeError(f"fvcore left matmul-like ops uncounted: {missed}")
@@ -139,17 +122,12 @@ def torch_flops(method: nn.Module, x: Tensor) -> int:
     """FLOPs torch's FlopCounterMode counts for ``method(x)`` (it counts 2 per MAC)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    was_training = method.training
-    method.eval()
-    try:
-        # oneDNN's fused CPU LSTM has no FlopCounterMode formula; without it the op decomposes
-        # into matmuls that are counted.
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as fc:
-                method(x)
-    finally:
-        method.train(was_training)
+    # oneDNN's fused CPU LSTM has no FlopCounterMode formula; without it the op decomposes
+    # into matmuls that are counted.
+    with evaluating(method), warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as fc:
+            method(x)
     return int(fc.get_total_flops())
 
 
@@ -175,9 +153,7 @@ def model_costs(
         "mean_len": mean_len,
         "params_total": sum(p.numel() for p in model.parameters()),
         "params_method": model.method_param_count(),
-        "macs_dense_fvcore": 0.0,
-        "macs_dense": 0.0,
-        "macs_effective": 0.0,
+        **dict.fromkeys(("macs_dense_fvcore", "macs_dense", "macs_effective"), 0.0),
     }
     for layer, trace in zip(model.methods, out.layers, strict=True):
         p = next(layer.parameters())  # fvcore's count on random inputs, per sequence

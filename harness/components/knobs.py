@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,12 +57,9 @@ class Bounds:
             return False
         if isinstance(value, float) and not math.isfinite(value):
             return False
-        return not (
-            (self.ge is not None and not value >= self.ge)
-            or (self.gt is not None and not value > self.gt)
-            or (self.le is not None and not value <= self.le)
-            or (self.lt is not None and not value < self.lt)
-        )
+        ops = (operator.ge, operator.gt, operator.le, operator.lt)
+        ends = zip((self.ge, self.gt, self.le, self.lt), ops, strict=True)
+        return all(end is None or op(value, end) for end, op in ends)
 
     def describe(self, kind: type | None = None) -> str:
         """``an integer in [1, 4096]``, ``a number in (0, 1)``, ``one of after, before``."""
@@ -72,11 +70,10 @@ class Bounds:
         def num(x: float) -> str:  # an integer bound in full: 4294967295, not 4.29497e+09
             return str(int(x)) if kind is int and float(x).is_integer() else f"{x:g}"
 
-        low, high = "(-inf", "inf)"
-        if self.ge is not None or self.gt is not None:
-            low = f"[{num(self.ge)}" if self.ge is not None else f"({num(self.gt)}"
-        if self.le is not None or self.lt is not None:
-            high = f"{num(self.le)}]" if self.le is not None else f"{num(self.lt)})"
+        low = "(-inf" if self.gt is None else f"({num(self.gt)}"
+        low = low if self.ge is None else f"[{num(self.ge)}"
+        high = "inf)" if self.lt is None else f"{num(self.lt)})"
+        high = high if self.le is None else f"{num(self.le)}]"
         return f"{noun} in {low}, {high}"
 
 
@@ -97,9 +94,8 @@ def knob(
     before it, which a record lacking the field reads as (``records.migrate``). Bounds that tie
     fields together stay in ``__post_init__``, after its ``check_knobs`` call.
     """
-    bounded = choices is not None or any(b is not None for b in (ge, gt, le, lt))
     meta: dict[str, Any] = {}
-    if bounded:
+    if choices is not None or any(b is not None for b in (ge, gt, le, lt)):
         meta["bounds"] = Bounds(ge, gt, le, lt, tuple(choices) if choices else None)
     if legacy is not NO_LEGACY:
         meta["legacy"] = legacy
@@ -120,14 +116,9 @@ def check_knob(cls_or_obj: Any, name: str, value: Any, key: str, owner: str = ""
     hints = typing.get_type_hints(cls_or_obj if isinstance(cls_or_obj, type) else type(cls_or_obj))
     kind = hints.get(name)
     where = f" for {owner}" if owner else ""
-    shown = (
-        f"'{value}'"
-        if isinstance(value, str)
-        else f"{value:g}"
-        if isinstance(value, float)
-        else value
-    )
-    raise ConfigError(f"{key}={shown} is out of range{where}: expected {b.describe(kind)}")
+    if isinstance(value, (str, float)):  # a string quoted, a float in short
+        value = f"'{value}'" if isinstance(value, str) else f"{value:g}"
+    raise ConfigError(f"{key}={value} is out of range{where}: expected {b.describe(kind)}")
 
 
 def check_knobs(obj: Any, section: str, owner: str = "") -> None:

@@ -5,6 +5,8 @@ A method maps ``x [B, T, V]`` to a ``SeqOut``; ``cost()`` states its cell's anal
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -90,6 +92,17 @@ class StepCost:
             + self.per_active_step
             + self.per_layer * self.max_depth
         )
+
+
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """Run the block with ``module`` in eval mode, then give it back its training mode."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 @dataclass(frozen=True)
@@ -196,13 +209,8 @@ class Method(nn.Module):
         The same outputs and mask as ``self.eval()(x)`` under no_grad, up to matmul rounding: this
         default IS that dense masked forward (``tests/test_fast_paths.py`` holds overrides to it).
         """
-        was_training = self.training
-        self.eval()
-        try:
-            with torch.no_grad():
-                return self(x)
-        finally:
-            self.train(was_training)
+        with evaluating(self), torch.no_grad():
+            return self(x)
 
     def compile_step(self) -> None:
         """Train with the per-step function compiled by ``torch.compile`` (``train.compile``).

@@ -33,12 +33,9 @@ class SeqModel(nn.Module):
         super().__init__()
         D = model_cfg.hidden_size
         self.readout_mode = task.readout
-        self.embed: nn.Embedding | None = None
-        in_size = task.input_size
-        if task.token_input:
-            E = model_cfg.embed_size or D
-            self.embed = nn.Embedding(task.input_size, E)
-            in_size = E
+        E = model_cfg.embed_size or D  # token inputs: their embedding's size
+        self.embed = nn.Embedding(task.input_size, E) if task.token_input else None
+        in_size = E if task.token_input else task.input_size
         self.layers = nn.ModuleList(
             method_cls(in_size if i == 0 else D, D, method_cfg) for i in range(model_cfg.num_layers)
         )

@@ -272,10 +272,9 @@ def source_of(obj: Any) -> dict[str, str]:
         return {"kind": "builtin"}
     if module in _INCLUDED:
         path = _INCLUDED[module]
-        try:
+        digest = "unreadable"  # removed since it was imported: the record says so
+        with contextlib.suppress(OSError):
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:  # removed since it was imported: the record says so
-            digest = "unreadable"
         return {"kind": "include", "path": str(path), "sha256": digest}
     dist = _PLUGIN_DISTS.get(top) or _installed_distribution(top)
     if dist is not None:
@@ -301,10 +300,8 @@ def _installed_distribution(top: str) -> tuple[str, str] | None:
 
     names = metadata.packages_distributions().get(top) or []
     for dist_name in names:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return dist_name, metadata.version(dist_name)
-        except metadata.PackageNotFoundError:
-            continue
     return None
 
 

@@ -151,12 +151,9 @@ def nearest_skip(
         ``{group: (variant_id, mean Skip % or activity sparsity %)}`` (``budget_measure``); a
         group with no variant that recorded it on every run has no entry.
     """
-    out = {}
-    for key, variants in by_variant(records, by).items():
-        near = nearest_variant(variants, target, split, tie)
-        if near is not None:
-            out[key] = near[:2]
-    return out
+    groups = by_variant(records, by).items()
+    nearest = {key: nearest_variant(variants, target, split, tie) for key, variants in groups}
+    return {key: near[:2] for key, near in nearest.items() if near is not None}
 
 
 def nearest_variant(
@@ -208,15 +205,6 @@ def seed_count(runs: Sequence[dict[str, Any]]) -> int:
     return len({r["seed"] for r in runs})
 
 
-def most_seeds(
-    variants: dict[str, list[dict[str, Any]]],
-) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """The variants with the most seeds, and how many others were left out for having fewer."""
-    top = max(seed_count(runs) for runs in variants.values())
-    kept = {vid: runs for vid, runs in variants.items() if seed_count(runs) == top}
-    return kept, len(variants) - len(kept)
-
-
 def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str | None, str]:
     """The variant id ``rule`` picks among ``variants`` (those with the most seeds), and why."""
     first = next(iter(variants.values()))[0]
@@ -237,9 +225,10 @@ def choose(variants: dict[str, list[dict[str, Any]]], rule: Rule) -> tuple[str |
         pool = {vid: runs for vid, runs in pool.items() if not math.isnan(split_mean(runs, key))}
         if not pool:
             return None, f"{rule}: no validation {key} recorded"
-    pool, fewer = most_seeds(pool)
+    top = max(seed_count(runs) for runs in pool.values())
+    fewer = sum(seed_count(runs) < top for runs in pool.values())
+    pool = {vid: runs for vid, runs in pool.items() if seed_count(runs) == top}
     if fewer:
-        top = seed_count(next(iter(pool.values())))
         within += f", {fewer} with fewer than {top} seeds not eligible"
     score = {vid: split_mean(runs, primary) for vid, runs in pool.items()}
     if rule.name == "val-skip-nearest":

@@ -242,12 +242,9 @@ def _run_config(
     if not run.log_dir:
         return train_run(cfg, run.data_dir, run.device, list(callbacks), **saving)
 
-    logger = TensorBoardLogger(run.log_dir, cfg)
-    try:
+    with contextlib.closing(TensorBoardLogger(run.log_dir, cfg)) as logger:
         rec = train_run(cfg, run.data_dir, run.device, [logger, *callbacks], **saving)
         logger.finish(rec)
-    finally:
-        logger.close()
     return rec
 
 
@@ -258,9 +255,7 @@ def build_kernels(cfgs: Any, run: RunOptions) -> None:
     paths); the first builds the whole training library once per machine and CPU. Nothing with
     ``HARNESS_NO_KERNELS`` or where the runs do not train on the CPU (the kernels are CPU-only).
     """
-    if os.environ.get("HARNESS_NO_KERNELS") or not cfgs:
-        return
-    if resolve_device(run.device).type != "cpu":
+    if os.environ.get("HARNESS_NO_KERNELS") or not cfgs or resolve_device(run.device).type != "cpu":
         return
     loaders = {id(k): k for m in dict.fromkeys(c.method for c in cfgs) for k in method_kernels(m)}
     for loader in loaders.values():
@@ -289,19 +284,17 @@ def warm_up() -> None:
 
 def lost_record(cfg_dict: dict[str, Any], why: str) -> dict[str, Any]:
     """The failed record of a run that did not start or whose worker sent no record (``why``)."""
-    try:
+    code = None
+    with contextlib.suppress(Exception):
         code = method_code(cfg_dict["method"])
-    except Exception:
-        code = None
     return records.failed_record(cfg_dict, why, code)
 
 
 def require(module: str, install: str) -> None:
     """Refuse an executor whose package ``module`` is not installed: one line, ``install``."""
-    try:
+    found = False
+    with contextlib.suppress(ImportError, ValueError):
         found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
     if not found:
         raise ConfigError(install)
 

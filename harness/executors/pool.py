@@ -90,14 +90,12 @@ def _worker(conn: Any, run: RunOptions, alive: Any, env: dict[str, str], serve: 
         conn.send(serve(cfg_dict, run))
 
 
-def _server() -> Any:
-    """This process's fork server (``multiprocessing`` has no public way to end it early)."""
-    return forkserver._forkserver
-
-
 def _stop_server() -> None:
-    """End the fork server at once, even while it imports (``_stop`` waits for its imports)."""
-    server = _server()
+    """End the fork server at once, even while it imports (``_stop`` waits for its imports).
+
+    ``multiprocessing`` has no public way to end it early: this reaches into its ``_forkserver``.
+    """
+    server = forkserver._forkserver
     if server._forkserver_pid is not None:
         with contextlib.suppress(OSError):
             os.kill(server._forkserver_pid, signal.SIGKILL)
@@ -150,7 +148,7 @@ class PoolExecutor:
         Ended at once at this process's exit (else it would hold the command's output open).
         Returns what ends it at once (bad input found while planning), when this call started it.
         """
-        if context().get_start_method() != "forkserver" or _server()._forkserver_pid:
+        if context().get_start_method() != "forkserver" or forkserver._forkserver._forkserver_pid:
             return None
         forkserver.ensure_running()
         atexit.register(_stop_server)

@@ -37,6 +37,7 @@ from harness.executors.base import (
     require,
     run_one,
 )
+from harness.persistence.files import write_atomically
 from harness.persistence.records import identity
 
 INSTALL = "--executor submitit needs submitit: pip install 'condrnn-harness[slurm]'"
@@ -81,7 +82,6 @@ OPTIONS = (  # name, type, default, help, metavar, bounds, what (a str's words, 
            "or debug (in this process) (default: slurm where srun is on PATH, else local)",
            "NAME", None, "slurm, local or debug"),
 )  # fmt: skip
-LIMITS = {o.name: o.bounds for o in OPTIONS if o.bounds}  # the numeric --slurm-* options
 # polling the jobs in flight: every 0.25 s at first, then less often, up to every 10 s (every
 # second without Slurm, where a poll is a check on a local process and a file)
 POLL_FIRST_S, POLL_MAX_S, POLL_MAX_LOCAL_S = 0.25, 10.0, 1.0
@@ -90,11 +90,6 @@ SQUEUE_EVERY_S = 15.0  # how often the driver asks squeue which jobs ended witho
 # squeue's states of a job that will still run (the others: it ended)
 LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED",
         "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}  # fmt: skip
-
-
-def default_folder() -> Path:
-    """Where jobs keep their pickles and logs without ``--slurm-folder``: the user cache."""
-    return cache_dir() / "submitit"
 
 
 def preflight(run: RunOptions, options: ExecutorOptions) -> None:
@@ -215,13 +210,9 @@ class Pack:
         )
 
     def _send(self, handle: int, rec: dict[str, Any]) -> None:
-        path = Path(self.records) / f"{handle}.pkl"
-        tmp = path.with_name(f".{handle}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(rec, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomically(
+            Path(self.records) / f"{handle}.pkl", pickle.dumps(rec), None, durable=True
+        )
 
 
 def progress(cfg_dict: dict[str, Any], run: RunOptions) -> str:
@@ -256,7 +247,7 @@ class SubmititExecutor:
             import submitit
         except ImportError:
             raise HarnessError(INSTALL) from None
-        folder = Path(options.slurm_folder or default_folder()).expanduser()
+        folder = Path(options.slurm_folder or cache_dir() / "submitit").expanduser()
         cluster = options.submitit_cluster or ("local" if options.slurm_local else None)
         n = options.slurm_requeue_max
         self.requeue_max = DEFAULT_REQUEUE_MAX if n is None else n
@@ -272,9 +263,7 @@ class SubmititExecutor:
         self.cluster: str = self._ex.cluster
         self.per_job = options.runs_per_job or 1
         cpus = options.slurm_cpus or max(run.threads, 1)
-        gpus = options.slurm_gpus
-        if gpus is None:
-            gpus = 1 if run.device == "cuda" else 0
+        gpus = int(run.device == "cuda") if options.slurm_gpus is None else options.slurm_gpus
         local = 1 if self.cluster == "debug" else max((os.cpu_count() or 1) // cpus, 1)
         slurm = SLURM_PARALLELISM if self.cluster == "slurm" else local
         self.size = options.slurm_array_parallelism or slurm
@@ -467,11 +456,13 @@ class SubmititExecutor:
         return {job: s for job in self._jobs if (s := states.get(job.job_id, "")) in LIVE}
 
     def _state(self, job: Any) -> str:
-        if self.cluster == "slurm":
-            if job.job_id not in self._states:  # ended before squeue was asked about it
-                self._squeue()
-            return self._states.get(job.job_id, "ended, gone from squeue")
-        return _state(job)
+        if self.cluster != "slurm":
+            with contextlib.suppress(Exception):
+                return str(job.state)
+            return "UNKNOWN"
+        if job.job_id not in self._states:  # ended before squeue was asked about it
+            self._squeue()
+        return self._states.get(job.job_id, "ended, gone from squeue")
 
     def cancel(self) -> None:
         """Cancel every job in flight (``scancel`` on Slurm) and drop the queued runs."""
@@ -517,13 +508,6 @@ class SubmititExecutor:
         ]
 
 
-def _state(job: Any) -> str:
-    try:
-        return str(job.state)
-    except Exception:
-        return "UNKNOWN"
-
-
 def _remove_job(folder: Path, job_id: str) -> None:
     """Remove a job's files; its array's script too once no other file of the array is left."""
     from submitit.core.utils import JobPaths
@@ -541,12 +525,10 @@ def _remove_job(folder: Path, job_id: str) -> None:
 
 def _tail(path: Path) -> str:
     """The last lines of a job's log ("" where there is none)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(f.seek(0, os.SEEK_END) - 4096, 0))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(max(f.seek(0, os.SEEK_END) - 4096, 0))
+        return f.read().decode(errors="replace")
+    return ""
 
 
 def _log(job: Any) -> Path | None:

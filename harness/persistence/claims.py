@@ -40,10 +40,9 @@ def lease_s() -> float:
     raw = os.environ.get(LEASE_ENV, "").strip()
     if not raw:
         return DEFAULT_LEASE_S
-    try:
+    value = math.nan
+    with contextlib.suppress(ValueError):
         value = float(raw)
-    except ValueError:
-        value = math.nan
     if not MIN_LEASE_S <= value <= CLAIM_TIMEOUT_S:  # NaN fails too
         raise ConfigError(
             f"{LEASE_ENV} must be a number of seconds from {MIN_LEASE_S:g} to "
@@ -92,10 +91,9 @@ class Claims:
         self._started = process_start(self.pid)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
-        try:
+        self._offset = 0  # how much of the store ``_scan_new_records`` has read
+        with contextlib.suppress(FileNotFoundError):
             self._offset = store.path.stat().st_size
-        except FileNotFoundError:
-            self._offset = 0
         self._recorded_since: set[str] = set()
 
     def _scan_new_records(self) -> None:
@@ -144,8 +142,9 @@ class Claims:
                 f"{other.get('host')}, whose {why} (last renewed {ago:.0f} min ago)"
             )
         if self._beat is None:
-            self._beat = threading.Thread(target=self._heartbeat, name="claims-heartbeat")
-            self._beat.daemon = True
+            self._beat = threading.Thread(
+                target=self._heartbeat, name="claims-heartbeat", daemon=True
+            )
             self._beat.start()
         return None
 

@@ -14,9 +14,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError, WriteFailed
 from harness.persistence.files import check_writable, write_atomically  # noqa: F401  (re-exported)
-from harness.persistence.store import DEFAULT_FILE, store_path
-
-SNIFF_BYTES = 1 << 20  # how much of an existing file is read to tell whether it holds records
+from harness.persistence.store import CHECK_TARGET_BYTES, DEFAULT_FILE, store_path
 
 
 def holds_records(path: str | os.PathLike) -> bool:
@@ -26,18 +24,14 @@ def holds_records(path: str | os.PathLike) -> bool:
         if not p.is_file():
             return False
         with open(p, "rb") as f:
-            data = f.read(SNIFF_BYTES)
+            data = f.read(CHECK_TARGET_BYTES)
     except OSError:
         return False
     for line in data.split(b"\n"):
-        if not line.strip().startswith(b"{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:  # a torn line, or the read cut it
-            continue
-        if isinstance(obj, dict) and "schema" in obj and "run_id" in obj:
-            return True
+        with contextlib.suppress(ValueError):  # a torn line, or the read cut it
+            obj = json.loads(line) if line.strip().startswith(b"{") else None
+            if isinstance(obj, dict) and "schema" in obj and "run_id" in obj:
+                return True
     return False
 
 
@@ -98,8 +92,7 @@ BOARD_FILE = "LEADERBOARD.md"  # a store's leaderboard, beside it
 def beside_records(sources: Iterable[str | os.PathLike]) -> tuple[Path, Path]:
     """``(leaderboard, folder)`` beside the records: ``DIR/LEADERBOARD.md``, or ``X.md``."""
     places = set()
-    for source in sources:
-        store = store_path(source)
+    for store in map(store_path, sources):
         own = store.name == DEFAULT_FILE
         board = store.parent / BOARD_FILE if own else store.with_suffix(".md")
         places.add((board, store.parent))

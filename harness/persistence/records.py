@@ -161,8 +161,7 @@ def finish_failed(
     """Complete ``rec`` as a failed run: why (one line), and the epochs it finished if any."""
     rec.update(status="failed", error=" ".join(error.split()))
     if history is not None:
-        rec["history"] = history
-        rec["epochs_run"] = len(history)
+        rec.update(history=history, epochs_run=len(history))
     if train_s is not None:
         rec["time"]["train_s"] = train_s
     rec["time"]["end"] = now()

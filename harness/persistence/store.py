@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +100,7 @@ def parse_lines(data: bytes, complete: bool = True, legacy: Legacy | None = None
         last = n == len(parts)
         if last and not (part and complete):  # nothing after the last newline, or cut by the read
             break
-        raw = part if last else part + b"\n"
-        line = Line(n, raw)
+        line = Line(n, part if last else part + b"\n")
         out.append(line)
         if not part.strip():
             continue
@@ -162,13 +162,8 @@ class Store:
         A store is a regular file (not a folder, device, pipe or socket, nor below a file).
         ``create=False``: check, leaving nothing behind.
         """
-        if self.path.exists() and not self.path.is_file():
-            raise RecordError(
-                f"cannot write results to {self.path}: it is {file_kind(self.path)}, "
-                "not a regular file"
-            )
-        if not create:
-            try:
+        if not create or (self.path.exists() and not self.path.is_file()):
+            try:  # a folder, device, pipe or socket is refused unopened
                 check_writable(self.path)
             except HarnessError as e:
                 msg = str(e).replace("cannot write", "cannot write results to", 1)
@@ -186,13 +181,7 @@ class Store:
 
     def check_target(self) -> None:
         """RecordError for an existing file with content and no record in its first MiB."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(CHECK_TARGET_BYTES + 1)
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise RecordError(f"cannot read {self.path}: {e.strerror or e}") from None
+        data = self._read(CHECK_TARGET_BYTES + 1)  # none: no file, nothing to check
         lines = parse_lines(data[:CHECK_TARGET_BYTES], complete=len(data) <= CHECK_TARGET_BYTES)
         if any(line.record for line in lines):
             return
@@ -220,12 +209,9 @@ class Store:
                 try:
                     if not files:
                         fcntl.flock(fd, fcntl.LOCK_EX)
-                    try:
-                        same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-                    except FileNotFoundError:
-                        same = False
-                    if same:
-                        break
+                    with contextlib.suppress(FileNotFoundError):
+                        if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                            break
                 except BaseException:
                     os.close(fd)
                     raise
@@ -273,7 +259,10 @@ class Store:
                 if files:
                     write_part(self.parts_path, record)
                 else:
-                    self._append_once((to_json(record) + "\n").encode(), record["run_id"])
+                    with self.locked() as fd:
+                        _write_line(self.path, fd, (to_json(record) + "\n").encode())
+                        with contextlib.suppress(OSError):
+                            drop_claims(self.claims_path, {record["run_id"]})
                 break
             except OSError as e:
                 if delay is None or e.errno not in _RETRYABLE:
@@ -283,29 +272,24 @@ class Store:
             with contextlib.suppress(OSError, HarnessError):
                 self.merge()
 
-    def _append_once(self, data: bytes, run_id: str) -> None:
-        with self.locked() as fd:
-            _write_line(self.path, fd, data)
-            with contextlib.suppress(OSError):
-                drop_claims(self.claims_path, {run_id})
-
     def parts(self) -> list[Path]:
         """The record files not merged yet, in the order they were written (their names)."""
         try:
-            found = [p for p in self.parts_path.iterdir() if _is_part(p.name)]
+            found = [
+                p for p in self.parts_path.iterdir() if p.suffix == ".json" and p.name[0] != "."
+            ]
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(found, key=lambda p: p.name)
+        return sorted(found, key=lambda p: p.name)  # ".NAME": a temporary file, left out
 
     def unmerged(self) -> tuple[list[tuple[Path, Line]], list[tuple[Path, str]]]:
         """The record files whose line the store lacks, and the unusable ones with why."""
         parts = self.parts()
         if not parts:
             return [], []
-        try:
+        have = set()
+        with contextlib.suppress(FileNotFoundError):
             have = set(self.path.read_bytes().splitlines())
-        except FileNotFoundError:
-            have = set()
         good, bad = [], []
         for p in parts:
             with contextlib.suppress(FileNotFoundError):  # merged meanwhile
@@ -363,24 +347,27 @@ class Store:
 
     def lines(self) -> list[Line]:
         """Every line of the file, checked (``parse_lines``); empty when there is no file."""
+        return parse_lines(self._read(), legacy=self.legacy)
+
+    def _read(self, size: int = -1) -> bytes:
+        """The first ``size`` bytes (-1: all); none without a file (RecordError: unreadable)."""
         try:
-            data = self.path.read_bytes()
+            with open(self.path, "rb") as f:
+                return f.read(size)
         except FileNotFoundError:
-            return []
+            return b""
         except OSError as e:
             raise RecordError(f"cannot read {self.path}: {e.strerror or e}") from None
-        return parse_lines(data, legacy=self.legacy)
 
     def read(self) -> tuple[list[RunRecord], list[str]]:
         """All usable records in file order (unmerged files last), a message per unusable line."""
-        records, problems = [], []
-        for line in self.lines():
-            if line.record is not None:
-                records.append(line.record)
-            elif line.problem:
-                problems.append(
-                    f"{self.path}:{line.number}: malformed record skipped ({line.problem})"
-                )
+        lines = self.lines()
+        records = [line.record for line in lines if line.record is not None]
+        problems = [
+            f"{self.path}:{line.number}: malformed record skipped ({line.problem})"
+            for line in lines
+            if line.problem
+        ]
         good, bad = self.unmerged()  # files mode: records a crash left unmerged count too
         records += [line.record for _, line in good if line.record is not None]
         problems += [f"{p}: malformed record skipped ({why})" for p, why in bad]
@@ -399,14 +386,9 @@ class Store:
             if not bad:
                 return res
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            side = self.path.with_name(f"{self.path.name}.rejected-{stamp}")
-            n = 1
-            while side.exists():
-                n += 1
-                side = self.path.with_name(f"{self.path.name}.rejected-{stamp}-{n}")
-            rejected = b"".join(
-                line.raw if line.raw.endswith(b"\n") else line.raw + b"\n" for line in bad
-            )
+            tries = (self._beside(f".rejected-{stamp}" + f"-{n}" * (n > 1)) for n in count(1))
+            side = next(path for path in tries if not path.exists())
+            rejected = b"".join(line.raw.rstrip(b"\n") + b"\n" for line in bad)
             kept = b"".join(line.raw for line in lines if not line.problem)
             try:
                 write_atomically(side, rejected, None, durable=True)
@@ -421,16 +403,14 @@ class Store:
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM back (in this thread) until the block is done."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    except (AttributeError, OSError, ValueError):
-        yield
-        return
+    old = None
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _write_line(path: Path, fd: int, data: bytes) -> None:
@@ -456,10 +436,6 @@ def _write_line(path: Path, fd: int, data: bytes) -> None:
 # --- ``files`` mode: a record per file, a lock file ---------------------------------------------
 
 
-def _is_part(name: str) -> bool:
-    return name.endswith(".json") and not name.startswith(".")  # not a temporary file
-
-
 def write_part(parts: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write one finished run's record to its own file in ``parts`` (``files`` mode); no lock.
 
@@ -475,11 +451,9 @@ def write_part(parts: str | os.PathLike, record: dict[str, Any]) -> Path:
 
 def process_start(pid: int) -> str | None:
     """The start time of a process (Linux ``/proc``), to tell a reused pid from the claimant."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    return None
 
 
 def gone(pid: Any, started: str | None) -> bool:
@@ -495,23 +469,12 @@ def gone(pid: Any, started: str | None) -> bool:
     return started is not None and process_start(pid) not in (None, started)
 
 
-def lock_is_stale(holder: dict[str, Any], age: float) -> bool:
-    """Whether a lock file was left by a crash.
-
-    Its holder's process is gone (this host) or, held from another host (or unreadable), it is
-    older than ``LOCK_STALE_S``: a lock is held for milliseconds.
-    """
-    if holder.get("host") == HOST and type(holder.get("pid")) is int:
-        return gone(holder["pid"], holder.get("started"))
-    return age > LOCK_STALE_S
-
-
 @contextlib.contextmanager
 def lock_file(path: Path) -> Iterator[None]:
     """Hold ``path`` as a lock: created exclusively (``O_EXCL``), removed on leaving.
 
     The file says who holds it (host, pid and its start, thread, time); one left by a crash
-    (``lock_is_stale``) is moved aside and removed, if what was moved is what was judged stale.
+    (``_break_if_stale``) is moved aside and removed, if what was moved is what was judged stale.
     """
     pid = os.getpid()
     me = {"host": HOST, "pid": pid, "started": process_start(pid), "thread": threading.get_ident()}
@@ -520,16 +483,15 @@ def lock_file(path: Path) -> Iterator[None]:
     while True:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
         except FileExistsError:
             _break_if_stale(path)
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
-            continue
-        try:
-            os.write(fd, token)
-        finally:
-            os.close(fd)
-        break
+    try:
+        os.write(fd, token)
+    finally:
+        os.close(fd)
     try:
         yield
     finally:
@@ -543,11 +505,15 @@ def _break_if_stale(path: Path) -> None:
         seen, age = path.read_bytes(), time.time() - path.stat().st_mtime
     except FileNotFoundError:
         return
-    try:
+    holder: Any = {}
+    with contextlib.suppress(ValueError):
         holder = json.loads(seen)
-    except ValueError:
-        holder = {}
-    if not lock_is_stale(holder if isinstance(holder, dict) else {}, age):
+    # left by a crash: its holder's process is gone (this host) or, held from another host (or
+    # unreadable), it is older than LOCK_STALE_S (a lock is held for milliseconds)
+    if isinstance(holder, dict) and holder.get("host") == HOST and type(holder.get("pid")) is int:
+        if not gone(holder["pid"], holder.get("started")):
+            return
+    elif age <= LOCK_STALE_S:
         return
     aside = path.with_name(f"{path.name}.stale-{HOST}-{os.getpid()}-{time.time_ns()}")
     try:
@@ -604,8 +570,6 @@ def write_claims(path: Path, claims: dict[str, dict[str, Any]]) -> None:
 
 def drop_claims(path: Path, run_ids: set[str]) -> None:
     """Remove the claims on ``run_ids`` (call under the store's lock)."""
-    if not path.exists():
-        return
     claims = read_claims(path)
     if run_ids & claims.keys():
         write_claims(path, {k: c for k, c in claims.items() if k not in run_ids})

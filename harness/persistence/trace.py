@@ -15,13 +15,9 @@ import numpy as np
 
 def pack_mask(mask: Any) -> list[str]:
     """A ``[T, D]`` {0,1} mask (tensor or array) as one hex string per step (bit i = unit i)."""
-    rows = []
     arr = mask.detach().cpu().numpy() if hasattr(mask, "detach") else np.asarray(mask)
-    for row in (arr > 0).tolist():
-        bits = "".join("1" if b else "0" for b in row)
-        width = (len(bits) + 3) // 4
-        rows.append(format(int(bits[::-1], 2), f"0{width}x") if bits else "")
-    return rows
+    rows = ["".join("1" if b else "0" for b in reversed(row)) for row in (arr > 0).tolist()]
+    return [format(int(bits, 2), f"0{(len(bits) + 3) // 4}x") if bits else "" for bits in rows]
 
 
 def unpack_mask(rows: list[str], units: int) -> list[list[int]]:
