@@ -277,7 +277,7 @@ def test_vcrnn_default_run_uses_the_pytorch_fallback(fresh_kernel, no_build):
 def test_vcrnn_note_builds_nothing(fresh_kernel, no_build, monkeypatch):
     monkeypatch.delenv("HARNESS_NO_KERNELS", raising=False)
     assert vc_ops.vcrnn_kernel_status() == kernels.KernelStatus("not tried")
-    assert VCRNN.fast_path_note().endswith("(not tried: nothing ran at batch 1 on CPU)")
+    assert VCRNN.fast_path_note().endswith("(not tried: nothing ran on CPU)")
     assert vc_ops.vcrnn_kernel_status().state == "not tried"
     assert not fresh_kernel.exists()
 
