@@ -15,8 +15,18 @@ from typing import Any
 
 from harness import api
 from harness.api import SPEEDUP_PARTS, TIMING_PARTS, check_writable, refuse_overwrite
-from harness.cli import common
-from harness.cli.common import comma_list, float_at_least, int_at_least
+from harness.cli.common import (
+    DATA_DIR_HELP,
+    INCLUDE,
+    METHODS_HELP,
+    SET_HELP,
+    add_command,
+    comma_list,
+    examples,
+    float_at_least,
+    int_at_least,
+    require_task,
+)
 from harness.errors import ConfigError
 
 # Without --report the reports go next to the timings, never into the checkout's reports/:
@@ -50,24 +60,24 @@ SPEEDUP_ONLY = {
 def add_parser(subparsers: Any) -> None:
     """Add ``bench`` to the ``harness`` subcommands."""
     suite, speedup = "timing suite: ", "--speedup: "
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "bench",
         "timing suite -> timing records + report; or --speedup: fast paths' speedups",
         {
-            "--methods METHOD[,METHOD...]": common.METHODS_HELP
+            "--methods METHOD[,METHOD...]": METHODS_HELP
             + "; with --speedup, 'all' is every method with a fast path",
             "--task TASK": "timing suite: the tasks whose preset sizes are timed, comma-separated "
             "names or globs, or 'all'; tasks without usable data are skipped (required)",
             "--preset": "timing suite: the preset (default: %(default)s)",
-            "--set KEY=VALUE": suite + common.SET_HELP,
-            "--data-dir DIR": suite + common.DATA_DIR_HELP,
+            "--set KEY=VALUE": suite + SET_HELP,
+            "--data-dir DIR": suite + DATA_DIR_HELP,
             "--device": "timing suite: the devices timed, auto (the default) being the CPU plus "
             "CUDA when present; --speedup: the one device measured on, cpu by default, auto being "
             "CUDA when available",
             "--threads N": "torch CPU threads while measuring (default: %(default)s; 0: torch's "
             "default)",
-            **common.INCLUDE,
+            **INCLUDE,
             "--report FILE": f"the Markdown to write (default: --out's {TIMING_REPORT}, or "
             f"{SPEEDUP_REPORT} with --speedup, whose raw timings go beside it, with .jsonl for "
             ".md)",
@@ -124,7 +134,7 @@ def add_parser(subparsers: Any) -> None:
         "loop, the same path without skipping and torch's fused cell; writes\n"
         f"{SPEEDUP_REPORT} and the raw timings\n"
         "beside it (the report's name with .jsonl).",
-        epilog=common.examples(
+        epilog=examples(
             "harness bench --methods all --task TASK --preset smoke",
             "harness bench --task all --preset paper --device cpu --rounds 3 --warmup 1",
             "harness bench --speedup   # realised speedup of the fast inference paths",
@@ -156,7 +166,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _only_for(args, SPEEDUP_ONLY, "with --speedup")
     if args.sources:
         return _render_timing(args, command)
-    task = common.require_task(args.task, "bench (without --speedup)", many=True)
+    task = require_task(args.task, "bench (without --speedup)", many=True)
 
     report = Path(args.report or Path(args.out) / TIMING_REPORT)
     store = ("the timing records (--out)", Path(args.out) / "timing.jsonl")

@@ -6,27 +6,27 @@ import argparse
 from typing import Any
 
 from harness.api import CHECKS, METHODS, TASKS, describe_source, iter_checks, usable_tasks
-from harness.cli import common
+from harness.cli.common import INCLUDE, add_command, comma_list, examples
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``check`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "check",
         "run the generic checks on one method (built-in or plugin)",
         {
-            **common.INCLUDE,
+            **INCLUDE,
             "method METHOD": "a registered method ('harness list methods')",
             "--only CHECK[,CHECK...]": "run only these checks (default: all)",
             "--task TASK": "the task the training check trains on (default: the first built-in "
             "regression task that generates its data)",
         },
-        {"--only": {"type": common.comma_list(str)}},
+        {"--only": {"type": comma_list(str)}},
         description="Run on one registered method the generic checks the project's tests run on "
         "every method: one line per property, PASS, FAIL with the numbers, or SKIP where it "
         "does not apply.",
-        epilog=common.examples(
+        epilog=examples(
             "harness check METHOD",
             "harness check METHOD --include my_methods/",
             "harness check METHOD --only forward,cost",

@@ -6,12 +6,12 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli import common
+from harness.cli.common import add_command, console, examples
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``compare`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "compare",
         "drift gate: current records vs a reference",
@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
             "unknown schema), naming each, instead of refusing the store",
         },
         {"--tol": {"action": "append"}},
-        epilog=common.examples(
+        epilog=examples(
             "harness compare results/reference/smoke.jsonl results/runs.jsonl --markdown drift.md",
             "harness compare results/reference/smoke.jsonl rerun.jsonl --only-present",
             note="exit codes: 0 no drift, 1 drift, missing runs or nothing compared (unless "
@@ -50,7 +50,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     res, skipped = api.compare(
         args.reference, args.current, tolerances, **{k: getattr(args, k) for k in flags}
     )
-    out = common.console()
+    out = console()
     for line in skipped:
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)  # FILE:N: ... skipped (why)
     for line in res.environment:  # numbers from another torch or device may drift for that reason

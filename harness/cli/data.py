@@ -7,22 +7,22 @@ import sys
 from typing import Any
 
 from harness import api
-from harness.cli import common
+from harness.cli.common import DATA_DIR_HELP, INCLUDE, TASKS_HELP, add_command, console, examples
 from harness.errors import DataError
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``data`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "data",
         "dataset status, checksums and downloads",
         {
-            "--tasks TASK[,TASK...]": common.TASKS_HELP.format("all tasks")
+            "--tasks TASK[,TASK...]": TASKS_HELP.format("all tasks")
             + "; a dataset missing for a task named here is an error, otherwise only a corrupt one "
             "is",
-            "--data-dir DIR": common.DATA_DIR_HELP,
-            **common.INCLUDE,
+            "--data-dir DIR": DATA_DIR_HELP,
+            **INCLUDE,
             "action": "list: where each dataset is and whether it is there; verify: also check it "
             "against the published checksums; fetch: download, verify and unpack the public ones",
             "names TASK": "tasks (besides --tasks); optional",
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
             # a default keeps argparse from naming the optional TASK among the required arguments
             "names": {"nargs": "*", "default": []},
         },
-        epilog=common.examples(
+        epilog=examples(
             "harness data list",
             "harness data verify --tasks TASK",
             "harness data fetch",
@@ -69,8 +69,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         else:
             result = r.get("source", "")
         table.add_row(r["task"], r["dataset"], f"[{color}]{r['status']}[/]", str(r["path"]), result)
-    console = Console()  # on stdout; piped: a table as wide as its longest path or description
-    (console if console.is_terminal else Console(width=100_000)).print(table)
+    screen = Console()  # on stdout; piped: a table as wide as its longest path or description
+    (screen if screen.is_terminal else Console(width=100_000)).print(table)
     bad = [r for r in rows if r["status"] != "found" and (tasks or r["status"] != "missing")]
     for r in bad:
         sys.stderr.write(f"error: {r['task']}: {r.get('detail') or r['status']}\n")
@@ -82,7 +82,7 @@ def fetch(tasks: list[str] | None, spec: str, data_dir: str | None, mirror: str 
 
     A task whose data cannot be downloaded (a licence) fails only when named; else it is reported.
     """
-    out = common.console()
+    out = console()
     root = api.data_root(data_dir)
     fetcher = api.Fetcher(root, mirror, say=lambda line: out.print(line, highlight=False))
     named = {p.strip() for p in spec.split(",")} - {"all", ""}

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import api
-from harness.cli import common
 from harness.cli.bench import add_parser as add_bench
-from harness.cli.common import Parser, dispatch, includes
+from harness.cli.common import Parser, add_command, dispatch, examples, includes
 from harness.cli.report import add_parser as add_report
 from harness.errors import HarnessError
 
@@ -21,7 +20,7 @@ DEFAULT_DOCS = "docs/*.md"
 
 def add_parser(subparsers: Any) -> None:
     """Add ``docs`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "docs",
         "fill the docs' generated blocks from the records (--check: only compare)",
@@ -31,7 +30,7 @@ def add_parser(subparsers: Any) -> None:
             "command's output and exit 1 if there is one",
         },
         {"files": {"nargs": "*"}},
-        epilog=common.examples(
+        epilog=examples(
             "harness docs",
             "harness docs --check",
             "harness docs docs/reproduction.md",

@@ -7,35 +7,44 @@ import json
 from typing import Any
 
 from harness import api
-from harness.cli import common
+from harness.cli.common import (
+    DATA_DIR_HELP,
+    INCLUDE,
+    METHODS_HELP,
+    SET_HELP,
+    add_command,
+    examples,
+    int_at_least,
+    require_task,
+)
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``flops`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "flops",
         "dense/effective MACs and params of fresh models",
         {
-            "--methods METHOD[,METHOD...]": common.METHODS_HELP,
+            "--methods METHOD[,METHOD...]": METHODS_HELP,
             "--task TASK": "the task whose data and sizes are used (required; see 'harness list')",
             "--preset": "the preset whose sizes are used (default: %(default)s)",
-            "--set KEY=VALUE": common.SET_HELP,
-            "--data-dir DIR": common.DATA_DIR_HELP,
-            **common.INCLUDE,
+            "--set KEY=VALUE": SET_HELP,
+            "--data-dir DIR": DATA_DIR_HELP,
+            **INCLUDE,
             "--batch N": "test sequences the effective MACs are averaged over (default: "
             "%(default)s)",
             "--json": "print the rows as JSON (with the unit convention)",
         },
-        {"--batch": {"type": common.int_at_least(1), "default": 16}},
-        epilog=common.examples("harness flops --methods METHOD[,METHOD...] --task TASK --json"),
+        {"--batch": {"type": int_at_least(1), "default": 16}},
+        epilog=examples("harness flops --methods METHOD[,METHOD...] --task TASK --json"),
     )
     s.set_defaults(func=cmd_flops)
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
     """Print the MAC table (``harness.planning.sweep.fresh_costs``) as a table or as JSON."""
-    task = common.require_task(args.task, "flops")
+    task = require_task(args.task, "flops")
     overrides = api.parse_set(args.set or [])
 
     rows = api.fresh_costs(args.methods, task, args.preset, overrides, args.batch, args.data_dir)

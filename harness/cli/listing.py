@@ -7,16 +7,16 @@ from typing import Any
 
 from harness.api import COMPONENTS as KINDS
 from harness.api import component_lines
-from harness.cli import common
+from harness.cli.common import INCLUDE, add_command
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``list`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "list",
         "registered methods, tasks, reference predictors, metrics and executors",
-        {**common.INCLUDE, "what": "what to list (default: %(default)s: all but the metrics)"},
+        {**INCLUDE, "what": "what to list (default: %(default)s: all but the metrics)"},
         {"what": {"nargs": "?", "choices": [*KINDS, "all"], "default": "all"}},
         epilog="the names are what --methods, --tasks (globs such as 'PREFIX-*' too) and "
         "'run --executor' take; references run with --methods 'ref:*' (or beside the methods: "

@@ -6,18 +6,18 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli import common
+from harness.cli.common import INCLUDE, add_command, examples
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``new`` to the ``harness`` subcommands."""
     kinds = api.METHOD_TEMPLATES
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "new",
         "write a template of a new method (NAME.py, test_NAME.py) that passes 'harness check'",
         {
-            **common.INCLUDE,
+            **INCLUDE,
             "what": "what to make (a method)",
             "name NAME": "its name, e.g. my-skip (file my_skip.py)",
             "--kind": "the template: " + ", ".join(kinds) + " (see below)",
@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
             "--kind": {"required": True, "choices": list(kinds)},
             "--out": {"default": "."},
         },
-        epilog=common.examples(
+        epilog=examples(
             "harness new method my-skip --kind skip --out my_methods",
             "harness check my-skip --include my_methods",
             note="kinds:\n"

@@ -8,8 +8,7 @@ from typing import Any
 
 from harness import api
 from harness.api import METHODS, PARTS, TASKS, WIDTHS, beside_records, parse_rule
-from harness.cli import common
-from harness.cli.common import comma_list, one_of
+from harness.cli.common import INCLUDE, SELECT_HELP, add_command, comma_list, examples, one_of
 from harness.errors import HarnessError
 
 FORMATS = ("md", "tex", "csv", "parquet")
@@ -20,7 +19,7 @@ DESTS = {"--format": "formats", "--print": "parts", "--width": "widths"}
 
 def add_parser(subparsers: Any) -> None:
     """Add ``report`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "report",
         "leaderboard from records (or, with --paper, paper tables and figures)",
@@ -28,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
             "--task TASK[,TASK...]": "--paper: only these tasks, comma-separated names or globs "
             "as 'run --tasks' takes them (default: every task in the records)",
             "--preset": "--paper: only this preset (default: every preset in the records)",
-            **common.INCLUDE,
+            **INCLUDE,
             "records": f"records files or directories (default: {DEFAULT_RECORDS})",
             "--out FILE": "the leaderboard to write (default: next to the records: "
             "DIR/LEADERBOARD.md for DIR or DIR/runs.jsonl, X.md for X.jsonl)",
@@ -37,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
             "--format --formats FORMAT[,FORMAT...]": f"table formats, any of {', '.join(FORMATS)} "
             "(parquet needs pyarrow); the leaderboard's go beside --out with their suffix "
             "(default: md; --paper: md,tex)",
-            "--select RULE": common.SELECT_HELP,
+            "--select RULE": SELECT_HELP,
             "--against METHOD[,METHOD...]": "--paper: a table after the main one comparing every "
             "method row with each of these methods, paired by seed (row - method: mean "
             "difference, paired t and Wilcoxon p, Holm per column), on the primary metric and, "
@@ -70,7 +69,7 @@ def add_parser(subparsers: Any) -> None:
             "--width": {"dest": "widths", "type": comma_list(one_of(WIDTHS))},
             "--print": {"dest": "parts", "type": comma_list(one_of(PARTS))},
         },
-        epilog=common.examples(
+        epilog=examples(
             "harness report results/runs.jsonl",
             "harness report results/runs.jsonl --paper --task TASK --preset quick",
             "harness report results/runs.jsonl --paper --task 'TASK,PREFIX-*'",

@@ -8,10 +8,34 @@ import dataclasses
 from typing import Any
 
 from harness import api
-from harness.cli import common, progress
+from harness.cli.common import (
+    DATA_DIR_HELP,
+    INCLUDE,
+    METHODS_HELP,
+    SELECT_HELP,
+    SET_HELP,
+    TASKS_HELP,
+    add_command,
+    add_options,
+    console,
+    examples,
+    float_at_least,
+    int_at_least,
+)
+from harness.cli.progress import (
+    FORMATS,
+    SweepProgress,
+    estimate_line,
+    print_board,
+    print_dry_run,
+    print_match_skip,
+    say_finish,
+    say_resume,
+    stopped_line,
+)
 from harness.errors import HarnessError
 
-EPILOG = common.examples(
+EPILOG = examples(
     "harness run --tasks all --preset smoke",
     "harness run --tasks TASK --methods 'METHOD,PREFIX-*' --seeds 0-4 --preset quick",
     "harness run --tasks TASK --methods METHOD --set train.lr=0.005 --set hidden_size=64",
@@ -33,27 +57,27 @@ EPILOG = common.examples(
 
 def add_parser(subparsers: Any) -> None:
     """Add ``run`` to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "run",
         "train and test methods on tasks; write records + leaderboard",
         {
-            "--tasks TASK[,TASK...]": common.TASKS_HELP.format("%(default)s"),
-            "--methods METHOD[,METHOD...]": common.METHODS_HELP + "; reference predictors: "
+            "--tasks TASK[,TASK...]": TASKS_HELP.format("%(default)s"),
+            "--methods METHOD[,METHOD...]": METHODS_HELP + "; reference predictors: "
             "'ref:*' or ref:NAME, beside them too ('all,ref:*'; see 'harness list references')",
             "--preset": "sizes and training budget of every run (default: %(default)s)",
-            "--set KEY=VALUE": common.SET_HELP,
-            "--data-dir DIR": common.DATA_DIR_HELP,
+            "--set KEY=VALUE": SET_HELP,
+            "--data-dir DIR": DATA_DIR_HELP,
             "--device": "where the runs train and test (default: %(default)s)",
             "--threads N": "torch CPU threads per run (default: %(default)s; 0: torch's default)",
-            **common.INCLUDE,
+            **INCLUDE,
             "--seeds SEEDS": "e.g. 0-4 or 0,1,2 (default: %(default)s)",
             "--grid KEY=V1,V2,...": "sweep a config field over values (repeatable: cartesian "
             "product); a key applies to the methods and tasks that have it",
             "--match-skip TARGET": "after the sweep, show per method the variant with TEST Skip "
             "%% nearest TARGET (test-based; to choose on validation: harness report --select "
             "val-skip-band:T:W)",
-            "--select RULE": "the leaderboard written after the sweep keeps " + common.SELECT_HELP,
+            "--select RULE": "the leaderboard written after the sweep keeps " + SELECT_HELP,
             "--out PATH": "records directory (its runs.jsonl) or .jsonl file (default: "
             "%(default)s)",
             "--store-mode": "lock: the driver appends each record under flock on the store "
@@ -82,16 +106,16 @@ def add_parser(subparsers: Any) -> None:
             "--device": {"default": "cpu"},
             "--seeds": {"default": "0"},
             "--grid": {"action": "append"},
-            "--match-skip": {"type": common.float_at_least(0.0)},
+            "--match-skip": {"type": float_at_least(0.0)},
             "--out": {"default": "results"},
             "--store-mode": {"choices": api.STORE_MODES},
-            "--format": {"choices": progress.FORMATS, "default": "table"},
+            "--format": {"choices": FORMATS, "default": "table"},
             "--executor": {"default": "local", "choices": api.EXECUTORS.names()},
         },
         epilog=EPILOG,
     )
     executor_options(s)
-    common.add_options(
+    add_options(
         s,
         {
             "--checkpoint-every MINUTES": "each run keeps a checkpoint of its training in "
@@ -110,7 +134,7 @@ def add_parser(subparsers: Any) -> None:
             "-v --verbose": "print every epoch's losses (runs in this process only: not with "
             "--workers or Ray); with --executor ray, Ray's own log lines too",
         },
-        {"--checkpoint-every": {"type": common.float_at_least(0.0), "default": 10.0}},
+        {"--checkpoint-every": {"type": float_at_least(0.0), "default": 10.0}},
     )
     s.set_defaults(func=cmd_run, parser=s)
 
@@ -123,7 +147,7 @@ def executor_options(s: argparse.ArgumentParser) -> None:
         seen |= {o.name for o in fresh}
         group = s.add_argument_group(f"--executor {name}") if fresh else s
         for o in fresh:
-            kind = {"type": common.int_at_least(*o.bounds) if o.bounds else o.type}
+            kind = {"type": int_at_least(*o.bounds) if o.bounds else o.type}
             if o.type is list:  # repeatable: each flag adds a string
                 kind = {"action": "append"}
             how = {"action": "store_true"} if o.type is bool else kind | {"metavar": o.metavar}
@@ -132,7 +156,7 @@ def executor_options(s: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Plan the sweep, run what is not recorded, write the leaderboard: 0, or 1 if a run failed."""
-    out = common.console()
+    out = console()
     if args.suite == "list":  # the shipped suites with their descriptions
         for name, description in api.suites():
             print(f"{name:14s} {description}")
@@ -143,17 +167,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job.request.dry_run:
         return dry_run(job, out)
     result = run_with_progress(job, out, ["harness", *getattr(args, "argv", [])])
-    progress.say_finish(result, out)
+    say_finish(result, out)
     _say_skipped(job.sweep, out)
     if result.write_error:  # stopped: no leaderboard of a sweep half done
-        raise HarnessError(progress.stopped_line(result))
+        raise HarnessError(stopped_line(result))
     if job.board is not None:
         for p in job.write_board():
             print(f"wrote {p}")
         records, rule = api.board_records(job.store.path, job.request.select)
-        progress.print_board(records, rule, job.store.path, job.board, args.format)
+        print_board(records, rule, job.store.path, job.board, args.format)
     if job.request.match_skip is not None:
-        progress.print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
+        print_match_skip(job.match_skip(), job.request.match_skip, job.spec.swept(), out)
     if result.failed:
         out.print(f"[red]{result.failed} run(s) failed; see the records in {job.store.path}[/]")
     return result.exit_code
@@ -173,10 +197,10 @@ def dry_run(job: api.RunJob, out: Any) -> int:
     """Print the resolved runs, recorded or to run, and an estimate; nothing runs."""
     resume, recorded = job.plan()
     _say_plan(job, resume, out)
-    progress.print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
+    print_dry_run(job.sweep.configs, {c.run_id for c in resume.todo}, job.sweep.labels)
     if resume.todo:
         workers = job.request.executor_options.get("workers") or 1
-        out.print(progress.estimate_line(resume.todo, recorded, workers), highlight=False)
+        out.print(estimate_line(resume.todo, recorded, workers), highlight=False)
     _say_skipped(job.sweep, out)
     out.print("dry run: nothing was run or written")
     return 0
@@ -186,14 +210,14 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
     """Run the sweep, showing its progress (every epoch's losses with ``-v``)."""
     in_process = api.EXECUTORS.get(job.executor[0]).in_process
     with contextlib.ExitStack() as stack:
-        shown: list[progress.SweepProgress] = []
+        shown: list[SweepProgress] = []
 
         def on_event(event: api.SweepEvent) -> None:
             if event.kind == "planned":
                 _say_plan(job, event.resume, out)
                 if event.todo:
                     args = (out, event.todo, job.sweep.labels, in_process, job.request.verbose)
-                    shown.append(progress.SweepProgress(*args))
+                    shown.append(SweepProgress(*args))
                     stack.enter_context(shown[0].progress)
             elif shown:
                 shown[0].on_event(event)
@@ -202,7 +226,7 @@ def run_with_progress(job: api.RunJob, out: Any, argv: list[str]) -> api.SweepRe
 
 
 def _say_plan(job: api.RunJob, resume: Any, out: Any) -> None:
-    progress.say_resume(resume, out)
+    say_resume(resume, out)
     n, todo, failed = len(job.sweep.configs), len(resume.todo), len(resume.kept_failed)
     kept = f", {failed} failed earlier (kept; --retry-failed reruns them)" * bool(failed)
     done = n - todo - failed

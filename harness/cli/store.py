@@ -6,17 +6,17 @@ import argparse
 from typing import Any
 
 from harness import api
-from harness.cli import common
+from harness.cli.common import add_command, examples
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``store`` (``check``, ``repair``) to the ``harness`` subcommands."""
-    s = common.add_command(
+    s = add_command(
         subparsers,
         "store",
         "check a records store, or repair it (unusable lines moved to a side file)",
         {},
-        epilog=common.examples(
+        epilog=examples(
             "harness store check results/runs.jsonl",
             "harness store repair results/runs.jsonl",
             note="check exits 1 when some line is unusable (a torn last line, a record with wrong "
