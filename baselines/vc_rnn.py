@@ -66,7 +66,7 @@ from baselines._cells import (
     pack_gru_rows,
 )
 from baselines.ops.library import on_cpu
-from baselines.ops.vcrnn import vcrnn_kernel, vcrnn_kernel_status
+from baselines.ops.vcrnn import pack_vc_columns, vcrnn_kernel, vcrnn_kernel_status
 from baselines.ops.vcrnn_train import sequence_kernel, vc_sequence
 from harness.components.config import MAX_PENALTY, check_knobs, knob
 from harness.components.method import Method, SeqOut, StepCost, StepOut
@@ -112,22 +112,6 @@ def _rows_before(w_h: Tensor, h_bar: Tensor, xp: Tensor) -> Tensor:
     z = torch.sigmoid(xz + hrz[:, 1])  # S-SA eq. 2
     n = torch.tanh(xn + torch.mm(w_h[:, 2], r * h_bar))  # S-SA eq. 3, reset before the matmul
     return torch.lerp(n, h_bar, z)  # (1 - z) n + z h-bar
-
-
-def pack_vc_columns(cell: GRUWeights) -> tuple[Tensor, Tensor]:
-    """The GRU's weights by input column, for ``condrnn::vcrnn_sequence``: ``hh [D, 3D + 16]``
-    and ``ih [V + 1, 3D + 16]`` (the bias last). Row j holds the weights of input j to the r and
-    z gates of every unit, unit-major (``r_0, z_0, r_1, z_1, ...``, so that the units ``[:k]``
-    are the row's first 2k values), then to the n gates (``n_0, n_1, ...``), then 16 zeros (rows
-    3D apart would fall into the same few cache sets): the rows and columns ``[:k]`` a step reads
-    are the first values of its first k rows."""
-    D = cell.hidden_size
-
-    def columns(w: Tensor) -> Tensor:  # [3D, C] gate-major rows -> [C, 3D + 16]
-        g = w.detach().view(3, D, -1)
-        return F.pad(torch.cat([g[:2].permute(2, 1, 0).reshape(-1, 2 * D), g[2].t()], 1), (0, 16))
-
-    return columns(cell.weight_hh), columns(torch.cat([cell.weight_ih, cell.bias[:, None]], 1))
 
 
 def threshold_eps(v: Tensor, eps: float) -> Tensor:
@@ -280,7 +264,7 @@ class VCRNN(Method):
         kernel = vcrnn_kernel() if on_cpu("VC-RNN's fused kernel", x) else None
         if kernel is not None:  # fused C++ loop: rows and columns [:k_t] only, no dispatch
             hh, ih = cached_pack(
-                self, "_fast_cols", cell_params, lambda: pack_vc_columns(self.cell)
+                self, "_fast_cols", cell_params, lambda: pack_vc_columns(*cell_params)
             )
             sched = F.linear(x, self.sched_x, self.sched_b).view(B, T)
             xs = torch.cat([x, x.new_ones(B, T, 1)], -1)  # [B, T, V+1]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from baselines.ops.library import Kernel, KernelStatus, fake
 
@@ -30,6 +32,22 @@ def vcrnn_kernel_status() -> KernelStatus:
 def vcrnn_kernel() -> Any:
     """The op ``condrnn::vcrnn_sequence``, or None where the library cannot be built."""
     return torch.ops.condrnn.vcrnn_sequence.default if vcrnn_family() is not None else None
+
+
+def pack_vc_columns(weight_hh: Tensor, weight_ih: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+    """A GRU's weights by input column, for ``vcrnn_sequence``: ``hh [D, 3D + 16]`` and
+    ``ih [V + 1, 3D + 16]`` (the bias last). Row j holds the weights of input j to the r and
+    z gates of every unit, unit-major (``r_0, z_0, r_1, z_1, ...``, so that the units ``[:k]``
+    are the row's first 2k values), then to the n gates (``n_0, n_1, ...``), then 16 zeros (rows
+    3D apart would fall into the same few cache sets): the rows and columns ``[:k]`` a step reads
+    are the first values of its first k rows."""
+    D = weight_hh.shape[1]
+
+    def columns(w: Tensor) -> Tensor:  # [3D, C] gate-major rows -> [C, 3D + 16]
+        g = w.detach().view(3, D, -1)
+        return F.pad(torch.cat([g[:2].permute(2, 1, 0).reshape(-1, 2 * D), g[2].t()], 1), (0, 16))
+
+    return columns(weight_hh), columns(torch.cat([weight_ih, bias[:, None]], 1))
 
 
 @fake("vcrnn_sequence")
