@@ -154,21 +154,25 @@ def test_other_dtypes_take_the_pytorch_path(monkeypatch, no_build):
     assert torch.equal(m.fast_forward(x).mask, dense.mask)
 
 
-def test_any_panel_width_gives_the_dense_loop(calls):
+@pytest.mark.parametrize("B, V_in, D", [(3, V, 60), (1, V, 60), (1, V, 130), (1, V + 1, 130)])
+def test_any_panel_width_gives_the_dense_loop(calls, B, V_in, D):
     """The op on module operands packed in column panels of 3 columns (a narrower last one), of
-    64 (float32's) and of k (float64's, one a module), modules of k = 20: the dense loop's
-    outputs in both dtypes."""
+    20, and of 64 (float32's), modules of k = D / 2 or D / 3: the dense loop's outputs in both
+    dtypes. At batch 1 the products are the kernel's own (``vec_panel``): its blocks of four
+    vectors of columns (k = 65: a panel of 64 and one of 1) and its narrower tail, over operands
+    of an even and an odd number of rows (D + V + 1 - jk)."""
+    num = 2 if D == 130 else 3
+    k = D // num
     for dtype in (torch.float64, torch.float32):
         torch.manual_seed(4)
-        cfg = ClockworkConfig(num_modules=3, base=2)
-        m = trained_like(ClockworkRNN(V, 60, cfg), dtype)
-        x = inputs(3, dtype)
+        m = trained_like(ClockworkRNN(V_in, D, ClockworkConfig(num_modules=num, base=2)), dtype)
+        x = torch.randn(B, T, V_in, dtype=dtype, generator=torch.Generator().manual_seed(B))
         with torch.no_grad():
             dense = m(x)
         op = clockwork_infer_kernel()
-        h0 = x.new_zeros(3, 60)
-        active = (dense.mask[0, :, ::20] > 0).sum(1)  # [T] firing modules
+        h0 = x.new_zeros(B, D)
+        active = (dense.mask[0, :, ::k] > 0).sum(1)  # [T] firing modules
         for width in (3, 20, 64):
-            packed = pack_modules(m.weight_hh.detach(), m.weight_ih, m.bias, 20, width)
-            hs = op(packed, x, h0, active, 20, width)
+            packed = pack_modules(m.weight_hh.detach(), m.weight_ih, m.bias, k, width)
+            hs = op(packed, x, h0, active, k, width)
             torch.testing.assert_close(hs, dense.outputs, rtol=0, atol=TOL[dtype])

@@ -10,9 +10,9 @@
 //     P_j = [W_H[jk : (j+1)k, jk:]^T; W_I[jk : (j+1)k]^T; b[jk : (j+1)k]]   ((D - jk + V + 1) x k)
 // and the inactive modules are exact copies. ``packed`` holds P_0, ..., P_{g-1} one after the
 // other, each as column panels (the caller packs them once): a step reads only the nonzero
-// blocks of the active modules' rows, contiguously, one product per module and panel (gemm.h's
-// ``mm_into``) on the batch's state rows ``[h | x_t | 1]``, where module j's operand is the
-// row's tail from jk on.
+// blocks of the active modules' rows, contiguously, one product per module and panel
+// (``panel_mm``: at batch 1 the kernel's own sums of scaled rows, else ATen's mm) on the batch's
+// state rows ``[h | x_t | 1]``, where module j's operand is the row's tail from jk on.
 // The products sum in another order than the dense loop's ``addmm`` (and the input terms are in
 // the same sum as the recurrent ones here, added after them there): outputs agree to rounding;
 // the inactive modules' values are bit for bit the dense loop's (copies).

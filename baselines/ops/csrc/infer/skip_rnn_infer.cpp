@@ -10,10 +10,10 @@
 //     h_t = GRU(x_t, h_{t-1}) where u = 1, else an exact copy of h_{t-1}
 // The decisions are per sequence: a step gathers the sequences that update (their inputs and
 // states, n rows) and runs the GRU for them alone, the products [n, V] [V, 3D] and [n, D] [D, 3D]
-// (gemm.h's ``mm_into``; W_hh^T in column panels, ``panel_mm``): a weight row is read once a step
-// for all of them, and the products' cost follows the number of updating sequences, not the
-// batch. A step no sequence updates
-// copies the states and reads no weight; the w_p projection is computed for the sequences that
+// (gemm.h's ``mm_into``; W_hh^T in column panels, ``panel_mm``, at n = 1 the kernel's own sums
+// of scaled rows): a weight row is read once a step for all of them, and the products' cost
+// follows the number of updating sequences, not the batch. A step no sequence updates copies
+// the states and reads no weight; the w_p projection is computed for the sequences that
 // updated at the step before only. Where every sequence updates, the products read the inputs
 // and the states in place (no gather).
 //
