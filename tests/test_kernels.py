@@ -382,7 +382,7 @@ def check_vc_batch(m: VCRNN, B: int, T: int, calls: list) -> None:
 
 @pytest.mark.kernel
 @pytest.mark.parametrize("form", ["after", "before"])
-@pytest.mark.parametrize("V, D", [(3, 40), (24, 24), (5, 37)])  # V = D: the input masked
+@pytest.mark.parametrize("V, D", [(3, 40), (24, 24), (5, 37), (3, 64)])  # V = D: masked
 @pytest.mark.parametrize("sharpness, eps", [(20.0, 0.01), (2.0, 0.01), (2.0, 1e-6)])
 def test_the_vcrnn_kernel_equals_the_dense_forward_at_batch_above_1(
     library, monkeypatch, form, V, D, sharpness, eps
@@ -390,7 +390,8 @@ def test_the_vcrnn_kernel_equals_the_dense_forward_at_batch_above_1(
     """At batch 7 (and 1 and 2), the union of the sequences' prefixes: each sequence's decisions
     its own, bit for bit the dense forward's, with the soft band (sharpness 2 and 20), at an eps
     below 1e-4 (every soft value through ATen's sigmoid) and where B D is not a multiple of 64
-    (the last values of the dense tensor, in ATen's scalar branch)."""
+    (the last values of the dense tensor, in ATen's scalar branch); rows of D = 64 are written
+    with non-temporal stores (``stream_copy``), the others by memcpy."""
     if vc_ops.vcrnn_kernel() is None:
         pytest.skip("the kernel library does not build here")
     kernel, calls = vc_ops.vcrnn_kernel(), []

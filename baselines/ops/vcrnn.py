@@ -36,16 +36,18 @@ def vcrnn_kernel() -> Any:
 
 def pack_vc_columns(weight_hh: Tensor, weight_ih: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
     """A GRU's weights by input column, for ``vcrnn_sequence``: ``hh [D, 3D + 16]`` and
-    ``ih [V + 1, 3D + 16]`` (the bias last). Row j holds the weights of input j to the r and
-    z gates of every unit, unit-major (``r_0, z_0, r_1, z_1, ...``, so that the units ``[:k]``
-    are the row's first 2k values), then to the n gates (``n_0, n_1, ...``), then 16 zeros (rows
-    3D apart would fall into the same few cache sets): the rows and columns ``[:k]`` a step reads
-    are the first values of its first k rows."""
+    ``ih [V + 1, 3D + 16]`` (the bias last). Row j holds the weights of input j to the n gates of
+    every unit in reverse unit order (``n_{D-1}, ..., n_1, n_0``), then to the r and z gates,
+    unit-major (``r_0, z_0, r_1, z_1, ...``), then 16 zeros (rows 3D apart would fall into the
+    same few cache sets): the units ``[:k]`` are the row's columns ``[D - k, D + 2k)``, one
+    contiguous piece; a step reads the first k rows of ``hh`` (and of a masked input's ``ih``,
+    with its bias row)."""
     D = weight_hh.shape[1]
 
     def columns(w: Tensor) -> Tensor:  # [3D, C] gate-major rows -> [C, 3D + 16]
         g = w.detach().view(3, D, -1)
-        return F.pad(torch.cat([g[:2].permute(2, 1, 0).reshape(-1, 2 * D), g[2].t()], 1), (0, 16))
+        rz = g[:2].permute(2, 1, 0).reshape(-1, 2 * D)
+        return F.pad(torch.cat([g[2].t().flip(1), rz], 1), (0, 16))
 
     return columns(weight_hh), columns(torch.cat([weight_ih, bias[:, None]], 1))
 

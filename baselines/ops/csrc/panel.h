@@ -76,7 +76,8 @@ template <typename T>
 void panel_mm(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, const T* p, int64_t K,
               int64_t N, int64_t w) {
   if (n == 1 && w <= 256) {  // one row, narrow panels (float32's): vec_panel
-    for (int64_t c0 = 0; c0 < N; c0 += w) vec_panel(out + c0, a, p + c0 * K, K, std::min(w, N - c0));
+    for (int64_t c0 = 0; c0 < N; c0 += w)
+      vec_panel(out + c0, a, p + c0 * K, K, std::min(w, N - c0));
     return;
   }
   const at::Tensor left = matrix(a, n, K, lda);

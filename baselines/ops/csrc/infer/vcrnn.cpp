@@ -23,14 +23,21 @@
 // The GRU. The updated units are a prefix [:k_b] of each sequence (e decreases in i) and
 // h-bar = e * h is 0 beyond it, so a step reads rows and columns [:K] of the weights, K = max_b
 // k_b (the union; e = 0 leaves a unit of a sequence an exact copy). The weights are stored by
-// input column (``pack_vc_columns``): row j holds the r and z weights of every unit that read
-// input j, unit-major (r_0, z_0, r_1, ...: a prefix of units is a prefix of the row), then the n
-// weights, then 16 values of padding (rows 3D apart, 12 KB at D = 1024, fall into the same few
-// cache sets and evict each other: 11-15 % of the time at batch 32, D 1024, in two runs); the
-// products of a step are [B, K] by [K, 2K] and [B, K] by [K, K] blocks of these rows, each row
-// read contiguously: at batch 1 as sums of scaled rows (no horizontal reduction), at B > 1
-// through ATen's mm (gemm.h). Outputs agree with the dense path to rounding (products sum in
-// another order; sigmoid and tanh are at::vec's, vec.h).
+// input column (``pack_vc_columns``): row j holds the n weights of every unit that reads input j
+// in reverse unit order (n_{D-1}, ..., n_1, n_0), then its r and z weights, unit-major (r_0, z_0,
+// r_1, ...), then 16 values of padding (rows 3D apart, 12 KB at D = 1024, fall into the same few
+// cache sets and evict each other: 11-15 % of the time at batch 32, D 1024, in two runs). The
+// units [:K] are then one contiguous piece of a row, its columns [D - K, D + 2K): n_{K-1} .. n_0,
+// r_0, z_0 .. z_{K-1}, and a step's products are one [B, V + 1] by [V + 1, 3K] (the input terms,
+// bias included) and one [B, K] by [K, 3K] (the recurrent terms; in the reset-before form a
+// [B, K] by [K, 2K] and, after r, a [B, K] by [K, K]), each row read contiguously: at batch 1
+// as sums of scaled rows (no horizontal reduction), at B > 1 through ATen's mm (gemm.h).
+// Outputs agree with the dense path to rounding (products sum in another order; sigmoid and
+// tanh are at::vec's, vec.h). The outputs and the mask are written a step's row at a time from
+// buffers that stay in cache (the state, the mask rows), with non-temporal stores where the CPU
+// has them (``stream_copy``): a row written is not read again by this loop, and stores that
+// bypass the cache do not first read the line they fill (half the memory traffic of the
+// [B, T, D] outputs, the most memory this loop touches).
 #include "vec.h"  // first: at::vec at this CPU's width
 
 #include <ATen/Dispatch.h>
@@ -44,7 +51,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "common.h"  // dot, torch_lerp
 #include "panel.h"   // matrix, mm_into
@@ -77,6 +89,38 @@ static void product(T* out, int64_t ldo, const T* a, int64_t lda, int64_t n, con
 #pragma omp simd
     for (int64_t c = 0; c < N; ++c) out[c] = out[c] + aj * wj[c];
   }
+}
+
+// dst[0, n) = src[0, n), with non-temporal stores (no read of the lines they fill, no cache
+// pollution) where the CPU has them and dst is aligned to the vector; else memcpy. A caller
+// issues stream_fence() before the data is read elsewhere.
+template <typename T>
+static void stream_copy(T* dst, const T* src, int64_t n) {
+  const int64_t bytes = n * int64_t(sizeof(T));
+#if defined(__AVX512F__)
+  if (reinterpret_cast<uintptr_t>(dst) % 64 == 0 && bytes % 64 == 0) {
+    auto* d = reinterpret_cast<__m512i*>(dst);
+    const char* from = reinterpret_cast<const char*>(src);
+    for (int64_t i = 0; i < bytes / 64; ++i)
+      _mm512_stream_si512(d + i, _mm512_loadu_si512(from + 64 * i));
+    return;
+  }
+#elif defined(__AVX__)
+  if (reinterpret_cast<uintptr_t>(dst) % 32 == 0 && bytes % 32 == 0) {
+    auto* d = reinterpret_cast<__m256i*>(dst);
+    const auto* from = reinterpret_cast<const __m256i*>(src);
+    for (int64_t i = 0; i < bytes / 32; ++i)
+      _mm256_stream_si256(d + i, _mm256_loadu_si256(from + i));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+static void stream_fence() {
+#if defined(__AVX__)
+  _mm_sfence();
+#endif
 }
 
 // The number of units i with sharp (md - index[i]) >= lim, a prefix (the argument decreases in
@@ -149,10 +193,10 @@ static int64_t decide(Band<T>& c, const T* mD, const T* index, int64_t B, int64_
 }
 
 // B sequences of S steps. hh [D, ldh] and ih [V+1, ldi] by input column (``pack_vc_columns``:
-// 3D columns, then padding; the input's last row is the bias); sched_h [D]; sched_x [B, S] =
-// w_x . x_t + b; xs [B, S, V+1] = [x_t, 1]; index [D] = 1..D. masked: V = D and the GRU reads
-// e * x. before: the reset-before GRU. Writes outputs [B, S, D], the update mask [B, S, D] and
-// m [B, S].
+// n reversed, then r and z interleaved, then padding; the input's last row is the bias);
+// sched_h [D]; sched_x [B, S] = w_x . x_t + b; xs [B, S, V+1] = [x_t, 1]; index [D] = 1..D.
+// masked: V = D and the GRU reads e * x. before: the reset-before GRU. Writes outputs [B, S, D],
+// the update mask [B, S, D] and m [B, S].
 template <typename T>
 static void run(const T* hh, int64_t ldh, const T* ih, int64_t ldi, const T* sched_h,
                 const T* sched_x, const T* xs, const T* index, T* out, T* mask, T* m_out,
@@ -169,64 +213,85 @@ static void run(const T* hh, int64_t ldh, const T* ih, int64_t ldi, const T* sch
   Band<T> band{sharp, lo, hi, static_cast<T>(std::log((1.0 - eps) / eps) + 1.0), whole, tail,
                BD - tail, at::empty({BD + 128}, opts), at::empty({BD + 128}, opts),
                std::vector<int64_t>(B), std::vector<int64_t>(B), std::vector<int64_t>(B)};
-  std::vector<T> zero(D, T(0)), mD(B), e(BD), hbar(BD), rz(2 * BD), xn(BD), hn(BD);
-  std::vector<T> xbar(masked ? BD : 0), rh(before ? BD : 0);
+  // h: the states (h_0 = 0); mrows: the mask rows of a step, 0 beyond each band's end
+  std::vector<T> h(BD, T(0)), mrows(BD, T(0)), mD(B), e(BD), hbar(BD), rz(2 * BD), xn(BD);
+  std::vector<T> xg(3 * BD), hg(3 * BD), xbar(masked ? BD : 0), rh(before ? BD : 0);
   for (int64_t t = 0; t < S; ++t) {
-    auto prev = [&](int64_t b) { return t ? out + (b * S + t - 1) * D : zero.data(); };
     for (int64_t b = 0; b < B; ++b) {  // the scheduler, ATen's scalar sigmoid
-      const T pre = sched_x[b * S + t] + dot(sched_h, prev(b), D);
+      const T pre = sched_x[b * S + t] + dot(sched_h, h.data() + b * D, D);
       const T m = T(1) / (T(1) + std::exp(-pre));
       m_out[b * S + t] = m;
       mD[b] = m * Ds;
     }
-    const int64_t K = decide(band, mD.data(), index, B, D, e.data(), mask + t * D, S * D);
+    const int64_t K = decide(band, mD.data(), index, B, D, e.data(), mrows.data(), D);
+    for (int64_t b = 0; b < B; ++b) {  // the mask's rows out, then 0 again
+      T* row = mrows.data() + b * D;
+      stream_copy(mask + (b * S + t) * D, row, D);
+      std::fill(row, row + band.hi_b[b], T(0));
+    }
     for (int64_t b = 0; b < B; ++b) {  // e beyond each band: 0 up to K
       T* eb = e.data() + b * D;
       if (band.hi_b[b] < K) std::fill(eb + band.hi_b[b], eb + K, T(0));
-      const T* h = prev(b);
-      for (int64_t i = 0; i < K; ++i) hbar[b * K + i] = eb[i] * h[i];  // 0 beyond k_b
+      const T* hb = h.data() + b * D;
+      for (int64_t i = 0; i < K; ++i) hbar[b * K + i] = eb[i] * hb[i];  // 0 beyond k_b
       if (masked) {  // x-bar = e * x, 0 beyond k_b too
         const T* x = xs + (b * S + t) * V1;
         for (int64_t i = 0; i < K; ++i) xbar[b * K + i] = eb[i] * x[i];
       }
     }
     if (K) {
-      // input terms W_i x + b of units [:K]: r and z into rz [B, 2K], n into xn [B, K]
+      // the columns of units [:K]: n_{K-1} .. n_0 (K), then r_0, z_0 .. z_{K-1} (2K)
+      const int64_t G = 3 * K, c0 = D - K;
+      // input terms W_i x + b into xg [B, 3K]
       if (masked) {
-        const T* bias = ih + (V1 - 1) * ldi;
-        for (int64_t b = 0; b < B; ++b) {
-          std::copy(bias, bias + 2 * K, rz.data() + b * 2 * K);
-          std::copy(bias + 2 * D, bias + 2 * D + K, xn.data() + b * K);
-        }
-        product(rz.data(), 2 * K, xbar.data(), K, B, ih, ldi, K, 2 * K, true);
-        product(xn.data(), K, xbar.data(), K, B, ih + 2 * D, ldi, K, K, true);
+        const T* bias = ih + (V1 - 1) * ldi + c0;
+        for (int64_t b = 0; b < B; ++b) std::copy(bias, bias + G, xg.data() + b * G);
+        product(xg.data(), G, xbar.data(), K, B, ih + c0, ldi, K, G, true);
       } else {
-        const T* x = xs + t * V1;
-        product(rz.data(), 2 * K, x, S * V1, B, ih, ldi, V1, 2 * K, false);
-        product(xn.data(), K, x, S * V1, B, ih + 2 * D, ldi, V1, K, false);
+        product(xg.data(), G, xs + t * V1, S * V1, B, ih + c0, ldi, V1, G, false);
       }
-      product(rz.data(), 2 * K, hbar.data(), K, B, hh, ldh, K, 2 * K, true);
-      sigmoid_vec(rz.data(), B * 2 * K);  // r, z
-      if (before) {  // n = tanh(W_in x + b + W_hn (r * h-bar))
+      if (before) {  // W_hr h-bar and W_hz h-bar into rz [B, 2K]
+        product(rz.data(), 2 * K, hbar.data(), K, B, hh + D, ldh, K, 2 * K, false);
+      } else {  // every recurrent term, into hg [B, 3K]
+        product(hg.data(), G, hbar.data(), K, B, hh + c0, ldh, K, G, false);
+        for (int64_t b = 0; b < B; ++b)
+          std::copy(hg.data() + b * G + K, hg.data() + (b + 1) * G, rz.data() + b * 2 * K);
+      }
+      for (int64_t b = 0; b < B; ++b) {  // r, z = sigmoid(input terms + recurrent terms)
+        const T* in = xg.data() + b * G + K;
+        T* g = rz.data() + b * 2 * K;
+        for (int64_t i = 0; i < 2 * K; ++i) g[i] = in[i] + g[i];
+      }
+      sigmoid_vec(rz.data(), B * 2 * K);
+      if (before) {  // n = tanh(W_in x + b + W_hn (r * h-bar)): the product into hg [B, K]
         for (int64_t p = 0; p < B * K; ++p) rh[p] = rz[2 * p] * hbar[p];
-        product(xn.data(), K, rh.data(), K, B, hh + 2 * D, ldh, K, K, true);
-      } else {  // n = tanh(W_in x + b + r * (W_hn h-bar))
-        product(hn.data(), K, hbar.data(), K, B, hh + 2 * D, ldh, K, K, false);
-        for (int64_t p = 0; p < B * K; ++p) xn[p] = xn[p] + rz[2 * p] * hn[p];
+        product(hg.data(), K, rh.data(), K, B, hh + c0, ldh, K, K, false);
+      }
+      for (int64_t b = 0; b < B; ++b) {  // n's argument; unit i's column is K - 1 - i
+        const T* in = xg.data() + b * G + K - 1;
+        const T* r = rz.data() + b * 2 * K;
+        T* n = xn.data() + b * K;
+        if (before) {
+          const T* rec = hg.data() + b * K + K - 1;
+          for (int64_t i = 0; i < K; ++i) n[i] = in[-i] + rec[-i];
+        } else {  // W_in x + b + r * (W_hn h-bar)
+          const T* rec = hg.data() + b * G + K - 1;
+          for (int64_t i = 0; i < K; ++i) n[i] = in[-i] + r[2 * i] * rec[-i];
+        }
       }
       tanh_vec(xn.data(), B * K);
     }
     for (int64_t b = 0; b < B; ++b) {
-      const T* h = prev(b);
+      T* hb = h.data() + b * D;
       const T* eb = e.data() + b * D;
-      T* o = out + (b * S + t) * D;
-      for (int64_t i = 0; i < K; ++i) {  // e = 0 or 1: h or the candidate
+      for (int64_t i = 0; i < K; ++i) {  // e = 0 or 1: h or the candidate; beyond K: h
         const int64_t p = b * K + i;
-        o[i] = torch_lerp(h[i], torch_lerp(xn[p], hbar[p], rz[2 * p + 1]), eb[i]);
+        hb[i] = torch_lerp(hb[i], torch_lerp(xn[p], hbar[p], rz[2 * p + 1]), eb[i]);
       }
-      std::copy(h + K, h + D, o + K);  // units beyond the union: an exact copy
+      stream_copy(out + (b * S + t) * D, hb, D);
     }
   }
+  stream_fence();
 }
 
 std::vector<at::Tensor> vcrnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor sched_h,
@@ -242,8 +307,7 @@ std::vector<at::Tensor> vcrnn_sequence(at::Tensor hh, at::Tensor ih, at::Tensor 
                   sched_x.size(0) == B && sched_x.size(1) == S && (!masked || V1 == D + 1),
               "vcrnn_sequence: inconsistent shapes");
   auto out = at::empty({B, S, D}, xs.options());
-  // zeroed in one pass (streaming stores): a step writes only the units before its band's end
-  auto mask = at::zeros({B, S, D}, xs.options());
+  auto mask = at::empty({B, S, D}, xs.options());
   auto m = at::empty({B, S}, xs.options());
   AT_DISPATCH_FLOATING_TYPES(xs.scalar_type(), "vcrnn_sequence", [&] {
     run<scalar_t>(hh.data_ptr<scalar_t>(), hh.size(1), ih.data_ptr<scalar_t>(), ih.size(1),
