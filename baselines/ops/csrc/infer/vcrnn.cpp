@@ -250,34 +250,32 @@ static void run(const T* hh, int64_t ldh, const T* ih, int64_t ldi, const T* sch
       } else {
         product(xg.data(), G, xs + t * V1, S * V1, B, ih + c0, ldi, V1, G, false);
       }
-      if (before) {  // W_hr h-bar and W_hz h-bar into rz [B, 2K]
-        product(rz.data(), 2 * K, hbar.data(), K, B, hh + D, ldh, K, 2 * K, false);
-      } else {  // every recurrent term, into hg [B, 3K]
+      // recurrent terms into hg [B, 3K], in xg's column order: the reset-before form's n terms
+      // need r first (below)
+      if (before)
+        product(hg.data() + K, G, hbar.data(), K, B, hh + D, ldh, K, 2 * K, false);
+      else
         product(hg.data(), G, hbar.data(), K, B, hh + c0, ldh, K, G, false);
-        for (int64_t b = 0; b < B; ++b)
-          std::copy(hg.data() + b * G + K, hg.data() + (b + 1) * G, rz.data() + b * 2 * K);
-      }
       for (int64_t b = 0; b < B; ++b) {  // r, z = sigmoid(input terms + recurrent terms)
         const T* in = xg.data() + b * G + K;
+        const T* rec = hg.data() + b * G + K;
         T* g = rz.data() + b * 2 * K;
-        for (int64_t i = 0; i < 2 * K; ++i) g[i] = in[i] + g[i];
+        for (int64_t i = 0; i < 2 * K; ++i) g[i] = in[i] + rec[i];
       }
       sigmoid_vec(rz.data(), B * 2 * K);
-      if (before) {  // n = tanh(W_in x + b + W_hn (r * h-bar)): the product into hg [B, K]
+      if (before) {  // n = tanh(W_in x + b + W_hn (r * h-bar)): the product into hg's n columns
         for (int64_t p = 0; p < B * K; ++p) rh[p] = rz[2 * p] * hbar[p];
-        product(hg.data(), K, rh.data(), K, B, hh + c0, ldh, K, K, false);
+        product(hg.data(), G, rh.data(), K, B, hh + c0, ldh, K, K, false);
       }
       for (int64_t b = 0; b < B; ++b) {  // n's argument; unit i's column is K - 1 - i
         const T* in = xg.data() + b * G + K - 1;
+        const T* rec = hg.data() + b * G + K - 1;
         const T* r = rz.data() + b * 2 * K;
         T* n = xn.data() + b * K;
-        if (before) {
-          const T* rec = hg.data() + b * K + K - 1;
+        if (before)
           for (int64_t i = 0; i < K; ++i) n[i] = in[-i] + rec[-i];
-        } else {  // W_in x + b + r * (W_hn h-bar)
-          const T* rec = hg.data() + b * G + K - 1;
+        else  // W_in x + b + r * (W_hn h-bar)
           for (int64_t i = 0; i < K; ++i) n[i] = in[-i] + r[2 * i] * rec[-i];
-        }
       }
       tanh_vec(xn.data(), B * K);
     }
